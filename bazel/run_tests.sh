@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs every test of the project and prints one closing line `N passed, N failed[, N skipped]`
+# (also written to .test-summary). Used by `make test` and by CI.
+#   1. bazel test //...            (C++ unit, service and integration tests; `gpu` tests filtered)
+#   2. bazel build --config=cuda //...   where nvcc exists, so CUDA code keeps compiling
+#   3. pytest tests/python         where the Python package exists
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+passed=0
+failed=0
+skipped=0
+add() {  # add "N passed, N failed[, N skipped]"
+  local line="$1"
+  passed=$((passed + $(sed -n 's/^\([0-9]*\) passed.*/\1/p' <<<"$line")))
+  failed=$((failed + $(sed -n 's/.* \([0-9]*\) failed.*/\1/p' <<<"$line")))
+  local s
+  s=$(sed -n 's/.* \([0-9]*\) skipped.*/\1/p' <<<"$line")
+  skipped=$((skipped + ${s:-0}))
+}
+
+bazel test --keep_going //... 2>&1 | tee /tmp/optstep-bazel-test.log | grep -vE '^\(|^Loading|^Analyzing|^INFO: From|^\[' || true
+labels=$(bazel query 'tests(//...) except attr(tags, "gpu", tests(//...))' 2>/dev/null)
+add "$(python3 bazel/test_summary.py "$(bazel info bazel-testlogs 2>/dev/null)" $labels)"
+
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "== bazel build --config=cuda //..."
+  if bazel build --config=cuda //... 2>&1 | tail -3; [[ ${PIPESTATUS[0]} -eq 0 ]]; then
+    add "1 passed, 0 failed"
+  else
+    echo "CUDA build FAILED"
+    add "0 passed, 1 failed"
+  fi
+fi
+
+if [[ -d tests/python ]]; then
+  echo "== pytest tests/python"
+  bazel/python_env.sh >/dev/null || add "0 passed, 1 failed"
+  if [[ -x .venv/bin/python ]]; then
+    .venv/bin/python -m pytest -q tests/python 2>&1 | tee /tmp/optstep-pytest.log | tail -15
+    line=$(grep -E '[0-9]+ (passed|failed)' /tmp/optstep-pytest.log | tail -1)
+    p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+    f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | awk '{n += $1} END {print n + 0}')
+    s=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+    [[ -z "$line" ]] && f=1
+    add "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+  fi
+fi
+
+summary="$passed passed, $failed failed"
+((skipped)) && summary="$summary, $skipped skipped"
+echo "$summary" > .test-summary
+echo "$summary"
+[[ $failed -eq 0 ]]

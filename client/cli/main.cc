@@ -1,0 +1,68 @@
+// optstep: the command line tool of the optstep service. Flags are defined here only; they
+// become ClientOptions, and the commands live in commands.cc.
+
+#include <cstdint>
+#include <iostream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/cli/commands.h"
+#include "client/cpp/client_options.h"
+
+ABSL_FLAG(std::string, server, "localhost:50051", "host:port of the optstep server (rank 0)");
+ABSL_FLAG(int32_t, timeout_ms, 3000,
+          "deadline in milliseconds for connecting and for each call; keep it short for "
+          "health probes");
+
+namespace {
+
+// Abseil 20220623 answers --help with exit status 1 and lists only flags of files it guesses
+// belong to the program; the tool prints its own help (from the flags' own help text) instead.
+bool WantsHelp(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-help" || arg == "-h") return true;
+  }
+  return false;
+}
+
+void PrintHelp(std::ostream& out) {
+  out << optstep::cli::kCommandUsage << "\nflags:\n";
+  for (const char* name : {"server", "timeout_ms"}) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    out << "  --" << name << "  " << flag->Help() << " (default: " << flag->DefaultValue()
+        << ")\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(optstep::cli::kCommandUsage);
+  if (WantsHelp(argc, argv)) {
+    PrintHelp(std::cout);
+    return optstep::cli::kExitOk;
+  }
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+
+  const int32_t timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+  if (timeout_ms <= 0) {
+    std::cerr << "optstep: --timeout_ms must be positive, not " << timeout_ms << "\n";
+    return optstep::cli::kExitUsage;
+  }
+  optstep::ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_server);
+  options.connect_timeout = absl::Milliseconds(timeout_ms);
+  options.rpc_timeout = absl::Milliseconds(timeout_ms);
+
+  const std::vector<std::string> args(positional.begin() + 1, positional.end());
+  return optstep::cli::RunCommand(args, options, std::cout, std::cerr);
+}

@@ -1,0 +1,27 @@
+#ifndef OPTSTEP_CLIENT_CPP_CHANNEL_OPTIONS_H_
+#define OPTSTEP_CLIENT_CPP_CHANNEL_OPTIONS_H_
+
+// gRPC channel arguments from ClientOptions: message size limits and the HTTP/2 flow-control
+// settings that DESIGN.md §4 measured (BDP probe off, large stream window, large frames).
+// Internal to client/.
+
+#include <grpcpp/support/channel_arguments.h>
+
+#include "absl/status/status.h"
+#include "client/cpp/client_options.h"
+
+namespace optstep {
+namespace client_internal {
+
+// INVALID_ARGUMENT for a missing target, an out-of-range size (frame size outside the HTTP/2
+// range [16384, 16777215], chunk size outside [4, 4 MiB], a message size that cannot hold a full
+// chunk) or a non-positive timeout.
+absl::Status ValidateClientOptions(const ClientOptions& options);
+
+// REQUIRES: ValidateClientOptions(options).ok().
+grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options);
+
+}  // namespace client_internal
+}  // namespace optstep
+
+#endif  // OPTSTEP_CLIENT_CPP_CHANNEL_OPTIONS_H_

@@ -1,0 +1,341 @@
+#include "client/cpp/client.h"
+
+#include <utility>
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/cpp/channel_options.h"
+#include "client/cpp/chunking.h"
+#include "client/cpp/grpc_status.h"
+#include "client/cpp/param_assembler.h"
+#include "client/cpp/proto_dtype.h"
+#include "client/cpp/session_layout.h"
+#include "client/cpp/step_call.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "kernels/status_macros.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
+
+namespace optstep {
+
+using client_internal::FromGrpcStatus;
+using client_internal::ParamAssembler;
+using client_internal::RankContribution;
+using client_internal::SessionLayout;
+using client_internal::StepCall;
+
+struct Client::Rank {
+  std::string target;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::OptimizerService::Stub> service;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+};
+
+namespace {
+
+absl::Status CheckReturnDType(DType dtype) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters can be returned as fp32 or bf16, not ", DTypeName(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  OPTSTEP_RETURN_IF_ERROR(client_internal::ValidateClientOptions(options));
+  std::vector<std::string> targets = options.rank_targets;
+  if (targets.empty()) targets.push_back(options.target);
+
+  const grpc::ChannelArguments args = client_internal::MakeChannelArguments(options);
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (const std::string& target : targets) {
+    auto rank = std::make_unique<Rank>();
+    rank->target = target;
+    rank->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    rank->service = v1::OptimizerService::NewStub(rank->channel);
+    rank->health = grpc::health::v1::Health::NewStub(rank->channel);
+    ranks.push_back(std::move(rank));
+  }
+  if (options.connect_timeout > absl::ZeroDuration()) {
+    const absl::Time deadline = absl::Now() + options.connect_timeout;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (!ranks[r]->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot connect to rank ", r, " at '", ranks[r]->target, "' within ",
+            absl::FormatDuration(options.connect_timeout)));
+      }
+    }
+  }
+  return std::unique_ptr<Client>(new Client(options, std::move(ranks)));
+}
+
+Client::Client(ClientOptions options, std::vector<std::unique_ptr<Rank>> ranks)
+    : options_(std::move(options)), ranks_(std::move(ranks)) {}
+
+Client::~Client() = default;
+
+namespace {
+
+// A context for one call with the given timeout.
+void Prepare(grpc::ClientContext& context, absl::Duration timeout, bool wait_for_ready) {
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context.set_wait_for_ready(wait_for_ready);
+}
+
+}  // namespace
+
+absl::StatusOr<v1::SessionInfo> Client::CreateSession(const v1::SessionSpec& spec,
+                                                      bool* attached) {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+  v1::CreateSessionRequest request;
+  *request.mutable_spec() = spec;
+  v1::CreateSessionResponse response;
+  OPTSTEP_RETURN_IF_ERROR(
+      FromGrpcStatus(ranks_[0]->service->CreateSession(&context, request, &response)));
+  OPTSTEP_RETURN_IF_ERROR(Remember(response.session()).status());
+  if (attached != nullptr) *attached = response.attached();
+  return std::move(*response.mutable_session());
+}
+
+absl::StatusOr<v1::SessionInfo> Client::GetSession(absl::string_view session_id) {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+  v1::GetSessionRequest request;
+  request.set_session_id(std::string(session_id));
+  v1::SessionInfo info;
+  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(ranks_[0]->service->GetSession(&context, request, &info)));
+  OPTSTEP_RETURN_IF_ERROR(Remember(info).status());
+  return info;
+}
+
+absl::StatusOr<std::vector<v1::SessionInfo>> Client::ListSessions() {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+  v1::ListSessionsResponse response;
+  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(
+      ranks_[0]->service->ListSessions(&context, v1::ListSessionsRequest(), &response)));
+  std::vector<v1::SessionInfo> sessions;
+  sessions.reserve(response.sessions_size());
+  for (v1::SessionInfo& info : *response.mutable_sessions()) sessions.push_back(std::move(info));
+  return sessions;
+}
+
+absl::Status Client::CloseSession(absl::string_view session_id) {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+  v1::CloseSessionRequest request;
+  request.set_session_id(std::string(session_id));
+  v1::CloseSessionResponse response;
+  OPTSTEP_RETURN_IF_ERROR(
+      FromGrpcStatus(ranks_[0]->service->CloseSession(&context, request, &response)));
+  absl::MutexLock lock(&mu_);
+  layouts_.erase(std::string(session_id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Client::LayoutPtr> Client::Remember(const v1::SessionInfo& info) {
+  OPTSTEP_ASSIGN_OR_RETURN(SessionLayout layout, SessionLayout::FromSessionInfo(info));
+  auto shared = std::make_shared<const SessionLayout>(std::move(layout));
+  absl::MutexLock lock(&mu_);
+  layouts_[info.session_id()] = shared;
+  return shared;
+}
+
+absl::StatusOr<Client::LayoutPtr> Client::Layout(absl::string_view session_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = layouts_.find(session_id);
+    if (it != layouts_.end()) return it->second;
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, GetSession(session_id));
+  return Remember(info);
+}
+
+absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param_id,
+                                    absl::Span<const float> values) {
+  OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(session_id));
+  OPTSTEP_RETURN_IF_ERROR(layout->CheckParamId(param_id));
+  const SessionLayout::Param& param = layout->param(param_id);
+  if (values.size() != param.num_elements) {
+    return absl::InvalidArgumentError(absl::StrCat("param '", param.name, "': ", values.size(),
+                                                   " initial values, expected ",
+                                                   param.num_elements));
+  }
+  if (param.owner >= ranks_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "param '", param.name, "' is owned by rank ", param.owner, " but this client knows ",
+        ranks_.size(), " rank(s) (ClientOptions.rank_targets)"));
+  }
+  GradientSlice whole;
+  whole.param_id = param_id;
+  whole.dtype = DType::kF32;
+  whole.bytes = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()),
+                                          values.size() * sizeof(float));
+
+  grpc::ClientContext context;
+  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+  v1::InitParametersResponse response;
+  auto writer = ranks_[param.owner]->service->InitParameters(&context, &response);
+  v1::InitParametersRequest request;
+  request.set_session_id(std::string(session_id));
+  v1::TensorChunk* chunk = request.mutable_values();
+  for (const GradientSlice& piece :
+       client_internal::SplitIntoChunks({whole}, options_.max_chunk_bytes)) {
+    chunk->set_param_id(piece.param_id);
+    chunk->set_offset(piece.offset);
+    chunk->set_dtype(v1::DTYPE_FP32);
+    chunk->mutable_data()->assign(reinterpret_cast<const char*>(piece.bytes.data()),
+                                  piece.bytes.size());
+    if (!writer->Write(request)) break;  // Finish() tells why
+  }
+  writer->WritesDone();
+  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
+  if (response.elements() != values.size()) {
+    return absl::InternalError(absl::StrCat("param '", param.name, "': server wrote ",
+                                            response.elements(), " of ", values.size(),
+                                            " initial values"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, DType dtype,
+                                                  absl::Span<const uint32_t> param_ids) {
+  OPTSTEP_RETURN_IF_ERROR(CheckReturnDType(dtype));
+  OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(session_id));
+  OPTSTEP_RETURN_IF_ERROR(client_internal::ValidateParamIds(*layout, param_ids));
+
+  grpc::ClientContext context;
+  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+  v1::PullParametersRequest request;
+  request.set_session_id(std::string(session_id));
+  request.set_dtype(client_internal::ToWireDType(dtype));
+  for (uint32_t id : param_ids) request.add_param_ids(id);
+  auto reader = ranks_[0]->service->PullParameters(&context, request);
+
+  ParamAssembler assembler(*layout, dtype, param_ids);
+  Parameters result;
+  absl::Status error;
+  v1::PullParametersResponse response;
+  for (bool first = true; reader->Read(&response); first = false) {
+    if (first) result.step = response.step();
+    if (!error.ok() || !response.has_parameter()) continue;
+    v1::TensorChunk* chunk = response.mutable_parameter();
+    absl::StatusOr<DType> chunk_dtype = client_internal::FromWireDType(chunk->dtype());
+    error = chunk_dtype.ok()
+                ? assembler.Add(chunk->param_id(), chunk->offset(), *chunk_dtype, chunk->data())
+                : absl::InternalError(absl::StrCat("PullParameters sent a chunk with ",
+                                                   chunk_dtype.status().message()));
+    if (!error.ok()) context.TryCancel();
+  }
+  absl::Status status = FromGrpcStatus(reader->Finish());
+  OPTSTEP_RETURN_IF_ERROR(error);
+  OPTSTEP_RETURN_IF_ERROR(status);
+  OPTSTEP_ASSIGN_OR_RETURN(result.params, assembler.Finish());
+  return result;
+}
+
+absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
+                                       absl::Span<const GradientSlice> gradients) {
+  OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
+  return StepWithLayout(options, *layout, gradients);
+}
+
+absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
+                                       absl::Span<const FullGradient> gradients) {
+  OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<GradientSlice> slices,
+                           client_internal::FullGradientsToSlices(*layout, gradients));
+  return StepWithLayout(options, *layout, slices);
+}
+
+absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,
+                                                 const SessionLayout& layout,
+                                                 absl::Span<const GradientSlice> gradients) {
+  if (options.step == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session '", options.session_id, "': step 0 is not a step; steps are numbered from 1"));
+  }
+  OPTSTEP_RETURN_IF_ERROR(CheckReturnDType(options.return_dtype));
+  OPTSTEP_RETURN_IF_ERROR(client_internal::ValidateParamIds(layout, options.return_param_ids));
+  if (layout.world_size() > ranks_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session '", options.session_id, "' is laid out over ", layout.world_size(),
+        " ranks but this client knows ", ranks_.size(), " (ClientOptions.rank_targets)"));
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(
+      std::vector<RankContribution> plan,
+      client_internal::PlanContributions(layout, gradients, options_.max_chunk_bytes));
+
+  v1::StepHeader header;
+  header.set_session_id(options.session_id);
+  header.set_step(options.step);
+  header.set_trainer_id(options.trainer_id);
+  for (const GroupSchedule& group : options.groups) {
+    v1::GroupHyperparameters* g = header.add_groups();
+    g->set_group_id(group.group_id);
+    if (group.lr.has_value()) g->set_lr(*group.lr);
+    if (group.weight_decay.has_value()) g->set_weight_decay(*group.weight_decay);
+  }
+  header.set_return_dtype(client_internal::ToWireDType(options.return_dtype));
+  for (uint32_t id : options.return_param_ids) header.add_return_param_ids(id);
+
+  // Every rank of the layout gets this trainer's commit (with its share of the chunks, possibly
+  // none); one rank, spread over trainers, streams the parameters back.
+  const uint32_t world_size = layout.world_size();
+  const uint32_t return_rank = options.trainer_id % world_size;
+  const absl::Time deadline = absl::Now() + options_.stream_timeout;
+  std::vector<std::unique_ptr<StepCall>> calls;
+  for (uint32_t r = 0; r < world_size; ++r) {
+    calls.push_back(std::make_unique<StepCall>(*ranks_[r]->service, deadline,
+                                               options_.wait_for_ready));
+    header.set_skip_return(options.skip_return || r != return_rank);
+    // A stream that broke while sending reports its status from Receive().
+    static_cast<void>(calls.back()->Send(header, plan[r]));
+  }
+
+  // Every stream is half-closed by now, so reading them one after the other cannot deadlock.
+  ParamAssembler assembler(layout, options.return_dtype, options.return_param_ids);
+  StepReply reply;
+  for (uint32_t r = 0; r < world_size; ++r) {
+    v1::StepResult result;
+    const bool returns = r == return_rank && !options.skip_return;
+    absl::Status status = calls[r]->Receive(&result, returns ? &assembler : nullptr);
+    if (status.ok() && r > 0 && result.step() != reply.step) {
+      status = absl::InternalError(absl::StrCat("rank ", r, " answered step ", result.step(),
+                                                ", rank 0 step ", reply.step));
+    }
+    if (!status.ok()) {
+      for (auto& call : calls) call->Cancel();
+      return status;
+    }
+    if (r == 0) {
+      reply.step = result.step();
+      reply.skipped = result.skipped();
+      reply.grad_norm = result.grad_norm();
+      reply.clipped = result.clipped();
+    }
+  }
+  // A skipped step may come back without parameters: nothing changed.
+  const bool nothing_changed = reply.skipped && assembler.chunks_added() == 0;
+  if (!options.skip_return && !nothing_changed) {
+    OPTSTEP_ASSIGN_OR_RETURN(reply.params, assembler.Finish());
+  }
+  return reply;
+}
+
+absl::StatusOr<bool> Client::CheckHealth(absl::string_view service) {
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout, /*wait_for_ready=*/false);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(std::string(service));
+  grpc::health::v1::HealthCheckResponse response;
+  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(ranks_[0]->health->Check(&context, request, &response)));
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+}  // namespace optstep

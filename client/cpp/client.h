@@ -1,0 +1,130 @@
+#ifndef OPTSTEP_CLIENT_CPP_CLIENT_H_
+#define OPTSTEP_CLIENT_CPP_CLIENT_H_
+
+// optstep::Client: the C++ client of the optstep service (sessions, optimizer steps, parameters,
+// health). No gRPC type appears here: every method answers absl::Status / absl::StatusOr with
+// the server's code and message, or the transport's (UNAVAILABLE when a rank cannot be reached,
+// DEADLINE_EXCEEDED when a call outlives its deadline). The session protos (SessionSpec,
+// SessionInfo) are used as plain data.
+//
+//   ClientOptions options;
+//   options.target = "localhost:50051";
+//   OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
+//   OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo session, client->CreateSession(spec));
+//   StepOptions step;
+//   step.session_id = session.session_id();
+//   step.step = session.step() + 1;
+//   OPTSTEP_ASSIGN_OR_RETURN(StepReply reply, client->Step(step, gradients));
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "client/cpp/client_options.h"
+#include "client/cpp/client_types.h"
+#include "kernels/dtype.h"
+#include "optstep/v1/session.pb.h"
+
+namespace optstep {
+namespace client_internal {
+class SessionLayout;
+}  // namespace client_internal
+
+// Thread-safe: any method may be called from several threads at once (each call has its own
+// gRPC call; the cache of session layouts is guarded by a mutex). Holds one channel per rank
+// (ClientOptions.rank_targets); gradient chunks go to the rank that owns their parameter
+// (SessionInfo.layout), parameters come back from one rank.
+class Client final {
+ public:
+  // Validates `options` (INVALID_ARGUMENT), opens one channel per rank and, unless
+  // options.connect_timeout is zero, waits for every rank to be reachable (UNAVAILABLE).
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Number of ranks this client has a channel to.
+  int num_ranks() const { return static_cast<int>(ranks_.size()); }
+
+  // ---- Sessions (asked of rank 0). The answers also refresh the client's cached layouts.
+
+  // Registers a model, or attaches to the existing session of the same name and definition;
+  // `*attached` (if given) tells which.
+  absl::StatusOr<v1::SessionInfo> CreateSession(const v1::SessionSpec& spec,
+                                                bool* attached = nullptr);
+  absl::StatusOr<v1::SessionInfo> GetSession(absl::string_view session_id);
+  absl::StatusOr<std::vector<v1::SessionInfo>> ListSessions();
+  absl::Status CloseSession(absl::string_view session_id);
+
+  // ---- Parameters
+
+  // Sets the initial fp32 values of one parameter (all of its elements), streamed to the
+  // parameter's owner rank in chunks of at most options.max_chunk_bytes. Only before the first
+  // step (FAILED_PRECONDITION afterwards). INVALID_ARGUMENT when values.size() is not the
+  // parameter's element count.
+  absl::Status InitParameters(absl::string_view session_id, uint32_t param_id,
+                              absl::Span<const float> values);
+
+  // The current parameters (`param_ids`, or all when empty) in `dtype` (kF32 or kBF16), as they
+  // were after the last step.
+  absl::StatusOr<Parameters> PullParameters(absl::string_view session_id, DType dtype,
+                                            absl::Span<const uint32_t> param_ids = {});
+
+  // ---- Steps
+
+  // One optimizer step of trainer options.trainer_id. The gradients (any dtype, any ranges;
+  // together they must be this trainer's whole contribution to the step) are validated, split
+  // into wire chunks and sent to their owner ranks, each stream as header -> chunks -> commit.
+  // Blocks until the step has run (that is, until every trainer has committed) and answers the
+  // result and the updated parameters in options.return_dtype. A retry of the same
+  // (session, step, trainer) is safe. Codes: INVALID_ARGUMENT / NOT_FOUND for bad gradients
+  // (checked here before anything is sent), FAILED_PRECONDITION for a step out of sequence,
+  // ABORTED when the step was aborted (redo it), DEADLINE_EXCEEDED after
+  // options.stream_timeout.
+  // The bytes the slices point to must stay valid during the call.
+  absl::StatusOr<StepReply> Step(const StepOptions& options,
+                                 absl::Span<const GradientSlice> gradients);
+  // Convenience: whole fp32 gradients per parameter.
+  absl::StatusOr<StepReply> Step(const StepOptions& options,
+                                 absl::Span<const FullGradient> gradients);
+
+  // ---- Health (grpc.health.v1 on rank 0)
+
+  // true when `service` ("" = the whole server) is SERVING, false when NOT_SERVING (or
+  // UNKNOWN); the status code when the check itself fails (e.g. UNAVAILABLE).
+  absl::StatusOr<bool> CheckHealth(absl::string_view service = "");
+
+ private:
+  struct Rank;  // channel and stubs of one rank (client.cc)
+  using LayoutPtr = std::shared_ptr<const client_internal::SessionLayout>;
+
+  Client(ClientOptions options, std::vector<std::unique_ptr<Rank>> ranks);
+
+  // The cached layout of `session_id`, fetched with GetSession on first use.
+  absl::StatusOr<LayoutPtr> Layout(absl::string_view session_id);
+  // Caches the layout of `info`; INTERNAL when `info` is inconsistent.
+  absl::StatusOr<LayoutPtr> Remember(const v1::SessionInfo& info);
+
+  absl::StatusOr<StepReply> StepWithLayout(const StepOptions& options,
+                                           const client_internal::SessionLayout& layout,
+                                           absl::Span<const GradientSlice> gradients);
+
+  const ClientOptions options_;
+  const std::vector<std::unique_ptr<Rank>> ranks_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, LayoutPtr> layouts_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_CLIENT_CPP_CLIENT_H_

@@ -1,0 +1,52 @@
+#ifndef OPTSTEP_CLIENT_CPP_CLIENT_OPTIONS_H_
+#define OPTSTEP_CLIENT_CPP_CLIENT_OPTIONS_H_
+
+// Options of optstep::Client: where the ranks are, deadlines and transport tuning. Plain data;
+// filled from flags by a main.cc (or by hand) and passed to Client::Connect.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace optstep {
+
+struct ClientOptions {
+  // gRPC target of rank 0, e.g. "localhost:50051" (any gRPC target string is accepted, such as
+  // "dns:///optstep-0.optstep:50051" or "unix:/tmp/optstep.sock").
+  std::string target;
+  // Target of every rank, indexed by rank, for sessions laid out over several ranks. Empty means
+  // one rank at `target`. When set, `target` is ignored.
+  std::vector<std::string> rank_targets;
+
+  // Connect() waits this long for every channel to become ready; UNAVAILABLE otherwise.
+  // Zero: connect lazily on the first call.
+  absl::Duration connect_timeout = absl::Seconds(10);
+  // Deadline of unary calls (sessions, health).
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // Deadline of streaming calls (Step, InitParameters, PullParameters). A Step waits for every
+  // trainer's contribution, so this bounds the slowest trainer too.
+  absl::Duration stream_timeout = absl::Minutes(10);
+  // true: calls wait (until their deadline) for a channel that is not ready instead of failing
+  // at once with UNAVAILABLE.
+  bool wait_for_ready = false;
+
+  // Transport tuning (DESIGN.md §4). Defaults are the measured throughput settings.
+  // Largest message sent or received: a 4 MiB chunk plus its envelope fits easily.
+  int max_message_bytes = 8 << 20;
+  // HTTP/2 per-stream flow-control window.
+  int stream_lookahead_bytes = 256 << 20;
+  // HTTP/2 SETTINGS_MAX_FRAME_SIZE; 16 MiB - 1 is the protocol's largest value (gRPC ignores
+  // anything above it with an error log).
+  int max_frame_bytes = (16 << 20) - 1;
+  // Bandwidth-delay-product probing; off, since the window above is already large.
+  bool bdp_probe = false;
+  // Largest raw tensor payload of one chunk (gradients, initial values). Between 4 bytes and
+  // 4 MiB (the server's limit); smaller values exist for tests.
+  size_t max_chunk_bytes = 4 << 20;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_CLIENT_CPP_CLIENT_OPTIONS_H_

@@ -1,0 +1,370 @@
+#include "kernels/cpu/cpu_device.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/device_validation.h"
+#include "kernels/math/half.h"
+#include "kernels/status_macros.h"
+
+namespace optstep {
+namespace {
+
+// Elements per 64-byte cache line of fp32: parallel ranges start on a line boundary.
+constexpr int64_t kLineFloats = CpuDevice::kAlignment / sizeof(float);
+// Host buffers that are not aligned to their element size are converted through an aligned
+// bounce buffer of this many elements (the vectorised loops may assume natural alignment).
+constexpr int64_t kBounceElements = 4096;
+
+// Calls fn(begin, end) on `threads` contiguous ranges of [0, n), in parallel; each range starts
+// on a multiple of kLineFloats. Static partition: thread t always gets the same range.
+template <typename Fn>
+void ParallelFor(int64_t n, int threads, const Fn& fn) {
+  if (threads <= 1 || n <= kLineFloats) {
+    if (n > 0) fn(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t t = omp_get_thread_num();
+    const int64_t nt = omp_get_num_threads();
+    const int64_t chunk = ((n + nt - 1) / nt + kLineFloats - 1) / kLineFloats * kLineFloats;
+    const int64_t begin = std::min(n, t * chunk);
+    const int64_t end = std::min(n, begin + chunk);
+    if (begin < end) fn(begin, end);
+  }
+}
+
+// Conversions between host element types and fp32, on ranges that the caller partitions.
+void HostToF32(const void* src, DType src_dtype, int64_t n, float* __restrict dst) {
+  switch (src_dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kBF16: {
+      const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) dst[i] = math::Bf16ToFloat(s[i]);
+      return;
+    }
+    case DType::kF16: {
+      const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) dst[i] = math::Fp16ToFloat(s[i]);
+      return;
+    }
+  }
+}
+
+void F32ToHost(const float* __restrict src, int64_t n, DType dst_dtype, void* dst) {
+  switch (dst_dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kBF16: {
+      uint16_t* __restrict d = static_cast<uint16_t*>(dst);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) d[i] = math::FloatToBf16(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      uint16_t* __restrict d = static_cast<uint16_t*>(dst);
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) d[i] = math::FloatToFp16(src[i]);
+      return;
+    }
+  }
+}
+
+bool NaturallyAligned(const void* p, DType dtype) {
+  return reinterpret_cast<uintptr_t>(p) % DTypeSize(dtype) == 0;
+}
+
+// HostToF32 for any host address: misaligned sources go through an aligned bounce buffer.
+void HostToF32AnyAlignment(const void* src, DType src_dtype, int64_t n, float* dst) {
+  if (src_dtype == DType::kF32 || NaturallyAligned(src, src_dtype)) {
+    HostToF32(src, src_dtype, n, dst);
+    return;
+  }
+  alignas(CpuDevice::kAlignment) uint16_t bounce[kBounceElements];
+  const char* s = static_cast<const char*>(src);
+  for (int64_t i = 0; i < n; i += kBounceElements) {
+    int64_t m = std::min(kBounceElements, n - i);
+    std::memcpy(bounce, s + i * sizeof(uint16_t), m * sizeof(uint16_t));
+    HostToF32(bounce, src_dtype, m, dst + i);
+  }
+}
+
+void F32ToHostAnyAlignment(const float* src, int64_t n, DType dst_dtype, void* dst) {
+  if (dst_dtype == DType::kF32 || NaturallyAligned(dst, dst_dtype)) {
+    F32ToHost(src, n, dst_dtype, dst);
+    return;
+  }
+  alignas(CpuDevice::kAlignment) uint16_t bounce[kBounceElements];
+  char* d = static_cast<char*>(dst);
+  for (int64_t i = 0; i < n; i += kBounceElements) {
+    int64_t m = std::min(kBounceElements, n - i);
+    F32ToHost(src + i, m, dst_dtype, bounce);
+    std::memcpy(d + i * sizeof(uint16_t), bounce, m * sizeof(uint16_t));
+  }
+}
+
+// Σ x² of one stats block (see CpuDevice::kStatsBlockElements for the fixed order).
+double BlockSumSquares(const float* __restrict x, int64_t n) {
+  constexpr int kLanes = CpuDevice::kStatsLanes;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int j = 0; j < kLanes; ++j) {
+      double v = x[i + j];
+      lanes[j] += v * v;
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    double v = x[i];
+    lanes[j] += v * v;
+  }
+  double sum = 0.0;
+  for (int j = 0; j < kLanes; ++j) sum += lanes[j];
+  return sum;
+}
+
+// The update loops. The flags are template parameters and are written into a thread-local
+// copy of the arguments, so that the compiler removes their branches from the vector loop.
+template <bool kDecoupled>
+void AdamWLoop(const math::AdamWArgs& args, const float* grad, float* param, float* exp_avg,
+               float* exp_avg_sq, int64_t n, int threads) {
+  ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
+    math::AdamWArgs a = args;
+    a.decoupled = kDecoupled;
+    const float* __restrict g = grad;
+    float* __restrict p = param;
+    float* __restrict m = exp_avg;
+    float* __restrict v = exp_avg_sq;
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) math::AdamWElement(a, g[i], p[i], m[i], v[i]);
+  });
+}
+
+template <bool kFirstStep, bool kNesterov>
+void SgdMomentumLoop(const math::SgdArgs& args, const float* grad, float* param, float* buffer,
+                     int64_t n, int threads) {
+  ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
+    math::SgdArgs a = args;
+    a.first_step = kFirstStep;
+    a.nesterov = kNesterov;
+    const float* __restrict g = grad;
+    float* __restrict p = param;
+    float* __restrict b = buffer;
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) math::SgdElement(a, g[i], p[i], b[i]);
+  });
+}
+
+void SgdPlainLoop(const math::SgdArgs& args, const float* grad, float* param, int64_t n,
+                  int threads) {
+  ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
+    math::SgdArgs a = args;
+    a.momentum = 0.0f;  // no buffer: SgdElement does not touch `unused`
+    a.nesterov = false;
+    const float* __restrict g = grad;
+    float* __restrict p = param;
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) {
+      float unused = 0.0f;
+      math::SgdElement(a, g[i], p[i], unused);
+    }
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(Options options) {
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CpuDevice: num_threads must be >= 0, got ", options.num_threads));
+  }
+  if (options.memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CpuDevice: memory_limit_bytes must be >= 0, got ", options.memory_limit_bytes));
+  }
+  int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  return std::unique_ptr<CpuDevice>(
+      new CpuDevice(std::max(1, threads), options.memory_limit_bytes));
+}
+
+absl::StatusOr<Tensor> CpuDevice::Allocate(DType dtype, const Shape& shape) {
+  OPTSTEP_ASSIGN_OR_RETURN(int64_t bytes, internal::AllocationBytes("Allocate", dtype, shape));
+  // Round up to whole cache lines (at least one, so that an empty tensor is still defined).
+  if (bytes > INT64_MAX - kAlignment) {
+    return absl::ResourceExhaustedError(absl::StrCat("Allocate: ", bytes, " bytes"));
+  }
+  const int64_t padded =
+      std::max<int64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  const int64_t held = allocated_->fetch_add(bytes) + bytes;
+  if (memory_limit_bytes_ > 0 && held > memory_limit_bytes_) {
+    allocated_->fetch_sub(bytes);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Allocate: ", ShapeString(shape), " ", DTypeName(dtype), " needs ", bytes,
+        " bytes; the device holds ", held - bytes, " of its limit ", memory_limit_bytes_));
+  }
+  void* data = std::aligned_alloc(kAlignment, static_cast<size_t>(padded));
+  if (data == nullptr) {
+    allocated_->fetch_sub(bytes);
+    return absl::ResourceExhaustedError(absl::StrCat("Allocate: out of host memory for ",
+                                                     ShapeString(shape), " ", DTypeName(dtype),
+                                                     " (", bytes, " bytes)"));
+  }
+  // Zero with the threads that will later work on each range (first touch).
+  char* base = static_cast<char*>(data);
+  ParallelFor(padded / sizeof(float), ThreadsFor(padded / sizeof(float)),
+              [base](int64_t begin, int64_t end) {
+                std::memset(base + begin * sizeof(float), 0, (end - begin) * sizeof(float));
+              });
+  std::shared_ptr<std::atomic<int64_t>> counter = allocated_;
+  return Tensor(dtype, shape, data, [counter, bytes](void* p) {
+    std::free(p);
+    counter->fetch_sub(bytes);
+  });
+}
+
+absl::Status CpuDevice::Zero(Tensor& tensor) {
+  if (!tensor.defined()) return absl::InvalidArgumentError("Zero: tensor is not allocated");
+  char* base = static_cast<char*>(tensor.data());
+  const int64_t bytes = static_cast<int64_t>(tensor.bytes());
+  ParallelFor(bytes, ThreadsFor(bytes / sizeof(float)),
+              [base](int64_t begin, int64_t end) { std::memset(base + begin, 0, end - begin); });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
+                                     int64_t dst_offset) {
+  OPTSTEP_RETURN_IF_ERROR(
+      internal::CheckHostTransfer("CopyFromHost", dst, dst_offset, count, src_dtype, src));
+  const char* s = static_cast<const char*>(src);
+  float* d = dst.f32() + dst_offset;
+  const size_t esize = DTypeSize(src_dtype);
+  ParallelFor(count, ThreadsFor(count), [&](int64_t begin, int64_t end) {
+    HostToF32AnyAlignment(s + begin * esize, src_dtype, end - begin, d + begin);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t count,
+                                   DType dst_dtype, void* dst) {
+  OPTSTEP_RETURN_IF_ERROR(
+      internal::CheckHostTransfer("CopyToHost", src, offset, count, dst_dtype, dst));
+  const float* s = src.f32() + offset;
+  char* d = static_cast<char*>(dst);
+  const size_t esize = DTypeSize(dst_dtype);
+  ParallelFor(count, ThreadsFor(count), [&](int64_t begin, int64_t end) {
+    F32ToHostAnyAlignment(s + begin, end - begin, dst_dtype, d + begin * esize);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Copy(const Tensor& src, Tensor& dst) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckCopy(src, dst));
+  if (src.data() == dst.data()) return absl::OkStatus();
+  const char* s = static_cast<const char*>(src.data());
+  char* d = static_cast<char*>(dst.data());
+  const int64_t bytes = static_cast<int64_t>(src.bytes());
+  ParallelFor(bytes, ThreadsFor(bytes / sizeof(float)), [s, d](int64_t begin, int64_t end) {
+    std::memcpy(d + begin, s + begin, end - begin);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Add(const Tensor& src, Tensor& dst) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Add", "src", src));
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Add", "dst", dst));
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckSameSize("Add", "dst", dst, "src", src));
+  const float* s = src.f32();
+  float* d = dst.f32();
+  ParallelFor(dst.numel(), ThreadsFor(dst.numel()), [s, d](int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) d[i] = d[i] + s[i];
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Scale(float scale, Tensor& x) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Scale", "x", x));
+  float* d = x.f32();
+  ParallelFor(x.numel(), ThreadsFor(x.numel()), [scale, d](int64_t begin, int64_t end) {
+    float* __restrict p = d;
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) math::ScaleElement(scale, p[i]);
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GradientStats> CpuDevice::ComputeGradientStats(const Tensor& grad) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("ComputeGradientStats", "grad", grad));
+  const int64_t n = grad.numel();
+  const int64_t num_blocks = (n + kStatsBlockElements - 1) / kStatsBlockElements;
+  std::vector<double> block_sums(num_blocks);
+  const float* x = grad.f32();
+  const int threads =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_blocks, ThreadsFor(n))));
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const int64_t begin = b * kStatsBlockElements;
+    block_sums[b] = BlockSumSquares(x + begin, std::min(kStatsBlockElements, n - begin));
+  }
+  GradientStats stats;
+  for (double s : block_sums) stats.sum_squares += s;
+  // Finite fp32 squares cannot overflow a float64 sum of fewer than ~1e231 terms, so the sum is
+  // finite exactly when every element is: Inf² = Inf, NaN² = NaN, and both propagate.
+  stats.all_finite = std::isfinite(stats.sum_squares);
+  return stats;
+}
+
+absl::Status CpuDevice::AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
+                              Tensor& exp_avg, Tensor& exp_avg_sq) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamW(args, grad, param, exp_avg, exp_avg_sq));
+  const int64_t n = grad.numel();
+  if (args.decoupled) {
+    AdamWLoop<true>(args, grad.f32(), param.f32(), exp_avg.f32(), exp_avg_sq.f32(), n,
+                    ThreadsFor(n));
+  } else {
+    AdamWLoop<false>(args, grad.f32(), param.f32(), exp_avg.f32(), exp_avg_sq.f32(), n,
+                     ThreadsFor(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
+                            Tensor* momentum_buffer) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckSgd(args, grad, param, momentum_buffer));
+  const int64_t n = grad.numel();
+  const int threads = ThreadsFor(n);
+  if (args.momentum == 0.0f) {
+    SgdPlainLoop(args, grad.f32(), param.f32(), n, threads);
+    return absl::OkStatus();
+  }
+  float* b = momentum_buffer->f32();
+  if (args.first_step) {
+    if (args.nesterov) {
+      SgdMomentumLoop<true, true>(args, grad.f32(), param.f32(), b, n, threads);
+    } else {
+      SgdMomentumLoop<true, false>(args, grad.f32(), param.f32(), b, n, threads);
+    }
+  } else if (args.nesterov) {
+    SgdMomentumLoop<false, true>(args, grad.f32(), param.f32(), b, n, threads);
+  } else {
+    SgdMomentumLoop<false, false>(args, grad.f32(), param.f32(), b, n, threads);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace optstep

@@ -1,0 +1,102 @@
+#ifndef OPTSTEP_KERNELS_CPU_CPU_DEVICE_H_
+#define OPTSTEP_KERNELS_CPU_CPU_DEVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/device.h"
+#include "kernels/dtype.h"
+#include "kernels/math/elementwise.h"
+#include "kernels/tensor.h"
+
+namespace optstep {
+
+// The CPU implementation of Device: 64-byte aligned host memory and OpenMP loops over the
+// per-element formulas of kernels/math (one source of truth with the CUDA kernels).
+//
+// Every method runs to completion before it returns; Synchronize() has nothing to wait for.
+// Loops over at least kMinParallelElements elements are split into `num_threads` contiguous,
+// 64-byte aligned ranges (static partition); smaller ones run on the calling thread.
+//
+// Thread safety: as Device. Allocate, allocated_bytes, CopyFromHost and CopyToHost are
+// thread-safe (atomic accounting, no shared mutable state); the updates are thread-compatible.
+//
+// Ownership: tensors own their memory and may outlive the device that allocated them; the
+// accounting they release on destruction is shared with the device.
+class CpuDevice final : public Device {
+ public:
+  struct Options {
+    // OpenMP threads per parallel loop; 0 = omp_get_max_threads() (all cores by default).
+    int num_threads = 0;
+    // Allocate answers RESOURCE_EXHAUSTED when the tensors held would exceed this many bytes;
+    // 0 = no limit beyond the host's memory.
+    int64_t memory_limit_bytes = 0;
+  };
+
+  // Alignment of every allocation, in bytes.
+  static constexpr int64_t kAlignment = 64;
+  // Loops over fewer elements run single-threaded: forking costs more than it saves.
+  static constexpr int64_t kMinParallelElements = 1 << 15;
+  // ComputeGradientStats partitions the tensor into blocks of this many elements. Within a
+  // block, kStatsLanes float64 partial sums take the elements i ≡ lane (mod kStatsLanes) in
+  // order and are then added lane 0 first; the block sums are added in block order. The result
+  // therefore depends only on the data, never on the thread count.
+  static constexpr int64_t kStatsBlockElements = 1 << 16;
+  static constexpr int kStatsLanes = 16;
+
+  // INVALID_ARGUMENT for a negative num_threads or memory_limit_bytes.
+  static absl::StatusOr<std::unique_ptr<CpuDevice>> Create(Options options);
+
+  CpuDevice(const CpuDevice&) = delete;
+  CpuDevice& operator=(const CpuDevice&) = delete;
+  ~CpuDevice() override = default;
+
+  // The resolved thread count (>= 1).
+  int num_threads() const { return num_threads_; }
+
+  std::string name() const override { return "cpu"; }
+
+  absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) override;
+  int64_t allocated_bytes() const override { return allocated_->load(); }
+  absl::Status Zero(Tensor& tensor) override;
+
+  absl::Status CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
+                            int64_t dst_offset) override;
+  absl::Status CopyToHost(const Tensor& src, int64_t offset, int64_t count, DType dst_dtype,
+                          void* dst) override;
+
+  absl::Status Copy(const Tensor& src, Tensor& dst) override;
+  absl::Status Add(const Tensor& src, Tensor& dst) override;
+  absl::Status Scale(float scale, Tensor& x) override;
+
+  absl::StatusOr<GradientStats> ComputeGradientStats(const Tensor& grad) override;
+
+  absl::Status AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
+                     Tensor& exp_avg, Tensor& exp_avg_sq) override;
+  absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
+                   Tensor* momentum_buffer) override;
+
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+ private:
+  CpuDevice(int num_threads, int64_t memory_limit_bytes)
+      : num_threads_(num_threads),
+        memory_limit_bytes_(memory_limit_bytes),
+        allocated_(std::make_shared<std::atomic<int64_t>>(0)) {}
+
+  // Threads for a loop over `n` elements.
+  int ThreadsFor(int64_t n) const { return n < kMinParallelElements ? 1 : num_threads_; }
+
+  const int num_threads_;
+  const int64_t memory_limit_bytes_;
+  // Logical bytes (numel × dtype size) of the live tensors; shared with their deleters.
+  const std::shared_ptr<std::atomic<int64_t>> allocated_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_KERNELS_CPU_CPU_DEVICE_H_

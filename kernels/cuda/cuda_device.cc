@@ -1,0 +1,287 @@
+#include "kernels/cuda/cuda_device.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/elementwise_kernels.h"
+#include "kernels/device_validation.h"
+#include "kernels/status_macros.h"
+
+namespace optstep {
+namespace internal {
+
+// The device's stream, destroyed when the device and all of its tensors are gone.
+class CudaStream {
+ public:
+  CudaStream(int ordinal, cudaStream_t stream) : ordinal_(ordinal), stream_(stream) {}
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  ~CudaStream() {
+    if (cudaSetDevice(ordinal_) == cudaSuccess) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+  }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  const int ordinal_;
+  const cudaStream_t stream_;
+};
+
+}  // namespace internal
+
+namespace {
+
+// Device scratch memory in stream order (cudaMallocAsync / cudaFreeAsync on the stream).
+class StreamScratch {
+ public:
+  explicit StreamScratch(cudaStream_t stream) : stream_(stream) {}
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  ~StreamScratch() {
+    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
+  }
+  absl::Status Allocate(size_t bytes) {
+    OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&data_, std::max<size_t>(bytes, 16), stream_));
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  const cudaStream_t stream_;
+  void* data_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(Options options) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda:", options.ordinal, ": no usable CUDA device (cudaGetDeviceCount: ",
+                     cudaGetErrorName(error), ": ", cudaGetErrorString(error), ")"));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda:", options.ordinal, ": no CUDA device is visible"));
+  }
+  if (options.ordinal < 0 || options.ordinal >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda:", options.ordinal, ": only ", count, " CUDA device(s) are visible"));
+  }
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.ordinal));
+  int sms = 0;
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options.ordinal));
+  int threads_per_sm = 0;
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(
+      &threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, options.ordinal));
+  cudaStream_t stream = nullptr;
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const int max_blocks = std::max(1, sms * std::max(1, threads_per_sm / gpu::kThreadsPerBlock));
+  return std::unique_ptr<CudaDevice>(
+      new CudaDevice(options.ordinal, max_blocks,
+                     std::make_shared<internal::CudaStream>(options.ordinal, stream)));
+}
+
+int CudaDevice::VisibleDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+CudaDevice::CudaDevice(int ordinal, int max_blocks, std::shared_ptr<internal::CudaStream> stream)
+    : ordinal_(ordinal),
+      max_blocks_(max_blocks),
+      stream_(std::move(stream)),
+      allocated_(std::make_shared<std::atomic<int64_t>>(0)) {}
+
+CudaDevice::~CudaDevice() {
+  if (Activate().ok()) cudaStreamSynchronize(stream_->get());
+}
+
+std::string CudaDevice::name() const { return absl::StrCat("cuda:", ordinal_); }
+
+absl::Status CudaDevice::Activate() const {
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> CudaDevice::Allocate(DType dtype, const Shape& shape) {
+  OPTSTEP_ASSIGN_OR_RETURN(int64_t bytes, internal::AllocationBytes("Allocate", dtype, shape));
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  // At least 256 bytes, so that an empty tensor is still defined (cudaMalloc aligns to 256).
+  const size_t padded = static_cast<size_t>(std::max<int64_t>(bytes, 256));
+  void* data = nullptr;
+  const cudaError_t error = cudaMalloc(&data, padded);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Allocate: out of memory on cuda:", ordinal_, " for ", ShapeString(shape), " ",
+        DTypeName(dtype), " (", bytes, " bytes; the device holds ", allocated_bytes(), ")"));
+  }
+  if (error != cudaSuccess)
+    return internal::CudaErrorToStatus(error, "cudaMalloc", __FILE__, __LINE__);
+  allocated_->fetch_add(bytes);
+  std::shared_ptr<internal::CudaStream> stream = stream_;
+  std::shared_ptr<std::atomic<int64_t>> counter = allocated_;
+  const int ordinal = ordinal_;
+  Tensor tensor(dtype, shape, data, [stream, counter, bytes, ordinal](void* p) {
+    int previous = -1;
+    cudaGetDevice(&previous);
+    cudaSetDevice(ordinal);
+    cudaStreamSynchronize(stream->get());  // no enqueued work may still use p
+    cudaFree(p);
+    if (previous >= 0 && previous != ordinal) cudaSetDevice(previous);
+    counter->fetch_sub(bytes);
+  });
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(data, 0, padded, stream_->get()));
+  return tensor;
+}
+
+absl::Status CudaDevice::Zero(Tensor& tensor) {
+  if (!tensor.defined()) return absl::InvalidArgumentError("Zero: tensor is not allocated");
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(tensor.data(), 0, tensor.bytes(), stream_->get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
+                                      int64_t dst_offset) {
+  OPTSTEP_RETURN_IF_ERROR(
+      internal::CheckHostTransfer("CopyFromHost", dst, dst_offset, count, src_dtype, src));
+  if (count == 0) return absl::OkStatus();
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  cudaStream_t stream = stream_->get();
+  float* d = dst.f32() + dst_offset;
+  if (src_dtype == DType::kF32) {
+    OPTSTEP_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(d, src, count * sizeof(float), cudaMemcpyHostToDevice, stream));
+  } else {
+    StreamScratch staging(stream);
+    OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
+    OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        staging.as<uint16_t>(), src, count * sizeof(uint16_t), cudaMemcpyHostToDevice, stream));
+    const gpu::Launch launch{stream, max_blocks_};
+    OPTSTEP_CUDA_RETURN_IF_ERROR(
+        src_dtype == DType::kBF16 ? gpu::LaunchBf16ToF32(staging.as<uint16_t>(), d, count, launch)
+                                  : gpu::LaunchF16ToF32(staging.as<uint16_t>(), d, count, launch));
+  }
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t count,
+                                    DType dst_dtype, void* dst) {
+  OPTSTEP_RETURN_IF_ERROR(
+      internal::CheckHostTransfer("CopyToHost", src, offset, count, dst_dtype, dst));
+  if (count == 0) return absl::OkStatus();
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  cudaStream_t stream = stream_->get();
+  const float* s = src.f32() + offset;
+  if (dst_dtype == DType::kF32) {
+    OPTSTEP_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, s, count * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  } else {
+    StreamScratch staging(stream);
+    OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
+    const gpu::Launch launch{stream, max_blocks_};
+    OPTSTEP_CUDA_RETURN_IF_ERROR(
+        dst_dtype == DType::kBF16 ? gpu::LaunchF32ToBf16(s, staging.as<uint16_t>(), count, launch)
+                                  : gpu::LaunchF32ToF16(s, staging.as<uint16_t>(), count, launch));
+    OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        dst, staging.as<uint16_t>(), count * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream));
+  }
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Copy(const Tensor& src, Tensor& dst) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckCopy(src, dst));
+  if (src.data() == dst.data() || src.bytes() == 0) return absl::OkStatus();
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(),
+                                               cudaMemcpyDeviceToDevice, stream_->get()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Add(const Tensor& src, Tensor& dst) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Add", "src", src));
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Add", "dst", dst));
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckSameSize("Add", "dst", dst, "src", src));
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      gpu::LaunchAdd(src.f32(), dst.f32(), dst.numel(), {stream_->get(), max_blocks_}));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Scale(float scale, Tensor& x) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Scale", "x", x));
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      gpu::LaunchScale(scale, x.f32(), x.numel(), {stream_->get(), max_blocks_}));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GradientStats> CudaDevice::ComputeGradientStats(const Tensor& grad) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("ComputeGradientStats", "grad", grad));
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  cudaStream_t stream = stream_->get();
+  const int64_t slots = gpu::SumSquaresScratchSize(grad.numel());
+  StreamScratch scratch(stream);
+  OPTSTEP_RETURN_IF_ERROR(scratch.Allocate((slots + 1) * sizeof(double)));
+  double* result = scratch.as<double>() + slots;
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSumSquares(grad.f32(), grad.numel(), scratch.as<double>(),
+                                                     result, {stream, max_blocks_}));
+  GradientStats stats;
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&stats.sum_squares, result, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  // As on the CPU: a float64 sum of finite fp32 squares cannot overflow, so the sum is finite
+  // exactly when every element is.
+  stats.all_finite = std::isfinite(stats.sum_squares);
+  return stats;
+}
+
+absl::Status CudaDevice::AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
+                               Tensor& exp_avg, Tensor& exp_avg_sq) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamW(args, grad, param, exp_avg, exp_avg_sq));
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdamW(args, grad.f32(), param.f32(), exp_avg.f32(),
+                                                exp_avg_sq.f32(), grad.numel(),
+                                                {stream_->get(), max_blocks_}));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
+                             Tensor* momentum_buffer) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckSgd(args, grad, param, momentum_buffer));
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  float* buffer = args.momentum != 0.0f ? momentum_buffer->f32() : nullptr;
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSgd(args, grad.f32(), param.f32(), buffer, grad.numel(),
+                                              {stream_->get(), max_blocks_}));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Synchronize() {
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_->get()));
+  return absl::OkStatus();
+}
+
+}  // namespace optstep

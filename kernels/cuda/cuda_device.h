@@ -1,0 +1,92 @@
+#ifndef OPTSTEP_KERNELS_CUDA_CUDA_DEVICE_H_
+#define OPTSTEP_KERNELS_CUDA_CUDA_DEVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/device.h"
+#include "kernels/dtype.h"
+#include "kernels/math/elementwise.h"
+#include "kernels/tensor.h"
+
+namespace optstep {
+namespace internal {
+class CudaStream;  // owns the device's cudaStream_t (cuda_device.cc)
+}  // namespace internal
+
+// The CUDA implementation of Device: cudaMalloc'ed memory and the element-wise kernels of
+// elementwise_kernels.cu over the shared formulas of kernels/math. This header includes no CUDA
+// header and no CUDA handle leaves the class.
+//
+// Ordering: all work goes to one stream. Updates (Zero, Copy, Add, Scale, AdamW, Sgd) are
+// enqueued and return; methods that hand data to the host (CopyToHost, ComputeGradientStats)
+// and CopyFromHost (so that `src` may be reused at once) wait for the stream. An error of
+// enqueued work surfaces as INTERNAL from a later waiting call or Synchronize().
+//
+// Thread safety: as Device. Every method first makes this device current on the calling
+// thread (cudaSetDevice); allocation accounting is atomic.
+//
+// Ownership: tensors own their memory and may outlive the device; their deleters share the
+// stream (and wait for it before cudaFree), so that memory is never freed under running work.
+class CudaDevice final : public Device {
+ public:
+  struct Options {
+    int ordinal = 0;  // CUDA device number
+  };
+
+  // FAILED_PRECONDITION when no CUDA device can be used (no driver, no GPU); INVALID_ARGUMENT
+  // for an ordinal out of range; INTERNAL for other CUDA errors.
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(Options options);
+
+  // GPUs visible to this process; 0 when there is none or no usable driver.
+  static int VisibleDeviceCount();
+
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+  // Waits for the stream. Tensors still alive keep the stream until they are freed.
+  ~CudaDevice() override;
+
+  std::string name() const override;
+
+  absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) override;
+  int64_t allocated_bytes() const override { return allocated_->load(); }
+  absl::Status Zero(Tensor& tensor) override;
+
+  absl::Status CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
+                            int64_t dst_offset) override;
+  absl::Status CopyToHost(const Tensor& src, int64_t offset, int64_t count, DType dst_dtype,
+                          void* dst) override;
+
+  absl::Status Copy(const Tensor& src, Tensor& dst) override;
+  absl::Status Add(const Tensor& src, Tensor& dst) override;
+  absl::Status Scale(float scale, Tensor& x) override;
+
+  absl::StatusOr<GradientStats> ComputeGradientStats(const Tensor& grad) override;
+
+  absl::Status AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
+                     Tensor& exp_avg, Tensor& exp_avg_sq) override;
+  absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
+                   Tensor* momentum_buffer) override;
+
+  absl::Status Synchronize() override;
+
+ private:
+  CudaDevice(int ordinal, int max_blocks, std::shared_ptr<internal::CudaStream> stream);
+
+  // cudaSetDevice(ordinal_) for the calling thread.
+  absl::Status Activate() const;
+
+  const int ordinal_;
+  const int max_blocks_;  // grid-stride limit: about one resident wave of 256-thread blocks
+  const std::shared_ptr<internal::CudaStream> stream_;
+  // Logical bytes (numel × dtype size) of the live tensors; shared with their deleters.
+  const std::shared_ptr<std::atomic<int64_t>> allocated_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_KERNELS_CUDA_CUDA_DEVICE_H_

@@ -1,0 +1,78 @@
+#ifndef OPTSTEP_SERVER_ENGINE_ENGINE_H_
+#define OPTSTEP_SERVER_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/device.h"
+#include "kernels/device_factory.h"
+#include "server/engine/device_worker.h"
+#include "server/engine/session.h"
+#include "server/engine/session_config.h"
+
+namespace optstep {
+
+struct EngineOptions {
+  DeviceOptions device;
+  int rank = 0;
+  int world_size = 1;
+  absl::Duration default_step_deadline = absl::Seconds(60);
+  int max_sessions = 64;
+  int64_t max_params_per_session = 1 << 20;
+  int64_t max_session_bytes = 0;  // 0: unlimited
+};
+
+// The optimizer engine of one rank: its device, its device worker and its sessions. Knows nothing
+// of gRPC or protos. Thread-safe.
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(EngineOptions options);
+  // Closes every session and joins the worker and the deadline thread.
+  ~Engine();
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  struct Created {
+    std::shared_ptr<Session> session;
+    bool attached = false;
+  };
+  // Creates a session, or attaches to the session of the same non-empty name when its definition
+  // is identical (FAILED_PRECONDITION names the session when it differs).
+  // RESOURCE_EXHAUSTED beyond max_sessions / max_params_per_session / max_session_bytes.
+  absl::StatusOr<Created> CreateSession(SessionConfig config);
+  // NOT_FOUND naming the id.
+  absl::StatusOr<std::shared_ptr<Session>> GetSession(const std::string& id) const;
+  std::vector<std::shared_ptr<Session>> ListSessions() const;
+  // Aborts its pending step and drops the session. NOT_FOUND naming the id.
+  absl::Status CloseSession(const std::string& id);
+
+  const EngineOptions& options() const { return options_; }
+  Device& device() { return *device_; }
+
+ private:
+  Engine(EngineOptions options, std::unique_ptr<Device> device);
+  void WatchDeadlines();
+
+  const EngineOptions options_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<DeviceWorker> worker_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread deadline_thread_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_ENGINE_H_

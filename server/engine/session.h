@@ -1,0 +1,200 @@
+#ifndef OPTSTEP_SERVER_ENGINE_SESSION_H_
+#define OPTSTEP_SERVER_ENGINE_SESSION_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/device.h"
+#include "server/engine/device_worker.h"
+#include "server/engine/layout.h"
+#include "server/engine/param_snapshot.h"
+#include "server/engine/session_config.h"
+#include "server/engine/step_contributions.h"
+#include "server/optim/optimizer.h"
+#include "server/optim/routing.h"
+
+namespace optstep {
+
+// This step's schedule values for one group; unset values keep the group's defaults.
+struct GroupSchedule {
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+
+// What a trainer says when it starts its part of a step.
+struct StepBegin {
+  uint64_t step = 0;  // 1-based number of the step to apply
+  int trainer = 0;
+  std::map<int, GroupSchedule> schedules;  // by group id
+  DType return_dtype = DType::kF32;
+  bool return_params = true;
+};
+
+// A trainer's handle on the step it began. Obtained from Session::Begin; used for its chunks and
+// its commit. Becomes stale (ABORTED) when the step is aborted or the trainer begins again.
+struct Contribution {
+  int trainer = 0;
+  uint64_t step = 0;
+  uint64_t generation = 0;  // session generation when begun
+  uint64_t attempt = 0;     // trainer's attempt number within the generation
+  DType return_dtype = DType::kF32;
+  bool return_params = true;
+  // The trainer already committed this step (a retry after a broken stream), or the step was
+  // already applied (replay): chunks are ignored and the commit waits for / returns the result.
+  bool retry = false;
+  bool replay = false;
+};
+
+struct StepOutcome {
+  uint64_t step = 0;
+  bool skipped = false;
+  double grad_norm = 0.0;  // pre-clip global norm; 0 when skipped
+  bool clipped = false;
+  std::shared_ptr<const ParamSnapshot> params;  // null when the trainer asked for none
+};
+
+using StepCallback = std::function<void(absl::StatusOr<StepOutcome>)>;
+using SnapshotCallback = std::function<void(absl::StatusOr<std::shared_ptr<const ParamSnapshot>>)>;
+
+struct SessionStats {
+  uint64_t step = 0;
+  uint64_t skipped_steps = 0;
+  int64_t param_bytes = 0;
+  int64_t state_bytes = 0;
+  int64_t buffer_bytes = 0;  // gradient buffers and staging
+};
+
+// One hyperparameter group as created: its routing and its configured optimizer.
+struct GroupRuntime {
+  ParamGroup def;
+  std::unique_ptr<Optimizer> optimizer;
+  uint64_t applied_steps = 0;  // Adam's t after the last applied step
+};
+
+// A registered model on one rank: fp32 master parameters, optimizer state, gradient buffers, and
+// the step contract of DESIGN.md §3. Thread-safe: stream handlers call Begin / AddGradient /
+// Commit concurrently; the math runs on the engine's DeviceWorker.
+class Session {
+ public:
+  struct Options {
+    std::string id;
+    SessionConfig config;
+    Layout layout;
+    int rank = 0;
+    absl::Duration step_deadline = absl::Seconds(60);
+    int64_t max_bytes = 0;  // 0: unlimited
+  };
+
+  // Routes parameters, creates the group optimizers and allocates every tensor.
+  // INVALID_ARGUMENT for invalid chains (naming the parameter); RESOURCE_EXHAUSTED over max_bytes.
+  static absl::StatusOr<std::shared_ptr<Session>> Create(Options options, Device* device,
+                                                         DeviceWorker* worker);
+  ~Session();
+
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const std::string& id() const { return id_; }
+  const SessionConfig& config() const { return config_; }
+  const Layout& layout() const { return layout_; }
+  const std::vector<GroupRuntime>& groups() const { return groups_; }
+  SessionStats stats() const;
+
+  // Starts (or resumes) `begin.trainer`'s part of step `begin.step`.
+  // INVALID_ARGUMENT: trainer out of range, unknown group, invalid lr/weight decay, schedule
+  // differing from another trainer's; FAILED_PRECONDITION: step out of sequence (names the
+  // expected step); UNAVAILABLE: session closed.
+  absl::StatusOr<Contribution> Begin(const StepBegin& begin);
+
+  // Copies a gradient chunk (`bytes` raw bytes of `dtype`) into the step's buffers.
+  // NOT_FOUND: unknown param_id; INVALID_ARGUMENT: byte length, range, overlap, duplicate;
+  // ABORTED: the contribution is stale.
+  absl::Status AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
+                           const void* data, size_t bytes);
+
+  // Commits the contribution. On OK, `done` is called exactly once (possibly on another thread,
+  // possibly before Commit returns) with the outcome of the step, or with ABORTED when the step is
+  // aborted. On error `done` is never called: INVALID_ARGUMENT for missing coverage or an element
+  // count mismatch (the trainer's contribution is dropped; it should resend), ABORTED when stale.
+  absl::Status Commit(const Contribution& c, uint64_t num_elements, StepCallback done);
+
+  // Sets initial values of a parameter range. FAILED_PRECONDITION once a step has begun.
+  absl::Status InitValues(int param_id, int64_t offset, DType dtype, const void* data, size_t bytes);
+
+  // The parameters after the last step, in `dtype`. `done` is called exactly once.
+  void GetSnapshot(DType dtype, SnapshotCallback done);
+
+  // Aborts the pending step when it began more than the step deadline before `now`.
+  void AbortIfExpired(absl::Time now);
+  // Aborts the pending step and refuses further steps (UNAVAILABLE).
+  void Close();
+
+ private:
+  struct Waiter {
+    DType dtype;
+    bool want_params;
+    StepCallback done;
+  };
+
+  Session(Options options, Device* device, DeviceWorker* worker);
+  absl::Status Allocate();
+
+  absl::Status CheckFresh(const Contribution& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::vector<std::pair<double, double>>> ResolveSchedule(const StepBegin& begin) const;
+  Tensor& GradientTarget(int trainer, int param_id);
+  // Drops the pending step; returns the callbacks to notify (outside the lock).
+  std::vector<StepCallback> AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Worker thread: averages, checks, clips and steps; then publishes.
+  void RunStep();
+  absl::StatusOr<StepOutcome> ApplyStep(const std::vector<std::pair<double, double>>& schedule);
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
+
+  const std::string id_;
+  const SessionConfig config_;
+  const Layout layout_;
+  const int rank_;
+  const absl::Duration step_deadline_;
+  const int64_t max_bytes_;
+  Device* const device_;
+  DeviceWorker* const worker_;
+  std::vector<std::string> names_;
+  std::vector<int64_t> numels_;
+
+  // Touched only on the worker after Create (and by InitValues before the first step).
+  std::vector<GroupRuntime> groups_;
+  std::vector<int> group_of_;  // param -> group
+  std::vector<Tensor> params_;
+  std::vector<ParamState> states_;
+  std::vector<Tensor> grads_;                 // trainer 0's (or the shared SHARDED) buffer
+  std::vector<std::vector<Tensor>> staging_;  // REPLICATED: trainers 1..N-1
+
+  mutable absl::Mutex mu_;
+  StepContributions contributions_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::vector<std::pair<double, double>>> schedule_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> attempts_ ABSL_GUARDED_BY(mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots_ ABSL_GUARDED_BY(mu_);
+  std::optional<StepOutcome> last_outcome_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Time> step_began_ ABSL_GUARDED_BY(mu_);
+  uint64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_SESSION_H_

@@ -1,0 +1,35 @@
+#ifndef OPTSTEP_SERVER_ENGINE_SESSION_CONFIG_H_
+#define OPTSTEP_SERVER_ENGINE_SESSION_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/optim/optimizer_config.h"
+#include "server/optim/param_info.h"
+
+namespace optstep {
+
+// How gradients of one step arrive (DESIGN.md §3).
+enum class GradientMode {
+  kSharded,     // every element exactly once per step, from any trainer; used as sent
+  kReplicated,  // every trainer sends everything; averaged in trainer order
+};
+
+// A validated session definition (server/rpc converts and validates the proto).
+struct SessionConfig {
+  std::string name;  // optional; CreateSession attaches to an existing session of this name
+  // Canonical serialisation of the definition: two CreateSession calls with the same name attach
+  // only when these are equal.
+  std::string definition_key;
+  std::vector<ParamInfo> params;
+  ChainConfig chain;
+  int num_trainers = 1;
+  GradientMode mode = GradientMode::kSharded;
+  absl::Duration step_deadline = absl::ZeroDuration();  // zero: the engine's default
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_SESSION_CONFIG_H_

@@ -1,0 +1,124 @@
+#include "server/engine/step_contributions.h"
+
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+
+namespace optstep {
+
+StepContributions::StepContributions(GradientMode mode, int num_trainers,
+                                     std::vector<int64_t> numels,
+                                     const std::vector<std::string>* names)
+    : mode_(mode), num_trainers_(num_trainers), numels_(std::move(numels)), names_(names) {
+  const size_t maps = mode_ == GradientMode::kSharded ? numels_.size()
+                                                      : numels_.size() * num_trainers_;
+  ranges_.resize(maps);
+  committed_.assign(num_trainers_, false);
+  elements_.assign(num_trainers_, 0);
+}
+
+StepContributions::RangeMap& StepContributions::MapFor(int trainer, int param) {
+  return mode_ == GradientMode::kSharded ? ranges_[param]
+                                         : ranges_[trainer * numels_.size() + param];
+}
+
+const StepContributions::RangeMap& StepContributions::MapFor(int trainer, int param) const {
+  return mode_ == GradientMode::kSharded ? ranges_[param]
+                                         : ranges_[trainer * numels_.size() + param];
+}
+
+absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset, int64_t count) {
+  const std::string& name = (*names_)[param];
+  const int64_t numel = numels_[param];
+  if (count <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("param '", name, "': empty chunk at offset ", offset));
+  }
+  if (offset < 0 || offset > numel || count > numel - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("param '", name, "': chunk [", offset, ", ",
+                                                   offset + count, ") exceeds ", numel,
+                                                   " elements"));
+  }
+  const int64_t end = offset + count;
+  RangeMap& ranges = MapFor(trainer, param);
+  auto next = ranges.lower_bound(offset);
+  auto clash = ranges.end();
+  if (next != ranges.end() && next->first < end) clash = next;
+  if (clash == ranges.end() && next != ranges.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second.end > offset) clash = prev;
+  }
+  if (clash != ranges.end()) {
+    const bool duplicate = clash->first == offset && clash->second.end == end;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "param '", name, "': chunk [", offset, ", ", end, ") from trainer ", trainer,
+        duplicate ? " duplicates" : " overlaps", " chunk [", clash->first, ", ", clash->second.end,
+        ") from trainer ", clash->second.trainer));
+  }
+  ranges.emplace(offset, Range{end, trainer});
+  elements_[trainer] += count;
+  started_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status StepContributions::CheckCovered(const RangeMap& ranges, int param, const char* who,
+                                             int trainer) const {
+  int64_t covered = 0;
+  for (const auto& [start, range] : ranges) {
+    if (start != covered) break;
+    covered = range.end;
+  }
+  if (covered == numels_[param]) return absl::OkStatus();
+  auto gap_end = ranges.upper_bound(covered);
+  const int64_t missing_end = gap_end == ranges.end() ? numels_[param] : gap_end->first;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "param '", (*names_)[param], "': gradient elements [", covered, ", ", missing_end,
+      ") of ", numels_[param], " missing", who, trainer >= 0 ? absl::StrCat(" ", trainer) : ""));
+}
+
+absl::Status StepContributions::CheckTrainerComplete(int trainer) const {
+  if (mode_ == GradientMode::kSharded) return absl::OkStatus();
+  for (int p = 0; p < static_cast<int>(numels_.size()); ++p) {
+    absl::Status status = CheckCovered(MapFor(trainer, p), p, " from trainer", trainer);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepContributions::CheckAllComplete() const {
+  if (mode_ == GradientMode::kReplicated) return absl::OkStatus();
+  for (int p = 0; p < static_cast<int>(numels_.size()); ++p) {
+    absl::Status status = CheckCovered(ranges_[p], p, " (all trainers committed)", -1);
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
+void StepContributions::Commit(int trainer) {
+  if (!committed_[trainer]) {
+    committed_[trainer] = true;
+    ++num_committed_;
+  }
+}
+
+void StepContributions::DropTrainer(int trainer) {
+  for (RangeMap& ranges : ranges_) {
+    for (auto it = ranges.begin(); it != ranges.end();) {
+      it = it->second.trainer == trainer ? ranges.erase(it) : std::next(it);
+    }
+  }
+  if (committed_[trainer]) {
+    committed_[trainer] = false;
+    --num_committed_;
+  }
+  elements_[trainer] = 0;
+}
+
+void StepContributions::Reset() {
+  for (RangeMap& ranges : ranges_) ranges.clear();
+  committed_.assign(num_trainers_, false);
+  elements_.assign(num_trainers_, 0);
+  num_committed_ = 0;
+  started_ = false;
+}
+
+}  // namespace optstep

@@ -1,0 +1,71 @@
+#ifndef OPTSTEP_SERVER_ENGINE_STEP_CONTRIBUTIONS_H_
+#define OPTSTEP_SERVER_ENGINE_STEP_CONTRIBUTIONS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/engine/session_config.h"
+
+namespace optstep {
+
+// Bookkeeping of one pending step: which element ranges of which parameter each trainer sent and
+// which trainers committed. Enforces the coverage rules of DESIGN.md §3; holds no gradient data.
+// Thread-compatible (the Session guards it).
+class StepContributions {
+ public:
+  // `numels[p]` and `names[p]` describe parameter p; `names` must outlive this object.
+  StepContributions(GradientMode mode, int num_trainers, std::vector<int64_t> numels,
+                    const std::vector<std::string>* names);
+
+  // Records that `trainer` sent elements [offset, offset + count) of `param`.
+  // INVALID_ARGUMENT: empty chunk, range outside the parameter, a duplicated range, or a range
+  // overlapping one sent earlier (SHARDED: by any trainer; REPLICATED: by the same trainer).
+  // REQUIRES: 0 <= trainer < num_trainers, 0 <= param < number of parameters, !committed(trainer).
+  absl::Status AddRange(int trainer, int param, int64_t offset, int64_t count);
+
+  // REPLICATED: every element of every parameter from `trainer`; SHARDED: always OK (coverage is
+  // a property of all trainers together). INVALID_ARGUMENT names the first missing range.
+  absl::Status CheckTrainerComplete(int trainer) const;
+  // SHARDED: the trainers together covered every element of every parameter.
+  absl::Status CheckAllComplete() const;
+
+  void Commit(int trainer);
+  // Forgets everything `trainer` sent and its commit.
+  void DropTrainer(int trainer);
+  void Reset();
+
+  bool committed(int trainer) const { return committed_[trainer]; }
+  bool all_committed() const { return num_committed_ == num_trainers_; }
+  // Whether any trainer sent anything for this step.
+  bool started() const { return started_; }
+  int64_t elements_from(int trainer) const { return elements_[trainer]; }
+
+ private:
+  struct Range {
+    int64_t end;
+    int trainer;
+  };
+  using RangeMap = std::map<int64_t, Range>;  // start -> range
+
+  // SHARDED: one map per parameter; REPLICATED: one per (trainer, parameter).
+  RangeMap& MapFor(int trainer, int param);
+  const RangeMap& MapFor(int trainer, int param) const;
+  absl::Status CheckCovered(const RangeMap& ranges, int param, const char* who, int trainer) const;
+
+  const GradientMode mode_;
+  const int num_trainers_;
+  const std::vector<int64_t> numels_;
+  const std::vector<std::string>* const names_;
+  std::vector<RangeMap> ranges_;
+  std::vector<bool> committed_;
+  std::vector<int64_t> elements_;
+  int num_committed_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_STEP_CONTRIBUTIONS_H_

@@ -1,0 +1,42 @@
+#include "server/optim/adamw.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+#include "server/optim/hyperparameter_checks.h"
+
+namespace optstep {
+
+absl::StatusOr<std::unique_ptr<AdamW>> AdamW::Create(const std::string& owner,
+                                                     const AdamWConfig& config) {
+  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "lr", config.lr));
+  OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta1", config.beta1));
+  OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta2", config.beta2));
+  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "eps", config.eps));
+  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "weight_decay", config.weight_decay));
+  return std::unique_ptr<AdamW>(new AdamW(config));
+}
+
+absl::Status AdamW::CheckParam(const ParamInfo&) const { return absl::OkStatus(); }
+
+absl::Status AdamW::InitState(Device& device, const ParamInfo& param, ParamState& state) const {
+  for (const char* key : {"exp_avg", "exp_avg_sq"}) {
+    OPTSTEP_ASSIGN_OR_RETURN(Tensor tensor, device.Allocate(DType::kF32, param.shape));
+    state.tensors.emplace_back(key, std::move(tensor));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdamW::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
+                         ParamState& state) {
+  Tensor* exp_avg = state.Find("exp_avg");
+  Tensor* exp_avg_sq = state.Find("exp_avg_sq");
+  if (exp_avg == nullptr || exp_avg_sq == nullptr) {
+    return absl::InternalError("adamw: state is missing exp_avg or exp_avg_sq");
+  }
+  const math::AdamWArgs a = math::MakeAdamWArgs(
+      args.lr, config_.beta1, config_.beta2, config_.eps, args.weight_decay, config_.decoupled,
+      config_.bias_correction, args.group_step);
+  return device.AdamW(a, grad, param, *exp_avg, *exp_avg_sq);
+}
+
+}  // namespace optstep

@@ -1,0 +1,45 @@
+#ifndef OPTSTEP_SERVER_RPC_CONVERT_H_
+#define OPTSTEP_SERVER_RPC_CONVERT_H_
+
+// Proto <-> engine conversion with validation. Every request is validated here, on the host,
+// before the engine sees it; errors are INVALID_ARGUMENT naming the field, the parameter and the
+// values (UNIMPLEMENTED for parts of the v1 API this build does not provide).
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/dtype.h"
+#include "optstep/v1/optimizer_service.pb.h"
+#include "optstep/v1/session.pb.h"
+#include "server/engine/session.h"
+#include "server/engine/session_config.h"
+
+namespace optstep {
+
+// Largest raw tensor payload of one chunk.
+inline constexpr size_t kMaxChunkBytes = 4 << 20;
+
+// `what` names the field in errors, e.g. "gradient chunk of param 3".
+absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view what);
+v1::DType DTypeToProto(DType dtype);
+
+// Validates names (non-empty, unique), shapes (every dim >= 1), QKV splits, trainer count,
+// gradient mode, deadline and the optimizer chain (presets, sub-optimizers, rules).
+absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec);
+absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& config);
+
+// Header of a Step stream. INVALID_ARGUMENT for a zero step number or a return dtype other than
+// fp32/bf16.
+absl::StatusOr<StepBegin> StepBeginFromProto(const v1::StepHeader& header);
+
+// NOT_FOUND naming `what` and the first id that is not a parameter of `session`.
+absl::Status CheckParamIds(const Session& session,
+                           const google::protobuf::RepeatedField<uint32_t>& ids,
+                           absl::string_view what);
+
+void SessionToProto(const Session& session, v1::SessionInfo* info);
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_CONVERT_H_

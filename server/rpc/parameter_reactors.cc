@@ -1,0 +1,164 @@
+#include "server/rpc/parameter_reactors.h"
+
+#include <memory>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/status_macros.h"
+#include "server/rpc/convert.h"
+#include "server/rpc/param_chunker.h"
+#include "server/rpc/status_bridge.h"
+
+namespace optstep {
+namespace {
+
+class PullReactor final : public grpc::ServerWriteReactor<v1::PullParametersResponse>,
+                          public std::enable_shared_from_this<PullReactor> {
+ public:
+  void Start(std::shared_ptr<PullReactor> self, Engine* engine,
+             const v1::PullParametersRequest& request) {
+    self_ = std::move(self);
+    absl::Status status = Validate(engine, request);
+    if (!status.ok()) {
+      absl::MutexLock lock(&mu_);
+      return FinishLocked(ToGrpcStatus(status));
+    }
+    std::weak_ptr<PullReactor> weak = weak_from_this();
+    session_->GetSnapshot(dtype_, [weak](absl::StatusOr<std::shared_ptr<const ParamSnapshot>> s) {
+      if (auto self = weak.lock()) self->OnSnapshot(std::move(s));
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+    WriteNextLocked();
+  }
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+  void OnDone() override { self_.reset(); }
+
+ private:
+  absl::Status Validate(Engine* engine, const v1::PullParametersRequest& request) {
+    auto session = engine->GetSession(request.session_id());
+    if (!session.ok()) return session.status();
+    session_ = *std::move(session);
+    if (request.dtype() == v1::DTYPE_BF16) {
+      dtype_ = DType::kBF16;
+    } else if (request.dtype() != v1::DTYPE_FP32 && request.dtype() != v1::DTYPE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat("PullParameters: dtype ",
+                                                     static_cast<int>(request.dtype()),
+                                                     " must be fp32 or bf16"));
+    }
+    OPTSTEP_RETURN_IF_ERROR(CheckParamIds(*session_, request.param_ids(), "PullParameters"));
+    ids_.assign(request.param_ids().begin(), request.param_ids().end());
+    return absl::OkStatus();
+  }
+
+  void OnSnapshot(absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot) {
+    absl::MutexLock lock(&mu_);
+    if (!snapshot.ok()) return FinishLocked(ToGrpcStatus(snapshot.status()));
+    step_ = (*snapshot)->step;
+    chunker_.emplace(*std::move(snapshot), ids_, kMaxChunkBytes);
+    WriteNextLocked();
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    response_.Clear();
+    if (first_) response_.set_step(step_);
+    first_ = false;
+    if (chunker_->Next(response_.mutable_parameter())) return StartWrite(&response_);
+    FinishLocked(grpc::Status::OK);
+  }
+
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  std::shared_ptr<PullReactor> self_;
+  std::shared_ptr<Session> session_;
+  DType dtype_ = DType::kF32;
+  std::vector<uint32_t> ids_;
+
+  absl::Mutex mu_;
+  std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
+  v1::PullParametersResponse response_ ABSL_GUARDED_BY(mu_);
+  uint64_t step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool first_ ABSL_GUARDED_BY(mu_) = true;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersRequest> {
+ public:
+  InitReactor(Engine* engine, v1::InitParametersResponse* response)
+      : engine_(engine), response_(response) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status::OK);  // half-close: done
+    absl::Status status = Apply();
+    if (!status.ok()) return Finish(ToGrpcStatus(status));
+    StartRead(&request_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Apply() {
+    if (session_ == nullptr) {
+      auto session = engine_->GetSession(request_.session_id());
+      if (!session.ok()) return session.status();
+      session_ = *std::move(session);
+    } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
+      return absl::InvalidArgumentError(absl::StrCat("InitParameters: session_id '", request_.session_id(),
+                                                     "' differs from the stream's session '",
+                                                     session_->id(), "'"));
+    }
+    if (!request_.has_values()) return absl::OkStatus();
+    const v1::TensorChunk& chunk = request_.values();
+    if (chunk.data().size() > kMaxChunkBytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("InitParameters: chunk of ", chunk.data().size(),
+                                                       " bytes exceeds the ", kMaxChunkBytes,
+                                                       "-byte chunk limit"));
+    }
+    auto dtype = DTypeFromProto(chunk.dtype(), absl::StrCat("values of param_id ", chunk.param_id()));
+    if (!dtype.ok()) return dtype.status();
+    absl::Status status = session_->InitValues(
+        static_cast<int>(std::min<uint32_t>(chunk.param_id(), 1u << 30)),
+        static_cast<int64_t>(std::min<uint64_t>(chunk.offset(), uint64_t{1} << 62)), *dtype,
+        chunk.data().data(), chunk.data().size());
+    if (status.ok()) {
+      response_->set_elements(response_->elements() + chunk.data().size() / DTypeSize(*dtype));
+    }
+    return status;
+  }
+
+  Engine* const engine_;
+  v1::InitParametersResponse* const response_;
+  v1::InitParametersRequest request_;
+  std::shared_ptr<Session> session_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::PullParametersResponse>* StartPullReactor(
+    Engine* engine, const v1::PullParametersRequest* request) {
+  auto reactor = std::make_shared<PullReactor>();
+  PullReactor* raw = reactor.get();
+  raw->Start(std::move(reactor), engine, *request);
+  return raw;
+}
+
+grpc::ServerReadReactor<v1::InitParametersRequest>* StartInitReactor(
+    Engine* engine, v1::InitParametersResponse* response) {
+  return new InitReactor(engine, response);
+}
+
+}  // namespace optstep

@@ -1,0 +1,43 @@
+#include "server/rpc/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace optstep {
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Engine* engine) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  std::unique_ptr<Server> server(new Server(engine));
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options.host, ":", options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.RegisterService(&server->optimizer_service_);
+  builder.RegisterService(&server->checkpoint_service_);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Transport settings for large streams (DESIGN.md §4): no BDP probing, a large stream window.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 256 << 20);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, (16 << 20) - 1);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+Server::~Server() { Shutdown(absl::Now()); }
+
+void Server::Shutdown(absl::Time deadline) {
+  if (server_ == nullptr) return;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->Shutdown(absl::ToChronoTime(deadline));
+}
+
+void Server::Wait() { server_->Wait(); }
+
+}  // namespace optstep

@@ -1,0 +1,193 @@
+#include "server/rpc/step_reactor.h"
+
+#include <memory>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/rpc/convert.h"
+#include "server/rpc/param_chunker.h"
+#include "server/rpc/status_bridge.h"
+
+namespace optstep {
+namespace {
+
+class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>,
+                          public std::enable_shared_from_this<StepReactor> {
+ public:
+  explicit StepReactor(Engine* engine) : engine_(engine) {}
+
+  void Start(std::shared_ptr<StepReactor> self) {
+    self_ = std::move(self);
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    std::shared_ptr<Session> session;
+    Contribution contribution;
+    uint64_t num_elements = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      if (!ok) {
+        // Half-close or broken stream before the commit: the contribution stays pending, so the
+        // trainer may reconnect and resend.
+        if (phase_ != Phase::kWaiting) {
+          FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before the commit"));
+        }
+        return;
+      }
+      if (request_.kind_case() != v1::StepRequest::kCommit) {
+        absl::Status status = Handle();
+        if (!status.ok()) return FinishLocked(ToGrpcStatus(status));
+        StartRead(&request_);
+        return;
+      }
+      if (phase_ != Phase::kReceiving) {
+        return FinishLocked(ToGrpcStatus(
+            absl::InvalidArgumentError("step stream: StepCommit before the StepHeader")));
+      }
+      phase_ = Phase::kWaiting;
+      session = session_;
+      contribution = contribution_;
+      num_elements = request_.commit().num_elements();
+    }
+    // Without the lock: the session may call back on this thread (a replayed step).
+    std::weak_ptr<StepReactor> weak = weak_from_this();
+    absl::Status status =
+        session->Commit(contribution, num_elements, [weak](absl::StatusOr<StepOutcome> outcome) {
+          if (auto self = weak.lock()) self->OnStepDone(std::move(outcome));
+        });
+    if (!status.ok()) {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(ToGrpcStatus(status));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+    WriteNextLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override { self_.reset(); }
+
+ private:
+  enum class Phase { kHeader, kReceiving, kWaiting };
+
+  absl::Status Handle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    switch (request_.kind_case()) {
+      case v1::StepRequest::kHeader:
+        return HandleHeader(request_.header());
+      case v1::StepRequest::kGradient:
+        return HandleGradient(request_.gradient());
+      default:
+        return absl::InvalidArgumentError("step stream: empty StepRequest");
+    }
+  }
+
+  absl::Status HandleHeader(const v1::StepHeader& header) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (phase_ != Phase::kHeader) {
+      return absl::InvalidArgumentError("step stream: a second StepHeader; one step per stream");
+    }
+    auto session = engine_->GetSession(header.session_id());
+    if (!session.ok()) return session.status();
+    auto begin = StepBeginFromProto(header);
+    if (!begin.ok()) return begin.status();
+    absl::Status ids = CheckParamIds(**session, header.return_param_ids(), "return_param_ids");
+    if (!ids.ok()) return ids;
+    auto contribution = (*session)->Begin(*begin);
+    if (!contribution.ok()) return contribution.status();
+    session_ = *std::move(session);
+    contribution_ = *contribution;
+    return_ids_.assign(header.return_param_ids().begin(), header.return_param_ids().end());
+    phase_ = Phase::kReceiving;
+    return absl::OkStatus();
+  }
+
+  absl::Status HandleGradient(const v1::TensorChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (phase_ != Phase::kReceiving) {
+      return absl::InvalidArgumentError("step stream: gradient chunk before the StepHeader");
+    }
+    if (chunk.data().size() > kMaxChunkBytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("gradient chunk of param_id ", chunk.param_id(),
+                                                       ": ", chunk.data().size(),
+                                                       " bytes exceeds the ", kMaxChunkBytes,
+                                                       "-byte chunk limit"));
+    }
+    auto dtype = DTypeFromProto(chunk.dtype(), absl::StrCat("gradient chunk of param_id ",
+                                                           chunk.param_id()));
+    if (!dtype.ok()) return dtype.status();
+    if (chunk.offset() > (uint64_t{1} << 62)) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient chunk of param_id ", chunk.param_id(),
+                                                     ": offset ", chunk.offset(), " out of range"));
+    }
+    return session_->AddGradient(contribution_, static_cast<int>(std::min<uint32_t>(chunk.param_id(), 1u << 30)),
+                                 static_cast<int64_t>(chunk.offset()), *dtype, chunk.data().data(),
+                                 chunk.data().size());
+  }
+
+  // Called by the engine once the step is applied or aborted (the worker thread, or this stream's
+  // own thread for a replayed step).
+  void OnStepDone(absl::StatusOr<StepOutcome> outcome) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (!outcome.ok()) return FinishLocked(ToGrpcStatus(outcome.status()));
+    const StepOutcome& o = *outcome;
+    if (o.params != nullptr) chunker_.emplace(o.params, return_ids_, kMaxChunkBytes);
+    response_.Clear();
+    v1::StepResult* result = response_.mutable_result();
+    result->set_step(o.step);
+    result->set_skipped(o.skipped);
+    result->set_grad_norm(o.grad_norm);
+    result->set_clipped(o.clipped);
+    result->set_params_to_follow(chunker_ ? chunker_->num_chunks() : 0);
+    StartWrite(&response_);
+  }
+
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    response_.Clear();
+    if (chunker_ && chunker_->Next(response_.mutable_parameter())) {
+      StartWrite(&response_);
+      return;
+    }
+    FinishLocked(grpc::Status::OK);
+  }
+
+  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  Engine* const engine_;
+  std::shared_ptr<StepReactor> self_;
+
+  absl::Mutex mu_;
+  v1::StepRequest request_ ABSL_GUARDED_BY(mu_);
+  v1::StepResponse response_ ABSL_GUARDED_BY(mu_);
+  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kHeader;
+  std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  Contribution contribution_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> return_ids_ ABSL_GUARDED_BY(mu_);
+  std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* StartStepReactor(Engine* engine) {
+  auto reactor = std::make_shared<StepReactor>(engine);
+  StepReactor* raw = reactor.get();
+  raw->Start(std::move(reactor));
+  return raw;
+}
+
+}  // namespace optstep

@@ -1,0 +1,363 @@
+// optstep::Client against in-process fake ranks (tests/client/fake_optimizer_service.h): what it
+// puts on the wire, how it reassembles replies and how it reports errors. The real server is
+// exercised by the integration tests.
+
+#include "client/cpp/client.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include "glog/logging.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/math/half.h"
+#include "tests/client/fake_optimizer_service.h"
+#include "tests/client/layout_helpers.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::FakeOptimizerService;
+using ::optstep::testutil::FakeServer;
+using ::optstep::testutil::FakeValue;
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::MakeSessionInfo;
+using ::optstep::testutil::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::SizeIs;
+
+constexpr size_t kChunkBytes = 16;  // 4 fp32 elements per wire chunk
+
+std::vector<float> Expected(uint32_t p, uint64_t n) {
+  std::vector<float> v(n);
+  for (uint64_t i = 0; i < n; ++i) v[i] = FakeValue(p, i);
+  return v;
+}
+
+StepOptions FirstStep() {
+  StepOptions options;
+  options.session_id = "s";
+  options.step = 1;
+  return options;
+}
+
+// Reassembles the gradient elements (as fp32 bit patterns widened from any dtype) that one
+// rank received for `param_id`, checking that the chunks tile [0, n).
+std::vector<float> ReceivedFp32(const std::vector<v1::StepRequest>& requests, uint32_t param_id,
+                                uint64_t n) {
+  std::vector<float> values(n, -1.0f);
+  uint64_t next = 0;
+  for (const v1::StepRequest& r : requests) {
+    if (!r.has_gradient() || r.gradient().param_id() != param_id) continue;
+    EXPECT_EQ(r.gradient().offset(), next);
+    EXPECT_LE(r.gradient().data().size(), kChunkBytes);
+    const uint64_t count = r.gradient().data().size() / 4;
+    std::memcpy(values.data() + next, r.gradient().data().data(), count * 4);
+    next += count;
+  }
+  EXPECT_EQ(next, n);
+  return values;
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  // Session "s": w [2, 3] and b [4] on rank 0.
+  ClientTest()
+      : service_(MakeSessionInfo("s", 1, {{"w", {2, 3}, 0}, {"b", {4}, 0}})),
+        fake_(testutil::StartFakeServer(&service_)) {}
+
+  std::unique_ptr<Client> Connect() {
+    ClientOptions options;
+    options.target = fake_.target;
+    options.max_chunk_bytes = kChunkBytes;
+    options.connect_timeout = absl::Seconds(5);
+    options.rpc_timeout = absl::Seconds(5);
+    options.stream_timeout = absl::Seconds(5);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    CHECK(client.ok()) << client.status();
+    return *std::move(client);
+  }
+
+  FakeOptimizerService service_;
+  FakeServer fake_;
+};
+
+TEST_F(ClientTest, ConnectValidatesOptionsAndReach) {
+  ClientOptions options;
+  EXPECT_THAT(Client::Connect(options), StatusIs(absl::StatusCode::kInvalidArgument, "target"));
+  options.target = "localhost:1";
+  options.connect_timeout = absl::Milliseconds(100);
+  EXPECT_THAT(Client::Connect(options),
+              StatusIs(absl::StatusCode::kUnavailable, "rank 0 at 'localhost:1'"));
+  options.connect_timeout = absl::ZeroDuration();  // lazy: fails on the first call instead
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> lazy, Client::Connect(options));
+  EXPECT_THAT(lazy->ListSessions(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST_F(ClientTest, Sessions) {
+  std::unique_ptr<Client> client = Connect();
+  bool attached = false;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo created,
+                               client->CreateSession(MakeSessionInfo("s", 1, {}).spec(),
+                                                     &attached));
+  EXPECT_EQ(created.session_id(), "s");
+  EXPECT_TRUE(attached);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo got, client->GetSession("s"));
+  EXPECT_EQ(got.spec().parameters_size(), 2);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<v1::SessionInfo> all, client->ListSessions());
+  EXPECT_THAT(all, SizeIs(1));
+  EXPECT_THAT(client->CloseSession("s"), IsOk());
+  EXPECT_THAT(service_.closed_sessions(), ElementsAre("s"));
+}
+
+TEST_F(ClientTest, ServerErrorsKeepCodeAndMessage) {
+  std::unique_ptr<Client> client = Connect();
+  EXPECT_THAT(client->GetSession("nope"),
+              StatusIs(absl::StatusCode::kNotFound, "session 'nope' not found"));
+  EXPECT_THAT(client->CloseSession("nope"), StatusIs(absl::StatusCode::kNotFound, "'nope'"));
+  FakeOptimizerService::Behaviour behaviour;
+  behaviour.step_error =
+      grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "session 's': step 3 expected");
+  service_.set_behaviour(behaviour);
+  StepOptions options;
+  options.session_id = "s";
+  options.step = 5;
+  EXPECT_THAT(client->Step(options, std::vector<FullGradient>{}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "session 's': step 3 expected"));
+}
+
+TEST_F(ClientTest, StepSendsHeaderChunksCommitAndAssemblesTheReply) {
+  std::unique_ptr<Client> client = Connect();
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6}, b = {-1, -2, -3, -4};
+  StepOptions options;
+  options.session_id = "s";
+  options.step = 1;
+  options.trainer_id = 0;
+  options.groups.push_back({0, 0.01, std::nullopt});
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply,
+                               client->Step(options, {FullGradient{0, w}, FullGradient{1, b}}));
+  EXPECT_EQ(reply.step, 1u);
+  EXPECT_FALSE(reply.skipped);
+  EXPECT_DOUBLE_EQ(reply.grad_norm, 2.5);
+  EXPECT_TRUE(reply.clipped);
+  ASSERT_THAT(reply.params, SizeIs(2));
+  EXPECT_EQ(reply.params[0].f32, Expected(0, 6));
+  EXPECT_EQ(reply.params[1].f32, Expected(1, 4));
+
+  const std::vector<v1::StepRequest> requests = service_.step_requests();
+  // header, w in 4 + 2, b in 4, commit.
+  ASSERT_THAT(requests, SizeIs(5));
+  ASSERT_TRUE(requests.front().has_header());
+  const v1::StepHeader& header = requests.front().header();
+  EXPECT_EQ(header.session_id(), "s");
+  EXPECT_EQ(header.step(), 1u);
+  EXPECT_EQ(header.return_dtype(), v1::DTYPE_FP32);
+  EXPECT_FALSE(header.skip_return());
+  ASSERT_EQ(header.groups_size(), 1);
+  EXPECT_DOUBLE_EQ(header.groups(0).lr(), 0.01);
+  EXPECT_FALSE(header.groups(0).has_weight_decay());
+  ASSERT_TRUE(requests.back().has_commit());
+  EXPECT_EQ(requests.back().commit().num_elements(), 10u);
+  EXPECT_EQ(ReceivedFp32(requests, 0, 6), w);
+  EXPECT_EQ(ReceivedFp32(requests, 1, 4), b);
+}
+
+TEST_F(ClientTest, StepWithSlicesInMixedDtypesAndBf16Return) {
+  std::unique_ptr<Client> client = Connect();
+  std::vector<uint16_t> w_bf16 = {0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0};
+  std::vector<float> b_tail = {7, 8};
+  GradientSlice w{0, 0, DType::kBF16,
+                  {reinterpret_cast<const uint8_t*>(w_bf16.data()), w_bf16.size() * 2}};
+  GradientSlice b{1, 2, DType::kF32,
+                  {reinterpret_cast<const uint8_t*>(b_tail.data()), b_tail.size() * 4}};
+  StepOptions options;
+  options.session_id = "s";
+  options.step = 1;
+  options.return_dtype = DType::kBF16;
+  options.return_param_ids = {1};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, client->Step(options, {w, b}));
+  ASSERT_THAT(reply.params, SizeIs(1));
+  const HostParameter& got = reply.params.at(1);
+  EXPECT_EQ(got.dtype, DType::kBF16);
+  ASSERT_THAT(got.bf16, SizeIs(4));
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(got.bf16[i], math::FloatToBf16(FakeValue(1, i)));
+
+  const std::vector<v1::StepRequest> requests = service_.step_requests();
+  ASSERT_THAT(requests, SizeIs(4));  // header, w (12 bytes: one chunk), b, commit
+  EXPECT_EQ(requests[1].gradient().param_id(), 0u);
+  EXPECT_EQ(requests[1].gradient().dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ(requests[1].gradient().data(),
+            std::string(reinterpret_cast<const char*>(w_bf16.data()), 12));
+  EXPECT_EQ(requests[2].gradient().param_id(), 1u);
+  EXPECT_EQ(requests[2].gradient().dtype(), v1::DTYPE_FP32);
+  EXPECT_EQ(requests[2].gradient().offset(), 2u);
+  EXPECT_THAT(requests[0].header().return_param_ids(), ElementsAre(1));
+  EXPECT_EQ(requests[0].header().return_dtype(), v1::DTYPE_BF16);
+  EXPECT_EQ(requests.back().commit().num_elements(), 8u);
+}
+
+TEST_F(ClientTest, SkipReturnAndSkippedSteps) {
+  std::unique_ptr<Client> client = Connect();
+  StepOptions options = FirstStep();
+  options.skip_return = true;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, client->Step(options, std::vector<FullGradient>{}));
+  EXPECT_TRUE(reply.params.empty());
+  ASSERT_FALSE(service_.step_requests().empty());
+  EXPECT_TRUE(service_.step_requests().front().header().skip_return());
+
+  FakeOptimizerService::Behaviour behaviour;
+  behaviour.skipped = true;
+  service_.set_behaviour(behaviour);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(reply, client->Step(FirstStep(), std::vector<FullGradient>{}));
+  EXPECT_TRUE(reply.skipped);
+  EXPECT_EQ(reply.grad_norm, 0.0);
+  EXPECT_TRUE(reply.params.empty());  // nothing changed, nothing sent back
+}
+
+TEST_F(ClientTest, BadRequestsFailBeforeAnythingIsSent) {
+  std::unique_ptr<Client> client = Connect();
+  const std::vector<float> five(5), six(6);
+  EXPECT_THAT(client->Step(FirstStep(), {FullGradient{0, five}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "param 'w': full gradient has 5 elements, expected 6"));
+  EXPECT_THAT(client->Step(FirstStep(), {FullGradient{2, six}}),
+              StatusIs(absl::StatusCode::kNotFound, "param_id 2 not found"));
+  StepOptions options = FirstStep();
+  options.step = 0;
+  EXPECT_THAT(client->Step(options, {FullGradient{0, six}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "step 0"));
+  options = FirstStep();
+  options.return_dtype = DType::kF16;
+  EXPECT_THAT(client->Step(options, {FullGradient{0, six}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not fp16"));
+  options = FirstStep();
+  options.return_param_ids = {0, 0};
+  EXPECT_THAT(client->Step(options, {FullGradient{0, six}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "named twice"));
+  options = FirstStep();
+  options.session_id = "nope";
+  EXPECT_THAT(client->Step(options, {FullGradient{0, six}}),
+              StatusIs(absl::StatusCode::kNotFound, "session 'nope' not found"));
+  EXPECT_EQ(service_.step_streams(), 0);
+}
+
+TEST_F(ClientTest, ServerProtocolViolationsAreInternal) {
+  std::unique_ptr<Client> client = Connect();
+  FakeOptimizerService::Behaviour behaviour;
+  behaviour.miscount_chunks = true;
+  service_.set_behaviour(behaviour);
+  EXPECT_THAT(client->Step(FirstStep(), std::vector<FullGradient>{}),
+              StatusIs(absl::StatusCode::kInternal, "announced 5 parameter chunks and sent 4"));
+  behaviour.miscount_chunks = false;
+  behaviour.leave_out_last_chunk = true;
+  service_.set_behaviour(behaviour);
+  EXPECT_THAT(client->Step(FirstStep(), std::vector<FullGradient>{}),
+              StatusIs(absl::StatusCode::kInternal, "param 'w' incomplete"));
+}
+
+TEST_F(ClientTest, InitParametersStreamsChunksToTheOwner) {
+  std::unique_ptr<Client> client = Connect();
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6};
+  EXPECT_THAT(client->InitParameters("s", 0, w), IsOk());
+  const std::vector<v1::InitParametersRequest> requests = service_.init_requests();
+  ASSERT_THAT(requests, SizeIs(2));  // 4 + 2 elements
+  EXPECT_EQ(requests[0].session_id(), "s");
+  EXPECT_EQ(requests[1].values().offset(), 4u);
+  EXPECT_EQ(requests[1].values().dtype(), v1::DTYPE_FP32);
+  std::vector<float> got(6);
+  std::memcpy(got.data(), requests[0].values().data().data(), 16);
+  std::memcpy(got.data() + 4, requests[1].values().data().data(), 8);
+  EXPECT_EQ(got, w);
+  EXPECT_THAT(client->InitParameters("s", 0, std::vector<float>(7)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "7 initial values, expected 6"));
+}
+
+TEST_F(ClientTest, PullParameters) {
+  std::unique_ptr<Client> client = Connect();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters all, client->PullParameters("s", DType::kF32));
+  ASSERT_THAT(all.params, SizeIs(2));
+  EXPECT_EQ(all.params[0].f32, Expected(0, 6));
+  EXPECT_EQ(all.params[1].f32, Expected(1, 4));
+  const std::vector<uint32_t> ids = {0};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters some, client->PullParameters("s", DType::kBF16, ids));
+  ASSERT_THAT(some.params, SizeIs(1));
+  EXPECT_EQ(some.params[0].bf16[5], math::FloatToBf16(FakeValue(0, 5)));
+  EXPECT_THAT(client->PullParameters("nope", DType::kF32),
+              StatusIs(absl::StatusCode::kNotFound, "'nope'"));
+}
+
+TEST_F(ClientTest, Health) {
+  std::unique_ptr<Client> client = Connect();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(bool serving, client->CheckHealth());
+  EXPECT_TRUE(serving);
+  fake_.server->GetHealthCheckService()->SetServingStatus(false);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(serving, client->CheckHealth());
+  EXPECT_FALSE(serving);
+  EXPECT_THAT(client->CheckHealth("no.such.Service"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+// Two fake ranks: w on rank 1, b on rank 0.
+class TwoRankClientTest : public ::testing::Test {
+ protected:
+  TwoRankClientTest()
+      : info_(MakeSessionInfo("s", 2, {{"w", {2, 3}, 1}, {"b", {4}, 0}})),
+        rank0_(info_),
+        rank1_(info_),
+        fake0_(testutil::StartFakeServer(&rank0_)),
+        fake1_(testutil::StartFakeServer(&rank1_)) {}
+
+  v1::SessionInfo info_;
+  FakeOptimizerService rank0_, rank1_;
+  FakeServer fake0_, fake1_;
+};
+
+TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndReturnsFromOneRank) {
+  ClientOptions options;
+  options.rank_targets = {fake0_.target, fake1_.target};
+  options.max_chunk_bytes = kChunkBytes;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  EXPECT_EQ(client->num_ranks(), 2);
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6}, b = {-1, -2, -3, -4};
+  StepOptions step = FirstStep();
+  step.trainer_id = 1;  // returns from rank 1 % 2 = 1
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply,
+                               client->Step(step, {FullGradient{0, w}, FullGradient{1, b}}));
+  EXPECT_EQ(reply.params.at(0).f32, Expected(0, 6));
+
+  const std::vector<v1::StepRequest> at0 = rank0_.step_requests();
+  const std::vector<v1::StepRequest> at1 = rank1_.step_requests();
+  ASSERT_THAT(at0, SizeIs(3));  // header, b, commit
+  ASSERT_THAT(at1, SizeIs(4));  // header, w in 4 + 2, commit
+  EXPECT_TRUE(at0.front().header().skip_return());
+  EXPECT_FALSE(at1.front().header().skip_return());
+  EXPECT_EQ(at0.back().commit().num_elements(), 4u);
+  EXPECT_EQ(at1.back().commit().num_elements(), 6u);
+  EXPECT_EQ(ReceivedFp32(at0, 1, 4), b);
+  EXPECT_EQ(ReceivedFp32(at1, 0, 6), w);
+
+  // A rank that owns nothing this trainer pushes still gets the header and a commit.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(reply, client->Step(FirstStep(), {FullGradient{1, b}}));
+  const std::vector<v1::StepRequest> again1 = rank1_.step_requests();
+  ASSERT_THAT(again1, SizeIs(6));
+  EXPECT_TRUE(again1[4].has_header());
+  EXPECT_EQ(again1[5].commit().num_elements(), 0u);
+}
+
+TEST_F(TwoRankClientTest, TooFewRankTargetsIsFailedPrecondition) {
+  ClientOptions options;
+  options.target = fake0_.target;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  EXPECT_THAT(client->Step(FirstStep(), std::vector<FullGradient>{}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "laid out over 2 ranks but this client knows 1"));
+  EXPECT_EQ(rank0_.step_streams(), 0);
+}
+
+}  // namespace
+}  // namespace optstep

@@ -1,0 +1,118 @@
+#include "client/cpp/param_assembler.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace client_internal {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+using ::testing::ElementsAre;
+
+SessionLayout Layout() { return SessionLayout("s", 1, {{"w", 5, 0}, {"b", 2, 0}, {"g", 1, 0}}); }
+
+std::string F32Bytes(std::vector<float> values) {
+  std::string bytes(values.size() * 4, '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+std::string U16Bytes(std::vector<uint16_t> values) {
+  std::string bytes(values.size() * 2, '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+TEST(ParamAssemblerTest, AssemblesChunksInAnyOrder) {
+  const SessionLayout layout = Layout();
+  const std::vector<uint32_t> ids = {0, 1};
+  ParamAssembler assembler(layout, DType::kF32, ids);
+  EXPECT_THAT(assembler.Add(0, 3, DType::kF32, F32Bytes({3, 4})), IsOk());
+  EXPECT_THAT(assembler.Add(1, 0, DType::kF32, F32Bytes({-1, -2})), IsOk());
+  EXPECT_THAT(assembler.Add(0, 0, DType::kF32, F32Bytes({0, 1, 2})), IsOk());
+  EXPECT_EQ(assembler.chunks_added(), 3u);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(HostParameterMap params, assembler.Finish());
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0].param_id, 0u);
+  EXPECT_EQ(params[0].dtype, DType::kF32);
+  EXPECT_THAT(params[0].f32, ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_TRUE(params[0].bf16.empty());
+  EXPECT_THAT(params[1].f32, ElementsAre(-1, -2));
+}
+
+TEST(ParamAssemblerTest, AssemblesBf16AsRawBits) {
+  const SessionLayout layout = Layout();
+  const std::vector<uint32_t> ids = {1};
+  ParamAssembler assembler(layout, DType::kBF16, ids);
+  EXPECT_THAT(assembler.Add(1, 1, DType::kBF16, U16Bytes({0x4000})), IsOk());
+  EXPECT_THAT(assembler.Add(1, 0, DType::kBF16, U16Bytes({0x3f80})), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(HostParameterMap params, assembler.Finish());
+  EXPECT_EQ(params[1].dtype, DType::kBF16);
+  EXPECT_THAT(params[1].bf16, ElementsAre(0x3f80, 0x4000));
+  EXPECT_EQ(params[1].size(), 2u);
+}
+
+TEST(ParamAssemblerTest, EmptyExpectedMeansEveryParameter) {
+  const SessionLayout layout = Layout();
+  ParamAssembler assembler(layout, DType::kF32, {});
+  EXPECT_THAT(assembler.Add(0, 0, DType::kF32, F32Bytes({0, 1, 2, 3, 4})), IsOk());
+  EXPECT_THAT(assembler.Add(2, 0, DType::kF32, F32Bytes({7})), IsOk());
+  EXPECT_THAT(assembler.Finish(),
+              StatusIs(absl::StatusCode::kInternal, "server did not send param 'b' (id 1)"));
+}
+
+TEST(ParamAssemblerTest, RejectsChunksTheServerShouldNotSend) {
+  const SessionLayout layout = Layout();
+  const std::vector<uint32_t> ids = {0};
+  ParamAssembler assembler(layout, DType::kF32, ids);
+  EXPECT_THAT(assembler.Add(7, 0, DType::kF32, F32Bytes({1})),
+              StatusIs(absl::StatusCode::kInternal, "param_id 7"));
+  EXPECT_THAT(assembler.Add(1, 0, DType::kF32, F32Bytes({1})),
+              StatusIs(absl::StatusCode::kInternal, "param 'b' (id 1), not asked for"));
+  EXPECT_THAT(assembler.Add(0, 0, DType::kBF16, U16Bytes({1})),
+              StatusIs(absl::StatusCode::kInternal, "as bf16, asked for fp32"));
+  EXPECT_THAT(assembler.Add(0, 4, DType::kF32, F32Bytes({1, 2})),
+              StatusIs(absl::StatusCode::kInternal, "at element 4, which does not fit its 5"));
+  EXPECT_THAT(assembler.Add(0, 0, DType::kF32, std::string(3, '\0')),
+              StatusIs(absl::StatusCode::kInternal, "3 bytes"));
+}
+
+TEST(ParamAssemblerTest, FinishDetectsGapsAndOverlaps) {
+  const SessionLayout layout = Layout();
+  const std::vector<uint32_t> ids = {0};
+  {
+    ParamAssembler gap(layout, DType::kF32, ids);
+    EXPECT_THAT(gap.Add(0, 0, DType::kF32, F32Bytes({0, 1})), IsOk());
+    EXPECT_THAT(gap.Add(0, 3, DType::kF32, F32Bytes({3, 4})), IsOk());
+    EXPECT_THAT(gap.Finish(), StatusIs(absl::StatusCode::kInternal,
+                                       "param 'w' incomplete: elements from 2 of 5"));
+  }
+  {
+    ParamAssembler overlap(layout, DType::kF32, ids);
+    EXPECT_THAT(overlap.Add(0, 0, DType::kF32, F32Bytes({0, 1, 2})), IsOk());
+    EXPECT_THAT(overlap.Add(0, 2, DType::kF32, F32Bytes({2, 3, 4})), IsOk());
+    EXPECT_THAT(overlap.Finish(),
+                StatusIs(absl::StatusCode::kInternal, "elements [2, 3) more than once"));
+  }
+}
+
+TEST(ValidateParamIdsTest, RejectsUnknownAndDuplicateIds) {
+  const SessionLayout layout = Layout();
+  EXPECT_THAT(ValidateParamIds(layout, std::vector<uint32_t>{2, 0}), IsOk());
+  EXPECT_THAT(ValidateParamIds(layout, std::vector<uint32_t>{0, 3}),
+              StatusIs(absl::StatusCode::kNotFound, "param_id 3"));
+  EXPECT_THAT(ValidateParamIds(layout, std::vector<uint32_t>{1, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "param 'b' (id 1) is named twice"));
+}
+
+}  // namespace
+}  // namespace client_internal
+}  // namespace optstep

@@ -1,0 +1,85 @@
+// The `optstep` command line tool against the real server binary.
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "client/cpp/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::RunfilePath;
+using ::optstep::testutil::ServerProcess;
+using ::testing::HasSubstr;
+
+struct Output {
+  int exit_code = -1;
+  std::string text;
+};
+
+Output RunCli(const std::string& args) {
+  const std::string command = RunfilePath("client/cli/optstep") + " " + args + " 2>&1";
+  Output out;
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.text.append(buffer, n);
+  const int status = pclose(pipe);
+  out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(CliTest, HealthSessionListAndShow) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start());
+  const std::string flag = "--server=" + server->address();
+
+  Output health = RunCli("health " + flag);
+  EXPECT_EQ(health.exit_code, 0) << health.text;
+  EXPECT_THAT(health.text, HasSubstr("SERVING"));
+
+  ClientOptions options;
+  options.target = server->address();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
+  v1::SessionSpec spec;
+  spec.set_name("cli-demo");
+  auto* w = spec.add_parameters();
+  w->set_name("layers.0.fc1.weight");
+  w->add_shape(16);
+  w->add_shape(8);
+  auto* b = spec.add_parameters();
+  b->set_name("layers.0.fc1.bias");
+  b->add_shape(16);
+  spec.set_num_trainers(2);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_REPLICATED);
+  spec.mutable_optimizer()->set_preset("adam");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client->CreateSession(spec));
+
+  Output list = RunCli("session list " + flag);
+  EXPECT_EQ(list.exit_code, 0) << list.text;
+  EXPECT_THAT(list.text, HasSubstr(info.session_id()));
+  EXPECT_THAT(list.text, HasSubstr("cli-demo"));
+
+  Output show = RunCli("session show " + info.session_id() + " " + flag);
+  EXPECT_EQ(show.exit_code, 0) << show.text;
+  EXPECT_THAT(show.text, HasSubstr("layers.0.fc1.weight"));
+  EXPECT_THAT(show.text, HasSubstr("[16, 8]"));
+  EXPECT_THAT(show.text, HasSubstr("adam"));
+
+  Output missing = RunCli("session show nope " + flag);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_THAT(missing.text, HasSubstr("NOT_FOUND"));
+
+  server->SignalAndWait(SIGTERM);
+  Output down = RunCli("health --timeout_ms=500 " + flag);
+  EXPECT_NE(down.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace optstep

@@ -1,0 +1,371 @@
+// Step semantics of one rank (DESIGN.md §3): coverage, idempotency, atomicity, skip on
+// non-finite gradients, clipping, deadlines — through the real Session, engine and CPU device.
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+using ::testing::HasSubstr;
+
+// Waits for a step callback.
+class Outcome {
+ public:
+  StepCallback Callback() {
+    return [this](absl::StatusOr<StepOutcome> o) {
+      result_ = std::move(o);
+      done_.Notify();
+    };
+  }
+  absl::StatusOr<StepOutcome> Wait() {
+    done_.WaitForNotification();
+    return result_;
+  }
+  bool HasBeenNotified() const { return done_.HasBeenNotified(); }
+
+ private:
+  absl::Notification done_;
+  absl::StatusOr<StepOutcome> result_ = absl::UnknownError("not called");
+};
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions options;
+    options.device.num_threads = 2;
+    auto engine = Engine::Create(options);
+    ASSERT_THAT(engine.status(), IsOk());
+    engine_ = *std::move(engine);
+  }
+
+  // w: 2x3 (6 elements), b: 3. AdamW lr 0.1, wd 0.5 (w only; b is 1-D so wd_mult 0).
+  std::shared_ptr<Session> MakeSession(GradientMode mode, int trainers, double clip = 0.0,
+                                       absl::Duration deadline = absl::Seconds(30)) {
+    SessionConfig config;
+    config.params = {ParamInfo{"w", {2, 3}}, ParamInfo{"b", {3}}};
+    SubOptimizerConfig adam;
+    adam.name = "adam";
+    adam.kind = "adamw";
+    adam.adamw.lr = 0.1;
+    adam.adamw.weight_decay = 0.5;
+    config.chain.sub_optimizers = {adam};
+    config.chain.clip_grad = clip;
+    config.num_trainers = trainers;
+    config.mode = mode;
+    config.step_deadline = deadline;
+    auto created = engine_->CreateSession(config);
+    EXPECT_THAT(created.status(), IsOk());
+    return created->session;
+  }
+
+  static Contribution Begin(Session& s, uint64_t step, int trainer) {
+    StepBegin begin;
+    begin.step = step;
+    begin.trainer = trainer;
+    auto c = s.Begin(begin);
+    EXPECT_THAT(c.status(), IsOk());
+    return *c;
+  }
+
+  static absl::Status Send(Session& s, const Contribution& c, int param, int64_t offset,
+                           std::vector<float> values) {
+    return s.AddGradient(c, param, offset, DType::kF32, values.data(), values.size() * 4);
+  }
+
+  static std::vector<float> Param(Session& s, int param) {
+    Outcome unused;
+    absl::Notification done;
+    std::vector<float> out;
+    s.GetSnapshot(DType::kF32, [&](absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snap) {
+      out = Floats((*snap)->values[param]);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return out;
+  }
+
+  std::unique_ptr<Engine> engine_;
+};
+
+// Float64 AdamW of one element (spec §3.1), first step from zero state.
+double AdamFirstStep(double p, double g, double lr, double wd) {
+  const double m = 0.1 * g, v = 0.001 * g * g;
+  const double d = (m / 0.1) / (std::sqrt(v / 0.001) + 1e-8) + wd * p;
+  return p - lr * d;
+}
+
+TEST_F(SessionTest, ShardedTrainersTogetherCoverEveryElement) {
+  auto s = MakeSession(GradientMode::kSharded, 2);
+  Contribution t0 = Begin(*s, 1, 0);
+  Contribution t1 = Begin(*s, 1, 1);
+  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3}), IsOk());
+  ASSERT_THAT(Send(*s, t1, 0, 3, {4, 5, 6}), IsOk());
+  ASSERT_THAT(Send(*s, t1, 1, 0, {-1, 0, 1}), IsOk());
+  Outcome o0, o1;
+  ASSERT_THAT(s->Commit(t0, 3, o0.Callback()), IsOk());
+  EXPECT_FALSE(o0.HasBeenNotified());
+  ASSERT_THAT(s->Commit(t1, 6, o1.Callback()), IsOk());
+  auto r0 = o0.Wait();
+  auto r1 = o1.Wait();
+  ASSERT_THAT(r0.status(), IsOk());
+  ASSERT_THAT(r1.status(), IsOk());
+  EXPECT_EQ(r0->step, 1u);
+  EXPECT_FALSE(r0->skipped);
+  EXPECT_NEAR(r0->grad_norm, std::sqrt(91.0 + 2.0), 1e-9);
+  EXPECT_EQ(r0->params, r1->params);  // serialised once, shared
+  const std::vector<float> w = Floats(r0->params->values[0]);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(w[i], AdamFirstStep(0, i + 1, 0.1, 0.5), 1e-7);
+  const std::vector<float> b = Floats(r0->params->values[1]);
+  EXPECT_NEAR(b[0], 0.1, 1e-6);  // -lr * sign(g)
+  EXPECT_EQ(b[1], 0.0f);
+  EXPECT_NEAR(b[2], -0.1, 1e-6);
+}
+
+TEST_F(SessionTest, CommitWithMissingCoverageIsRefusedAndCanBeResent) {
+  auto s = MakeSession(GradientMode::kSharded, 1);
+  Contribution c = Begin(*s, 1, 0);
+  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(Send(*s, c, 1, 0, {1}), IsOk());
+  Outcome o;
+  EXPECT_THAT(s->Commit(c, 0, o.Callback()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "param 'b': gradient elements [1, 3)"));
+  // The trainer begins again and sends everything.
+  c = Begin(*s, 1, 0);
+  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(Send(*s, c, 1, 0, {1, 2, 3}), IsOk());
+  ASSERT_THAT(s->Commit(c, 9, o.Callback()), IsOk());
+  EXPECT_THAT(o.Wait().status(), IsOk());
+}
+
+TEST_F(SessionTest, OverlapDuplicateAndOutOfRangeChunksAreRefused) {
+  auto s = MakeSession(GradientMode::kSharded, 2);
+  Contribution t0 = Begin(*s, 1, 0);
+  Contribution t1 = Begin(*s, 1, 1);
+  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3}), IsOk());
+  EXPECT_THAT(Send(*s, t1, 0, 2, {1, 2}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "chunk [2, 4) from trainer 1 overlaps chunk [0, 3) from trainer 0"));
+  EXPECT_THAT(Send(*s, t0, 0, 0, {1, 2, 3}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "duplicates"));
+  EXPECT_THAT(Send(*s, t0, 0, 5, {1, 2}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "chunk [5, 7) exceeds 6 elements"));
+  EXPECT_THAT(Send(*s, t0, 7, 0, {1}), StatusIs(absl::StatusCode::kNotFound, "param_id 7"));
+  float three = 1;
+  EXPECT_THAT(s->AddGradient(t0, 1, 0, DType::kF32, &three, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument, "3 bytes is not a multiple"));
+}
+
+TEST_F(SessionTest, StepOutOfSequenceNamesTheExpectedStep) {
+  auto s = MakeSession(GradientMode::kSharded, 1);
+  StepBegin begin;
+  begin.step = 3;
+  EXPECT_THAT(s->Begin(begin).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "step 3 out of sequence; expected step 1"));
+  begin.step = 1;
+  begin.trainer = 1;
+  EXPECT_THAT(s->Begin(begin).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "trainer_id 1 out of range"));
+}
+
+TEST_F(SessionTest, RetriedCommitAndReplayedStepDoNotApplyTwice) {
+  auto s = MakeSession(GradientMode::kSharded, 2);
+  Contribution t0 = Begin(*s, 1, 0);
+  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  Outcome first;
+  ASSERT_THAT(s->Commit(t0, 0, first.Callback()), IsOk());
+  // Trainer 0's stream breaks; it reconnects and resends the same step.
+  Contribution retry = Begin(*s, 1, 0);
+  EXPECT_TRUE(retry.retry);
+  ASSERT_THAT(Send(*s, retry, 0, 0, {100, 100, 100, 100, 100, 100}), IsOk());  // ignored
+  Outcome second;
+  ASSERT_THAT(s->Commit(retry, 0, second.Callback()), IsOk());
+  Contribution t1 = Begin(*s, 1, 1);
+  ASSERT_THAT(Send(*s, t1, 1, 0, {1, 1, 1}), IsOk());
+  Outcome third;
+  ASSERT_THAT(s->Commit(t1, 0, third.Callback()), IsOk());
+  auto r = third.Wait();
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_THAT(first.Wait().status(), IsOk());
+  ASSERT_THAT(second.Wait().status(), IsOk());
+  const std::vector<float> after = Param(*s, 0);
+  EXPECT_NEAR(after[0], AdamFirstStep(0, 1, 0.1, 0.5), 1e-7);
+  // After the step was applied, the same step again replays its result without applying.
+  Contribution replay = Begin(*s, 1, 1);
+  EXPECT_TRUE(replay.replay);
+  Outcome replayed;
+  ASSERT_THAT(s->Commit(replay, 0, replayed.Callback()), IsOk());
+  auto rr = replayed.Wait();
+  ASSERT_THAT(rr.status(), IsOk());
+  EXPECT_EQ(rr->step, 1u);
+  EXPECT_EQ(rr->grad_norm, r->grad_norm);
+  EXPECT_EQ(Param(*s, 0), after);
+  EXPECT_EQ(s->stats().step, 1u);
+}
+
+TEST_F(SessionTest, NonFiniteGradientSkipsTheStepAndChangesNothing) {
+  auto s = MakeSession(GradientMode::kSharded, 1);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    const uint64_t step = s->stats().step + 1;
+    Contribution c = Begin(*s, step, 0);
+    ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+    ASSERT_THAT(Send(*s, c, 1, 0, {1, bad, 1}), IsOk());
+    Outcome o;
+    ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());
+    auto r = o.Wait();
+    ASSERT_THAT(r.status(), IsOk());
+    EXPECT_TRUE(r->skipped);
+    EXPECT_EQ(r->grad_norm, 0.0);
+    EXPECT_EQ(Param(*s, 0), std::vector<float>(6, 0.0f));
+  }
+  EXPECT_EQ(s->stats().skipped_steps, 2u);
+  // The Adam counter did not advance: the next real step is a first step (t = 1).
+  Contribution c = Begin(*s, 3, 0);
+  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(Send(*s, c, 1, 0, {1, 1, 1}), IsOk());
+  Outcome o;
+  ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());
+  ASSERT_THAT(o.Wait().status(), IsOk());
+  EXPECT_NEAR(Param(*s, 0)[1], AdamFirstStep(0, 2, 0.1, 0.5), 1e-7);
+}
+
+TEST_F(SessionTest, ClippingScalesEveryGradientOnlyAboveTheThreshold) {
+  // SGD makes the applied gradient visible: p = -lr * g_clipped.
+  SessionConfig config;
+  config.params = {ParamInfo{"w", {2, 2}}};
+  SubOptimizerConfig sgd;
+  sgd.name = "sgd";
+  sgd.kind = "sgd";
+  sgd.sgd.lr = 1.0;
+  config.chain.sub_optimizers = {sgd};
+  config.chain.clip_grad = 1.0;
+  auto s = engine_->CreateSession(config)->session;
+  Contribution c = Begin(*s, 1, 0);
+  ASSERT_THAT(Send(*s, c, 0, 0, {3, 0, 0, 4}), IsOk());  // norm 5
+  Outcome o;
+  ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());
+  auto r = o.Wait();
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_TRUE(r->clipped);
+  EXPECT_DOUBLE_EQ(r->grad_norm, 5.0);
+  const float coef = static_cast<float>(1.0 / (5.0 + 1e-6));
+  EXPECT_EQ(Param(*s, 0), (std::vector<float>{-3 * coef, 0, 0, -4 * coef}));
+  // Below the threshold the gradient is used bit for bit.
+  c = Begin(*s, 2, 0);
+  ASSERT_THAT(Send(*s, c, 0, 0, {0.5f, 0, 0, 0.25f}), IsOk());
+  Outcome o2;
+  ASSERT_THAT(s->Commit(c, 0, o2.Callback()), IsOk());
+  auto r2 = o2.Wait();
+  EXPECT_FALSE(r2->clipped);
+  EXPECT_EQ(Param(*s, 0), (std::vector<float>{-3 * coef - 0.5f, 0, 0, -4 * coef - 0.25f}));
+}
+
+TEST_F(SessionTest, ReplicatedGradientsAreAveragedInTrainerOrder) {
+  auto s = MakeSession(GradientMode::kReplicated, 3);
+  std::vector<Outcome> outcomes(3);
+  // Arrival order 2, 0, 1.
+  for (int t : {2, 0, 1}) {
+    Contribution c = Begin(*s, 1, t);
+    ASSERT_THAT(Send(*s, c, 0, 0, std::vector<float>(6, static_cast<float>(t + 1))), IsOk());
+    ASSERT_THAT(Send(*s, c, 1, 0, std::vector<float>(3, 0.1f * (t + 1))), IsOk());
+    ASSERT_THAT(s->Commit(c, 9, outcomes[t].Callback()), IsOk());
+  }
+  auto r = outcomes[0].Wait();
+  ASSERT_THAT(r.status(), IsOk());
+  const float mean_b = ((0.1f + 0.2f) + 0.3f) * (1.0f / 3.0f);
+  const float mean_w = (1.0f + 2.0f + 3.0f) * (1.0f / 3.0f);
+  EXPECT_NEAR(r->grad_norm, std::sqrt(6.0 * mean_w * mean_w + 3.0 * mean_b * mean_b), 1e-6);
+}
+
+TEST_F(SessionTest, ReplicatedTrainerMustSendEverything) {
+  auto s = MakeSession(GradientMode::kReplicated, 2);
+  Contribution c = Begin(*s, 1, 1);
+  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  Outcome o;
+  EXPECT_THAT(s->Commit(c, 0, o.Callback()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "param 'b': gradient elements [0, 3) of 3 missing from trainer 1"));
+}
+
+TEST_F(SessionTest, IncompleteStepIsAbortedAfterTheDeadlineWithStateUnchanged) {
+  auto s = MakeSession(GradientMode::kSharded, 2, 0.0, absl::Milliseconds(200));
+  Contribution t0 = Begin(*s, 1, 0);
+  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(Send(*s, t0, 1, 0, {1, 2, 3}), IsOk());
+  Outcome o;
+  ASSERT_THAT(s->Commit(t0, 0, o.Callback()), IsOk());
+  EXPECT_THAT(o.Wait().status(), StatusIs(absl::StatusCode::kAborted, "redo the step"));
+  EXPECT_EQ(s->stats().step, 0u);
+  EXPECT_EQ(Param(*s, 0), std::vector<float>(6, 0.0f));
+  // The stale contribution is refused; the step can be redone.
+  EXPECT_THAT(Send(*s, t0, 0, 0, {1}), StatusIs(absl::StatusCode::kAborted));
+  Contribution again = Begin(*s, 1, 0);
+  EXPECT_FALSE(again.retry);
+  EXPECT_THAT(Send(*s, again, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+}
+
+TEST_F(SessionTest, TrainersMustAgreeOnTheSchedule) {
+  auto s = MakeSession(GradientMode::kSharded, 2);
+  StepBegin begin;
+  begin.step = 1;
+  begin.schedules[0].lr = 0.01;
+  ASSERT_THAT(s->Begin(begin).status(), IsOk());
+  begin.trainer = 1;
+  begin.schedules[0].lr = 0.02;
+  EXPECT_THAT(s->Begin(begin).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "trainer 1 gives group 0 lr 0.02"));
+  begin.schedules[0].lr = -1;
+  EXPECT_THAT(s->Begin(begin).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "lr = -1 must be finite and >= 0"));
+  begin.schedules.clear();
+  begin.schedules[5].lr = 0.01;
+  EXPECT_THAT(s->Begin(begin).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "unknown group 5"));
+}
+
+TEST_F(SessionTest, InitialValuesOnlyBeforeTheFirstStep) {
+  auto s = MakeSession(GradientMode::kSharded, 1);
+  std::vector<float> init = {1, 2, 3};
+  ASSERT_THAT(s->InitValues(1, 0, DType::kF32, init.data(), 12), IsOk());
+  EXPECT_EQ(Param(*s, 1), init);
+  EXPECT_THAT(s->InitValues(1, 1, DType::kF32, init.data(), 12),
+              StatusIs(absl::StatusCode::kInvalidArgument, "values [1, 4) exceed 3 elements"));
+  Contribution c = Begin(*s, 1, 0);
+  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  EXPECT_THAT(s->InitValues(1, 0, DType::kF32, init.data(), 12),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "before the first step"));
+}
+
+TEST_F(SessionTest, ClosedSessionAbortsWaitersAndRefusesSteps) {
+  auto s = MakeSession(GradientMode::kSharded, 2);
+  Contribution c = Begin(*s, 1, 0);
+  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  Outcome o;
+  ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());
+  ASSERT_THAT(engine_->CloseSession(s->id()), IsOk());
+  EXPECT_THAT(o.Wait().status(), StatusIs(absl::StatusCode::kUnavailable, "closed"));
+  EXPECT_THAT(engine_->GetSession(s->id()).status(), StatusIs(absl::StatusCode::kNotFound));
+  StepBegin begin;
+  begin.step = 1;
+  EXPECT_THAT(s->Begin(begin).status(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+}  // namespace
+}  // namespace optstep

@@ -1,0 +1,81 @@
+#include "server/engine/step_contributions.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+
+const std::vector<std::string> kNames = {"a", "b"};
+
+TEST(StepContributionsTest, ShardedRangesFromSeveralTrainersCompleteTogether) {
+  StepContributions c(GradientMode::kSharded, 2, {10, 4}, &kNames);
+  EXPECT_FALSE(c.started());
+  ASSERT_THAT(c.AddRange(0, 0, 0, 4), IsOk());
+  ASSERT_THAT(c.AddRange(1, 0, 4, 6), IsOk());
+  EXPECT_TRUE(c.started());
+  EXPECT_THAT(c.CheckAllComplete(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "param 'b': gradient elements [0, 4)"));
+  ASSERT_THAT(c.AddRange(1, 1, 2, 2), IsOk());
+  EXPECT_THAT(c.CheckAllComplete(), StatusIs(absl::StatusCode::kInvalidArgument, "[0, 2) of 4"));
+  ASSERT_THAT(c.AddRange(0, 1, 0, 2), IsOk());
+  EXPECT_THAT(c.CheckAllComplete(), IsOk());
+  EXPECT_EQ(c.elements_from(0), 6);
+  EXPECT_EQ(c.elements_from(1), 8);
+}
+
+TEST(StepContributionsTest, GapInTheMiddleIsNamed) {
+  StepContributions c(GradientMode::kSharded, 1, {10}, &kNames);
+  ASSERT_THAT(c.AddRange(0, 0, 0, 3), IsOk());
+  ASSERT_THAT(c.AddRange(0, 0, 7, 3), IsOk());
+  EXPECT_THAT(c.CheckAllComplete(), StatusIs(absl::StatusCode::kInvalidArgument, "[3, 7) of 10"));
+}
+
+TEST(StepContributionsTest, OverlapsAreRefusedAcrossTrainersWhenSharded) {
+  StepContributions c(GradientMode::kSharded, 2, {10}, &kNames);
+  ASSERT_THAT(c.AddRange(0, 0, 2, 4), IsOk());
+  EXPECT_THAT(c.AddRange(1, 0, 0, 3), StatusIs(absl::StatusCode::kInvalidArgument, "overlaps"));
+  EXPECT_THAT(c.AddRange(1, 0, 5, 3), StatusIs(absl::StatusCode::kInvalidArgument, "overlaps"));
+  EXPECT_THAT(c.AddRange(1, 0, 2, 4), StatusIs(absl::StatusCode::kInvalidArgument, "duplicates"));
+  EXPECT_THAT(c.AddRange(1, 0, 0, 2), IsOk());   // adjacent is fine
+  EXPECT_THAT(c.AddRange(1, 0, 6, 4), IsOk());
+  EXPECT_THAT(c.AddRange(1, 0, 10, 1), StatusIs(absl::StatusCode::kInvalidArgument, "exceeds 10"));
+  EXPECT_THAT(c.AddRange(1, 0, 3, 0), StatusIs(absl::StatusCode::kInvalidArgument, "empty chunk"));
+}
+
+TEST(StepContributionsTest, ReplicatedTrainersEachCoverEverything) {
+  StepContributions c(GradientMode::kReplicated, 2, {4, 2}, &kNames);
+  ASSERT_THAT(c.AddRange(0, 0, 0, 4), IsOk());
+  ASSERT_THAT(c.AddRange(1, 0, 0, 4), IsOk());  // same range, other trainer: fine
+  ASSERT_THAT(c.AddRange(0, 1, 0, 2), IsOk());
+  EXPECT_THAT(c.CheckTrainerComplete(0), IsOk());
+  EXPECT_THAT(c.CheckTrainerComplete(1),
+              StatusIs(absl::StatusCode::kInvalidArgument, "param 'b': gradient elements [0, 2) of 2 missing from trainer 1"));
+}
+
+TEST(StepContributionsTest, DropTrainerForgetsItsRangesAndCommit) {
+  StepContributions c(GradientMode::kSharded, 2, {10}, &kNames);
+  ASSERT_THAT(c.AddRange(0, 0, 0, 5), IsOk());
+  ASSERT_THAT(c.AddRange(1, 0, 5, 5), IsOk());
+  c.Commit(0);
+  c.Commit(1);
+  EXPECT_TRUE(c.all_committed());
+  c.DropTrainer(1);
+  EXPECT_FALSE(c.all_committed());
+  EXPECT_FALSE(c.committed(1));
+  EXPECT_TRUE(c.committed(0));
+  EXPECT_EQ(c.elements_from(1), 0);
+  EXPECT_THAT(c.AddRange(1, 0, 5, 5), IsOk());  // may resend the same range
+  c.Reset();
+  EXPECT_FALSE(c.started());
+  EXPECT_FALSE(c.committed(0));
+}
+
+}  // namespace
+}  // namespace optstep

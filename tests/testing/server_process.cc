@@ -1,0 +1,79 @@
+#include "tests/testing/server_process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace optstep {
+namespace testutil {
+
+std::string RunfilePath(const std::string& workspace_relative) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return workspace_relative;
+  return absl::StrCat(srcdir, "/", workspace ? workspace : "optstep", "/", workspace_relative);
+}
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<std::string> args) {
+  const std::string binary = RunfilePath("server/optstep_server");
+  args.insert(args.begin(), {binary, "--port=0", "--host=127.0.0.1"});
+  int out[2];
+  if (pipe(out) != 0) return absl::InternalError("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    close(out[0]);
+    close(out[1]);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    std::perror("execv");
+    _exit(127);
+  }
+  close(out[1]);
+  std::unique_ptr<ServerProcess> process(new ServerProcess());
+  process->pid_ = pid;
+  // Read the first stdout line: "listening on 127.0.0.1:PORT (device cpu)".
+  std::string line;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  char c;
+  while (absl::Now() < deadline) {
+    const ssize_t n = read(out[0], &c, 1);
+    if (n <= 0) break;
+    if (c == '\n') break;
+    line.push_back(c);
+  }
+  close(out[0]);
+  const std::string prefix = "listening on ";
+  if (line.rfind(prefix, 0) != 0) {
+    return absl::UnavailableError(absl::StrCat("server did not start; first line: '", line, "'"));
+  }
+  const std::string rest = line.substr(prefix.size());
+  process->address_ = rest.substr(0, rest.find(' '));
+  return process;
+}
+
+int ServerProcess::SignalAndWait(int signal) {
+  int status = 0;
+  if (pid_ <= 0) return -1;
+  kill(pid_, signal);
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) SignalAndWait(SIGKILL);
+}
+
+}  // namespace testutil
+}  // namespace optstep

@@ -1,0 +1,44 @@
+#ifndef OPTSTEP_TESTS_TESTING_SERVER_PROCESS_H_
+#define OPTSTEP_TESTS_TESTING_SERVER_PROCESS_H_
+
+// Runs the real optstep_server binary as a child process on a free port (--port=0), for
+// integration tests. The binary is found in the test's runfiles.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace optstep {
+namespace testutil {
+
+class ServerProcess {
+ public:
+  // Starts the server with `args` (besides --port=0 --host=127.0.0.1) and waits for its
+  // "listening on" line. UNAVAILABLE when it exits or stays silent for 30 s.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(std::vector<std::string> args = {});
+  // SIGKILLs the process if it still runs.
+  ~ServerProcess();
+
+  const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+  // Sends `signal` and waits for the exit; answers the exit status as waitpid reports it.
+  int SignalAndWait(int signal);
+
+ private:
+  ServerProcess() = default;
+
+  pid_t pid_ = -1;
+  std::string address_;
+};
+
+// Path of a binary of this workspace in the test's runfiles, e.g. "server/optstep_server".
+std::string RunfilePath(const std::string& workspace_relative);
+
+}  // namespace testutil
+}  // namespace optstep
+
+#endif  // OPTSTEP_TESTS_TESTING_SERVER_PROCESS_H_

@@ -3,7 +3,7 @@
 # (also written to .test-summary). Used by `make test` and by CI.
 #   1. bazel test //...            (C++ unit, service and integration tests; `gpu` tests filtered)
 #   2. bazel build --config=cuda //...   where nvcc exists, so CUDA code keeps compiling
-#   3. pytest tests/python         where the Python package exists
+#   3. pytest tests/python         (the Python client; bazel/python_env.sh makes .venv first)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,8 +36,11 @@ fi
 if [[ -d tests/python ]]; then
   echo "== pytest tests/python"
   bazel/python_env.sh >/dev/null || add "0 passed, 1 failed"
+  # The tests start the server binary (bazel test builds only what tests depend on).
+  bazel build //server:optstep_server 2>&1 | tail -1
   if [[ -x .venv/bin/python ]]; then
-    .venv/bin/python -m pytest -q tests/python 2>&1 | tee /tmp/optstep-pytest.log | tail -15
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 |
+      tee /tmp/optstep-pytest.log | tail -30
     line=$(grep -E '[0-9]+ (passed|failed)' /tmp/optstep-pytest.log | tail -1)
     p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
     f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | awk '{n += $1} END {print n + 0}')

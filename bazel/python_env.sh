@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Creates .venv with what the Python client, its tests and the demo need, from PyPI: grpcio,
+# grpcio-tools, protobuf, numpy, pytest, torch, scikit-learn, matplotlib, and the package itself
+# (client/python, editable, stubs generated from proto/). Idempotent: does nothing when .venv was
+# built from the same inputs (this script, the package's build files, the protos). The system
+# Python stays untouched. Prints the venv's python on the last line.
+#
+# torch comes from PyPI, whose Linux x86_64 wheels pull the CUDA libraries (about 5 GB installed;
+# the CPU-only wheels live on another index that these machines cannot reach). The CPU is all
+# the tests and the demo use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${OPTSTEP_VENV:-.venv}
+PYTHON=/usr/bin/python3
+[[ -x $PYTHON ]] || PYTHON=$(command -v python3)
+
+inputs=(bazel/python_env.sh client/python/pyproject.toml client/python/setup.py
+        proto/optstep/v1/*.proto)
+want=$(cat "${inputs[@]}" | sha256sum | cut -c1-16)
+stamp=$VENV/.optstep-env
+if [[ -f $stamp && $(cat "$stamp") == "$want" ]] &&
+   "$VENV/bin/python" -c 'import optstep.v1.optimizer_service_pb2_grpc' 2>/dev/null; then
+  echo "$VENV/bin/python"
+  exit 0
+fi
+
+if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+  echo "installing python3-venv" >&2
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+    python3-venv >&2
+fi
+[[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
+
+pip=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+start=$SECONDS
+"${pip[@]}" "setuptools>=64" wheel "grpcio-tools>=1.62" >&2
+# --no-build-isolation: build with the grpcio-tools just installed, so that the generated stubs
+# and the protobuf runtime agree.
+"${pip[@]}" --no-build-isolation -e "client/python[dev]" >&2
+echo "python env ready in $((SECONDS - start)) s ($(du -sh "$VENV" | cut -f1))" >&2
+echo "$want" >"$stamp"
+echo "$VENV/bin/python"

@@ -1,0 +1,520 @@
+"""optstep.Client: sessions, optimizer steps, parameters, state dicts and health over gRPC.
+
+The Python counterpart of the C++ ``optstep::Client`` (client/cpp/client.h), and it behaves the
+same way: one channel per rank; sessions are asked of rank 0; a step sends this trainer's
+gradient chunks to the ranks that own their parameters (SessionInfo.layout), one Step stream per
+rank of the layout (header, chunks, commit), and the updated parameters come back from rank
+``trainer_id % world_size`` only. Every error is an :class:`optstep.OptstepError` carrying the
+gRPC code and message, whether the server answered it or the client found it first::
+
+    with optstep.Client("localhost:50051") as client:
+        info, _ = client.create_session(spec)
+        client.init_parameters(info.session_id, {"w": w0})
+        reply = client.step(info.session_id, step=info.step + 1, gradients={"w": grad})
+        w1 = reply.params[0]
+
+Thread-safe: calls may run from several threads at once (each has its own gRPC call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
+                    Optional, Sequence, Union)
+
+import grpc
+import numpy as np
+
+from optstep import dtypes
+from optstep.chunks import (GradientSlice, ParamAssembler, TensorBuffer, plan_contributions,
+                            split_array)
+from optstep.errors import (FailedPreconditionError, InternalError, InvalidArgumentError,
+                            OptstepError, UnavailableError, from_rpc_error)
+from optstep.layout import ParamRef, SessionLayout
+from optstep.step_call import receive_step, step_requests, tensor_chunk
+from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2,
+                        checkpoint_service_pb2_grpc as ckpt_grpc,
+                        optimizer_service_pb2 as svc_pb2,
+                        optimizer_service_pb2_grpc as svc_grpc, session_pb2)
+
+__all__ = ["Client", "CreatedSession", "GroupSchedule", "StepReply", "Parameters",
+           "Gradients", "MAX_CHUNK_BYTES"]
+
+#: The server's limit on one chunk's payload.
+MAX_CHUNK_BYTES = 4 << 20
+_CHUNK_ENVELOPE_BYTES = 1024
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_SERVING = 1
+
+#: A step's gradients: whole tensors by parameter id or name, or slices (any ranges).
+Gradients = Union[Mapping[int, Any], Mapping[str, Any], Iterable[GradientSlice]]
+
+
+class CreatedSession(NamedTuple):
+    info: session_pb2.SessionInfo
+    attached: bool  # True when an existing session of the same name and definition answered
+
+
+@dataclasses.dataclass
+class GroupSchedule:
+    """This step's schedule values for one hyperparameter group (SessionInfo.groups[].id)."""
+
+    group_id: int
+    lr: Optional[float] = None
+    weight_decay: Optional[float] = None
+
+
+@dataclasses.dataclass
+class StepReply:
+    step: int            # the step just applied (or skipped)
+    skipped: bool        # non-finite gradients: nothing changed
+    grad_norm: float     # pre-clip global L2 norm; 0 when skipped
+    clipped: bool
+    #: Updated parameters by id, shaped: float32 arrays, or uint16 bf16 bits for bf16. Empty
+    #: with skip_return (and for a skipped step the server sends none).
+    params: Dict[int, np.ndarray]
+
+
+@dataclasses.dataclass
+class Parameters:
+    step: int  # the step the values belong to
+    params: Dict[int, np.ndarray]
+
+
+@dataclasses.dataclass
+class _Rank:
+    target: str
+    channel: grpc.Channel
+    service: svc_grpc.OptimizerServiceStub
+    checkpoint: ckpt_grpc.CheckpointServiceStub
+
+
+def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Runs a unary gRPC call, converting its error."""
+    try:
+        return fn(*args, **kwargs)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e) from None
+
+
+class Client:
+    """A connection to the ranks of an optstep server group.
+
+    Args:
+      target: gRPC target of rank 0, e.g. "localhost:50051".
+      rank_targets: target of every rank, by rank; overrides `target`. Without it, ranks beyond
+        0 are reached at the addresses the server advertises in the session layout.
+      connect_timeout: seconds to wait for every given rank to be reachable (UnavailableError
+        otherwise); 0 connects lazily on the first call.
+      rpc_timeout: deadline of unary calls (sessions, health), seconds.
+      stream_timeout: deadline of streaming calls (steps, parameters, state dicts), seconds. A
+        step waits for every trainer's contribution, so this bounds the slowest trainer too.
+      wait_for_ready: calls wait (until their deadline) for a channel that is not ready instead
+        of failing at once with UNAVAILABLE.
+      max_chunk_bytes: largest tensor payload of one chunk, between 4 bytes and 4 MiB.
+      max_message_bytes, stream_lookahead_bytes, max_frame_bytes, bdp_probe: transport tuning
+        (DESIGN.md §4); the defaults are the measured throughput settings of the C++ client.
+    """
+
+    def __init__(self, target: Optional[str] = None, *,
+                 rank_targets: Optional[Sequence[str]] = None,
+                 connect_timeout: float = 10.0, rpc_timeout: float = 30.0,
+                 stream_timeout: float = 600.0, wait_for_ready: bool = False,
+                 max_chunk_bytes: int = MAX_CHUNK_BYTES, max_message_bytes: int = 8 << 20,
+                 stream_lookahead_bytes: int = 256 << 20,
+                 max_frame_bytes: int = (16 << 20) - 1, bdp_probe: bool = False) -> None:
+        targets = list(rank_targets or ([target] if target else []))
+        if not targets or any(not t for t in targets):
+            raise InvalidArgumentError("Client: no target (expected \"host:port\"), or an empty "
+                                       "rank target")
+        if connect_timeout < 0 or rpc_timeout <= 0 or stream_timeout <= 0:
+            raise InvalidArgumentError(
+                f"Client: connect_timeout {connect_timeout} must be >= 0, rpc_timeout "
+                f"{rpc_timeout} and stream_timeout {stream_timeout} > 0")
+        if not 4 <= max_chunk_bytes <= MAX_CHUNK_BYTES:
+            raise InvalidArgumentError(
+                f"Client: max_chunk_bytes {max_chunk_bytes} is outside [4, {MAX_CHUNK_BYTES}]")
+        if max_message_bytes < max_chunk_bytes + _CHUNK_ENVELOPE_BYTES:
+            raise InvalidArgumentError(
+                f"Client: max_message_bytes {max_message_bytes} cannot hold a chunk of "
+                f"{max_chunk_bytes} bytes plus its envelope")
+        self._explicit_ranks = rank_targets is not None
+        self._rpc_timeout = rpc_timeout
+        self._stream_timeout = stream_timeout
+        self._wait_for_ready = wait_for_ready
+        self._max_chunk_bytes = max_chunk_bytes
+        self._channel_options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.http2.bdp_probe", 1 if bdp_probe else 0),
+            ("grpc.http2.lookahead_bytes", stream_lookahead_bytes),
+            ("grpc.http2.max_frame_size", max_frame_bytes),
+            ("grpc.use_local_subchannel_pool", 1),
+        ]
+        self._lock = threading.Lock()
+        self._layouts: Dict[str, SessionLayout] = {}
+        self._ranks: List[_Rank] = [self._open(t) for t in targets]
+        if connect_timeout > 0:
+            deadline = time.monotonic() + connect_timeout
+            for r, rank in enumerate(self._ranks):
+                try:
+                    grpc.channel_ready_future(rank.channel).result(
+                        timeout=max(0.0, deadline - time.monotonic()))
+                except grpc.FutureTimeoutError:
+                    self.close()
+                    raise UnavailableError(f"cannot connect to rank {r} at '{rank.target}' "
+                                           f"within {connect_timeout:g} s") from None
+
+    # ---- lifetime
+
+    def close(self) -> None:
+        """Closes every channel. The client cannot be used afterwards."""
+        with self._lock:
+            ranks, self._ranks = self._ranks, []
+        for rank in ranks:
+            rank.channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks this client has a channel to."""
+        return len(self._ranks)
+
+    def _open(self, target: str) -> _Rank:
+        channel = grpc.insecure_channel(target, options=self._channel_options)
+        return _Rank(target, channel, svc_grpc.OptimizerServiceStub(channel),
+                     ckpt_grpc.CheckpointServiceStub(channel))
+
+    def _rank0(self) -> _Rank:
+        if not self._ranks:
+            raise FailedPreconditionError("Client: closed")
+        return self._ranks[0]
+
+    def _ranks_for(self, layout: SessionLayout) -> List[_Rank]:
+        """The channels of every rank of `layout`, opening advertised ones on first use."""
+        with self._lock:
+            have = len(self._ranks)
+            if have < layout.world_size and not self._explicit_ranks and \
+                    len(layout.rank_targets) >= layout.world_size:
+                self._ranks += [self._open(t) for t in layout.rank_targets[have:layout.world_size]]
+            if len(self._ranks) < layout.world_size:
+                raise FailedPreconditionError(
+                    f"session '{layout.session_id}' is laid out over {layout.world_size} ranks "
+                    f"but this client knows {len(self._ranks)} (rank_targets)")
+            return self._ranks[:layout.world_size]
+
+    def _unary_kwargs(self) -> Dict[str, Any]:
+        return {"timeout": self._rpc_timeout, "wait_for_ready": self._wait_for_ready}
+
+    # ---- sessions (asked of rank 0; the answers refresh the cached layouts)
+
+    def create_session(self, spec: session_pb2.SessionSpec) -> CreatedSession:
+        """Registers a model, or attaches to the existing session of the same name and
+        definition."""
+        response = _call(self._rank0().service.CreateSession,
+                         svc_pb2.CreateSessionRequest(spec=spec), **self._unary_kwargs())
+        self._remember(response.session)
+        return CreatedSession(response.session, response.attached)
+
+    def get_session(self, session_id: str) -> session_pb2.SessionInfo:
+        info = _call(self._rank0().service.GetSession,
+                     svc_pb2.GetSessionRequest(session_id=session_id), **self._unary_kwargs())
+        self._remember(info)
+        return info
+
+    def list_sessions(self) -> List[session_pb2.SessionInfo]:
+        response = _call(self._rank0().service.ListSessions, svc_pb2.ListSessionsRequest(),
+                         **self._unary_kwargs())
+        return list(response.sessions)
+
+    def close_session(self, session_id: str) -> None:
+        """Drops the session, its parameters and state on the server."""
+        _call(self._rank0().service.CloseSession,
+              svc_pb2.CloseSessionRequest(session_id=session_id), **self._unary_kwargs())
+        with self._lock:
+            self._layouts.pop(session_id, None)
+
+    def layout(self, session_id: str, refresh: bool = False) -> SessionLayout:
+        """The session's parameters and owner ranks (cached; `refresh` asks again)."""
+        if not refresh:
+            with self._lock:
+                cached = self._layouts.get(session_id)
+            if cached is not None:
+                return cached
+        return self._remember(self.get_session(session_id))
+
+    def _remember(self, info: session_pb2.SessionInfo) -> SessionLayout:
+        layout = SessionLayout.from_session_info(info)
+        with self._lock:
+            self._layouts[info.session_id] = layout
+        return layout
+
+    # ---- parameters
+
+    def init_parameters(self, session_id: str, values: Gradients) -> int:
+        """Sets initial values (any dtype; whole tensors or slices) before the first step.
+
+        Every rank of the layout holds every master, so every rank receives all the values.
+        FailedPreconditionError after the first step. Answers the number of elements written.
+        """
+        layout = self.layout(session_id)
+        slices = _as_slices(layout, values, "initial values")
+        plan = plan_contributions(layout, slices, self._max_chunk_bytes)
+        chunks = [chunk for contribution in plan for chunk in contribution.chunks]
+        total = sum(c.data.size for c in chunks)
+
+        def requests() -> Iterator[svc_pb2.InitParametersRequest]:
+            for chunk in chunks:
+                yield svc_pb2.InitParametersRequest(session_id=session_id,
+                                                    values=tensor_chunk(chunk))
+
+        for r, rank in enumerate(self._ranks_for(layout)):
+            response = _call(rank.service.InitParameters, requests(),
+                             timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready)
+            if response.elements != total:
+                raise InternalError(f"session '{session_id}': rank {r} wrote "
+                                    f"{response.elements} of {total} initial values")
+        return total
+
+    def pull_parameters(self, session_id: str, dtype: dtypes.DTypeLike = "fp32",
+                        params: Optional[Sequence[ParamRef]] = None) -> Parameters:
+        """The current parameters (`params`, or all) in fp32 or bf16, after the last step."""
+        wire = _return_dtype(dtype)
+        layout = self.layout(session_id)
+        ids = layout.param_ids(params or ())
+        request = svc_pb2.PullParametersRequest(session_id=session_id, dtype=wire, param_ids=ids)
+        assembler = ParamAssembler(layout, wire, ids)
+        step = 0
+        call = self._rank0().service.PullParameters(request, timeout=self._stream_timeout,
+                                                    wait_for_ready=self._wait_for_ready)
+        try:
+            for i, response in enumerate(call):
+                if i == 0:
+                    step = response.step
+                if response.HasField("parameter"):
+                    chunk = response.parameter
+                    assembler.add(chunk.param_id, chunk.offset, chunk.dtype, chunk.data)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        except OptstepError:
+            call.cancel()
+            raise
+        return Parameters(step, assembler.finish())
+
+    # ---- steps
+
+    def step(self, session_id: str, step: int, gradients: Gradients, *, trainer_id: int = 0,
+             groups: Optional[Iterable[GroupSchedule]] = None,
+             return_dtype: dtypes.DTypeLike = "fp32",
+             return_params: Optional[Sequence[ParamRef]] = None,
+             skip_return: bool = False) -> StepReply:
+        """One optimizer step of trainer `trainer_id`.
+
+        `gradients` are this trainer's whole contribution to step number `step` (= the session's
+        step + 1): whole tensors keyed by parameter id or name, or GradientSlices (SHARDED
+        trainers send ranges). Each goes as its own dtype (fp32, bf16, fp16) unless a slice asks
+        for another. Validated here (InvalidArgumentError, NotFoundError) before anything is
+        sent; then one stream per rank of the layout. Blocks until every trainer has committed
+        and the step has run. `groups` set this step's lr / weight decay per group (unnamed
+        groups keep their defaults). The updated parameters (`return_params`, or all) come
+        back in `return_dtype` (fp32 or bf16) unless `skip_return`.
+
+        Raises FailedPreconditionError for a step out of sequence, AbortedError when the step
+        was aborted (redo it), DeadlineExceededError after `stream_timeout`. Retrying the same
+        (session, step, trainer) is safe.
+        """
+        if step <= 0:
+            raise InvalidArgumentError(f"session '{session_id}': step {step} is not a step; "
+                                       "steps are numbered from 1")
+        wire = _return_dtype(return_dtype)
+        layout = self.layout(session_id)
+        return_ids = layout.param_ids(return_params or ())
+        plan = plan_contributions(layout, _as_slices(layout, gradients, "gradient"),
+                                  self._max_chunk_bytes)
+        ranks = self._ranks_for(layout)
+        header = svc_pb2.StepHeader(session_id=session_id, step=step, trainer_id=trainer_id,
+                                    return_dtype=wire, return_param_ids=return_ids)
+        for group in groups or ():
+            header.groups.add(group_id=group.group_id, lr=group.lr,
+                              weight_decay=group.weight_decay)
+
+        # Every rank gets this trainer's commit (with its share of the chunks, possibly none);
+        # one rank, spread over trainers, streams the parameters back. gRPC consumes each
+        # request iterator on its own thread, so the streams are sent concurrently.
+        return_rank = trainer_id % layout.world_size
+        calls = []
+        for r, rank in enumerate(ranks):
+            rank_header = svc_pb2.StepHeader()
+            rank_header.CopyFrom(header)
+            rank_header.skip_return = skip_return or r != return_rank
+            calls.append(rank.service.Step(step_requests(rank_header, plan[r]),
+                                           timeout=self._stream_timeout,
+                                           wait_for_ready=self._wait_for_ready))
+        assembler = ParamAssembler(layout, wire, return_ids)
+        results: List[svc_pb2.StepResult] = []
+        try:
+            for r, call in enumerate(calls):
+                returns = r == return_rank and not skip_return
+                result = receive_step(call, assembler if returns else None)
+                if results and result.step != results[0].step:
+                    raise InternalError(f"rank {r} answered step {result.step}, rank 0 step "
+                                        f"{results[0].step}")
+                results.append(result)
+        except grpc.RpcError as e:
+            _cancel(calls)
+            raise from_rpc_error(e) from None
+        except OptstepError:
+            _cancel(calls)
+            raise
+        first = results[0]
+        # A skipped step may come back without parameters: nothing changed.
+        nothing_changed = first.skipped and assembler.chunks_added == 0
+        params = {} if skip_return or nothing_changed else assembler.finish()
+        return StepReply(first.step, first.skipped, first.grad_norm, first.clipped, params)
+
+    # ---- checkpoints and state dicts (CheckpointService on rank 0)
+
+    def save_checkpoint(self, session_id: str, name: str,
+                        on_progress: Optional[Callable[[Any], None]] = None
+                        ) -> ckpt_pb2.CheckpointProgress:
+        """Saves the session's state under the server's checkpoint root as `name`; answers the
+        last progress message (its `step` is the step captured)."""
+        return self._follow(self._rank0().checkpoint.Save,
+                            ckpt_pb2.SaveRequest(session_id=session_id, name=name), on_progress)
+
+    def load_checkpoint(self, session_id: str, name: str,
+                        on_progress: Optional[Callable[[Any], None]] = None
+                        ) -> ckpt_pb2.CheckpointProgress:
+        """Restores checkpoint `name` into the session (re-partitioned onto the current ranks)."""
+        last = self._follow(self._rank0().checkpoint.Load,
+                            ckpt_pb2.LoadRequest(session_id=session_id, name=name), on_progress)
+        self.layout(session_id, refresh=True)
+        return last
+
+    def _follow(self, rpc: Callable[..., Any], request: Any,
+                on_progress: Optional[Callable[[Any], None]]) -> ckpt_pb2.CheckpointProgress:
+        last = ckpt_pb2.CheckpointProgress()
+        try:
+            for progress in rpc(request, timeout=self._stream_timeout,
+                                wait_for_ready=self._wait_for_ready):
+                last = progress
+                if on_progress is not None:
+                    on_progress(progress)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return last
+
+    def export_state_dict(self, session_id: str,
+                          model_chunks: Optional[Sequence[int]] = None) -> Dict[str, np.ndarray]:
+        """The optimizer state dict: merged, or only the model chunks asked for.
+
+        Keys follow DESIGN.md §5: "param/<name>" (fp32 masters) and
+        "state/<sub-optimizer>/<name>/<key>"; values are shaped arrays in the dtype the server
+        sent (uint16 bits for bf16), scalar counters as 0-d arrays.
+        """
+        request = ckpt_pb2.ExportStateDictRequest(session_id=session_id,
+                                                  model_chunks=list(model_chunks or ()))
+        buffers: Dict[str, TensorBuffer] = {}
+        shapes: Dict[str, tuple] = {}
+        call = self._rank0().checkpoint.ExportStateDict(request, timeout=self._stream_timeout,
+                                                        wait_for_ready=self._wait_for_ready)
+        try:
+            for chunk in call:
+                buffer = buffers.get(chunk.key)
+                if buffer is None:
+                    shape = tuple(int(d) for d in chunk.shape)
+                    buffer = TensorBuffer(f"state dict key '{chunk.key}'",
+                                          int(np.prod(shape, dtype=np.int64)), chunk.dtype)
+                    buffers[chunk.key], shapes[chunk.key] = buffer, shape
+                buffer.add(chunk.offset, chunk.dtype, chunk.data)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        except OptstepError:
+            call.cancel()
+            raise
+        return {key: buffers[key].finish().reshape(shapes[key]) for key in buffers}
+
+    def import_state_dict(self, session_id: str,
+                          state: Mapping[str, Any]) -> ckpt_pb2.ImportStateDictResponse:
+        """Replaces the optimizer state (and masters, for "param/..." keys) with `state`, a
+        mapping like the one :meth:`export_state_dict` answers (numpy arrays or torch tensors;
+        uint16 arrays are bf16 bits). Answers the number of tensors and bytes the server took.
+        """
+        prepared = []
+        for key, value in state.items():
+            shape = tuple(np.shape(value))
+            is_bits = isinstance(value, np.ndarray) and value.dtype == np.uint16
+            array, wire = dtypes.to_wire_array(value, "bf16" if is_bits else None,
+                                               what=f"state dict key '{key}'")
+            prepared.append((key, shape, array, wire))
+
+        def requests() -> Iterator[ckpt_pb2.StateDictChunk]:
+            first = True
+            for key, shape, array, wire in prepared:
+                pieces = split_array(array, self._max_chunk_bytes) if array.size else [(0, array)]
+                for start, piece in pieces:
+                    yield ckpt_pb2.StateDictChunk(session_id=session_id if first else "",
+                                                  key=key, shape=shape, offset=start,
+                                                  dtype=wire, data=piece.tobytes())
+                    first = False
+
+        response = _call(self._rank0().checkpoint.ImportStateDict, requests(),
+                         timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready)
+        self.layout(session_id, refresh=True)
+        return response
+
+    # ---- health
+
+    def check_health(self, service: str = "") -> bool:
+        """True when `service` ("" = the whole server) on rank 0 is SERVING, False when not."""
+        encoded = service.encode()
+        request = (b"\x0a" + _varint(len(encoded)) + encoded) if encoded else b""
+        check = self._rank0().channel.unary_unary(_HEALTH_CHECK)
+        response = _call(check, request, timeout=self._rpc_timeout)
+        return response == b"\x08" + _varint(_SERVING)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _return_dtype(dtype: dtypes.DTypeLike) -> int:
+    wire = dtypes.wire_dtype(dtype)
+    if wire not in (dtypes.FP32, dtypes.BF16):
+        raise InvalidArgumentError(f"parameters can be returned as fp32 or bf16, not "
+                                   f"{dtypes.dtype_name(wire)}")
+    return wire
+
+
+def _as_slices(layout: SessionLayout, values: Gradients, what: str) -> List[GradientSlice]:
+    """Whole tensors (a mapping) become slices at offset 0, after a size/shape check."""
+    if not isinstance(values, Mapping):
+        return list(values)
+    slices = []
+    for ref, value in values.items():
+        param = layout.param(ref)
+        shape = tuple(np.shape(value))
+        size = int(np.prod(shape, dtype=np.int64))
+        if size != param.numel or (len(shape) > 1 and shape != param.shape):
+            raise InvalidArgumentError(
+                f"param '{param.name}': {what} of shape {list(shape)}, expected "
+                f"{list(param.shape)} ({param.numel} elements)")
+        slices.append(GradientSlice(param.param_id, value))
+    return slices
+
+
+def _cancel(calls: Sequence[Any]) -> None:
+    for call in calls:
+        call.cancel()

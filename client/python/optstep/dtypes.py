@@ -1,0 +1,155 @@
+"""Element types on the wire and the conversion of arrays to and from their wire bytes.
+
+Tensors cross gRPC as raw little-endian bytes of fp32, bf16 or fp16 (``optstep.v1.DType``).
+numpy has no bfloat16, so bf16 values are carried as ``np.uint16`` arrays of raw bits; the
+helpers :func:`bf16_bits_from_fp32` (round to nearest even, as the server does) and
+:func:`fp32_from_bf16_bits` convert. torch tensors (float32, bfloat16, float16) are accepted
+wherever an array is, without this module importing torch.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, Optional, Tuple, Union
+
+import numpy as np
+
+from optstep.errors import InvalidArgumentError
+from optstep.v1 import tensor_pb2
+
+__all__ = [
+    "DTypeLike",
+    "FP32",
+    "BF16",
+    "FP16",
+    "wire_dtype",
+    "dtype_name",
+    "element_size",
+    "numpy_dtype",
+    "bf16_bits_from_fp32",
+    "fp32_from_bf16_bits",
+    "to_wire_array",
+]
+
+FP32: int = tensor_pb2.DTYPE_FP32
+BF16: int = tensor_pb2.DTYPE_BF16
+FP16: int = tensor_pb2.DTYPE_FP16
+
+#: A wire element type: "fp32" / "float32", "bf16" / "bfloat16", "fp16" / "float16", or a
+#: ``optstep.v1.DType`` value (FP32, BF16, FP16).
+DTypeLike = Union[str, int]
+
+_NAMES = {
+    "fp32": FP32, "float32": FP32, "f32": FP32,
+    "bf16": BF16, "bfloat16": BF16,
+    "fp16": FP16, "float16": FP16, "f16": FP16, "half": FP16,
+}
+_CANONICAL: Dict[int, str] = {FP32: "fp32", BF16: "bf16", FP16: "fp16"}
+_NUMPY: Dict[int, np.dtype] = {FP32: np.dtype("<f4"), BF16: np.dtype("<u2"),
+                               FP16: np.dtype("<f2")}
+
+
+def wire_dtype(dtype: DTypeLike) -> int:
+    """The ``optstep.v1.DType`` value of `dtype`; InvalidArgumentError for anything else."""
+    if isinstance(dtype, str):
+        wire = _NAMES.get(dtype.lower())
+        if wire is not None:
+            return wire
+    elif isinstance(dtype, int) and dtype in _CANONICAL:
+        return dtype
+    raise InvalidArgumentError(f"dtype {dtype!r} is not one of fp32, bf16, fp16")
+
+
+def dtype_name(dtype: DTypeLike) -> str:
+    """"fp32", "bf16" or "fp16"."""
+    return _CANONICAL[wire_dtype(dtype)]
+
+
+def element_size(dtype: DTypeLike) -> int:
+    """Bytes per element on the wire (4 or 2)."""
+    return _NUMPY[wire_dtype(dtype)].itemsize
+
+
+def numpy_dtype(dtype: DTypeLike) -> np.dtype:
+    """The numpy dtype that holds `dtype`'s elements (uint16 raw bits for bf16)."""
+    return _NUMPY[wire_dtype(dtype)]
+
+
+def bf16_bits_from_fp32(values: np.ndarray) -> np.ndarray:
+    """Rounds fp32 values to bfloat16 (nearest, ties to even) and answers the raw uint16 bits.
+
+    NaN stays a (quiet) NaN; values that round past the largest bf16 become infinite, as in the
+    server's conversion.
+    """
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounded = bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
+    out = (rounded >> np.uint32(16)).astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        out[nan] = ((bits[nan] >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
+    return out
+
+
+def fp32_from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    """The fp32 values of raw bfloat16 bits (exact)."""
+    wide = np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)
+    return wide.view(np.float32)
+
+
+def _is_torch_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _from_torch(tensor: Any) -> Tuple[np.ndarray, Optional[int]]:
+    """A numpy view (or copy, off the CPU) of a torch tensor and its natural wire dtype."""
+    import torch
+
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16), BF16
+    if t.dtype in (torch.float32, torch.float16, torch.float64):
+        return t.numpy(), None
+    raise InvalidArgumentError(f"tensor of dtype {t.dtype} is not float32, bfloat16 or float16")
+
+
+def to_wire_array(values: Any, dtype: Optional[DTypeLike] = None,
+                  what: str = "tensor") -> Tuple[np.ndarray, int]:
+    """Flattens `values` into a contiguous little-endian array of a wire dtype.
+
+    `values` is a numpy array (float32, float16, float64, or uint16 bf16 bits with
+    ``dtype="bf16"``), a torch tensor (float32, bfloat16, float16, float64) or anything
+    ``np.asarray`` accepts. Without `dtype` the values keep their own type (float64 becomes
+    fp32); with `dtype` they are converted (fp32 to bf16 rounds to nearest even). Answers the
+    1-D array and its ``optstep.v1.DType``. InvalidArgumentError, naming `what`, for other types.
+    """
+    wanted = None if dtype is None else wire_dtype(dtype)
+    natural: Optional[int]
+    if _is_torch_tensor(values):
+        array, natural = _from_torch(values)
+    else:
+        array, natural = np.asarray(values), None
+    if natural is None:
+        kind = array.dtype
+        if kind == np.float32 or kind == np.float64:
+            natural = FP32
+        elif kind == np.float16:
+            natural = FP16
+        elif kind == np.uint16 and wanted == BF16:
+            natural = BF16
+        else:
+            hint = " (pass dtype='bf16' for raw bfloat16 bits)" if kind == np.uint16 else ""
+            raise InvalidArgumentError(
+                f"{what}: element type {kind} is not float32, float16 or bfloat16{hint}")
+        array = array.astype(_NUMPY[natural], copy=False)
+    target = natural if wanted is None else wanted
+    if target != natural:
+        as_fp32 = fp32_from_bf16_bits(array) if natural == BF16 else array.astype(np.float32)
+        if target == BF16:
+            array = bf16_bits_from_fp32(as_fp32)
+        else:
+            array = as_fp32.astype(_NUMPY[target], copy=False)
+    return np.ascontiguousarray(array).reshape(-1), target

@@ -1,0 +1,158 @@
+"""Exceptions of the optstep client: one class per gRPC status code.
+
+Every failure the client reports, whether the server answered it or the client found it before
+sending anything, is an :class:`OptstepError` carrying the gRPC code (``error.code``, a
+``grpc.StatusCode``) and the message (``error.message``), as the C++ client answers
+``absl::Status``. The subclasses also derive from the closest built-in exception, so that
+``except ValueError`` catches a bad argument and ``except TimeoutError`` a deadline::
+
+    try:
+        client.step(session_id, step=3, gradients=grads)
+    except optstep.FailedPreconditionError as e:   # step out of sequence
+        print(e.code, e.message)
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Type
+
+import grpc
+
+__all__ = [
+    "OptstepError",
+    "CancelledError",
+    "UnknownError",
+    "InvalidArgumentError",
+    "DeadlineExceededError",
+    "NotFoundError",
+    "AlreadyExistsError",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "FailedPreconditionError",
+    "AbortedError",
+    "OutOfRangeError",
+    "UnimplementedError",
+    "InternalError",
+    "UnavailableError",
+    "DataLossError",
+    "UnauthenticatedError",
+    "error_for",
+    "from_rpc_error",
+]
+
+
+class OptstepError(Exception):
+    """A failed optstep call: the gRPC status code and the message."""
+
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str, code: "grpc.StatusCode | None" = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}"
+
+
+class CancelledError(OptstepError):
+    code = grpc.StatusCode.CANCELLED
+
+
+class UnknownError(OptstepError):
+    code = grpc.StatusCode.UNKNOWN
+
+
+class InvalidArgumentError(OptstepError, ValueError):
+    """A malformed request: shape, dtype, range, hyperparameter, unknown optimizer."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class DeadlineExceededError(OptstepError, TimeoutError):
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class NotFoundError(OptstepError, LookupError):
+    """Unknown session, parameter or checkpoint."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExistsError(OptstepError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class PermissionDeniedError(OptstepError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class ResourceExhaustedError(OptstepError):
+    """Too many sessions, parameters or bytes; a message over the limit."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class FailedPreconditionError(OptstepError):
+    """Step out of sequence, initial values after the first step, attach with another spec."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class AbortedError(OptstepError):
+    """The step was aborted (deadline, superseded contribution): redo the step."""
+
+    code = grpc.StatusCode.ABORTED
+
+
+class OutOfRangeError(OptstepError):
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class UnimplementedError(OptstepError, NotImplementedError):
+    """A part of the v1 API the server does not provide (yet)."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class InternalError(OptstepError):
+    """A broken invariant on either side (e.g. the server broke the stream protocol)."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+class UnavailableError(OptstepError, ConnectionError):
+    """A rank cannot be reached, or is shutting down; retry later."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DataLossError(OptstepError):
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class UnauthenticatedError(OptstepError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+_BY_CODE: Dict[grpc.StatusCode, Type[OptstepError]] = {
+    cls.code: cls
+    for cls in (CancelledError, UnknownError, InvalidArgumentError, DeadlineExceededError,
+                NotFoundError, AlreadyExistsError, PermissionDeniedError,
+                ResourceExhaustedError, FailedPreconditionError, AbortedError, OutOfRangeError,
+                UnimplementedError, InternalError, UnavailableError, DataLossError,
+                UnauthenticatedError)
+}
+
+
+def error_for(code: grpc.StatusCode, message: str) -> OptstepError:
+    """The exception for `code` (an :class:`OptstepError` subclass) with `message`."""
+    return _BY_CODE.get(code, OptstepError)(message, code)
+
+
+def from_rpc_error(error: grpc.RpcError) -> OptstepError:
+    """Converts an error raised by a gRPC call into the matching :class:`OptstepError`."""
+    code = (error.code() if hasattr(error, "code") else None) or grpc.StatusCode.UNKNOWN
+    details = error.details() if hasattr(error, "details") else None
+    return error_for(code, details or f"the call failed with {code.name} and no message")

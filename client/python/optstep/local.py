@@ -1,0 +1,102 @@
+"""A local optstep server process, for tests, demos and notebooks.
+
+    with LocalServer() as server:            # bazel-bin/server/optstep_server --port=0 (CPU)
+        client = optstep.Client(server.address)
+
+The binary is $OPTSTEP_SERVER, else bazel-bin/server/optstep_server under the repository root
+(the folder that holds this package's client/python). The server picks a free port and prints
+``listening on HOST:PORT`` first; its output goes to a log file (``server.log_path``).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import tempfile
+import time
+from typing import Any, Optional, Sequence
+
+__all__ = ["LocalServer", "default_server_binary", "repository_root"]
+
+_LISTENING = re.compile(r"^listening on (\S+)", re.MULTILINE)
+
+
+def repository_root() -> pathlib.Path:
+    """The repository this package was installed from (client/python/optstep/ -> ../../..)."""
+    return pathlib.Path(__file__).resolve().parents[3]
+
+
+def default_server_binary() -> pathlib.Path:
+    override = os.environ.get("OPTSTEP_SERVER")
+    if override:
+        return pathlib.Path(override)
+    return repository_root() / "bazel-bin" / "server" / "optstep_server"
+
+
+class LocalServer:
+    """One optstep_server rank on 127.0.0.1 and a free port; stopped on exit (SIGTERM)."""
+
+    def __init__(self, binary: Optional[os.PathLike] = None, flags: Sequence[str] = (),
+                 host: str = "127.0.0.1", start_timeout: float = 30.0) -> None:
+        self.binary = pathlib.Path(binary) if binary else default_server_binary()
+        self.flags = list(flags)
+        self.host = host
+        self.start_timeout = start_timeout
+        self.address: Optional[str] = None
+        self.log_path: Optional[pathlib.Path] = None
+        self._process: Optional[subprocess.Popen] = None
+        self._log: Any = None
+
+    def start(self) -> str:
+        """Starts the server and answers its address; RuntimeError when it does not come up."""
+        if not self.binary.is_file():
+            raise FileNotFoundError(f"optstep server binary not found at {self.binary} (build it "
+                                    "with `bazel build //server:optstep_server`, or set "
+                                    "OPTSTEP_SERVER)")
+        fd, name = tempfile.mkstemp(prefix="optstep-server.", suffix=".log")
+        os.close(fd)
+        self.log_path = pathlib.Path(name)
+        self._log = open(self.log_path, "wb")
+        self._process = subprocess.Popen(
+            [str(self.binary), "--port=0", f"--host={self.host}", *self.flags],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            found = _LISTENING.search(self.log())
+            if found:
+                self.address = found.group(1)
+                return self.address
+            if self._process.poll() is not None:
+                break
+            time.sleep(0.05)
+        output = self.log()
+        self.stop()
+        raise RuntimeError(f"optstep server did not start:\n{output}")
+
+    def log(self) -> str:
+        """What the server has printed so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> "LocalServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+        if self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)

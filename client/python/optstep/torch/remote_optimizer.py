@@ -1,0 +1,262 @@
+"""RemoteOptimizer: a torch.optim.Optimizer whose steps run on an optstep server.
+
+    model = Net()
+    client = optstep.Client("localhost:50051")
+    opt = RemoteOptimizer(model, client, optimizer=optstep.config.muon_chain(lr=0.02))
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=1000)
+    for x, y in batches:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()            # pushes the gradients, writes the updated parameters back
+        sched.step()
+
+Construction registers the model (a session; see :func:`describe_parameters` for how the
+parameters are declared and routed), or attaches to the session of the same name when another
+trainer created it. ``param_groups`` are the server's hyperparameter groups (one per
+sub-optimizer and override set); each step sends every group's current ``lr`` and
+``weight_decay``, so learning-rate schedulers work unchanged.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from optstep import dtypes
+from optstep.chunks import GradientSlice
+from optstep.client import Client, GroupSchedule, StepReply
+from optstep.errors import FailedPreconditionError
+from optstep.torch.model_spec import NamedParams, ParamDescription, QkvLike, describe_parameters
+from optstep.v1 import optimizer_config_pb2, session_pb2
+
+__all__ = ["RemoteOptimizer"]
+
+_MODES = {"sharded": session_pb2.GRADIENT_MODE_SHARDED,
+          "replicated": session_pb2.GRADIENT_MODE_REPLICATED}
+# Keys of a param group that name the server group; the rest are hyperparameters.
+_IDENTITY_KEYS = ("params", "param_names", "group_id", "sub_optimizer", "wd_mult")
+
+
+def to_tensor(values: np.ndarray) -> torch.Tensor:
+    """A torch view of a returned array (float32, or uint16 bf16 bits → bfloat16)."""
+    if values.dtype == np.uint16:
+        return torch.from_numpy(values.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(values)
+
+
+class RemoteOptimizer(torch.optim.Optimizer):
+    """A torch optimizer that delegates each step to an optstep session.
+
+    Args:
+      params: an ``nn.Module`` (enables embedding/output and QKV detection) or (name, tensor)
+        pairs, e.g. ``model.named_parameters()``.
+      client: a connected :class:`optstep.Client`.
+      optimizer: the session's optimizer: an ``OptimizerConfig`` (see :mod:`optstep.config`) or
+        a Megatron preset name ("adam", "sgd", "muon", ...).
+      session_name: names the session so that other trainers (and restarts) attach to it;
+        required with several trainers. Default: a fresh unique name.
+      trainer_id, num_trainers: this trainer and how many push gradients per step.
+      gradient_mode: "replicated" (each trainer sends its full gradients; the server averages)
+        or "sharded" (gradients already averaged; trainer t sends elements
+        ``[t·n/N, (t+1)·n/N)`` of every parameter's flattened gradient).
+      embedding_or_output, detect_output, qkv, model_chunk, expert: parameter declarations, see
+        :func:`optstep.torch.describe_parameters`.
+      grad_dtype: send gradients as "fp32", "bf16" or "fp16" (default: their own dtype).
+      return_dtype: "fp32" or "bf16" (default: bf16 when every parameter is bf16, else fp32).
+      step_deadline_ms: the session's step deadline (0: the server's default).
+
+    Every trainer of a session must start from the same initial values (the same seed), as
+    with DistributedDataParallel: each sends them before its first step and the first to
+    begin stepping has set them. A trainer that attaches to a session that has already run
+    takes the session's current parameters.
+
+    After each step, ``last_step`` holds the server's answer (step, skipped, grad_norm,
+    clipped). A skipped step (non-finite gradients) changes nothing; by the spec's convention
+    the schedule should not advance then.
+    """
+
+    def __init__(self, params: Union[nn.Module, NamedParams], client: Client, *,
+                 optimizer: Union[optimizer_config_pb2.OptimizerConfig, str],
+                 session_name: Optional[str] = None, trainer_id: int = 0,
+                 num_trainers: int = 1, gradient_mode: str = "replicated",
+                 embedding_or_output: Union[None, Iterable[str], Mapping[str, bool]] = None,
+                 detect_output: bool = True, qkv: Optional[Mapping[str, QkvLike]] = None,
+                 model_chunk: Union[int, Mapping[str, int]] = 0, expert: Iterable[str] = (),
+                 grad_dtype: Optional[dtypes.DTypeLike] = None,
+                 return_dtype: Optional[dtypes.DTypeLike] = None,
+                 step_deadline_ms: int = 0) -> None:
+        if gradient_mode not in _MODES:
+            raise ValueError(f"gradient_mode {gradient_mode!r} is not one of {sorted(_MODES)}")
+        if num_trainers > 1 and not session_name:
+            raise ValueError("several trainers need a session_name to meet in one session")
+        if not 0 <= trainer_id < num_trainers:
+            raise ValueError(f"trainer_id {trainer_id} is outside [0, {num_trainers})")
+        described = describe_parameters(params, embedding_or_output=embedding_or_output,
+                                        detect_output=detect_output, qkv=qkv,
+                                        model_chunk=model_chunk, expert=expert)
+        if not described:
+            raise ValueError("RemoteOptimizer got no trainable parameter")
+        if isinstance(optimizer, str):
+            optimizer = optimizer_config_pb2.OptimizerConfig(preset=optimizer)
+        spec = session_pb2.SessionSpec(
+            name=session_name or f"torch-{uuid.uuid4().hex[:12]}",
+            parameters=[d.spec for d in described], optimizer=optimizer,
+            num_trainers=num_trainers, gradient_mode=_MODES[gradient_mode],
+            step_deadline_ms=step_deadline_ms)
+
+        self._client = client
+        self._described: List[ParamDescription] = described
+        self._trainer_id = trainer_id
+        self._num_trainers = num_trainers
+        self._sharded = gradient_mode == "sharded"
+        self._grad_dtype = grad_dtype
+        all_bf16 = all(d.tensor.dtype == torch.bfloat16 for d in described)
+        self._return_dtype = return_dtype or ("bf16" if all_bf16 else "fp32")
+        self.last_step: Optional[StepReply] = None
+
+        info, attached = client.create_session(spec)
+        self.session_id: str = info.session_id
+        self.attached: bool = attached
+        self._next_step = info.step + 1
+        super().__init__(self._torch_groups(info), defaults={})
+        self._constructed = True
+        if info.step > 0:  # attached to a session that has run: continue from its values
+            self._pull()
+            return
+        try:
+            client.init_parameters(self.session_id,
+                                   {i: d.tensor for i, d in enumerate(described)})
+        except FailedPreconditionError:
+            if num_trainers == 1:
+                raise
+            # Another trainer has begun step 1, after setting the (same) initial values.
+
+    def _torch_groups(self, info: session_pb2.SessionInfo) -> List[Dict[str, Any]]:
+        groups = []
+        for group in info.groups:
+            groups.append({
+                "params": [(self._described[i].name, self._described[i].tensor)
+                           for i in group.param_ids],
+                "lr": group.lr,
+                "weight_decay": group.weight_decay,
+                "group_id": group.id,
+                "sub_optimizer": group.sub_optimizer,
+                "wd_mult": group.wd_mult,
+            })
+        return groups
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        if getattr(self, "_constructed", False):
+            raise NotImplementedError("RemoteOptimizer: the session's parameters are fixed at "
+                                      "construction; create a new optimizer for new ones")
+        super().add_param_group(param_group)
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def next_step(self) -> int:
+        """The number of the step the next ``step()`` applies."""
+        return self._next_step
+
+    @property
+    def parameter_names(self) -> List[str]:
+        """The session's parameter names, by parameter id."""
+        return [d.name for d in self._described]
+
+    # ---- stepping
+
+    def _gradients(self) -> List[GradientSlice]:
+        slices = []
+        for i, d in enumerate(self._described):
+            grad = d.tensor.grad
+            if grad is None:  # an unused parameter: its gradient is zero (spec §1.4)
+                grad = torch.zeros_like(d.tensor, dtype=torch.float32, device="cpu")
+            if self._sharded:
+                n, t, k = grad.numel(), self._trainer_id, self._num_trainers
+                begin, end = t * n // k, (t + 1) * n // k
+                if begin < end:
+                    slices.append(GradientSlice(i, grad.reshape(-1)[begin:end], begin,
+                                                self._grad_dtype))
+            else:
+                slices.append(GradientSlice(i, grad, 0, self._grad_dtype))
+        return slices
+
+    def _schedule(self) -> List[GroupSchedule]:
+        return [GroupSchedule(g["group_id"], float(g["lr"]), float(g["weight_decay"]))
+                for g in self.param_groups]
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
+        """Pushes this trainer's gradients for the next step, waits for the step to run on the
+        server, and writes the updated parameters into the model. Answers the closure's loss.
+        Raises the client's errors (e.g. AbortedError: redo the step)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        reply = self._client.step(self.session_id, self._next_step, self._gradients(),
+                                  trainer_id=self._trainer_id, groups=self._schedule(),
+                                  return_dtype=self._return_dtype)
+        self._next_step = reply.step + 1
+        self._write(reply.params)
+        reply.params = {}
+        self.last_step = reply
+        return loss
+
+    @torch.no_grad()
+    def _write(self, params: Mapping[int, np.ndarray]) -> None:
+        for pid, values in params.items():
+            tensor = self._described[pid].tensor
+            tensor.copy_(to_tensor(values).view(tensor.shape))
+
+    def _pull(self) -> None:
+        pulled = self._client.pull_parameters(self.session_id, self._return_dtype)
+        self._write(pulled.params)
+
+    # ---- state dicts
+
+    def state_dict(self) -> Dict[str, Any]:  # type: ignore[override]
+        """The session's state through the server's ExportStateDict: ``state`` maps the
+        server's keys ("param/<name>", "state/<sub-optimizer>/<name>/<key>") to CPU tensors;
+        ``param_groups`` hold each group's hyperparameters (lr, weight_decay, what schedulers
+        add) and parameter indices; ``step`` is the number of steps applied."""
+        state = self._client.export_state_dict(self.session_id)
+        groups = []
+        index = {id(d.tensor): i for i, d in enumerate(self._described)}
+        for group in self.param_groups:
+            saved = {k: v for k, v in group.items() if k != "params"}
+            saved["params"] = [index[id(p)] for p in group["params"]]
+            groups.append(saved)
+        return {"state": {key: to_tensor(value) for key, value in state.items()},
+                "param_groups": groups, "step": self._next_step - 1}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:  # type: ignore[override]
+        """Restores a :meth:`state_dict` through ImportStateDict: the server's masters and
+        optimizer state, the groups' hyperparameters, then the model's parameters (pulled
+        from the server) and the step counter (the session's)."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(f"state dict has {len(groups)} param groups, this optimizer "
+                             f"{len(self.param_groups)}")
+        for saved, group in zip(groups, self.param_groups):
+            for key in ("group_id", "sub_optimizer"):
+                if saved.get(key) != group[key]:
+                    raise ValueError(f"state dict group {saved.get('group_id')} has {key} "
+                                     f"{saved.get(key)!r}, this optimizer {group[key]!r}")
+        self._client.import_state_dict(self.session_id, {
+            key: (value.detach().cpu() if isinstance(value, torch.Tensor) else value)
+            for key, value in state_dict["state"].items()})
+        for saved, group in zip(groups, self.param_groups):
+            group.update({k: v for k, v in saved.items() if k not in _IDENTITY_KEYS})
+        self._next_step = self._client.get_session(self.session_id).step + 1
+        self._pull()
+
+    def close_session(self) -> None:
+        """Drops the session on the server (for the last trainer of a job)."""
+        self._client.close_session(self.session_id)

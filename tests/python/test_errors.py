@@ -1,0 +1,96 @@
+"""Errors surface as OptstepError subclasses carrying the gRPC code and the server's message."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+import optstep
+from optstep import config, pb
+
+
+def _session(client: optstep.Client, **spec_fields) -> str:
+    spec = pb.SessionSpec(num_trainers=1, gradient_mode=pb.GRADIENT_MODE_REPLICATED,
+                          parameters=[pb.ParameterSpec(name="w", shape=[2, 3])],
+                          optimizer=config.chain(config.sgd(lr=0.1)))
+    for key, value in spec_fields.items():
+        if key == "optimizer":
+            spec.optimizer.CopyFrom(value)
+        else:
+            setattr(spec, key, value)
+    info, _ = client.create_session(spec)
+    return info.session_id
+
+
+def test_unknown_session_is_not_found(client: optstep.Client) -> None:
+    with pytest.raises(optstep.NotFoundError) as raised:
+        client.get_session("no-such-session")
+    assert raised.value.code == grpc.StatusCode.NOT_FOUND
+    assert "no-such-session" in raised.value.message
+    with pytest.raises(optstep.NotFoundError):
+        client.step("no-such-session", 1, {0: np.zeros(6, np.float32)})
+
+
+def test_gradient_of_the_wrong_shape(client: optstep.Client) -> None:
+    """Found by the client before anything is sent, with the code the server would give."""
+    sid = _session(client)
+    with pytest.raises(optstep.InvalidArgumentError) as raised:
+        client.step(sid, 1, {"w": np.zeros((3, 2), np.float32)})
+    assert raised.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "param 'w'" in raised.value.message and "[3, 2]" in raised.value.message
+    assert isinstance(raised.value, ValueError)
+    with pytest.raises(optstep.InvalidArgumentError, match=r"range \[4, 8\) exceeds"):
+        client.step(sid, 1, [optstep.GradientSlice("w", np.zeros(4, np.float32), offset=4)])
+    with pytest.raises(optstep.NotFoundError, match="param 'v' not found"):
+        client.step(sid, 1, {"v": np.zeros(6, np.float32)})
+    with pytest.raises(optstep.InvalidArgumentError, match="int64"):
+        client.step(sid, 1, {"w": np.zeros((2, 3), np.int64)})
+
+
+def test_server_side_invalid_argument(client: optstep.Client) -> None:
+    """Shapes and optimizer kinds are checked by the server; its code and message come back."""
+    bad_shape = pb.SessionSpec(num_trainers=1, gradient_mode=pb.GRADIENT_MODE_REPLICATED,
+                               parameters=[pb.ParameterSpec(name="w", shape=[2, 0])],
+                               optimizer=config.chain(config.sgd(lr=0.1)))
+    with pytest.raises(optstep.InvalidArgumentError) as raised:
+        client.create_session(bad_shape)
+    assert raised.value.code == grpc.StatusCode.INVALID_ARGUMENT and "'w'" in raised.value.message
+    unknown = pb.OptimizerConfig(sub_optimizers=[pb.SubOptimizer(name="x", kind="nadam")])
+    with pytest.raises(optstep.InvalidArgumentError, match="nadam"):
+        _session(client, optimizer=unknown)
+
+
+def test_incomplete_gradient_is_refused_at_commit(client: optstep.Client) -> None:
+    """Coverage is checked by the server: half a gradient in REPLICATED mode."""
+    sid = _session(client)
+    with pytest.raises(optstep.InvalidArgumentError) as raised:
+        client.step(sid, 1, [optstep.GradientSlice("w", np.ones(3, np.float32))])
+    assert raised.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_step_out_of_sequence_and_late_initial_values(client: optstep.Client) -> None:
+    sid = _session(client)
+    with pytest.raises(optstep.FailedPreconditionError, match="1"):
+        client.step(sid, 2, {"w": np.ones(6, np.float32)})
+    client.step(sid, 1, {"w": np.ones(6, np.float32)})
+    with pytest.raises(optstep.FailedPreconditionError) as raised:
+        client.init_parameters(sid, {"w": np.ones(6, np.float32)})
+    assert raised.value.code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_unreachable_server_is_unavailable() -> None:
+    with pytest.raises(optstep.UnavailableError) as raised:
+        optstep.Client("127.0.0.1:1", connect_timeout=0.2)
+    assert raised.value.code == grpc.StatusCode.UNAVAILABLE
+    lazy = optstep.Client("127.0.0.1:1", connect_timeout=0, rpc_timeout=1)
+    with pytest.raises(optstep.UnavailableError):
+        lazy.list_sessions()
+    lazy.close()
+
+
+def test_bad_client_options() -> None:
+    with pytest.raises(optstep.InvalidArgumentError, match="max_chunk_bytes"):
+        optstep.Client("localhost:1", max_chunk_bytes=8 << 20, connect_timeout=0)
+    with pytest.raises(optstep.InvalidArgumentError, match="no target"):
+        optstep.Client(connect_timeout=0)

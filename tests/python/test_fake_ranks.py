@@ -1,0 +1,183 @@
+"""Routing over several ranks and state-dict streaming, against in-process fake ranks that
+record what they receive (the real server is one rank; these check the client's side of the
+multi-rank protocol of client/cpp/client.cc)."""
+
+from __future__ import annotations
+
+from concurrent import futures
+from typing import Iterator, List
+
+import grpc
+import numpy as np
+import pytest
+
+import optstep
+from optstep import pb
+from optstep.v1 import (checkpoint_service_pb2 as ckpt, checkpoint_service_pb2_grpc as ckpt_grpc,
+                        optimizer_service_pb2 as svc, optimizer_service_pb2_grpc as svc_grpc)
+
+SHAPES = {"a": [2, 3], "b": [4], "c": [5]}
+OWNERS = [0, 1, 1]
+
+
+def _session_info(targets: List[str]) -> pb.SessionInfo:
+    info = pb.SessionInfo(session_id="fake", spec=pb.SessionSpec(
+        num_trainers=2, gradient_mode=pb.GRADIENT_MODE_REPLICATED,
+        parameters=[pb.ParameterSpec(name=n, shape=s) for n, s in SHAPES.items()]))
+    info.layout.world_size = len(targets)
+    info.layout.owner.extend(OWNERS)
+    if "rank_targets" in pb.Layout.DESCRIPTOR.fields_by_name:
+        info.layout.rank_targets.extend(targets)
+    return info
+
+
+class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceServicer):
+    """Answers with the session above; records Step and InitParameters streams; its returned
+    parameters are filled with 100·rank + param id."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.target = ""
+        self.info = pb.SessionInfo()
+        self.steps: List[List[svc.StepRequest]] = []
+        self.inits: List[List[svc.InitParametersRequest]] = []
+        self.imports: List[ckpt.StateDictChunk] = []
+        self.abort_steps = False
+
+    def GetSession(self, request, context):
+        return self.info
+
+    def InitParameters(self, request_iterator, context):
+        requests = list(request_iterator)
+        self.inits.append(requests)
+        return svc.InitParametersResponse(elements=sum(len(r.values.data) // 4 for r in requests))
+
+    def Step(self, request_iterator, context) -> Iterator[svc.StepResponse]:
+        requests = list(request_iterator)
+        self.steps.append(requests)
+        if self.abort_steps:
+            context.abort(grpc.StatusCode.ABORTED, f"rank {self.rank}: step aborted, redo it")
+        header = requests[0].header
+        chunks = [] if header.skip_return else [
+            pb.TensorChunk(param_id=i, offset=0, dtype=pb.DTYPE_FP32,
+                           data=np.full(int(np.prod(s)), 100 * self.rank + i,
+                                        np.float32).tobytes())
+            for i, s in enumerate(SHAPES.values())]
+        yield svc.StepResponse(result=pb.StepResult(step=header.step, grad_norm=1.5,
+                                                    params_to_follow=len(chunks)))
+        for chunk in chunks:
+            yield svc.StepResponse(parameter=chunk)
+
+    def ExportStateDict(self, request, context) -> Iterator[ckpt.StateDictChunk]:
+        big = np.arange(10, dtype=np.float32)
+        yield ckpt.StateDictChunk(key="param/a", shape=[2, 5], offset=6, dtype=pb.DTYPE_FP32,
+                                  data=big[6:].tobytes())
+        yield ckpt.StateDictChunk(key="state/adamw/a/step", shape=[], offset=0,
+                                  dtype=pb.DTYPE_FP32, data=np.float32(7).tobytes())
+        yield ckpt.StateDictChunk(key="param/a", shape=[2, 5], offset=0, dtype=pb.DTYPE_FP32,
+                                  data=big[:6].tobytes())
+
+    def ImportStateDict(self, request_iterator, context):
+        self.imports = list(request_iterator)
+        return ckpt.ImportStateDictResponse(tensors=len({c.key for c in self.imports}))
+
+
+@pytest.fixture
+def ranks() -> Iterator[List[FakeRank]]:
+    fakes, servers, targets = [], [], []
+    for r in range(2):
+        fake = FakeRank(r)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        svc_grpc.add_OptimizerServiceServicer_to_server(fake, server)
+        ckpt_grpc.add_CheckpointServiceServicer_to_server(fake, server)
+        targets.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
+        server.start()
+        fakes.append(fake)
+        servers.append(server)
+    for fake, target in zip(fakes, targets):
+        fake.info = _session_info(targets)
+        fake.target = target
+    yield fakes
+    for server in servers:
+        server.stop(grace=None)
+
+
+def _grads() -> dict:
+    return {n: np.full(s, i + 1, np.float32) for i, (n, s) in enumerate(SHAPES.items())}
+
+
+def _chunks(requests: List[svc.StepRequest]) -> List[pb.TensorChunk]:
+    return [r.gradient for r in requests if r.WhichOneof("kind") == "gradient"]
+
+
+@pytest.mark.parametrize("trainer", [0, 1])
+def test_chunks_go_to_their_owners(ranks: List[FakeRank], trainer: int) -> None:
+    with optstep.Client(rank_targets=[r.target for r in ranks], max_chunk_bytes=8) as client:
+        reply = client.step("fake", 3, _grads(), trainer_id=trainer)
+    for rank in ranks:
+        (requests,) = rank.steps
+        header, commit = requests[0].header, requests[-1].commit
+        assert header.step == 3 and header.trainer_id == trainer
+        assert header.skip_return == (rank.rank != trainer % 2)
+        owned = [i for i, owner in enumerate(OWNERS) if owner == rank.rank]
+        chunks = _chunks(requests)
+        assert sorted({c.param_id for c in chunks}) == owned
+        assert all(len(c.data) <= 8 for c in chunks)
+        assert commit.num_elements == sum(len(c.data) // 4 for c in chunks)
+        for i in owned:
+            values = np.concatenate([np.frombuffer(c.data, np.float32)
+                                     for c in chunks if c.param_id == i])
+            np.testing.assert_array_equal(values, np.full(values.size, i + 1))
+    assert reply.step == 3 and reply.grad_norm == 1.5
+    for i in range(3):
+        np.testing.assert_array_equal(reply.params[i], np.full(SHAPES[list(SHAPES)[i]],
+                                                               100 * (trainer % 2) + i))
+
+
+def test_initial_values_go_to_every_rank(ranks: List[FakeRank]) -> None:
+    with optstep.Client(rank_targets=[r.target for r in ranks]) as client:
+        assert client.init_parameters("fake", _grads()) == 15
+    for rank in ranks:
+        (requests,) = rank.inits
+        assert sorted(r.values.param_id for r in requests) == [0, 1, 2]
+        assert all(r.session_id == "fake" for r in requests)
+
+
+def test_ranks_found_through_the_layout(ranks: List[FakeRank]) -> None:
+    if "rank_targets" not in pb.Layout.DESCRIPTOR.fields_by_name:
+        pytest.skip("this API version's Layout has no rank_targets")
+    with optstep.Client(ranks[0].target) as client:
+        client.step("fake", 1, _grads())
+        assert client.num_ranks == 2
+    assert len(ranks[1].steps) == 1
+
+
+def test_too_few_ranks_known(ranks: List[FakeRank]) -> None:
+    with optstep.Client(rank_targets=[ranks[0].target]) as client:
+        with pytest.raises(optstep.FailedPreconditionError, match="2 ranks"):
+            client.step("fake", 1, _grads())
+
+
+def test_an_aborting_rank_aborts_the_step(ranks: List[FakeRank]) -> None:
+    ranks[1].abort_steps = True
+    with optstep.Client(rank_targets=[r.target for r in ranks]) as client:
+        with pytest.raises(optstep.AbortedError, match="rank 1: step aborted") as raised:
+            client.step("fake", 1, _grads())
+    assert raised.value.code == grpc.StatusCode.ABORTED
+
+
+def test_state_dict_streams(ranks: List[FakeRank]) -> None:
+    with optstep.Client(ranks[0].target, max_chunk_bytes=8) as client:
+        exported = client.export_state_dict("fake")
+        assert exported["state/adamw/a/step"].shape == () and exported["state/adamw/a/step"] == 7
+        np.testing.assert_array_equal(exported["param/a"],
+                                      np.arange(10, dtype=np.float32).reshape(2, 5))
+        answer = client.import_state_dict("fake", exported)
+    assert answer.tensors == 2
+    chunks = ranks[0].imports
+    assert chunks[0].session_id == "fake" and all(not c.session_id for c in chunks[1:])
+    assert all(len(c.data) <= 8 for c in chunks)
+    pieces = [c for c in chunks if c.key == "param/a"]
+    assert [c.offset for c in pieces] == [0, 2, 4, 6, 8] and list(pieces[0].shape) == [2, 5]
+    (scalar,) = [c for c in chunks if c.key == "state/adamw/a/step"]
+    assert list(scalar.shape) == [] and np.frombuffer(scalar.data, np.float32)[0] == 7

@@ -136,23 +136,62 @@ def test_muon_options_reach_the_server(client: optstep.Client) -> None:
         np.testing.assert_allclose(reply.params[pid], expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="this torch has no optim.Muon")
-@pytest.mark.usefixtures("muon_available")
-def test_muon_matches_torch_muon(client: optstep.Client) -> None:
-    """torch.optim.Muon (Nesterov, simple coefficients, "original" lr adjustment) against the
-    server's Muon with the same coefficients. Documented difference: torch runs Newton–Schulz
-    on bf16 tensors and normalizes after the cast, the server ("medium") normalizes in fp32
-    and rounds each GEMM result to bf16; so the runs agree to bf16 accuracy, not to 1e-6."""
+def _ns_fp32(grad: torch.Tensor, coefficients: tuple, steps: int, eps: float) -> torch.Tensor:
+    """torch.optim.Muon's Newton–Schulz iteration, evaluated in fp32 instead of bf16."""
+    a, b, c = coefficients
+    tall = grad.size(0) > grad.size(1)
+    x = grad.float().T if tall else grad.float()
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def _torch_muon_run(fp32: bool, monkeypatch: pytest.MonkeyPatch) -> torch.nn.Module:
     model, x, y = make_mlp(9, bias=False), *make_data(10)
-    reference = copy.deepcopy(model)
-    start = [p.detach().clone() for p in model.parameters()]
-    remote = RemoteOptimizer(model, client, optimizer=_muon_config("medium"))
-    local = torch.optim.Muon(reference.parameters(), lr=0.02, weight_decay=0.1, momentum=0.9,
-                             nesterov=True, ns_coefficients=(3.4445, -4.7750, 2.0315),
-                             ns_steps=5, adjust_lr_fn="original")
-    train(model, remote, x, y, STEPS)
-    train(reference, local, x, y, STEPS)
-    for p0, p, q in zip(start, model.parameters(), reference.parameters()):
-        moved, moved_ref = (p - p0).detach(), (q - p0).detach()
-        error = (moved - moved_ref).norm() / moved_ref.norm()
-        assert error < 2e-2, f"relative difference of the updates {error:.3g}"
+    with monkeypatch.context() as patch:
+        if fp32:
+            patch.setattr(torch.optim._muon, "_zeropower_via_newtonschulz", _ns_fp32)
+        opt = torch.optim.Muon(model.parameters(), lr=0.02, weight_decay=0.1, momentum=0.9,
+                               nesterov=True, ns_coefficients=(3.4445, -4.7750, 2.0315),
+                               ns_steps=5, adjust_lr_fn="original")
+        train(model, opt, x, y, STEPS)
+    return model
+
+
+def _server_muon_run(client: optstep.Client, precision: str) -> torch.nn.Module:
+    model, x, y = make_mlp(9, bias=False), *make_data(10)
+    train(model, RemoteOptimizer(model, client, optimizer=_muon_config(precision)), x, y, STEPS)
+    return model
+
+
+def _update_errors(actual: torch.nn.Module, expected: torch.nn.Module) -> list:
+    """Per matrix: ‖Δ_actual − Δ_expected‖ / ‖Δ_expected‖ of the moves from the start."""
+    start = make_mlp(9, bias=False)
+    return [((p - q).norm() / (q - p0).norm()).item()
+            for p0, p, q in zip(start.parameters(), actual.parameters(), expected.parameters())]
+
+
+@pytest.mark.skipif(not hasattr(getattr(torch.optim, "_muon", None),
+                                "_zeropower_via_newtonschulz"),
+                    reason="this torch has no optim.Muon (or a different implementation)")
+@pytest.mark.usefixtures("muon_available")
+def test_muon_matches_torch_muon(client: optstep.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.optim.Muon (Nesterov, simple coefficients, "original" lr adjustment =
+    scale_mode "shape_scaling") against the server's Muon, 20 steps of an MLP.
+
+    Documented difference: torch runs Newton–Schulz on bf16 tensors (cast before the Frobenius
+    normalization); the server normalizes in fp32 and then runs fp32 GEMMs ("highest") or
+    rounds each GEMM result to bf16 ("medium"). So: with torch's iteration evaluated in fp32,
+    torch and "highest" agree to 1e-4; as shipped, torch's updates differ from "medium" by no
+    more than twice what torch's own bf16 rounding moves them (up to ~15 % on the 4×16 output
+    matrix, whose small singular values bf16 resolves poorly)."""
+    torch_fp32 = _torch_muon_run(True, monkeypatch)
+    for error in _update_errors(_server_muon_run(client, "highest"), torch_fp32):
+        assert error < 1e-4
+    torch_bf16 = _torch_muon_run(False, monkeypatch)
+    bf16_cost = _update_errors(torch_bf16, torch_fp32)
+    server_vs_torch = _update_errors(_server_muon_run(client, "medium"), torch_bf16)
+    for ours, theirs in zip(server_vs_torch, bf16_cost):
+        assert ours <= 2 * theirs + 1e-3, (server_vs_torch, bf16_cost)

@@ -109,6 +109,10 @@ def train(name: str, client: optstep.Client, data: Data, epochs: int,
     curve = Curve(used)
     groups = ", ".join(f"{g['sub_optimizer']} {len(g['params'])}" for g in opt.param_groups)
     print(f"== {used} through the server (parameters per group: {groups})")
+    # Every group's lr decays linearly to 0; the scheduler edits param_groups, the server
+    # receives each group's lr with every step.
+    total_steps = epochs * -(-len(data.x_train) // BATCH)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / total_steps)
     start = time.monotonic()
     for epoch in range(epochs):
         total, count = 0.0, 0
@@ -117,6 +121,7 @@ def train(name: str, client: optstep.Client, data: Data, epochs: int,
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
+            schedule.step()
             total, count = total + loss.item() * len(x), count + len(x)
         curve.loss.append(total / count)
         curve.test_accuracy.append(accuracy(model, data.x_test, data.y_test))

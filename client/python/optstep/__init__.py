@@ -19,10 +19,10 @@ from optstep.dtypes import bf16_bits_from_fp32, fp32_from_bf16_bits
 from optstep.errors import *  # noqa: F401,F403  (the exception classes)
 from optstep.errors import __all__ as _error_names  # noqa: F401
 from optstep.layout import ParamLayout, SessionLayout
-from optstep.local import LocalServer
+from optstep.local import LocalGroup, LocalServer
 
 __all__ = [
     "Client", "CreatedSession", "GroupSchedule", "StepReply", "Parameters", "GradientSlice",
-    "SessionLayout", "ParamLayout", "LocalServer", "MAX_CHUNK_BYTES", "config", "pb",
+    "SessionLayout", "ParamLayout", "LocalServer", "LocalGroup", "MAX_CHUNK_BYTES", "config", "pb",
     "bf16_bits_from_fp32", "fp32_from_bf16_bits", *_error_names,
 ]

@@ -1,7 +1,9 @@
-"""A local optstep server process, for tests, demos and notebooks.
+"""Local optstep server processes, for tests, demos and notebooks.
 
     with LocalServer() as server:            # bazel-bin/server/optstep_server --port=0 (CPU)
         client = optstep.Client(server.address)
+    with LocalGroup(2) as group:             # two ranks; rank 0 serves the rendezvous
+        client = optstep.Client(rank_targets=group.targets)
 
 The binary is $OPTSTEP_SERVER, else bazel-bin/server/optstep_server under the repository root
 (the folder that holds this package's client/python). The server picks a free port and prints
@@ -16,9 +18,9 @@ import re
 import subprocess
 import tempfile
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
-__all__ = ["LocalServer", "default_server_binary", "repository_root"]
+__all__ = ["LocalServer", "LocalGroup", "default_server_binary", "repository_root"]
 
 _LISTENING = re.compile(r"^listening on (\S+)", re.MULTILINE)
 
@@ -92,11 +94,57 @@ class LocalServer:
             self._log.close()
             self._log = None
 
+    def close(self) -> None:
+        """Stops the server and removes its log."""
+        self.stop()
+        if self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+
     def __enter__(self) -> "LocalServer":
         self.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.stop()
-        if self.log_path is not None:
-            self.log_path.unlink(missing_ok=True)
+        self.close()
+
+
+class LocalGroup:
+    """`world_size` ranks on 127.0.0.1, as deploy/local/ranks.sh runs them: rank 0 first (it
+    serves the rendezvous), then the others pointed at it. ``targets`` are their addresses."""
+
+    def __init__(self, world_size: int, binary: Optional[os.PathLike] = None,
+                 flags: Sequence[str] = (), start_timeout: float = 60.0) -> None:
+        self.world_size = world_size
+        self.binary = binary
+        self.flags = list(flags)
+        self.start_timeout = start_timeout
+        self.ranks: List[LocalServer] = []
+
+    @property
+    def targets(self) -> List[str]:
+        return [rank.address or "" for rank in self.ranks]
+
+    def start(self) -> List[str]:
+        try:
+            for r in range(self.world_size):
+                flags = [f"--rank={r}", f"--world_size={self.world_size}", *self.flags]
+                if r > 0:
+                    flags.append(f"--rendezvous={self.ranks[0].address}")
+                self.ranks.append(LocalServer(self.binary, flags, start_timeout=self.start_timeout))
+                self.ranks[-1].start()
+        except BaseException:
+            self.stop()
+            raise
+        return self.targets
+
+    def stop(self) -> None:
+        for rank in reversed(self.ranks):
+            rank.stop()
+
+    def __enter__(self) -> "LocalGroup":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for rank in reversed(self.ranks):
+            rank.close()

@@ -1,0 +1,71 @@
+#ifndef OPTSTEP_KERNELS_COMM_COMMUNICATOR_H_
+#define OPTSTEP_KERNELS_COMM_COMMUNICATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/comm/key_value_store.h"
+
+namespace optstep {
+
+enum class ReduceOp { kSum, kMax };
+
+// Element types collectives move.
+enum class CommDType { kFloat32, kFloat64, kUint8 };
+
+size_t CommDTypeSize(CommDType dtype);
+
+// Collectives among the ranks of one group (one per session). Buffers live in the memory of the
+// device the communicator serves: host memory for "local" and "gloo", the GPU's for "nccl".
+// Every rank must issue the same collectives in the same order. Thread-compatible: one thread at
+// a time per communicator. Errors are absl::Status: DEADLINE_EXCEEDED after the timeout,
+// UNAVAILABLE when a peer is lost (the group is then unusable), INVALID_ARGUMENT for bad sizes.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // In place: every rank ends with the element-wise reduction over ranks (kFloat32 / kFloat64).
+  virtual absl::Status AllReduce(void* data, int64_t count, CommDType dtype, ReduceOp op) = 0;
+  // Variable-size all-gather: rank r contributes `send` (recv_counts[r] elements); every rank
+  // ends with the concatenation in rank order in `recv` (sum of recv_counts elements).
+  // In place when `send` is recv + (sum of recv_counts before rank()) elements.
+  // REQUIRES: send_count == recv_counts[rank()], recv_counts.size() == world_size().
+  virtual absl::Status AllGatherV(const void* send, int64_t send_count, void* recv,
+                                  const std::vector<int64_t>& recv_counts, CommDType dtype) = 0;
+  // `root`'s buffer is copied to every rank.
+  virtual absl::Status Broadcast(void* data, int64_t count, CommDType dtype, int root) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+struct CommunicatorOptions {
+  // "local" (world size 1), "gloo" (CPU, TCP), "nccl" (GPU; --config=cuda builds only).
+  std::string kind = "local";
+  int rank = 0;
+  int world_size = 1;
+  // Keys of this group in the store are prefixed with it (e.g. the session id), so several
+  // groups can rendezvous through one store.
+  std::string prefix;
+  std::shared_ptr<KeyValueStore> store;
+  // Gloo: the local address peers connect to ("127.0.0.1", a pod IP, a hostname).
+  std::string hostname = "127.0.0.1";
+  // NCCL: the CUDA device ordinal.
+  int device_ordinal = 0;
+  // Rendezvous and every collective give up after this.
+  absl::Duration timeout = absl::Seconds(60);
+};
+
+// Creates and connects a communicator (blocks until every rank has joined, or the timeout).
+// Bazel links communicator_factory.cc (local, gloo) or communicator_factory_cuda.cc (also nccl).
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptions& options);
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_KERNELS_COMM_COMMUNICATOR_H_

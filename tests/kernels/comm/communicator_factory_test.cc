@@ -1,0 +1,94 @@
+// CreateCommunicator's choice of implementation and its errors for kinds it cannot create.
+
+#include <signal.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/comm/communicator.h"
+#include "kernels/comm/key_value_store.h"
+#include "kernels/device_factory.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::StatusIs;
+
+TEST(CommunicatorFactoryTest, UnknownKindIsInvalidArgument) {
+  CommunicatorOptions options;
+  options.kind = "mpi";
+  EXPECT_THAT(CreateCommunicator(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "unknown communicator kind 'mpi' (expected local, gloo or nccl)"));
+}
+
+TEST(CommunicatorFactoryTest, LocalIsAGroupOfOne) {
+  CommunicatorOptions options;
+  options.kind = "local";
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, CreateCommunicator(options));
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->world_size(), 1);
+}
+
+TEST(CommunicatorFactoryTest, GlooOfOneRankNeedsNoStore) {
+  CommunicatorOptions options;
+  options.kind = "gloo";
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> comm, CreateCommunicator(options));
+  EXPECT_EQ(comm->world_size(), 1);
+  float x = 3.0f;
+  OPTSTEP_EXPECT_OK(comm->AllReduce(&x, 1, CommDType::kFloat32, ReduceOp::kSum));
+  EXPECT_EQ(x, 3.0f);
+}
+
+// 192.0.2.1 (TEST-NET-1) is no address of this machine: the device cannot bind to it.
+TEST(CommunicatorFactoryTest, GlooOnAForeignAddressIsUnavailable) {
+  CommunicatorOptions options;
+  options.kind = "gloo";
+  options.world_size = 2;
+  options.store = NewInMemoryKeyValueStore();
+  options.hostname = "192.0.2.1";
+  options.timeout = absl::Seconds(2);
+  EXPECT_THAT(CreateCommunicator(options),
+              StatusIs(absl::StatusCode::kUnavailable, "cannot open a TCP device on '192.0.2.1'"));
+}
+
+// Gloo writes without MSG_NOSIGNAL: a peer that dies must fail a collective, not kill the
+// process with SIGPIPE.
+TEST(CommunicatorFactoryTest, GlooIgnoresSigpipe) {
+  signal(SIGPIPE, SIG_DFL);
+  std::shared_ptr<KeyValueStore> store = NewInMemoryKeyValueStore();
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([store, rank] {
+      CommunicatorOptions options;
+      options.kind = "gloo";
+      options.rank = rank;
+      options.world_size = 2;
+      options.prefix = "sigpipe";
+      options.store = store;
+      options.timeout = absl::Seconds(20);
+      OPTSTEP_EXPECT_OK(CreateCommunicator(options).status());
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  struct sigaction action;
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &action), 0);
+  EXPECT_EQ(action.sa_handler, SIG_IGN);
+}
+
+TEST(CommunicatorFactoryTest, NcclNeedsACudaBuild) {
+  if (BuiltWithCuda())
+    GTEST_SKIP() << "this build has CUDA: see communicator_conformance_nccl_test";
+  CommunicatorOptions options;
+  options.kind = "nccl";
+  EXPECT_THAT(CreateCommunicator(options),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "communicator 'nccl': this build has no CUDA support; rebuild with "
+                       "--config=cuda"));
+}
+
+}  // namespace
+}  // namespace optstep

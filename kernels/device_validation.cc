@@ -9,9 +9,8 @@
 
 namespace optstep {
 namespace internal {
-namespace {
 
-absl::Status CheckRange(absl::string_view op, absl::string_view name, float value, float lo,
+absl::Status CheckArgRange(absl::string_view op, absl::string_view name, float value, float lo,
                         bool lo_inclusive, float hi, bool hi_inclusive) {
   bool ok = std::isfinite(value) && (lo_inclusive ? value >= lo : value > lo) &&
             (hi_inclusive ? value <= hi : value < hi);
@@ -25,11 +24,9 @@ absl::Status CheckRange(absl::string_view op, absl::string_view name, float valu
                                                  hi_inclusive ? "]" : ")", ", got ", value));
 }
 
-absl::Status CheckNonNegative(absl::string_view op, absl::string_view name, float value) {
-  return CheckRange(op, name, value, 0.0f, true, std::numeric_limits<float>::infinity(), false);
+absl::Status CheckArgNonNegative(absl::string_view op, absl::string_view name, float value) {
+  return CheckArgRange(op, name, value, 0.0f, true, std::numeric_limits<float>::infinity(), false);
 }
-
-}  // namespace
 
 bool IsKnownDType(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
@@ -110,25 +107,25 @@ absl::Status CheckHostTransfer(absl::string_view op, const Tensor& tensor, int64
 
 absl::Status CheckAdamWArgs(const math::AdamWArgs& a) {
   constexpr absl::string_view kOp = "AdamW";
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(kOp, "lr", a.lr));
-  OPTSTEP_RETURN_IF_ERROR(CheckRange(kOp, "beta1", a.beta1, 0.0f, true, 1.0f, false));
-  OPTSTEP_RETURN_IF_ERROR(CheckRange(kOp, "beta2", a.beta2, 0.0f, true, 1.0f, false));
+  OPTSTEP_RETURN_IF_ERROR(CheckArgNonNegative(kOp, "lr", a.lr));
+  OPTSTEP_RETURN_IF_ERROR(CheckArgRange(kOp, "beta1", a.beta1, 0.0f, true, 1.0f, false));
+  OPTSTEP_RETURN_IF_ERROR(CheckArgRange(kOp, "beta2", a.beta2, 0.0f, true, 1.0f, false));
   OPTSTEP_RETURN_IF_ERROR(
-      CheckRange(kOp, "one_minus_beta1", a.one_minus_beta1, 0.0f, false, 1.0f, true));
+      CheckArgRange(kOp, "one_minus_beta1", a.one_minus_beta1, 0.0f, false, 1.0f, true));
   OPTSTEP_RETURN_IF_ERROR(
-      CheckRange(kOp, "one_minus_beta2", a.one_minus_beta2, 0.0f, false, 1.0f, true));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(kOp, "eps", a.eps));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(kOp, "weight_decay", a.weight_decay));
+      CheckArgRange(kOp, "one_minus_beta2", a.one_minus_beta2, 0.0f, false, 1.0f, true));
+  OPTSTEP_RETURN_IF_ERROR(CheckArgNonNegative(kOp, "eps", a.eps));
+  OPTSTEP_RETURN_IF_ERROR(CheckArgNonNegative(kOp, "weight_decay", a.weight_decay));
   OPTSTEP_RETURN_IF_ERROR(
-      CheckRange(kOp, "bias_correction1", a.bias_correction1, 0.0f, false, 1.0f, true));
-  return CheckRange(kOp, "bias_correction2", a.bias_correction2, 0.0f, false, 1.0f, true);
+      CheckArgRange(kOp, "bias_correction1", a.bias_correction1, 0.0f, false, 1.0f, true));
+  return CheckArgRange(kOp, "bias_correction2", a.bias_correction2, 0.0f, false, 1.0f, true);
 }
 
 absl::Status CheckSgdArgs(const math::SgdArgs& a) {
   constexpr absl::string_view kOp = "Sgd";
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(kOp, "lr", a.lr));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(kOp, "momentum", a.momentum));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(kOp, "weight_decay", a.weight_decay));
+  OPTSTEP_RETURN_IF_ERROR(CheckArgNonNegative(kOp, "lr", a.lr));
+  OPTSTEP_RETURN_IF_ERROR(CheckArgNonNegative(kOp, "momentum", a.momentum));
+  OPTSTEP_RETURN_IF_ERROR(CheckArgNonNegative(kOp, "weight_decay", a.weight_decay));
   if (a.nesterov && a.momentum == 0.0f) {
     return absl::InvalidArgumentError("Sgd: nesterov needs momentum > 0");
   }

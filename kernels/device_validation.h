@@ -25,6 +25,13 @@ bool IsKnownDType(DType dtype);
 // dimension, or an element or byte count that does not fit in int64.
 absl::StatusOr<int64_t> AllocationBytes(absl::string_view op, DType dtype, const Shape& shape);
 
+// value is finite and inside [lo or (lo, hi] or hi); hi = +inf means "no upper bound".
+//   "AdamW: beta1 must be in [0, 1), got 1"
+absl::Status CheckArgRange(absl::string_view op, absl::string_view name, float value, float lo,
+                           bool lo_inclusive, float hi, bool hi_inclusive);
+// value is finite and >= 0.
+absl::Status CheckArgNonNegative(absl::string_view op, absl::string_view name, float value);
+
 // `tensor` is allocated and fp32. `name` is the argument's name in messages.
 absl::Status CheckF32(absl::string_view op, absl::string_view name, const Tensor& tensor);
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_loops.h"
 #include "kernels/device_validation.h"
 #include "kernels/math/half.h"
 #include "kernels/status_macros.h"
@@ -18,71 +19,13 @@
 namespace optstep {
 namespace {
 
-// Elements per 64-byte cache line of fp32: parallel ranges start on a line boundary.
-constexpr int64_t kLineFloats = CpuDevice::kAlignment / sizeof(float);
+using internal::F32ToHost;
+using internal::HostToF32;
+using internal::ParallelFor;
+
 // Host buffers that are not aligned to their element size are converted through an aligned
 // bounce buffer of this many elements (the vectorised loops may assume natural alignment).
 constexpr int64_t kBounceElements = 4096;
-
-// Calls fn(begin, end) on `threads` contiguous ranges of [0, n), in parallel; each range starts
-// on a multiple of kLineFloats. Static partition: thread t always gets the same range.
-template <typename Fn>
-void ParallelFor(int64_t n, int threads, const Fn& fn) {
-  if (threads <= 1 || n <= kLineFloats) {
-    if (n > 0) fn(int64_t{0}, n);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num();
-    const int64_t nt = omp_get_num_threads();
-    const int64_t chunk = ((n + nt - 1) / nt + kLineFloats - 1) / kLineFloats * kLineFloats;
-    const int64_t begin = std::min(n, t * chunk);
-    const int64_t end = std::min(n, begin + chunk);
-    if (begin < end) fn(begin, end);
-  }
-}
-
-// Conversions between host element types and fp32, on ranges that the caller partitions.
-void HostToF32(const void* src, DType src_dtype, int64_t n, float* __restrict dst) {
-  switch (src_dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case DType::kBF16: {
-      const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) dst[i] = math::Bf16ToFloat(s[i]);
-      return;
-    }
-    case DType::kF16: {
-      const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) dst[i] = math::Fp16ToFloat(s[i]);
-      return;
-    }
-  }
-}
-
-void F32ToHost(const float* __restrict src, int64_t n, DType dst_dtype, void* dst) {
-  switch (dst_dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case DType::kBF16: {
-      uint16_t* __restrict d = static_cast<uint16_t*>(dst);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) d[i] = math::FloatToBf16(src[i]);
-      return;
-    }
-    case DType::kF16: {
-      uint16_t* __restrict d = static_cast<uint16_t*>(dst);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) d[i] = math::FloatToFp16(src[i]);
-      return;
-    }
-  }
-}
 
 bool NaturallyAligned(const void* p, DType dtype) {
   return reinterpret_cast<uintptr_t>(p) % DTypeSize(dtype) == 0;
@@ -198,6 +141,7 @@ absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(Options options) {
         "CpuDevice: memory_limit_bytes must be >= 0, got ", options.memory_limit_bytes));
   }
   int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  if (options.num_threads > 0) SetBlasThreads(options.num_threads);
   return std::unique_ptr<CpuDevice>(
       new CpuDevice(std::max(1, threads), options.memory_limit_bytes));
 }

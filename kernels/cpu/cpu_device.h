@@ -5,22 +5,33 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/device.h"
 #include "kernels/dtype.h"
 #include "kernels/math/elementwise.h"
+#include "kernels/math/emerging.h"
+#include "kernels/matrix_types.h"
 #include "kernels/tensor.h"
 
 namespace optstep {
 
 // The CPU implementation of Device: 64-byte aligned host memory and OpenMP loops over the
-// per-element formulas of kernels/math (one source of truth with the CUDA kernels).
+// per-element formulas of kernels/math (one source of truth with the CUDA kernels); GEMMs through
+// OpenBLAS (fp32; kMedium rounds the inputs to bf16 first, since Debian's OpenBLAS has no
+// bf16 GEMM, and bf16 outputs are rounded from the fp32 result), symmetric eigendecomposition
+// (ssyevd, dsyevd as the fallback) and QR (sgeqrf + sorgqr) through LAPACKE.
+//
+// Source files: cpu_device.cc (memory, transfers, Adam, SGD), cpu_device_emerging.cc (the
+// element-wise and data-movement primitives of the emerging optimizers), cpu_device_linalg.cc
+// (OpenBLAS / LAPACKE).
 //
 // Every method runs to completion before it returns; Synchronize() has nothing to wait for.
 // Loops over at least kMinParallelElements elements are split into `num_threads` contiguous,
-// 64-byte aligned ranges (static partition); smaller ones run on the calling thread.
+// 64-byte aligned ranges (static partition); smaller ones run on the calling thread. OpenBLAS
+// runs its own thread pool; an explicit Options::num_threads also sets its size (process-wide).
 //
 // Thread safety: as Device. Allocate, allocated_bytes, CopyFromHost and CopyToHost are
 // thread-safe (atomic accounting, no shared mutable state); the updates are thread-compatible.
@@ -80,6 +91,30 @@ class CpuDevice final : public Device {
   absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
                    Tensor* momentum_buffer) override;
 
+  absl::Status Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
+                    Tensor& exp_avg) override;
+  absl::Status MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad, Tensor& param,
+                            Tensor& momentum, Tensor& update) override;
+  absl::Status Adamuon(const math::Moment2Args& args, const Tensor& update, Tensor& param,
+                       Tensor& moment) override;
+  absl::Status NormuonMoment(const math::Moment2Args& args, const Tensor& sum_squares,
+                             Tensor& moment, Tensor& scale) override;
+  absl::Status SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad, Tensor& exp_avg,
+                        Tensor& exp_avg_sq, Tensor& direction) override;
+  absl::Status Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
+
+  absl::Status Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
+  absl::Status Convert(const Tensor& src, Tensor& dst) override;
+  absl::Status Transpose(const Tensor& src, Tensor& dst) override;
+  absl::Status CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) override;
+  absl::Status AxisDot(const Tensor& a, const Tensor& b, Tensor& out) override;
+  absl::Status AxisScale(const Tensor& v, Tensor& x) override;
+  absl::Status Permute(const Tensor& src, int axis, const std::vector<int64_t>& perm,
+                       Tensor& dst) override;
+  absl::Status SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
+                             Tensor& eigenvectors) override;
+  absl::Status Qr(const Tensor& a, Tensor& q) override;
+
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
  private:
@@ -91,8 +126,14 @@ class CpuDevice final : public Device {
   // Threads for a loop over `n` elements.
   int ThreadsFor(int64_t n) const { return n < kMinParallelElements ? 1 : num_threads_; }
 
+  // openblas_set_num_threads (cpu_device_linalg.cc).
+  static void SetBlasThreads(int num_threads);
+  // Host copies that a GEMM needs (kMedium rounding, bf16 widening): grown on demand, reused.
+  std::vector<float>& GemmScratch(int slot, int64_t n);
+
   const int num_threads_;
   const int64_t memory_limit_bytes_;
+  std::vector<float> gemm_scratch_[3];
   // Logical bytes (numel × dtype size) of the live tensors; shared with their deleters.
   const std::shared_ptr<std::atomic<int64_t>> allocated_;
 };

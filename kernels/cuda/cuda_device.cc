@@ -8,61 +8,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_libraries.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
+#include "kernels/cuda/cuda_stream.h"
 #include "kernels/device_validation.h"
 #include "kernels/status_macros.h"
 
 namespace optstep {
-namespace internal {
-
-// The device's stream, destroyed when the device and all of its tensors are gone.
-class CudaStream {
- public:
-  CudaStream(int ordinal, cudaStream_t stream) : ordinal_(ordinal), stream_(stream) {}
-  CudaStream(const CudaStream&) = delete;
-  CudaStream& operator=(const CudaStream&) = delete;
-  ~CudaStream() {
-    if (cudaSetDevice(ordinal_) == cudaSuccess) {
-      cudaStreamSynchronize(stream_);
-      cudaStreamDestroy(stream_);
-    }
-  }
-  cudaStream_t get() const { return stream_; }
-
- private:
-  const int ordinal_;
-  const cudaStream_t stream_;
-};
-
-}  // namespace internal
-
-namespace {
-
-// Device scratch memory in stream order (cudaMallocAsync / cudaFreeAsync on the stream).
-class StreamScratch {
- public:
-  explicit StreamScratch(cudaStream_t stream) : stream_(stream) {}
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  ~StreamScratch() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
-  }
-  absl::Status Allocate(size_t bytes) {
-    OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&data_, std::max<size_t>(bytes, 16), stream_));
-    return absl::OkStatus();
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  const cudaStream_t stream_;
-  void* data_ = nullptr;
-};
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(Options options) {
   int count = 0;
@@ -91,9 +44,11 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(Options options) 
   cudaStream_t stream = nullptr;
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int max_blocks = std::max(1, sms * std::max(1, threads_per_sm / gpu::kThreadsPerBlock));
+  auto owned_stream = std::make_shared<internal::CudaStream>(options.ordinal, stream);
+  OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<internal::MathLibraries> libs,
+                           internal::MathLibraries::Create(stream));
   return std::unique_ptr<CudaDevice>(
-      new CudaDevice(options.ordinal, max_blocks,
-                     std::make_shared<internal::CudaStream>(options.ordinal, stream)));
+      new CudaDevice(options.ordinal, max_blocks, std::move(owned_stream), std::move(libs)));
 }
 
 int CudaDevice::VisibleDeviceCount() {
@@ -105,10 +60,12 @@ int CudaDevice::VisibleDeviceCount() {
   return count;
 }
 
-CudaDevice::CudaDevice(int ordinal, int max_blocks, std::shared_ptr<internal::CudaStream> stream)
+CudaDevice::CudaDevice(int ordinal, int max_blocks, std::shared_ptr<internal::CudaStream> stream,
+                       std::unique_ptr<internal::MathLibraries> libs)
     : ordinal_(ordinal),
       max_blocks_(max_blocks),
       stream_(std::move(stream)),
+      libs_(std::move(libs)),
       allocated_(std::make_shared<std::atomic<int64_t>>(0)) {}
 
 CudaDevice::~CudaDevice() {
@@ -173,7 +130,7 @@ absl::Status CudaDevice::CopyFromHost(const void* src, DType src_dtype, int64_t 
     OPTSTEP_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(d, src, count * sizeof(float), cudaMemcpyHostToDevice, stream));
   } else {
-    StreamScratch staging(stream);
+    internal::StreamScratch staging(stream);
     OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
     OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
         staging.as<uint16_t>(), src, count * sizeof(uint16_t), cudaMemcpyHostToDevice, stream));
@@ -198,7 +155,7 @@ absl::Status CudaDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t c
     OPTSTEP_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dst, s, count * sizeof(float), cudaMemcpyDeviceToHost, stream));
   } else {
-    StreamScratch staging(stream);
+    internal::StreamScratch staging(stream);
     OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
     const gpu::Launch launch{stream, max_blocks_};
     OPTSTEP_CUDA_RETURN_IF_ERROR(
@@ -243,7 +200,7 @@ absl::StatusOr<GradientStats> CudaDevice::ComputeGradientStats(const Tensor& gra
   OPTSTEP_RETURN_IF_ERROR(Activate());
   cudaStream_t stream = stream_->get();
   const int64_t slots = gpu::SumSquaresScratchSize(grad.numel());
-  StreamScratch scratch(stream);
+  internal::StreamScratch scratch(stream);
   OPTSTEP_RETURN_IF_ERROR(scratch.Allocate((slots + 1) * sizeof(double)));
   double* result = scratch.as<double>() + slots;
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSumSquares(grad.f32(), grad.numel(), scratch.as<double>(),

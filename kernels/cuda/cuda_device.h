@@ -5,22 +5,34 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/device.h"
 #include "kernels/dtype.h"
 #include "kernels/math/elementwise.h"
+#include "kernels/math/emerging.h"
+#include "kernels/matrix_types.h"
 #include "kernels/tensor.h"
 
 namespace optstep {
 namespace internal {
-class CudaStream;  // owns the device's cudaStream_t (cuda_device.cc)
+class CudaStream;     // owns the device's cudaStream_t (cuda_stream.h)
+class MathLibraries;  // cuBLAS + cuSOLVER handles on that stream (cuda_libraries.h)
 }  // namespace internal
 
 // The CUDA implementation of Device: cudaMalloc'ed memory and the element-wise kernels of
-// elementwise_kernels.cu over the shared formulas of kernels/math. This header includes no CUDA
-// header and no CUDA handle leaves the class.
+// elementwise_kernels.cu / update_kernels.cu over the shared formulas of kernels/math; GEMMs
+// through cuBLAS (fp32 COMPUTE_32F for kHighest, COMPUTE_32F_FAST_TF32 for kHigh,
+// COMPUTE_32F_FAST_16BF for kMedium on fp32 tensors, bf16 A/B/C with COMPUTE_32F for bf16
+// tensors); eigendecomposition (syevd) and QR (geqrf + orgqr) through cuSOLVER. This header
+// includes no CUDA header and no CUDA handle leaves the class.
+//
+// Source files: cuda_device.cc (memory, transfers, Adam, SGD), cuda_device_emerging.cc (the
+// element-wise and data-movement primitives of the emerging optimizers), cuda_device_linalg.cc
+// (cuBLAS, cuSOLVER). SymmetricEigh, Qr and Permute wait for the stream (solver status, small
+// host-side decisions).
 //
 // Ordering: all work goes to one stream. Updates (Zero, Copy, Add, Scale, AdamW, Sgd) are
 // enqueued and return; methods that hand data to the host (CopyToHost, ComputeGradientStats)
@@ -72,10 +84,36 @@ class CudaDevice final : public Device {
   absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
                    Tensor* momentum_buffer) override;
 
+  absl::Status Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
+                    Tensor& exp_avg) override;
+  absl::Status MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad, Tensor& param,
+                            Tensor& momentum, Tensor& update) override;
+  absl::Status Adamuon(const math::Moment2Args& args, const Tensor& update, Tensor& param,
+                       Tensor& moment) override;
+  absl::Status NormuonMoment(const math::Moment2Args& args, const Tensor& sum_squares,
+                             Tensor& moment, Tensor& scale) override;
+  absl::Status SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad, Tensor& exp_avg,
+                        Tensor& exp_avg_sq, Tensor& direction) override;
+  absl::Status Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
+
+  absl::Status Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
+  absl::Status Convert(const Tensor& src, Tensor& dst) override;
+  absl::Status Transpose(const Tensor& src, Tensor& dst) override;
+  absl::Status CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) override;
+  absl::Status AxisDot(const Tensor& a, const Tensor& b, Tensor& out) override;
+  absl::Status AxisScale(const Tensor& v, Tensor& x) override;
+  absl::Status Permute(const Tensor& src, int axis, const std::vector<int64_t>& perm,
+                       Tensor& dst) override;
+  absl::Status SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
+                             Tensor& eigenvectors) override;
+  absl::Status Qr(const Tensor& a, Tensor& q) override;
+
   absl::Status Synchronize() override;
 
  private:
-  CudaDevice(int ordinal, int max_blocks, std::shared_ptr<internal::CudaStream> stream);
+  CudaDevice(int ordinal, int max_blocks, std::shared_ptr<internal::CudaStream> stream,
+             std::unique_ptr<internal::MathLibraries> libs);
+
 
   // cudaSetDevice(ordinal_) for the calling thread.
   absl::Status Activate() const;
@@ -83,6 +121,8 @@ class CudaDevice final : public Device {
   const int ordinal_;
   const int max_blocks_;  // grid-stride limit: about one resident wave of 256-thread blocks
   const std::shared_ptr<internal::CudaStream> stream_;
+  // Declared after stream_: destroyed before it.
+  const std::unique_ptr<internal::MathLibraries> libs_;
   // Logical bytes (numel × dtype size) of the live tensors; shared with their deleters.
   const std::shared_ptr<std::atomic<int64_t>> allocated_;
 };

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/elementwise_kernels.h"
+#include "kernels/cuda/grid.cuh"
 #include "kernels/math/elementwise.h"
 #include "kernels/math/half.h"
 
@@ -13,16 +14,9 @@ namespace optstep {
 namespace gpu {
 namespace {
 
-__device__ __forceinline__ int64_t FirstIndex() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-
-__device__ __forceinline__ int64_t Stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
-
-int Blocks(int64_t items, const Launch& launch) {
-  const int64_t wanted = (items + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, launch.max_blocks)));
-}
+using internal::Blocks;
+using internal::FirstIndex;
+using internal::Stride;
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 

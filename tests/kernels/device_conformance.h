@@ -47,6 +47,8 @@ class DeviceConformanceTest : public ::testing::TestWithParam<DeviceFactory> {
 
   // An fp32 tensor of shape {values.size()} holding `values`.
   absl::StatusOr<Tensor> Upload(const std::vector<float>& values);
+  // An fp32 tensor of `shape` holding `values` (as many as the shape has elements).
+  absl::StatusOr<Tensor> Upload(const Shape& shape, const std::vector<float>& values);
   absl::StatusOr<Tensor> Upload(Device& device, const std::vector<float>& values);
   // All elements of the fp32 tensor `t`.
   absl::StatusOr<std::vector<float>> Download(const Tensor& t);

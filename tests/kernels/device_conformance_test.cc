@@ -33,6 +33,16 @@ absl::StatusOr<Tensor> DeviceConformanceTest::Upload(const std::vector<float>& v
   return Upload(*device_, values);
 }
 
+absl::StatusOr<Tensor> DeviceConformanceTest::Upload(const Shape& shape,
+                                                     const std::vector<float>& values) {
+  OPTSTEP_ASSIGN_OR_RETURN(Tensor t, device_->Allocate(DType::kF32, shape));
+  if (static_cast<int64_t>(values.size()) != t.numel()) {
+    return absl::InvalidArgumentError("Upload: value count does not match the shape");
+  }
+  OPTSTEP_RETURN_IF_ERROR(device_->CopyFromHost(values.data(), DType::kF32, t.numel(), t, 0));
+  return t;
+}
+
 absl::StatusOr<Tensor> DeviceConformanceTest::Upload(Device& device,
                                                      const std::vector<float>& values) {
   const int64_t n = static_cast<int64_t>(values.size());

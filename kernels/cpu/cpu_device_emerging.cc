@@ -1,0 +1,299 @@
+// CpuDevice: the element-wise updates of the emerging optimizers (formulas in
+// kernels/math/emerging.h) and the data-movement primitives (Convert, Transpose, CopyRowBlocks,
+// AxisDot, AxisScale, Permute). See cpu_device.h.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/cpu/cpu_loops.h"
+#include "kernels/emerging_validation.h"
+#include "kernels/math/emerging.h"
+#include "kernels/matrix_validation.h"
+#include "kernels/status_macros.h"
+
+namespace optstep {
+namespace {
+
+using internal::ParallelFor;
+
+// Square tiles of the blocked transpose.
+constexpr int64_t kTile = 32;
+
+// The decay mode as compile-time flags, written into a thread-local copy of the arguments so
+// that the compiler drops its branches from the vector loops (as for AdamW).
+template <bool kL2, bool kDecay>
+math::WeightDecay FixedDecay(math::WeightDecay d) {
+  d.l2 = kL2;
+  if (!kL2 && !kDecay) d.coef = 0.0f;
+  return d;
+}
+
+// Calls body(l2, decay) with std::integral_constant<bool> arguments matching `d`.
+template <typename Body>
+void DispatchDecay(const math::WeightDecay& d, const Body& body) {
+  if (d.l2) {
+    body(std::true_type{}, std::true_type{});
+  } else if (d.coef != 0.0f) {
+    body(std::false_type{}, std::true_type{});
+  } else {
+    body(std::false_type{}, std::false_type{});
+  }
+}
+
+}  // namespace
+
+absl::Status CpuDevice::Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
+                             Tensor& exp_avg) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckLion(args, grad, param, exp_avg));
+  const int64_t n = grad.numel();
+  const float* g = grad.f32();
+  float* p = param.f32();
+  float* m = exp_avg.f32();
+  DispatchDecay(args.decay, [&](auto l2, auto decay) {
+    ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+      math::LionArgs a = args;
+      a.decay = FixedDecay<decltype(l2)::value, decltype(decay)::value>(args.decay);
+      const float* __restrict gg = g;
+      float* __restrict pp = p;
+      float* __restrict mm = m;
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) math::LionElement(a, gg[i], pp[i], mm[i]);
+    });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad,
+                                     Tensor& param, Tensor& momentum, Tensor& update) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckMuonMomentum(args, grad, param, momentum, update));
+  const int64_t n = grad.numel();
+  const float* g = grad.f32();
+  float* p = param.f32();
+  float* b = momentum.f32();
+  float* u = update.f32();
+  DispatchDecay(args.decay, [&](auto l2, auto decay) {
+    ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+      math::MuonMomentumArgs a = args;
+      a.decay = FixedDecay<decltype(l2)::value, decltype(decay)::value>(args.decay);
+      const float* __restrict gg = g;
+      float* __restrict pp = p;
+      float* __restrict bb = b;
+      float* __restrict uu = u;
+      if (a.nesterov) {
+        a.nesterov = true;
+#pragma omp simd
+        for (int64_t i = begin; i < end; ++i)
+          math::MuonMomentumElement(a, gg[i], pp[i], bb[i], uu[i]);
+      } else {
+        a.nesterov = false;
+#pragma omp simd
+        for (int64_t i = begin; i < end; ++i)
+          math::MuonMomentumElement(a, gg[i], pp[i], bb[i], uu[i]);
+      }
+    });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Adamuon(const math::Moment2Args& args, const Tensor& update, Tensor& param,
+                                Tensor& moment) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamuon(args, update, param, moment));
+  const int64_t n = update.numel();
+  const float* o = update.f32();
+  float* p = param.f32();
+  float* v = moment.f32();
+  ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    const math::Moment2Args a = args;
+    const float* __restrict oo = o;
+    float* __restrict pp = p;
+    float* __restrict vv = v;
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) math::AdamuonElement(a, oo[i], pp[i], vv[i]);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::NormuonMoment(const math::Moment2Args& args, const Tensor& sum_squares,
+                                      Tensor& moment, Tensor& scale) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckNormuonMoment(args, sum_squares, moment, scale));
+  const float* s = sum_squares.f32();
+  float* v = moment.f32();
+  float* w = scale.f32();
+  for (int64_t i = 0; i < moment.numel(); ++i) math::NormuonMomentElement(args, s[i], v[i], w[i]);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad,
+                                 Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& direction) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckSoapAdam(args, grad, exp_avg, exp_avg_sq, direction));
+  const int64_t n = grad.numel();
+  const float* g = grad.f32();
+  float* m = exp_avg.f32();
+  float* v = exp_avg_sq.f32();
+  float* d = direction.f32();
+  ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    const math::SoapAdamArgs a = args;
+    const float* __restrict gg = g;
+    float* __restrict mm = m;
+    float* __restrict vv = v;
+    float* __restrict dd = d;
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) math::SoapAdamElement(a, gg[i], mm[i], vv[i], dd[i]);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckAxpby(alpha, x, beta, y));
+  const int64_t n = y.numel();
+  const float* xs = x.f32();
+  float* ys = y.f32();
+  ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    if (beta == 0.0f) {
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) ys[i] = alpha * xs[i];
+    } else {
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) math::AxpbyElement(alpha, xs[i], beta, ys[i]);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Convert(const Tensor& src, Tensor& dst) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckConvert(src, dst));
+  const int64_t n = src.numel();
+  const char* s = static_cast<const char*>(src.data());
+  char* d = static_cast<char*>(dst.data());
+  const size_t s_size = DTypeSize(src.dtype());
+  const size_t d_size = DTypeSize(dst.dtype());
+  ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    if (src.dtype() == DType::kF32) {
+      internal::F32ToHost(reinterpret_cast<const float*>(s) + begin, end - begin, dst.dtype(),
+                          d + begin * d_size);
+    } else {
+      internal::HostToF32(s + begin * s_size, src.dtype(), end - begin,
+                          reinterpret_cast<float*>(d) + begin);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Transpose(const Tensor& src, Tensor& dst) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckTranspose(src, dst));
+  const int64_t rows = src.dim(0);
+  const int64_t cols = src.dim(1);
+  const float* s = src.f32();
+  float* d = dst.f32();
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+  const int threads = ThreadsFor(src.numel());
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t rt = 0; rt < row_tiles; ++rt) {
+    const int64_t r_end = std::min(rows, (rt + 1) * kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c_end = std::min(cols, c0 + kTile);
+      for (int64_t r = rt * kTile; r < r_end; ++r) {
+        for (int64_t c = c0; c < c_end; ++c) d[c * rows + r] = s[r * cols + c];
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckRowBlockCopy(copy, src, dst));
+  const int64_t cols = src.dim(1);
+  const size_t block_bytes = static_cast<size_t>(copy.block_rows * cols) * sizeof(float);
+  if (block_bytes == 0) return absl::OkStatus();
+  const float* s = src.f32();
+  float* d = dst.f32();
+  for (int64_t b = 0; b < copy.num_blocks; ++b) {
+    std::memcpy(d + (copy.dst_first_row + b * copy.dst_block_stride) * cols,
+                s + (copy.src_first_row + b * copy.src_block_stride) * cols, block_bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::AxisDot(const Tensor& a, const Tensor& b, Tensor& out) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckAxisDot(a, b, out));
+  const int64_t rows = a.dim(0);
+  const int64_t cols = a.dim(1);
+  const float* x = a.f32();
+  const float* y = b.f32();
+  float* o = out.f32();
+  const int threads = ThreadsFor(a.numel());
+  if (internal::PerRow(out, a)) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        sum += static_cast<double>(x[r * cols + c]) * static_cast<double>(y[r * cols + c]);
+      }
+      o[r] = static_cast<float>(sum);
+    }
+    return absl::OkStatus();
+  }
+  // Per column: each thread owns a range of columns and walks the rows in order, so every sum
+  // adds its terms in row order whatever the thread count.
+  ParallelFor(cols, threads, [&](int64_t begin, int64_t end) {
+    std::vector<double> sums(end - begin, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * cols;
+      const float* yr = y + r * cols;
+      for (int64_t c = begin; c < end; ++c) {
+        sums[c - begin] += static_cast<double>(xr[c]) * static_cast<double>(yr[c]);
+      }
+    }
+    for (int64_t c = begin; c < end; ++c) o[c] = static_cast<float>(sums[c - begin]);
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::AxisScale(const Tensor& v, Tensor& x) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckAxisScale(v, x));
+  const int64_t rows = x.dim(0);
+  const int64_t cols = x.dim(1);
+  const bool per_row = internal::PerRow(v, x);
+  const float* w = v.f32();
+  float* d = x.f32();
+  const int threads = ThreadsFor(x.numel());
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* __restrict row = d + r * cols;
+    if (per_row) {
+      const float s = w[r];
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) row[c] = row[c] * s;
+    } else {
+      const float* __restrict ws = w;
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) row[c] = row[c] * ws[c];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Permute(const Tensor& src, int axis, const std::vector<int64_t>& perm,
+                                Tensor& dst) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckPermute(src, axis, perm, dst));
+  const int64_t rows = src.dim(0);
+  const int64_t cols = src.dim(1);
+  const float* s = src.f32();
+  float* d = dst.f32();
+  const int threads = ThreadsFor(src.numel());
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    if (axis == 0) {
+      std::memcpy(d + r * cols, s + perm[r] * cols, cols * sizeof(float));
+    } else {
+      for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = s[r * cols + perm[c]];
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace optstep

@@ -1,0 +1,183 @@
+// CpuDevice: GEMM through OpenBLAS, symmetric eigendecomposition and QR through LAPACKE.
+// See cpu_device.h.
+
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/cpu/cpu_loops.h"
+#include "kernels/math/half.h"
+#include "kernels/matrix_validation.h"
+#include "kernels/status_macros.h"
+
+namespace optstep {
+namespace {
+
+using internal::ParallelFor;
+
+// dst[i] = bf16(src[i]) as an fp32 value: the inputs of a kMedium product.
+void RoundToBf16(const float* src, int64_t n, float* dst, int threads) {
+  ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
+    const float* __restrict s = src;
+    float* __restrict d = dst;
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) d[i] = math::Bf16ToFloat(math::FloatToBf16(s[i]));
+  });
+}
+
+void WidenBf16(const Tensor& t, float* dst, int threads) {
+  const uint16_t* s = static_cast<const uint16_t*>(t.data());
+  ParallelFor(t.numel(), threads, [&](int64_t begin, int64_t end) {
+    internal::HostToF32(s + begin, DType::kBF16, end - begin, dst + begin);
+  });
+}
+
+// Row-major C{m, n} ← α·op(A)·op(B) + β·C with op(A) {m, k}. Handles the empty cases that BLAS
+// would refuse (a leading dimension of 0).
+void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m * n; ++i) c[i] = beta == 0.0f ? 0.0f : beta * c[i];
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(std::max<int64_t>(1, lda)), b,
+              static_cast<blasint>(std::max<int64_t>(1, ldb)), beta, c,
+              static_cast<blasint>(std::max<int64_t>(1, n)));
+}
+
+// Whether every off-diagonal entry of the {n, n} matrix is zero.
+bool IsDiagonal(const float* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (i != j && a[i * n + j] != 0.0f) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void CpuDevice::SetBlasThreads(int num_threads) { openblas_set_num_threads(num_threads); }
+
+std::vector<float>& CpuDevice::GemmScratch(int slot, int64_t n) {
+  std::vector<float>& buffer = gemm_scratch_[slot];
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer;
+}
+
+absl::Status CpuDevice::Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckGemm(args, a, b, c));
+  const int64_t m = c.dim(0);
+  const int64_t n = c.dim(1);
+  const int64_t k = args.transpose_a ? a.dim(0) : a.dim(1);
+  const int64_t lda = a.dim(1);
+  const int64_t ldb = b.dim(1);
+  if (a.dtype() == DType::kBF16) {
+    // bf16 in and out: exact widening, fp32 products and epilogue, one rounding to bf16.
+    float* wa = GemmScratch(0, a.numel()).data();
+    float* wb = GemmScratch(1, b.numel()).data();
+    float* wc = GemmScratch(2, c.numel()).data();
+    WidenBf16(a, wa, ThreadsFor(a.numel()));
+    WidenBf16(b, wb, ThreadsFor(b.numel()));
+    if (args.beta != 0.0f) WidenBf16(c, wc, ThreadsFor(c.numel()));
+    Sgemm(args.transpose_a, args.transpose_b, m, n, k, args.alpha, wa, lda, wb, ldb, args.beta, wc);
+    uint16_t* out = static_cast<uint16_t*>(c.data());
+    ParallelFor(c.numel(), ThreadsFor(c.numel()), [&](int64_t begin, int64_t end) {
+      internal::F32ToHost(wc + begin, end - begin, DType::kBF16, out + begin);
+    });
+    return absl::OkStatus();
+  }
+  const float* pa = a.f32();
+  const float* pb = b.f32();
+  if (args.precision == MatmulPrecision::kMedium) {
+    float* ra = GemmScratch(0, a.numel()).data();
+    RoundToBf16(pa, a.numel(), ra, ThreadsFor(a.numel()));
+    pa = ra;
+    if (b.data() == a.data()) {
+      pb = ra;
+    } else {
+      float* rb = GemmScratch(1, b.numel()).data();
+      RoundToBf16(pb, b.numel(), rb, ThreadsFor(b.numel()));
+      pb = rb;
+    }
+  }
+  Sgemm(args.transpose_a, args.transpose_b, m, n, k, args.alpha, pa, lda, pb, ldb, args.beta,
+        c.f32());
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
+                                      Tensor& eigenvectors) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckSymmetricEigh(a, shift, eigenvalues, eigenvectors));
+  const int64_t n = a.dim(0);
+  const float* x = a.f32();
+  float* values = eigenvalues.f32();
+  float* vectors = eigenvectors.f32();
+  if (n == 0) return absl::OkStatus();
+  if (IsDiagonal(x, n)) {
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t i, int64_t j) { return x[i * n + i] > x[j * n + j]; });
+    std::fill(vectors, vectors + n * n, 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      vectors[order[j] * n + j] = 1.0f;
+      values[j] = x[order[j] * n + order[j]];
+    }
+    return absl::OkStatus();
+  }
+  // LAPACK answers ascending eigenvalues; columns are reversed below.
+  std::vector<float> work(x, x + n * n);
+  for (int64_t i = 0; i < n; ++i) work[i * n + i] += shift;
+  std::vector<float> w(n);
+  const lapack_int ni = static_cast<lapack_int>(n);
+  lapack_int info = LAPACKE_ssyevd(LAPACK_ROW_MAJOR, 'V', 'U', ni, work.data(), ni, w.data());
+  if (info != 0) {
+    // Retry the same shifted matrix in fp64.
+    std::vector<double> dwork(work.begin(), work.end());
+    std::vector<double> dw(n);
+    info = LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', ni, dwork.data(), ni, dw.data());
+    if (info != 0) {
+      return absl::InternalError(absl::StrCat("SymmetricEigh: ssyevd and dsyevd failed on a ", n,
+                                              "x", n, " matrix (info ", info, ")"));
+    }
+    std::copy(dwork.begin(), dwork.end(), work.begin());
+    std::copy(dw.begin(), dw.end(), w.begin());
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t src = n - 1 - j;
+    values[j] = w[src] - shift;
+    for (int64_t i = 0; i < n; ++i) vectors[i * n + j] = work[i * n + src];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Qr(const Tensor& a, Tensor& q) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckQr(a, q));
+  const int64_t m = a.dim(0);
+  const int64_t n = a.dim(1);
+  if (m == 0 || n == 0) return absl::OkStatus();
+  float* out = q.f32();
+  std::copy(a.f32(), a.f32() + m * n, out);
+  std::vector<float> tau(n);
+  const lapack_int mi = static_cast<lapack_int>(m);
+  const lapack_int ni = static_cast<lapack_int>(n);
+  lapack_int info = LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, mi, ni, out, ni, tau.data());
+  if (info == 0) info = LAPACKE_sorgqr(LAPACK_ROW_MAJOR, mi, ni, ni, out, ni, tau.data());
+  if (info != 0) {
+    return absl::InternalError(
+        absl::StrCat("Qr: sgeqrf/sorgqr failed on a ", m, "x", n, " matrix (info ", info, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace optstep

@@ -33,10 +33,14 @@ absl::Status AdamW::Step(Device& device, const StepArgs& args, const Tensor& gra
   if (exp_avg == nullptr || exp_avg_sq == nullptr) {
     return absl::InternalError("adamw: state is missing exp_avg or exp_avg_sq");
   }
-  const math::AdamWArgs a = math::MakeAdamWArgs(
-      args.lr, config_.beta1, config_.beta2, config_.eps, args.weight_decay, config_.decoupled,
-      config_.bias_correction, args.group_step);
+  const math::AdamWArgs a =
+      math::MakeAdamWArgs(args.lr, config_.beta1, config_.beta2, config_.eps, args.weight_decay,
+                          config_.decoupled, config_.bias_correction, args.group_step);
   return device.AdamW(a, grad, param, *exp_avg, *exp_avg_sq);
+}
+
+double AdamW::EstimateStepCost(const ParamInfo& param) const {
+  return 28.0 * static_cast<double>(param.numel());
 }
 
 }  // namespace optstep

@@ -25,6 +25,8 @@ class AdamW final : public Optimizer {
   absl::Status InitState(Device& device, const ParamInfo& param, ParamState& state) const override;
   absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                     ParamState& state) override;
+  // 28 bytes per element: reads g, p, m, v and writes p, m, v.
+  double EstimateStepCost(const ParamInfo& param) const override;
 
  private:
   explicit AdamW(const AdamWConfig& config) : config_(config) {}

@@ -24,4 +24,11 @@ absl::Status CheckPositive(absl::string_view owner, absl::string_view name, doub
       absl::StrCat(owner, ": ", name, " = ", value, " must be finite and > 0"));
 }
 
+absl::Status CheckWeightDecayMode(absl::string_view owner, math::WeightDecayMode mode) {
+  const int value = static_cast<int>(mode);
+  if (value >= 0 && value <= 3) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(owner, ": weight_decay_mode ", value, " is not a known mode"));
+}
+
 }  // namespace optstep

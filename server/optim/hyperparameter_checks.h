@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "kernels/math/weight_decay.h"
 
 namespace optstep {
 
@@ -17,6 +18,8 @@ absl::Status CheckNonNegative(absl::string_view owner, absl::string_view name, d
 absl::Status CheckUnitInterval(absl::string_view owner, absl::string_view name, double value);
 // value is finite and value > 0.
 absl::Status CheckPositive(absl::string_view owner, absl::string_view name, double value);
+// `mode` is one of the enumerators (a value cast from wire data may not be).
+absl::Status CheckWeightDecayMode(absl::string_view owner, math::WeightDecayMode mode);
 
 }  // namespace optstep
 

@@ -14,9 +14,13 @@
 namespace optstep {
 
 // The optimizer state of one parameter: named fp32 tensors of any shape (the shape of the
-// parameter for Adam's moments, other shapes for SOAP's factors), in a fixed order.
+// parameter for Adam's moments, other shapes for SOAP's factors L, R, Q_L, Q_R and normuon's
+// (m,1)/(1,n) moment), in a fixed order. Checkpoints store every tensor with its own shape.
 struct ParamState {
   std::vector<std::pair<std::string, Tensor>> tensors;
+  // The parameter's Q/K/V split, copied by InitState for the optimizers that need it in Step
+  // (Muon's split_qkv). Derived from the session definition, not checkpointed.
+  QkvSplitInfo qkv;
 
   Tensor* Find(const std::string& key);
   int64_t bytes() const;
@@ -46,10 +50,22 @@ class Optimizer {
   // (e.g. a 1-D parameter for a matrix optimizer).
   virtual absl::Status CheckParam(const ParamInfo& param) const = 0;
   // Allocates the zero-initialised state of `param` on `device`.
-  virtual absl::Status InitState(Device& device, const ParamInfo& param, ParamState& state) const = 0;
+  virtual absl::Status InitState(Device& device, const ParamInfo& param,
+                                 ParamState& state) const = 0;
   // Applies one step to `param` in place. `grad` is already averaged and clipped (spec §5).
   virtual absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                             ParamState& state) = 0;
+
+  // Relative cost of one step of `param`, for the layer-wise partitioner (spec §6). The unit is
+  // a byte of memory traffic on a CPU: an element-wise optimizer costs the bytes it moves per
+  // step (AdamW 28 per element: reads g, p, m, v and writes p, m, v); matrix work adds its
+  // floating-point operations divided by kFlopsPerByte (a CPU core does roughly ten flops in
+  // the time it streams one byte), e.g. Muon's Newton–Schulz k·(4·r²·c + 2·r³) flops for
+  // r = min(m, n), c = max(m, n), per Q/K/V component when split. Deterministic, > 0.
+  virtual double EstimateStepCost(const ParamInfo& param) const = 0;
+
+  // The flop-to-byte exchange rate of EstimateStepCost.
+  static constexpr double kFlopsPerByte = 10.0;
 };
 
 }  // namespace optstep

@@ -16,6 +16,8 @@ std::string GroupOverrides::Key() const {
   add("beta2", beta2);
   add("eps", eps);
   add("momentum", momentum);
+  add("lr_mult", lr_mult);
+  add("eps_mult", eps_mult);
   return key;
 }
 

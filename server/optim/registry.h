@@ -3,11 +3,17 @@
 
 // The optimizer registry: kind names and aliases -> factories.
 //
-//   adamw (alias adam)   spec §3.1
-//   sgd                  spec §3.2
+//   adamw (alias adam)        spec §3.1
+//   sgd                       spec §3.2
+//   lion                      spec §3.3
+//   muon (alias dist_muon)    spec §3.4 (dist_muon is deprecated)
+//   adaptive_muon             spec §3.5
+//   soap                      spec §3.6
 //
-// Kinds of the v1 API that this build does not implement yet (lion, muon/dist_muon,
-// adaptive_muon, soap) answer UNIMPLEMENTED; anything else is INVALID_ARGUMENT.
+// Anything else is INVALID_ARGUMENT. Group overrides a kind accepts besides lr and weight_decay:
+// adamw beta1/beta2/eps, sgd momentum, lion beta1/beta2, muon momentum, adaptive_muon
+// momentum/beta2/eps, soap beta1/beta2/eps. lr_mult (MuP) wraps any optimizer so that every
+// step's lr is multiplied; eps_mult multiplies eps where the kind has one.
 
 #include <memory>
 #include <string>
@@ -25,7 +31,8 @@ absl::StatusOr<std::string> CanonicalOptimizerKind(absl::string_view owner, absl
 
 // Creates the optimizer of one parameter group: the sub-optimizer's config with the group's
 // overrides applied. INVALID_ARGUMENT (naming `owner`) for invalid values and for overrides the
-// kind has no use for (e.g. beta1 for sgd).
+// kind has no use for (e.g. beta1 for sgd). Every factory validates its whole configuration, so
+// creating with empty overrides validates a sub-optimizer.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(absl::string_view owner,
                                                            const SubOptimizerConfig& config,
                                                            const GroupOverrides& overrides);

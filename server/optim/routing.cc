@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -43,6 +44,22 @@ int DefaultRoute(const ChainConfig& chain, const std::vector<std::string>& kinds
   return (param.ndim() == 2 && !param.embedding_or_output) ? matrix : adam;
 }
 
+// MuP (spec §4): the learning-rate / eps multipliers of `param` under the width multiplier `w`.
+// "Vector-like": rank <= 1 or flagged embedding/output.
+void ApplyMup(double w, const std::string& kind, const ParamInfo& param, GroupOverrides& o) {
+  if (w == 1.0) return;
+  const bool vector_like = param.ndim() <= 1 || param.embedding_or_output;
+  if (kind == "adamw" && !vector_like) {
+    o.lr_mult = 1.0 / w;
+    o.eps_mult = 1.0 / w;
+  } else if (kind == "sgd" && vector_like) {
+    o.lr_mult = w;
+  } else if ((kind == "soap" || kind == "lion") && !vector_like) {
+    o.lr_mult = 1.0 / w;
+  }
+  // Muon and AdaptiveMuon: their matrices are excluded; they rely on scale_mode.
+}
+
 }  // namespace
 
 double DefaultWdMult(const ParamInfo& param) {
@@ -59,26 +76,33 @@ absl::StatusOr<std::vector<ParamGroup>> RouteParameters(const ChainConfig& chain
   for (int i = 0; i < static_cast<int>(chain.sub_optimizers.size()); ++i) {
     const SubOptimizerConfig& sub = chain.sub_optimizers[i];
     if (sub.name.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("optimizer: sub_optimizer ", i, " has no name"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer: sub_optimizer ", i, " has no name"));
     }
     if (!index_of.emplace(sub.name, i).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("optimizer: duplicate sub_optimizer name '", sub.name, "'"));
     }
-    OPTSTEP_ASSIGN_OR_RETURN(std::string kind,
-                             CanonicalOptimizerKind(absl::StrCat("sub_optimizer '", sub.name, "'"),
-                                                    sub.kind));
+    OPTSTEP_ASSIGN_OR_RETURN(
+        std::string kind,
+        CanonicalOptimizerKind(absl::StrCat("sub_optimizer '", sub.name, "'"), sub.kind));
     kinds.push_back(kind);
+  }
+  const double mup = chain.mup_width_mult;
+  if (!std::isfinite(mup) || mup <= 0.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: mup_width_mult = ", mup, " must be finite and > 0"));
   }
   for (int r = 0; r < static_cast<int>(chain.rules.size()); ++r) {
     if (index_of.count(chain.rules[r].sub_optimizer) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("optimizer: rule ", r, " routes to unknown sub_optimizer '",
+      return absl::InvalidArgumentError(absl::StrCat("optimizer: rule ", r,
+                                                     " routes to unknown sub_optimizer '",
                                                      chain.rules[r].sub_optimizer, "'"));
     }
     if (chain.rules[r].overrides.wd_mult && *chain.rules[r].overrides.wd_mult < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("optimizer: rule ", r, ": wd_mult = ",
-                                                     *chain.rules[r].overrides.wd_mult,
-                                                     " must be >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer: rule ", r, ": wd_mult = ", *chain.rules[r].overrides.wd_mult,
+                       " must be >= 0"));
     }
   }
 
@@ -103,6 +127,7 @@ absl::StatusOr<std::vector<ParamGroup>> RouteParameters(const ChainConfig& chain
     }
     const double wd_mult = overrides.wd_mult.value_or(DefaultWdMult(param));
     overrides.wd_mult.reset();
+    ApplyMup(mup, kinds[sub], param, overrides);
     Key key{sub, !overrides.empty(), overrides.Key(), wd_mult, param.expert};
     ParamGroup& group = groups[key];
     group.sub_optimizer = sub;
@@ -110,6 +135,17 @@ absl::StatusOr<std::vector<ParamGroup>> RouteParameters(const ChainConfig& chain
     group.wd_mult = wd_mult;
     group.expert = param.expert;
     group.param_ids.push_back(p);
+  }
+  // Sub-optimizers that no parameter reaches are validated here; the others when their groups'
+  // optimizers are created (with the group in the message).
+  std::vector<bool> used(chain.sub_optimizers.size(), false);
+  for (const auto& entry : groups) used[entry.second.sub_optimizer] = true;
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (used[i]) continue;
+    const SubOptimizerConfig& sub = chain.sub_optimizers[i];
+    OPTSTEP_RETURN_IF_ERROR(
+        CreateOptimizer(absl::StrCat("sub_optimizer '", sub.name, "'"), sub, GroupOverrides{})
+            .status());
   }
   std::vector<ParamGroup> result;
   for (auto& entry : groups) {

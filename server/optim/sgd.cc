@@ -6,7 +6,8 @@
 
 namespace optstep {
 
-absl::StatusOr<std::unique_ptr<Sgd>> Sgd::Create(const std::string& owner, const SgdConfig& config) {
+absl::StatusOr<std::unique_ptr<Sgd>> Sgd::Create(const std::string& owner,
+                                                 const SgdConfig& config) {
   OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "lr", config.lr));
   OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "momentum", config.momentum));
   OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "weight_decay", config.weight_decay));
@@ -39,6 +40,10 @@ absl::Status Sgd::Step(Device& device, const StepArgs& args, const Tensor& grad,
     return absl::InternalError("sgd: state is missing momentum_buffer");
   }
   return device.Sgd(a, grad, param, buffer);
+}
+
+double Sgd::EstimateStepCost(const ParamInfo& param) const {
+  return (config_.momentum != 0.0 ? 20.0 : 12.0) * static_cast<double>(param.numel());
 }
 
 }  // namespace optstep

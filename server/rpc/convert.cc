@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
@@ -27,11 +29,103 @@ GroupOverrides OverridesFromProto(const v1::GroupOverrides& o) {
   return g;
 }
 
+absl::StatusOr<WeightDecayMode> ModeFromProto(const std::string& owner, v1::WeightDecayMode mode,
+                                              WeightDecayMode unspecified) {
+  switch (mode) {
+    case v1::WEIGHT_DECAY_MODE_UNSPECIFIED:
+      return unspecified;
+    case v1::WEIGHT_DECAY_MODE_DECOUPLED:
+      return WeightDecayMode::kDecoupled;
+    case v1::WEIGHT_DECAY_MODE_INDEPENDENT:
+      return WeightDecayMode::kIndependent;
+    case v1::WEIGHT_DECAY_MODE_L2:
+      return WeightDecayMode::kL2;
+    case v1::WEIGHT_DECAY_MODE_PALM:
+      return WeightDecayMode::kPalm;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(owner, ": weight_decay_mode ", static_cast<int>(mode), " is unknown"));
+  }
+}
+
+absl::Status MuonFromProto(const std::string& owner, const v1::MuonOptions& o, MuonConfig& c) {
+  if (o.has_lr()) c.lr = o.lr();
+  if (o.has_momentum()) c.momentum = o.momentum();
+  if (o.has_nesterov()) c.nesterov = o.nesterov();
+  if (o.has_weight_decay()) c.weight_decay = o.weight_decay();
+  OPTSTEP_ASSIGN_OR_RETURN(c.weight_decay_mode,
+                           ModeFromProto(owner, o.weight_decay_mode(), c.weight_decay_mode));
+  if (!o.coefficient_type().empty()) c.coefficient_type = o.coefficient_type();
+  c.custom_coefficients.assign(o.custom_coefficients().begin(), o.custom_coefficients().end());
+  if (o.has_num_ns_steps()) c.num_ns_steps = o.num_ns_steps();
+  if (!o.scale_mode().empty()) c.scale_mode = o.scale_mode();
+  if (o.has_extra_scale_factor()) c.extra_scale_factor = o.extra_scale_factor();
+  if (!o.fp32_matmul_prec().empty()) c.fp32_matmul_prec = o.fp32_matmul_prec();
+  if (o.has_split_qkv()) c.split_qkv = o.split_qkv();
+  if (o.has_ns_eps()) c.ns_eps = o.ns_eps();
+  return absl::OkStatus();
+}
+
+absl::Status SoapFromProto(const std::string& owner, const v1::SoapOptions& o, SoapConfig& c) {
+  if (o.has_lr()) c.lr = o.lr();
+  if (o.has_beta1()) c.beta1 = o.beta1();
+  if (o.has_beta2()) c.beta2 = o.beta2();
+  if (o.has_shampoo_beta()) c.shampoo_beta = o.shampoo_beta();
+  if (o.has_eps()) c.eps = o.eps();
+  if (o.has_weight_decay()) c.weight_decay = o.weight_decay();
+  OPTSTEP_ASSIGN_OR_RETURN(c.weight_decay_mode,
+                           ModeFromProto(owner, o.weight_decay_mode(), c.weight_decay_mode));
+  if (o.has_precondition_frequency()) c.precondition_frequency = o.precondition_frequency();
+  if (o.has_precondition_warmup_steps()) c.warmup_steps = o.precondition_warmup_steps();
+  if (o.has_use_kl_shampoo()) c.use_kl_shampoo = o.use_kl_shampoo();
+  if (o.has_bias_correction()) c.correct_bias = o.bias_correction();
+  if (o.has_correct_shampoo_beta_bias()) {
+    c.correct_shampoo_beta_bias = o.correct_shampoo_beta_bias();
+  }
+  if (o.has_use_eigh_after_first()) c.use_eigh = o.use_eigh_after_first();
+  if (o.has_max_update_rms()) c.max_update_rms = o.max_update_rms();
+  if (!o.fp32_matmul_prec().empty()) c.fp32_matmul_prec = o.fp32_matmul_prec();
+  if (!o.qr_fp32_matmul_prec().empty()) c.qr_fp32_matmul_prec = o.qr_fp32_matmul_prec();
+  if (o.has_nesterov()) c.nesterov = o.nesterov();
+  if (o.has_power_iter_steps()) c.power_iter_steps = o.power_iter_steps();
+  if (o.has_use_adaptive_criteria()) c.use_adaptive_criteria = o.use_adaptive_criteria();
+  if (o.has_adaptive_update_tolerance()) {
+    c.adaptive_update_tolerance = o.adaptive_update_tolerance();
+  }
+  return absl::OkStatus();
+}
+
+// The kinds (and aliases) each options case belongs to.
+bool OptionsMatchKind(v1::SubOptimizer::OptionsCase options, const std::string& kind) {
+  switch (options) {
+    case v1::SubOptimizer::kAdamw:
+      return kind == "adamw" || kind == "adam";
+    case v1::SubOptimizer::kSgd:
+      return kind == "sgd";
+    case v1::SubOptimizer::kLion:
+      return kind == "lion";
+    case v1::SubOptimizer::kMuon:
+      return kind == "muon" || kind == "dist_muon";
+    case v1::SubOptimizer::kAdaptiveMuon:
+      return kind == "adaptive_muon";
+    case v1::SubOptimizer::kSoap:
+      return kind == "soap";
+    case v1::SubOptimizer::OPTIONS_NOT_SET:
+      return true;
+  }
+  return false;
+}
+
 absl::StatusOr<SubOptimizerConfig> SubOptimizerFromProto(const v1::SubOptimizer& s) {
   SubOptimizerConfig sub;
   sub.name = s.name();
   sub.kind = s.kind();
   const std::string owner = absl::StrCat("sub_optimizer '", s.name(), "'");
+  // The options given must belong to the kind named.
+  if (!OptionsMatchKind(s.options_case(), s.kind())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(owner, ": options do not match kind '", s.kind(), "'"));
+  }
   switch (s.options_case()) {
     case v1::SubOptimizer::kAdamw: {
       const v1::AdamWOptions& o = s.adamw();
@@ -54,18 +148,34 @@ absl::StatusOr<SubOptimizerConfig> SubOptimizerFromProto(const v1::SubOptimizer&
       if (o.has_nesterov()) c.nesterov = o.nesterov();
       break;
     }
+    case v1::SubOptimizer::kLion: {
+      const v1::LionOptions& o = s.lion();
+      LionConfig& c = sub.lion;
+      if (o.has_lr()) c.lr = o.lr();
+      if (o.has_beta1()) c.beta1 = o.beta1();
+      if (o.has_beta2()) c.beta2 = o.beta2();
+      if (o.has_weight_decay()) c.weight_decay = o.weight_decay();
+      OPTSTEP_ASSIGN_OR_RETURN(c.weight_decay_mode,
+                               ModeFromProto(owner, o.weight_decay_mode(), c.weight_decay_mode));
+      break;
+    }
+    case v1::SubOptimizer::kMuon:
+      OPTSTEP_RETURN_IF_ERROR(MuonFromProto(owner, s.muon(), sub.muon));
+      break;
+    case v1::SubOptimizer::kAdaptiveMuon: {
+      const v1::AdaptiveMuonOptions& o = s.adaptive_muon();
+      AdaptiveMuonConfig& c = sub.adaptive_muon;
+      OPTSTEP_RETURN_IF_ERROR(MuonFromProto(owner, o.muon(), c.muon));
+      if (!o.moment2_method().empty()) c.moment2_method = o.moment2_method();
+      if (o.has_beta2()) c.beta2 = o.beta2();
+      if (o.has_eps()) c.eps = o.eps();
+      break;
+    }
+    case v1::SubOptimizer::kSoap:
+      OPTSTEP_RETURN_IF_ERROR(SoapFromProto(owner, s.soap(), sub.soap));
+      break;
     case v1::SubOptimizer::OPTIONS_NOT_SET:
       break;
-    default:
-      return absl::UnimplementedError(
-          absl::StrCat(owner, ": the options given are for an optimizer this build lacks"));
-  }
-  // The options given must belong to the kind named.
-  const bool adam_kind = s.kind() == "adamw" || s.kind() == "adam";
-  if ((s.options_case() == v1::SubOptimizer::kAdamw && !adam_kind) ||
-      (s.options_case() == v1::SubOptimizer::kSgd && s.kind() != "sgd")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(owner, ": options do not match kind '", s.kind(), "'"));
   }
   return sub;
 }
@@ -120,6 +230,8 @@ absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& conf
       chain.sub_optimizers.push_back(std::move(sub));
     }
   }
+  // The request's rules come first: a preset's own rules (its default routing) catch the rest.
+  std::vector<RoutingRule> rules;
   for (const v1::RoutingRule& r : config.rules()) {
     RoutingRule rule;
     rule.name_glob = r.name_glob();
@@ -127,8 +239,9 @@ absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& conf
     if (r.has_embedding_or_output()) rule.embedding_or_output = r.embedding_or_output();
     rule.sub_optimizer = r.sub_optimizer();
     rule.overrides = OverridesFromProto(r.overrides());
-    chain.rules.push_back(std::move(rule));
+    rules.push_back(std::move(rule));
   }
+  chain.rules.insert(chain.rules.begin(), rules.begin(), rules.end());
   if (config.has_clip_grad()) {
     if (!std::isfinite(config.clip_grad())) {
       return absl::InvalidArgumentError(
@@ -136,8 +249,12 @@ absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& conf
     }
     chain.clip_grad = config.clip_grad();
   }
-  if (config.has_mup_width_mult() && config.mup_width_mult() != 1.0) {
-    return absl::UnimplementedError("optimizer: mup_width_mult is not available in this build");
+  if (config.has_mup_width_mult()) {
+    if (!std::isfinite(config.mup_width_mult()) || config.mup_width_mult() <= 0.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer: mup_width_mult = ", config.mup_width_mult(), " must be finite and > 0"));
+    }
+    chain.mup_width_mult = config.mup_width_mult();
   }
   return chain;
 }
@@ -218,7 +335,7 @@ absl::StatusOr<StepBegin> StepBeginFromProto(const v1::StepHeader& header) {
   begin.step = header.step();
   begin.trainer = static_cast<int>(std::min<uint32_t>(header.trainer_id(), 1u << 30));
   for (const v1::GroupHyperparameters& g : header.groups()) {
-    GroupSchedule& s = begin.schedules[static_cast<int>(std::min<uint32_t>(g.group_id(), 1u << 30))];
+    GroupStepValues& s = begin.schedules[static_cast<int>(std::min<uint32_t>(g.group_id(), 1u << 30))];
     if (g.has_lr()) s.lr = g.lr();
     if (g.has_weight_decay()) s.weight_decay = g.weight_decay();
   }

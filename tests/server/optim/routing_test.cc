@@ -125,6 +125,66 @@ TEST(RoutingTest, InvalidChainsAreRefusedNamingTheCulprit) {
                        "param 'embedding.word_embeddings.weight': no routing rule matches"));
 }
 
+TEST(RoutingTest, InvalidSubOptimizersAreRefusedEvenWhenUnused) {
+  ChainConfig chain;
+  chain.sub_optimizers = {Sub("adam", "adamw"), Sub("soap", "soap")};
+  chain.sub_optimizers[1].soap.precondition_frequency = 0;
+  RoutingRule all;
+  all.sub_optimizer = "adam";
+  chain.rules = {all};
+  EXPECT_THAT(RouteParameters(chain, GptLikeParams()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "sub_optimizer 'soap': precondition_frequency = 0 must be >= 1"));
+  chain.sub_optimizers[1].soap.precondition_frequency = 1;
+  chain.mup_width_mult = 0.0;
+  EXPECT_THAT(RouteParameters(chain, GptLikeParams()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "mup_width_mult = 0"));
+}
+
+TEST(RoutingTest, MupWidthMultiplierRescalesByOptimizerKind) {
+  ChainConfig chain;
+  chain.sub_optimizers = {Sub("lion", "lion"), Sub("adam", "adamw")};
+  chain.mup_width_mult = 4.0;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto groups, RouteParameters(chain, GptLikeParams()));
+  for (const ParamGroup& g : groups) {
+    const bool matrix_group = g.sub_optimizer == 0;
+    // Lion gets the hidden matrices (lr/w); Adam only vector-like parameters (unchanged).
+    if (matrix_group) {
+      EXPECT_EQ(*g.overrides.lr_mult, 0.25);
+      EXPECT_FALSE(g.overrides.eps_mult.has_value());
+    } else {
+      EXPECT_TRUE(g.overrides.empty());
+    }
+  }
+  // Adam alone: hidden matrices get lr/w and eps/w; embedding/output and 1-D keep theirs.
+  chain.sub_optimizers = {Sub("adam", "adamw")};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(groups, RouteParameters(chain, GptLikeParams()));
+  std::vector<int> scaled;
+  for (const ParamGroup& g : groups) {
+    if (g.overrides.lr_mult) {
+      EXPECT_EQ(*g.overrides.lr_mult, 0.25);
+      EXPECT_EQ(*g.overrides.eps_mult, 0.25);
+      scaled.insert(scaled.end(), g.param_ids.begin(), g.param_ids.end());
+    }
+  }
+  EXPECT_THAT(scaled, ElementsAre(2, 4, 5));
+  // SGD: vector-like parameters get lr·w. Muon: nothing changes.
+  chain.sub_optimizers = {Sub("sgd", "sgd")};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(groups, RouteParameters(chain, GptLikeParams()));
+  scaled.clear();
+  for (const ParamGroup& g : groups) {
+    if (g.overrides.lr_mult) {
+      EXPECT_EQ(*g.overrides.lr_mult, 4.0);
+      scaled.insert(scaled.end(), g.param_ids.begin(), g.param_ids.end());
+    }
+  }
+  std::sort(scaled.begin(), scaled.end());
+  EXPECT_THAT(scaled, ElementsAre(0, 1, 3, 6));
+  chain.sub_optimizers = {Sub("muon", "muon"), Sub("adam", "adamw")};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(groups, RouteParameters(chain, GptLikeParams()));
+  for (const ParamGroup& g : groups) EXPECT_TRUE(g.overrides.empty());
+}
+
 TEST(RoutingTest, DefaultWdMult) {
   EXPECT_EQ(DefaultWdMult({"x.bias", {4, 4}}), 0.0);
   EXPECT_EQ(DefaultWdMult({"x.weight", {4}}), 0.0);

@@ -88,13 +88,154 @@ TEST(ConvertTest, MalformedSessionsAreRefused) {
        "'adam' }",
        absl::StatusCode::kInvalidArgument, "param 'qkv': qkv split"},
       {"parameters { name: 'w' shape: [ 4 ] } num_trainers: 1 gradient_mode: "
-       "GRADIENT_MODE_SHARDED optimizer { preset: 'soap' }",
-       absl::StatusCode::kUnimplemented, "preset 'soap'"},
+       "GRADIENT_MODE_SHARDED optimizer { sub_optimizers { name: 'm' kind: 'soap' muon { } } }",
+       absl::StatusCode::kInvalidArgument, "sub_optimizer 'm': options do not match kind 'soap'"},
+      {"parameters { name: 'w' shape: [ 4 ] } num_trainers: 1 gradient_mode: "
+       "GRADIENT_MODE_SHARDED optimizer { preset: 'muon' mup_width_mult: -2 }",
+       absl::StatusCode::kInvalidArgument, "mup_width_mult = -2"},
+      {"parameters { name: 'w' shape: [ 4 ] } num_trainers: 1 gradient_mode: "
+       "GRADIENT_MODE_SHARDED optimizer { sub_optimizers { name: 'l' kind: 'lion' lion { "
+       "weight_decay_mode: 7 } } }",
+       absl::StatusCode::kInvalidArgument, "sub_optimizer 'l': weight_decay_mode 7"},
   };
   for (const Row& row : rows) {
     EXPECT_THAT(SessionConfigFromProto(Spec(row.text)).status(), StatusIs(row.code, row.message))
         << row.text;
   }
+}
+
+TEST(ConvertTest, EmergingOptimizerOptionsConvert) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      SessionConfig config, SessionConfigFromProto(Spec(R"pb(
+        parameters {
+          name: "w"
+          shape: [ 8, 4 ]
+        }
+        num_trainers: 1
+        gradient_mode: GRADIENT_MODE_SHARDED
+        optimizer {
+          sub_optimizers {
+            name: "m"
+            kind: "dist_muon"
+            muon {
+              lr: 0.02
+              momentum: 0.9
+              nesterov: true
+              weight_decay: 0.1
+              weight_decay_mode: WEIGHT_DECAY_MODE_INDEPENDENT
+              coefficient_type: "custom"
+              custom_coefficients: [ 3, -3, 1 ]
+              num_ns_steps: 3
+              scale_mode: "unit_rms_norm"
+              extra_scale_factor: 0.2
+              fp32_matmul_prec: "highest"
+              split_qkv: false
+              ns_eps: 1e-9
+            }
+          }
+          sub_optimizers {
+            name: "am"
+            kind: "adaptive_muon"
+            adaptive_muon {
+              muon { num_ns_steps: 4 }
+              moment2_method: "normuon"
+              beta2: 0.9
+              eps: 1e-6
+            }
+          }
+          sub_optimizers {
+            name: "s"
+            kind: "soap"
+            soap {
+              beta2: 0.999
+              precondition_frequency: 4
+              precondition_warmup_steps: 2
+              use_kl_shampoo: true
+              bias_correction: false
+              use_eigh_after_first: true
+              max_update_rms: 1
+              fp32_matmul_prec: "medium"
+              qr_fp32_matmul_prec: "highest"
+              nesterov: true
+              power_iter_steps: 2
+              use_adaptive_criteria: true
+              adaptive_update_tolerance: 0.01
+              correct_shampoo_beta_bias: true
+              weight_decay_mode: WEIGHT_DECAY_MODE_L2
+            }
+          }
+          sub_optimizers {
+            name: "l"
+            kind: "lion"
+            lion { beta1: 0.95 beta2: 0.98 weight_decay_mode: WEIGHT_DECAY_MODE_PALM }
+          }
+          rules { name_glob: "*" sub_optimizer: "m" }
+          mup_width_mult: 2
+        }
+      )pb")));
+  const ChainConfig& chain = config.chain;
+  ASSERT_EQ(chain.sub_optimizers.size(), 4u);
+  const MuonConfig& m = chain.sub_optimizers[0].muon;
+  EXPECT_EQ(m.lr, 0.02);
+  EXPECT_EQ(m.momentum, 0.9);
+  EXPECT_TRUE(m.nesterov);
+  EXPECT_EQ(m.weight_decay_mode, WeightDecayMode::kIndependent);
+  EXPECT_EQ(m.coefficient_type, "custom");
+  EXPECT_EQ(m.custom_coefficients, (std::vector<double>{3, -3, 1}));
+  EXPECT_EQ(m.num_ns_steps, 3);
+  EXPECT_EQ(m.scale_mode, "unit_rms_norm");
+  EXPECT_EQ(m.extra_scale_factor, 0.2);
+  EXPECT_EQ(m.fp32_matmul_prec, "highest");
+  EXPECT_FALSE(m.split_qkv);
+  EXPECT_EQ(m.ns_eps, 1e-9);
+  const AdaptiveMuonConfig& am = chain.sub_optimizers[1].adaptive_muon;
+  EXPECT_EQ(am.muon.num_ns_steps, 4);
+  EXPECT_EQ(am.muon.coefficient_type, "quintic");
+  EXPECT_EQ(am.moment2_method, "normuon");
+  EXPECT_EQ(am.beta2, 0.9);
+  EXPECT_EQ(am.eps, 1e-6);
+  const SoapConfig& soap = chain.sub_optimizers[2].soap;
+  EXPECT_EQ(soap.beta1, 0.9);
+  EXPECT_EQ(soap.beta2, 0.999);
+  EXPECT_EQ(soap.precondition_frequency, 4);
+  EXPECT_EQ(soap.warmup_steps, 2);
+  EXPECT_TRUE(soap.use_kl_shampoo);
+  EXPECT_FALSE(soap.correct_bias);
+  EXPECT_EQ(soap.correct_shampoo_beta_bias, true);
+  EXPECT_TRUE(soap.use_eigh);
+  EXPECT_EQ(soap.max_update_rms, 1.0);
+  EXPECT_EQ(soap.fp32_matmul_prec, "medium");
+  EXPECT_EQ(soap.qr_fp32_matmul_prec, "highest");
+  EXPECT_TRUE(soap.nesterov);
+  EXPECT_EQ(soap.power_iter_steps, 2);
+  EXPECT_TRUE(soap.use_adaptive_criteria);
+  EXPECT_EQ(soap.adaptive_update_tolerance, 0.01);
+  EXPECT_EQ(soap.weight_decay_mode, WeightDecayMode::kL2);
+  const LionConfig& lion = chain.sub_optimizers[3].lion;
+  EXPECT_EQ(lion.beta1, 0.95);
+  EXPECT_EQ(lion.beta2, 0.98);
+  EXPECT_EQ(lion.weight_decay_mode, WeightDecayMode::kPalm);
+  EXPECT_EQ(chain.mup_width_mult, 2.0);
+}
+
+TEST(ConvertTest, RequestRulesComeBeforeThePresetsRouting) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionConfig config, SessionConfigFromProto(Spec(R"pb(
+                                 parameters {
+                                   name: "router.weight"
+                                   shape: [ 4, 4 ]
+                                 }
+                                 num_trainers: 1
+                                 gradient_mode: GRADIENT_MODE_SHARDED
+                                 optimizer {
+                                   preset: "muon"
+                                   megatron_args { key: "muon_num_ns_steps" value: "3" }
+                                   rules { name_glob: "router.*" sub_optimizer: "adam" }
+                                 }
+                               )pb")));
+  ASSERT_EQ(config.chain.rules.size(), 3u);
+  EXPECT_EQ(config.chain.rules[0].name_glob, "router.*");
+  EXPECT_EQ(config.chain.rules[0].sub_optimizer, "adam");
+  EXPECT_EQ(config.chain.sub_optimizers[0].muon.num_ns_steps, 3);
 }
 
 TEST(ConvertTest, StepHeader) {

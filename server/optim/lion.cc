@@ -1,0 +1,40 @@
+#include "server/optim/lion.h"
+
+#include "kernels/math/emerging.h"
+#include "kernels/status_macros.h"
+#include "server/optim/hyperparameter_checks.h"
+
+namespace optstep {
+
+absl::StatusOr<std::unique_ptr<Lion>> Lion::Create(const std::string& owner,
+                                                   const LionConfig& config) {
+  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "lr", config.lr));
+  OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta1", config.beta1));
+  OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta2", config.beta2));
+  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "weight_decay", config.weight_decay));
+  OPTSTEP_RETURN_IF_ERROR(CheckWeightDecayMode(owner, config.weight_decay_mode));
+  return std::unique_ptr<Lion>(new Lion(config));
+}
+
+absl::Status Lion::CheckParam(const ParamInfo&) const { return absl::OkStatus(); }
+
+absl::Status Lion::InitState(Device& device, const ParamInfo& param, ParamState& state) const {
+  OPTSTEP_ASSIGN_OR_RETURN(Tensor exp_avg, device.Allocate(DType::kF32, param.shape));
+  state.tensors.emplace_back("exp_avg", std::move(exp_avg));
+  return absl::OkStatus();
+}
+
+absl::Status Lion::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
+                        ParamState& state) {
+  Tensor* exp_avg = state.Find("exp_avg");
+  if (exp_avg == nullptr) return absl::InternalError("lion: state is missing exp_avg");
+  const math::LionArgs a = math::MakeLionArgs(args.lr, config_.beta1, config_.beta2,
+                                              config_.weight_decay_mode, args.weight_decay);
+  return device.Lion(a, grad, param, *exp_avg);
+}
+
+double Lion::EstimateStepCost(const ParamInfo& param) const {
+  return 20.0 * static_cast<double>(param.numel());
+}
+
+}  // namespace optstep

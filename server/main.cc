@@ -1,11 +1,16 @@
 // optstep_server: one optimizer-server rank.
 //
-//   optstep_server --port=0 --device=cpu
+//   optstep_server --port=0 --device=cpu                                 (one rank)
+//   optstep_server --rank=0 --world_size=2 --port=7000                   (rank 0 of two)
+//   optstep_server --rank=1 --world_size=2 --rendezvous=host0:7000       (rank 1)
 //
-// Prints "listening on <host>:<port>" once serving. SIGTERM / SIGINT: health turns NOT_SERVING,
-// running calls get --shutdown_grace_ms to finish, then the process exits 0.
+// Prints "listening on <host>:<port>" once serving. Health turns SERVING once the rank has
+// joined its group. SIGTERM / SIGINT: health turns NOT_SERVING, running calls get
+// --shutdown_grace_ms to finish, then the process exits 0.
 
+#include <errno.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,15 +20,32 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "kernels/comm/communicator.h"
 #include "server/engine/engine.h"
+#include "server/rpc/rank_group.h"
+#include "server/rpc/rendezvous.h"
 #include "server/rpc/server.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port.");
+ABSL_FLAG(std::string, advertise_host, "",
+          "Host the other ranks and trainers reach this rank at (also Gloo's interface); "
+          "default: --host unless it is 0.0.0.0, else this machine's hostname.");
 ABSL_FLAG(std::string, device, "cpu", "Device: cpu, cuda, cuda:N or auto.");
 ABSL_FLAG(int, num_threads, 0, "CPU device threads; 0 = all cores.");
+ABSL_FLAG(int, rank, -1,
+          "This rank; -1: the ordinal of $POD_NAME (a StatefulSet pod 'optstep-3' is rank 3), "
+          "else 0.");
+ABSL_FLAG(int, world_size, 0, "Number of ranks; 0: $WORLD_SIZE, else 1.");
+ABSL_FLAG(std::string, rendezvous, "",
+          "host:port of rank 0 (ranks other than 0 when world_size > 1).");
+ABSL_FLAG(std::string, comm, "auto", "Collectives between ranks: auto, gloo or nccl.");
+ABSL_FLAG(int64_t, comm_timeout_ms, 300000, "Rendezvous and collective timeout.");
 ABSL_FLAG(int64_t, step_deadline_ms, 60000,
           "Default step deadline: a step still incomplete this long after it began is aborted.");
 ABSL_FLAG(int, max_sessions, 64, "Most sessions held at once.");
@@ -33,48 +55,151 @@ ABSL_FLAG(int64_t, max_session_bytes, 0,
 ABSL_FLAG(int64_t, shutdown_grace_ms, 10000, "Time running calls get to finish on SIGTERM.");
 
 namespace optstep {
+
+// SIGTERM / SIGINT write a byte to this pipe; a thread waits on it and shuts the server down.
+// (A self-pipe works whatever signal masks the libraries' threads set.)
+int signal_pipe[2] = {-1, -1};
+
+void OnSignal(int signal) {
+  const char byte = static_cast<char>(signal);
+  (void)!write(signal_pipe[1], &byte, 1);
+}
+
+void InstallSignalHandlers() {
+  if (pipe(signal_pipe) != 0) return;
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
 namespace {
 
+// --rank, else the StatefulSet ordinal at the end of $POD_NAME, else 0.
+int ResolveRank() {
+  int rank = absl::GetFlag(FLAGS_rank);
+  if (rank >= 0) return rank;
+  const char* pod = std::getenv("POD_NAME");
+  if (pod != nullptr) {
+    std::string name(pod);
+    const size_t dash = name.rfind('-');
+    if (dash != std::string::npos && absl::SimpleAtoi(name.substr(dash + 1), &rank)) return rank;
+  }
+  return 0;
+}
+
+int ResolveWorldSize() {
+  int world = absl::GetFlag(FLAGS_world_size);
+  if (world > 0) return world;
+  const char* env = std::getenv("WORLD_SIZE");
+  if (env != nullptr && absl::SimpleAtoi(env, &world) && world > 0) return world;
+  return 1;
+}
+
+std::string AdvertiseHost() {
+  std::string host = absl::GetFlag(FLAGS_advertise_host);
+  if (!host.empty()) return host;
+  host = absl::GetFlag(FLAGS_host);
+  if (host != "0.0.0.0" && host != "::" && host != "[::]") return host;
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
 int Run() {
-  // Signals are taken by a dedicated thread; block them before any other thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const int rank = ResolveRank();
+  const int world = ResolveWorldSize();
+  if (rank < 0 || rank >= world) {
+    LOG(ERROR) << "rank " << rank << " is not in [0, " << world << ")";
+    return 1;
+  }
+  if (world > 1 && rank > 0 && absl::GetFlag(FLAGS_rendezvous).empty()) {
+    LOG(ERROR) << "rank " << rank << " of " << world << " needs --rendezvous=<rank 0 host:port>";
+    return 1;
+  }
+  const std::string advertise_host = AdvertiseHost();
+  const absl::Duration comm_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_comm_timeout_ms));
 
   EngineOptions engine_options;
   engine_options.device.kind = absl::GetFlag(FLAGS_device);
   engine_options.device.num_threads = absl::GetFlag(FLAGS_num_threads);
+  engine_options.rank = rank;
+  engine_options.world_size = world;
   engine_options.default_step_deadline = absl::Milliseconds(absl::GetFlag(FLAGS_step_deadline_ms));
   engine_options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   engine_options.max_params_per_session = absl::GetFlag(FLAGS_max_params_per_session);
   engine_options.max_session_bytes = absl::GetFlag(FLAGS_max_session_bytes);
+
+  ServerOptions server_options;
+  server_options.host = absl::GetFlag(FLAGS_host);
+  server_options.port = absl::GetFlag(FLAGS_port);
+  server_options.serve_rendezvous = world > 1 && rank == 0;
+
+  // Rank 0's store is reached through its own port, known once the server listens; the
+  // communicators are created only after that (at the first session).
+  std::shared_ptr<GrpcKeyValueStore> store;
+  std::string store_target = absl::GetFlag(FLAGS_rendezvous);
+  if (world > 1) {
+    std::string comm = absl::GetFlag(FLAGS_comm);
+    if (comm == "auto") comm = absl::StartsWith(engine_options.device.kind, "cuda") ? "nccl" : "gloo";
+    engine_options.make_communicator = [&store, rank, world, advertise_host, comm_timeout,
+                                        comm](const std::string& session_id) {
+      CommunicatorOptions options;
+      options.kind = comm;
+      options.rank = rank;
+      options.world_size = world;
+      options.prefix = session_id;
+      options.store = store;
+      options.hostname = advertise_host;
+      options.timeout = comm_timeout;
+      return CreateCommunicator(options);
+    };
+  }
   auto engine = Engine::Create(engine_options);
   if (!engine.ok()) {
     LOG(ERROR) << "cannot start the engine: " << engine.status();
     return 1;
   }
+  RankGroupOptions group_options;
+  group_options.rank = rank;
+  group_options.world_size = world;
+  group_options.timeout = comm_timeout;
+  RankGroup group(group_options, engine->get());
 
-  ServerOptions server_options;
-  server_options.host = absl::GetFlag(FLAGS_host);
-  server_options.port = absl::GetFlag(FLAGS_port);
-  auto server = Server::Start(server_options, engine->get());
+  auto server = Server::Start(server_options, engine->get(), &group);
   if (!server.ok()) {
     LOG(ERROR) << server.status();
     return 1;
   }
+  const std::string address = absl::StrCat(advertise_host, ":", (*server)->port());
+  if (world > 1) {
+    if (rank == 0) store_target = address;
+    store = std::make_shared<GrpcKeyValueStore>(store_target);
+  }
   std::cout << "listening on " << server_options.host << ":" << (*server)->port() << " (device "
-            << (*engine)->device().name() << ")" << std::endl;
+            << (*engine)->device().name() << ", rank " << rank << " of " << world << ")"
+            << std::endl;
 
+  std::thread join_thread([&] {
+    absl::Status joined = group.Join(address, store);
+    if (!joined.ok()) {
+      LOG(ERROR) << "rank " << rank << " could not join its group: " << joined;
+      return;
+    }
+    LOG(INFO) << "rank " << rank << " of " << world << " ready at " << address;
+    (*server)->SetReady(true);
+  });
   std::thread signal_thread([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
-    LOG(INFO) << "signal " << signal << ": shutting down";
+    char signal = 0;
+    while (read(signal_pipe[0], &signal, 1) < 0 && errno == EINTR) {
+    }
+    LOG(INFO) << "signal " << static_cast<int>(signal) << ": shutting down";
     (*server)->Shutdown(absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
   });
   (*server)->Wait();
   signal_thread.join();
+  join_thread.join();
   server->reset();
   engine->reset();
   LOG(INFO) << "stopped";
@@ -85,7 +210,9 @@ int Run() {
 }  // namespace optstep
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("optstep_server --port=PORT [--device=cpu]: an optimizer-server rank");
+  optstep::InstallSignalHandlers();
+  absl::SetProgramUsageMessage("optstep_server --port=PORT [--device=cpu] [--rank=R --world_size=N "
+                               "--rendezvous=HOST:PORT]: an optimizer-server rank");
   absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;

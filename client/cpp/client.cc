@@ -166,9 +166,12 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
                                                    " initial values, expected ",
                                                    param.num_elements));
   }
-  if (param.owner >= ranks_.size()) {
+  // Every rank holds every master (the ranks all-gather them after each step), so every rank
+  // gets the initial values.
+  const size_t world = layout->world_size();
+  if (world > ranks_.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "param '", param.name, "' is owned by rank ", param.owner, " but this client knows ",
+        "session '", session_id, "' spans ", world, " ranks but this client knows ",
         ranks_.size(), " rank(s) (ClientOptions.rank_targets)"));
   }
   GradientSlice whole;
@@ -176,29 +179,31 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
   whole.dtype = DType::kF32;
   whole.bytes = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()),
                                           values.size() * sizeof(float));
-
-  grpc::ClientContext context;
-  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-  v1::InitParametersResponse response;
-  auto writer = ranks_[param.owner]->service->InitParameters(&context, &response);
-  v1::InitParametersRequest request;
-  request.set_session_id(std::string(session_id));
-  v1::TensorChunk* chunk = request.mutable_values();
-  for (const GradientSlice& piece :
-       client_internal::SplitIntoChunks({whole}, options_.max_chunk_bytes)) {
-    chunk->set_param_id(piece.param_id);
-    chunk->set_offset(piece.offset);
-    chunk->set_dtype(v1::DTYPE_FP32);
-    chunk->mutable_data()->assign(reinterpret_cast<const char*>(piece.bytes.data()),
-                                  piece.bytes.size());
-    if (!writer->Write(request)) break;  // Finish() tells why
-  }
-  writer->WritesDone();
-  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
-  if (response.elements() != values.size()) {
-    return absl::InternalError(absl::StrCat("param '", param.name, "': server wrote ",
-                                            response.elements(), " of ", values.size(),
-                                            " initial values"));
+  const std::vector<GradientSlice> pieces =
+      client_internal::SplitIntoChunks({whole}, options_.max_chunk_bytes);
+  for (size_t rank = 0; rank < world; ++rank) {
+    grpc::ClientContext context;
+    Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+    v1::InitParametersResponse response;
+    auto writer = ranks_[rank]->service->InitParameters(&context, &response);
+    v1::InitParametersRequest request;
+    request.set_session_id(std::string(session_id));
+    v1::TensorChunk* chunk = request.mutable_values();
+    for (const GradientSlice& piece : pieces) {
+      chunk->set_param_id(piece.param_id);
+      chunk->set_offset(piece.offset);
+      chunk->set_dtype(v1::DTYPE_FP32);
+      chunk->mutable_data()->assign(reinterpret_cast<const char*>(piece.bytes.data()),
+                                    piece.bytes.size());
+      if (!writer->Write(request)) break;  // Finish() tells why
+    }
+    writer->WritesDone();
+    OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
+    if (response.elements() != values.size()) {
+      return absl::InternalError(absl::StrCat("param '", param.name, "': rank ", rank, " wrote ",
+                                              response.elements(), " of ", values.size(),
+                                              " initial values"));
+    }
   }
   return absl::OkStatus();
 }

@@ -4,35 +4,40 @@
 
 namespace optstep {
 
-DeviceWorker::DeviceWorker() : thread_([this] { Run(); }) {}
+DeviceWorker::DeviceWorker()
+    : state_(std::make_shared<State>()), thread_([state = state_] { Run(state); }) {}
 
 DeviceWorker::~DeviceWorker() {
   {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
+    absl::MutexLock lock(&state_->mu);
+    state_->stopping = true;
   }
-  thread_.join();
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
 }
 
 void DeviceWorker::Post(std::function<void()> task) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return;
-  tasks_.push_back(std::move(task));
+  absl::MutexLock lock(&state_->mu);
+  if (state_->stopping) return;
+  state_->tasks.push_back(std::move(task));
 }
 
-void DeviceWorker::Run() {
+void DeviceWorker::Run(std::shared_ptr<State> state) {
   while (true) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](DeviceWorker* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) {
-            return w->stopping_ || !w->tasks_.empty();
+      absl::MutexLock lock(&state->mu);
+      state->mu.Await(absl::Condition(
+          +[](State* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+            return s->stopping || !s->tasks.empty();
           },
-          this));
-      if (tasks_.empty()) return;  // stopping, and nothing left
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
+          state.get()));
+      if (state->tasks.empty()) return;  // stopping, and nothing left
+      task = std::move(state->tasks.front());
+      state->tasks.pop_front();
     }
     task();
   }

@@ -3,6 +3,7 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -10,13 +11,14 @@
 
 namespace optstep {
 
-// One thread that runs the device work of every session in submission order, so that device
-// calls are serialised and collectives are issued in the same order on every rank.
-// Thread-safe.
+// One thread that runs tasks in submission order. The engine has one per device (device math of
+// every session, serialised); each session has one as its coordinator. Thread-safe.
 class DeviceWorker {
  public:
   DeviceWorker();
-  // Runs the tasks already queued, then joins the thread.
+  // Runs the tasks already queued, then joins the thread. When called from a task of this
+  // worker (the last owner of a session released inside its own task), the thread finishes
+  // that task and the queue on its own and is detached instead.
   ~DeviceWorker();
 
   DeviceWorker(const DeviceWorker&) = delete;
@@ -26,11 +28,14 @@ class DeviceWorker {
   void Post(std::function<void()> task);
 
  private:
-  void Run();
+  struct State {
+    absl::Mutex mu;
+    std::deque<std::function<void()>> tasks ABSL_GUARDED_BY(mu);
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+  };
+  static void Run(std::shared_ptr<State> state);
 
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<State> state_;
   std::thread thread_;
 };
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/status_macros.h"
+#include "server/engine/cost_model.h"
 
 namespace optstep {
 
@@ -47,7 +48,29 @@ void Engine::WatchDeadlines() {
   }
 }
 
-absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
+std::string Engine::NextSessionId() {
+  absl::MutexLock lock(&mu_);
+  return absl::StrFormat("s%06d", next_id_++);
+}
+
+absl::StatusOr<std::shared_ptr<Session>> Engine::FindByName(const SessionConfig& config) const {
+  absl::MutexLock lock(&mu_);
+  if (!config.name.empty()) {
+    for (auto& [id, session] : sessions_) {
+      if (session->config().name != config.name) continue;
+      if (session->config().definition_key != config.definition_key) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "session '", config.name, "' (", id,
+            ") exists with a different definition; close it or use another name"));
+      }
+      return session;
+    }
+  }
+  return std::shared_ptr<Session>();
+}
+
+absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string& id,
+                                                             SessionConfig config) {
   if (static_cast<int64_t>(config.params.size()) > options_.max_params_per_session) {
     return absl::ResourceExhaustedError(absl::StrCat("session declares ", config.params.size(),
                                                      " parameters; the limit is ",
@@ -55,42 +78,41 @@ absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
   }
   {
     absl::MutexLock lock(&mu_);
-    if (!config.name.empty()) {
-      for (auto& [id, session] : sessions_) {
-        if (session->config().name != config.name) continue;
-        if (session->config().definition_key != config.definition_key) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "session '", config.name, "' (", id,
-              ") exists with a different definition; close it or use another name"));
-        }
-        return Created{session, true};
-      }
-    }
     if (static_cast<int>(sessions_.size()) >= options_.max_sessions) {
       return absl::ResourceExhaustedError(absl::StrCat("the server holds ", sessions_.size(),
                                                        " sessions; the limit is ",
                                                        options_.max_sessions));
     }
+    if (sessions_.count(id) > 0) {
+      return absl::AlreadyExistsError(absl::StrCat("session '", id, "' exists on rank ",
+                                                   options_.rank));
+    }
   }
-  // Cost model of the single-rank build: bytes of each parameter.
-  std::vector<double> costs;
-  for (const ParamInfo& p : config.params) costs.push_back(static_cast<double>(p.numel()));
+  // Every rank computes the same layout from the same definition.
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<double> costs,
+                           EstimateStepCosts(config.chain, config.params));
   Session::Options session_options;
+  session_options.id = id;
   session_options.layout = PartitionByCost(costs, options_.world_size);
   session_options.rank = options_.rank;
   session_options.step_deadline = config.step_deadline > absl::ZeroDuration()
                                       ? config.step_deadline
                                       : options_.default_step_deadline;
   session_options.max_bytes = options_.max_session_bytes;
-  std::string name = config.name;
   session_options.config = std::move(config);
-  {
-    absl::MutexLock lock(&mu_);
-    session_options.id = absl::StrFormat("s%06d", next_id_++);
+  if (options_.make_communicator) {
+    OPTSTEP_ASSIGN_OR_RETURN(session_options.comm, options_.make_communicator(id));
+  } else {
+    CommunicatorOptions local;
+    local.kind = "local";
+    OPTSTEP_ASSIGN_OR_RETURN(session_options.comm, CreateCommunicator(local));
   }
-  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
-                           Session::Create(std::move(session_options), device_.get(), worker_.get()));
+  return Session::Create(std::move(session_options), device_.get(), worker_.get());
+}
+
+absl::StatusOr<Engine::Created> Engine::Register(std::shared_ptr<Session> session) {
   absl::MutexLock lock(&mu_);
+  const std::string& name = session->config().name;
   if (!name.empty()) {  // another trainer may have created it meanwhile
     for (auto& [id, existing] : sessions_) {
       if (existing->config().name == name) {
@@ -102,8 +124,33 @@ absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
       }
     }
   }
-  sessions_[session->id()] = session;
+  if (!sessions_.emplace(session->id(), session).second) {
+    return absl::AlreadyExistsError(absl::StrCat("session '", session->id(), "' exists"));
+  }
   return Created{session, false};
+}
+
+absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> existing, FindByName(config));
+  if (existing != nullptr) return Created{existing, true};
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
+                           BuildSession(NextSessionId(), std::move(config)));
+  return Register(std::move(session));
+}
+
+absl::StatusOr<std::shared_ptr<Session>> Engine::CreateReplica(const std::string& id,
+                                                              SessionConfig config) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, BuildSession(id, std::move(config)));
+  OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(session));
+  return created.session;
+}
+
+bool Engine::healthy() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& entry : sessions_) {
+    if (!entry.second->healthy()) return false;
+  }
+  return true;
 }
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::GetSession(const std::string& id) const {

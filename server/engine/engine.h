@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "kernels/device_factory.h"
 #include "server/engine/device_worker.h"
@@ -28,6 +29,11 @@ struct EngineOptions {
   int max_sessions = 64;
   int64_t max_params_per_session = 1 << 20;
   int64_t max_session_bytes = 0;  // 0: unlimited
+  // Creates and connects the communicator of a session's group; called on every rank with the
+  // same session id (it blocks until the group is connected). Unset: a local communicator, for
+  // world size 1.
+  std::function<absl::StatusOr<std::unique_ptr<Communicator>>(const std::string& session_id)>
+      make_communicator;
 };
 
 // The optimizer engine of one rank: its device, its device worker and its sessions. Knows nothing
@@ -48,18 +54,33 @@ class Engine {
   // Creates a session, or attaches to the session of the same non-empty name when its definition
   // is identical (FAILED_PRECONDITION names the session when it differs).
   // RESOURCE_EXHAUSTED beyond max_sessions / max_params_per_session / max_session_bytes.
+  // Blocks while the session's communicator group connects (every rank must create it).
   absl::StatusOr<Created> CreateSession(SessionConfig config);
+  // Rank 0 allots the ids; the other ranks create their replicas with the id rank 0 gave.
+  // ALREADY_EXISTS when this rank holds the id.
+  absl::StatusOr<std::shared_ptr<Session>> CreateReplica(const std::string& id, SessionConfig config);
+  // A new session id (rank 0).
+  std::string NextSessionId();
+  // Whether a session with this name exists (rank 0 attaches instead of creating).
+  absl::StatusOr<std::shared_ptr<Session>> FindByName(const SessionConfig& config) const;
   // NOT_FOUND naming the id.
   absl::StatusOr<std::shared_ptr<Session>> GetSession(const std::string& id) const;
   std::vector<std::shared_ptr<Session>> ListSessions() const;
   // Aborts its pending step and drops the session. NOT_FOUND naming the id.
   absl::Status CloseSession(const std::string& id);
 
+  // False once a session lost its group (a peer rank died): the rank should stop serving.
+  bool healthy() const;
+
   const EngineOptions& options() const { return options_; }
   Device& device() { return *device_; }
 
  private:
   Engine(EngineOptions options, std::unique_ptr<Device> device);
+  // Builds the replica: layout, communicator, tensors. Does not register it.
+  absl::StatusOr<std::shared_ptr<Session>> BuildSession(const std::string& id, SessionConfig config);
+  // Registers `session` unless one of the same name or id appeared meanwhile.
+  absl::StatusOr<Created> Register(std::shared_ptr<Session> session);
   void WatchDeadlines();
 
   const EngineOptions options_;

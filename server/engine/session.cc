@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "glog/logging.h"
 #include "kernels/status_macros.h"
 #include "server/optim/registry.h"
@@ -15,6 +16,15 @@ std::vector<int64_t> NumelsOf(const std::vector<ParamInfo>& params) {
   std::vector<int64_t> numels;
   for (const ParamInfo& p : params) numels.push_back(p.numel());
   return numels;
+}
+
+std::vector<int64_t> OwnedNumels(const std::vector<int64_t>& numels, const Layout& layout,
+                                 int rank) {
+  std::vector<int64_t> owned(numels.size(), 0);
+  for (size_t p = 0; p < numels.size(); ++p) {
+    if (layout.owner[p] == rank) owned[p] = numels[p];
+  }
+  return owned;
 }
 
 std::vector<std::string> NamesOf(const std::vector<ParamInfo>& params) {
@@ -36,11 +46,29 @@ Session::Session(Options options, Device* device, DeviceWorker* worker)
       worker_(worker),
       names_(NamesOf(config_.params)),
       numels_(NumelsOf(config_.params)),
-      contributions_(config_.mode, config_.num_trainers, numels_, &names_) {
+      // Coverage is checked for the parameters this rank owns (others count as empty).
+      contributions_(config_.mode, config_.num_trainers, OwnedNumels(numels_, layout_, rank_),
+                     &names_),
+      comm_(std::move(options.comm)),
+      coordinator_(std::make_unique<DeviceWorker>()) {
   attempts_.assign(config_.num_trainers, 0);
 }
 
-Session::~Session() = default;
+Session::~Session() {
+  // Tasks hold the session alive, so none is pending here; finish the coordinator first.
+  coordinator_.reset();
+}
+
+absl::Status Session::OnDevice(const std::function<absl::Status()>& task) {
+  absl::Notification done;
+  absl::Status status;
+  worker_->Post([&] {
+    status = task();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
 
 absl::StatusOr<std::shared_ptr<Session>> Session::Create(Options options, Device* device,
                                                          DeviceWorker* worker) {
@@ -86,11 +114,11 @@ absl::Status Session::Allocate() {
       config_.mode == GradientMode::kReplicated ? config_.num_trainers - 1 : 0;
   staging_.resize(extra_trainers);
   states_.resize(config_.params.size());
+  OPTSTEP_RETURN_IF_ERROR(AllocateMasters());
   for (size_t p = 0; p < config_.params.size(); ++p) {
     const ParamInfo& info = config_.params[p];
-    OPTSTEP_ASSIGN_OR_RETURN(Tensor param, device_->Allocate(DType::kF32, info.shape));
-    params_.push_back(std::move(param));
     const bool owned = layout_.owner[p] == rank_;
+    if (owned) owned_.push_back(static_cast<int>(p));
     Tensor grad;
     if (owned) {
       OPTSTEP_ASSIGN_OR_RETURN(grad, device_->Allocate(DType::kF32, info.shape));
@@ -110,6 +138,28 @@ absl::Status Session::Allocate() {
     return absl::ResourceExhaustedError(absl::StrCat("session needs ", total,
                                                      " bytes with optimizer state; the limit is ",
                                                      max_bytes_, " bytes per session"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::AllocateMasters() {
+  const int world = layout_.world_size;
+  if (comm_ == nullptr || comm_->world_size() != world || comm_->rank() != rank_) {
+    return absl::InternalError(absl::StrCat("session '", id_, "': communicator does not match rank ",
+                                            rank_, " of ", world));
+  }
+  rank_counts_.assign(world, 0);
+  for (size_t p = 0; p < numels_.size(); ++p) rank_counts_[layout_.owner[p]] += numels_[p];
+  rank_offsets_.assign(world, 0);
+  for (int r = 1; r < world; ++r) rank_offsets_[r] = rank_offsets_[r - 1] + rank_counts_[r - 1];
+  const int64_t total = rank_offsets_[world - 1] + rank_counts_[world - 1];
+  OPTSTEP_ASSIGN_OR_RETURN(masters_, device_->Allocate(DType::kF32, {total}));
+  std::vector<int64_t> next = rank_offsets_;
+  for (size_t p = 0; p < numels_.size(); ++p) {
+    int64_t& offset = next[layout_.owner[p]];
+    params_.emplace_back(DType::kF32, config_.params[p].shape, masters_.f32() + offset,
+                         Tensor::Deleter());
+    offset += numels_[p];
   }
   return absl::OkStatus();
 }
@@ -168,6 +218,10 @@ absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
   OPTSTEP_ASSIGN_OR_RETURN(auto schedule, ResolveSchedule(begin));
   absl::MutexLock lock(&mu_);
   if (closed_) return absl::UnavailableError(absl::StrCat("session '", id_, "' is closed"));
+  if (broken_) {
+    return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
+                                               " lost a peer; the group must be restarted"));
+  }
   Contribution c;
   c.trainer = begin.trainer;
   c.step = begin.step;
@@ -206,6 +260,10 @@ absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
 
 absl::Status Session::CheckFresh(const Contribution& c) const {
   if (closed_) return absl::UnavailableError(absl::StrCat("session '", id_, "' is closed"));
+  if (broken_) {
+    return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
+                                               " lost a peer; the group must be restarted"));
+  }
   if (c.generation != generation_ || (!c.retry && !c.replay && c.attempt != attempts_[c.trainer])) {
     return absl::AbortedError(absl::StrCat("session '", id_, "': step ", c.step, " of trainer ",
                                            c.trainer,
@@ -280,7 +338,7 @@ absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepC
       waiters_.push_back(Waiter{c.return_dtype, c.return_params, std::move(done)});
       if (contributions_.all_committed() && !running_) {
         running_ = true;
-        worker_->Post([this] { RunStep(); });
+        coordinator_->Post([self = shared_from_this()] { self->RunStep(/*abort=*/false); });
       }
       return absl::OkStatus();
     }
@@ -337,17 +395,22 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
     if (it != snapshots_.end()) published = it->second;
   }
   if (published != nullptr) return done(std::move(published));
-  // Read the masters on the worker, which is the only writer, so the values are of one step.
-  worker_->Post([this, dtype, done = std::move(done)] {
+  // Read the masters on the coordinator, which alone writes them during a step, so the values
+  // are those of one step.
+  coordinator_->Post([self = shared_from_this(), dtype, done = std::move(done)] {
     uint64_t step;
     {
-      absl::MutexLock lock(&mu_);
-      step = step_;
+      absl::MutexLock lock(&self->mu_);
+      step = self->step_;
     }
-    auto snapshot = BuildSnapshot(dtype, step);
-    if (snapshot.ok()) {
-      absl::MutexLock lock(&mu_);
-      if (step_ == step) snapshots_[dtype] = *snapshot;
+    absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot;
+    absl::Status status = self->OnDevice([&] {
+      snapshot = self->BuildSnapshot(dtype, step);
+      return snapshot.status();
+    });
+    if (status.ok()) {
+      absl::MutexLock lock(&self->mu_);
+      if (self->step_ == step) self->snapshots_[dtype] = *snapshot;
     }
     done(std::move(snapshot));
   });
@@ -380,19 +443,17 @@ std::vector<StepCallback> Session::AbortLocked() {
 }
 
 void Session::AbortIfExpired(absl::Time now) {
-  std::vector<StepCallback> callbacks;
-  absl::Status reason;
   {
     absl::MutexLock lock(&mu_);
-    if (running_ || !step_began_ || now - *step_began_ < step_deadline_) return;
-    reason = absl::AbortedError(absl::StrCat("session '", id_, "': step ", step_ + 1,
-                                             " aborted: contributions incomplete after the ",
-                                             absl::FormatDuration(step_deadline_),
-                                             " step deadline; redo the step"));
-    LOG(WARNING) << reason.message();
-    callbacks = AbortLocked();
+    if (running_ || closed_ || broken_ || !step_began_ || now - *step_began_ < step_deadline_) {
+      return;
+    }
+    LOG(WARNING) << "session " << id_ << " rank " << rank_ << ": step " << step_ + 1
+                 << " incomplete after " << absl::FormatDuration(step_deadline_)
+                 << "; voting to abort";
+    running_ = true;  // no further contributions count for this step
   }
-  for (StepCallback& done : callbacks) done(reason);
+  coordinator_->Post([self = shared_from_this()] { self->RunStep(/*abort=*/true); });
 }
 
 void Session::Close() {
@@ -408,19 +469,147 @@ void Session::Close() {
   for (StepCallback& done : callbacks) done(reason);
 }
 
-void Session::RunStep() {
+bool Session::healthy() const {
+  absl::MutexLock lock(&mu_);
+  return !broken_;
+}
+
+void Session::RunStep(bool abort) {
   std::vector<std::pair<double, double>> schedule;
   {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](int* inflight) { return *inflight == 0; }, &inflight_copies_));
-    schedule = *schedule_;
+    if (schedule_) schedule = *schedule_;
   }
-  absl::StatusOr<StepOutcome> outcome = ApplyStep(schedule);
-  if (!outcome.ok()) LOG(ERROR) << "session " << id_ << ": step failed: " << outcome.status();
+  // 1-2. This rank's part: REPLICATED averaging (trainer order), per-parameter sums of squares
+  // and finiteness of the parameters it owns.
+  std::vector<double> sums(numels_.size(), 0.0);
+  bool finite = true;
+  absl::Status local = absl::OkStatus();
+  if (!abort) {
+    local = OnDevice([&]() -> absl::Status {
+      const int n = config_.num_trainers;
+      for (int p : owned_) {
+        if (config_.mode == GradientMode::kReplicated && n > 1) {
+          for (int t = 1; t < n; ++t) {
+            OPTSTEP_RETURN_IF_ERROR(device_->Add(staging_[t - 1][p], grads_[p]));
+          }
+          OPTSTEP_RETURN_IF_ERROR(device_->Scale(1.0f / static_cast<float>(n), grads_[p]));
+        }
+        OPTSTEP_ASSIGN_OR_RETURN(GradientStats stats, device_->ComputeGradientStats(grads_[p]));
+        finite = finite && stats.all_finite;
+        sums[p] = stats.sum_squares;
+      }
+      return absl::OkStatus();
+    });
+  }
+  if (!local.ok()) return FinishStep(local, /*aborted=*/false);
+  // 3. Agree with the other ranks; the global norm.
+  absl::StatusOr<Agreement> agreement = Agree(abort, sums, finite);
+  if (!agreement.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      broken_ = true;
+    }
+    LOG(ERROR) << "session " << id_ << " rank " << rank_ << ": lost the group: "
+               << agreement.status();
+    return FinishStep(absl::UnavailableError(absl::StrCat(
+                          "session '", id_, "': rank ", rank_, " lost a peer during step ",
+                          "agreement: ", agreement.status().message())),
+                      /*aborted=*/false);
+  }
+  if (agreement->abort) {
+    return FinishStep(absl::AbortedError(absl::StrCat(
+                          "session '", id_, "': step aborted: contributions incomplete on some rank "
+                          "after the ", absl::FormatDuration(step_deadline_),
+                          " step deadline; redo the step")),
+                      /*aborted=*/true);
+  }
+  StepOutcome outcome;
+  outcome.skipped = agreement->skipped;
+  outcome.grad_norm = agreement->grad_norm;
+  if (!outcome.skipped) {
+    if (schedule.empty()) {
+      auto defaults = ResolveSchedule(StepBegin{});
+      schedule = *defaults;
+    }
+    absl::Status applied = ApplyStep(schedule, *agreement, outcome);
+    if (!applied.ok()) return FinishStep(applied, /*aborted=*/false);
+  }
+  FinishStep(std::move(outcome), /*aborted=*/false);
+}
 
+absl::StatusOr<Session::Agreement> Session::Agree(bool abort, const std::vector<double>& sums,
+                                                  bool finite) {
+  // One all-reduce carries every parameter's sum of squares (only its owner contributes a
+  // non-zero value, so the sum is exact), the non-finite votes and the abort votes.
+  const size_t n = sums.size();
+  std::vector<double> votes(sums);
+  votes.push_back(finite ? 0.0 : 1.0);
+  votes.push_back(abort ? 1.0 : 0.0);
+  OPTSTEP_RETURN_IF_ERROR(
+      comm_->AllReduce(votes.data(), static_cast<int64_t>(votes.size()), CommDType::kFloat64,
+                       ReduceOp::kSum));
+  Agreement agreement;
+  agreement.abort = votes[n + 1] > 0.0;
+  agreement.skipped = votes[n] > 0.0;
+  if (!agreement.abort && !agreement.skipped) {
+    double total = 0.0;
+    for (size_t p = 0; p < n; ++p) total += votes[p];  // parameter order, on every rank
+    agreement.grad_norm = std::sqrt(total);
+  }
+  return agreement;
+}
+
+absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& schedule,
+                                const Agreement& agreement, StepOutcome& outcome) {
+  OPTSTEP_RETURN_IF_ERROR(OnDevice([&]() -> absl::Status {
+    // 4. Clip: c = clip / (norm + 1e-6), applied only when c < 1.
+    const double clip = config_.chain.clip_grad;
+    if (clip > 0.0) {
+      const double coef = clip / (agreement.grad_norm + 1e-6);
+      if (coef < 1.0) {
+        outcome.clipped = true;
+        for (int p : owned_) {
+          OPTSTEP_RETURN_IF_ERROR(device_->Scale(static_cast<float>(coef), grads_[p]));
+        }
+      }
+    }
+    // 5. Each group steps the parameters this rank owns; every rank advances every group's
+    // counter, so they agree.
+    for (GroupRuntime& group : groups_) {
+      StepArgs args;
+      args.lr = schedule[group.def.id].first;
+      args.weight_decay = schedule[group.def.id].second * group.def.wd_mult;
+      args.group_step = static_cast<int64_t>(group.applied_steps) + 1;
+      for (int p : group.def.param_ids) {
+        if (layout_.owner[p] != rank_) continue;
+        OPTSTEP_RETURN_IF_ERROR(
+            group.optimizer->Step(*device_, args, grads_[p], params_[p], states_[p]));
+      }
+      ++group.applied_steps;
+    }
+    return device_->Synchronize();
+  }));
+  // 6. Every rank gets every updated parameter: each rank's block of masters_ in place.
+  if (layout_.world_size > 1) {
+    absl::Status gathered = comm_->AllGatherV(masters_.f32() + rank_offsets_[rank_],
+                                              rank_counts_[rank_], masters_.f32(), rank_counts_,
+                                              CommDType::kFloat32);
+    if (!gathered.ok()) {
+      absl::MutexLock lock(&mu_);
+      broken_ = true;
+      return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
+                                                 " lost a peer during the all-gather: ",
+                                                 gathered.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted) {
   std::vector<Waiter> waiters;
-  std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots;
   {
     absl::MutexLock lock(&mu_);
     waiters = std::move(waiters_);
@@ -438,22 +627,25 @@ void Session::RunStep() {
     snapshots_.clear();
   }
   // Serialise the parameters once per requested dtype, shared by every trainer.
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots;
   if (outcome.ok()) {
-    uint64_t step = outcome->step;
-    for (const Waiter& w : waiters) {
-      if (!w.want_params || snapshots.count(w.dtype) > 0) continue;
-      auto snapshot = BuildSnapshot(w.dtype, step);
-      if (!snapshot.ok()) {
-        outcome = snapshot.status();
-        break;
+    const uint64_t step = outcome->step;
+    absl::Status built = OnDevice([&]() -> absl::Status {
+      for (const Waiter& w : waiters) {
+        if (!w.want_params || snapshots.count(w.dtype) > 0) continue;
+        OPTSTEP_ASSIGN_OR_RETURN(snapshots[w.dtype], BuildSnapshot(w.dtype, step));
       }
-      snapshots[w.dtype] = *snapshot;
-    }
+      return absl::OkStatus();
+    });
+    if (!built.ok()) outcome = built;
   }
   {
     absl::MutexLock lock(&mu_);
     if (outcome.ok()) snapshots_ = snapshots;
     running_ = false;
+  }
+  if (!aborted && !outcome.ok()) {
+    LOG(ERROR) << "session " << id_ << " rank " << rank_ << ": step failed: " << outcome.status();
   }
   for (Waiter& w : waiters) {
     if (!outcome.ok()) {
@@ -464,59 +656,6 @@ void Session::RunStep() {
     if (w.want_params) mine.params = snapshots[w.dtype];
     w.done(std::move(mine));
   }
-}
-
-absl::StatusOr<StepOutcome> Session::ApplyStep(
-    const std::vector<std::pair<double, double>>& schedule) {
-  StepOutcome outcome;
-  const int n = config_.num_trainers;
-  std::vector<int> owned;
-  for (int p = 0; p < static_cast<int>(params_.size()); ++p) {
-    if (layout_.owner[p] == rank_) owned.push_back(p);
-  }
-  // 1. Average REPLICATED contributions in trainer order.
-  if (config_.mode == GradientMode::kReplicated && n > 1) {
-    for (int p : owned) {
-      for (int t = 1; t < n; ++t) OPTSTEP_RETURN_IF_ERROR(device_->Add(staging_[t - 1][p], grads_[p]));
-      OPTSTEP_RETURN_IF_ERROR(device_->Scale(1.0f / static_cast<float>(n), grads_[p]));
-    }
-  }
-  // 2-3. Non-finite check and global norm, per-parameter sums added in parameter order.
-  double sum_squares = 0.0;
-  bool finite = true;
-  for (int p : owned) {
-    OPTSTEP_ASSIGN_OR_RETURN(GradientStats stats, device_->ComputeGradientStats(grads_[p]));
-    finite = finite && stats.all_finite;
-    sum_squares += stats.sum_squares;
-  }
-  if (!finite) {
-    outcome.skipped = true;
-    return outcome;
-  }
-  outcome.grad_norm = std::sqrt(sum_squares);
-  // 4. Clip: c = clip / (norm + 1e-6), applied only when c < 1.
-  const double clip = config_.chain.clip_grad;
-  if (clip > 0.0) {
-    const double coef = clip / (outcome.grad_norm + 1e-6);
-    if (coef < 1.0) {
-      outcome.clipped = true;
-      for (int p : owned) OPTSTEP_RETURN_IF_ERROR(device_->Scale(static_cast<float>(coef), grads_[p]));
-    }
-  }
-  // 5. Each group steps its parameters.
-  for (GroupRuntime& group : groups_) {
-    StepArgs args;
-    args.lr = schedule[group.def.id].first;
-    args.weight_decay = schedule[group.def.id].second * group.def.wd_mult;
-    args.group_step = static_cast<int64_t>(group.applied_steps) + 1;
-    for (int p : group.def.param_ids) {
-      if (layout_.owner[p] != rank_) continue;
-      OPTSTEP_RETURN_IF_ERROR(group.optimizer->Step(*device_, args, grads_[p], params_[p], states_[p]));
-    }
-    ++group.applied_steps;
-  }
-  OPTSTEP_RETURN_IF_ERROR(device_->Synchronize());
-  return outcome;
 }
 
 }  // namespace optstep

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "server/engine/device_worker.h"
 #include "server/engine/layout.h"
@@ -26,7 +27,7 @@
 namespace optstep {
 
 // This step's schedule values for one group; unset values keep the group's defaults.
-struct GroupSchedule {
+struct GroupStepValues {
   std::optional<double> lr;
   std::optional<double> weight_decay;
 };
@@ -35,7 +36,7 @@ struct GroupSchedule {
 struct StepBegin {
   uint64_t step = 0;  // 1-based number of the step to apply
   int trainer = 0;
-  std::map<int, GroupSchedule> schedules;  // by group id
+  std::map<int, GroupStepValues> schedules;  // by group id
   DType return_dtype = DType::kF32;
   bool return_params = true;
 };
@@ -81,16 +82,25 @@ struct GroupRuntime {
   uint64_t applied_steps = 0;  // Adam's t after the last applied step
 };
 
-// A registered model on one rank: fp32 master parameters, optimizer state, gradient buffers, and
-// the step contract of DESIGN.md §3. Thread-safe: stream handlers call Begin / AddGradient /
-// Commit concurrently; the math runs on the engine's DeviceWorker.
-class Session {
+// One rank's replica of a registered model: every fp32 master parameter (one flat buffer ordered
+// by owner rank, so that each rank's parameters are contiguous for the all-gather), and for the
+// parameters this rank owns the optimizer state and gradient buffers; the step contract of
+// DESIGN.md §3 across the ranks of the session's communicator.
+//
+// Threads: stream handlers call Begin / AddGradient / Commit concurrently. Each session has a
+// coordinator thread that runs its steps, aborts and snapshots in order and is the only thread
+// that waits on the session's collectives; device math is posted from there to the engine's
+// shared DeviceWorker, whose tasks never wait on anything. So a collective of one session never
+// holds up another session's steps, on any rank.
+class Session : public std::enable_shared_from_this<Session> {
  public:
   struct Options {
     std::string id;
     SessionConfig config;
     Layout layout;
     int rank = 0;
+    // The session's group: every rank of the layout. World size 1: a local communicator.
+    std::unique_ptr<Communicator> comm;
     absl::Duration step_deadline = absl::Seconds(60);
     int64_t max_bytes = 0;  // 0: unlimited
   };
@@ -134,10 +144,13 @@ class Session {
   // The parameters after the last step, in `dtype`. `done` is called exactly once.
   void GetSnapshot(DType dtype, SnapshotCallback done);
 
-  // Aborts the pending step when it began more than the step deadline before `now`.
+  // Aborts the pending step on every rank when it began more than the step deadline before
+  // `now` (through the session's collective, so that all ranks abort together).
   void AbortIfExpired(absl::Time now);
   // Aborts the pending step and refuses further steps (UNAVAILABLE).
   void Close();
+  // False once a collective failed (a peer was lost): the session answers UNAVAILABLE.
+  bool healthy() const;
 
  private:
   struct Waiter {
@@ -148,6 +161,9 @@ class Session {
 
   Session(Options options, Device* device, DeviceWorker* worker);
   absl::Status Allocate();
+  absl::Status AllocateMasters();
+  // Runs `task` on the device worker and waits for it. Called only on the coordinator.
+  absl::Status OnDevice(const std::function<absl::Status()>& task);
 
   absl::Status CheckFresh(const Contribution& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::vector<std::pair<double, double>>> ResolveSchedule(const StepBegin& begin) const;
@@ -155,9 +171,19 @@ class Session {
   // Drops the pending step; returns the callbacks to notify (outside the lock).
   std::vector<StepCallback> AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Worker thread: averages, checks, clips and steps; then publishes.
-  void RunStep();
-  absl::StatusOr<StepOutcome> ApplyStep(const std::vector<std::pair<double, double>>& schedule);
+  // Coordinator: averages, checks, agrees with the other ranks, clips, steps, all-gathers; then
+  // publishes. With `abort`, this rank votes to abort the pending step.
+  void RunStep(bool abort);
+  // The global phase after the local statistics: decides skip / abort, steps, gathers.
+  struct Agreement {
+    bool abort = false;
+    bool skipped = false;
+    double grad_norm = 0.0;
+  };
+  absl::StatusOr<Agreement> Agree(bool abort, const std::vector<double>& sum_squares, bool finite);
+  absl::Status ApplyStep(const std::vector<std::pair<double, double>>& schedule,
+                         const Agreement& agreement, StepOutcome& outcome);
+  void FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
 
   const std::string id_;
@@ -171,10 +197,16 @@ class Session {
   std::vector<std::string> names_;
   std::vector<int64_t> numels_;
 
-  // Touched only on the worker after Create (and by InitValues before the first step).
+  // Touched only on the coordinator after Create (and by InitValues before the first step).
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<DeviceWorker> coordinator_;
   std::vector<GroupRuntime> groups_;
   std::vector<int> group_of_;  // param -> group
-  std::vector<Tensor> params_;
+  std::vector<int> owned_;     // ids of the parameters this rank owns, ascending
+  Tensor masters_;             // every master, flat, ordered by (owner rank, param id)
+  std::vector<int64_t> rank_counts_;   // elements of masters_ owned by each rank
+  std::vector<int64_t> rank_offsets_;  // first element of each rank's block
+  std::vector<Tensor> params_;         // views into masters_
   std::vector<ParamState> states_;
   std::vector<Tensor> grads_;                 // trainer 0's (or the shared SHARDED) buffer
   std::vector<std::vector<Tensor>> staging_;  // REPLICATED: trainers 1..N-1
@@ -193,6 +225,7 @@ class Session {
   int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace optstep

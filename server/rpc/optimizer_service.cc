@@ -1,5 +1,7 @@
 #include "server/rpc/optimizer_service.h"
 
+#include <thread>
+
 #include "server/rpc/convert.h"
 #include "server/rpc/parameter_reactors.h"
 #include "server/rpc/status_bridge.h"
@@ -19,13 +21,24 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl:
 grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
     grpc::CallbackServerContext* context, const v1::CreateSessionRequest* request,
     v1::CreateSessionResponse* response) {
-  auto config = SessionConfigFromProto(request->spec());
-  if (!config.ok()) return Done(context, config.status());
-  auto created = engine_->CreateSession(*std::move(config));
-  if (!created.ok()) return Done(context, created.status());
-  SessionToProto(*created->session, response->mutable_session());
-  response->set_attached(created->attached);
-  return Done(context, absl::OkStatus());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Allocating the state and connecting the ranks' group take a while: not on the reaction.
+  std::thread([this, request, response, reactor] {
+    auto created = group_->CreateSession(request->spec());
+    if (created.ok()) {
+      SessionToProto(*created->session, response->mutable_session());
+      AddRankTargets(response->mutable_session());
+      response->set_attached(created->attached);
+    }
+    reactor->Finish(ToGrpcStatus(created.status()));
+  }).detach();
+  return reactor;
+}
+
+void OptimizerServiceImpl::AddRankTargets(v1::SessionInfo* info) const {
+  for (const std::string& address : group_->addresses()) {
+    info->mutable_layout()->add_rank_targets(address);
+  }
 }
 
 grpc::ServerUnaryReactor* OptimizerServiceImpl::GetSession(grpc::CallbackServerContext* context,
@@ -34,6 +47,7 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::GetSession(grpc::CallbackServerC
   auto session = engine_->GetSession(request->session_id());
   if (!session.ok()) return Done(context, session.status());
   SessionToProto(**session, response);
+  AddRankTargets(response);
   return Done(context, absl::OkStatus());
 }
 
@@ -41,7 +55,9 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::ListSessions(grpc::CallbackServe
                                                              const v1::ListSessionsRequest*,
                                                              v1::ListSessionsResponse* response) {
   for (const auto& session : engine_->ListSessions()) {
-    SessionToProto(*session, response->add_sessions());
+    v1::SessionInfo* info = response->add_sessions();
+    SessionToProto(*session, info);
+    AddRankTargets(info);
   }
   return Done(context, absl::OkStatus());
 }
@@ -49,7 +65,11 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::ListSessions(grpc::CallbackServe
 grpc::ServerUnaryReactor* OptimizerServiceImpl::CloseSession(grpc::CallbackServerContext* context,
                                                              const v1::CloseSessionRequest* request,
                                                              v1::CloseSessionResponse*) {
-  return Done(context, engine_->CloseSession(request->session_id()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::thread([this, request, reactor] {
+    reactor->Finish(ToGrpcStatus(group_->CloseSession(request->session_id())));
+  }).detach();
+  return reactor;
 }
 
 grpc::ServerReadReactor<v1::InitParametersRequest>* OptimizerServiceImpl::InitParameters(

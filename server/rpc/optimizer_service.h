@@ -5,6 +5,7 @@
 
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
+#include "server/rpc/rank_group.h"
 
 namespace optstep {
 
@@ -12,8 +13,8 @@ namespace optstep {
 // (server/rpc/convert), calls the engine and converts back; no math here. Thread-safe.
 class OptimizerServiceImpl final : public v1::OptimizerService::CallbackService {
  public:
-  // `engine` must outlive the service.
-  explicit OptimizerServiceImpl(Engine* engine) : engine_(engine) {}
+  // `engine` and `group` must outlive the service.
+  OptimizerServiceImpl(Engine* engine, RankGroup* group) : engine_(engine), group_(group) {}
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
                                           const v1::CreateSessionRequest* request,
@@ -35,7 +36,11 @@ class OptimizerServiceImpl final : public v1::OptimizerService::CallbackService 
       grpc::CallbackServerContext* context, const v1::PullParametersRequest* request) override;
 
  private:
+  // Fills the layout's rank addresses.
+  void AddRankTargets(v1::SessionInfo* info) const;
+
   Engine* const engine_;
+  RankGroup* const group_;
 };
 
 }  // namespace optstep

@@ -7,15 +7,18 @@
 
 namespace optstep {
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Engine* engine) {
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Engine* engine,
+                                                      RankGroup* group) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  std::unique_ptr<Server> server(new Server(engine));
+  std::unique_ptr<Server> server(new Server(engine, group));
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(&server->optimizer_service_);
   builder.RegisterService(&server->checkpoint_service_);
+  builder.RegisterService(&server->peer_service_);
+  if (options.serve_rendezvous) builder.RegisterService(&server->rendezvous_service_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // Transport settings for large streams (DESIGN.md §4): no BDP probing, a large stream window.
@@ -26,14 +29,38 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
-  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  server->server_->GetHealthCheckService()->SetServingStatus(false);
+  server->health_thread_ = std::thread([s = server.get()] { s->WatchHealth(); });
   return server;
 }
 
 Server::~Server() { Shutdown(absl::Now()); }
 
+void Server::SetReady(bool ready) {
+  absl::MutexLock lock(&mu_);
+  ready_ = ready;
+}
+
+void Server::WatchHealth() {
+  bool serving = false;
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const bool now = ready_ && engine_->healthy();
+    if (now != serving) {
+      serving = now;
+      server_->GetHealthCheckService()->SetServingStatus(serving);
+    }
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
+  }
+}
+
 void Server::Shutdown(absl::Time deadline) {
-  if (server_ == nullptr) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  health_thread_.join();
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(absl::ToChronoTime(deadline));
 }

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
@@ -11,10 +12,14 @@
 #include "server/engine/engine.h"
 #include "server/rpc/checkpoint_service.h"
 #include "server/rpc/optimizer_service.h"
+#include "server/rpc/rank_group.h"
+#include "server/rpc/rendezvous.h"
 
 namespace optstep {
 
 struct ServerOptions {
+  // Serve the group's rendezvous store (rank 0 of a group of several ranks).
+  bool serve_rendezvous = false;
   std::string host = "0.0.0.0";
   int port = 0;  // 0: pick a free port
   // Largest gRPC message accepted; a 4 MiB chunk plus framing fits the default.
@@ -25,12 +30,17 @@ struct ServerOptions {
 // Thread-safe.
 class Server {
  public:
-  // Binds and starts serving; health is SERVING once this returns.
-  // UNAVAILABLE when the address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options, Engine* engine);
+  // Binds and starts serving the optimizer, checkpoint and peer services (and, with
+  // `serve_rendezvous`, the group's rendezvous store). Health stays NOT_SERVING until
+  // SetReady(true). UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options, Engine* engine,
+                                                      RankGroup* group);
   ~Server();
 
   int port() const { return port_; }
+  // Health SERVING when `ready` and the engine is healthy (checked until Shutdown; a rank whose
+  // group lost a peer turns NOT_SERVING).
+  void SetReady(bool ready);
   // Health NOT_SERVING, then stops accepting calls and waits for running ones until `deadline`
   // (cancelling what is left). Idempotent.
   void Shutdown(absl::Time deadline);
@@ -38,12 +48,22 @@ class Server {
   void Wait();
 
  private:
-  Server(Engine* engine) : optimizer_service_(engine) {}
+  Server(Engine* engine, RankGroup* group)
+      : engine_(engine), optimizer_service_(engine, group), peer_service_(engine) {}
+  void WatchHealth();
 
+  Engine* const engine_;
   OptimizerServiceImpl optimizer_service_;
   CheckpointServiceImpl checkpoint_service_;
+  PeerServiceImpl peer_service_;
+  RendezvousServiceImpl rendezvous_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+
+  absl::Mutex mu_;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread health_thread_;
 };
 
 }  // namespace optstep

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "client/cpp/client.h"
 #include "client/cpp/examples/mlp.h"
 #include "gmock/gmock.h"
@@ -190,7 +191,12 @@ TEST(ServerLifecycleTest, SigtermStopsServingAndExitsCleanly) {
   ClientOptions options;
   options.target = server->address();
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(bool serving, client->CheckHealth());
+  // SERVING once the rank has joined its group (at once for one rank).
+  bool serving = false;
+  for (int i = 0; i < 100 && !serving; ++i) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(serving, client->CheckHealth());
+    if (!serving) absl::SleepFor(absl::Milliseconds(20));
+  }
   EXPECT_TRUE(serving);
   const int status = server->SignalAndWait(SIGTERM);
   ASSERT_TRUE(WIFEXITED(status));

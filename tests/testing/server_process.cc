@@ -62,6 +62,21 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   return process;
 }
 
+absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
+    int world_size, const std::vector<std::string>& args) {
+  std::vector<std::unique_ptr<ServerProcess>> group;
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::vector<std::string> rank_args = args;
+    rank_args.push_back(absl::StrCat("--rank=", rank));
+    rank_args.push_back(absl::StrCat("--world_size=", world_size));
+    if (rank > 0) rank_args.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
+    auto process = ServerProcess::Start(rank_args);
+    if (!process.ok()) return process.status();
+    group.push_back(*std::move(process));
+  }
+  return group;
+}
+
 int ServerProcess::SignalAndWait(int signal) {
   int status = 0;
   if (pid_ <= 0) return -1;

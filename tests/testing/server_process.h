@@ -35,6 +35,11 @@ class ServerProcess {
   std::string address_;
 };
 
+// Starts a group of `world_size` ranks (rank 0 first, the others with --rendezvous pointing at
+// it), each with `args`. The processes are in rank order.
+absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
+    int world_size, const std::vector<std::string>& args = {});
+
 // Path of a binary of this workspace in the test's runfiles, e.g. "server/optstep_server".
 std::string RunfilePath(const std::string& workspace_relative);
 

@@ -25,5 +25,33 @@ TEST(PartitionByCostTest, EqualCostsGoRoundRobinByIndex) {
   EXPECT_EQ(layout.owner, (std::vector<int>{0, 1, 2, 3}));
 }
 
+TEST(PartitionBaselineTest, ReproducesTheReferenceFourRankExample) {
+  // p0..p9 already sorted by size: rank 0 {p0, p7, p8}, 1 {p1, p6, p9}, 2 {p2, p5}, 3 {p3, p4}.
+  Layout layout = PartitionBaseline({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 4);
+  EXPECT_EQ(layout.owner, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0, 0, 1}));
+}
+
+TEST(PartitionTest, CostBalanceBeatsTheBaselineOnTheSpecExample) {
+  // Two 4096x4096 and two 1024x16384 Muon matrices: same numel, Muon cost 4:1 (spec §6).
+  const std::vector<int64_t> numels(4, 16777216);
+  const std::vector<double> costs = {6.87e10, 1.72e10, 1.72e10, 6.87e10};
+  const Layout baseline = PartitionBaseline(numels, 2);
+  const Layout lpt = PartitionByCost(costs, 2);
+  EXPECT_NEAR(Imbalance(baseline, costs), 1.6, 0.01);
+  EXPECT_NEAR(Imbalance(lpt, costs), 1.0, 1e-9);
+  for (int owner : lpt.owner) EXPECT_TRUE(owner == 0 || owner == 1);
+}
+
+TEST(PartitionTest, EveryParameterHasExactlyOneValidOwner) {
+  std::vector<double> costs;
+  for (int i = 0; i < 97; ++i) costs.push_back((i * 37) % 11 + 1);
+  for (int world : {1, 2, 3, 8, 64}) {
+    const Layout layout = PartitionByCost(costs, world);
+    ASSERT_EQ(layout.owner.size(), costs.size());
+    for (int owner : layout.owner) EXPECT_TRUE(owner >= 0 && owner < world);
+    EXPECT_EQ(PartitionByCost(costs, world).owner, layout.owner);
+  }
+}
+
 }  // namespace
 }  // namespace optstep

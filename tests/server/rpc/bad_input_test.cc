@@ -36,9 +36,12 @@ class BadInputTest : public ::testing::Test {
     engine_ = *std::move(engine);
     ServerOptions server_options;
     server_options.host = "127.0.0.1";
-    auto server = Server::Start(server_options, engine_.get());
+    group_ = std::make_unique<RankGroup>(RankGroupOptions{}, engine_.get());
+    auto server = Server::Start(server_options, engine_.get(), group_.get());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
+    ASSERT_TRUE(group_->Join("127.0.0.1:" + std::to_string(server_->port()), nullptr).ok());
+    server_->SetReady(true);
     grpc::ChannelArguments args;
     args.SetMaxSendMessageSize(16 << 20);
     channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->port()),
@@ -77,6 +80,7 @@ class BadInputTest : public ::testing::Test {
     EXPECT_EQ(info.step(), 0u);
     EXPECT_EQ(Pull(), std::vector<float>(9, 0.0f));
     server_.reset();
+    group_.reset();
     engine_.reset();
   }
 
@@ -145,6 +149,7 @@ class BadInputTest : public ::testing::Test {
   }
 
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<RankGroup> group_;
   std::unique_ptr<Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::OptimizerService::Stub> stub_;

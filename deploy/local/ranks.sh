@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs a group of optstep ranks on this machine, the way the Kubernetes StatefulSet runs them:
+# rank 0 serves the rendezvous, ranks 1..N-1 find it through --rendezvous, each rank's ordinal
+# comes from a pod-like name (POD_NAME=optstep-R), every rank on a free port.
+#
+#   deploy/local/ranks.sh start N [DIR] [-- extra server flags]   starts N ranks; prints their addresses
+#   deploy/local/ranks.sh stop [DIR]                              stops them
+#
+# DIR (default: a fresh temporary directory) holds the logs (rank-R.log), the pids and
+# `targets`, one host:port a line in rank order, for clients.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SERVER=${OPTSTEP_SERVER:-bazel-bin/server/optstep_server}
+
+wait_listening() {  # LOG -> host:port
+  for _ in $(seq 300); do
+    if grep -q "^listening on" "$1"; then
+      sed -n 's/^listening on \([^ ]*\).*/\1/p' "$1" | head -1
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "no 'listening on' in $1:" >&2
+  cat "$1" >&2
+  return 1
+}
+
+case "${1:-}" in
+  start)
+    n=${2:?usage: ranks.sh start N [DIR] [-- flags]}
+    dir=${3:-$(mktemp -d -t optstep-ranks.XXXXXX)}
+    shift $(( $# < 3 ? $# : 3 ))
+    [[ "${1:-}" == "--" ]] && shift
+    mkdir -p "$dir"
+    : >"$dir/pids"
+    POD_NAME=optstep-0 "$SERVER" --host=127.0.0.1 --port=0 --world_size="$n" "$@" \
+      >"$dir/rank-0.log" 2>&1 &
+    echo $! >>"$dir/pids"
+    rendezvous=$(wait_listening "$dir/rank-0.log")
+    echo "$rendezvous" >"$dir/targets"
+    for ((r = 1; r < n; r++)); do
+      POD_NAME=optstep-$r "$SERVER" --host=127.0.0.1 --port=0 --world_size="$n" \
+        --rendezvous="$rendezvous" "$@" >"$dir/rank-$r.log" 2>&1 &
+      echo $! >>"$dir/pids"
+    done
+    for ((r = 1; r < n; r++)); do wait_listening "$dir/rank-$r.log" >>"$dir/targets"; done
+    echo "$dir"
+    cat "$dir/targets"
+    ;;
+  stop)
+    dir=${2:?usage: ranks.sh stop DIR}
+    [[ -f "$dir/pids" ]] || exit 0
+    while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$dir/pids"
+    while read -r pid; do
+      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    done <"$dir/pids"
+    rm -f "$dir/pids"
+    ;;
+  *)
+    sed -n '2,12p' "$0"
+    exit 64
+    ;;
+esac

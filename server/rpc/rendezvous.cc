@@ -1,0 +1,76 @@
+#include "server/rpc/rendezvous.h"
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "server/rpc/status_bridge.h"
+
+namespace optstep {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+std::chrono::system_clock::time_point After(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+}  // namespace
+
+std::string RankAddressKey(int rank) { return absl::StrCat("optstep/rank/", rank, "/address"); }
+
+RendezvousServiceImpl::RendezvousServiceImpl() : store_(NewInMemoryKeyValueStore()) {}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Set(grpc::CallbackServerContext* context,
+                                                     const v1::RendezvousSetRequest* request,
+                                                     v1::RendezvousSetResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(store_->Set(request->key(), request->value())));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext* context,
+                                                     const v1::RendezvousGetRequest* request,
+                                                     v1::RendezvousGetResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Duration timeout = absl::Milliseconds(request->timeout_ms());
+  // The wait runs on its own thread; rendezvous gets are few (ranks x groups).
+  std::thread([store = store_, key = request->key(), timeout, reactor, response] {
+    absl::StatusOr<std::string> value = store->Get(key, timeout);
+    if (value.ok()) response->set_value(*std::move(value));
+    reactor->Finish(ToGrpcStatus(value.status()));
+  }).detach();
+  return reactor;
+}
+
+GrpcKeyValueStore::GrpcKeyValueStore(const std::string& target)
+    : stub_(v1::RendezvousService::NewStub(
+          grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
+
+absl::Status GrpcKeyValueStore::Set(const std::string& key, const std::string& value) {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(After(absl::Seconds(60)));
+  v1::RendezvousSetRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  v1::RendezvousSetResponse response;
+  return FromGrpc(stub_->Set(&context, request, &response));
+}
+
+absl::StatusOr<std::string> GrpcKeyValueStore::Get(const std::string& key, absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(After(timeout + absl::Seconds(5)));
+  v1::RendezvousGetRequest request;
+  request.set_key(key);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  v1::RendezvousGetResponse response;
+  grpc::Status status = stub_->Get(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return std::move(*response.mutable_value());
+}
+
+}  // namespace optstep

@@ -1,0 +1,53 @@
+#ifndef OPTSTEP_SERVER_RPC_RENDEZVOUS_H_
+#define OPTSTEP_SERVER_RPC_RENDEZVOUS_H_
+
+// The rendezvous of a group of ranks (DESIGN.md §7): rank 0 serves a small key-value store
+// (RendezvousServiceImpl); every rank reaches it through GrpcKeyValueStore, which is the
+// KeyValueStore its communicators connect through.
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "kernels/comm/key_value_store.h"
+#include "optstep/v1/internal.grpc.pb.h"
+
+namespace optstep {
+
+// Serves the store from memory. Get waits (on its own thread, never on a gRPC reaction) until
+// the key is set or the request's timeout passes. Thread-safe.
+class RendezvousServiceImpl final : public v1::RendezvousService::CallbackService {
+ public:
+  RendezvousServiceImpl();
+
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
+                                const v1::RendezvousSetRequest* request,
+                                v1::RendezvousSetResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
+                                const v1::RendezvousGetRequest* request,
+                                v1::RendezvousGetResponse* response) override;
+
+ private:
+  std::shared_ptr<KeyValueStore> store_;
+};
+
+// A KeyValueStore backed by rank 0's RendezvousService at `target`. Calls wait for the channel
+// to become ready (rank 0 may start after this rank), up to their deadline. Thread-safe.
+class GrpcKeyValueStore final : public KeyValueStore {
+ public:
+  explicit GrpcKeyValueStore(const std::string& target);
+
+  absl::Status Set(const std::string& key, const std::string& value) override;
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override;
+
+ private:
+  std::unique_ptr<v1::RendezvousService::Stub> stub_;
+};
+
+// Store key under which rank `rank` publishes its gRPC address.
+std::string RankAddressKey(int rank);
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_RENDEZVOUS_H_

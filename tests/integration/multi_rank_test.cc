@@ -179,7 +179,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{v1::GRADIENT_MODE_SHARDED, 1, "adam"},
                       Case{v1::GRADIENT_MODE_SHARDED, 3, "adam"},
                       Case{v1::GRADIENT_MODE_REPLICATED, 2, "adam"},
-                      Case{v1::GRADIENT_MODE_REPLICATED, 4, "sgd"}));
+                      Case{v1::GRADIENT_MODE_REPLICATED, 4, "sgd"},
+                      Case{v1::GRADIENT_MODE_SHARDED, 2, "muon"},
+                      Case{v1::GRADIENT_MODE_REPLICATED, 2, "soap"}));
 
 TEST(MultiRankAbortTest, IncompleteStepIsAbortedOnEveryRankWithStateUnchanged) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, StartGroup(2));
@@ -230,6 +232,53 @@ TEST(MultiRankAbortTest, IncompleteStepIsAbortedOnEveryRankWithStateUnchanged) {
   for (auto& t : trainers) t.join();
   EXPECT_THAT(results[0], IsOk());
   EXPECT_THAT(results[1], IsOk());
+}
+
+// Trainer 0 commits, then its streams break (client deadline) while trainer 1 is late; it
+// reconnects and resends the same step: the step is applied once, with the same result as a run
+// without the disconnect.
+TEST(MultiRankRetryTest, TrainerThatDisconnectsAfterCommitResendsSafely) {
+  std::vector<float> runs[2];
+  for (int disconnect = 0; disconnect < 2; ++disconnect) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, StartGroup(2));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(Options(group)));
+    ASSERT_THAT(WaitServing(*client), IsOk());
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo session,
+                                 client->CreateSession(Spec(2, v1::GRADIENT_MODE_REPLICATED, "adam")));
+    std::vector<std::vector<float>> grads;
+    std::vector<FullGradient> full;
+    for (uint32_t p = 0; p < kShapes.size(); ++p) {
+      grads.emplace_back(Numel(kShapes[p]));
+      for (uint64_t i = 0; i < grads[p].size(); ++i) grads[p][i] = GradientValue(1, 0, p, i);
+      full.push_back({p, grads[p]});
+    }
+    StepOptions options;
+    options.session_id = session.session_id();
+    options.step = 1;
+    if (disconnect) {
+      ClientOptions impatient = Options(group);
+      impatient.stream_timeout = absl::Milliseconds(300);
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(auto first, Client::Connect(impatient));
+      EXPECT_THAT(first->Step(options, full).status(),
+                  StatusIs(absl::StatusCode::kDeadlineExceeded));
+    }
+    std::thread late([&] {
+      auto trainer = Client::Connect(Options(group));
+      StepOptions o = options;
+      o.trainer_id = 1;
+      EXPECT_THAT((*trainer)->Step(o, full).status(), IsOk());
+    });
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, client->Step(options, full));
+    late.join();
+    EXPECT_EQ(reply.step, 1u);
+    for (auto& [id, param] : reply.params) {
+      runs[disconnect].insert(runs[disconnect].end(), param.f32.begin(), param.f32.end());
+    }
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo after, client->GetSession(session.session_id()));
+    EXPECT_EQ(after.step(), 1u);
+  }
+  ASSERT_FALSE(runs[0].empty());
+  EXPECT_EQ(runs[0], runs[1]);
 }
 
 }  // namespace

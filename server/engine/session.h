@@ -20,6 +20,7 @@
 #include "server/engine/layout.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/session_config.h"
+#include "server/engine/state_dict.h"
 #include "server/engine/step_contributions.h"
 #include "server/optim/optimizer.h"
 #include "server/optim/routing.h"
@@ -144,6 +145,17 @@ class Session : public std::enable_shared_from_this<Session> {
   // The parameters after the last step, in `dtype`. `done` is called exactly once.
   void GetSnapshot(DType dtype, SnapshotCallback done);
 
+  // The state dict (masters, optimizer state, counters) as it was after the last step, for the
+  // parameters of `model_chunks` (all when empty). `done` is called exactly once.
+  // FAILED_PRECONDITION when the session spans several ranks (not available yet).
+  void ExportState(std::vector<uint32_t> model_chunks,
+                   std::function<void(absl::StatusOr<std::shared_ptr<const StateDict>>)> done);
+  // Replaces masters, optimizer state and counters with the tensors of `state` (any subset of
+  // the keys ExportState answers). Everything is validated before anything changes:
+  // INVALID_ARGUMENT names an unknown key or a shape / type mismatch. FAILED_PRECONDITION while
+  // a step is pending or on several ranks. `done` is called exactly once.
+  void ImportState(std::shared_ptr<const StateDict> state, std::function<void(absl::Status)> done);
+
   // Aborts the pending step on every rank when it began more than the step deadline before
   // `now` (through the session's collective, so that all ranks abort together).
   void AbortIfExpired(absl::Time now);
@@ -185,6 +197,9 @@ class Session : public std::enable_shared_from_this<Session> {
                          const Agreement& agreement, StepOutcome& outcome);
   void FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
+  absl::StatusOr<std::shared_ptr<const StateDict>> BuildStateDict(
+      const std::vector<uint32_t>& model_chunks);
+  absl::Status ApplyStateDict(const StateDict& state);
 
   const std::string id_;
   const SessionConfig config_;

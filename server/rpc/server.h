@@ -49,7 +49,10 @@ class Server {
 
  private:
   Server(Engine* engine, RankGroup* group)
-      : engine_(engine), optimizer_service_(engine, group), peer_service_(engine) {}
+      : engine_(engine),
+        optimizer_service_(engine, group),
+        checkpoint_service_(engine),
+        peer_service_(engine) {}
   void WatchHealth();
 
   Engine* const engine_;

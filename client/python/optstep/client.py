@@ -450,9 +450,11 @@ class Client:
         prepared = []
         for key, value in state.items():
             shape = tuple(np.shape(value))
-            is_bits = isinstance(value, np.ndarray) and value.dtype == np.uint16
-            array, wire = dtypes.to_wire_array(value, "bf16" if is_bits else None,
-                                               what=f"state dict key '{key}'")
+            kind = np.asarray(value).dtype if not hasattr(value, "numpy") else \
+                value.detach().cpu().numpy().dtype
+            is_bits = kind == np.uint16
+            wanted = "bf16" if is_bits else ("int64" if np.issubdtype(kind, np.integer) else None)
+            array, wire = dtypes.to_wire_array(value, wanted, what=f"state dict key '{key}'")
             prepared.append((key, shape, array, wire))
 
         def requests() -> Iterator[ckpt_pb2.StateDictChunk]:

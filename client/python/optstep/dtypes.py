@@ -34,6 +34,8 @@ __all__ = [
 FP32: int = tensor_pb2.DTYPE_FP32
 BF16: int = tensor_pb2.DTYPE_BF16
 FP16: int = tensor_pb2.DTYPE_FP16
+#: State dicts only: the servers' step counters (0-d int64 tensors).
+INT64: int = tensor_pb2.DTYPE_INT64
 
 #: A wire element type: "fp32" / "float32", "bf16" / "bfloat16", "fp16" / "float16", or a
 #: ``optstep.v1.DType`` value (FP32, BF16, FP16).
@@ -43,10 +45,11 @@ _NAMES = {
     "fp32": FP32, "float32": FP32, "f32": FP32,
     "bf16": BF16, "bfloat16": BF16,
     "fp16": FP16, "float16": FP16, "f16": FP16, "half": FP16,
+    "int64": INT64,
 }
-_CANONICAL: Dict[int, str] = {FP32: "fp32", BF16: "bf16", FP16: "fp16"}
+_CANONICAL: Dict[int, str] = {FP32: "fp32", BF16: "bf16", FP16: "fp16", INT64: "int64"}
 _NUMPY: Dict[int, np.dtype] = {FP32: np.dtype("<f4"), BF16: np.dtype("<u2"),
-                               FP16: np.dtype("<f2")}
+                               FP16: np.dtype("<f2"), INT64: np.dtype("<i8")}
 
 
 def wire_dtype(dtype: DTypeLike) -> int:
@@ -111,7 +114,7 @@ def _from_torch(tensor: Any) -> Tuple[np.ndarray, Optional[int]]:
     t = t.contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(np.uint16), BF16
-    if t.dtype in (torch.float32, torch.float16, torch.float64):
+    if t.dtype in (torch.float32, torch.float16, torch.float64, torch.int64):
         return t.numpy(), None
     raise InvalidArgumentError(f"tensor of dtype {t.dtype} is not float32, bfloat16 or float16")
 
@@ -140,6 +143,8 @@ def to_wire_array(values: Any, dtype: Optional[DTypeLike] = None,
             natural = FP16
         elif kind == np.uint16 and wanted == BF16:
             natural = BF16
+        elif np.issubdtype(kind, np.integer) and wanted == INT64:
+            natural = INT64  # counters of state dicts
         else:
             hint = " (pass dtype='bf16' for raw bfloat16 bits)" if kind == np.uint16 else ""
             raise InvalidArgumentError(

@@ -367,5 +367,71 @@ TEST_F(SessionTest, ClosedSessionAbortsWaitersAndRefusesSteps) {
   EXPECT_THAT(s->Begin(begin).status(), StatusIs(absl::StatusCode::kUnavailable));
 }
 
+TEST_F(SessionTest, ExportedStateImportedIntoAFreshSessionContinuesBitForBit) {
+  auto run_step = [](Session& s, uint64_t step) {
+    StepBegin begin;
+    begin.step = step;
+    auto c = s.Begin(begin);
+    ASSERT_THAT(c.status(), IsOk());
+    std::vector<float> w(6), b(3);
+    for (int i = 0; i < 6; ++i) w[i] = 0.1f * ((step * 7 + i) % 5) - 0.2f;
+    for (int i = 0; i < 3; ++i) b[i] = 0.05f * ((step + i) % 3);
+    ASSERT_THAT(s.AddGradient(*c, 0, 0, DType::kF32, w.data(), 24), IsOk());
+    ASSERT_THAT(s.AddGradient(*c, 1, 0, DType::kF32, b.data(), 12), IsOk());
+    Outcome o;
+    ASSERT_THAT(s.Commit(*c, 0, o.Callback()), IsOk());
+    ASSERT_THAT(o.Wait().status(), IsOk());
+  };
+  auto export_state = [](Session& s) {
+    absl::Notification done;
+    absl::StatusOr<std::shared_ptr<const StateDict>> dict;
+    s.ExportState({}, [&](absl::StatusOr<std::shared_ptr<const StateDict>> d) {
+      dict = std::move(d);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return dict;
+  };
+  auto import_state = [](Session& s, std::shared_ptr<const StateDict> dict) {
+    absl::Notification done;
+    absl::Status status;
+    s.ImportState(std::move(dict), [&](absl::Status st) {
+      status = st;
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  };
+  auto first = MakeSession(GradientMode::kSharded, 1);
+  for (uint64_t step = 1; step <= 3; ++step) run_step(*first, step);
+  auto dict = export_state(*first);
+  ASSERT_THAT(dict.status(), IsOk());
+  EXPECT_EQ((*dict)->count("param/w"), 1u);
+  EXPECT_EQ((*dict)->count("state/adam/w/exp_avg_sq"), 1u);
+  EXPECT_EQ((*dict)->at("meta/step").type, StateTensor::Type::kI64);
+
+  auto second = MakeSession(GradientMode::kSharded, 1);
+  ASSERT_THAT(import_state(*second, *dict), IsOk());
+  EXPECT_EQ(second->stats().step, 3u);
+  EXPECT_EQ(Param(*second, 0), Param(*first, 0));
+  for (uint64_t step = 4; step <= 5; ++step) {
+    run_step(*first, step);
+    run_step(*second, step);
+  }
+  EXPECT_EQ(Param(*second, 0), Param(*first, 0));
+  EXPECT_EQ(Param(*second, 1), Param(*first, 1));
+
+  // A wrong shape or an unknown key changes nothing.
+  StateDict bad = **dict;
+  bad["param/w"].shape = {3, 2};
+  EXPECT_THAT(import_state(*second, std::make_shared<StateDict>(bad)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "state dict key 'param/w'"));
+  StateDict unknown;
+  unknown["state/adam/nope/exp_avg"] = (**dict).at("state/adam/w/exp_avg");
+  EXPECT_THAT(import_state(*second, std::make_shared<StateDict>(unknown)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "no such parameter"));
+  EXPECT_EQ(second->stats().step, 5u);
+}
+
 }  // namespace
 }  // namespace optstep

@@ -1,0 +1,28 @@
+#ifndef OPTSTEP_SERVER_ENGINE_STATE_DICT_H_
+#define OPTSTEP_SERVER_ENGINE_STATE_DICT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "kernels/tensor.h"
+
+namespace optstep {
+
+// One tensor of a session's state dict, on the host. Keys (DESIGN.md §5):
+//   "param/<name>"                              fp32 master
+//   "state/<sub-optimizer>/<name>/<key>"        fp32 optimizer state of a parameter
+//   "state/<sub-optimizer>/group<id>/step"      int64 0-d: the group's applied-step counter
+//   "meta/step", "meta/skipped_steps"           int64 0-d: the session's step counters
+struct StateTensor {
+  enum class Type { kF32, kI64 };
+  Type type = Type::kF32;
+  Shape shape;
+  std::string bytes;  // little-endian, NumElements(shape) elements
+};
+
+using StateDict = std::map<std::string, StateTensor>;
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_STATE_DICT_H_

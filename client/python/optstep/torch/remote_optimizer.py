@@ -134,6 +134,10 @@ class RemoteOptimizer(torch.optim.Optimizer):
             if num_trainers == 1:
                 raise
             # Another trainer has begun step 1, after setting the (same) initial values.
+        except Exception:
+            if not attached:  # do not leave a session nobody can use
+                client.close_session(self.session_id)
+            raise
 
     def _torch_groups(self, info: session_pb2.SessionInfo) -> List[Dict[str, Any]]:
         groups = []

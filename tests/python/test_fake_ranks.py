@@ -181,3 +181,22 @@ def test_state_dict_streams(ranks: List[FakeRank]) -> None:
     assert [c.offset for c in pieces] == [0, 2, 4, 6, 8] and list(pieces[0].shape) == [2, 5]
     (scalar,) = [c for c in chunks if c.key == "state/adamw/a/step"]
     assert list(scalar.shape) == [] and np.frombuffer(scalar.data, np.float32)[0] == 7
+
+
+def test_state_dict_element_types(ranks: List[FakeRank]) -> None:
+    """Counters go as int64, bf16 (torch tensors or uint16 bits) as bf16, floats as they are."""
+    import torch
+
+    state = {"meta/step": torch.tensor(5), "group/step": np.int32(3),
+             "t": torch.ones(2, dtype=torch.bfloat16), "bits": np.ones(2, np.uint16),
+             "half": np.ones(2, np.float16), "f": torch.ones(2)}
+    with optstep.Client(ranks[0].target) as client:
+        client.import_state_dict("fake", state)
+        with pytest.raises(optstep.InvalidArgumentError, match="cannot go as int64"):
+            client.step("fake", 1, [optstep.GradientSlice("b", np.ones(4), dtype="int64")])
+    sent = {c.key: (c.dtype, c.data) for c in ranks[0].imports}
+    assert sent["meta/step"] == (pb.DTYPE_INT64, np.int64(5).tobytes())
+    assert sent["group/step"] == (pb.DTYPE_INT64, np.int64(3).tobytes())
+    assert sent["t"] == (pb.DTYPE_BF16, np.full(2, 0x3F80, np.uint16).tobytes())
+    assert sent["bits"] == (pb.DTYPE_BF16, np.ones(2, np.uint16).tobytes())
+    assert sent["half"][0] == pb.DTYPE_FP16 and sent["f"][0] == pb.DTYPE_FP32

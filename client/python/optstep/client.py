@@ -445,17 +445,14 @@ class Client:
                           state: Mapping[str, Any]) -> ckpt_pb2.ImportStateDictResponse:
         """Replaces the optimizer state (and masters, for "param/..." keys) with `state`, a
         mapping like the one :meth:`export_state_dict` answers (numpy arrays or torch tensors;
-        uint16 arrays are bf16 bits). Answers the number of tensors and bytes the server took.
+        uint16 arrays are bf16 bits, other integers int64 counters). Answers the number of
+        tensors and bytes the server took.
         """
         prepared = []
         for key, value in state.items():
-            shape = tuple(np.shape(value))
-            kind = np.asarray(value).dtype if not hasattr(value, "numpy") else \
-                value.detach().cpu().numpy().dtype
-            is_bits = kind == np.uint16
-            wanted = "bf16" if is_bits else ("int64" if np.issubdtype(kind, np.integer) else None)
-            array, wire = dtypes.to_wire_array(value, wanted, what=f"state dict key '{key}'")
-            prepared.append((key, shape, array, wire))
+            array, wire = dtypes.to_wire_array(value, dtypes.state_dict_dtype(value),
+                                               what=f"state dict key '{key}'")
+            prepared.append((key, tuple(np.shape(value)), array, wire))
 
         def requests() -> Iterator[ckpt_pb2.StateDictChunk]:
             first = True

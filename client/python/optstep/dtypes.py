@@ -22,6 +22,7 @@ __all__ = [
     "FP32",
     "BF16",
     "FP16",
+    "INT64",
     "wire_dtype",
     "dtype_name",
     "element_size",
@@ -29,6 +30,7 @@ __all__ = [
     "bf16_bits_from_fp32",
     "fp32_from_bf16_bits",
     "to_wire_array",
+    "state_dict_dtype",
 ]
 
 FP32: int = tensor_pb2.DTYPE_FP32
@@ -37,8 +39,8 @@ FP16: int = tensor_pb2.DTYPE_FP16
 #: State dicts only: the servers' step counters (0-d int64 tensors).
 INT64: int = tensor_pb2.DTYPE_INT64
 
-#: A wire element type: "fp32" / "float32", "bf16" / "bfloat16", "fp16" / "float16", or a
-#: ``optstep.v1.DType`` value (FP32, BF16, FP16).
+#: A wire element type: "fp32" / "float32", "bf16" / "bfloat16", "fp16" / "float16", "int64"
+#: (state dicts only), or a ``optstep.v1.DType`` value (FP32, BF16, FP16, INT64).
 DTypeLike = Union[str, int]
 
 _NAMES = {
@@ -99,6 +101,17 @@ def fp32_from_bf16_bits(bits: np.ndarray) -> np.ndarray:
     return wide.view(np.float32)
 
 
+def state_dict_dtype(value: Any) -> Optional[str]:
+    """The wire type a state-dict tensor goes as when not its own: "bf16" for uint16 bits,
+    "int64" for integer counters (numpy arrays or torch tensors), else None."""
+    if _is_torch_tensor(value):
+        return None if value.is_floating_point() else "int64"
+    kind = np.asarray(value).dtype
+    if kind == np.uint16:
+        return "bf16"
+    return "int64" if np.issubdtype(kind, np.integer) else None
+
+
 def _is_torch_tensor(value: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
@@ -114,8 +127,9 @@ def _from_torch(tensor: Any) -> Tuple[np.ndarray, Optional[int]]:
     t = t.contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(np.uint16), BF16
-    if t.dtype in (torch.float32, torch.float16, torch.float64, torch.int64):
-        return t.numpy(), None
+    if t.dtype in (torch.float32, torch.float16, torch.float64) or not (
+            t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
+        return t.numpy(), None  # integers: only as state-dict counters, see to_wire_array
     raise InvalidArgumentError(f"tensor of dtype {t.dtype} is not float32, bfloat16 or float16")
 
 
@@ -151,6 +165,9 @@ def to_wire_array(values: Any, dtype: Optional[DTypeLike] = None,
                 f"{what}: element type {kind} is not float32, float16 or bfloat16{hint}")
         array = array.astype(_NUMPY[natural], copy=False)
     target = natural if wanted is None else wanted
+    if (target == INT64) != (natural == INT64):
+        raise InvalidArgumentError(f"{what}: {array.dtype} values cannot go as "
+                                   f"{dtype_name(target)}")
     if target != natural:
         as_fp32 = fp32_from_bf16_bits(array) if natural == BF16 else array.astype(np.float32)
         if target == BF16:

@@ -21,8 +21,8 @@ from optstep.v1.optimizer_service_pb2 import (GroupHyperparameters, StepCommit, 
 from optstep.v1.session_pb2 import (GRADIENT_MODE_REPLICATED, GRADIENT_MODE_SHARDED,
                                     GRADIENT_MODE_UNSPECIFIED, GroupInfo, Layout,
                                     ParameterSpec, QkvSplit, SessionInfo, SessionSpec)
-from optstep.v1.tensor_pb2 import (DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, DTYPE_UNSPECIFIED,
-                                   TensorChunk)
+from optstep.v1.tensor_pb2 import (DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, DTYPE_INT64,
+                                   DTYPE_UNSPECIFIED, TensorChunk)
 
 __all__ = [
     "CheckpointProgress", "ExportStateDictRequest", "ImportStateDictResponse", "LoadRequest",
@@ -35,5 +35,5 @@ __all__ = [
     "StepResult",
     "GRADIENT_MODE_REPLICATED", "GRADIENT_MODE_SHARDED", "GRADIENT_MODE_UNSPECIFIED",
     "GroupInfo", "Layout", "ParameterSpec", "QkvSplit", "SessionInfo", "SessionSpec",
-    "DTYPE_BF16", "DTYPE_FP16", "DTYPE_FP32", "DTYPE_UNSPECIFIED", "TensorChunk",
+    "DTYPE_BF16", "DTYPE_FP16", "DTYPE_FP32", "DTYPE_INT64", "DTYPE_UNSPECIFIED", "TensorChunk",
 ]

@@ -4,6 +4,8 @@
 #   1. bazel test //...            (C++ unit, service and integration tests; `gpu` tests filtered)
 #   2. bazel build --config=cuda //...   where nvcc exists, so CUDA code keeps compiling
 #   3. pytest tests/python         (the Python client; bazel/python_env.sh makes .venv first)
+#   4. pytest tests/deploy         (deploy/k8s and deploy/docker: kubernetes-validate, checkov,
+#                                   the rank contract; bazel/deploy_env.sh makes .venv-deploy first)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +49,23 @@ if [[ -d tests/python ]]; then
     s=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
     [[ -z "$line" ]] && f=1
     add "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+  fi
+fi
+
+if [[ -d tests/deploy ]]; then
+  echo "== pytest tests/deploy"
+  if bazel/deploy_env.sh >/dev/null && [[ -x .venv-deploy/bin/python ]]; then
+    .venv-deploy/bin/python -m pytest -q -p no:cacheprovider tests/deploy 2>&1 |
+      tee /tmp/optstep-pytest-deploy.log | tail -30
+    line=$(grep -E '[0-9]+ (passed|failed)' /tmp/optstep-pytest-deploy.log | tail -1)
+    p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+    f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | awk '{n += $1} END {print n + 0}')
+    s=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+    [[ -z "$line" ]] && f=1
+    add "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+  else
+    echo "bazel/deploy_env.sh FAILED"
+    add "0 passed, 1 failed"
   fi
 fi
 

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Creates .venv-deploy with the validators of deploy/k8s (tests/deploy): pytest, PyYAML,
+# kubernetes-validate (schemas of the Kubernetes API) and checkov (security policies), pinned, from
+# PyPI. A venv of its own so that checkov's many pinned dependencies never meet .venv's torch stack.
+# Idempotent: does nothing when .venv-deploy was built from this same script. Prints the venv's
+# python on the last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${OPTSTEP_DEPLOY_VENV:-.venv-deploy}
+PYTHON=/usr/bin/python3
+[[ -x $PYTHON ]] || PYTHON=$(command -v python3)
+
+REQUIREMENTS=(
+  "pytest==8.4.2"
+  "PyYAML==6.0.2"
+  "kubernetes-validate==1.37.0"
+  "checkov==3.3.30"
+)
+
+want=$(cat bazel/deploy_env.sh | sha256sum | cut -c1-16)
+stamp=$VENV/.optstep-deploy-env
+if [[ -f $stamp && $(cat "$stamp") == "$want" ]] &&
+   "$VENV/bin/python" -c 'import yaml, kubernetes_validate, checkov, pytest' 2>/dev/null; then
+  echo "$VENV/bin/python"
+  exit 0
+fi
+
+if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+  echo "installing python3-venv" >&2
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+    python3-venv >&2
+fi
+rm -f "$stamp"
+[[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
+
+start=$SECONDS
+"$VENV/bin/python" -m pip install --disable-pip-version-check -q "${REQUIREMENTS[@]}" >&2
+echo "deploy env ready in $((SECONDS - start)) s ($(du -sh "$VENV" | cut -f1))" >&2
+echo "$want" >"$stamp"
+echo "$VENV/bin/python"

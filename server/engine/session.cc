@@ -46,11 +46,11 @@ Session::Session(Options options, Device* device, DeviceWorker* worker)
       worker_(worker),
       names_(NamesOf(config_.params)),
       numels_(NumelsOf(config_.params)),
+      comm_(std::move(options.comm)),
+      coordinator_(std::make_unique<DeviceWorker>()),
       // Coverage is checked for the parameters this rank owns (others count as empty).
       contributions_(config_.mode, config_.num_trainers, OwnedNumels(numels_, layout_, rank_),
-                     &names_),
-      comm_(std::move(options.comm)),
-      coordinator_(std::make_unique<DeviceWorker>()) {
+                     &names_) {
   attempts_.assign(config_.num_trainers, 0);
 }
 

@@ -19,6 +19,7 @@ sub-optimizer and override set); each step sends every group's current ``lr`` an
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
@@ -29,7 +30,7 @@ from torch import nn
 from optstep import dtypes
 from optstep.chunks import GradientSlice
 from optstep.client import Client, GroupSchedule, StepReply
-from optstep.errors import FailedPreconditionError
+from optstep.errors import FailedPreconditionError, OptstepError
 from optstep.torch.model_spec import NamedParams, ParamDescription, QkvLike, describe_parameters
 from optstep.v1 import optimizer_config_pb2, session_pb2
 
@@ -135,8 +136,9 @@ class RemoteOptimizer(torch.optim.Optimizer):
                 raise
             # Another trainer has begun step 1, after setting the (same) initial values.
         except Exception:
-            if not attached:  # do not leave a session nobody can use
-                client.close_session(self.session_id)
+            if not attached:  # do not leave a session nobody can use; report the first error
+                with contextlib.suppress(OptstepError):
+                    client.close_session(self.session_id)
             raise
 
     def _torch_groups(self, info: session_pb2.SessionInfo) -> List[Dict[str, Any]]:

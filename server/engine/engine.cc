@@ -110,10 +110,10 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
   return Session::Create(std::move(session_options), device_.get(), worker_.get());
 }
 
-absl::StatusOr<Engine::Created> Engine::Register(std::shared_ptr<Session> session) {
+absl::StatusOr<Engine::Created> Engine::Register(std::shared_ptr<Session> session, bool by_name) {
   absl::MutexLock lock(&mu_);
   const std::string& name = session->config().name;
-  if (!name.empty()) {  // another trainer may have created it meanwhile
+  if (by_name && !name.empty()) {  // another trainer may have created it meanwhile
     for (auto& [id, existing] : sessions_) {
       if (existing->config().name == name) {
         if (existing->config().definition_key != session->config().definition_key) {
@@ -135,13 +135,14 @@ absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
   if (existing != nullptr) return Created{existing, true};
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
                            BuildSession(NextSessionId(), std::move(config)));
-  return Register(std::move(session));
+  return Register(std::move(session), /*by_name=*/true);
 }
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::CreateReplica(const std::string& id,
                                                               SessionConfig config) {
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, BuildSession(id, std::move(config)));
-  OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(session));
+  // Rank 0 decided the id (and attaches by name itself): a replica registers under its id.
+  OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(session, /*by_name=*/false));
   return created.session;
 }
 

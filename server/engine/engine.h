@@ -79,8 +79,9 @@ class Engine {
   Engine(EngineOptions options, std::unique_ptr<Device> device);
   // Builds the replica: layout, communicator, tensors. Does not register it.
   absl::StatusOr<std::shared_ptr<Session>> BuildSession(const std::string& id, SessionConfig config);
-  // Registers `session` unless one of the same name or id appeared meanwhile.
-  absl::StatusOr<Created> Register(std::shared_ptr<Session> session);
+  // Registers `session` unless one of the same id (or, with `by_name`, of the same name)
+  // appeared meanwhile.
+  absl::StatusOr<Created> Register(std::shared_ptr<Session> session, bool by_name);
   void WatchDeadlines();
 
   const EngineOptions options_;

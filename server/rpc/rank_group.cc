@@ -60,6 +60,7 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
         options_.world_size));
   }
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));
+  absl::MutexLock create_lock(&create_mu_);
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> existing, engine_->FindByName(config));
   if (existing != nullptr) return Engine::Created{existing, true};
   if (options_.world_size == 1) return engine_->CreateSession(std::move(config));

@@ -55,6 +55,10 @@ class RankGroup {
   const RankGroupOptions options_;
   Engine* const engine_;
 
+  // Serialises session creation on rank 0, so that two trainers creating the same named
+  // session at once attach to one session with one id on every rank.
+  absl::Mutex create_mu_;
+
   mutable absl::Mutex mu_;
   std::shared_ptr<KeyValueStore> store_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);

@@ -4,8 +4,8 @@
 //   bazel run -c opt //bench:kernels_bench -- --benchmark_filter=AdamW
 //
 // BM_Triad measures the bandwidth with a STREAM-like triad a[i] = b[i] + s·c[i] (fp32, OpenMP,
-// all cores); BM_AdamW and BM_Sgd time CpuDevice steps (all cores unless the name says
-// threads:1). Each step benchmark reports params/s, GB/s and `ratio`, its GB/s over the
+// all cores; bench_util.h); BM_AdamW and BM_Sgd time CpuDevice steps (all cores unless the name
+// says threads:1). Each step benchmark reports params/s, GB/s and `ratio`, its GB/s over the
 // streaming triad's GB/s.
 //
 // Byte accounting: bytes that cross the memory bus, write-allocate included where it happens.
@@ -22,20 +22,14 @@
 //          between the two.
 // At the end the binary prints a summary table of the same figures.
 
-#include <omp.h>
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
-
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/dtype.h"
@@ -47,85 +41,11 @@ namespace {
 
 constexpr double kAdamWBytesPerParam = 28;
 constexpr double kSgdBytesPerParam = 20;
-constexpr double kTriadBytes = 12;
-constexpr double kTriadWriteAllocateBytes = 16;
 
-// GB/s of the last streaming triad run (0 until one ran): the denominator of every ratio.
-double g_triad_gbps = 0.0;
+using bench::Clock;
+using bench::Seconds;
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<float[], AlignedFree>;
-
-Buffer AllocateFirstTouch(int64_t n, float value) {
-  Buffer b(static_cast<float*>(std::aligned_alloc(64, ((n * 4 + 63) / 64) * 64)));
-  float* p = b.get();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) p[i] = value;
-  return b;
-}
-
-void Triad(float* __restrict a, const float* __restrict b, const float* __restrict c, float s,
-           int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
-}
-
-// The triad with non-temporal stores of `a` (no write-allocate). REQUIRES: n % 4 == 0 and
-// 16-byte aligned arrays.
-void StreamingTriad(float* a, const float* b, const float* c, float s, int64_t n) {
-#if defined(__SSE__)
-  const __m128 vs = _mm_set1_ps(s);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += 4) {
-    _mm_stream_ps(a + i, _mm_add_ps(_mm_load_ps(b + i), _mm_mul_ps(vs, _mm_load_ps(c + i))));
-  }
-  _mm_sfence();
-#else
-  Triad(a, b, c, s, n);
-#endif
-}
-
-// Args: {elements per array, streaming stores (0/1)}.
-void BM_Triad(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  const bool streaming = state.range(1) != 0;
-  Buffer a = AllocateFirstTouch(n, 0.0f), b = AllocateFirstTouch(n, 1.0f),
-         c = AllocateFirstTouch(n, 2.0f);
-  auto run = [&] {
-    if (streaming) {
-      StreamingTriad(a.get(), b.get(), c.get(), 3.0f, n);
-    } else {
-      Triad(a.get(), b.get(), c.get(), 3.0f, n);
-    }
-  };
-  run();  // warm up
-  double total = 0.0;
-  for (auto _ : state) {
-    const Clock::time_point start = Clock::now();
-    run();
-    benchmark::ClobberMemory();
-    const double s = Seconds(start, Clock::now());
-    state.SetIterationTime(s);
-    total += s;
-  }
-  const double elems = static_cast<double>(n) * state.iterations();
-  if (streaming) g_triad_gbps = elems * kTriadBytes / total / 1e9;
-  state.counters["GB/s"] =
-      benchmark::Counter(elems * kTriadBytes / 1e9, benchmark::Counter::kIsRate);
-  if (!streaming) {
-    state.counters["bus_GB/s"] =
-        benchmark::Counter(elems * kTriadWriteAllocateBytes / 1e9, benchmark::Counter::kIsRate);
-  }
-  state.counters["threads"] = omp_get_max_threads();
-}
+void BM_Triad(benchmark::State& state) { bench::TriadBenchmark(state); }
 
 std::unique_ptr<CpuDevice> MakeDevice(int num_threads) {
   CpuDevice::Options options;
@@ -157,8 +77,8 @@ void ReportStep(benchmark::State& state, int64_t n, double bytes_per_param, doub
   state.counters["params/s"] = benchmark::Counter(params, benchmark::Counter::kIsRate);
   state.counters["GB/s"] =
       benchmark::Counter(params * bytes_per_param / 1e9, benchmark::Counter::kIsRate);
-  if (g_triad_gbps > 0.0) {
-    state.counters["ratio"] = params * bytes_per_param / seconds / 1e9 / g_triad_gbps;
+  if (bench::TriadGbps() > 0.0) {
+    state.counters["ratio"] = params * bytes_per_param / seconds / 1e9 / bench::TriadGbps();
   }
 }
 
@@ -226,54 +146,16 @@ BENCHMARK(BM_Sgd)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
-// Passes every run on to the console and keeps its counters for the summary table.
-class SummaryReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& run : runs) {
-      if (run.run_type == Run::RT_Iteration) rows_.push_back({run.benchmark_name(), run.counters});
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-
-  void PrintSummary() const {
-    std::printf("\nSummary (%d OpenMP threads; ratio = GB/s / streaming triad GB/s)\n",
-                omp_get_max_threads());
-    std::printf("%-44s %14s %10s %8s\n", "benchmark", "params/s", "GB/s", "ratio");
-    for (const Row& row : rows_) {
-      auto get = [&row](const char* key) {
-        auto it = row.counters.find(key);
-        return it == row.counters.end() ? 0.0 : static_cast<double>(it->second.value);
-      };
-      if (row.counters.count("bus_GB/s")) {
-        std::printf("%-44s %14s %10.2f %8s   (%.2f GB/s counting write-allocate)\n",
-                    row.name.c_str(), "-", get("GB/s"), "-", get("bus_GB/s"));
-      } else if (!row.counters.count("params/s")) {
-        std::printf("%-44s %14s %10.2f %8s\n", row.name.c_str(), "-", get("GB/s"), "-");
-      } else {
-        std::printf("%-44s %14.4g %10.2f %8.3f\n", row.name.c_str(), get("params/s"), get("GB/s"),
-                    get("ratio"));
-      }
-    }
-  }
-
- private:
-  struct Row {
-    std::string name;
-    benchmark::UserCounters counters;
-  };
-  std::vector<Row> rows_;
-};
-
 }  // namespace
 }  // namespace optstep
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  optstep::SummaryReporter reporter;
+  optstep::bench::SummaryReporter reporter({"params/s", "GB/s", "ratio", "bus_GB/s"});
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.PrintSummary();
+  reporter.PrintSummary(
+      "Summary (ratio = GB/s / streaming triad GB/s; bus_GB/s counts write-allocate)");
   benchmark::Shutdown();
   return 0;
 }

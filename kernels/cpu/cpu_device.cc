@@ -141,7 +141,7 @@ absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(Options options) {
         "CpuDevice: memory_limit_bytes must be >= 0, got ", options.memory_limit_bytes));
   }
   int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
-  if (options.num_threads > 0) SetBlasThreads(options.num_threads);
+  SetBlasThreads(1);  // the device's OpenMP threads drive OpenBLAS (cpu_device_linalg.cc)
   return std::unique_ptr<CpuDevice>(
       new CpuDevice(std::max(1, threads), options.memory_limit_bytes));
 }

@@ -30,8 +30,10 @@ namespace optstep {
 //
 // Every method runs to completion before it returns; Synchronize() has nothing to wait for.
 // Loops over at least kMinParallelElements elements are split into `num_threads` contiguous,
-// 64-byte aligned ranges (static partition); smaller ones run on the calling thread. OpenBLAS
-// runs its own thread pool; an explicit Options::num_threads also sets its size (process-wide).
+// 64-byte aligned ranges (static partition); smaller ones run on the calling thread. GEMMs are
+// split the same way (blocks of rows or columns of C, one single-threaded sgemm per thread):
+// Create sets OpenBLAS to one thread (process-wide), so that OpenBLAS's pool and OpenMP's never
+// spin against each other between calls; LAPACK (eigh, QR) therefore runs on one thread.
 //
 // Thread safety: as Device. Allocate, allocated_bytes, CopyFromHost and CopyToHost are
 // thread-safe (atomic accounting, no shared mutable state); the updates are thread-compatible.
@@ -126,7 +128,7 @@ class CpuDevice final : public Device {
   // Threads for a loop over `n` elements.
   int ThreadsFor(int64_t n) const { return n < kMinParallelElements ? 1 : num_threads_; }
 
-  // openblas_set_num_threads (cpu_device_linalg.cc).
+  // openblas_set_num_threads (cpu_device_linalg.cc), process-wide.
   static void SetBlasThreads(int num_threads);
   // Host copies that a GEMM needs (kMedium rounding, bf16 widening): grown on demand, reused.
   std::vector<float>& GemmScratch(int slot, int64_t n);

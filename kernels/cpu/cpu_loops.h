@@ -18,11 +18,12 @@ namespace internal {
 
 // Elements per 64-byte cache line of fp32: parallel ranges start on a line boundary.
 constexpr int64_t kLineFloats = 64 / sizeof(float);
-// Calls fn(begin, end) on `threads` contiguous ranges of [0, n), in parallel; each range starts
-// on a multiple of kLineFloats. Static partition: thread t always gets the same range.
+
+// Calls fn(begin, end) on `threads` contiguous ranges of [0, n), in parallel, each starting on a
+// multiple of `align`. Static partition: thread t always gets the same range.
 template <typename Fn>
-inline void ParallelFor(int64_t n, int threads, const Fn& fn) {
-  if (threads <= 1 || n <= kLineFloats) {
+inline void ParallelBlocks(int64_t n, int threads, int64_t align, const Fn& fn) {
+  if (threads <= 1 || n <= align) {
     if (n > 0) fn(int64_t{0}, n);
     return;
   }
@@ -30,11 +31,17 @@ inline void ParallelFor(int64_t n, int threads, const Fn& fn) {
   {
     const int64_t t = omp_get_thread_num();
     const int64_t nt = omp_get_num_threads();
-    const int64_t chunk = ((n + nt - 1) / nt + kLineFloats - 1) / kLineFloats * kLineFloats;
+    const int64_t chunk = ((n + nt - 1) / nt + align - 1) / align * align;
     const int64_t begin = std::min(n, t * chunk);
     const int64_t end = std::min(n, begin + chunk);
     if (begin < end) fn(begin, end);
   }
+}
+
+// ParallelBlocks on cache lines of fp32 elements.
+template <typename Fn>
+inline void ParallelFor(int64_t n, int threads, const Fn& fn) {
+  ParallelBlocks(n, threads, kLineFloats, fn);
 }
 
 // Conversions between host element types and fp32, on ranges that the caller partitions.

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -114,13 +115,15 @@ absl::Status CudaDevice::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& s
   if (copy.num_blocks == 0 || copy.block_rows == 0 || src.dim(1) == 0) return absl::OkStatus();
   OPTSTEP_RETURN_IF_ERROR(Activate());
   const size_t row_bytes = static_cast<size_t>(src.dim(1)) * sizeof(float);
-  // One strided 2-D copy: each "row" of the copy is one block of rows.
+  // One strided 2-D copy: each "row" of the copy is one block of rows. Validation made the
+  // strides at least block_rows when there are several blocks; with one block the pitch is
+  // unused but must not be below the width.
+  const int64_t dst_pitch = std::max(copy.dst_block_stride, copy.block_rows);
+  const int64_t src_pitch = std::max(copy.src_block_stride, copy.block_rows);
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-      dst.f32() + copy.dst_first_row * dst.dim(1),
-      std::max<int64_t>(1, copy.dst_block_stride) * row_bytes,
-      src.f32() + copy.src_first_row * src.dim(1),
-      std::max<int64_t>(1, copy.src_block_stride) * row_bytes, copy.block_rows * row_bytes,
-      copy.num_blocks, cudaMemcpyDeviceToDevice, stream_->get()));
+      dst.f32() + copy.dst_first_row * dst.dim(1), dst_pitch * row_bytes,
+      src.f32() + copy.src_first_row * src.dim(1), src_pitch * row_bytes,
+      copy.block_rows * row_bytes, copy.num_blocks, cudaMemcpyDeviceToDevice, stream_->get()));
   return absl::OkStatus();
 }
 

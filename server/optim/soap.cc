@@ -23,10 +23,14 @@ absl::Status CheckAtLeast(const std::string& owner, const char* name, int64_t va
       absl::StrCat(owner, ": ", name, " = ", value, " must be >= ", minimum));
 }
 
+// q ← I. REQUIRES: q zero-filled (as Device::Allocate gives it): only the diagonal is written,
+// one element at a time, so that no n×n host matrix is needed.
 absl::Status Identity(Device& device, int64_t n, Tensor& q) {
-  std::vector<float> eye(n * n, 0.0f);
-  for (int64_t i = 0; i < n; ++i) eye[i * n + i] = 1.0f;
-  return device.CopyFromHost(eye.data(), DType::kF32, n * n, q, 0);
+  const float one = 1.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    OPTSTEP_RETURN_IF_ERROR(device.CopyFromHost(&one, DType::kF32, 1, q, i * n + i));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -122,14 +122,15 @@ absl::Status SoapLinalg::PowerIteration(Device& device, MatmulPrecision precisio
                            workspace_.Get(device, kPermuted, DType::kF32, v.shape()));
   OPTSTEP_RETURN_IF_ERROR(device.Permute(v, axis, order, permuted_v));
   OPTSTEP_RETURN_IF_ERROR(device.Copy(permuted_v, v));
-  OPTSTEP_ASSIGN_OR_RETURN(Tensor permuted_q,
+  // K·Q[:, π] = (K·Q)[:, π]: the first power iteration reuses the product just formed.
+  OPTSTEP_ASSIGN_OR_RETURN(Tensor kq, workspace_.Get(device, SquareSlot(factor, 0), DType::kF32,
+                                                     {n, n}));
+  OPTSTEP_ASSIGN_OR_RETURN(Tensor permuted,
                            workspace_.Get(device, SquareSlot(factor, 1), DType::kF32, {n, n}));
-  OPTSTEP_RETURN_IF_ERROR(device.Permute(q, 1, order, permuted_q));
-  OPTSTEP_ASSIGN_OR_RETURN(Tensor kq,
-                           workspace_.Get(device, SquareSlot(factor, 0), DType::kF32, {n, n}));
-  for (int64_t i = 0; i < steps; ++i) {
-    OPTSTEP_RETURN_IF_ERROR(
-        device.Gemm(Product(precision, false, false), k, i == 0 ? permuted_q : q, kq));
+  OPTSTEP_RETURN_IF_ERROR(device.Permute(kq, 1, order, permuted));
+  OPTSTEP_RETURN_IF_ERROR(device.Qr(permuted, q));
+  for (int64_t i = 1; i < steps; ++i) {
+    OPTSTEP_RETURN_IF_ERROR(device.Gemm(Product(precision, false, false), k, q, kq));
     OPTSTEP_RETURN_IF_ERROR(device.Qr(kq, q));
   }
   return absl::OkStatus();

@@ -64,7 +64,8 @@ class SoapLinalg {
   absl::StatusOr<Tensor> KlPreconditioner(Device& device, MatmulPrecision precision,
                                           const Tensor& k, const Tensor& q, double eps,
                                           int slot_square, int slot_vector, int slot_out);
-  // One factor's orthogonal-iteration refresh; permutes V along `axis`.
+  // One factor's orthogonal-iteration refresh; permutes V along `axis`. The first iteration's
+  // K·Q[:, π] is the column permutation of the K·Q that the sort already formed.
   absl::Status PowerIteration(Device& device, MatmulPrecision precision, const Tensor& k, Tensor& q,
                               int axis, int64_t steps, Tensor& v);
 

@@ -25,7 +25,8 @@ class Workspace {
   Workspace(Workspace&&) = default;
   Workspace& operator=(Workspace&&) = default;
 
-  // A view of `dtype` and `shape` on slot `slot` (>= 0). Its contents are unspecified.
+  // A view of `dtype` and `shape` on slot `slot` (>= 0). It holds what was last written to the
+  // slot when the slot's buffer is large enough (no reallocation); otherwise unspecified values.
   // RESOURCE_EXHAUSTED when a larger buffer cannot be allocated.
   absl::StatusOr<Tensor> Get(Device& device, int slot, DType dtype, const Shape& shape);
 

@@ -297,15 +297,19 @@ TEST(SoapReferenceTest, FirstStepIsNearlyThePolarFactorInFloat64) {
 }
 
 TEST_F(SoapTest, FirstStepOnTheDeviceIsBounded) {
-  // In fp32 the off-diagonal noise of G' exceeds ε and is amplified (spec §8.1 (a)): only bounds.
+  // In fp32 the off-diagonal noise of G' (~1e-7·‖G‖) exceeds ε and the first Adam step maps it to
+  // ±1 (spec §8.1 (a)): D is nearly a ±1 matrix, so ‖U‖₂ is far above the exact answer's ~1
+  // (measured 5.9 here) and the spec's "‖U‖₂ ≤ 1.01" cannot hold. What does hold: every
+  // |D_ij| < 1 and the rotations keep the Frobenius norm, so rms(U) ≤ 1.
   ref::SoapSpec spec;
   auto soap = MakeSoap(Config(spec));
   StepHarness h(*device_, *soap, {"w", {12, 12}}, std::vector<float>(144, 0.0f));
   h.Step(Random(12, 12, 1.0, 31).ToFloats(), 1.0, 0.0, 1);
   const Matrix u = h.param_matrix();
   for (double x : u.v) ASSERT_TRUE(std::isfinite(x));
-  EXPECT_LE(ref::SpectralNorm(u), 1.01 * std::sqrt(12.0) * 12.0);  // ‖U‖₂ ≤ ‖U‖_F ≤ √(mn)·max
-  EXPECT_GT(ref::FrobeniusNorm(u), 1.0);
+  const double rms = ref::FrobeniusNorm(u) / 12.0;
+  EXPECT_LE(rms, 1.01);
+  EXPECT_GE(ref::SpectralNorm(u), 0.99);
 }
 
 struct RunCase {
@@ -364,6 +368,11 @@ TEST_F(SoapTest, EighEveryRefreshAndTheAdaptiveCriterion) {
   spec.warmup = 1;
   spec.use_eigh = true;
   CompareRun(spec, 8, 6, 5, 1e-5, 60);
+  // Two power iterations per refresh.
+  spec.use_eigh = false;
+  spec.power_iter_steps = 2;
+  CompareRun(spec, 8, 6, 5, 1e-5, 62);
+  spec.power_iter_steps = 1;
   // A tolerance of 1: the basis is never stale after the first refresh.
   spec.use_eigh = false;
   spec.adaptive = true;

@@ -265,6 +265,34 @@ TEST_F(MuonTest, SplitQkvOrthogonalizesEachComponentOverAllGroups) {
   EXPECT_GT(ref::MaxAbsDiff(split, run(false)), 1e-2);
 }
 
+TEST_F(MuonTest, SplitQkvAndHighPrecisionOverThreeSteps) {
+  ParamInfo info{"layers.0.attention.linear_qkv.weight", {48, 20}};
+  info.qkv = {2, 4, 4};  // 2 groups of [4 query heads | 1 key | 1 value] × head_dim 4
+  for (const char* precision : {"highest", "high"}) {
+    SCOPED_TRACE(precision);
+    MuonConfig config;
+    config.fp32_matmul_prec = precision;
+    config.nesterov = true;
+    config.scale_mode = "unit_rms_norm";
+    auto muon = MakeMuon(config);
+    ref::MuonSpec spec;
+    spec.nesterov = true;
+    spec.scale_mode = "unit_rms_norm";
+    spec.q_rows = 16;
+    spec.kv_rows = 4;
+    ref::Muon64 reference(spec, 48, 20);
+    const std::vector<float> p0 = testutil::Normal(48 * 20, 1.0, 13);
+    StepHarness h(*device_, *muon, info, p0);
+    Matrix p = Matrix::FromFloats(48, 20, p0);
+    for (int t = 1; t <= 3; ++t) {
+      const std::vector<float> g = testutil::Normal(48 * 20, 0.1, 50 + t);
+      h.Step(g, 0.01, 0.1, t);
+      reference.Step(Matrix::FromFloats(48, 20, g), 0.01, 0.1, p);
+    }
+    EXPECT_TRUE(AllClose(h.param(), p, 1e-5, 1e-5));
+  }
+}
+
 TEST_F(MuonTest, StateAndValidation) {
   MuonConfig config;
   auto muon = MakeMuon(config);

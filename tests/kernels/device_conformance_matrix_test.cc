@@ -104,7 +104,9 @@ TEST_P(DeviceConformanceTest, GemmInEveryPrecisionAndLayout) {
       OPTSTEP_ASSERT_OK(device_->Gemm({precision, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
       EXPECT_TRUE(exact.Within(*Download(tc), tolerance, 0.0)) << MatmulPrecisionName(precision);
     }
-    // medium on fp32 tensors: the inputs are rounded to bf16, the products accumulate in fp32.
+    // medium on fp32 tensors: bf16-class products. The CPU rounds the inputs to bf16 and
+    // accumulates in fp32 (exactly that, checked); cuBLAS's COMPUTE_32F_FAST_16BF may use other
+    // bf16 schemes, so other devices are held to bf16 accuracy against the exact product.
     std::vector<float> a16(a.size()), b16(b.size());
     std::transform(a.begin(), a.end(), a16.begin(), Bf16);
     std::transform(b.begin(), b.end(), b16.begin(), Bf16);
@@ -112,7 +114,11 @@ TEST_P(DeviceConformanceTest, GemmInEveryPrecisionAndLayout) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tc, Upload({c.m, c.n}, c0));
     OPTSTEP_ASSERT_OK(
         device_->Gemm({MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
-    EXPECT_TRUE(rounded.Within(*Download(tc), 1e-5, 0.0)) << "medium fp32";
+    if (device_->name() == "cpu") {
+      EXPECT_TRUE(rounded.Within(*Download(tc), 1e-5, 0.0)) << "medium fp32";
+    } else {
+      EXPECT_TRUE(exact.Within(*Download(tc), 1e-2, 0.0)) << "medium fp32";
+    }
     // bf16 tensors: bf16 in and out, fp32 accumulation and epilogue.
     std::vector<float> c16(c0.size());
     std::transform(c0.begin(), c0.end(), c16.begin(), Bf16);

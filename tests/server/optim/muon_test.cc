@@ -289,7 +289,10 @@ TEST_F(MuonTest, SplitQkvAndHighPrecisionOverThreeSteps) {
       h.Step(g, 0.01, 0.1, t);
       reference.Step(Matrix::FromFloats(48, 20, g), 0.01, 0.1, p);
     }
-    EXPECT_TRUE(AllClose(h.param(), p, 1e-5, 1e-5));
+    // "high" is TF32 on a GPU (10-bit mantissa products), fp32 on the CPU.
+    const bool tf32 = std::string(precision) == "high" && device_->name() != "cpu";
+    const double tolerance = tf32 ? 1e-4 : 1e-5;
+    EXPECT_TRUE(AllClose(h.param(), p, tolerance, tolerance));
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <set>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -216,6 +217,20 @@ absl::StatusOr<ChainConfig> ExpandPreset(const std::string& preset,
     return absl::InvalidArgumentError(
         absl::StrCat("optimizer: unknown preset '", preset,
                      "' (known: adam, sgd, muon, dist_muon, adaptive_muon, soap, lion)"));
+  }
+  // apply_wd_to_qk_layernorm (spec §4): q/k layer-norm weights keep wd_mult 1.
+  bool qk_decay = false;
+  OPTSTEP_RETURN_IF_ERROR(args.Bool("apply_wd_to_qk_layernorm", &qk_decay));
+  if (qk_decay) {
+    std::vector<RoutingRule> rules;
+    for (const char* glob : {"*q_layernorm*", "*k_layernorm*"}) {
+      RoutingRule rule;
+      rule.name_glob = glob;
+      rule.sub_optimizer = chain.sub_optimizers.back().name;  // the scalar (or only) part
+      rule.overrides.wd_mult = 1.0;
+      rules.push_back(std::move(rule));
+    }
+    chain.rules.insert(chain.rules.begin(), rules.begin(), rules.end());
   }
   OPTSTEP_RETURN_IF_ERROR(args.CheckAllUsed(preset));
   return chain;

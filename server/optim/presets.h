@@ -34,6 +34,8 @@
 //   lion           lion_beta1, lion_beta2 (default: adam_beta1/2, as Megatron's CLI)
 //   emerging presets  scalar_optimizer: adam (default) or lion for the non-matrix parameters
 //                  (Megatron accepts and ignores it; optstep applies it, spec §4)
+//   every preset   apply_wd_to_qk_layernorm: q/k layer-norm weights (names matching
+//                  *q_layernorm* / *k_layernorm*) keep wd_mult 1 (spec §4)
 // Values are validated when the chain is routed (INVALID_ARGUMENT naming the sub-optimizer).
 
 #include <map>

@@ -182,6 +182,22 @@ TEST(PresetsTest, MegatronArgumentsOverrideThePreset) {
   EXPECT_EQ(am.sub_optimizers[0].adaptive_muon.muon.momentum, 0.8);
 }
 
+TEST(PresetsTest, QkLayerNormsKeepTheirWeightDecayOnRequest) {
+  std::vector<ParamInfo> params = {{"layers.0.self_attention.q_layernorm.weight", {16}},
+                                   {"layers.0.self_attention.k_layernorm.weight", {16}},
+                                   {"layers.0.input_layernorm.weight", {16}}};
+  for (const char* preset : {"adam", "muon"}) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(ChainConfig chain,
+                                 ExpandPreset(preset, {{"apply_wd_to_qk_layernorm", "true"}}));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(auto groups, RouteParameters(chain, params));
+    std::vector<double> wd_mult(3);
+    for (const ParamGroup& g : groups) {
+      for (int p : g.param_ids) wd_mult[p] = g.wd_mult;
+    }
+    EXPECT_THAT(wd_mult, ElementsAre(1.0, 1.0, 0.0)) << preset;
+  }
+}
+
 TEST(PresetsTest, BadArgumentsNameTheKeyAndValue) {
   EXPECT_THAT(ExpandPreset("muon", {{"soap_eps", "1e-6"}}).status(),
               StatusIs(kInvalid, "megatron_args key 'soap_eps' does not apply to preset 'muon'"));

@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
 Engine::Engine(EngineOptions options, std::unique_ptr<Device> device)
     : options_(std::move(options)),
       device_(std::move(device)),
-      worker_(std::make_unique<DeviceWorker>()),
+      worker_(std::make_shared<DeviceWorker>()),
       deadline_thread_([this] { WatchDeadlines(); }) {}
 
 Engine::~Engine() {
@@ -33,7 +33,7 @@ Engine::~Engine() {
   }
   deadline_thread_.join();
   for (auto& entry : sessions) entry.second->Close();
-  worker_.reset();  // runs what is queued, then joins
+  worker_.reset();  // the last session to go runs what is queued and joins it
 }
 
 void Engine::WatchDeadlines() {
@@ -107,7 +107,7 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
     local.kind = "local";
     OPTSTEP_ASSIGN_OR_RETURN(session_options.comm, CreateCommunicator(local));
   }
-  return Session::Create(std::move(session_options), device_.get(), worker_.get());
+  return Session::Create(std::move(session_options), device_, worker_);
 }
 
 absl::StatusOr<Engine::Created> Engine::Register(std::shared_ptr<Session> session, bool by_name) {

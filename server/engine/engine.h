@@ -85,8 +85,9 @@ class Engine {
   void WatchDeadlines();
 
   const EngineOptions options_;
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<DeviceWorker> worker_;
+  // Shared with the sessions, which may outlive the engine.
+  std::shared_ptr<Device> device_;
+  std::shared_ptr<DeviceWorker> worker_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);

@@ -35,15 +35,16 @@ std::vector<std::string> NamesOf(const std::vector<ParamInfo>& params) {
 
 }  // namespace
 
-Session::Session(Options options, Device* device, DeviceWorker* worker)
+Session::Session(Options options, std::shared_ptr<Device> device,
+                 std::shared_ptr<DeviceWorker> worker)
     : id_(std::move(options.id)),
       config_(std::move(options.config)),
       layout_(std::move(options.layout)),
       rank_(options.rank),
       step_deadline_(options.step_deadline),
       max_bytes_(options.max_bytes),
-      device_(device),
-      worker_(worker),
+      device_(std::move(device)),
+      worker_(std::move(worker)),
       names_(NamesOf(config_.params)),
       numels_(NumelsOf(config_.params)),
       comm_(std::move(options.comm)),
@@ -70,9 +71,11 @@ absl::Status Session::OnDevice(const std::function<absl::Status()>& task) {
   return status;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> Session::Create(Options options, Device* device,
-                                                         DeviceWorker* worker) {
-  std::shared_ptr<Session> session(new Session(std::move(options), device, worker));
+absl::StatusOr<std::shared_ptr<Session>> Session::Create(Options options,
+                                                         std::shared_ptr<Device> device,
+                                                         std::shared_ptr<DeviceWorker> worker) {
+  std::shared_ptr<Session> session(
+      new Session(std::move(options), std::move(device), std::move(worker)));
   OPTSTEP_RETURN_IF_ERROR(session->Allocate());
   return session;
 }

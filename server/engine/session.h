@@ -108,8 +108,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Routes parameters, creates the group optimizers and allocates every tensor.
   // INVALID_ARGUMENT for invalid chains (naming the parameter); RESOURCE_EXHAUSTED over max_bytes.
-  static absl::StatusOr<std::shared_ptr<Session>> Create(Options options, Device* device,
-                                                         DeviceWorker* worker);
+  // The session shares ownership of the device and the device worker, so that both outlive it
+  // (a session can be released after the engine, by its own coordinator's last task).
+  static absl::StatusOr<std::shared_ptr<Session>> Create(Options options,
+                                                         std::shared_ptr<Device> device,
+                                                         std::shared_ptr<DeviceWorker> worker);
   ~Session();
 
   Session(const Session&) = delete;
@@ -171,7 +174,7 @@ class Session : public std::enable_shared_from_this<Session> {
     StepCallback done;
   };
 
-  Session(Options options, Device* device, DeviceWorker* worker);
+  Session(Options options, std::shared_ptr<Device> device, std::shared_ptr<DeviceWorker> worker);
   absl::Status Allocate();
   absl::Status AllocateMasters();
   // Runs `task` on the device worker and waits for it. Called only on the coordinator.
@@ -207,8 +210,8 @@ class Session : public std::enable_shared_from_this<Session> {
   const int rank_;
   const absl::Duration step_deadline_;
   const int64_t max_bytes_;
-  Device* const device_;
-  DeviceWorker* const worker_;
+  const std::shared_ptr<Device> device_;
+  const std::shared_ptr<DeviceWorker> worker_;
   std::vector<std::string> names_;
   std::vector<int64_t> numels_;
 

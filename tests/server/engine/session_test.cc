@@ -287,8 +287,9 @@ TEST_F(SessionTest, ReplicatedGradientsAreAveragedInTrainerOrder) {
     ASSERT_THAT(Send(*s, c, 1, 0, std::vector<float>(3, 0.1f * (t + 1))), IsOk());
     ASSERT_THAT(s->Commit(c, 9, outcomes[t].Callback()), IsOk());
   }
+  // Every callback must have run before `outcomes` goes out of scope.
+  for (Outcome& o : outcomes) ASSERT_THAT(o.Wait().status(), IsOk());
   auto r = outcomes[0].Wait();
-  ASSERT_THAT(r.status(), IsOk());
   const float mean_b = ((0.1f + 0.2f) + 0.3f) * (1.0f / 3.0f);
   const float mean_w = (1.0f + 2.0f + 3.0f) * (1.0f / 3.0f);
   EXPECT_NEAR(r->grad_norm, std::sqrt(6.0 * mean_w * mean_w + 3.0 * mean_b * mean_b), 1e-6);

@@ -220,11 +220,7 @@ absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
   }
   OPTSTEP_ASSIGN_OR_RETURN(auto schedule, ResolveSchedule(begin));
   absl::MutexLock lock(&mu_);
-  if (closed_) return absl::UnavailableError(absl::StrCat("session '", id_, "' is closed"));
-  if (broken_) {
-    return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
-                                               " lost a peer; the group must be restarted"));
-  }
+  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
   Contribution c;
   c.trainer = begin.trainer;
   c.step = begin.step;
@@ -261,12 +257,17 @@ absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
   return c;
 }
 
-absl::Status Session::CheckFresh(const Contribution& c) const {
+absl::Status Session::CheckUsable() const {
   if (closed_) return absl::UnavailableError(absl::StrCat("session '", id_, "' is closed"));
   if (broken_) {
     return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
                                                " lost a peer; the group must be restarted"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Session::CheckFresh(const Contribution& c) const {
+  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
   if (c.generation != generation_ || (!c.retry && !c.replay && c.attempt != attempts_[c.trainer])) {
     return absl::AbortedError(absl::StrCat("session '", id_, "': step ", c.step, " of trainer ",
                                            c.trainer,
@@ -280,24 +281,28 @@ Tensor& Session::GradientTarget(int trainer, int param_id) {
   return grads_[param_id];
 }
 
-absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
-                                  const void* data, size_t bytes) {
+absl::StatusOr<int64_t> Session::ElementCount(int param_id, DType dtype, size_t bytes) const {
   if (param_id < 0 || param_id >= static_cast<int>(params_.size())) {
     return absl::NotFoundError(absl::StrCat("param_id ", param_id, " not found: session '", id_,
                                             "' has ", params_.size(), " parameters"));
   }
-  const std::string& name = names_[param_id];
-  if (layout_.owner[param_id] != rank_) {
-    return absl::InvalidArgumentError(absl::StrCat("param '", name, "' is owned by rank ",
-                                                   layout_.owner[param_id], ", not rank ", rank_));
-  }
   const size_t size = DTypeSize(dtype);
   if (bytes % size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("param '", name, "': ", bytes,
+    return absl::InvalidArgumentError(absl::StrCat("param '", names_[param_id], "': ", bytes,
                                                    " bytes is not a multiple of the ",
                                                    DTypeName(dtype), " element size ", size));
   }
-  const int64_t count = static_cast<int64_t>(bytes / size);
+  return static_cast<int64_t>(bytes / size);
+}
+
+absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
+                                  const void* data, size_t bytes) {
+  OPTSTEP_ASSIGN_OR_RETURN(const int64_t count, ElementCount(param_id, dtype, bytes));
+  if (layout_.owner[param_id] != rank_) {
+    return absl::InvalidArgumentError(absl::StrCat("param '", names_[param_id],
+                                                   "' is owned by rank ", layout_.owner[param_id],
+                                                   ", not rank ", rank_));
+  }
   {
     absl::MutexLock lock(&mu_);
     OPTSTEP_RETURN_IF_ERROR(CheckFresh(c));
@@ -363,18 +368,8 @@ absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepC
 
 absl::Status Session::InitValues(int param_id, int64_t offset, DType dtype, const void* data,
                                  size_t bytes) {
-  if (param_id < 0 || param_id >= static_cast<int>(params_.size())) {
-    return absl::NotFoundError(absl::StrCat("param_id ", param_id, " not found: session '", id_,
-                                            "' has ", params_.size(), " parameters"));
-  }
+  OPTSTEP_ASSIGN_OR_RETURN(const int64_t count, ElementCount(param_id, dtype, bytes));
   const std::string& name = names_[param_id];
-  const size_t size = DTypeSize(dtype);
-  if (bytes % size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("param '", name, "': ", bytes,
-                                                   " bytes is not a multiple of the ",
-                                                   DTypeName(dtype), " element size ", size));
-  }
-  const int64_t count = static_cast<int64_t>(bytes / size);
   if (offset < 0 || count > numels_[param_id] - offset) {
     return absl::InvalidArgumentError(absl::StrCat("param '", name, "': values [", offset, ", ",
                                                    offset + count, ") exceed ", numels_[param_id],

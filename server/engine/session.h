@@ -180,7 +180,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // Runs `task` on the device worker and waits for it. Called only on the coordinator.
   absl::Status OnDevice(const std::function<absl::Status()>& task);
 
+  // UNAVAILABLE once closed or broken.
+  absl::Status CheckUsable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckFresh(const Contribution& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Elements in `bytes` of `dtype` for param_id: NOT_FOUND for an unknown id, INVALID_ARGUMENT
+  // for a length that is not a whole number of elements.
+  absl::StatusOr<int64_t> ElementCount(int param_id, DType dtype, size_t bytes) const;
   absl::StatusOr<std::vector<std::pair<double, double>>> ResolveSchedule(const StepBegin& begin) const;
   Tensor& GradientTarget(int trainer, int param_id);
   // Drops the pending step; returns the callbacks to notify (outside the lock).

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/rpc/convert.h"
+#include "server/rpc/owned_write_reactor.h"
 #include "server/rpc/status_bridge.h"
 
 namespace optstep {
@@ -16,14 +17,16 @@ v1::DType WireType(StateTensor::Type type) {
 }
 
 // Streams each tensor of the state dict in chunks of at most kMaxChunkBytes.
-class ExportReactor final : public grpc::ServerWriteReactor<v1::StateDictChunk>,
-                            public std::enable_shared_from_this<ExportReactor> {
+class ExportReactor final : public OwnedWriteReactor<v1::StateDictChunk, ExportReactor> {
  public:
   void Start(std::shared_ptr<ExportReactor> self, Engine* engine,
              const v1::ExportStateDictRequest& request) {
-    self_ = std::move(self);
+    Own(std::move(self));
     auto session = engine->GetSession(request.session_id());
-    if (!session.ok()) return Finish(ToGrpcStatus(session.status()));
+    if (!session.ok()) {
+      absl::MutexLock lock(&mu_);
+      return FinishLocked(ToGrpcStatus(session.status()));
+    }
     std::weak_ptr<ExportReactor> weak = weak_from_this();
     (*session)->ExportState(
         {request.model_chunks().begin(), request.model_chunks().end()},
@@ -31,16 +34,6 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::StateDictChunk>,
           if (auto self = weak.lock()) self->OnState(std::move(dict));
         });
   }
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-    WriteNextLocked();
-  }
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-  }
-  void OnDone() override { self_.reset(); }
 
  private:
   void OnState(absl::StatusOr<std::shared_ptr<const StateDict>> dict) {
@@ -51,7 +44,7 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::StateDictChunk>,
     WriteNextLocked();
   }
 
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void WriteNextLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     if (next_ == dict_->end()) return FinishLocked(grpc::Status::OK);
     const auto& [key, tensor] = *next_;
@@ -71,19 +64,10 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::StateDictChunk>,
     StartWrite(&chunk_);
   }
 
-  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(status));
-  }
-
-  std::shared_ptr<ExportReactor> self_;
-  absl::Mutex mu_;
   std::shared_ptr<const StateDict> dict_ ABSL_GUARDED_BY(mu_);
   StateDict::const_iterator next_ ABSL_GUARDED_BY(mu_);
   size_t offset_ ABSL_GUARDED_BY(mu_) = 0;
   v1::StateDictChunk chunk_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Collects the streamed tensors, then hands the whole dict to the session.

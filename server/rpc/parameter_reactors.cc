@@ -8,18 +8,19 @@
 #include "absl/synchronization/mutex.h"
 #include "kernels/status_macros.h"
 #include "server/rpc/convert.h"
+#include "server/rpc/owned_write_reactor.h"
 #include "server/rpc/param_chunker.h"
 #include "server/rpc/status_bridge.h"
 
 namespace optstep {
 namespace {
 
-class PullReactor final : public grpc::ServerWriteReactor<v1::PullParametersResponse>,
-                          public std::enable_shared_from_this<PullReactor> {
+class PullReactor final
+    : public OwnedWriteReactor<v1::PullParametersResponse, PullReactor> {
  public:
   void Start(std::shared_ptr<PullReactor> self, Engine* engine,
              const v1::PullParametersRequest& request) {
-    self_ = std::move(self);
+    Own(std::move(self));
     absl::Status status = Validate(engine, request);
     if (!status.ok()) {
       absl::MutexLock lock(&mu_);
@@ -31,16 +32,6 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullParametersResp
     });
   }
 
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&mu_);
-    if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-    WriteNextLocked();
-  }
-  void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-  }
-  void OnDone() override { self_.reset(); }
 
  private:
   absl::Status Validate(Engine* engine, const v1::PullParametersRequest& request) {
@@ -67,7 +58,7 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullParametersResp
     WriteNextLocked();
   }
 
-  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void WriteNextLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     response_.Clear();
     if (first_) response_.set_step(step_);
@@ -76,23 +67,14 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullParametersResp
     FinishLocked(grpc::Status::OK);
   }
 
-  void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(status));
-  }
-
-  std::shared_ptr<PullReactor> self_;
   std::shared_ptr<Session> session_;
   DType dtype_ = DType::kF32;
   std::vector<uint32_t> ids_;
 
-  absl::Mutex mu_;
   std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
   v1::PullParametersResponse response_ ABSL_GUARDED_BY(mu_);
   uint64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   bool first_ ABSL_GUARDED_BY(mu_) = true;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersRequest> {

@@ -87,8 +87,8 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
       context.set_deadline(std::chrono::system_clock::now() +
                            absl::ToChronoMilliseconds(options_.timeout));
       grpc::Status status = Peer(r)->CreateReplica(&context, request, &response);
-      peer_status[r] = absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                                    absl::StrCat("rank ", r, ": ", status.error_message()));
+      peer_status[r] = FromGrpcStatus(grpc::Status(
+          status.error_code(), absl::StrCat("rank ", r, ": ", status.error_message())));
     });
   }
   absl::StatusOr<std::shared_ptr<Session>> local = engine_->CreateReplica(id, std::move(config));

@@ -9,10 +9,6 @@
 namespace optstep {
 namespace {
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
-
 std::chrono::system_clock::time_point After(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
 }
@@ -57,7 +53,7 @@ absl::Status GrpcKeyValueStore::Set(const std::string& key, const std::string& v
   request.set_key(key);
   request.set_value(value);
   v1::RendezvousSetResponse response;
-  return FromGrpc(stub_->Set(&context, request, &response));
+  return FromGrpcStatus(stub_->Set(&context, request, &response));
 }
 
 absl::StatusOr<std::string> GrpcKeyValueStore::Get(const std::string& key, absl::Duration timeout) {
@@ -69,7 +65,7 @@ absl::StatusOr<std::string> GrpcKeyValueStore::Get(const std::string& key, absl:
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   v1::RendezvousGetResponse response;
   grpc::Status status = stub_->Get(&context, request, &response);
-  if (!status.ok()) return FromGrpc(status);
+  if (!status.ok()) return FromGrpcStatus(status);
   return std::move(*response.mutable_value());
 }
 

@@ -1,8 +1,9 @@
 #ifndef OPTSTEP_SERVER_RPC_STATUS_BRIDGE_H_
 #define OPTSTEP_SERVER_RPC_STATUS_BRIDGE_H_
 
-// The one bridge from absl::Status to grpc::Status. Codes map one to one; messages longer than
-// kMaxStatusMessageBytes are truncated (with a marker) so that a status always fits in trailers.
+// The one bridge between absl::Status and grpc::Status on the server. Codes map one to one;
+// messages longer than kMaxStatusMessageBytes are truncated (with a marker) so that a status
+// always fits in trailers.
 
 #include <cstddef>
 
@@ -15,6 +16,8 @@ namespace optstep {
 inline constexpr size_t kMaxStatusMessageBytes = 2048;
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
+// The other way, for the server's own calls to other ranks.
+absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace optstep
 

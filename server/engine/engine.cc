@@ -99,6 +99,7 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
                                       ? config.step_deadline
                                       : options_.default_step_deadline;
   session_options.max_bytes = options_.max_session_bytes;
+  session_options.observer = options_.step_observer;
   session_options.config = std::move(config);
   if (options_.make_communicator) {
     OPTSTEP_ASSIGN_OR_RETURN(session_options.comm, options_.make_communicator(id));
@@ -135,7 +136,9 @@ absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
   if (existing != nullptr) return Created{existing, true};
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
                            BuildSession(NextSessionId(), std::move(config)));
-  return Register(std::move(session), /*by_name=*/true);
+  OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(std::move(session), /*by_name=*/true));
+  if (!created.attached) ReportCreated(*created.session);
+  return created;
 }
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::CreateReplica(const std::string& id,
@@ -143,7 +146,14 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::CreateReplica(const std::string
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, BuildSession(id, std::move(config)));
   // Rank 0 decided the id (and attaches by name itself): a replica registers under its id.
   OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(session, /*by_name=*/false));
+  ReportCreated(*created.session);
   return created.session;
+}
+
+void Engine::ReportCreated(const Session& session) const {
+  if (options_.step_observer == nullptr) return;
+  options_.step_observer->OnSessionCreated(session.id(), options_.rank,
+                                           static_cast<int64_t>(session.config().params.size()));
 }
 
 bool Engine::healthy() const {
@@ -178,6 +188,7 @@ absl::Status Engine::CloseSession(const std::string& id) {
     sessions_.erase(it);
   }
   session->Close();
+  if (options_.step_observer) options_.step_observer->OnSessionClosed(id, options_.rank);
   return absl::OkStatus();
 }
 

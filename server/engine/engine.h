@@ -1,6 +1,7 @@
 #ifndef OPTSTEP_SERVER_ENGINE_ENGINE_H_
 #define OPTSTEP_SERVER_ENGINE_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "server/engine/device_worker.h"
 #include "server/engine/session.h"
 #include "server/engine/session_config.h"
+#include "server/engine/step_observer.h"
 
 namespace optstep {
 
@@ -34,6 +36,8 @@ struct EngineOptions {
   // world size 1.
   std::function<absl::StatusOr<std::unique_ptr<Communicator>>(const std::string& session_id)>
       make_communicator;
+  // Told about step phases, bytes and session / step events (metrics, logs); may be null.
+  std::shared_ptr<StepObserver> step_observer;
 };
 
 // The optimizer engine of one rank: its device, its device worker and its sessions. Knows nothing
@@ -72,6 +76,10 @@ class Engine {
   // False once a session lost its group (a peer rank died): the rank should stop serving.
   bool healthy() const;
 
+  // Shutdown: from now on new Step streams are refused (UNAVAILABLE); steps already begun go on.
+  void StopAcceptingSteps() { accepting_steps_ = false; }
+  bool accepting_steps() const { return accepting_steps_; }
+
   const EngineOptions& options() const { return options_; }
   Device& device() { return *device_; }
 
@@ -83,6 +91,7 @@ class Engine {
   // appeared meanwhile.
   absl::StatusOr<Created> Register(std::shared_ptr<Session> session, bool by_name);
   void WatchDeadlines();
+  void ReportCreated(const Session& session) const;
 
   const EngineOptions options_;
   // Shared with the sessions, which may outlive the engine.
@@ -94,6 +103,7 @@ class Engine {
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread deadline_thread_;
+  std::atomic<bool> accepting_steps_{true};
 };
 
 }  // namespace optstep

@@ -45,6 +45,8 @@ Session::Session(Options options, std::shared_ptr<Device> device,
       max_bytes_(options.max_bytes),
       device_(std::move(device)),
       worker_(std::move(worker)),
+      observer_(options.observer ? std::move(options.observer)
+                                 : std::make_shared<StepObserver>()),
       names_(NamesOf(config_.params)),
       numels_(NumelsOf(config_.params)),
       comm_(std::move(options.comm)),
@@ -312,6 +314,7 @@ absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t o
   }
   absl::Status status =
       device_->CopyFromHost(data, dtype, count, GradientTarget(c.trainer, param_id), offset);
+  if (status.ok()) observer_->OnBytesIn(static_cast<int64_t>(bytes));
   absl::MutexLock lock(&mu_);
   --inflight_copies_;
   return status;
@@ -344,10 +347,7 @@ absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepC
         }
       }
       waiters_.push_back(Waiter{c.return_dtype, c.return_params, std::move(done)});
-      if (contributions_.all_committed() && !running_) {
-        running_ = true;
-        coordinator_->Post([self = shared_from_this()] { self->RunStep(/*abort=*/false); });
-      }
+      if (contributions_.all_committed() && !running_) StartResolutionLocked(/*abort=*/false);
       return absl::OkStatus();
     }
   }
@@ -443,15 +443,15 @@ std::vector<StepCallback> Session::AbortLocked() {
 void Session::AbortIfExpired(absl::Time now) {
   {
     absl::MutexLock lock(&mu_);
-    if (running_ || closed_ || broken_ || !step_began_ || now - *step_began_ < step_deadline_) {
+    if (running_ || closed_ || broken_ || !step_began_ || now - *step_began_ < step_deadline_ ||
+        !MayStartResolutionLocked()) {
       return;
     }
     LOG(WARNING) << "session " << id_ << " rank " << rank_ << ": step " << step_ + 1
                  << " incomplete after " << absl::FormatDuration(step_deadline_)
                  << "; voting to abort";
-    running_ = true;  // no further contributions count for this step
+    StartResolutionLocked(/*abort=*/true);  // no further contributions count for this step
   }
-  coordinator_->Post([self = shared_from_this()] { self->RunStep(/*abort=*/true); });
 }
 
 void Session::Close() {
@@ -474,12 +474,16 @@ bool Session::healthy() const {
 
 void Session::RunStep(bool abort) {
   std::vector<std::pair<double, double>> schedule;
+  std::optional<absl::Time> began;
   {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](int* inflight) { return *inflight == 0; }, &inflight_copies_));
     if (schedule_) schedule = *schedule_;
+    began = step_began_;
   }
+  const absl::Time started = absl::Now();
+  if (!abort && began) observer_->OnPhase(StepObserver::Phase::kIngest, started - *began);
   // 1-2. This rank's part: REPLICATED averaging (trainer order), per-parameter sums of squares
   // and finiteness of the parameters it owns.
   std::vector<double> sums(numels_.size(), 0.0);
@@ -532,7 +536,7 @@ void Session::RunStep(bool abort) {
       auto defaults = ResolveSchedule(StepBegin{});
       schedule = *defaults;
     }
-    absl::Status applied = ApplyStep(schedule, *agreement, outcome);
+    absl::Status applied = ApplyStep(schedule, *agreement, outcome, started);
     if (!applied.ok()) return FinishStep(applied, /*aborted=*/false);
   }
   FinishStep(std::move(outcome), /*aborted=*/false);
@@ -561,7 +565,8 @@ absl::StatusOr<Session::Agreement> Session::Agree(bool abort, const std::vector<
 }
 
 absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& schedule,
-                                const Agreement& agreement, StepOutcome& outcome) {
+                                const Agreement& agreement, StepOutcome& outcome,
+                                absl::Time started) {
   OPTSTEP_RETURN_IF_ERROR(OnDevice([&]() -> absl::Status {
     // 4. Clip: c = clip / (norm + 1e-6), applied only when c < 1.
     const double clip = config_.chain.clip_grad;
@@ -590,6 +595,8 @@ absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& sc
     }
     return device_->Synchronize();
   }));
+  const absl::Time gather_started = absl::Now();
+  observer_->OnPhase(StepObserver::Phase::kStep, gather_started - started);
   // 6. Every rank gets every updated parameter: each rank's block of masters_ in place.
   if (layout_.world_size > 1) {
     absl::Status gathered = comm_->AllGatherV(masters_.f32() + rank_offsets_[rank_],
@@ -602,12 +609,14 @@ absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& sc
                                                  " lost a peer during the all-gather: ",
                                                  gathered.message()));
     }
+    observer_->OnPhase(StepObserver::Phase::kAllGather, absl::Now() - gather_started);
   }
   return absl::OkStatus();
 }
 
 void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted) {
   std::vector<Waiter> waiters;
+  uint64_t ended_step = 0;
   {
     absl::MutexLock lock(&mu_);
     waiters = std::move(waiters_);
@@ -618,6 +627,7 @@ void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted) {
       outcome->step = step_;
       last_outcome_ = *outcome;
     }
+    ended_step = outcome.ok() ? step_ : step_ + 1;
     ++generation_;
     contributions_.Reset();
     schedule_.reset();
@@ -645,6 +655,13 @@ void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted) {
   if (!aborted && !outcome.ok()) {
     LOG(ERROR) << "session " << id_ << " rank " << rank_ << ": step failed: " << outcome.status();
   }
+  using End = StepObserver::StepEnd;
+  observer_->OnStepEnd(id_, ended_step, rank_,
+                       aborted         ? End::kAborted
+                       : !outcome.ok() ? End::kFailed
+                       : outcome->skipped ? End::kSkipped
+                                          : End::kApplied,
+                       outcome.ok() ? "" : outcome.status().message());
   for (Waiter& w : waiters) {
     if (!outcome.ok()) {
       w.done(outcome.status());

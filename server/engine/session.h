@@ -22,6 +22,7 @@
 #include "server/engine/session_config.h"
 #include "server/engine/state_dict.h"
 #include "server/engine/step_contributions.h"
+#include "server/engine/step_observer.h"
 #include "server/optim/optimizer.h"
 #include "server/optim/routing.h"
 
@@ -68,6 +69,32 @@ struct StepOutcome {
 using StepCallback = std::function<void(absl::StatusOr<StepOutcome>)>;
 using SnapshotCallback = std::function<void(absl::StatusOr<std::shared_ptr<const ParamSnapshot>>)>;
 
+// Which tensors of a rank's state a held operation reads (see Session::HeldTensors).
+struct StateSelection {
+  std::vector<uint32_t> model_chunks;  // empty: every chunk
+  enum class Params { kNone, kOwned, kAll };
+  Params params = Params::kAll;  // masters: every rank holds all of them after a step
+  bool owned_state = true;       // optimizer state of the parameters this rank owns
+  bool counters = true;          // "meta/..." and every group's step counter
+};
+
+// One tensor of a held state: its key (state_dict.h), type and shape, and a reader of its
+// little-endian bytes [offset, offset + n) valid while the hold lasts (thread-safe).
+struct HeldTensor {
+  std::string key;
+  StateTensor::Type type = StateTensor::Type::kF32;
+  Shape shape;
+  uint64_t bytes = 0;
+  std::function<absl::Status(uint64_t offset, size_t n, void* dst)> read;
+};
+
+// Where a held rank stands: the resolutions it finished and its counters.
+struct HeldPoint {
+  uint64_t resolutions = 0;
+  uint64_t step = 0;
+  uint64_t skipped_steps = 0;
+};
+
 struct SessionStats {
   uint64_t step = 0;
   uint64_t skipped_steps = 0;
@@ -104,6 +131,8 @@ class Session : public std::enable_shared_from_this<Session> {
     std::unique_ptr<Communicator> comm;
     absl::Duration step_deadline = absl::Seconds(60);
     int64_t max_bytes = 0;  // 0: unlimited
+    // Told about phase timings, bytes and step ends; may be null.
+    std::shared_ptr<StepObserver> observer;
   };
 
   // Routes parameters, creates the group optimizers and allocates every tensor.
@@ -159,6 +188,40 @@ class Session : public std::enable_shared_from_this<Session> {
   // a step is pending or on several ranks. `done` is called exactly once.
   void ImportState(std::shared_ptr<const StateDict> state, std::function<void(absl::Status)> done);
 
+  // --- Consistent points across ranks (docs/checkpoints.md, "RPCs and consistency") ---
+  // A resolution is one run of the step coordinator (a step applied, skipped or aborted);
+  // resolution k of one rank meets resolution k of every other rank in the collectives, so
+  // resolutions started somewhere must be allowed to finish everywhere.
+  //
+  // Hold: this rank starts no resolution beyond those it already started, and answers their
+  // number. Every hold call renews the lease; when it passes without a call the hold ends by
+  // itself (a crashed caller never wedges the session). FAILED_PRECONDITION while another token
+  // holds the session; UNAVAILABLE when closed or broken.
+  absl::StatusOr<uint64_t> Hold(uint64_t token, absl::Duration lease);
+  // Raises the hold's limit to `target`, then waits (until `deadline`) until this rank finished
+  // exactly `target` resolutions. INVALID_ARGUMENT when this rank already started more;
+  // DEADLINE_EXCEEDED; FAILED_PRECONDITION when `token` does not hold the session.
+  absl::StatusOr<HeldPoint> Settle(uint64_t token, uint64_t target, absl::Time deadline,
+                                   absl::Duration lease);
+  // Ends the hold (and drops a staged state). OK when `token` holds nothing (idempotent).
+  absl::Status Release(uint64_t token);
+  // Ends a hold whose lease passed (called by the engine's watcher).
+  void ExpireHold(absl::Time now);
+
+  // While settled: this rank's tensors of `selection`, in key order.
+  absl::StatusOr<std::vector<HeldTensor>> HeldTensors(uint64_t token,
+                                                       const StateSelection& selection);
+  // While settled: the tensors of `selection` copied to the host.
+  absl::StatusOr<std::shared_ptr<const StateDict>> ExportHeld(uint64_t token,
+                                                              const StateSelection& selection);
+  // While settled: validates `state` against this rank (INVALID_ARGUMENT naming the key, as
+  // ImportState) and keeps it for ApplyStaged. With `complete`, every key of this rank's
+  // default selection must be present (DATA_LOSS names the first missing one).
+  absl::Status StageState(uint64_t token, std::shared_ptr<const StateDict> state, bool complete);
+  // Writes the staged state on the coordinator; the pending step (if any) is aborted, so its
+  // trainers redo it against the new state. FAILED_PRECONDITION when nothing is staged.
+  absl::Status ApplyStaged(uint64_t token);
+
   // Aborts the pending step on every rank when it began more than the step deadline before
   // `now` (through the session's collective, so that all ranks abort together).
   void AbortIfExpired(absl::Time now);
@@ -201,13 +264,26 @@ class Session : public std::enable_shared_from_this<Session> {
     double grad_norm = 0.0;
   };
   absl::StatusOr<Agreement> Agree(bool abort, const std::vector<double>& sum_squares, bool finite);
+  // `started`: when RunStep began (the step phase is reported up to the all-gather).
   absl::Status ApplyStep(const std::vector<std::pair<double, double>>& schedule,
-                         const Agreement& agreement, StepOutcome& outcome);
+                         const Agreement& agreement, StepOutcome& outcome, absl::Time started);
   void FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
   absl::StatusOr<std::shared_ptr<const StateDict>> BuildStateDict(
       const std::vector<uint32_t>& model_chunks);
   absl::Status ApplyStateDict(const StateDict& state);
+  // A state dict resolved against this rank: destinations checked, nothing written yet.
+  struct ResolvedState;
+  absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveStateDict(
+      std::shared_ptr<const StateDict> state);
+  absl::Status WriteResolved(const ResolvedState& resolved);
+  // Starts a resolution on the coordinator unless a hold forbids it; returns whether it did.
+  bool StartResolutionLocked(bool abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool MayStartResolutionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckHolderLocked(uint64_t token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSettledLocked(uint64_t token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the hold; returns whether a deferred step must start.
+  void EndHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string id_;
   const SessionConfig config_;
@@ -217,6 +293,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const int64_t max_bytes_;
   const std::shared_ptr<Device> device_;
   const std::shared_ptr<DeviceWorker> worker_;
+  const std::shared_ptr<StepObserver> observer_;  // never null (a no-op one by default)
   std::vector<std::string> names_;
   std::vector<int64_t> numels_;
 
@@ -249,6 +326,18 @@ class Session : public std::enable_shared_from_this<Session> {
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Resolutions posted to / finished by the coordinator, and the hold (session_hold.cc).
+  struct HoldState {
+    uint64_t token = 0;
+    uint64_t limit = 0;  // resolutions this rank may start
+    absl::Time expires;
+    bool settled = false;
+    std::shared_ptr<ResolvedState> staged;
+  };
+  uint64_t resolutions_started_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t resolutions_done_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<HoldState> hold_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

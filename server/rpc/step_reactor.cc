@@ -6,6 +6,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/param_chunker.h"
 #include "server/rpc/status_bridge.h"
@@ -97,6 +98,9 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
     if (phase_ != Phase::kHeader) {
       return absl::InvalidArgumentError("step stream: a second StepHeader; one step per stream");
     }
+    if (!engine_->accepting_steps()) {
+      return absl::UnavailableError("this rank is shutting down and takes no new steps");
+    }
     auto session = engine_->GetSession(header.session_id());
     if (!session.ok()) return session.status();
     auto begin = StepBeginFromProto(header);
@@ -142,6 +146,7 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
     if (!outcome.ok()) return FinishLocked(ToGrpcStatus(outcome.status()));
     const StepOutcome& o = *outcome;
     if (o.params != nullptr) chunker_.emplace(o.params, return_ids_, kMaxChunkBytes);
+    egress_started_ = absl::Now();
     response_.Clear();
     v1::StepResult* result = response_.mutable_result();
     result->set_step(o.step);
@@ -155,10 +160,19 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     response_.Clear();
     if (chunker_ && chunker_->Next(response_.mutable_parameter())) {
+      ReportEgress(response_.parameter().data().size(), /*done=*/false);
       StartWrite(&response_);
       return;
     }
+    ReportEgress(0, /*done=*/true);
     FinishLocked(grpc::Status::OK);
+  }
+
+  void ReportEgress(size_t bytes, bool done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    StepObserver* observer = engine_->options().step_observer.get();
+    if (observer == nullptr) return;
+    if (bytes > 0) observer->OnBytesOut(static_cast<int64_t>(bytes));
+    if (done) observer->OnPhase(StepObserver::Phase::kEgress, absl::Now() - egress_started_);
   }
 
   void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -178,6 +192,7 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
   Contribution contribution_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> return_ids_ ABSL_GUARDED_BY(mu_);
   std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
+  absl::Time egress_started_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 

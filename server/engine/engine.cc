@@ -43,7 +43,10 @@ void Engine::WatchDeadlines() {
     for (auto& entry : sessions_) sessions.push_back(entry.second);
     mu_.Unlock();
     const absl::Time now = absl::Now();
-    for (auto& session : sessions) session->AbortIfExpired(now);
+    for (auto& session : sessions) {
+      session->ExpireHold(now);
+      session->AbortIfExpired(now);
+    }
     mu_.Lock();
   }
 }

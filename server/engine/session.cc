@@ -1,6 +1,8 @@
 #include "server/engine/session.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,35 @@ std::vector<int64_t> OwnedNumels(const std::vector<int64_t>& numels, const Layou
     if (layout.owner[p] == rank) owned[p] = numels[p];
   }
   return owned;
+}
+
+// Copies `pieces` (raw elements of `dtype`, split anywhere) to dst[offset, ...): the whole
+// elements of each piece straight from it, an element split across pieces through `partial`.
+absl::Status CopyPiecesFromHost(Device& device, absl::Span<const absl::string_view> pieces,
+                                DType dtype, Tensor& dst, int64_t offset) {
+  const size_t size = DTypeSize(dtype);
+  char partial[sizeof(double)];
+  size_t have = 0;
+  for (absl::string_view piece : pieces) {
+    if (have > 0) {
+      const size_t take = std::min(size - have, piece.size());
+      std::memcpy(partial + have, piece.data(), take);
+      have += take;
+      piece.remove_prefix(take);
+      if (have < size) continue;
+      OPTSTEP_RETURN_IF_ERROR(device.CopyFromHost(partial, dtype, 1, dst, offset++));
+      have = 0;
+    }
+    const int64_t whole = static_cast<int64_t>(piece.size() / size);
+    if (whole > 0) {
+      OPTSTEP_RETURN_IF_ERROR(device.CopyFromHost(piece.data(), dtype, whole, dst, offset));
+      offset += whole;
+    }
+    piece.remove_prefix(whole * size);
+    std::memcpy(partial, piece.data(), piece.size());
+    have = piece.size();
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> NamesOf(const std::vector<ParamInfo>& params) {
@@ -299,6 +330,14 @@ absl::StatusOr<int64_t> Session::ElementCount(int param_id, DType dtype, size_t 
 
 absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
                                   const void* data, size_t bytes) {
+  const absl::string_view piece(static_cast<const char*>(data), bytes);
+  return AddGradient(c, param_id, offset, dtype, absl::MakeConstSpan(&piece, 1));
+}
+
+absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
+                                  absl::Span<const absl::string_view> pieces) {
+  size_t bytes = 0;
+  for (absl::string_view piece : pieces) bytes += piece.size();
   OPTSTEP_ASSIGN_OR_RETURN(const int64_t count, ElementCount(param_id, dtype, bytes));
   if (layout_.owner[param_id] != rank_) {
     return absl::InvalidArgumentError(absl::StrCat("param '", names_[param_id],
@@ -313,7 +352,7 @@ absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t o
     ++inflight_copies_;
   }
   absl::Status status =
-      device_->CopyFromHost(data, dtype, count, GradientTarget(c.trainer, param_id), offset);
+      CopyPiecesFromHost(*device_, pieces, dtype, GradientTarget(c.trainer, param_id), offset);
   if (status.ok()) observer_->OnBytesIn(static_cast<int64_t>(bytes));
   absl::MutexLock lock(&mu_);
   --inflight_copies_;

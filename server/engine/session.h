@@ -13,7 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "server/engine/device_worker.h"
@@ -164,6 +166,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // ABORTED: the contribution is stale.
   absl::Status AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
                            const void* data, size_t bytes);
+  // The same for a chunk whose bytes arrive in pieces (views of received network buffers, split
+  // anywhere, even inside an element): copied once, straight into the step's buffers.
+  absl::Status AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
+                           absl::Span<const absl::string_view> pieces);
 
   // Commits the contribution. On OK, `done` is called exactly once (possibly on another thread,
   // possibly before Commit returns) with the outcome of the step, or with ABORTED when the step is
@@ -269,9 +275,10 @@ class Session : public std::enable_shared_from_this<Session> {
                          const Agreement& agreement, StepOutcome& outcome, absl::Time started);
   void FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
-  absl::StatusOr<std::shared_ptr<const StateDict>> BuildStateDict(
-      const std::vector<uint32_t>& model_chunks);
-  absl::Status ApplyStateDict(const StateDict& state);
+  // This rank's tensors of `selection` (session_state.cc), and their host copies.
+  std::vector<HeldTensor> SelectTensors(const StateSelection& selection);
+  absl::StatusOr<std::shared_ptr<const StateDict>> CopyToHost(
+      const std::vector<HeldTensor>& tensors);
   // A state dict resolved against this rank: destinations checked, nothing written yet.
   struct ResolvedState;
   absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveStateDict(
@@ -282,7 +289,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool MayStartResolutionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckHolderLocked(uint64_t token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckSettledLocked(uint64_t token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the hold; returns whether a deferred step must start.
+  // Ends the hold and starts a step that became complete meanwhile.
   void EndHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string id_;

@@ -1,5 +1,7 @@
-// Session: export and import of the state dict (masters, optimizer state, counters).
+// Session: the state dict (masters, optimizer state, counters): which tensors a rank holds,
+// reading them, and resolving / writing a state dict.
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -12,12 +14,9 @@
 namespace optstep {
 namespace {
 
-StateTensor Counter(uint64_t value) {
-  StateTensor t;
-  t.type = StateTensor::Type::kI64;
+std::string CounterBytes(uint64_t value) {
   const int64_t v = static_cast<int64_t>(value);
-  t.bytes.assign(reinterpret_cast<const char*>(&v), sizeof(v));
-  return t;
+  return std::string(reinterpret_cast<const char*>(&v), sizeof(v));
 }
 
 uint64_t CounterValue(const StateTensor& t) {
@@ -26,16 +25,105 @@ uint64_t CounterValue(const StateTensor& t) {
   return static_cast<uint64_t>(v);
 }
 
-// The fp32 contents of a device tensor on the host.
-absl::StatusOr<StateTensor> HostCopy(Device& device, const Tensor& tensor) {
-  StateTensor t;
-  t.shape = tensor.shape();
-  t.bytes.resize(tensor.numel() * sizeof(float));
-  OPTSTEP_RETURN_IF_ERROR(device.CopyToHost(tensor, 0, tensor.numel(), DType::kF32, t.bytes.data()));
+absl::Status CheckRange(const std::string& key, uint64_t size, uint64_t offset, size_t n) {
+  if (offset > size || n > size - offset) {
+    return absl::OutOfRangeError(absl::StrCat("state tensor '", key, "': bytes [", offset, ", ",
+                                              offset + n, ") exceed its ", size, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// A 0-d int64 counter whose value is fixed when the tensor is selected.
+HeldTensor CounterTensor(std::string key, uint64_t value) {
+  HeldTensor t;
+  t.key = std::move(key);
+  t.type = StateTensor::Type::kI64;
+  t.bytes = sizeof(int64_t);
+  t.read = [key = t.key, bytes = CounterBytes(value)](uint64_t offset, size_t n, void* dst) {
+    OPTSTEP_RETURN_IF_ERROR(CheckRange(key, bytes.size(), offset, n));
+    std::memcpy(dst, bytes.data() + offset, n);
+    return absl::OkStatus();
+  };
+  return t;
+}
+
+// An fp32 device tensor; `owner` keeps the device and the tensor alive.
+HeldTensor DeviceTensor(std::string key, std::shared_ptr<const void> owner, Device* device,
+                        const Tensor* tensor) {
+  HeldTensor t;
+  t.key = std::move(key);
+  t.shape = tensor->shape();
+  t.bytes = tensor->bytes();
+  t.read = [key = t.key, owner = std::move(owner), device, tensor](uint64_t offset, size_t n,
+                                                                    void* dst) -> absl::Status {
+    OPTSTEP_RETURN_IF_ERROR(CheckRange(key, tensor->bytes(), offset, n));
+    if (offset % 4 == 0 && n % 4 == 0) {
+      return device->CopyToHost(*tensor, offset / 4, n / 4, DType::kF32, dst);
+    }
+    // A range that splits elements: copy the whole elements around it.
+    const uint64_t first = offset / 4, last = (offset + n + 3) / 4;
+    std::string whole((last - first) * 4, '\0');
+    OPTSTEP_RETURN_IF_ERROR(device->CopyToHost(*tensor, first, last - first, DType::kF32,
+                                               whole.data()));
+    std::memcpy(dst, whole.data() + offset % 4, n);
+    return absl::OkStatus();
+  };
   return t;
 }
 
 }  // namespace
+
+std::vector<HeldTensor> Session::SelectTensors(const StateSelection& selection) {
+  const std::set<uint32_t> chunks(selection.model_chunks.begin(), selection.model_chunks.end());
+  auto wanted = [&](int p) {
+    return chunks.empty() || chunks.count(config_.params[p].model_chunk) > 0;
+  };
+  std::shared_ptr<const void> owner = shared_from_this();
+  std::vector<HeldTensor> tensors;
+  for (size_t p = 0; p < params_.size(); ++p) {
+    const bool owned = layout_.owner[p] == rank_;
+    if (!wanted(p) || selection.params == StateSelection::Params::kNone ||
+        (selection.params == StateSelection::Params::kOwned && !owned)) {
+      continue;
+    }
+    tensors.push_back(DeviceTensor("param/" + names_[p], owner, device_.get(), &params_[p]));
+  }
+  for (const GroupRuntime& group : groups_) {
+    const std::string& sub = config_.chain.sub_optimizers[group.def.sub_optimizer].name;
+    for (int p : group.def.param_ids) {
+      if (!selection.owned_state || !wanted(p) || layout_.owner[p] != rank_) continue;
+      for (const auto& [key, tensor] : states_[p].tensors) {
+        tensors.push_back(DeviceTensor(absl::StrCat("state/", sub, "/", names_[p], "/", key),
+                                       owner, device_.get(), &tensor));
+      }
+    }
+    if (selection.counters) {
+      tensors.push_back(CounterTensor(absl::StrCat("state/", sub, "/group", group.def.id, "/step"),
+                                      group.applied_steps));
+    }
+  }
+  if (selection.counters) {
+    absl::MutexLock lock(&mu_);
+    tensors.push_back(CounterTensor("meta/step", step_));
+    tensors.push_back(CounterTensor("meta/skipped_steps", skipped_steps_));
+  }
+  std::sort(tensors.begin(), tensors.end(),
+            [](const HeldTensor& a, const HeldTensor& b) { return a.key < b.key; });
+  return tensors;
+}
+
+absl::StatusOr<std::shared_ptr<const StateDict>> Session::CopyToHost(
+    const std::vector<HeldTensor>& tensors) {
+  auto dict = std::make_shared<StateDict>();
+  for (const HeldTensor& t : tensors) {
+    StateTensor& out = (*dict)[t.key];
+    out.type = t.type;
+    out.shape = t.shape;
+    out.bytes.resize(t.bytes);
+    OPTSTEP_RETURN_IF_ERROR(t.read(0, t.bytes, out.bytes.data()));
+  }
+  return std::shared_ptr<const StateDict>(std::move(dict));
+}
 
 void Session::ExportState(
     std::vector<uint32_t> model_chunks,
@@ -43,46 +131,20 @@ void Session::ExportState(
   if (layout_.world_size > 1) {
     return done(absl::FailedPreconditionError(absl::StrCat(
         "session '", id_, "' spans ", layout_.world_size,
-        " ranks; state dict export across ranks is not available yet")));
+        " ranks; export its state through a hold (Session::Hold / ExportHeld)")));
   }
+  // On the coordinator, between steps, so that the values are those of one step.
   coordinator_->Post([self = shared_from_this(), chunks = std::move(model_chunks),
                       done = std::move(done)] {
+    StateSelection selection;
+    selection.model_chunks = chunks;
     absl::StatusOr<std::shared_ptr<const StateDict>> dict;
     absl::Status status = self->OnDevice([&] {
-      dict = self->BuildStateDict(chunks);
+      dict = self->CopyToHost(self->SelectTensors(selection));
       return dict.status();
     });
     done(status.ok() ? std::move(dict) : status);
   });
-}
-
-absl::StatusOr<std::shared_ptr<const StateDict>> Session::BuildStateDict(
-    const std::vector<uint32_t>& model_chunks) {
-  const std::set<uint32_t> chunks(model_chunks.begin(), model_chunks.end());
-  auto wanted = [&](int p) {
-    return chunks.empty() || chunks.count(config_.params[p].model_chunk) > 0;
-  };
-  auto dict = std::make_shared<StateDict>();
-  for (size_t p = 0; p < params_.size(); ++p) {
-    if (!wanted(p)) continue;
-    OPTSTEP_ASSIGN_OR_RETURN((*dict)["param/" + names_[p]], HostCopy(*device_, params_[p]));
-  }
-  for (const GroupRuntime& group : groups_) {
-    const std::string& sub = config_.chain.sub_optimizers[group.def.sub_optimizer].name;
-    for (int p : group.def.param_ids) {
-      if (!wanted(p) || layout_.owner[p] != rank_) continue;
-      for (const auto& [key, tensor] : states_[p].tensors) {
-        OPTSTEP_ASSIGN_OR_RETURN((*dict)[absl::StrCat("state/", sub, "/", names_[p], "/", key)],
-                                 HostCopy(*device_, tensor));
-      }
-    }
-    (*dict)[absl::StrCat("state/", sub, "/group", group.def.id, "/step")] =
-        Counter(group.applied_steps);
-  }
-  absl::MutexLock lock(&mu_);
-  (*dict)["meta/step"] = Counter(step_);
-  (*dict)["meta/skipped_steps"] = Counter(skipped_steps_);
-  return std::shared_ptr<const StateDict>(std::move(dict));
 }
 
 void Session::ImportState(std::shared_ptr<const StateDict> state,
@@ -90,19 +152,21 @@ void Session::ImportState(std::shared_ptr<const StateDict> state,
   if (layout_.world_size > 1) {
     return done(absl::FailedPreconditionError(absl::StrCat(
         "session '", id_, "' spans ", layout_.world_size,
-        " ranks; state dict import across ranks is not available yet")));
+        " ranks; import its state through a hold (Session::Hold / StageState)")));
   }
   coordinator_->Post([self = shared_from_this(), state = std::move(state), done = std::move(done)] {
     {
       absl::MutexLock lock(&self->mu_);
-      if (self->running_ || self->contributions_.started()) {
+      if (self->running_ || self->contributions_.started() || self->hold_) {
         return done(absl::FailedPreconditionError(absl::StrCat(
             "session '", self->id_, "': step ", self->step_ + 1,
-            " is pending; import a state dict between steps")));
+            " is pending or the session is held; import a state dict between steps")));
       }
       self->running_ = true;  // no step starts while the state is replaced
     }
-    absl::Status status = self->OnDevice([&] { return self->ApplyStateDict(*state); });
+    absl::StatusOr<std::shared_ptr<ResolvedState>> resolved = self->ResolveStateDict(state);
+    absl::Status status = resolved.status();
+    if (resolved.ok()) status = self->OnDevice([&] { return self->WriteResolved(**resolved); });
     {
       absl::MutexLock lock(&self->mu_);
       self->running_ = false;
@@ -111,24 +175,24 @@ void Session::ImportState(std::shared_ptr<const StateDict> state,
   });
 }
 
-absl::Status Session::ApplyStateDict(const StateDict& state) {
-  // Resolve and check every key before anything changes.
-  struct Target {
-    const StateTensor* value;
-    Tensor* tensor = nullptr;  // fp32 destination
-  };
+struct Session::ResolvedState {
+  std::shared_ptr<const StateDict> state;  // owns the bytes the targets point at
+  std::vector<std::pair<const StateTensor*, Tensor*>> targets;
+  std::optional<uint64_t> step, skipped_steps;
+  std::vector<std::optional<uint64_t>> group_steps;
+};
+
+absl::StatusOr<std::shared_ptr<Session::ResolvedState>> Session::ResolveStateDict(
+    std::shared_ptr<const StateDict> state) {
+  auto resolved = std::make_shared<ResolvedState>();
+  resolved->group_steps.resize(groups_.size());
   std::map<std::string, int> param_of;
   for (size_t p = 0; p < names_.size(); ++p) param_of[names_[p]] = static_cast<int>(p);
-  std::vector<Target> targets;
-  uint64_t step = 0, skipped = 0;
-  bool has_step = false, has_skipped = false;
-  std::vector<uint64_t> group_steps(groups_.size());
-  std::vector<bool> has_group_step(groups_.size(), false);
   auto fail = [this](const std::string& key, const std::string& why) {
     return absl::InvalidArgumentError(
         absl::StrCat("state dict key '", key, "' for session '", id_, "': ", why));
   };
-  for (const auto& [key, value] : state) {
+  for (const auto& [key, value] : *state) {
     const bool counter = value.type == StateTensor::Type::kI64;
     const size_t element = counter ? sizeof(int64_t) : sizeof(float);
     if (value.bytes.size() != static_cast<size_t>(NumElements(value.shape)) * element) {
@@ -137,8 +201,7 @@ absl::Status Session::ApplyStateDict(const StateDict& state) {
     }
     if (key == "meta/step" || key == "meta/skipped_steps") {
       if (!counter || !value.shape.empty()) return fail(key, "must be a 0-d int64 counter");
-      (key == "meta/step" ? step : skipped) = CounterValue(value);
-      (key == "meta/step" ? has_step : has_skipped) = true;
+      (key == "meta/step" ? resolved->step : resolved->skipped_steps) = CounterValue(value);
       continue;
     }
     if (absl::StartsWith(key, "param/")) {
@@ -148,7 +211,7 @@ absl::Status Session::ApplyStateDict(const StateDict& state) {
       if (counter || value.shape != param.shape()) {
         return fail(key, absl::StrCat("expected fp32 of shape ", ShapeString(param.shape())));
       }
-      targets.push_back({&value, &param});
+      resolved->targets.emplace_back(&value, &param);
       continue;
     }
     if (!absl::StartsWith(key, "state/")) return fail(key, "not a param/, state/ or meta/ key");
@@ -165,8 +228,7 @@ absl::Status Session::ApplyStateDict(const StateDict& state) {
         return fail(key, "no such group of that sub-optimizer");
       }
       if (!counter || !value.shape.empty()) return fail(key, "must be a 0-d int64 counter");
-      group_steps[id] = CounterValue(value);
-      has_group_step[id] = true;
+      resolved->group_steps[id] = CounterValue(value);
       continue;
     }
     auto it = param_of.find(middle);
@@ -176,23 +238,32 @@ absl::Status Session::ApplyStateDict(const StateDict& state) {
     if (config_.chain.sub_optimizers[group.def.sub_optimizer].name != sub) {
       return fail(key, "the parameter belongs to another sub-optimizer");
     }
+    if (layout_.owner[p] != rank_) {
+      return fail(key, absl::StrCat("the parameter is owned by rank ", layout_.owner[p],
+                                    ", not rank ", rank_));
+    }
     Tensor* tensor = states_[p].Find(leaf);
     if (tensor == nullptr) return fail(key, "no such state tensor");
     if (counter || value.shape != tensor->shape()) {
       return fail(key, absl::StrCat("expected fp32 of shape ", ShapeString(tensor->shape())));
     }
-    targets.push_back({&value, tensor});
+    resolved->targets.emplace_back(&value, tensor);
   }
-  for (const Target& t : targets) {
-    OPTSTEP_RETURN_IF_ERROR(device_->CopyFromHost(t.value->bytes.data(), DType::kF32,
-                                                  t.tensor->numel(), *t.tensor, 0));
+  resolved->state = std::move(state);
+  return resolved;
+}
+
+absl::Status Session::WriteResolved(const ResolvedState& resolved) {
+  for (const auto& [value, tensor] : resolved.targets) {
+    OPTSTEP_RETURN_IF_ERROR(
+        device_->CopyFromHost(value->bytes.data(), DType::kF32, tensor->numel(), *tensor, 0));
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
-    if (has_group_step[g]) groups_[g].applied_steps = group_steps[g];
+    if (resolved.group_steps[g]) groups_[g].applied_steps = *resolved.group_steps[g];
   }
   absl::MutexLock lock(&mu_);
-  if (has_step) step_ = step;
-  if (has_skipped) skipped_steps_ = skipped;
+  if (resolved.step) step_ = *resolved.step;
+  if (resolved.skipped_steps) skipped_steps_ = *resolved.skipped_steps;
   snapshots_.clear();
   last_outcome_.reset();
   ++generation_;

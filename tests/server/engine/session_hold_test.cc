@@ -1,0 +1,187 @@
+// Holds (consistent points for checkpoints and state dicts) on one rank: a held session starts
+// no new step resolution, settles at the resolution it is told, lets go when released or when
+// its lease passes, and replaces its state only through a validated, staged state.
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+
+class Outcome {
+ public:
+  StepCallback Callback() {
+    return [this](absl::StatusOr<StepOutcome> o) {
+      result_ = std::move(o);
+      done_.Notify();
+    };
+  }
+  bool WaitFor(absl::Duration d) { return done_.WaitForNotificationWithTimeout(d); }
+  const absl::StatusOr<StepOutcome>& result() const { return result_; }
+
+ private:
+  absl::Notification done_;
+  absl::StatusOr<StepOutcome> result_ = absl::UnknownError("not called");
+};
+
+class SessionHoldTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EngineOptions options;
+    options.device.num_threads = 1;
+    auto engine = Engine::Create(options);
+    ASSERT_THAT(engine.status(), IsOk());
+    engine_ = *std::move(engine);
+    SessionConfig config;
+    config.params = {ParamInfo{"w", {2, 3}}, ParamInfo{"b", {3}}};
+    SubOptimizerConfig adam;
+    adam.name = "adam";
+    adam.kind = "adamw";
+    adam.adamw.lr = 0.1;
+    config.chain.sub_optimizers = {adam};
+    config.step_deadline = absl::Seconds(30);
+    auto created = engine_->CreateSession(config);
+    ASSERT_THAT(created.status(), IsOk());
+    s_ = created->session;
+  }
+
+  // Sends a whole step's gradients from trainer 0 and commits it.
+  void CommitStep(uint64_t step, Outcome& outcome) {
+    StepBegin begin;
+    begin.step = step;
+    auto c = s_->Begin(begin);
+    ASSERT_THAT(c.status(), IsOk());
+    std::vector<float> w = {0.5f, -1, 2, 0.25f, 1, -0.5f}, b = {1, 2, 3};
+    ASSERT_THAT(s_->AddGradient(*c, 0, 0, DType::kF32, w.data(), 24), IsOk());
+    ASSERT_THAT(s_->AddGradient(*c, 1, 0, DType::kF32, b.data(), 12), IsOk());
+    ASSERT_THAT(s_->Commit(*c, 0, outcome.Callback()), IsOk());
+  }
+
+  std::string Param(uint64_t token) {
+    auto dict = s_->ExportHeld(token, StateSelection{});
+    EXPECT_THAT(dict.status(), IsOk());
+    return dict.ok() ? (*dict)->at("param/w").bytes : "";
+  }
+
+  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<Session> s_;
+};
+
+TEST_F(SessionHoldTest, HeldSessionDefersAStepUntilReleased) {
+  auto started = s_->Hold(7, absl::Seconds(30));
+  ASSERT_THAT(started.status(), IsOk());
+  EXPECT_EQ(*started, 0u);
+  Outcome step1;
+  CommitStep(1, step1);
+  EXPECT_FALSE(step1.WaitFor(absl::Milliseconds(200)));  // held: not resolved
+  auto point = s_->Settle(7, 0, absl::Now() + absl::Seconds(5), absl::Seconds(30));
+  ASSERT_THAT(point.status(), IsOk());
+  EXPECT_EQ(point->step, 0u);
+  const std::string before = Param(7);
+  // A second holder is refused while the first holds.
+  EXPECT_THAT(s_->Hold(8, absl::Seconds(30)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "in progress"));
+  ASSERT_THAT(s_->Release(7), IsOk());
+  ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
+  ASSERT_THAT(step1.result().status(), IsOk());
+  EXPECT_EQ(step1.result()->step, 1u);
+  // Released: operations under the old token are refused.
+  EXPECT_THAT(s_->ExportHeld(7, StateSelection{}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "not active"));
+  ASSERT_THAT(s_->Hold(8, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s_->Settle(8, 1, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(), IsOk());
+  EXPECT_NE(Param(8), before);
+  ASSERT_THAT(s_->Release(8), IsOk());
+}
+
+TEST_F(SessionHoldTest, SettleRunsTheResolutionsAlreadyBegunElsewhere) {
+  ASSERT_THAT(s_->Hold(1, absl::Seconds(30)).status(), IsOk());
+  Outcome step1;
+  CommitStep(1, step1);
+  // Another rank started resolution 1: this rank must run it too, then stop.
+  auto point = s_->Settle(1, 1, absl::Now() + absl::Seconds(10), absl::Seconds(30));
+  ASSERT_THAT(point.status(), IsOk());
+  EXPECT_EQ(point->resolutions, 1u);
+  EXPECT_EQ(point->step, 1u);
+  ASSERT_TRUE(step1.WaitFor(absl::Seconds(1)));
+  Outcome step2;
+  CommitStep(2, step2);
+  EXPECT_FALSE(step2.WaitFor(absl::Milliseconds(200)));
+  // A target below what this rank started is refused.
+  ASSERT_THAT(s_->Release(1), IsOk());
+  ASSERT_TRUE(step2.WaitFor(absl::Seconds(10)));
+  ASSERT_THAT(s_->Hold(2, absl::Seconds(30)).status(), IsOk());
+  EXPECT_THAT(s_->Settle(2, 1, absl::Now() + absl::Seconds(1), absl::Seconds(30)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "already started 2"));
+  ASSERT_THAT(s_->Release(2), IsOk());
+}
+
+TEST_F(SessionHoldTest, AnExpiredLeaseLetsStepsContinue) {
+  ASSERT_THAT(s_->Hold(3, absl::Milliseconds(100)).status(), IsOk());
+  Outcome step1;
+  CommitStep(1, step1);
+  // Nobody releases: the engine's watcher ends the hold once the lease passes.
+  ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
+  EXPECT_THAT(step1.result().status(), IsOk());
+  EXPECT_THAT(s_->ExportHeld(3, StateSelection{}).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "lease"));
+}
+
+TEST_F(SessionHoldTest, StagedStateIsValidatedThenAppliedAndAbortsThePendingStep) {
+  Outcome step1;
+  CommitStep(1, step1);
+  ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
+  ASSERT_THAT(s_->Hold(4, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s_->Settle(4, 1, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(), IsOk());
+  auto saved = s_->ExportHeld(4, StateSelection{});
+  ASSERT_THAT(saved.status(), IsOk());
+  ASSERT_THAT(s_->Release(4), IsOk());
+
+  Outcome step2;
+  CommitStep(2, step2);
+  ASSERT_TRUE(step2.WaitFor(absl::Seconds(10)));
+  ASSERT_THAT(s_->Hold(5, absl::Seconds(30)).status(), IsOk());
+  Outcome step3;
+  CommitStep(3, step3);  // committed while held: deferred, then aborted by the load
+  ASSERT_THAT(s_->Settle(5, 2, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(), IsOk());
+  const std::string at_step2 = Param(5);
+
+  // Incomplete (a missing key) or invalid: refused, nothing staged, nothing changed.
+  StateDict partial = **saved;
+  partial.erase("state/adam/w/exp_avg");
+  EXPECT_THAT(s_->StageState(5, std::make_shared<StateDict>(partial), /*complete=*/true),
+              StatusIs(absl::StatusCode::kDataLoss, "'state/adam/w/exp_avg'"));
+  StateDict wrong = **saved;
+  wrong["param/b"].shape = {1, 3};
+  EXPECT_THAT(s_->StageState(5, std::make_shared<StateDict>(wrong), /*complete=*/false),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'param/b'"));
+  EXPECT_THAT(s_->ApplyStaged(5), StatusIs(absl::StatusCode::kFailedPrecondition, "no state"));
+  EXPECT_EQ(Param(5), at_step2);
+
+  ASSERT_THAT(s_->StageState(5, *saved, /*complete=*/true), IsOk());
+  ASSERT_THAT(s_->ApplyStaged(5), IsOk());
+  ASSERT_TRUE(step3.WaitFor(absl::Seconds(1)));
+  EXPECT_THAT(step3.result().status(), StatusIs(absl::StatusCode::kAborted, "state was replaced"));
+  EXPECT_EQ(Param(5), (*saved)->at("param/w").bytes);
+  EXPECT_EQ(s_->stats().step, 1u);
+  ASSERT_THAT(s_->Release(5), IsOk());
+  // Training continues from the restored step.
+  Outcome again;
+  CommitStep(2, again);
+  ASSERT_TRUE(again.WaitFor(absl::Seconds(10)));
+  ASSERT_THAT(again.result().status(), IsOk());
+  EXPECT_EQ(again.result()->step, 2u);
+}
+
+}  // namespace
+}  // namespace optstep

@@ -1,0 +1,312 @@
+#include "server/engine/checkpoint/checkpoint_writer.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "kernels/status_macros.h"
+#include "server/engine/checkpoint/crc32c.h"
+#include "server/engine/checkpoint/file_util.h"
+#include "server/engine/checkpoint/safetensors.h"
+
+namespace optstep {
+namespace {
+
+using internal::File;
+
+// Writes a file through a bounded staging buffer, computing its CRC-32C on the way.
+class StagedFileWriter {
+ public:
+  StagedFileWriter(File file, std::string path, size_t capacity, uint64_t total,
+                   const CheckpointProgressCallback& progress)
+      : file_(std::move(file)), path_(std::move(path)),
+        buffer_(new char[std::max<size_t>(capacity, 4096)]),
+        capacity_(std::max<size_t>(capacity, 4096)), progress_(progress) {
+    report_.bytes_total = total;
+    report_.files_total = 1;
+  }
+
+  absl::Status Append(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    if (n >= capacity_) {  // large host tensors go straight from their memory
+      OPTSTEP_RETURN_IF_ERROR(Flush());
+      while (n > 0) {
+        const size_t piece = std::min(n, capacity_);
+        OPTSTEP_RETURN_IF_ERROR(Emit(p, piece));
+        p += piece;
+        n -= piece;
+      }
+      return absl::OkStatus();
+    }
+    while (n > 0) {
+      const size_t piece = std::min(n, capacity_ - used_);
+      std::memcpy(buffer_.get() + used_, p, piece);
+      used_ += piece;
+      p += piece;
+      n -= piece;
+      if (used_ == capacity_) OPTSTEP_RETURN_IF_ERROR(Flush());
+    }
+    return absl::OkStatus();
+  }
+
+  // Drains `bytes` bytes from `read` into the staging buffer.
+  absl::Status AppendFrom(const TensorByteReader& read, uint64_t bytes, const std::string& key) {
+    uint64_t offset = 0;
+    while (offset < bytes) {
+      if (used_ == capacity_) OPTSTEP_RETURN_IF_ERROR(Flush());
+      const size_t piece = static_cast<size_t>(std::min<uint64_t>(bytes - offset,
+                                                                  capacity_ - used_));
+      absl::Status status = read(offset, piece, buffer_.get() + used_);
+      if (!status.ok()) {
+        return absl::Status(status.code(), absl::StrCat("reading tensor '", key, "' bytes [",
+                                                        offset, ", ", offset + piece, "): ",
+                                                        status.message()));
+      }
+      used_ += piece;
+      offset += piece;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<ShardFile> Finish(std::string file_name) {
+    OPTSTEP_RETURN_IF_ERROR(Flush());
+    OPTSTEP_RETURN_IF_ERROR(internal::Fsync(file_.fd(), path_));
+    report_.files_done = 1;
+    if (progress_) progress_(report_);
+    return ShardFile{std::move(file_name), report_.bytes_done, crc_};
+  }
+
+ private:
+  absl::Status Flush() {
+    if (used_ == 0) return absl::OkStatus();
+    const size_t n = used_;
+    used_ = 0;
+    return Emit(buffer_.get(), n);
+  }
+
+  absl::Status Emit(const char* p, size_t n) {
+    crc_ = Crc32cExtend(crc_, p, n);
+    OPTSTEP_RETURN_IF_ERROR(internal::WriteAll(file_.fd(), p, n, path_));
+    report_.bytes_done += n;
+    if (progress_) progress_(report_);
+    return absl::OkStatus();
+  }
+
+  File file_;
+  std::string path_;
+  std::unique_ptr<char[]> buffer_;
+  size_t capacity_;
+  size_t used_ = 0;
+  uint32_t crc_ = 0;
+  CheckpointProgress report_;
+  const CheckpointProgressCallback& progress_;
+};
+
+absl::Status CheckDirName(absl::string_view root, absl::string_view name) {
+  OPTSTEP_RETURN_IF_ERROR(ValidateCheckpointName(name));
+  if (root.empty()) return absl::InvalidArgumentError("checkpoint root is empty");
+  return absl::OkStatus();
+}
+
+// Renames without replacing an existing target (renameat2 RENAME_NOREPLACE where the file
+// system supports it; else an existence check just before, enough for a single committer).
+absl::Status RenameNoReplace(const std::string& from, const std::string& to) {
+#ifdef RENAME_NOREPLACE
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+    return absl::OkStatus();
+  }
+  if (errno != EINVAL && errno != ENOSYS) return internal::ErrnoStatus(errno, "rename to", to);
+#endif
+  if (internal::Exists(to)) {
+    return absl::AlreadyExistsError(absl::StrCat("checkpoint '", to, "' exists already"));
+  }
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return internal::ErrnoStatus(errno, "rename to", to);
+  }
+  return absl::OkStatus();
+}
+
+struct Complete {
+  int64_t mtime_ns;
+  std::string name;
+  bool operator<(const Complete& other) const {
+    return std::tie(mtime_ns, name) < std::tie(other.mtime_ns, other.name);
+  }
+};
+
+absl::StatusOr<std::vector<Complete>> CompleteCheckpoints(const std::string& root) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<std::string> names, internal::ListDir(root));
+  std::vector<Complete> found;
+  for (const std::string& name : names) {
+    if (!ValidateCheckpointName(name).ok()) continue;  // hidden: temporary or being removed
+    struct stat st;
+    const std::string manifest = absl::StrCat(root, "/", name, "/", kManifestFile);
+    if (::stat(manifest.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    found.push_back({int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, name});
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// Hides the checkpoint first (a rename), so that a crash halfway never leaves a visible
+// directory with some files gone.
+absl::Status RemoveCheckpoint(absl::string_view root, const std::string& name) {
+  const std::string hidden = CheckpointTempDir(root, name);
+  OPTSTEP_RETURN_IF_ERROR(internal::RemoveTree(hidden));
+  const std::string dir = CheckpointDir(root, name);
+  if (::rename(dir.c_str(), hidden.c_str()) != 0) {
+    return internal::ErrnoStatus(errno, "rename for removal", dir);
+  }
+  OPTSTEP_RETURN_IF_ERROR(internal::FsyncPath(std::string(root)));
+  return internal::RemoveTree(hidden);
+}
+
+}  // namespace
+
+absl::Status ValidateCheckpointName(absl::string_view name) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint name '", name, "' ", why));
+  };
+  if (name.empty()) return bad("is empty");
+  if (name.size() > 255) return bad(absl::StrCat("has ", name.size(), " bytes (at most 255)"));
+  if (name[0] == '.') return bad("starts with '.' (hidden names, '.' and '..' are reserved)");
+  if (absl::StrContains(name, '/')) return bad("contains '/'; it must be one path component");
+  if (absl::StrContains(name, '\0')) return bad("contains a NUL byte");
+  return absl::OkStatus();
+}
+
+std::string CheckpointDir(absl::string_view root, absl::string_view name) {
+  return absl::StrCat(root, "/", name);
+}
+
+std::string CheckpointTempDir(absl::string_view root, absl::string_view name) {
+  return absl::StrCat(root, "/.", name, ".tmp");
+}
+
+absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name) {
+  OPTSTEP_RETURN_IF_ERROR(CheckDirName(root, name));
+  const std::string root_dir(root);
+  struct stat st;
+  if (::stat(root_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint root '", root, "' is not an existing directory"));
+  }
+  if (internal::Exists(CheckpointDir(root, name))) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("checkpoint '", name, "' exists already in '", root, "'"));
+  }
+  const std::string tmp = CheckpointTempDir(root, name);
+  OPTSTEP_RETURN_IF_ERROR(internal::RemoveTree(tmp));
+  if (::mkdir(tmp.c_str(), 0755) != 0) return internal::ErrnoStatus(errno, "create", tmp);
+  return internal::FsyncPath(root_dir);
+}
+
+absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::string_view name,
+                                               int rank, int world_size,
+                                               absl::Span<const TensorSource> tensors,
+                                               const CheckpointProgressCallback& progress,
+                                               const CheckpointIoOptions& options) {
+  OPTSTEP_RETURN_IF_ERROR(CheckDirName(root, name));
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not a rank of world size ", world_size));
+  }
+  std::vector<SafetensorsEntry> entries;
+  entries.reserve(tensors.size());
+  for (const TensorSource& t : tensors) {
+    if ((t.data == nullptr) == !t.read) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", t.key, "' needs exactly one of a host pointer and a reader"));
+    }
+    entries.push_back({t.key, t.type, t.shape});
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(std::string header, EncodeSafetensorsHeader(entries, {}));
+  const std::string tmp = CheckpointTempDir(root, name);
+  if (!internal::Exists(tmp)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint '", name, "': temporary directory '", tmp, "' is missing (not prepared)"));
+  }
+  const std::string file_name = ShardFileName(rank, world_size);
+  const std::string path = absl::StrCat(tmp, "/", file_name);
+  OPTSTEP_ASSIGN_OR_RETURN(File file, internal::OpenForWrite(path));
+  const uint64_t total = header.size() + (entries.empty() ? 0 : entries.back().end);
+  StagedFileWriter writer(std::move(file), path, options.staging_bytes, total, progress);
+  OPTSTEP_RETURN_IF_ERROR(writer.Append(header.data(), header.size()));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t bytes = entries[i].end - entries[i].begin;
+    if (tensors[i].data != nullptr) {
+      OPTSTEP_RETURN_IF_ERROR(writer.Append(tensors[i].data, bytes));
+    } else {
+      OPTSTEP_RETURN_IF_ERROR(writer.AppendFrom(tensors[i].read, bytes, tensors[i].key));
+    }
+  }
+  return writer.Finish(file_name);
+}
+
+absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
+                              const Manifest& manifest, int keep_last) {
+  OPTSTEP_RETURN_IF_ERROR(CheckDirName(root, name));
+  if (keep_last < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("keep_last ", keep_last, " is negative"));
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(std::string text, SerializeManifest(manifest));
+  const std::string tmp = CheckpointTempDir(root, name);
+  for (const ManifestShard& shard : manifest.shards) {
+    const std::string path = absl::StrCat(tmp, "/", shard.file);
+    absl::StatusOr<uint64_t> size = internal::FileSize(path);
+    if (!size.ok()) {
+      return absl::DataLossError(absl::StrCat("checkpoint '", name, "': shard '", shard.file,
+                                              "' was not written: ", size.status().message()));
+    }
+    if (*size != shard.bytes) {
+      return absl::DataLossError(absl::StrCat("checkpoint '", name, "': shard '", shard.file,
+                                              "' has ", *size, " bytes, the manifest says ",
+                                              shard.bytes));
+    }
+  }
+  OPTSTEP_RETURN_IF_ERROR(internal::WriteSmallFile(absl::StrCat(tmp, "/", kManifestFile), text));
+  OPTSTEP_RETURN_IF_ERROR(internal::FsyncPath(tmp));
+  absl::Status renamed = RenameNoReplace(tmp, CheckpointDir(root, name));
+  if (renamed.code() == absl::StatusCode::kAlreadyExists) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("checkpoint '", name, "' exists already in '", root, "'"));
+  }
+  OPTSTEP_RETURN_IF_ERROR(renamed);
+  OPTSTEP_RETURN_IF_ERROR(internal::FsyncPath(std::string(root)));
+  if (keep_last == 0) return absl::OkStatus();
+  // The checkpoint is committed; a failure to prune is reported, not fatal to the save.
+  absl::StatusOr<std::vector<Complete>> all = CompleteCheckpoints(std::string(root));
+  if (!all.ok()) {
+    LOG(WARNING) << "checkpoint '" << name << "' committed; pruning failed: " << all.status();
+    return absl::OkStatus();
+  }
+  int excess = static_cast<int>(all->size()) - keep_last;
+  for (const Complete& victim : *all) {
+    if (excess <= 0) break;
+    if (victim.name == name) continue;
+    absl::Status removed = RemoveCheckpoint(root, victim.name);
+    if (!removed.ok()) LOG(WARNING) << "pruning checkpoint '" << victim.name << "': " << removed;
+    --excess;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ListCheckpoints(absl::string_view root) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<Complete> all, CompleteCheckpoints(std::string(root)));
+  std::vector<std::string> names;
+  for (Complete& c : all) names.push_back(std::move(c.name));
+  return names;
+}
+
+}  // namespace optstep

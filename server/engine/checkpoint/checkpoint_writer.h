@@ -1,0 +1,106 @@
+#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_
+#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_
+
+// Writing a checkpoint directory `<root>/<name>/` (docs/checkpoints.md) from several ranks that
+// share a file system, coordinated by the caller:
+//
+//   rank 0:     PrepareCheckpoint(root, name)           creates <root>/.<name>.tmp/
+//   every rank: WriteCheckpointShard(root, name, r, w, tensors, progress) -> ShardFile
+//   rank 0:     CommitCheckpoint(root, name, manifest with every rank's ShardFile, keep_last)
+//
+// Crash safety: everything is written under the hidden temporary directory and fsynced; Commit
+// writes manifest.json last and renames the directory into place, so a directory without the
+// leading dot always holds a complete checkpoint. Pruning renames a victim back to a hidden
+// name before deleting it. Functions are thread-compatible; different ranks may write their
+// shards concurrently.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kernels/tensor.h"
+#include "server/engine/checkpoint/manifest.h"
+#include "server/engine/state_dict.h"
+
+namespace optstep {
+
+// Fills `n` bytes of a tensor's little-endian contents, starting at `byte_offset`, into `dst`.
+using TensorByteReader =
+    std::function<absl::Status(uint64_t byte_offset, size_t n, void* dst)>;
+
+// One tensor to write. Exactly one of `data` (host memory, NumElements(shape) elements, alive
+// until the write returns) and `read` is set.
+struct TensorSource {
+  std::string key;  // StateDict key, e.g. "state/adamw/layers.0.fc1.weight/exp_avg"
+  StateTensor::Type type = StateTensor::Type::kF32;
+  Shape shape;
+  const void* data = nullptr;
+  TensorByteReader read;
+};
+
+// Progress of a write, read or verification. Called after each staging buffer and each file.
+struct CheckpointProgress {
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+  int files_done = 0;
+  int files_total = 0;
+};
+using CheckpointProgressCallback = std::function<void(const CheckpointProgress&)>;
+
+struct CheckpointIoOptions {
+  // Bytes of the bounded staging buffer through which reader callbacks are drained and files
+  // are written or read. Host-pointer tensors larger than the buffer are written in place.
+  size_t staging_bytes = 16u << 20;
+};
+
+// What a rank reports to rank 0 for the manifest.
+struct ShardFile {
+  std::string file;  // name inside the checkpoint directory
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
+// INVALID_ARGUMENT unless `name` is a single, non-hidden path component: not empty, not "." or
+// "..", no '/', no NUL, no leading '.', at most 255 bytes.
+absl::Status ValidateCheckpointName(absl::string_view name);
+
+// "<root>/<name>" and "<root>/.<name>.tmp".
+std::string CheckpointDir(absl::string_view root, absl::string_view name);
+std::string CheckpointTempDir(absl::string_view root, absl::string_view name);
+
+// Rank 0, first: validates `name`, ALREADY_EXISTS if <root>/<name> exists, removes a stale
+// <root>/.<name>.tmp, creates it and fsyncs `root` (which must exist: NOT_FOUND otherwise).
+absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name);
+
+// Every rank: writes shard-<rank>-of-<world>.safetensors into the temporary directory,
+// streaming `tensors` in order through the staging buffer with the CRC-32C computed on the fly,
+// and fsyncs it. `metadata` goes to the safetensors "__metadata__". INVALID_ARGUMENT for a bad
+// rank/world, a duplicate or empty key, a source with neither or both of data/read, or a
+// negative dimension; FAILED_PRECONDITION when the temporary directory is missing (Prepare not
+// run); a reader callback's error is returned as is, annotated with the key.
+absl::StatusOr<ShardFile> WriteCheckpointShard(
+    absl::string_view root, absl::string_view name, int rank, int world_size,
+    absl::Span<const TensorSource> tensors, const CheckpointProgressCallback& progress = nullptr,
+    const CheckpointIoOptions& options = {});
+
+// Rank 0, last: checks `manifest` (one shard per rank; each file present with the recorded
+// size: DATA_LOSS otherwise), writes manifest.json, fsyncs it and the directory, renames the
+// temporary directory to <root>/<name> (ALREADY_EXISTS if taken meanwhile), fsyncs `root`, then
+// keeps only the `keep_last` newest complete checkpoints in `root` (0 keeps all). Newest =
+// latest manifest.json modification time, ties by name.
+absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
+                              const Manifest& manifest, int keep_last);
+
+// Names of the complete checkpoints in `root` (visible directories with a manifest.json),
+// oldest first by the same order as pruning.
+absl::StatusOr<std::vector<std::string>> ListCheckpoints(absl::string_view root);
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_

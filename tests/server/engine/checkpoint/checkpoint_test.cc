@@ -1,0 +1,359 @@
+// Writer and reader together: round trips, crash safety, pruning, and every corruption refused
+// with its precise code.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "server/engine/checkpoint/checkpoint_reader.h"
+#include "server/engine/checkpoint/checkpoint_writer.h"
+#include "server/engine/checkpoint/crc32c.h"
+#include "tests/server/engine/checkpoint/checkpoint_test_util.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using testutil::FreshDir;
+using testutil::IsOk;
+using testutil::OwnedTensor;
+using testutil::ReadBytes;
+using testutil::SampleManifest;
+using testutil::SampleShards;
+using testutil::StatusIs;
+using testutil::WriteCheckpoint;
+
+const std::vector<int> kOwners = {0, 1, 1, 0};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void Spit(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << contents;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = FreshDir("ckpt");
+    shards_ = SampleShards(2, kOwners);
+  }
+  // Writes the two-rank sample as `name` with a small staging buffer (several flushes).
+  void WriteSample(const std::string& name, int keep_last = 0) {
+    CheckpointIoOptions options;
+    options.staging_bytes = 64;
+    ASSERT_THAT(WriteCheckpoint(root_, name, SampleManifest(2, kOwners), shards_, keep_last,
+                                options),
+                IsOk());
+  }
+  std::string Shard(const std::string& name, int rank) const {
+    return absl::StrCat(root_, "/", name, "/", ShardFileName(rank, 2));
+  }
+
+  std::string root_;
+  std::vector<std::vector<OwnedTensor>> shards_;
+};
+
+TEST_F(CheckpointTest, RoundTripsEveryTensorBitExactly) {
+  WriteSample("c1");
+  CheckpointIoOptions small;
+  small.staging_bytes = 4096;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(root_, "c1", small));
+  EXPECT_THAT(reader->Verify(), IsOk());
+  EXPECT_EQ(reader->manifest().world_size, 2);
+  EXPECT_EQ(reader->manifest().step, 7u);
+  for (int r = 0; r < 2; ++r) {
+    for (const OwnedTensor& t : shards_[r]) {
+      const CheckpointTensor* found = reader->Find(t.key);
+      ASSERT_NE(found, nullptr) << t.key;
+      EXPECT_EQ(found->type, t.type) << t.key;
+      EXPECT_EQ(found->shape, t.shape) << t.key;
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string bytes, ReadBytes(*reader, t.key));
+      EXPECT_EQ(bytes, t.bytes) << t.key;
+    }
+  }
+  // Both 0-d int64 kinds and the non-parameter-shaped factor.
+  const CheckpointTensor* step = reader->Find("state/soap/w1/step");
+  ASSERT_NE(step, nullptr);
+  EXPECT_EQ(step->type, StateTensor::Type::kI64);
+  EXPECT_TRUE(step->shape.empty());
+  EXPECT_EQ(reader->Find("state/soap/w1/R")->shape, (Shape{5, 5}));
+  EXPECT_EQ(reader->Find("state/soap/w1/L")->shard, 1);
+  int64_t meta_step = 0;
+  EXPECT_THAT(reader->ReadKey("meta/step", &meta_step, sizeof(meta_step)), IsOk());
+  EXPECT_EQ(meta_step, 7);
+}
+
+TEST_F(CheckpointTest, StreamedReadsComeInBoundedPieces) {
+  CheckpointIoOptions options;
+  options.staging_bytes = 4096;
+  OwnedTensor big = testutil::F32Tensor("param/big", {3000}, 0.0f);  // 12000 bytes
+  ASSERT_THAT(PrepareCheckpoint(root_, "big"), IsOk());
+  TensorSource source{big.key, big.type, big.shape, big.bytes.data()};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShardFile file,
+                               WriteCheckpointShard(root_, "big", 0, 1, {source}));
+  Manifest m = SampleManifest(1, {0, 0, 0, 0});
+  m.shards = {{file.file, file.bytes, file.crc32c}};
+  ASSERT_THAT(CommitCheckpoint(root_, "big", m, 0), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto big_reader, CheckpointReader::Open(root_, "big", options));
+  std::string got;
+  std::vector<size_t> pieces;
+  ASSERT_THAT(big_reader->Read(*big_reader->Find("param/big"),
+                               [&](uint64_t offset, size_t n, const void* src) {
+                                 EXPECT_EQ(offset, got.size());
+                                 got.append(static_cast<const char*>(src), n);
+                                 pieces.push_back(n);
+                                 return absl::OkStatus();
+                               }),
+              IsOk());
+  EXPECT_EQ(got, big.bytes);
+  EXPECT_EQ(pieces, (std::vector<size_t>{4096, 4096, 3808}));
+}
+
+TEST_F(CheckpointTest, ShardFileIsPlainSafetensorsWithTheReportedChecksum) {
+  WriteSample("c1");
+  const std::string bytes = Slurp(Shard("c1", 0));
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ((8 + n) % 8, 0u);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["param/w0"]["dtype"], "F32");
+  EXPECT_EQ(header["param/w0"]["shape"], nlohmann::json({4, 3}));
+  EXPECT_EQ(header["meta/step"]["dtype"], "I64");
+  EXPECT_EQ(header["meta/step"]["shape"], nlohmann::json::array());
+  const auto offsets = header["param/w0"]["data_offsets"];
+  const std::string data = bytes.substr(8 + n + offsets[0].get<size_t>(), 48);
+  EXPECT_EQ(data, shards_[0][0].bytes);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(root_, "c1"));
+  EXPECT_EQ(reader->manifest().shards[0].crc32c, Crc32c(bytes.data(), bytes.size()));
+  EXPECT_EQ(reader->manifest().shards[0].bytes, bytes.size());
+}
+
+TEST_F(CheckpointTest, ProgressCountsEveryByte) {
+  ASSERT_THAT(PrepareCheckpoint(root_, "p"), IsOk());
+  std::vector<TensorSource> sources;
+  for (const OwnedTensor& t : shards_[0]) sources.push_back({t.key, t.type, t.shape, t.bytes.data()});
+  const OwnedTensor big = testutil::F32Tensor("param/big", {3000}, 0.0f);  // > 2 buffers
+  sources.push_back({big.key, big.type, big.shape, big.bytes.data()});
+  std::vector<CheckpointProgress> seen;
+  CheckpointIoOptions options;
+  options.staging_bytes = 4096;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      ShardFile file,
+      WriteCheckpointShard(root_, "p", 0, 2, sources,
+                           [&](const CheckpointProgress& p) { seen.push_back(p); }, options));
+  ASSERT_GE(seen.size(), 5u);
+  EXPECT_EQ(seen.back().bytes_done, file.bytes);
+  EXPECT_EQ(seen.back().bytes_total, file.bytes);
+  EXPECT_EQ(seen.back().files_done, 1);
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i].bytes_done, seen[i - 1].bytes_done);
+}
+
+TEST_F(CheckpointTest, ReaderCallbackErrorsNameTheKey) {
+  ASSERT_THAT(PrepareCheckpoint(root_, "e"), IsOk());
+  TensorSource source{"param/w0", StateTensor::Type::kF32, {4, 3}};
+  source.read = [](uint64_t, size_t, void*) { return absl::UnavailableError("device lost"); };
+  EXPECT_THAT(WriteCheckpointShard(root_, "e", 0, 1, {source}),
+              StatusIs(absl::StatusCode::kUnavailable, "reading tensor 'param/w0'"));
+  TensorSource both{"param/w0", StateTensor::Type::kF32, {1}, &root_};
+  both.read = source.read;
+  EXPECT_THAT(WriteCheckpointShard(root_, "e", 0, 1, {both}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "exactly one of"));
+  EXPECT_THAT(WriteCheckpointShard(root_, "e", 2, 2, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "rank 2 is not a rank of world size 2"));
+  EXPECT_THAT(WriteCheckpointShard(root_, "unprepared", 0, 1, {}),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "not prepared"));
+}
+
+TEST_F(CheckpointTest, NamesThatEscapeTheRootAreRefused) {
+  for (const char* name : {"", ".", "..", "../x", "a/b", "/abs", ".hidden", ".c1.tmp"}) {
+    EXPECT_THAT(PrepareCheckpoint(root_, name), StatusIs(absl::StatusCode::kInvalidArgument))
+        << name;
+    EXPECT_THAT(WriteCheckpointShard(root_, name, 0, 1, {}),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << name;
+    EXPECT_THAT(CommitCheckpoint(root_, name, SampleManifest(1, {0, 0, 0, 0}), 0),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << name;
+    EXPECT_THAT(CheckpointReader::Open(root_, name), StatusIs(absl::StatusCode::kInvalidArgument))
+        << name;
+  }
+  EXPECT_THAT(ValidateCheckpointName("../x"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "checkpoint name '../x' starts with"));
+  EXPECT_THAT(ValidateCheckpointName("a/b"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "contains '/'"));
+  EXPECT_THAT(ValidateCheckpointName(std::string(256, 'x')),
+              StatusIs(absl::StatusCode::kInvalidArgument, "256 bytes"));
+  EXPECT_THAT(ValidateCheckpointName("step-100_ok.v2"), IsOk());
+}
+
+TEST_F(CheckpointTest, ExistingNameIsAlreadyExists) {
+  WriteSample("c1");
+  EXPECT_THAT(PrepareCheckpoint(root_, "c1"),
+              StatusIs(absl::StatusCode::kAlreadyExists, "checkpoint 'c1' exists already"));
+  EXPECT_THAT(PrepareCheckpoint(root_ + "/missing", "c2"),
+              StatusIs(absl::StatusCode::kNotFound, "not an existing directory"));
+}
+
+TEST_F(CheckpointTest, CrashBeforeCommitLeavesNoCheckpointAndPrepareCleansUp) {
+  // A save that died after writing its shards: never listed, never opened.
+  ASSERT_THAT(PrepareCheckpoint(root_, "c1"), IsOk());
+  TensorSource source{"param/w0", StateTensor::Type::kF32, {4, 3}, shards_[0][0].bytes.data()};
+  ASSERT_THAT(WriteCheckpointShard(root_, "c1", 0, 2, {source}), IsOk());
+  const std::string tmp = CheckpointTempDir(root_, "c1");
+  EXPECT_TRUE(Exists(tmp + "/shard-0-of-2.safetensors"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> listed, ListCheckpoints(root_));
+  EXPECT_TRUE(listed.empty());
+  EXPECT_THAT(CheckpointReader::Open(root_, "c1"), StatusIs(absl::StatusCode::kNotFound));
+  // A commit with a shard missing is refused and publishes nothing.
+  Manifest m = SampleManifest(2, kOwners);
+  m.shards = {{"shard-0-of-2.safetensors", 0, 0}, {"shard-1-of-2.safetensors", 0, 0}};
+  EXPECT_THAT(CommitCheckpoint(root_, "c1", m, 0),
+              StatusIs(absl::StatusCode::kDataLoss, "shard 'shard-0-of-2.safetensors' has"));
+  EXPECT_FALSE(Exists(root_ + "/c1"));
+  // The next Prepare of that name starts from an empty temporary directory.
+  ASSERT_THAT(PrepareCheckpoint(root_, "c1"), IsOk());
+  EXPECT_TRUE(Exists(tmp));
+  EXPECT_FALSE(Exists(tmp + "/shard-0-of-2.safetensors"));
+}
+
+TEST_F(CheckpointTest, KeepLastPrunesOldestCompleteCheckpoints) {
+  for (const char* name : {"s1", "s2", "s3"}) WriteSample(name);
+  ASSERT_THAT(PrepareCheckpoint(root_, "pending"), IsOk());  // not complete: never pruned
+  WriteSample("s4", /*keep_last=*/2);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> listed, ListCheckpoints(root_));
+  EXPECT_EQ(listed, (std::vector<std::string>{"s3", "s4"}));
+  EXPECT_FALSE(Exists(root_ + "/s1"));
+  EXPECT_FALSE(Exists(root_ + "/.s1.tmp"));
+  EXPECT_TRUE(Exists(CheckpointTempDir(root_, "pending")));
+  WriteSample("s5", /*keep_last=*/1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(listed, ListCheckpoints(root_));
+  EXPECT_EQ(listed, (std::vector<std::string>{"s5"}));
+  EXPECT_THAT(CommitCheckpoint(root_, "s6", SampleManifest(1, {0, 0, 0, 0}), -1),
+              StatusIs(absl::StatusCode::kInvalidArgument, "keep_last -1"));
+}
+
+TEST_F(CheckpointTest, TruncatedShardIsDataLoss) {
+  WriteSample("c1");
+  const std::string path = Shard("c1", 1);
+  ASSERT_EQ(::truncate(path.c_str(), 100), 0);
+  EXPECT_THAT(CheckpointReader::Open(root_, "c1"),
+              StatusIs(absl::StatusCode::kDataLoss, "has 100 bytes; the manifest says"));
+}
+
+TEST_F(CheckpointTest, FlippedByteFailsVerifyNamingBothChecksums) {
+  WriteSample("c1");
+  const std::string path = Shard("c1", 0);
+  std::string bytes = Slurp(path);
+  bytes[bytes.size() - 5] ^= 0x10;  // inside the data: headers still parse
+  Spit(path, bytes);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(root_, "c1"));
+  const std::string expected =
+      absl::StrFormat("manifest says %08x, the file has %08x", reader->manifest().shards[0].crc32c,
+                      Crc32c(bytes.data(), bytes.size()));
+  EXPECT_THAT(reader->Verify(), StatusIs(absl::StatusCode::kDataLoss, expected));
+  EXPECT_THAT(reader->Verify(), StatusIs(absl::StatusCode::kDataLoss, "shard-0-of-2.safetensors"));
+}
+
+TEST_F(CheckpointTest, MissingShardIsDataLoss) {
+  WriteSample("c1");
+  ASSERT_EQ(::unlink(Shard("c1", 1).c_str()), 0);
+  EXPECT_THAT(CheckpointReader::Open(root_, "c1"),
+              StatusIs(absl::StatusCode::kDataLoss, "shard 'shard-1-of-2.safetensors' is missing"));
+}
+
+TEST_F(CheckpointTest, BadShardHeaderJsonIsDataLoss) {
+  WriteSample("c1");
+  const std::string path = Shard("c1", 0);
+  std::string bytes = Slurp(path);
+  bytes[8 + 3] = '#';  // inside the first key's quotes region: no longer JSON
+  bytes[8 + 2] = '"';
+  bytes[8 + 1] = '{';
+  Spit(path, bytes);
+  EXPECT_THAT(CheckpointReader::Open(root_, "c1"),
+              StatusIs(absl::StatusCode::kDataLoss, "not a JSON object"));
+}
+
+// Writes a one-shard checkpoint whose shard is `json` (space-padded) plus `data_bytes` zeros.
+void WriteRawShard(const std::string& root, const std::string& name, std::string json,
+                   size_t data_bytes) {
+  ASSERT_THAT(PrepareCheckpoint(root, name), IsOk());
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string file(8, '\0');
+  const uint64_t n = json.size();
+  std::memcpy(file.data(), &n, 8);
+  file += json + std::string(data_bytes, '\0');
+  Spit(CheckpointTempDir(root, name) + "/shard-0-of-1.safetensors", file);
+  Manifest m = SampleManifest(1, {0, 0, 0, 0});
+  m.shards = {{"shard-0-of-1.safetensors", file.size(), Crc32c(file.data(), file.size())}};
+  ASSERT_THAT(CommitCheckpoint(root, name, m, 0), IsOk());
+}
+
+TEST_F(CheckpointTest, OffsetsOutOfRangeOrOverlappingAreDataLoss) {
+  WriteRawShard(root_, "range",
+                R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8);
+  EXPECT_THAT(CheckpointReader::Open(root_, "range"),
+              StatusIs(absl::StatusCode::kDataLoss, "data_offsets [0, 16] out of range"));
+  WriteRawShard(root_, "overlap",
+                R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                12);
+  EXPECT_THAT(CheckpointReader::Open(root_, "overlap"),
+              StatusIs(absl::StatusCode::kDataLoss, "overlaps"));
+  WriteRawShard(root_, "fine", R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+                8);
+  EXPECT_THAT(CheckpointReader::Open(root_, "fine"), IsOk());
+}
+
+TEST_F(CheckpointTest, UnsupportedFormatVersionIsFailedPrecondition) {
+  WriteSample("c1");
+  const std::string path = root_ + "/c1/manifest.json";
+  nlohmann::json j = nlohmann::json::parse(Slurp(path));
+  j["format_version"] = 9;
+  Spit(path, j.dump());
+  EXPECT_THAT(CheckpointReader::Open(root_, "c1"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "format_version 9"));
+  Spit(path, "{\"format_version\": 1, \"definition\": ");
+  EXPECT_THAT(CheckpointReader::Open(root_, "c1"),
+              StatusIs(absl::StatusCode::kDataLoss, "manifest.json"));
+}
+
+TEST_F(CheckpointTest, LookupIsByExactKeyOnly) {
+  // "w1" must not match "w10" or "xw1", and a suffix never matches.
+  std::vector<std::vector<OwnedTensor>> shards(1);
+  shards[0].push_back(testutil::F32Tensor("param/w10", {2}, 1.0f));
+  shards[0].push_back(testutil::F32Tensor("param/xw1", {2}, 2.0f));
+  ASSERT_THAT(WriteCheckpoint(root_, "exact", SampleManifest(1, {0, 0, 0, 0}), shards), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(root_, "exact"));
+  EXPECT_EQ(reader->Find("param/w1"), nullptr);
+  EXPECT_EQ(reader->Find("w10"), nullptr);
+  EXPECT_NE(reader->Find("param/w10"), nullptr);
+  float two[2];
+  EXPECT_THAT(reader->ReadKey("param/w1", two, sizeof(two)),
+              StatusIs(absl::StatusCode::kNotFound, "no tensor 'param/w1'"));
+  EXPECT_THAT(reader->ReadKey("param/w10", two, 4),
+              StatusIs(absl::StatusCode::kInvalidArgument, "has 8 bytes; the destination holds 4"));
+}
+
+}  // namespace
+}  // namespace optstep

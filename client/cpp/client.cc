@@ -296,7 +296,7 @@ absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,
   const absl::Time deadline = absl::Now() + options_.stream_timeout;
   std::vector<std::unique_ptr<StepCall>> calls;
   for (uint32_t r = 0; r < world_size; ++r) {
-    calls.push_back(std::make_unique<StepCall>(*ranks_[r]->service, deadline,
+    calls.push_back(std::make_unique<StepCall>(ranks_[r]->channel, deadline,
                                                options_.wait_for_ready));
     header.set_skip_return(options.skip_return || r != return_rank);
     // A stream that broke while sending reports its status from Receive().

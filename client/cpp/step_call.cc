@@ -1,76 +1,163 @@
 #include "client/cpp/step_call.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include "absl/strings/str_cat.h"
+#include "client/cpp/gradient_wire.h"
 #include "client/cpp/grpc_status.h"
 #include "client/cpp/proto_dtype.h"
 #include "kernels/status_macros.h"
 
 namespace optstep {
 namespace client_internal {
+namespace {
 
-StepCall::StepCall(v1::OptimizerService::Stub& stub, absl::Time deadline, bool wait_for_ready) {
+constexpr char kStepMethod[] = "/optstep.v1.OptimizerService/Step";
+
+grpc::ByteBuffer Serialise(const v1::StepRequest& request) {
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  // Serialising a valid message into a fresh buffer does not fail.
+  grpc::SerializationTraits<v1::StepRequest>::Serialize(request, &buffer, &own).IgnoreError();
+  return buffer;
+}
+
+}  // namespace
+
+StepCall::StepCall(std::shared_ptr<grpc::Channel> channel, absl::Time deadline,
+                   bool wait_for_ready)
+    : stub_(std::move(channel)) {
   context_.set_deadline(absl::ToChronoTime(deadline));
   context_.set_wait_for_ready(wait_for_ready);
-  stream_ = stub.Step(&context_);
 }
 
 StepCall::~StepCall() {
-  if (!finished_) Cancel();
+  if (!started_) return;
+  Cancel();
+  absl::MutexLock lock(&pin_mu_);
+  pin_mu_.Await(absl::Condition(
+      +[](int* pinned) { return *pinned == 0; }, &pinned_));
 }
 
-bool StepCall::Send(const v1::StepHeader& header, const RankContribution& contribution) {
+void StepCall::Send(const v1::StepHeader& header, const RankContribution& contribution) {
+  stub_.PrepareBidiStreamingCall(&context_, kStepMethod, grpc::StubOptions(), this);
+  started_ = true;
   v1::StepRequest request;
   *request.mutable_header() = header;
-  if (!stream_->Write(request)) return false;
-
-  // One request object for every chunk: its data string keeps its capacity between chunks.
-  v1::TensorChunk* chunk = request.mutable_gradient();
-  for (const GradientSlice& slice : contribution.chunks) {
-    chunk->set_param_id(slice.param_id);
-    chunk->set_offset(slice.offset);
-    chunk->set_dtype(ToWireDType(slice.dtype));
-    chunk->mutable_data()->assign(reinterpret_cast<const char*>(slice.bytes.data()),
-                                  slice.bytes.size());
-    if (!stream_->Write(request)) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    contribution_ = &contribution;
+    write_ = Serialise(request);
+    StartWrite(&write_);
+    StartRead(&read_);
   }
-  request.mutable_commit()->set_num_elements(contribution.num_elements);
-  if (!stream_->Write(request)) return false;
-  return stream_->WritesDone();
+  StartCall();
+}
+
+void StepCall::OnWriteDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  // A failed write means the stream broke: OnDone tells why.
+  if (ok) WriteNextLocked();
+}
+
+void StepCall::WriteNextLocked() {
+  if (next_chunk_ < contribution_->chunks.size()) {
+    {
+      // Counted before the slice exists: gRPC may release it on another thread at any time.
+      absl::MutexLock lock(&pin_mu_);
+      ++pinned_;
+    }
+    write_ = GradientChunkMessage(contribution_->chunks[next_chunk_++], &StepCall::Unpin, this);
+    StartWrite(&write_);
+  } else if (!committed_) {
+    committed_ = true;
+    v1::StepRequest request;
+    request.mutable_commit()->set_num_elements(contribution_->num_elements);
+    write_ = Serialise(request);
+    StartWrite(&write_);
+  } else {
+    StartWritesDone();
+  }
+}
+
+void StepCall::Unpin(void* call) {
+  auto* self = static_cast<StepCall*>(call);
+  absl::MutexLock lock(&self->pin_mu_);
+  --self->pinned_;
+}
+
+void StepCall::OnReadDone(bool ok) {
+  absl::MutexLock lock(&mu_);
+  if (!ok) return;  // no more responses; OnDone follows
+  responses_.push_back(std::make_unique<grpc::ByteBuffer>(std::move(read_)));
+  read_.Clear();
+  StartRead(&read_);
+}
+
+void StepCall::OnDone(const grpc::Status& status) {
+  absl::MutexLock lock(&mu_);
+  final_status_ = FromGrpcStatus(status);
+  done_ = true;
+}
+
+std::unique_ptr<grpc::ByteBuffer> StepCall::NextResponse() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](StepCall* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return self->done_ || !self->responses_.empty();
+      },
+      this));
+  if (responses_.empty()) return nullptr;
+  std::unique_ptr<grpc::ByteBuffer> next = std::move(responses_.front());
+  responses_.pop_front();
+  return next;
 }
 
 absl::Status StepCall::Receive(v1::StepResult* result, ParamAssembler* assembler) {
   v1::StepResponse response;
-  if (!stream_->Read(&response)) {
+  // Parses the next response; false once the call ended.
+  auto read = [&]() -> absl::StatusOr<bool> {
+    std::unique_ptr<grpc::ByteBuffer> next = NextResponse();
+    if (next == nullptr) return false;
+    if (!grpc::SerializationTraits<v1::StepResponse>::Deserialize(next.get(), &response).ok()) {
+      return absl::InternalError("Step stream sent a message that is not a StepResponse");
+    }
+    return true;
+  };
+  auto broken = [&](absl::Status status) {
+    Cancel();
+    return status;
+  };
+  absl::StatusOr<bool> more = read();
+  if (!more.ok()) return broken(more.status());
+  if (!*more) {
     OPTSTEP_RETURN_IF_ERROR(Finish());
     return absl::InternalError("Step stream ended OK without a StepResult");
   }
   if (!response.has_result()) {
-    Cancel();
-    return absl::InternalError("Step stream began with a parameter chunk, not a StepResult");
+    return broken(absl::InternalError("Step stream began with a parameter chunk, not a StepResult"));
   }
   *result = response.result();
   uint64_t chunks = 0;
-  while (stream_->Read(&response)) {
+  while (true) {
+    more = read();
+    if (!more.ok()) return broken(more.status());
+    if (!*more) break;
     if (!response.has_parameter()) {
-      Cancel();
-      return absl::InternalError("Step stream sent a second StepResult");
+      return broken(absl::InternalError("Step stream sent a second StepResult"));
     }
     ++chunks;
     if (assembler == nullptr) {
-      Cancel();
-      return absl::InternalError("Step stream sent parameters that were not asked for");
+      return broken(absl::InternalError("Step stream sent parameters that were not asked for"));
     }
-    v1::TensorChunk* chunk = response.mutable_parameter();
-    absl::StatusOr<DType> dtype = FromWireDType(chunk->dtype());
-    absl::Status added = dtype.ok() ? assembler->Add(chunk->param_id(), chunk->offset(), *dtype,
-                                                     chunk->data())
+    const v1::TensorChunk& chunk = response.parameter();
+    absl::StatusOr<DType> dtype = FromWireDType(chunk.dtype());
+    absl::Status added = dtype.ok() ? assembler->Add(chunk.param_id(), chunk.offset(), *dtype,
+                                                     chunk.data())
                                     : absl::InternalError(absl::StrCat(
                                           "Step stream sent a parameter chunk with ",
                                           dtype.status().message()));
-    if (!added.ok()) {
-      Cancel();
-      return added;
-    }
+    if (!added.ok()) return broken(added);
   }
   OPTSTEP_RETURN_IF_ERROR(Finish());
   if (chunks != result->params_to_follow()) {
@@ -81,16 +168,14 @@ absl::Status StepCall::Receive(v1::StepResult* result, ParamAssembler* assembler
 }
 
 void StepCall::Cancel() {
-  if (finished_) return;
+  if (!started_) return;
   context_.TryCancel();
   Finish().IgnoreError();
 }
 
 absl::Status StepCall::Finish() {
-  if (!finished_) {
-    finished_ = true;
-    final_status_ = FromGrpcStatus(stream_->Finish());
-  }
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
   return final_status_;
 }
 

@@ -1,53 +1,88 @@
 #ifndef OPTSTEP_CLIENT_CPP_STEP_CALL_H_
 #define OPTSTEP_CLIENT_CPP_STEP_CALL_H_
 
-// One trainer's Step stream to one rank, on gRPC's synchronous API: header -> gradient chunks ->
-// commit -> half-close, then the StepResult and (from the rank that returns parameters) the
-// parameter chunks. Internal to client/. Thread-compatible: one thread drives a call.
+// One trainer's Step stream to one rank: header -> gradient chunks -> commit -> half-close, then
+// the StepResult and (from the rank that returns parameters) the parameter chunks. A raw call
+// on gRPC's callback API (grpc::GenericStub): gradient chunks go out as slices that refer to the
+// caller's memory, never copied into a protobuf message (gradient_wire.h), and the streams to
+// several ranks run at the same time. Internal to client/.
+// Thread-compatible: one thread drives a call; gRPC's threads run the reactions.
 
+#include <deque>
 #include <memory>
 
+#include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
-#include <grpcpp/support/sync_stream.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/client_callback.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/cpp/chunking.h"
 #include "client/cpp/param_assembler.h"
-#include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "optstep/v1/optimizer_service.pb.h"
 
 namespace optstep {
 namespace client_internal {
 
-class StepCall final {
+class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  // Starts the call. `stub` must outlive it.
-  StepCall(v1::OptimizerService::Stub& stub, absl::Time deadline, bool wait_for_ready);
-  ~StepCall();
+  // Prepares the call on `channel`; Send starts it.
+  StepCall(std::shared_ptr<grpc::Channel> channel, absl::Time deadline, bool wait_for_ready);
+  // Cancels a call still running and waits until gRPC has released the caller's gradient bytes.
+  ~StepCall() override;
 
   StepCall(const StepCall&) = delete;
   StepCall& operator=(const StepCall&) = delete;
 
-  // Writes `header`, the contribution's chunks and a StepCommit carrying its element count, then
-  // half-closes. Returns false when the stream broke; Finish() then tells why.
-  bool Send(const v1::StepHeader& header, const RankContribution& contribution);
+  // Starts the call, which writes `header`, the contribution's chunks and a StepCommit carrying
+  // its element count, then half-closes, on gRPC's threads. Returns at once. REQUIRES:
+  // `contribution` and the gradient bytes it points to outlive this call object.
+  void Send(const v1::StepHeader& header, const RankContribution& contribution);
 
   // Reads the StepResult into `*result` and the parameter chunks that follow it into
-  // `assembler` (null: none may follow), then finishes the call. Answers the call's status
-  // (the server's code and message) or INTERNAL when the server broke the stream's protocol.
+  // `assembler` (null: none may follow) as they arrive, then waits for the call's end. Answers
+  // the call's status (the server's code and message) or INTERNAL when the server broke the
+  // stream's protocol.
   absl::Status Receive(v1::StepResult* result, ParamAssembler* assembler);
 
   // Ends the call early (after an error elsewhere) and waits for it to finish.
   void Cancel();
 
+  // Reactions (gRPC's threads).
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
  private:
-  // Finishes the call once; later calls answer the same status.
+  // Writes the next message: a chunk, the commit, or the half-close.
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next response, or null once the call is done and every response was taken.
+  std::unique_ptr<grpc::ByteBuffer> NextResponse();
+  // Waits for OnDone and answers the call's status.
   absl::Status Finish();
+  // gRPC released a slice of gradient bytes.
+  static void Unpin(void* call);
 
   grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream_;
-  bool finished_ = false;
-  absl::Status final_status_;
+  grpc::GenericStub stub_;
+  bool started_ = false;
+
+  absl::Mutex mu_;
+  const RankContribution* contribution_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t next_chunk_ ABSL_GUARDED_BY(mu_) = 0;
+  bool committed_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ByteBuffer write_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer read_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<grpc::ByteBuffer>> responses_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status final_status_ ABSL_GUARDED_BY(mu_);
+
+  // Apart from mu_: dropping a buffer under mu_ may release a slice, and so call Unpin.
+  absl::Mutex pin_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  int pinned_ ABSL_GUARDED_BY(pin_mu_) = 0;  // gradient slices gRPC still holds
 };
 
 }  // namespace client_internal

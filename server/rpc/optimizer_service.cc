@@ -77,7 +77,7 @@ grpc::ServerReadReactor<v1::InitParametersRequest>* OptimizerServiceImpl::InitPa
   return StartInitReactor(engine_, response);
 }
 
-grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* OptimizerServiceImpl::Step(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* OptimizerServiceImpl::Step(
     grpc::CallbackServerContext*) {
   return StartStepReactor(engine_);
 }

@@ -9,9 +9,19 @@
 
 namespace optstep {
 
+// The generated callback service with Step raw (ByteBuffer in and out; step_reactor.h).
+using OptimizerServiceBase = v1::OptimizerService::WithCallbackMethod_CreateSession<
+    v1::OptimizerService::WithCallbackMethod_GetSession<
+        v1::OptimizerService::WithCallbackMethod_ListSessions<
+            v1::OptimizerService::WithCallbackMethod_CloseSession<
+                v1::OptimizerService::WithCallbackMethod_InitParameters<
+                    v1::OptimizerService::WithRawCallbackMethod_Step<
+                        v1::OptimizerService::WithCallbackMethod_PullParameters<
+                            v1::OptimizerService::Service>>>>>>>;
+
 // The trainer-facing service (callback API). Each handler converts and validates the request
 // (server/rpc/convert), calls the engine and converts back; no math here. Thread-safe.
-class OptimizerServiceImpl final : public v1::OptimizerService::CallbackService {
+class OptimizerServiceImpl final : public OptimizerServiceBase {
  public:
   // `engine` and `group` must outlive the service.
   OptimizerServiceImpl(Engine* engine, RankGroup* group) : engine_(engine), group_(group) {}
@@ -30,7 +40,7 @@ class OptimizerServiceImpl final : public v1::OptimizerService::CallbackService 
                                          v1::CloseSessionResponse* response) override;
   grpc::ServerReadReactor<v1::InitParametersRequest>* InitParameters(
       grpc::CallbackServerContext* context, v1::InitParametersResponse* response) override;
-  grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* Step(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Step(
       grpc::CallbackServerContext* context) override;
   grpc::ServerWriteReactor<v1::PullParametersResponse>* PullParameters(
       grpc::CallbackServerContext* context, const v1::PullParametersRequest* request) override;

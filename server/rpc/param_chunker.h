@@ -5,13 +5,15 @@
 #include <memory>
 #include <vector>
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include "optstep/v1/tensor.pb.h"
 #include "server/engine/param_snapshot.h"
 
 namespace optstep {
 
-// Cuts the parameters of a snapshot into TensorChunk messages of at most `max_bytes` of payload,
-// parameter by parameter in the order asked for. Holds the snapshot alive. Thread-compatible.
+// Cuts the parameters of a snapshot into chunks of at most `max_bytes` of payload, parameter by
+// parameter in the order asked for. Holds the snapshot alive. Thread-compatible.
 class ParamChunker {
  public:
   // `param_ids` empty means every parameter. REQUIRES: ids are valid for the snapshot.
@@ -20,10 +22,22 @@ class ParamChunker {
 
   // Number of chunks Next will produce in all.
   uint64_t num_chunks() const { return num_chunks_; }
-  // Fills the next chunk; false when done.
+  // Fills the next chunk (a copy of its bytes); false when done.
   bool Next(v1::TensorChunk* chunk);
+  // The next chunk as a serialised StepResponse{parameter} whose payload is a slice of the
+  // snapshot itself (no copy; the slice keeps the snapshot alive), so every trainer is sent the
+  // same bytes. `*payload_bytes`: the chunk's raw tensor bytes. False when done.
+  bool NextStepResponse(grpc::ByteBuffer* message, size_t* payload_bytes);
 
  private:
+  struct Range {
+    uint32_t param_id;
+    size_t byte_offset;
+    size_t bytes;
+  };
+  // The next range and advances; false when done.
+  bool NextRange(Range& range);
+
   std::shared_ptr<const ParamSnapshot> snapshot_;
   std::vector<uint32_t> ids_;
   size_t max_bytes_;

@@ -3,18 +3,21 @@
 #include <memory>
 #include <optional>
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/param_chunker.h"
+#include "server/rpc/raw_step_codec.h"
 #include "server/rpc/status_bridge.h"
 
 namespace optstep {
 namespace {
 
-class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>,
+class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                           public std::enable_shared_from_this<StepReactor> {
  public:
   explicit StepReactor(Engine* engine) : engine_(engine) {}
@@ -39,8 +42,11 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
         }
         return;
       }
-      if (request_.kind_case() != v1::StepRequest::kCommit) {
+      absl::Status decoded = DecodeStepRequest(request_, view_);
+      if (!decoded.ok()) return FinishLocked(ToGrpcStatus(decoded));
+      if (view_.kind != v1::StepRequest::kCommit) {
         absl::Status status = Handle();
+        request_.Clear();  // releases the received slices
         if (!status.ok()) return FinishLocked(ToGrpcStatus(status));
         StartRead(&request_);
         return;
@@ -52,7 +58,7 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
       phase_ = Phase::kWaiting;
       session = session_;
       contribution = contribution_;
-      num_elements = request_.commit().num_elements();
+      num_elements = view_.commit.num_elements();
     }
     // Without the lock: the session may call back on this thread (a replayed step).
     std::weak_ptr<StepReactor> weak = weak_from_this();
@@ -84,11 +90,11 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
   enum class Phase { kHeader, kReceiving, kWaiting };
 
   absl::Status Handle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    switch (request_.kind_case()) {
+    switch (view_.kind) {
       case v1::StepRequest::kHeader:
-        return HandleHeader(request_.header());
+        return HandleHeader(view_.header);
       case v1::StepRequest::kGradient:
-        return HandleGradient(request_.gradient());
+        return HandleGradient(view_.gradient);
       default:
         return absl::InvalidArgumentError("step stream: empty StepRequest");
     }
@@ -116,26 +122,26 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
     return absl::OkStatus();
   }
 
-  absl::Status HandleGradient(const v1::TensorChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  absl::Status HandleGradient(const TensorChunkView& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ != Phase::kReceiving) {
       return absl::InvalidArgumentError("step stream: gradient chunk before the StepHeader");
     }
-    if (chunk.data().size() > kMaxChunkBytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("gradient chunk of param_id ", chunk.param_id(),
-                                                       ": ", chunk.data().size(),
+    if (chunk.data_bytes > kMaxChunkBytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("gradient chunk of param_id ", chunk.param_id,
+                                                       ": ", chunk.data_bytes,
                                                        " bytes exceeds the ", kMaxChunkBytes,
                                                        "-byte chunk limit"));
     }
-    auto dtype = DTypeFromProto(chunk.dtype(), absl::StrCat("gradient chunk of param_id ",
-                                                           chunk.param_id()));
+    auto dtype = DTypeFromProto(static_cast<v1::DType>(chunk.dtype),
+                                absl::StrCat("gradient chunk of param_id ", chunk.param_id));
     if (!dtype.ok()) return dtype.status();
-    if (chunk.offset() > (uint64_t{1} << 62)) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient chunk of param_id ", chunk.param_id(),
-                                                     ": offset ", chunk.offset(), " out of range"));
+    if (chunk.offset > (uint64_t{1} << 62)) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient chunk of param_id ", chunk.param_id,
+                                                     ": offset ", chunk.offset, " out of range"));
     }
-    return session_->AddGradient(contribution_, static_cast<int>(std::min<uint32_t>(chunk.param_id(), 1u << 30)),
-                                 static_cast<int64_t>(chunk.offset()), *dtype, chunk.data().data(),
-                                 chunk.data().size());
+    return session_->AddGradient(contribution_,
+                                 static_cast<int>(std::min<uint32_t>(chunk.param_id, 1u << 30)),
+                                 static_cast<int64_t>(chunk.offset), *dtype, chunk.data);
   }
 
   // Called by the engine once the step is applied or aborted (the worker thread, or this stream's
@@ -147,20 +153,24 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
     const StepOutcome& o = *outcome;
     if (o.params != nullptr) chunker_.emplace(o.params, return_ids_, kMaxChunkBytes);
     egress_started_ = absl::Now();
-    response_.Clear();
-    v1::StepResult* result = response_.mutable_result();
+    v1::StepResponse response;
+    v1::StepResult* result = response.mutable_result();
     result->set_step(o.step);
     result->set_skipped(o.skipped);
     result->set_grad_norm(o.grad_norm);
     result->set_clipped(o.clipped);
     result->set_params_to_follow(chunker_ ? chunker_->num_chunks() : 0);
+    bool own = false;
+    grpc::Status serialised =
+        grpc::SerializationTraits<v1::StepResponse>::Serialize(response, &response_, &own);
+    if (!serialised.ok()) return FinishLocked(serialised);
     StartWrite(&response_);
   }
 
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    response_.Clear();
-    if (chunker_ && chunker_->Next(response_.mutable_parameter())) {
-      ReportEgress(response_.parameter().data().size(), /*done=*/false);
+    size_t bytes = 0;
+    if (chunker_ && chunker_->NextStepResponse(&response_, &bytes)) {
+      ReportEgress(bytes, /*done=*/false);
       StartWrite(&response_);
       return;
     }
@@ -185,8 +195,9 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
   std::shared_ptr<StepReactor> self_;
 
   absl::Mutex mu_;
-  v1::StepRequest request_ ABSL_GUARDED_BY(mu_);
-  v1::StepResponse response_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer request_ ABSL_GUARDED_BY(mu_);
+  StepRequestView view_ ABSL_GUARDED_BY(mu_);  // of request_
+  grpc::ByteBuffer response_ ABSL_GUARDED_BY(mu_);
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kHeader;
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
   Contribution contribution_ ABSL_GUARDED_BY(mu_);
@@ -198,7 +209,7 @@ class StepReactor final : public grpc::ServerBidiReactor<v1::StepRequest, v1::St
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* StartStepReactor(Engine* engine) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(Engine* engine) {
   auto reactor = std::make_shared<StepReactor>(engine);
   StepReactor* raw = reactor.get();
   raw->Start(std::move(reactor));

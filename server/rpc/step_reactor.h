@@ -3,15 +3,17 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
 
 namespace optstep {
 
 // Starts the reactor of one Step stream (header, chunks, commit -> result, parameters). The
-// reactor owns itself and is released after OnDone; reactions never block: the step itself runs
-// on the engine's device worker, which calls back when the step is applied or aborted.
-grpc::ServerBidiReactor<v1::StepRequest, v1::StepResponse>* StartStepReactor(Engine* engine);
+// stream is raw: requests are decoded by hand from the received slices (raw_step_codec.h), so a
+// gradient chunk's bytes are copied once, from the network buffers into the step's buffers, and
+// parameter chunks go out as slices of the shared snapshot. The reactor owns itself and is
+// released after OnDone; reactions never block: the step itself runs on the engine's device
+// worker, which calls back when the step is applied or aborted.
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(Engine* engine);
 
 }  // namespace optstep
 

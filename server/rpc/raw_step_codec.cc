@@ -1,0 +1,205 @@
+#include "server/rpc/raw_step_codec.h"
+
+#include <algorithm>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+
+namespace optstep {
+namespace {
+
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::internal::WireFormatLite;
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("step stream: malformed StepRequest: ", what));
+}
+
+// Reads one tag inside the current limit: false at the limit (the message ended), an error for
+// a truncated or zero field number.
+absl::StatusOr<bool> NextTag(CodedInputStream& in, absl::string_view message, uint32_t& tag) {
+  if (in.BytesUntilLimit() == 0) return false;
+  tag = in.ReadTagNoLastTag();
+  if (tag == 0 || WireFormatLite::GetTagFieldNumber(tag) == 0) {
+    return Malformed(absl::StrCat(message, ": truncated or invalid tag with ", in.BytesUntilLimit(),
+                                  " bytes left"));
+  }
+  return true;
+}
+
+absl::Status ExpectWireType(uint32_t tag, WireFormatLite::WireType expected,
+                            absl::string_view field) {
+  const WireFormatLite::WireType got = WireFormatLite::GetTagWireType(tag);
+  if (got == expected) return absl::OkStatus();
+  return Malformed(absl::StrCat(field, " has wire type ", static_cast<int>(got), ", expected ",
+                                static_cast<int>(expected)));
+}
+
+absl::Status ReadVarint(CodedInputStream& in, absl::string_view field, uint64_t& value) {
+  if (!in.ReadVarint64(&value)) return Malformed(absl::StrCat(field, ": truncated varint"));
+  return absl::OkStatus();
+}
+
+// Reads the length of a length-delimited field (after its tag) and checks that it ends inside
+// the enclosing message.
+absl::StatusOr<int> ReadLength(CodedInputStream& in, uint32_t tag, absl::string_view field) {
+  OPTSTEP_RETURN_IF_ERROR(ExpectWireType(tag, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, field));
+  uint64_t length = 0;
+  OPTSTEP_RETURN_IF_ERROR(ReadVarint(in, absl::StrCat(field, " length"), length));
+  if (length > static_cast<uint64_t>(in.BytesUntilLimit())) {
+    return Malformed(absl::StrCat(field, ": length ", length, " runs past the end (",
+                                  in.BytesUntilLimit(), " bytes left)"));
+  }
+  return static_cast<int>(length);
+}
+
+absl::Status SkipUnknown(CodedInputStream& in, uint32_t tag, absl::string_view message) {
+  if (WireFormatLite::SkipField(&in, tag)) return absl::OkStatus();
+  return Malformed(absl::StrCat(message, ": field ", WireFormatLite::GetTagFieldNumber(tag),
+                                " with wire type ", static_cast<int>(WireFormatLite::GetTagWireType(tag)),
+                                " cannot be skipped"));
+}
+
+// Merges a small sub-message (header, commit) through protobuf.
+template <typename Message>
+absl::Status MergeMessage(CodedInputStream& in, uint32_t tag, absl::string_view field,
+                          Message& message) {
+  OPTSTEP_ASSIGN_OR_RETURN(const int length, ReadLength(in, tag, field));
+  std::string bytes;
+  if (!in.ReadString(&bytes, length) || !message.MergeFromString(bytes)) {
+    return Malformed(absl::StrCat(field, " does not parse as ", message.GetTypeName()));
+  }
+  return absl::OkStatus();
+}
+
+// The fields of a TensorChunk, merged into `chunk` (inside a limit set to its length).
+absl::Status MergeTensorChunk(CodedInputStream& in, TensorChunkView& chunk) {
+  constexpr absl::string_view kMessage = "gradient (field 2)";
+  uint32_t tag = 0;
+  while (true) {
+    OPTSTEP_ASSIGN_OR_RETURN(const bool more, NextTag(in, kMessage, tag));
+    if (!more) return absl::OkStatus();
+    uint64_t value = 0;
+    switch (WireFormatLite::GetTagFieldNumber(tag)) {
+      case 1:
+        OPTSTEP_RETURN_IF_ERROR(ExpectWireType(tag, WireFormatLite::WIRETYPE_VARINT, "param_id"));
+        OPTSTEP_RETURN_IF_ERROR(ReadVarint(in, "param_id", value));
+        chunk.param_id = static_cast<uint32_t>(value);  // as protobuf truncates a uint32
+        break;
+      case 2:
+        OPTSTEP_RETURN_IF_ERROR(ExpectWireType(tag, WireFormatLite::WIRETYPE_VARINT, "offset"));
+        OPTSTEP_RETURN_IF_ERROR(ReadVarint(in, "offset", chunk.offset));
+        break;
+      case 3:
+        OPTSTEP_RETURN_IF_ERROR(ExpectWireType(tag, WireFormatLite::WIRETYPE_VARINT, "dtype"));
+        OPTSTEP_RETURN_IF_ERROR(ReadVarint(in, "dtype", value));
+        chunk.dtype = static_cast<int32_t>(value);  // as protobuf reads an enum
+        break;
+      case 4: {
+        OPTSTEP_ASSIGN_OR_RETURN(int length, ReadLength(in, tag, "data"));
+        chunk.data.clear();
+        chunk.data_bytes = static_cast<size_t>(length);
+        while (length > 0) {
+          const void* piece = nullptr;
+          int size = 0;
+          if (!in.GetDirectBufferPointer(&piece, &size)) return Malformed("data: truncated");
+          const int n = std::min(length, size);
+          chunk.data.emplace_back(static_cast<const char*>(piece), n);
+          in.Skip(n);
+          length -= n;
+        }
+        break;
+      }
+      default:
+        OPTSTEP_RETURN_IF_ERROR(SkipUnknown(in, tag, kMessage));
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status DecodeStepRequest(grpc::ByteBuffer& buffer, StepRequestView& out) {
+  out.kind = v1::StepRequest::KIND_NOT_SET;
+  const size_t total = buffer.Length();
+  if (total > static_cast<size_t>(INT32_MAX)) {
+    return Malformed(absl::StrCat(total, " bytes is over the 2 GiB message limit"));
+  }
+  grpc::ProtoBufferReader reader(&buffer);
+  if (!reader.status().ok()) return absl::InternalError("step stream: unreadable message buffer");
+  CodedInputStream in(&reader);
+  in.PushLimit(static_cast<int>(total));
+  uint32_t tag = 0;
+  while (true) {
+    OPTSTEP_ASSIGN_OR_RETURN(const bool more, NextTag(in, "StepRequest", tag));
+    if (!more) return absl::OkStatus();
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    // A oneof member replaces another kind, and merges into itself when repeated.
+    const auto kind = static_cast<v1::StepRequest::KindCase>(field);
+    if ((field >= 1 && field <= 3) && out.kind != kind) {
+      out.header.Clear();
+      out.commit.Clear();
+      out.gradient = TensorChunkView();
+    }
+    switch (field) {
+      case 1:
+        OPTSTEP_RETURN_IF_ERROR(MergeMessage(in, tag, "header (field 1)", out.header));
+        break;
+      case 2: {
+        OPTSTEP_ASSIGN_OR_RETURN(const int length, ReadLength(in, tag, "gradient (field 2)"));
+        const CodedInputStream::Limit limit = in.PushLimit(length);
+        OPTSTEP_RETURN_IF_ERROR(MergeTensorChunk(in, out.gradient));
+        in.PopLimit(limit);
+        break;
+      }
+      case 3:
+        OPTSTEP_RETURN_IF_ERROR(MergeMessage(in, tag, "commit (field 3)", out.commit));
+        break;
+      default:
+        OPTSTEP_RETURN_IF_ERROR(SkipUnknown(in, tag, "StepRequest"));
+        continue;
+    }
+    out.kind = kind;
+  }
+}
+
+std::string EncodeParameterChunkHeader(uint32_t param_id, uint64_t offset, int dtype,
+                                       size_t data_bytes) {
+  std::string chunk;  // the TensorChunk's fields before data's payload
+  {
+    google::protobuf::io::StringOutputStream stream(&chunk);
+    CodedOutputStream out(&stream);
+    if (param_id != 0) WireFormatLite::WriteUInt32(1, param_id, &out);
+    if (offset != 0) WireFormatLite::WriteUInt64(2, offset, &out);
+    if (dtype != 0) WireFormatLite::WriteEnum(3, dtype, &out);
+    if (data_bytes != 0) {
+      WireFormatLite::WriteTag(4, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, &out);
+      out.WriteVarint64(data_bytes);
+    }
+  }
+  std::string header;  // StepResponse.parameter (field 2) around it
+  {
+    google::protobuf::io::StringOutputStream stream(&header);
+    CodedOutputStream out(&stream);
+    WireFormatLite::WriteTag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, &out);
+    out.WriteVarint64(chunk.size() + data_bytes);
+    out.WriteRaw(chunk.data(), static_cast<int>(chunk.size()));
+  }
+  return header;
+}
+
+grpc::ByteBuffer EncodeParameterChunk(uint32_t param_id, uint64_t offset, int dtype,
+                                      absl::string_view payload, void (*release)(void*),
+                                      void* arg) {
+  grpc::Slice slices[2] = {
+      grpc::Slice(EncodeParameterChunkHeader(param_id, offset, dtype, payload.size())),
+      grpc::Slice(const_cast<char*>(payload.data()), payload.size(), release, arg)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+}  // namespace optstep

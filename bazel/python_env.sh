@@ -41,6 +41,8 @@ start=$SECONDS
 # --no-build-isolation: build with the grpcio-tools just installed, so that the generated stubs
 # and the protobuf runtime agree.
 "${pip[@]}" --no-build-isolation -e "client/python[dev]" >&2
+# safetensors: tests/python/test_checkpoint_format.py reads checkpoint shards with it.
+"${pip[@]}" "safetensors>=0.4" >&2
 echo "python env ready in $((SECONDS - start)) s ($(du -sh "$VENV" | cut -f1))" >&2
 echo "$want" >"$stamp"
 echo "$VENV/bin/python"

@@ -19,6 +19,13 @@ const char kCommandUsage[] =
     "                             skipped steps, bytes (fp32 masters + optimizer state)\n"
     "  session show <session_id>  one session: parameters (shape, owner, group), groups\n"
     "                             (sub-optimizer, lr, weight decay, wd_mult) and layout\n"
+    "  ckpt inspect <dir>         checkpoint summary (offline): definition digest, world size,\n"
+    "                             step, parameters, tensors and bytes per shard\n"
+    "  ckpt verify <dir>          check every shard's CRC-32C against the manifest\n"
+    "  ckpt merge <src> <dst>     write <dst>, the checkpoint <src> as one shard\n"
+    "  ckpt split <src> <dst> --ranks=N\n"
+    "                             write <dst>, the checkpoint <src> as N shards (parameters\n"
+    "                             placed by estimated cost, as the server partitions them)\n"
     "\n"
     "exit status: 0 success (health: SERVING), 1 NOT_SERVING, 2 the call failed\n"
     "(unreachable, deadline exceeded, unknown session, ...), 64 bad command line.\n";

@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/cli/ckpt_commands.h"
 #include "client/cli/commands.h"
 #include "client/cpp/client_options.h"
 
@@ -21,6 +22,7 @@ ABSL_FLAG(std::string, server, "localhost:50051", "host:port of the optstep serv
 ABSL_FLAG(int32_t, timeout_ms, 3000,
           "deadline in milliseconds for connecting and for each call; keep it short for "
           "health probes");
+ABSL_FLAG(int32_t, ranks, 0, "ckpt split: number of shards (ranks) of the new checkpoint");
 
 namespace {
 
@@ -36,7 +38,7 @@ bool WantsHelp(int argc, char** argv) {
 
 void PrintHelp(std::ostream& out) {
   out << optstep::cli::kCommandUsage << "\nflags:\n";
-  for (const char* name : {"server", "timeout_ms"}) {
+  for (const char* name : {"server", "timeout_ms", "ranks"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     out << "  --" << name << "  " << flag->Help() << " (default: " << flag->DefaultValue()
         << ")\n";
@@ -53,6 +55,12 @@ int main(int argc, char** argv) {
   }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
 
+  if (positional.size() > 1 && absl::string_view(positional[1]) == "ckpt") {  // offline
+    optstep::cli::CkptOptions ckpt;
+    ckpt.ranks = absl::GetFlag(FLAGS_ranks);
+    const std::vector<std::string> args(positional.begin() + 1, positional.end());
+    return optstep::cli::RunCkptCommand(args, ckpt, std::cout, std::cerr);
+  }
   const int32_t timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   if (timeout_ms <= 0) {
     std::cerr << "optstep: --timeout_ms must be positive, not " << timeout_ms << "\n";

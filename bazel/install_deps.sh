@@ -7,7 +7,7 @@ PACKAGES=(
   bazel-bootstrap g++ make python3 python3-venv
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev liblapacke-dev nlohmann-json3-dev libgloo-dev
+  libopenblas-dev liblapacke-dev nlohmann-json3-dev libgloo-dev prometheus-cpp-dev openssl
 )
 
 missing=()

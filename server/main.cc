@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -27,6 +28,9 @@
 #include "glog/logging.h"
 #include "kernels/comm/communicator.h"
 #include "server/engine/engine.h"
+#include "server/rpc/auth.h"
+#include "server/rpc/credentials.h"
+#include "server/rpc/metrics.h"
 #include "server/rpc/rank_group.h"
 #include "server/rpc/rendezvous.h"
 #include "server/rpc/server.h"
@@ -53,6 +57,31 @@ ABSL_FLAG(int64_t, max_params_per_session, 1 << 20, "Most parameters in one sess
 ABSL_FLAG(int64_t, max_session_bytes, 0,
           "Most bytes of masters, gradients and optimizer state per session; 0 = no limit.");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 10000, "Time running calls get to finish on SIGTERM.");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Directory of Save / Load checkpoints (the same shared file system on every rank); "
+          "empty: Save and Load answer FAILED_PRECONDITION.");
+ABSL_FLAG(int, keep_checkpoints, 0, "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
+ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
+          "Largest gRPC message received or sent; a larger one fails with RESOURCE_EXHAUSTED. "
+          "Must hold a 4 MiB chunk plus its envelope for full-size chunks.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of this rank: TLS on its port, and its client certificate "
+          "towards the other ranks. Unset (with --tls_key): plaintext.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: every client must present a certificate it signed (mutual TLS).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle that signed the other ranks' certificates; default --tls_client_ca.");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "File of bearer tokens, one 'TOKEN [user|admin]' a line; set: every call but health "
+          "needs one (admin calls an admin token). Requires TLS. The ranks call each other with "
+          "the first admin token.");
+ABSL_FLAG(int, metrics_port, 0,
+          "Port of the Prometheus /metrics endpoint (on --host); 0: off, -1: any free port.");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "Write the bound metrics port to this file once serving (for tests and sidecars).");
+ABSL_FLAG(std::string, log_level, "info", "Least severe log line written: debug, info, warning "
+          "or error.");
 
 namespace optstep {
 
@@ -107,7 +136,56 @@ std::string AdvertiseHost() {
   return name;
 }
 
+// --log_level onto glog: the least severity written; debug also turns on VLOG(1) lines.
+bool ApplyLogLevel(const std::string& level) {
+  if (level == "debug") {
+    FLAGS_minloglevel = google::GLOG_INFO;
+    FLAGS_v = 1;
+  } else if (level == "info") {
+    FLAGS_minloglevel = google::GLOG_INFO;
+  } else if (level == "warning") {
+    FLAGS_minloglevel = google::GLOG_WARNING;
+  } else if (level == "error") {
+    FLAGS_minloglevel = google::GLOG_ERROR;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+TlsFiles TlsFromFlags() {
+  TlsFiles tls;
+  tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  return tls;
+}
+
+// Serves /metrics when --metrics_port asks for it; answers the bound port (0: off).
+absl::StatusOr<int> ServeMetrics(ServerMetrics& metrics, const std::string& host, Engine* engine) {
+  const int port = absl::GetFlag(FLAGS_metrics_port);
+  if (port == 0) return 0;
+  absl::Status serving = metrics.Serve(host, port < 0 ? 0 : port, engine);
+  if (!serving.ok()) return serving;
+  const std::string port_file = absl::GetFlag(FLAGS_metrics_port_file);
+  if (!port_file.empty()) {
+    std::ofstream out(port_file);
+    out << metrics.port() << "\n";
+    if (!out) {
+      return absl::InternalError(
+          absl::StrCat("cannot write --metrics_port_file '", port_file, "'"));
+    }
+  }
+  return metrics.port();
+}
+
 int Run() {
+  if (!ApplyLogLevel(absl::GetFlag(FLAGS_log_level))) {
+    LOG(ERROR) << "--log_level='" << absl::GetFlag(FLAGS_log_level)
+               << "' is not one of debug, info, warning, error";
+    return 1;
+  }
   const int rank = ResolveRank();
   const int world = ResolveWorldSize();
   if (rank < 0 || rank >= world) {
@@ -135,6 +213,31 @@ int Run() {
   server_options.host = absl::GetFlag(FLAGS_host);
   server_options.port = absl::GetFlag(FLAGS_port);
   server_options.serve_rendezvous = world > 1 && rank == 0;
+  server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  server_options.tls = TlsFromFlags();
+  std::string peer_token;
+  if (!absl::GetFlag(FLAGS_auth_tokens_file).empty()) {
+    auto tokens = TokenTable::Load(absl::GetFlag(FLAGS_auth_tokens_file));
+    if (!tokens.ok()) {
+      LOG(ERROR) << "--auth_tokens_file: " << tokens.status();
+      return 1;
+    }
+    peer_token = tokens->FirstAdminToken();
+    if (world > 1 && peer_token.empty()) {
+      LOG(ERROR) << "--auth_tokens_file has no admin token: the " << world
+                 << " ranks call each other with the first admin token";
+      return 1;
+    }
+    server_options.tokens = *std::move(tokens);
+  }
+  auto peer_credentials = MakePeerCredentials(server_options.tls, peer_token);
+  if (!peer_credentials.ok()) {
+    LOG(ERROR) << peer_credentials.status();
+    return 1;
+  }
+  auto metrics = std::make_shared<ServerMetrics>();
+  engine_options.step_observer = metrics;
+  server_options.metrics = metrics.get();
 
   // Rank 0's store is reached through its own port, known once the server listens; the
   // communicators are created only after that (at the first session).
@@ -165,6 +268,9 @@ int Run() {
   group_options.rank = rank;
   group_options.world_size = world;
   group_options.timeout = comm_timeout;
+  group_options.peer_credentials = *peer_credentials;
+  group_options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  group_options.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   RankGroup group(group_options, engine->get());
 
   auto server = Server::Start(server_options, engine->get(), &group);
@@ -175,11 +281,18 @@ int Run() {
   const std::string address = absl::StrCat(advertise_host, ":", (*server)->port());
   if (world > 1) {
     if (rank == 0) store_target = address;
-    store = std::make_shared<GrpcKeyValueStore>(store_target);
+    store = std::make_shared<GrpcKeyValueStore>(store_target, *peer_credentials);
+  }
+  absl::StatusOr<int> metrics_port = ServeMetrics(*metrics, server_options.host, engine->get());
+  if (!metrics_port.ok()) {
+    LOG(ERROR) << metrics_port.status();
+    metrics->StopServing();
+    return 1;
   }
   std::cout << "listening on " << server_options.host << ":" << (*server)->port() << " (device "
-            << (*engine)->device().name() << ", rank " << rank << " of " << world << ")"
-            << std::endl;
+            << (*engine)->device().name() << ", rank " << rank << " of " << world
+            << (*metrics_port > 0 ? absl::StrCat(", metrics port ", *metrics_port) : "")
+            << (server_options.tls.enabled() ? ", tls" : "") << ")" << std::endl;
 
   std::thread join_thread([&] {
     absl::Status joined = group.Join(address, store);
@@ -201,6 +314,7 @@ int Run() {
   signal_thread.join();
   join_thread.join();
   server->reset();
+  metrics->StopServing();
   engine->reset();
   LOG(INFO) << "stopped";
   return 0;

@@ -2,6 +2,11 @@
 
 #include <grpc/grpc.h>
 
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
 namespace optstep {
@@ -13,6 +18,30 @@ constexpr int kMaxFrameBytes = (1 << 24) - 1;
 constexpr size_t kMaxChunkBytes = 4 << 20;
 // Room for the envelope of a chunk message (ids, offset, dtype, field tags).
 constexpr size_t kChunkEnvelopeBytes = 1024;
+
+}  // namespace
+
+namespace {
+
+absl::Status ValidateSecurity(const ClientOptions& options) {
+  if (!options.tls) {
+    if (!options.token.empty()) {
+      return absl::InvalidArgumentError(
+          "ClientOptions: a token needs tls (the server checks tokens only on TLS connections, "
+          "and a token must not cross the network in clear)");
+    }
+    if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
+        !options.tls_key_file.empty() || !options.tls_server_name.empty()) {
+      return absl::InvalidArgumentError("ClientOptions: TLS files or server name set without tls");
+    }
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions: a client certificate needs both tls_cert_file and tls_key_file; got '",
+        options.tls_cert_file, "' and '", options.tls_key_file, "'"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -61,7 +90,7 @@ absl::Status ValidateClientOptions(const ClientOptions& options) {
         " cannot hold a chunk of max_chunk_bytes ", options.max_chunk_bytes, " plus ",
         kChunkEnvelopeBytes, " bytes of envelope"));
   }
-  return absl::OkStatus();
+  return ValidateSecurity(options);
 }
 
 grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options) {
@@ -74,7 +103,45 @@ grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options) {
   // One TCP connection per Client (and per rank) rather than one shared by every channel to the
   // same address in the process: trainers in one process should not share a pipe.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
   return args;
+}
+
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("ClientOptions: cannot read ", what, " '", path, "'"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ClientOptions& options) {
+  if (!options.tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  const struct {
+    const std::string& path;
+    const char* what;
+    std::string& pem;
+  } files[] = {{options.tls_ca_file, "tls_ca_file", ssl.pem_root_certs},
+               {options.tls_cert_file, "tls_cert_file", ssl.pem_cert_chain},
+               {options.tls_key_file, "tls_key_file", ssl.pem_private_key}};
+  for (const auto& file : files) {
+    if (file.path.empty()) continue;
+    absl::StatusOr<std::string> text = ReadFile(file.path, file.what);
+    if (!text.ok()) return text.status();
+    file.pem = *std::move(text);
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(ssl);
+  if (options.token.empty()) return credentials;
+  return grpc::CompositeChannelCredentials(credentials,
+                                           grpc::AccessTokenCredentials(options.token));
 }
 
 }  // namespace client_internal

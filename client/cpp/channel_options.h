@@ -5,9 +5,13 @@
 // settings that DESIGN.md §4 measured (BDP probe off, large stream window, large frames).
 // Internal to client/.
 
+#include <memory>
+
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "client/cpp/client_options.h"
 
 namespace optstep {
@@ -15,11 +19,17 @@ namespace client_internal {
 
 // INVALID_ARGUMENT for a missing target, an out-of-range size (frame size outside the HTTP/2
 // range [16384, 16777215], chunk size outside [4, 4 MiB], a message size that cannot hold a full
-// chunk) or a non-positive timeout.
+// chunk), a non-positive timeout, a token or TLS file without `tls`, or a client certificate
+// without its key (or the reverse).
 absl::Status ValidateClientOptions(const ClientOptions& options);
 
 // REQUIRES: ValidateClientOptions(options).ok().
 grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options);
+
+// Insecure, or TLS (with a client certificate) plus the bearer token. NOT_FOUND naming an
+// unreadable file. REQUIRES: ValidateClientOptions(options).ok().
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ClientOptions& options);
 
 }  // namespace client_internal
 }  // namespace optstep

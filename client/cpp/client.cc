@@ -16,6 +16,7 @@
 #include "client/cpp/step_call.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/status_macros.h"
+#include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 
 namespace optstep {
@@ -51,11 +52,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   if (targets.empty()) targets.push_back(options.target);
 
   const grpc::ChannelArguments args = client_internal::MakeChannelArguments(options);
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                           client_internal::MakeChannelCredentials(options));
   std::vector<std::unique_ptr<Rank>> ranks;
   for (const std::string& target : targets) {
     auto rank = std::make_unique<Rank>();
     rank->target = target;
-    rank->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    rank->channel = grpc::CreateCustomChannel(target, credentials, args);
     rank->service = v1::OptimizerService::NewStub(rank->channel);
     rank->health = grpc::health::v1::Health::NewStub(rank->channel);
     ranks.push_back(std::move(rank));
@@ -341,6 +344,110 @@ absl::StatusOr<bool> Client::CheckHealth(absl::string_view service) {
   grpc::health::v1::HealthCheckResponse response;
   OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(ranks_[0]->health->Check(&context, request, &response)));
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+// ---- Checkpoints and state dicts
+
+namespace {
+
+absl::StatusOr<v1::CheckpointProgress> DrainProgress(
+    grpc::ClientContext& context, grpc::ClientReader<v1::CheckpointProgress>& reader,
+    const Client::CheckpointProgressFn& progress) {
+  v1::CheckpointProgress last;
+  v1::CheckpointProgress report;
+  while (reader.Read(&report)) {
+    last = report;
+    if (progress) progress(report);
+  }
+  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(reader.Finish()));
+  return last;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::CheckpointProgress> Client::Save(absl::string_view session_id,
+                                                    absl::string_view name,
+                                                    const CheckpointProgressFn& progress) {
+  grpc::ClientContext context;
+  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+  v1::SaveRequest request;
+  request.set_session_id(std::string(session_id));
+  request.set_name(std::string(name));
+  auto stub = v1::CheckpointService::NewStub(ranks_[0]->channel);
+  auto reader = stub->Save(&context, request);
+  return DrainProgress(context, *reader, progress);
+}
+
+absl::StatusOr<v1::CheckpointProgress> Client::Load(absl::string_view session_id,
+                                                    absl::string_view name,
+                                                    const CheckpointProgressFn& progress) {
+  grpc::ClientContext context;
+  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+  v1::LoadRequest request;
+  request.set_session_id(std::string(session_id));
+  request.set_name(std::string(name));
+  auto stub = v1::CheckpointService::NewStub(ranks_[0]->channel);
+  auto reader = stub->Load(&context, request);
+  OPTSTEP_ASSIGN_OR_RETURN(v1::CheckpointProgress last, DrainProgress(context, *reader, progress));
+  absl::MutexLock lock(&mu_);
+  layouts_.erase(std::string(session_id));  // counters changed; the layout may be asked again
+  return last;
+}
+
+absl::StatusOr<std::vector<Client::StateDictEntry>> Client::ExportStateDict(
+    const v1::ExportStateDictRequest& request) {
+  grpc::ClientContext context;
+  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+  auto stub = v1::CheckpointService::NewStub(ranks_[0]->channel);
+  auto reader = stub->ExportStateDict(&context, request);
+  std::vector<StateDictEntry> entries;
+  v1::StateDictChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (entries.empty() || entries.back().key != chunk.key() ||
+        entries.back().chunk_key != chunk.chunk_key() ||
+        entries.back().sub_optimizer != chunk.sub_optimizer()) {
+      StateDictEntry entry;
+      entry.sub_optimizer = chunk.sub_optimizer();
+      entry.chunk_key = chunk.chunk_key();
+      entry.key = chunk.key();
+      entry.dtype = chunk.dtype();
+      entry.shape.assign(chunk.shape().begin(), chunk.shape().end());
+      entries.push_back(std::move(entry));
+    }
+    entries.back().bytes += chunk.data();  // chunks of a tensor arrive in order
+  }
+  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  return entries;
+}
+
+absl::Status Client::ImportStateDict(absl::string_view session_id,
+                                     absl::Span<const StateDictEntry> entries) {
+  grpc::ClientContext context;
+  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+  auto stub = v1::CheckpointService::NewStub(ranks_[0]->channel);
+  v1::ImportStateDictResponse response;
+  auto writer = stub->ImportStateDict(&context, &response);
+  v1::StateDictChunk chunk;
+  bool first = true;
+  for (const StateDictEntry& entry : entries) {
+    const size_t element = entry.dtype == v1::DTYPE_INT64 ? 8 : 4;
+    const size_t piece = options_.max_chunk_bytes / element * element;
+    for (size_t offset = 0; offset == 0 || offset < entry.bytes.size(); offset += piece) {
+      chunk.Clear();
+      if (first) chunk.set_session_id(std::string(session_id));
+      first = false;
+      chunk.set_key(entry.key);
+      chunk.set_chunk_key(entry.chunk_key);
+      chunk.set_sub_optimizer(entry.sub_optimizer);
+      for (uint64_t d : entry.shape) chunk.add_shape(d);
+      chunk.set_offset(offset / element);
+      chunk.set_dtype(entry.dtype);
+      chunk.set_data(entry.bytes.substr(offset, piece));
+      if (!writer->Write(chunk)) break;
+    }
+  }
+  writer->WritesDone();
+  return FromGrpcStatus(writer->Finish());
 }
 
 }  // namespace optstep

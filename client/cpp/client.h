@@ -17,6 +17,7 @@
 //   OPTSTEP_ASSIGN_OR_RETURN(StepReply reply, client->Step(step, gradients));
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "client/cpp/client_options.h"
 #include "client/cpp/client_types.h"
 #include "kernels/dtype.h"
+#include "optstep/v1/checkpoint_service.pb.h"
 #include "optstep/v1/session.pb.h"
 
 namespace optstep {
@@ -96,6 +98,39 @@ class Client final {
   // Convenience: whole fp32 gradients per parameter.
   absl::StatusOr<StepReply> Step(const StepOptions& options,
                                  absl::Span<const FullGradient> gradients);
+
+  // ---- Checkpoints and state dicts (rank 0; docs/checkpoints.md). Each sees one step on every
+  // rank, while trainers may be stepping.
+
+  // Saves the session as checkpoint `name` under the servers' --checkpoint_root (FAILED_
+  // PRECONDITION when unset; INVALID_ARGUMENT for a name that escapes it; ALREADY_EXISTS).
+  // `progress` (optional) sees each report; the answer is the last one, with the step saved.
+  using CheckpointProgressFn = std::function<void(const v1::CheckpointProgress&)>;
+  absl::StatusOr<v1::CheckpointProgress> Save(absl::string_view session_id,
+                                              absl::string_view name,
+                                              const CheckpointProgressFn& progress = nullptr);
+  // Restores checkpoint `name` onto the session's current ranks; the answer's step is the step
+  // restored. FAILED_PRECONDITION for another definition or format version, DATA_LOSS for a
+  // damaged checkpoint (the running state is then unchanged).
+  absl::StatusOr<v1::CheckpointProgress> Load(absl::string_view session_id,
+                                              absl::string_view name,
+                                              const CheckpointProgressFn& progress = nullptr);
+
+  // One tensor of an exported state dict: its key, and for keyed layouts its chunk and
+  // sub-optimizer (spec §7.2).
+  struct StateDictEntry {
+    std::string sub_optimizer;
+    std::string chunk_key;
+    std::string key;
+    v1::DType dtype = v1::DTYPE_FP32;
+    std::vector<uint64_t> shape;
+    std::string bytes;  // little-endian, whole tensor
+  };
+  absl::StatusOr<std::vector<StateDictEntry>> ExportStateDict(
+      const v1::ExportStateDictRequest& request);
+  // Streams `entries` (any layout ExportStateDict answers) into the session.
+  absl::Status ImportStateDict(absl::string_view session_id,
+                               absl::Span<const StateDictEntry> entries);
 
   // ---- Health (grpc.health.v1 on rank 0)
 

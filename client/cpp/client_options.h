@@ -32,6 +32,19 @@ struct ClientOptions {
   // at once with UNAVAILABLE.
   bool wait_for_ready = false;
 
+  // Security (docs/security.md). With `tls`, the channels use TLS and verify the server's
+  // certificate against `tls_ca_file` (PEM; empty: the system's roots); with `tls_cert_file` and
+  // `tls_key_file` they also present a client certificate (mutual TLS). Files are read by
+  // Connect().
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Name checked against the server's certificate instead of the target's host; empty: the host.
+  std::string tls_server_name;
+  // Sent with every call as "authorization: Bearer <token>"; needs `tls`.
+  std::string token;
+
   // Transport tuning (DESIGN.md §4). Defaults are the measured throughput settings.
   // Largest message sent or received: a 4 MiB chunk plus its envelope fits easily.
   int max_message_bytes = 8 << 20;

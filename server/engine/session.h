@@ -150,6 +150,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Session& operator=(const Session&) = delete;
 
   const std::string& id() const { return id_; }
+  int rank() const { return rank_; }
   const SessionConfig& config() const { return config_; }
   const Layout& layout() const { return layout_; }
   const std::vector<GroupRuntime>& groups() const { return groups_; }

@@ -1,80 +1,144 @@
 #include "server/rpc/checkpoint_service.h"
 
 #include <memory>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/status_macros.h"
+#include "server/engine/chained_state_dict.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/owned_write_reactor.h"
+#include "server/rpc/rank_group.h"
 #include "server/rpc/status_bridge.h"
 
 namespace optstep {
 namespace {
 
-v1::DType WireType(StateTensor::Type type) {
-  return type == StateTensor::Type::kI64 ? v1::DTYPE_INT64 : v1::DTYPE_FP32;
-}
-
-// Streams each tensor of the state dict in chunks of at most kMaxChunkBytes.
-class ExportReactor final : public OwnedWriteReactor<v1::StateDictChunk, ExportReactor> {
+// Streams the progress of a Save or Load: the latest report whenever the previous write is done
+// (reports in between are coalesced), then the final status.
+class ProgressReactor final : public OwnedWriteReactor<v1::CheckpointProgress, ProgressReactor> {
  public:
-  void Start(std::shared_ptr<ExportReactor> self, Engine* engine,
-             const v1::ExportStateDictRequest& request) {
-    Own(std::move(self));
-    auto session = engine->GetSession(request.session_id());
-    if (!session.ok()) {
-      absl::MutexLock lock(&mu_);
-      return FinishLocked(ToGrpcStatus(session.status()));
-    }
-    std::weak_ptr<ExportReactor> weak = weak_from_this();
-    (*session)->ExportState(
-        {request.model_chunks().begin(), request.model_chunks().end()},
-        [weak](absl::StatusOr<std::shared_ptr<const StateDict>> dict) {
-          if (auto self = weak.lock()) self->OnState(std::move(dict));
-        });
+  void Start(std::shared_ptr<ProgressReactor> self) { Own(std::move(self)); }
+
+  void Report(const CheckpointProgress& progress, uint64_t step) {
+    absl::MutexLock lock(&mu_);
+    pending_.set_bytes_done(progress.bytes_done);
+    pending_.set_bytes_total(progress.bytes_total);
+    pending_.set_files_done(progress.files_done);
+    pending_.set_files_total(progress.files_total);
+    pending_.set_step(step);
+    has_pending_ = true;
+    if (!writing_) WriteNextLocked();
+  }
+  void Done(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    status_ = ToGrpcStatus(status);
+    if (!writing_) WriteNextLocked();
   }
 
  private:
-  void OnState(absl::StatusOr<std::shared_ptr<const StateDict>> dict) {
-    absl::MutexLock lock(&mu_);
-    if (!dict.ok()) return FinishLocked(ToGrpcStatus(dict.status()));
-    dict_ = *std::move(dict);
-    next_ = dict_->begin();
-    WriteNextLocked();
-  }
-
   void WriteNextLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = false;
     if (finished_) return;
-    if (next_ == dict_->end()) return FinishLocked(grpc::Status::OK);
-    const auto& [key, tensor] = *next_;
-    const size_t element = tensor.type == StateTensor::Type::kI64 ? 8 : 4;
-    const size_t n = std::min(kMaxChunkBytes / element * element, tensor.bytes.size() - offset_);
-    chunk_.Clear();
-    chunk_.set_key(key);
-    for (int64_t d : tensor.shape) chunk_.add_shape(d);
-    chunk_.set_offset(offset_ / element);
-    chunk_.set_dtype(WireType(tensor.type));
-    chunk_.set_data(tensor.bytes.data() + offset_, n);
-    offset_ += n;
-    if (offset_ >= tensor.bytes.size()) {
-      ++next_;
-      offset_ = 0;
+    if (has_pending_) {
+      written_ = pending_;
+      has_pending_ = false;
+      writing_ = true;
+      return StartWrite(&written_);
     }
-    StartWrite(&chunk_);
+    if (done_) FinishLocked(status_);
   }
 
-  std::shared_ptr<const StateDict> dict_ ABSL_GUARDED_BY(mu_);
-  StateDict::const_iterator next_ ABSL_GUARDED_BY(mu_);
-  size_t offset_ ABSL_GUARDED_BY(mu_) = 0;
-  v1::StateDictChunk chunk_ ABSL_GUARDED_BY(mu_);
+  v1::CheckpointProgress pending_ ABSL_GUARDED_BY(mu_);
+  v1::CheckpointProgress written_ ABSL_GUARDED_BY(mu_);
+  bool has_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
 };
 
-// Collects the streamed tensors, then hands the whole dict to the session.
+using CheckpointRun = std::function<absl::StatusOr<uint64_t>(
+    RankGroup& group, Session& session, const std::string& name,
+    const CheckpointProgressCallback& progress)>;
+
+// Save and Load: the group's operation on a thread of its own (it blocks on other ranks and on
+// files), its progress streamed to the caller.
+grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(Engine* engine, RankGroup* group,
+                                                                const std::string& session_id,
+                                                                const std::string& name,
+                                                                CheckpointRun run) {
+  auto reactor = std::make_shared<ProgressReactor>();
+  ProgressReactor* raw = reactor.get();
+  raw->Start(reactor);
+  std::thread([engine, group, session_id, name, run = std::move(run), reactor] {
+    absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(session_id);
+    if (!session.ok()) return reactor->Done(session.status());
+    const uint64_t step = (*session)->stats().step;
+    CheckpointProgress last;
+    absl::StatusOr<uint64_t> done =
+        run(*group, **session, name, [&](const CheckpointProgress& progress) {
+          last = progress;
+          reactor->Report(progress, step);
+        });
+    if (done.ok()) reactor->Report(last, *done);  // the step saved or restored
+    reactor->Done(done.status());
+  }).detach();
+  return raw;
+}
+
+// The layouts of spec §7.2 over a merged dict.
+absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<const StateDict> flat,
+                                     const v1::ExportStateDictRequest& request) {
+  StreamedState out;
+  if (request.layout() == v1::STATE_DICT_LAYOUT_MERGED) {
+    for (const auto& [key, tensor] : *flat) out.tensors.push_back({"", "", key, &tensor});
+    out.keep = std::move(flat);
+    return out;
+  }
+  const std::string prefix = request.chunk_prefix().empty() ? "model" : request.chunk_prefix();
+  if (prefix != "model" && prefix != "model_") {
+    return absl::InvalidArgumentError(absl::StrCat("chunk_prefix '", request.chunk_prefix(),
+                                                   "' must be 'model' or 'model_'"));
+  }
+  const SessionConfig& config = session.config();
+  std::vector<ParamGroup> groups;
+  for (const GroupRuntime& g : session.groups()) groups.push_back(g.def);
+  const SubOptimizerChunks sub_chunks =
+      ChunkListsOf(config.params, groups, static_cast<int>(config.chain.sub_optimizers.size()));
+  auto chunked = std::make_shared<ChunkedStateDict>(
+      SplitByModelChunk(*flat, config.params, ChainChunkList(sub_chunks), prefix));
+  if (request.layout() == v1::STATE_DICT_LAYOUT_BY_MODEL_CHUNK) {
+    for (const auto& [chunk_key, dict] : *chunked) {
+      for (const auto& [key, tensor] : dict) out.tensors.push_back({chunk_key, "", key, &tensor});
+    }
+    out.keep = std::move(chunked);
+    return out;
+  }
+  if (request.layout() != v1::STATE_DICT_LAYOUT_BY_SUB_OPTIMIZER) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout ", static_cast<int>(request.layout()), " is not a StateDictLayout"));
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<ChunkedStateDict> split,
+                           SplitChunkedStateDict(*chunked, sub_chunks));
+  auto per_sub = std::make_shared<std::vector<ChunkedStateDict>>(std::move(split));
+  for (size_t j = 0; j < per_sub->size(); ++j) {
+    const std::string& sub = config.chain.sub_optimizers[j].name;
+    for (const auto& [chunk_key, dict] : (*per_sub)[j]) {
+      for (const auto& [key, tensor] : dict) out.tensors.push_back({chunk_key, sub, key, &tensor});
+    }
+  }
+  out.keep = std::move(per_sub);
+  return out;
+}
+
+// Collects the streamed tensors, then hands the dict to the group (on a thread of its own).
 class ImportReactor final : public grpc::ServerReadReactor<v1::StateDictChunk> {
  public:
-  ImportReactor(Engine* engine, v1::ImportStateDictResponse* response)
-      : engine_(engine), response_(response), dict_(std::make_shared<StateDict>()) {
+  ImportReactor(Engine* engine, RankGroup* group, v1::ImportStateDictResponse* response)
+      : engine_(engine), group_(group), response_(response) {
     StartRead(&chunk_);
   }
 
@@ -89,82 +153,81 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::StateDictChunk> {
  private:
   absl::Status Add() {
     if (session_ == nullptr) {
-      auto session = engine_->GetSession(chunk_.session_id());
-      if (!session.ok()) return session.status();
-      session_ = *std::move(session);
+      OPTSTEP_ASSIGN_OR_RETURN(session_, engine_->GetSession(chunk_.session_id()));
     }
-    const std::string what = absl::StrCat("state dict key '", chunk_.key(), "'");
-    if (chunk_.data().size() > kMaxChunkBytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(what, ": chunk of ", chunk_.data().size(),
-                                                       " bytes exceeds ", kMaxChunkBytes));
-    }
-    StateTensor::Type type;
-    if (chunk_.dtype() == v1::DTYPE_FP32) {
-      type = StateTensor::Type::kF32;
-    } else if (chunk_.dtype() == v1::DTYPE_INT64) {
-      type = StateTensor::Type::kI64;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": dtype ",
-                                                     static_cast<int>(chunk_.dtype()),
-                                                     " is not fp32 or int64"));
-    }
-    Shape shape(chunk_.shape().begin(), chunk_.shape().end());
-    for (int64_t d : shape) {
-      if (d < 1 || d > (int64_t{1} << 40)) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": dimension ", d, " out of range"));
-      }
-    }
-    const size_t element = type == StateTensor::Type::kI64 ? 8 : 4;
-    const size_t total = static_cast<size_t>(NumElements(shape)) * element;
-    auto [it, fresh] = dict_->try_emplace(chunk_.key());
-    StateTensor& tensor = it->second;
-    if (fresh) {
-      tensor.type = type;
-      tensor.shape = shape;
-      tensor.bytes.assign(total, '\0');
-    } else if (tensor.type != type || tensor.shape != shape) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": chunks disagree on dtype or shape"));
-    }
-    const size_t begin = chunk_.offset() * element;
-    if (chunk_.data().size() % element != 0 || begin > total ||
-        chunk_.data().size() > total - begin) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": chunk at element ", chunk_.offset(),
-                                                     " of ", chunk_.data().size(),
-                                                     " bytes exceeds ", total, " bytes"));
-    }
-    tensor.bytes.replace(begin, chunk_.data().size(), chunk_.data());
-    response_->set_bytes(response_->bytes() + chunk_.data().size());
-    return absl::OkStatus();
+    return assembler_.Add(chunk_);
   }
 
   void Apply() {
     if (session_ == nullptr) {
       return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty state dict stream"));
     }
-    response_->set_tensors(dict_->size());
-    session_->ImportState(dict_, [this](absl::Status status) { Finish(ToGrpcStatus(status)); });
+    std::thread([this] {
+      absl::StatusOr<std::shared_ptr<const StateDict>> dict = assembler_.Build(*session_);
+      absl::Status status = dict.status();
+      if (dict.ok()) {
+        response_->set_tensors((*dict)->size());
+        response_->set_bytes(assembler_.bytes());
+        status = group_->ImportStateDict(*session_, *std::move(dict));
+      }
+      Finish(ToGrpcStatus(status));
+    }).detach();
   }
 
   Engine* const engine_;
+  RankGroup* const group_;
   v1::ImportStateDictResponse* const response_;
-  std::shared_ptr<StateDict> dict_;
+  StateDictAssembler assembler_;
   std::shared_ptr<Session> session_;
   v1::StateDictChunk chunk_;
 };
 
 }  // namespace
 
+CheckpointServiceImpl::CheckpointServiceImpl(Engine* engine, RankGroup* group)
+    : engine_(engine),
+      own_group_(group == nullptr ? std::make_unique<RankGroup>(RankGroupOptions{}, engine)
+                                  : nullptr),
+      group_(group == nullptr ? own_group_.get() : group) {}
+
+CheckpointServiceImpl::~CheckpointServiceImpl() = default;
+
+grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Save(
+    grpc::CallbackServerContext*, const v1::SaveRequest* request) {
+  return RunCheckpoint(engine_, group_, request->session_id(), request->name(),
+                       [](RankGroup& group, Session& session, const std::string& name,
+                          const CheckpointProgressCallback& progress) {
+                         return group.SaveCheckpoint(session, name, progress);
+                       });
+}
+
+grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Load(
+    grpc::CallbackServerContext*, const v1::LoadRequest* request) {
+  return RunCheckpoint(engine_, group_, request->session_id(), request->name(),
+                       [](RankGroup& group, Session& session, const std::string& name,
+                          const CheckpointProgressCallback& progress) {
+                         return group.LoadCheckpoint(session, name, progress);
+                       });
+}
+
 grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportStateDict(
     grpc::CallbackServerContext*, const v1::ExportStateDictRequest* request) {
-  auto reactor = std::make_shared<ExportReactor>();
-  ExportReactor* raw = reactor.get();
-  raw->Start(std::move(reactor), engine_, *request);
-  return raw;
+  return NewStateStreamReactor([engine = engine_, group = group_, request = *request](
+                                   std::function<void(absl::StatusOr<StreamedState>)> deliver) {
+    std::thread([engine, group, request, deliver = std::move(deliver)] {
+      absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(request.session_id());
+      if (!session.ok()) return deliver(session.status());
+      absl::StatusOr<std::shared_ptr<const StateDict>> dict = group->ExportStateDict(
+          **session, {request.model_chunks().begin(), request.model_chunks().end()});
+      if (!dict.ok()) return deliver(dict.status());
+      deliver(LayOut(**session, *std::move(dict), request));
+    }).detach();
+  });
 }
 
 grpc::ServerReadReactor<v1::StateDictChunk>* CheckpointServiceImpl::ImportStateDict(
     grpc::CallbackServerContext*, v1::ImportStateDictResponse* response) {
-  return new ImportReactor(engine_, response);
+  return new ImportReactor(engine_, group_, response);
 }
 
 }  // namespace optstep

@@ -1,21 +1,39 @@
 #ifndef OPTSTEP_SERVER_RPC_CHECKPOINT_SERVICE_H_
 #define OPTSTEP_SERVER_RPC_CHECKPOINT_SERVICE_H_
 
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <grpcpp/grpcpp.h>
 
+#include "absl/status/statusor.h"
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "server/engine/engine.h"
+#include "server/engine/state_dict.h"
+#include "server/rpc/state_dict_stream.h"
 
 namespace optstep {
 
-// The checkpoint service of the v1 API. ExportStateDict / ImportStateDict stream a session's
-// state dict (one rank for now); Save and Load are not implemented in this build (the generated
-// base class answers UNIMPLEMENTED). Thread-safe.
+class RankGroup;
+
+// The checkpoint service of the v1 API (docs/checkpoints.md). Save / Load write and restore
+// checkpoint directories across every rank of the group; ExportStateDict / ImportStateDict
+// stream a session's state dict (merged, by model chunk or by sub-optimizer). All of them see
+// one step on every rank (RankGroup::WithHeldSession). Served by rank 0. Thread-safe.
 class CheckpointServiceImpl final : public v1::CheckpointService::CallbackService {
  public:
-  // `engine` must outlive the service.
-  explicit CheckpointServiceImpl(Engine* engine) : engine_(engine) {}
+  // `engine` and `group` must outlive the service. Without a group (tests of one rank), a group
+  // of one rank with default options is used.
+  CheckpointServiceImpl(Engine* engine, RankGroup* group = nullptr);
+  ~CheckpointServiceImpl() override;
 
+  grpc::ServerWriteReactor<v1::CheckpointProgress>* Save(grpc::CallbackServerContext* context,
+                                                         const v1::SaveRequest* request) override;
+  grpc::ServerWriteReactor<v1::CheckpointProgress>* Load(grpc::CallbackServerContext* context,
+                                                         const v1::LoadRequest* request) override;
   grpc::ServerWriteReactor<v1::StateDictChunk>* ExportStateDict(
       grpc::CallbackServerContext* context, const v1::ExportStateDictRequest* request) override;
   grpc::ServerReadReactor<v1::StateDictChunk>* ImportStateDict(
@@ -23,6 +41,8 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
 
  private:
   Engine* const engine_;
+  std::unique_ptr<RankGroup> own_group_;  // when none was given
+  RankGroup* const group_;
 };
 
 }  // namespace optstep

@@ -41,9 +41,10 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
   return reactor;
 }
 
-GrpcKeyValueStore::GrpcKeyValueStore(const std::string& target)
-    : stub_(v1::RendezvousService::NewStub(
-          grpc::CreateChannel(target, grpc::InsecureChannelCredentials()))) {}
+GrpcKeyValueStore::GrpcKeyValueStore(const std::string& target,
+                                     std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : stub_(v1::RendezvousService::NewStub(grpc::CreateChannel(
+          target, credentials ? std::move(credentials) : grpc::InsecureChannelCredentials()))) {}
 
 absl::Status GrpcKeyValueStore::Set(const std::string& key, const std::string& value) {
   grpc::ClientContext context;

@@ -36,7 +36,9 @@ class RendezvousServiceImpl final : public v1::RendezvousService::CallbackServic
 // to become ready (rank 0 may start after this rank), up to their deadline. Thread-safe.
 class GrpcKeyValueStore final : public KeyValueStore {
  public:
-  explicit GrpcKeyValueStore(const std::string& target);
+  // `credentials`: how to reach rank 0 (TLS, token); null: insecure.
+  explicit GrpcKeyValueStore(const std::string& target,
+                             std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override;

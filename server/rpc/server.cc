@@ -4,6 +4,8 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "kernels/status_macros.h"
 
 namespace optstep {
 
@@ -11,10 +13,23 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                                                       RankGroup* group) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  std::unique_ptr<Server> server(new Server(engine, group));
+  std::shared_ptr<grpc::AuthMetadataProcessor> processor;
+  if (options.tokens) {
+    ServerMetrics* metrics = options.metrics;
+    processor = MakeTokenProcessor(
+        *options.tokens, [metrics](absl::string_view method, absl::string_view code) {
+          if (metrics != nullptr) metrics->CountRpcError(method, code);
+        });
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                           MakeServerCredentials(options.tls, std::move(processor)));
+  std::unique_ptr<Server> server(new Server(engine, group, options.metrics));
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(address, credentials, &server->port_);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(server->tracker_.MakeFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.RegisterService(&server->optimizer_service_);
   builder.RegisterService(&server->checkpoint_service_);
   builder.RegisterService(&server->peer_service_);
@@ -62,6 +77,10 @@ void Server::Shutdown(absl::Time deadline) {
   }
   health_thread_.join();
   server_->GetHealthCheckService()->SetServingStatus(false);
+  engine_->StopAcceptingSteps();
+  if (!tracker_.AwaitNoSteps(deadline)) {
+    LOG(WARNING) << "event=shutdown_grace_expired active_steps=" << tracker_.active_steps();
+  }
   server_->Shutdown(absl::ToChronoTime(deadline));
 }
 

@@ -2,6 +2,7 @@
 #define OPTSTEP_SERVER_RPC_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -10,7 +11,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
+#include "server/rpc/auth.h"
+#include "server/rpc/call_tracker.h"
 #include "server/rpc/checkpoint_service.h"
+#include "server/rpc/credentials.h"
+#include "server/rpc/metrics.h"
 #include "server/rpc/optimizer_service.h"
 #include "server/rpc/rank_group.h"
 #include "server/rpc/rendezvous.h"
@@ -24,6 +29,12 @@ struct ServerOptions {
   int port = 0;  // 0: pick a free port
   // Largest gRPC message accepted; a 4 MiB chunk plus framing fits the default.
   int max_message_bytes = (4 << 20) + (64 << 10);
+  // TLS on the port (docs/security.md); disabled by default: plaintext.
+  TlsFiles tls;
+  // Set: every call but grpc.health.v1 needs a bearer token of this table (requires TLS).
+  std::optional<TokenTable> tokens;
+  // Counts calls, streams and errors; may be null. Must outlive the server.
+  ServerMetrics* metrics = nullptr;
 };
 
 // The gRPC server of one rank: optimizer and checkpoint services, grpc.health.v1 and reflection.
@@ -41,21 +52,24 @@ class Server {
   // Health SERVING when `ready` and the engine is healthy (checked until Shutdown; a rank whose
   // group lost a peer turns NOT_SERVING).
   void SetReady(bool ready);
-  // Health NOT_SERVING, then stops accepting calls and waits for running ones until `deadline`
-  // (cancelling what is left). Idempotent.
+  // Health NOT_SERVING and new Step streams refused (UNAVAILABLE) at once; then waits for the
+  // Step streams in progress to end, until `deadline`; then stops accepting calls and waits for
+  // running ones until `deadline` (cancelling what is left). Idempotent.
   void Shutdown(absl::Time deadline);
   // Blocks until Shutdown completes.
   void Wait();
 
  private:
-  Server(Engine* engine, RankGroup* group)
+  Server(Engine* engine, RankGroup* group, ServerMetrics* metrics)
       : engine_(engine),
+        tracker_(metrics),
         optimizer_service_(engine, group),
-        checkpoint_service_(engine),
-        peer_service_(engine) {}
+        checkpoint_service_(engine, group),
+        peer_service_(engine, group) {}
   void WatchHealth();
 
   Engine* const engine_;
+  CallTracker tracker_;
   OptimizerServiceImpl optimizer_service_;
   CheckpointServiceImpl checkpoint_service_;
   PeerServiceImpl peer_service_;

@@ -59,6 +59,9 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   }
   const std::string rest = line.substr(prefix.size());
   process->address_ = rest.substr(0, rest.find(' '));
+  const std::string metrics = "metrics port ";
+  const size_t at = rest.find(metrics);
+  if (at != std::string::npos) process->metrics_port_ = std::atoi(rest.c_str() + at + metrics.size());
   return process;
 }
 
@@ -78,9 +81,17 @@ absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
 }
 
 int ServerProcess::SignalAndWait(int signal) {
+  Signal(signal);
+  return Wait();
+}
+
+void ServerProcess::Signal(int signal) {
+  if (pid_ > 0) kill(pid_, signal);
+}
+
+int ServerProcess::Wait() {
   int status = 0;
   if (pid_ <= 0) return -1;
-  kill(pid_, signal);
   waitpid(pid_, &status, 0);
   pid_ = -1;
   return status;

@@ -27,12 +27,19 @@ class ServerProcess {
   pid_t pid() const { return pid_; }
   // Sends `signal` and waits for the exit; answers the exit status as waitpid reports it.
   int SignalAndWait(int signal);
+  // Sends `signal` and returns at once.
+  void Signal(int signal);
+  // Waits for the exit; answers the exit status as waitpid reports it.
+  int Wait();
+  // The port of /metrics that the server printed ("metrics port N"); 0 when it serves none.
+  int metrics_port() const { return metrics_port_; }
 
  private:
   ServerProcess() = default;
 
   pid_t pid_ = -1;
   std::string address_;
+  int metrics_port_ = 0;
 };
 
 // Starts a group of `world_size` ranks (rank 0 first, the others with --rendezvous pointing at

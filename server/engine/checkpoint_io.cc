@@ -1,0 +1,129 @@
+#include "server/engine/checkpoint_io.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "server/engine/checkpoint/checkpoint_reader.h"
+#include "server/engine/checkpoint/manifest.h"
+#include "server/engine/cost_model.h"
+
+namespace optstep {
+namespace {
+
+// Sub-optimizers and groups as the manifest records them (for people and tools; a load
+// matches groups by the definition, whose digest must be equal).
+std::string OptimizerJson(const Session& session) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const GroupRuntime& g : session.groups()) {
+    groups.push_back({{"id", g.def.id},
+                      {"sub_optimizer", session.config().chain.sub_optimizers[g.def.sub_optimizer].name},
+                      {"wd_mult", g.def.wd_mult},
+                      {"expert", g.def.expert},
+                      {"param_ids", g.def.param_ids}});
+  }
+  nlohmann::json subs = nlohmann::json::array();
+  for (const SubOptimizerConfig& sub : session.config().chain.sub_optimizers) {
+    subs.push_back({{"name", sub.name}, {"kind", sub.kind}});
+  }
+  return nlohmann::json{{"sub_optimizers", subs}, {"groups", groups}}.dump();
+}
+
+}  // namespace
+
+absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
+                                         const CheckpointLocation& where,
+                                         const CheckpointProgressCallback& progress) {
+  StateSelection selection;
+  selection.params = StateSelection::Params::kOwned;
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors, session.HeldTensors(token, selection));
+  std::vector<TensorSource> sources;
+  sources.reserve(tensors.size());
+  for (HeldTensor& t : tensors) {
+    TensorSource source;
+    source.key = t.key;
+    source.type = t.type;
+    source.shape = t.shape;
+    source.read = std::move(t.read);
+    sources.push_back(std::move(source));
+  }
+  return WriteCheckpointShard(where.root, where.name, session.rank(),
+                              session.layout().world_size, sources, progress);
+}
+
+absl::Status CommitSessionCheckpoint(Session& session, const HeldPoint& point,
+                                     const CheckpointLocation& where,
+                                     const std::string& definition_json,
+                                     const std::vector<ShardFile>& shards, int keep_last) {
+  const SessionConfig& config = session.config();
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<double> costs,
+                           EstimateStepCosts(config.chain, config.params));
+  Manifest manifest;
+  manifest.definition = definition_json;
+  manifest.world_size = session.layout().world_size;
+  manifest.step = point.step;
+  manifest.skipped_steps = point.skipped_steps;
+  for (size_t p = 0; p < config.params.size(); ++p) {
+    ManifestParam param;
+    param.name = config.params[p].name;
+    param.shape = config.params[p].shape;
+    param.model_chunk = config.params[p].model_chunk;
+    param.owner = session.layout().owner[p];
+    param.cost = costs[p];
+    manifest.params.push_back(std::move(param));
+  }
+  manifest.optimizer = OptimizerJson(session);
+  for (const ShardFile& shard : shards) {
+    manifest.shards.push_back(ManifestShard{shard.file, shard.bytes, shard.crc32c});
+  }
+  return CommitCheckpoint(where.root, where.name, manifest, keep_last);
+}
+
+absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,
+                                         const CheckpointLocation& where,
+                                         const std::string& definition_json,
+                                         const CheckpointProgressCallback& progress) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
+                           CheckpointReader::Open(where.root, where.name));
+  const Manifest& manifest = reader->manifest();
+  OPTSTEP_ASSIGN_OR_RETURN(std::string digest, DefinitionDigest(definition_json));
+  if (digest != manifest.definition_digest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint '", where.name, "' was saved from another session definition (digest ",
+        manifest.definition_digest, "); session '", session.id(), "' has ", digest));
+  }
+  OPTSTEP_RETURN_IF_ERROR(reader->Verify(progress));
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> wanted,
+                           session.HeldTensors(token, StateSelection{}));
+  auto state = std::make_shared<StateDict>();
+  CheckpointProgress read;  // the reads, after the verification's own progress
+  read.files_total = read.files_done = static_cast<int>(manifest.shards.size());
+  for (const HeldTensor& t : wanted) read.bytes_total += t.bytes;
+  for (const HeldTensor& t : wanted) {
+    const CheckpointTensor* found = reader->Find(t.key);
+    if (found == nullptr) {
+      return absl::DataLossError(absl::StrCat("checkpoint '", where.name, "' lacks tensor '",
+                                              t.key, "' that session '", session.id(),
+                                              "' needs"));
+    }
+    if (found->type != t.type || found->shape != t.shape) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint '", where.name, "': tensor '", t.key, "' has shape ",
+          ShapeString(found->shape), (found->type == StateTensor::Type::kI64 ? " I64" : " F32"),
+          "; the session expects ", ShapeString(t.shape),
+          (t.type == StateTensor::Type::kI64 ? " I64" : " F32")));
+    }
+    StateTensor& out = (*state)[t.key];
+    out.type = t.type;
+    out.shape = t.shape;
+    out.bytes.resize(found->bytes);
+    OPTSTEP_RETURN_IF_ERROR(reader->Read(*found, out.bytes.data()));
+    read.bytes_done += found->bytes;
+    if (progress) progress(read);
+  }
+  OPTSTEP_RETURN_IF_ERROR(session.StageState(token, std::move(state), /*complete=*/true));
+  return manifest.step;
+}
+
+}  // namespace optstep

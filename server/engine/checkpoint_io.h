@@ -1,0 +1,56 @@
+#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_IO_H_
+#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_IO_H_
+
+// A session's part in saving and loading checkpoint directories (docs/checkpoints.md). The
+// caller (server/rpc) holds the session at one resolution on every rank (Session::Hold / Settle)
+// and runs the parts in this order:
+//
+//   Save: rank 0 PrepareCheckpoint -> every rank WriteHeldShard -> rank 0 CommitSessionCheckpoint
+//   Load: every rank StageCheckpoint -> when all succeeded, every rank Session::ApplyStaged
+//
+// Shard r holds the masters and optimizer state of the parameters rank r owns, and the counters
+// (every shard). A load reads by exact key whatever the checkpoint's world size was: every master
+// (every rank holds them all) and the state of the parameters this rank owns now.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/engine/checkpoint/checkpoint_writer.h"
+#include "server/engine/session.h"
+
+namespace optstep {
+
+struct CheckpointLocation {
+  std::string root;  // the rank's --checkpoint_root (a shared file system)
+  std::string name;  // one directory under it (ValidateCheckpointName)
+};
+
+// Writes this rank's shard of the held state; `progress` is called as it goes (callers also
+// renew the hold's lease there).
+absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
+                                         const CheckpointLocation& where,
+                                         const CheckpointProgressCallback& progress);
+
+// Rank 0: the manifest of the held state (definition: opaque JSON text of the session's
+// definition; layout, costs, groups, counters) with every rank's shard, then the commit.
+absl::Status CommitSessionCheckpoint(Session& session, const HeldPoint& point,
+                                     const CheckpointLocation& where,
+                                     const std::string& definition_json,
+                                     const std::vector<ShardFile>& shards, int keep_last);
+
+// Opens and checks the checkpoint before anything changes: format version (FAILED_PRECONDITION),
+// definition digest against `definition_json` (FAILED_PRECONDITION naming both digests), sizes
+// and headers (DATA_LOSS), every shard's checksum (DATA_LOSS); then reads every tensor this rank
+// needs (DATA_LOSS naming a missing key or a mismatched shape) and stages it in the session.
+// Answers the checkpoint's step.
+absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,
+                                         const CheckpointLocation& where,
+                                         const std::string& definition_json,
+                                         const CheckpointProgressCallback& progress);
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_IO_H_

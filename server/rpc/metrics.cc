@@ -1,0 +1,171 @@
+#include "server/rpc/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <exception>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace optstep {
+namespace {
+
+constexpr const char *kPhaseNames[] = {"ingest", "step", "all_gather", "egress"};
+
+// 100 µs to about 50 s, a factor of about 2.5 apart: a tiny CPU step and a
+// large GPU one both land inside.
+prometheus::Histogram::BucketBoundaries PhaseBuckets() {
+  prometheus::Histogram::BucketBoundaries bounds;
+  for (double b = 1e-4; b < 60.0; b *= 2.5) bounds.push_back(b);
+  return bounds;
+}
+
+const char *StepEndName(StepObserver::StepEnd end) {
+  switch (end) {
+    case StepObserver::StepEnd::kApplied:
+      return "applied";
+    case StepObserver::StepEnd::kSkipped:
+      return "skipped";
+    case StepObserver::StepEnd::kAborted:
+      return "aborted";
+    case StepObserver::StepEnd::kFailed:
+      break;
+  }
+  return "failed";
+}
+
+prometheus::MetricFamily GaugeFamily(const std::string &name, const std::string &help,
+                                     double value) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = prometheus::MetricType::Gauge;
+  prometheus::ClientMetric metric;
+  metric.gauge.value = value;
+  family.metric.push_back(metric);
+  return family;
+}
+
+// Gauges read from the engine at each scrape, so they are exact without bookkeeping on every
+// session change.
+std::vector<prometheus::MetricFamily> EngineGauges(Engine &engine) {
+  const std::vector<std::shared_ptr<Session>> sessions = engine.ListSessions();
+  double bytes = 0.0;
+  for (const auto &session : sessions) {
+    const SessionStats stats = session->stats();
+    bytes += static_cast<double>(stats.param_bytes + stats.state_bytes + stats.buffer_bytes);
+  }
+  return {
+      GaugeFamily("optstep_sessions", "Sessions this rank holds.",
+                  static_cast<double>(sessions.size())),
+      GaugeFamily("optstep_device_memory_bytes",
+                  "Bytes of masters, optimizer state and gradient buffers on the device.", bytes)};
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  phases_ = &prometheus::BuildHistogram()
+                 .Name("optstep_step_phase_seconds")
+                 .Help("Duration of the phases of a step.")
+                 .Register(*registry_);
+  for (int p = 0; p < 4; ++p) {
+    phase_histograms_[p] = &phases_->Add({{"phase", kPhaseNames[p]}}, PhaseBuckets());
+  }
+  bytes_in_ = &prometheus::BuildCounter()
+                   .Name("optstep_gradient_bytes_received_total")
+                   .Help("Raw gradient bytes accepted from trainers.")
+                   .Register(*registry_)
+                   .Add({});
+  bytes_out_ = &prometheus::BuildCounter()
+                    .Name("optstep_parameter_bytes_sent_total")
+                    .Help("Raw parameter bytes streamed back to trainers.")
+                    .Register(*registry_)
+                    .Add({});
+  steps_ = &prometheus::BuildCounter()
+                .Name("optstep_steps_total")
+                .Help("Steps by how they ended: applied, skipped, aborted, failed.")
+                .Register(*registry_);
+  rpc_errors_ = &prometheus::BuildCounter()
+                     .Name("optstep_rpc_errors_total")
+                     .Help("Calls that ended with an error, by method and status code.")
+                     .Register(*registry_);
+  active_streams_ = &prometheus::BuildGauge()
+                         .Name("optstep_active_streams")
+                         .Help("Streaming calls in progress.")
+                         .Register(*registry_)
+                         .Add({});
+}
+
+ServerMetrics::~ServerMetrics() { StopServing(); }
+
+absl::Status ServerMetrics::Serve(const std::string &host, int port, Engine *engine) {
+  std::shared_ptr<prometheus::Registry> registry = registry_;
+  auto http = MetricsHttpServer::Start(host, port, [registry, engine] {
+    std::vector<prometheus::MetricFamily> families = registry->Collect();
+    for (prometheus::MetricFamily &family : EngineGauges(*engine)) {
+      families.push_back(std::move(family));
+    }
+    return prometheus::TextSerializer().Serialize(families);
+  });
+  if (!http.ok()) return http.status();
+  absl::MutexLock lock(&mu_);
+  http_ = *std::move(http);
+  return absl::OkStatus();
+}
+
+void ServerMetrics::StopServing() {
+  absl::MutexLock lock(&mu_);
+  http_.reset();  // joins the HTTP thread: no scrape reads the engine after this
+}
+
+int ServerMetrics::port() const {
+  absl::MutexLock lock(&mu_);
+  return http_ ? http_->port() : 0;
+}
+
+void ServerMetrics::OnPhase(Phase phase, absl::Duration duration) {
+  phase_histograms_[static_cast<int>(phase)]->Observe(absl::ToDoubleSeconds(duration));
+}
+
+void ServerMetrics::OnBytesIn(int64_t bytes) { bytes_in_->Increment(static_cast<double>(bytes)); }
+
+void ServerMetrics::OnBytesOut(int64_t bytes) { bytes_out_->Increment(static_cast<double>(bytes)); }
+
+void ServerMetrics::OnStepEnd(const std::string &session, uint64_t step, int rank, StepEnd end,
+                              absl::string_view error) {
+  const char *result = StepEndName(end);
+  steps_->Add({{"result", result}}).Increment();
+  if (end == StepEnd::kApplied || end == StepEnd::kSkipped) {
+    LOG(INFO) << "event=step_" << result << " session=" << session << " step=" << step
+              << " rank=" << rank;
+  } else {
+    LOG(WARNING) << "event=step_" << result << " session=" << session << " step=" << step
+                 << " rank=" << rank << " error=\"" << error << "\"";
+  }
+}
+
+void ServerMetrics::OnSessionCreated(const std::string &session, int rank, int64_t params) {
+  LOG(INFO) << "event=session_created session=" << session << " rank=" << rank
+            << " params=" << params;
+}
+
+void ServerMetrics::OnSessionClosed(const std::string &session, int rank) {
+  LOG(INFO) << "event=session_closed session=" << session << " rank=" << rank;
+}
+
+void ServerMetrics::StreamStarted() { active_streams_->Increment(); }
+
+void ServerMetrics::StreamEnded() { active_streams_->Decrement(); }
+
+void ServerMetrics::CountRpcError(absl::string_view method, absl::string_view code_name) {
+  rpc_errors_->Add({{"method", std::string(method)}, {"code", std::string(code_name)}}).Increment();
+}
+
+}  // namespace optstep

@@ -1,0 +1,174 @@
+#include "server/rpc/state_dict_stream.h"
+
+#include <algorithm>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/status_macros.h"
+#include "server/engine/chained_state_dict.h"
+#include "server/rpc/convert.h"
+#include "server/rpc/owned_write_reactor.h"
+#include "server/rpc/status_bridge.h"
+
+namespace optstep {
+namespace {
+
+v1::DType WireType(StateTensor::Type type) {
+  return type == StateTensor::Type::kI64 ? v1::DTYPE_INT64 : v1::DTYPE_FP32;
+}
+
+// Streams each tensor of a delivered state in chunks of at most kMaxChunkBytes.
+class StateStreamReactor final
+    : public OwnedWriteReactor<v1::StateDictChunk, StateStreamReactor> {
+ public:
+  void Start(std::shared_ptr<StateStreamReactor> self) { Own(std::move(self)); }
+
+  void Deliver(absl::StatusOr<StreamedState> state) {
+    absl::MutexLock lock(&mu_);
+    if (!state.ok()) return FinishLocked(ToGrpcStatus(state.status()));
+    state_ = *std::move(state);
+    next_ = 0;
+    WriteNextLocked();
+  }
+
+ private:
+  void WriteNextLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    if (next_ == state_.tensors.size()) return FinishLocked(grpc::Status::OK);
+    const StreamedTensor& item = state_.tensors[next_];
+    const StateTensor& tensor = *item.tensor;
+    const size_t element = tensor.type == StateTensor::Type::kI64 ? 8 : 4;
+    const size_t n = std::min(kMaxChunkBytes / element * element, tensor.bytes.size() - offset_);
+    chunk_.Clear();
+    chunk_.set_key(item.key);
+    chunk_.set_chunk_key(item.chunk_key);
+    chunk_.set_sub_optimizer(item.sub_optimizer);
+    for (int64_t d : tensor.shape) chunk_.add_shape(d);
+    chunk_.set_offset(offset_ / element);
+    chunk_.set_dtype(WireType(tensor.type));
+    chunk_.set_data(tensor.bytes.data() + offset_, n);
+    offset_ += n;
+    if (offset_ >= tensor.bytes.size()) {
+      ++next_;
+      offset_ = 0;
+    }
+    StartWrite(&chunk_);
+  }
+
+  StreamedState state_ ABSL_GUARDED_BY(mu_);
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t offset_ ABSL_GUARDED_BY(mu_) = 0;
+  v1::StateDictChunk chunk_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
+    std::function<void(std::function<void(absl::StatusOr<StreamedState>)> deliver)> produce) {
+  auto reactor = std::make_shared<StateStreamReactor>();
+  StateStreamReactor* raw = reactor.get();
+  raw->Start(reactor);
+  std::weak_ptr<StateStreamReactor> weak = reactor;
+  produce([weak](absl::StatusOr<StreamedState> state) {
+    if (auto self = weak.lock()) self->Deliver(std::move(state));
+  });
+  return raw;
+}
+
+absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
+  const std::string what = absl::StrCat("state dict key '", chunk.key(), "'");
+  if (chunk.data().size() > kMaxChunkBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": chunk of ", chunk.data().size(),
+                                                     " bytes exceeds ", kMaxChunkBytes));
+  }
+  StateTensor::Type type;
+  if (chunk.dtype() == v1::DTYPE_FP32) {
+    type = StateTensor::Type::kF32;
+  } else if (chunk.dtype() == v1::DTYPE_INT64) {
+    type = StateTensor::Type::kI64;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": dtype ", static_cast<int>(chunk.dtype()),
+                                                   " is not fp32 or int64"));
+  }
+  Shape shape(chunk.shape().begin(), chunk.shape().end());
+  for (int64_t d : shape) {
+    if (d < 1 || d > (int64_t{1} << 40)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": dimension ", d, " out of range"));
+    }
+  }
+  const size_t element = type == StateTensor::Type::kI64 ? 8 : 4;
+  const size_t total = static_cast<size_t>(NumElements(shape)) * element;
+  StateDict& dict = parts_[{chunk.sub_optimizer(), chunk.chunk_key()}];
+  auto [it, fresh] = dict.try_emplace(chunk.key());
+  StateTensor& tensor = it->second;
+  if (fresh) {
+    tensor.type = type;
+    tensor.shape = shape;
+    tensor.bytes.assign(total, '\0');
+  } else if (tensor.type != type || tensor.shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": chunks disagree on dtype or shape"));
+  }
+  const size_t begin = chunk.offset() * element;
+  if (chunk.data().size() % element != 0 || begin > total || chunk.data().size() > total - begin) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": chunk at element ", chunk.offset(),
+                                                   " of ", chunk.data().size(), " bytes exceeds ",
+                                                   total, " bytes"));
+  }
+  tensor.bytes.replace(begin, chunk.data().size(), chunk.data());
+  bytes_ += chunk.data().size();
+  return absl::OkStatus();
+}
+
+uint64_t StateDictAssembler::tensors() const {
+  uint64_t n = 0;
+  for (const auto& entry : parts_) n += entry.second.size();
+  return n;
+}
+
+absl::StatusOr<std::shared_ptr<const StateDict>> StateDictAssembler::Build(const Session& session) {
+  if (parts_.size() == 1 && parts_.begin()->first == std::make_pair(std::string(), std::string())) {
+    return std::make_shared<const StateDict>(std::move(parts_.begin()->second));
+  }
+  const SessionConfig& config = session.config();
+  const size_t num_subs = config.chain.sub_optimizers.size();
+  std::vector<ChunkedStateDict> per_sub(num_subs);
+  ChunkedStateDict chunked;
+  bool by_sub = false;
+  for (auto& [where, dict] : parts_) {
+    const auto& [sub, chunk_key] = where;
+    if (chunk_key.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state dict key '", dict.begin()->first,
+          "' has no chunk_key while other keys are keyed by model chunk"));
+    }
+    if (sub.empty()) {
+      chunked[chunk_key] = std::move(dict);
+      continue;
+    }
+    by_sub = true;
+    size_t j = 0;
+    while (j < num_subs && config.chain.sub_optimizers[j].name != sub) ++j;
+    if (j == num_subs) {
+      return absl::InvalidArgumentError(absl::StrCat("state dict chunk '", chunk_key,
+                                                     "': no sub-optimizer named '", sub, "'"));
+    }
+    per_sub[j][chunk_key] = std::move(dict);
+  }
+  parts_.clear();
+  if (by_sub) {
+    if (!chunked.empty()) {
+      return absl::InvalidArgumentError(
+          "a state dict is keyed either by model chunk or by sub-optimizer, not both");
+    }
+    std::vector<ParamGroup> groups;
+    for (const GroupRuntime& g : session.groups()) groups.push_back(g.def);
+    OPTSTEP_ASSIGN_OR_RETURN(
+        chunked, MergeChunkedStateDicts(
+                     per_sub, ChunkListsOf(config.params, groups, static_cast<int>(num_subs))));
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(StateDict flat, FlattenChunks(chunked));
+  return std::make_shared<const StateDict>(std::move(flat));
+}
+
+}  // namespace optstep

@@ -1,0 +1,352 @@
+// TLS, mutual TLS and bearer tokens through the real server: every RPC refuses a call without
+// a token, with an unknown token, with a user token where an admin one is needed, and over a
+// connection whose certificates the server does not trust, and none of these calls changes any
+// state. Health stays open for probes. A group of two ranks with TLS and tokens still steps.
+
+#include <fstream>
+#include <future>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/cpp/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "optstep/v1/checkpoint_service.pb.h"
+#include "optstep/v1/internal.pb.h"
+#include "optstep/v1/optimizer_service.pb.h"
+#include "tests/integration/test_pki.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::MakeTestPki;
+using ::optstep::testutil::ServerProcess;
+using ::optstep::testutil::StatusIs;
+using ::optstep::testutil::TestPki;
+using ::testing::HasSubstr;
+
+constexpr char kUserToken[] = "user-token-5f0c2b7e9a41";
+constexpr char kAdminToken[] = "admin-token-d83a6e1f27c9";
+constexpr char kWrongToken[] = "wrong-token-000000000000";
+
+std::vector<std::string> ServerFlags(const TestPki& pki, const std::string& tokens_file) {
+  return {"--tls_cert=" + pki.server_cert, "--tls_key=" + pki.server_key,
+          "--tls_client_ca=" + pki.ca, "--auth_tokens_file=" + tokens_file};
+}
+
+ClientOptions TlsOptions(const TestPki& pki, const std::string& target, const std::string& token) {
+  ClientOptions options;
+  options.target = target;
+  options.tls = true;
+  options.tls_ca_file = pki.ca;
+  options.tls_cert_file = pki.client_cert;
+  options.tls_key_file = pki.client_key;
+  options.token = token;
+  return options;
+}
+
+std::shared_ptr<grpc::Channel> Channel(const std::string& target, const TestPki& trusted,
+                                       const TestPki& identity) {
+  grpc::SslCredentialsOptions ssl;
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  ssl.pem_root_certs = read(trusted.ca);
+  ssl.pem_cert_chain = read(identity.client_cert);
+  ssl.pem_private_key = read(identity.client_key);
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a fresh handshake per channel
+  return grpc::CreateCustomChannel(target, grpc::SslCredentials(ssl), args);
+}
+
+// Calls `method` with one request message (any method: gRPC checks the credentials before the
+// handler sees a message), `token` as bearer token unless empty.
+grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                  const google::protobuf::Message& request, const std::string& token) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+  const std::string bytes = request.SerializeAsString();
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request_buffer(&slice, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request_buffer, &response,
+                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
+  return done.get_future().get();
+}
+
+v1::SessionSpec Spec(const std::string& name) {
+  v1::SessionSpec spec;
+  spec.set_name(name);
+  auto* w = spec.add_parameters();
+  w->set_name("fc.weight");
+  w->add_shape(8);
+  w->add_shape(4);
+  auto* b = spec.add_parameters();
+  b->set_name("fc.bias");
+  b->add_shape(8);
+  spec.set_num_trainers(1);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  spec.mutable_optimizer()->set_preset("adam");
+  return spec;
+}
+
+absl::StatusOr<StepReply> StepOnce(Client& client, const v1::SessionInfo& info, uint64_t step) {
+  std::vector<float> gw(32), gb(8);
+  for (size_t i = 0; i < gw.size(); ++i) gw[i] = 0.01f * static_cast<float>(i + step);
+  for (size_t i = 0; i < gb.size(); ++i) gb[i] = -0.02f * static_cast<float>(i + 1);
+  StepOptions options;
+  options.session_id = info.session_id();
+  options.step = step;
+  const FullGradient grads[] = {{0, gw}, {1, gb}};
+  return client.Step(options, grads);
+}
+
+// Everything a refused call could have changed: sessions, their steps and parameter values.
+struct Snapshot {
+  std::map<std::string, uint64_t> steps;
+  std::map<std::string, std::vector<float>> values;
+  bool operator==(const Snapshot& o) const { return steps == o.steps && values == o.values; }
+};
+
+Snapshot Take(Client& admin) {
+  Snapshot snapshot;
+  auto sessions = admin.ListSessions();
+  EXPECT_THAT(sessions.status(), IsOk());
+  if (!sessions.ok()) return snapshot;
+  for (const v1::SessionInfo& info : *sessions) {
+    snapshot.steps[info.session_id()] = info.step();
+    auto params = admin.PullParameters(info.session_id(), DType::kF32);
+    EXPECT_THAT(params.status(), IsOk());
+    if (!params.ok()) continue;
+    for (const auto& [id, p] : params->params) {
+      auto& v = snapshot.values[info.session_id()];
+      v.insert(v.end(), p.f32.begin(), p.f32.end());
+    }
+  }
+  return snapshot;
+}
+
+struct Rpc {
+  std::string method;
+  std::shared_ptr<google::protobuf::Message> request;
+  bool admin;
+};
+
+// Every RPC of the server, each with a request that would change state (or read it) if the
+// server let it through.
+std::vector<Rpc> AllRpcs(const std::string& session_id) {
+  auto create = std::make_shared<v1::CreateSessionRequest>();
+  *create->mutable_spec() = Spec("intruder");
+  auto get = std::make_shared<v1::GetSessionRequest>();
+  get->set_session_id(session_id);
+  auto close = std::make_shared<v1::CloseSessionRequest>();
+  close->set_session_id(session_id);
+  auto init = std::make_shared<v1::InitParametersRequest>();
+  init->set_session_id(session_id);
+  init->mutable_values()->set_param_id(1);
+  init->mutable_values()->set_dtype(v1::DTYPE_FP32);
+  init->mutable_values()->set_data(std::string(8 * sizeof(float), '\0'));
+  auto step = std::make_shared<v1::StepRequest>();
+  step->mutable_header()->set_session_id(session_id);
+  step->mutable_header()->set_step(2);
+  auto pull = std::make_shared<v1::PullParametersRequest>();
+  pull->set_session_id(session_id);
+  auto save = std::make_shared<v1::SaveRequest>();
+  save->set_session_id(session_id);
+  save->set_name("stolen");
+  auto load = std::make_shared<v1::LoadRequest>();
+  load->set_session_id(session_id);
+  load->set_name("stolen");
+  auto export_request = std::make_shared<v1::ExportStateDictRequest>();
+  export_request->set_session_id(session_id);
+  auto import = std::make_shared<v1::StateDictChunk>();
+  import->set_session_id(session_id);
+  import->set_key("param/fc.bias");
+  import->add_shape(8);
+  import->set_dtype(v1::DTYPE_FP32);
+  import->set_data(std::string(8 * sizeof(float), '\0'));
+  auto close_replica = std::make_shared<v1::CloseReplicaRequest>();
+  close_replica->set_session_id(session_id);
+  auto rendezvous = std::make_shared<v1::RendezvousSetRequest>();
+  return {
+      {"/optstep.v1.OptimizerService/CreateSession", create, false},
+      {"/optstep.v1.OptimizerService/GetSession", get, false},
+      {"/optstep.v1.OptimizerService/ListSessions", std::make_shared<v1::ListSessionsRequest>(),
+       false},
+      {"/optstep.v1.OptimizerService/CloseSession", close, true},
+      {"/optstep.v1.OptimizerService/InitParameters", init, false},
+      {"/optstep.v1.OptimizerService/Step", step, false},
+      {"/optstep.v1.OptimizerService/PullParameters", pull, false},
+      {"/optstep.v1.CheckpointService/Save", save, true},
+      {"/optstep.v1.CheckpointService/Load", load, true},
+      {"/optstep.v1.CheckpointService/ExportStateDict", export_request, false},
+      {"/optstep.v1.CheckpointService/ImportStateDict", import, true},
+      {"/optstep.v1.PeerService/CloseReplica", close_replica, true},
+      {"/optstep.v1.RendezvousService/Set", rendezvous, true},
+  };
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = testutil::TestTmpDir();
+    auto good = MakeTestPki(dir, "good");
+    ASSERT_THAT(good.status(), IsOk());
+    good_ = *good;
+    auto other = MakeTestPki(dir, "other");
+    ASSERT_THAT(other.status(), IsOk());
+    other_ = *other;
+    tokens_file_ = testutil::WriteTestFile(
+        dir, "tokens",
+        absl::StrCat("# role per token\n", kUserToken, "\n", kAdminToken, " admin\n"));
+  }
+
+  TestPki good_;
+  TestPki other_;
+  std::string tokens_file_;
+};
+
+TEST_F(SecurityTest, EveryRpcRefusesMissingWrongAndUnderprivilegedCredentials) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start(ServerFlags(good_, tokens_file_)));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto admin,
+                               Client::Connect(TlsOptions(good_, server->address(), kAdminToken)));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto user,
+                               Client::Connect(TlsOptions(good_, server->address(), kUserToken)));
+  // A user creates and steps a session; the state the refused calls must leave alone.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, user->CreateSession(Spec("victim")));
+  ASSERT_THAT(StepOnce(*user, info, 1).status(), IsOk());
+  const Snapshot before = Take(*admin);
+  ASSERT_EQ(before.steps.size(), 1u);
+  ASSERT_EQ(before.steps.at(info.session_id()), 1u);
+
+  const auto trusted = Channel(server->address(), good_, good_);
+  for (const Rpc& rpc : AllRpcs(info.session_id())) {
+    SCOPED_TRACE(rpc.method);
+    const grpc::Status none = Call(trusted, rpc.method, *rpc.request, "");
+    EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED) << none.error_message();
+    EXPECT_THAT(none.error_message(), HasSubstr("authorization"));
+    const grpc::Status wrong = Call(trusted, rpc.method, *rpc.request, kWrongToken);
+    EXPECT_EQ(wrong.error_code(), grpc::StatusCode::UNAUTHENTICATED) << wrong.error_message();
+    if (rpc.admin) {
+      const grpc::Status denied = Call(trusted, rpc.method, *rpc.request, kUserToken);
+      EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << denied.error_message();
+      EXPECT_THAT(denied.error_message(), HasSubstr("admin"));
+    }
+    // A client certificate from another CA, and a client that does not trust the server's CA:
+    // the handshake fails before any call.
+    const grpc::Status foreign_client =
+        Call(Channel(server->address(), good_, other_), rpc.method, *rpc.request, kAdminToken);
+    EXPECT_EQ(foreign_client.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << foreign_client.error_message();
+    const grpc::Status foreign_server =
+        Call(Channel(server->address(), other_, other_), rpc.method, *rpc.request, kAdminToken);
+    EXPECT_EQ(foreign_server.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << foreign_server.error_message();
+  }
+  // Plaintext against a TLS port.
+  const grpc::Status plain = Call(grpc::CreateChannel(server->address(),
+                                                      grpc::InsecureChannelCredentials()),
+                                  "/optstep.v1.OptimizerService/ListSessions",
+                                  v1::ListSessionsRequest(), kAdminToken);
+  EXPECT_EQ(plain.error_code(), grpc::StatusCode::UNAVAILABLE) << plain.error_message();
+
+  EXPECT_TRUE(Take(*admin) == before) << "a refused call changed the server's state";
+
+  // The requests were real: the same CloseSession with an admin token closes the session.
+  v1::CloseSessionRequest close;
+  close.set_session_id(info.session_id());
+  const grpc::Status closed =
+      Call(trusted, "/optstep.v1.OptimizerService/CloseSession", close, kAdminToken);
+  EXPECT_TRUE(closed.ok()) << closed.error_message();
+  auto left = admin->ListSessions();
+  ASSERT_THAT(left.status(), IsOk());
+  EXPECT_TRUE(left->empty());
+}
+
+TEST_F(SecurityTest, HealthIsOpenAndRolesGrantTheirRpcs) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start(ServerFlags(good_, tokens_file_)));
+  // Health needs TLS (the port speaks nothing else) but no token: what a probe can do.
+  ClientOptions probe = TlsOptions(good_, server->address(), "");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto anonymous, Client::Connect(probe));
+  bool serving = false;
+  for (int i = 0; i < 100 && !serving; ++i) {
+    auto health = anonymous->CheckHealth();
+    ASSERT_THAT(health.status(), IsOk());
+    serving = *health;
+    if (!serving) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(serving);
+  EXPECT_THAT(anonymous->ListSessions().status(), StatusIs(absl::StatusCode::kUnauthenticated));
+
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto user,
+                               Client::Connect(TlsOptions(good_, server->address(), kUserToken)));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, user->CreateSession(Spec("mine")));
+  EXPECT_THAT(StepOnce(*user, info, 1).status(), IsOk());
+  EXPECT_THAT(user->CloseSession(info.session_id()),
+              StatusIs(absl::StatusCode::kPermissionDenied, "CloseSession"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto admin,
+                               Client::Connect(TlsOptions(good_, server->address(), kAdminToken)));
+  EXPECT_THAT(admin->CloseSession(info.session_id()), IsOk());
+}
+
+TEST_F(SecurityTest, TokensWithoutTlsAreRefusedAtStart) {
+  auto server = ServerProcess::Start({"--auth_tokens_file=" + tokens_file_});
+  EXPECT_THAT(server.status(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST_F(SecurityTest, TwoRanksWithTlsAndTokensStep) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto group,
+                               testutil::StartGroup(2, ServerFlags(good_, tokens_file_)));
+  ClientOptions options = TlsOptions(good_, "", kUserToken);
+  for (const auto& rank : group) options.rank_targets.push_back(rank->address());
+  options.connect_timeout = absl::Seconds(20);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
+  // Rank 0 turns SERVING once rank 1 has joined through the authenticated rendezvous.
+  bool serving = false;
+  for (int i = 0; i < 200 && !serving; ++i) {
+    auto health = client->CheckHealth();
+    serving = health.ok() && *health;
+    if (!serving) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(serving);
+  v1::SessionSpec spec = Spec("pair");
+  // Four parameters, so that both ranks own some.
+  for (int p = 0; p < 2; ++p) {
+    auto* extra = spec.add_parameters();
+    extra->set_name(absl::StrCat("fc", p, ".weight"));
+    extra->add_shape(8);
+    extra->add_shape(4);
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client->CreateSession(spec));
+  std::vector<float> g32(32, 0.5f), g8(8, -0.25f);
+  for (uint64_t step = 1; step <= 2; ++step) {
+    StepOptions step_options;
+    step_options.session_id = info.session_id();
+    step_options.step = step;
+    const FullGradient grads[] = {{0, g32}, {1, g8}, {2, g32}, {3, g32}};
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, client->Step(step_options, grads));
+    EXPECT_EQ(reply.step, step);
+    EXPECT_FALSE(reply.skipped);
+    EXPECT_EQ(reply.params.size(), 4u);
+  }
+}
+
+}  // namespace
+}  // namespace optstep

@@ -107,7 +107,10 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
   SafetensorsHeader out;
   out.data_start = 8 + json.size();
   const uint64_t data_size = file_size - out.data_start;
-  for (const auto& [key, value] : header.items()) {
+  for (const auto& item : header.items()) {
+    // Named copies, not structured bindings: lambdas below capture them (C++17).
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
     if (key == kMetadataKey) {
       if (!value.is_object()) return Loss(file, "__metadata__ is not an object");
       for (const auto& [k, v] : value.items()) {

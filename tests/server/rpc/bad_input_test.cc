@@ -289,15 +289,35 @@ TEST_F(BadInputTest, MessagesOutOfOrder) {
   EXPECT_STATUS(RunStep({Header(), Header()}), INVALID_ARGUMENT, "a second StepHeader");
 }
 
-TEST_F(BadInputTest, CheckpointServiceIsDeclaredButNotImplemented) {
+TEST_F(BadInputTest, SaveAndLoadNeedACheckpointRootAndAKnownSession) {
   auto stub = v1::CheckpointService::NewStub(channel_);
-  v1::SaveRequest request;
+  auto save = [&](const std::string& session, const std::string& name) {
+    v1::SaveRequest request;
+    request.set_session_id(session);
+    request.set_name(name);
+    grpc::ClientContext context;
+    auto reader = stub->Save(&context, request);
+    v1::CheckpointProgress progress;
+    while (reader->Read(&progress)) {
+    }
+    return reader->Finish();
+  };
+  grpc::Status unknown = save("nope", "a");
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(unknown.error_message(), HasSubstr("'nope'"));
+  grpc::Status no_root = save(session_, "a");
+  EXPECT_EQ(no_root.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(no_root.error_message(), HasSubstr("--checkpoint_root"));
+  // The server keeps serving.
+  v1::LoadRequest load;
+  load.set_session_id(session_);
+  load.set_name("a");
   grpc::ClientContext context;
-  auto reader = stub->Save(&context, request);
+  auto reader = stub->Load(&context, load);
   v1::CheckpointProgress progress;
   while (reader->Read(&progress)) {
   }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
 }  // namespace

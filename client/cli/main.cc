@@ -1,6 +1,8 @@
 // optstep: the command line tool of the optstep service. Flags are defined here only; they
 // become ClientOptions, and the commands live in commands.cc.
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <iostream>
 #include <ostream>
@@ -14,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/cli/checkpoint_commands.h"
 #include "client/cli/ckpt_commands.h"
 #include "client/cli/commands.h"
 #include "client/cpp/client_options.h"
@@ -23,6 +26,8 @@ ABSL_FLAG(int32_t, timeout_ms, 3000,
           "deadline in milliseconds for connecting and for each call; keep it short for "
           "health probes");
 ABSL_FLAG(int32_t, ranks, 0, "ckpt split: number of shards (ranks) of the new checkpoint");
+ABSL_FLAG(std::string, session, "", "save / load: the session id");
+ABSL_FLAG(std::string, name, "", "save / load: the checkpoint's name under the servers' root");
 
 namespace {
 
@@ -38,7 +43,7 @@ bool WantsHelp(int argc, char** argv) {
 
 void PrintHelp(std::ostream& out) {
   out << optstep::cli::kCommandUsage << "\nflags:\n";
-  for (const char* name : {"server", "timeout_ms", "ranks"}) {
+  for (const char* name : {"server", "timeout_ms", "ranks", "session", "name"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     out << "  --" << name << "  " << flag->Help() << " (default: " << flag->DefaultValue()
         << ")\n";
@@ -72,5 +77,13 @@ int main(int argc, char** argv) {
   options.rpc_timeout = absl::Milliseconds(timeout_ms);
 
   const std::vector<std::string> args(positional.begin() + 1, positional.end());
+  if (args.size() == 1 && (args[0] == "save" || args[0] == "load")) {
+    optstep::cli::CheckpointCommand command;
+    command.command = args[0];
+    command.session = absl::GetFlag(FLAGS_session);
+    command.name = absl::GetFlag(FLAGS_name);
+    command.terminal = isatty(STDOUT_FILENO) != 0;
+    return optstep::cli::RunCheckpointCommand(command, options, std::cout, std::cerr);
+  }
   return optstep::cli::RunCommand(args, options, std::cout, std::cerr);
 }

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <stdlib.h>
+
 #include <cstdio>
 #include <string>
 
@@ -81,6 +83,46 @@ TEST(CliTest, HealthSessionListAndShow) {
   server->SignalAndWait(SIGTERM);
   Output down = RunCli("health --timeout_ms=500 " + flag);
   EXPECT_NE(down.exit_code, 0);
+}
+
+TEST(CliTest, SaveAndLoadACheckpoint) {
+  char pattern[] = "/tmp/optstep-cli-ckpt-XXXXXX";
+  const std::string root = mkdtemp(pattern);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start({"--checkpoint_root=" + root}));
+  const std::string flag = "--server=" + server->address();
+  ClientOptions options;
+  options.target = server->address();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
+  v1::SessionSpec spec;
+  auto* w = spec.add_parameters();
+  w->set_name("w");
+  w->add_shape(4);
+  w->add_shape(3);
+  spec.set_num_trainers(1);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  spec.mutable_optimizer()->set_preset("adam");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client->CreateSession(spec));
+  const std::string session = "--session=" + info.session_id();
+
+  // Not a terminal: plain progress lines, then the result.
+  Output saved = RunCli("save " + session + " --name=first " + flag);
+  EXPECT_EQ(saved.exit_code, 0) << saved.text;
+  EXPECT_THAT(saved.text, HasSubstr("save: "));
+  EXPECT_THAT(saved.text, HasSubstr("saved checkpoint 'first' of session " + info.session_id() +
+                                    " at step 0"));
+  Output again = RunCli("save " + session + " --name=first " + flag);
+  EXPECT_EQ(again.exit_code, 2) << again.text;
+  EXPECT_THAT(again.text, HasSubstr("ALREADY_EXISTS"));
+  Output loaded = RunCli("load " + session + " --name=first " + flag);
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.text;
+  EXPECT_THAT(loaded.text, HasSubstr("loaded checkpoint 'first'"));
+  Output escape = RunCli("load " + session + " --name=../x " + flag);
+  EXPECT_EQ(escape.exit_code, 2) << escape.text;
+  EXPECT_THAT(escape.text, HasSubstr("INVALID_ARGUMENT"));
+  Output usage = RunCli("save --name=first " + flag);
+  EXPECT_EQ(usage.exit_code, 64) << usage.text;
+  EXPECT_THAT(usage.text, HasSubstr("--session"));
+  std::system(("rm -rf '" + root + "'").c_str());
 }
 
 }  // namespace

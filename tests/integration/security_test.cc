@@ -22,6 +22,7 @@
 #include "optstep/v1/internal.pb.h"
 #include "optstep/v1/optimizer_service.pb.h"
 #include "tests/integration/test_pki.h"
+#include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -31,6 +32,8 @@ namespace {
 using ::optstep::testutil::IsOk;
 using ::optstep::testutil::MakeTestPki;
 using ::optstep::testutil::ServerProcess;
+using ::optstep::testutil::SmallSpec;
+using ::optstep::testutil::StepSmall;
 using ::optstep::testutil::StatusIs;
 using ::optstep::testutil::TestPki;
 using ::testing::HasSubstr;
@@ -90,33 +93,6 @@ grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel, const std::stri
   return done.get_future().get();
 }
 
-v1::SessionSpec Spec(const std::string& name) {
-  v1::SessionSpec spec;
-  spec.set_name(name);
-  auto* w = spec.add_parameters();
-  w->set_name("fc.weight");
-  w->add_shape(8);
-  w->add_shape(4);
-  auto* b = spec.add_parameters();
-  b->set_name("fc.bias");
-  b->add_shape(8);
-  spec.set_num_trainers(1);
-  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
-  spec.mutable_optimizer()->set_preset("adam");
-  return spec;
-}
-
-absl::StatusOr<StepReply> StepOnce(Client& client, const v1::SessionInfo& info, uint64_t step) {
-  std::vector<float> gw(32), gb(8);
-  for (size_t i = 0; i < gw.size(); ++i) gw[i] = 0.01f * static_cast<float>(i + step);
-  for (size_t i = 0; i < gb.size(); ++i) gb[i] = -0.02f * static_cast<float>(i + 1);
-  StepOptions options;
-  options.session_id = info.session_id();
-  options.step = step;
-  const FullGradient grads[] = {{0, gw}, {1, gb}};
-  return client.Step(options, grads);
-}
-
 // Everything a refused call could have changed: sessions, their steps and parameter values.
 struct Snapshot {
   std::map<std::string, uint64_t> steps;
@@ -152,7 +128,7 @@ struct Rpc {
 // server let it through.
 std::vector<Rpc> AllRpcs(const std::string& session_id) {
   auto create = std::make_shared<v1::CreateSessionRequest>();
-  *create->mutable_spec() = Spec("intruder");
+  *create->mutable_spec() = SmallSpec("intruder");
   auto get = std::make_shared<v1::GetSessionRequest>();
   get->set_session_id(session_id);
   auto close = std::make_shared<v1::CloseSessionRequest>();
@@ -229,8 +205,8 @@ TEST_F(SecurityTest, EveryRpcRefusesMissingWrongAndUnderprivilegedCredentials) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto user,
                                Client::Connect(TlsOptions(good_, server->address(), kUserToken)));
   // A user creates and steps a session; the state the refused calls must leave alone.
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, user->CreateSession(Spec("victim")));
-  ASSERT_THAT(StepOnce(*user, info, 1).status(), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, user->CreateSession(SmallSpec("victim")));
+  ASSERT_THAT(StepSmall(*user, info.session_id(), 1).status(), IsOk());
   const Snapshot before = Take(*admin);
   ASSERT_EQ(before.steps.size(), 1u);
   ASSERT_EQ(before.steps.at(info.session_id()), 1u);
@@ -285,20 +261,13 @@ TEST_F(SecurityTest, HealthIsOpenAndRolesGrantTheirRpcs) {
   // Health needs TLS (the port speaks nothing else) but no token: what a probe can do.
   ClientOptions probe = TlsOptions(good_, server->address(), "");
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto anonymous, Client::Connect(probe));
-  bool serving = false;
-  for (int i = 0; i < 100 && !serving; ++i) {
-    auto health = anonymous->CheckHealth();
-    ASSERT_THAT(health.status(), IsOk());
-    serving = *health;
-    if (!serving) absl::SleepFor(absl::Milliseconds(50));
-  }
-  EXPECT_TRUE(serving);
+  EXPECT_THAT(testutil::WaitServing(*anonymous), IsOk());
   EXPECT_THAT(anonymous->ListSessions().status(), StatusIs(absl::StatusCode::kUnauthenticated));
 
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto user,
                                Client::Connect(TlsOptions(good_, server->address(), kUserToken)));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, user->CreateSession(Spec("mine")));
-  EXPECT_THAT(StepOnce(*user, info, 1).status(), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, user->CreateSession(SmallSpec("mine")));
+  EXPECT_THAT(StepSmall(*user, info.session_id(), 1).status(), IsOk());
   EXPECT_THAT(user->CloseSession(info.session_id()),
               StatusIs(absl::StatusCode::kPermissionDenied, "CloseSession"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto admin,
@@ -319,14 +288,8 @@ TEST_F(SecurityTest, TwoRanksWithTlsAndTokensStep) {
   options.connect_timeout = absl::Seconds(20);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
   // Rank 0 turns SERVING once rank 1 has joined through the authenticated rendezvous.
-  bool serving = false;
-  for (int i = 0; i < 200 && !serving; ++i) {
-    auto health = client->CheckHealth();
-    serving = health.ok() && *health;
-    if (!serving) absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_TRUE(serving);
-  v1::SessionSpec spec = Spec("pair");
+  ASSERT_THAT(testutil::WaitServing(*client), IsOk());
+  v1::SessionSpec spec = SmallSpec("pair");
   // Four parameters, so that both ranks own some.
   for (int p = 0; p < 2; ++p) {
     auto* extra = spec.add_parameters();

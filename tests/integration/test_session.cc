@@ -1,0 +1,127 @@
+#include "tests/integration/test_session.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace optstep {
+namespace testutil {
+namespace {
+
+std::vector<float> Gradient(int param, uint64_t step) {
+  std::vector<float> g(param == 0 ? 32 : 8);
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = 0.01f * static_cast<float>(i + 1) * (param == 0 ? 1.0f : -1.0f) +
+           0.001f * static_cast<float>(step);
+  }
+  return g;
+}
+
+v1::StepRequest Header(const std::string& session_id, uint64_t step) {
+  v1::StepRequest request;
+  request.mutable_header()->set_session_id(session_id);
+  request.mutable_header()->set_step(step);
+  return request;
+}
+
+}  // namespace
+
+v1::SessionSpec SmallSpec(const std::string& name) {
+  v1::SessionSpec spec;
+  spec.set_name(name);
+  auto* w = spec.add_parameters();
+  w->set_name("fc.weight");
+  w->add_shape(8);
+  w->add_shape(4);
+  auto* b = spec.add_parameters();
+  b->set_name("fc.bias");
+  b->add_shape(8);
+  spec.set_num_trainers(1);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  spec.mutable_optimizer()->set_preset("adam");
+  return spec;
+}
+
+absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_id,
+                                    uint64_t step) {
+  const std::vector<float> gw = Gradient(0, step), gb = Gradient(1, step);
+  StepOptions options;
+  options.session_id = session_id;
+  options.step = step;
+  const FullGradient grads[] = {{0, gw}, {1, gb}};
+  return client.Step(options, grads);
+}
+
+absl::Status WaitServing(Client& client) {
+  for (int i = 0; i < 200; ++i) {
+    auto serving = client.CheckHealth();
+    if (serving.ok() && *serving) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError("rank 0 never turned SERVING");
+}
+
+absl::StatusOr<std::unique_ptr<OpenStep>> OpenStep::Begin(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id,
+    uint64_t step) {
+  auto open = std::make_unique<OpenStep>();
+  open->stub_ = v1::OptimizerService::NewStub(channel);
+  open->context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  open->stream_ = open->stub_->Step(&open->context_);
+  bool ok = open->stream_->Write(Header(session_id, step));
+  for (int p = 0; p < 2 && ok; ++p) {
+    const std::vector<float> g = Gradient(p, step);
+    v1::StepRequest chunk;
+    chunk.mutable_gradient()->set_param_id(p);
+    chunk.mutable_gradient()->set_dtype(v1::DTYPE_FP32);
+    chunk.mutable_gradient()->set_data(std::string(reinterpret_cast<const char*>(g.data()),
+                                                   g.size() * sizeof(float)));
+    ok = open->stream_->Write(chunk);
+  }
+  if (!ok) return absl::UnavailableError("the Step stream broke while sending");
+  return open;
+}
+
+grpc::Status OpenStep::TryBegin(const std::shared_ptr<grpc::Channel>& channel,
+                                const std::string& session_id, uint64_t step) {
+  auto stub = v1::OptimizerService::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  auto stream = stub->Step(&context);
+  stream->Write(Header(session_id, step));
+  // The server answers a refused header at once; reading waits for that end.
+  v1::StepResponse response;
+  while (stream->Read(&response)) {
+  }
+  return stream->Finish();
+}
+
+absl::StatusOr<uint64_t> OpenStep::Commit() {
+  v1::StepRequest commit;
+  commit.mutable_commit()->set_num_elements(kSmallElements);
+  if (!stream_->Write(commit)) return absl::UnavailableError("the Step stream broke at commit");
+  stream_->WritesDone();
+  v1::StepResponse response;
+  uint64_t step = 0;
+  while (stream_->Read(&response)) {
+    if (response.has_result()) step = response.result().step();
+  }
+  grpc::Status status = stream_->Finish();
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        status.error_message());
+  }
+  return step;
+}
+
+grpc::Status OpenStep::Finish() {
+  stream_->WritesDone();
+  v1::StepResponse response;
+  while (stream_->Read(&response)) {
+  }
+  return stream_->Finish();
+}
+
+}  // namespace testutil
+}  // namespace optstep

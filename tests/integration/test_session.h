@@ -1,0 +1,53 @@
+#ifndef OPTSTEP_TESTS_INTEGRATION_TEST_SESSION_H_
+#define OPTSTEP_TESTS_INTEGRATION_TEST_SESSION_H_
+
+// A small session and its steps for the integration tests of the server's operations (security,
+// metrics, limits, lifecycle), plus a Step stream driven by hand to hold a step open.
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "client/cpp/client.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
+
+namespace optstep {
+namespace testutil {
+
+// fc.weight [8, 4] and fc.bias [8]: 40 fp32 elements; one trainer, SHARDED, Adam.
+v1::SessionSpec SmallSpec(const std::string& name);
+inline constexpr int kSmallElements = 40;
+
+// Step `step` of trainer 0 of a SmallSpec session, with deterministic fp32 gradients.
+absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_id, uint64_t step);
+
+// Waits (up to 10 s) for rank 0's health to turn SERVING.
+absl::Status WaitServing(Client& client);
+
+// A Step stream of a SmallSpec session opened by hand: header and every gradient sent, commit
+// not yet. Commit() then sends it and reads the result.
+class OpenStep {
+ public:
+  static absl::StatusOr<std::unique_ptr<OpenStep>> Begin(
+      const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id,
+      uint64_t step);
+  // The header alone; answers the stream's status (e.g. UNAVAILABLE when refused).
+  static grpc::Status TryBegin(const std::shared_ptr<grpc::Channel>& channel,
+                               const std::string& session_id, uint64_t step);
+  // Sends the commit and answers the step number of the result.
+  absl::StatusOr<uint64_t> Commit();
+  // Half-closes and answers the stream's status.
+  grpc::Status Finish();
+
+ private:
+  std::unique_ptr<v1::OptimizerService::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream_;
+};
+
+}  // namespace testutil
+}  // namespace optstep
+
+#endif  // OPTSTEP_TESTS_INTEGRATION_TEST_SESSION_H_

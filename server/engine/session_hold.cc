@@ -94,6 +94,10 @@ absl::StatusOr<HeldPoint> Session::Settle(uint64_t token, uint64_t target, absl:
   }
   hold_->limit = target;
   hold_->expires = std::max(deadline, absl::Now()) + lease;
+  // A resolution that another rank began must end here too: if no trainer has begun this step
+  // on this rank, its step deadline starts now, so that the step is aborted everywhere in time
+  // rather than leaving the other rank inside its collective.
+  if (resolutions_started_ < target && !step_began_) step_began_ = absl::Now();
   if (!running_ && contributions_.all_committed()) StartResolutionLocked(/*abort=*/false);
   struct Wait {
     Session* self;

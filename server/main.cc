@@ -80,6 +80,9 @@ ABSL_FLAG(int, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint (on --host); 0: off, -1: any free port.");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "Write the bound metrics port to this file once serving (for tests and sidecars).");
+ABSL_FLAG(std::string, checkpoint_on_shutdown, "",
+          "On SIGTERM (rank 0), after the running step: save every session as checkpoint "
+          "'<name>-<session id>' under --checkpoint_root. The other ranks must still serve.");
 ABSL_FLAG(std::string, log_level, "info", "Least severe log line written: debug, info, warning "
           "or error.");
 
@@ -180,6 +183,24 @@ absl::StatusOr<int> ServeMetrics(ServerMetrics& metrics, const std::string& host
   return metrics.port();
 }
 
+// --checkpoint_on_shutdown: every session of rank 0, once no step runs any more. A failure is
+// logged; the process still exits.
+void SaveOnShutdown(Engine& engine, RankGroup& group) {
+  const std::string name = absl::GetFlag(FLAGS_checkpoint_on_shutdown);
+  if (name.empty()) return;
+  for (const std::shared_ptr<Session>& session : engine.ListSessions()) {
+    const std::string checkpoint = absl::StrCat(name, "-", session->id());
+    auto step = group.SaveCheckpoint(*session, checkpoint, nullptr);
+    if (step.ok()) {
+      LOG(INFO) << "event=shutdown_checkpoint session=" << session->id() << " step=" << *step
+                << " name=" << checkpoint;
+    } else {
+      LOG(ERROR) << "event=shutdown_checkpoint_failed session=" << session->id()
+                 << " name=" << checkpoint << " error=\"" << step.status().message() << "\"";
+    }
+  }
+}
+
 int Run() {
   if (!ApplyLogLevel(absl::GetFlag(FLAGS_log_level))) {
     LOG(ERROR) << "--log_level='" << absl::GetFlag(FLAGS_log_level)
@@ -188,6 +209,11 @@ int Run() {
   }
   const int rank = ResolveRank();
   const int world = ResolveWorldSize();
+  if (!absl::GetFlag(FLAGS_checkpoint_on_shutdown).empty() &&
+      absl::GetFlag(FLAGS_checkpoint_root).empty()) {
+    LOG(ERROR) << "--checkpoint_on_shutdown needs --checkpoint_root";
+    return 1;
+  }
   if (rank < 0 || rank >= world) {
     LOG(ERROR) << "rank " << rank << " is not in [0, " << world << ")";
     return 1;
@@ -309,6 +335,7 @@ int Run() {
     }
     LOG(INFO) << "signal " << static_cast<int>(signal) << ": shutting down";
     (*server)->Shutdown(absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
+    if (rank == 0) SaveOnShutdown(*engine->get(), group);
   });
   (*server)->Wait();
   signal_thread.join();

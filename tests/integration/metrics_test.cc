@@ -2,22 +2,17 @@
 // steps: the step phase histograms, bytes in and out, the sessions and device memory gauges, the
 // active streams gauge and the error counter all move as the work says they should.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include <grpcpp/create_channel.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_metrics.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
@@ -25,51 +20,14 @@
 namespace optstep {
 namespace {
 
+using ::optstep::testutil::HttpGet;
 using ::optstep::testutil::IsOk;
 using ::optstep::testutil::OpenStep;
+using ::optstep::testutil::ScrapeMetrics;
 using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
 using ::optstep::testutil::StepSmall;
 using ::testing::HasSubstr;
-
-// One HTTP/1.0 GET on 127.0.0.1:port; answers the whole response.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: localhost\r\n\r\n");
-  (void)!send(fd, request.data(), request.size(), 0);
-  std::string response;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
-  close(fd);
-  return response;
-}
-
-// "name{labels} value" lines of /metrics, keyed by "name{labels}".
-std::map<std::string, double> Scrape(int port) {
-  const std::string response = HttpGet(port, "/metrics");
-  EXPECT_THAT(response, HasSubstr("200 OK"));
-  std::map<std::string, double> values;
-  std::istringstream lines(response.substr(response.find("\r\n\r\n") + 4));
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t space = line.rfind(' ');
-    double value = 0;
-    if (space != std::string::npos && absl::SimpleAtod(line.substr(space + 1), &value)) {
-      values[line.substr(0, space)] = value;
-    }
-  }
-  return values;
-}
 
 constexpr char kBytesIn[] = "optstep_gradient_bytes_received_total";
 constexpr char kBytesOut[] = "optstep_parameter_bytes_sent_total";
@@ -86,7 +44,8 @@ TEST(MetricsTest, ValuesFollowTheWork) {
   options.target = server->address();
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
 
-  auto before = Scrape(port);
+  auto before = ScrapeMetrics(port);
+  ASSERT_FALSE(before.empty()) << "no answer from /metrics";
   EXPECT_EQ(before["optstep_sessions"], 0);
   EXPECT_EQ(before["optstep_device_memory_bytes"], 0);
   EXPECT_EQ(before[kBytesIn], 0);
@@ -102,7 +61,8 @@ TEST(MetricsTest, ValuesFollowTheWork) {
   EXPECT_THAT(client->GetSession("no-such-session").status(),
               testutil::StatusIs(absl::StatusCode::kNotFound));
 
-  auto after = Scrape(port);
+  auto after = ScrapeMetrics(port);
+  ASSERT_FALSE(after.empty());
   const double step_bytes = testutil::kSmallElements * sizeof(float);
   EXPECT_EQ(after["optstep_sessions"], 1);
   // Masters, Adam's two moments and the gradient buffer: at least four copies of the model.
@@ -122,19 +82,20 @@ TEST(MetricsTest, ValuesFollowTheWork) {
   // A Step stream held open shows in the active streams gauge, and leaves it when it ends.
   auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto open, OpenStep::Begin(channel, info.session_id(), kSteps + 1));
-  EXPECT_EQ(Scrape(port)["optstep_active_streams"], 1);
+  EXPECT_EQ(ScrapeMetrics(port)["optstep_active_streams"], 1);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(uint64_t applied, open->Commit());
   EXPECT_EQ(applied, kSteps + 1u);
   open.reset();
   double active = 1;
   for (int i = 0; i < 100 && active != 0; ++i) {  // the server ends the call just after the client
-    active = Scrape(port)["optstep_active_streams"];
+    active = ScrapeMetrics(port)["optstep_active_streams"];
     if (active != 0) absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_EQ(active, 0);
 
   ASSERT_THAT(client->CloseSession(info.session_id()), IsOk());
-  auto closed = Scrape(port);
+  auto closed = ScrapeMetrics(port);
+  ASSERT_FALSE(closed.empty());
   EXPECT_EQ(closed["optstep_sessions"], 0);
   EXPECT_EQ(closed["optstep_device_memory_bytes"], 0);
 

@@ -2,19 +2,74 @@
 #define OPTSTEP_SERVER_ENGINE_PARAM_SNAPSHOT_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/dtype.h"
 
 namespace optstep {
 
+// Which parameters of a snapshot still being filled hold their final bytes, in the order they
+// became ready. A step hands its snapshot to the streams before the optimizer runs, so that each
+// parameter is sent back as soon as it is stepped and gathered (DESIGN.md §2: stepping, gathering
+// and sending back overlap). Thread-safe.
+class ParamReadiness {
+ public:
+  // The bytes of `ids` are written: readers may use them. Wakes the waiting readers.
+  void MarkReady(const std::vector<int>& ids) {
+    std::vector<std::function<void()>> wake;
+    {
+      absl::MutexLock lock(&mu_);
+      order_.insert(order_.end(), ids.begin(), ids.end());
+      wake.swap(waiting_);
+    }
+    for (auto& w : wake) w();
+  }
+  // The step failed after the snapshot was handed out: readers get `status` from now on.
+  void Fail(absl::Status status) {
+    std::vector<std::function<void()>> wake;
+    {
+      absl::MutexLock lock(&mu_);
+      failed_ = std::move(status);
+      wake.swap(waiting_);
+    }
+    for (auto& w : wake) w();
+  }
+  // The id of the `index`-th parameter to become ready; nullopt while it is not, and then
+  // `wake` (if set) is called once (on the thread that marks parameters ready, never within this
+  // call) when more are ready or the step failed.
+  absl::StatusOr<std::optional<int>> Get(size_t index, std::function<void()> wake) {
+    absl::MutexLock lock(&mu_);
+    if (!failed_.ok()) return failed_;
+    if (index < order_.size()) return std::optional<int>(order_[index]);
+    if (wake) waiting_.push_back(std::move(wake));
+    return std::optional<int>();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int> order_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+};
+
 // The parameters of a session as they were after one step, serialised once in one wire dtype and
-// shared (read-only) by every stream that sends them. Immutable after construction.
+// shared (read-only) by every stream that sends them. Immutable once complete; while a step
+// fills it, `readiness` says which values may be read (values[p] is sized before it is shared
+// and written once).
 struct ParamSnapshot {
   uint64_t step = 0;
   DType dtype = DType::kF32;
   std::vector<std::string> values;  // values[param_id]: raw little-endian bytes, whole tensor
+  // Null: every value is there. Set: only the parameters it has marked ready.
+  std::shared_ptr<ParamReadiness> readiness;
 };
 
 }  // namespace optstep

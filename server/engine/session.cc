@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -259,6 +260,7 @@ absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
   c.step = begin.step;
   c.return_dtype = begin.return_dtype;
   c.return_params = begin.return_params;
+  c.stream_params = begin.stream_params;
   c.generation = generation_;
   if (begin.step == step_ && step_ > 0 && last_outcome_) {
     c.replay = true;
@@ -385,7 +387,7 @@ absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepC
           return complete;
         }
       }
-      waiters_.push_back(Waiter{c.return_dtype, c.return_params, std::move(done)});
+      waiters_.push_back(Waiter{c.return_dtype, c.return_params, std::move(done), c.stream_params});
       if (contributions_.all_committed() && !running_) StartResolutionLocked(/*abort=*/false);
       return absl::OkStatus();
     }
@@ -575,10 +577,64 @@ void Session::RunStep(bool abort) {
       auto defaults = ResolveSchedule(StepBegin{});
       schedule = *defaults;
     }
-    absl::Status applied = ApplyStep(schedule, *agreement, outcome, started);
-    if (!applied.ok()) return FinishStep(applied, /*aborted=*/false);
+    // The result is known now: the trainers get it, and each parameter as soon as it is ready.
+    const double clip = config_.chain.clip_grad;
+    outcome.clipped = clip > 0.0 && clip / (agreement->grad_norm + 1e-6) < 1.0;
+    const StreamingSnapshots streaming = StreamEarly(outcome);
+    std::vector<int> last_ids;
+    absl::Status applied = ApplyStep(schedule, *agreement, outcome, started, streaming, &last_ids);
+    if (!applied.ok()) {
+      for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
+      return FinishStep(applied, /*aborted=*/false);
+    }
+    return FinishStep(std::move(outcome), /*aborted=*/false, streaming, last_ids);
   }
   FinishStep(std::move(outcome), /*aborted=*/false);
+}
+
+Session::StreamingSnapshots Session::StreamEarly(const StepOutcome& outcome) {
+  std::vector<Waiter> early;
+  uint64_t step = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    step = step_ + 1;
+    auto wants = std::stable_partition(waiters_.begin(), waiters_.end(),
+                                       [](const Waiter& w) { return !(w.want_params && w.stream); });
+    early.assign(std::make_move_iterator(wants), std::make_move_iterator(waiters_.end()));
+    waiters_.erase(wants, waiters_.end());
+  }
+  StreamingSnapshots streaming;
+  for (const Waiter& w : early) {
+    std::shared_ptr<ParamSnapshot>& snapshot = streaming[w.dtype];
+    if (snapshot != nullptr) continue;
+    snapshot = std::make_shared<ParamSnapshot>();
+    snapshot->step = step;
+    snapshot->dtype = w.dtype;
+    snapshot->values.resize(numels_.size());
+    for (size_t p = 0; p < numels_.size(); ++p) {
+      snapshot->values[p].resize(numels_[p] * DTypeSize(w.dtype));
+    }
+    snapshot->readiness = std::make_shared<ParamReadiness>();
+  }
+  for (Waiter& w : early) {
+    StepOutcome mine = outcome;
+    mine.step = step;
+    mine.params = streaming[w.dtype];
+    w.done(std::move(mine));
+  }
+  return streaming;
+}
+
+absl::Status Session::PublishParams(const std::vector<int>& ids,
+                                    const StreamingSnapshots& streaming, bool mark) {
+  for (const auto& [dtype, snapshot] : streaming) {
+    for (int p : ids) {
+      OPTSTEP_RETURN_IF_ERROR(
+          device_->CopyToHost(params_[p], 0, params_[p].numel(), dtype, snapshot->values[p].data()));
+    }
+    if (mark) snapshot->readiness->MarkReady(ids);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Session::Agreement> Session::Agree(bool abort, const std::vector<double>& sums,
@@ -605,7 +661,8 @@ absl::StatusOr<Session::Agreement> Session::Agree(bool abort, const std::vector<
 
 absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& schedule,
                                 const Agreement& agreement, StepOutcome& outcome,
-                                absl::Time started) {
+                                absl::Time started, const StreamingSnapshots& streaming,
+                                std::vector<int>* last_ids) {
   OPTSTEP_RETURN_IF_ERROR(OnDevice([&]() -> absl::Status {
     // 4. Clip: c = clip / (norm + 1e-6), applied only when c < 1.
     const double clip = config_.chain.clip_grad;
@@ -619,7 +676,19 @@ absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& sc
       }
     }
     // 5. Each group steps the parameters this rank owns; every rank advances every group's
-    // counter, so they agree.
+    // counter, so they agree. Every kStreamBucketBytes of stepped parameters go out to the
+    // streaming snapshots while the next bucket steps.
+    constexpr int64_t kStreamBucketBytes = 16 << 20;
+    std::vector<int> bucket;
+    int64_t bucket_bytes = 0;
+    auto publish = [&]() -> absl::Status {
+      if (bucket.empty()) return absl::OkStatus();
+      OPTSTEP_RETURN_IF_ERROR(device_->Synchronize());
+      OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
+      bucket.clear();
+      bucket_bytes = 0;
+      return absl::OkStatus();
+    };
     for (GroupRuntime& group : groups_) {
       StepArgs args;
       args.lr = schedule[group.def.id].first;
@@ -629,10 +698,17 @@ absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& sc
         if (layout_.owner[p] != rank_) continue;
         OPTSTEP_RETURN_IF_ERROR(
             group.optimizer->Step(*device_, args, grads_[p], params_[p], states_[p]));
+        if (streaming.empty()) continue;
+        bucket.push_back(p);
+        bucket_bytes += numels_[p] * 4;
+        if (bucket_bytes >= kStreamBucketBytes) OPTSTEP_RETURN_IF_ERROR(publish());
       }
       ++group.applied_steps;
     }
-    return device_->Synchronize();
+    // The last bucket (and the gathered parameters) is marked ready by FinishStep.
+    *last_ids = bucket;
+    OPTSTEP_RETURN_IF_ERROR(device_->Synchronize());
+    return PublishParams(bucket, streaming, /*mark=*/false);
   }));
   const absl::Time gather_started = absl::Now();
   observer_->OnPhase(StepObserver::Phase::kStep, gather_started - started);
@@ -650,10 +726,20 @@ absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& sc
     }
     observer_->OnPhase(StepObserver::Phase::kAllGather, absl::Now() - gather_started);
   }
+  std::vector<int> gathered;
+  for (size_t p = 0; p < numels_.size(); ++p) {
+    if (layout_.owner[p] != rank_) gathered.push_back(static_cast<int>(p));
+  }
+  if (!streaming.empty() && !gathered.empty()) {
+    last_ids->insert(last_ids->end(), gathered.begin(), gathered.end());
+    OPTSTEP_RETURN_IF_ERROR(
+        OnDevice([&] { return PublishParams(gathered, streaming, /*mark=*/false); }));
+  }
   return absl::OkStatus();
 }
 
-void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted) {
+void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted,
+                         const StreamingSnapshots& streamed, const std::vector<int>& last_ids) {
   std::vector<Waiter> waiters;
   uint64_t ended_step = 0;
   {
@@ -674,7 +760,7 @@ void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted) {
     snapshots_.clear();
   }
   // Serialise the parameters once per requested dtype, shared by every trainer.
-  std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots;
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots(streamed.begin(), streamed.end());
   if (outcome.ok()) {
     const uint64_t step = outcome->step;
     absl::Status built = OnDevice([&]() -> absl::Status {
@@ -690,6 +776,13 @@ void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted) {
     absl::MutexLock lock(&mu_);
     if (outcome.ok()) snapshots_ = snapshots;
     running_ = false;
+  }
+  for (const auto& entry : streamed) {
+    if (outcome.ok()) {
+      entry.second->readiness->MarkReady(last_ids);
+    } else {
+      entry.second->readiness->Fail(outcome.status());
+    }
   }
   if (!aborted && !outcome.ok()) {
     LOG(ERROR) << "session " << id_ << " rank " << rank_ << ": step failed: " << outcome.status();

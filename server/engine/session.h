@@ -43,6 +43,10 @@ struct StepBegin {
   std::map<int, GroupStepValues> schedules;  // by group id
   DType return_dtype = DType::kF32;
   bool return_params = true;
+  // The caller can send parameters while the step still fills their snapshot
+  // (ParamSnapshot::readiness): its commit's callback comes as soon as the ranks agree on the
+  // result, before the optimizer runs. Otherwise it comes once the step is applied.
+  bool stream_params = false;
 };
 
 // A trainer's handle on the step it began. Obtained from Session::Begin; used for its chunks and
@@ -54,6 +58,7 @@ struct Contribution {
   uint64_t attempt = 0;     // trainer's attempt number within the generation
   DType return_dtype = DType::kF32;
   bool return_params = true;
+  bool stream_params = false;
   // The trainer already committed this step (a retry after a broken stream), or the step was
   // already applied (replay): chunks are ignored and the commit waits for / returns the result.
   bool retry = false;
@@ -242,6 +247,7 @@ class Session : public std::enable_shared_from_this<Session> {
     DType dtype;
     bool want_params;
     StepCallback done;
+    bool stream = false;  // StepBegin::stream_params
   };
 
   Session(Options options, std::shared_ptr<Device> device, std::shared_ptr<DeviceWorker> worker);
@@ -271,10 +277,27 @@ class Session : public std::enable_shared_from_this<Session> {
     double grad_norm = 0.0;
   };
   absl::StatusOr<Agreement> Agree(bool abort, const std::vector<double>& sum_squares, bool finite);
-  // `started`: when RunStep began (the step phase is reported up to the all-gather).
+  // Snapshots handed to the trainers before the optimizer runs, filled as parameters are ready.
+  using StreamingSnapshots = std::map<DType, std::shared_ptr<ParamSnapshot>>;
+  // Hands `outcome` (the step's result, known once the ranks agreed) to the waiters that stream
+  // parameters, with snapshots that ApplyStep fills; those waiters are not called again.
+  StreamingSnapshots StreamEarly(const StepOutcome& outcome);
+  // `started`: when RunStep began (the step phase is reported up to the all-gather). Fills
+  // `streaming` bucket by bucket: a parameter this rank owns once it is stepped, the others
+  // once gathered.
+  // The parameters written last are left for FinishStep to mark ready: `*last_ids`.
   absl::Status ApplyStep(const std::vector<std::pair<double, double>>& schedule,
-                         const Agreement& agreement, StepOutcome& outcome, absl::Time started);
-  void FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted);
+                         const Agreement& agreement, StepOutcome& outcome, absl::Time started,
+                         const StreamingSnapshots& streaming, std::vector<int>* last_ids);
+  // Writes `ids` into every streaming snapshot and, with `mark`, marks them ready. On the device
+  // worker.
+  absl::Status PublishParams(const std::vector<int>& ids, const StreamingSnapshots& streaming,
+                             bool mark = true);
+  // `streamed`: the snapshots StreamEarly handed out, written but for marking `last_ids` ready,
+  // which FinishStep does once the step counts as applied (a trainer that has every parameter
+  // may begin the next step at once); reused for late waiters.
+  void FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted,
+                  const StreamingSnapshots& streamed = {}, const std::vector<int>& last_ids = {});
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
   // This rank's tensors of `selection` (session_state.cc), and their host copies.
   std::vector<HeldTensor> SelectTensors(const StateSelection& selection);

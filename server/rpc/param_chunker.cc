@@ -23,10 +23,30 @@ ParamChunker::ParamChunker(std::shared_ptr<const ParamSnapshot> snapshot,
     ids_.resize(snapshot_->values.size());
     std::iota(ids_.begin(), ids_.end(), 0u);
   }
+  wanted_.assign(snapshot_->values.size(), false);
+  std::vector<uint32_t> once;  // an id asked for twice goes once
   for (uint32_t id : ids_) {
+    if (wanted_[id]) continue;
+    wanted_[id] = true;
+    once.push_back(id);
     const size_t bytes = snapshot_->values[id].size();
     num_chunks_ += std::max<uint64_t>(1, (bytes + max_bytes_ - 1) / max_bytes_);
   }
+  expected_ = once.size();
+  ids_ = std::move(once);
+  if (snapshot_->readiness != nullptr) ids_.clear();  // filled as parameters become ready
+}
+
+absl::StatusOr<bool> ParamChunker::Refill(std::function<void()> wake) {
+  const size_t before = ids_.size();
+  while (true) {
+    absl::StatusOr<std::optional<int>> next = snapshot_->readiness->Get(ready_seen_, wake);
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) break;
+    ++ready_seen_;
+    if (wanted_[**next]) ids_.push_back(static_cast<uint32_t>(**next));
+  }
+  return ids_.size() > before;
 }
 
 bool ParamChunker::NextRange(Range& range) {
@@ -44,6 +64,11 @@ bool ParamChunker::NextRange(Range& range) {
 }
 
 bool ParamChunker::Next(v1::TensorChunk* chunk) {
+  // A cached snapshot that a step streamed is complete: its readiness lists every parameter.
+  if (index_ >= ids_.size() && snapshot_->readiness != nullptr && ids_.size() < expected_) {
+    absl::StatusOr<bool> more = Refill(nullptr);
+    if (!more.ok() || !*more) return false;
+  }
   Range range;
   if (!NextRange(range)) return false;
   chunk->set_param_id(range.param_id);
@@ -53,9 +78,15 @@ bool ParamChunker::Next(v1::TensorChunk* chunk) {
   return true;
 }
 
-bool ParamChunker::NextStepResponse(grpc::ByteBuffer* message, size_t* payload_bytes) {
+absl::StatusOr<ParamChunker::Progress> ParamChunker::NextStepResponse(
+    grpc::ByteBuffer* message, size_t* payload_bytes, std::function<void()> wake) {
+  if (index_ >= ids_.size() && snapshot_->readiness != nullptr && ids_.size() < expected_) {
+    absl::StatusOr<bool> more = Refill(std::move(wake));
+    if (!more.ok()) return more.status();
+    if (!*more) return Progress::kWaiting;
+  }
   Range range;
-  if (!NextRange(range)) return false;
+  if (!NextRange(range)) return Progress::kDone;
   const std::string& bytes = snapshot_->values[range.param_id];
   *message = EncodeParameterChunk(
       range.param_id, range.byte_offset / DTypeSize(snapshot_->dtype),
@@ -63,7 +94,7 @@ bool ParamChunker::NextStepResponse(grpc::ByteBuffer* message, size_t* payload_b
       absl::string_view(bytes.data() + range.byte_offset, range.bytes), &ReleaseSnapshot,
       new std::shared_ptr<const ParamSnapshot>(snapshot_));
   *payload_bytes = range.bytes;
-  return true;
+  return Progress::kChunk;
 }
 
 }  // namespace optstep

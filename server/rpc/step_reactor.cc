@@ -111,6 +111,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (!session.ok()) return session.status();
     auto begin = StepBeginFromProto(header);
     if (!begin.ok()) return begin.status();
+    begin->stream_params = true;  // the chunker follows the snapshot as the step fills it
     absl::Status ids = CheckParamIds(**session, header.return_param_ids(), "return_param_ids");
     if (!ids.ok()) return ids;
     auto contribution = (*session)->Begin(*begin);
@@ -169,13 +170,35 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     size_t bytes = 0;
-    if (chunker_ && chunker_->NextStepResponse(&response_, &bytes)) {
-      ReportEgress(bytes, /*done=*/false);
-      StartWrite(&response_);
-      return;
+    absl::StatusOr<ParamChunker::Progress> next = ParamChunker::Progress::kDone;
+    if (chunker_) {
+      std::weak_ptr<StepReactor> weak = weak_from_this();
+      next = chunker_->NextStepResponse(&response_, &bytes, [weak] {
+        if (auto self = weak.lock()) self->OnParamsReady();
+      });
     }
-    ReportEgress(0, /*done=*/true);
-    FinishLocked(grpc::Status::OK);
+    if (!next.ok()) return FinishLocked(ToGrpcStatus(next.status()));
+    switch (*next) {
+      case ParamChunker::Progress::kChunk:
+        ReportEgress(bytes, /*done=*/false);
+        StartWrite(&response_);
+        return;
+      case ParamChunker::Progress::kWaiting:
+        waiting_for_params_ = true;  // the step is still filling the snapshot
+        return;
+      case ParamChunker::Progress::kDone:
+        ReportEgress(0, /*done=*/true);
+        FinishLocked(grpc::Status::OK);
+        return;
+    }
+  }
+
+  // The step marked more parameters ready (or failed). Wakes may come when no write waits.
+  void OnParamsReady() {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || !waiting_for_params_) return;
+    waiting_for_params_ = false;
+    WriteNextLocked();
   }
 
   void ReportEgress(size_t bytes, bool done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -203,6 +226,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   Contribution contribution_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> return_ids_ ABSL_GUARDED_BY(mu_);
   std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
+  bool waiting_for_params_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time egress_started_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };

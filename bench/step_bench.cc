@@ -1,0 +1,223 @@
+// One whole optimizer step, end to end: a GPT-2-small-like model (124M parameters,
+// bench/gpt_layout.h) on two ranks (two servers in this process, Gloo between them), two
+// trainers (SHARDED: each sends half of every parameter's gradient, fp32) and AdamW; each trainer
+// gets every parameter back (bf16 by default) from one rank.
+//
+//   bazel run -c opt //bench:step_bench -- --steps=4
+//
+// Per step it prints the wall time of the trainers' Step calls and the server-side phases
+// (StepObserver, the longest over ranks and streams): ingest (first step header -> every
+// contribution committed), step (statistics, agreement, clipping, AdamW), all-gather, egress
+// (step result -> last parameter chunk written), and overlap = wall / sum of the phases: 1 or
+// more when the phases run one after the other, below 1 when they overlap.
+
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench/gpt_layout.h"
+#include "bench/phase_recorder.h"
+#include "client/cpp/client.h"
+#include "kernels/comm/communicator.h"
+#include "kernels/comm/key_value_store.h"
+#include "server/engine/engine.h"
+#include "server/rpc/rank_group.h"
+#include "server/rpc/server.h"
+
+ABSL_FLAG(int, steps, 4, "Steps to run; the first one warms up and is not averaged.");
+ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters).");
+ABSL_FLAG(bool, fp32_return, false, "Return the parameters as fp32 instead of bf16.");
+
+namespace optstep {
+namespace {
+
+constexpr int kRanks = 2;
+constexpr int kTrainers = 2;
+
+// One rank: engine, group membership and gRPC server on 127.0.0.1.
+struct Rank {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<RankGroup> group;
+  std::unique_ptr<Server> server;
+  std::string address;
+};
+
+absl::StatusOr<std::vector<Rank>> StartRanks(std::shared_ptr<KeyValueStore> store,
+                                             std::shared_ptr<StepObserver> observer) {
+  std::vector<Rank> ranks(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    EngineOptions options;
+    options.rank = r;
+    options.world_size = kRanks;
+    options.max_params_per_session = 1 << 20;
+    options.step_observer = observer;
+    options.make_communicator = [store, r](const std::string& session_id) {
+      CommunicatorOptions comm;
+      comm.kind = "gloo";
+      comm.rank = r;
+      comm.world_size = kRanks;
+      comm.prefix = session_id;
+      comm.store = store;
+      return CreateCommunicator(comm);
+    };
+    auto engine = Engine::Create(options);
+    if (!engine.ok()) return engine.status();
+    ranks[r].engine = *std::move(engine);
+    RankGroupOptions group;
+    group.rank = r;
+    group.world_size = kRanks;
+    ranks[r].group = std::make_unique<RankGroup>(group, ranks[r].engine.get());
+    ServerOptions server;
+    server.host = "127.0.0.1";
+    auto started = Server::Start(server, ranks[r].engine.get(), ranks[r].group.get());
+    if (!started.ok()) return started.status();
+    ranks[r].server = *std::move(started);
+    ranks[r].address = absl::StrCat("127.0.0.1:", ranks[r].server->port());
+  }
+  std::vector<std::thread> joins;
+  std::vector<absl::Status> joined(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    joins.emplace_back([&, r] { joined[r] = ranks[r].group->Join(ranks[r].address, store); });
+  }
+  for (std::thread& t : joins) t.join();
+  for (int r = 0; r < kRanks; ++r) {
+    if (!joined[r].ok()) return joined[r];
+    ranks[r].server->SetReady(true);
+  }
+  return ranks;
+}
+
+v1::SessionSpec GptSpec(const std::vector<ParamInfo>& params) {
+  v1::SessionSpec spec;
+  spec.set_name("gpt");
+  for (const ParamInfo& p : params) {
+    v1::ParameterSpec* param = spec.add_parameters();
+    param->set_name(p.name);
+    for (int64_t d : p.shape) param->add_shape(static_cast<uint64_t>(d));
+    param->set_embedding_or_output(p.embedding_or_output);
+  }
+  spec.set_num_trainers(kTrainers);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  v1::SubOptimizer* adamw = spec.mutable_optimizer()->add_sub_optimizers();
+  adamw->set_name("adamw");
+  adamw->set_kind("adamw");
+  adamw->mutable_adamw()->set_lr(1e-4);
+  adamw->mutable_adamw()->set_weight_decay(0.01);
+  spec.mutable_optimizer()->set_clip_grad(1.0);
+  spec.set_step_deadline_ms(600000);
+  return spec;
+}
+
+double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+int Run() {
+  std::vector<ParamInfo> params = bench::GptRest(bench::GptShape());
+  for (int l = 0; l < absl::GetFlag(FLAGS_layers); ++l) {
+    std::vector<ParamInfo> layer = bench::GptLayer(bench::GptShape(), l);
+    params.insert(params.end(), layer.begin(), layer.end());
+  }
+  const int64_t numel = bench::CountElements(params);
+
+  auto recorder = std::make_shared<bench::PhaseRecorder>();
+  auto ranks = StartRanks(NewInMemoryKeyValueStore(), recorder);
+  if (!ranks.ok()) {
+    std::fprintf(stderr, "cannot start the ranks: %s\n", ranks.status().ToString().c_str());
+    return 1;
+  }
+  ClientOptions client_options;
+  for (const Rank& rank : *ranks) client_options.rank_targets.push_back(rank.address);
+  std::vector<std::unique_ptr<Client>> trainers;
+  for (int t = 0; t < kTrainers; ++t) {
+    auto client = Client::Connect(client_options);
+    if (!client.ok()) return 1;
+    trainers.push_back(*std::move(client));
+  }
+  auto session = trainers[0]->CreateSession(GptSpec(params));
+  if (!session.ok()) {
+    std::fprintf(stderr, "cannot create the session: %s\n", session.status().ToString().c_str());
+    return 1;
+  }
+
+  // One fp32 gradient for the whole model; trainer t sends the t-th half of every parameter.
+  std::vector<float> gradient(numel);
+  for (int64_t i = 0; i < numel; ++i) gradient[i] = 1e-4f * static_cast<float>(i % 2001 - 1000);
+  std::vector<std::vector<GradientSlice>> slices(kTrainers);
+  int64_t at = 0;
+  for (size_t p = 0; p < params.size(); ++p) {
+    const int64_t n = params[p].numel();
+    for (int t = 0; t < kTrainers; ++t) {
+      const int64_t begin = n * t / kTrainers, end = n * (t + 1) / kTrainers;
+      GradientSlice slice;
+      slice.param_id = static_cast<uint32_t>(p);
+      slice.offset = static_cast<uint64_t>(begin);
+      slice.bytes = absl::Span<const uint8_t>(
+          reinterpret_cast<const uint8_t*>(gradient.data() + at + begin), (end - begin) * 4);
+      slices[t].push_back(slice);
+    }
+    at += n;
+  }
+
+  const bool fp32 = absl::GetFlag(FLAGS_fp32_return);
+  std::printf("%zu parameters, %.1fM elements; %d ranks, %d trainers (SHARDED), AdamW; "
+              "%.0f MiB of fp32 gradients in, %s parameters back to each trainer\n",
+              params.size(), numel / 1e6, kRanks, kTrainers, numel * 4.0 / (1 << 20),
+              fp32 ? "fp32" : "bf16");
+  std::printf("%-5s %9s %9s %9s %10s %9s %9s %8s\n", "step", "wall ms", "ingest", "step",
+              "all-gather", "egress", "sum", "overlap");
+  double total_wall = 0.0, total_sum = 0.0;
+  int measured = 0;
+  for (int step = 1; step <= absl::GetFlag(FLAGS_steps); ++step) {
+    recorder->Take();
+    std::vector<std::thread> threads;
+    std::vector<absl::Status> results(kTrainers);
+    const absl::Time start = absl::Now();
+    for (int t = 0; t < kTrainers; ++t) {
+      threads.emplace_back([&, t] {
+        StepOptions options;
+        options.session_id = session->session_id();
+        options.step = step;
+        options.trainer_id = t;
+        options.return_dtype = fp32 ? DType::kF32 : DType::kBF16;
+        results[t] = trainers[t]->Step(options, slices[t]).status();
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    const double wall = Ms(absl::Now() - start);
+    for (const absl::Status& status : results) {
+      if (!status.ok()) {
+        std::fprintf(stderr, "step %d: %s\n", step, status.ToString().c_str());
+        return 1;
+      }
+    }
+    const bench::PhaseRecorder::Durations phases = recorder->Take();
+    double sum = 0.0;
+    for (absl::Duration d : phases) sum += Ms(d);
+    std::printf("%-5d %9.1f %9.1f %9.1f %10.1f %9.1f %9.1f %8.2f%s\n", step, wall, Ms(phases[0]),
+                Ms(phases[1]), Ms(phases[2]), Ms(phases[3]), sum, wall / sum,
+                step == 1 ? "  (warm-up)" : "");
+    if (step > 1) {
+      total_wall += wall;
+      total_sum += sum;
+      ++measured;
+    }
+  }
+  if (measured > 0) {
+    std::printf("mean of %d steps: wall %.1f ms, overlap %.2f\n", measured, total_wall / measured,
+                total_wall / total_sum);
+  }
+  for (Rank& rank : *ranks) rank.server->Shutdown(absl::Now() + absl::Seconds(1));
+  return 0;
+}
+
+}  // namespace
+}  // namespace optstep
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return optstep::Run();
+}

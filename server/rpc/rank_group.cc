@@ -353,10 +353,13 @@ absl::Status RankGroup::ImportStateDict(Session& session, std::shared_ptr<const 
       v1::HeldSessionResponse response;
       std::unique_ptr<grpc::ClientWriter<v1::HeldStateChunk>> writer =
           Peer(r)->StageHeldState(&context, &response);
-      v1::HeldStateChunk message;
-      message.set_session_id(session.id());
+      v1::HeldStateChunk message;  // the first names the session and the hold, even when
+      message.set_session_id(session.id());  // this rank has no part to stage
       message.set_token(token);
+      bool open = writer->Write(message);
+      message.clear_session_id();
       for (const auto& [key, tensor] : *parts[r]) {
+        if (!open) break;
         const size_t element = tensor.type == StateTensor::Type::kI64 ? 8 : 4;
         const size_t step = kMaxChunkBytes / element * element;
         for (size_t offset = 0; offset == 0 || offset < tensor.bytes.size(); offset += step) {
@@ -369,8 +372,7 @@ absl::Status RankGroup::ImportStateDict(Session& session, std::shared_ptr<const 
                                                                    : v1::DTYPE_FP32);
           chunk->set_data(tensor.bytes.data() + offset,
                           std::min(step, tensor.bytes.size() - offset));
-          if (!writer->Write(message)) break;
-          message.clear_session_id();
+          if (!(open = writer->Write(message))) break;
         }
       }
       writer->WritesDone();
@@ -571,7 +573,7 @@ class StageReactor final : public grpc::ServerReadReactor<v1::HeldStateChunk> {
       status = session.status();
       if (session.ok()) session_ = *std::move(session);
     }
-    if (status.ok()) status = assembler_.Add(message_.chunk());
+    if (status.ok() && message_.has_chunk()) status = assembler_.Add(message_.chunk());
     if (!status.ok()) return Finish(ToGrpcStatus(status));
     StartRead(&message_);
   }
@@ -579,7 +581,9 @@ class StageReactor final : public grpc::ServerReadReactor<v1::HeldStateChunk> {
 
  private:
   void Stage() {
-    if (session_ == nullptr) return Finish(grpc::Status::OK);  // nothing for this rank
+    if (session_ == nullptr) {
+      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty stage stream"));
+    }
     std::thread([this] {
       absl::StatusOr<std::shared_ptr<const StateDict>> dict = assembler_.Build(*session_);
       absl::Status status = dict.status();

@@ -127,6 +127,7 @@ uint64_t StateDictAssembler::tensors() const {
 }
 
 absl::StatusOr<std::shared_ptr<const StateDict>> StateDictAssembler::Build(const Session& session) {
+  if (parts_.empty()) return std::make_shared<const StateDict>();
   if (parts_.size() == 1 && parts_.begin()->first == std::make_pair(std::string(), std::string())) {
     return std::make_shared<const StateDict>(std::move(parts_.begin()->second));
   }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <iostream>
 #include <ostream>
 #include <string>
@@ -28,6 +29,14 @@ ABSL_FLAG(int32_t, timeout_ms, 3000,
 ABSL_FLAG(int32_t, ranks, 0, "ckpt split: number of shards (ranks) of the new checkpoint");
 ABSL_FLAG(std::string, session, "", "save / load: the session id");
 ABSL_FLAG(std::string, name, "", "save / load: the checkpoint's name under the servers' root");
+ABSL_FLAG(bool, tls, false, "use TLS (implied by --tls_ca and --tls_cert)");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle that signed the server's certificate");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require one");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name to check the server's certificate against instead of the --server host");
+ABSL_FLAG(std::string, token, "",
+          "bearer token (needs TLS); default: the OPTSTEP_TOKEN environment variable");
 
 namespace {
 
@@ -43,7 +52,8 @@ bool WantsHelp(int argc, char** argv) {
 
 void PrintHelp(std::ostream& out) {
   out << optstep::cli::kCommandUsage << "\nflags:\n";
-  for (const char* name : {"server", "timeout_ms", "ranks", "session", "name"}) {
+  for (const char* name : {"server", "timeout_ms", "ranks", "session", "name", "tls", "tls_ca",
+                           "tls_cert", "tls_key", "tls_server_name", "token"}) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     out << "  --" << name << "  " << flag->Help() << " (default: " << flag->DefaultValue()
         << ")\n";
@@ -75,6 +85,16 @@ int main(int argc, char** argv) {
   options.target = absl::GetFlag(FLAGS_server);
   options.connect_timeout = absl::Milliseconds(timeout_ms);
   options.rpc_timeout = absl::Milliseconds(timeout_ms);
+  options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  options.tls = absl::GetFlag(FLAGS_tls) || !options.tls_ca_file.empty() ||
+                !options.tls_cert_file.empty();
+  // The environment keeps the token out of the process list and shell history.
+  options.token = absl::GetFlag(FLAGS_token);
+  const char* env_token = std::getenv("OPTSTEP_TOKEN");
+  if (options.token.empty() && env_token != nullptr) options.token = env_token;
 
   const std::vector<std::string> args(positional.begin() + 1, positional.end());
   if (args.size() == 1 && (args[0] == "save" || args[0] == "load")) {

@@ -3,6 +3,9 @@
 // connection whose certificates the server does not trust, and none of these calls changes any
 // state. Health stays open for probes. A group of two ranks with TLS and tokens still steps.
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <fstream>
 #include <future>
 #include <map>
@@ -273,6 +276,42 @@ TEST_F(SecurityTest, HealthIsOpenAndRolesGrantTheirRpcs) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto admin,
                                Client::Connect(TlsOptions(good_, server->address(), kAdminToken)));
   EXPECT_THAT(admin->CloseSession(info.session_id()), IsOk());
+}
+
+// The command line tool's TLS and token flags: exit status and output of `optstep <args>`.
+std::pair<int, std::string> Cli(const std::string& env, const std::string& args) {
+  const std::string command =
+      absl::StrCat(env, " ", testutil::RunfilePath("client/cli/optstep"), " ", args, " 2>&1");
+  std::string text;
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) text.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
+}
+
+TEST_F(SecurityTest, CommandLineToolPassesTlsAndToken) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start(ServerFlags(good_, tokens_file_)));
+  const std::string tls = absl::StrCat("--server=", server->address(), " --tls_ca=", good_.ca,
+                                       " --tls_cert=", good_.client_cert,
+                                       " --tls_key=", good_.client_key);
+  auto health = Cli("", "health " + tls);
+  for (int i = 0; i < 50 && health.first != 0; ++i) health = Cli("", "health " + tls);
+  EXPECT_EQ(health.first, 0) << health.second;
+  EXPECT_THAT(health.second, HasSubstr("SERVING"));
+
+  auto anonymous = Cli("", "session list " + tls);
+  EXPECT_NE(anonymous.first, 0);
+  EXPECT_THAT(anonymous.second, HasSubstr("UNAUTHENTICATED"));
+  auto by_flag = Cli("", absl::StrCat("session list --token=", kUserToken, " ", tls));
+  EXPECT_EQ(by_flag.first, 0) << by_flag.second;
+  auto by_env = Cli(absl::StrCat("OPTSTEP_TOKEN=", kUserToken), "session list " + tls);
+  EXPECT_EQ(by_env.first, 0) << by_env.second;
+  auto plaintext = Cli(absl::StrCat("OPTSTEP_TOKEN=", kUserToken),
+                       absl::StrCat("session list --server=", server->address()));
+  EXPECT_NE(plaintext.first, 0);
+  EXPECT_THAT(plaintext.second, HasSubstr("needs tls"));
 }
 
 TEST_F(SecurityTest, TokensWithoutTlsAreRefusedAtStart) {

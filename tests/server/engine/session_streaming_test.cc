@@ -1,0 +1,118 @@
+// A commit with StepBegin::stream_params gets the step's result before the optimizer runs and a
+// snapshot that fills as parameters are stepped; once the last one is ready the step counts as
+// applied (the next step may begin), and the values equal those of a trainer that waited.
+
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+// Waits until `n` parameters of `snapshot` are ready.
+void WaitForAll(const ParamSnapshot& snapshot, size_t n) {
+  absl::Mutex mu;
+  int wakes = 0;
+  for (size_t index = 0; index < n;) {
+    int seen;
+    {
+      absl::MutexLock lock(&mu);
+      seen = wakes;
+    }
+    auto next = snapshot.readiness->Get(index, [&] {
+      absl::MutexLock lock(&mu);
+      ++wakes;
+    });
+    ASSERT_THAT(next.status(), IsOk());
+    if (next->has_value()) {
+      ++index;
+      continue;
+    }
+    std::pair<int*, int> woken(&wakes, seen);
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](std::pair<int*, int>* w) { return *w->first > w->second; }, &woken));
+  }
+}
+
+TEST(SessionStreamingTest, ResultFirstThenParametersAsTheyAreStepped) {
+  auto engine = Engine::Create(EngineOptions{});
+  ASSERT_THAT(engine.status(), IsOk());
+  SessionConfig config;
+  config.params = {ParamInfo{"w", {2, 3}}, ParamInfo{"b", {3}}};
+  SubOptimizerConfig sgd;
+  sgd.name = "sgd";
+  sgd.kind = "sgd";
+  sgd.sgd.lr = 0.5;
+  config.chain.sub_optimizers = {sgd};
+  config.chain.clip_grad = 0.0;
+  config.num_trainers = 2;
+  config.mode = GradientMode::kSharded;
+  auto created = (*engine)->CreateSession(config);
+  ASSERT_THAT(created.status(), IsOk());
+  Session& session = *created->session;
+
+  StepBegin streaming;
+  streaming.step = 1;
+  streaming.trainer = 0;
+  streaming.stream_params = true;
+  StepBegin waiting = streaming;
+  waiting.trainer = 1;
+  waiting.stream_params = false;
+  auto c0 = session.Begin(streaming);
+  auto c1 = session.Begin(waiting);
+  ASSERT_THAT(c0.status(), IsOk());
+  ASSERT_THAT(c1.status(), IsOk());
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6}, b = {-2, 0, 2};
+  ASSERT_THAT(session.AddGradient(*c0, 0, 0, DType::kF32, w.data(), w.size() * 4), IsOk());
+  ASSERT_THAT(session.AddGradient(*c1, 1, 0, DType::kF32, b.data(), b.size() * 4), IsOk());
+
+  absl::Notification got0, got1;
+  absl::StatusOr<StepOutcome> out0, out1;
+  ASSERT_THAT(session.Commit(*c0, 6, [&](absl::StatusOr<StepOutcome> o) {
+    out0 = std::move(o);
+    got0.Notify();
+  }), IsOk());
+  ASSERT_THAT(session.Commit(*c1, 3, [&](absl::StatusOr<StepOutcome> o) {
+    out1 = std::move(o);
+    got1.Notify();
+  }), IsOk());
+  got0.WaitForNotification();
+  ASSERT_THAT(out0.status(), IsOk());
+  EXPECT_EQ(out0->step, 1u);
+  ASSERT_NE(out0->params, nullptr);
+  ASSERT_NE(out0->params->readiness, nullptr);
+  WaitForAll(*out0->params, 2);
+
+  // Every parameter ready: the step counts as applied, so step 2 may begin at once.
+  StepBegin next = streaming;
+  next.step = 2;
+  EXPECT_THAT(session.Begin(next).status(), IsOk());
+
+  got1.WaitForNotification();
+  ASSERT_THAT(out1.status(), IsOk());
+  EXPECT_EQ(out1->step, 1u);
+  for (int p : {0, 1}) {
+    EXPECT_EQ(out0->params->values[p], out1->params->values[p]) << "param " << p;
+  }
+  EXPECT_EQ(Floats(out0->params->values[0]), std::vector<float>({-0.5f, -1, -1.5f, -2, -2.5f, -3}));
+  EXPECT_EQ(Floats(out0->params->values[1]), std::vector<float>({1, 0, -1}));
+}
+
+}  // namespace
+}  // namespace optstep

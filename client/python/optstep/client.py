@@ -19,6 +19,7 @@ Thread-safe: calls may run from several threads at once (each has its own gRPC c
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
@@ -31,7 +32,7 @@ from optstep import dtypes
 from optstep.chunks import (GradientSlice, ParamAssembler, TensorBuffer, plan_contributions,
                             split_array)
 from optstep.errors import (FailedPreconditionError, InternalError, InvalidArgumentError,
-                            OptstepError, UnavailableError, from_rpc_error)
+                            NotFoundError, OptstepError, UnavailableError, from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
 from optstep.step_call import receive_step, step_requests, tensor_chunk
 from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2,
@@ -116,6 +117,13 @@ class Client:
       max_chunk_bytes: largest tensor payload of one chunk, between 4 bytes and 4 MiB.
       max_message_bytes, stream_lookahead_bytes, max_frame_bytes, bdp_probe: transport tuning
         (DESIGN.md §4); the defaults are the measured throughput settings of the C++ client.
+      tls: use TLS (implied by tls_ca and tls_cert); the server's certificate is checked
+        against tls_ca (a PEM file; None: the system's roots).
+      tls_cert, tls_key: PEM client certificate and key, for servers that require one (mutual
+        TLS).
+      tls_server_name: name to check the server's certificate against instead of the target's
+        host.
+      token: bearer token sent with every call; needs TLS. None: $OPTSTEP_TOKEN when TLS is on.
     """
 
     def __init__(self, target: Optional[str] = None, *,
@@ -124,7 +132,10 @@ class Client:
                  stream_timeout: float = 600.0, wait_for_ready: bool = False,
                  max_chunk_bytes: int = MAX_CHUNK_BYTES, max_message_bytes: int = 8 << 20,
                  stream_lookahead_bytes: int = 256 << 20,
-                 max_frame_bytes: int = (16 << 20) - 1, bdp_probe: bool = False) -> None:
+                 max_frame_bytes: int = (16 << 20) - 1, bdp_probe: bool = False,
+                 tls: bool = False, tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None, token: Optional[str] = None) -> None:
         targets = list(rank_targets or ([target] if target else []))
         if not targets or any(not t for t in targets):
             raise InvalidArgumentError("Client: no target (expected \"host:port\"), or an empty "
@@ -153,6 +164,10 @@ class Client:
             ("grpc.http2.max_frame_size", max_frame_bytes),
             ("grpc.use_local_subchannel_pool", 1),
         ]
+        tls = tls or bool(tls_ca or tls_cert)
+        self._credentials = _channel_credentials(tls, tls_ca, tls_cert, tls_key, token)
+        if tls_server_name:
+            self._channel_options.append(("grpc.ssl_target_name_override", tls_server_name))
         self._lock = threading.Lock()
         self._layouts: Dict[str, SessionLayout] = {}
         self._ranks: List[_Rank] = [self._open(t) for t in targets]
@@ -188,7 +203,11 @@ class Client:
         return len(self._ranks)
 
     def _open(self, target: str) -> _Rank:
-        channel = grpc.insecure_channel(target, options=self._channel_options)
+        if self._credentials is not None:
+            channel = grpc.secure_channel(target, self._credentials,
+                                          options=self._channel_options)
+        else:
+            channel = grpc.insecure_channel(target, options=self._channel_options)
         return _Rank(target, channel, svc_grpc.OptimizerServiceStub(channel),
                      ckpt_grpc.CheckpointServiceStub(channel))
 
@@ -478,6 +497,40 @@ class Client:
         check = self._rank0().channel.unary_unary(_HEALTH_CHECK)
         response = _call(check, request, timeout=self._rpc_timeout)
         return response == b"\x08" + _varint(_SERVING)
+
+
+def _channel_credentials(tls: bool, ca: Optional[str], cert: Optional[str], key: Optional[str],
+                         token: Optional[str]) -> Optional[grpc.ChannelCredentials]:
+    """None for a plaintext channel; else TLS credentials, with the bearer token if any."""
+    if not tls:
+        if token:
+            raise InvalidArgumentError("Client: a token needs tls (the server checks tokens only "
+                                       "on TLS connections)")
+        if key:
+            raise InvalidArgumentError("Client: tls_key given without tls_cert")
+        return None
+    if bool(cert) != bool(key):
+        raise InvalidArgumentError(f"Client: a client certificate needs both tls_cert and "
+                                   f"tls_key; got {cert!r} and {key!r}")
+    if token is None:
+        token = os.environ.get("OPTSTEP_TOKEN") or None
+
+    def read(path: Optional[str], what: str) -> Optional[bytes]:
+        if not path:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise NotFoundError(f"Client: cannot read {what} '{path}': {e.strerror}") from None
+
+    credentials = grpc.ssl_channel_credentials(root_certificates=read(ca, "tls_ca"),
+                                               private_key=read(key, "tls_key"),
+                                               certificate_chain=read(cert, "tls_cert"))
+    if token:
+        credentials = grpc.composite_channel_credentials(
+            credentials, grpc.access_token_call_credentials(token))
+    return credentials
 
 
 def _varint(value: int) -> bytes:

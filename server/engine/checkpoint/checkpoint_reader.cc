@@ -1,9 +1,11 @@
 #include "server/engine/checkpoint/checkpoint_reader.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -97,28 +99,76 @@ absl::Status CheckpointReader::Verify(const CheckpointProgressCallback& progress
   CheckpointProgress report;
   report.files_total = static_cast<int>(fds_.size());
   for (const ManifestShard& shard : manifest_.shards) report.bytes_total += shard.bytes;
-  const size_t capacity = StagingSize(options_);
-  std::unique_ptr<char[]> buffer(new char[capacity]);
   for (size_t r = 0; r < fds_.size(); ++r) {
-    const ManifestShard& shard = manifest_.shards[r];
-    const std::string path = absl::StrCat(dir_, "/", shard.file);
-    uint32_t crc = 0;
-    for (uint64_t offset = 0; offset < shard.bytes;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(capacity, shard.bytes - offset));
-      OPTSTEP_RETURN_IF_ERROR(internal::PreadAll(fds_[r], buffer.get(), n, offset, path));
-      crc = Crc32cExtend(crc, buffer.get(), n);
-      offset += n;
-      report.bytes_done += n;
-      if (progress) progress(report);
+    OPTSTEP_RETURN_IF_ERROR(ScanShard(static_cast<int>(r), nullptr, report, progress));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::ReadShard(int rank, const ShardTensorSink& sink,
+                                         const CheckpointProgressCallback& progress) const {
+  CheckpointProgress report;
+  report.files_total = 1;
+  report.bytes_total = manifest_.shards[rank].bytes;
+  return ScanShard(rank, sink, report, progress);
+}
+
+absl::Status CheckpointReader::ScanShard(int rank, const ShardTensorSink& sink,
+                                         CheckpointProgress& report,
+                                         const CheckpointProgressCallback& progress) const {
+  const ManifestShard& shard = manifest_.shards[rank];
+  const std::string path = absl::StrCat(dir_, "/", shard.file);
+  const int fd = fds_[rank];
+  const size_t capacity = StagingSize(options_);
+  std::unique_ptr<char[]> buffers[2] = {std::make_unique<char[]>(capacity),
+                                        std::make_unique<char[]>(capacity)};
+  auto read_piece = [&](uint64_t offset, int b) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(capacity, shard.bytes - offset));
+    char* dst = buffers[b].get();
+    return std::async(std::launch::async, [fd, dst, n, offset, &path] {
+      return internal::PreadAll(fd, dst, n, offset, path);
+    });
+  };
+  const std::vector<CheckpointTensor>& tensors = shards_[rank];  // in file order
+  size_t next_tensor = 0;
+  uint32_t crc = 0;
+  int current = 0;
+  std::future<absl::Status> pending;
+  if (shard.bytes > 0) pending = read_piece(0, current);
+  for (uint64_t offset = 0; offset < shard.bytes;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(capacity, shard.bytes - offset));
+    OPTSTEP_RETURN_IF_ERROR(pending.get());
+    if (offset + n < shard.bytes) pending = read_piece(offset + n, current ^ 1);
+    const char* data = buffers[current].get();
+    crc = Crc32cExtend(crc, data, n);
+    // Deliver the tensors that overlap [offset, offset + n).
+    while (sink && next_tensor < tensors.size()) {
+      const CheckpointTensor& t = tensors[next_tensor];
+      const uint64_t begin = std::max(offset, t.file_offset);
+      const uint64_t end = std::min(offset + n, t.file_offset + t.bytes);
+      if (t.bytes > 0 && begin >= end) break;  // starts in a later piece
+      if (begin < end) {
+        absl::Status status = sink(t, begin - t.file_offset, end - begin, data + (begin - offset));
+        if (!status.ok()) {
+          if (pending.valid()) pending.wait();  // its buffer goes away with this frame
+          return status;
+        }
+      }
+      if (t.file_offset + t.bytes > offset + n) break;  // continues in the next piece
+      ++next_tensor;
     }
-    if (crc != shard.crc32c) {
-      return absl::DataLossError(absl::StrFormat(
-          "shard '%s': CRC-32C mismatch: manifest says %08x, the file has %08x", path,
-          shard.crc32c, crc));
-    }
-    ++report.files_done;
+    offset += n;
+    current ^= 1;
+    report.bytes_done += n;
     if (progress) progress(report);
   }
+  if (crc != shard.crc32c) {
+    return absl::DataLossError(absl::StrFormat(
+        "shard '%s': CRC-32C mismatch: manifest says %08x, the file has %08x", path,
+        shard.crc32c, crc));
+  }
+  ++report.files_done;
+  if (progress) progress(report);
   return absl::OkStatus();
 }
 

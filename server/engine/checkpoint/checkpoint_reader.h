@@ -60,6 +60,19 @@ class CheckpointReader final {
   // value on a mismatch.
   absl::Status Verify(const CheckpointProgressCallback& progress = nullptr) const;
 
+  // Receives a piece of a tensor during ReadShard: bytes [byte_offset, byte_offset + n) of
+  // `tensor` at `src` (valid during the call only).
+  using ShardTensorSink = std::function<absl::Status(
+      const CheckpointTensor& tensor, uint64_t byte_offset, size_t n, const void* src)>;
+
+  // Reads shard `rank` once, front to back, handing every tensor's bytes to `sink` in file order
+  // (empty tensors are skipped), and checks the shard's CRC-32C on the way: one pass where
+  // Verify + Read take two. The next piece is read while the current one is checksummed and
+  // delivered. A mismatch is DATA_LOSS (as Verify) after every byte was delivered: the caller
+  // must then discard what `sink` received. REQUIRES: 0 <= rank < world size.
+  absl::Status ReadShard(int rank, const ShardTensorSink& sink,
+                         const CheckpointProgressCallback& progress = nullptr) const;
+
   // The tensor stored under exactly `key` (the lowest rank's copy when several shards hold
   // it), or nullptr.
   const CheckpointTensor* Find(absl::string_view key) const;
@@ -83,6 +96,9 @@ class CheckpointReader final {
   CheckpointReader(std::string dir, Manifest manifest, CheckpointIoOptions options)
       : dir_(std::move(dir)), manifest_(std::move(manifest)), options_(options) {}
   absl::Status OpenShards();
+  // ReadShard's pass; `report` accumulates over calls (Verify reads every shard).
+  absl::Status ScanShard(int rank, const ShardTensorSink& sink, CheckpointProgress& report,
+                         const CheckpointProgressCallback& progress) const;
 
   std::string dir_;
   Manifest manifest_;

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -128,6 +129,52 @@ TEST_F(CheckpointTest, StreamedReadsComeInBoundedPieces) {
               IsOk());
   EXPECT_EQ(got, big.bytes);
   EXPECT_EQ(pieces, (std::vector<size_t>{4096, 4096, 3808}));
+}
+
+TEST_F(CheckpointTest, ReadShardDeliversEveryTensorInOneVerifiedPass) {
+  std::vector<std::vector<OwnedTensor>> shards(1);
+  shards[0].push_back(testutil::F32Tensor("param/big", {3000}, 0.0f));  // spans 3 pieces
+  shards[0].push_back(testutil::F32Tensor("param/empty", {0}, 0.0f));
+  shards[0].push_back(testutil::I64Scalar("meta/step", 7));
+  shards[0].push_back(testutil::F32Tensor("param/odd", {1027}, 5.0f));
+  ASSERT_THAT(WriteCheckpoint(root_, "one", SampleManifest(1, {0, 0, 0, 0}), shards), IsOk());
+  CheckpointIoOptions options;
+  options.staging_bytes = 4096;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(root_, "one", options));
+  std::map<std::string, std::string> got;
+  std::vector<CheckpointProgress> seen;
+  auto sink = [&](const CheckpointTensor& t, uint64_t offset, size_t n, const void* src) {
+    std::string& bytes = got[t.key];
+    EXPECT_EQ(offset, bytes.size()) << t.key;
+    bytes.append(static_cast<const char*>(src), n);
+    return absl::OkStatus();
+  };
+  ASSERT_THAT(reader->ReadShard(0, sink, [&](const CheckpointProgress& p) { seen.push_back(p); }),
+              IsOk());
+  for (const OwnedTensor& t : shards[0]) {
+    if (t.bytes.empty()) {
+      EXPECT_EQ(got.count(t.key), 0u) << t.key;
+    } else {
+      EXPECT_EQ(got[t.key], t.bytes) << t.key;
+    }
+  }
+  ASSERT_GE(seen.size(), 4u);
+  EXPECT_EQ(seen.back().files_done, 1);
+  EXPECT_EQ(seen.back().bytes_done, reader->manifest().shards[0].bytes);
+
+  // A flipped byte: everything is delivered, then DATA_LOSS; a sink error stops the pass.
+  const std::string path = root_ + "/one/shard-0-of-1.safetensors";
+  std::string bytes = Slurp(path);
+  bytes[bytes.size() / 2] ^= 0x01;
+  Spit(path, bytes);
+  got.clear();
+  EXPECT_THAT(reader->ReadShard(0, sink), StatusIs(absl::StatusCode::kDataLoss, "CRC-32C mismatch"));
+  EXPECT_EQ(got["param/odd"].size(), 1027u * 4);
+  EXPECT_THAT(reader->ReadShard(0,
+                                [](const CheckpointTensor&, uint64_t, size_t, const void*) {
+                                  return absl::ResourceExhaustedError("device full");
+                                }),
+              StatusIs(absl::StatusCode::kResourceExhausted, "device full"));
 }
 
 TEST_F(CheckpointTest, ShardFileIsPlainSafetensorsWithTheReportedChecksum) {

@@ -6,8 +6,9 @@
 // Reference, measured in the same run on the same file system: the same bytes written
 // sequentially to one file (one write() per tensor straight from its memory, then fsync) and
 // read back (one pread per tensor into the same buffers): plain POSIX at its fastest here, as
-// large requests beat 16 MiB ones on this machine's virtual disk. Between the write and the read phases every file's pages are dropped
-// from the page cache (posix_fadvise DONTNEED after fsync), so reads come from the device.
+// large requests beat 16 MiB ones on this machine's virtual disk. Between the write and the read
+// phases every file's pages are dropped from the page cache (posix_fadvise DONTNEED after fsync),
+// so reads come from the device.
 //
 //   bazel run -c opt //bench:checkpoint_bench -- --layers=12 --dir=/var/tmp
 
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -84,6 +86,13 @@ State MakeState(const std::vector<ParamInfo>& params) {
   return s;
 }
 
+// Runs fn(rank) for every rank on its own thread, as the ranks of a server group would.
+void OnEveryRank(int ranks, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) threads.emplace_back(fn, r);
+  for (std::thread& t : threads) t.join();
+}
+
 void DropCache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return;
@@ -136,31 +145,27 @@ double Save(const State& s, const std::vector<int>& owner, const std::string& di
   Manifest manifest;
   manifest.world_size = ranks;
   manifest.shards.resize(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      std::vector<TensorSource> sources;
-      for (size_t i = 0; i < s.keys.size(); ++i) {
-        if (owner[s.param_of[i]] != r) continue;
-        TensorSource t{s.keys[i], StateTensor::Type::kF32, s.shapes[i]};
-        const char* base = reinterpret_cast<const char*>(s.buffers[i].get());
-        if (callbacks) {
-          t.read = [base](uint64_t offset, size_t n, void* dst) {
-            std::memcpy(dst, base + offset, n);
-            return absl::OkStatus();
-          };
-        } else {
-          t.data = base;
-        }
-        sources.push_back(std::move(t));
+  OnEveryRank(ranks, [&](int r) {
+    std::vector<TensorSource> sources;
+    for (size_t i = 0; i < s.keys.size(); ++i) {
+      if (owner[s.param_of[i]] != r) continue;
+      TensorSource t{s.keys[i], StateTensor::Type::kF32, s.shapes[i]};
+      const char* base = reinterpret_cast<const char*>(s.buffers[i].get());
+      if (callbacks) {
+        t.read = [base](uint64_t offset, size_t n, void* dst) {
+          std::memcpy(dst, base + offset, n);
+          return absl::OkStatus();
+        };
+      } else {
+        t.data = base;
       }
-      absl::StatusOr<ShardFile> file =
-          WriteCheckpointShard(dir, "bench", r, ranks, sources, nullptr, io);
-      BENCH_CHECK_OK(file.status());
-      manifest.shards[r] = {file->file, file->bytes, file->crc32c};
-    });
-  }
-  for (std::thread& t : threads) t.join();
+      sources.push_back(std::move(t));
+    }
+    absl::StatusOr<ShardFile> file =
+        WriteCheckpointShard(dir, "bench", r, ranks, sources, nullptr, io);
+    BENCH_CHECK_OK(file.status());
+    manifest.shards[r] = {file->file, file->bytes, file->crc32c};
+  });
   BENCH_CHECK_OK(CommitCheckpoint(dir, "bench", manifest, 0));
   return Seconds(start, Clock::now());
 }
@@ -170,17 +175,13 @@ double Load(State& s, const std::string& dir, int ranks, const CheckpointIoOptio
   absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
       CheckpointReader::Open(dir, "bench", io);
   BENCH_CHECK_OK(reader.status());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      for (size_t i = 0; i < s.keys.size(); ++i) {
-        const CheckpointTensor* t = (*reader)->Find(s.keys[i]);
-        if (t == nullptr || t->shard != r) continue;
-        BENCH_CHECK_OK((*reader)->Read(*t, s.buffers[i].get()));
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  OnEveryRank(ranks, [&](int r) {
+    for (size_t i = 0; i < s.keys.size(); ++i) {
+      const CheckpointTensor* t = (*reader)->Find(s.keys[i]);
+      if (t == nullptr || t->shard != r) continue;
+      BENCH_CHECK_OK((*reader)->Read(*t, s.buffers[i].get()));
+    }
+  });
   return Seconds(start, Clock::now());
 }
 
@@ -192,18 +193,14 @@ double LoadVerified(State& s, const std::string& dir, int ranks, const Checkpoin
   BENCH_CHECK_OK(reader.status());
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < s.keys.size(); ++i) index[s.keys[i]] = i;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      BENCH_CHECK_OK((*reader)->ReadShard(
-          r, [&](const CheckpointTensor& t, uint64_t offset, size_t n, const void* src) {
-            char* dst = reinterpret_cast<char*>(s.buffers[index.at(t.key)].get());
-            std::memcpy(dst + offset, src, n);
-            return absl::OkStatus();
-          }));
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  OnEveryRank(ranks, [&](int r) {
+    BENCH_CHECK_OK((*reader)->ReadShard(
+        r, [&](const CheckpointTensor& t, uint64_t offset, size_t n, const void* src) {
+          char* dst = reinterpret_cast<char*>(s.buffers[index.at(t.key)].get());
+          std::memcpy(dst + offset, src, n);
+          return absl::OkStatus();
+        }));
+  });
   return Seconds(start, Clock::now());
 }
 
@@ -233,8 +230,7 @@ int Run() {
     params.insert(params.end(), layer.begin(), layer.end());
   }
   const int ranks = absl::GetFlag(FLAGS_ranks);
-  const std::string root = absl::StrCat(absl::GetFlag(FLAGS_dir), "/checkpoint_bench.",
-                                        ::getpid());
+  const std::string root = absl::StrCat(absl::GetFlag(FLAGS_dir), "/checkpoint_bench.", ::getpid());
   std::filesystem::create_directories(root);
   CheckpointIoOptions io;
   io.staging_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_staging_mib)) << 20;
@@ -244,11 +240,12 @@ int Run() {
   std::vector<double> costs;
   for (const ParamInfo& p : params) costs.push_back(static_cast<double>(p.numel()));
   const std::vector<int> owner = PartitionByCost(costs, ranks).owner;
-  std::printf("checkpoint_bench: %zu parameters, %.3fB elements, %zu tensors, %.2f GB of state "
-              "held; %d shard(s), staging %d MiB, %s\n",
-              params.size(), static_cast<double>(CountElements(params)) / 1e9, s.keys.size(),
-              s.bytes / 1e9, ranks, absl::GetFlag(FLAGS_staging_mib),
-              absl::GetFlag(FLAGS_callbacks) ? "reader callbacks" : "host pointers");
+  std::printf(
+      "checkpoint_bench: %zu parameters, %.3fB elements, %zu tensors, %.2f GB of state "
+      "held; %d shard(s), staging %d MiB, %s\n",
+      params.size(), static_cast<double>(CountElements(params)) / 1e9, s.keys.size(), s.bytes / 1e9,
+      ranks, absl::GetFlag(FLAGS_staging_mib),
+      absl::GetFlag(FLAGS_callbacks) ? "reader callbacks" : "host pointers");
 
   const std::string raw = root + "/raw.bin";
   const std::string ckpt = root + "/bench";
@@ -288,9 +285,10 @@ int Run() {
               raw_read / verify);
   std::printf("%-30s %8.2f %10.3f %8.2f\n", "checkpoint load + verify", load_verified,
               gb / load_verified, raw_read / load_verified);
-  std::printf("\npeak RSS %.2f GB, state held %.2f GB (ratio = raw seconds / checkpoint "
-              "seconds, best of %d rounds; goal >= 0.7)\n",
-              PeakRssBytes() / 1e9, gb, absl::GetFlag(FLAGS_repeats));
+  std::printf(
+      "\npeak RSS %.2f GB, state held %.2f GB (ratio = raw seconds / checkpoint "
+      "seconds, best of %d rounds; goal >= 0.7)\n",
+      PeakRssBytes() / 1e9, gb, absl::GetFlag(FLAGS_repeats));
   return 0;
 }
 

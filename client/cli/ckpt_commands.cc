@@ -58,12 +58,8 @@ std::string FormatCheckpointSummary(const CheckpointReader& reader) {
                   FormatBytes(reader.TotalTensorBytes()), " of tensor data\n");
   absl::StrAppend(&out, "files:       ", m.shards.size(), " shards, ", FormatBytes(file_bytes),
                   " (", file_bytes, " bytes)\n\n");
-  TextTable table({{"RANK", true},
-                   {"FILE"},
-                   {"PARAMS", true},
-                   {"TENSORS", true},
-                   {"BYTES", true},
-                   {"CRC32C"}});
+  TextTable table(
+      {{"RANK", true}, {"FILE"}, {"PARAMS", true}, {"TENSORS", true}, {"BYTES", true}, {"CRC32C"}});
   const std::vector<int> params = ParamsPerShard(m);
   for (int r = 0; r < m.world_size; ++r) {
     table.AddRow({absl::StrCat(r), m.shards[r].file, absl::StrCat(params[r]),
@@ -76,19 +72,19 @@ std::string FormatCheckpointSummary(const CheckpointReader& reader) {
 
 int RunCkptCommand(absl::Span<const std::string> args, const CkptOptions& options,
                    std::ostream& out, std::ostream& err) {
-  if (args.size() < 2) return Usage(err, "ckpt needs a subcommand: inspect, verify, merge or split");
+  if (args.size() < 2)
+    return Usage(err, "ckpt needs a subcommand: inspect, verify, merge or split");
   const std::string& sub = args[1];
   const size_t want = (sub == "inspect" || sub == "verify") ? 3 : 4;
   if (sub != "inspect" && sub != "verify" && sub != "merge" && sub != "split") {
     return Usage(err, "unknown ckpt subcommand '" + sub + "'");
   }
   if (args.size() != want) {
-    return Usage(err, absl::StrCat("ckpt ", sub, " takes ", want - 2, " director",
-                                   want == 3 ? "y" : "ies"));
+    return Usage(
+        err, absl::StrCat("ckpt ", sub, " takes ", want - 2, " director", want == 3 ? "y" : "ies"));
   }
   if (sub == "split" && options.ranks < 1) {
-    return Usage(err, absl::StrCat("ckpt split needs --ranks=N with N >= 1, not ",
-                                   options.ranks));
+    return Usage(err, absl::StrCat("ckpt split needs --ranks=N with N >= 1, not ", options.ranks));
   }
   const std::string& src_dir = args[2];
   absl::StatusOr<std::unique_ptr<CheckpointReader>> src = CheckpointReader::OpenDirectory(src_dir);
@@ -108,9 +104,8 @@ int RunCkptCommand(absl::Span<const std::string> args, const CkptOptions& option
     return kExitOk;
   }
   const auto [root, name] = SplitDestination(args[3]);
-  const absl::Status written = sub == "merge"
-                                   ? MergeCheckpoint(**src, root, name)
-                                   : SplitCheckpoint(**src, root, name, options.ranks);
+  const absl::Status written = sub == "merge" ? MergeCheckpoint(**src, root, name)
+                                              : SplitCheckpoint(**src, root, name, options.ranks);
   if (!written.ok()) return Failed(err, sub, args[3], written);
   out << "wrote " << args[3] << ": " << (sub == "merge" ? 1 : options.ranks) << " shard"
       << ((sub == "merge" || options.ranks == 1) ? "" : "s") << " from " << src_dir << " ("

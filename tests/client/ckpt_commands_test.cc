@@ -79,8 +79,7 @@ TEST_F(CkptCommandsTest, VerifyExitsNonzeroWithTheError) {
 
 TEST_F(CkptCommandsTest, MergeAndSplitWriteValidCheckpoints) {
   ASSERT_EQ(Run({"ckpt", "merge", root_ + "/src", root_ + "/merged"}), kExitOk) << err_.str();
-  ASSERT_EQ(Run({"ckpt", "split", root_ + "/merged", root_ + "/split/"}, 3), kExitOk)
-      << err_.str();
+  ASSERT_EQ(Run({"ckpt", "split", root_ + "/merged", root_ + "/split/"}, 3), kExitOk) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("3 shards"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto split, CheckpointReader::Open(root_, "split"));
   EXPECT_EQ(split->manifest().world_size, 3);

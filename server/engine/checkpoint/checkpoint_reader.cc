@@ -38,8 +38,8 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenDirector
   absl::StatusOr<std::string> text = internal::ReadSmallFile(manifest_path, kMaxManifestBytes);
   if (!text.ok()) {
     if (text.status().code() == absl::StatusCode::kNotFound) {
-      return absl::NotFoundError(absl::StrCat("no checkpoint at '", dir, "': ",
-                                              text.status().message()));
+      return absl::NotFoundError(
+          absl::StrCat("no checkpoint at '", dir, "': ", text.status().message()));
     }
     return text.status();
   }
@@ -72,8 +72,8 @@ absl::Status CheckpointReader::OpenShards() {
     const int fd = fds_.back();
     OPTSTEP_ASSIGN_OR_RETURN(uint64_t size, internal::FileSize(path));
     if (size != shard.bytes) {
-      return absl::DataLossError(absl::StrCat("shard '", path, "' has ", size,
-                                              " bytes; the manifest says ", shard.bytes));
+      return absl::DataLossError(
+          absl::StrCat("shard '", path, "' has ", size, " bytes; the manifest says ", shard.bytes));
     }
     char prefix[8] = {};
     OPTSTEP_RETURN_IF_ERROR(internal::PreadAll(fd, prefix, std::min<uint64_t>(8, size), 0, path));
@@ -163,9 +163,9 @@ absl::Status CheckpointReader::ScanShard(int rank, const ShardTensorSink& sink,
     if (progress) progress(report);
   }
   if (crc != shard.crc32c) {
-    return absl::DataLossError(absl::StrFormat(
-        "shard '%s': CRC-32C mismatch: manifest says %08x, the file has %08x", path,
-        shard.crc32c, crc));
+    return absl::DataLossError(
+        absl::StrFormat("shard '%s': CRC-32C mismatch: manifest says %08x, the file has %08x", path,
+                        shard.crc32c, crc));
   }
   ++report.files_done;
   if (progress) progress(report);
@@ -195,8 +195,8 @@ uint64_t CheckpointReader::TotalTensorBytes() const {
 absl::Status CheckpointReader::Read(const CheckpointTensor& tensor,
                                     const TensorByteWriter& sink) const {
   const size_t capacity = StagingSize(options_);
-  std::unique_ptr<char[]> buffer(
-      new char[static_cast<size_t>(std::min<uint64_t>(capacity, std::max<uint64_t>(tensor.bytes, 1)))]);
+  std::unique_ptr<char[]> buffer(new char[static_cast<size_t>(
+      std::min<uint64_t>(capacity, std::max<uint64_t>(tensor.bytes, 1)))]);
   const std::string path = absl::StrCat(dir_, "/", manifest_.shards[tensor.shard].file);
   for (uint64_t offset = 0; offset < tensor.bytes;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(capacity, tensor.bytes - offset));
@@ -213,19 +213,17 @@ absl::Status CheckpointReader::Read(const CheckpointTensor& tensor, void* dst) c
   return ReadRange(tensor, 0, tensor.bytes, dst);
 }
 
-absl::Status CheckpointReader::ReadRange(const CheckpointTensor& tensor, uint64_t offset,
-                                         size_t n, void* dst) const {
+absl::Status CheckpointReader::ReadRange(const CheckpointTensor& tensor, uint64_t offset, size_t n,
+                                         void* dst) const {
   if (offset > tensor.bytes || n > tensor.bytes - offset) {
-    return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", ", offset + n,
-                                              ") of tensor '", tensor.key, "' (",
-                                              tensor.bytes, " bytes)"));
+    return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", ", offset + n, ") of tensor '",
+                                              tensor.key, "' (", tensor.bytes, " bytes)"));
   }
   const std::string path = absl::StrCat(dir_, "/", manifest_.shards[tensor.shard].file);
   return internal::PreadAll(fds_[tensor.shard], dst, n, tensor.file_offset + offset, path);
 }
 
-absl::Status CheckpointReader::ReadKey(absl::string_view key, void* dst,
-                                       size_t dst_bytes) const {
+absl::Status CheckpointReader::ReadKey(absl::string_view key, void* dst, size_t dst_bytes) const {
   const CheckpointTensor* tensor = Find(key);
   if (tensor == nullptr) {
     return absl::NotFoundError(absl::StrCat("checkpoint '", dir_, "' has no tensor '", key, "'"));

@@ -103,7 +103,7 @@ class CheckpointReader final {
   std::string dir_;
   Manifest manifest_;
   CheckpointIoOptions options_;
-  std::vector<int> fds_;                              // one per shard
+  std::vector<int> fds_;                               // one per shard
   std::vector<std::vector<CheckpointTensor>> shards_;  // per rank
   std::map<std::string, const CheckpointTensor*, std::less<>> index_;
 };

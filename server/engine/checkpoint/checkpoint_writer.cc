@@ -32,7 +32,9 @@ class StagedFileWriter {
  public:
   StagedFileWriter(File file, std::string path, size_t capacity, uint64_t total,
                    const CheckpointProgressCallback& progress)
-      : file_(std::move(file)), path_(std::move(path)), capacity_(std::max<size_t>(capacity, 4096)),
+      : file_(std::move(file)),
+        path_(std::move(path)),
+        capacity_(std::max<size_t>(capacity, 4096)),
         buffers_{std::make_unique<char[]>(capacity_), std::make_unique<char[]>(capacity_)},
         progress_(progress) {
     report_.bytes_total = total;
@@ -68,13 +70,13 @@ class StagedFileWriter {
     uint64_t offset = 0;
     while (offset < bytes) {
       if (used_ == capacity_) OPTSTEP_RETURN_IF_ERROR(Flush());
-      const size_t piece = static_cast<size_t>(std::min<uint64_t>(bytes - offset,
-                                                                  capacity_ - used_));
+      const size_t piece =
+          static_cast<size_t>(std::min<uint64_t>(bytes - offset, capacity_ - used_));
       absl::Status status = read(offset, piece, buffer() + used_);
       if (!status.ok()) {
-        return absl::Status(status.code(), absl::StrCat("reading tensor '", key, "' bytes [",
-                                                        offset, ", ", offset + piece, "): ",
-                                                        status.message()));
+        return absl::Status(status.code(),
+                            absl::StrCat("reading tensor '", key, "' bytes [", offset, ", ",
+                                         offset + piece, "): ", status.message()));
       }
       used_ += piece;
       offset += piece;
@@ -200,8 +202,7 @@ absl::Status RemoveCheckpoint(absl::string_view root, const std::string& name) {
 
 absl::Status ValidateCheckpointName(absl::string_view name) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint name '", name, "' ", why));
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint name '", name, "' ", why));
   };
   if (name.empty()) return bad("is empty");
   if (name.size() > 255) return bad(absl::StrCat("has ", name.size(), " bytes (at most 255)"));
@@ -251,8 +252,8 @@ absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::str
   entries.reserve(tensors.size());
   for (const TensorSource& t : tensors) {
     if ((t.data == nullptr) == !t.read) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", t.key, "' needs exactly one of a host pointer and a reader"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.key, "' needs exactly one of a host pointer and a reader"));
     }
     entries.push_back({t.key, t.type, t.shape});
   }

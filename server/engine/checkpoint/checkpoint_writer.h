@@ -31,8 +31,7 @@
 namespace optstep {
 
 // Fills `n` bytes of a tensor's little-endian contents, starting at `byte_offset`, into `dst`.
-using TensorByteReader =
-    std::function<absl::Status(uint64_t byte_offset, size_t n, void* dst)>;
+using TensorByteReader = std::function<absl::Status(uint64_t byte_offset, size_t n, void* dst)>;
 
 // One tensor to write. Exactly one of `data` (host memory, NumElements(shape) elements, alive
 // until the write returns) and `read` is set.
@@ -84,10 +83,11 @@ absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name);
 // rank/world, a duplicate or empty key, a source with neither or both of data/read, or a
 // negative dimension; FAILED_PRECONDITION when the temporary directory is missing (Prepare not
 // run); a reader callback's error is returned as is, annotated with the key.
-absl::StatusOr<ShardFile> WriteCheckpointShard(
-    absl::string_view root, absl::string_view name, int rank, int world_size,
-    absl::Span<const TensorSource> tensors, const CheckpointProgressCallback& progress = nullptr,
-    const CheckpointIoOptions& options = {});
+absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::string_view name,
+                                               int rank, int world_size,
+                                               absl::Span<const TensorSource> tensors,
+                                               const CheckpointProgressCallback& progress = nullptr,
+                                               const CheckpointIoOptions& options = {});
 
 // Rank 0, last: checks `manifest` (one shard per rank; each file present with the recorded
 // size: DATA_LOSS otherwise), writes manifest.json, fsyncs it and the directory, renames the

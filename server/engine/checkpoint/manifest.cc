@@ -42,13 +42,13 @@ class Fields {
         absl::StrCat("manifest field '", path_, field, "' is missing or not ", want));
   }
 
-  absl::StatusOr<const json*> Get(const json& object, const std::string& field,
-                                  json::value_t type, absl::string_view want) const {
+  absl::StatusOr<const json*> Get(const json& object, const std::string& field, json::value_t type,
+                                  absl::string_view want) const {
     auto it = object.find(field);
     bool ok = it != object.end();
     if (ok) {
-      const bool number_ok = type == json::value_t::number_unsigned &&
-                             it->is_number_integer() && !it->is_number_float() &&
+      const bool number_ok = type == json::value_t::number_unsigned && it->is_number_integer() &&
+                             !it->is_number_float() &&
                              (it->is_number_unsigned() || it->get<int64_t>() >= 0);
       const bool float_ok = type == json::value_t::number_float && it->is_number();
       ok = number_ok || float_ok || it->type() == type;
@@ -73,8 +73,7 @@ class Fields {
   }
 
   absl::StatusOr<std::string> String(const json& object, const std::string& field) const {
-    OPTSTEP_ASSIGN_OR_RETURN(const json* v,
-                             Get(object, field, json::value_t::string, "a string"));
+    OPTSTEP_ASSIGN_OR_RETURN(const json* v, Get(object, field, json::value_t::string, "a string"));
     return v->get<std::string>();
   }
 
@@ -215,9 +214,10 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text) {
     return f.Missing("format_version", "an integer");
   }
   if (version->get<int64_t>() != kCheckpointFormatVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint format_version ", version->dump(), " is not supported (this build "
-                     "reads version ", kCheckpointFormatVersion, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint format_version ", version->dump(),
+                                                      " is not supported (this build "
+                                                      "reads version ",
+                                                      kCheckpointFormatVersion, ")"));
   }
   OPTSTEP_ASSIGN_OR_RETURN(m.definition_digest, f.String(root, "definition_digest"));
   auto definition = root.find("definition");
@@ -225,8 +225,10 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text) {
   m.definition = definition->dump();
   if (Sha256Hex(m.definition) != m.definition_digest) {
     return absl::DataLossError(absl::StrCat("manifest field 'definition_digest' ",
-                                            m.definition_digest, " does not match the stored "
-                                            "definition (", Sha256Hex(m.definition), ")"));
+                                            m.definition_digest,
+                                            " does not match the stored "
+                                            "definition (",
+                                            Sha256Hex(m.definition), ")"));
   }
   OPTSTEP_ASSIGN_OR_RETURN(m.world_size, f.Int(root, "world_size"));
   OPTSTEP_ASSIGN_OR_RETURN(m.step, f.Unsigned(root, "step"));

@@ -39,9 +39,8 @@ int ParamOfKey(const std::string& key, const std::map<std::string, int>& param_o
 absl::Status CheckSameCopy(const CheckpointReader& src, const CheckpointTensor& a,
                            const CheckpointTensor& b) {
   auto differ = [&](absl::string_view what) {
-    return absl::FailedPreconditionError(absl::StrCat("tensor '", a.key, "' differs in ", what,
-                                                      " between shards ", a.shard, " and ",
-                                                      b.shard));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tensor '", a.key, "' differs in ", what, " between shards ", a.shard, " and ", b.shard));
   };
   if (a.type != b.type || a.shape != b.shape) return differ("dtype or shape");
   constexpr size_t kPiece = 1 << 20;
@@ -111,9 +110,8 @@ absl::Status Reshard(const CheckpointReader& src, absl::string_view dst_root,
       now.files_done += p.files_done;
       progress(now);
     };
-    OPTSTEP_ASSIGN_OR_RETURN(ShardFile file,
-                             WriteCheckpointShard(dst_root, dst_name, r, world_size, sources[r],
-                                                  shard_progress));
+    OPTSTEP_ASSIGN_OR_RETURN(ShardFile file, WriteCheckpointShard(dst_root, dst_name, r, world_size,
+                                                                  sources[r], shard_progress));
     total.bytes_done += file.bytes;
     ++total.files_done;
     out.shards.push_back({file.file, file.bytes, file.crc32c});
@@ -126,8 +124,8 @@ absl::Status Reshard(const CheckpointReader& src, absl::string_view dst_root,
 absl::Status MergeCheckpoint(const CheckpointReader& src, absl::string_view dst_root,
                              absl::string_view dst_name,
                              const CheckpointProgressCallback& progress) {
-  return Reshard(src, dst_root, dst_name, 1,
-                 std::vector<int>(src.manifest().params.size(), 0), progress);
+  return Reshard(src, dst_root, dst_name, 1, std::vector<int>(src.manifest().params.size(), 0),
+                 progress);
 }
 
 absl::Status SplitCheckpoint(const CheckpointReader& src, absl::string_view dst_root,

@@ -75,14 +75,16 @@ absl::StatusOr<std::string> EncodeSafetensorsHeader(
   return out;
 }
 
-absl::StatusOr<uint64_t> ParseSafetensorsHeaderLength(absl::string_view prefix8,
-                                                      uint64_t file_size, absl::string_view file) {
+absl::StatusOr<uint64_t> ParseSafetensorsHeaderLength(absl::string_view prefix8, uint64_t file_size,
+                                                      absl::string_view file) {
   if (prefix8.size() < 8 || file_size < 8) {
-    return Loss(file, absl::StrCat("file of ", file_size, " bytes is shorter than the 8-byte "
+    return Loss(file, absl::StrCat("file of ", file_size,
+                                   " bytes is shorter than the 8-byte "
                                    "header length"));
   }
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(prefix8[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<uint8_t>(prefix8[i])) << (8 * i);
   if (n < 2 || n > kMaxSafetensorsHeaderBytes || n > file_size - 8) {
     return Loss(file, absl::StrCat("header length ", n, " is out of bounds [2, ",
                                    std::min<uint64_t>(kMaxSafetensorsHeaderBytes, file_size - 8),
@@ -91,12 +93,11 @@ absl::StatusOr<uint64_t> ParseSafetensorsHeaderLength(absl::string_view prefix8,
   return n;
 }
 
-absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
-                                                         uint64_t file_size,
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json, uint64_t file_size,
                                                          absl::string_view file) {
   if (file_size < 8 + static_cast<uint64_t>(json.size())) {
-    return Loss(file, absl::StrCat("header of ", json.size(), " bytes does not fit in ",
-                                   file_size, " bytes"));
+    return Loss(file, absl::StrCat("header of ", json.size(), " bytes does not fit in ", file_size,
+                                   " bytes"));
   }
   if (json.empty() || json[0] != '{') return Loss(file, "header does not start with '{'");
   nlohmann::json header = nlohmann::json::parse(json.begin(), json.end(), nullptr,
@@ -135,9 +136,9 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
     } else if (type == "I64") {
       entry.type = StateTensor::Type::kI64;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("safetensors file '", file, "': tensor '", key, "' has dtype '", type,
-                       "'; checkpoints hold F32 and I64 only"));
+      return absl::InvalidArgumentError(absl::StrCat("safetensors file '", file, "': tensor '", key,
+                                                     "' has dtype '", type,
+                                                     "'; checkpoints hold F32 and I64 only"));
     }
     auto shape = value.find("shape");
     if (shape == value.end() || !shape->is_array()) return bad("shape missing or not an array");
@@ -147,7 +148,8 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
     for (const nlohmann::json& d : *shape) {
       uint64_t dim = 0;
       if (!AsUint64(d, &dim) || dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return bad(absl::StrCat("shape ", shape->dump(), " has an entry that is not a "
+        return bad(absl::StrCat("shape ", shape->dump(),
+                                " has an entry that is not a "
                                 "non-negative integer"));
       }
       entry.shape.push_back(static_cast<int64_t>(dim));
@@ -177,11 +179,11 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
   uint64_t expected = 0;
   for (const SafetensorsEntry& entry : out.entries) {
     if (entry.begin != expected) {
-      return Loss(file, absl::StrCat("tensor '", entry.key, "' at data_offsets [", entry.begin,
-                                     ", ", entry.end, "] ",
-                                     entry.begin < expected ? "overlaps the previous tensor"
-                                                            : "leaves a hole",
-                                     " (expected begin ", expected, ")"));
+      return Loss(
+          file, absl::StrCat(
+                    "tensor '", entry.key, "' at data_offsets [", entry.begin, ", ", entry.end,
+                    "] ", entry.begin < expected ? "overlaps the previous tensor" : "leaves a hole",
+                    " (expected begin ", expected, ")"));
     }
     expected = entry.end;
   }

@@ -56,14 +56,13 @@ absl::StatusOr<std::string> EncodeSafetensorsHeader(
 // Reads N from the first 8 bytes of a file of `file_size` bytes. DATA_LOSS when the file is
 // shorter than 8 bytes or N is out of bounds (< 2, > kMaxSafetensorsHeaderBytes, or past the
 // end of the file). `file` names the file in messages.
-absl::StatusOr<uint64_t> ParseSafetensorsHeaderLength(absl::string_view prefix8,
-                                                      uint64_t file_size, absl::string_view file);
+absl::StatusOr<uint64_t> ParseSafetensorsHeaderLength(absl::string_view prefix8, uint64_t file_size,
+                                                      absl::string_view file);
 
 // Parses the JSON header `json` (the N bytes after the prefix) of a file of `file_size` bytes.
 // DATA_LOSS naming the file, the key and the value for malformed JSON or entries, offsets out of
 // range, overlapping or leaving holes; INVALID_ARGUMENT for a dtype other than F32 and I64.
-absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
-                                                         uint64_t file_size,
+absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json, uint64_t file_size,
                                                          absl::string_view file);
 
 }  // namespace optstep

@@ -63,9 +63,9 @@ class CheckpointTest : public ::testing::Test {
   void WriteSample(const std::string& name, int keep_last = 0) {
     CheckpointIoOptions options;
     options.staging_bytes = 64;
-    ASSERT_THAT(WriteCheckpoint(root_, name, SampleManifest(2, kOwners), shards_, keep_last,
-                                options),
-                IsOk());
+    ASSERT_THAT(
+        WriteCheckpoint(root_, name, SampleManifest(2, kOwners), shards_, keep_last, options),
+        IsOk());
   }
   std::string Shard(const std::string& name, int rank) const {
     return absl::StrCat(root_, "/", name, "/", ShardFileName(rank, 2));
@@ -111,8 +111,7 @@ TEST_F(CheckpointTest, StreamedReadsComeInBoundedPieces) {
   OwnedTensor big = testutil::F32Tensor("param/big", {3000}, 0.0f);  // 12000 bytes
   ASSERT_THAT(PrepareCheckpoint(root_, "big"), IsOk());
   TensorSource source{big.key, big.type, big.shape, big.bytes.data()};
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShardFile file,
-                               WriteCheckpointShard(root_, "big", 0, 1, {source}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShardFile file, WriteCheckpointShard(root_, "big", 0, 1, {source}));
   Manifest m = SampleManifest(1, {0, 0, 0, 0});
   m.shards = {{file.file, file.bytes, file.crc32c}};
   ASSERT_THAT(CommitCheckpoint(root_, "big", m, 0), IsOk());
@@ -168,13 +167,13 @@ TEST_F(CheckpointTest, ReadShardDeliversEveryTensorInOneVerifiedPass) {
   bytes[bytes.size() / 2] ^= 0x01;
   Spit(path, bytes);
   got.clear();
-  EXPECT_THAT(reader->ReadShard(0, sink), StatusIs(absl::StatusCode::kDataLoss, "CRC-32C mismatch"));
+  EXPECT_THAT(reader->ReadShard(0, sink),
+              StatusIs(absl::StatusCode::kDataLoss, "CRC-32C mismatch"));
   EXPECT_EQ(got["param/odd"].size(), 1027u * 4);
-  EXPECT_THAT(reader->ReadShard(0,
-                                [](const CheckpointTensor&, uint64_t, size_t, const void*) {
-                                  return absl::ResourceExhaustedError("device full");
-                                }),
-              StatusIs(absl::StatusCode::kResourceExhausted, "device full"));
+  EXPECT_THAT(
+      reader->ReadShard(0, [](const CheckpointTensor&, uint64_t, size_t,
+                              const void*) { return absl::ResourceExhaustedError("device full"); }),
+      StatusIs(absl::StatusCode::kResourceExhausted, "device full"));
 }
 
 TEST_F(CheckpointTest, ShardFileIsPlainSafetensorsWithTheReportedChecksum) {
@@ -199,16 +198,17 @@ TEST_F(CheckpointTest, ShardFileIsPlainSafetensorsWithTheReportedChecksum) {
 TEST_F(CheckpointTest, ProgressCountsEveryByte) {
   ASSERT_THAT(PrepareCheckpoint(root_, "p"), IsOk());
   std::vector<TensorSource> sources;
-  for (const OwnedTensor& t : shards_[0]) sources.push_back({t.key, t.type, t.shape, t.bytes.data()});
+  for (const OwnedTensor& t : shards_[0])
+    sources.push_back({t.key, t.type, t.shape, t.bytes.data()});
   const OwnedTensor big = testutil::F32Tensor("param/big", {3000}, 0.0f);  // > 2 buffers
   sources.push_back({big.key, big.type, big.shape, big.bytes.data()});
   std::vector<CheckpointProgress> seen;
   CheckpointIoOptions options;
   options.staging_bytes = 4096;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(
-      ShardFile file,
-      WriteCheckpointShard(root_, "p", 0, 2, sources,
-                           [&](const CheckpointProgress& p) { seen.push_back(p); }, options));
+      ShardFile file, WriteCheckpointShard(
+                          root_, "p", 0, 2, sources,
+                          [&](const CheckpointProgress& p) { seen.push_back(p); }, options));
   ASSERT_GE(seen.size(), 5u);
   EXPECT_EQ(seen.back().bytes_done, file.bytes);
   EXPECT_EQ(seen.back().bytes_total, file.bytes);
@@ -357,8 +357,8 @@ void WriteRawShard(const std::string& root, const std::string& name, std::string
 }
 
 TEST_F(CheckpointTest, OffsetsOutOfRangeOrOverlappingAreDataLoss) {
-  WriteRawShard(root_, "range",
-                R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", 8);
+  WriteRawShard(root_, "range", R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+                8);
   EXPECT_THAT(CheckpointReader::Open(root_, "range"),
               StatusIs(absl::StatusCode::kDataLoss, "data_offsets [0, 16] out of range"));
   WriteRawShard(root_, "overlap",

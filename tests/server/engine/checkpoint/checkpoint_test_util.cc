@@ -42,8 +42,7 @@ Manifest SampleManifest(int world_size, const std::vector<int>& owners) {
   return m;
 }
 
-std::vector<std::vector<OwnedTensor>> SampleShards(int world_size,
-                                                   const std::vector<int>& owners) {
+std::vector<std::vector<OwnedTensor>> SampleShards(int world_size, const std::vector<int>& owners) {
   std::vector<std::vector<OwnedTensor>> shards(world_size);
   auto owned = [&](int p, OwnedTensor t) { shards[owners[p]].push_back(std::move(t)); };
   owned(0, F32Tensor("param/w0", {4, 3}, 1.0f));
@@ -89,10 +88,9 @@ absl::Status WriteCheckpoint(absl::string_view root, absl::string_view name, Man
       }
       sources.push_back(std::move(source));
     }
-    OPTSTEP_ASSIGN_OR_RETURN(
-        ShardFile file, WriteCheckpointShard(root, name, static_cast<int>(r),
-                                             static_cast<int>(shards.size()), sources, nullptr,
-                                             options));
+    OPTSTEP_ASSIGN_OR_RETURN(ShardFile file, WriteCheckpointShard(root, name, static_cast<int>(r),
+                                                                  static_cast<int>(shards.size()),
+                                                                  sources, nullptr, options));
     manifest.shards.push_back({file.file, file.bytes, file.crc32c});
   }
   return CommitCheckpoint(root, name, manifest, keep_last);
@@ -109,8 +107,7 @@ absl::StatusOr<std::string> ReadBytes(const CheckpointReader& reader, absl::stri
 std::string FreshDir(absl::string_view label) {
   static int counter = 0;
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", label, "-", ++counter);
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/", label, "-", ++counter);
   ::mkdir(dir.c_str(), 0755);
   return dir;
 }

@@ -41,8 +41,8 @@ std::vector<std::vector<OwnedTensor>> SampleShards(int world_size, const std::ve
 // Writes every rank's shard (host pointers for even positions, reader callbacks for odd ones,
 // so that both paths run) and commits with `manifest`'s shard entries filled in.
 absl::Status WriteCheckpoint(absl::string_view root, absl::string_view name, Manifest manifest,
-                             const std::vector<std::vector<OwnedTensor>>& shards,
-                             int keep_last = 0, const CheckpointIoOptions& options = {});
+                             const std::vector<std::vector<OwnedTensor>>& shards, int keep_last = 0,
+                             const CheckpointIoOptions& options = {});
 
 // Reads the whole tensor stored under `key`.
 absl::StatusOr<std::string> ReadBytes(const CheckpointReader& reader, absl::string_view key);

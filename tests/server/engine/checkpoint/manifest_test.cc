@@ -62,8 +62,8 @@ TEST(ManifestTest, DigestIgnoresFormattingButNotContent) {
   EXPECT_EQ(a.size(), 7u + 64u);
   // sha256 of the canonical text {"a":[1,2],"b":1}.
   EXPECT_EQ(a, "sha256:94a786c3662bc7beeb598efa7d8cb58d7bea25d6c275ea9785a0230ff1f8c2ba");
-  EXPECT_THAT(DefinitionDigest("{nope"), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                  "'definition' is not valid JSON"));
+  EXPECT_THAT(DefinitionDigest("{nope"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "'definition' is not valid JSON"));
 }
 
 TEST(ManifestTest, UnsupportedVersionIsFailedPrecondition) {

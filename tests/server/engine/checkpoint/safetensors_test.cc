@@ -28,8 +28,7 @@ TEST(SafetensorsTest, EncodeThenParseRoundTrips) {
   EXPECT_EQ(entries[2].begin, 32u);
   EXPECT_EQ(entries[2].end, 32u);
   const uint64_t file_size = header.size() + 32;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(uint64_t n,
-                               ParseSafetensorsHeaderLength(header, file_size, "f"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(uint64_t n, ParseSafetensorsHeaderLength(header, file_size, "f"));
   EXPECT_EQ(n, header.size() - 8);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(SafetensorsHeader parsed,
                                ParseSafetensorsHeader(Json(header), file_size, "f"));
@@ -69,9 +68,8 @@ TEST(SafetensorsTest, HeaderLengthBounds) {
 }
 
 TEST(SafetensorsTest, AcceptsSpacePaddingAndAnyKeyOrder) {
-  const std::string json =
-      R"({"b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},)"
-      R"( "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}    )";
+  const std::string json = R"({"b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]},)"
+                           R"( "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}    )";
   OPTSTEP_ASSERT_OK_AND_ASSIGN(SafetensorsHeader h,
                                ParseSafetensorsHeader(json, 8 + json.size() + 8, "f"));
   ASSERT_EQ(h.entries.size(), 2u);
@@ -110,8 +108,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadHeader{"out_of_range",
                   R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4,
                   absl::StatusCode::kDataLoss, "out of range of the 4-byte data section"},
-        BadHeader{"reversed",
-                  R"({"a": {"dtype": "F32", "shape": [0], "data_offsets": [4, 0]}})", 4,
+        BadHeader{"reversed", R"({"a": {"dtype": "F32", "shape": [0], "data_offsets": [4, 0]}})", 4,
                   absl::StatusCode::kDataLoss, "data_offsets [4, 0] out of range"},
         BadHeader{"size_mismatch",
                   R"({"a": {"dtype": "I64", "shape": [1], "data_offsets": [0, 4]}})", 4,
@@ -131,8 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
                   R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296],)"
                   R"( "data_offsets": [0, 0]}})",
                   0, absl::StatusCode::kDataLoss, "hold 0 bytes"},
-        BadHeader{"bad_metadata", R"({"__metadata__": {"k": 1}})", 0,
-                  absl::StatusCode::kDataLoss, "__metadata__ value of 'k'"}),
+        BadHeader{"bad_metadata", R"({"__metadata__": {"k": 1}})", 0, absl::StatusCode::kDataLoss,
+                  "__metadata__ value of 'k'"}),
     [](const ::testing::TestParamInfo<BadHeader>& info) { return info.param.label; });
 
 }  // namespace

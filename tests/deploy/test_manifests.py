@@ -18,7 +18,7 @@ from kustomize_lite import render
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 K8S = os.path.join(ROOT, "deploy", "k8s")
 DOCKER = os.path.join(ROOT, "deploy", "docker")
-TARGETS = ["base", "overlays/cpu", "overlays/gpu"]
+TARGETS = ["base", "overlays/cpu", "overlays/gpu", "overlays/tls"]
 # The oldest Kubernetes the manifests are meant for (native gRPC probes are GA since 1.27) and the
 # newest whose schemas kubernetes-validate ships.
 # checkov checks skipped by an inline checkov.io/skip annotation (with the reason) in deploy/k8s.
@@ -129,10 +129,19 @@ def test_rank_contract(target):
     assert client["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == f"{name}-0"
     assert client["spec"]["ports"][0]["targetPort"] == "grpc"
 
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert c[probe]["grpc"] == {"port": port}, probe
-    # The startup probe outlasts the rendezvous timeout, so a slow group is not killed early.
     flags = server_flags(objects)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        if "--tls_cert" in flags:  # native gRPC probes cannot speak TLS
+            command = c[probe]["exec"]["command"]
+            assert "grpc" not in c[probe], probe
+            assert command[:3] == ["optstep", "health", f"--server=127.0.0.1:{port}"], probe
+            assert f"--tls_cert={flags['--tls_cert']}" in command, probe
+            assert f"--tls_ca={flags['--tls_client_ca']}" in command, probe
+            timeout_ms = int(next(a for a in command if a.startswith("--timeout_ms="))[13:])
+            assert timeout_ms < 1000 * c[probe].get("timeoutSeconds", 1), probe
+        else:
+            assert c[probe]["grpc"] == {"port": port}, probe
+    # The startup probe outlasts the rendezvous timeout, so a slow group is not killed early.
     startup = c["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] * 1000 > \
         int(flags["--comm_timeout_ms"])
@@ -188,13 +197,60 @@ def test_network_policy_admits_only_trainers_and_peers(target):
     policy = one(objects, "NetworkPolicy")["spec"]
     assert policy["podSelector"]["matchLabels"].items() <= labels.items()
     assert policy["policyTypes"] == ["Ingress"]
+    outside = {"optstep.io/trainer": "true", "optstep.io/metrics-scraper": "true"}
     sources = [src for rule in policy["ingress"] for src in rule["from"]]
     for src in sources:
         selected = src["podSelector"]["matchLabels"]
-        assert selected == {"optstep.io/trainer": "true"} or selected.items() <= labels.items()
-    trainers = [r for r in policy["ingress"]
-                if r["from"][0]["podSelector"]["matchLabels"] == {"optstep.io/trainer": "true"}]
-    assert [p["port"] for p in trainers[0]["ports"]] == [grpc_port(c)]
+        assert selected.items() <= outside.items() or selected.items() <= labels.items()
+
+    def ports_open_to(label):
+        rules = [r for r in policy["ingress"]
+                 if r["from"][0]["podSelector"]["matchLabels"] == {label: "true"}]
+        assert len(rules) == 1, label
+        return [p["port"] for p in rules[0]["ports"]]
+
+    assert ports_open_to("optstep.io/trainer") == [grpc_port(c)]
+    assert ports_open_to("optstep.io/metrics-scraper") == [metrics_port(c)]
+
+
+def metrics_port(c):
+    return next(p["containerPort"] for p in c["ports"] if p["name"] == "metrics")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_metrics_are_scraped_from_every_rank(target):
+    objects = objects_of(target)
+    sts, _, c = container(objects)
+    port = metrics_port(c)
+    assert int(server_flags(objects)["--metrics_port"]) == port
+    annotations = sts["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+    peers = one(objects, "Service", sts["spec"]["serviceName"])
+    assert {"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"} in \
+        peers["spec"]["ports"]
+
+
+def test_tls_overlay():
+    objects = objects_of("overlays/tls")
+    _, pod, c = container(objects)
+    flags = server_flags(objects)
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"tls": "optstep-tls", "tokens": "optstep-tokens"}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert mounts["tls"]["readOnly"] and mounts["tokens"]["readOnly"]
+    tls_dir, tokens_dir = mounts["tls"]["mountPath"], mounts["tokens"]["mountPath"]
+    for flag in ("--tls_cert", "--tls_key", "--tls_client_ca"):
+        assert flags[flag].startswith(tls_dir + "/"), flag
+    assert flags["--auth_tokens_file"].startswith(tokens_dir + "/")
+    # Nothing else of the CPU overlay changed.
+    cpu = server_flags(objects_of("overlays/cpu"))
+    assert {k: v for k, v in flags.items() if k not in cpu} == {
+        k: flags[k] for k in ("--tls_cert", "--tls_key", "--tls_client_ca", "--auth_tokens_file")}
+    assert {k: flags[k] for k in cpu} == cpu
+    # No Secret is part of the manifests: they are created out of band.
+    assert not [o for o in objects if o["kind"] == "Secret"]
 
 
 def test_gpu_overlay():

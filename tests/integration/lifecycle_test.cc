@@ -68,23 +68,12 @@ void ExpectCleanExit(int status) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
-// Waits until the server counts `n` streams in progress (a stream the client opened is not
-// known to the server at once).
-absl::Status AwaitActiveStreams(int metrics_port, double n) {
-  for (int i = 0; i < 250; ++i) {
-    if (testutil::ScrapeMetrics(metrics_port)["optstep_active_streams"] == n) {
-      return absl::OkStatus();
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::DeadlineExceededError(absl::StrCat("never ", n, " active streams"));
-}
-
 TEST(LifecycleTest, SigtermFinishesTheRunningStepRefusesNewOnesAndExits) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(
       Running r, StartWithSession({"--shutdown_grace_ms=10000", "--metrics_port=-1"}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto open, OpenStep::Begin(r.channel, r.session_id, 2));
-  ASSERT_THAT(AwaitActiveStreams(r.server->metrics_port(), 1), IsOk());
+  // The server has seen the stream.
+  ASSERT_THAT(testutil::AwaitMetric(r.server->metrics_port(), "optstep_active_streams", 1), IsOk());
 
   const absl::Time sigterm = absl::Now();
   r.server->Signal(SIGTERM);
@@ -113,7 +102,8 @@ TEST(LifecycleTest, AStepThatNeverCommitsIsCutAtTheGracePeriod) {
       StartWithSession({absl::StrCat("--shutdown_grace_ms=", absl::ToInt64Milliseconds(grace)),
                         "--metrics_port=-1"}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto open, OpenStep::Begin(r.channel, r.session_id, 2));
-  ASSERT_THAT(AwaitActiveStreams(r.server->metrics_port(), 1), IsOk());
+  // The server has seen the stream.
+  ASSERT_THAT(testutil::AwaitMetric(r.server->metrics_port(), "optstep_active_streams", 1), IsOk());
 
   const absl::Time sigterm = absl::Now();
   r.server->Signal(SIGTERM);

@@ -82,16 +82,12 @@ TEST(MetricsTest, ValuesFollowTheWork) {
   // A Step stream held open shows in the active streams gauge, and leaves it when it ends.
   auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto open, OpenStep::Begin(channel, info.session_id(), kSteps + 1));
-  EXPECT_EQ(ScrapeMetrics(port)["optstep_active_streams"], 1);
+  EXPECT_THAT(testutil::AwaitMetric(port, "optstep_active_streams", 1), IsOk());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(uint64_t applied, open->Commit());
   EXPECT_EQ(applied, kSteps + 1u);
   open.reset();
-  double active = 1;
-  for (int i = 0; i < 100 && active != 0; ++i) {  // the server ends the call just after the client
-    active = ScrapeMetrics(port)["optstep_active_streams"];
-    if (active != 0) absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(active, 0);
+  // The server ends the call just after the client does.
+  EXPECT_THAT(testutil::AwaitMetric(port, "optstep_active_streams", 0), IsOk());
 
   ASSERT_THAT(client->CloseSession(info.session_id()), IsOk());
   auto closed = ScrapeMetrics(port);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace optstep {
 namespace testutil {
@@ -48,6 +49,17 @@ std::map<std::string, double> ScrapeMetrics(int port) {
     }
   }
   return values;
+}
+
+absl::Status AwaitMetric(int port, const std::string& key, double value) {
+  double last = 0;
+  for (int i = 0; i < 250; ++i) {
+    last = ScrapeMetrics(port)[key];
+    if (last == value) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(key, " stayed at ", last, " instead of ", value));
 }
 
 }  // namespace testutil

@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace optstep {
 namespace testutil {
 
@@ -15,6 +17,10 @@ std::string HttpGet(int port, const std::string& path);
 // The "name{labels} value" lines of /metrics keyed by "name{labels}"; empty unless the answer
 // is 200 OK.
 std::map<std::string, double> ScrapeMetrics(int port);
+
+// Scrapes until `key` has `value` (the server sees a stream some time after the client opened
+// it); DEADLINE_EXCEEDED with the last value after 5 s.
+absl::Status AwaitMetric(int port, const std::string& key, double value);
 
 }  // namespace testutil
 }  // namespace optstep

@@ -26,21 +26,28 @@ grpc::ByteBuffer Serialise(const v1::StepRequest& request) {
 
 StepCall::StepCall(std::shared_ptr<grpc::Channel> channel, absl::Time deadline,
                    bool wait_for_ready)
-    : stub_(std::move(channel)) {
-  context_.set_deadline(absl::ToChronoTime(deadline));
-  context_.set_wait_for_ready(wait_for_ready);
+    : context_(std::make_unique<grpc::ClientContext>()), stub_(std::move(channel)) {
+  context_->set_deadline(absl::ToChronoTime(deadline));
+  context_->set_wait_for_ready(wait_for_ready);
 }
 
 StepCall::~StepCall() {
   if (!started_) return;
   Cancel();
+  // What may still hold gradient slices once the call is done: the chunk being written when the
+  // stream ended, and the call itself, which the context releases.
+  {
+    absl::MutexLock lock(&mu_);
+    write_.Clear();
+  }
+  context_.reset();
   absl::MutexLock lock(&pin_mu_);
   pin_mu_.Await(absl::Condition(
       +[](int* pinned) { return *pinned == 0; }, &pinned_));
 }
 
 void StepCall::Send(const v1::StepHeader& header, const RankContribution& contribution) {
-  stub_.PrepareBidiStreamingCall(&context_, kStepMethod, grpc::StubOptions(), this);
+  stub_.PrepareBidiStreamingCall(context_.get(), kStepMethod, grpc::StubOptions(), this);
   started_ = true;
   v1::StepRequest request;
   *request.mutable_header() = header;
@@ -169,7 +176,7 @@ absl::Status StepCall::Receive(v1::StepResult* result, ParamAssembler* assembler
 
 void StepCall::Cancel() {
   if (!started_) return;
-  context_.TryCancel();
+  context_->TryCancel();
   Finish().IgnoreError();
 }
 

@@ -66,7 +66,7 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   // gRPC released a slice of gradient bytes.
   static void Unpin(void* call);
 
-  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientContext> context_;  // reset once the call is done
   grpc::GenericStub stub_;
   bool started_ = false;
 

@@ -289,6 +289,40 @@ TEST_F(BadInputTest, MessagesOutOfOrder) {
   EXPECT_STATUS(RunStep({Header(), Header()}), INVALID_ARGUMENT, "a second StepHeader");
 }
 
+// Bytes that are no StepRequest at all, sent on a raw call (the server decodes Step by hand).
+TEST_F(BadInputTest, MalformedWireBytes) {
+  auto run_raw = [&](const std::string& header, const std::string& wire) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            channel_.get(),
+            grpc::internal::RpcMethod("/optstep.v1.OptimizerService/Step",
+                                      grpc::internal::RpcMethod::BIDI_STREAMING),
+            &context));
+    for (const std::string& bytes : {header, wire}) {
+      grpc::Slice slice(bytes);
+      if (!stream->Write(grpc::ByteBuffer(&slice, 1))) break;
+    }
+    stream->WritesDone();
+    grpc::ByteBuffer response;
+    while (stream->Read(&response)) {
+    }
+    return stream->Finish();
+  };
+  const std::string header = Header().SerializeAsString();
+  EXPECT_STATUS(run_raw(header, std::string("\x12\x05\x08\x01", 4)), INVALID_ARGUMENT,
+                "gradient (field 2): length 5 runs past the end (2 bytes left)");
+  EXPECT_STATUS(run_raw(header, std::string("\x12\x02\x0a\x00", 4)), INVALID_ARGUMENT,
+                "param_id has wire type 2, expected 0");
+  EXPECT_STATUS(run_raw(header, std::string("\x12\x03\x22\x80\x80", 5)), INVALID_ARGUMENT,
+                "data length: truncated varint");
+  EXPECT_STATUS(run_raw(std::string("\x0a\x02\x08\x80", 4), ""), INVALID_ARGUMENT,
+                "header (field 1) does not parse as optstep.v1.StepHeader");
+  // The server keeps serving: a well-formed stream still gets its usual answer.
+  EXPECT_STATUS(RunStep({Header(), Chunk(7, 0, Bytes({1}))}), NOT_FOUND, "param_id 7 not found");
+}
+
 TEST_F(BadInputTest, SaveAndLoadNeedACheckpointRootAndAKnownSession) {
   auto stub = v1::CheckpointService::NewStub(channel_);
   auto save = [&](const std::string& session, const std::string& name) {

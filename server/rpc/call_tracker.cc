@@ -75,9 +75,9 @@ void CallTracker::CallFailed(const char *method, const grpc::Status &status) {
   const std::string code =
       absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
   if (metrics_ != nullptr) metrics_->CountRpcError(method, code);
-  // Client-side endings (a trainer that went away) are routine; the rest are
-  // worth a warning.
-  if (status.error_code() == grpc::StatusCode::CANCELLED) {
+  // Client-side endings (a trainer that went away) are routine; the rest are worth a warning.
+  // A Step stream's error is logged by the stream itself, with its session, step and trainer.
+  if (status.error_code() == grpc::StatusCode::CANCELLED || std::strcmp(method, kStepMethod) == 0) {
     VLOG(1) << "event=rpc_error method=" << method << " code=" << code;
     return;
   }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/param_chunker.h"
 #include "server/rpc/raw_step_codec.h"
@@ -211,7 +212,18 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) LogError(status);
     Finish(std::move(status));
+  }
+
+  // The one log line of a failed Step stream, with the trainer's context (CallTracker counts
+  // Step errors but leaves their line to this).
+  void LogError(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    LOG(WARNING) << "event=step_error session=" << (session_ ? session_->id() : "-")
+                 << " step=" << contribution_.step << " trainer=" << contribution_.trainer
+                 << " rank=" << engine_->options().rank << " code="
+                 << absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))
+                 << " message=\"" << status.error_message() << "\"";
   }
 
   Engine* const engine_;

@@ -43,7 +43,8 @@ absl::StatusOr<Connected> Start(std::vector<std::string> flags, size_t max_chunk
 void ExpectStillServing(Client& client) {
   auto sessions = client.ListSessions();
   ASSERT_THAT(sessions.status(), IsOk());
-  for (const v1::SessionInfo& s : *sessions) ASSERT_THAT(client.CloseSession(s.session_id()), IsOk());
+  for (const v1::SessionInfo& s : *sessions)
+    ASSERT_THAT(client.CloseSession(s.session_id()), IsOk());
   auto info = client.CreateSession(SmallSpec("after"));
   ASSERT_THAT(info.status(), IsOk());
   EXPECT_THAT(StepSmall(client, info->session_id(), 1).status(), IsOk());

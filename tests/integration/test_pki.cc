@@ -42,10 +42,10 @@ absl::StatusOr<TestPki> MakeTestPki(const std::string& dir, const std::string& n
                 "basicConstraints=CA:FALSE\n");
   const std::string log = absl::StrCat(d, ".log");
   const std::string script = absl::StrCat(
-      "set -e; mkdir -p ", d, "; cd ", d, "; ",
-      "openssl req -x509 ", kKey, " -days 2 -subj /CN=", name, "-test-ca -keyout ca.key -out ca.pem; ",
-      "for who in server client; do ",
-      "openssl req ", kKey, " -subj /CN=", name, "-$who -keyout $who.key -out $who.csr; ",
+      "set -e; mkdir -p ", d, "; cd ", d, "; ", "openssl req -x509 ", kKey,
+      " -days 2 -subj /CN=", name, "-test-ca -keyout ca.key -out ca.pem; ",
+      "for who in server client; do ", "openssl req ", kKey, " -subj /CN=", name,
+      "-$who -keyout $who.key -out $who.csr; ",
       "openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 ",
       "-extfile ../", name, ".ext -out $who.pem; done");
   const int rc = std::system(absl::StrCat("bash -c '", script, "' > ", log, " 2>&1").c_str());

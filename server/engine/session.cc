@@ -508,6 +508,11 @@ void Session::Close() {
   for (StepCallback& done : callbacks) done(reason);
 }
 
+bool Session::step_pending() const {
+  absl::MutexLock lock(&mu_);
+  return step_began_.has_value();
+}
+
 bool Session::healthy() const {
   absl::MutexLock lock(&mu_);
   return !broken_;

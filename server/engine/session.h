@@ -241,6 +241,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void Close();
   // False once a collective failed (a peer was lost): the session answers UNAVAILABLE.
   bool healthy() const;
+  // Whether a step has begun (a trainer sent its header) and has not finished yet.
+  bool step_pending() const;
 
  private:
   struct Waiter {

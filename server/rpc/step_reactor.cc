@@ -105,11 +105,13 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (phase_ != Phase::kHeader) {
       return absl::InvalidArgumentError("step stream: a second StepHeader; one step per stream");
     }
-    if (!engine_->accepting_steps()) {
-      return absl::UnavailableError("this rank is shutting down and takes no new steps");
-    }
     auto session = engine_->GetSession(header.session_id());
     if (!session.ok()) return session.status();
+    // Shutting down: the other trainers of a step already begun may still join it, so that it
+    // completes; nothing new starts.
+    if (!engine_->accepting_steps() && !(*session)->step_pending()) {
+      return absl::UnavailableError("this rank is shutting down and takes no new steps");
+    }
     auto begin = StepBeginFromProto(header);
     if (!begin.ok()) return begin.status();
     begin->stream_params = true;  // the chunker follows the snapshot as the step fills it

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <thread>
+
 #include <grpcpp/create_channel.h>
 
 #include "absl/strings/str_cat.h"
@@ -78,6 +80,7 @@ void ExpectCleanExit(int status) {
 TEST(LifecycleTest, SigtermFinishesTheRunningStepRefusesNewOnesAndExits) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(
       Running r, StartWithSession({"--shutdown_grace_ms=10000", "--metrics_port=-1"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo idle, r.client->CreateSession(SmallSpec("idle")));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto open, OpenStep::Begin(r.channel, r.session_id, 2));
   ASSERT_THAT(AwaitGradientsOfStep2(r), IsOk());
 
@@ -89,7 +92,8 @@ TEST(LifecycleTest, SigtermFinishesTheRunningStepRefusesNewOnesAndExits) {
   ASSERT_THAT(health.status(), IsOk());
   EXPECT_FALSE(*health);
 
-  const grpc::Status refused = OpenStep::TryBegin(r.channel, r.session_id, 2);
+  // A step that had not begun does not start.
+  const grpc::Status refused = OpenStep::TryBegin(r.channel, idle.session_id(), 1);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
   EXPECT_THAT(refused.error_message(), HasSubstr("shutting down"));
 
@@ -99,6 +103,36 @@ TEST(LifecycleTest, SigtermFinishesTheRunningStepRefusesNewOnesAndExits) {
 
   ExpectCleanExit(r.server->Wait());
   EXPECT_LT(absl::Now() - sigterm, absl::Seconds(5)) << "waited for nothing";
+}
+
+TEST(LifecycleTest, TheOtherTrainersOfABegunStepMayStillJoinIt) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      auto server, ServerProcess::Start({"--metrics_port=-1", "--shutdown_grace_ms=3000"}));
+  ClientOptions options;
+  options.target = server->address();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
+  v1::SessionSpec spec = SmallSpec("pair");
+  spec.set_num_trainers(2);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_REPLICATED);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client->CreateSession(spec));
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto first, OpenStep::Begin(channel, info.session_id(), 1, 0));
+  ASSERT_THAT(testutil::AwaitMetric(server->metrics_port(), "optstep_gradient_bytes_received_total",
+                                    testutil::kSmallElements * sizeof(float)),
+              IsOk());
+  server->Signal(SIGTERM);
+  EXPECT_LT(UntilNotServing(*client), absl::Seconds(1));
+  // Trainer 1 arrives after the signal: it joins step 1, which then completes for both.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto second, OpenStep::Begin(channel, info.session_id(), 1, 1));
+  absl::StatusOr<uint64_t> first_result;
+  std::thread commit_first([&] { first_result = first->Commit(); });
+  absl::StatusOr<uint64_t> second_result = second->Commit();
+  commit_first.join();
+  for (const auto* result : {&first_result, &second_result}) {
+    ASSERT_THAT(result->status(), IsOk());
+    EXPECT_EQ(**result, 1u);
+  }
+  ExpectCleanExit(server->Wait());
 }
 
 TEST(LifecycleTest, AStepThatNeverCommitsIsCutAtTheGracePeriod) {

@@ -64,12 +64,14 @@ absl::Status WaitServing(Client& client) {
 
 absl::StatusOr<std::unique_ptr<OpenStep>> OpenStep::Begin(
     const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id,
-    uint64_t step) {
+    uint64_t step, uint32_t trainer) {
   auto open = std::make_unique<OpenStep>();
   open->stub_ = v1::OptimizerService::NewStub(channel);
   open->context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
   open->stream_ = open->stub_->Step(&open->context_);
-  bool ok = open->stream_->Write(Header(session_id, step));
+  v1::StepRequest header = Header(session_id, step);
+  header.mutable_header()->set_trainer_id(trainer);
+  bool ok = open->stream_->Write(header);
   for (int p = 0; p < 2 && ok; ++p) {
     const std::vector<float> g = Gradient(p, step);
     v1::StepRequest chunk;

@@ -32,7 +32,7 @@ class OpenStep {
  public:
   static absl::StatusOr<std::unique_ptr<OpenStep>> Begin(
       const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id,
-      uint64_t step);
+      uint64_t step, uint32_t trainer = 0);
   // The header alone; answers the stream's status (e.g. UNAVAILABLE when refused).
   static grpc::Status TryBegin(const std::shared_ptr<grpc::Channel>& channel,
                                const std::string& session_id, uint64_t step);

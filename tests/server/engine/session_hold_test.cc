@@ -183,5 +183,24 @@ TEST_F(SessionHoldTest, StagedStateIsValidatedThenAppliedAndAbortsThePendingStep
   EXPECT_EQ(again.result()->step, 2u);
 }
 
+// Another rank began resolution 1 but no trainer ever committed here: settling at 1 starts this
+// rank's step deadline, so the step is aborted (on every rank, through the abort vote) instead of
+// leaving the other rank inside its collective.
+TEST_F(SessionHoldTest, SettlingAtAResolutionNoTrainerBeganHereAbortsItAtTheDeadline) {
+  SessionConfig config = s_->config();
+  config.step_deadline = absl::Milliseconds(200);
+  auto created = engine_->CreateSession(config);
+  ASSERT_THAT(created.status(), IsOk());
+  Session& s = *created->session;
+  ASSERT_THAT(s.Hold(9, absl::Seconds(30)).status(), IsOk());
+  const absl::Time start = absl::Now();
+  auto point = s.Settle(9, 1, absl::Now() + absl::Seconds(10), absl::Seconds(30));
+  ASSERT_THAT(point.status(), IsOk());
+  EXPECT_EQ(point->resolutions, 1u);
+  EXPECT_EQ(point->step, 0u);  // aborted: nothing applied
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+  ASSERT_THAT(s.Release(9), IsOk());
+}
+
 }  // namespace
 }  // namespace optstep

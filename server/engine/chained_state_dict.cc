@@ -26,20 +26,11 @@ absl::Status Union(const StateDict& from, StateDict& into, const std::string& wh
   return absl::OkStatus();
 }
 
-// The parameter a key belongs to ("param/<name>", "state/<sub>/<name>/<leaf>"), or nullptr.
+// The chunk of the parameter a key belongs to, or nullptr for keys of no parameter.
 const uint32_t* ChunkOfKey(const std::string& key, const std::map<std::string, uint32_t>& chunk_of) {
-  std::string name;
-  if (absl::StartsWith(key, "param/")) {
-    name = key.substr(6);
-  } else if (absl::StartsWith(key, "state/")) {
-    const std::string rest = key.substr(6);
-    const size_t first = rest.find('/'), last = rest.rfind('/');
-    if (first == std::string::npos || last == first) return nullptr;
-    name = rest.substr(first + 1, last - first - 1);
-  } else {
-    return nullptr;
-  }
-  auto it = chunk_of.find(name);
+  const std::optional<std::string> name = ParamNameOfKey(key);
+  if (!name) return nullptr;
+  auto it = chunk_of.find(*name);
   return it == chunk_of.end() ? nullptr : &it->second;
 }
 

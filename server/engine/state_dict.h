@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "kernels/tensor.h"
@@ -22,6 +23,11 @@ struct StateTensor {
 };
 
 using StateDict = std::map<std::string, StateTensor>;
+
+// The exact parameter name a per-parameter key belongs to ("param/<name>" or
+// "state/<sub-optimizer>/<name>/<key>"); nullopt for group counters and "meta/..." keys.
+// Parameters are matched by this exact name, never by suffix (spec §7.3).
+std::optional<std::string> ParamNameOfKey(const std::string& key);
 
 }  // namespace optstep
 

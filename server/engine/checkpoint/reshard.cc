@@ -5,33 +5,23 @@
 #include <memory>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/status_macros.h"
 #include "server/engine/checkpoint/checkpoint_writer.h"
 #include "server/engine/checkpoint/safetensors.h"
 #include "server/engine/layout.h"
+#include "server/engine/state_dict.h"
 
 namespace optstep {
 namespace {
 
 constexpr int kReplicated = -1;
 
-// The parameter id a key belongs to, by exact name: "param/<name>" or
-// "state/<sub>/<name>/<key>"; kReplicated for anything else.
+// The parameter id a key belongs to, by exact name; kReplicated for keys of no parameter.
 int ParamOfKey(const std::string& key, const std::map<std::string, int>& param_of) {
-  std::string name;
-  if (absl::StartsWith(key, "param/")) {
-    name = key.substr(6);
-  } else if (absl::StartsWith(key, "state/")) {
-    const std::string rest = key.substr(6);
-    const size_t first = rest.find('/'), last = rest.rfind('/');
-    if (first == std::string::npos || last == first) return kReplicated;
-    name = rest.substr(first + 1, last - first - 1);
-  } else {
-    return kReplicated;
-  }
-  auto it = param_of.find(name);
+  const std::optional<std::string> name = ParamNameOfKey(key);
+  if (!name) return kReplicated;
+  auto it = param_of.find(*name);
   return it == param_of.end() ? kReplicated : it->second;
 }
 

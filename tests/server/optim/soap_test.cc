@@ -323,12 +323,13 @@ struct RunCase {
 };
 
 TEST_F(SoapTest, WellPosedRunsMatchTheFloat64ReferenceStepByStep) {
-  // Plain: W + 1 ≥ max(m, n)/min(m, n). KL: square, full-rank gradients. 15×31 uses W = 3:
-  // with the minimal W = 2, R (31×31 from 45 rank-one terms) has eigenvalue gaps small enough
-  // that fp32 eigenvectors, hence U, differ by ~1.5e-5.
+  // Plain: W + 1 ≥ max(m, n)/min(m, n). KL: square, full-rank gradients. 15×31 uses W = 5:
+  // with W = 2 or 3, R (31×31 from 45 or 60 rank-one terms) has eigenvalue gaps small enough
+  // that fp32 eigenvectors, hence U, differ by 1.5e-5 to 3.7e-5 depending on the BLAS kernels
+  // the CPU selects.
   const RunCase cases[] = {
       {3, 3, 1, 1, true, false, false, 'd'},   {10, 10, 1, 2, true, false, true, 'd'},
-      {5, 3, 1, 1, false, false, false, 'l'},  {15, 31, 3, 1, true, false, false, 'i'},
+      {5, 3, 1, 1, false, false, false, 'l'},  {15, 31, 5, 1, true, false, false, 'i'},
       {64, 16, 3, 2, true, false, false, 'd'}, {3, 3, 1, 1, true, true, false, 'd'},
       {10, 10, 1, 2, false, true, true, 'p'},
   };

@@ -185,6 +185,17 @@ absl::StatusOr<std::vector<Complete>> CompleteCheckpoints(const std::string& roo
   return found;
 }
 
+// The definition digest recorded in a complete checkpoint's manifest; empty when the manifest
+// cannot be read or parsed.
+std::string DigestOfCheckpoint(const std::string& root, const std::string& name) {
+  constexpr uint64_t kMaxManifestBytes = 1u << 30;
+  absl::StatusOr<std::string> text =
+      internal::ReadSmallFile(absl::StrCat(root, "/", name, "/", kManifestFile), kMaxManifestBytes);
+  if (!text.ok()) return "";
+  absl::StatusOr<Manifest> parsed = ParseManifest(*text);
+  return parsed.ok() ? parsed->definition_digest : "";
+}
+
 // Hides the checkpoint first (a rename), so that a crash halfway never leaves a visible
 // directory with some files gone.
 absl::Status RemoveCheckpoint(absl::string_view root, const std::string& name) {
@@ -317,8 +328,18 @@ absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
     LOG(WARNING) << "checkpoint '" << name << "' committed; pruning failed: " << all.status();
     return absl::OkStatus();
   }
-  int excess = static_cast<int>(all->size()) - keep_last;
-  for (const Complete& victim : *all) {
+  // Only checkpoints of the same session definition count: another session's are not ours to
+  // prune. A manifest that cannot be read is left alone.
+  absl::StatusOr<std::string> digest = DefinitionDigest(manifest.definition);
+  if (!digest.ok()) return digest.status();
+  std::vector<Complete> same;
+  for (Complete& c : *all) {
+    if (c.name == name || DigestOfCheckpoint(std::string(root), c.name) == *digest) {
+      same.push_back(std::move(c));
+    }
+  }
+  int excess = static_cast<int>(same.size()) - keep_last;
+  for (const Complete& victim : same) {
     if (excess <= 0) break;
     if (victim.name == name) continue;
     absl::Status removed = RemoveCheckpoint(root, victim.name);

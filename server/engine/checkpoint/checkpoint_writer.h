@@ -92,8 +92,9 @@ absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::str
 // Rank 0, last: checks `manifest` (one shard per rank; each file present with the recorded
 // size: DATA_LOSS otherwise), writes manifest.json, fsyncs it and the directory, renames the
 // temporary directory to <root>/<name> (ALREADY_EXISTS if taken meanwhile), fsyncs `root`, then
-// keeps only the `keep_last` newest complete checkpoints in `root` (0 keeps all). Newest =
-// latest manifest.json modification time, ties by name.
+// keeps only the `keep_last` newest complete checkpoints of the same session definition (same
+// definition digest) in `root` (0 keeps all); other sessions' checkpoints are never pruned.
+// Newest = latest manifest.json modification time, ties by name.
 absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
                               const Manifest& manifest, int keep_last);
 

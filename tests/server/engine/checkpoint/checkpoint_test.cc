@@ -296,7 +296,15 @@ TEST_F(CheckpointTest, KeepLastPrunesOldestCompleteCheckpoints) {
   WriteSample("s5", /*keep_last=*/1);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(listed, ListCheckpoints(root_));
   EXPECT_EQ(listed, (std::vector<std::string>{"s5"}));
-  EXPECT_THAT(CommitCheckpoint(root_, "s6", SampleManifest(1, {0, 0, 0, 0}), -1),
+  // Another session's checkpoints are neither pruned nor counted, in either direction.
+  Manifest other = SampleManifest(2, kOwners);
+  other.definition = R"({"name": "other", "trainers": 1, "params": ["w0", "b0", "w1", "emb"]})";
+  ASSERT_THAT(WriteCheckpoint(root_, "o1", other, shards_), IsOk());
+  WriteSample("s6", /*keep_last=*/1);
+  ASSERT_THAT(WriteCheckpoint(root_, "o2", other, shards_, /*keep_last=*/1), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(listed, ListCheckpoints(root_));
+  EXPECT_EQ(listed, (std::vector<std::string>{"s6", "o2"}));
+  EXPECT_THAT(CommitCheckpoint(root_, "s7", SampleManifest(1, {0, 0, 0, 0}), -1),
               StatusIs(absl::StatusCode::kInvalidArgument, "keep_last -1"));
 }
 

@@ -376,28 +376,55 @@ TEST(CheckpointConsistencyTest, SaveWhileATrainerStepsCapturesOneStep) {
 
 TEST(CheckpointCrashTest, ARankKilledDuringASaveLeavesThePreviousCheckpointLoadable) {
   TempDir root;
+  const fs::path second = fs::path(root.path()) / "second";
+  const fs::path second_tmp = fs::path(root.path()) / ".second.tmp";
   std::string at_first;
+  bool killed_mid_save = false;
   {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(2, root.path(), "soap"));
     ASSERT_THAT(Step(run, 1).status(), IsOk());
     ASSERT_THAT(run.client->Save(run.session, "first").status(), IsOk());
     OPTSTEP_ASSERT_OK_AND_ASSIGN(at_first, Pulled(run));
     ASSERT_THAT(Step(run, 2).status(), IsOk());
-    std::thread saver([&] { (void)run.client->Save(run.session, "second"); });
-    absl::SleepFor(absl::Milliseconds(2));
+    std::atomic<bool> done{false};
+    std::thread saver([&] {
+      (void)run.client->Save(run.session, "second");
+      done = true;
+    });
+    // Kill rank 0, which writes the manifest and renames, as soon as the save has begun
+    // writing; then rank 1.
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (!done && !fs::exists(second_tmp) && absl::Now() < give_up) {
+    }
+    killed_mid_save = !fs::exists(second);
+    ::kill(run.group[0]->pid(), SIGKILL);
     ::kill(run.group[1]->pid(), SIGKILL);
     saver.join();
   }
-  // "second" is complete or absent, never half there; "first" loads.
-  const fs::path second = fs::path(root.path()) / "second";
-  if (fs::exists(second)) {
-    EXPECT_TRUE(fs::exists(second / "manifest.json"));
-  }
+  RecordProperty("killed_mid_save", killed_mid_save ? "yes" : "no");
+  // "second" is complete and loadable, or absent with at most the hidden temporary directory
+  // left; never a visible, partial directory.
+  const bool second_complete = fs::exists(second);
+  if (second_complete) EXPECT_TRUE(fs::exists(second / "manifest.json"));
+  if (killed_mid_save && !second_complete) EXPECT_TRUE(fs::exists(second_tmp));
+
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Running fresh, Start(1, root.path(), "soap", /*init=*/false));
+  if (!second_complete) {
+    EXPECT_THAT(fresh.client->Load(fresh.session, "second").status(),
+                StatusIs(absl::StatusCode::kNotFound, "second"));
+  }
   auto loaded = fresh.client->Load(fresh.session, "first");
   ASSERT_THAT(loaded.status(), IsOk());
   EXPECT_EQ(loaded->step(), 1u);
   EXPECT_TRUE(*Pulled(fresh) == at_first);
+  // The next save of the same name replaces what the killed one left behind.
+  if (!second_complete) {
+    ASSERT_THAT(fresh.client->Save(fresh.session, "second").status(), IsOk());
+    EXPECT_FALSE(fs::exists(second_tmp));
+    auto reloaded = fresh.client->Load(fresh.session, "second");
+    ASSERT_THAT(reloaded.status(), IsOk());
+    EXPECT_EQ(reloaded->step(), 1u);
+  }
 }
 
 }  // namespace

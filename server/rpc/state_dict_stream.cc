@@ -117,6 +117,36 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
   }
   tensor.bytes.replace(begin, chunk.data().size(), chunk.data());
   bytes_ += chunk.data().size();
+  received_[{chunk.sub_optimizer(), chunk.chunk_key(), chunk.key()}].emplace_back(
+      chunk.offset(), chunk.offset() + chunk.data().size() / element);
+  return absl::OkStatus();
+}
+
+absl::Status StateDictAssembler::CheckComplete() const {
+  for (const auto& [where, ranges_in_arrival_order] : received_) {
+    const auto& [sub, chunk_key, key] = where;
+    const StateTensor& tensor = parts_.at({sub, chunk_key}).at(key);
+    const uint64_t numel = static_cast<uint64_t>(NumElements(tensor.shape));
+    std::vector<std::pair<uint64_t, uint64_t>> ranges = ranges_in_arrival_order;
+    std::sort(ranges.begin(), ranges.end());
+    uint64_t covered = 0;  // [0, covered) arrived exactly once
+    const std::string what = absl::StrCat("state dict key '", key, "' (", numel, " elements)");
+    for (const auto& [begin, end] : ranges) {
+      if (begin > covered) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": elements [", covered, ", ", begin, ") never arrived"));
+      }
+      if (begin < covered) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": elements [", begin, ", ", std::min(covered, end), ") arrived twice"));
+      }
+      covered = end;
+    }
+    if (covered < numel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": elements [", covered, ", ", numel, ") never arrived"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -127,6 +157,8 @@ uint64_t StateDictAssembler::tensors() const {
 }
 
 absl::StatusOr<std::shared_ptr<const StateDict>> StateDictAssembler::Build(const Session& session) {
+  OPTSTEP_RETURN_IF_ERROR(CheckComplete());
+  received_.clear();
   if (parts_.empty()) return std::make_shared<const StateDict>();
   if (parts_.size() == 1 && parts_.begin()->first == std::make_pair(std::string(), std::string())) {
     return std::make_shared<const StateDict>(std::move(parts_.begin()->second));

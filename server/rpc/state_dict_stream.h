@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <utility>
@@ -45,12 +46,21 @@ class StateDictAssembler {
   // The merged dict: a plain dict as sent; chunk-keyed parts flattened; per-sub-optimizer parts
   // merged (spec §7.2, with `session`'s chunk lists) and flattened. INVALID_ARGUMENT naming an
   // unknown sub-optimizer or the conflict.
+  // Checks CheckComplete() first.
   absl::StatusOr<std::shared_ptr<const StateDict>> Build(const Session& session);
+  // OK when every element of every tensor arrived exactly once; INVALID_ARGUMENT naming the key
+  // and the element range that is missing or arrived twice.
+  absl::Status CheckComplete() const;
   uint64_t tensors() const;
   uint64_t bytes() const { return bytes_; }
 
  private:
-  std::map<std::pair<std::string, std::string>, StateDict> parts_;  // (sub, chunk) -> dict
+  using Where = std::pair<std::string, std::string>;  // (sub-optimizer, chunk key)
+  std::map<Where, StateDict> parts_;
+  // Element ranges [begin, end) received per (sub-optimizer, chunk key, key).
+  std::map<std::tuple<std::string, std::string, std::string>,
+           std::vector<std::pair<uint64_t, uint64_t>>>
+      received_;
   uint64_t bytes_ = 0;
 };
 

@@ -122,14 +122,16 @@ absl::StatusOr<ChunkedStateDict> MergeChunkedStateDicts(const std::vector<Chunke
   return merged;
 }
 
+std::string ChunkKey(size_t k, size_t num_chunks, const std::string& prefix) {
+  return num_chunks == 1 ? std::string("model") : absl::StrCat(prefix, k);
+}
+
 ChunkedStateDict SplitByModelChunk(const StateDict& flat, const std::vector<ParamInfo>& params,
                                    const std::vector<uint32_t>& chain_chunks,
                                    const std::string& prefix) {
   std::map<std::string, uint32_t> chunk_of;
   for (const ParamInfo& p : params) chunk_of[p.name] = p.model_chunk;
-  auto key_of = [&](size_t k) {
-    return chain_chunks.size() == 1 ? std::string("model") : absl::StrCat(prefix, k);
-  };
+  auto key_of = [&](size_t k) { return ChunkKey(k, chain_chunks.size(), prefix); };
   ChunkedStateDict out;
   for (size_t k = 0; k < chain_chunks.size(); ++k) out[key_of(k)];
   for (const auto& [key, tensor] : flat) {

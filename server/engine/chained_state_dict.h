@@ -52,6 +52,9 @@ absl::StatusOr<std::vector<ChunkedStateDict>> SplitChunkedStateDict(
 absl::StatusOr<ChunkedStateDict> MergeChunkedStateDicts(const std::vector<ChunkedStateDict>& dicts,
                                                         const SubOptimizerChunks& sub_chunks);
 
+// The key of the k-th of `num_chunks` chain chunks: "<prefix><k>", or "model" for one chunk.
+std::string ChunkKey(size_t k, size_t num_chunks, const std::string& prefix = "model");
+
 // A flat (merged) state dict by model chunk: chunk K holds "param/<name>" and
 // "state/<sub>/<name>/<key>" of the parameters whose model_chunk is chain_chunks[K]; every
 // other tensor (group step counters, "meta/...") goes into every chunk. Parameters are matched

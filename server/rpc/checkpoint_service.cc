@@ -1,6 +1,7 @@
 #include "server/rpc/checkpoint_service.h"
 
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -108,9 +109,16 @@ absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<con
   for (const GroupRuntime& g : session.groups()) groups.push_back(g.def);
   const SubOptimizerChunks sub_chunks =
       ChunkListsOf(config.params, groups, static_cast<int>(config.chain.sub_optimizers.size()));
-  auto chunked = std::make_shared<ChunkedStateDict>(
-      SplitByModelChunk(*flat, config.params, ChainChunkList(sub_chunks), prefix));
+  const std::vector<uint32_t> chain = ChainChunkList(sub_chunks);
+  auto chunked =
+      std::make_shared<ChunkedStateDict>(SplitByModelChunk(*flat, config.params, chain, prefix));
   if (request.layout() == v1::STATE_DICT_LAYOUT_BY_MODEL_CHUNK) {
+    // Only the chunks asked for (their counters and meta keys included), under their keys in
+    // the whole chain.
+    const std::set<uint32_t> wanted(request.model_chunks().begin(), request.model_chunks().end());
+    for (size_t k = 0; k < chain.size() && !wanted.empty(); ++k) {
+      if (wanted.count(chain[k]) == 0) chunked->erase(ChunkKey(k, chain.size(), prefix));
+    }
     for (const auto& [chunk_key, dict] : *chunked) {
       for (const auto& [key, tensor] : dict) out.tensors.push_back({chunk_key, "", key, &tensor});
     }

@@ -5,8 +5,8 @@
 //   optstep_server --rank=1 --world_size=2 --rendezvous=host0:7000       (rank 1)
 //
 // Prints "listening on <host>:<port>" once serving. Health turns SERVING once the rank has
-// joined its group. SIGTERM / SIGINT: health turns NOT_SERVING, running calls get
-// --shutdown_grace_ms to finish, then the process exits 0.
+// joined its group. SIGTERM / SIGINT, or AdminService.Shutdown from an admin: health turns
+// NOT_SERVING, running calls get --shutdown_grace_ms to finish, then the process exits 0.
 
 #include <errno.h>
 #include <signal.h>
@@ -88,7 +88,8 @@ ABSL_FLAG(std::string, log_level, "info", "Least severe log line written: debug,
 
 namespace optstep {
 
-// SIGTERM / SIGINT write a byte to this pipe; a thread waits on it and shuts the server down.
+// SIGTERM / SIGINT (and AdminService.Shutdown, as byte 0) write a byte to this pipe; a thread
+// waits on it and shuts the server down.
 // (A self-pipe works whatever signal masks the libraries' threads set.)
 int signal_pipe[2] = {-1, -1};
 
@@ -264,6 +265,8 @@ int Run() {
   auto metrics = std::make_shared<ServerMetrics>();
   engine_options.step_observer = metrics;
   server_options.metrics = metrics.get();
+  // AdminService.Shutdown takes the SIGTERM path (byte 0: no signal).
+  server_options.on_shutdown_request = [](const std::string&) { OnSignal(0); };
 
   // Rank 0's store is reached through its own port, known once the server listens; the
   // communicators are created only after that (at the first session).
@@ -333,7 +336,11 @@ int Run() {
     char signal = 0;
     while (read(signal_pipe[0], &signal, 1) < 0 && errno == EINTR) {
     }
-    LOG(INFO) << "signal " << static_cast<int>(signal) << ": shutting down";
+    if (signal == 0) {
+      LOG(INFO) << "Shutdown requested: shutting down";
+    } else {
+      LOG(INFO) << "signal " << static_cast<int>(signal) << ": shutting down";
+    }
     (*server)->Shutdown(absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
     if (rank == 0) SaveOnShutdown(*engine->get(), group);
   });

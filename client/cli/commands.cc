@@ -22,6 +22,8 @@ const char kCommandUsage[] =
     "  save --session=ID --name=N save the session as checkpoint N under the servers'\n"
     "                             --checkpoint_root (one step on every rank); progress shown\n"
     "  load --session=ID --name=N restore checkpoint N onto the session's current ranks\n"
+    "  shutdown                   shut the server (every rank given by --server or --ranks)\n"
+    "                             down as SIGTERM does (admin token)\n"
     "  ckpt inspect <dir>         checkpoint summary (offline): definition digest, world size,\n"
     "                             step, parameters, tensors and bytes per shard\n"
     "  ckpt verify <dir>          check every shard's CRC-32C against the manifest\n"
@@ -77,6 +79,18 @@ int SessionShow(Client& client, const std::string& id, std::ostream& out, std::o
   return kExitOk;
 }
 
+int Shutdown(Client& client, std::ostream& out, std::ostream& err, const std::string& target) {
+  for (int rank = 0; rank < client.num_ranks(); ++rank) {
+    absl::Status status = client.Shutdown(rank, "optstep shutdown");
+    if (!status.ok()) {
+      err << FormatError("shutdown", target, status);
+      return kExitCallFailed;
+    }
+  }
+  out << "shutting down " << target << "\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunCommand(absl::Span<const std::string> args, const ClientOptions& options,
@@ -84,8 +98,8 @@ int RunCommand(absl::Span<const std::string> args, const ClientOptions& options,
   if (args.empty()) return Usage(err, "no command");
   const std::string& command = args[0];
   std::string subcommand;
-  if (command == "health") {
-    if (args.size() != 1) return Usage(err, "health takes no arguments");
+  if (command == "health" || command == "shutdown") {
+    if (args.size() != 1) return Usage(err, command + " takes no arguments");
   } else if (command == "session") {
     if (args.size() < 2) return Usage(err, "session needs a subcommand: list or show");
     subcommand = args[1];
@@ -108,6 +122,7 @@ int RunCommand(absl::Span<const std::string> args, const ClientOptions& options,
     return kExitCallFailed;
   }
   if (command == "health") return Health(**client, out, err, target);
+  if (command == "shutdown") return Shutdown(**client, out, err, target);
   if (subcommand == "list") return SessionList(**client, out, err, target);
   return SessionShow(**client, args[2], out, err, target);
 }

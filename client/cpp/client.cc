@@ -16,6 +16,7 @@
 #include "client/cpp/step_call.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "kernels/status_macros.h"
+#include "optstep/v1/admin_service.grpc.pb.h"
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 
@@ -126,6 +127,20 @@ absl::StatusOr<std::vector<v1::SessionInfo>> Client::ListSessions() {
   sessions.reserve(response.sessions_size());
   for (v1::SessionInfo& info : *response.mutable_sessions()) sessions.push_back(std::move(info));
   return sessions;
+}
+
+absl::Status Client::Shutdown(int rank, absl::string_view reason) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) {
+    return absl::OutOfRangeError(
+        absl::StrCat("rank ", rank, " is not one of the ", ranks_.size(), " ranks of this client"));
+  }
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+  v1::ShutdownRequest request;
+  request.set_reason(std::string(reason));
+  v1::ShutdownResponse response;
+  return FromGrpcStatus(
+      v1::AdminService::NewStub(ranks_[rank]->channel)->Shutdown(&context, request, &response));
 }
 
 absl::Status Client::CloseSession(absl::string_view session_id) {

@@ -132,6 +132,12 @@ class Client final {
   absl::Status ImportStateDict(absl::string_view session_id,
                                absl::Span<const StateDictEntry> entries);
 
+  // ---- Operations (AdminService, admin token)
+
+  // Shuts rank `rank` down as SIGTERM does (the running step finishes or is cut at its grace
+  // period; the process exits). OUT_OF_RANGE for a rank this client does not know.
+  absl::Status Shutdown(int rank = 0, absl::string_view reason = "");
+
   // ---- Health (grpc.health.v1 on rank 0)
 
   // true when `service` ("" = the whole server) is SERVING, false when NOT_SERVING (or

@@ -149,6 +149,7 @@ std::optional<Role> RequiredRole(absl::string_view method) {
       "/optstep.v1.CheckpointService/Load",
       "/optstep.v1.CheckpointService/ImportStateDict",
       "/optstep.v1.OptimizerService/CloseSession",
+      "/optstep.v1.AdminService/Shutdown",
   };
   for (absl::string_view admin : kAdminMethods) {
     if (method == admin) return Role::kAdmin;

@@ -23,7 +23,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   }
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                            MakeServerCredentials(options.tls, std::move(processor)));
-  std::unique_ptr<Server> server(new Server(engine, group, options.metrics));
+  std::unique_ptr<Server> server(
+      new Server(engine, group, options.metrics, options.on_shutdown_request));
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(address, credentials, &server->port_);
@@ -33,6 +34,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.RegisterService(&server->optimizer_service_);
   builder.RegisterService(&server->checkpoint_service_);
   builder.RegisterService(&server->peer_service_);
+  builder.RegisterService(&server->admin_service_);
   if (options.serve_rendezvous) builder.RegisterService(&server->rendezvous_service_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
+#include "server/rpc/admin_service.h"
 #include "server/rpc/auth.h"
 #include "server/rpc/call_tracker.h"
 #include "server/rpc/checkpoint_service.h"
@@ -35,9 +36,12 @@ struct ServerOptions {
   std::optional<TokenTable> tokens;
   // Counts calls, streams and errors; may be null. Must outlive the server.
   ServerMetrics* metrics = nullptr;
+  // AdminService.Shutdown calls this (admin role where tokens are on); null refuses the call.
+  ShutdownRequestCallback on_shutdown_request;
 };
 
-// The gRPC server of one rank: optimizer and checkpoint services, grpc.health.v1 and reflection.
+// The gRPC server of one rank: optimizer, checkpoint and admin services, grpc.health.v1 and
+// reflection.
 // Thread-safe.
 class Server {
  public:
@@ -60,12 +64,14 @@ class Server {
   void Wait();
 
  private:
-  Server(Engine* engine, RankGroup* group, ServerMetrics* metrics)
+  Server(Engine* engine, RankGroup* group, ServerMetrics* metrics,
+         ShutdownRequestCallback on_shutdown_request)
       : engine_(engine),
         tracker_(metrics),
         optimizer_service_(engine, group),
         checkpoint_service_(engine, group),
-        peer_service_(engine, group) {}
+        peer_service_(engine, group),
+        admin_service_(std::move(on_shutdown_request)) {}
   void WatchHealth();
 
   Engine* const engine_;
@@ -74,6 +80,7 @@ class Server {
   CheckpointServiceImpl checkpoint_service_;
   PeerServiceImpl peer_service_;
   RendezvousServiceImpl rendezvous_service_;
+  AdminServiceImpl admin_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 

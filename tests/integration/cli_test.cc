@@ -80,7 +80,11 @@ TEST(CliTest, HealthSessionListAndShow) {
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_THAT(missing.text, HasSubstr("NOT_FOUND"));
 
-  server->SignalAndWait(SIGTERM);
+  Output shutdown = RunCli("shutdown " + flag);
+  EXPECT_EQ(shutdown.exit_code, 0) << shutdown.text;
+  EXPECT_THAT(shutdown.text, HasSubstr("shutting down " + server->address()));
+  const int status = server->Wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   Output down = RunCli("health --timeout_ms=500 " + flag);
   EXPECT_NE(down.exit_code, 0);
 }

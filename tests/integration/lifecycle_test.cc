@@ -29,6 +29,7 @@ using ::optstep::testutil::IsOk;
 using ::optstep::testutil::OpenStep;
 using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
+using ::optstep::testutil::StatusIs;
 using ::optstep::testutil::StepSmall;
 using ::testing::HasSubstr;
 
@@ -103,6 +104,19 @@ TEST(LifecycleTest, SigtermFinishesTheRunningStepRefusesNewOnesAndExits) {
 
   ExpectCleanExit(r.server->Wait());
   EXPECT_LT(absl::Now() - sigterm, absl::Seconds(5)) << "waited for nothing";
+}
+
+TEST(LifecycleTest, AShutdownCallTakesTheSigtermPath) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      Running r, StartWithSession({"--shutdown_grace_ms=10000", "--metrics_port=-1"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto open, OpenStep::Begin(r.channel, r.session_id, 2));
+  ASSERT_THAT(AwaitGradientsOfStep2(r), IsOk());
+  EXPECT_THAT(r.client->Shutdown(1), StatusIs(absl::StatusCode::kOutOfRange, "rank 1"));
+  ASSERT_THAT(r.client->Shutdown(0, "lifecycle test"), IsOk());
+  EXPECT_LT(UntilNotServing(*r.client), absl::Seconds(1));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(uint64_t applied, open->Commit());  // the running step completes
+  EXPECT_EQ(applied, 2u);
+  ExpectCleanExit(r.server->Wait());
 }
 
 TEST(LifecycleTest, TheOtherTrainersOfABegunStepMayStillJoinIt) {

@@ -21,6 +21,7 @@
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "optstep/v1/admin_service.pb.h"
 #include "optstep/v1/checkpoint_service.pb.h"
 #include "optstep/v1/internal.pb.h"
 #include "optstep/v1/optimizer_service.pb.h"
@@ -178,6 +179,7 @@ std::vector<Rpc> AllRpcs(const std::string& session_id) {
       {"/optstep.v1.CheckpointService/ImportStateDict", import, true},
       {"/optstep.v1.PeerService/CloseReplica", close_replica, true},
       {"/optstep.v1.RendezvousService/Set", rendezvous, true},
+      {"/optstep.v1.AdminService/Shutdown", std::make_shared<v1::ShutdownRequest>(), true},
   };
 }
 
@@ -257,6 +259,14 @@ TEST_F(SecurityTest, EveryRpcRefusesMissingWrongAndUnderprivilegedCredentials) {
   auto left = admin->ListSessions();
   ASSERT_THAT(left.status(), IsOk());
   EXPECT_TRUE(left->empty());
+
+  // And an admin's Shutdown stops the server, which exits cleanly.
+  const grpc::Status shut =
+      Call(trusted, "/optstep.v1.AdminService/Shutdown", v1::ShutdownRequest(), kAdminToken);
+  EXPECT_TRUE(shut.ok()) << shut.error_message();
+  const int status = server->Wait();
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST_F(SecurityTest, HealthIsOpenAndRolesGrantTheirRpcs) {

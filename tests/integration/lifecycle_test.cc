@@ -7,6 +7,9 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include <grpcpp/create_channel.h>
@@ -179,7 +182,10 @@ TEST(LifecycleTest, CheckpointOnShutdownSavesTheLastAppliedStep) {
   ExpectCleanExit(r.server->Wait());
   struct stat info {};
   const std::string manifest = absl::StrCat(root, "/final-", r.session_id, "/manifest.json");
-  EXPECT_EQ(stat(manifest.c_str(), &info), 0) << manifest << " missing";
+  ASSERT_EQ(stat(manifest.c_str(), &info), 0) << manifest << " missing";
+  std::ifstream in(manifest);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, ::testing::ContainsRegex("\"step\": 2[,\n]")) << text.substr(0, 400);
 }
 
 TEST(LifecycleTest, CheckpointOnShutdownNeedsARoot) {

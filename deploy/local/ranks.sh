@@ -6,11 +6,14 @@
 #   deploy/local/ranks.sh start N [DIR] [-- extra server flags]   starts N ranks; prints their addresses
 #   deploy/local/ranks.sh stop [DIR]                              stops them
 #
-# DIR (default: a fresh temporary directory) holds the logs (rank-R.log), the pids and
-# `targets`, one host:port a line in rank order, for clients.
+# DIR (default for start: a fresh temporary directory; for stop: the one of the last start) holds
+# the logs (rank-R.log), the pids and `targets`, one host:port a line in rank order, for clients.
 set -euo pipefail
+here=$PWD  # a relative DIR is the caller's
 cd "$(dirname "$0")/../.."
 SERVER=${OPTSTEP_SERVER:-bazel-bin/server/optstep_server}
+LAST=${TMPDIR:-/tmp}/optstep-ranks-$(id -u).last  # DIR of the last start, for a plain `stop`
+USAGE="usage: ranks.sh start N [DIR] [-- flags] | ranks.sh stop [DIR]"
 
 wait_listening() {  # LOG -> host:port
   for _ in $(seq 300); do
@@ -27,11 +30,16 @@ wait_listening() {  # LOG -> host:port
 
 case "${1:-}" in
   start)
-    n=${2:?usage: ranks.sh start N [DIR] [-- flags]}
-    dir=${3:-$(mktemp -d -t optstep-ranks.XXXXXX)}
-    shift $(( $# < 3 ? $# : 3 ))
-    [[ "${1:-}" == "--" ]] && shift
+    n=${2:-}
+    [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "$USAGE" >&2; exit 64; }
+    shift 2
+    dir=""
+    if [[ $# -gt 0 && "$1" != "--" ]]; then dir=$1; shift; fi
+    if [[ "${1:-}" == "--" ]]; then shift; fi
+    dir=${dir:-$(mktemp -d -t optstep-ranks.XXXXXX)}
+    [[ "$dir" == /* ]] || dir=$here/$dir
     mkdir -p "$dir"
+    echo "$dir" >"$LAST"
     : >"$dir/pids"
     POD_NAME=optstep-0 "$SERVER" --host=127.0.0.1 --port=0 --world_size="$n" "$@" \
       >"$dir/rank-0.log" 2>&1 &
@@ -48,7 +56,9 @@ case "${1:-}" in
     cat "$dir/targets"
     ;;
   stop)
-    dir=${2:?usage: ranks.sh stop DIR}
+    dir=${2:-$(cat "$LAST" 2>/dev/null || true)}
+    [[ -z "$dir" || "$dir" == /* ]] || dir=$here/$dir
+    [[ -n "$dir" ]] || { echo "ranks.sh stop: no DIR and no earlier start" >&2; exit 64; }
     [[ -f "$dir/pids" ]] || exit 0
     while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$dir/pids"
     while read -r pid; do
@@ -57,7 +67,7 @@ case "${1:-}" in
     rm -f "$dir/pids"
     ;;
   *)
-    sed -n '2,12p' "$0"
+    sed -n '2,10p' "$0"
     exit 64
     ;;
 esac

@@ -2,6 +2,8 @@
 API schemas (kubernetes-validate) and security policies (checkov), and check the rank contract of
 docs/deploy.md. Runs in .venv-deploy (bazel/deploy_env.sh) from bazel/run_tests.sh."""
 
+import ast
+import fnmatch
 import json
 import os
 import re
@@ -54,8 +56,8 @@ def grpc_port(c):
 @pytest.mark.parametrize("target", TARGETS)
 def test_renders(target):
     kinds = sorted(o["kind"] for o in objects_of(target))
-    assert kinds == sorted(["Namespace", "ConfigMap", "Service", "Service", "StatefulSet",
-                            "PodDisruptionBudget", "NetworkPolicy"])
+    assert kinds == sorted(["Namespace", "ConfigMap", "PersistentVolumeClaim", "Service",
+                            "Service", "StatefulSet", "PodDisruptionBudget", "NetworkPolicy"])
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with kustomize) not installed")
@@ -182,11 +184,47 @@ def test_security_context(target):
         assert {"cpu", "memory"} <= set(c["resources"][kind]), kind
     image = c["image"]
     assert re.search(r":[\w.-]+$", image) and not image.endswith(":latest"), image
-    claims = sts["spec"]["volumeClaimTemplates"]
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert mounts[claims[0]["metadata"]["name"]] == "/var/lib/optstep/checkpoints"
+    assert mounts["checkpoints"] == "/var/lib/optstep/checkpoints"
     assert one(objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"].items() <= \
         sts["spec"]["template"]["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_checkpoints_are_one_file_system_shared_by_every_rank(target):
+    # Rank 0 prepares <root>/.<name>.tmp, every rank writes its shard into it, rank 0 writes the
+    # manifest and renames it (docs/checkpoints.md): every rank must see the same directory.
+    objects = objects_of(target)
+    sts, pod, c = container(objects)
+    root = server_flags(objects)["--checkpoint_root"]
+    mount = [m for m in c["volumeMounts"] if m["mountPath"].rstrip("/") == root.rstrip("/")]
+    assert len(mount) == 1, f"--checkpoint_root={root} is no volume mount"
+    mount = mount[0]
+    assert not mount.get("readOnly") and not {"subPath", "subPathExpr"} & set(mount), mount
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert set(volume) == {"name", "persistentVolumeClaim"}, volume
+    assert not volume["persistentVolumeClaim"].get("readOnly")
+    # One claim for the group, not one per pod from volumeClaimTemplates.
+    assert "volumeClaimTemplates" not in sts["spec"]
+    claim = one(objects, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["metadata"].get("namespace") == sts["metadata"].get("namespace")
+    assert "storage" in claim["spec"]["resources"]["requests"]
+    # Nothing else in the flags or args names another root.
+    assert not [a for a in c["args"] if a.startswith("--checkpoint_root=")]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_no_volume_mount_inside_another(target):
+    # A mount point inside another volume (a Secret inside the read-only ConfigMap mount) has to
+    # be created in that volume, which fails on common runtimes.
+    _, pod, _ = container(objects_of(target))
+    for c in pod["containers"] + pod.get("initContainers", []):
+        paths = [m["mountPath"].rstrip("/") for m in c.get("volumeMounts", [])]
+        assert len(set(paths)) == len(paths), paths
+        nested = [(outer, inner) for outer in paths for inner in paths
+                  if inner.startswith(outer + "/")]
+        assert not nested, f"{c['name']}: mounts inside mounts: {nested}"
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -282,6 +320,129 @@ def final_stage(dockerfile):
     return text, re.split(r"^FROM ", text, flags=re.M)[-1]
 
 
+def stage(dockerfile, name):
+    text, _ = final_stage(dockerfile)
+    stages = [s for s in re.split(r"^FROM ", text, flags=re.M)[1:]
+              if re.match(rf"\S+ AS {name}\b", s)]
+    assert len(stages) == 1, f"{dockerfile}: stage {name}"
+    return stages[0]
+
+
+def installed(text):
+    return set(" ".join(re.findall(r"apt-get install (.*?)(?:&&|$)", text, flags=re.M)).split())
+
+
+# The Debian 12 package that holds each library the binaries link (-l<name>, a glob, and
+# -fopenmp's libgomp); None: in libc6, or linked statically. test_dockerfile_runtime_libraries
+# fails for a linked library missing here: add its package here and to the runtime stages.
+RUNTIME_PACKAGES = {
+    "absl_*": "libabsl20220623",
+    "protobuf": "libprotobuf32",
+    "grpc++_reflection": "libgrpc++1.51", "grpc++": "libgrpc++1.51",
+    "grpc": "libgrpc29", "gpr": "libgrpc29", "address_sorting": "libgrpc29", "upb": "libgrpc29",
+    "re2": "libre2-9", "cares": "libc-ares2", "ssl": "libssl3", "crypto": "libssl3",
+    "z": "zlib1g", "glog": "libgoogle-glog0v6", "gflags": "libgflags2.2",
+    "openblas": "libopenblas0-pthread", "lapacke": "liblapacke", "gloo": "libgloo0",
+    "prometheus-cpp-core": "libprometheus-cpp-core1.0", "gomp": "libgomp1",
+    "pthread": None, "dl": None, "rt": None, "m": None,
+    # CUDA (--config=cuda), from NVIDIA's repository; cudart is linked statically.
+    "cudart_static": None, "cublasLt": "libcublas-${CUDA_MAJOR_MINOR}",
+    "cublas": "libcublas-${CUDA_MAJOR_MINOR}", "cusolver": "libcusolver-${CUDA_MAJOR_MINOR}",
+    "nccl": "libnccl2",
+}
+# The external repositories of WORKSPACE (new_local_repository build files).
+EXTERNAL_BUILD = {"system": "third_party/system/BUILD.system",
+                  "cuda": "third_party/system/BUILD.cuda"}
+# Dependencies that the macros of bazel/*.bzl add to the targets they make.
+MACRO_DEPS = {
+    "optstep_cc_proto_library": lambda kw, cuda:
+        ["@system//:protobuf"] + (["@system//:grpc"] if kw.get("grpc_srcs") else []),
+    "optstep_cuda_library": lambda kw, cuda: ["@cuda//:cudart"] if cuda else [],
+}
+# install_deps.sh packages that only the tests need (the fuzz test's clang, certificates, venvs).
+TEST_ONLY_PACKAGES = {"clang", "libclang-rt-dev", "openssl", "python3-venv"}
+
+
+def _evaluate(node, names, cuda):
+    """The value of a BUILD expression: literals, +, names bound at the top, select() / if_cuda()
+    in the configuration `cuda`; glob() and cuda_only() as [] (no dependency)."""
+    ev = lambda n: _evaluate(n, names, cuda)  # noqa: E731
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.List):
+        return [ev(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        return {ev(k): ev(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return ev(node.left) + ev(node.right)
+    if isinstance(node, ast.Name):
+        return names[node.id]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        args, kw = [ev(a) for a in node.args], {k.arg: ev(k.value) for k in node.keywords}
+        if node.func.id == "select":
+            return args[0]["//:cuda" if cuda and "//:cuda" in args[0] else "//conditions:default"]
+        if node.func.id == "if_cuda":
+            return args[0] if cuda else (args[1:] or [kw.get("if_false", [])])[0]
+        if node.func.id in ("glob", "cuda_only"):
+            return []
+    raise ValueError(f"BUILD expression not understood: {ast.dump(node)}")
+
+
+def _targets(package, cuda):
+    """{name: (deps, linkopts)} of a package (a workspace path, or "@repo")."""
+    if package.startswith("@"):
+        path = EXTERNAL_BUILD[package[1:]]
+    else:
+        path = os.path.join(package, "BUILD")
+    with open(os.path.join(ROOT, path)) as f:
+        tree = ast.parse(f.read(), path)
+    names, targets = {}, {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign):
+            names[stmt.targets[0].id] = _evaluate(stmt.value, names, cuda)
+        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            call = stmt.value
+            kw = {k.arg: k.value for k in call.keywords if k.arg in ("name", "deps", "linkopts",
+                                                                       "grpc_srcs")}
+            if "name" not in kw:
+                continue  # load(), package(), exports_files()
+            kw = {k: _evaluate(v, names, cuda) for k, v in kw.items()}
+            deps = kw.get("deps", []) + MACRO_DEPS.get(call.func.id, lambda *_: [])(kw, cuda)
+            targets[kw["name"]] = (deps, kw.get("linkopts", []))
+    return targets
+
+
+def _label(label, package):
+    if label.startswith(":"):
+        return package, label[1:]
+    repo, _, rest = label.partition("//") if label.startswith("@") else ("", "", label[2:])
+    pkg, _, name = rest.partition(":")
+    return (repo or pkg), (name or pkg.rsplit("/", 1)[-1])
+
+
+def linked_libraries(binaries, cuda):
+    """The libraries the binaries link: the -l options (and -fopenmp) of every target they depend
+    on, in the BUILD files and third_party/system, plus .bazelrc's --linkopt."""
+    configs, opts = ({"build", "build:cuda"} if cuda else {"build"}), []
+    with open(os.path.join(ROOT, ".bazelrc")) as f:
+        for words in (line.split() for line in f):
+            if words and words[0] in configs:
+                opts += [w[len("--linkopt="):] for w in words[1:] if w.startswith("--linkopt=")]
+    packages, seen, todo = {}, set(), [_label(b, "") for b in binaries]
+    while todo:
+        package, name = todo.pop()
+        if (package, name) in seen:
+            continue
+        seen.add((package, name))
+        if package not in packages:
+            packages[package] = _targets(package, cuda)
+        deps, linkopts = packages[package][name]
+        opts += linkopts
+        todo += [_label(d, package) for d in deps]
+    libs = {o[2:] for o in opts if o.startswith("-l")}
+    return libs | ({"gomp"} if "-fopenmp" in opts else set())
+
+
 @pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda"])
 def test_dockerfile(dockerfile):
     text, final = final_stage(dockerfile)
@@ -293,10 +454,31 @@ def test_dockerfile(dockerfile):
     installs = " ".join(re.findall(r"apt-get install (.*?)(?:&&|$)", final, flags=re.M))
     for tool in ("bazel", "g++", "gcc", "make", "-dev", "nvcc", "curl"):
         assert tool not in installs, tool
-    for lib in ("libgrpc++1.51", "libprotobuf32", "libabsl20220623", "libgoogle-glog0v6",
-                "libopenblas0", "liblapacke", "libgloo0"):
-        assert lib in installs, lib
     assert os.path.exists(os.path.join(DOCKER, dockerfile + ".dockerignore"))
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda"])
+def test_dockerfile_runtime_libraries(dockerfile):
+    libs = linked_libraries(["//server:optstep_server", "//client/cli:optstep"],
+                            cuda=dockerfile == "Dockerfile.cuda")
+    assert {"grpc++", "protobuf", "prometheus-cpp-core", "gomp"} <= libs, libs  # the walk works
+    packages = {lib: [p for pattern, p in RUNTIME_PACKAGES.items()
+                      if fnmatch.fnmatchcase(lib, pattern)] for lib in libs}
+    unknown = sorted(lib for lib, p in packages.items() if not p)
+    assert not unknown, f"linked, but no runtime package in RUNTIME_PACKAGES: {unknown}"
+    needed = {p[0] for p in packages.values()} - {None}
+    missing = sorted(needed - installed(final_stage(dockerfile)[1]))
+    assert not missing, f"{dockerfile}: runtime stage lacks {missing}"
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda"])
+def test_dockerfile_build_stage_has_the_packages_of_install_deps(dockerfile):
+    with open(os.path.join(ROOT, "bazel", "install_deps.sh")) as f:
+        listed = re.search(r"^PACKAGES=\((.*?)^\)", f.read(), flags=re.M | re.S).group(1)
+    packages = set(re.sub(r"#.*", "", listed).split())
+    assert {"prometheus-cpp-dev", "libgrpc++-dev"} <= packages, packages
+    missing = sorted(packages - TEST_ONLY_PACKAGES - installed(stage(dockerfile, "build")))
+    assert not missing, f"{dockerfile}: build stage lacks {missing}"
 
 
 def test_dockerignore_keeps_bazel_outputs_out():

@@ -17,9 +17,6 @@
 namespace optstep {
 namespace {
 
-// manifest.json holds one entry per parameter: generous for billions of parameters' names.
-constexpr uint64_t kMaxManifestBytes = 1u << 30;
-
 size_t StagingSize(const CheckpointIoOptions& options) {
   return std::max<size_t>(options.staging_bytes, 4096);
 }
@@ -34,22 +31,9 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::OpenDirectory(
     absl::string_view dir, const CheckpointIoOptions& options) {
-  const std::string manifest_path = absl::StrCat(dir, "/", kManifestFile);
-  absl::StatusOr<std::string> text = internal::ReadSmallFile(manifest_path, kMaxManifestBytes);
-  if (!text.ok()) {
-    if (text.status().code() == absl::StatusCode::kNotFound) {
-      return absl::NotFoundError(
-          absl::StrCat("no checkpoint at '", dir, "': ", text.status().message()));
-    }
-    return text.status();
-  }
-  absl::StatusOr<Manifest> manifest = ParseManifest(*text);
-  if (!manifest.ok()) {
-    return absl::Status(manifest.status().code(),
-                        absl::StrCat("'", manifest_path, "': ", manifest.status().message()));
-  }
+  OPTSTEP_ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(dir));
   std::unique_ptr<CheckpointReader> reader(
-      new CheckpointReader(std::string(dir), *std::move(manifest), options));
+      new CheckpointReader(std::string(dir), std::move(manifest), options));
   OPTSTEP_RETURN_IF_ERROR(reader->OpenShards());
   return reader;
 }

@@ -187,13 +187,9 @@ absl::StatusOr<std::vector<Complete>> CompleteCheckpoints(const std::string& roo
 
 // The definition digest recorded in a complete checkpoint's manifest; empty when the manifest
 // cannot be read or parsed.
-std::string DigestOfCheckpoint(const std::string& root, const std::string& name) {
-  constexpr uint64_t kMaxManifestBytes = 1u << 30;
-  absl::StatusOr<std::string> text =
-      internal::ReadSmallFile(absl::StrCat(root, "/", name, "/", kManifestFile), kMaxManifestBytes);
-  if (!text.ok()) return "";
-  absl::StatusOr<Manifest> parsed = ParseManifest(*text);
-  return parsed.ok() ? parsed->definition_digest : "";
+std::string DigestOfCheckpoint(absl::string_view root, const std::string& name) {
+  absl::StatusOr<Manifest> manifest = ReadManifestFile(CheckpointDir(root, name));
+  return manifest.ok() ? manifest->definition_digest : "";
 }
 
 // Hides the checkpoint first (a rename), so that a crash halfway never leaves a visible
@@ -210,6 +206,26 @@ absl::Status RemoveCheckpoint(absl::string_view root, const std::string& name) {
 }
 
 }  // namespace
+
+absl::StatusOr<Manifest> ReadManifestFile(absl::string_view dir) {
+  // manifest.json holds one entry per parameter: generous for billions of parameters' names.
+  constexpr uint64_t kMaxManifestBytes = 1u << 30;
+  const std::string path = absl::StrCat(dir, "/", kManifestFile);
+  absl::StatusOr<std::string> text = internal::ReadSmallFile(path, kMaxManifestBytes);
+  if (!text.ok()) {
+    if (text.status().code() == absl::StatusCode::kNotFound) {
+      return absl::NotFoundError(
+          absl::StrCat("no checkpoint at '", dir, "': ", text.status().message()));
+    }
+    return text.status();
+  }
+  absl::StatusOr<Manifest> manifest = ParseManifest(*text);
+  if (!manifest.ok()) {
+    return absl::Status(manifest.status().code(),
+                        absl::StrCat("'", path, "': ", manifest.status().message()));
+  }
+  return manifest;
+}
 
 absl::Status ValidateCheckpointName(absl::string_view name) {
   auto bad = [&](absl::string_view why) {
@@ -334,7 +350,7 @@ absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
   if (!digest.ok()) return digest.status();
   std::vector<Complete> same;
   for (Complete& c : *all) {
-    if (c.name == name || DigestOfCheckpoint(std::string(root), c.name) == *digest) {
+    if (c.name == name || DigestOfCheckpoint(root, c.name) == *digest) {
       same.push_back(std::move(c));
     }
   }

@@ -71,6 +71,10 @@ absl::Status ValidateCheckpointName(absl::string_view name);
 
 // "<root>/<name>" and "<root>/.<name>.tmp".
 std::string CheckpointDir(absl::string_view root, absl::string_view name);
+
+// Reads and parses <dir>/manifest.json: NOT_FOUND naming `dir` when there is none; parse errors
+// as ParseManifest's, prefixed with the file's path.
+absl::StatusOr<Manifest> ReadManifestFile(absl::string_view dir);
 std::string CheckpointTempDir(absl::string_view root, absl::string_view name);
 
 // Rank 0, first: validates `name`, ALREADY_EXISTS if <root>/<name> exists, removes a stale

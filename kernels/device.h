@@ -55,6 +55,11 @@ class Device {
   // REQUIRES: dst is fp32 and the range lies inside it.
   virtual absl::Status CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
                                     int64_t dst_offset) = 0;
+  // The same conversion, added: dst[dst_offset + i] <- dst[dst_offset + i] + fp32(src[i]), one
+  // fp32 addition per element (so that sums built from it are those of Add, bit for bit).
+  // REQUIRES: as CopyFromHost.
+  virtual absl::Status AddFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
+                                   int64_t dst_offset) = 0;
   // Converts src[offset, offset + count) (fp32) to `dst_dtype` at host address `dst`
   // (round to nearest even for bf16/fp16).
   virtual absl::Status CopyToHost(const Tensor& src, int64_t offset, int64_t count,

@@ -192,13 +192,30 @@ absl::Status CpuDevice::Zero(Tensor& tensor) {
 
 absl::Status CpuDevice::CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
                                      int64_t dst_offset) {
-  OPTSTEP_RETURN_IF_ERROR(
-      internal::CheckHostTransfer("CopyFromHost", dst, dst_offset, count, src_dtype, src));
+  return FromHost("CopyFromHost", /*add=*/false, src, src_dtype, count, dst, dst_offset);
+}
+
+absl::Status CpuDevice::AddFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
+                                    int64_t dst_offset) {
+  return FromHost("AddFromHost", /*add=*/true, src, src_dtype, count, dst, dst_offset);
+}
+
+absl::Status CpuDevice::FromHost(const char* op, bool add, const void* src, DType src_dtype,
+                                 int64_t count, Tensor& dst, int64_t dst_offset) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckHostTransfer(op, dst, dst_offset, count, src_dtype, src));
   const char* s = static_cast<const char*>(src);
   float* d = dst.f32() + dst_offset;
   const size_t esize = DTypeSize(src_dtype);
   ParallelFor(count, ThreadsFor(count), [&](int64_t begin, int64_t end) {
-    HostToF32AnyAlignment(s + begin * esize, src_dtype, end - begin, d + begin);
+    if (!add) return HostToF32AnyAlignment(s + begin * esize, src_dtype, end - begin, d + begin);
+    alignas(kAlignment) float converted[kBounceElements];
+    for (int64_t i = begin; i < end; i += kBounceElements) {
+      const int64_t m = std::min(kBounceElements, end - i);
+      HostToF32AnyAlignment(s + i * esize, src_dtype, m, converted);
+      float* out = d + i;
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) out[j] = out[j] + converted[j];
+    }
   });
   return absl::OkStatus();
 }

@@ -35,7 +35,8 @@ namespace optstep {
 // Create sets OpenBLAS to one thread (process-wide), so that OpenBLAS's pool and OpenMP's never
 // spin against each other between calls; LAPACK (eigh, QR) therefore runs on one thread.
 //
-// Thread safety: as Device. Allocate, allocated_bytes, CopyFromHost and CopyToHost are
+// Thread safety: as Device. Allocate, allocated_bytes, CopyFromHost, AddFromHost (on disjoint
+// ranges) and CopyToHost are
 // thread-safe (atomic accounting, no shared mutable state); the updates are thread-compatible.
 //
 // Ownership: tensors own their memory and may outlive the device that allocated them; the
@@ -79,6 +80,8 @@ class CpuDevice final : public Device {
 
   absl::Status CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
                             int64_t dst_offset) override;
+  absl::Status AddFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
+                           int64_t dst_offset) override;
   absl::Status CopyToHost(const Tensor& src, int64_t offset, int64_t count, DType dst_dtype,
                           void* dst) override;
 
@@ -120,6 +123,10 @@ class CpuDevice final : public Device {
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
  private:
+  // CopyFromHost (`add` false) and AddFromHost; `op` names the method in errors.
+  absl::Status FromHost(const char* op, bool add, const void* src, DType src_dtype, int64_t count,
+                        Tensor& dst, int64_t dst_offset);
+
   CpuDevice(int num_threads, int64_t memory_limit_bytes)
       : num_threads_(num_threads),
         memory_limit_bytes_(memory_limit_bytes),

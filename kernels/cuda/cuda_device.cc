@@ -143,6 +143,21 @@ absl::Status CudaDevice::CopyFromHost(const void* src, DType src_dtype, int64_t 
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::AddFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
+                                     int64_t dst_offset) {
+  OPTSTEP_RETURN_IF_ERROR(
+      internal::CheckHostTransfer("AddFromHost", dst, dst_offset, count, src_dtype, src));
+  if (count == 0) return absl::OkStatus();
+  OPTSTEP_RETURN_IF_ERROR(Activate());
+  // Converted into a scratch tensor of the chunk's size, then added with the Add kernel.
+  OPTSTEP_ASSIGN_OR_RETURN(Tensor converted, Allocate(DType::kF32, {count}));
+  OPTSTEP_RETURN_IF_ERROR(CopyFromHost(src, src_dtype, count, converted, 0));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdd(converted.f32(), dst.f32() + dst_offset, count,
+                                              {stream_->get(), max_blocks_}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_->get()));
+  return absl::OkStatus();
+}
+
 absl::Status CudaDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t count,
                                     DType dst_dtype, void* dst) {
   OPTSTEP_RETURN_IF_ERROR(

@@ -70,6 +70,8 @@ class CudaDevice final : public Device {
 
   absl::Status CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
                             int64_t dst_offset) override;
+  absl::Status AddFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
+                           int64_t dst_offset) override;
   absl::Status CopyToHost(const Tensor& src, int64_t offset, int64_t count, DType dst_dtype,
                           void* dst) override;
 

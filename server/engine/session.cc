@@ -30,35 +30,6 @@ std::vector<int64_t> OwnedNumels(const std::vector<int64_t>& numels, const Layou
   return owned;
 }
 
-// Copies `pieces` (raw elements of `dtype`, split anywhere) to dst[offset, ...): the whole
-// elements of each piece straight from it, an element split across pieces through `partial`.
-absl::Status CopyPiecesFromHost(Device& device, absl::Span<const absl::string_view> pieces,
-                                DType dtype, Tensor& dst, int64_t offset) {
-  const size_t size = DTypeSize(dtype);
-  char partial[sizeof(double)];
-  size_t have = 0;
-  for (absl::string_view piece : pieces) {
-    if (have > 0) {
-      const size_t take = std::min(size - have, piece.size());
-      std::memcpy(partial + have, piece.data(), take);
-      have += take;
-      piece.remove_prefix(take);
-      if (have < size) continue;
-      OPTSTEP_RETURN_IF_ERROR(device.CopyFromHost(partial, dtype, 1, dst, offset++));
-      have = 0;
-    }
-    const int64_t whole = static_cast<int64_t>(piece.size() / size);
-    if (whole > 0) {
-      OPTSTEP_RETURN_IF_ERROR(device.CopyFromHost(piece.data(), dtype, whole, dst, offset));
-      offset += whole;
-    }
-    piece.remove_prefix(whole * size);
-    std::memcpy(partial, piece.data(), piece.size());
-    have = piece.size();
-  }
-  return absl::OkStatus();
-}
-
 std::vector<std::string> NamesOf(const std::vector<ParamInfo>& params) {
   std::vector<std::string> names;
   for (const ParamInfo& p : params) names.push_back(p.name);
@@ -84,8 +55,10 @@ Session::Session(Options options, std::shared_ptr<Device> device,
       comm_(std::move(options.comm)),
       coordinator_(std::make_unique<DeviceWorker>()),
       // Coverage is checked for the parameters this rank owns (others count as empty).
+      ordered_(config_.mode == GradientMode::kReplicated && config_.num_trainers > 1),
       contributions_(config_.mode, config_.num_trainers, OwnedNumels(numels_, layout_, rank_),
-                     &names_) {
+                     &names_),
+      order_(config_.num_trainers, OwnedNumels(numels_, layout_, rank_)) {
   attempts_.assign(config_.num_trainers, 0);
 }
 
@@ -134,22 +107,17 @@ absl::Status Session::Allocate() {
   }
 
   // Every rank holds every master (they are all-gathered); only owned parameters need state and
-  // gradient buffers.
+  // a gradient buffer (one, whatever the number of trainers).
   int64_t total = 0;
   for (const ParamInfo& p : config_.params) {
     total += p.numel() * 4;
-    if (layout_.owner[&p - config_.params.data()] == rank_) {
-      total += p.numel() * 4 * (config_.mode == GradientMode::kReplicated ? config_.num_trainers : 1);
-    }
+    if (layout_.owner[&p - config_.params.data()] == rank_) total += p.numel() * 4;
   }
   if (max_bytes_ > 0 && total > max_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat("session needs ", total,
                                                      " bytes of parameters and gradients; the limit "
                                                      "is ", max_bytes_, " bytes per session"));
   }
-  const int extra_trainers =
-      config_.mode == GradientMode::kReplicated ? config_.num_trainers - 1 : 0;
-  staging_.resize(extra_trainers);
   states_.resize(config_.params.size());
   OPTSTEP_RETURN_IF_ERROR(AllocateMasters());
   for (size_t p = 0; p < config_.params.size(); ++p) {
@@ -163,13 +131,6 @@ absl::Status Session::Allocate() {
       total += states_[p].bytes();
     }
     grads_.push_back(std::move(grad));
-    for (int t = 0; t < extra_trainers; ++t) {
-      Tensor staging;
-      if (owned) {
-        OPTSTEP_ASSIGN_OR_RETURN(staging, device_->Allocate(DType::kF32, info.shape));
-      }
-      staging_[t].push_back(std::move(staging));
-    }
   }
   if (max_bytes_ > 0 && total > max_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat("session needs ", total,
@@ -211,9 +172,6 @@ SessionStats Session::stats() const {
   for (const Tensor& t : params_) stats.param_bytes += t.bytes();
   for (const ParamState& s : states_) stats.state_bytes += s.bytes();
   for (const Tensor& t : grads_) stats.buffer_bytes += t.bytes();
-  for (const auto& trainer : staging_) {
-    for (const Tensor& t : trainer) stats.buffer_bytes += t.bytes();
-  }
   return stats;
 }
 
@@ -244,167 +202,6 @@ absl::StatusOr<std::vector<std::pair<double, double>>> Session::ResolveSchedule(
     OPTSTEP_RETURN_IF_ERROR(check("weight_decay", values.weight_decay, schedule[id].second));
   }
   return schedule;
-}
-
-absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
-  if (begin.trainer < 0 || begin.trainer >= config_.num_trainers) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer_id ", begin.trainer,
-                                                   " out of range: session '", id_, "' declares ",
-                                                   config_.num_trainers, " trainers"));
-  }
-  OPTSTEP_ASSIGN_OR_RETURN(auto schedule, ResolveSchedule(begin));
-  absl::MutexLock lock(&mu_);
-  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
-  Contribution c;
-  c.trainer = begin.trainer;
-  c.step = begin.step;
-  c.return_dtype = begin.return_dtype;
-  c.return_params = begin.return_params;
-  c.stream_params = begin.stream_params;
-  c.generation = generation_;
-  if (begin.step == step_ && step_ > 0 && last_outcome_) {
-    c.replay = true;
-    return c;
-  }
-  if (begin.step != step_ + 1) {
-    return absl::FailedPreconditionError(absl::StrCat("session '", id_, "': step ", begin.step,
-                                                      " out of sequence; expected step ", step_ + 1));
-  }
-  if (running_ || contributions_.committed(begin.trainer)) {
-    c.retry = true;
-    return c;
-  }
-  if (schedule_ && *schedule_ != schedule) {
-    for (size_t g = 0; g < schedule.size(); ++g) {
-      if ((*schedule_)[g] != schedule[g]) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "step ", begin.step, ": trainer ", begin.trainer, " gives group ", g, " lr ",
-            schedule[g].first, ", weight_decay ", schedule[g].second,
-            " but another trainer gave lr ", (*schedule_)[g].first, ", weight_decay ",
-            (*schedule_)[g].second));
-      }
-    }
-  }
-  schedule_ = std::move(schedule);
-  if (!step_began_) step_began_ = absl::Now();
-  contributions_.DropTrainer(begin.trainer);
-  c.attempt = ++attempts_[begin.trainer];
-  return c;
-}
-
-absl::Status Session::CheckUsable() const {
-  if (closed_) return absl::UnavailableError(absl::StrCat("session '", id_, "' is closed"));
-  if (broken_) {
-    return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
-                                               " lost a peer; the group must be restarted"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Session::CheckFresh(const Contribution& c) const {
-  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
-  if (c.generation != generation_ || (!c.retry && !c.replay && c.attempt != attempts_[c.trainer])) {
-    return absl::AbortedError(absl::StrCat("session '", id_, "': step ", c.step, " of trainer ",
-                                           c.trainer,
-                                           " was aborted or superseded; redo the step"));
-  }
-  return absl::OkStatus();
-}
-
-Tensor& Session::GradientTarget(int trainer, int param_id) {
-  if (config_.mode == GradientMode::kReplicated && trainer > 0) return staging_[trainer - 1][param_id];
-  return grads_[param_id];
-}
-
-absl::StatusOr<int64_t> Session::ElementCount(int param_id, DType dtype, size_t bytes) const {
-  if (param_id < 0 || param_id >= static_cast<int>(params_.size())) {
-    return absl::NotFoundError(absl::StrCat("param_id ", param_id, " not found: session '", id_,
-                                            "' has ", params_.size(), " parameters"));
-  }
-  const size_t size = DTypeSize(dtype);
-  if (bytes % size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("param '", names_[param_id], "': ", bytes,
-                                                   " bytes is not a multiple of the ",
-                                                   DTypeName(dtype), " element size ", size));
-  }
-  return static_cast<int64_t>(bytes / size);
-}
-
-absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
-                                  const void* data, size_t bytes) {
-  const absl::string_view piece(static_cast<const char*>(data), bytes);
-  return AddGradient(c, param_id, offset, dtype, absl::MakeConstSpan(&piece, 1));
-}
-
-absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
-                                  absl::Span<const absl::string_view> pieces) {
-  size_t bytes = 0;
-  for (absl::string_view piece : pieces) bytes += piece.size();
-  OPTSTEP_ASSIGN_OR_RETURN(const int64_t count, ElementCount(param_id, dtype, bytes));
-  if (layout_.owner[param_id] != rank_) {
-    return absl::InvalidArgumentError(absl::StrCat("param '", names_[param_id],
-                                                   "' is owned by rank ", layout_.owner[param_id],
-                                                   ", not rank ", rank_));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    OPTSTEP_RETURN_IF_ERROR(CheckFresh(c));
-    if (c.retry || c.replay) return absl::OkStatus();  // already counted once
-    OPTSTEP_RETURN_IF_ERROR(contributions_.AddRange(c.trainer, param_id, offset, count));
-    ++inflight_copies_;
-  }
-  absl::Status status =
-      CopyPiecesFromHost(*device_, pieces, dtype, GradientTarget(c.trainer, param_id), offset);
-  if (status.ok()) observer_->OnBytesIn(static_cast<int64_t>(bytes));
-  absl::MutexLock lock(&mu_);
-  --inflight_copies_;
-  return status;
-}
-
-absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepCallback done) {
-  std::optional<StepOutcome> replay;
-  {
-    absl::MutexLock lock(&mu_);
-    OPTSTEP_RETURN_IF_ERROR(CheckFresh(c));
-    if (c.replay) {
-      replay = last_outcome_;
-    } else {
-      if (!c.retry) {
-        const int64_t received = contributions_.elements_from(c.trainer);
-        if (num_elements != 0 && static_cast<int64_t>(num_elements) != received) {
-          contributions_.DropTrainer(c.trainer);
-          return absl::InvalidArgumentError(absl::StrCat(
-              "step ", c.step, ": trainer ", c.trainer, " commits ", num_elements,
-              " elements but sent ", received));
-        }
-        absl::Status complete = contributions_.CheckTrainerComplete(c.trainer);
-        if (complete.ok()) {
-          contributions_.Commit(c.trainer);
-          if (contributions_.all_committed()) complete = contributions_.CheckAllComplete();
-        }
-        if (!complete.ok()) {
-          contributions_.DropTrainer(c.trainer);
-          return complete;
-        }
-      }
-      waiters_.push_back(Waiter{c.return_dtype, c.return_params, std::move(done), c.stream_params});
-      if (contributions_.all_committed() && !running_) StartResolutionLocked(/*abort=*/false);
-      return absl::OkStatus();
-    }
-  }
-  // Replay of the last applied step: its result with the current parameters.
-  if (!c.return_params) {
-    replay->params = nullptr;
-    done(*replay);
-    return absl::OkStatus();
-  }
-  GetSnapshot(c.return_dtype, [outcome = *replay, done = std::move(done)](
-                                  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> s) mutable {
-    if (!s.ok()) return done(s.status());
-    outcome.params = *std::move(s);
-    done(std::move(outcome));
-  });
-  return absl::OkStatus();
 }
 
 absl::Status Session::InitValues(int param_id, int64_t offset, DType dtype, const void* data,
@@ -473,9 +270,14 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> Session::BuildSnapshot(DTyp
 std::vector<StepCallback> Session::AbortLocked() {
   ++generation_;
   contributions_.Reset();
+  std::vector<StepCallback> callbacks;
+  for (WaitingChunk& chunk : order_.Reset()) {
+    callbacks.push_back([added = std::move(chunk.added)](absl::StatusOr<StepOutcome> outcome) {
+      added(outcome.status());  // only ever told why the step ended
+    });
+  }
   schedule_.reset();
   step_began_.reset();
-  std::vector<StepCallback> callbacks;
   for (Waiter& w : waiters_) callbacks.push_back(std::move(w.done));
   waiters_.clear();
   return callbacks;
@@ -530,8 +332,8 @@ void Session::RunStep(bool abort) {
   }
   const absl::Time started = absl::Now();
   if (!abort && began) observer_->OnPhase(StepObserver::Phase::kIngest, started - *began);
-  // 1-2. This rank's part: REPLICATED averaging (trainer order), per-parameter sums of squares
-  // and finiteness of the parameters it owns.
+  // 1-2. This rank's part: the REPLICATED mean (the sum is already in trainer order), per-parameter
+  // sums of squares and finiteness of the parameters it owns.
   std::vector<double> sums(numels_.size(), 0.0);
   bool finite = true;
   absl::Status local = absl::OkStatus();
@@ -539,10 +341,7 @@ void Session::RunStep(bool abort) {
     local = OnDevice([&]() -> absl::Status {
       const int n = config_.num_trainers;
       for (int p : owned_) {
-        if (config_.mode == GradientMode::kReplicated && n > 1) {
-          for (int t = 1; t < n; ++t) {
-            OPTSTEP_RETURN_IF_ERROR(device_->Add(staging_[t - 1][p], grads_[p]));
-          }
+        if (ordered_) {
           OPTSTEP_RETURN_IF_ERROR(device_->Scale(1.0f / static_cast<float>(n), grads_[p]));
         }
         OPTSTEP_ASSIGN_OR_RETURN(GradientStats stats, device_->ComputeGradientStats(grads_[p]));
@@ -746,6 +545,7 @@ absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& sc
 void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted,
                          const StreamingSnapshots& streamed, const std::vector<int>& last_ids) {
   std::vector<Waiter> waiters;
+  std::vector<WaitingChunk> stranded;
   uint64_t ended_step = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -760,9 +560,13 @@ void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted,
     ended_step = outcome.ok() ? step_ : step_ + 1;
     ++generation_;
     contributions_.Reset();
+    stranded = order_.Reset();  // none when every trainer committed
     schedule_.reset();
     step_began_.reset();
     snapshots_.clear();
+  }
+  for (WaitingChunk& chunk : stranded) {
+    chunk.added(absl::AbortedError(absl::StrCat("step ", ended_step, " ended before the chunk's turn")));
   }
   // Serialise the parameters once per requested dtype, shared by every trainer.
   std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots(streamed.begin(), streamed.end());

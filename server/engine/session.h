@@ -25,6 +25,7 @@
 #include "server/engine/state_dict.h"
 #include "server/engine/step_contributions.h"
 #include "server/engine/step_observer.h"
+#include "server/engine/trainer_order.h"
 #include "server/optim/optimizer.h"
 #include "server/optim/routing.h"
 
@@ -167,20 +168,34 @@ class Session : public std::enable_shared_from_this<Session> {
   // expected step); UNAVAILABLE: session closed.
   absl::StatusOr<Contribution> Begin(const StepBegin& begin);
 
-  // Copies a gradient chunk (`bytes` raw bytes of `dtype`) into the step's buffers.
+  // Where AddGradient put a chunk.
+  enum class ChunkFate { kAdded, kWaiting };
+  // Adds a gradient chunk (`pieces`: raw elements of `dtype`, views of received network buffers
+  // split anywhere, even inside an element) to the step's buffer: copied once, straight from the
+  // pieces. REPLICATED with several trainers, trainer t's chunk of a parameter is summed only
+  // after trainers 0..t-1 sent all of it (TrainerOrder), so that one buffer sums in trainer
+  // order. A chunk that comes earlier waits: kWaiting is answered, `keep` (which owns the bytes
+  // of `pieces`) is held, and `added` is called exactly once, on the thread that lets the chunk
+  // in, with the status of adding it (ABORTED when the step ends or the trainer begins again
+  // first). The caller sends nothing more for the contribution until then.
   // NOT_FOUND: unknown param_id; INVALID_ARGUMENT: byte length, range, overlap, duplicate;
   // ABORTED: the contribution is stale.
+  absl::StatusOr<ChunkFate> AddGradient(const Contribution& c, int param_id, int64_t offset,
+                                        DType dtype, absl::Span<const absl::string_view> pieces,
+                                        std::shared_ptr<const void> keep,
+                                        std::function<void(absl::Status)> added);
+  // In-process forms, for callers that cannot pause: a chunk that must wait is copied and kept
+  // by the session (an error in adding it later shows at Commit as elements missing).
   absl::Status AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
                            const void* data, size_t bytes);
-  // The same for a chunk whose bytes arrive in pieces (views of received network buffers, split
-  // anywhere, even inside an element): copied once, straight into the step's buffers.
   absl::Status AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
                            absl::Span<const absl::string_view> pieces);
 
   // Commits the contribution. On OK, `done` is called exactly once (possibly on another thread,
   // possibly before Commit returns) with the outcome of the step, or with ABORTED when the step is
-  // aborted. On error `done` is never called: INVALID_ARGUMENT for missing coverage or an element
-  // count mismatch (the trainer's contribution is dropped; it should resend), ABORTED when stale.
+  // aborted. On error `done` is never called: INVALID_ARGUMENT for missing coverage (a chunk that
+  // still waits for its turn is missing) or an element count mismatch (the trainer's
+  // contribution is dropped; it should resend), ABORTED when stale.
   absl::Status Commit(const Contribution& c, uint64_t num_elements, StepCallback done);
 
   // Sets initial values of a parameter range. FAILED_PRECONDITION once a step has begun.
@@ -265,8 +280,14 @@ class Session : public std::enable_shared_from_this<Session> {
   // for a length that is not a whole number of elements.
   absl::StatusOr<int64_t> ElementCount(int param_id, DType dtype, size_t bytes) const;
   absl::StatusOr<std::vector<std::pair<double, double>>> ResolveSchedule(const StepBegin& begin) const;
-  Tensor& GradientTarget(int trainer, int param_id);
-  // Drops the pending step; returns the callbacks to notify (outside the lock).
+  // Records a chunk's ranges and writes (trainer 0, SHARDED) or adds (REPLICATED trainers > 0)
+  // its fresh elements; when that completes the trainer's part of the parameter, adds the chunks
+  // of the next trainer that waited for it (AddReleased).
+  absl::Status WriteChunk(const Contribution& c, int param_id, int64_t offset, DType dtype,
+                          absl::Span<const absl::string_view> pieces);
+  void AddReleased(std::vector<WaitingChunk> chunks);
+  // Drops the pending step; returns the callbacks to notify (outside the lock), the waiting
+  // chunks' among them.
   std::vector<StepCallback> AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Coordinator: averages, checks, agrees with the other ranks, clips, steps, all-gathers; then
@@ -341,11 +362,14 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<int64_t> rank_offsets_;  // first element of each rank's block
   std::vector<Tensor> params_;         // views into masters_
   std::vector<ParamState> states_;
-  std::vector<Tensor> grads_;                 // trainer 0's (or the shared SHARDED) buffer
-  std::vector<std::vector<Tensor>> staging_;  // REPLICATED: trainers 1..N-1
+  // One gradient buffer per owned parameter: SHARDED, the trainers' disjoint chunks; REPLICATED,
+  // the trainers' sum in trainer order (then their mean).
+  std::vector<Tensor> grads_;
+  const bool ordered_;  // REPLICATED with several trainers: chunks are added in trainer order
 
   mutable absl::Mutex mu_;
   StepContributions contributions_ ABSL_GUARDED_BY(mu_);
+  TrainerOrder order_ ABSL_GUARDED_BY(mu_);
   std::optional<std::vector<std::pair<double, double>>> schedule_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> attempts_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);

@@ -11,20 +11,40 @@
 
 namespace optstep {
 
+// Elements [begin, end) of one parameter.
+struct ElementRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool operator==(const ElementRange& o) const { return begin == o.begin && end == o.end; }
+};
+
 // Bookkeeping of one pending step: which element ranges of which parameter each trainer sent and
 // which trainers committed. Enforces the coverage rules of DESIGN.md §3; holds no gradient data.
 // Thread-compatible (the Session guards it).
+//
+// A trainer that begins the step again (after a broken stream) resends. SHARDED: what it sent
+// before is forgotten and overwritten. REPLICATED: what it sent before was already summed into
+// the parameter's one gradient buffer and cannot be taken out, so it is carried over; resent
+// elements that were carried are taken as the same values and skipped (the resend contract:
+// a trainer resends the gradient of the same step).
 class StepContributions {
  public:
   // `numels[p]` and `names[p]` describe parameter p; `names` must outlive this object.
   StepContributions(GradientMode mode, int num_trainers, std::vector<int64_t> numels,
                     const std::vector<std::string>* names);
 
-  // Records that `trainer` sent elements [offset, offset + count) of `param`.
+  // Records that `trainer` sent elements [offset, offset + count) of `param`, and appends to
+  // `fresh` (when not null) the parts whose values are new: all of it, but for the parts a
+  // previous attempt of the trainer already sent (REPLICATED; see above), in ascending order.
   // INVALID_ARGUMENT: empty chunk, range outside the parameter, a duplicated range, or a range
-  // overlapping one sent earlier (SHARDED: by any trainer; REPLICATED: by the same trainer).
+  // overlapping one sent earlier in this attempt (SHARDED: by any trainer; REPLICATED: by the
+  // same trainer).
   // REQUIRES: 0 <= trainer < num_trainers, 0 <= param < number of parameters, !committed(trainer).
-  absl::Status AddRange(int trainer, int param, int64_t offset, int64_t count);
+  absl::Status AddRange(int trainer, int param, int64_t offset, int64_t count,
+                        std::vector<ElementRange>* fresh = nullptr);
+
+  // INVALID_ARGUMENT unless [offset, offset + count) is a non-empty range of `param`.
+  absl::Status CheckBounds(int param, int64_t offset, int64_t count) const;
 
   // REPLICATED: every element of every parameter from `trainer`; SHARDED: always OK (coverage is
   // a property of all trainers together). INVALID_ARGUMENT names the first missing range.
@@ -33,7 +53,8 @@ class StepContributions {
   absl::Status CheckAllComplete() const;
 
   void Commit(int trainer);
-  // Forgets everything `trainer` sent and its commit.
+  // The trainer begins again: forgets its commit and what it sent (SHARDED) or carries what it
+  // sent over to the next attempt (REPLICATED).
   void DropTrainer(int trainer);
   void Reset();
 
@@ -41,18 +62,24 @@ class StepContributions {
   bool all_committed() const { return num_committed_ == num_trainers_; }
   // Whether any trainer sent anything for this step.
   bool started() const { return started_; }
+  // Elements `trainer` sent in its current attempt (resent carried ones included).
   int64_t elements_from(int trainer) const { return elements_[trainer]; }
 
  private:
   struct Range {
     int64_t end;
     int trainer;
+    bool carried = false;  // sent by an earlier attempt of the trainer (REPLICATED)
   };
   using RangeMap = std::map<int64_t, Range>;  // start -> range
 
   // SHARDED: one map per parameter; REPLICATED: one per (trainer, parameter).
   RangeMap& MapFor(int trainer, int param);
   const RangeMap& MapFor(int trainer, int param) const;
+  // REPLICATED resend: claims the carried ranges inside [offset, end) for this attempt and
+  // records the gaps between them as fresh. REQUIRES: every range overlapping it is carried.
+  void ClaimCarried(RangeMap& ranges, int trainer, int64_t offset, int64_t end,
+                    std::vector<ElementRange>* fresh);
   absl::Status CheckCovered(const RangeMap& ranges, int param, const char* who, int trainer) const;
 
   const GradientMode mode_;

@@ -47,8 +47,9 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       if (!decoded.ok()) return FinishLocked(ToGrpcStatus(decoded));
       if (view_.kind != v1::StepRequest::kCommit) {
         absl::Status status = Handle();
-        request_.Clear();  // releases the received slices
         if (!status.ok()) return FinishLocked(ToGrpcStatus(status));
+        if (waiting_for_turn_) return;  // reads on once the chunk is added (OnChunkAdded)
+        request_.Clear();               // releases the received slices
         StartRead(&request_);
         return;
       }
@@ -143,9 +144,28 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       return absl::InvalidArgumentError(absl::StrCat("gradient chunk of param_id ", chunk.param_id,
                                                      ": offset ", chunk.offset, " out of range"));
     }
-    return session_->AddGradient(contribution_,
-                                 static_cast<int>(std::min<uint32_t>(chunk.param_id, 1u << 30)),
-                                 static_cast<int64_t>(chunk.offset), *dtype, chunk.data);
+    // A chunk that waits for its trainer's turn (REPLICATED) keeps this reactor, and so the
+    // received slices it points into, alive; the stream reads nothing more until it is added.
+    std::weak_ptr<StepReactor> weak = weak_from_this();
+    auto fate = session_->AddGradient(
+        contribution_, static_cast<int>(std::min<uint32_t>(chunk.param_id, 1u << 30)),
+        static_cast<int64_t>(chunk.offset), *dtype, chunk.data, shared_from_this(),
+        [weak](absl::Status added) {
+          if (auto self = weak.lock()) self->OnChunkAdded(std::move(added));
+        });
+    if (!fate.ok()) return fate.status();
+    waiting_for_turn_ = *fate == Session::ChunkFate::kWaiting;
+    return absl::OkStatus();
+  }
+
+  // A chunk that waited for its turn was added (or dropped): the stream reads on.
+  void OnChunkAdded(absl::Status added) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || !waiting_for_turn_) return;
+    waiting_for_turn_ = false;
+    request_.Clear();
+    if (!added.ok()) return FinishLocked(ToGrpcStatus(added));
+    StartRead(&request_);
   }
 
   // Called by the engine once the step is applied or aborted (the worker thread, or this stream's
@@ -241,6 +261,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   std::vector<uint32_t> return_ids_ ABSL_GUARDED_BY(mu_);
   std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
   bool waiting_for_params_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_for_turn_ ABSL_GUARDED_BY(mu_) = false;  // a chunk waits in the session
   absl::Time egress_started_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -229,6 +229,39 @@ TEST_P(DeviceConformanceTest, TransfersAcceptMisalignedHostBuffers) {
   }
 }
 
+// AddFromHost is CopyFromHost into a scratch tensor followed by Add, bit for bit, at any
+// offset and host alignment; the elements outside the range stay as they were.
+TEST_P(DeviceConformanceTest, AddFromHostAddsTheConvertedElements) {
+  const int64_t n = 300000;  // several bounce blocks and parallel ranges
+  const int64_t offset = 17, count = n - 40;
+  const std::vector<float> base = Normal(n, 2.0f, 21);
+  const std::vector<float> values = Normal(count, 5.0f, 22);
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const size_t es = DTypeSize(dtype);
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor source, Upload(values));
+    std::vector<char> bytes(count * es + 1);
+    OPTSTEP_ASSERT_OK(device_->CopyToHost(source, 0, count, dtype, bytes.data() + 1));
+    // Reference: the converted values in a tensor of their own, added with Add.
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor converted, device_->Allocate(DType::kF32, {n}));
+    OPTSTEP_ASSERT_OK(device_->CopyFromHost(bytes.data() + 1, dtype, count, converted, offset));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor want, Upload(base));
+    OPTSTEP_ASSERT_OK(device_->Add(converted, want));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor got, Upload(base));
+    OPTSTEP_ASSERT_OK(device_->AddFromHost(bytes.data() + 1, dtype, count, got, offset));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> w, Download(want));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> g, Download(got));
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(Bits(g[i]), Bits(w[i])) << "element " << i;
+    EXPECT_EQ(Bits(g[0]), Bits(base[0]));
+    EXPECT_EQ(Bits(g[n - 1]), Bits(base[n - 1]));
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor t, device_->Allocate(DType::kF32, {8}));
+  std::vector<float> host(8, 1.0f);
+  EXPECT_THAT(device_->AddFromHost(host.data(), DType::kF32, 8, t, 1),
+              StatusIs(kInvalid, "AddFromHost: range [1, 9) exceeds tensor of 8 elements"));
+  OPTSTEP_EXPECT_OK(device_->AddFromHost(nullptr, DType::kBF16, 0, t, 8));
+}
+
 TEST_P(DeviceConformanceTest, TransfersValidateRanges) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor t, Upload(std::vector<float>(4096, 2.0f)));
   std::vector<float> host(8192, 5.0f);

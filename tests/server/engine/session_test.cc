@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -277,22 +279,109 @@ TEST_F(SessionTest, ClippingScalesEveryGradientOnlyAboveTheThreshold) {
   EXPECT_EQ(Param(*s, 0), (std::vector<float>{-3 * coef - 0.5f, 0, 0, -4 * coef - 0.25f}));
 }
 
-TEST_F(SessionTest, ReplicatedGradientsAreAveragedInTrainerOrder) {
+// fp32 addition is not associative: 1 + 1e-8 rounds to 1, so trainer order (1 + 1e-8) - 1 gives
+// 0 while the arrival order (-1 + 1) + 1e-8 gives 1e-8, and AdamW's first step moves a parameter
+// by about lr/4 for any non-zero gradient. The sum must be in trainer order, in one buffer.
+TEST_F(SessionTest, ReplicatedGradientsAreSummedInTrainerOrderInOneBuffer) {
   auto s = MakeSession(GradientMode::kReplicated, 3);
+  EXPECT_EQ(s->stats().buffer_bytes, (6 + 3) * 4);  // one gradient buffer, not one per trainer
+  const std::vector<float> w_of = {1.0f, 1e-8f, -1.0f};
   std::vector<Outcome> outcomes(3);
-  // Arrival order 2, 0, 1.
-  for (int t : {2, 0, 1}) {
-    Contribution c = Begin(*s, 1, t);
-    ASSERT_THAT(Send(*s, c, 0, 0, std::vector<float>(6, static_cast<float>(t + 1))), IsOk());
+  std::vector<Contribution> contributions(3);
+  for (int t : {2, 0, 1}) {  // arrival order
+    Contribution& c = contributions[t];
+    c = Begin(*s, 1, t);
+    ASSERT_THAT(Send(*s, c, 0, 0, std::vector<float>(6, w_of[t])), IsOk());
     ASSERT_THAT(Send(*s, c, 1, 0, std::vector<float>(3, 0.1f * (t + 1))), IsOk());
-    ASSERT_THAT(s->Commit(c, 9, outcomes[t].Callback()), IsOk());
+  }
+  for (int t : {2, 0, 1}) {
+    ASSERT_THAT(s->Commit(contributions[t], 9, outcomes[t].Callback()), IsOk());
   }
   // Every callback must have run before `outcomes` goes out of scope.
   for (Outcome& o : outcomes) ASSERT_THAT(o.Wait().status(), IsOk());
   auto r = outcomes[0].Wait();
   const float mean_b = ((0.1f + 0.2f) + 0.3f) * (1.0f / 3.0f);
-  const float mean_w = (1.0f + 2.0f + 3.0f) * (1.0f / 3.0f);
-  EXPECT_NEAR(r->grad_norm, std::sqrt(6.0 * mean_w * mean_w + 3.0 * mean_b * mean_b), 1e-6);
+  EXPECT_EQ(r->grad_norm, std::sqrt(3.0 * static_cast<double>(mean_b) * mean_b));
+  EXPECT_EQ(Param(*s, 0), std::vector<float>(6, 0.0f));
+}
+
+// A later trainer's chunk waits for its turn (the stream pauses): it is added once the trainers
+// before it sent all of the parameter, and dropped (ABORTED) when its trainer begins again.
+TEST_F(SessionTest, ReplicatedChunkWaitsForTheEarlierTrainers) {
+  auto s = MakeSession(GradientMode::kReplicated, 2);
+  Contribution t1 = Begin(*s, 1, 1);
+  const std::vector<float> ones(6, 1.0f);
+  const absl::string_view bytes(reinterpret_cast<const char*>(ones.data()), 24);
+  absl::Status added = absl::UnknownError("not called");
+  int calls = 0;
+  auto on_added = [&](absl::Status status) {
+    added = status;
+    ++calls;
+  };
+  auto fate = s->AddGradient(t1, 0, 0, DType::kF32, {bytes}, nullptr, on_added);
+  ASSERT_THAT(fate.status(), IsOk());
+  EXPECT_EQ(*fate, Session::ChunkFate::kWaiting);
+  // The trainer begins again: its waiting chunk is dropped.
+  t1 = Begin(*s, 1, 1);
+  EXPECT_EQ(calls, 1);
+  EXPECT_THAT(added, StatusIs(absl::StatusCode::kAborted, "began the step again"));
+  fate = s->AddGradient(t1, 0, 0, DType::kF32, {bytes}, nullptr, on_added);
+  ASSERT_THAT(fate.status(), IsOk());
+  EXPECT_EQ(*fate, Session::ChunkFate::kWaiting);
+  // Trainer 0's first half of `w` is not enough; its second half lets trainer 1's chunk in.
+  Contribution t0 = Begin(*s, 1, 0);
+  ASSERT_THAT(Send(*s, t0, 0, 0, {2, 2, 2}), IsOk());
+  EXPECT_EQ(calls, 1);
+  ASSERT_THAT(Send(*s, t0, 0, 3, {4, 4, 4}), IsOk());
+  EXPECT_EQ(calls, 2);
+  EXPECT_THAT(added, IsOk());
+  // Parameter `b` is trainer 1's turn only after trainer 0 sent it: a sync send copies and waits.
+  ASSERT_THAT(Send(*s, t1, 1, 0, {1, 1, 1}), IsOk());
+  ASSERT_THAT(Send(*s, t0, 1, 0, {3, 3, 3}), IsOk());
+  Outcome o0, o1;
+  ASSERT_THAT(s->Commit(t0, 9, o0.Callback()), IsOk());
+  ASSERT_THAT(s->Commit(t1, 9, o1.Callback()), IsOk());
+  auto r = o0.Wait();
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_THAT(o1.Wait().status(), IsOk());
+  // Means: w = (1.5, 1.5, 1.5, 2.5, 2.5, 2.5), b = (2, 2, 2).
+  EXPECT_EQ(r->grad_norm, std::sqrt(3 * 1.5 * 1.5 + 3 * 2.5 * 2.5 + 3 * 2.0 * 2.0));
+}
+
+// REPLICATED: a trainer that loses its stream after part of its gradient was summed begins again
+// and resends everything; what was summed already is skipped, so the step is bit-identical to an
+// undisturbed one, whatever the resend's chunking.
+TEST_F(SessionTest, ReplicatedResendAfterABrokenStreamIsBitIdentical) {
+  const std::vector<float> w0 = {0.3f, -1.7f, 2.9f, 1e-3f, -4.1f, 0.7f};
+  const std::vector<float> w1 = {1.1f, 0.2f, -0.6f, 3.3f, 1e-5f, -2.2f};
+  const std::vector<float> b0 = {0.5f, 0.25f, -0.125f}, b1 = {-1.5f, 2.5f, 0.75f};
+  auto run = [&](bool disturb) {
+    auto s = MakeSession(GradientMode::kReplicated, 2);
+    Contribution t0 = Begin(*s, 1, 0);
+    Contribution t1 = Begin(*s, 1, 1);
+    EXPECT_THAT(Send(*s, t0, 0, 0, w0), IsOk());
+    EXPECT_THAT(Send(*s, t0, 1, 0, b0), IsOk());
+    if (disturb) {
+      EXPECT_THAT(Send(*s, t1, 0, 0, {w1[0], w1[1], w1[2], w1[3]}), IsOk());
+      t1 = Begin(*s, 1, 1);  // the stream broke; resend, chunked otherwise
+      EXPECT_THAT(Send(*s, t1, 0, 0, {w1[0], w1[1]}), IsOk());
+      EXPECT_THAT(Send(*s, t1, 0, 2, {w1[2], w1[3], w1[4], w1[5]}), IsOk());
+    } else {
+      EXPECT_THAT(Send(*s, t1, 0, 0, w1), IsOk());
+    }
+    EXPECT_THAT(Send(*s, t1, 1, 0, b1), IsOk());
+    Outcome o0, o1;
+    EXPECT_THAT(s->Commit(t0, 9, o0.Callback()), IsOk());
+    EXPECT_THAT(s->Commit(t1, 9, o1.Callback()), IsOk());
+    EXPECT_THAT(o0.Wait().status(), IsOk());
+    EXPECT_THAT(o1.Wait().status(), IsOk());
+    return std::make_pair(Param(*s, 0), Param(*s, 1));
+  };
+  const auto undisturbed = run(false);
+  const auto resent = run(true);
+  EXPECT_EQ(resent.first, undisturbed.first);
+  EXPECT_EQ(resent.second, undisturbed.second);
+  EXPECT_NE(undisturbed.first, std::vector<float>(6, 0.0f));
 }
 
 TEST_F(SessionTest, ReplicatedTrainerMustSendEverything) {
@@ -300,6 +389,12 @@ TEST_F(SessionTest, ReplicatedTrainerMustSendEverything) {
   Contribution c = Begin(*s, 1, 1);
   ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome o;
+  // A chunk still waiting for its turn (trainer 0 sent nothing yet) is not there yet.
+  EXPECT_THAT(s->Commit(c, 0, o.Callback()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "param 'w': gradient elements [0, 6) of 6 missing from trainer 1"));
+  Contribution t0 = Begin(*s, 1, 0);
+  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   EXPECT_THAT(s->Commit(c, 0, o.Callback()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "param 'b': gradient elements [0, 3) of 3 missing from trainer 1"));

@@ -78,4 +78,39 @@ TEST(StepContributionsTest, DropTrainerForgetsItsRangesAndCommit) {
 }
 
 }  // namespace
+// REPLICATED: a trainer that begins again keeps what it sent (it is in the sum already); its
+// resent elements are skipped, the rest is fresh, whatever the new chunking.
+TEST(StepContributionsTest, ReplicatedResendSkipsWhatWasCarriedOver) {
+  StepContributions c(GradientMode::kReplicated, 2, {10}, &kNames);
+  std::vector<ElementRange> fresh;
+  ASSERT_THAT(c.AddRange(1, 0, 0, 3, &fresh), IsOk());
+  ASSERT_THAT(c.AddRange(1, 0, 6, 2, &fresh), IsOk());
+  EXPECT_EQ(fresh, (std::vector<ElementRange>{{0, 3}, {6, 8}}));
+  c.DropTrainer(1);
+  EXPECT_EQ(c.elements_from(1), 0);
+  // The resend chunks differently: [2, 7) covers the tail of one carried range, a gap, and the
+  // head of another.
+  fresh.clear();
+  ASSERT_THAT(c.AddRange(1, 0, 2, 5, &fresh), IsOk());
+  EXPECT_EQ(fresh, (std::vector<ElementRange>{{3, 6}}));
+  // Within the attempt, overlaps are errors again, carried parts are not.
+  EXPECT_THAT(c.AddRange(1, 0, 4, 1), StatusIs(absl::StatusCode::kInvalidArgument,
+                                               "chunk [4, 5) from trainer 1 overlaps chunk"));
+  fresh.clear();
+  ASSERT_THAT(c.AddRange(1, 0, 0, 2, &fresh), IsOk());
+  EXPECT_TRUE(fresh.empty());
+  fresh.clear();
+  ASSERT_THAT(c.AddRange(1, 0, 7, 3, &fresh), IsOk());
+  EXPECT_EQ(fresh, (std::vector<ElementRange>{{8, 10}}));
+  EXPECT_EQ(c.elements_from(1), 10);
+  EXPECT_THAT(c.CheckTrainerComplete(1), IsOk());
+  // SHARDED forgets instead: the same range is fresh again.
+  StepContributions sharded(GradientMode::kSharded, 1, {4}, &kNames);
+  ASSERT_THAT(sharded.AddRange(0, 0, 0, 4), IsOk());
+  sharded.DropTrainer(0);
+  fresh.clear();
+  ASSERT_THAT(sharded.AddRange(0, 0, 0, 4, &fresh), IsOk());
+  EXPECT_EQ(fresh, (std::vector<ElementRange>{{0, 4}}));
+}
+
 }  // namespace optstep

@@ -5,11 +5,14 @@
 //
 //   bazel run -c opt //bench:step_bench -- --steps=4
 //
-// Per step it prints the wall time of the trainers' Step calls and the server-side phases
+// Per step it prints the wall time of the trainers' Step calls, the server-side phases
 // (StepObserver, the longest over ranks and streams): ingest (first step header -> every
 // contribution committed), step (statistics, agreement, clipping, AdamW), all-gather, egress
-// (step result -> last parameter chunk written), and overlap = wall / sum of the phases: 1 or
-// more when the phases run one after the other, below 1 when they overlap.
+// (first -> last parameter chunk written, which in the pipeline runs under the step and the
+// all-gather), and the same egress alone: both trainers pulling every parameter at once after
+// the step (PullParameters, the step's snapshot, nothing else running). Overlap = wall /
+// (ingest + step + all-gather + egress alone), the sum of the phases run one after the other:
+// about 1 without a pipeline, below 1 as far as the phases overlap.
 
 #include <cstdio>
 #include <memory>
@@ -167,8 +170,8 @@ int Run() {
               "%.0f MiB of fp32 gradients in, %s parameters back to each trainer\n",
               params.size(), numel / 1e6, kRanks, kTrainers, numel * 4.0 / (1 << 20),
               fp32 ? "fp32" : "bf16");
-  std::printf("%-5s %9s %9s %9s %10s %9s %9s %8s\n", "step", "wall ms", "ingest", "step",
-              "all-gather", "egress", "sum", "overlap");
+  std::printf("%-5s %9s %9s %9s %10s %9s %9s %9s %8s\n", "step", "wall ms", "ingest", "step",
+              "all-gather", "egress", "alone", "sum", "overlap");
   double total_wall = 0.0, total_sum = 0.0;
   int measured = 0;
   for (int step = 1; step <= absl::GetFlag(FLAGS_steps); ++step) {
@@ -195,10 +198,28 @@ int Run() {
       }
     }
     const bench::PhaseRecorder::Durations phases = recorder->Take();
-    double sum = 0.0;
-    for (absl::Duration d : phases) sum += Ms(d);
-    std::printf("%-5d %9.1f %9.1f %9.1f %10.1f %9.1f %9.1f %8.2f%s\n", step, wall, Ms(phases[0]),
-                Ms(phases[1]), Ms(phases[2]), Ms(phases[3]), sum, wall / sum,
+    // The egress alone: every trainer pulls the parameters the step just returned.
+    threads.clear();
+    const absl::Time pull_start = absl::Now();
+    for (int t = 0; t < kTrainers; ++t) {
+      threads.emplace_back([&, t] {
+        results[t] = trainers[t]
+                         ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
+                         .status();
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    const double alone = Ms(absl::Now() - pull_start);
+    for (const absl::Status& status : results) {
+      if (!status.ok()) {
+        std::fprintf(stderr, "pull after step %d: %s\n", step, status.ToString().c_str());
+        return 1;
+      }
+    }
+    recorder->Take();
+    const double sum = Ms(phases[0]) + Ms(phases[1]) + Ms(phases[2]) + alone;
+    std::printf("%-5d %9.1f %9.1f %9.1f %10.1f %9.1f %9.1f %9.1f %8.2f%s\n", step, wall,
+                Ms(phases[0]), Ms(phases[1]), Ms(phases[2]), Ms(phases[3]), alone, sum, wall / sum,
                 step == 1 ? "  (warm-up)" : "");
     if (step > 1) {
       total_wall += wall;

@@ -272,13 +272,12 @@ int Run() {
   // communicators are created only after that (at the first session).
   std::shared_ptr<GrpcKeyValueStore> store;
   std::string store_target = absl::GetFlag(FLAGS_rendezvous);
+  // The collectives' kind and device follow the engine's device, known once it is created.
+  auto comm_template = std::make_shared<CommunicatorOptions>();
   if (world > 1) {
-    std::string comm = absl::GetFlag(FLAGS_comm);
-    if (comm == "auto") comm = absl::StartsWith(engine_options.device.kind, "cuda") ? "nccl" : "gloo";
     engine_options.make_communicator = [&store, rank, world, advertise_host, comm_timeout,
-                                        comm](const std::string& session_id) {
-      CommunicatorOptions options;
-      options.kind = comm;
+                                        comm_template](const std::string& session_id) {
+      CommunicatorOptions options = *comm_template;
       options.rank = rank;
       options.world_size = world;
       options.prefix = session_id;
@@ -292,6 +291,14 @@ int Run() {
   if (!engine.ok()) {
     LOG(ERROR) << "cannot start the engine: " << engine.status();
     return 1;
+  }
+  if (world > 1) {
+    absl::Status comm = ResolveCommunicatorKind(absl::GetFlag(FLAGS_comm),
+                                                (*engine)->device().name(), comm_template.get());
+    if (!comm.ok()) {
+      LOG(ERROR) << "--comm=" << absl::GetFlag(FLAGS_comm) << ": " << comm.message();
+      return 1;
+    }
   }
   RankGroupOptions group_options;
   group_options.rank = rank;

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "kernels/comm/key_value_store.h"
 
@@ -61,6 +62,13 @@ struct CommunicatorOptions {
   // Rendezvous and every collective give up after this.
   absl::Duration timeout = absl::Seconds(60);
 };
+
+// Chooses the collectives for the device whose memory they move (`device_name` as
+// Device::name(): "cpu", "cuda:N"): `requested` "auto" is "nccl" on a CUDA device and "gloo"
+// otherwise; "gloo" needs host memory and "nccl" a CUDA device. Sets options->kind and, for
+// NCCL, options->device_ordinal. INVALID_ARGUMENT names both values for a mismatch.
+absl::Status ResolveCommunicatorKind(absl::string_view requested, absl::string_view device_name,
+                                     CommunicatorOptions* options);
 
 // Creates and connects a communicator (blocks until every rank has joined, or the timeout).
 // Bazel links communicator_factory.cc (local, gloo) or communicator_factory_cuda.cc (also nccl).

@@ -51,6 +51,11 @@ void Engine::WatchDeadlines() {
   }
 }
 
+void Engine::SetAbortVoteListener(AbortVoteListener listener) {
+  absl::MutexLock lock(&abort_relay_->mu);
+  abort_relay_->listener = std::move(listener);
+}
+
 std::string Engine::NextSessionId() {
   absl::MutexLock lock(&mu_);
   return absl::StrFormat("s%06d", next_id_++);
@@ -103,6 +108,10 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
                                       : options_.default_step_deadline;
   session_options.max_bytes = options_.max_session_bytes;
   session_options.observer = options_.step_observer;
+  session_options.on_abort_vote = [relay = abort_relay_, id](uint64_t resolution, uint64_t step) {
+    absl::MutexLock lock(&relay->mu);
+    if (relay->listener) relay->listener(id, resolution, step);
+  };
   session_options.config = std::move(config);
   if (options_.make_communicator) {
     OPTSTEP_ASSIGN_OR_RETURN(session_options.comm, options_.make_communicator(id));

@@ -83,6 +83,13 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   Device& device() { return *device_; }
 
+  // Told (session id, resolution, step) when a session of this rank votes to abort a step past
+  // its deadline (Session::Options::on_abort_vote); the rank group relays it to the other ranks.
+  // Must not block. Null to stop; Set waits for calls in progress.
+  using AbortVoteListener =
+      std::function<void(const std::string& session_id, uint64_t resolution, uint64_t step)>;
+  void SetAbortVoteListener(AbortVoteListener listener);
+
  private:
   Engine(EngineOptions options, std::unique_ptr<Device> device);
   // Builds the replica: layout, communicator, tensors. Does not register it.
@@ -93,10 +100,17 @@ class Engine {
   void WatchDeadlines();
   void ReportCreated(const Session& session) const;
 
+  // Shared with the sessions (which may outlive the engine).
+  struct AbortVoteRelay {
+    absl::Mutex mu;
+    AbortVoteListener listener ABSL_GUARDED_BY(mu);
+  };
+
   const EngineOptions options_;
   // Shared with the sessions, which may outlive the engine.
   std::shared_ptr<Device> device_;
   std::shared_ptr<DeviceWorker> worker_;
+  const std::shared_ptr<AbortVoteRelay> abort_relay_ = std::make_shared<AbortVoteRelay>();
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);

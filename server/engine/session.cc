@@ -50,6 +50,7 @@ Session::Session(Options options, std::shared_ptr<Device> device,
       worker_(std::move(worker)),
       observer_(options.observer ? std::move(options.observer)
                                  : std::make_shared<StepObserver>()),
+      on_abort_vote_(std::move(options.on_abort_vote)),
       names_(NamesOf(config_.params)),
       numels_(NumelsOf(config_.params)),
       comm_(std::move(options.comm)),
@@ -152,6 +153,11 @@ absl::Status Session::AllocateMasters() {
   for (int r = 1; r < world; ++r) rank_offsets_[r] = rank_offsets_[r - 1] + rank_counts_[r - 1];
   const int64_t total = rank_offsets_[world - 1] + rank_counts_[world - 1];
   OPTSTEP_ASSIGN_OR_RETURN(masters_, device_->Allocate(DType::kF32, {total}));
+  if (world > 1) {
+    // Agree's votes: a float64 per parameter and three more, as fp32 words.
+    const int64_t words = (static_cast<int64_t>(numels_.size()) + 3) * 2;
+    OPTSTEP_ASSIGN_OR_RETURN(votes_, device_->Allocate(DType::kF32, {words}));
+  }
   std::vector<int64_t> next = rank_offsets_;
   for (size_t p = 0; p < numels_.size(); ++p) {
     int64_t& offset = next[layout_.owner[p]];
@@ -284,6 +290,7 @@ std::vector<StepCallback> Session::AbortLocked() {
 }
 
 void Session::AbortIfExpired(absl::Time now) {
+  uint64_t resolution = 0, step = 0;
   {
     absl::MutexLock lock(&mu_);
     if (running_ || closed_ || broken_ || !step_began_ || now - *step_began_ < step_deadline_ ||
@@ -294,7 +301,18 @@ void Session::AbortIfExpired(absl::Time now) {
                  << " incomplete after " << absl::FormatDuration(step_deadline_)
                  << "; voting to abort";
     StartResolutionLocked(/*abort=*/true);  // no further contributions count for this step
+    resolution = resolutions_started_;
+    step = step_ + 1;
   }
+  if (on_abort_vote_ && layout_.world_size > 1) on_abort_vote_(resolution, step);
+}
+
+void Session::JoinAbort(uint64_t resolution, uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (closed_ || broken_ || resolutions_started_ + 1 != resolution || step != step_ + 1) return;
+  LOG(WARNING) << "session " << id_ << " rank " << rank_ << ": another rank voted to abort step "
+               << step << "; joining the vote";
+  StartResolutionLocked(/*abort=*/true);
 }
 
 void Session::Close() {
@@ -351,9 +369,14 @@ void Session::RunStep(bool abort) {
       return absl::OkStatus();
     });
   }
-  if (!local.ok()) return FinishStep(local, /*aborted=*/false);
+  // A rank that cannot compute its part still votes (to abort), so that every rank aborts with
+  // it and none waits for it in the collective.
+  if (!local.ok()) {
+    LOG(ERROR) << "session " << id_ << " rank " << rank_ << ": gradient statistics failed: "
+               << local;
+  }
   // 3. Agree with the other ranks; the global norm.
-  absl::StatusOr<Agreement> agreement = Agree(abort, sums, finite);
+  absl::StatusOr<Agreement> agreement = Agree(abort, !local.ok(), sums, finite);
   if (!agreement.ok()) {
     {
       absl::MutexLock lock(&mu_);
@@ -365,6 +388,13 @@ void Session::RunStep(bool abort) {
                           "session '", id_, "': rank ", rank_, " lost a peer during step ",
                           "agreement: ", agreement.status().message())),
                       /*aborted=*/false);
+  }
+  if (agreement->failed) {
+    return FinishStep(absl::AbortedError(absl::StrCat(
+                          "session '", id_, "': step aborted: a rank could not compute its gradient "
+                          "statistics (see the ranks' logs", local.ok() ? "" : "; here: ",
+                          local.message(), "); redo the step")),
+                      /*aborted=*/true);
   }
   if (agreement->abort) {
     return FinishStep(absl::AbortedError(absl::StrCat(
@@ -388,6 +418,12 @@ void Session::RunStep(bool abort) {
     std::vector<int> last_ids;
     absl::Status applied = ApplyStep(schedule, *agreement, outcome, started, streaming, &last_ids);
     if (!applied.ok()) {
+      // Part of the state may be stepped, and the other ranks may wait in the all-gather: this
+      // replica cannot be trusted any more.
+      {
+        absl::MutexLock lock(&mu_);
+        broken_ = true;
+      }
       for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
       return FinishStep(applied, /*aborted=*/false);
     }
@@ -441,21 +477,29 @@ absl::Status Session::PublishParams(const std::vector<int>& ids,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Session::Agreement> Session::Agree(bool abort, const std::vector<double>& sums,
-                                                  bool finite) {
+absl::StatusOr<Session::Agreement> Session::Agree(bool abort, bool failed,
+                                                  const std::vector<double>& sums, bool finite) {
   // One all-reduce carries every parameter's sum of squares (only its owner contributes a
-  // non-zero value, so the sum is exact), the non-finite votes and the abort votes.
+  // non-zero value, so the sum is exact), the non-finite, abort and failure votes.
   const size_t n = sums.size();
   std::vector<double> votes(sums);
   votes.push_back(finite ? 0.0 : 1.0);
   votes.push_back(abort ? 1.0 : 0.0);
-  OPTSTEP_RETURN_IF_ERROR(
-      comm_->AllReduce(votes.data(), static_cast<int64_t>(votes.size()), CommDType::kFloat64,
-                       ReduceOp::kSum));
+  votes.push_back(failed ? 1.0 : 0.0);
+  if (layout_.world_size > 1) {
+    // Collectives move the device's memory (NCCL: the GPU's): the votes go through votes_, as
+    // raw fp32 words (a bit copy both ways).
+    const int64_t words = static_cast<int64_t>(votes.size()) * 2;
+    OPTSTEP_RETURN_IF_ERROR(device_->CopyFromHost(votes.data(), DType::kF32, words, votes_, 0));
+    OPTSTEP_RETURN_IF_ERROR(comm_->AllReduce(votes_.data(), static_cast<int64_t>(votes.size()),
+                                             CommDType::kFloat64, ReduceOp::kSum));
+    OPTSTEP_RETURN_IF_ERROR(device_->CopyToHost(votes_, 0, words, DType::kF32, votes.data()));
+  }
   Agreement agreement;
   agreement.abort = votes[n + 1] > 0.0;
+  agreement.failed = votes[n + 2] > 0.0;
   agreement.skipped = votes[n] > 0.0;
-  if (!agreement.abort && !agreement.skipped) {
+  if (!agreement.abort && !agreement.failed && !agreement.skipped) {
     double total = 0.0;
     for (size_t p = 0; p < n; ++p) total += votes[p];  // parameter order, on every rank
     agreement.grad_norm = std::sqrt(total);

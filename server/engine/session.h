@@ -141,6 +141,9 @@ class Session : public std::enable_shared_from_this<Session> {
     int64_t max_bytes = 0;  // 0: unlimited
     // Told about phase timings, bytes and step ends; may be null.
     std::shared_ptr<StepObserver> observer;
+    // Told (resolution, step) when this rank votes to abort a step past its deadline, so that
+    // the other ranks join the vote (JoinAbort), those that never saw the step too; may be null.
+    std::function<void(uint64_t resolution, uint64_t step)> on_abort_vote;
   };
 
   // Routes parameters, creates the group optimizers and allocates every tensor.
@@ -252,6 +255,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // Aborts the pending step on every rank when it began more than the step deadline before
   // `now` (through the session's collective, so that all ranks abort together).
   void AbortIfExpired(absl::Time now);
+  // Another rank voted to abort `step` as its resolution `resolution`: this rank starts that
+  // resolution too, voting to abort, unless it already started it (or a hold forbids it).
+  void JoinAbort(uint64_t resolution, uint64_t step);
   // Aborts the pending step and refuses further steps (UNAVAILABLE).
   void Close();
   // False once a collective failed (a peer was lost): the session answers UNAVAILABLE.
@@ -294,12 +300,15 @@ class Session : public std::enable_shared_from_this<Session> {
   // publishes. With `abort`, this rank votes to abort the pending step.
   void RunStep(bool abort);
   // The global phase after the local statistics: decides skip / abort, steps, gathers.
+  // `failed`: this rank could not compute its statistics (every rank then aborts).
   struct Agreement {
     bool abort = false;
+    bool failed = false;
     bool skipped = false;
     double grad_norm = 0.0;
   };
-  absl::StatusOr<Agreement> Agree(bool abort, const std::vector<double>& sum_squares, bool finite);
+  absl::StatusOr<Agreement> Agree(bool abort, bool failed, const std::vector<double>& sum_squares,
+                                  bool finite);
   // Snapshots handed to the trainers before the optimizer runs, filled as parameters are ready.
   using StreamingSnapshots = std::map<DType, std::shared_ptr<ParamSnapshot>>;
   // Hands `outcome` (the step's result, known once the ranks agreed) to the waiters that stream
@@ -348,6 +357,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::shared_ptr<Device> device_;
   const std::shared_ptr<DeviceWorker> worker_;
   const std::shared_ptr<StepObserver> observer_;  // never null (a no-op one by default)
+  const std::function<void(uint64_t, uint64_t)> on_abort_vote_;
   std::vector<std::string> names_;
   std::vector<int64_t> numels_;
 
@@ -358,6 +368,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<int> group_of_;  // param -> group
   std::vector<int> owned_;     // ids of the parameters this rank owns, ascending
   Tensor masters_;             // every master, flat, ordered by (owner rank, param id)
+  Tensor votes_;                       // Agree's all-reduce buffer, in device memory
   std::vector<int64_t> rank_counts_;   // elements of masters_ owned by each rank
   std::vector<int64_t> rank_offsets_;  // first element of each rank's block
   std::vector<Tensor> params_;         // views into masters_

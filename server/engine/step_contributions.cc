@@ -10,157 +10,124 @@ namespace optstep {
 
 StepContributions::StepContributions(GradientMode mode, int num_trainers,
                                      std::vector<int64_t> numels,
-                                     const std::vector<std::string> *names)
-    : mode_(mode), num_trainers_(num_trainers), numels_(std::move(numels)),
-      names_(names) {
-  const size_t maps = mode_ == GradientMode::kSharded
-                          ? numels_.size()
-                          : numels_.size() * num_trainers_;
+                                     const std::vector<std::string>* names)
+    : mode_(mode), num_trainers_(num_trainers), numels_(std::move(numels)), names_(names) {
+  const size_t maps =
+      mode_ == GradientMode::kSharded ? numels_.size() : numels_.size() * num_trainers_;
   ranges_.resize(maps);
   committed_.assign(num_trainers_, false);
   elements_.assign(num_trainers_, 0);
 }
 
-StepContributions::RangeMap &StepContributions::MapFor(int trainer, int param) {
-  return mode_ == GradientMode::kSharded
-             ? ranges_[param]
-             : ranges_[trainer * numels_.size() + param];
+StepContributions::RangeMap& StepContributions::MapFor(int trainer, int param) {
+  return mode_ == GradientMode::kSharded ? ranges_[param]
+                                         : ranges_[trainer * numels_.size() + param];
 }
 
-const StepContributions::RangeMap &StepContributions::MapFor(int trainer,
-                                                             int param) const {
-  return mode_ == GradientMode::kSharded
-             ? ranges_[param]
-             : ranges_[trainer * numels_.size() + param];
+const StepContributions::RangeMap& StepContributions::MapFor(int trainer, int param) const {
+  return mode_ == GradientMode::kSharded ? ranges_[param]
+                                         : ranges_[trainer * numels_.size() + param];
 }
 
-absl::Status StepContributions::CheckBounds(int param, int64_t offset,
-                                            int64_t count) const {
-  const std::string &name = (*names_)[param];
+absl::Status StepContributions::CheckBounds(int param, int64_t offset, int64_t count) const {
+  const std::string& name = (*names_)[param];
   const int64_t numel = numels_[param];
   if (count <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("param '", name, "': empty chunk at offset ", offset));
   }
   if (offset < 0 || offset > numel || count > numel - offset) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("param '", name, "': chunk [", offset, ", ",
-                     offset + count, ") exceeds ", numel, " elements"));
+    return absl::InvalidArgumentError(absl::StrCat("param '", name, "': chunk [", offset, ", ",
+                                                   offset + count, ") exceeds ", numel,
+                                                   " elements"));
   }
   return absl::OkStatus();
 }
 
-absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
-                                         int64_t count,
-                                         std::vector<ElementRange> *fresh) {
+absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset, int64_t count,
+                                         std::vector<ElementRange>* fresh) {
   absl::Status bounds = CheckBounds(param, offset, count);
-  if (!bounds.ok())
-    return bounds;
-  const std::string &name = (*names_)[param];
+  if (!bounds.ok()) return bounds;
+  const std::string& name = (*names_)[param];
   const int64_t end = offset + count;
-  RangeMap &ranges = MapFor(trainer, param);
+  RangeMap& ranges = MapFor(trainer, param);
   // The ranges overlapping [offset, end): from the one before offset (if it
   // reaches past it).
   auto first = ranges.lower_bound(offset);
-  if (first != ranges.begin() && std::prev(first)->second.end > offset)
-    first = std::prev(first);
+  if (first != ranges.begin() && std::prev(first)->second.end > offset) first = std::prev(first);
   bool overlaps = false;
   for (auto it = first; it != ranges.end() && it->first < end; ++it) {
     overlaps = true;
-    if (it->second.carried)
-      continue;
+    if (it->second.carried) continue;
     const bool duplicate = it->first == offset && it->second.end == end;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "param '", name, "': chunk [", offset, ", ", end, ") from trainer ",
-        trainer, duplicate ? " duplicates" : " overlaps", " chunk [", it->first,
-        ", ", it->second.end, ") from trainer ", it->second.trainer));
+    return absl::InvalidArgumentError(
+        absl::StrCat("param '", name, "': chunk [", offset, ", ", end, ") from trainer ", trainer,
+                     duplicate ? " duplicates" : " overlaps", " chunk [", it->first, ", ",
+                     it->second.end, ") from trainer ", it->second.trainer));
   }
   if (overlaps) {
     ClaimCarried(ranges, trainer, offset, end, fresh);
   } else {
     ranges.emplace(offset, Range{end, trainer});
-    if (fresh != nullptr)
-      fresh->push_back(ElementRange{offset, end});
+    if (fresh != nullptr) fresh->push_back(ElementRange{offset, end});
   }
   elements_[trainer] += count;
   started_ = true;
   return absl::OkStatus();
 }
 
-void StepContributions::ClaimCarried(RangeMap &ranges, int trainer,
-                                     int64_t offset, int64_t end,
-                                     std::vector<ElementRange> *fresh) {
+void StepContributions::ClaimCarried(RangeMap& ranges, int trainer, int64_t offset, int64_t end,
+                                     std::vector<ElementRange>* fresh) {
   auto it = ranges.lower_bound(offset);
-  if (it != ranges.begin() && std::prev(it)->second.end > offset)
-    it = std::prev(it);
+  if (it != ranges.begin() && std::prev(it)->second.end > offset) it = std::prev(it);
   std::vector<ElementRange> gaps;
-  std::vector<std::pair<int64_t, Range>>
-      pieces; // what replaces the carried ranges
+  std::vector<std::pair<int64_t, Range>> pieces;  // what replaces the carried ranges
   int64_t cursor = offset;
   while (it != ranges.end() && it->first < end) {
     const int64_t start = it->first;
     const Range carried = it->second;
-    if (start > cursor)
-      gaps.push_back(ElementRange{cursor, start});
-    if (start < offset)
-      pieces.emplace_back(start, Range{offset, trainer, true});
-    pieces.emplace_back(std::max(start, offset),
-                        Range{std::min(carried.end, end), trainer});
-    if (carried.end > end)
-      pieces.emplace_back(end, Range{carried.end, trainer, true});
+    if (start > cursor) gaps.push_back(ElementRange{cursor, start});
+    if (start < offset) pieces.emplace_back(start, Range{offset, trainer, true});
+    pieces.emplace_back(std::max(start, offset), Range{std::min(carried.end, end), trainer});
+    if (carried.end > end) pieces.emplace_back(end, Range{carried.end, trainer, true});
     cursor = std::min(carried.end, end);
     it = ranges.erase(it);
   }
-  if (cursor < end)
-    gaps.push_back(ElementRange{cursor, end});
-  for (const auto &[start, range] : pieces)
-    ranges.emplace(start, range);
-  for (const ElementRange &gap : gaps)
-    ranges.emplace(gap.begin, Range{gap.end, trainer});
-  if (fresh != nullptr)
-    fresh->insert(fresh->end(), gaps.begin(), gaps.end());
+  if (cursor < end) gaps.push_back(ElementRange{cursor, end});
+  for (const auto& [start, range] : pieces) ranges.emplace(start, range);
+  for (const ElementRange& gap : gaps) ranges.emplace(gap.begin, Range{gap.end, trainer});
+  if (fresh != nullptr) fresh->insert(fresh->end(), gaps.begin(), gaps.end());
 }
 
-absl::Status StepContributions::CheckCovered(const RangeMap &ranges, int param,
-                                             const char *who,
+absl::Status StepContributions::CheckCovered(const RangeMap& ranges, int param, const char* who,
                                              int trainer) const {
   int64_t covered = 0;
-  for (const auto &[start, range] : ranges) {
-    if (start != covered)
-      break;
+  for (const auto& [start, range] : ranges) {
+    if (start != covered) break;
     covered = range.end;
   }
-  if (covered == numels_[param])
-    return absl::OkStatus();
+  if (covered == numels_[param]) return absl::OkStatus();
   auto gap_end = ranges.upper_bound(covered);
-  const int64_t missing_end =
-      gap_end == ranges.end() ? numels_[param] : gap_end->first;
+  const int64_t missing_end = gap_end == ranges.end() ? numels_[param] : gap_end->first;
   return absl::InvalidArgumentError(absl::StrCat(
-      "param '", (*names_)[param], "': gradient elements [", covered, ", ",
-      missing_end, ") of ", numels_[param], " missing", who,
-      trainer >= 0 ? absl::StrCat(" ", trainer) : ""));
+      "param '", (*names_)[param], "': gradient elements [", covered, ", ", missing_end, ") of ",
+      numels_[param], " missing", who, trainer >= 0 ? absl::StrCat(" ", trainer) : ""));
 }
 
 absl::Status StepContributions::CheckTrainerComplete(int trainer) const {
-  if (mode_ == GradientMode::kSharded)
-    return absl::OkStatus();
+  if (mode_ == GradientMode::kSharded) return absl::OkStatus();
   for (int p = 0; p < static_cast<int>(numels_.size()); ++p) {
-    absl::Status status =
-        CheckCovered(MapFor(trainer, p), p, " from trainer", trainer);
-    if (!status.ok())
-      return status;
+    absl::Status status = CheckCovered(MapFor(trainer, p), p, " from trainer", trainer);
+    if (!status.ok()) return status;
   }
   return absl::OkStatus();
 }
 
 absl::Status StepContributions::CheckAllComplete() const {
-  if (mode_ == GradientMode::kReplicated)
-    return absl::OkStatus();
+  if (mode_ == GradientMode::kReplicated) return absl::OkStatus();
   for (int p = 0; p < static_cast<int>(numels_.size()); ++p) {
-    absl::Status status =
-        CheckCovered(ranges_[p], p, " (all trainers committed)", -1);
-    if (!status.ok())
-      return status;
+    absl::Status status = CheckCovered(ranges_[p], p, " (all trainers committed)", -1);
+    if (!status.ok()) return status;
   }
   return absl::OkStatus();
 }
@@ -175,11 +142,10 @@ void StepContributions::Commit(int trainer) {
 void StepContributions::DropTrainer(int trainer) {
   if (mode_ == GradientMode::kReplicated) {
     for (size_t p = 0; p < numels_.size(); ++p) {
-      for (auto &[start, range] : MapFor(trainer, static_cast<int>(p)))
-        range.carried = true;
+      for (auto& [start, range] : MapFor(trainer, static_cast<int>(p))) range.carried = true;
     }
   } else {
-    for (RangeMap &ranges : ranges_) {
+    for (RangeMap& ranges : ranges_) {
       for (auto it = ranges.begin(); it != ranges.end();) {
         it = it->second.trainer == trainer ? ranges.erase(it) : std::next(it);
       }
@@ -193,12 +159,11 @@ void StepContributions::DropTrainer(int trainer) {
 }
 
 void StepContributions::Reset() {
-  for (RangeMap &ranges : ranges_)
-    ranges.clear();
+  for (RangeMap& ranges : ranges_) ranges.clear();
   committed_.assign(num_trainers_, false);
   elements_.assign(num_trainers_, 0);
   num_committed_ = 0;
   started_ = false;
 }
 
-} // namespace optstep
+}  // namespace optstep

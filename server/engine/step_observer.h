@@ -20,7 +20,7 @@ class StepObserver {
     kIngest,     // first trainer's step header -> every contribution committed
     kStep,       // local statistics, agreement between ranks, clipping, optimizer kernels
     kAllGather,  // all-gather of the updated parameters (several ranks only)
-    kEgress,     // step result -> the last parameter chunk written to a trainer
+    kEgress,     // first -> last parameter chunk written to a trainer
   };
   enum class StepEnd { kApplied, kSkipped, kAborted, kFailed };
 

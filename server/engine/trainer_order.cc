@@ -7,34 +7,30 @@
 namespace optstep {
 
 TrainerOrder::TrainerOrder(int num_trainers, std::vector<int64_t> numels)
-    : num_trainers_(num_trainers), numels_(std::move(numels)),
-      turn_(numels_.size(), 0), added_(numels_.size(), 0) {}
+    : num_trainers_(num_trainers),
+      numels_(std::move(numels)),
+      turn_(numels_.size(), 0),
+      added_(numels_.size(), 0) {}
 
-void TrainerOrder::Wait(WaitingChunk chunk) {
-  waiting_.push_back(std::move(chunk));
-}
+void TrainerOrder::Wait(WaitingChunk chunk) { waiting_.push_back(std::move(chunk)); }
 
 std::vector<WaitingChunk> TrainerOrder::Added(int param, int64_t count) {
   added_[param] += count;
   std::vector<WaitingChunk> ready;
-  if (added_[param] < numels_[param] || turn_[param] >= num_trainers_)
-    return ready;
+  if (added_[param] < numels_[param] || turn_[param] >= num_trainers_) return ready;
   const int next = ++turn_[param];
   added_[param] = 0;
-  auto first = std::stable_partition(
-      waiting_.begin(), waiting_.end(), [&](const WaitingChunk &c) {
-        return !(c.param == param && c.trainer == next);
-      });
-  ready.assign(std::make_move_iterator(first),
-               std::make_move_iterator(waiting_.end()));
+  auto first = std::stable_partition(waiting_.begin(), waiting_.end(), [&](const WaitingChunk& c) {
+    return !(c.param == param && c.trainer == next);
+  });
+  ready.assign(std::make_move_iterator(first), std::make_move_iterator(waiting_.end()));
   waiting_.erase(first, waiting_.end());
   return ready;
 }
 
 std::vector<WaitingChunk> TrainerOrder::TakeWaiting(int trainer) {
-  auto first = std::stable_partition(
-      waiting_.begin(), waiting_.end(),
-      [&](const WaitingChunk &c) { return c.trainer != trainer; });
+  auto first = std::stable_partition(waiting_.begin(), waiting_.end(),
+                                     [&](const WaitingChunk& c) { return c.trainer != trainer; });
   std::vector<WaitingChunk> taken(std::make_move_iterator(first),
                                   std::make_move_iterator(waiting_.end()));
   waiting_.erase(first, waiting_.end());
@@ -49,4 +45,4 @@ std::vector<WaitingChunk> TrainerOrder::Reset() {
   return all;
 }
 
-} // namespace optstep
+}  // namespace optstep

@@ -16,13 +16,13 @@ namespace optstep {
 struct WaitingChunk {
   int trainer = 0;
   uint64_t step = 0;
-  uint64_t generation = 0; // the session's, when sent
-  uint64_t attempt = 0;    // the trainer's attempt that sent it
+  uint64_t generation = 0;  // the session's, when sent
+  uint64_t attempt = 0;     // the trainer's attempt that sent it
   int param = 0;
   int64_t offset = 0;
   DType dtype = DType::kF32;
-  std::vector<absl::string_view> pieces; // raw elements, split anywhere
-  std::shared_ptr<const void> keep;      // owns the bytes `pieces` point into
+  std::vector<absl::string_view> pieces;  // raw elements, split anywhere
+  std::shared_ptr<const void> keep;       // owns the bytes `pieces` point into
   // Told exactly once: the status of adding the chunk, or ABORTED when it is
   // dropped.
   std::function<void(absl::Status)> added;
@@ -39,7 +39,7 @@ struct WaitingChunk {
 // for trainers before it, every wait ends once those trainers send.
 // Thread-compatible (the Session guards it).
 class TrainerOrder {
-public:
+ public:
   TrainerOrder(int num_trainers, std::vector<int64_t> numels);
 
   // The trainer that adds to `param` now: the first that has not added all of
@@ -59,15 +59,14 @@ public:
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
 
-private:
+ private:
   const int num_trainers_;
   const std::vector<int64_t> numels_;
   std::vector<int> turn_;
-  std::vector<int64_t>
-      added_; // per parameter: elements added by the trainer whose turn it is
-  std::vector<WaitingChunk> waiting_; // few: at most one per trainer stream
+  std::vector<int64_t> added_;  // per parameter: elements added by the trainer whose turn it is
+  std::vector<WaitingChunk> waiting_;  // few: at most one per trainer stream
 };
 
-} // namespace optstep
+}  // namespace optstep
 
-#endif // OPTSTEP_SERVER_ENGINE_TRAINER_ORDER_H_
+#endif  // OPTSTEP_SERVER_ENGINE_TRAINER_ORDER_H_

@@ -22,9 +22,60 @@ namespace optstep {
 
 RankGroup::RankGroup(RankGroupOptions options, Engine* engine)
     : options_(std::move(options)), engine_(engine) {
+  {
+    absl::MutexLock lock(&mu_);
+    addresses_.assign(options_.world_size, "");
+    peers_.resize(options_.world_size);
+  }
+  if (options_.world_size > 1 && engine_ != nullptr) {
+    relay_ = std::make_unique<DeviceWorker>();
+    engine_->SetAbortVoteListener(
+        [this](const std::string& id, uint64_t resolution, uint64_t step) {
+          RelayAbortVote(id, resolution, step);
+        });
+  }
+}
+
+RankGroup::~RankGroup() {
+  if (relay_ != nullptr) engine_->SetAbortVoteListener(nullptr);
+  relay_.reset();  // the calls already queued run (each with a short deadline)
+}
+
+void RankGroup::RelayAbortVote(const std::string& session_id, uint64_t resolution, uint64_t step) {
+  if (relay_ == nullptr) return;
+  relay_->Post([this, session_id, resolution, step] {
+    v1::HeldSessionRequest request;
+    request.set_session_id(session_id);
+    request.set_target(resolution);
+    request.set_step(step);
+    // Rank 0 tells everyone (the voter hears its own vote back and ignores it); others tell 0.
+    for (int r = 0; r < options_.world_size; ++r) {
+      if (r == options_.rank || (options_.rank != 0 && r != 0)) continue;
+      absl::Status status = EnsureAddress(r);
+      if (status.ok()) {
+        status = CallPeer(r, &v1::PeerService::Stub::AbortStep, request, absl::Seconds(5)).status();
+      }
+      LOG_IF(WARNING, !status.ok()) << "session " << session_id << ": cannot tell rank " << r
+                                    << " of the vote to abort step " << step << ": " << status;
+    }
+  });
+}
+
+absl::Status RankGroup::EnsureAddress(int rank) {
+  std::shared_ptr<KeyValueStore> store;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!addresses_[rank].empty()) return absl::OkStatus();
+    store = store_;
+  }
+  if (store == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("rank ", rank, "'s address is unknown"));
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(std::string address,
+                           store->Get(RankAddressKey(rank), absl::Seconds(5)));
   absl::MutexLock lock(&mu_);
-  addresses_.assign(options_.world_size, "");
-  peers_.resize(options_.world_size);
+  addresses_[rank] = address;
+  return absl::OkStatus();
 }
 
 absl::Status RankGroup::Join(const std::string& advertise_address,
@@ -493,6 +544,21 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Detached(grpc::CallbackServerContext*
     absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(id);
     reactor->Finish(ToGrpcStatus(session.ok() ? work(**session) : session.status()));
   }).detach();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::AbortStep(grpc::CallbackServerContext* context,
+                                                     const v1::HeldSessionRequest* request,
+                                                     v1::HeldSessionResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::shared_ptr<Session>> session = engine_->GetSession(request->session_id());
+  if (session.ok()) {
+    (*session)->JoinAbort(request->target(), request->step());
+    if (group_ != nullptr && group_->rank() == 0) {
+      group_->RelayAbortVote(request->session_id(), request->target(), request->step());
+    }
+  }
+  reactor->Finish(ToGrpcStatus(session.status()));
   return reactor;
 }
 

@@ -16,6 +16,7 @@
 #include "optstep/v1/internal.grpc.pb.h"
 #include "optstep/v1/session.pb.h"
 #include "server/engine/checkpoint/checkpoint_writer.h"
+#include "server/engine/device_worker.h"
 #include "server/engine/engine.h"
 
 namespace optstep {
@@ -44,7 +45,11 @@ struct RankGroupOptions {
 // Thread-safe. Calls block (rendezvous, connecting); never call them on a gRPC reaction.
 class RankGroup {
  public:
+  // With several ranks, relays the abort votes of this rank's sessions (RelayAbortVote).
   RankGroup(RankGroupOptions options, Engine* engine);
+  ~RankGroup();
+  RankGroup(const RankGroup&) = delete;
+  RankGroup& operator=(const RankGroup&) = delete;
 
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
@@ -85,8 +90,15 @@ class RankGroup {
   absl::StatusOr<uint64_t> LoadCheckpoint(Session& session, const std::string& name,
                                           const CheckpointProgressCallback& progress);
 
+  // A session voted to abort `step` as its resolution `resolution` (on this rank, or on the
+  // rank that called this one's PeerService.AbortStep): tells rank 0, which tells every other
+  // rank, so that all of them meet the vote. Returns at once; the calls run on their own thread.
+  void RelayAbortVote(const std::string& session_id, uint64_t resolution, uint64_t step);
+
  private:
   v1::PeerService::Stub* Peer(int rank);
+  // Learns rank r's address from the store unless known (ranks other than 0 know only theirs).
+  absl::Status EnsureAddress(int rank);
   // Runs `call(r)` for every rank at once (rank 0 on this thread); the lowest rank's error.
   absl::Status ForEachRank(const std::function<absl::Status(int rank)>& call);
   using HeldMethod = grpc::Status (v1::PeerService::Stub::*)(grpc::ClientContext*,
@@ -110,6 +122,8 @@ class RankGroup {
   std::shared_ptr<KeyValueStore> store_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<v1::PeerService::Stub>> peers_ ABSL_GUARDED_BY(mu_);
+  // Runs RelayAbortVote's calls in order (declared last: joined first).
+  std::unique_ptr<DeviceWorker> relay_;
 };
 
 // The session's definition as JSON text (its SessionSpec without the name, which only serves
@@ -151,6 +165,9 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* StageCheckpoint(grpc::CallbackServerContext* context,
                                             const v1::HeldSessionRequest* request,
                                             v1::HeldSessionResponse* response) override;
+  grpc::ServerUnaryReactor* AbortStep(grpc::CallbackServerContext* context,
+                                      const v1::HeldSessionRequest* request,
+                                      v1::HeldSessionResponse* response) override;
 
  private:
   // Runs `work` on its own thread (holds and file IO block) and finishes the call with it.

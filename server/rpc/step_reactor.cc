@@ -176,7 +176,6 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (!outcome.ok()) return FinishLocked(ToGrpcStatus(outcome.status()));
     const StepOutcome& o = *outcome;
     if (o.params != nullptr) chunker_.emplace(o.params, return_ids_, kMaxChunkBytes);
-    egress_started_ = absl::Now();
     v1::StepResponse response;
     v1::StepResult* result = response.mutable_result();
     result->set_step(o.step);
@@ -203,6 +202,9 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (!next.ok()) return FinishLocked(ToGrpcStatus(next.status()));
     switch (*next) {
       case ParamChunker::Progress::kChunk:
+        // Egress is timed from the first parameter chunk: the result goes out before the step
+        // runs, and the wait for stepped parameters is the step's time, not egress's.
+        if (egress_started_ == absl::InfinitePast()) egress_started_ = absl::Now();
         ReportEgress(bytes, /*done=*/false);
         StartWrite(&response_);
         return;
@@ -228,7 +230,9 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     StepObserver* observer = engine_->options().step_observer.get();
     if (observer == nullptr) return;
     if (bytes > 0) observer->OnBytesOut(static_cast<int64_t>(bytes));
-    if (done) observer->OnPhase(StepObserver::Phase::kEgress, absl::Now() - egress_started_);
+    if (done && egress_started_ != absl::InfinitePast()) {
+      observer->OnPhase(StepObserver::Phase::kEgress, absl::Now() - egress_started_);
+    }
   }
 
   void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -262,7 +266,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
   bool waiting_for_params_ ABSL_GUARDED_BY(mu_) = false;
   bool waiting_for_turn_ ABSL_GUARDED_BY(mu_) = false;  // a chunk waits in the session
-  absl::Time egress_started_ ABSL_GUARDED_BY(mu_);
+  absl::Time egress_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 

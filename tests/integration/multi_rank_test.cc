@@ -1,8 +1,14 @@
-// Several ranks on loopback (real server processes, Gloo between them) and several trainers
-// (threads, each with its own client): the parameters after k steps are bit-identical for every
-// world size, in both gradient modes; an incomplete step is aborted on every rank together.
+// Several ranks on loopback (real server processes, Gloo between them) and
+// several trainers (threads, each with its own client): the parameters after k
+// steps are bit-identical for every world size (1-4), number of trainers (1-4),
+// gradient mode and optimizer chain; an incomplete step is aborted on every
+// rank together, also on a rank that never saw it; a trainer whose stream
+// breaks before or after its commit resends, with the same result.
+
+#include <grpcpp/grpcpp.h>
 
 #include <cstring>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -11,6 +17,7 @@
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -25,7 +32,8 @@ using ::optstep::testutil::StatusIs;
 using Group = std::vector<std::unique_ptr<ServerProcess>>;
 
 // Parameters of unequal sizes, so that the partition is not trivial.
-const std::vector<std::vector<uint64_t>> kShapes = {{24, 16}, {24}, {16, 40}, {16}, {7, 3}, {40, 24}, {5}};
+const std::vector<std::vector<uint64_t>> kShapes = {{24, 16}, {24},     {16, 40}, {16},
+                                                    {7, 3},   {40, 24}, {5}};
 
 uint64_t Numel(const std::vector<uint64_t>& shape) {
   uint64_t n = 1;
@@ -33,9 +41,12 @@ uint64_t Numel(const std::vector<uint64_t>& shape) {
   return n;
 }
 
-// A deterministic gradient value: a function of (step, trainer, param, element).
+// A deterministic gradient value: a function of (step, trainer, param,
+// element).
 float GradientValue(int step, int trainer, int param, uint64_t i) {
-  const uint64_t h = (uint64_t(step) * 1000003u + uint64_t(trainer) * 7919u + uint64_t(param) * 104729u + i * 2654435761u) % 1000u;
+  const uint64_t h = (uint64_t(step) * 1000003u + uint64_t(trainer) * 7919u +
+                      uint64_t(param) * 104729u + i * 2654435761u) %
+                     1000u;
   return (static_cast<float>(h) - 500.0f) / 997.0f;
 }
 
@@ -69,13 +80,30 @@ v1::SessionSpec Spec(int trainers, v1::GradientMode mode, const std::string& opt
   return spec;
 }
 
-// Runs `steps` steps with `trainers` concurrent trainers on a group of `world` ranks and answers
-// the final parameters (fp32 bits, concatenated).
-std::vector<float> Train(int world, int trainers, v1::GradientMode mode,
+// One group of each world size, started once for every case of this process
+// (each case is a new session on it).
+Group& SharedGroup(int world) {
+  static auto* groups = new std::map<int, Group>();
+  Group& group = (*groups)[world];
+  if (group.empty()) {
+    auto started = StartGroup(world);
+    EXPECT_THAT(started.status(), IsOk());
+    if (!started.ok()) return group;
+    auto client = Client::Connect(Options(*started));
+    EXPECT_THAT(client.status(), IsOk());
+    if (client.ok()) EXPECT_THAT(WaitServing(**client), IsOk());
+    group = *std::move(started);
+  }
+  return group;
+}
+
+// Runs `steps` steps with `trainers` concurrent trainers on a group of ranks
+// and answers the final parameters (fp32 bits, concatenated). The session is
+// closed again.
+std::vector<float> Train(const Group* group, int trainers, v1::GradientMode mode,
                          const std::string& optimizer, int steps) {
-  auto group = StartGroup(world);
-  EXPECT_THAT(group.status(), IsOk());
-  if (!group.ok()) return {};
+  const int world = static_cast<int>(group->size());
+  if (world == 0) return {};
   auto client = Client::Connect(Options(*group));
   EXPECT_THAT(client.status(), IsOk());
   EXPECT_THAT(WaitServing(**client), IsOk());
@@ -86,7 +114,8 @@ std::vector<float> Train(int world, int trainers, v1::GradientMode mode,
   EXPECT_EQ(session->layout().rank_targets_size(), world);
   for (uint32_t p = 0; p < kShapes.size(); ++p) {
     std::vector<float> init(Numel(kShapes[p]));
-    for (uint64_t i = 0; i < init.size(); ++i) init[i] = 0.01f * static_cast<float>((i * 7 + p) % 13);
+    for (uint64_t i = 0; i < init.size(); ++i)
+      init[i] = 0.01f * static_cast<float>((i * 7 + p) % 13);
     EXPECT_THAT((*client)->InitParameters(session->session_id(), p, init), IsOk());
   }
   for (int step = 1; step <= steps; ++step) {
@@ -103,7 +132,8 @@ std::vector<float> Train(int world, int trainers, v1::GradientMode mode,
         std::vector<GradientSlice> slices;
         for (uint32_t p = 0; p < kShapes.size(); ++p) {
           const uint64_t n = Numel(kShapes[p]);
-          // SHARDED: trainer t sends the t-th contiguous slice; REPLICATED: everything.
+          // SHARDED: trainer t sends the t-th contiguous slice; REPLICATED:
+          // everything.
           uint64_t begin = 0, end = n;
           if (mode == v1::GRADIENT_MODE_SHARDED) {
             begin = n * t / trainers;
@@ -114,8 +144,8 @@ std::vector<float> Train(int world, int trainers, v1::GradientMode mode,
           GradientSlice slice;
           slice.param_id = p;
           slice.offset = begin;
-          slice.bytes = absl::Span<const uint8_t>(
-              reinterpret_cast<const uint8_t*>(grads[p].data()), grads[p].size() * sizeof(float));
+          slice.bytes = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(grads[p].data()),
+                                                  grads[p].size() * sizeof(float));
           slices.push_back(slice);
         }
         StepOptions options;
@@ -134,7 +164,8 @@ std::vector<float> Train(int world, int trainers, v1::GradientMode mode,
   std::vector<float> all;
   if (!pulled.ok()) return all;
   EXPECT_EQ(pulled->step, static_cast<uint64_t>(steps));
-  for (auto& [id, param] : pulled->params) all.insert(all.end(), param.f32.begin(), param.f32.end());
+  for (auto& [id, param] : pulled->params)
+    all.insert(all.end(), param.f32.begin(), param.f32.end());
   // Every rank holds the same parameters: compare with rank world-1's.
   if (world > 1) {
     ClientOptions last;
@@ -146,11 +177,14 @@ std::vector<float> Train(int world, int trainers, v1::GradientMode mode,
       EXPECT_THAT(copy.status(), IsOk());
       if (copy.ok()) {
         std::vector<float> mine;
-        for (auto& [id, param] : copy->params) mine.insert(mine.end(), param.f32.begin(), param.f32.end());
+        for (auto& [id, param] : copy->params) {
+          mine.insert(mine.end(), param.f32.begin(), param.f32.end());
+        }
         EXPECT_EQ(0, std::memcmp(mine.data(), all.data(), all.size() * sizeof(float)));
       }
     }
   }
+  EXPECT_THAT((*client)->CloseSession(session->session_id()), IsOk());
   return all;
 }
 
@@ -160,28 +194,138 @@ struct Case {
   const char* optimizer;
 };
 
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return absl::StrCat(info.param.mode == v1::GRADIENT_MODE_SHARDED ? "Sharded" : "Replicated",
+                      info.param.trainers, "Trainers_", info.param.optimizer);
+}
+
 class MultiRankTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MultiRankTest, ParametersAreBitIdenticalForEveryWorldSize) {
   const Case c = GetParam();
-  const std::vector<float> reference = Train(1, c.trainers, c.mode, c.optimizer, 4);
+  const std::vector<float> reference = Train(&SharedGroup(1), c.trainers, c.mode, c.optimizer, 3);
   ASSERT_FALSE(reference.empty());
   for (int world : {2, 3, 4}) {
-    const std::vector<float> got = Train(world, c.trainers, c.mode, c.optimizer, 4);
+    const std::vector<float> got = Train(&SharedGroup(world), c.trainers, c.mode, c.optimizer, 3);
     ASSERT_EQ(got.size(), reference.size()) << "world " << world;
     EXPECT_EQ(0, std::memcmp(got.data(), reference.data(), got.size() * sizeof(float)))
         << "world " << world << " differs from world 1";
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, MultiRankTest,
-    ::testing::Values(Case{v1::GRADIENT_MODE_SHARDED, 1, "adam"},
-                      Case{v1::GRADIENT_MODE_SHARDED, 3, "adam"},
-                      Case{v1::GRADIENT_MODE_REPLICATED, 2, "adam"},
-                      Case{v1::GRADIENT_MODE_REPLICATED, 4, "sgd"},
-                      Case{v1::GRADIENT_MODE_SHARDED, 2, "muon"},
-                      Case{v1::GRADIENT_MODE_REPLICATED, 2, "soap"}));
+// Every combination of the matrix: 1-4 trainers x SHARDED/REPLICATED x
+// (AdamW, the Muon chain, the SOAP chain), and SGD once.
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (v1::GradientMode mode : {v1::GRADIENT_MODE_SHARDED, v1::GRADIENT_MODE_REPLICATED}) {
+    for (int trainers = 1; trainers <= 4; ++trainers) {
+      for (const char* optimizer : {"adam", "muon", "soap"}) {
+        cases.push_back(Case{mode, trainers, optimizer});
+      }
+    }
+  }
+  cases.push_back(Case{v1::GRADIENT_MODE_REPLICATED, 3, "sgd"});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, MultiRankTest, ::testing::ValuesIn(AllCases()), CaseName);
+
+// SHARDED halves: trainer 0 sends the first half of every parameter, trainer 1
+// the rest.
+std::vector<GradientSlice> HalfSlices(const std::vector<std::vector<float>>& grads, int trainer) {
+  std::vector<GradientSlice> slices;
+  for (uint32_t p = 0; p < grads.size(); ++p) {
+    const uint64_t n = grads[p].size();
+    const uint64_t begin = trainer == 0 ? 0 : n / 2, end = trainer == 0 ? n / 2 : n;
+    GradientSlice s;
+    s.param_id = p;
+    s.offset = begin;
+    s.bytes = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(grads[p].data() + begin),
+                                        (end - begin) * sizeof(float));
+    if (end > begin) slices.push_back(s);
+  }
+  return slices;
+}
+
+// Both trainers of a SHARDED session send their halves of `grads` for `step` at
+// once.
+void StepBothTrainers(const Group& group, const std::string& session_id, uint64_t step,
+                      const std::vector<std::vector<float>>& grads) {
+  std::vector<std::thread> trainers;
+  std::vector<absl::Status> results(2);
+  for (int t = 0; t < 2; ++t) {
+    trainers.emplace_back([&, t] {
+      auto trainer = Client::Connect(Options(group));
+      if (!trainer.ok()) {
+        results[t] = trainer.status();
+        return;
+      }
+      StepOptions o;
+      o.session_id = session_id;
+      o.step = step;
+      o.trainer_id = t;
+      results[t] = (*trainer)->Step(o, HalfSlices(grads, t)).status();
+    });
+  }
+  for (auto& t : trainers) t.join();
+  EXPECT_THAT(results[0], IsOk());
+  EXPECT_THAT(results[1], IsOk());
+}
+
+// Every rank is still at `step` with the parameters of `expected`.
+void ExpectEveryRankAt(const Group& group, const std::string& session_id, uint64_t step,
+                       const Parameters& expected) {
+  for (const auto& rank : group) {
+    ClientOptions one;
+    one.target = rank->address();
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(auto c, Client::Connect(one));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters after, c->PullParameters(session_id, DType::kF32));
+    EXPECT_EQ(after.step, step);
+    for (auto& [id, param] : after.params) EXPECT_EQ(param.f32, expected.params.at(id).f32);
+  }
+}
+
+// A Step stream by hand, to break it where the client library would not: the header, then the
+// fp32 `slices` of parameters owned by `rank` (of trainer `trainer`) to that rank, no commit.
+class RawStep {
+ public:
+  RawStep(const Group& group, const v1::SessionInfo& session, int rank, uint64_t step, int trainer,
+          const std::vector<GradientSlice>& slices) {
+    stub_ = v1::OptimizerService::NewStub(
+        grpc::CreateChannel(group[rank]->address(), grpc::InsecureChannelCredentials()));
+    stream_ = stub_->Step(&context_);
+    v1::StepRequest header;
+    header.mutable_header()->set_session_id(session.session_id());
+    header.mutable_header()->set_step(step);
+    header.mutable_header()->set_trainer_id(trainer);
+    EXPECT_TRUE(stream_->Write(header));
+    for (const GradientSlice& slice : slices) {
+      if (session.layout().owner(slice.param_id) != static_cast<uint32_t>(rank)) continue;
+      v1::StepRequest chunk;
+      chunk.mutable_gradient()->set_param_id(slice.param_id);
+      chunk.mutable_gradient()->set_offset(slice.offset);
+      chunk.mutable_gradient()->set_dtype(v1::DTYPE_FP32);
+      chunk.mutable_gradient()->set_data(slice.bytes.data(), slice.bytes.size());
+      EXPECT_TRUE(stream_->Write(chunk));
+    }
+  }
+  // Waits for the server to end the stream.
+  grpc::Status Finish() {
+    v1::StepResponse response;
+    while (stream_->Read(&response)) {
+    }
+    return stream_->Finish();
+  }
+  void Cancel() {
+    context_.TryCancel();
+    static_cast<void>(Finish());
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<v1::OptimizerService::Stub> stub_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream_;
+};
 
 TEST(MultiRankAbortTest, IncompleteStepIsAbortedOnEveryRankWithStateUnchanged) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, StartGroup(2));
@@ -190,7 +334,8 @@ TEST(MultiRankAbortTest, IncompleteStepIsAbortedOnEveryRankWithStateUnchanged) {
   v1::SessionSpec spec = Spec(2, v1::GRADIENT_MODE_SHARDED, "adam");
   spec.set_step_deadline_ms(1000);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo session, client->CreateSession(spec));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters before, client->PullParameters(session.session_id(), DType::kF32));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters before,
+                               client->PullParameters(session.session_id(), DType::kF32));
   // Only trainer 0 of 2 sends its part: the step never completes.
   std::vector<std::vector<float>> grads;
   std::vector<FullGradient> full;
@@ -199,52 +344,128 @@ TEST(MultiRankAbortTest, IncompleteStepIsAbortedOnEveryRankWithStateUnchanged) {
   StepOptions options;
   options.session_id = session.session_id();
   options.step = 1;
-  EXPECT_THAT(client->Step(options, full).status(), StatusIs(absl::StatusCode::kAborted, "redo the step"));
-  // Both ranks are unchanged and still at step 0; the step can be redone by both trainers.
-  for (const auto& rank : group) {
-    ClientOptions one;
-    one.target = rank->address();
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(auto c, Client::Connect(one));
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters after, c->PullParameters(session.session_id(), DType::kF32));
-    EXPECT_EQ(after.step, 0u);
-    for (auto& [id, param] : after.params) EXPECT_EQ(param.f32, before.params[id].f32);
-  }
-  std::vector<std::thread> trainers;
-  std::vector<absl::Status> results(2);
-  for (int t = 0; t < 2; ++t) {
-    trainers.emplace_back([&, t] {
-      auto trainer = Client::Connect(Options(group));
-      std::vector<GradientSlice> slices;
-      for (uint32_t p = 0; p < kShapes.size(); ++p) {
-        const uint64_t n = grads[p].size(), begin = t == 0 ? 0 : n / 2, end = t == 0 ? n / 2 : n;
-        GradientSlice s;
-        s.param_id = p;
-        s.offset = begin;
-        s.bytes = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(grads[p].data() + begin),
-                                            (end - begin) * sizeof(float));
-        if (end > begin) slices.push_back(s);
-      }
-      StepOptions o = options;
-      o.trainer_id = t;
-      results[t] = (*trainer)->Step(o, slices).status();
-    });
-  }
-  for (auto& t : trainers) t.join();
-  EXPECT_THAT(results[0], IsOk());
-  EXPECT_THAT(results[1], IsOk());
+  EXPECT_THAT(client->Step(options, full).status(),
+              StatusIs(absl::StatusCode::kAborted, "redo the step"));
+  // Both ranks are unchanged and still at step 0; the step can be redone by
+  // both trainers.
+  ExpectEveryRankAt(group, session.session_id(), 0, before);
+  StepBothTrainers(group, session.session_id(), 1, grads);
 }
 
-// Trainer 0 commits, then its streams break (client deadline) while trainer 1 is late; it
-// reconnects and resends the same step: the step is applied once, with the same result as a run
-// without the disconnect.
+// A trainer that reached rank 0 only (it died before sending to rank 1): rank 1
+// never sees the step, yet when rank 0 votes to abort at the deadline, rank 1
+// joins the vote (PeerService. AbortStep) and both abort together within the
+// deadline, not after the collectives' timeout.
+TEST(MultiRankAbortTest, RankThatNeverSawTheStepAbortsWithTheOthers) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, StartGroup(2, {"--comm_timeout_ms=60000"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(Options(group)));
+  ASSERT_THAT(WaitServing(*client), IsOk());
+  v1::SessionSpec spec = Spec(2, v1::GRADIENT_MODE_SHARDED, "adam");
+  spec.set_step_deadline_ms(1000);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo session, client->CreateSession(spec));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters before,
+                               client->PullParameters(session.session_id(), DType::kF32));
+  std::vector<std::vector<float>> grads;
+  for (uint32_t p = 0; p < kShapes.size(); ++p) grads.emplace_back(Numel(kShapes[p]), 0.25f);
+  RawStep only_rank0(group, session, 0, 1, 0, HalfSlices(grads, 0));
+  absl::SleepFor(absl::Milliseconds(2500));  // rank 0 votes to abort 1 s after the header
+  // Both ranks aborted together (without rank 1 in the vote, rank 0 would wait in the
+  // collective until its 60 s timeout and then fail): the step is unchanged and can be redone.
+  const absl::Time start = absl::Now();
+  ExpectEveryRankAt(group, session.session_id(), 0, before);
+  StepBothTrainers(group, session.session_id(), 1, grads);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  only_rank0.Cancel();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo after, client->GetSession(session.session_id()));
+  EXPECT_EQ(after.step(), 1u);
+}
+
+// A trainer whose streams break before its commit, after part of its gradient
+// reached the ranks, begins again and resends everything: the result is that of
+// an undisturbed step, in both gradient modes (REPLICATED skips what was
+// already summed).
+TEST(MultiRankRetryTest, TrainerThatDisconnectsBeforeCommitResends) {
+  for (v1::GradientMode mode : {v1::GRADIENT_MODE_SHARDED, v1::GRADIENT_MODE_REPLICATED}) {
+    std::vector<float> runs[2];
+    for (int disconnect = 0; disconnect < 2; ++disconnect) {
+      SCOPED_TRACE(absl::StrCat("mode ", mode, " disconnect ", disconnect));
+      const Group& group = SharedGroup(2);
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(Options(group)));
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo session,
+                                   client->CreateSession(Spec(2, mode, "adam")));
+      std::vector<std::vector<float>> grads[2];
+      for (int t = 0; t < 2; ++t) {
+        for (uint32_t p = 0; p < kShapes.size(); ++p) {
+          grads[t].emplace_back(Numel(kShapes[p]));
+          for (uint64_t i = 0; i < grads[t][p].size(); ++i)
+            grads[t][p][i] = GradientValue(1, t, p, i);
+        }
+      }
+      StepOptions options;
+      options.session_id = session.session_id();
+      options.step = 1;
+      // SHARDED: each trainer's half of every parameter; REPLICATED: every gradient.
+      std::vector<GradientSlice> slices[2];
+      for (int t = 0; t < 2; ++t) {
+        if (mode == v1::GRADIENT_MODE_SHARDED) {
+          slices[t] = HalfSlices(grads[t], t);
+          continue;
+        }
+        for (uint32_t p = 0; p < kShapes.size(); ++p) {
+          GradientSlice all;
+          all.param_id = p;
+          all.bytes =
+              absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(grads[t][p].data()),
+                                        grads[t][p].size() * sizeof(float));
+          slices[t].push_back(all);
+        }
+      }
+      auto step = [&](int t) -> absl::StatusOr<StepReply> {
+        OPTSTEP_ASSIGN_OR_RETURN(auto trainer, Client::Connect(Options(group)));
+        StepOptions o = options;
+        o.trainer_id = t;
+        return trainer->Step(o, slices[t]);
+      };
+      // Trainer 0 first (REPLICATED: trainer 1's chunks are summed after its
+      // own).
+      absl::StatusOr<StepReply> first;
+      std::thread t0([&] { first = step(0); });
+      if (disconnect) {
+        absl::SleepFor(absl::Milliseconds(200));
+        // Trainer 1 reaches both ranks with every gradient of the parameters
+        // each owns (the whole tensors: in SHARDED they overlap what it resends
+        // below), then its streams break.
+        for (int r = 0; r < 2; ++r) {
+          RawStep broken(group, session, r, 1, 1, slices[1]);
+          broken.Cancel();
+        }
+      }
+      absl::StatusOr<StepReply> second = step(1);
+      t0.join();
+      ASSERT_THAT(first.status(), IsOk());
+      ASSERT_THAT(second.status(), IsOk());
+      for (auto& [id, param] : first->params) {
+        runs[disconnect].insert(runs[disconnect].end(), param.f32.begin(), param.f32.end());
+      }
+      EXPECT_THAT(client->CloseSession(session.session_id()), IsOk());
+    }
+    ASSERT_FALSE(runs[0].empty());
+    EXPECT_EQ(runs[0], runs[1]) << "mode " << mode;
+  }
+}
+
+// Trainer 0 commits, then its streams break (client deadline) while trainer 1
+// is late; it reconnects and resends the same step: the step is applied once,
+// with the same result as a run without the disconnect.
 TEST(MultiRankRetryTest, TrainerThatDisconnectsAfterCommitResendsSafely) {
   std::vector<float> runs[2];
   for (int disconnect = 0; disconnect < 2; ++disconnect) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, StartGroup(2));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(Options(group)));
     ASSERT_THAT(WaitServing(*client), IsOk());
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo session,
-                                 client->CreateSession(Spec(2, v1::GRADIENT_MODE_REPLICATED, "adam")));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(
+        v1::SessionInfo session,
+        client->CreateSession(Spec(2, v1::GRADIENT_MODE_REPLICATED, "adam")));
     std::vector<std::vector<float>> grads;
     std::vector<FullGradient> full;
     for (uint32_t p = 0; p < kShapes.size(); ++p) {

@@ -25,6 +25,26 @@ TEST(CommunicatorFactoryTest, UnknownKindIsInvalidArgument) {
                        "unknown communicator kind 'mpi' (expected local, gloo or nccl)"));
 }
 
+TEST(CommunicatorFactoryTest, TheKindFollowsTheDeviceMemory) {
+  CommunicatorOptions options;
+  ASSERT_TRUE(ResolveCommunicatorKind("auto", "cpu", &options).ok());
+  EXPECT_EQ(options.kind, "gloo");
+  ASSERT_TRUE(ResolveCommunicatorKind("auto", "cuda:3", &options).ok());
+  EXPECT_EQ(options.kind, "nccl");
+  EXPECT_EQ(options.device_ordinal, 3);
+  ASSERT_TRUE(ResolveCommunicatorKind("nccl", "cuda:0", &options).ok());
+  EXPECT_EQ(options.device_ordinal, 0);
+  EXPECT_THAT(ResolveCommunicatorKind("gloo", "cuda:1", &options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "communicator 'gloo' moves host memory but the device is cuda:1"));
+  EXPECT_THAT(ResolveCommunicatorKind("nccl", "cpu", &options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "communicator 'nccl' needs a CUDA device, not cpu"));
+  // Other kinds are CreateCommunicator's to refuse.
+  ASSERT_TRUE(ResolveCommunicatorKind("local", "cpu", &options).ok());
+  EXPECT_EQ(options.kind, "local");
+}
+
 TEST(CommunicatorFactoryTest, LocalIsAGroupOfOne) {
   CommunicatorOptions options;
   options.kind = "local";

@@ -15,10 +15,9 @@ WaitingChunk ChunkOf(int trainer, int param, int64_t offset) {
   return chunk;
 }
 
-std::vector<int> TrainersOf(const std::vector<WaitingChunk> &chunks) {
+std::vector<int> TrainersOf(const std::vector<WaitingChunk>& chunks) {
   std::vector<int> trainers;
-  for (const WaitingChunk &c : chunks)
-    trainers.push_back(c.trainer);
+  for (const WaitingChunk& c : chunks) trainers.push_back(c.trainer);
   return trainers;
 }
 
@@ -28,17 +27,16 @@ TEST(TrainerOrderTest, TheTurnPassesWhenATrainerAddedAllOfAParameter) {
   order.Wait(ChunkOf(2, 0, 0));
   order.Wait(ChunkOf(1, 0, 5));
   order.Wait(ChunkOf(1, 1, 0));
-  EXPECT_TRUE(order.Added(0, 6).empty()); // trainer 0 sent 6 of 10
+  EXPECT_TRUE(order.Added(0, 6).empty());  // trainer 0 sent 6 of 10
   std::vector<WaitingChunk> ready = order.Added(0, 4);
   EXPECT_EQ(order.turn(0), 1);
-  ASSERT_EQ(TrainersOf(ready),
-            std::vector<int>{1}); // trainer 1's chunk of param 0 only
+  ASSERT_EQ(TrainersOf(ready), std::vector<int>{1});  // trainer 1's chunk of param 0 only
   EXPECT_EQ(ready[0].offset, 5);
   EXPECT_EQ(order.turn(1), 0);
   ready = order.Added(0, 10);
   EXPECT_EQ(TrainersOf(ready), std::vector<int>{2});
   EXPECT_TRUE(order.Added(0, 10).empty());
-  EXPECT_EQ(order.turn(0), 3); // every trainer added all of it
+  EXPECT_EQ(order.turn(0), 3);  // every trainer added all of it
   EXPECT_EQ(order.num_waiting(), 1);
 }
 
@@ -51,9 +49,9 @@ TEST(TrainerOrderTest, TakeWaitingAndResetHandBackTheChunks) {
   EXPECT_TRUE(order.Added(0, 2).empty());
   EXPECT_EQ(TrainersOf(order.Reset()), std::vector<int>{1});
   EXPECT_EQ(order.turn(0), 0);
-  EXPECT_TRUE(order.Added(0, 2).empty()); // the count restarted too
+  EXPECT_TRUE(order.Added(0, 2).empty());  // the count restarted too
   EXPECT_EQ(order.turn(0), 0);
 }
 
-} // namespace
-} // namespace optstep
+}  // namespace
+}  // namespace optstep

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -88,12 +89,21 @@ int Run() {
       total += p.numel();
     }
     const double sum = std::accumulate(costs->begin(), costs->end(), 0.0);
-    const double largest = *std::max_element(costs->begin(), costs->end());
+    std::vector<double> sorted = *costs;
+    std::sort(sorted.begin(), sorted.end(), std::greater<double>());
     for (int world : {2, 4, 8, 16, 64}) {
       const optstep::Layout lpt = PartitionByCost(*costs, world);
       const optstep::Layout base = PartitionBaseline(numels, world);
-      // No partition can do better than the largest parameter's share of the mean.
-      const double bound = std::max(1.0, largest / (sum / world));
+      // No partition does better than this lower bound: the largest parameter, and for every m,
+      // some rank holds m + 1 of the m·world + 1 largest, so at least the m + 1 smallest of them.
+      double peak = sorted[0];
+      for (size_t m = 1; m * world + 1 <= sorted.size(); ++m) {
+        const size_t top = m * world + 1;
+        double smallest = 0.0;
+        for (size_t i = top - (m + 1); i < top; ++i) smallest += sorted[i];
+        peak = std::max(peak, smallest);
+      }
+      const double bound = std::max(1.0, peak / (sum / world));
       std::printf("%-6s %6d %9.2fB | %12.3f %12.3f | %12.3f %12.3f | %.3f\n", g.name, world,
                   total / 1e9, Imbalance(lpt, *costs), Imbalance(base, *costs),
                   Imbalance(lpt, bytes), Imbalance(base, bytes), bound);

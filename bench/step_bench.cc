@@ -1,9 +1,11 @@
 // One whole optimizer step, end to end: a GPT-2-small-like model (124M parameters,
 // bench/gpt_layout.h) on two ranks (two servers in this process, Gloo between them), two
-// trainers (SHARDED: each sends half of every parameter's gradient, fp32) and AdamW; each trainer
-// gets every parameter back (bf16 by default) from one rank.
+// trainers (SHARDED: each sends half of every parameter's gradient, fp32; or --replicated: each
+// sends all of it) and AdamW; trainer 0 gets every parameter back (bf16 by default) from one rank.
+// At the end it prints the peak RSS next to the bytes the sessions and the bench's buffers hold.
 //
 //   bazel run -c opt //bench:step_bench -- --steps=4
+//   bazel run -c opt //bench:step_bench -- --replicated --trainers=4   (memory across trainers)
 //
 // Per step it prints the wall time of the trainers' Step calls, the server-side phases
 // (StepObserver, the longest over ranks and streams): ingest (first step header -> every
@@ -23,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench/bench_util.h"
 #include "bench/gpt_layout.h"
 #include "bench/phase_recorder.h"
 #include "client/cpp/client.h"
@@ -35,12 +38,15 @@
 ABSL_FLAG(int, steps, 4, "Steps to run; the first one warms up and is not averaged.");
 ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters).");
 ABSL_FLAG(bool, fp32_return, false, "Return the parameters as fp32 instead of bf16.");
+ABSL_FLAG(int, trainers, 2, "Trainers (threads, each with its own client).");
+ABSL_FLAG(bool, replicated, false,
+          "REPLICATED: every trainer sends the whole gradient (the same buffer), instead of "
+          "SHARDED halves.");
 
 namespace optstep {
 namespace {
 
 constexpr int kRanks = 2;
-constexpr int kTrainers = 2;
 
 // One rank: engine, group membership and gRPC server on 127.0.0.1.
 struct Rank {
@@ -104,8 +110,9 @@ v1::SessionSpec GptSpec(const std::vector<ParamInfo>& params) {
     for (int64_t d : p.shape) param->add_shape(static_cast<uint64_t>(d));
     param->set_embedding_or_output(p.embedding_or_output);
   }
-  spec.set_num_trainers(kTrainers);
-  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  spec.set_num_trainers(absl::GetFlag(FLAGS_trainers));
+  spec.set_gradient_mode(absl::GetFlag(FLAGS_replicated) ? v1::GRADIENT_MODE_REPLICATED
+                                                         : v1::GRADIENT_MODE_SHARDED);
   v1::SubOptimizer* adamw = spec.mutable_optimizer()->add_sub_optimizers();
   adamw->set_name("adamw");
   adamw->set_kind("adamw");
@@ -119,6 +126,8 @@ v1::SessionSpec GptSpec(const std::vector<ParamInfo>& params) {
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
 int Run() {
+  const int kTrainers = absl::GetFlag(FLAGS_trainers);
+  const bool replicated = absl::GetFlag(FLAGS_replicated);
   std::vector<ParamInfo> params = bench::GptRest(bench::GptShape());
   for (int l = 0; l < absl::GetFlag(FLAGS_layers); ++l) {
     std::vector<ParamInfo> layer = bench::GptLayer(bench::GptShape(), l);
@@ -146,7 +155,8 @@ int Run() {
     return 1;
   }
 
-  // One fp32 gradient for the whole model; trainer t sends the t-th half of every parameter.
+  // One fp32 gradient for the whole model; SHARDED: trainer t sends the t-th part of every
+  // parameter; REPLICATED: every trainer sends all of it (the same bytes).
   std::vector<float> gradient(numel);
   for (int64_t i = 0; i < numel; ++i) gradient[i] = 1e-4f * static_cast<float>(i % 2001 - 1000);
   std::vector<std::vector<GradientSlice>> slices(kTrainers);
@@ -154,7 +164,8 @@ int Run() {
   for (size_t p = 0; p < params.size(); ++p) {
     const int64_t n = params[p].numel();
     for (int t = 0; t < kTrainers; ++t) {
-      const int64_t begin = n * t / kTrainers, end = n * (t + 1) / kTrainers;
+      const int64_t begin = replicated ? 0 : n * t / kTrainers;
+      const int64_t end = replicated ? n : n * (t + 1) / kTrainers;
       GradientSlice slice;
       slice.param_id = static_cast<uint32_t>(p);
       slice.offset = static_cast<uint64_t>(begin);
@@ -166,10 +177,10 @@ int Run() {
   }
 
   const bool fp32 = absl::GetFlag(FLAGS_fp32_return);
-  std::printf("%zu parameters, %.1fM elements; %d ranks, %d trainers (SHARDED), AdamW; "
-              "%.0f MiB of fp32 gradients in, %s parameters back to each trainer\n",
-              params.size(), numel / 1e6, kRanks, kTrainers, numel * 4.0 / (1 << 20),
-              fp32 ? "fp32" : "bf16");
+  std::printf("%zu parameters, %.1fM elements; %d ranks, %d trainers (%s), AdamW; "
+              "%.0f MiB of fp32 gradients in, %s parameters back to trainer 0\n",
+              params.size(), numel / 1e6, kRanks, kTrainers, replicated ? "REPLICATED" : "SHARDED",
+              numel * 4.0 * (replicated ? kTrainers : 1) / (1 << 20), fp32 ? "fp32" : "bf16");
   std::printf("%-5s %9s %9s %9s %10s %9s %9s %9s %8s\n", "step", "wall ms", "ingest", "step",
               "all-gather", "egress", "alone", "sum", "overlap");
   double total_wall = 0.0, total_sum = 0.0;
@@ -186,6 +197,7 @@ int Run() {
         options.step = step;
         options.trainer_id = t;
         options.return_dtype = fp32 ? DType::kF32 : DType::kBF16;
+        options.skip_return = t != 0;  // the client memory stays that of one trainer
         results[t] = trainers[t]->Step(options, slices[t]).status();
       });
     }
@@ -198,10 +210,10 @@ int Run() {
       }
     }
     const bench::PhaseRecorder::Durations phases = recorder->Take();
-    // The egress alone: every trainer pulls the parameters the step just returned.
+    // The egress alone: the trainer that got them pulls the parameters the step returned.
     threads.clear();
     const absl::Time pull_start = absl::Now();
-    for (int t = 0; t < kTrainers; ++t) {
+    for (int t = 0; t < 1; ++t) {
       threads.emplace_back([&, t] {
         results[t] = trainers[t]
                          ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
@@ -231,6 +243,22 @@ int Run() {
     std::printf("mean of %d steps: wall %.1f ms, overlap %.2f\n", measured, total_wall / measured,
                 total_wall / total_sum);
   }
+  // Memory: what the sessions hold (fp32 masters on every rank, AdamW state and one gradient
+  // buffer per owned parameter) and the bench's own buffers (the one fp32 gradient every trainer
+  // sends from, trainer 0's returned parameters, the ranks' reply snapshots), against peak RSS.
+  int64_t session_bytes = 0;
+  for (const Rank& rank : *ranks) {
+    auto held = rank.engine->GetSession(session->session_id());
+    if (!held.ok()) continue;
+    const SessionStats stats = (*held)->stats();
+    session_bytes += stats.param_bytes + stats.state_bytes + stats.buffer_bytes;
+  }
+  const int64_t returned = numel * (fp32 ? 4 : 2);
+  const int64_t bench_bytes = numel * 4 + returned + kRanks * returned;
+  std::printf("memory: sessions hold %.0f MiB, bench buffers %.0f MiB, peak RSS %.0f MiB "
+              "(%.2f x what is held)\n",
+              session_bytes / 1048576.0, bench_bytes / 1048576.0, bench::PeakRssBytes() / 1048576.0,
+              static_cast<double>(bench::PeakRssBytes()) / (session_bytes + bench_bytes));
   for (Rank& rank : *ranks) rank.server->Shutdown(absl::Now() + absl::Seconds(1));
   return 0;
 }

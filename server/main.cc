@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -33,6 +34,7 @@
 #include "server/rpc/metrics.h"
 #include "server/rpc/rank_group.h"
 #include "server/rpc/rendezvous.h"
+#include "server/rank_env.h"
 #include "server/rpc/server.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
@@ -109,25 +111,11 @@ void InstallSignalHandlers() {
 
 namespace {
 
-// --rank, else the StatefulSet ordinal at the end of $POD_NAME, else 0.
-int ResolveRank() {
-  int rank = absl::GetFlag(FLAGS_rank);
-  if (rank >= 0) return rank;
-  const char* pod = std::getenv("POD_NAME");
-  if (pod != nullptr) {
-    std::string name(pod);
-    const size_t dash = name.rfind('-');
-    if (dash != std::string::npos && absl::SimpleAtoi(name.substr(dash + 1), &rank)) return rank;
-  }
-  return 0;
-}
-
-int ResolveWorldSize() {
-  int world = absl::GetFlag(FLAGS_world_size);
-  if (world > 0) return world;
-  const char* env = std::getenv("WORLD_SIZE");
-  if (env != nullptr && absl::SimpleAtoi(env, &world) && world > 0) return world;
-  return 1;
+// $NAME, when set.
+std::optional<absl::string_view> Env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return absl::string_view(value);
 }
 
 std::string AdvertiseHost() {
@@ -208,8 +196,17 @@ int Run() {
                << "' is not one of debug, info, warning, error";
     return 1;
   }
-  const int rank = ResolveRank();
-  const int world = ResolveWorldSize();
+  const absl::StatusOr<int> resolved_rank = ResolveRank(absl::GetFlag(FLAGS_rank), Env("POD_NAME"));
+  const absl::StatusOr<int> resolved_world =
+      ResolveWorldSize(absl::GetFlag(FLAGS_world_size), Env("WORLD_SIZE"));
+  for (const absl::Status& status : {resolved_rank.status(), resolved_world.status()}) {
+    if (!status.ok()) {
+      LOG(ERROR) << status.message();
+      return 1;
+    }
+  }
+  const int rank = *resolved_rank;
+  const int world = *resolved_world;
   if (!absl::GetFlag(FLAGS_checkpoint_on_shutdown).empty() &&
       absl::GetFlag(FLAGS_checkpoint_root).empty()) {
     LOG(ERROR) << "--checkpoint_on_shutdown needs --checkpoint_root";

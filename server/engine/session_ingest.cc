@@ -1,5 +1,5 @@
-// The receiving half of Session: a trainer's Begin, its gradient chunks and its
-// Commit (DESIGN.md §3). The step itself runs on the coordinator (session.cc).
+// The receiving half of Session: a trainer's Begin, its gradient chunks and its Commit (DESIGN.md
+// §3). The step itself runs on the coordinator (session.cc).
 
 #include <algorithm>
 #include <cstring>
@@ -14,9 +14,8 @@
 namespace optstep {
 namespace {
 
-// Writes `pieces` (raw elements of `dtype`, split anywhere) to dst[offset,
-// ...), or adds them: the whole elements of each piece straight from it, an
-// element split across pieces through `partial`.
+// Writes `pieces` (raw elements of `dtype`, split anywhere) to dst[offset, ...), or adds them: the
+// whole elements of each piece straight from it, an element split across pieces through `partial`.
 absl::Status CopyPiecesFromHost(Device& device, absl::Span<const absl::string_view> pieces,
                                 DType dtype, bool add, Tensor& dst, int64_t offset) {
   auto transfer = [&](const void* src, int64_t count) {
@@ -159,8 +158,7 @@ absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t o
 
 absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
                                   absl::Span<const absl::string_view> pieces) {
-  // A chunk of a later trainer may have to wait for its turn: it waits as a
-  // copy.
+  // A chunk of a later trainer may have to wait for its turn: it waits as a copy.
   std::shared_ptr<std::string> copy;
   std::vector<absl::string_view> views(pieces.begin(), pieces.end());
   if (ordered_ && c.trainer > 0) {
@@ -200,8 +198,7 @@ absl::StatusOr<Session::ChunkFate> Session::AddGradient(const Contribution& c, i
       return ChunkFate::kWaiting;
     }
   }
-  // The turn only moves forward, so it is still this trainer's (or past it: a
-  // resend).
+  // The turn only moves forward, so it is still this trainer's (or past it: a resend).
   OPTSTEP_RETURN_IF_ERROR(WriteChunk(c, param_id, offset, dtype, pieces));
   return ChunkFate::kAdded;
 }
@@ -221,8 +218,7 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
     generation = generation_;
     ++inflight_copies_;
   }
-  // Trainer 0 (and SHARDED) writes the buffer; later trainers add to it, in
-  // turn.
+  // Trainer 0 (and SHARDED) writes the buffer; later trainers add to it, in turn.
   const bool add = ordered_ && c.trainer > 0;
   absl::Status status;
   int64_t written = 0;
@@ -238,8 +234,7 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
     absl::MutexLock lock(&mu_);
     --inflight_copies_;
     if (!status.ok()) {
-      // Recorded but not (all) written: the step cannot be trusted on this rank
-      // any more.
+      // Recorded but not (all) written: the step cannot be trusted on this rank any more.
       broken_ = true;
       status =
           absl::InternalError(absl::StrCat("session '", id_, "': param '", names_[param_id],

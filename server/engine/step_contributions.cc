@@ -51,8 +51,7 @@ absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
   const std::string& name = (*names_)[param];
   const int64_t end = offset + count;
   RangeMap& ranges = MapFor(trainer, param);
-  // The ranges overlapping [offset, end): from the one before offset (if it
-  // reaches past it).
+  // The ranges overlapping [offset, end): from the one before offset (if it reaches past it).
   auto first = ranges.lower_bound(offset);
   if (first != ranges.begin() && std::prev(first)->second.end > offset) first = std::prev(first);
   bool overlaps = false;

@@ -1,9 +1,8 @@
-// Several ranks on loopback (real server processes, Gloo between them) and
-// several trainers (threads, each with its own client): the parameters after k
-// steps are bit-identical for every world size (1-4), number of trainers (1-4),
-// gradient mode and optimizer chain; an incomplete step is aborted on every
-// rank together, also on a rank that never saw it; a trainer whose stream
-// breaks before or after its commit resends, with the same result.
+// Several ranks on loopback (real server processes, Gloo between them) and several trainers
+// (threads, each with its own client): the parameters after k steps are bit-identical for every
+// world size (1-4), number of trainers (1-4), gradient mode and optimizer chain; an incomplete
+// step is aborted on every rank together, also on a rank that never saw it; a trainer whose
+// stream breaks before or after its commit resends, with the same result.
 
 #include <grpcpp/grpcpp.h>
 
@@ -41,8 +40,7 @@ uint64_t Numel(const std::vector<uint64_t>& shape) {
   return n;
 }
 
-// A deterministic gradient value: a function of (step, trainer, param,
-// element).
+// A deterministic gradient value: a function of (step, trainer, param, element).
 float GradientValue(int step, int trainer, int param, uint64_t i) {
   const uint64_t h = (uint64_t(step) * 1000003u + uint64_t(trainer) * 7919u +
                       uint64_t(param) * 104729u + i * 2654435761u) %
@@ -80,8 +78,8 @@ v1::SessionSpec Spec(int trainers, v1::GradientMode mode, const std::string& opt
   return spec;
 }
 
-// One group of each world size, started once for every case of this process
-// (each case is a new session on it).
+// One group of each world size, started once for every case of this process (each case is a new
+// session on it).
 Group& SharedGroup(int world) {
   static auto* groups = new std::map<int, Group>();
   Group& group = (*groups)[world];
@@ -97,9 +95,8 @@ Group& SharedGroup(int world) {
   return group;
 }
 
-// Runs `steps` steps with `trainers` concurrent trainers on a group of ranks
-// and answers the final parameters (fp32 bits, concatenated). The session is
-// closed again.
+// Runs `steps` steps with `trainers` concurrent trainers on a group of ranks and answers the final
+// parameters (fp32 bits, concatenated). The session is closed again.
 std::vector<float> Train(const Group* group, int trainers, v1::GradientMode mode,
                          const std::string& optimizer, int steps) {
   const int world = static_cast<int>(group->size());
@@ -132,8 +129,7 @@ std::vector<float> Train(const Group* group, int trainers, v1::GradientMode mode
         std::vector<GradientSlice> slices;
         for (uint32_t p = 0; p < kShapes.size(); ++p) {
           const uint64_t n = Numel(kShapes[p]);
-          // SHARDED: trainer t sends the t-th contiguous slice; REPLICATED:
-          // everything.
+          // SHARDED: trainer t sends the t-th contiguous slice; REPLICATED: everything.
           uint64_t begin = 0, end = n;
           if (mode == v1::GRADIENT_MODE_SHARDED) {
             begin = n * t / trainers;
@@ -213,8 +209,8 @@ TEST_P(MultiRankTest, ParametersAreBitIdenticalForEveryWorldSize) {
   }
 }
 
-// Every combination of the matrix: 1-4 trainers x SHARDED/REPLICATED x
-// (AdamW, the Muon chain, the SOAP chain), and SGD once.
+// Every combination of 1-4 trainers x SHARDED/REPLICATED x (AdamW, the Muon chain, the SOAP
+// chain), and SGD once.
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
   for (v1::GradientMode mode : {v1::GRADIENT_MODE_SHARDED, v1::GRADIENT_MODE_REPLICATED}) {
@@ -230,8 +226,7 @@ std::vector<Case> AllCases() {
 
 INSTANTIATE_TEST_SUITE_P(Matrix, MultiRankTest, ::testing::ValuesIn(AllCases()), CaseName);
 
-// SHARDED halves: trainer 0 sends the first half of every parameter, trainer 1
-// the rest.
+// SHARDED halves: trainer 0 sends the first half of every parameter, trainer 1 the rest.
 std::vector<GradientSlice> HalfSlices(const std::vector<std::vector<float>>& grads, int trainer) {
   std::vector<GradientSlice> slices;
   for (uint32_t p = 0; p < grads.size(); ++p) {
@@ -247,8 +242,7 @@ std::vector<GradientSlice> HalfSlices(const std::vector<std::vector<float>>& gra
   return slices;
 }
 
-// Both trainers of a SHARDED session send their halves of `grads` for `step` at
-// once.
+// Both trainers of a SHARDED session send their halves of `grads` for `step` at once.
 void StepBothTrainers(const Group& group, const std::string& session_id, uint64_t step,
                       const std::vector<std::vector<float>>& grads) {
   std::vector<std::thread> trainers;
@@ -327,15 +321,33 @@ class RawStep {
   std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream_;
 };
 
-TEST(MultiRankAbortTest, IncompleteStepIsAbortedOnEveryRankWithStateUnchanged) {
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, StartGroup(2));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(Options(group)));
-  ASSERT_THAT(WaitServing(*client), IsOk());
+// A group of 2 ranks with a SHARDED 2-trainer AdamW session whose steps expire after 1 s, and
+// its parameters before any step.
+struct ShortDeadline {
+  Group group;
+  std::unique_ptr<Client> client;
+  v1::SessionInfo session;
+  Parameters before;
+};
+
+absl::StatusOr<ShortDeadline> StartShortDeadline(const std::vector<std::string>& args = {}) {
+  ShortDeadline s;
+  OPTSTEP_ASSIGN_OR_RETURN(s.group, StartGroup(2, args));
+  OPTSTEP_ASSIGN_OR_RETURN(s.client, Client::Connect(Options(s.group)));
+  OPTSTEP_RETURN_IF_ERROR(WaitServing(*s.client));
   v1::SessionSpec spec = Spec(2, v1::GRADIENT_MODE_SHARDED, "adam");
   spec.set_step_deadline_ms(1000);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo session, client->CreateSession(spec));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters before,
-                               client->PullParameters(session.session_id(), DType::kF32));
+  OPTSTEP_ASSIGN_OR_RETURN(s.session, s.client->CreateSession(spec));
+  OPTSTEP_ASSIGN_OR_RETURN(s.before, s.client->PullParameters(s.session.session_id(), DType::kF32));
+  return s;
+}
+
+TEST(MultiRankAbortTest, IncompleteStepIsAbortedOnEveryRankWithStateUnchanged) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShortDeadline s, StartShortDeadline());
+  const Group& group = s.group;
+  Client* client = s.client.get();
+  const v1::SessionInfo& session = s.session;
+  const Parameters& before = s.before;
   // Only trainer 0 of 2 sends its part: the step never completes.
   std::vector<std::vector<float>> grads;
   std::vector<FullGradient> full;
@@ -346,25 +358,21 @@ TEST(MultiRankAbortTest, IncompleteStepIsAbortedOnEveryRankWithStateUnchanged) {
   options.step = 1;
   EXPECT_THAT(client->Step(options, full).status(),
               StatusIs(absl::StatusCode::kAborted, "redo the step"));
-  // Both ranks are unchanged and still at step 0; the step can be redone by
-  // both trainers.
+  // Both ranks are unchanged and still at step 0; the step can be redone by both trainers.
   ExpectEveryRankAt(group, session.session_id(), 0, before);
   StepBothTrainers(group, session.session_id(), 1, grads);
 }
 
-// A trainer that reached rank 0 only (it died before sending to rank 1): rank 1
-// never sees the step, yet when rank 0 votes to abort at the deadline, rank 1
-// joins the vote (PeerService. AbortStep) and both abort together within the
-// deadline, not after the collectives' timeout.
+// A trainer that reached rank 0 only (it died before sending to rank 1): rank 1 never sees the
+// step, yet when rank 0 votes to abort at the deadline, rank 1 joins the vote
+// (PeerService.AbortStep) and both abort together within the deadline, not after the
+// collectives' timeout.
 TEST(MultiRankAbortTest, RankThatNeverSawTheStepAbortsWithTheOthers) {
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, StartGroup(2, {"--comm_timeout_ms=60000"}));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(Options(group)));
-  ASSERT_THAT(WaitServing(*client), IsOk());
-  v1::SessionSpec spec = Spec(2, v1::GRADIENT_MODE_SHARDED, "adam");
-  spec.set_step_deadline_ms(1000);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo session, client->CreateSession(spec));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters before,
-                               client->PullParameters(session.session_id(), DType::kF32));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShortDeadline s, StartShortDeadline({"--comm_timeout_ms=60000"}));
+  const Group& group = s.group;
+  Client* client = s.client.get();
+  const v1::SessionInfo& session = s.session;
+  const Parameters& before = s.before;
   std::vector<std::vector<float>> grads;
   for (uint32_t p = 0; p < kShapes.size(); ++p) grads.emplace_back(Numel(kShapes[p]), 0.25f);
   RawStep only_rank0(group, session, 0, 1, 0, HalfSlices(grads, 0));
@@ -380,10 +388,9 @@ TEST(MultiRankAbortTest, RankThatNeverSawTheStepAbortsWithTheOthers) {
   EXPECT_EQ(after.step(), 1u);
 }
 
-// A trainer whose streams break before its commit, after part of its gradient
-// reached the ranks, begins again and resends everything: the result is that of
-// an undisturbed step, in both gradient modes (REPLICATED skips what was
-// already summed).
+// A trainer whose streams break before its commit, after part of its gradient reached the ranks,
+// begins again and resends everything: the result is that of an undisturbed step, in both
+// gradient modes (REPLICATED skips what was already summed).
 TEST(MultiRankRetryTest, TrainerThatDisconnectsBeforeCommitResends) {
   for (v1::GradientMode mode : {v1::GRADIENT_MODE_SHARDED, v1::GRADIENT_MODE_REPLICATED}) {
     std::vector<float> runs[2];
@@ -426,15 +433,13 @@ TEST(MultiRankRetryTest, TrainerThatDisconnectsBeforeCommitResends) {
         o.trainer_id = t;
         return trainer->Step(o, slices[t]);
       };
-      // Trainer 0 first (REPLICATED: trainer 1's chunks are summed after its
-      // own).
+      // Trainer 0 first (REPLICATED: trainer 1's chunks are summed after its own).
       absl::StatusOr<StepReply> first;
       std::thread t0([&] { first = step(0); });
       if (disconnect) {
         absl::SleepFor(absl::Milliseconds(200));
-        // Trainer 1 reaches both ranks with every gradient of the parameters
-        // each owns (the whole tensors: in SHARDED they overlap what it resends
-        // below), then its streams break.
+        // Trainer 1 reaches both ranks with all it has for the parameters each owns, then its
+        // streams break before the commit.
         for (int r = 0; r < 2; ++r) {
           RawStep broken(group, session, r, 1, 1, slices[1]);
           broken.Cancel();
@@ -454,9 +459,9 @@ TEST(MultiRankRetryTest, TrainerThatDisconnectsBeforeCommitResends) {
   }
 }
 
-// Trainer 0 commits, then its streams break (client deadline) while trainer 1
-// is late; it reconnects and resends the same step: the step is applied once,
-// with the same result as a run without the disconnect.
+// Trainer 0 commits, then its streams break (client deadline) while trainer 1 is late; it
+// reconnects and resends the same step: the step is applied once, with the same result as a run
+// without the disconnect.
 TEST(MultiRankRetryTest, TrainerThatDisconnectsAfterCommitResendsSafely) {
   std::vector<float> runs[2];
   for (int disconnect = 0; disconnect < 2; ++disconnect) {

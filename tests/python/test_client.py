@@ -37,6 +37,17 @@ def test_health(client: optstep.Client) -> None:
     assert client.check_health()
 
 
+def test_shutdown_stops_the_rank(server_binary: str) -> None:
+    # A rank of its own: the shared one must keep serving.
+    with optstep.LocalServer(server_binary) as local:
+        with optstep.Client(local.address) as admin:
+            with pytest.raises(optstep.OutOfRangeError, match="rank 1 is not one of the 1"):
+                admin.shutdown(rank=1)
+            admin.shutdown(reason="python test")
+        assert local.wait(timeout=30) == 0
+        assert "python test" in local.log()
+
+
 def test_step_with_every_gradient_dtype(client: optstep.Client) -> None:
     """fp32, fp16 and bf16 (numpy bits, torch tensors) gradients; exact with these values."""
     info, _ = client.create_session(_spec())

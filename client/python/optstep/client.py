@@ -32,7 +32,8 @@ from optstep import dtypes
 from optstep.chunks import (GradientSlice, ParamAssembler, TensorBuffer, plan_contributions,
                             split_array)
 from optstep.errors import (FailedPreconditionError, InternalError, InvalidArgumentError,
-                            NotFoundError, OptstepError, UnavailableError, from_rpc_error)
+                            NotFoundError, OptstepError, OutOfRangeError, UnavailableError,
+                            from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
 from optstep.step_call import receive_step, step_requests, tensor_chunk
 from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2,
@@ -47,6 +48,7 @@ __all__ = ["Client", "CreatedSession", "GroupSchedule", "StepReply", "Parameters
 MAX_CHUNK_BYTES = 4 << 20
 _CHUNK_ENVELOPE_BYTES = 1024
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_ADMIN_SHUTDOWN = "/optstep.v1.AdminService/Shutdown"
 _SERVING = 1
 
 #: A step's gradients: whole tensors by parameter id or name, or slices (any ranges).
@@ -487,6 +489,22 @@ class Client:
                          timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready)
         self.layout(session_id, refresh=True)
         return response
+
+    # ---- operations (AdminService; an admin token where the server checks tokens)
+
+    def shutdown(self, rank: int = 0, reason: str = "") -> None:
+        """Shuts rank `rank` down as SIGTERM does: it takes no new steps, the running step
+        finishes or is cut at its grace period, and the process exits. OutOfRangeError for a
+        rank this client has no channel to."""
+        with self._lock:
+            ranks = list(self._ranks)
+        if not 0 <= rank < len(ranks):
+            raise OutOfRangeError(f"rank {rank} is not one of the {len(ranks)} ranks of this "
+                                  "client")
+        encoded = reason.encode()
+        request = (b"\x0a" + _varint(len(encoded)) + encoded) if encoded else b""
+        call = ranks[rank].channel.unary_unary(_ADMIN_SHUTDOWN)
+        _call(call, request, **self._unary_kwargs())
 
     # ---- health
 

@@ -81,6 +81,13 @@ class LocalServer:
         """What the server has printed so far."""
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
+    def wait(self, timeout: float) -> int:
+        """Waits for the server to exit by itself (e.g. after Client.shutdown); answers its exit
+        status. subprocess.TimeoutExpired when it still runs after `timeout` seconds."""
+        if self._process is None:
+            raise RuntimeError("optstep server not started")
+        return self._process.wait(timeout=timeout)
+
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
@@ -136,6 +143,13 @@ class LocalGroup:
             self.stop()
             raise
         return self.targets
+
+    def wait(self, timeout: float) -> int:
+        """Waits for the server to exit by itself (e.g. after Client.shutdown); answers its exit
+        status. subprocess.TimeoutExpired when it still runs after `timeout` seconds."""
+        if self._process is None:
+            raise RuntimeError("optstep server not started")
+        return self._process.wait(timeout=timeout)
 
     def stop(self) -> None:
         for rank in reversed(self.ranks):

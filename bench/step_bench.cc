@@ -211,22 +211,14 @@ int Run() {
     }
     const bench::PhaseRecorder::Durations phases = recorder->Take();
     // The egress alone: the trainer that got them pulls the parameters the step returned.
-    threads.clear();
     const absl::Time pull_start = absl::Now();
-    for (int t = 0; t < 1; ++t) {
-      threads.emplace_back([&, t] {
-        results[t] = trainers[t]
-                         ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
-                         .status();
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
+    const absl::Status pulled =
+        trainers[0]->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
+            .status();
     const double alone = Ms(absl::Now() - pull_start);
-    for (const absl::Status& status : results) {
-      if (!status.ok()) {
-        std::fprintf(stderr, "pull after step %d: %s\n", step, status.ToString().c_str());
-        return 1;
-      }
+    if (!pulled.ok()) {
+      std::fprintf(stderr, "pull after step %d: %s\n", step, pulled.ToString().c_str());
+      return 1;
     }
     recorder->Take();
     const double sum = Ms(phases[0]) + Ms(phases[1]) + Ms(phases[2]) + alone;

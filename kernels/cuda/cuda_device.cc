@@ -118,28 +118,34 @@ absl::Status CudaDevice::Zero(Tensor& tensor) {
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::EnqueueFromHost(const void* src, DType src_dtype, int64_t count,
+                                         float* dst) {
+  cudaStream_t stream = stream_->get();
+  if (src_dtype == DType::kF32) {
+    OPTSTEP_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyHostToDevice, stream));
+    return absl::OkStatus();
+  }
+  internal::StreamScratch staging(stream);  // freed in stream order, after the conversion
+  OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging.as<uint16_t>(), src,
+                                               count * sizeof(uint16_t), cudaMemcpyHostToDevice,
+                                               stream));
+  const gpu::Launch launch{stream, max_blocks_};
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      src_dtype == DType::kBF16 ? gpu::LaunchBf16ToF32(staging.as<uint16_t>(), dst, count, launch)
+                                : gpu::LaunchF16ToF32(staging.as<uint16_t>(), dst, count, launch));
+  return absl::OkStatus();
+}
+
 absl::Status CudaDevice::CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
                                       int64_t dst_offset) {
   OPTSTEP_RETURN_IF_ERROR(
       internal::CheckHostTransfer("CopyFromHost", dst, dst_offset, count, src_dtype, src));
   if (count == 0) return absl::OkStatus();
   OPTSTEP_RETURN_IF_ERROR(Activate());
-  cudaStream_t stream = stream_->get();
-  float* d = dst.f32() + dst_offset;
-  if (src_dtype == DType::kF32) {
-    OPTSTEP_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(d, src, count * sizeof(float), cudaMemcpyHostToDevice, stream));
-  } else {
-    internal::StreamScratch staging(stream);
-    OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
-    OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        staging.as<uint16_t>(), src, count * sizeof(uint16_t), cudaMemcpyHostToDevice, stream));
-    const gpu::Launch launch{stream, max_blocks_};
-    OPTSTEP_CUDA_RETURN_IF_ERROR(
-        src_dtype == DType::kBF16 ? gpu::LaunchBf16ToF32(staging.as<uint16_t>(), d, count, launch)
-                                  : gpu::LaunchF16ToF32(staging.as<uint16_t>(), d, count, launch));
-  }
-  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  OPTSTEP_RETURN_IF_ERROR(EnqueueFromHost(src, src_dtype, count, dst.f32() + dst_offset));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_->get()));
   return absl::OkStatus();
 }
 
@@ -149,10 +155,11 @@ absl::Status CudaDevice::AddFromHost(const void* src, DType src_dtype, int64_t c
       internal::CheckHostTransfer("AddFromHost", dst, dst_offset, count, src_dtype, src));
   if (count == 0) return absl::OkStatus();
   OPTSTEP_RETURN_IF_ERROR(Activate());
-  // Converted into a scratch tensor of the chunk's size, then added with the Add kernel.
-  OPTSTEP_ASSIGN_OR_RETURN(Tensor converted, Allocate(DType::kF32, {count}));
-  OPTSTEP_RETURN_IF_ERROR(CopyFromHost(src, src_dtype, count, converted, 0));
-  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdd(converted.f32(), dst.f32() + dst_offset, count,
+  // Converted into stream-ordered scratch of the chunk's size, then added with the Add kernel.
+  internal::StreamScratch converted(stream_->get());
+  OPTSTEP_RETURN_IF_ERROR(converted.Allocate(count * sizeof(float)));
+  OPTSTEP_RETURN_IF_ERROR(EnqueueFromHost(src, src_dtype, count, converted.as<float>()));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdd(converted.as<float>(), dst.f32() + dst_offset, count,
                                               {stream_->get(), max_blocks_}));
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_->get()));
   return absl::OkStatus();

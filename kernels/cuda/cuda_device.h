@@ -119,6 +119,9 @@ class CudaDevice final : public Device {
 
   // cudaSetDevice(ordinal_) for the calling thread.
   absl::Status Activate() const;
+  // Enqueues the conversion of `count` host elements of `src_dtype` to fp32 at device address
+  // `dst` (CopyFromHost and AddFromHost; the caller validated, activated and synchronises).
+  absl::Status EnqueueFromHost(const void* src, DType src_dtype, int64_t count, float* dst);
 
   const int ordinal_;
   const int max_blocks_;  // grid-stride limit: about one resident wave of 256-thread blocks

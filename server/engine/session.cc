@@ -273,17 +273,21 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> Session::BuildSnapshot(DTyp
   return std::shared_ptr<const ParamSnapshot>(std::move(snapshot));
 }
 
-std::vector<StepCallback> Session::AbortLocked() {
+std::vector<WaitingChunk> Session::ResetStepLocked() {
   ++generation_;
   contributions_.Reset();
+  schedule_.reset();
+  step_began_.reset();
+  return order_.Reset();
+}
+
+std::vector<StepCallback> Session::AbortLocked() {
   std::vector<StepCallback> callbacks;
-  for (WaitingChunk& chunk : order_.Reset()) {
+  for (WaitingChunk& chunk : ResetStepLocked()) {
     callbacks.push_back([added = std::move(chunk.added)](absl::StatusOr<StepOutcome> outcome) {
       added(outcome.status());  // only ever told why the step ended
     });
   }
-  schedule_.reset();
-  step_began_.reset();
   for (Waiter& w : waiters_) callbacks.push_back(std::move(w.done));
   waiters_.clear();
   return callbacks;
@@ -418,8 +422,8 @@ void Session::RunStep(bool abort) {
     std::vector<int> last_ids;
     absl::Status applied = ApplyStep(schedule, *agreement, outcome, started, streaming, &last_ids);
     if (!applied.ok()) {
-      // Part of the state may be stepped, and the other ranks may wait in the all-gather: this
-      // replica cannot be trusted any more.
+      // Part of the state may be stepped, a peer may be lost in the all-gather, or the other
+      // ranks may wait in it: this replica cannot be trusted any more.
       {
         absl::MutexLock lock(&mu_);
         broken_ = true;
@@ -566,8 +570,6 @@ absl::Status Session::ApplyStep(const std::vector<std::pair<double, double>>& sc
                                               rank_counts_[rank_], masters_.f32(), rank_counts_,
                                               CommDType::kFloat32);
     if (!gathered.ok()) {
-      absl::MutexLock lock(&mu_);
-      broken_ = true;
       return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
                                                  " lost a peer during the all-gather: ",
                                                  gathered.message()));
@@ -602,11 +604,7 @@ void Session::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted,
       last_outcome_ = *outcome;
     }
     ended_step = outcome.ok() ? step_ : step_ + 1;
-    ++generation_;
-    contributions_.Reset();
-    stranded = order_.Reset();  // none when every trainer committed
-    schedule_.reset();
-    step_began_.reset();
+    stranded = ResetStepLocked();  // no chunk waits when every trainer committed
     snapshots_.clear();
   }
   for (WaitingChunk& chunk : stranded) {

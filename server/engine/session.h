@@ -50,22 +50,6 @@ struct StepBegin {
   bool stream_params = false;
 };
 
-// A trainer's handle on the step it began. Obtained from Session::Begin; used for its chunks and
-// its commit. Becomes stale (ABORTED) when the step is aborted or the trainer begins again.
-struct Contribution {
-  int trainer = 0;
-  uint64_t step = 0;
-  uint64_t generation = 0;  // session generation when begun
-  uint64_t attempt = 0;     // trainer's attempt number within the generation
-  DType return_dtype = DType::kF32;
-  bool return_params = true;
-  bool stream_params = false;
-  // The trainer already committed this step (a retry after a broken stream), or the step was
-  // already applied (replay): chunks are ignored and the commit waits for / returns the result.
-  bool retry = false;
-  bool replay = false;
-};
-
 struct StepOutcome {
   uint64_t step = 0;
   bool skipped = false;
@@ -292,6 +276,9 @@ class Session : public std::enable_shared_from_this<Session> {
   absl::Status WriteChunk(const Contribution& c, int param_id, int64_t offset, DType dtype,
                           absl::Span<const absl::string_view> pieces);
   void AddReleased(std::vector<WaitingChunk> chunks);
+  // Forgets the pending step's contributions, schedule and start (a new generation); returns
+  // the chunks that waited for their turn, to tell outside the lock.
+  std::vector<WaitingChunk> ResetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the pending step; returns the callbacks to notify (outside the lock), the waiting
   // chunks' among them.
   std::vector<StepCallback> AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

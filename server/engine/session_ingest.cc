@@ -192,7 +192,7 @@ absl::StatusOr<Session::ChunkFate> Session::AddGradient(const Contribution& c, i
     if (c.retry || c.replay) return ChunkFate::kAdded;  // already counted once
     OPTSTEP_RETURN_IF_ERROR(contributions_.CheckBounds(param_id, offset, count));
     if (ordered_ && c.trainer > order_.turn(param_id)) {
-      order_.Wait(WaitingChunk{c.trainer, c.step, c.generation, c.attempt, param_id, offset, dtype,
+      order_.Wait(WaitingChunk{c, param_id, offset, dtype,
                                std::vector<absl::string_view>(pieces.begin(), pieces.end()),
                                std::move(keep), std::move(added)});
       return ChunkFate::kWaiting;
@@ -250,12 +250,8 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
 
 void Session::AddReleased(std::vector<WaitingChunk> chunks) {
   for (WaitingChunk& chunk : chunks) {
-    Contribution c;
-    c.trainer = chunk.trainer;
-    c.generation = chunk.generation;
-    c.attempt = chunk.attempt;
-    c.step = chunk.step;
-    chunk.added(WriteChunk(c, chunk.param, chunk.offset, chunk.dtype, chunk.pieces));
+    chunk.added(
+        WriteChunk(chunk.contribution, chunk.param, chunk.offset, chunk.dtype, chunk.pieces));
   }
 }
 

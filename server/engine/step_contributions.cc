@@ -52,11 +52,10 @@ absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
   const int64_t end = offset + count;
   RangeMap& ranges = MapFor(trainer, param);
   // The ranges overlapping [offset, end): from the one before offset (if it reaches past it).
+  // Only ranges carried over from an earlier attempt may overlap.
   auto first = ranges.lower_bound(offset);
   if (first != ranges.begin() && std::prev(first)->second.end > offset) first = std::prev(first);
-  bool overlaps = false;
   for (auto it = first; it != ranges.end() && it->first < end; ++it) {
-    overlaps = true;
     if (it->second.carried) continue;
     const bool duplicate = it->first == offset && it->second.end == end;
     return absl::InvalidArgumentError(
@@ -64,21 +63,14 @@ absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
                      duplicate ? " duplicates" : " overlaps", " chunk [", it->first, ", ",
                      it->second.end, ") from trainer ", it->second.trainer));
   }
-  if (overlaps) {
-    ClaimCarried(ranges, trainer, offset, end, fresh);
-  } else {
-    ranges.emplace(offset, Range{end, trainer});
-    if (fresh != nullptr) fresh->push_back(ElementRange{offset, end});
-  }
+  Claim(ranges, first, trainer, offset, end, fresh);
   elements_[trainer] += count;
   started_ = true;
   return absl::OkStatus();
 }
 
-void StepContributions::ClaimCarried(RangeMap& ranges, int trainer, int64_t offset, int64_t end,
-                                     std::vector<ElementRange>* fresh) {
-  auto it = ranges.lower_bound(offset);
-  if (it != ranges.begin() && std::prev(it)->second.end > offset) it = std::prev(it);
+void StepContributions::Claim(RangeMap& ranges, RangeMap::iterator it, int trainer, int64_t offset,
+                              int64_t end, std::vector<ElementRange>* fresh) {
   std::vector<ElementRange> gaps;
   std::vector<std::pair<int64_t, Range>> pieces;  // what replaces the carried ranges
   int64_t cursor = offset;

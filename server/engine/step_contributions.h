@@ -7,9 +7,26 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/dtype.h"
 #include "server/engine/session_config.h"
 
 namespace optstep {
+
+// A trainer's handle on the step it began. Obtained from Session::Begin; used for its chunks and
+// its commit. Becomes stale (ABORTED) when the step is aborted or the trainer begins again.
+struct Contribution {
+  int trainer = 0;
+  uint64_t step = 0;
+  uint64_t generation = 0;  // session generation when begun
+  uint64_t attempt = 0;     // trainer's attempt number within the generation
+  DType return_dtype = DType::kF32;
+  bool return_params = true;
+  bool stream_params = false;
+  // The trainer already committed this step (a retry after a broken stream), or the step was
+  // already applied (replay): chunks are ignored and the commit waits for / returns the result.
+  bool retry = false;
+  bool replay = false;
+};
 
 // Elements [begin, end) of one parameter.
 struct ElementRange {
@@ -76,10 +93,11 @@ class StepContributions {
   // SHARDED: one map per parameter; REPLICATED: one per (trainer, parameter).
   RangeMap& MapFor(int trainer, int param);
   const RangeMap& MapFor(int trainer, int param) const;
-  // REPLICATED resend: claims the carried ranges inside [offset, end) for this attempt and
-  // records the gaps between them as fresh. REQUIRES: every range overlapping it is carried.
-  void ClaimCarried(RangeMap& ranges, int trainer, int64_t offset, int64_t end,
-                    std::vector<ElementRange>* fresh);
+  // Records [offset, end) for this attempt: the carried ranges inside it (from `it`, the first
+  // range overlapping it, or where it would go) are claimed and the gaps between them recorded
+  // and appended to `fresh`. REQUIRES: every range overlapping it is carried.
+  void Claim(RangeMap& ranges, RangeMap::iterator it, int trainer, int64_t offset, int64_t end,
+             std::vector<ElementRange>* fresh);
   absl::Status CheckCovered(const RangeMap& ranges, int param, const char* who, int trainer) const;
 
   const GradientMode mode_;

@@ -9,15 +9,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "kernels/dtype.h"
+#include "server/engine/step_contributions.h"
 
 namespace optstep {
 
 // A gradient chunk that came before its trainer's turn, kept until then.
 struct WaitingChunk {
-  int trainer = 0;
-  uint64_t step = 0;
-  uint64_t generation = 0;  // the session's, when sent
-  uint64_t attempt = 0;     // the trainer's attempt that sent it
+  Contribution contribution;  // whose chunk (checked again when it is let in)
   int param = 0;
   int64_t offset = 0;
   DType dtype = DType::kF32;

@@ -6,7 +6,7 @@
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/device_factory.h"
 #include "kernels/device_kind.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 

@@ -10,7 +10,7 @@
 
 namespace optstep {
 
-// How a matrix product is computed (spec/optimizers.md §1.2).
+// How a matrix product is computed (docs/spec/optimizers.md §1.2).
 //   kHighest  true fp32 products.
 //   kHigh     fp32 in/out with TF32 tensor-core products on GPUs; fp32 on the CPU.
 //   kMedium   bf16-class products: for fp32 tensors the inputs are rounded to bf16 and the

@@ -2,7 +2,7 @@
 #define OPTSTEP_CLIENT_CPP_CHANNEL_OPTIONS_H_
 
 // gRPC channel arguments from ClientOptions: message size limits and the HTTP/2 flow-control
-// settings that DESIGN.md §4 measured (BDP probe off, large stream window, large frames).
+// settings that docs/design.md §4 measured (BDP probe off, large stream window, large frames).
 // Internal to client/.
 
 #include <memory>

@@ -15,7 +15,7 @@
 #include "client/cpp/session_layout.h"
 #include "client/cpp/step_call.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "optstep/v1/admin_service.grpc.pb.h"
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"

@@ -45,7 +45,7 @@ struct ClientOptions {
   // Sent with every call as "authorization: Bearer <token>"; needs `tls`.
   std::string token;
 
-  // Transport tuning (DESIGN.md §4). Defaults are the measured throughput settings.
+  // Transport tuning (docs/design.md §4). Defaults are the measured throughput settings.
   // Largest message sent or received: a 4 MiB chunk plus its envelope fits easily.
   int max_message_bytes = 8 << 20;
   // HTTP/2 per-stream flow-control window.

@@ -3,7 +3,7 @@
 
 // A gradient chunk as the wire bytes of StepRequest{gradient: TensorChunk}, built without
 // copying the tensor: a small slice with every byte up to `data`'s payload, then a slice that
-// refers to the caller's memory (DESIGN.md §4). The bytes are exactly protobuf's serialisation
+// refers to the caller's memory (docs/design.md §4). The bytes are exactly protobuf's serialisation
 // of the same message, so the server and other clients see an ordinary StepRequest.
 // Internal to client/.
 

@@ -6,7 +6,7 @@
 #include "client/cpp/gradient_wire.h"
 #include "client/cpp/grpc_status.h"
 #include "client/cpp/proto_dtype.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace client_internal {

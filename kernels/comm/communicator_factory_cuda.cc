@@ -5,7 +5,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/comm/host_communicators.h"
 #include "kernels/comm/nccl_communicator.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 

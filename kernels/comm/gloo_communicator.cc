@@ -22,7 +22,7 @@
 #include "kernels/comm/comm_validation.h"
 #include "kernels/comm/gloo_status.h"
 #include "kernels/comm/gloo_store.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace {

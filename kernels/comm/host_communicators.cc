@@ -6,7 +6,7 @@
 #include "glog/logging.h"
 #include "kernels/comm/gloo_communicator.h"
 #include "kernels/comm/local_communicator.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace internal {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/comm/comm_validation.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 

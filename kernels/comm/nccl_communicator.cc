@@ -17,7 +17,7 @@
 #include "kernels/comm/comm_validation.h"
 #include "kernels/comm/nccl_status.h"
 #include "kernels/cuda/cuda_status.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace internal {

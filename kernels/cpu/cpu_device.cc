@@ -14,7 +14,7 @@
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/device_validation.h"
 #include "kernels/math/half.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace {

@@ -13,7 +13,7 @@
 #include "kernels/emerging_validation.h"
 #include "kernels/math/emerging.h"
 #include "kernels/matrix_validation.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace {

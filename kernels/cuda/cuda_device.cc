@@ -13,7 +13,7 @@
 #include "kernels/cuda/elementwise_kernels.h"
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/device_validation.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 

@@ -16,7 +16,7 @@
 #include "kernels/cuda/update_kernels.h"
 #include "kernels/emerging_validation.h"
 #include "kernels/matrix_validation.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 

@@ -17,7 +17,7 @@
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/matrix_kernels.h"
 #include "kernels/matrix_validation.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace {

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/checkpoint/checkpoint_reader.h"
 #include "server/engine/checkpoint/manifest.h"

@@ -1,7 +1,7 @@
 #include "server/engine/cost_model.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/optim/registry.h"
 #include "server/optim/routing.h"
 

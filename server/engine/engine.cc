@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/engine/cost_model.h"
 
 namespace optstep {

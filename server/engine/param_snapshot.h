@@ -18,7 +18,7 @@ namespace optstep {
 
 // Which parameters of a snapshot still being filled hold their final bytes, in the order they
 // became ready. A step hands its snapshot to the streams before the optimizer runs, so that each
-// parameter is sent back as soon as it is stepped and gathered (DESIGN.md §2: stepping, gathering
+// parameter is sent back as soon as it is stepped and gathered (docs/design.md §2: stepping, gathering
 // and sending back overlap). Thread-safe.
 class ParamReadiness {
  public:

@@ -105,7 +105,7 @@ struct GroupRuntime {
 // One rank's replica of a registered model: every fp32 master parameter (one flat buffer ordered
 // by owner rank, so that each rank's parameters are contiguous for the all-gather), and for the
 // parameters this rank owns the optimizer state and gradient buffers; the step contract of
-// DESIGN.md §3 across the ranks of the session's communicator.
+// docs/design.md §3 across the ranks of the session's communicator.
 //
 // Threads: stream handlers call Begin / AddGradient / Commit concurrently. Each session has a
 // coordinator thread that runs its steps, aborts and snapshots in order and is the only thread

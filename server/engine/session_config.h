@@ -11,7 +11,7 @@
 
 namespace optstep {
 
-// How gradients of one step arrive (DESIGN.md §3).
+// How gradients of one step arrive (docs/design.md §3).
 enum class GradientMode {
   kSharded,     // every element exactly once per step, from any trainer; used as sent
   kReplicated,  // every trainer sends everything; averaged in trainer order

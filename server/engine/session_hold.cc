@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "glog/logging.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/engine/session.h"
 
 namespace optstep {

@@ -1,4 +1,4 @@
-// The receiving half of Session: a trainer's Begin, its gradient chunks and its Commit (DESIGN.md
+// The receiving half of Session: a trainer's Begin, its gradient chunks and its Commit (docs/design.md
 // §3). The step itself runs on the coordinator (session.cc).
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/engine/session.h"
 
 namespace optstep {

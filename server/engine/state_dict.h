@@ -10,7 +10,7 @@
 
 namespace optstep {
 
-// One tensor of a session's state dict, on the host. Keys (DESIGN.md §5):
+// One tensor of a session's state dict, on the host. Keys (docs/design.md §5):
 //   "param/<name>"                              fp32 master
 //   "state/<sub-optimizer>/<name>/<key>"        fp32 optimizer state of a parameter
 //   "state/<sub-optimizer>/group<id>/step"      int64 0-d: the group's applied-step counter

@@ -36,7 +36,7 @@ struct ElementRange {
 };
 
 // Bookkeeping of one pending step: which element ranges of which parameter each trainer sent and
-// which trainers committed. Enforces the coverage rules of DESIGN.md §3; holds no gradient data.
+// which trainers committed. Enforces the coverage rules of docs/design.md §3; holds no gradient data.
 // Thread-compatible (the Session guards it).
 //
 // A trainer that begins the step again (after a broken stream) resends. SHARDED: what it sent

@@ -26,7 +26,7 @@ struct WaitingChunk {
 };
 
 // REPLICATED mode sums the trainers' gradients of a parameter into one fp32 buffer in trainer
-// order, so that the mean is the same bits whatever order the trainers' chunks arrive in (DESIGN.md
+// order, so that the mean is the same bits whatever order the trainers' chunks arrive in (docs/design.md
 // §3): trainer 0 writes the buffer, trainer t adds to it once trainers 0..t-1 have added all of the
 // parameter. TrainerOrder tracks, per parameter, whose turn it is, and keeps the chunks that come
 // early. A chunk waits with its stream paused (the stream reads nothing more until the chunk is

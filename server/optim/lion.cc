@@ -1,7 +1,7 @@
 #include "server/optim/lion.h"
 
 #include "kernels/math/emerging.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/optim/hyperparameter_checks.h"
 
 namespace optstep {

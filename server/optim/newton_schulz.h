@@ -1,7 +1,7 @@
 #ifndef OPTSTEP_SERVER_OPTIM_NEWTON_SCHULZ_H_
 #define OPTSTEP_SERVER_OPTIM_NEWTON_SCHULZ_H_
 
-// Newton–Schulz orthogonalization of Muon (spec/optimizers.md §3.4.3) over kernels::Device:
+// Newton–Schulz orthogonalization of Muon (docs/spec/optimizers.md §3.4.3) over kernels::Device:
 //
 //   transpose iff rows > cols; X ← X / max(‖X‖_F, eps); under kMedium cast X to bf16 and run the
 //   whole loop on bf16 tensors; per step (a, b, c): A ← X·Xᵀ; B ← b·A + c·A·A; X ← a·X + B·X

@@ -2,7 +2,7 @@
 #define OPTSTEP_SERVER_OPTIM_OPTIMIZER_CONFIG_H_
 
 // The optimizer chain of a session, in engine terms (server/rpc converts the proto into these).
-// Defaults are the library defaults of spec/optimizers.md §3.
+// Defaults are the library defaults of docs/spec/optimizers.md §3.
 
 #include <cstdint>
 #include <optional>

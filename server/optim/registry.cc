@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/optim/adamw.h"
 #include "server/optim/adaptive_muon.h"
 #include "server/optim/lion.h"

@@ -1,7 +1,7 @@
 #include "server/optim/sgd.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/optim/hyperparameter_checks.h"
 
 namespace optstep {

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/math/emerging.h"
 #include "kernels/math/weight_decay.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/optim/hyperparameter_checks.h"
 
 namespace optstep {

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace {

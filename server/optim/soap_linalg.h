@@ -1,7 +1,7 @@
 #ifndef OPTSTEP_SERVER_OPTIM_SOAP_LINALG_H_
 #define OPTSTEP_SERVER_OPTIM_SOAP_LINALG_H_
 
-// The matrix steps of SOAP (spec/optimizers.md §3.6.3) over kernels::Device: the Kronecker
+// The matrix steps of SOAP (docs/spec/optimizers.md §3.6.3) over kernels::Device: the Kronecker
 // factor update (S1, plain and KL-Shampoo), the adaptive refresh criterion and the eigenbasis
 // refresh (S2: eigh, or power iteration + QR with the second-moment permutation), and the
 // rotations into and out of the eigenbasis (S4, S6).

@@ -1,6 +1,6 @@
 #include "server/optim/workspace.h"
 
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 

@@ -13,7 +13,7 @@
 #include "glog/logging.h"
 #include "server/engine/checkpoint_io.h"
 #include "server/rpc/state_dict_stream.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/rendezvous.h"
 #include "server/rpc/status_bridge.h"

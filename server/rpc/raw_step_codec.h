@@ -2,7 +2,7 @@
 #define OPTSTEP_SERVER_RPC_RAW_STEP_CODEC_H_
 
 // The Step stream's wire format handled by hand on the raw grpc::ByteBuffer, so that tensor
-// bytes are never copied into (or out of) a protobuf `bytes` string (DESIGN.md §4):
+// bytes are never copied into (or out of) a protobuf `bytes` string (docs/design.md §4):
 // - DecodeStepRequest parses a StepRequest; the small kinds (header, commit) go through protobuf,
 //   a gradient chunk's `data` is answered as views of the buffer's slices, ready to be copied
 //   once into the gradient buffer.

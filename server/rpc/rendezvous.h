@@ -1,7 +1,7 @@
 #ifndef OPTSTEP_SERVER_RPC_RENDEZVOUS_H_
 #define OPTSTEP_SERVER_RPC_RENDEZVOUS_H_
 
-// The rendezvous of a group of ranks (DESIGN.md §7): rank 0 serves a small key-value store
+// The rendezvous of a group of ranks (docs/design.md §7): rank 0 serves a small key-value store
 // (RendezvousServiceImpl); every rank reaches it through GrpcKeyValueStore, which is the
 // KeyValueStore its communicators connect through.
 

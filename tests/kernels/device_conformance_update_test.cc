@@ -1,4 +1,4 @@
-// Device conformance, part 2: the optimizer updates (spec/optimizers.md §3.1, §3.2, §9.4)
+// Device conformance, part 2: the optimizer updates (docs/spec/optimizers.md §3.1, §3.2, §9.4)
 // against float64 plain-loop references written here, independently of kernels/math.
 
 #include <cmath>

@@ -20,7 +20,7 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace testutil {

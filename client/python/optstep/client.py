@@ -118,7 +118,7 @@ class Client:
         of failing at once with UNAVAILABLE.
       max_chunk_bytes: largest tensor payload of one chunk, between 4 bytes and 4 MiB.
       max_message_bytes, stream_lookahead_bytes, max_frame_bytes, bdp_probe: transport tuning
-        (DESIGN.md §4); the defaults are the measured throughput settings of the C++ client.
+        (docs/design.md §4); the defaults are the measured throughput settings of the C++ client.
       tls: use TLS (implied by tls_ca and tls_cert); the server's certificate is checked
         against tls_ca (a PEM file; None: the system's roots).
       tls_cert, tls_key: PEM client certificate and key, for servers that require one (mutual
@@ -436,7 +436,7 @@ class Client:
                           model_chunks: Optional[Sequence[int]] = None) -> Dict[str, np.ndarray]:
         """The optimizer state dict: merged, or only the model chunks asked for.
 
-        Keys follow DESIGN.md §5: "param/<name>" (fp32 masters) and
+        Keys follow docs/design.md §5: "param/<name>" (fp32 masters) and
         "state/<sub-optimizer>/<name>/<key>"; values are shaped arrays in the dtype the server
         sent (uint16 bits for bf16), scalar counters as 0-d arrays.
         """

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/engine/checkpoint/crc32c.h"
 #include "server/engine/checkpoint/file_util.h"
 

@@ -15,7 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/engine/checkpoint/crc32c.h"
 #include "server/engine/checkpoint/file_util.h"
 #include "server/engine/checkpoint/safetensors.h"

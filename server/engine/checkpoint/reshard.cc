@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "server/engine/checkpoint/checkpoint_writer.h"
 #include "server/engine/checkpoint/safetensors.h"
 #include "server/engine/layout.h"

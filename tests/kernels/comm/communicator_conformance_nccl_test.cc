@@ -18,7 +18,7 @@
 #include "kernels/device.h"
 #include "kernels/device_factory.h"
 #include "kernels/dtype.h"
-#include "kernels/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/tensor.h"
 #include "tests/kernels/comm/communicator_conformance.h"
 

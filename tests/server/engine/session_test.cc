@@ -1,4 +1,4 @@
-// Step semantics of one rank (DESIGN.md §3): coverage, idempotency, atomicity, skip on
+// Step semantics of one rank (docs/design.md §3): coverage, idempotency, atomicity, skip on
 // non-finite gradients, clipping, deadlines — through the real Session, engine and CPU device.
 
 #include <cmath>

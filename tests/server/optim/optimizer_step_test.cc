@@ -1,5 +1,5 @@
 // AdamW and SGD as optimizers (state, counters, weight-decay multiplier) over the CPU device,
-// against float64 plain-loop references of spec/optimizers.md §3.1-3.2.
+// against float64 plain-loop references of docs/spec/optimizers.md §3.1-3.2.
 
 #include <cmath>
 #include <cstring>

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_KERNELS_STATUS_MACROS_H_
-#define OPTSTEP_KERNELS_STATUS_MACROS_H_
+#ifndef OPTSTEP_BASE_STATUS_MACROS_H_
+#define OPTSTEP_BASE_STATUS_MACROS_H_
 
 // OPTSTEP_RETURN_IF_ERROR and OPTSTEP_ASSIGN_OR_RETURN: the Abseil of Debian (20220623) has
 // neither, so the project carries these two. Used by every layer.
@@ -29,4 +29,4 @@
   if (!statusor.ok()) return std::move(statusor).status();   \
   lhs = std::move(statusor).value()
 
-#endif  // OPTSTEP_KERNELS_STATUS_MACROS_H_
+#endif  // OPTSTEP_BASE_STATUS_MACROS_H_

@@ -5,7 +5,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/layout_helpers.h"
+#include "tests/testing/session_info_helpers.h"
 
 namespace optstep {
 namespace cli {

@@ -1,4 +1,4 @@
-#include "tests/client/fake_optimizer_service.h"
+#include "tests/testing/fake_optimizer_service.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-// optstep::Client against in-process fake ranks (tests/client/fake_optimizer_service.h): what it
+// optstep::Client against in-process fake ranks (tests/testing/fake_optimizer_service.h): what it
 // puts on the wire, how it reassembles replies and how it reports errors. The real server is
 // exercised by the integration tests.
 
@@ -16,8 +16,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/math/half.h"
-#include "tests/client/fake_optimizer_service.h"
-#include "tests/client/layout_helpers.h"
+#include "tests/testing/fake_optimizer_service.h"
+#include "tests/testing/session_info_helpers.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {

@@ -9,8 +9,8 @@
 #include "client/cli/commands.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/fake_optimizer_service.h"
-#include "tests/client/layout_helpers.h"
+#include "tests/testing/fake_optimizer_service.h"
+#include "tests/testing/session_info_helpers.h"
 
 namespace optstep {
 namespace cli {

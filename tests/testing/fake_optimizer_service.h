@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_TESTS_CLIENT_FAKE_OPTIMIZER_SERVICE_H_
-#define OPTSTEP_TESTS_CLIENT_FAKE_OPTIMIZER_SERVICE_H_
+#ifndef OPTSTEP_TESTS_TESTING_FAKE_OPTIMIZER_SERVICE_H_
+#define OPTSTEP_TESTS_TESTING_FAKE_OPTIMIZER_SERVICE_H_
 
 // An in-process stand-in for one optstep rank, for client tests: it serves one session (a
 // SessionInfo given by the test), records every request it receives and answers Step and
@@ -88,4 +88,4 @@ FakeServer StartFakeServer(grpc::Service* service);
 }  // namespace testutil
 }  // namespace optstep
 
-#endif  // OPTSTEP_TESTS_CLIENT_FAKE_OPTIMIZER_SERVICE_H_
+#endif  // OPTSTEP_TESTS_TESTING_FAKE_OPTIMIZER_SERVICE_H_

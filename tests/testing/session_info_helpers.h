@@ -1,7 +1,7 @@
-#ifndef OPTSTEP_TESTS_CLIENT_LAYOUT_HELPERS_H_
-#define OPTSTEP_TESTS_CLIENT_LAYOUT_HELPERS_H_
+#ifndef OPTSTEP_TESTS_TESTING_SESSION_INFO_HELPERS_H_
+#define OPTSTEP_TESTS_TESTING_SESSION_INFO_HELPERS_H_
 
-// Small session descriptions for client tests. Test-only.
+// Small SessionInfo descriptions for client tests. Test-only.
 
 #include <cstdint>
 #include <string>
@@ -47,4 +47,4 @@ inline v1::SessionInfo MakeSessionInfo(const std::string& id, uint32_t world_siz
 }  // namespace testutil
 }  // namespace optstep
 
-#endif  // OPTSTEP_TESTS_CLIENT_LAYOUT_HELPERS_H_
+#endif  // OPTSTEP_TESTS_TESTING_SESSION_INFO_HELPERS_H_

@@ -2,7 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/client/layout_helpers.h"
+#include "tests/testing/session_info_helpers.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {

@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
 Engine::Engine(EngineOptions options, std::unique_ptr<Device> device)
     : options_(std::move(options)),
       device_(std::move(device)),
-      worker_(std::make_shared<DeviceWorker>()),
+      device_worker_(std::make_shared<SerialExecutor>()),
       deadline_thread_([this] { WatchDeadlines(); }) {}
 
 Engine::~Engine() {
@@ -33,7 +33,7 @@ Engine::~Engine() {
   }
   deadline_thread_.join();
   for (auto& entry : sessions) entry.second->Close();
-  worker_.reset();  // the last session to go runs what is queued and joins it
+  device_worker_.reset();  // the last session to go runs what is queued and joins it
 }
 
 void Engine::WatchDeadlines() {
@@ -120,7 +120,7 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
     local.kind = "local";
     OPTSTEP_ASSIGN_OR_RETURN(session_options.comm, CreateCommunicator(local));
   }
-  return Session::Create(std::move(session_options), device_, worker_);
+  return Session::Create(std::move(session_options), device_, device_worker_);
 }
 
 absl::StatusOr<Engine::Created> Engine::Register(std::shared_ptr<Session> session, bool by_name) {

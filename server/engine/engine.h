@@ -16,7 +16,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "kernels/device_factory.h"
-#include "server/engine/device_worker.h"
+#include "base/serial_executor.h"
 #include "server/engine/session.h"
 #include "server/engine/session_config.h"
 #include "server/engine/step_observer.h"
@@ -109,7 +109,8 @@ class Engine {
   const EngineOptions options_;
   // Shared with the sessions, which may outlive the engine.
   std::shared_ptr<Device> device_;
-  std::shared_ptr<DeviceWorker> worker_;
+  // The device worker: runs the device math of every session, one task at a time.
+  std::shared_ptr<SerialExecutor> device_worker_;
   const std::shared_ptr<AbortVoteRelay> abort_relay_ = std::make_shared<AbortVoteRelay>();
 
   mutable absl::Mutex mu_;

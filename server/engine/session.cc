@@ -39,7 +39,7 @@ std::vector<std::string> NamesOf(const std::vector<ParamInfo>& params) {
 }  // namespace
 
 Session::Session(Options options, std::shared_ptr<Device> device,
-                 std::shared_ptr<DeviceWorker> worker)
+                 std::shared_ptr<SerialExecutor> worker)
     : id_(std::move(options.id)),
       config_(std::move(options.config)),
       layout_(std::move(options.layout)),
@@ -54,7 +54,7 @@ Session::Session(Options options, std::shared_ptr<Device> device,
       names_(NamesOf(config_.params)),
       numels_(NumelsOf(config_.params)),
       comm_(std::move(options.comm)),
-      coordinator_(std::make_unique<DeviceWorker>()),
+      coordinator_(std::make_unique<SerialExecutor>()),
       // Coverage is checked for the parameters this rank owns (others count as empty).
       ordered_(config_.mode == GradientMode::kReplicated && config_.num_trainers > 1),
       contributions_(config_.mode, config_.num_trainers, OwnedNumels(numels_, layout_, rank_),
@@ -81,7 +81,7 @@ absl::Status Session::OnDevice(const std::function<absl::Status()>& task) {
 
 absl::StatusOr<std::shared_ptr<Session>> Session::Create(Options options,
                                                          std::shared_ptr<Device> device,
-                                                         std::shared_ptr<DeviceWorker> worker) {
+                                                         std::shared_ptr<SerialExecutor> worker) {
   std::shared_ptr<Session> session(
       new Session(std::move(options), std::move(device), std::move(worker)));
   OPTSTEP_RETURN_IF_ERROR(session->Allocate());

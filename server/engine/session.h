@@ -12,13 +12,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/serial_executor.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
-#include "server/engine/device_worker.h"
 #include "server/engine/layout.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/session_config.h"
@@ -110,8 +110,8 @@ struct GroupRuntime {
 // Threads: stream handlers call Begin / AddGradient / Commit concurrently. Each session has a
 // coordinator thread that runs its steps, aborts and snapshots in order and is the only thread
 // that waits on the session's collectives; device math is posted from there to the engine's
-// shared DeviceWorker, whose tasks never wait on anything. So a collective of one session never
-// holds up another session's steps, on any rank.
+// shared device worker (a SerialExecutor), whose tasks never wait on anything. So a collective of
+// one session never holds up another session's steps, on any rank.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   struct Options {
@@ -136,7 +136,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // (a session can be released after the engine, by its own coordinator's last task).
   static absl::StatusOr<std::shared_ptr<Session>> Create(Options options,
                                                          std::shared_ptr<Device> device,
-                                                         std::shared_ptr<DeviceWorker> worker);
+                                                         std::shared_ptr<SerialExecutor> worker);
   ~Session();
 
   Session(const Session&) = delete;
@@ -186,7 +186,8 @@ class Session : public std::enable_shared_from_this<Session> {
   absl::Status Commit(const Contribution& c, uint64_t num_elements, StepCallback done);
 
   // Sets initial values of a parameter range. FAILED_PRECONDITION once a step has begun.
-  absl::Status InitValues(int param_id, int64_t offset, DType dtype, const void* data, size_t bytes);
+  absl::Status InitValues(int param_id, int64_t offset, DType dtype, const void* data,
+                          size_t bytes);
 
   // The parameters after the last step, in `dtype`. `done` is called exactly once.
   void GetSnapshot(DType dtype, SnapshotCallback done);
@@ -224,7 +225,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // While settled: this rank's tensors of `selection`, in key order.
   absl::StatusOr<std::vector<HeldTensor>> HeldTensors(uint64_t token,
-                                                       const StateSelection& selection);
+                                                      const StateSelection& selection);
   // While settled: the tensors of `selection` copied to the host.
   absl::StatusOr<std::shared_ptr<const StateDict>> ExportHeld(uint64_t token,
                                                               const StateSelection& selection);
@@ -257,7 +258,7 @@ class Session : public std::enable_shared_from_this<Session> {
     bool stream = false;  // StepBegin::stream_params
   };
 
-  Session(Options options, std::shared_ptr<Device> device, std::shared_ptr<DeviceWorker> worker);
+  Session(Options options, std::shared_ptr<Device> device, std::shared_ptr<SerialExecutor> worker);
   absl::Status Allocate();
   absl::Status AllocateMasters();
   // Runs `task` on the device worker and waits for it. Called only on the coordinator.
@@ -269,7 +270,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Elements in `bytes` of `dtype` for param_id: NOT_FOUND for an unknown id, INVALID_ARGUMENT
   // for a length that is not a whole number of elements.
   absl::StatusOr<int64_t> ElementCount(int param_id, DType dtype, size_t bytes) const;
-  absl::StatusOr<std::vector<std::pair<double, double>>> ResolveSchedule(const StepBegin& begin) const;
+  absl::StatusOr<std::vector<std::pair<double, double>>> ResolveSchedule(
+      const StepBegin& begin) const;
   // Records a chunk's ranges and writes (trainer 0, SHARDED) or adds (REPLICATED trainers > 0)
   // its fresh elements; when that completes the trainer's part of the parameter, adds the chunks
   // of the next trainer that waited for it (AddReleased).
@@ -342,7 +344,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const absl::Duration step_deadline_;
   const int64_t max_bytes_;
   const std::shared_ptr<Device> device_;
-  const std::shared_ptr<DeviceWorker> worker_;
+  const std::shared_ptr<SerialExecutor> worker_;
   const std::shared_ptr<StepObserver> observer_;  // never null (a no-op one by default)
   const std::function<void(uint64_t, uint64_t)> on_abort_vote_;
   std::vector<std::string> names_;
@@ -350,11 +352,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Touched only on the coordinator after Create (and by InitValues before the first step).
   std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<DeviceWorker> coordinator_;
+  std::unique_ptr<SerialExecutor> coordinator_;
   std::vector<GroupRuntime> groups_;
-  std::vector<int> group_of_;  // param -> group
-  std::vector<int> owned_;     // ids of the parameters this rank owns, ascending
-  Tensor masters_;             // every master, flat, ordered by (owner rank, param id)
+  std::vector<int> group_of_;          // param -> group
+  std::vector<int> owned_;             // ids of the parameters this rank owns, ascending
+  Tensor masters_;                     // every master, flat, ordered by (owner rank, param id)
   Tensor votes_;                       // Agree's all-reduce buffer, in device memory
   std::vector<int64_t> rank_counts_;   // elements of masters_ owned by each rank
   std::vector<int64_t> rank_offsets_;  // first element of each rank's block

@@ -16,7 +16,7 @@
 #include "base/status_macros.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/rendezvous.h"
-#include "server/rpc/status_bridge.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 
@@ -28,7 +28,7 @@ RankGroup::RankGroup(RankGroupOptions options, Engine* engine)
     peers_.resize(options_.world_size);
   }
   if (options_.world_size > 1 && engine_ != nullptr) {
-    relay_ = std::make_unique<DeviceWorker>();
+    relay_ = std::make_unique<SerialExecutor>();
     engine_->SetAbortVoteListener(
         [this](const std::string& id, uint64_t resolution, uint64_t step) {
           RelayAbortVote(id, resolution, step);

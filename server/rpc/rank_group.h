@@ -16,7 +16,7 @@
 #include "optstep/v1/internal.grpc.pb.h"
 #include "optstep/v1/session.pb.h"
 #include "server/engine/checkpoint/checkpoint_writer.h"
-#include "server/engine/device_worker.h"
+#include "base/serial_executor.h"
 #include "server/engine/engine.h"
 
 namespace optstep {
@@ -123,7 +123,7 @@ class RankGroup {
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<v1::PeerService::Stub>> peers_ ABSL_GUARDED_BY(mu_);
   // Runs RelayAbortVote's calls in order (declared last: joined first).
-  std::unique_ptr<DeviceWorker> relay_;
+  std::unique_ptr<SerialExecutor> relay_;
 };
 
 // The session's definition as JSON text (its SessionSpec without the name, which only serves

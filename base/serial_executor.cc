@@ -1,13 +1,13 @@
-#include "server/engine/device_worker.h"
+#include "base/serial_executor.h"
 
 #include <utility>
 
 namespace optstep {
 
-DeviceWorker::DeviceWorker()
+SerialExecutor::SerialExecutor()
     : state_(std::make_shared<State>()), thread_([state = state_] { Run(state); }) {}
 
-DeviceWorker::~DeviceWorker() {
+SerialExecutor::~SerialExecutor() {
   {
     absl::MutexLock lock(&state_->mu);
     state_->stopping = true;
@@ -19,13 +19,13 @@ DeviceWorker::~DeviceWorker() {
   }
 }
 
-void DeviceWorker::Post(std::function<void()> task) {
+void SerialExecutor::Post(std::function<void()> task) {
   absl::MutexLock lock(&state_->mu);
   if (state_->stopping) return;
   state_->tasks.push_back(std::move(task));
 }
 
-void DeviceWorker::Run(std::shared_ptr<State> state) {
+void SerialExecutor::Run(std::shared_ptr<State> state) {
   while (true) {
     std::function<void()> task;
     {

@@ -1,8 +1,8 @@
 #ifndef OPTSTEP_KERNELS_MATH_ELEMENTWISE_H_
 #define OPTSTEP_KERNELS_MATH_ELEMENTWISE_H_
 
-// Per-element optimizer update formulas (docs/spec/optimizers.md §3). The single source of truth for
-// the CPU loops (kernels/cpu) and the CUDA kernels (kernels/cuda). Every value is fp32; scalar
+// Per-element optimizer update formulas (docs/spec/optimizers.md §3). The single source of truth
+// for the CPU loops (kernels/cpu) and the CUDA kernels (kernels/cuda). Every value is fp32; scalar
 // arguments are prepared once per step on the host (bias corrections, effective decay).
 
 #include <cmath>

@@ -1,8 +1,8 @@
 #ifndef OPTSTEP_KERNELS_MATH_EMERGING_H_
 #define OPTSTEP_KERNELS_MATH_EMERGING_H_
 
-// Per-element parts of Lion, Muon, AdaptiveMuon and SOAP (docs/spec/optimizers.md §3.3-3.6): the single
-// source of truth for the CPU loops (kernels/cpu) and the CUDA kernels (kernels/cuda). Every
+// Per-element parts of Lion, Muon, AdaptiveMuon and SOAP (docs/spec/optimizers.md §3.3-3.6): the
+// single source of truth for the CPU loops (kernels/cpu) and the CUDA kernels (kernels/cuda). Every
 // value is fp32; scalars are prepared once per step on the host (in double, rounded once).
 
 #include <cmath>

@@ -1,8 +1,8 @@
 #ifndef OPTSTEP_KERNELS_MATH_WEIGHT_DECAY_H_
 #define OPTSTEP_KERNELS_MATH_WEIGHT_DECAY_H_
 
-// Weight-decay modes of docs/spec/optimizers.md §2 as one per-element rule shared by the CPU loops and
-// the CUDA kernels. The host folds the mode, η and λ into a WeightDecay once per step.
+// Weight-decay modes of docs/spec/optimizers.md §2 as one per-element rule shared by the CPU loops
+// and the CUDA kernels. The host folds the mode, η and λ into a WeightDecay once per step.
 
 #include "kernels/math/host_device.h"
 

@@ -18,8 +18,8 @@ namespace optstep {
 
 // Which parameters of a snapshot still being filled hold their final bytes, in the order they
 // became ready. A step hands its snapshot to the streams before the optimizer runs, so that each
-// parameter is sent back as soon as it is stepped and gathered (docs/design.md §2: stepping, gathering
-// and sending back overlap). Thread-safe.
+// parameter is sent back as soon as it is stepped and gathered (docs/design.md §2: stepping,
+// gathering and sending back overlap). Thread-safe.
 class ParamReadiness {
  public:
   // The bytes of `ids` are written: readers may use them. Wakes the waiting readers.

@@ -1,5 +1,5 @@
-// The receiving half of Session: a trainer's Begin, its gradient chunks and its Commit (docs/design.md
-// §3). The step itself runs on the coordinator (session.cc).
+// The receiving half of Session: a trainer's Begin, its gradient chunks and its Commit
+// (docs/design.md §3). The step itself runs on the coordinator (session.cc).
 
 #include <algorithm>
 #include <cstring>

@@ -36,8 +36,8 @@ struct ElementRange {
 };
 
 // Bookkeeping of one pending step: which element ranges of which parameter each trainer sent and
-// which trainers committed. Enforces the coverage rules of docs/design.md §3; holds no gradient data.
-// Thread-compatible (the Session guards it).
+// which trainers committed. Enforces the coverage rules of docs/design.md §3; holds no gradient
+// data. Thread-compatible (the Session guards it).
 //
 // A trainer that begins the step again (after a broken stream) resends. SHARDED: what it sent
 // before is forgotten and overwritten. REPLICATED: what it sent before was already summed into

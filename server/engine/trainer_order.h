@@ -26,13 +26,13 @@ struct WaitingChunk {
 };
 
 // REPLICATED mode sums the trainers' gradients of a parameter into one fp32 buffer in trainer
-// order, so that the mean is the same bits whatever order the trainers' chunks arrive in (docs/design.md
-// §3): trainer 0 writes the buffer, trainer t adds to it once trainers 0..t-1 have added all of the
-// parameter. TrainerOrder tracks, per parameter, whose turn it is, and keeps the chunks that come
-// early. A chunk waits with its stream paused (the stream reads nothing more until the chunk is
-// added), so what waits is bounded by one chunk per trainer stream; and since trainer 0 never waits
-// and trainer t waits only for trainers before it, every wait ends once those trainers send.
-// Thread-compatible (the Session guards it).
+// order, so that the mean is the same bits whatever order the trainers' chunks arrive in
+// (docs/design.md §3): trainer 0 writes the buffer, trainer t adds to it once trainers 0..t-1 have
+// added all of the parameter. TrainerOrder tracks, per parameter, whose turn it is, and keeps the
+// chunks that come early. A chunk waits with its stream paused (the stream reads nothing more until
+// the chunk is added), so what waits is bounded by one chunk per trainer stream; and since trainer
+// 0 never waits and trainer t waits only for trainers before it, every wait ends once those
+// trainers send. Thread-compatible (the Session guards it).
 class TrainerOrder {
  public:
   TrainerOrder(int num_trainers, std::vector<int64_t> numels);

@@ -1,0 +1,291 @@
+#include "server/rank_process.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <iostream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "server/rpc/auth.h"
+#include "server/rpc/held_operations.h"
+
+namespace optstep {
+namespace {
+
+// The pipe HandleSignals routes SIGTERM / SIGINT to (a self-pipe works whatever signal masks the
+// libraries' threads set), and whether a RankProcess has taken it.
+int signal_pipe[2] = {-1, -1};
+std::atomic<bool> signal_pipe_taken{false};
+
+void OnSignal(int signal) {
+  const char byte = static_cast<char>(signal);
+  (void)!write(signal_pipe[1], &byte, 1);
+}
+
+std::string DefaultAdvertiseHost(const std::string& host) {
+  if (host != "0.0.0.0" && host != "::" && host != "[::]") return host;
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+absl::Status CheckOptions(const RankProcess::Options& options) {
+  if (!options.checkpoint_on_shutdown.empty() && options.checkpoint_root.empty()) {
+    return absl::InvalidArgumentError("--checkpoint_on_shutdown needs --checkpoint_root");
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is not in [0, ", options.world_size, ")"));
+  }
+  if (options.world_size > 1 && options.rank > 0 && options.rendezvous.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " of ",
+                                                   options.world_size,
+                                                   " needs --rendezvous=<rank 0 host:port>"));
+  }
+  return absl::OkStatus();
+}
+
+// `status` with `context` in front of its message (and its code kept).
+absl::Status WithContext(const std::string& context, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(context, status.ToString()));
+}
+
+// The bearer tokens of `options` (none without --auth_tokens_file) and the token this rank calls
+// the others with.
+absl::Status LoadTokens(const RankProcess::Options& options, ServerOptions& server_options,
+                        std::string& peer_token) {
+  if (options.auth_tokens_file.empty()) return absl::OkStatus();
+  auto tokens = TokenTable::Load(options.auth_tokens_file);
+  if (!tokens.ok()) return WithContext("--auth_tokens_file: ", tokens.status());
+  peer_token = tokens->FirstAdminToken();
+  if (options.world_size > 1 && peer_token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--auth_tokens_file has no admin token: the ", options.world_size,
+                     " ranks call each other with the first admin token"));
+  }
+  server_options.tokens = *std::move(tokens);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void RankProcess::HandleSignals() {
+  if (pipe(signal_pipe) != 0) return;
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+RankProcess::RankProcess(Options options) : options_(std::move(options)) {
+  if (signal_pipe[0] >= 0 && !signal_pipe_taken.exchange(true)) {
+    request_pipe_[0] = signal_pipe[0];
+    request_pipe_[1] = signal_pipe[1];
+  } else if (pipe(request_pipe_) == 0) {
+    owns_request_pipe_ = true;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(Options options) {
+  OPTSTEP_RETURN_IF_ERROR(CheckOptions(options));
+  if (options.advertise_host.empty()) options.advertise_host = DefaultAdvertiseHost(options.host);
+  std::unique_ptr<RankProcess> process(new RankProcess(std::move(options)));
+  if (process->request_pipe_[0] < 0) {
+    return absl::InternalError(absl::StrCat("cannot create a pipe: errno ", errno));
+  }
+  OPTSTEP_RETURN_IF_ERROR(process->Launch());
+  return process;
+}
+
+absl::Status RankProcess::Launch() {
+  ServerOptions server_options;
+  server_options.host = options_.host;
+  server_options.port = options_.port;
+  server_options.serve_rendezvous = options_.world_size > 1 && options_.rank == 0;
+  server_options.max_message_bytes = options_.max_message_bytes;
+  server_options.tls = options_.tls;
+  std::string peer_token;
+  OPTSTEP_RETURN_IF_ERROR(LoadTokens(options_, server_options, peer_token));
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> peer_credentials,
+                           MakePeerCredentials(options_.tls, peer_token));
+  metrics_ = std::make_shared<ServerMetrics>();
+  server_options.metrics = metrics_.get();
+  // AdminService.Shutdown takes the SIGTERM path (byte 0: no signal).
+  server_options.on_shutdown_request = [this](const std::string&) { Shutdown(); };
+  OPTSTEP_RETURN_IF_ERROR(StartEngine(peer_credentials));
+
+  OPTSTEP_ASSIGN_OR_RETURN(server_, Server::Start(server_options, engine_.get(), group_.get()));
+  port_ = server_->port();
+  const std::string address = absl::StrCat(options_.advertise_host, ":", port_);
+  // Rank 0's store is reached through its own port, known only now; the communicators are
+  // created after this (at the first session).
+  if (options_.world_size > 1) {
+    const std::string target = options_.rank == 0 ? address : options_.rendezvous;
+    absl::MutexLock lock(&store_mu_);
+    store_ = std::make_shared<GrpcKeyValueStore>(target, peer_credentials);
+  }
+  OPTSTEP_RETURN_IF_ERROR(StartMetrics());
+  std::cout << "listening on " << options_.host << ":" << port_ << " (device "
+            << engine_->device().name() << ", rank " << options_.rank << " of "
+            << options_.world_size
+            << (metrics_port_ > 0 ? absl::StrCat(", metrics port ", metrics_port_) : "")
+            << (options_.tls.enabled() ? ", tls" : "") << ")" << std::endl;
+
+  join_thread_ = std::thread([this, address] { JoinGroup(address, store()); });
+  shutdown_thread_ = std::thread([this] { AwaitShutdownRequest(); });
+  return absl::OkStatus();
+}
+
+absl::Status RankProcess::StartEngine(
+    const std::shared_ptr<grpc::ChannelCredentials>& peer_credentials) {
+  EngineOptions engine_options;
+  engine_options.device.kind = options_.device;
+  engine_options.device.num_threads = options_.num_threads;
+  engine_options.rank = options_.rank;
+  engine_options.world_size = options_.world_size;
+  engine_options.default_step_deadline = options_.step_deadline;
+  engine_options.max_sessions = options_.max_sessions;
+  engine_options.max_params_per_session = options_.max_params_per_session;
+  engine_options.max_session_bytes = options_.max_session_bytes;
+  engine_options.step_observer = metrics_;
+  if (options_.world_size > 1) {
+    engine_options.make_communicator = [this](const std::string& session_id) {
+      CommunicatorOptions options = comm_template_;
+      options.rank = options_.rank;
+      options.world_size = options_.world_size;
+      options.prefix = session_id;
+      options.store = store();
+      options.hostname = options_.advertise_host;
+      options.timeout = options_.comm_timeout;
+      return CreateCommunicator(options);
+    };
+  }
+  auto engine = Engine::Create(engine_options);
+  if (!engine.ok()) return WithContext("cannot start the engine: ", engine.status());
+  engine_ = *std::move(engine);
+  // The collectives' kind and device follow the engine's device.
+  if (options_.world_size > 1) {
+    absl::Status comm =
+        ResolveCommunicatorKind(options_.comm, engine_->device().name(), &comm_template_);
+    if (!comm.ok()) {
+      return absl::Status(comm.code(),
+                          absl::StrCat("--comm=", options_.comm, ": ", comm.message()));
+    }
+  }
+  RankGroupOptions group_options;
+  group_options.rank = options_.rank;
+  group_options.world_size = options_.world_size;
+  group_options.timeout = options_.comm_timeout;
+  group_options.peer_credentials = peer_credentials;
+  group_options.checkpoint_root = options_.checkpoint_root;
+  group_options.keep_checkpoints = options_.keep_checkpoints;
+  group_ = std::make_unique<RankGroup>(group_options, engine_.get());
+  return absl::OkStatus();
+}
+
+absl::Status RankProcess::StartMetrics() {
+  if (options_.metrics_port == 0) return absl::OkStatus();
+  OPTSTEP_RETURN_IF_ERROR(metrics_->Serve(
+      options_.host, options_.metrics_port < 0 ? 0 : options_.metrics_port, engine_.get()));
+  metrics_port_ = metrics_->port();
+  if (!options_.metrics_port_file.empty()) {
+    std::ofstream out(options_.metrics_port_file);
+    out << metrics_port_ << "\n";
+    if (!out) {
+      return absl::InternalError(
+          absl::StrCat("cannot write --metrics_port_file '", options_.metrics_port_file, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<GrpcKeyValueStore> RankProcess::store() const {
+  absl::MutexLock lock(&store_mu_);
+  return store_;
+}
+
+void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store) {
+  absl::Status joined = group_->Join(address, std::move(store));
+  if (!joined.ok()) {
+    LOG(ERROR) << "rank " << options_.rank << " could not join its group: " << joined;
+    return;
+  }
+  LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
+  server_->SetReady(true);
+}
+
+void RankProcess::Shutdown() {
+  const char byte = 0;
+  (void)!write(request_pipe_[1], &byte, 1);
+}
+
+void RankProcess::AwaitShutdownRequest() {
+  char signal = 0;
+  while (read(request_pipe_[0], &signal, 1) < 0 && errno == EINTR) {
+  }
+  if (signal == 0) {
+    LOG(INFO) << "Shutdown requested: shutting down";
+  } else {
+    LOG(INFO) << "signal " << static_cast<int>(signal) << ": shutting down";
+  }
+  server_->Shutdown(absl::Now() + options_.shutdown_grace);
+  if (options_.rank == 0) SaveOnShutdown();
+}
+
+void RankProcess::SaveOnShutdown() {
+  if (options_.checkpoint_on_shutdown.empty()) return;
+  for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
+    const std::string checkpoint =
+        absl::StrCat(options_.checkpoint_on_shutdown, "-", session->id());
+    auto step = HeldOperations(group_.get()).SaveCheckpoint(*session, checkpoint, nullptr);
+    if (step.ok()) {
+      LOG(INFO) << "event=shutdown_checkpoint session=" << session->id() << " step=" << *step
+                << " name=" << checkpoint;
+    } else {
+      LOG(ERROR) << "event=shutdown_checkpoint_failed session=" << session->id()
+                 << " name=" << checkpoint << " error=\"" << step.status().message() << "\"";
+    }
+  }
+}
+
+void RankProcess::WaitForShutdown() {
+  absl::MutexLock lock(&wait_mu_);
+  if (stopped_) return;
+  server_->Wait();
+  shutdown_thread_.join();
+  join_thread_.join();
+  Stop();
+  stopped_ = true;
+  LOG(INFO) << "stopped";
+}
+
+void RankProcess::Stop() {
+  server_.reset();
+  if (metrics_ != nullptr) metrics_->StopServing();
+  // The group before the engine: it detaches its abort-vote listener from the engine.
+  group_.reset();
+  engine_.reset();
+}
+
+RankProcess::~RankProcess() {
+  if (shutdown_thread_.joinable()) {
+    Shutdown();
+    WaitForShutdown();
+  } else {
+    Stop();  // Start failed part-way: no thread runs
+  }
+  if (owns_request_pipe_) {
+    close(request_pipe_[0]);
+    close(request_pipe_[1]);
+  }
+}
+
+}  // namespace optstep

@@ -1,0 +1,150 @@
+#ifndef OPTSTEP_SERVER_RANK_PROCESS_H_
+#define OPTSTEP_SERVER_RANK_PROCESS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kernels/comm/communicator.h"
+#include "server/engine/engine.h"
+#include "server/rpc/credentials.h"
+#include "server/rpc/metrics.h"
+#include "server/rpc/rank_group.h"
+#include "server/rpc/rendezvous.h"
+#include "server/rpc/server.h"
+
+namespace optstep {
+
+// One optimizer-server rank: its engine, its place in the group, its gRPC server and its
+// /metrics endpoint, from start to shutdown. optstep_server's main parses the flags into Options
+// and runs one (docs/configuration.md describes each flag):
+//
+//   RankProcess::HandleSignals();
+//   auto process = RankProcess::Start(options);   // serving; joins the group in the background
+//   (*process)->WaitForShutdown();                // SIGTERM, SIGINT or AdminService.Shutdown
+//
+// Shutdown: health turns NOT_SERVING, running calls get `shutdown_grace` to finish, then (rank 0,
+// with `checkpoint_on_shutdown`) every session is saved, and the engine stops.
+// Thread-safe.
+class RankProcess {
+ public:
+  struct Options {
+    // Where the gRPC server listens; port 0 picks a free port.
+    std::string host = "0.0.0.0";
+    int port = 50051;
+    // Host the other ranks and trainers reach this rank at (also Gloo's interface); empty:
+    // `host` unless it is a wildcard address, else this machine's hostname.
+    std::string advertise_host;
+    // The engine's device ("cpu", "cuda", "cuda:N", "auto") and CPU threads (0: all cores).
+    std::string device = "cpu";
+    int num_threads = 0;
+    // This rank's place in its group; `rendezvous` is rank 0's host:port (ranks other than 0
+    // when world_size > 1).
+    int rank = 0;
+    int world_size = 1;
+    std::string rendezvous;
+    // Collectives between ranks: "auto", "gloo" or "nccl"; bound on rendezvous and collectives.
+    std::string comm = "auto";
+    absl::Duration comm_timeout = absl::Minutes(5);
+    // Engine limits (EngineOptions).
+    absl::Duration step_deadline = absl::Minutes(1);
+    int max_sessions = 64;
+    int64_t max_params_per_session = 1 << 20;
+    int64_t max_session_bytes = 0;
+    // Time running calls get to finish once shutdown is requested.
+    absl::Duration shutdown_grace = absl::Seconds(10);
+    // Save / Load checkpoints; empty: they answer FAILED_PRECONDITION. 0 keeps every one.
+    std::string checkpoint_root;
+    int keep_checkpoints = 0;
+    int max_message_bytes = (4 << 20) + (64 << 10);
+    // TLS and bearer tokens (docs/security.md); all empty: plaintext, no tokens.
+    TlsFiles tls;
+    std::string auth_tokens_file;
+    // /metrics: 0 off, -1 any free port; the bound port is written to `metrics_port_file` when
+    // set.
+    int metrics_port = 0;
+    std::string metrics_port_file;
+    // Rank 0, on shutdown after the running step: every session is saved as checkpoint
+    // "<checkpoint_on_shutdown>-<session id>". Needs `checkpoint_root`.
+    std::string checkpoint_on_shutdown;
+  };
+
+  // Routes SIGTERM and SIGINT of this process to the RankProcess started next: each requests its
+  // shutdown, as Shutdown() does. A signal that arrives before Start is kept until then. Call
+  // once, from main, before any thread starts.
+  static void HandleSignals();
+
+  // Checks `options`, creates the engine, starts the gRPC server (and /metrics), prints
+  // "listening on <host>:<port> (...)" on stdout, and starts joining the group in the
+  // background: health turns SERVING once joined. INVALID_ARGUMENT for inconsistent options;
+  // else the status of the part that could not start.
+  static absl::StatusOr<std::unique_ptr<RankProcess>> Start(Options options);
+
+  // Requests the shutdown (as AdminService.Shutdown does) and waits for it.
+  ~RankProcess();
+  RankProcess(const RankProcess&) = delete;
+  RankProcess& operator=(const RankProcess&) = delete;
+
+  // The port the gRPC server listens on, and that of /metrics (0: none).
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+
+  // Requests the shutdown and returns at once. Idempotent.
+  void Shutdown();
+
+  // Blocks until a shutdown was requested (Shutdown, a handled signal or AdminService.Shutdown)
+  // and carried out: the server stopped, the shutdown checkpoints written, the engine stopped.
+  void WaitForShutdown();
+
+ private:
+  explicit RankProcess(Options options);
+
+  // Everything Start does once the object exists.
+  absl::Status Launch();
+  absl::Status StartEngine(const std::shared_ptr<grpc::ChannelCredentials>& peer_credentials);
+  absl::Status StartMetrics();
+  // Joins the group, then turns health SERVING (the join thread).
+  void JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store);
+  // Waits for a shutdown request, then stops the server and saves the sessions (the shutdown
+  // thread).
+  void AwaitShutdownRequest();
+  // `checkpoint_on_shutdown`: every session, once no step runs any more. A failure is logged.
+  void SaveOnShutdown();
+  // The rendezvous store, once the server listens (null before, and with one rank).
+  std::shared_ptr<GrpcKeyValueStore> store() const;
+  // Stops what has started, in reverse order; the threads must have ended.
+  void Stop();
+
+  const Options options_;
+  // A self-pipe of shutdown requests: a signal writes its number, Shutdown() writes 0; the
+  // shutdown thread reads one byte. Owned, unless it is the signal pipe of HandleSignals.
+  int request_pipe_[2] = {-1, -1};
+  bool owns_request_pipe_ = false;
+
+  mutable absl::Mutex store_mu_;
+  std::shared_ptr<GrpcKeyValueStore> store_ ABSL_GUARDED_BY(store_mu_);
+  // The collectives' kind and device, known once the engine (and so its device) exists.
+  CommunicatorOptions comm_template_;
+
+  // Declared in the order they start; stopped in reverse.
+  std::shared_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<RankGroup> group_;
+  std::unique_ptr<Server> server_;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  std::thread join_thread_;
+  std::thread shutdown_thread_;
+
+  absl::Mutex wait_mu_;
+  bool stopped_ ABSL_GUARDED_BY(wait_mu_) = false;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RANK_PROCESS_H_

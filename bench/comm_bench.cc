@@ -318,7 +318,8 @@ void PrintSummary() {
   std::printf("%6s %9s %9s | %8s %8s %8s | %8s %8s %8s\n", "MiB", "GB/s", "GB/s", "GB/s", "bus",
               "ratio", "GB/s", "bus", "ratio");
   for (const auto& [bytes, row] : Results()) {
-    auto get = [&row](const char* key) {
+    // C++17 cannot capture a structured binding itself, only a reference initialised from it.
+    auto get = [&row = row](const char* key) {
       auto it = row.find(key);
       return it == row.end() ? 0.0 : it->second;
     };

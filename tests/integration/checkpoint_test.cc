@@ -452,8 +452,12 @@ TEST(CheckpointCrashTest, ARankKilledDuringASaveLeavesThePreviousCheckpointLoada
   // "second" is complete and loadable, or absent with at most the hidden temporary directory
   // left; never a visible, partial directory.
   const bool second_complete = fs::exists(second);
-  if (second_complete) EXPECT_TRUE(fs::exists(second / "manifest.json"));
-  if (killed_mid_save && !second_complete) EXPECT_TRUE(fs::exists(second_tmp));
+  if (second_complete) {
+    EXPECT_TRUE(fs::exists(second / "manifest.json"));
+  }
+  if (killed_mid_save && !second_complete) {
+    EXPECT_TRUE(fs::exists(second_tmp));
+  }
 
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Running fresh, Start(1, root.path(), "soap", /*init=*/false));
   if (!second_complete) {

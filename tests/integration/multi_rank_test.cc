@@ -89,7 +89,9 @@ Group& SharedGroup(int world) {
     if (!started.ok()) return group;
     auto client = Client::Connect(Options(*started));
     EXPECT_THAT(client.status(), IsOk());
-    if (client.ok()) EXPECT_THAT(WaitServing(**client), IsOk());
+    if (client.ok()) {
+      EXPECT_THAT(WaitServing(**client), IsOk());
+    }
     group = *std::move(started);
   }
   return group;

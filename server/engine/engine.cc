@@ -14,11 +14,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " out of range for world size ",
                                                    options.world_size));
   }
-  OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, CreateDevice(options.device));
+  std::shared_ptr<Device> device = options.injected_device;
+  if (device == nullptr) {
+    OPTSTEP_ASSIGN_OR_RETURN(device, CreateDevice(options.device));
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(options), std::move(device)));
 }
 
-Engine::Engine(EngineOptions options, std::unique_ptr<Device> device)
+Engine::Engine(EngineOptions options, std::shared_ptr<Device> device)
     : options_(std::move(options)),
       device_(std::move(device)),
       device_worker_(std::make_shared<SerialExecutor>()),

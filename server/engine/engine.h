@@ -25,6 +25,9 @@ namespace optstep {
 
 struct EngineOptions {
   DeviceOptions device;
+  // The device to use instead of creating one from `device` (tests inject a fault-injecting
+  // Device here); null: CreateDevice(device).
+  std::shared_ptr<Device> injected_device;
   int rank = 0;
   int world_size = 1;
   absl::Duration default_step_deadline = absl::Seconds(60);
@@ -91,7 +94,7 @@ class Engine {
   void SetAbortVoteListener(AbortVoteListener listener);
 
  private:
-  Engine(EngineOptions options, std::unique_ptr<Device> device);
+  Engine(EngineOptions options, std::shared_ptr<Device> device);
   // Builds the replica: layout, communicator, tensors. Does not register it.
   absl::StatusOr<std::shared_ptr<Session>> BuildSession(const std::string& id, SessionConfig config);
   // Registers `session` unless one of the same id (or, with `by_name`, of the same name)

@@ -201,6 +201,25 @@ class SessionFailureTest : public ::testing::Test {
                 StatusIs(absl::StatusCode::kUnavailable, "the group must be restarted"));
   }
 
+  // Fails rank 1's next call of `method` and commits step 1 on both ranks: rank 1's outcome is
+  // (code1, message1), rank 0 waits out the communicator timeout in `phase` and loses its peer,
+  // and neither applies the step nor takes another.
+  void ExpectRankOneFailureBreaksBoth(FaultInjector& faults, const char* method,
+                                      absl::Status injected, absl::StatusCode code1,
+                                      const std::string& message1, const std::string& phase) {
+    FailNext(faults, method, std::move(injected));
+    std::vector<Outcome> outcomes(2);
+    ASSERT_NO_FATAL_FAILURE(CommitStep(1, outcomes));
+    EXPECT_THAT(outcomes[1].Wait().status(), StatusIs(code1, message1));
+    EXPECT_THAT(outcomes[0].Wait().status(),
+                StatusIs(absl::StatusCode::kUnavailable,
+                         "session 'failures': rank 0 lost a peer during " + phase));
+    for (int r = 0; r < 2; ++r) {
+      ExpectBroken(r, 1);
+      EXPECT_EQ(ranks_[r].session->stats().step, 0u);
+    }
+  }
+
   std::vector<Rank> ranks_;
 };
 
@@ -277,55 +296,29 @@ TEST_F(SessionFailureTest, OptimizerStepFailureBreaksTheReplica) {
 
 TEST_F(SessionFailureTest, OptimizerStepFailureOnOneRankBreaksEveryRank) {
   ASSERT_NO_FATAL_FAILURE(StartRanks(2));
-  FailNext(ranks_[1].device->faults(), "AdamW",
-           absl::InternalError("injected: kernel launch failed"));
-  std::vector<Outcome> outcomes(2);
-  ASSERT_NO_FATAL_FAILURE(CommitStep(1, outcomes));
   // Rank 1 never reaches the all-gather; rank 0 gives up on it there.
-  EXPECT_THAT(outcomes[1].Wait().status(),
-              StatusIs(absl::StatusCode::kInternal, "injected: kernel launch failed"));
-  EXPECT_THAT(outcomes[0].Wait().status(),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       "session 'failures': rank 0 lost a peer during the all-gather"));
-  ExpectBroken(0, 1);
-  ExpectBroken(1, 1);
+  ExpectRankOneFailureBreaksBoth(
+      ranks_[1].device->faults(), "AdamW", absl::InternalError("injected: kernel launch failed"),
+      absl::StatusCode::kInternal, "injected: kernel launch failed", "the all-gather");
 }
 
 TEST_F(SessionFailureTest, AllReduceFailureBreaksEveryRank) {
   ASSERT_NO_FATAL_FAILURE(StartRanks(2));
-  FailNext(ranks_[1].comm->faults(), "AllReduce",
-           absl::UnavailableError("injected: connection reset"));
-  std::vector<Outcome> outcomes(2);
-  ASSERT_NO_FATAL_FAILURE(CommitStep(1, outcomes));
-  EXPECT_THAT(outcomes[1].Wait().status(),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       "session 'failures': rank 1 lost a peer during step agreement: "
-                       "injected: connection reset"));
-  EXPECT_THAT(outcomes[0].Wait().status(),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       "session 'failures': rank 0 lost a peer during step agreement"));
-  for (int r = 0; r < 2; ++r) {
-    ExpectBroken(r, 1);
-    EXPECT_EQ(ranks_[r].session->stats().step, 0u);
-  }
+  ExpectRankOneFailureBreaksBoth(
+      ranks_[1].comm->faults(), "AllReduce", absl::UnavailableError("injected: connection reset"),
+      absl::StatusCode::kUnavailable,
+      "session 'failures': rank 1 lost a peer during step agreement: injected: connection reset",
+      "step agreement");
   EXPECT_EQ(ranks_[1].device->faults().calls("AdamW"), 0);  // nothing was stepped
 }
 
 TEST_F(SessionFailureTest, AllGatherFailureBreaksEveryRank) {
   ASSERT_NO_FATAL_FAILURE(StartRanks(2));
-  FailNext(ranks_[1].comm->faults(), "AllGatherV",
-           absl::UnavailableError("injected: connection reset"));
-  std::vector<Outcome> outcomes(2);
-  ASSERT_NO_FATAL_FAILURE(CommitStep(1, outcomes));
-  EXPECT_THAT(outcomes[1].Wait().status(),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       "session 'failures': rank 1 lost a peer during the all-gather: "
-                       "injected: connection reset"));
-  EXPECT_THAT(outcomes[0].Wait().status(),
-              StatusIs(absl::StatusCode::kUnavailable,
-                       "session 'failures': rank 0 lost a peer during the all-gather"));
-  ExpectBroken(0, 1);
-  ExpectBroken(1, 1);
+  ExpectRankOneFailureBreaksBoth(
+      ranks_[1].comm->faults(), "AllGatherV", absl::UnavailableError("injected: connection reset"),
+      absl::StatusCode::kUnavailable,
+      "session 'failures': rank 1 lost a peer during the all-gather: injected: connection reset",
+      "the all-gather");
 }
 
 TEST_F(SessionFailureTest, DelayedDeviceMissesTheDeadlineAndEveryRankAborts) {

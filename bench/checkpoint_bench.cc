@@ -34,9 +34,9 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/gpt_layout.h"
-#include "server/engine/checkpoint/checkpoint_reader.h"
-#include "server/engine/checkpoint/checkpoint_writer.h"
-#include "server/engine/layout.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/partition.h"
 
 ABSL_FLAG(int, layers, 24, "Transformer layers (24: the 1.3B-parameter model, 15.8 GB).");
 ABSL_FLAG(std::string, dir, "/tmp", "Directory for the files (removed afterwards).");

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/partition.h"
 #include "server/engine/cost_model.h"
-#include "server/engine/layout.h"
 #include "server/optim/presets.h"
 
 namespace optstep {

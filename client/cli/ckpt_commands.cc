@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/reshard.h"
 #include "client/cli/commands.h"
 #include "client/cli/format.h"
 #include "client/cli/table.h"
-#include "server/engine/checkpoint/reshard.h"
 
 namespace optstep {
 namespace cli {

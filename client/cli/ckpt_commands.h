@@ -15,7 +15,7 @@
 #include <string>
 
 #include "absl/types/span.h"
-#include "server/engine/checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_reader.h"
 
 namespace optstep {
 namespace cli {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/engine/state_dict.h"
+#include "checkpoint/state_dict.h"
 #include "server/optim/param_info.h"
 #include "server/optim/routing.h"
 

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/manifest.h"
 #include "nlohmann/json.hpp"
-#include "server/engine/checkpoint/checkpoint_reader.h"
-#include "server/engine/checkpoint/manifest.h"
 #include "server/engine/cost_model.h"
 
 namespace optstep {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/engine/checkpoint/checkpoint_writer.h"
+#include "checkpoint/checkpoint_writer.h"
 #include "server/engine/session.h"
 
 namespace optstep {

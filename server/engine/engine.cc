@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "checkpoint/partition.h"
 #include "server/engine/cost_model.h"
 
 namespace optstep {

@@ -10,9 +10,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/state_dict.h"
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "server/engine/engine.h"
-#include "server/engine/state_dict.h"
 #include "server/rpc/state_dict_stream.h"
 
 namespace optstep {

@@ -12,11 +12,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/serial_executor.h"
+#include "checkpoint/checkpoint_writer.h"
 #include "kernels/comm/key_value_store.h"
 #include "optstep/v1/internal.grpc.pb.h"
 #include "optstep/v1/session.pb.h"
-#include "server/engine/checkpoint/checkpoint_writer.h"
-#include "base/serial_executor.h"
 #include "server/engine/engine.h"
 
 namespace optstep {

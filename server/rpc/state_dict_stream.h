@@ -15,9 +15,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/state_dict.h"
 #include "optstep/v1/checkpoint_service.pb.h"
 #include "server/engine/session.h"
-#include "server/engine/state_dict.h"
 
 namespace optstep {
 

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "server/engine/checkpoint/manifest.h"
-#include "server/engine/checkpoint/safetensors.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
 
 namespace {
 

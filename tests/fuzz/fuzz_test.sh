@@ -28,8 +28,8 @@ echo "fuzz_test: compiling with $("$cxx" --version | head -1)"
 "$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address -fno-omit-frame-pointer -msse4.2 \
   -I"$src" \
   "$src/tests/fuzz/checkpoint_parsers_fuzzer.cc" \
-  "$src/server/engine/checkpoint/manifest.cc" \
-  "$src/server/engine/checkpoint/safetensors.cc" \
+  "$src/checkpoint/manifest.cc" \
+  "$src/checkpoint/safetensors.cc" \
   "$src/kernels/tensor.cc" \
   "${absl_libs[@]/#/-labsl_}" -lcrypto -lpthread \
   -o "$work/checkpoint_parsers_fuzzer"

@@ -1,7 +1,7 @@
 """Checkpoint directories are readable without optstep: the shards with the `safetensors` package,
 the manifest with `json` (docs/checkpoints.md).
 
-A small C++ tool (//tests/server/engine/checkpoint:write_sample_checkpoint) writes a two-rank
+A small C++ tool (//tests/checkpoint:write_sample_checkpoint) writes a two-rank
 checkpoint with the real writer and prints what it wrote; `optstep ckpt split` reshards it.
 Both binaries are built with bazel when needed.
 """
@@ -22,7 +22,7 @@ from safetensors import safe_open
 
 from optstep.local import repository_root
 
-WRITER = "tests/server/engine/checkpoint/write_sample_checkpoint"
+WRITER = "tests/checkpoint/write_sample_checkpoint"
 CLI = "client/cli/optstep"
 
 

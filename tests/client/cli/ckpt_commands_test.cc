@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_reader.h"
 #include "client/cli/commands.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/checkpoint/checkpoint_reader.h"
-#include "tests/server/engine/checkpoint/checkpoint_test_util.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_RESHARD_H_
-#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_RESHARD_H_
+#ifndef OPTSTEP_CHECKPOINT_RESHARD_H_
+#define OPTSTEP_CHECKPOINT_RESHARD_H_
 
 // Offline resharding of a checkpoint onto another number of ranks. Both functions write a new,
 // complete checkpoint <dst_root>/<dst_name> (Prepare / WriteShard / Commit) with a new manifest
@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "server/engine/checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_reader.h"
 
 namespace optstep {
 
@@ -30,4 +30,4 @@ absl::Status SplitCheckpoint(const CheckpointReader& src, absl::string_view dst_
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_RESHARD_H_
+#endif  // OPTSTEP_CHECKPOINT_RESHARD_H_

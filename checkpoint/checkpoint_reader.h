@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_READER_H_
-#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_READER_H_
+#ifndef OPTSTEP_CHECKPOINT_CHECKPOINT_READER_H_
+#define OPTSTEP_CHECKPOINT_CHECKPOINT_READER_H_
 
 // Reading a checkpoint directory: Open parses and validates manifest.json and every shard's
 // safetensors header (sizes, offsets, dtypes, shapes); Verify checks every shard's CRC-32C;
@@ -17,9 +17,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/engine/checkpoint/checkpoint_writer.h"
-#include "server/engine/checkpoint/manifest.h"
-#include "server/engine/checkpoint/safetensors.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/safetensors.h"
 
 namespace optstep {
 
@@ -110,4 +110,4 @@ class CheckpointReader final {
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_READER_H_
+#endif  // OPTSTEP_CHECKPOINT_CHECKPOINT_READER_H_

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_SAFETENSORS_H_
-#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_SAFETENSORS_H_
+#ifndef OPTSTEP_CHECKPOINT_SAFETENSORS_H_
+#define OPTSTEP_CHECKPOINT_SAFETENSORS_H_
 
 // The header of a safetensors file (https://github.com/huggingface/safetensors, "Format"):
 //
@@ -20,8 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "checkpoint/state_dict.h"
 #include "kernels/tensor.h"
-#include "server/engine/state_dict.h"
 
 namespace optstep {
 
@@ -67,4 +67,4 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_SAFETENSORS_H_
+#endif  // OPTSTEP_CHECKPOINT_SAFETENSORS_H_

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_
-#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_
+#ifndef OPTSTEP_CHECKPOINT_CHECKPOINT_WRITER_H_
+#define OPTSTEP_CHECKPOINT_CHECKPOINT_WRITER_H_
 
 // Writing a checkpoint directory `<root>/<name>/` (docs/checkpoints.md) from several ranks that
 // share a file system, coordinated by the caller:
@@ -24,9 +24,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/state_dict.h"
 #include "kernels/tensor.h"
-#include "server/engine/checkpoint/manifest.h"
-#include "server/engine/state_dict.h"
 
 namespace optstep {
 
@@ -108,4 +108,4 @@ absl::StatusOr<std::vector<std::string>> ListCheckpoints(absl::string_view root)
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_WRITER_H_
+#endif  // OPTSTEP_CHECKPOINT_CHECKPOINT_WRITER_H_

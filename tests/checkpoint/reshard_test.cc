@@ -1,12 +1,12 @@
-#include "server/engine/checkpoint/reshard.h"
+#include "checkpoint/reshard.h"
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "checkpoint/partition.h"
 #include "gtest/gtest.h"
-#include "server/engine/layout.h"
-#include "tests/server/engine/checkpoint/checkpoint_test_util.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -116,7 +116,9 @@ TEST(ReshardTest, SplitFollowsPartitionByCostAndReplicatesCounters) {
       if (t.key.rfind("param/", 0) == 0) {
         const std::string name = t.key.substr(6);
         for (size_t p = 0; p < 4; ++p) {
-          if (kParams[p] == name) EXPECT_EQ(layout.owner[p], r) << name;
+          if (kParams[p] == name) {
+            EXPECT_EQ(layout.owner[p], r) << name;
+          }
         }
       }
     }

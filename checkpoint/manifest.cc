@@ -1,4 +1,4 @@
-#include "server/engine/checkpoint/manifest.h"
+#include "checkpoint/manifest.h"
 
 #include <openssl/sha.h>
 

@@ -1,4 +1,4 @@
-#include "server/engine/checkpoint/file_util.h"
+#include "checkpoint/file_util.h"
 
 #include <dirent.h>
 #include <fcntl.h>

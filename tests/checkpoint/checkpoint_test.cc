@@ -14,12 +14,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/crc32c.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "server/engine/checkpoint/checkpoint_reader.h"
-#include "server/engine/checkpoint/checkpoint_writer.h"
-#include "server/engine/checkpoint/crc32c.h"
-#include "tests/server/engine/checkpoint/checkpoint_test_util.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {

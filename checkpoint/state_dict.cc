@@ -1,4 +1,4 @@
-#include "server/engine/state_dict.h"
+#include "checkpoint/state_dict.h"
 
 #include "absl/strings/match.h"
 

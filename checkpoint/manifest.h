@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_MANIFEST_H_
-#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_MANIFEST_H_
+#ifndef OPTSTEP_CHECKPOINT_MANIFEST_H_
+#define OPTSTEP_CHECKPOINT_MANIFEST_H_
 
 // manifest.json of a checkpoint directory (docs/checkpoints.md): format version, the session
 // definition and its digest, world size, step counters, the parameters in id order with their
@@ -72,4 +72,4 @@ absl::Status CheckManifest(const Manifest& manifest, absl::StatusCode code);
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_MANIFEST_H_
+#endif  // OPTSTEP_CHECKPOINT_MANIFEST_H_

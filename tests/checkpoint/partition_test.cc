@@ -1,4 +1,4 @@
-#include "server/engine/layout.h"
+#include "checkpoint/partition.h"
 
 #include <vector>
 

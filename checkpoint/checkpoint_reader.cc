@@ -1,4 +1,4 @@
-#include "server/engine/checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_reader.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
-#include "server/engine/checkpoint/crc32c.h"
-#include "server/engine/checkpoint/file_util.h"
+#include "checkpoint/crc32c.h"
+#include "checkpoint/file_util.h"
 
 namespace optstep {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/engine/checkpoint/crc32c.h"
+#include "checkpoint/crc32c.h"
 
 #include <random>
 #include <string>

@@ -1,4 +1,4 @@
-#include "server/engine/checkpoint/reshard.h"
+#include "checkpoint/reshard.h"
 
 #include <cstring>
 #include <map>
@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "server/engine/checkpoint/checkpoint_writer.h"
-#include "server/engine/checkpoint/safetensors.h"
-#include "server/engine/layout.h"
-#include "server/engine/state_dict.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/partition.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/state_dict.h"
 
 namespace optstep {
 namespace {

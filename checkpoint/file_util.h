@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_FILE_UTIL_H_
-#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_FILE_UTIL_H_
+#ifndef OPTSTEP_CHECKPOINT_FILE_UTIL_H_
+#define OPTSTEP_CHECKPOINT_FILE_UTIL_H_
 
 // POSIX file helpers of the checkpoint package: errno translated to absl::Status with the path
 // in the message (ENOENT -> NOT_FOUND, EEXIST/ENOTEMPTY -> ALREADY_EXISTS, ENOSPC ->
@@ -60,4 +60,4 @@ absl::Status WriteSmallFile(const std::string& path, absl::string_view contents)
 }  // namespace internal
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_FILE_UTIL_H_
+#endif  // OPTSTEP_CHECKPOINT_FILE_UTIL_H_

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_TESTS_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_TEST_UTIL_H_
-#define OPTSTEP_TESTS_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_TEST_UTIL_H_
+#ifndef OPTSTEP_TESTS_CHECKPOINT_CHECKPOINT_TEST_UTIL_H_
+#define OPTSTEP_TESTS_CHECKPOINT_CHECKPOINT_TEST_UTIL_H_
 
 // Helpers of the checkpoint tests: tensors with owned bytes and deterministic values, a small
 // session-like manifest, and writing a whole checkpoint the way the ranks do
@@ -11,9 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "server/engine/checkpoint/checkpoint_reader.h"
-#include "server/engine/checkpoint/checkpoint_writer.h"
-#include "server/engine/checkpoint/manifest.h"
+#include "checkpoint/checkpoint_reader.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/manifest.h"
 
 namespace optstep {
 namespace testutil {
@@ -53,4 +53,4 @@ std::string FreshDir(absl::string_view label);
 }  // namespace testutil
 }  // namespace optstep
 
-#endif  // OPTSTEP_TESTS_SERVER_ENGINE_CHECKPOINT_CHECKPOINT_TEST_UTIL_H_
+#endif  // OPTSTEP_TESTS_CHECKPOINT_CHECKPOINT_TEST_UTIL_H_

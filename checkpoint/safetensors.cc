@@ -1,4 +1,4 @@
-#include "server/engine/checkpoint/safetensors.h"
+#include "checkpoint/safetensors.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_ENGINE_STATE_DICT_H_
-#define OPTSTEP_SERVER_ENGINE_STATE_DICT_H_
+#ifndef OPTSTEP_CHECKPOINT_STATE_DICT_H_
+#define OPTSTEP_CHECKPOINT_STATE_DICT_H_
 
 #include <cstdint>
 #include <map>
@@ -31,4 +31,4 @@ std::optional<std::string> ParamNameOfKey(const std::string& key);
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_STATE_DICT_H_
+#endif  // OPTSTEP_CHECKPOINT_STATE_DICT_H_

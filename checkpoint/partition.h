@@ -1,16 +1,15 @@
-#ifndef OPTSTEP_SERVER_ENGINE_LAYOUT_H_
-#define OPTSTEP_SERVER_ENGINE_LAYOUT_H_
+#ifndef OPTSTEP_CHECKPOINT_PARTITION_H_
+#define OPTSTEP_CHECKPOINT_PARTITION_H_
+
+// Partitioners: the placement of whole parameters over ranks, used by the engine when it creates
+// a session and by the offline split of a checkpoint. Pure functions.
 
 #include <cstdint>
 #include <vector>
 
-namespace optstep {
+#include "checkpoint/layout.h"
 
-// Which rank owns which parameter (layer-wise partition: whole parameters).
-struct Layout {
-  int world_size = 1;
-  std::vector<int> owner;  // owner[param_id]
-};
+namespace optstep {
 
 // Longest-processing-time-first partition of parameters with the given step costs over
 // `world_size` ranks: parameters in descending cost (ties by id) each go to the least-loaded rank
@@ -29,4 +28,4 @@ double Imbalance(const Layout& layout, const std::vector<double>& weights);
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_LAYOUT_H_
+#endif  // OPTSTEP_CHECKPOINT_PARTITION_H_

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_CRC32C_H_
-#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_CRC32C_H_
+#ifndef OPTSTEP_CHECKPOINT_CRC32C_H_
+#define OPTSTEP_CHECKPOINT_CRC32C_H_
 
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, initial value and final xor 0xFFFFFFFF),
 // the checksum of checkpoint shard files. Uses the SSE4.2 `crc32` instruction where the build
@@ -24,4 +24,4 @@ uint32_t Crc32cPortable(uint32_t crc, const void* data, size_t n);
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_CRC32C_H_
+#endif  // OPTSTEP_CHECKPOINT_CRC32C_H_

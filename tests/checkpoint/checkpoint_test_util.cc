@@ -1,4 +1,4 @@
-#include "tests/server/engine/checkpoint/checkpoint_test_util.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 
 #include <sys/stat.h>
 

@@ -1,10 +1,10 @@
-#include "server/engine/checkpoint/manifest.h"
+#include "checkpoint/manifest.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/server/engine/checkpoint/checkpoint_test_util.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {

@@ -1,4 +1,4 @@
-#include "server/engine/checkpoint/checkpoint_writer.h"
+#include "checkpoint/checkpoint_writer.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,11 +14,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "glog/logging.h"
 #include "base/status_macros.h"
-#include "server/engine/checkpoint/crc32c.h"
-#include "server/engine/checkpoint/file_util.h"
-#include "server/engine/checkpoint/safetensors.h"
+#include "checkpoint/crc32c.h"
+#include "checkpoint/file_util.h"
+#include "checkpoint/safetensors.h"
+#include "glog/logging.h"
 
 namespace optstep {
 namespace {

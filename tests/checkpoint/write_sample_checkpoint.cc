@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
-#include "tests/server/engine/checkpoint/checkpoint_test_util.h"
+#include "tests/checkpoint/checkpoint_test_util.h"
 
 int main(int argc, char** argv) {
   using optstep::StateTensor;

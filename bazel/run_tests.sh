@@ -3,7 +3,8 @@
 # (also written to .test-summary). Used by `make test` and by CI.
 #   1. bazel test //...            (C++ unit, service and integration tests; `gpu` tests filtered)
 #   2. bazel build --config=cuda //...   where nvcc exists, so CUDA code keeps compiling
-#   3. pytest tests/python         (the Python client; bazel/python_env.sh makes .venv first)
+#   3. pytest tests/python         (the Python client; bazel/python_env.sh makes .venv first),
+#                                  and mypy --strict over client/python/optstep
 #   4. pytest tests/deploy         (deploy/k8s and deploy/docker: kubernetes-validate, checkov,
 #                                   the rank contract; bazel/deploy_env.sh makes .venv-deploy first)
 set -uo pipefail
@@ -35,6 +36,17 @@ if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   fi
 fi
 
+# add_pytest LOG: counts the closing line of the pytest run logged in LOG (none: 1 failed).
+add_pytest() {
+  local line p f s
+  line=$(grep -E '[0-9]+ (passed|failed)' "$1" | tail -1)
+  p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | awk '{n += $1} END {print n + 0}')
+  s=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  [[ -z "$line" ]] && f=1
+  add "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+}
+
 if [[ -d tests/python ]]; then
   echo "== pytest tests/python"
   bazel/python_env.sh >/dev/null || add "0 passed, 1 failed"
@@ -43,12 +55,16 @@ if [[ -d tests/python ]]; then
   if [[ -x .venv/bin/python ]]; then
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 |
       tee /tmp/optstep-pytest.log | tail -30
-    line=$(grep -E '[0-9]+ (passed|failed)' /tmp/optstep-pytest.log | tail -1)
-    p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
-    f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | awk '{n += $1} END {print n + 0}')
-    s=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
-    [[ -z "$line" ]] && f=1
-    add "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+    add_pytest /tmp/optstep-pytest.log
+    # The package's annotations, checked (configuration: client/python/pyproject.toml).
+    echo "== mypy --strict client/python/optstep"
+    if (cd client/python && ../../.venv/bin/python -m mypy --strict) 2>&1 | tail -5;
+       [[ ${PIPESTATUS[0]} -eq 0 ]]; then
+      add "1 passed, 0 failed"
+    else
+      echo "mypy FAILED"
+      add "0 passed, 1 failed"
+    fi
   fi
 fi
 
@@ -57,12 +73,7 @@ if [[ -d tests/deploy ]]; then
   if bazel/deploy_env.sh >/dev/null && [[ -x .venv-deploy/bin/python ]]; then
     .venv-deploy/bin/python -m pytest -q -p no:cacheprovider tests/deploy 2>&1 |
       tee /tmp/optstep-pytest-deploy.log | tail -30
-    line=$(grep -E '[0-9]+ (passed|failed)' /tmp/optstep-pytest-deploy.log | tail -1)
-    p=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
-    f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | awk '{n += $1} END {print n + 0}')
-    s=$(grep -oE '[0-9]+ skipped' <<<"$line" | grep -oE '[0-9]+' || echo 0)
-    [[ -z "$line" ]] && f=1
-    add "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+    add_pytest /tmp/optstep-pytest-deploy.log
   else
     echo "bazel/deploy_env.sh FAILED"
     add "0 passed, 1 failed"

@@ -8,20 +8,23 @@ The server binary is $OPTSTEP_SERVER, else bazel-bin/server/optstep_server, whic
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 from typing import Iterator
 
 import pytest
 
 import optstep
-from optstep.local import default_server_binary, repository_root
+from repository import REPOSITORY_ROOT
 
 
 @pytest.fixture(scope="session")
 def server_binary() -> str:
-    binary = default_server_binary()
-    if not binary.is_file() and not os.environ.get("OPTSTEP_SERVER"):
-        subprocess.run(["bazel", "build", "//server:optstep_server"], cwd=repository_root(),
+    override = os.environ.get("OPTSTEP_SERVER")
+    binary = (pathlib.Path(override) if override
+              else REPOSITORY_ROOT / "bazel-bin" / "server" / "optstep_server")
+    if not binary.is_file() and not override:
+        subprocess.run(["bazel", "build", "//server:optstep_server"], cwd=REPOSITORY_ROOT,
                        check=True)
     assert binary.is_file(), f"no server binary at {binary}"
     return str(binary)

@@ -20,7 +20,7 @@ import pytest
 import safetensors.numpy as safetensors_numpy
 from safetensors import safe_open
 
-from optstep.local import repository_root
+from repository import REPOSITORY_ROOT
 
 WRITER = "tests/checkpoint/write_sample_checkpoint"
 CLI = "client/cli/optstep"
@@ -28,7 +28,7 @@ CLI = "client/cli/optstep"
 
 @pytest.fixture(scope="module")
 def binaries() -> Dict[str, pathlib.Path]:
-    root = repository_root()
+    root = REPOSITORY_ROOT
     subprocess.run(["bazel", "build", "//" + WRITER.replace("/write", ":write"),
                     "//client/cli:optstep"], cwd=root, check=True, capture_output=True)
     paths = {"writer": root / "bazel-bin" / WRITER, "cli": root / "bazel-bin" / CLI}

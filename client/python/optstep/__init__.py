@@ -8,10 +8,11 @@
   whose steps run on the service (imports torch; not loaded by ``import optstep``).
 - Errors are :class:`OptstepError` subclasses carrying the gRPC code and message.
 
-See docs/python.md.
+``optstep.__version__`` is the package's version. See docs/python.md.
 """
 
 from optstep import config, pb
+from optstep._version import __version__ as __version__
 from optstep.chunks import GradientSlice
 from optstep.client import (MAX_CHUNK_BYTES, Client, CreatedSession, GroupSchedule, Parameters,
                             StepReply)

@@ -52,7 +52,7 @@ class WireChunk:
 
     param_id: int
     offset: int
-    dtype: int
+    dtype: dtypes.WireDType
     data: np.ndarray
 
 

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
-                    Optional, Sequence, Union)
+                    Optional, Sequence, Tuple, TypeVar, Union)
 
 import grpc
 import numpy as np
@@ -48,6 +48,8 @@ __all__ = ["Client", "CreatedSession", "GroupSchedule", "StepReply", "Parameters
 MAX_CHUNK_BYTES = 4 << 20
 _CHUNK_ENVELOPE_BYTES = 1024
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+# What a unary call answers (_call).
+_Response = TypeVar("_Response")
 _ADMIN_SHUTDOWN = "/optstep.v1.AdminService/Shutdown"
 _SERVING = 1
 
@@ -94,7 +96,7 @@ class _Rank:
     checkpoint: ckpt_grpc.CheckpointServiceStub
 
 
-def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _call(fn: Callable[..., _Response], *args: Any, **kwargs: Any) -> _Response:
     """Runs a unary gRPC call, converting its error."""
     try:
         return fn(*args, **kwargs)
@@ -158,7 +160,7 @@ class Client:
         self._stream_timeout = stream_timeout
         self._wait_for_ready = wait_for_ready
         self._max_chunk_bytes = max_chunk_bytes
-        self._channel_options = [
+        self._channel_options: List[Tuple[str, Union[int, str]]] = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.http2.bdp_probe", 1 if bdp_probe else 0),
@@ -245,8 +247,9 @@ class Client:
         return CreatedSession(response.session, response.attached)
 
     def get_session(self, session_id: str) -> session_pb2.SessionInfo:
-        info = _call(self._rank0().service.GetSession,
-                     svc_pb2.GetSessionRequest(session_id=session_id), **self._unary_kwargs())
+        info: session_pb2.SessionInfo = _call(self._rank0().service.GetSession,
+                                              svc_pb2.GetSessionRequest(session_id=session_id),
+                                              **self._unary_kwargs())
         self._remember(info)
         return info
 
@@ -443,7 +446,7 @@ class Client:
         request = ckpt_pb2.ExportStateDictRequest(session_id=session_id,
                                                   model_chunks=list(model_chunks or ()))
         buffers: Dict[str, TensorBuffer] = {}
-        shapes: Dict[str, tuple] = {}
+        shapes: Dict[str, Tuple[int, ...]] = {}
         call = self._rank0().checkpoint.ExportStateDict(request, timeout=self._stream_timeout,
                                                         wait_for_ready=self._wait_for_ready)
         try:
@@ -485,8 +488,9 @@ class Client:
                                                   dtype=wire, data=piece.tobytes())
                     first = False
 
-        response = _call(self._rank0().checkpoint.ImportStateDict, requests(),
-                         timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready)
+        response: ckpt_pb2.ImportStateDictResponse = _call(
+            self._rank0().checkpoint.ImportStateDict, requests(), timeout=self._stream_timeout,
+            wait_for_ready=self._wait_for_ready)
         self.layout(session_id, refresh=True)
         return response
 
@@ -503,7 +507,8 @@ class Client:
                                   "client")
         encoded = reason.encode()
         request = (b"\x0a" + _varint(len(encoded)) + encoded) if encoded else b""
-        call = ranks[rank].channel.unary_unary(_ADMIN_SHUTDOWN)
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = ranks[rank].channel.unary_unary(
+            _ADMIN_SHUTDOWN)
         _call(call, request, **self._unary_kwargs())
 
     # ---- health
@@ -512,7 +517,8 @@ class Client:
         """True when `service` ("" = the whole server) on rank 0 is SERVING, False when not."""
         encoded = service.encode()
         request = (b"\x0a" + _varint(len(encoded)) + encoded) if encoded else b""
-        check = self._rank0().channel.unary_unary(_HEALTH_CHECK)
+        check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._rank0().channel.unary_unary(
+            _HEALTH_CHECK)
         response = _call(check, request, timeout=self._rpc_timeout)
         return response == b"\x08" + _varint(_SERVING)
 
@@ -560,7 +566,7 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _return_dtype(dtype: dtypes.DTypeLike) -> int:
+def _return_dtype(dtype: dtypes.DTypeLike) -> dtypes.WireDType:
     wire = dtypes.wire_dtype(dtype)
     if wire not in (dtypes.FP32, dtypes.BF16):
         raise InvalidArgumentError(f"parameters can be returned as fp32 or bf16, not "

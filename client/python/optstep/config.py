@@ -16,7 +16,7 @@ so the server applies the spec's defaults::
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 from optstep.v1 import optimizer_config_pb2 as pb
 
@@ -25,7 +25,7 @@ __all__ = [
     "muon_chain", "soap_chain",
 ]
 
-_WD_MODES = {
+_WD_MODES: Dict[Optional[str], pb.WeightDecayMode] = {
     None: pb.WEIGHT_DECAY_MODE_UNSPECIFIED,
     "decoupled": pb.WEIGHT_DECAY_MODE_DECOUPLED,
     "independent": pb.WEIGHT_DECAY_MODE_INDEPENDENT,
@@ -38,7 +38,7 @@ def _betas(betas: Optional[Tuple[float, float]]) -> Tuple[Optional[float], Optio
     return (None, None) if betas is None else (betas[0], betas[1])
 
 
-def _wd_mode(mode: Optional[str]) -> int:
+def _wd_mode(mode: Optional[str]) -> pb.WeightDecayMode:
     if mode not in _WD_MODES:
         raise ValueError(f"weight_decay_mode {mode!r} is not one of "
                          f"{sorted(k for k in _WD_MODES if k)}")

@@ -19,6 +19,7 @@ from optstep.v1 import tensor_pb2
 
 __all__ = [
     "DTypeLike",
+    "WireDType",
     "FP32",
     "BF16",
     "FP16",
@@ -33,11 +34,14 @@ __all__ = [
     "state_dict_dtype",
 ]
 
-FP32: int = tensor_pb2.DTYPE_FP32
-BF16: int = tensor_pb2.DTYPE_BF16
-FP16: int = tensor_pb2.DTYPE_FP16
+#: A value of the ``optstep.v1.DType`` enum (an int).
+WireDType = tensor_pb2.DType
+
+FP32: WireDType = tensor_pb2.DTYPE_FP32
+BF16: WireDType = tensor_pb2.DTYPE_BF16
+FP16: WireDType = tensor_pb2.DTYPE_FP16
 #: State dicts only: the servers' step counters (0-d int64 tensors).
-INT64: int = tensor_pb2.DTYPE_INT64
+INT64: WireDType = tensor_pb2.DTYPE_INT64
 
 #: A wire element type: "fp32" / "float32", "bf16" / "bfloat16", "fp16" / "float16", "int64"
 #: (state dicts only), or a ``optstep.v1.DType`` value (FP32, BF16, FP16, INT64).
@@ -50,18 +54,19 @@ _NAMES = {
     "int64": INT64,
 }
 _CANONICAL: Dict[int, str] = {FP32: "fp32", BF16: "bf16", FP16: "fp16", INT64: "int64"}
+_BY_VALUE: Dict[int, WireDType] = {FP32: FP32, BF16: BF16, FP16: FP16, INT64: INT64}
 _NUMPY: Dict[int, np.dtype] = {FP32: np.dtype("<f4"), BF16: np.dtype("<u2"),
                                FP16: np.dtype("<f2"), INT64: np.dtype("<i8")}
 
 
-def wire_dtype(dtype: DTypeLike) -> int:
+def wire_dtype(dtype: DTypeLike) -> WireDType:
     """The ``optstep.v1.DType`` value of `dtype`; InvalidArgumentError for anything else."""
     if isinstance(dtype, str):
         wire = _NAMES.get(dtype.lower())
         if wire is not None:
             return wire
-    elif isinstance(dtype, int) and dtype in _CANONICAL:
-        return dtype
+    elif isinstance(dtype, int) and dtype in _BY_VALUE:
+        return _BY_VALUE[dtype]
     raise InvalidArgumentError(f"dtype {dtype!r} is not one of fp32, bf16, fp16")
 
 
@@ -117,7 +122,7 @@ def _is_torch_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def _from_torch(tensor: Any) -> Tuple[np.ndarray, Optional[int]]:
+def _from_torch(tensor: Any) -> Tuple[np.ndarray, Optional[WireDType]]:
     """A numpy view (or copy, off the CPU) of a torch tensor and its natural wire dtype."""
     import torch
 
@@ -134,7 +139,7 @@ def _from_torch(tensor: Any) -> Tuple[np.ndarray, Optional[int]]:
 
 
 def to_wire_array(values: Any, dtype: Optional[DTypeLike] = None,
-                  what: str = "tensor") -> Tuple[np.ndarray, int]:
+                  what: str = "tensor") -> Tuple[np.ndarray, WireDType]:
     """Flattens `values` into a contiguous little-endian array of a wire dtype.
 
     `values` is a numpy array (float32, float16, float64, or uint16 bf16 bits with
@@ -144,7 +149,7 @@ def to_wire_array(values: Any, dtype: Optional[DTypeLike] = None,
     1-D array and its ``optstep.v1.DType``. InvalidArgumentError, naming `what`, for other types.
     """
     wanted = None if dtype is None else wire_dtype(dtype)
-    natural: Optional[int]
+    natural: Optional[WireDType]
     if _is_torch_tensor(values):
         array, natural = _from_torch(values)
     else:

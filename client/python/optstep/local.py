@@ -5,9 +5,9 @@
     with LocalGroup(2) as group:             # two ranks; rank 0 serves the rendezvous
         client = optstep.Client(rank_targets=group.targets)
 
-The binary is $OPTSTEP_SERVER, else bazel-bin/server/optstep_server under the repository root
-(the folder that holds this package's client/python). The server picks a free port and prints
-``listening on HOST:PORT`` first; its output goes to a log file (``server.log_path``).
+The binary is the `binary` argument, else $OPTSTEP_SERVER, else (when this package runs from a
+source checkout) the checkout's bazel-bin/server/optstep_server. The server picks a free port and
+prints ``listening on HOST:PORT`` first; its output goes to a log file (``server.log_path``).
 """
 
 from __future__ import annotations
@@ -18,29 +18,31 @@ import re
 import subprocess
 import tempfile
 import time
-from typing import Any, List, Optional, Sequence
+from typing import IO, Any, List, Optional, Sequence, Union
 
-__all__ = ["LocalServer", "LocalGroup", "default_server_binary", "repository_root"]
+from optstep._checkout import checkout_server_binary
+
+__all__ = ["LocalServer", "LocalGroup", "default_server_binary"]
 
 _LISTENING = re.compile(r"^listening on (\S+)", re.MULTILINE)
 
-
-def repository_root() -> pathlib.Path:
-    """The repository this package was installed from (client/python/optstep/ -> ../../..)."""
-    return pathlib.Path(__file__).resolve().parents[3]
+#: A path to the server binary.
+PathLike = Union[str, "os.PathLike[str]"]
 
 
-def default_server_binary() -> pathlib.Path:
+def default_server_binary() -> Optional[pathlib.Path]:
+    """$OPTSTEP_SERVER, else the source checkout's bazel-bin/server/optstep_server (built or
+    not), else None."""
     override = os.environ.get("OPTSTEP_SERVER")
     if override:
         return pathlib.Path(override)
-    return repository_root() / "bazel-bin" / "server" / "optstep_server"
+    return checkout_server_binary()
 
 
 class LocalServer:
     """One optstep_server rank on 127.0.0.1 and a free port; stopped on exit (SIGTERM)."""
 
-    def __init__(self, binary: Optional[os.PathLike] = None, flags: Sequence[str] = (),
+    def __init__(self, binary: Optional[PathLike] = None, flags: Sequence[str] = (),
                  host: str = "127.0.0.1", start_timeout: float = 30.0) -> None:
         self.binary = pathlib.Path(binary) if binary else default_server_binary()
         self.flags = list(flags)
@@ -48,11 +50,13 @@ class LocalServer:
         self.start_timeout = start_timeout
         self.address: Optional[str] = None
         self.log_path: Optional[pathlib.Path] = None
-        self._process: Optional[subprocess.Popen] = None
-        self._log: Any = None
+        self._process: Optional[subprocess.Popen[bytes]] = None
+        self._log: Optional[IO[bytes]] = None
 
     def start(self) -> str:
         """Starts the server and answers its address; RuntimeError when it does not come up."""
+        if self.binary is None:
+            raise FileNotFoundError("no optstep server binary: pass one, or set OPTSTEP_SERVER")
         if not self.binary.is_file():
             raise FileNotFoundError(f"optstep server binary not found at {self.binary} (build it "
                                     "with `bazel build //server:optstep_server`, or set "
@@ -119,7 +123,7 @@ class LocalGroup:
     """`world_size` ranks on 127.0.0.1, as deploy/local/ranks.sh runs them: rank 0 first (it
     serves the rendezvous), then the others pointed at it. ``targets`` are their addresses."""
 
-    def __init__(self, world_size: int, binary: Optional[os.PathLike] = None,
+    def __init__(self, world_size: int, binary: Optional[PathLike] = None,
                  flags: Sequence[str] = (), start_timeout: float = 60.0) -> None:
         self.world_size = world_size
         self.binary = binary
@@ -144,12 +148,12 @@ class LocalGroup:
             raise
         return self.targets
 
-    def wait(self, timeout: float) -> int:
-        """Waits for the server to exit by itself (e.g. after Client.shutdown); answers its exit
-        status. subprocess.TimeoutExpired when it still runs after `timeout` seconds."""
-        if self._process is None:
-            raise RuntimeError("optstep server not started")
-        return self._process.wait(timeout=timeout)
+    def wait(self, timeout: float) -> List[int]:
+        """Waits for every rank to exit by itself (e.g. after Client.shutdown of each); answers
+        their exit statuses by rank. subprocess.TimeoutExpired when one still runs after
+        `timeout` seconds (counted from the call)."""
+        deadline = time.monotonic() + timeout
+        return [rank.wait(max(0.0, deadline - time.monotonic())) for rank in self.ranks]
 
     def stop(self) -> None:
         for rank in reversed(self.ranks):

@@ -36,7 +36,7 @@ def receive_step(call: Any, assembler: Optional[ParamAssembler]) -> svc_pb2.Step
         raise InternalError("Step stream ended OK without a StepResult")
     if first.WhichOneof("kind") != "result":
         raise InternalError("Step stream began with a parameter chunk, not a StepResult")
-    result = first.result
+    result: svc_pb2.StepResult = first.result
     chunks = 0
     for response in responses:
         if response.WhichOneof("kind") != "parameter":

@@ -198,7 +198,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
                 for g in self.param_groups]
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Pushes this trainer's gradients for the next step, waits for the step to run on the
         server, and writes the updated parameters into the model. Answers the closure's loss.
         Raises the client's errors (e.g. AbortedError: redo the step)."""
@@ -227,7 +227,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
 
     # ---- state dicts
 
-    def state_dict(self) -> Dict[str, Any]:  # type: ignore[override]
+    def state_dict(self) -> Dict[str, Any]:
         """The session's state through the server's ExportStateDict: ``state`` maps the
         server's keys ("param/<name>", "state/<sub-optimizer>/<name>/<key>") to CPU tensors;
         ``param_groups`` hold each group's hyperparameters (lr, weight_decay, what schedulers
@@ -242,7 +242,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
         return {"state": {key: to_tensor(value) for key, value in state.items()},
                 "param_groups": groups, "step": self._next_step - 1}
 
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:  # type: ignore[override]
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restores a :meth:`state_dict` through ImportStateDict: the server's masters and
         optimizer state, the groups' hyperparameters, then the model's parameters (pulled
         from the server) and the step counter (the session's)."""

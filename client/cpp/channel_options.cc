@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "wire/chunk.h"
 
 namespace optstep {
 namespace client_internal {
@@ -15,7 +16,6 @@ namespace {
 
 constexpr int kMinFrameBytes = 16384;
 constexpr int kMaxFrameBytes = (1 << 24) - 1;
-constexpr size_t kMaxChunkBytes = 4 << 20;
 // Room for the envelope of a chunk message (ids, offset, dtype, field tags).
 constexpr size_t kChunkEnvelopeBytes = 1024;
 
@@ -56,16 +56,15 @@ absl::Status ValidateClientOptions(const ClientOptions& options) {
     }
   }
   if (options.connect_timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ClientOptions: connect_timeout ", absl::FormatDuration(options.connect_timeout),
-        " is negative"));
+    return absl::InvalidArgumentError(absl::StrCat("ClientOptions: connect_timeout ",
+                                                   absl::FormatDuration(options.connect_timeout),
+                                                   " is negative"));
   }
   if (options.rpc_timeout <= absl::ZeroDuration() ||
       options.stream_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClientOptions: rpc_timeout ", absl::FormatDuration(options.rpc_timeout),
-        " and stream_timeout ", absl::FormatDuration(options.stream_timeout),
-        " must be positive"));
+        " and stream_timeout ", absl::FormatDuration(options.stream_timeout), " must be positive"));
   }
   if (options.max_frame_bytes < kMinFrameBytes || options.max_frame_bytes > kMaxFrameBytes) {
     return absl::InvalidArgumentError(
@@ -73,22 +72,21 @@ absl::Status ValidateClientOptions(const ClientOptions& options) {
                      " is outside the HTTP/2 range [", kMinFrameBytes, ", ", kMaxFrameBytes, "]"));
   }
   if (options.stream_lookahead_bytes < 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ClientOptions: stream_lookahead_bytes ", options.stream_lookahead_bytes,
-                     " is below the HTTP/2 default window of 65535"));
+    return absl::InvalidArgumentError(absl::StrCat("ClientOptions: stream_lookahead_bytes ",
+                                                   options.stream_lookahead_bytes,
+                                                   " is below the HTTP/2 default window of 65535"));
   }
   if (options.max_chunk_bytes < 4 || options.max_chunk_bytes > kMaxChunkBytes) {
     return absl::InvalidArgumentError(absl::StrCat("ClientOptions: max_chunk_bytes ",
-                                                   options.max_chunk_bytes,
-                                                   " is outside [4, ", kMaxChunkBytes, "]"));
+                                                   options.max_chunk_bytes, " is outside [4, ",
+                                                   kMaxChunkBytes, "]"));
   }
-  if (options.max_message_bytes < 0 ||
-      static_cast<size_t>(options.max_message_bytes) <
-          options.max_chunk_bytes + kChunkEnvelopeBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ClientOptions: max_message_bytes ", options.max_message_bytes,
-        " cannot hold a chunk of max_chunk_bytes ", options.max_chunk_bytes, " plus ",
-        kChunkEnvelopeBytes, " bytes of envelope"));
+  if (options.max_message_bytes < 0 || static_cast<size_t>(options.max_message_bytes) <
+                                           options.max_chunk_bytes + kChunkEnvelopeBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClientOptions: max_message_bytes ", options.max_message_bytes,
+                     " cannot hold a chunk of max_chunk_bytes ", options.max_chunk_bytes, " plus ",
+                     kChunkEnvelopeBytes, " bytes of envelope"));
   }
   return ValidateSecurity(options);
 }

@@ -1,28 +1,27 @@
 #include "client/cpp/client.h"
 
-#include <utility>
-
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "client/cpp/channel_options.h"
 #include "client/cpp/chunking.h"
-#include "client/cpp/grpc_status.h"
 #include "client/cpp/param_assembler.h"
-#include "client/cpp/proto_dtype.h"
 #include "client/cpp/session_layout.h"
 #include "client/cpp/step_call.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "base/status_macros.h"
 #include "optstep/v1/admin_service.grpc.pb.h"
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "wire/grpc_status.h"
+#include "wire/proto_dtype.h"
 
 namespace optstep {
 
-using client_internal::FromGrpcStatus;
 using client_internal::ParamAssembler;
 using client_internal::RankContribution;
 using client_internal::SessionLayout;
@@ -68,9 +67,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     const absl::Time deadline = absl::Now() + options.connect_timeout;
     for (size_t r = 0; r < ranks.size(); ++r) {
       if (!ranks[r]->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
-        return absl::UnavailableError(absl::StrCat(
-            "cannot connect to rank ", r, " at '", ranks[r]->target, "' within ",
-            absl::FormatDuration(options.connect_timeout)));
+        return absl::UnavailableError(absl::StrCat("cannot connect to rank ", r, " at '",
+                                                   ranks[r]->target, "' within ",
+                                                   absl::FormatDuration(options.connect_timeout)));
       }
     }
   }
@@ -92,8 +91,7 @@ void Prepare(grpc::ClientContext& context, absl::Duration timeout, bool wait_for
 
 }  // namespace
 
-absl::StatusOr<v1::SessionInfo> Client::CreateSession(const v1::SessionSpec& spec,
-                                                      bool* attached) {
+absl::StatusOr<v1::SessionInfo> Client::CreateSession(const v1::SessionSpec& spec, bool* attached) {
   grpc::ClientContext context;
   Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
   v1::CreateSessionRequest request;
@@ -188,9 +186,9 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
   // gets the initial values.
   const size_t world = layout->world_size();
   if (world > ranks_.size()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session '", session_id, "' spans ", world, " ranks but this client knows ",
-        ranks_.size(), " rank(s) (ClientOptions.rank_targets)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("session '", session_id, "' spans ", world, " ranks but this client knows ",
+                     ranks_.size(), " rank(s) (ClientOptions.rank_targets)"));
   }
   GradientSlice whole;
   whole.param_id = param_id;
@@ -236,7 +234,7 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
   Prepare(context, options_.stream_timeout, options_.wait_for_ready);
   v1::PullParametersRequest request;
   request.set_session_id(std::string(session_id));
-  request.set_dtype(client_internal::ToWireDType(dtype));
+  request.set_dtype(DTypeToProto(dtype));
   for (uint32_t id : param_ids) request.add_param_ids(id);
   auto reader = ranks_[0]->service->PullParameters(&context, request);
 
@@ -248,11 +246,11 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
     if (first) result.step = response.step();
     if (!error.ok() || !response.has_parameter()) continue;
     v1::TensorChunk* chunk = response.mutable_parameter();
-    absl::StatusOr<DType> chunk_dtype = client_internal::FromWireDType(chunk->dtype());
+    absl::StatusOr<DType> chunk_dtype = DTypeFromProto(
+        chunk->dtype(), absl::StrCat("PullParameters: chunk of param_id ", chunk->param_id()));
     error = chunk_dtype.ok()
                 ? assembler.Add(chunk->param_id(), chunk->offset(), *chunk_dtype, chunk->data())
-                : absl::InternalError(absl::StrCat("PullParameters sent a chunk with ",
-                                                   chunk_dtype.status().message()));
+                : absl::InternalError(chunk_dtype.status().message());
     if (!error.ok()) context.TryCancel();
   }
   absl::Status status = FromGrpcStatus(reader->Finish());
@@ -304,7 +302,7 @@ absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,
     if (group.lr.has_value()) g->set_lr(*group.lr);
     if (group.weight_decay.has_value()) g->set_weight_decay(*group.weight_decay);
   }
-  header.set_return_dtype(client_internal::ToWireDType(options.return_dtype));
+  header.set_return_dtype(DTypeToProto(options.return_dtype));
   for (uint32_t id : options.return_param_ids) header.add_return_param_ids(id);
 
   // Every rank of the layout gets this trainer's commit (with its share of the chunks, possibly
@@ -314,8 +312,8 @@ absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,
   const absl::Time deadline = absl::Now() + options_.stream_timeout;
   std::vector<std::unique_ptr<StepCall>> calls;
   for (uint32_t r = 0; r < world_size; ++r) {
-    calls.push_back(std::make_unique<StepCall>(ranks_[r]->channel, deadline,
-                                               options_.wait_for_ready));
+    calls.push_back(
+        std::make_unique<StepCall>(ranks_[r]->channel, deadline, options_.wait_for_ready));
     header.set_skip_return(options.skip_return || r != return_rank);
     // A stream that broke while sending reports its status from Receive().
     static_cast<void>(calls.back()->Send(header, plan[r]));
@@ -329,8 +327,8 @@ absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,
     const bool returns = r == return_rank && !options.skip_return;
     absl::Status status = calls[r]->Receive(&result, returns ? &assembler : nullptr);
     if (status.ok() && r > 0 && result.step() != reply.step) {
-      status = absl::InternalError(absl::StrCat("rank ", r, " answered step ", result.step(),
-                                                ", rank 0 step ", reply.step));
+      status = absl::InternalError(
+          absl::StrCat("rank ", r, " answered step ", result.step(), ", rank 0 step ", reply.step));
     }
     if (!status.ok()) {
       for (auto& call : calls) call->Cancel();

@@ -4,8 +4,8 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 
-#include "client/cpp/proto_dtype.h"
 #include "optstep/v1/tensor.pb.h"
+#include "wire/proto_dtype.h"
 
 namespace optstep {
 namespace client_internal {
@@ -19,7 +19,7 @@ std::string GradientChunkHeader(const GradientSlice& chunk) {
   v1::TensorChunk fields;
   fields.set_param_id(chunk.param_id);
   fields.set_offset(chunk.offset);
-  fields.set_dtype(ToWireDType(chunk.dtype));
+  fields.set_dtype(DTypeToProto(chunk.dtype));
   std::string tensor_chunk = fields.SerializeAsString();
   const size_t payload = chunk.bytes.size();
   if (payload > 0) {

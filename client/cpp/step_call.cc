@@ -3,10 +3,10 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 
 #include "absl/strings/str_cat.h"
-#include "client/cpp/gradient_wire.h"
-#include "client/cpp/grpc_status.h"
-#include "client/cpp/proto_dtype.h"
 #include "base/status_macros.h"
+#include "client/cpp/gradient_wire.h"
+#include "wire/grpc_status.h"
+#include "wire/proto_dtype.h"
 
 namespace optstep {
 namespace client_internal {
@@ -24,8 +24,7 @@ grpc::ByteBuffer Serialise(const v1::StepRequest& request) {
 
 }  // namespace
 
-StepCall::StepCall(std::shared_ptr<grpc::Channel> channel, absl::Time deadline,
-                   bool wait_for_ready)
+StepCall::StepCall(std::shared_ptr<grpc::Channel> channel, absl::Time deadline, bool wait_for_ready)
     : context_(std::make_unique<grpc::ClientContext>()), stub_(std::move(channel)) {
   context_->set_deadline(absl::ToChronoTime(deadline));
   context_->set_wait_for_ready(wait_for_ready);
@@ -110,9 +109,8 @@ void StepCall::OnDone(const grpc::Status& status) {
 std::unique_ptr<grpc::ByteBuffer> StepCall::NextResponse() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
-      +[](StepCall* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return self->done_ || !self->responses_.empty();
-      },
+      +[](StepCall* self)
+           ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->done_ || !self->responses_.empty(); },
       this));
   if (responses_.empty()) return nullptr;
   std::unique_ptr<grpc::ByteBuffer> next = std::move(responses_.front());
@@ -142,7 +140,8 @@ absl::Status StepCall::Receive(v1::StepResult* result, ParamAssembler* assembler
     return absl::InternalError("Step stream ended OK without a StepResult");
   }
   if (!response.has_result()) {
-    return broken(absl::InternalError("Step stream began with a parameter chunk, not a StepResult"));
+    return broken(
+        absl::InternalError("Step stream began with a parameter chunk, not a StepResult"));
   }
   *result = response.result();
   uint64_t chunks = 0;
@@ -158,12 +157,11 @@ absl::Status StepCall::Receive(v1::StepResult* result, ParamAssembler* assembler
       return broken(absl::InternalError("Step stream sent parameters that were not asked for"));
     }
     const v1::TensorChunk& chunk = response.parameter();
-    absl::StatusOr<DType> dtype = FromWireDType(chunk.dtype());
-    absl::Status added = dtype.ok() ? assembler->Add(chunk.param_id(), chunk.offset(), *dtype,
-                                                     chunk.data())
-                                    : absl::InternalError(absl::StrCat(
-                                          "Step stream sent a parameter chunk with ",
-                                          dtype.status().message()));
+    absl::StatusOr<DType> dtype = DTypeFromProto(
+        chunk.dtype(), absl::StrCat("Step stream: parameter chunk of param_id ", chunk.param_id()));
+    absl::Status added =
+        dtype.ok() ? assembler->Add(chunk.param_id(), chunk.offset(), *dtype, chunk.data())
+                   : absl::InternalError(dtype.status().message());
     if (!added.ok()) return broken(added);
   }
   OPTSTEP_RETURN_IF_ERROR(Finish());

@@ -2,17 +2,17 @@
 
 #include <memory>
 #include <set>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/run_detached.h"
 #include "base/status_macros.h"
 #include "server/engine/chained_state_dict.h"
 #include "server/rpc/convert.h"
+#include "server/rpc/held_operations.h"
 #include "server/rpc/owned_write_reactor.h"
-#include "server/rpc/rank_group.h"
-#include "server/rpc/status_bridge.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
@@ -62,31 +62,32 @@ class ProgressReactor final : public OwnedWriteReactor<v1::CheckpointProgress, P
 };
 
 using CheckpointRun = std::function<absl::StatusOr<uint64_t>(
-    RankGroup& group, Session& session, const std::string& name,
+    HeldOperations& held, Session& session, const std::string& name,
     const CheckpointProgressCallback& progress)>;
 
 // Save and Load: the group's operation on a thread of its own (it blocks on other ranks and on
 // files), its progress streamed to the caller.
-grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(Engine* engine, RankGroup* group,
+grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(Engine* engine,
+                                                                HeldOperations* held,
                                                                 const std::string& session_id,
                                                                 const std::string& name,
                                                                 CheckpointRun run) {
   auto reactor = std::make_shared<ProgressReactor>();
   ProgressReactor* raw = reactor.get();
   raw->Start(reactor);
-  std::thread([engine, group, session_id, name, run = std::move(run), reactor] {
+  RunDetached([engine, held, session_id, name, run = std::move(run), reactor] {
     absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(session_id);
     if (!session.ok()) return reactor->Done(session.status());
     const uint64_t step = (*session)->stats().step;
     CheckpointProgress last;
     absl::StatusOr<uint64_t> done =
-        run(*group, **session, name, [&](const CheckpointProgress& progress) {
+        run(*held, **session, name, [&](const CheckpointProgress& progress) {
           last = progress;
           reactor->Report(progress, step);
         });
     if (done.ok()) reactor->Report(last, *done);  // the step saved or restored
     reactor->Done(done.status());
-  }).detach();
+  });
   return raw;
 }
 
@@ -101,8 +102,8 @@ absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<con
   }
   const std::string prefix = request.chunk_prefix().empty() ? "model" : request.chunk_prefix();
   if (prefix != "model" && prefix != "model_") {
-    return absl::InvalidArgumentError(absl::StrCat("chunk_prefix '", request.chunk_prefix(),
-                                                   "' must be 'model' or 'model_'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_prefix '", request.chunk_prefix(), "' must be 'model' or 'model_'"));
   }
   const SessionConfig& config = session.config();
   std::vector<ParamGroup> groups;
@@ -142,100 +143,60 @@ absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<con
   return out;
 }
 
-// Collects the streamed tensors, then hands the dict to the group (on a thread of its own).
-class ImportReactor final : public grpc::ServerReadReactor<v1::StateDictChunk> {
- public:
-  ImportReactor(Engine* engine, RankGroup* group, v1::ImportStateDictResponse* response)
-      : engine_(engine), group_(group), response_(response) {
-    StartRead(&chunk_);
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) return Apply();
-    absl::Status status = Add();
-    if (!status.ok()) return Finish(ToGrpcStatus(status));
-    StartRead(&chunk_);
-  }
-  void OnDone() override { delete this; }
-
- private:
-  absl::Status Add() {
-    if (session_ == nullptr) {
-      OPTSTEP_ASSIGN_OR_RETURN(session_, engine_->GetSession(chunk_.session_id()));
-    }
-    return assembler_.Add(chunk_);
-  }
-
-  void Apply() {
-    if (session_ == nullptr) {
-      return Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty state dict stream"));
-    }
-    std::thread([this] {
-      absl::StatusOr<std::shared_ptr<const StateDict>> dict = assembler_.Build(*session_);
-      absl::Status status = dict.status();
-      if (dict.ok()) {
-        response_->set_tensors((*dict)->size());
-        response_->set_bytes(assembler_.bytes());
-        status = group_->ImportStateDict(*session_, *std::move(dict));
-      }
-      Finish(ToGrpcStatus(status));
-    }).detach();
-  }
-
-  Engine* const engine_;
-  RankGroup* const group_;
-  v1::ImportStateDictResponse* const response_;
-  StateDictAssembler assembler_;
-  std::shared_ptr<Session> session_;
-  v1::StateDictChunk chunk_;
-};
-
 }  // namespace
 
 CheckpointServiceImpl::CheckpointServiceImpl(Engine* engine, RankGroup* group)
     : engine_(engine),
       own_group_(group == nullptr ? std::make_unique<RankGroup>(RankGroupOptions{}, engine)
                                   : nullptr),
-      group_(group == nullptr ? own_group_.get() : group) {}
+      held_(group == nullptr ? own_group_.get() : group) {}
 
 CheckpointServiceImpl::~CheckpointServiceImpl() = default;
 
 grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Save(
     grpc::CallbackServerContext*, const v1::SaveRequest* request) {
-  return RunCheckpoint(engine_, group_, request->session_id(), request->name(),
-                       [](RankGroup& group, Session& session, const std::string& name,
+  return RunCheckpoint(engine_, &held_, request->session_id(), request->name(),
+                       [](HeldOperations& held, Session& session, const std::string& name,
                           const CheckpointProgressCallback& progress) {
-                         return group.SaveCheckpoint(session, name, progress);
+                         return held.SaveCheckpoint(session, name, progress);
                        });
 }
 
 grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Load(
     grpc::CallbackServerContext*, const v1::LoadRequest* request) {
-  return RunCheckpoint(engine_, group_, request->session_id(), request->name(),
-                       [](RankGroup& group, Session& session, const std::string& name,
+  return RunCheckpoint(engine_, &held_, request->session_id(), request->name(),
+                       [](HeldOperations& held, Session& session, const std::string& name,
                           const CheckpointProgressCallback& progress) {
-                         return group.LoadCheckpoint(session, name, progress);
+                         return held.LoadCheckpoint(session, name, progress);
                        });
 }
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportStateDict(
     grpc::CallbackServerContext*, const v1::ExportStateDictRequest* request) {
-  return NewStateStreamReactor([engine = engine_, group = group_, request = *request](
+  return NewStateStreamReactor([engine = engine_, held = &held_, request = *request](
                                    std::function<void(absl::StatusOr<StreamedState>)> deliver) {
-    std::thread([engine, group, request, deliver = std::move(deliver)] {
+    RunDetached([engine, held, request, deliver = std::move(deliver)] {
       absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(request.session_id());
       if (!session.ok()) return deliver(session.status());
-      absl::StatusOr<std::shared_ptr<const StateDict>> dict = group->ExportStateDict(
+      absl::StatusOr<std::shared_ptr<const StateDict>> dict = held->ExportStateDict(
           **session, {request.model_chunks().begin(), request.model_chunks().end()});
       if (!dict.ok()) return deliver(dict.status());
       deliver(LayOut(**session, *std::move(dict), request));
-    }).detach();
+    });
   });
 }
 
 grpc::ServerReadReactor<v1::StateDictChunk>* CheckpointServiceImpl::ImportStateDict(
     grpc::CallbackServerContext*, v1::ImportStateDictResponse* response) {
-  return new ImportReactor(engine_, group_, response);
+  // The dict goes to the group on a thread of its own: the import blocks on other ranks.
+  return NewStateDictUploadReactor<v1::StateDictChunk>(
+      engine_, "empty state dict stream",
+      [held = &held_, response](Session& session, uint64_t, std::shared_ptr<const StateDict> dict,
+                                uint64_t bytes) {
+        response->set_tensors(dict->size());
+        response->set_bytes(bytes);
+        return held->ImportStateDict(session, std::move(dict));
+      });
 }
 
 }  // namespace optstep

@@ -1,28 +1,28 @@
 #ifndef OPTSTEP_SERVER_RPC_CHECKPOINT_SERVICE_H_
 #define OPTSTEP_SERVER_RPC_CHECKPOINT_SERVICE_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/statusor.h"
 #include "checkpoint/state_dict.h"
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "server/engine/engine.h"
+#include "server/rpc/held_operations.h"
+#include "server/rpc/rank_group.h"
 #include "server/rpc/state_dict_stream.h"
 
 namespace optstep {
 
-class RankGroup;
-
 // The checkpoint service of the v1 API (docs/checkpoints.md). Save / Load write and restore
 // checkpoint directories across every rank of the group; ExportStateDict / ImportStateDict
 // stream a session's state dict (merged, by model chunk or by sub-optimizer). All of them see
-// one step on every rank (RankGroup::WithHeldSession). Served by rank 0. Thread-safe.
+// one step on every rank (HeldOperations::WithHeldSession). Served by rank 0. Thread-safe.
 class CheckpointServiceImpl final : public v1::CheckpointService::CallbackService {
  public:
   // `engine` and `group` must outlive the service. Without a group (tests of one rank), a group
@@ -42,7 +42,7 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
  private:
   Engine* const engine_;
   std::unique_ptr<RankGroup> own_group_;  // when none was given
-  RankGroup* const group_;
+  HeldOperations held_;                   // over the given group or own_group_
 };
 
 }  // namespace optstep

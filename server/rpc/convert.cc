@@ -1,5 +1,7 @@
 #include "server/rpc/convert.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <cmath>
 #include <set>
 #include <string>
@@ -182,32 +184,6 @@ absl::StatusOr<SubOptimizerConfig> SubOptimizerFromProto(const v1::SubOptimizer&
 
 }  // namespace
 
-absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view what) {
-  switch (dtype) {
-    case v1::DTYPE_FP32:
-      return DType::kF32;
-    case v1::DTYPE_BF16:
-      return DType::kBF16;
-    case v1::DTYPE_FP16:
-      return DType::kF16;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(what, ": dtype ", static_cast<int>(dtype),
-                                                     " is not one of fp32, bf16, fp16"));
-  }
-}
-
-v1::DType DTypeToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return v1::DTYPE_FP32;
-    case DType::kBF16:
-      return v1::DTYPE_BF16;
-    case DType::kF16:
-      return v1::DTYPE_FP16;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
 absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& config) {
   ChainConfig chain;
   if (!config.preset().empty()) {
@@ -278,7 +254,8 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
     info.name = p.name();
     int64_t numel = 1;
     for (uint64_t d : p.shape()) {
-      if (d == 0 || d > (uint64_t{1} << 40) || numel > (int64_t{1} << 40) / static_cast<int64_t>(d)) {
+      if (d == 0 || d > (uint64_t{1} << 40) ||
+          numel > (int64_t{1} << 40) / static_cast<int64_t>(d)) {
         return absl::InvalidArgumentError(
             absl::StrCat("param '", p.name(), "': dimension ", d, " is not in [1, 2^40]"));
       }
@@ -293,10 +270,10 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
       const uint64_t rows = (uint64_t{q.q_per_group()} + 2) * q.head_dim() * q.num_query_groups();
       if (info.shape.size() != 2 || q.num_query_groups() == 0 || q.q_per_group() == 0 ||
           q.head_dim() == 0 || rows != static_cast<uint64_t>(info.shape[0])) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "param '", p.name(), "': qkv split (", q.num_query_groups(), " groups x (",
-            q.q_per_group(), " + 2) heads x ", q.head_dim(), ") does not match shape ",
-            ShapeString(info.shape)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("param '", p.name(), "': qkv split (", q.num_query_groups(), " groups x (",
+                         q.q_per_group(), " + 2) heads x ", q.head_dim(), ") does not match shape ",
+                         ShapeString(info.shape)));
       }
       info.qkv = {q.num_query_groups(), q.q_per_group(), q.head_dim()};
     }
@@ -315,9 +292,9 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
       config.mode = GradientMode::kReplicated;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "session: gradient_mode ", static_cast<int>(spec.gradient_mode()),
-          " must be SHARDED or REPLICATED"));
+      return absl::InvalidArgumentError(absl::StrCat("session: gradient_mode ",
+                                                     static_cast<int>(spec.gradient_mode()),
+                                                     " must be SHARDED or REPLICATED"));
   }
   config.step_deadline = absl::Milliseconds(spec.step_deadline_ms());
   OPTSTEP_ASSIGN_OR_RETURN(config.chain, ChainConfigFromProto(spec.optimizer()));
@@ -335,7 +312,8 @@ absl::StatusOr<StepBegin> StepBeginFromProto(const v1::StepHeader& header) {
   begin.step = header.step();
   begin.trainer = static_cast<int>(std::min<uint32_t>(header.trainer_id(), 1u << 30));
   for (const v1::GroupHyperparameters& g : header.groups()) {
-    GroupStepValues& s = begin.schedules[static_cast<int>(std::min<uint32_t>(g.group_id(), 1u << 30))];
+    GroupStepValues& s =
+        begin.schedules[static_cast<int>(std::min<uint32_t>(g.group_id(), 1u << 30))];
     if (g.has_lr()) s.lr = g.lr();
     if (g.has_weight_decay()) s.weight_decay = g.weight_decay();
   }
@@ -387,6 +365,23 @@ void SessionToProto(const Session& session, v1::SessionInfo* info) {
   info->set_skipped_steps(stats.skipped_steps);
   info->set_param_bytes(stats.param_bytes);
   info->set_state_bytes(stats.state_bytes);
+}
+
+absl::StatusOr<std::string> DefinitionJson(const Session& session) {
+  v1::SessionSpec spec;
+  if (!spec.ParseFromString(session.config().definition_key)) {
+    return absl::InternalError(absl::StrCat("session '", session.id(), "': bad definition"));
+  }
+  spec.clear_name();
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  auto status = google::protobuf::util::MessageToJsonString(spec, &json, options);
+  if (!status.ok()) {
+    return absl::InternalError(
+        absl::StrCat("session '", session.id(), "': definition to JSON: ", status.ToString()));
+  }
+  return json;
 }
 
 }  // namespace optstep

@@ -6,6 +6,7 @@
 // values (UNIMPLEMENTED for parts of the v1 API this build does not provide).
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -16,13 +17,6 @@
 #include "server/engine/session_config.h"
 
 namespace optstep {
-
-// Largest raw tensor payload of one chunk.
-inline constexpr size_t kMaxChunkBytes = 4 << 20;
-
-// `what` names the field in errors, e.g. "gradient chunk of param 3".
-absl::StatusOr<DType> DTypeFromProto(v1::DType dtype, absl::string_view what);
-v1::DType DTypeToProto(DType dtype);
 
 // Validates names (non-empty, unique), shapes (every dim >= 1), QKV splits, trainer count,
 // gradient mode, deadline and the optimizer chain (presets, sub-optimizers, rules).
@@ -39,6 +33,10 @@ absl::Status CheckParamIds(const Session& session,
                            absl::string_view what);
 
 void SessionToProto(const Session& session, v1::SessionInfo* info);
+
+// The session's definition as JSON text (its SessionSpec without the name, which only serves
+// to attach): what a checkpoint records and compares by digest.
+absl::StatusOr<std::string> DefinitionJson(const Session& session);
 
 }  // namespace optstep
 

@@ -1,11 +1,10 @@
 #include "server/rpc/optimizer_service.h"
 
-#include <thread>
-
+#include "base/run_detached.h"
 #include "server/rpc/convert.h"
-#include "server/rpc/parameter_reactors.h"
-#include "server/rpc/status_bridge.h"
+#include "server/rpc/param_stream_reactors.h"
 #include "server/rpc/step_reactor.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
@@ -23,7 +22,7 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
     v1::CreateSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Allocating the state and connecting the ranks' group take a while: not on the reaction.
-  std::thread([this, request, response, reactor] {
+  RunDetached([this, request, response, reactor] {
     auto created = group_->CreateSession(request->spec());
     if (created.ok()) {
       SessionToProto(*created->session, response->mutable_session());
@@ -31,7 +30,7 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
       response->set_attached(created->attached);
     }
     reactor->Finish(ToGrpcStatus(created.status()));
-  }).detach();
+  });
   return reactor;
 }
 
@@ -66,9 +65,9 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CloseSession(grpc::CallbackServe
                                                              const v1::CloseSessionRequest* request,
                                                              v1::CloseSessionResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  std::thread([this, request, reactor] {
+  RunDetached([this, request, reactor] {
     reactor->Finish(ToGrpcStatus(group_->CloseSession(request->session_id())));
-  }).detach();
+  });
   return reactor;
 }
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "server/rpc/convert.h"
 #include "server/rpc/raw_step_codec.h"
+#include "wire/proto_dtype.h"
 
 namespace optstep {
 namespace {
@@ -78,8 +78,9 @@ bool ParamChunker::Next(v1::TensorChunk* chunk) {
   return true;
 }
 
-absl::StatusOr<ParamChunker::Progress> ParamChunker::NextStepResponse(
-    grpc::ByteBuffer* message, size_t* payload_bytes, std::function<void()> wake) {
+absl::StatusOr<ParamChunker::Progress> ParamChunker::NextStepResponse(grpc::ByteBuffer* message,
+                                                                      size_t* payload_bytes,
+                                                                      std::function<void()> wake) {
   if (index_ >= ids_.size() && snapshot_->readiness != nullptr && ids_.size() < expected_) {
     absl::StatusOr<bool> more = Refill(std::move(wake));
     if (!more.ok()) return more.status();
@@ -88,11 +89,11 @@ absl::StatusOr<ParamChunker::Progress> ParamChunker::NextStepResponse(
   Range range;
   if (!NextRange(range)) return Progress::kDone;
   const std::string& bytes = snapshot_->values[range.param_id];
-  *message = EncodeParameterChunk(
-      range.param_id, range.byte_offset / DTypeSize(snapshot_->dtype),
-      DTypeToProto(snapshot_->dtype),
-      absl::string_view(bytes.data() + range.byte_offset, range.bytes), &ReleaseSnapshot,
-      new std::shared_ptr<const ParamSnapshot>(snapshot_));
+  *message =
+      EncodeParameterChunk(range.param_id, range.byte_offset / DTypeSize(snapshot_->dtype),
+                           DTypeToProto(snapshot_->dtype),
+                           absl::string_view(bytes.data() + range.byte_offset, range.bytes),
+                           &ReleaseSnapshot, new std::shared_ptr<const ParamSnapshot>(snapshot_));
   *payload_bytes = range.bytes;
   return Progress::kChunk;
 }

@@ -1,10 +1,10 @@
 #include "server/rpc/rendezvous.h"
 
 #include <chrono>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "server/rpc/status_bridge.h"
+#include "base/run_detached.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
@@ -33,11 +33,11 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Duration timeout = absl::Milliseconds(request->timeout_ms());
   // The wait runs on its own thread; rendezvous gets are few (ranks x groups).
-  std::thread([store = store_, key = request->key(), timeout, reactor, response] {
+  RunDetached([store = store_, key = request->key(), timeout, reactor, response] {
     absl::StatusOr<std::string> value = store->Get(key, timeout);
     if (value.ok()) response->set_value(*std::move(value));
     reactor->Finish(ToGrpcStatus(value.status()));
-  }).detach();
+  });
   return reactor;
 }
 

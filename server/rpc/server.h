@@ -18,6 +18,7 @@
 #include "server/rpc/credentials.h"
 #include "server/rpc/metrics.h"
 #include "server/rpc/optimizer_service.h"
+#include "server/rpc/peer_service.h"
 #include "server/rpc/rank_group.h"
 #include "server/rpc/rendezvous.h"
 

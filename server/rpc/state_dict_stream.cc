@@ -5,11 +5,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/run_detached.h"
 #include "base/status_macros.h"
+#include "optstep/v1/internal.pb.h"
 #include "server/engine/chained_state_dict.h"
-#include "server/rpc/convert.h"
 #include "server/rpc/owned_write_reactor.h"
-#include "server/rpc/status_bridge.h"
+#include "wire/chunk.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
@@ -18,9 +20,10 @@ v1::DType WireType(StateTensor::Type type) {
   return type == StateTensor::Type::kI64 ? v1::DTYPE_INT64 : v1::DTYPE_FP32;
 }
 
-// Streams each tensor of a delivered state in chunks of at most kMaxChunkBytes.
-class StateStreamReactor final
-    : public OwnedWriteReactor<v1::StateDictChunk, StateStreamReactor> {
+size_t ElementBytes(StateTensor::Type type) { return type == StateTensor::Type::kI64 ? 8 : 4; }
+
+// Streams each tensor of a delivered state in FillStateChunk's pieces.
+class StateStreamReactor final : public OwnedWriteReactor<v1::StateDictChunk, StateStreamReactor> {
  public:
   void Start(std::shared_ptr<StateStreamReactor> self) { Own(std::move(self)); }
 
@@ -36,20 +39,8 @@ class StateStreamReactor final
   void WriteNextLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     if (next_ == state_.tensors.size()) return FinishLocked(grpc::Status::OK);
-    const StreamedTensor& item = state_.tensors[next_];
-    const StateTensor& tensor = *item.tensor;
-    const size_t element = tensor.type == StateTensor::Type::kI64 ? 8 : 4;
-    const size_t n = std::min(kMaxChunkBytes / element * element, tensor.bytes.size() - offset_);
-    chunk_.Clear();
-    chunk_.set_key(item.key);
-    chunk_.set_chunk_key(item.chunk_key);
-    chunk_.set_sub_optimizer(item.sub_optimizer);
-    for (int64_t d : tensor.shape) chunk_.add_shape(d);
-    chunk_.set_offset(offset_ / element);
-    chunk_.set_dtype(WireType(tensor.type));
-    chunk_.set_data(tensor.bytes.data() + offset_, n);
-    offset_ += n;
-    if (offset_ >= tensor.bytes.size()) {
+    offset_ = FillStateChunk(state_.tensors[next_], offset_, &chunk_);
+    if (offset_ >= state_.tensors[next_].tensor->bytes.size()) {
       ++next_;
       offset_ = 0;
     }
@@ -63,6 +54,31 @@ class StateStreamReactor final
 };
 
 }  // namespace
+
+size_t FillStateChunk(const StreamedTensor& item, size_t offset, v1::StateDictChunk* chunk) {
+  const StateTensor& tensor = *item.tensor;
+  const size_t element = ElementBytes(tensor.type);
+  const size_t n = std::min(kMaxChunkBytes / element * element, tensor.bytes.size() - offset);
+  chunk->Clear();
+  chunk->set_key(item.key);
+  chunk->set_chunk_key(item.chunk_key);
+  chunk->set_sub_optimizer(item.sub_optimizer);
+  for (int64_t d : tensor.shape) chunk->add_shape(d);
+  chunk->set_offset(offset / element);
+  chunk->set_dtype(WireType(tensor.type));
+  chunk->set_data(tensor.bytes.data() + offset, n);
+  return offset + n;
+}
+
+bool ForEachStateChunk(const StreamedTensor& item, v1::StateDictChunk* chunk,
+                       const std::function<bool()>& send) {
+  size_t offset = 0;
+  do {
+    offset = FillStateChunk(item, offset, chunk);
+    if (!send()) return false;
+  } while (offset < item.tensor->bytes.size());
+  return true;
+}
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
     std::function<void(std::function<void(absl::StatusOr<StreamedState>)> deliver)> produce) {
@@ -78,18 +94,15 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
 
 absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
   const std::string what = absl::StrCat("state dict key '", chunk.key(), "'");
-  if (chunk.data().size() > kMaxChunkBytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, ": chunk of ", chunk.data().size(),
-                                                     " bytes exceeds ", kMaxChunkBytes));
-  }
+  OPTSTEP_RETURN_IF_ERROR(CheckChunkExtent(chunk.offset(), chunk.data().size(), what));
   StateTensor::Type type;
   if (chunk.dtype() == v1::DTYPE_FP32) {
     type = StateTensor::Type::kF32;
   } else if (chunk.dtype() == v1::DTYPE_INT64) {
     type = StateTensor::Type::kI64;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": dtype ", static_cast<int>(chunk.dtype()),
-                                                   " is not fp32 or int64"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": dtype ", static_cast<int>(chunk.dtype()), " is not fp32 or int64"));
   }
   Shape shape(chunk.shape().begin(), chunk.shape().end());
   for (int64_t d : shape) {
@@ -97,7 +110,7 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": dimension ", d, " out of range"));
     }
   }
-  const size_t element = type == StateTensor::Type::kI64 ? 8 : 4;
+  const size_t element = ElementBytes(type);
   const size_t total = static_cast<size_t>(NumElements(shape)) * element;
   StateDict& dict = parts_[{chunk.sub_optimizer(), chunk.chunk_key()}];
   auto [it, fresh] = dict.try_emplace(chunk.key());
@@ -109,7 +122,8 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
   } else if (tensor.type != type || tensor.shape != shape) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": chunks disagree on dtype or shape"));
   }
-  const size_t begin = chunk.offset() * element;
+  // The offset is compared in elements first: in bytes, a large one would wrap.
+  const size_t begin = chunk.offset() <= total / element ? chunk.offset() * element : total + 1;
   if (chunk.data().size() % element != 0 || begin > total || chunk.data().size() > total - begin) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": chunk at element ", chunk.offset(),
                                                    " of ", chunk.data().size(), " bytes exceeds ",
@@ -137,8 +151,8 @@ absl::Status StateDictAssembler::CheckComplete() const {
             absl::StrCat(what, ": elements [", covered, ", ", begin, ") never arrived"));
       }
       if (begin < covered) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": elements [", begin, ", ", std::min(covered, end), ") arrived twice"));
+        return absl::InvalidArgumentError(absl::StrCat(what, ": elements [", begin, ", ",
+                                                       std::min(covered, end), ") arrived twice"));
       }
       covered = end;
     }
@@ -171,9 +185,9 @@ absl::StatusOr<std::shared_ptr<const StateDict>> StateDictAssembler::Build(const
   for (auto& [where, dict] : parts_) {
     const auto& [sub, chunk_key] = where;
     if (chunk_key.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "state dict key '", dict.begin()->first,
-          "' has no chunk_key while other keys are keyed by model chunk"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("state dict key '", dict.begin()->first,
+                       "' has no chunk_key while other keys are keyed by model chunk"));
     }
     if (sub.empty()) {
       chunked[chunk_key] = std::move(dict);
@@ -183,8 +197,8 @@ absl::StatusOr<std::shared_ptr<const StateDict>> StateDictAssembler::Build(const
     size_t j = 0;
     while (j < num_subs && config.chain.sub_optimizers[j].name != sub) ++j;
     if (j == num_subs) {
-      return absl::InvalidArgumentError(absl::StrCat("state dict chunk '", chunk_key,
-                                                     "': no sub-optimizer named '", sub, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("state dict chunk '", chunk_key, "': no sub-optimizer named '", sub, "'"));
     }
     per_sub[j][chunk_key] = std::move(dict);
   }
@@ -203,5 +217,78 @@ absl::StatusOr<std::shared_ptr<const StateDict>> StateDictAssembler::Build(const
   OPTSTEP_ASSIGN_OR_RETURN(StateDict flat, FlattenChunks(chunked));
   return std::make_shared<const StateDict>(std::move(flat));
 }
+
+// ---- Uploads ----
+
+namespace {
+
+uint64_t TokenOf(const v1::StateDictChunk&) { return 0; }
+uint64_t TokenOf(const v1::HeldStateChunk& message) { return message.token(); }
+const v1::StateDictChunk* ChunkOf(const v1::StateDictChunk& message) { return &message; }
+const v1::StateDictChunk* ChunkOf(const v1::HeldStateChunk& message) {
+  return message.has_chunk() ? &message.chunk() : nullptr;
+}
+
+// gRPC calls OnReadDone for one message at a time and the action runs only after the last, so
+// the members need no lock.
+template <typename Message>
+class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
+ public:
+  StateDictUploadReactor(Engine* engine, std::string empty_error, StateDictUpload action)
+      : engine_(engine), empty_error_(std::move(empty_error)), action_(std::move(action)) {
+    this->StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return RunAction();
+    absl::Status status = Add();
+    if (!status.ok()) return this->Finish(ToGrpcStatus(status));
+    this->StartRead(&message_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Add() {
+    if (session_ == nullptr) {
+      token_ = TokenOf(message_);
+      OPTSTEP_ASSIGN_OR_RETURN(session_, engine_->GetSession(message_.session_id()));
+    }
+    const v1::StateDictChunk* chunk = ChunkOf(message_);
+    return chunk == nullptr ? absl::OkStatus() : assembler_.Add(*chunk);
+  }
+
+  void RunAction() {
+    if (session_ == nullptr) {
+      return this->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, empty_error_));
+    }
+    RunDetached([this] {
+      absl::StatusOr<std::shared_ptr<const StateDict>> dict = assembler_.Build(*session_);
+      absl::Status status = dict.status();
+      if (dict.ok()) status = action_(*session_, token_, *std::move(dict), assembler_.bytes());
+      this->Finish(ToGrpcStatus(status));
+    });
+  }
+
+  Engine* const engine_;
+  const std::string empty_error_;
+  const StateDictUpload action_;
+  Message message_;
+  std::shared_ptr<Session> session_;
+  uint64_t token_ = 0;
+  StateDictAssembler assembler_;
+};
+
+}  // namespace
+
+template <typename Message>
+grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, std::string empty_error,
+                                                            StateDictUpload action) {
+  return new StateDictUploadReactor<Message>(engine, std::move(empty_error), std::move(action));
+}
+
+template grpc::ServerReadReactor<v1::StateDictChunk>* NewStateDictUploadReactor<v1::StateDictChunk>(
+    Engine*, std::string, StateDictUpload);
+template grpc::ServerReadReactor<v1::HeldStateChunk>* NewStateDictUploadReactor<v1::HeldStateChunk>(
+    Engine*, std::string, StateDictUpload);
 
 }  // namespace optstep

@@ -2,21 +2,23 @@
 #define OPTSTEP_SERVER_RPC_STATE_DICT_STREAM_H_
 
 // Streaming state dicts over gRPC in StateDictChunks: to a client (ExportStateDict), between
-// ranks (held exports and imports), and assembling them on the receiving side.
+// ranks (held exports and imports), and assembling them on the receiving side (ImportStateDict,
+// a rank's part of a held import).
+
+#include <grpcpp/grpcpp.h>
 
 #include <functional>
 #include <map>
-#include <tuple>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/state_dict.h"
 #include "optstep/v1/checkpoint_service.pb.h"
+#include "server/engine/engine.h"
 #include "server/engine/session.h"
 
 namespace optstep {
@@ -33,10 +35,34 @@ struct StreamedState {
   std::vector<StreamedTensor> tensors;
 };
 
-// A server-streaming reactor that writes a state (in chunks of at most kMaxChunkBytes) once it
-// is delivered, from any thread. Owns itself until done.
+// Fills `chunk` with the piece of `item` that starts at byte `offset`: whole elements, at most
+// kMaxChunkBytes (wire/chunk.h). Returns the byte offset of the next piece; the tensor's size
+// after its last piece. A tensor of no bytes is one empty piece.
+size_t FillStateChunk(const StreamedTensor& item, size_t offset, v1::StateDictChunk* chunk);
+// Every piece of `item` in order, each filled into `chunk` and then sent with `send`. Stops at
+// the first `send` that returns false, and returns false then.
+bool ForEachStateChunk(const StreamedTensor& item, v1::StateDictChunk* chunk,
+                       const std::function<bool()>& send);
+
+// A server-streaming reactor that writes a state (FillStateChunk's pieces) once it is delivered,
+// from any thread. Owns itself until done.
 grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
     std::function<void(std::function<void(absl::StatusOr<StreamedState>)> deliver)> produce);
+
+// What an upload does with the dict it received: `session` is the one its first message named,
+// `token` that message's hold (0 for a client's ImportStateDict), `bytes` the payload received.
+using StateDictUpload = std::function<absl::Status(
+    Session& session, uint64_t token, std::shared_ptr<const StateDict> dict, uint64_t bytes)>;
+
+// A client-streaming reactor for a state dict sent in pieces: v1::StateDictChunk (a client's
+// ImportStateDict) or v1::HeldStateChunk (a rank's part of a held import). The first message
+// names the session; every piece goes through a StateDictAssembler. At the end of the stream it
+// builds the dict and runs `action` on it on a thread of its own (the action may block on other
+// ranks), and finishes the call with the status. A stream without messages is INVALID_ARGUMENT
+// `empty_error`. Owns itself until done.
+template <typename Message>
+grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, std::string empty_error,
+                                                            StateDictUpload action);
 
 // Collects streamed StateDictChunks into per-(sub-optimizer, chunk) dicts, checking every piece
 // (dtype, shape, ranges, chunk size). Thread-compatible.

@@ -1,9 +1,9 @@
 #include "server/rpc/step_reactor.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include <memory>
 #include <optional>
-
-#include <grpcpp/impl/codegen/proto_utils.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -13,7 +13,8 @@
 #include "server/rpc/convert.h"
 #include "server/rpc/param_chunker.h"
 #include "server/rpc/raw_step_codec.h"
-#include "server/rpc/status_bridge.h"
+#include "wire/chunk.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
@@ -39,7 +40,8 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         // Half-close or broken stream before the commit: the contribution stays pending, so the
         // trainer may reconnect and resend.
         if (phase_ != Phase::kWaiting) {
-          FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before the commit"));
+          FinishLocked(
+              grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before the commit"));
         }
         return;
       }
@@ -131,28 +133,18 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (phase_ != Phase::kReceiving) {
       return absl::InvalidArgumentError("step stream: gradient chunk before the StepHeader");
     }
-    if (chunk.data_bytes > kMaxChunkBytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("gradient chunk of param_id ", chunk.param_id,
-                                                       ": ", chunk.data_bytes,
-                                                       " bytes exceeds the ", kMaxChunkBytes,
-                                                       "-byte chunk limit"));
-    }
-    auto dtype = DTypeFromProto(static_cast<v1::DType>(chunk.dtype),
-                                absl::StrCat("gradient chunk of param_id ", chunk.param_id));
-    if (!dtype.ok()) return dtype.status();
-    if (chunk.offset > (uint64_t{1} << 62)) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient chunk of param_id ", chunk.param_id,
-                                                     ": offset ", chunk.offset, " out of range"));
-    }
+    absl::StatusOr<ChunkHeader> checked = CheckChunkHeader(
+        chunk.param_id, chunk.offset, static_cast<v1::DType>(chunk.dtype), chunk.data_bytes,
+        absl::StrCat("gradient chunk of param_id ", chunk.param_id));
+    if (!checked.ok()) return checked.status();
     // A chunk that waits for its trainer's turn (REPLICATED) keeps this reactor, and so the
     // received slices it points into, alive; the stream reads nothing more until it is added.
     std::weak_ptr<StepReactor> weak = weak_from_this();
-    auto fate = session_->AddGradient(
-        contribution_, static_cast<int>(std::min<uint32_t>(chunk.param_id, 1u << 30)),
-        static_cast<int64_t>(chunk.offset), *dtype, chunk.data, shared_from_this(),
-        [weak](absl::Status added) {
-          if (auto self = weak.lock()) self->OnChunkAdded(std::move(added));
-        });
+    auto fate =
+        session_->AddGradient(contribution_, checked->param_id, checked->offset, checked->dtype,
+                              chunk.data, shared_from_this(), [weak](absl::Status added) {
+                                if (auto self = weak.lock()) self->OnChunkAdded(std::move(added));
+                              });
     if (!fate.ok()) return fate.status();
     waiting_for_turn_ = *fate == Session::ChunkFate::kWaiting;
     return absl::OkStatus();

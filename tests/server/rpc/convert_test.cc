@@ -259,14 +259,5 @@ TEST(ConvertTest, StepHeader) {
               StatusIs(absl::StatusCode::kInvalidArgument, "return_dtype 3 must be fp32 or bf16"));
 }
 
-TEST(ConvertTest, DTypes) {
-  EXPECT_EQ(*DTypeFromProto(v1::DTYPE_FP16, "x"), DType::kF16);
-  EXPECT_THAT(DTypeFromProto(v1::DTYPE_UNSPECIFIED, "chunk of param 3").status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, "chunk of param 3: dtype 0"));
-  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
-    EXPECT_EQ(*DTypeFromProto(DTypeToProto(d), "x"), d);
-  }
-}
-
 }  // namespace
 }  // namespace optstep

@@ -1,4 +1,4 @@
-#include "server/rpc/parameter_reactors.h"
+#include "server/rpc/param_stream_reactors.h"
 
 #include <memory>
 #include <optional>
@@ -10,13 +10,13 @@
 #include "server/rpc/convert.h"
 #include "server/rpc/owned_write_reactor.h"
 #include "server/rpc/param_chunker.h"
-#include "server/rpc/status_bridge.h"
+#include "wire/chunk.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
 
-class PullReactor final
-    : public OwnedWriteReactor<v1::PullParametersResponse, PullReactor> {
+class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, PullReactor> {
  public:
   void Start(std::shared_ptr<PullReactor> self, Engine* engine,
              const v1::PullParametersRequest& request) {
@@ -32,7 +32,6 @@ class PullReactor final
     });
   }
 
-
  private:
   absl::Status Validate(Engine* engine, const v1::PullParametersRequest& request) {
     auto session = engine->GetSession(request.session_id());
@@ -41,9 +40,8 @@ class PullReactor final
     if (request.dtype() == v1::DTYPE_BF16) {
       dtype_ = DType::kBF16;
     } else if (request.dtype() != v1::DTYPE_FP32 && request.dtype() != v1::DTYPE_UNSPECIFIED) {
-      return absl::InvalidArgumentError(absl::StrCat("PullParameters: dtype ",
-                                                     static_cast<int>(request.dtype()),
-                                                     " must be fp32 or bf16"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PullParameters: dtype ", static_cast<int>(request.dtype()), " must be fp32 or bf16"));
     }
     OPTSTEP_RETURN_IF_ERROR(CheckParamIds(*session_, request.param_ids(), "PullParameters"));
     ids_.assign(request.param_ids().begin(), request.param_ids().end());
@@ -99,25 +97,21 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       if (!session.ok()) return session.status();
       session_ = *std::move(session);
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
-      return absl::InvalidArgumentError(absl::StrCat("InitParameters: session_id '", request_.session_id(),
-                                                     "' differs from the stream's session '",
-                                                     session_->id(), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("InitParameters: session_id '", request_.session_id(),
+                       "' differs from the stream's session '", session_->id(), "'"));
     }
     if (!request_.has_values()) return absl::OkStatus();
     const v1::TensorChunk& chunk = request_.values();
-    if (chunk.data().size() > kMaxChunkBytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("InitParameters: chunk of ", chunk.data().size(),
-                                                       " bytes exceeds the ", kMaxChunkBytes,
-                                                       "-byte chunk limit"));
-    }
-    auto dtype = DTypeFromProto(chunk.dtype(), absl::StrCat("values of param_id ", chunk.param_id()));
-    if (!dtype.ok()) return dtype.status();
-    absl::Status status = session_->InitValues(
-        static_cast<int>(std::min<uint32_t>(chunk.param_id(), 1u << 30)),
-        static_cast<int64_t>(std::min<uint64_t>(chunk.offset(), uint64_t{1} << 62)), *dtype,
-        chunk.data().data(), chunk.data().size());
+    OPTSTEP_ASSIGN_OR_RETURN(
+        const ChunkHeader header,
+        CheckChunkHeader(chunk.param_id(), chunk.offset(), chunk.dtype(), chunk.data().size(),
+                         absl::StrCat("InitParameters: values of param_id ", chunk.param_id())));
+    absl::Status status = session_->InitValues(header.param_id, header.offset, header.dtype,
+                                               chunk.data().data(), chunk.data().size());
     if (status.ok()) {
-      response_->set_elements(response_->elements() + chunk.data().size() / DTypeSize(*dtype));
+      response_->set_elements(response_->elements() +
+                              chunk.data().size() / DTypeSize(header.dtype));
     }
     return status;
   }

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_RPC_PARAMETER_REACTORS_H_
-#define OPTSTEP_SERVER_RPC_PARAMETER_REACTORS_H_
+#ifndef OPTSTEP_SERVER_RPC_PARAM_STREAM_REACTORS_H_
+#define OPTSTEP_SERVER_RPC_PARAM_STREAM_REACTORS_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -18,4 +18,4 @@ grpc::ServerReadReactor<v1::InitParametersRequest>* StartInitReactor(
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_RPC_PARAMETER_REACTORS_H_
+#endif  // OPTSTEP_SERVER_RPC_PARAM_STREAM_REACTORS_H_

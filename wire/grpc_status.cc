@@ -1,4 +1,4 @@
-#include "server/rpc/status_bridge.h"
+#include "wire/grpc_status.h"
 
 #include <string>
 
@@ -15,7 +15,12 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  if (status.ok()) return absl::OkStatus();
+  const int code = static_cast<int>(status.error_code());
+  if (code <= 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::UnknownError(status.error_message());
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), status.error_message());
 }
 
 }  // namespace optstep

@@ -1,11 +1,12 @@
-#include "client/cpp/grpc_status.h"
+#include "wire/grpc_status.h"
 
 #include <grpcpp/support/status.h>
+
+#include <string>
 
 #include "gtest/gtest.h"
 
 namespace optstep {
-namespace client_internal {
 namespace {
 
 TEST(FromGrpcStatusTest, KeepsEveryCodeAndTheMessage) {
@@ -21,6 +22,20 @@ TEST(FromGrpcStatusTest, KeepsEveryCodeAndTheMessage) {
   EXPECT_EQ(aborted.code(), absl::StatusCode::kAborted);
 }
 
+TEST(ToGrpcStatusTest, KeepsTheCodeAndCutsLongMessages) {
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  const grpc::Status short_one = ToGrpcStatus(absl::NotFoundError("session 's1' not found"));
+  EXPECT_EQ(short_one.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(short_one.error_message(), "session 's1' not found");
+  const grpc::Status long_one =
+      ToGrpcStatus(absl::InvalidArgumentError(std::string(kMaxStatusMessageBytes + 1, 'x')));
+  EXPECT_EQ(long_one.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(long_one.error_message(), std::string(kMaxStatusMessageBytes, 'x') + "... (truncated)");
+  EXPECT_EQ(
+      ToGrpcStatus(absl::InternalError(std::string(kMaxStatusMessageBytes, 'y'))).error_message(),
+      std::string(kMaxStatusMessageBytes, 'y'));
+}
+
 TEST(FromGrpcStatusTest, UnknownCodesBecomeUnknown) {
   const absl::Status status =
       FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(42), "odd"));
@@ -29,5 +44,4 @@ TEST(FromGrpcStatusTest, UnknownCodesBecomeUnknown) {
 }
 
 }  // namespace
-}  // namespace client_internal
 }  // namespace optstep

@@ -1,0 +1,282 @@
+#include "server/rpc/held_operations.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <optional>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "server/engine/checkpoint_io.h"
+#include "server/rpc/convert.h"
+#include "server/rpc/state_dict_stream.h"
+
+namespace optstep {
+namespace {
+
+uint64_t NewToken() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t base = std::random_device()() * 0x9E3779B97F4A7C15ull;
+  const uint64_t token = base + (++counter) * 0xBF58476D1CE4E5B9ull;
+  return token == 0 ? 1 : token;
+}
+
+v1::HeldSessionRequest HeldRequest(const Session& session, uint64_t token, absl::Duration lease) {
+  v1::HeldSessionRequest request;
+  request.set_session_id(session.id());
+  request.set_token(token);
+  request.set_lease_ms(absl::ToInt64Milliseconds(lease));
+  return request;
+}
+
+// Which ranks hold `key`: masters and counters every rank, a parameter's optimizer state its
+// owner. A key naming no parameter goes to rank 0, which refuses it with the reason.
+std::vector<int> RanksOf(const std::string& key, const Session& session,
+                         const std::map<std::string, int>& param_of) {
+  const int world = session.layout().world_size;
+  std::vector<int> all(world);
+  for (int r = 0; r < world; ++r) all[r] = r;
+  if (!absl::StartsWith(key, "state/")) return all;
+  const std::optional<std::string> name = ParamNameOfKey(key);
+  if (!name.has_value()) return {0};
+  auto it = param_of.find(*name);
+  if (it == param_of.end()) return absl::StartsWith(*name, "group") ? all : std::vector<int>{0};
+  return {session.layout().owner[it->second]};
+}
+
+}  // namespace
+
+absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperation& op) {
+  if (options().rank != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint and state dict operations are served by rank 0; this is rank ",
+                     options().rank));
+  }
+  const uint64_t token = NewToken();
+  const absl::Duration lease = options().hold_lease;
+  const absl::Duration call_timeout = absl::Seconds(30);
+  const v1::HeldSessionRequest base = HeldRequest(session, token, lease);
+  // a. Hold: no rank starts a resolution it has not started yet.
+  std::vector<uint64_t> started(options().world_size, 0);
+  absl::Status status = group_->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0) {
+      OPTSTEP_ASSIGN_OR_RETURN(started[0], session.Hold(token, lease));
+      return absl::OkStatus();
+    }
+    OPTSTEP_ASSIGN_OR_RETURN(
+        v1::HeldSessionResponse response,
+        group_->CallPeer(r, &v1::PeerService::Stub::HoldSession, base, call_timeout));
+    started[r] = response.resolutions();
+    return absl::OkStatus();
+  });
+  // b. Settle every rank at the highest resolution begun anywhere.
+  std::vector<HeldPoint> points(options().world_size);
+  if (status.ok()) {
+    const uint64_t target = *std::max_element(started.begin(), started.end());
+    v1::HeldSessionRequest settle = base;
+    settle.set_target(target);
+    settle.set_timeout_ms(absl::ToInt64Milliseconds(options().settle_timeout));
+    status = group_->ForEachRank([&](int r) -> absl::Status {
+      if (r == 0) {
+        OPTSTEP_ASSIGN_OR_RETURN(
+            points[0],
+            session.Settle(token, target, absl::Now() + options().settle_timeout, lease));
+        return absl::OkStatus();
+      }
+      OPTSTEP_ASSIGN_OR_RETURN(v1::HeldSessionResponse response,
+                               group_->CallPeer(r, &v1::PeerService::Stub::SettleSession, settle,
+                                                options().settle_timeout + call_timeout));
+      points[r] = HeldPoint{response.resolutions(), response.step(), response.skipped_steps()};
+      return absl::OkStatus();
+    });
+  }
+  for (int r = 1; r < options().world_size && status.ok(); ++r) {
+    if (points[r].step != points[0].step) {
+      status = absl::InternalError(absl::StrCat("session '", session.id(), "': rank ", r,
+                                                " settled at step ", points[r].step,
+                                                ", rank 0 at step ", points[0].step));
+    }
+  }
+  // c. The operation.
+  if (status.ok()) status = op(token, points[0]);
+  // d. Release, whatever happened (a rank that missed it lets go when its lease passes).
+  (void)group_->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0) return session.Release(token);
+    absl::StatusOr<v1::HeldSessionResponse> released =
+        group_->CallPeer(r, &v1::PeerService::Stub::ReleaseSession, base, call_timeout);
+    if (!released.ok()) LOG(WARNING) << "releasing hold: " << released.status();
+    return absl::OkStatus();
+  });
+  return status;
+}
+
+absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportStateDict(
+    Session& session, const std::vector<uint32_t>& model_chunks) {
+  std::vector<std::shared_ptr<const StateDict>> parts(options().world_size);
+  OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint&) {
+    return group_->ForEachRank([&](int r) -> absl::Status {
+      if (r == 0) {
+        StateSelection all;
+        all.model_chunks = model_chunks;
+        OPTSTEP_ASSIGN_OR_RETURN(parts[0], session.ExportHeld(token, all));
+        return absl::OkStatus();
+      }
+      OPTSTEP_ASSIGN_OR_RETURN(parts[r], ExportFrom(r, session, token, model_chunks));
+      return absl::OkStatus();
+    });
+  }));
+  auto merged = std::make_shared<StateDict>();
+  for (const auto& part : parts) merged->insert(part->begin(), part->end());
+  return std::shared_ptr<const StateDict>(std::move(merged));
+}
+
+absl::Status HeldOperations::ImportStateDict(Session& session,
+                                             std::shared_ptr<const StateDict> state) {
+  std::map<std::string, int> param_of;
+  for (size_t p = 0; p < session.config().params.size(); ++p) {
+    param_of[session.config().params[p].name] = static_cast<int>(p);
+  }
+  std::vector<std::shared_ptr<StateDict>> parts(options().world_size);
+  for (auto& part : parts) part = std::make_shared<StateDict>();
+  for (const auto& [key, tensor] : *state) {
+    for (int r : RanksOf(key, session, param_of)) (*parts[r])[key] = tensor;
+  }
+  return WithHeldSession(session, [&](uint64_t token, const HeldPoint&) -> absl::Status {
+    // Every rank validates and stages its part; only then does any rank change.
+    OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
+      if (r == 0) return session.StageState(token, parts[0], /*complete=*/false);
+      return StageOn(r, session, token, *parts[r]);
+    }));
+    return ApplyEverywhere(session, token);
+  });
+}
+
+absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportFrom(
+    int rank, const Session& session, uint64_t token, const std::vector<uint32_t>& model_chunks) {
+  v1::HeldSessionRequest request = HeldRequest(session, token, options().hold_lease);
+  for (uint32_t chunk : model_chunks) request.add_model_chunks(chunk);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader =
+      group_->Peer(rank)->ExportHeldState(&context, request);
+  StateDictAssembler assembler;
+  v1::StateDictChunk chunk;
+  absl::Status added = absl::OkStatus();
+  while (reader->Read(&chunk)) {
+    if (added.ok()) added = assembler.Add(chunk);
+  }
+  OPTSTEP_RETURN_IF_ERROR(PeerStatus(rank, reader->Finish()));
+  OPTSTEP_RETURN_IF_ERROR(added);
+  return assembler.Build(session);
+}
+
+absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t token,
+                                     const StateDict& part) {
+  grpc::ClientContext context;
+  v1::HeldSessionResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::HeldStateChunk>> writer =
+      group_->Peer(rank)->StageHeldState(&context, &response);
+  // The first message names the session and the hold, even when this rank has no part to stage.
+  v1::HeldStateChunk message;
+  message.set_session_id(session.id());
+  message.set_token(token);
+  bool open = writer->Write(message);
+  message.clear_session_id();
+  for (auto it = part.begin(); open && it != part.end(); ++it) {
+    open = ForEachStateChunk({"", "", it->first, &it->second}, message.mutable_chunk(),
+                             [&] { return writer->Write(message); });
+  }
+  writer->WritesDone();
+  return PeerStatus(rank, writer->Finish());
+}
+
+absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
+  return group_->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0) return session.ApplyStaged(token);
+    return group_
+        ->CallPeer(r, &v1::PeerService::Stub::ApplyHeldState,
+                   HeldRequest(session, token, options().hold_lease), absl::Seconds(600))
+        .status();
+  });
+}
+
+absl::Status HeldOperations::CheckCheckpointRoot(const std::string& name) const {
+  if (options().checkpoint_root.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", options().rank, " has no checkpoint root: start it with --checkpoint_root"));
+  }
+  return ValidateCheckpointName(name);
+}
+
+absl::StatusOr<uint64_t> HeldOperations::SaveCheckpoint(
+    Session& session, const std::string& name, const CheckpointProgressCallback& progress) {
+  OPTSTEP_RETURN_IF_ERROR(CheckCheckpointRoot(name));
+  OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
+  const CheckpointLocation where{options().checkpoint_root, name};
+  uint64_t step = 0;
+  OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint& point) {
+    OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name));
+    std::vector<ShardFile> shards(options().world_size);
+    std::atomic<int> files_done{0};
+    OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
+      if (r == 0) {
+        OPTSTEP_ASSIGN_OR_RETURN(
+            shards[0], WriteHeldShard(session, token, where, [&](const CheckpointProgress& p) {
+              (void)session.Hold(token, options().hold_lease);  // renews the lease
+              CheckpointProgress all = p;
+              all.files_done = files_done.load();
+              all.files_total = options().world_size;
+              if (progress) progress(all);
+            }));
+      } else {
+        v1::HeldSessionRequest request = HeldRequest(session, token, options().hold_lease);
+        request.set_checkpoint_name(name);
+        OPTSTEP_ASSIGN_OR_RETURN(
+            v1::HeldSessionResponse response,
+            group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request, absl::Hours(24)));
+        shards[r] =
+            ShardFile{response.shard_file(), response.shard_bytes(), response.shard_crc32c()};
+      }
+      ++files_done;
+      return absl::OkStatus();
+    }));
+    step = point.step;
+    return CommitSessionCheckpoint(session, point, where, definition, shards,
+                                   options().keep_checkpoints);
+  }));
+  return step;
+}
+
+absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
+    Session& session, const std::string& name, const CheckpointProgressCallback& progress) {
+  OPTSTEP_RETURN_IF_ERROR(CheckCheckpointRoot(name));
+  OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
+  const CheckpointLocation where{options().checkpoint_root, name};
+  uint64_t step = 0;
+  OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint&) {
+    // Every rank verifies and stages; only when all succeeded does any rank apply.
+    OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
+      if (r == 0) {
+        OPTSTEP_ASSIGN_OR_RETURN(
+            step,
+            StageCheckpoint(session, token, where, definition, [&](const CheckpointProgress& p) {
+              (void)session.Hold(token, options().hold_lease);
+              if (progress) progress(p);
+            }));
+        return absl::OkStatus();
+      }
+      v1::HeldSessionRequest request = HeldRequest(session, token, options().hold_lease);
+      request.set_checkpoint_name(name);
+      return group_->CallPeer(r, &v1::PeerService::Stub::StageCheckpoint, request, absl::Hours(24))
+          .status();
+    }));
+    return ApplyEverywhere(session, token);
+  }));
+  return step;
+}
+
+}  // namespace optstep

@@ -1,0 +1,69 @@
+#ifndef OPTSTEP_SERVER_RPC_HELD_OPERATIONS_H_
+#define OPTSTEP_SERVER_RPC_HELD_OPERATIONS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/state_dict.h"
+#include "server/engine/session.h"
+#include "server/rpc/rank_group.h"
+
+namespace optstep {
+
+// The held-operation protocol (docs/checkpoints.md, "RPCs and consistency"), run by rank 0 over
+// its group: operations that must see one step on every rank hold the session on every rank,
+// settle the ranks at one resolution, operate, and release every rank whatever happened. The
+// state-dict export and import and the checkpoint save and load are built on it; each rank's side
+// is PeerServiceImpl (peer_service.h).
+// Thread-safe (it keeps no state of its own); calls block on the other ranks and on files: never
+// call them on a gRPC reaction. Every call answers FAILED_PRECONDITION on ranks other than 0.
+class HeldOperations {
+ public:
+  // `group` must outlive this object.
+  explicit HeldOperations(RankGroup* group) : group_(group) {}
+
+  // Holds `session` on every rank, settles them at the highest resolution any of them started,
+  // runs `op` with the hold's token and the settled point, and releases every rank whatever
+  // happened. Blocks.
+  using HeldOperation = std::function<absl::Status(uint64_t token, const HeldPoint& point)>;
+  absl::Status WithHeldSession(Session& session, const HeldOperation& op);
+
+  // The state dict of `model_chunks` (all when empty) gathered from every rank at one step:
+  // every master from rank 0, each parameter's optimizer state from its owner.
+  absl::StatusOr<std::shared_ptr<const StateDict>> ExportStateDict(
+      Session& session, const std::vector<uint32_t>& model_chunks);
+  // Routes each key to the ranks that hold it (masters and counters: every rank; state: the
+  // owner), has every rank validate and stage its part, and only then applies everywhere.
+  absl::Status ImportStateDict(Session& session, std::shared_ptr<const StateDict> state);
+  // Checkpoint `name` under every rank's checkpoint root. Answers the step saved.
+  absl::StatusOr<uint64_t> SaveCheckpoint(Session& session, const std::string& name,
+                                          const CheckpointProgressCallback& progress);
+  // Every rank verifies and stages its part of checkpoint `name`; then every rank applies it.
+  // Answers the step restored.
+  absl::StatusOr<uint64_t> LoadCheckpoint(Session& session, const std::string& name,
+                                          const CheckpointProgressCallback& progress);
+
+ private:
+  const RankGroupOptions& options() const { return group_->options(); }
+  // REQUIRES: `rank` > 0 and the session held under `token`. Rank `rank`'s part of the export.
+  absl::StatusOr<std::shared_ptr<const StateDict>> ExportFrom(
+      int rank, const Session& session, uint64_t token, const std::vector<uint32_t>& model_chunks);
+  // REQUIRES: `rank` > 0 and the session held under `token`. Streams `part` to rank `rank`,
+  // which validates and stages it.
+  absl::Status StageOn(int rank, const Session& session, uint64_t token, const StateDict& part);
+  // Every rank writes the state it staged under `token`.
+  absl::Status ApplyEverywhere(Session& session, uint64_t token);
+  absl::Status CheckCheckpointRoot(const std::string& name) const;
+
+  RankGroup* const group_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_HELD_OPERATIONS_H_

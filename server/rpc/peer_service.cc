@@ -1,0 +1,181 @@
+#include "server/rpc/peer_service.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/run_detached.h"
+#include "base/status_macros.h"
+#include "server/engine/checkpoint_io.h"
+#include "server/rpc/convert.h"
+#include "server/rpc/state_dict_stream.h"
+#include "wire/grpc_status.h"
+
+namespace optstep {
+
+grpc::ServerUnaryReactor* PeerServiceImpl::CreateReplica(grpc::CallbackServerContext* context,
+                                                         const v1::CreateReplicaRequest* request,
+                                                         v1::CreateReplicaResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Joining the group blocks until every rank arrives: not on the reaction.
+  RunDetached([engine = engine_, request, reactor] {
+    absl::StatusOr<SessionConfig> config = SessionConfigFromProto(request->spec());
+    absl::Status status = config.status();
+    if (config.ok())
+      status = engine->CreateReplica(request->session_id(), *std::move(config)).status();
+    reactor->Finish(ToGrpcStatus(status));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::CloseReplica(grpc::CallbackServerContext* context,
+                                                        const v1::CloseReplicaRequest* request,
+                                                        v1::CloseReplicaResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(engine_->CloseSession(request->session_id())));
+  return reactor;
+}
+
+absl::StatusOr<std::string> PeerServiceImpl::CheckpointRoot(const Session& session) const {
+  const std::string root = group_ == nullptr ? "" : group_->options().checkpoint_root;
+  if (root.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", session.rank(), " has no checkpoint root: start it with --checkpoint_root"));
+  }
+  return root;
+}
+
+absl::Duration PeerServiceImpl::Lease(const v1::HeldSessionRequest& request) const {
+  return request.lease_ms() > 0 ? absl::Milliseconds(request.lease_ms()) : absl::Seconds(30);
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Detached(grpc::CallbackServerContext* context,
+                                                    const v1::HeldSessionRequest& request,
+                                                    HeldWork work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RunDetached([engine = engine_, id = request.session_id(), reactor, work = std::move(work)] {
+    absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(id);
+    reactor->Finish(ToGrpcStatus(session.ok() ? work(**session) : session.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::AbortStep(grpc::CallbackServerContext* context,
+                                                     const v1::HeldSessionRequest* request,
+                                                     v1::HeldSessionResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::shared_ptr<Session>> session = engine_->GetSession(request->session_id());
+  if (session.ok()) {
+    (*session)->JoinAbort(request->target(), request->step());
+    if (group_ != nullptr && group_->rank() == 0) {
+      group_->RelayAbortVote(request->session_id(), request->target(), request->step());
+    }
+  }
+  reactor->Finish(ToGrpcStatus(session.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::HoldSession(grpc::CallbackServerContext* context,
+                                                       const v1::HeldSessionRequest* request,
+                                                       v1::HeldSessionResponse* response) {
+  return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
+    OPTSTEP_ASSIGN_OR_RETURN(uint64_t started, s.Hold(request->token(), Lease(*request)));
+    response->set_resolutions(started);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::SettleSession(grpc::CallbackServerContext* context,
+                                                         const v1::HeldSessionRequest* request,
+                                                         v1::HeldSessionResponse* response) {
+  return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
+    OPTSTEP_ASSIGN_OR_RETURN(
+        HeldPoint point,
+        s.Settle(request->token(), request->target(),
+                 absl::Now() + absl::Milliseconds(request->timeout_ms()), Lease(*request)));
+    response->set_resolutions(point.resolutions);
+    response->set_step(point.step);
+    response->set_skipped_steps(point.skipped_steps);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::ReleaseSession(grpc::CallbackServerContext* context,
+                                                          const v1::HeldSessionRequest* request,
+                                                          v1::HeldSessionResponse*) {
+  return Detached(context, *request, [request](Session& s) { return s.Release(request->token()); });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::ApplyHeldState(grpc::CallbackServerContext* context,
+                                                          const v1::HeldSessionRequest* request,
+                                                          v1::HeldSessionResponse*) {
+  return Detached(context, *request,
+                  [request](Session& s) { return s.ApplyStaged(request->token()); });
+}
+
+grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::ExportHeldState(
+    grpc::CallbackServerContext*, const v1::HeldSessionRequest* request) {
+  return NewStateStreamReactor([engine = engine_, request = *request](
+                                   std::function<void(absl::StatusOr<StreamedState>)> deliver) {
+    RunDetached([engine, request, deliver = std::move(deliver)] {
+      absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(request.session_id());
+      if (!session.ok()) return deliver(session.status());
+      StateSelection owned;
+      owned.model_chunks.assign(request.model_chunks().begin(), request.model_chunks().end());
+      owned.params = StateSelection::Params::kNone;  // rank 0 holds every master
+      owned.counters = false;
+      absl::StatusOr<std::shared_ptr<const StateDict>> dict =
+          (*session)->ExportHeld(request.token(), owned);
+      if (!dict.ok()) return deliver(dict.status());
+      StreamedState state;
+      for (const auto& [key, tensor] : **dict) state.tensors.push_back({"", "", key, &tensor});
+      state.keep = *std::move(dict);
+      deliver(std::move(state));
+    });
+  });
+}
+
+grpc::ServerReadReactor<v1::HeldStateChunk>* PeerServiceImpl::StageHeldState(
+    grpc::CallbackServerContext*, v1::HeldSessionResponse*) {
+  return NewStateDictUploadReactor<v1::HeldStateChunk>(
+      engine_, "empty stage stream",
+      [](Session& session, uint64_t token, std::shared_ptr<const StateDict> dict, uint64_t) {
+        return session.StageState(token, std::move(dict), /*complete=*/false);
+      });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::SaveShard(grpc::CallbackServerContext* context,
+                                                     const v1::HeldSessionRequest* request,
+                                                     v1::HeldSessionResponse* response) {
+  return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
+    OPTSTEP_ASSIGN_OR_RETURN(const std::string root, CheckpointRoot(s));
+    OPTSTEP_ASSIGN_OR_RETURN(ShardFile shard,
+                             WriteHeldShard(s, request->token(), {root, request->checkpoint_name()},
+                                            [&](const CheckpointProgress&) {
+                                              (void)s.Hold(request->token(), Lease(*request));
+                                            }));
+    response->set_shard_file(shard.file);
+    response->set_shard_bytes(shard.bytes);
+    response->set_shard_crc32c(shard.crc32c);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::StageCheckpoint(grpc::CallbackServerContext* context,
+                                                           const v1::HeldSessionRequest* request,
+                                                           v1::HeldSessionResponse* response) {
+  return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
+    OPTSTEP_ASSIGN_OR_RETURN(const std::string root, CheckpointRoot(s));
+    OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(s));
+    OPTSTEP_ASSIGN_OR_RETURN(
+        uint64_t step,
+        optstep::StageCheckpoint(
+            s, request->token(), {root, request->checkpoint_name()}, definition,
+            [&](const CheckpointProgress&) { (void)s.Hold(request->token(), Lease(*request)); }));
+    response->set_step(step);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace optstep

@@ -1,0 +1,73 @@
+#ifndef OPTSTEP_SERVER_RPC_PEER_SERVICE_H_
+#define OPTSTEP_SERVER_RPC_PEER_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "optstep/v1/internal.grpc.pb.h"
+#include "server/engine/engine.h"
+#include "server/rpc/rank_group.h"
+
+namespace optstep {
+
+// PeerService: what the other ranks ask of this one. Replicas of rank 0's sessions
+// (RankGroup::CreateSession), this rank's part of held operations (HeldOperations), and abort
+// votes (RankGroup::RelayAbortVote). `group` (this rank's options) may be null: no checkpoint
+// root. Calls that block (holds, rendezvous, file IO) run off the reaction (RunDetached).
+// Thread-safe; stateless apart from the two pointers, which must outlive it.
+class PeerServiceImpl final : public v1::PeerService::CallbackService {
+ public:
+  explicit PeerServiceImpl(Engine* engine, RankGroup* group = nullptr)
+      : engine_(engine), group_(group) {}
+
+  grpc::ServerUnaryReactor* CreateReplica(grpc::CallbackServerContext* context,
+                                          const v1::CreateReplicaRequest* request,
+                                          v1::CreateReplicaResponse* response) override;
+  grpc::ServerUnaryReactor* CloseReplica(grpc::CallbackServerContext* context,
+                                         const v1::CloseReplicaRequest* request,
+                                         v1::CloseReplicaResponse* response) override;
+  grpc::ServerUnaryReactor* HoldSession(grpc::CallbackServerContext* context,
+                                        const v1::HeldSessionRequest* request,
+                                        v1::HeldSessionResponse* response) override;
+  grpc::ServerUnaryReactor* SettleSession(grpc::CallbackServerContext* context,
+                                          const v1::HeldSessionRequest* request,
+                                          v1::HeldSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseSession(grpc::CallbackServerContext* context,
+                                           const v1::HeldSessionRequest* request,
+                                           v1::HeldSessionResponse* response) override;
+  grpc::ServerWriteReactor<v1::StateDictChunk>* ExportHeldState(
+      grpc::CallbackServerContext* context, const v1::HeldSessionRequest* request) override;
+  grpc::ServerReadReactor<v1::HeldStateChunk>* StageHeldState(
+      grpc::CallbackServerContext* context, v1::HeldSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ApplyHeldState(grpc::CallbackServerContext* context,
+                                           const v1::HeldSessionRequest* request,
+                                           v1::HeldSessionResponse* response) override;
+  grpc::ServerUnaryReactor* SaveShard(grpc::CallbackServerContext* context,
+                                      const v1::HeldSessionRequest* request,
+                                      v1::HeldSessionResponse* response) override;
+  grpc::ServerUnaryReactor* StageCheckpoint(grpc::CallbackServerContext* context,
+                                            const v1::HeldSessionRequest* request,
+                                            v1::HeldSessionResponse* response) override;
+  grpc::ServerUnaryReactor* AbortStep(grpc::CallbackServerContext* context,
+                                      const v1::HeldSessionRequest* request,
+                                      v1::HeldSessionResponse* response) override;
+
+ private:
+  // Runs `work` on its own thread (holds and file IO block) and finishes the call with it.
+  using HeldWork = std::function<absl::Status(Session& session)>;
+  grpc::ServerUnaryReactor* Detached(grpc::CallbackServerContext* context,
+                                     const v1::HeldSessionRequest& request, HeldWork work);
+  absl::Duration Lease(const v1::HeldSessionRequest& request) const;
+  // This rank's --checkpoint_root; FAILED_PRECONDITION when unset.
+  absl::StatusOr<std::string> CheckpointRoot(const Session& session) const;
+
+  Engine* const engine_;
+  RankGroup* const group_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_PEER_SERVICE_H_

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Creates .venv with what the Python client, its tests and the demo need, from PyPI: grpcio,
-# grpcio-tools, protobuf, numpy, pytest, torch, scikit-learn, matplotlib, and the package itself
-# (client/python, editable, stubs generated from proto/). Idempotent: does nothing when .venv was
-# built from the same inputs (this script, the package's build files, the protos). The system
-# Python stays untouched. Prints the venv's python on the last line.
+# Creates .venv with what the Python client, its tests, its type check and the demo need, from
+# PyPI: grpcio, grpcio-tools, protobuf, numpy, pytest, torch, scikit-learn, matplotlib, mypy (with
+# the protobuf and grpcio type stubs), and the package itself (client/python, editable, stubs
+# generated from proto/). Idempotent: does nothing when .venv was built from the same inputs (this
+# script, the package's build files, the protos). The system Python stays untouched. Prints the
+# venv's python on the last line.
 #
 # torch comes from PyPI, whose Linux x86_64 wheels pull the CUDA libraries (about 5 GB installed;
 # the CPU-only wheels live on another index that these machines cannot reach). The CPU is all

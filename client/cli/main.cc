@@ -17,9 +17,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "client/cli/checkpoint_commands.h"
-#include "client/cli/ckpt_commands.h"
 #include "client/cli/commands.h"
+#include "client/cli/offline_checkpoint_commands.h"
+#include "client/cli/remote_checkpoint_commands.h"
 #include "client/cpp/client_options.h"
 
 ABSL_FLAG(std::string, server, "localhost:50051", "host:port of the optstep server (rank 0)");
@@ -71,10 +71,10 @@ int main(int argc, char** argv) {
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
 
   if (positional.size() > 1 && absl::string_view(positional[1]) == "ckpt") {  // offline
-    optstep::cli::CkptOptions ckpt;
+    optstep::cli::OfflineCheckpointOptions ckpt;
     ckpt.ranks = absl::GetFlag(FLAGS_ranks);
     const std::vector<std::string> args(positional.begin() + 1, positional.end());
-    return optstep::cli::RunCkptCommand(args, ckpt, std::cout, std::cerr);
+    return optstep::cli::RunOfflineCheckpointCommand(args, ckpt, std::cout, std::cerr);
   }
   const int32_t timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   if (timeout_ms <= 0) {
@@ -98,12 +98,12 @@ int main(int argc, char** argv) {
 
   const std::vector<std::string> args(positional.begin() + 1, positional.end());
   if (args.size() == 1 && (args[0] == "save" || args[0] == "load")) {
-    optstep::cli::CheckpointCommand command;
+    optstep::cli::RemoteCheckpointCommand command;
     command.command = args[0];
     command.session = absl::GetFlag(FLAGS_session);
     command.name = absl::GetFlag(FLAGS_name);
     command.terminal = isatty(STDOUT_FILENO) != 0;
-    return optstep::cli::RunCheckpointCommand(command, options, std::cout, std::cerr);
+    return optstep::cli::RunRemoteCheckpointCommand(command, options, std::cout, std::cerr);
   }
   return optstep::cli::RunCommand(args, options, std::cout, std::cerr);
 }

@@ -1,4 +1,4 @@
-#include "client/cli/ckpt_commands.h"
+#include "client/cli/offline_checkpoint_commands.h"
 
 #include <memory>
 #include <vector>
@@ -70,8 +70,9 @@ std::string FormatCheckpointSummary(const CheckpointReader& reader) {
   return out;
 }
 
-int RunCkptCommand(absl::Span<const std::string> args, const CkptOptions& options,
-                   std::ostream& out, std::ostream& err) {
+int RunOfflineCheckpointCommand(absl::Span<const std::string> args,
+                                const OfflineCheckpointOptions& options, std::ostream& out,
+                                std::ostream& err) {
   if (args.size() < 2)
     return Usage(err, "ckpt needs a subcommand: inspect, verify, merge or split");
   const std::string& sub = args[1];

@@ -1,4 +1,4 @@
-#include "client/cli/ckpt_commands.h"
+#include "client/cli/offline_checkpoint_commands.h"
 
 #include <fstream>
 #include <sstream>
@@ -19,7 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 using testutil::IsOk;
 
-class CkptCommandsTest : public ::testing::Test {
+class OfflineCheckpointCommandsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     root_ = testutil::FreshDir("cli");
@@ -31,16 +31,16 @@ class CkptCommandsTest : public ::testing::Test {
   int Run(std::vector<std::string> args, int ranks = 0) {
     out_.str("");
     err_.str("");
-    CkptOptions options;
+    OfflineCheckpointOptions options;
     options.ranks = ranks;
-    return RunCkptCommand(args, options, out_, err_);
+    return RunOfflineCheckpointCommand(args, options, out_, err_);
   }
 
   std::string root_;
   std::ostringstream out_, err_;
 };
 
-TEST_F(CkptCommandsTest, InspectSummarisesTheManifestAndShards) {
+TEST_F(OfflineCheckpointCommandsTest, InspectSummarisesTheManifestAndShards) {
   ASSERT_EQ(Run({"ckpt", "inspect", root_ + "/src"}), kExitOk) << err_.str();
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(root_, "src"));
   const std::string text = out_.str();
@@ -55,7 +55,7 @@ TEST_F(CkptCommandsTest, InspectSummarisesTheManifestAndShards) {
   EXPECT_EQ(text, FormatCheckpointSummary(*reader));
 }
 
-TEST_F(CkptCommandsTest, VerifyExitsNonzeroWithTheError) {
+TEST_F(OfflineCheckpointCommandsTest, VerifyExitsNonzeroWithTheError) {
   EXPECT_EQ(Run({"ckpt", "verify", root_ + "/src"}), kExitOk);
   EXPECT_THAT(out_.str(), HasSubstr("ok: " + root_ + "/src: 2 shards"));
   const std::string shard = root_ + "/src/shard-1-of-2.safetensors";
@@ -77,7 +77,7 @@ TEST_F(CkptCommandsTest, VerifyExitsNonzeroWithTheError) {
   EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND"));
 }
 
-TEST_F(CkptCommandsTest, MergeAndSplitWriteValidCheckpoints) {
+TEST_F(OfflineCheckpointCommandsTest, MergeAndSplitWriteValidCheckpoints) {
   ASSERT_EQ(Run({"ckpt", "merge", root_ + "/src", root_ + "/merged"}), kExitOk) << err_.str();
   ASSERT_EQ(Run({"ckpt", "split", root_ + "/merged", root_ + "/split/"}, 3), kExitOk) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("3 shards"));
@@ -90,7 +90,7 @@ TEST_F(CkptCommandsTest, MergeAndSplitWriteValidCheckpoints) {
   EXPECT_THAT(err_.str(), HasSubstr("INVALID_ARGUMENT"));
 }
 
-TEST_F(CkptCommandsTest, BadCommandLinesAreUsageErrors) {
+TEST_F(OfflineCheckpointCommandsTest, BadCommandLinesAreUsageErrors) {
   EXPECT_EQ(Run({"ckpt"}), kExitUsage);
   EXPECT_EQ(Run({"ckpt", "frobnicate", "x"}), kExitUsage);
   EXPECT_THAT(err_.str(), HasSubstr("unknown ckpt subcommand 'frobnicate'"));

@@ -1,4 +1,4 @@
-#include "client/cli/checkpoint_commands.h"
+#include "client/cli/remote_checkpoint_commands.h"
 
 #include <memory>
 
@@ -28,8 +28,8 @@ std::string ProgressBar(const v1::CheckpointProgress& p) {
 
 }  // namespace
 
-int RunCheckpointCommand(const CheckpointCommand& command, const ClientOptions& options,
-                         std::ostream& out, std::ostream& err) {
+int RunRemoteCheckpointCommand(const RemoteCheckpointCommand& command, const ClientOptions& options,
+                               std::ostream& out, std::ostream& err) {
   if (command.session.empty() || command.name.empty()) {
     err << "optstep: " << command.command << " needs --session=<id> and --name=<checkpoint>\n\n"
         << kCommandUsage;

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_CLIENT_CLI_CKPT_COMMANDS_H_
-#define OPTSTEP_CLIENT_CLI_CKPT_COMMANDS_H_
+#ifndef OPTSTEP_CLIENT_CLI_OFFLINE_CHECKPOINT_COMMANDS_H_
+#define OPTSTEP_CLIENT_CLI_OFFLINE_CHECKPOINT_COMMANDS_H_
 
 // `optstep ckpt ...`: offline tools over checkpoint directories (docs/checkpoints.md). They
 // read and write files only; no server is involved.
@@ -21,14 +21,15 @@ namespace optstep {
 namespace cli {
 
 // Filled from flags by main.cc.
-struct CkptOptions {
+struct OfflineCheckpointOptions {
   int ranks = 0;  // split: number of shards of the new checkpoint
 };
 
 // `args`: the positional arguments after the program name, starting with "ckpt". Returns the
 // exit status (kExitOk, kExitCallFailed when the checkpoint is refused, kExitUsage).
-int RunCkptCommand(absl::Span<const std::string> args, const CkptOptions& options,
-                   std::ostream& out, std::ostream& err);
+int RunOfflineCheckpointCommand(absl::Span<const std::string> args,
+                                const OfflineCheckpointOptions& options, std::ostream& out,
+                                std::ostream& err);
 
 // What `ckpt inspect` prints for an opened checkpoint: a summary block (directory, format,
 // definition digest, world size, step, parameters, tensors, bytes) and a table per shard
@@ -38,4 +39,4 @@ std::string FormatCheckpointSummary(const CheckpointReader& reader);
 }  // namespace cli
 }  // namespace optstep
 
-#endif  // OPTSTEP_CLIENT_CLI_CKPT_COMMANDS_H_
+#endif  // OPTSTEP_CLIENT_CLI_OFFLINE_CHECKPOINT_COMMANDS_H_

@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_CLIENT_CLI_CHECKPOINT_COMMANDS_H_
-#define OPTSTEP_CLIENT_CLI_CHECKPOINT_COMMANDS_H_
+#ifndef OPTSTEP_CLIENT_CLI_REMOTE_CHECKPOINT_COMMANDS_H_
+#define OPTSTEP_CLIENT_CLI_REMOTE_CHECKPOINT_COMMANDS_H_
 
 // `optstep save|load --session=ID --name=N`: a checkpoint of a running session, written or
 // restored by the servers under their --checkpoint_root (docs/checkpoints.md). Progress goes to
@@ -13,7 +13,7 @@
 namespace optstep {
 namespace cli {
 
-struct CheckpointCommand {
+struct RemoteCheckpointCommand {
   std::string command;  // "save" or "load"
   std::string session;
   std::string name;
@@ -21,10 +21,10 @@ struct CheckpointCommand {
 };
 
 // Exit statuses as RunCommand's (commands.h).
-int RunCheckpointCommand(const CheckpointCommand& command, const ClientOptions& options,
-                         std::ostream& out, std::ostream& err);
+int RunRemoteCheckpointCommand(const RemoteCheckpointCommand& command, const ClientOptions& options,
+                               std::ostream& out, std::ostream& err);
 
 }  // namespace cli
 }  // namespace optstep
 
-#endif  // OPTSTEP_CLIENT_CLI_CHECKPOINT_COMMANDS_H_
+#endif  // OPTSTEP_CLIENT_CLI_REMOTE_CHECKPOINT_COMMANDS_H_

@@ -1,4 +1,6 @@
 // StateDictAssembler: an imported tensor counts only when every element arrived exactly once.
+// ForEachStateChunk: the chunks it cuts are whole elements within the chunk limit, and assemble
+// back into the tensor.
 
 #include "server/rpc/state_dict_stream.h"
 
@@ -7,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "wire/chunk.h"
 
 namespace optstep {
 namespace {
@@ -64,6 +67,51 @@ TEST(StateDictAssemblerTest, AChunkPastTheEndIsRefusedAtOnce) {
   StateDictAssembler assembler;
   EXPECT_THAT(assembler.Add(Chunk(10, 8, 4)),
               StatusIs(absl::StatusCode::kInvalidArgument, "exceeds 40 bytes"));
+}
+
+TEST(StateDictAssemblerTest, AnOffsetThatWouldWrapInBytesIsRefused) {
+  // 2^62 fp32 elements are 2^64 bytes: as a byte offset it would be 0.
+  StateDictAssembler assembler;
+  EXPECT_THAT(assembler.Add(Chunk(10, uint64_t{1} << 62, 4)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "exceeds 40 bytes"));
+  EXPECT_THAT(assembler.Add(Chunk(10, kMaxChunkOffset + 1, 4)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "out of range"));
+}
+
+// An int64 tensor of `numel` elements whose element i is i.
+StateTensor Counting(int64_t numel) {
+  StateTensor tensor;
+  tensor.type = StateTensor::Type::kI64;
+  tensor.shape = {numel};
+  std::vector<int64_t> values(numel);
+  for (int64_t i = 0; i < numel; ++i) values[i] = i;
+  tensor.bytes.assign(reinterpret_cast<const char*>(values.data()), numel * sizeof(int64_t));
+  return tensor;
+}
+
+TEST(ForEachStateChunkTest, ChunksAreWholeElementsWithinTheLimitAndAssembleBack) {
+  const int64_t numel = kMaxChunkBytes / 8 * 2 + 3;  // two full chunks and a short one
+  const StateTensor tensor = Counting(numel);
+  StateDictAssembler assembler;
+  v1::StateDictChunk chunk;
+  std::vector<size_t> sizes;
+  ASSERT_TRUE(ForEachStateChunk({"model0", "", "state/adam/w/exp_avg", &tensor}, &chunk, [&] {
+    sizes.push_back(chunk.data().size());
+    EXPECT_EQ(chunk.chunk_key(), "model0");
+    EXPECT_EQ(chunk.dtype(), v1::DTYPE_INT64);
+    return assembler.Add(chunk).ok();
+  }));
+  EXPECT_EQ(sizes, (std::vector<size_t>{kMaxChunkBytes, kMaxChunkBytes, 24}));
+  ASSERT_THAT(assembler.CheckComplete(), IsOk());
+  EXPECT_EQ(assembler.bytes(), tensor.bytes.size());
+}
+
+TEST(ForEachStateChunkTest, StopsWhenASendFails) {
+  const StateTensor tensor = Counting(kMaxChunkBytes / 8 * 3);
+  v1::StateDictChunk chunk;
+  int sent = 0;
+  EXPECT_FALSE(ForEachStateChunk({"", "", "k", &tensor}, &chunk, [&] { return ++sent < 2; }));
+  EXPECT_EQ(sent, 2);
 }
 
 }  // namespace

@@ -13,10 +13,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/serial_executor.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "kernels/device_factory.h"
-#include "base/serial_executor.h"
 #include "server/engine/session.h"
 #include "server/engine/session_config.h"
 #include "server/engine/step_observer.h"
@@ -65,7 +65,8 @@ class Engine {
   absl::StatusOr<Created> CreateSession(SessionConfig config);
   // Rank 0 allots the ids; the other ranks create their replicas with the id rank 0 gave.
   // ALREADY_EXISTS when this rank holds the id.
-  absl::StatusOr<std::shared_ptr<Session>> CreateReplica(const std::string& id, SessionConfig config);
+  absl::StatusOr<std::shared_ptr<Session>> CreateReplica(const std::string& id,
+                                                         SessionConfig config);
   // A new session id (rank 0).
   std::string NextSessionId();
   // Whether a session with this name exists (rank 0 attaches instead of creating).
@@ -96,7 +97,8 @@ class Engine {
  private:
   Engine(EngineOptions options, std::shared_ptr<Device> device);
   // Builds the replica: layout, communicator, tensors. Does not register it.
-  absl::StatusOr<std::shared_ptr<Session>> BuildSession(const std::string& id, SessionConfig config);
+  absl::StatusOr<std::shared_ptr<Session>> BuildSession(const std::string& id,
+                                                        SessionConfig config);
   // Registers `session` unless one of the same id (or, with `by_name`, of the same name)
   // appeared meanwhile.
   absl::StatusOr<Created> Register(std::shared_ptr<Session> session, bool by_name);

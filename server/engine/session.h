@@ -22,20 +22,16 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "server/engine/param_snapshot.h"
+#include "server/engine/replica_state.h"
+#include "server/engine/resolution_gate.h"
 #include "server/engine/session_config.h"
 #include "server/engine/step_contributions.h"
+#include "server/engine/step_coordinator.h"
 #include "server/engine/step_observer.h"
+#include "server/engine/step_schedule.h"
 #include "server/engine/trainer_order.h"
-#include "server/optim/optimizer.h"
-#include "server/optim/routing.h"
 
 namespace optstep {
-
-// This step's schedule values for one group; unset values keep the group's defaults.
-struct GroupStepValues {
-  std::optional<double> lr;
-  std::optional<double> weight_decay;
-};
 
 // What a trainer says when it starts its part of a step.
 struct StepBegin {
@@ -50,35 +46,7 @@ struct StepBegin {
   bool stream_params = false;
 };
 
-struct StepOutcome {
-  uint64_t step = 0;
-  bool skipped = false;
-  double grad_norm = 0.0;  // pre-clip global norm; 0 when skipped
-  bool clipped = false;
-  std::shared_ptr<const ParamSnapshot> params;  // null when the trainer asked for none
-};
-
-using StepCallback = std::function<void(absl::StatusOr<StepOutcome>)>;
 using SnapshotCallback = std::function<void(absl::StatusOr<std::shared_ptr<const ParamSnapshot>>)>;
-
-// Which tensors of a rank's state a held operation reads (see Session::HeldTensors).
-struct StateSelection {
-  std::vector<uint32_t> model_chunks;  // empty: every chunk
-  enum class Params { kNone, kOwned, kAll };
-  Params params = Params::kAll;  // masters: every rank holds all of them after a step
-  bool owned_state = true;       // optimizer state of the parameters this rank owns
-  bool counters = true;          // "meta/..." and every group's step counter
-};
-
-// One tensor of a held state: its key (state_dict.h), type and shape, and a reader of its
-// little-endian bytes [offset, offset + n) valid while the hold lasts (thread-safe).
-struct HeldTensor {
-  std::string key;
-  StateTensor::Type type = StateTensor::Type::kF32;
-  Shape shape;
-  uint64_t bytes = 0;
-  std::function<absl::Status(uint64_t offset, size_t n, void* dst)> read;
-};
 
 // Where a held rank stands: the resolutions it finished and its counters.
 struct HeldPoint {
@@ -95,24 +63,24 @@ struct SessionStats {
   int64_t buffer_bytes = 0;  // gradient buffers and staging
 };
 
-// One hyperparameter group as created: its routing and its configured optimizer.
-struct GroupRuntime {
-  ParamGroup def;
-  std::unique_ptr<Optimizer> optimizer;
-  uint64_t applied_steps = 0;  // Adam's t after the last applied step
-};
-
-// One rank's replica of a registered model: every fp32 master parameter (one flat buffer ordered
-// by owner rank, so that each rank's parameters are contiguous for the all-gather), and for the
-// parameters this rank owns the optimizer state and gradient buffers; the step contract of
-// docs/design.md §3 across the ranks of the session's communicator.
+// One rank's part of a registered model and the step contract of docs/design.md §3 across the
+// ranks of the session's communicator. The Session receives the trainers' contributions (Begin,
+// AddGradient, Commit), keeps the step counters and the trainers that wait, and hands the rest to
+// its collaborators:
+//   - ReplicaState: the tensors (masters, optimizer state, gradient buffers) and the state dict;
+//   - StepCoordinator: the coordinator thread that resolves each step (agree, apply, gather,
+//     publish), calling back through the StepLedger the Session implements;
+//   - ResolutionGate: the resolutions started and finished, and the hold for checkpoints.
 //
-// Threads: stream handlers call Begin / AddGradient / Commit concurrently. Each session has a
-// coordinator thread that runs its steps, aborts and snapshots in order and is the only thread
-// that waits on the session's collectives; device math is posted from there to the engine's
-// shared device worker (a SerialExecutor), whose tasks never wait on anything. So a collective of
-// one session never holds up another session's steps, on any rank.
-class Session : public std::enable_shared_from_this<Session> {
+// Threads: stream handlers call Begin / AddGradient / Commit concurrently. Steps, aborts,
+// snapshots and state replacements run in order on the coordinator, the only thread that waits on
+// the session's collectives; device math is posted from there to the engine's shared device
+// worker. Thread-safe.
+//
+// Lock order: Session::mu_, then ResolutionGate's lock (the gate is called under mu_, never the
+// reverse); ParamReadiness and the executors' queues are leaves. No callback (waiters, chunks'
+// `added`) is called with mu_ held, and the coordinator calls the ledger without any lock.
+class Session : public std::enable_shared_from_this<Session>, private StepLedger {
  public:
   struct Options {
     std::string id;
@@ -137,16 +105,16 @@ class Session : public std::enable_shared_from_this<Session> {
   static absl::StatusOr<std::shared_ptr<Session>> Create(Options options,
                                                          std::shared_ptr<Device> device,
                                                          std::shared_ptr<SerialExecutor> worker);
-  ~Session();
+  ~Session() override;
 
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   const std::string& id() const { return id_; }
-  int rank() const { return rank_; }
-  const SessionConfig& config() const { return config_; }
-  const Layout& layout() const { return layout_; }
-  const std::vector<GroupRuntime>& groups() const { return groups_; }
+  int rank() const { return replica_->rank(); }
+  const SessionConfig& config() const { return replica_->config(); }
+  const Layout& layout() const { return replica_->layout(); }
+  const std::vector<GroupRuntime>& groups() const { return replica_->groups(); }
   SessionStats stats() const;
 
   // Starts (or resumes) `begin.trainer`'s part of step `begin.step`.
@@ -203,11 +171,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // a step is pending or on several ranks. `done` is called exactly once.
   void ImportState(std::shared_ptr<const StateDict> state, std::function<void(absl::Status)> done);
 
-  // --- Consistent points across ranks (docs/checkpoints.md, "RPCs and consistency") ---
-  // A resolution is one run of the step coordinator (a step applied, skipped or aborted);
-  // resolution k of one rank meets resolution k of every other rank in the collectives, so
-  // resolutions started somewhere must be allowed to finish everywhere.
-  //
+  // --- Consistent points across ranks (docs/checkpoints.md, "RPCs and consistency";
+  // ResolutionGate) ---
   // Hold: this rank starts no resolution beyond those it already started, and answers their
   // number. Every hold call renews the lease; when it passes without a call the hold ends by
   // itself (a crashed caller never wedges the session). FAILED_PRECONDITION while another token
@@ -251,27 +216,13 @@ class Session : public std::enable_shared_from_this<Session> {
   bool step_pending() const;
 
  private:
-  struct Waiter {
-    DType dtype;
-    bool want_params;
-    StepCallback done;
-    bool stream = false;  // StepBegin::stream_params
-  };
-
-  Session(Options options, std::shared_ptr<Device> device, std::shared_ptr<SerialExecutor> worker);
-  absl::Status Allocate();
-  absl::Status AllocateMasters();
-  // Runs `task` on the device worker and waits for it. Called only on the coordinator.
-  absl::Status OnDevice(const std::function<absl::Status()>& task);
+  Session(const Options& options, std::unique_ptr<ReplicaState> replica);
 
   // UNAVAILABLE once closed or broken.
   absl::Status CheckUsable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckFresh(const Contribution& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Elements in `bytes` of `dtype` for param_id: NOT_FOUND for an unknown id, INVALID_ARGUMENT
-  // for a length that is not a whole number of elements.
-  absl::StatusOr<int64_t> ElementCount(int param_id, DType dtype, size_t bytes) const;
-  absl::StatusOr<std::vector<std::pair<double, double>>> ResolveSchedule(
-      const StepBegin& begin) const;
+  // CheckUsable, then the gate's CheckSettled.
+  absl::Status CheckSettled(uint64_t token) const ABSL_LOCKS_EXCLUDED(mu_);
   // Records a chunk's ranges and writes (trainer 0, SHARDED) or adds (REPLICATED trainers > 0)
   // its fresh elements; when that completes the trainer's part of the parameter, adds the chunks
   // of the next trainer that waited for it (AddReleased).
@@ -284,117 +235,49 @@ class Session : public std::enable_shared_from_this<Session> {
   // Drops the pending step; returns the callbacks to notify (outside the lock), the waiting
   // chunks' among them.
   std::vector<StepCallback> AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Coordinator: averages, checks, agrees with the other ranks, clips, steps, all-gathers; then
-  // publishes. With `abort`, this rank votes to abort the pending step.
-  void RunStep(bool abort);
-  // The global phase after the local statistics: decides skip / abort, steps, gathers.
-  // `failed`: this rank could not compute its statistics (every rank then aborts).
-  struct Agreement {
-    bool abort = false;
-    bool failed = false;
-    bool skipped = false;
-    double grad_norm = 0.0;
-  };
-  absl::StatusOr<Agreement> Agree(bool abort, bool failed, const std::vector<double>& sum_squares,
-                                  bool finite);
-  // Snapshots handed to the trainers before the optimizer runs, filled as parameters are ready.
-  using StreamingSnapshots = std::map<DType, std::shared_ptr<ParamSnapshot>>;
-  // Hands `outcome` (the step's result, known once the ranks agreed) to the waiters that stream
-  // parameters, with snapshots that ApplyStep fills; those waiters are not called again.
-  StreamingSnapshots StreamEarly(const StepOutcome& outcome);
-  // `started`: when RunStep began (the step phase is reported up to the all-gather). Fills
-  // `streaming` bucket by bucket: a parameter this rank owns once it is stepped, the others
-  // once gathered.
-  // The parameters written last are left for FinishStep to mark ready: `*last_ids`.
-  absl::Status ApplyStep(const std::vector<std::pair<double, double>>& schedule,
-                         const Agreement& agreement, StepOutcome& outcome, absl::Time started,
-                         const StreamingSnapshots& streaming, std::vector<int>* last_ids);
-  // Writes `ids` into every streaming snapshot and, with `mark`, marks them ready. On the device
-  // worker.
-  absl::Status PublishParams(const std::vector<int>& ids, const StreamingSnapshots& streaming,
-                             bool mark = true);
-  // `streamed`: the snapshots StreamEarly handed out, written but for marking `last_ids` ready,
-  // which FinishStep does once the step counts as applied (a trainer that has every parameter
-  // may begin the next step at once); reused for late waiters.
-  void FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted,
-                  const StreamingSnapshots& streamed = {}, const std::vector<int>& last_ids = {});
-  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
-  // This rank's tensors of `selection` (session_state.cc), and their host copies.
-  std::vector<HeldTensor> SelectTensors(const StateSelection& selection);
-  absl::StatusOr<std::shared_ptr<const StateDict>> CopyToHost(
-      const std::vector<HeldTensor>& tensors);
-  // A state dict resolved against this rank: destinations checked, nothing written yet.
-  struct ResolvedState;
-  absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveStateDict(
-      std::shared_ptr<const StateDict> state);
-  absl::Status WriteResolved(const ResolvedState& resolved);
+  void MarkBrokenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The step counters of a state just written (ReplicaState::WriteResolved): a new generation,
+  // and no snapshot or replay of the state before.
+  void WriteCountersLocked(const ResolvedState& resolved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts a resolution on the coordinator unless a hold forbids it; returns whether it did.
-  bool StartResolutionLocked(bool abort) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool MayStartResolutionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckHolderLocked(uint64_t token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckSettledLocked(uint64_t token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the hold and starts a step that became complete meanwhile.
-  void EndHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StartResolutionLocked(ResolutionKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the pending step when every trainer committed and none runs.
+  void StartIfCompleteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // StepLedger, for the coordinator.
+  Pending BeginResolution() override ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<StepWaiter> TakeStreamingWaiters() override ABSL_LOCKS_EXCLUDED(mu_);
+  void MarkBroken() override ABSL_LOCKS_EXCLUDED(mu_);
+  Ended EndStep(absl::StatusOr<StepOutcome>& outcome) override ABSL_LOCKS_EXCLUDED(mu_);
+  void EndResolution(const std::map<DType, std::shared_ptr<const ParamSnapshot>>* snapshots)
+      override ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string id_;
-  const SessionConfig config_;
-  const Layout layout_;
-  const int rank_;
   const absl::Duration step_deadline_;
-  const int64_t max_bytes_;
-  const std::shared_ptr<Device> device_;
-  const std::shared_ptr<SerialExecutor> worker_;
   const std::shared_ptr<StepObserver> observer_;  // never null (a no-op one by default)
   const std::function<void(uint64_t, uint64_t)> on_abort_vote_;
-  std::vector<std::string> names_;
-  std::vector<int64_t> numels_;
-
-  // Touched only on the coordinator after Create (and by InitValues before the first step).
-  std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<SerialExecutor> coordinator_;
-  std::vector<GroupRuntime> groups_;
-  std::vector<int> group_of_;          // param -> group
-  std::vector<int> owned_;             // ids of the parameters this rank owns, ascending
-  Tensor masters_;                     // every master, flat, ordered by (owner rank, param id)
-  Tensor votes_;                       // Agree's all-reduce buffer, in device memory
-  std::vector<int64_t> rank_counts_;   // elements of masters_ owned by each rank
-  std::vector<int64_t> rank_offsets_;  // first element of each rank's block
-  std::vector<Tensor> params_;         // views into masters_
-  std::vector<ParamState> states_;
-  // One gradient buffer per owned parameter: SHARDED, the trainers' disjoint chunks; REPLICATED,
-  // the trainers' sum in trainer order (then their mean).
-  std::vector<Tensor> grads_;
-  const bool ordered_;  // REPLICATED with several trainers: chunks are added in trainer order
+  const bool ordered_;  // SumsInTrainerOrder: chunks are added in trainer order
+  // Fixed after Create; see ReplicaState for who touches the tensors when.
+  const std::unique_ptr<ReplicaState> replica_;
+  ResolutionGate gate_;
+  // Set once by Create; reset first by the destructor.
+  std::unique_ptr<StepCoordinator> coordinator_;
 
   mutable absl::Mutex mu_;
   StepContributions contributions_ ABSL_GUARDED_BY(mu_);
   TrainerOrder order_ ABSL_GUARDED_BY(mu_);
-  std::optional<std::vector<std::pair<double, double>>> schedule_ ABSL_GUARDED_BY(mu_);
+  std::optional<StepSchedule> schedule_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> attempts_ ABSL_GUARDED_BY(mu_);
-  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  std::vector<StepWaiter> waiters_ ABSL_GUARDED_BY(mu_);
   std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots_ ABSL_GUARDED_BY(mu_);
   std::optional<StepOutcome> last_outcome_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> step_began_ ABSL_GUARDED_BY(mu_);
-  uint64_t step_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  StepCounters counters_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
-
-  // Resolutions posted to / finished by the coordinator, and the hold (session_hold.cc).
-  struct HoldState {
-    uint64_t token = 0;
-    uint64_t limit = 0;  // resolutions this rank may start
-    absl::Time expires;
-    bool settled = false;
-    std::shared_ptr<ResolvedState> staged;
-  };
-  uint64_t resolutions_started_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t resolutions_done_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<HoldState> hold_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

@@ -30,6 +30,12 @@ struct SessionConfig {
   absl::Duration step_deadline = absl::ZeroDuration();  // zero: the engine's default
 };
 
+// REPLICATED with several trainers: each parameter's gradients are summed into one buffer in
+// trainer order (TrainerOrder), then divided by the number of trainers.
+inline bool SumsInTrainerOrder(const SessionConfig& config) {
+  return config.mode == GradientMode::kReplicated && config.num_trainers > 1;
+}
+
 }  // namespace optstep
 
 #endif  // OPTSTEP_SERVER_ENGINE_SESSION_CONFIG_H_

@@ -1,273 +1,196 @@
-// Session: the state dict (masters, optimizer state, counters): which tensors a rank holds,
-// reading them, and resolving / writing a state dict.
+// Session: the state dict between steps (ExportState / ImportState, one rank) and under a hold
+// (every rank settled at the same resolution: HeldTensors, ExportHeld, StageState, ApplyStaged).
+// The tensors are the ReplicaState's; the hold is the ResolutionGate's.
 
-#include <algorithm>
-#include <cstring>
-#include <set>
+#include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "server/engine/session.h"
 
 namespace optstep {
-namespace {
 
-std::string CounterBytes(uint64_t value) {
-  const int64_t v = static_cast<int64_t>(value);
-  return std::string(reinterpret_cast<const char*>(&v), sizeof(v));
+// --- Holds ---
+
+absl::StatusOr<uint64_t> Session::Hold(uint64_t token, absl::Duration lease) {
+  absl::MutexLock lock(&mu_);
+  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+  return gate_.Hold(token, lease);
 }
 
-uint64_t CounterValue(const StateTensor& t) {
-  int64_t v = 0;
-  std::memcpy(&v, t.bytes.data(), sizeof(v));
-  return static_cast<uint64_t>(v);
-}
-
-absl::Status CheckRange(const std::string& key, uint64_t size, uint64_t offset, size_t n) {
-  if (offset > size || n > size - offset) {
-    return absl::OutOfRangeError(absl::StrCat("state tensor '", key, "': bytes [", offset, ", ",
-                                              offset + n, ") exceed its ", size, " bytes"));
+absl::StatusOr<HeldPoint> Session::Settle(uint64_t token, uint64_t target, absl::Time deadline,
+                                          absl::Duration lease) {
+  {
+    absl::MutexLock lock(&mu_);
+    OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+    OPTSTEP_RETURN_IF_ERROR(gate_.Raise(token, target, deadline, lease));
+    // A resolution that another rank began must end here too: if no trainer has begun this
+    // step on this rank, its step deadline starts now, so that the step is aborted everywhere in
+    // time rather than leaving the other rank inside its collective.
+    if (gate_.started() < target && !step_began_) step_began_ = absl::Now();
+    StartIfCompleteLocked();
   }
+  OPTSTEP_RETURN_IF_ERROR(gate_.AwaitSettled(token, target, deadline));
+  absl::MutexLock lock(&mu_);
+  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+  OPTSTEP_ASSIGN_OR_RETURN(const uint64_t resolutions, gate_.Settle(token));
+  return HeldPoint{resolutions, counters_.step, counters_.skipped_steps};
+}
+
+absl::Status Session::Release(uint64_t token) {
+  absl::MutexLock lock(&mu_);
+  // A step whose contributions all arrived during the hold starts now.
+  if (gate_.Release(token)) StartIfCompleteLocked();
   return absl::OkStatus();
 }
 
-// A 0-d int64 counter whose value is fixed when the tensor is selected.
-HeldTensor CounterTensor(std::string key, uint64_t value) {
-  HeldTensor t;
-  t.key = std::move(key);
-  t.type = StateTensor::Type::kI64;
-  t.bytes = sizeof(int64_t);
-  t.read = [key = t.key, bytes = CounterBytes(value)](uint64_t offset, size_t n, void* dst) {
-    OPTSTEP_RETURN_IF_ERROR(CheckRange(key, bytes.size(), offset, n));
-    std::memcpy(dst, bytes.data() + offset, n);
-    return absl::OkStatus();
-  };
-  return t;
+void Session::ExpireHold(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (gate_.Expire(now)) StartIfCompleteLocked();
 }
 
-// An fp32 device tensor; `owner` keeps the device and the tensor alive.
-HeldTensor DeviceTensor(std::string key, std::shared_ptr<const void> owner, Device* device,
-                        const Tensor* tensor) {
-  HeldTensor t;
-  t.key = std::move(key);
-  t.shape = tensor->shape();
-  t.bytes = tensor->bytes();
-  t.read = [key = t.key, owner = std::move(owner), device, tensor](uint64_t offset, size_t n,
-                                                                    void* dst) -> absl::Status {
-    OPTSTEP_RETURN_IF_ERROR(CheckRange(key, tensor->bytes(), offset, n));
-    if (offset % 4 == 0 && n % 4 == 0) {
-      return device->CopyToHost(*tensor, offset / 4, n / 4, DType::kF32, dst);
-    }
-    // A range that splits elements: copy the whole elements around it.
-    const uint64_t first = offset / 4, last = (offset + n + 3) / 4;
-    std::string whole((last - first) * 4, '\0');
-    OPTSTEP_RETURN_IF_ERROR(device->CopyToHost(*tensor, first, last - first, DType::kF32,
-                                               whole.data()));
-    std::memcpy(dst, whole.data() + offset % 4, n);
-    return absl::OkStatus();
-  };
-  return t;
+absl::Status Session::CheckSettled(uint64_t token) const {
+  absl::MutexLock lock(&mu_);
+  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+  return gate_.CheckSettled(token);
 }
 
-}  // namespace
-
-std::vector<HeldTensor> Session::SelectTensors(const StateSelection& selection) {
-  const std::set<uint32_t> chunks(selection.model_chunks.begin(), selection.model_chunks.end());
-  auto wanted = [&](int p) {
-    return chunks.empty() || chunks.count(config_.params[p].model_chunk) > 0;
-  };
-  std::shared_ptr<const void> owner = shared_from_this();
-  std::vector<HeldTensor> tensors;
-  for (size_t p = 0; p < params_.size(); ++p) {
-    const bool owned = layout_.owner[p] == rank_;
-    if (!wanted(p) || selection.params == StateSelection::Params::kNone ||
-        (selection.params == StateSelection::Params::kOwned && !owned)) {
-      continue;
-    }
-    tensors.push_back(DeviceTensor("param/" + names_[p], owner, device_.get(), &params_[p]));
+absl::StatusOr<std::vector<HeldTensor>> Session::HeldTensors(uint64_t token,
+                                                             const StateSelection& selection) {
+  StepCounters counters;
+  {
+    absl::MutexLock lock(&mu_);
+    OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+    OPTSTEP_RETURN_IF_ERROR(gate_.CheckSettled(token));
+    counters = counters_;
   }
-  for (const GroupRuntime& group : groups_) {
-    const std::string& sub = config_.chain.sub_optimizers[group.def.sub_optimizer].name;
-    for (int p : group.def.param_ids) {
-      if (!selection.owned_state || !wanted(p) || layout_.owner[p] != rank_) continue;
-      for (const auto& [key, tensor] : states_[p].tensors) {
-        tensors.push_back(DeviceTensor(absl::StrCat("state/", sub, "/", names_[p], "/", key),
-                                       owner, device_.get(), &tensor));
+  return replica_->SelectTensors(selection, shared_from_this(), counters);
+}
+
+absl::StatusOr<std::shared_ptr<const StateDict>> Session::ExportHeld(
+    uint64_t token, const StateSelection& selection) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors, HeldTensors(token, selection));
+  return ReplicaState::CopyToHost(tensors);
+}
+
+absl::Status Session::StageState(uint64_t token, std::shared_ptr<const StateDict> state,
+                                 bool complete) {
+  if (complete) {
+    OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> expected,
+                             HeldTensors(token, StateSelection{}));
+    for (const HeldTensor& t : expected) {
+      if (state->count(t.key) == 0) {
+        return absl::DataLossError(absl::StrCat("session '", id_, "' rank ", rank(),
+                                                ": the state lacks key '", t.key, "'"));
       }
     }
-    if (selection.counters) {
-      tensors.push_back(CounterTensor(absl::StrCat("state/", sub, "/group", group.def.id, "/step"),
-                                      group.applied_steps));
-    }
+  } else {
+    OPTSTEP_RETURN_IF_ERROR(CheckSettled(token));
   }
-  if (selection.counters) {
-    absl::MutexLock lock(&mu_);
-    tensors.push_back(CounterTensor("meta/step", step_));
-    tensors.push_back(CounterTensor("meta/skipped_steps", skipped_steps_));
-  }
-  std::sort(tensors.begin(), tensors.end(),
-            [](const HeldTensor& a, const HeldTensor& b) { return a.key < b.key; });
-  return tensors;
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<ResolvedState> resolved,
+                           replica_->Resolve(std::move(state)));
+  absl::MutexLock lock(&mu_);
+  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+  return gate_.Stage(token, std::move(resolved));
 }
 
-absl::StatusOr<std::shared_ptr<const StateDict>> Session::CopyToHost(
-    const std::vector<HeldTensor>& tensors) {
-  auto dict = std::make_shared<StateDict>();
-  for (const HeldTensor& t : tensors) {
-    StateTensor& out = (*dict)[t.key];
-    out.type = t.type;
-    out.shape = t.shape;
-    out.bytes.resize(t.bytes);
-    OPTSTEP_RETURN_IF_ERROR(t.read(0, t.bytes, out.bytes.data()));
+absl::Status Session::ApplyStaged(uint64_t token) {
+  std::shared_ptr<ResolvedState> staged;
+  {
+    absl::MutexLock lock(&mu_);
+    OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+    OPTSTEP_ASSIGN_OR_RETURN(staged, gate_.TakeStaged(token));
   }
-  return std::shared_ptr<const StateDict>(std::move(dict));
+  // On the coordinator, so that no snapshot reads the masters while they are replaced.
+  absl::Notification done;
+  absl::Status status;
+  std::vector<StepCallback> aborted;
+  coordinator_->Post([&] {
+    status = coordinator_->OnDevice([&] { return replica_->WriteResolved(*staged); });
+    absl::MutexLock lock(&mu_);
+    if (status.ok()) {
+      WriteCountersLocked(*staged);
+      aborted = AbortLocked();
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+  const absl::Status reason = absl::AbortedError(
+      absl::StrCat("session '", id_,
+                   "': the state was replaced (checkpoint load or state dict import) "
+                   "while this step was pending; redo it from the restored step"));
+  for (StepCallback& callback : aborted) callback(reason);
+  return status;
 }
+
+void Session::WriteCountersLocked(const ResolvedState& resolved) {
+  if (resolved.step) counters_.step = *resolved.step;
+  if (resolved.skipped_steps) counters_.skipped_steps = *resolved.skipped_steps;
+  snapshots_.clear();
+  last_outcome_.reset();
+  ++generation_;
+}
+
+// --- One rank, between steps ---
 
 void Session::ExportState(
     std::vector<uint32_t> model_chunks,
     std::function<void(absl::StatusOr<std::shared_ptr<const StateDict>>)> done) {
-  if (layout_.world_size > 1) {
-    return done(absl::FailedPreconditionError(absl::StrCat(
-        "session '", id_, "' spans ", layout_.world_size,
-        " ranks; export its state through a hold (Session::Hold / ExportHeld)")));
+  if (layout().world_size > 1) {
+    return done(absl::FailedPreconditionError(
+        absl::StrCat("session '", id_, "' spans ", layout().world_size,
+                     " ranks; export its state through a hold (Session::Hold / ExportHeld)")));
   }
   // On the coordinator, between steps, so that the values are those of one step.
-  coordinator_->Post([self = shared_from_this(), chunks = std::move(model_chunks),
-                      done = std::move(done)] {
-    StateSelection selection;
-    selection.model_chunks = chunks;
-    absl::StatusOr<std::shared_ptr<const StateDict>> dict;
-    absl::Status status = self->OnDevice([&] {
-      dict = self->CopyToHost(self->SelectTensors(selection));
-      return dict.status();
-    });
-    done(status.ok() ? std::move(dict) : status);
-  });
+  coordinator_->Post(
+      [self = shared_from_this(), chunks = std::move(model_chunks), done = std::move(done)] {
+        StateSelection selection;
+        selection.model_chunks = chunks;
+        StepCounters counters;
+        {
+          absl::MutexLock lock(&self->mu_);
+          counters = self->counters_;
+        }
+        absl::StatusOr<std::shared_ptr<const StateDict>> dict;
+        absl::Status status = self->coordinator_->OnDevice([&] {
+          dict = ReplicaState::CopyToHost(self->replica_->SelectTensors(selection, self, counters));
+          return dict.status();
+        });
+        done(status.ok() ? std::move(dict) : status);
+      });
 }
 
 void Session::ImportState(std::shared_ptr<const StateDict> state,
                           std::function<void(absl::Status)> done) {
-  if (layout_.world_size > 1) {
-    return done(absl::FailedPreconditionError(absl::StrCat(
-        "session '", id_, "' spans ", layout_.world_size,
-        " ranks; import its state through a hold (Session::Hold / StageState)")));
+  if (layout().world_size > 1) {
+    return done(absl::FailedPreconditionError(
+        absl::StrCat("session '", id_, "' spans ", layout().world_size,
+                     " ranks; import its state through a hold (Session::Hold / StageState)")));
   }
   coordinator_->Post([self = shared_from_this(), state = std::move(state), done = std::move(done)] {
     {
       absl::MutexLock lock(&self->mu_);
-      if (self->running_ || self->contributions_.started() || self->hold_) {
-        return done(absl::FailedPreconditionError(absl::StrCat(
-            "session '", self->id_, "': step ", self->step_ + 1,
-            " is pending or the session is held; import a state dict between steps")));
+      if (self->running_ || self->contributions_.started() || self->gate_.held()) {
+        return done(absl::FailedPreconditionError(
+            absl::StrCat("session '", self->id_, "': step ", self->counters_.step + 1,
+                         " is pending or the session is held; import a state dict between steps")));
       }
       self->running_ = true;  // no step starts while the state is replaced
     }
-    absl::StatusOr<std::shared_ptr<ResolvedState>> resolved = self->ResolveStateDict(state);
+    absl::StatusOr<std::shared_ptr<ResolvedState>> resolved = self->replica_->Resolve(state);
     absl::Status status = resolved.status();
-    if (resolved.ok()) status = self->OnDevice([&] { return self->WriteResolved(**resolved); });
+    if (resolved.ok()) {
+      status =
+          self->coordinator_->OnDevice([&] { return self->replica_->WriteResolved(**resolved); });
+    }
     {
       absl::MutexLock lock(&self->mu_);
+      if (status.ok()) self->WriteCountersLocked(**resolved);
       self->running_ = false;
     }
     done(status);
   });
-}
-
-struct Session::ResolvedState {
-  std::shared_ptr<const StateDict> state;  // owns the bytes the targets point at
-  std::vector<std::pair<const StateTensor*, Tensor*>> targets;
-  std::optional<uint64_t> step, skipped_steps;
-  std::vector<std::optional<uint64_t>> group_steps;
-};
-
-absl::StatusOr<std::shared_ptr<Session::ResolvedState>> Session::ResolveStateDict(
-    std::shared_ptr<const StateDict> state) {
-  auto resolved = std::make_shared<ResolvedState>();
-  resolved->group_steps.resize(groups_.size());
-  std::map<std::string, int> param_of;
-  for (size_t p = 0; p < names_.size(); ++p) param_of[names_[p]] = static_cast<int>(p);
-  auto fail = [this](const std::string& key, const std::string& why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("state dict key '", key, "' for session '", id_, "': ", why));
-  };
-  for (const auto& [key, value] : *state) {
-    const bool counter = value.type == StateTensor::Type::kI64;
-    const size_t element = counter ? sizeof(int64_t) : sizeof(float);
-    if (value.bytes.size() != static_cast<size_t>(NumElements(value.shape)) * element) {
-      return fail(key, absl::StrCat(value.bytes.size(), " bytes do not hold shape ",
-                                    ShapeString(value.shape)));
-    }
-    if (key == "meta/step" || key == "meta/skipped_steps") {
-      if (!counter || !value.shape.empty()) return fail(key, "must be a 0-d int64 counter");
-      (key == "meta/step" ? resolved->step : resolved->skipped_steps) = CounterValue(value);
-      continue;
-    }
-    if (absl::StartsWith(key, "param/")) {
-      auto it = param_of.find(key.substr(6));
-      if (it == param_of.end()) return fail(key, "no such parameter");
-      Tensor& param = params_[it->second];
-      if (counter || value.shape != param.shape()) {
-        return fail(key, absl::StrCat("expected fp32 of shape ", ShapeString(param.shape())));
-      }
-      resolved->targets.emplace_back(&value, &param);
-      continue;
-    }
-    if (!absl::StartsWith(key, "state/")) return fail(key, "not a param/, state/ or meta/ key");
-    const std::string rest = key.substr(6);
-    const size_t first = rest.find('/'), last = rest.rfind('/');
-    if (first == std::string::npos || last == first) return fail(key, "malformed state key");
-    const std::string sub = rest.substr(0, first), middle = rest.substr(first + 1, last - first - 1),
-                      leaf = rest.substr(last + 1);
-    if (leaf == "step" && absl::StartsWith(middle, "group")) {
-      int id = -1;
-      if (!absl::SimpleAtoi(middle.substr(5), &id) || id < 0 ||
-          id >= static_cast<int>(groups_.size()) ||
-          config_.chain.sub_optimizers[groups_[id].def.sub_optimizer].name != sub) {
-        return fail(key, "no such group of that sub-optimizer");
-      }
-      if (!counter || !value.shape.empty()) return fail(key, "must be a 0-d int64 counter");
-      resolved->group_steps[id] = CounterValue(value);
-      continue;
-    }
-    auto it = param_of.find(middle);
-    if (it == param_of.end()) return fail(key, "no such parameter");
-    const int p = it->second;
-    const GroupRuntime& group = groups_[group_of_[p]];
-    if (config_.chain.sub_optimizers[group.def.sub_optimizer].name != sub) {
-      return fail(key, "the parameter belongs to another sub-optimizer");
-    }
-    if (layout_.owner[p] != rank_) {
-      return fail(key, absl::StrCat("the parameter is owned by rank ", layout_.owner[p],
-                                    ", not rank ", rank_));
-    }
-    Tensor* tensor = states_[p].Find(leaf);
-    if (tensor == nullptr) return fail(key, "no such state tensor");
-    if (counter || value.shape != tensor->shape()) {
-      return fail(key, absl::StrCat("expected fp32 of shape ", ShapeString(tensor->shape())));
-    }
-    resolved->targets.emplace_back(&value, tensor);
-  }
-  resolved->state = std::move(state);
-  return resolved;
-}
-
-absl::Status Session::WriteResolved(const ResolvedState& resolved) {
-  for (const auto& [value, tensor] : resolved.targets) {
-    OPTSTEP_RETURN_IF_ERROR(
-        device_->CopyFromHost(value->bytes.data(), DType::kF32, tensor->numel(), *tensor, 0));
-  }
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    if (resolved.group_steps[g]) groups_[g].applied_steps = *resolved.group_steps[g];
-  }
-  absl::MutexLock lock(&mu_);
-  if (resolved.step) step_ = *resolved.step;
-  if (resolved.skipped_steps) skipped_steps_ = *resolved.skipped_steps;
-  snapshots_.clear();
-  last_outcome_.reset();
-  ++generation_;
-  return absl::OkStatus();
 }
 
 }  // namespace optstep

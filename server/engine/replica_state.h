@@ -1,0 +1,182 @@
+#ifndef OPTSTEP_SERVER_ENGINE_REPLICA_STATE_H_
+#define OPTSTEP_SERVER_ENGINE_REPLICA_STATE_H_
+
+// One rank's replica of a session's model: the tensors a step reads and writes, and the state
+// dict view of them (docs/design.md §3, docs/checkpoints.md).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/state_dict.h"
+#include "kernels/device.h"
+#include "server/engine/param_snapshot.h"
+#include "server/engine/session_config.h"
+#include "server/engine/step_schedule.h"
+#include "server/optim/optimizer.h"
+#include "server/optim/routing.h"
+
+namespace optstep {
+
+// One hyperparameter group as created: its routing and its configured optimizer.
+struct GroupRuntime {
+  ParamGroup def;
+  std::unique_ptr<Optimizer> optimizer;
+  uint64_t applied_steps = 0;  // Adam's t after the last applied step
+};
+
+// Which tensors of a rank's state a held operation reads (see Session::HeldTensors).
+struct StateSelection {
+  std::vector<uint32_t> model_chunks;  // empty: every chunk
+  enum class Params { kNone, kOwned, kAll };
+  Params params = Params::kAll;  // masters: every rank holds all of them after a step
+  bool owned_state = true;       // optimizer state of the parameters this rank owns
+  bool counters = true;          // "meta/..." and every group's step counter
+};
+
+// One tensor of a held state: its key (checkpoint/state_dict.h), type and shape, and a reader of
+// its little-endian bytes [offset, offset + n) valid while the hold lasts (thread-safe).
+struct HeldTensor {
+  std::string key;
+  StateTensor::Type type = StateTensor::Type::kF32;
+  Shape shape;
+  uint64_t bytes = 0;
+  std::function<absl::Status(uint64_t offset, size_t n, void* dst)> read;
+};
+
+// The session's step counters, as a state dict holds them ("meta/step", "meta/skipped_steps").
+struct StepCounters {
+  uint64_t step = 0;
+  uint64_t skipped_steps = 0;
+};
+
+// A state dict resolved against a replica: every destination checked, nothing written yet.
+struct ResolvedState {
+  std::shared_ptr<const StateDict> state;  // owns the bytes the targets point at
+  std::vector<std::pair<const StateTensor*, Tensor*>> targets;
+  std::optional<uint64_t> step, skipped_steps;
+  std::vector<std::optional<uint64_t>> group_steps;  // by group id
+};
+
+// The tensors of one rank's replica: every fp32 master parameter (one flat buffer ordered by
+// owner rank, so that each rank's parameters are contiguous for the all-gather), and for the
+// parameters this rank owns the optimizer state and one gradient buffer; the groups and their
+// optimizers. Answers the state dict view of them (select, read, resolve, write).
+//
+// Thread-compatible: the Session orders every access. Its structure (names, sizes, owners,
+// groups' definitions) is fixed at Create and may be read by any thread. Masters, optimizer
+// state and group counters are written only by tasks of the session's coordinator (on the
+// device worker it waits for), and by InitValues before the first step; held operations read
+// them only while the session is settled, when no resolution runs. A gradient buffer is written
+// by the stream threads in the disjoint ranges StepContributions admits, and read by the
+// coordinator only once no copy is in flight.
+class ReplicaState {
+ public:
+  // Routes the parameters, creates the group optimizers and allocates every tensor of `rank`.
+  // INVALID_ARGUMENT for invalid chains (naming the parameter); RESOURCE_EXHAUSTED over
+  // `max_bytes` (0: unlimited).
+  static absl::StatusOr<std::unique_ptr<ReplicaState>> Create(std::string session_id,
+                                                              SessionConfig config, Layout layout,
+                                                              int rank, int64_t max_bytes,
+                                                              std::shared_ptr<Device> device);
+
+  ReplicaState(const ReplicaState&) = delete;
+  ReplicaState& operator=(const ReplicaState&) = delete;
+
+  const SessionConfig& config() const { return config_; }
+  const Layout& layout() const { return layout_; }
+  int rank() const { return rank_; }
+  Device& device() const { return *device_; }
+  int num_params() const { return static_cast<int>(numels_.size()); }
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<int64_t>& numels() const { return numels_; }
+  bool owns(int param) const { return layout_.owner[param] == rank_; }
+  const std::vector<int>& owned() const { return owned_; }  // ascending ids
+  std::vector<GroupRuntime>& groups() { return groups_; }
+  const std::vector<GroupRuntime>& groups() const { return groups_; }
+  // Every group's optimizer defaults.
+  StepSchedule DefaultSchedule() const;
+
+  Tensor& param(int p) { return params_[p]; }  // a view into the masters
+  Tensor& grad(int p) { return grads_[p]; }    // empty unless owned
+  ParamState& state(int p) { return states_[p]; }
+  // The all-gather's view of the masters: every rank's block, in rank order.
+  float* masters() { return masters_.f32(); }
+  const std::vector<int64_t>& rank_counts() const { return rank_counts_; }
+  const std::vector<int64_t>& rank_offsets() const { return rank_offsets_; }
+
+  struct Bytes {
+    int64_t params = 0;
+    int64_t state = 0;
+    int64_t buffers = 0;  // gradient buffers
+  };
+  Bytes bytes() const;
+
+  // Elements in `bytes` of `dtype` for param_id: NOT_FOUND for an unknown id, INVALID_ARGUMENT
+  // for a length that is not a whole number of elements.
+  absl::StatusOr<int64_t> ElementCount(int param_id, DType dtype, size_t bytes) const;
+  // As ElementCount, and INVALID_ARGUMENT unless [offset, offset + count) lies in the parameter.
+  absl::StatusOr<int64_t> ValueCount(int param_id, int64_t offset, DType dtype, size_t bytes) const;
+  // Writes `count` values of `dtype` into the master of `param_id` from `offset`.
+  // REQUIRES: ValueCount answered `count`; no step has begun.
+  absl::Status WriteValues(int param_id, int64_t offset, DType dtype, const void* data,
+                           int64_t count);
+
+  // Every master, converted to `dtype`. On the device worker.
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
+  // A snapshot of `dtype` with every value sized and none written.
+  std::shared_ptr<ParamSnapshot> EmptySnapshot(DType dtype, uint64_t step) const;
+  // Writes the master of `param` into `snapshot`. On the device worker.
+  absl::Status CopyToSnapshot(int param, ParamSnapshot& snapshot);
+
+  // This rank's tensors of `selection`, in key order; `owner` keeps the tensors alive while the
+  // readers are used; `counters` are the session's.
+  std::vector<HeldTensor> SelectTensors(const StateSelection& selection,
+                                        std::shared_ptr<const void> owner,
+                                        const StepCounters& counters);
+  // The tensors read into host memory.
+  static absl::StatusOr<std::shared_ptr<const StateDict>> CopyToHost(
+      const std::vector<HeldTensor>& tensors);
+  // Checks every key of `state` against this rank: INVALID_ARGUMENT names an unknown key or a
+  // shape / type mismatch. Writes nothing.
+  absl::StatusOr<std::shared_ptr<ResolvedState>> Resolve(std::shared_ptr<const StateDict> state);
+  // Writes the tensors and group counters of `resolved` (the caller sets the step counters).
+  // On the device worker.
+  absl::Status WriteResolved(const ResolvedState& resolved);
+
+ private:
+  ReplicaState(std::string session_id, SessionConfig config, Layout layout, int rank,
+               std::shared_ptr<Device> device);
+  absl::Status Allocate(int64_t max_bytes);
+  absl::Status AllocateMasters();
+
+  const std::string id_;
+  const SessionConfig config_;
+  const Layout layout_;
+  const int rank_;
+  const std::shared_ptr<Device> device_;
+  const std::vector<std::string> names_;
+  const std::vector<int64_t> numels_;
+  std::vector<GroupRuntime> groups_;
+  std::vector<int> group_of_;          // param -> group
+  std::vector<int> owned_;             // ids of the parameters this rank owns, ascending
+  Tensor masters_;                     // every master, flat, ordered by (owner rank, param id)
+  std::vector<int64_t> rank_counts_;   // elements of masters_ owned by each rank
+  std::vector<int64_t> rank_offsets_;  // first element of each rank's block
+  std::vector<Tensor> params_;         // views into masters_
+  std::vector<ParamState> states_;
+  // One gradient buffer per owned parameter: SHARDED, the trainers' disjoint chunks; REPLICATED,
+  // the trainers' sum in trainer order (then their mean).
+  std::vector<Tensor> grads_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_REPLICA_STATE_H_

@@ -1,0 +1,330 @@
+#include "server/engine/step_coordinator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+
+namespace optstep {
+
+StepCoordinator::StepCoordinator(Options options, ReplicaState* replica,
+                                 std::unique_ptr<Communicator> comm,
+                                 std::shared_ptr<SerialExecutor> device_worker, StepLedger* ledger)
+    : options_(std::move(options)),
+      replica_(replica),
+      comm_(std::move(comm)),
+      device_worker_(std::move(device_worker)),
+      ledger_(ledger) {}
+
+absl::StatusOr<std::unique_ptr<StepCoordinator>> StepCoordinator::Create(
+    Options options, ReplicaState* replica, std::unique_ptr<Communicator> comm,
+    std::shared_ptr<SerialExecutor> device_worker, StepLedger* ledger) {
+  const int world = replica->layout().world_size;
+  const int rank = replica->rank();
+  if (comm == nullptr || comm->world_size() != world || comm->rank() != rank) {
+    return absl::InternalError(absl::StrCat("session '", options.session_id,
+                                            "': communicator does not match rank ", rank, " of ",
+                                            world));
+  }
+  std::unique_ptr<StepCoordinator> coordinator(new StepCoordinator(
+      std::move(options), replica, std::move(comm), std::move(device_worker), ledger));
+  if (world > 1) {
+    // Agree's votes: a float64 per parameter and three more, as fp32 words.
+    const int64_t words = (static_cast<int64_t>(replica->num_params()) + 3) * 2;
+    OPTSTEP_ASSIGN_OR_RETURN(coordinator->votes_, replica->device().Allocate(DType::kF32, {words}));
+  }
+  return coordinator;
+}
+
+void StepCoordinator::Post(std::function<void()> task) { executor_.Post(std::move(task)); }
+
+absl::Status StepCoordinator::OnDevice(const std::function<absl::Status()>& task) {
+  absl::Notification done;
+  absl::Status status;
+  device_worker_->Post([&] {
+    status = task();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+void StepCoordinator::Resolve(ResolutionKind kind) {
+  const bool abort = kind == ResolutionKind::kAbort;
+  const StepLedger::Pending pending = ledger_->BeginResolution();
+  const std::string& id = options_.session_id;
+  const int rank = replica_->rank();
+  const absl::Time started = absl::Now();
+  if (!abort && pending.began) {
+    options_.observer->OnPhase(StepObserver::Phase::kIngest, started - *pending.began);
+  }
+  // 1-2. This rank's part: the REPLICATED mean (the sum is already in trainer order),
+  // per-parameter sums of squares and finiteness of the parameters it owns.
+  std::vector<double> sums(replica_->num_params(), 0.0);
+  bool finite = true;
+  const absl::Status local = abort ? absl::OkStatus() : LocalStatistics(sums, finite);
+  // A rank that cannot compute its part still votes (to abort), so that every rank aborts with
+  // it and none waits for it in the collective.
+  if (!local.ok()) {
+    LOG(ERROR) << "session " << id << " rank " << rank << ": gradient statistics failed: " << local;
+  }
+  // 3. Agree with the other ranks; the global norm.
+  absl::StatusOr<Agreement> agreement = Agree(abort, !local.ok(), sums, finite);
+  if (!agreement.ok()) {
+    ledger_->MarkBroken();
+    LOG(ERROR) << "session " << id << " rank " << rank
+               << ": lost the group: " << agreement.status();
+    return FinishStep(absl::UnavailableError(absl::StrCat(
+                          "session '", id, "': rank ", rank, " lost a peer during step ",
+                          "agreement: ", agreement.status().message())),
+                      /*aborted=*/false);
+  }
+  if (agreement->failed) {
+    return FinishStep(absl::AbortedError(absl::StrCat(
+                          "session '", id,
+                          "': step aborted: a rank could not compute its "
+                          "gradient statistics (see the ranks' logs",
+                          local.ok() ? "" : "; here: ", local.message(), "); redo the step")),
+                      /*aborted=*/true);
+  }
+  if (agreement->abort) {
+    return FinishStep(
+        absl::AbortedError(absl::StrCat("session '", id,
+                                        "': step aborted: contributions incomplete on some "
+                                        "rank after the ",
+                                        absl::FormatDuration(options_.step_deadline),
+                                        " step deadline; redo the step")),
+        /*aborted=*/true);
+  }
+  StepOutcome outcome;
+  outcome.skipped = agreement->skipped;
+  outcome.grad_norm = agreement->grad_norm;
+  if (outcome.skipped) return FinishStep(std::move(outcome), /*aborted=*/false);
+  const StepSchedule schedule = pending.schedule ? *pending.schedule : replica_->DefaultSchedule();
+  // The result is known now: the trainers get it, and each parameter as soon as it is ready.
+  const double clip = replica_->config().chain.clip_grad;
+  outcome.clipped = clip > 0.0 && clip / (agreement->grad_norm + 1e-6) < 1.0;
+  const StreamingSnapshots streaming = StreamEarly(outcome, pending.step);
+  std::vector<int> last_ids;
+  absl::Status applied = ApplyStep(schedule, *agreement, outcome, started, streaming, &last_ids);
+  if (!applied.ok()) {
+    // Part of the state may be stepped, a peer may be lost in the all-gather, or the other
+    // ranks may wait in it: this replica cannot be trusted any more.
+    ledger_->MarkBroken();
+    for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
+    return FinishStep(applied, /*aborted=*/false);
+  }
+  FinishStep(std::move(outcome), /*aborted=*/false, streaming, last_ids);
+}
+
+absl::Status StepCoordinator::LocalStatistics(std::vector<double>& sums, bool& finite) {
+  return OnDevice([&]() -> absl::Status {
+    Device& device = replica_->device();
+    const bool ordered = SumsInTrainerOrder(replica_->config());
+    const int n = replica_->config().num_trainers;
+    for (int p : replica_->owned()) {
+      if (ordered) {
+        OPTSTEP_RETURN_IF_ERROR(device.Scale(1.0f / static_cast<float>(n), replica_->grad(p)));
+      }
+      OPTSTEP_ASSIGN_OR_RETURN(GradientStats stats, device.ComputeGradientStats(replica_->grad(p)));
+      finite = finite && stats.all_finite;
+      sums[p] = stats.sum_squares;
+    }
+    return absl::OkStatus();
+  });
+}
+
+StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutcome& outcome,
+                                                                 uint64_t step) {
+  std::vector<StepWaiter> early = ledger_->TakeStreamingWaiters();
+  StreamingSnapshots streaming;
+  for (const StepWaiter& w : early) {
+    std::shared_ptr<ParamSnapshot>& snapshot = streaming[w.dtype];
+    if (snapshot != nullptr) continue;
+    snapshot = replica_->EmptySnapshot(w.dtype, step);
+    snapshot->readiness = std::make_shared<ParamReadiness>();
+  }
+  for (StepWaiter& w : early) {
+    StepOutcome mine = outcome;
+    mine.step = step;
+    mine.params = streaming[w.dtype];
+    w.done(std::move(mine));
+  }
+  return streaming;
+}
+
+absl::Status StepCoordinator::PublishParams(const std::vector<int>& ids,
+                                            const StreamingSnapshots& streaming, bool mark) {
+  for (const auto& [dtype, snapshot] : streaming) {
+    for (int p : ids) OPTSTEP_RETURN_IF_ERROR(replica_->CopyToSnapshot(p, *snapshot));
+    if (mark) snapshot->readiness->MarkReady(ids);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepCoordinator::Agreement> StepCoordinator::Agree(bool abort, bool failed,
+                                                                  const std::vector<double>& sums,
+                                                                  bool finite) {
+  // One all-reduce carries every parameter's sum of squares (only its owner contributes a
+  // non-zero value, so the sum is exact), the non-finite, abort and failure votes.
+  const size_t n = sums.size();
+  std::vector<double> votes(sums);
+  votes.push_back(finite ? 0.0 : 1.0);
+  votes.push_back(abort ? 1.0 : 0.0);
+  votes.push_back(failed ? 1.0 : 0.0);
+  if (replica_->layout().world_size > 1) {
+    // Collectives move the device's memory (NCCL: the GPU's): the votes go through votes_, as
+    // raw fp32 words (a bit copy both ways).
+    Device& device = replica_->device();
+    const int64_t words = static_cast<int64_t>(votes.size()) * 2;
+    OPTSTEP_RETURN_IF_ERROR(device.CopyFromHost(votes.data(), DType::kF32, words, votes_, 0));
+    OPTSTEP_RETURN_IF_ERROR(comm_->AllReduce(votes_.data(), static_cast<int64_t>(votes.size()),
+                                             CommDType::kFloat64, ReduceOp::kSum));
+    OPTSTEP_RETURN_IF_ERROR(device.CopyToHost(votes_, 0, words, DType::kF32, votes.data()));
+  }
+  Agreement agreement;
+  agreement.abort = votes[n + 1] > 0.0;
+  agreement.failed = votes[n + 2] > 0.0;
+  agreement.skipped = votes[n] > 0.0;
+  if (!agreement.abort && !agreement.failed && !agreement.skipped) {
+    double total = 0.0;
+    for (size_t p = 0; p < n; ++p) total += votes[p];  // parameter order, on every rank
+    agreement.grad_norm = std::sqrt(total);
+  }
+  return agreement;
+}
+
+absl::Status StepCoordinator::ApplyStep(const StepSchedule& schedule, const Agreement& agreement,
+                                        StepOutcome& outcome, absl::Time started,
+                                        const StreamingSnapshots& streaming,
+                                        std::vector<int>* last_ids) {
+  Device& device = replica_->device();
+  OPTSTEP_RETURN_IF_ERROR(OnDevice([&]() -> absl::Status {
+    // 4. Clip: c = clip / (norm + 1e-6), applied only when c < 1.
+    const double clip = replica_->config().chain.clip_grad;
+    if (clip > 0.0) {
+      const double coef = clip / (agreement.grad_norm + 1e-6);
+      if (coef < 1.0) {
+        outcome.clipped = true;
+        for (int p : replica_->owned()) {
+          OPTSTEP_RETURN_IF_ERROR(device.Scale(static_cast<float>(coef), replica_->grad(p)));
+        }
+      }
+    }
+    // 5. Each group steps the parameters this rank owns; every rank advances every group's
+    // counter, so they agree. Every kStreamBucketBytes of stepped parameters go out to the
+    // streaming snapshots while the next bucket steps.
+    constexpr int64_t kStreamBucketBytes = 16 << 20;
+    std::vector<int> bucket;
+    int64_t bucket_bytes = 0;
+    auto publish = [&]() -> absl::Status {
+      if (bucket.empty()) return absl::OkStatus();
+      OPTSTEP_RETURN_IF_ERROR(device.Synchronize());
+      OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
+      bucket.clear();
+      bucket_bytes = 0;
+      return absl::OkStatus();
+    };
+    for (GroupRuntime& group : replica_->groups()) {
+      StepArgs args;
+      args.lr = schedule[group.def.id].lr;
+      args.weight_decay = schedule[group.def.id].weight_decay * group.def.wd_mult;
+      args.group_step = static_cast<int64_t>(group.applied_steps) + 1;
+      for (int p : group.def.param_ids) {
+        if (!replica_->owns(p)) continue;
+        OPTSTEP_RETURN_IF_ERROR(group.optimizer->Step(device, args, replica_->grad(p),
+                                                      replica_->param(p), replica_->state(p)));
+        if (streaming.empty()) continue;
+        bucket.push_back(p);
+        bucket_bytes += replica_->numels()[p] * 4;
+        if (bucket_bytes >= kStreamBucketBytes) OPTSTEP_RETURN_IF_ERROR(publish());
+      }
+      ++group.applied_steps;
+    }
+    // The last bucket (and the gathered parameters) is marked ready by FinishStep.
+    *last_ids = bucket;
+    OPTSTEP_RETURN_IF_ERROR(device.Synchronize());
+    return PublishParams(bucket, streaming, /*mark=*/false);
+  }));
+  const absl::Time gather_started = absl::Now();
+  options_.observer->OnPhase(StepObserver::Phase::kStep, gather_started - started);
+  // 6. Every rank gets every updated parameter: each rank's block of the masters in place.
+  const int rank = replica_->rank();
+  if (replica_->layout().world_size > 1) {
+    const std::vector<int64_t>& counts = replica_->rank_counts();
+    absl::Status gathered =
+        comm_->AllGatherV(replica_->masters() + replica_->rank_offsets()[rank], counts[rank],
+                          replica_->masters(), counts, CommDType::kFloat32);
+    if (!gathered.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("session '", options_.session_id, "': rank ", rank,
+                       " lost a peer during the all-gather: ", gathered.message()));
+    }
+    options_.observer->OnPhase(StepObserver::Phase::kAllGather, absl::Now() - gather_started);
+  }
+  std::vector<int> gathered;
+  for (int p = 0; p < replica_->num_params(); ++p) {
+    if (!replica_->owns(p)) gathered.push_back(p);
+  }
+  if (!streaming.empty() && !gathered.empty()) {
+    last_ids->insert(last_ids->end(), gathered.begin(), gathered.end());
+    OPTSTEP_RETURN_IF_ERROR(
+        OnDevice([&] { return PublishParams(gathered, streaming, /*mark=*/false); }));
+  }
+  return absl::OkStatus();
+}
+
+void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted,
+                                 const StreamingSnapshots& streamed,
+                                 const std::vector<int>& last_ids) {
+  StepLedger::Ended ended = ledger_->EndStep(outcome);
+  // Serialise the parameters once per requested dtype, shared by every trainer.
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots(streamed.begin(), streamed.end());
+  if (outcome.ok()) {
+    const uint64_t step = outcome->step;
+    absl::Status built = OnDevice([&]() -> absl::Status {
+      for (const StepWaiter& w : ended.waiters) {
+        if (!w.want_params || snapshots.count(w.dtype) > 0) continue;
+        OPTSTEP_ASSIGN_OR_RETURN(snapshots[w.dtype], replica_->BuildSnapshot(w.dtype, step));
+      }
+      return absl::OkStatus();
+    });
+    if (!built.ok()) outcome = built;
+  }
+  ledger_->EndResolution(outcome.ok() ? &snapshots : nullptr);
+  for (const auto& entry : streamed) {
+    if (outcome.ok()) {
+      entry.second->readiness->MarkReady(last_ids);
+    } else {
+      entry.second->readiness->Fail(outcome.status());
+    }
+  }
+  const std::string& id = options_.session_id;
+  const int rank = replica_->rank();
+  if (!aborted && !outcome.ok()) {
+    LOG(ERROR) << "session " << id << " rank " << rank << ": step failed: " << outcome.status();
+  }
+  using End = StepObserver::StepEnd;
+  options_.observer->OnStepEnd(id, ended.step, rank,
+                               aborted            ? End::kAborted
+                               : !outcome.ok()    ? End::kFailed
+                               : outcome->skipped ? End::kSkipped
+                                                  : End::kApplied,
+                               outcome.ok() ? "" : outcome.status().message());
+  for (StepWaiter& w : ended.waiters) {
+    if (!outcome.ok()) {
+      w.done(outcome.status());
+      continue;
+    }
+    StepOutcome mine = *outcome;
+    if (w.want_params) mine.params = snapshots[w.dtype];
+    w.done(std::move(mine));
+  }
+}
+
+}  // namespace optstep

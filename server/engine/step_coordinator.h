@@ -1,0 +1,172 @@
+#ifndef OPTSTEP_SERVER_ENGINE_STEP_COORDINATOR_H_
+#define OPTSTEP_SERVER_ENGINE_STEP_COORDINATOR_H_
+
+// The second half of a step (docs/design.md §3): once every contribution is in, one rank's
+// coordinator averages, checks, agrees with the other ranks, clips, steps and all-gathers, and
+// hands the result and the parameters to the trainers that wait for them.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/serial_executor.h"
+#include "kernels/comm/communicator.h"
+#include "kernels/device.h"
+#include "server/engine/param_snapshot.h"
+#include "server/engine/replica_state.h"
+#include "server/engine/step_observer.h"
+#include "server/engine/step_schedule.h"
+
+namespace optstep {
+
+struct StepOutcome {
+  uint64_t step = 0;
+  bool skipped = false;
+  double grad_norm = 0.0;  // pre-clip global norm; 0 when skipped
+  bool clipped = false;
+  std::shared_ptr<const ParamSnapshot> params;  // null when the trainer asked for none
+};
+
+using StepCallback = std::function<void(absl::StatusOr<StepOutcome>)>;
+
+// A trainer that committed and waits for the outcome of the step.
+struct StepWaiter {
+  DType dtype = DType::kF32;
+  bool want_params = true;
+  StepCallback done;
+  bool stream = false;  // StepBegin::stream_params
+};
+
+// What one run of the coordinator does with the pending step.
+enum class ResolutionKind {
+  kApply,  // every contribution is in: step (or skip, when a gradient is not finite)
+  kAbort,  // this rank votes to abort the step (deadline passed, or another rank voted so)
+};
+
+// The coordinator's view of the session whose steps it resolves (the Session implements it).
+// Each call takes the session's lock itself: the coordinator calls them without any lock held.
+class StepLedger {
+ public:
+  // The pending step as the coordinator starts to resolve it.
+  struct Pending {
+    uint64_t step = 0;                     // the step resolved: the last applied one + 1
+    std::optional<StepSchedule> schedule;  // unset when no trainer began the step
+    std::optional<absl::Time> began;       // when the first trainer began it
+  };
+  // What is left to tell once a step ended.
+  struct Ended {
+    uint64_t step = 0;  // the step that ended
+    std::vector<StepWaiter> waiters;
+  };
+
+  virtual ~StepLedger() = default;
+  // Waits until no gradient copy is in flight, then answers the pending step.
+  virtual Pending BeginResolution() = 0;
+  // Takes the waiters that stream parameters (StepWaiter::stream with parameters wanted).
+  virtual std::vector<StepWaiter> TakeStreamingWaiters() = 0;
+  // The replica cannot be trusted any more (a collective or the optimizer failed).
+  virtual void MarkBroken() = 0;
+  // The step ended: when `outcome` is OK (applied or skipped) the counters advance and
+  // outcome->step is set. Forgets the step's contributions; answers the waiters to notify.
+  virtual Ended EndStep(absl::StatusOr<StepOutcome>& outcome) = 0;
+  // The resolution is over; `snapshots` (null unless the step was applied or skipped) serve
+  // later readers of the same step.
+  virtual void EndResolution(
+      const std::map<DType, std::shared_ptr<const ParamSnapshot>>* snapshots) = 0;
+};
+
+// One session's step coordinator on one rank: a thread of its own (a SerialExecutor) that runs
+// the session's resolutions, snapshots and state replacements in order, and the only thread that
+// waits on the session's collectives. Device math is posted from it to the engine's shared device
+// worker, whose tasks never wait on anything, so a collective of one session never holds up
+// another session's steps, on any rank.
+//
+// Thread-safe for Post; every other method runs on the coordinator's thread only. It reads and
+// writes the replica's tensors there (see ReplicaState), and takes no lock of its own: the ledger
+// takes the session's.
+class StepCoordinator {
+ public:
+  struct Options {
+    std::string session_id;
+    absl::Duration step_deadline;            // named in the abort message
+    std::shared_ptr<StepObserver> observer;  // never null
+  };
+
+  // INTERNAL when `comm` does not span the replica's layout with the replica's rank.
+  // `replica` and `ledger` must outlive the coordinator.
+  static absl::StatusOr<std::unique_ptr<StepCoordinator>> Create(
+      Options options, ReplicaState* replica, std::unique_ptr<Communicator> comm,
+      std::shared_ptr<SerialExecutor> device_worker, StepLedger* ledger);
+  // Runs the tasks already posted, then joins the coordinator's thread.
+  ~StepCoordinator() = default;
+
+  StepCoordinator(const StepCoordinator&) = delete;
+  StepCoordinator& operator=(const StepCoordinator&) = delete;
+
+  // Runs `task` on the coordinator, after every task posted before it.
+  void Post(std::function<void()> task);
+  // Runs `task` on the device worker and waits for it. REQUIRES: on the coordinator.
+  absl::Status OnDevice(const std::function<absl::Status()>& task);
+  // Resolves the pending step: with kApply, averages, checks, agrees with the other ranks,
+  // clips, steps and all-gathers; with kAbort, votes to abort it. Tells every waiter.
+  // REQUIRES: on the coordinator.
+  void Resolve(ResolutionKind kind);
+
+ private:
+  // The ranks' common decision after the local statistics.
+  struct Agreement {
+    bool abort = false;
+    bool failed = false;   // some rank could not compute its statistics
+    bool skipped = false;  // some gradient is not finite
+    double grad_norm = 0.0;
+  };
+  // Snapshots handed to the trainers before the optimizer runs, filled as parameters are ready.
+  using StreamingSnapshots = std::map<DType, std::shared_ptr<ParamSnapshot>>;
+
+  StepCoordinator(Options options, ReplicaState* replica, std::unique_ptr<Communicator> comm,
+                  std::shared_ptr<SerialExecutor> device_worker, StepLedger* ledger);
+  // This rank's part: the REPLICATED mean, per-parameter sums of squares and finiteness.
+  absl::Status LocalStatistics(std::vector<double>& sums, bool& finite);
+  // One all-reduce carries the sums of squares and the skip, abort and failure votes.
+  absl::StatusOr<Agreement> Agree(bool abort, bool failed, const std::vector<double>& sum_squares,
+                                  bool finite);
+  // Hands `outcome` (known once the ranks agreed) to the waiters that stream parameters, with
+  // snapshots that ApplyStep fills; those waiters are not called again.
+  StreamingSnapshots StreamEarly(const StepOutcome& outcome, uint64_t step);
+  // Clips, steps the owned parameters and all-gathers; fills `streaming` bucket by bucket (a
+  // parameter this rank owns once it is stepped, the others once gathered). The parameters
+  // written last are left for FinishStep to mark ready: `*last_ids`. `started`: when Resolve
+  // began (the step phase is reported up to the all-gather).
+  absl::Status ApplyStep(const StepSchedule& schedule, const Agreement& agreement,
+                         StepOutcome& outcome, absl::Time started,
+                         const StreamingSnapshots& streaming, std::vector<int>* last_ids);
+  // Writes `ids` into every streaming snapshot and, with `mark`, marks them ready. On the
+  // device worker.
+  absl::Status PublishParams(const std::vector<int>& ids, const StreamingSnapshots& streaming,
+                             bool mark = true);
+  // Ends the step with `outcome` and tells every waiter. `streamed`: the snapshots StreamEarly
+  // handed out, written but for marking `last_ids` ready, which FinishStep does once the step
+  // counts as applied (a trainer that has every parameter may begin the next step at once).
+  void FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted,
+                  const StreamingSnapshots& streamed = {}, const std::vector<int>& last_ids = {});
+
+  const Options options_;
+  ReplicaState* const replica_;
+  const std::unique_ptr<Communicator> comm_;
+  const std::shared_ptr<SerialExecutor> device_worker_;
+  StepLedger* const ledger_;
+  Tensor votes_;  // Agree's all-reduce buffer, in device memory (several ranks only)
+  // Declared last: destroyed (and joined) first, while what its tasks use still exists.
+  SerialExecutor executor_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_STEP_COORDINATOR_H_

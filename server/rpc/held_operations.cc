@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
-#include "server/engine/checkpoint_io.h"
+#include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/state_dict_stream.h"
 

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/run_detached.h"
 #include "base/status_macros.h"
-#include "server/engine/checkpoint_io.h"
+#include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/state_dict_stream.h"
 #include "wire/grpc_status.h"

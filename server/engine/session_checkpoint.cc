@@ -1,4 +1,4 @@
-#include "server/engine/checkpoint_io.h"
+#include "server/engine/session_checkpoint.h"
 
 #include <memory>
 

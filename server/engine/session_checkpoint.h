@@ -1,5 +1,5 @@
-#ifndef OPTSTEP_SERVER_ENGINE_CHECKPOINT_IO_H_
-#define OPTSTEP_SERVER_ENGINE_CHECKPOINT_IO_H_
+#ifndef OPTSTEP_SERVER_ENGINE_SESSION_CHECKPOINT_H_
+#define OPTSTEP_SERVER_ENGINE_SESSION_CHECKPOINT_H_
 
 // A session's part in saving and loading checkpoint directories (docs/checkpoints.md). The
 // caller (server/rpc) holds the session at one resolution on every rank (Session::Hold / Settle)
@@ -53,4 +53,4 @@ absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_ENGINE_CHECKPOINT_IO_H_
+#endif  // OPTSTEP_SERVER_ENGINE_SESSION_CHECKPOINT_H_

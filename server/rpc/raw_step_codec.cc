@@ -22,10 +22,16 @@ absl::Status Malformed(absl::string_view what) {
 }
 
 // Reads one tag inside the current limit: false at the limit (the message ended), an error for
-// a truncated or zero field number.
+// a truncated or zero field number, or a tag that protobuf refuses: longer than 5 bytes or over
+// 32 bits (CodedInputStream::ReadTag would truncate it to a valid-looking tag).
 absl::StatusOr<bool> NextTag(CodedInputStream& in, absl::string_view message, uint32_t& tag) {
   if (in.BytesUntilLimit() == 0) return false;
-  tag = in.ReadTagNoLastTag();
+  const int start = in.CurrentPosition();
+  uint64_t value = 0;
+  const bool read = in.ReadVarint64(&value);
+  tag = (read && in.CurrentPosition() - start <= 5 && value <= UINT32_MAX)
+            ? static_cast<uint32_t>(value)
+            : 0;
   if (tag == 0 || WireFormatLite::GetTagFieldNumber(tag) == 0) {
     return Malformed(absl::StrCat(message, ": truncated or invalid tag with ", in.BytesUntilLimit(),
                                   " bytes left"));

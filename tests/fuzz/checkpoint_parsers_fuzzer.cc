@@ -4,7 +4,7 @@
 // properties: a manifest that parses serialises and parses back to the same text, and a
 // safetensors header that parses describes tensors inside the file, without overlaps.
 //
-// Built and run by fuzz_test.sh (clang++ -fsanitize=fuzzer,address).
+// Built and run as tests/fuzz/BUILD says (libFuzzer under --config=asan, a replay elsewhere).
 
 #include <cstddef>
 #include <cstdint>

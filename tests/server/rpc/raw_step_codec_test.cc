@@ -163,6 +163,10 @@ TEST(RawStepCodecTest, MalformedInputIsInvalidArgument) {
       {std::string("\x1a\x01\xff", 3), "commit (field 3) does not parse as optstep.v1.StepCommit"},
       {std::string("\x00\x01", 2), "truncated or invalid tag"},
       {std::string("\x80", 1), "truncated or invalid tag"},
+      // Protobuf refuses a tag of more than 5 bytes, even one whose low 32 bits are a valid tag.
+      {std::string("\x92\x80\x80\x80\x80\x00\x00", 7), "truncated or invalid tag"},
+      {std::string("\xf8\xed\xfe\xf7\xed\xfe\xf8\x03\x00", 9), "truncated or invalid tag"},
+      {std::string("\x92\x80\x80\x80\x10\x00", 6), "truncated or invalid tag"},  // over 32 bits
       {std::string("\x4f\x01", 2), "field 9 with wire type 7 cannot be skipped"},
       {std::string("\x12\x02\x4e\x01", 4), "field 9 with wire type 6 cannot be skipped"},
   };

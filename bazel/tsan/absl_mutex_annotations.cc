@@ -1,0 +1,235 @@
+// ThreadSanitizer annotations for Debian's prebuilt Abseil (libabsl_synchronization.so).
+//
+// Abseil annotates absl::Mutex for TSan only when Abseil itself is compiled with
+// -fsanitize=thread. The system library is not, so under --config=tsan every lock and unlock
+// would be invisible to TSan and every ABSL_GUARDED_BY field would look racy. This file, linked
+// into every binary of --config=tsan (.bazelrc: --custom_malloc), interposes the out-of-line
+// members of absl::Mutex and absl::CondVar: each one tells TSan what Abseil's own annotated
+// build would (a lock, an unlock, a wait that releases and reacquires), then calls the real
+// member found with dlsym(RTLD_NEXT). Conditions (LockWhen, Await) are evaluated by Abseil
+// with the mutex held, possibly on the thread that unlocks it; they are wrapped so that their
+// reads happen after an acquire of the mutex. gRPC's own mutexes are absl::Mutex too, so its
+// locking is seen as well.
+//
+// Mode: CondVar::Wait and Await release the mutex in the mode it is held; the reader-mode
+// holders of each thread are tracked here to annotate that mode.
+//
+// Thread-safety: every function is called concurrently; the only state is thread-local.
+
+#include <dlfcn.h>
+#include <sanitizer/tsan_interface.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace {
+
+// The real member `symbol` (its mangled name) of the next library, the system's Abseil.
+template <typename Fn>
+Fn Real(const char* symbol) {
+  void* fn = dlsym(RTLD_NEXT, symbol);
+  if (fn == nullptr) {
+    std::fprintf(stderr, "absl_mutex_annotations: %s not found\n", symbol);
+    std::abort();
+  }
+  return reinterpret_cast<Fn>(fn);
+}
+
+// The mutexes this thread holds in reader mode.
+std::vector<const absl::Mutex*>& ReaderHeld() {
+  thread_local std::vector<const absl::Mutex*> held;
+  return held;
+}
+
+unsigned HeldMode(const absl::Mutex* mu) {
+  const std::vector<const absl::Mutex*>& held = ReaderHeld();
+  return std::find(held.begin(), held.end(), mu) != held.end() ? __tsan_mutex_read_lock : 0;
+}
+
+void NoteReader(const absl::Mutex* mu, bool held) {
+  std::vector<const absl::Mutex*>& readers = ReaderHeld();
+  if (held) {
+    readers.push_back(mu);
+  } else {
+    auto it = std::find(readers.begin(), readers.end(), mu);
+    if (it != readers.end()) readers.erase(it);
+  }
+}
+
+// A condition evaluated by Abseil with `mu` held, possibly on another thread.
+struct AnnotatedCondition {
+  absl::Mutex* mu;
+  const absl::Condition* condition;
+
+  static bool Eval(AnnotatedCondition* self) {
+    __tsan_acquire(self->mu);
+    const bool result = self->condition->Eval();
+    __tsan_release(self->mu);
+    return result;
+  }
+};
+
+// Runs `wait` (which releases `mu` and holds it again when it returns) as TSan sees it.
+template <typename Wait>
+auto AnnotatedWait(absl::Mutex* mu, Wait wait) {
+  const unsigned mode = HeldMode(mu);
+  __tsan_mutex_pre_unlock(mu, mode);
+  __tsan_mutex_post_unlock(mu, mode);
+  auto result = wait();
+  __tsan_mutex_pre_lock(mu, mode);
+  __tsan_mutex_post_lock(mu, mode, 0);
+  return result;
+}
+
+// Runs `lock` (which acquires `mu` in `mode`, maybe waiting for a condition) as TSan sees it.
+template <typename Lock>
+auto AnnotatedLock(absl::Mutex* mu, unsigned mode, Lock lock) {
+  __tsan_mutex_pre_lock(mu, mode);
+  auto result = lock();
+  __tsan_mutex_post_lock(mu, mode, 0);
+  if (mode & __tsan_mutex_read_lock) NoteReader(mu, true);
+  return result;
+}
+
+using Member = void (*)(absl::Mutex*);
+using TryMember = bool (*)(absl::Mutex*);
+using CondMember = bool (*)(absl::Mutex*, const absl::Condition&);
+using CondTimeoutMember = bool (*)(absl::Mutex*, const absl::Condition&, absl::Duration);
+using CondDeadlineMember = bool (*)(absl::Mutex*, const absl::Condition&, absl::Time);
+using CvWaitMember = void (*)(absl::CondVar*, absl::Mutex*);
+using CvTimeoutMember = bool (*)(absl::CondVar*, absl::Mutex*, absl::Duration);
+using CvDeadlineMember = bool (*)(absl::CondVar*, absl::Mutex*, absl::Time);
+
+// The symbols of Abseil 20220623 as Debian builds it (inline namespace debian3).
+#define OPTSTEP_ABSL_MUTEX "_ZN4absl7debian35Mutex"
+#define OPTSTEP_ABSL_CONDVAR "_ZN4absl7debian37CondVar"
+#define OPTSTEP_CONDITION "RKNS0_9ConditionE"
+
+}  // namespace
+
+namespace absl {
+ABSL_NAMESPACE_BEGIN
+
+void Mutex::Lock() {
+  static const Member real = Real<Member>(OPTSTEP_ABSL_MUTEX "4LockEv");
+  AnnotatedLock(this, 0, [&] { return real(this), 0; });
+}
+
+void Mutex::ReaderLock() {
+  static const Member real = Real<Member>(OPTSTEP_ABSL_MUTEX "10ReaderLockEv");
+  AnnotatedLock(this, __tsan_mutex_read_lock, [&] { return real(this), 0; });
+}
+
+bool Mutex::TryLock() {
+  static const TryMember real = Real<TryMember>(OPTSTEP_ABSL_MUTEX "7TryLockEv");
+  __tsan_mutex_pre_lock(this, __tsan_mutex_try_lock);
+  const bool locked = real(this);
+  __tsan_mutex_post_lock(this, __tsan_mutex_try_lock | (locked ? 0 : __tsan_mutex_try_lock_failed),
+                         0);
+  return locked;
+}
+
+bool Mutex::ReaderTryLock() {
+  static const TryMember real = Real<TryMember>(OPTSTEP_ABSL_MUTEX "13ReaderTryLockEv");
+  constexpr unsigned kMode = __tsan_mutex_read_lock | __tsan_mutex_try_lock;
+  __tsan_mutex_pre_lock(this, kMode);
+  const bool locked = real(this);
+  __tsan_mutex_post_lock(this, kMode | (locked ? 0 : __tsan_mutex_try_lock_failed), 0);
+  if (locked) NoteReader(this, true);
+  return locked;
+}
+
+void Mutex::Unlock() {
+  static const Member real = Real<Member>(OPTSTEP_ABSL_MUTEX "6UnlockEv");
+  __tsan_mutex_pre_unlock(this, 0);
+  real(this);
+  __tsan_mutex_post_unlock(this, 0);
+}
+
+void Mutex::ReaderUnlock() {
+  static const Member real = Real<Member>(OPTSTEP_ABSL_MUTEX "12ReaderUnlockEv");
+  NoteReader(this, false);
+  __tsan_mutex_pre_unlock(this, __tsan_mutex_read_lock);
+  real(this);
+  __tsan_mutex_post_unlock(this, __tsan_mutex_read_lock);
+}
+
+void Mutex::LockWhen(const Condition& cond) {
+  static const CondMember real =
+      Real<CondMember>(OPTSTEP_ABSL_MUTEX "8LockWhenE" OPTSTEP_CONDITION);
+  AnnotatedCondition annotated{this, &cond};
+  const Condition wrapped(&AnnotatedCondition::Eval, &annotated);
+  AnnotatedLock(this, 0, [&] { return real(this, wrapped); });
+}
+
+void Mutex::ReaderLockWhen(const Condition& cond) {
+  static const CondMember real =
+      Real<CondMember>(OPTSTEP_ABSL_MUTEX "14ReaderLockWhenE" OPTSTEP_CONDITION);
+  AnnotatedCondition annotated{this, &cond};
+  const Condition wrapped(&AnnotatedCondition::Eval, &annotated);
+  AnnotatedLock(this, __tsan_mutex_read_lock, [&] { return real(this, wrapped); });
+}
+
+bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
+  static const CondTimeoutMember real = Real<CondTimeoutMember>(
+      OPTSTEP_ABSL_MUTEX "19LockWhenWithTimeoutE" OPTSTEP_CONDITION "NS0_8DurationE");
+  AnnotatedCondition annotated{this, &cond};
+  const Condition wrapped(&AnnotatedCondition::Eval, &annotated);
+  return AnnotatedLock(this, 0, [&] { return real(this, wrapped, timeout); });
+}
+
+bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
+  static const CondDeadlineMember real = Real<CondDeadlineMember>(
+      OPTSTEP_ABSL_MUTEX "20LockWhenWithDeadlineE" OPTSTEP_CONDITION "NS0_4TimeE");
+  AnnotatedCondition annotated{this, &cond};
+  const Condition wrapped(&AnnotatedCondition::Eval, &annotated);
+  return AnnotatedLock(this, 0, [&] { return real(this, wrapped, deadline); });
+}
+
+void Mutex::Await(const Condition& cond) {
+  static const CondMember real = Real<CondMember>(OPTSTEP_ABSL_MUTEX "5AwaitE" OPTSTEP_CONDITION);
+  AnnotatedCondition annotated{this, &cond};
+  const Condition wrapped(&AnnotatedCondition::Eval, &annotated);
+  AnnotatedWait(this, [&] { return real(this, wrapped); });
+}
+
+bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
+  static const CondTimeoutMember real = Real<CondTimeoutMember>(
+      OPTSTEP_ABSL_MUTEX "16AwaitWithTimeoutE" OPTSTEP_CONDITION "NS0_8DurationE");
+  AnnotatedCondition annotated{this, &cond};
+  const Condition wrapped(&AnnotatedCondition::Eval, &annotated);
+  return AnnotatedWait(this, [&] { return real(this, wrapped, timeout); });
+}
+
+bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
+  static const CondDeadlineMember real = Real<CondDeadlineMember>(
+      OPTSTEP_ABSL_MUTEX "17AwaitWithDeadlineE" OPTSTEP_CONDITION "NS0_4TimeE");
+  AnnotatedCondition annotated{this, &cond};
+  const Condition wrapped(&AnnotatedCondition::Eval, &annotated);
+  return AnnotatedWait(this, [&] { return real(this, wrapped, deadline); });
+}
+
+void CondVar::Wait(Mutex* mu) {
+  static const CvWaitMember real = Real<CvWaitMember>(OPTSTEP_ABSL_CONDVAR "4WaitEPNS0_5MutexE");
+  AnnotatedWait(mu, [&] { return real(this, mu), 0; });
+}
+
+bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
+  static const CvTimeoutMember real =
+      Real<CvTimeoutMember>(OPTSTEP_ABSL_CONDVAR "15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
+  return AnnotatedWait(mu, [&] { return real(this, mu, timeout); });
+}
+
+bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
+  static const CvDeadlineMember real =
+      Real<CvDeadlineMember>(OPTSTEP_ABSL_CONDVAR "16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+  return AnnotatedWait(mu, [&] { return real(this, mu, deadline); });
+}
+
+ABSL_NAMESPACE_END
+}  // namespace absl

@@ -12,8 +12,8 @@ namespace optstep {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " out of range for world size ",
-                                                   options.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " out of range for world size ", options.world_size));
   }
   std::shared_ptr<Device> device = options.injected_device;
   if (device == nullptr) {
@@ -71,9 +71,9 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::FindByName(const SessionConfig&
     for (auto& [id, session] : sessions_) {
       if (session->config().name != config.name) continue;
       if (session->config().definition_key != config.definition_key) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "session '", config.name, "' (", id,
-            ") exists with a different definition; close it or use another name"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("session '", config.name, "' (", id,
+                         ") exists with a different definition; close it or use another name"));
       }
       return session;
     }
@@ -82,7 +82,7 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::FindByName(const SessionConfig&
 }
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string& id,
-                                                             SessionConfig config) {
+                                                              SessionConfig config) {
   if (static_cast<int64_t>(config.params.size()) > options_.max_params_per_session) {
     return absl::ResourceExhaustedError(absl::StrCat("session declares ", config.params.size(),
                                                      " parameters; the limit is ",
@@ -96,8 +96,8 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
                                                        options_.max_sessions));
     }
     if (sessions_.count(id) > 0) {
-      return absl::AlreadyExistsError(absl::StrCat("session '", id, "' exists on rank ",
-                                                   options_.rank));
+      return absl::AlreadyExistsError(
+          absl::StrCat("session '", id, "' exists on rank ", options_.rank));
     }
   }
   // Every rank computes the same layout from the same definition.
@@ -158,7 +158,7 @@ absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
 }
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::CreateReplica(const std::string& id,
-                                                              SessionConfig config) {
+                                                               SessionConfig config) {
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, BuildSession(id, std::move(config)));
   // Rank 0 decided the id (and attaches by name itself): a replica registers under its id.
   OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(session, /*by_name=*/false));
@@ -183,7 +183,8 @@ bool Engine::healthy() const {
 absl::StatusOr<std::shared_ptr<Session>> Engine::GetSession(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("session '", id, "' not found"));
+  if (it == sessions_.end())
+    return absl::NotFoundError(absl::StrCat("session '", id, "' not found"));
   return it->second;
 }
 
@@ -199,7 +200,8 @@ absl::Status Engine::CloseSession(const std::string& id) {
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("session '", id, "' not found"));
+    if (it == sessions_.end())
+      return absl::NotFoundError(absl::StrCat("session '", id, "' not found"));
     session = std::move(it->second);
     sessions_.erase(it);
   }

@@ -17,11 +17,12 @@ namespace {
 std::string OptimizerJson(const Session& session) {
   nlohmann::json groups = nlohmann::json::array();
   for (const GroupRuntime& g : session.groups()) {
-    groups.push_back({{"id", g.def.id},
-                      {"sub_optimizer", session.config().chain.sub_optimizers[g.def.sub_optimizer].name},
-                      {"wd_mult", g.def.wd_mult},
-                      {"expert", g.def.expert},
-                      {"param_ids", g.def.param_ids}});
+    groups.push_back(
+        {{"id", g.def.id},
+         {"sub_optimizer", session.config().chain.sub_optimizers[g.def.sub_optimizer].name},
+         {"wd_mult", g.def.wd_mult},
+         {"expert", g.def.expert},
+         {"param_ids", g.def.param_ids}});
   }
   nlohmann::json subs = nlohmann::json::array();
   for (const SubOptimizerConfig& sub : session.config().chain.sub_optimizers) {
@@ -48,8 +49,8 @@ absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
     source.read = std::move(t.read);
     sources.push_back(std::move(source));
   }
-  return WriteCheckpointShard(where.root, where.name, session.rank(),
-                              session.layout().world_size, sources, progress);
+  return WriteCheckpointShard(where.root, where.name, session.rank(), session.layout().world_size,
+                              sources, progress);
 }
 
 absl::Status CommitSessionCheckpoint(Session& session, const HeldPoint& point,
@@ -103,9 +104,8 @@ absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,
   for (const HeldTensor& t : wanted) {
     const CheckpointTensor* found = reader->Find(t.key);
     if (found == nullptr) {
-      return absl::DataLossError(absl::StrCat("checkpoint '", where.name, "' lacks tensor '",
-                                              t.key, "' that session '", session.id(),
-                                              "' needs"));
+      return absl::DataLossError(absl::StrCat("checkpoint '", where.name, "' lacks tensor '", t.key,
+                                              "' that session '", session.id(), "' needs"));
     }
     if (found->type != t.type || found->shape != t.shape) {
       return absl::DataLossError(absl::StrCat(

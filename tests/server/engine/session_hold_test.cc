@@ -10,49 +10,23 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
+#include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
 namespace {
 
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::Outcome;
 using ::optstep::testutil::StatusIs;
-
-class Outcome {
- public:
-  StepCallback Callback() {
-    return [this](absl::StatusOr<StepOutcome> o) {
-      result_ = std::move(o);
-      done_.Notify();
-    };
-  }
-  bool WaitFor(absl::Duration d) { return done_.WaitForNotificationWithTimeout(d); }
-  const absl::StatusOr<StepOutcome>& result() const { return result_; }
-
- private:
-  absl::Notification done_;
-  absl::StatusOr<StepOutcome> result_ = absl::UnknownError("not called");
-};
 
 class SessionHoldTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    EngineOptions options;
-    options.device.num_threads = 1;
-    auto engine = Engine::Create(options);
-    ASSERT_THAT(engine.status(), IsOk());
-    engine_ = *std::move(engine);
-    SessionConfig config;
-    config.params = {ParamInfo{"w", {2, 3}}, ParamInfo{"b", {3}}};
-    SubOptimizerConfig adam;
-    adam.name = "adam";
-    adam.kind = "adamw";
-    adam.adamw.lr = 0.1;
-    config.chain.sub_optimizers = {adam};
-    config.step_deadline = absl::Seconds(30);
-    auto created = engine_->CreateSession(config);
-    ASSERT_THAT(created.status(), IsOk());
-    s_ = created->session;
+    engine_ = testutil::MakeEngine(/*num_threads=*/1);
+    ASSERT_NE(engine_, nullptr);
+    s_ = testutil::MakeSession(*engine_, testutil::TwoParamConfig(testutil::AdamW(0.1, 0.0)));
+    ASSERT_NE(s_, nullptr);
   }
 
   // Sends a whole step's gradients from trainer 0 and commits it.

@@ -11,18 +11,14 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
+#include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
 namespace {
 
+using ::optstep::testutil::Floats;
 using ::optstep::testutil::IsOk;
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), bytes.size());
-  return v;
-}
 
 // Waits until `n` parameters of `snapshot` are ready.
 void WaitForAll(const ParamSnapshot& snapshot, size_t n) {
@@ -51,21 +47,15 @@ void WaitForAll(const ParamSnapshot& snapshot, size_t n) {
 }
 
 TEST(SessionStreamingTest, ResultFirstThenParametersAsTheyAreStepped) {
-  auto engine = Engine::Create(EngineOptions{});
-  ASSERT_THAT(engine.status(), IsOk());
-  SessionConfig config;
-  config.params = {ParamInfo{"w", {2, 3}}, ParamInfo{"b", {3}}};
-  SubOptimizerConfig sgd;
-  sgd.name = "sgd";
-  sgd.kind = "sgd";
-  sgd.sgd.lr = 0.5;
-  config.chain.sub_optimizers = {sgd};
+  std::unique_ptr<Engine> engine = testutil::MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  SessionConfig config = testutil::TwoParamConfig(testutil::Sgd(0.5));
   config.chain.clip_grad = 0.0;
   config.num_trainers = 2;
   config.mode = GradientMode::kSharded;
-  auto created = (*engine)->CreateSession(config);
-  ASSERT_THAT(created.status(), IsOk());
-  Session& session = *created->session;
+  std::shared_ptr<Session> created = testutil::MakeSession(*engine, config);
+  ASSERT_NE(created, nullptr);
+  Session& session = *created;
 
   StepBegin streaming;
   streaming.step = 1;
@@ -84,14 +74,18 @@ TEST(SessionStreamingTest, ResultFirstThenParametersAsTheyAreStepped) {
 
   absl::Notification got0, got1;
   absl::StatusOr<StepOutcome> out0, out1;
-  ASSERT_THAT(session.Commit(*c0, 6, [&](absl::StatusOr<StepOutcome> o) {
-    out0 = std::move(o);
-    got0.Notify();
-  }), IsOk());
-  ASSERT_THAT(session.Commit(*c1, 3, [&](absl::StatusOr<StepOutcome> o) {
-    out1 = std::move(o);
-    got1.Notify();
-  }), IsOk());
+  ASSERT_THAT(session.Commit(*c0, 6,
+                             [&](absl::StatusOr<StepOutcome> o) {
+                               out0 = std::move(o);
+                               got0.Notify();
+                             }),
+              IsOk());
+  ASSERT_THAT(session.Commit(*c1, 3,
+                             [&](absl::StatusOr<StepOutcome> o) {
+                               out1 = std::move(o);
+                               got1.Notify();
+                             }),
+              IsOk());
   got0.WaitForNotification();
   ASSERT_THAT(out0.status(), IsOk());
   EXPECT_EQ(out0->step, 1u);

@@ -13,95 +13,37 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
+#include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
 namespace {
 
+using ::optstep::testutil::BeginStep;
+using ::optstep::testutil::Floats;
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::Outcome;
+using ::optstep::testutil::ParamValues;
+using ::optstep::testutil::SendGradient;
 using ::optstep::testutil::StatusIs;
 using ::testing::HasSubstr;
-
-// Waits for a step callback.
-class Outcome {
- public:
-  StepCallback Callback() {
-    return [this](absl::StatusOr<StepOutcome> o) {
-      result_ = std::move(o);
-      done_.Notify();
-    };
-  }
-  absl::StatusOr<StepOutcome> Wait() {
-    done_.WaitForNotification();
-    return result_;
-  }
-  bool HasBeenNotified() const { return done_.HasBeenNotified(); }
-
- private:
-  absl::Notification done_;
-  absl::StatusOr<StepOutcome> result_ = absl::UnknownError("not called");
-};
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), bytes.size());
-  return v;
-}
 
 class SessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    EngineOptions options;
-    options.device.num_threads = 2;
-    auto engine = Engine::Create(options);
-    ASSERT_THAT(engine.status(), IsOk());
-    engine_ = *std::move(engine);
+    engine_ = testutil::MakeEngine(/*num_threads=*/2);
+    ASSERT_NE(engine_, nullptr);
   }
 
   // w: 2x3 (6 elements), b: 3. AdamW lr 0.1, wd 0.5 (w only; b is 1-D so wd_mult 0).
   std::shared_ptr<Session> MakeSession(GradientMode mode, int trainers, double clip = 0.0,
                                        absl::Duration deadline = absl::Seconds(30)) {
-    SessionConfig config;
-    config.params = {ParamInfo{"w", {2, 3}}, ParamInfo{"b", {3}}};
-    SubOptimizerConfig adam;
-    adam.name = "adam";
-    adam.kind = "adamw";
-    adam.adamw.lr = 0.1;
-    adam.adamw.weight_decay = 0.5;
-    config.chain.sub_optimizers = {adam};
+    SessionConfig config = testutil::TwoParamConfig(testutil::AdamW(0.1, 0.5));
     config.chain.clip_grad = clip;
     config.num_trainers = trainers;
     config.mode = mode;
     config.step_deadline = deadline;
-    auto created = engine_->CreateSession(config);
-    EXPECT_THAT(created.status(), IsOk());
-    return created->session;
-  }
-
-  static Contribution Begin(Session& s, uint64_t step, int trainer) {
-    StepBegin begin;
-    begin.step = step;
-    begin.trainer = trainer;
-    auto c = s.Begin(begin);
-    EXPECT_THAT(c.status(), IsOk());
-    return *c;
-  }
-
-  static absl::Status Send(Session& s, const Contribution& c, int param, int64_t offset,
-                           std::vector<float> values) {
-    return s.AddGradient(c, param, offset, DType::kF32, values.data(), values.size() * 4);
-  }
-
-  static std::vector<float> Param(Session& s, int param) {
-    Outcome unused;
-    absl::Notification done;
-    std::vector<float> out;
-    s.GetSnapshot(DType::kF32, [&](absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snap) {
-      out = Floats((*snap)->values[param]);
-      done.Notify();
-    });
-    done.WaitForNotification();
-    return out;
+    return testutil::MakeSession(*engine_, config);
   }
 
   std::unique_ptr<Engine> engine_;
@@ -116,11 +58,11 @@ double AdamFirstStep(double p, double g, double lr, double wd) {
 
 TEST_F(SessionTest, ShardedTrainersTogetherCoverEveryElement) {
   auto s = MakeSession(GradientMode::kSharded, 2);
-  Contribution t0 = Begin(*s, 1, 0);
-  Contribution t1 = Begin(*s, 1, 1);
-  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3}), IsOk());
-  ASSERT_THAT(Send(*s, t1, 0, 3, {4, 5, 6}), IsOk());
-  ASSERT_THAT(Send(*s, t1, 1, 0, {-1, 0, 1}), IsOk());
+  Contribution t0 = BeginStep(*s, 1, 0);
+  Contribution t1 = BeginStep(*s, 1, 1);
+  ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3}), IsOk());
+  ASSERT_THAT(SendGradient(*s, t1, 0, 3, {4, 5, 6}), IsOk());
+  ASSERT_THAT(SendGradient(*s, t1, 1, 0, {-1, 0, 1}), IsOk());
   Outcome o0, o1;
   ASSERT_THAT(s->Commit(t0, 3, o0.Callback()), IsOk());
   EXPECT_FALSE(o0.HasBeenNotified());
@@ -143,33 +85,33 @@ TEST_F(SessionTest, ShardedTrainersTogetherCoverEveryElement) {
 
 TEST_F(SessionTest, CommitWithMissingCoverageIsRefusedAndCanBeResent) {
   auto s = MakeSession(GradientMode::kSharded, 1);
-  Contribution c = Begin(*s, 1, 0);
-  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
-  ASSERT_THAT(Send(*s, c, 1, 0, {1}), IsOk());
+  Contribution c = BeginStep(*s, 1, 0);
+  ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(SendGradient(*s, c, 1, 0, {1}), IsOk());
   Outcome o;
   EXPECT_THAT(s->Commit(c, 0, o.Callback()),
               StatusIs(absl::StatusCode::kInvalidArgument, "param 'b': gradient elements [1, 3)"));
   // The trainer begins again and sends everything.
-  c = Begin(*s, 1, 0);
-  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
-  ASSERT_THAT(Send(*s, c, 1, 0, {1, 2, 3}), IsOk());
+  c = BeginStep(*s, 1, 0);
+  ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(SendGradient(*s, c, 1, 0, {1, 2, 3}), IsOk());
   ASSERT_THAT(s->Commit(c, 9, o.Callback()), IsOk());
   EXPECT_THAT(o.Wait().status(), IsOk());
 }
 
 TEST_F(SessionTest, OverlapDuplicateAndOutOfRangeChunksAreRefused) {
   auto s = MakeSession(GradientMode::kSharded, 2);
-  Contribution t0 = Begin(*s, 1, 0);
-  Contribution t1 = Begin(*s, 1, 1);
-  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3}), IsOk());
-  EXPECT_THAT(Send(*s, t1, 0, 2, {1, 2}),
+  Contribution t0 = BeginStep(*s, 1, 0);
+  Contribution t1 = BeginStep(*s, 1, 1);
+  ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3}), IsOk());
+  EXPECT_THAT(SendGradient(*s, t1, 0, 2, {1, 2}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "chunk [2, 4) from trainer 1 overlaps chunk [0, 3) from trainer 0"));
-  EXPECT_THAT(Send(*s, t0, 0, 0, {1, 2, 3}),
+  EXPECT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3}),
               StatusIs(absl::StatusCode::kInvalidArgument, "duplicates"));
-  EXPECT_THAT(Send(*s, t0, 0, 5, {1, 2}),
+  EXPECT_THAT(SendGradient(*s, t0, 0, 5, {1, 2}),
               StatusIs(absl::StatusCode::kInvalidArgument, "chunk [5, 7) exceeds 6 elements"));
-  EXPECT_THAT(Send(*s, t0, 7, 0, {1}), StatusIs(absl::StatusCode::kNotFound, "param_id 7"));
+  EXPECT_THAT(SendGradient(*s, t0, 7, 0, {1}), StatusIs(absl::StatusCode::kNotFound, "param_id 7"));
   float three = 1;
   EXPECT_THAT(s->AddGradient(t0, 1, 0, DType::kF32, &three, 3),
               StatusIs(absl::StatusCode::kInvalidArgument, "3 bytes is not a multiple"));
@@ -179,8 +121,8 @@ TEST_F(SessionTest, StepOutOfSequenceNamesTheExpectedStep) {
   auto s = MakeSession(GradientMode::kSharded, 1);
   StepBegin begin;
   begin.step = 3;
-  EXPECT_THAT(s->Begin(begin).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "step 3 out of sequence; expected step 1"));
+  EXPECT_THAT(s->Begin(begin).status(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                                 "step 3 out of sequence; expected step 1"));
   begin.step = 1;
   begin.trainer = 1;
   EXPECT_THAT(s->Begin(begin).status(),
@@ -189,28 +131,28 @@ TEST_F(SessionTest, StepOutOfSequenceNamesTheExpectedStep) {
 
 TEST_F(SessionTest, RetriedCommitAndReplayedStepDoNotApplyTwice) {
   auto s = MakeSession(GradientMode::kSharded, 2);
-  Contribution t0 = Begin(*s, 1, 0);
-  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  Contribution t0 = BeginStep(*s, 1, 0);
+  ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome first;
   ASSERT_THAT(s->Commit(t0, 0, first.Callback()), IsOk());
   // Trainer 0's stream breaks; it reconnects and resends the same step.
-  Contribution retry = Begin(*s, 1, 0);
+  Contribution retry = BeginStep(*s, 1, 0);
   EXPECT_TRUE(retry.retry);
-  ASSERT_THAT(Send(*s, retry, 0, 0, {100, 100, 100, 100, 100, 100}), IsOk());  // ignored
+  ASSERT_THAT(SendGradient(*s, retry, 0, 0, {100, 100, 100, 100, 100, 100}), IsOk());  // ignored
   Outcome second;
   ASSERT_THAT(s->Commit(retry, 0, second.Callback()), IsOk());
-  Contribution t1 = Begin(*s, 1, 1);
-  ASSERT_THAT(Send(*s, t1, 1, 0, {1, 1, 1}), IsOk());
+  Contribution t1 = BeginStep(*s, 1, 1);
+  ASSERT_THAT(SendGradient(*s, t1, 1, 0, {1, 1, 1}), IsOk());
   Outcome third;
   ASSERT_THAT(s->Commit(t1, 0, third.Callback()), IsOk());
   auto r = third.Wait();
   ASSERT_THAT(r.status(), IsOk());
   ASSERT_THAT(first.Wait().status(), IsOk());
   ASSERT_THAT(second.Wait().status(), IsOk());
-  const std::vector<float> after = Param(*s, 0);
+  const std::vector<float> after = ParamValues(*s, 0);
   EXPECT_NEAR(after[0], AdamFirstStep(0, 1, 0.1, 0.5), 1e-7);
   // After the step was applied, the same step again replays its result without applying.
-  Contribution replay = Begin(*s, 1, 1);
+  Contribution replay = BeginStep(*s, 1, 1);
   EXPECT_TRUE(replay.replay);
   Outcome replayed;
   ASSERT_THAT(s->Commit(replay, 0, replayed.Callback()), IsOk());
@@ -218,34 +160,35 @@ TEST_F(SessionTest, RetriedCommitAndReplayedStepDoNotApplyTwice) {
   ASSERT_THAT(rr.status(), IsOk());
   EXPECT_EQ(rr->step, 1u);
   EXPECT_EQ(rr->grad_norm, r->grad_norm);
-  EXPECT_EQ(Param(*s, 0), after);
+  EXPECT_EQ(ParamValues(*s, 0), after);
   EXPECT_EQ(s->stats().step, 1u);
 }
 
 TEST_F(SessionTest, NonFiniteGradientSkipsTheStepAndChangesNothing) {
   auto s = MakeSession(GradientMode::kSharded, 1);
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     const uint64_t step = s->stats().step + 1;
-    Contribution c = Begin(*s, step, 0);
-    ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
-    ASSERT_THAT(Send(*s, c, 1, 0, {1, bad, 1}), IsOk());
+    Contribution c = BeginStep(*s, step, 0);
+    ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+    ASSERT_THAT(SendGradient(*s, c, 1, 0, {1, bad, 1}), IsOk());
     Outcome o;
     ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());
     auto r = o.Wait();
     ASSERT_THAT(r.status(), IsOk());
     EXPECT_TRUE(r->skipped);
     EXPECT_EQ(r->grad_norm, 0.0);
-    EXPECT_EQ(Param(*s, 0), std::vector<float>(6, 0.0f));
+    EXPECT_EQ(ParamValues(*s, 0), std::vector<float>(6, 0.0f));
   }
   EXPECT_EQ(s->stats().skipped_steps, 2u);
   // The Adam counter did not advance: the next real step is a first step (t = 1).
-  Contribution c = Begin(*s, 3, 0);
-  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
-  ASSERT_THAT(Send(*s, c, 1, 0, {1, 1, 1}), IsOk());
+  Contribution c = BeginStep(*s, 3, 0);
+  ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(SendGradient(*s, c, 1, 0, {1, 1, 1}), IsOk());
   Outcome o;
   ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());
   ASSERT_THAT(o.Wait().status(), IsOk());
-  EXPECT_NEAR(Param(*s, 0)[1], AdamFirstStep(0, 2, 0.1, 0.5), 1e-7);
+  EXPECT_NEAR(ParamValues(*s, 0)[1], AdamFirstStep(0, 2, 0.1, 0.5), 1e-7);
 }
 
 TEST_F(SessionTest, ClippingScalesEveryGradientOnlyAboveTheThreshold) {
@@ -259,8 +202,8 @@ TEST_F(SessionTest, ClippingScalesEveryGradientOnlyAboveTheThreshold) {
   config.chain.sub_optimizers = {sgd};
   config.chain.clip_grad = 1.0;
   auto s = engine_->CreateSession(config)->session;
-  Contribution c = Begin(*s, 1, 0);
-  ASSERT_THAT(Send(*s, c, 0, 0, {3, 0, 0, 4}), IsOk());  // norm 5
+  Contribution c = BeginStep(*s, 1, 0);
+  ASSERT_THAT(SendGradient(*s, c, 0, 0, {3, 0, 0, 4}), IsOk());  // norm 5
   Outcome o;
   ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());
   auto r = o.Wait();
@@ -268,15 +211,15 @@ TEST_F(SessionTest, ClippingScalesEveryGradientOnlyAboveTheThreshold) {
   EXPECT_TRUE(r->clipped);
   EXPECT_DOUBLE_EQ(r->grad_norm, 5.0);
   const float coef = static_cast<float>(1.0 / (5.0 + 1e-6));
-  EXPECT_EQ(Param(*s, 0), (std::vector<float>{-3 * coef, 0, 0, -4 * coef}));
+  EXPECT_EQ(ParamValues(*s, 0), (std::vector<float>{-3 * coef, 0, 0, -4 * coef}));
   // Below the threshold the gradient is used bit for bit.
-  c = Begin(*s, 2, 0);
-  ASSERT_THAT(Send(*s, c, 0, 0, {0.5f, 0, 0, 0.25f}), IsOk());
+  c = BeginStep(*s, 2, 0);
+  ASSERT_THAT(SendGradient(*s, c, 0, 0, {0.5f, 0, 0, 0.25f}), IsOk());
   Outcome o2;
   ASSERT_THAT(s->Commit(c, 0, o2.Callback()), IsOk());
   auto r2 = o2.Wait();
   EXPECT_FALSE(r2->clipped);
-  EXPECT_EQ(Param(*s, 0), (std::vector<float>{-3 * coef - 0.5f, 0, 0, -4 * coef - 0.25f}));
+  EXPECT_EQ(ParamValues(*s, 0), (std::vector<float>{-3 * coef - 0.5f, 0, 0, -4 * coef - 0.25f}));
 }
 
 // fp32 addition is not associative: 1 + 1e-8 rounds to 1, so trainer order (1 + 1e-8) - 1 gives
@@ -290,9 +233,9 @@ TEST_F(SessionTest, ReplicatedGradientsAreSummedInTrainerOrderInOneBuffer) {
   std::vector<Contribution> contributions(3);
   for (int t : {2, 0, 1}) {  // arrival order
     Contribution& c = contributions[t];
-    c = Begin(*s, 1, t);
-    ASSERT_THAT(Send(*s, c, 0, 0, std::vector<float>(6, w_of[t])), IsOk());
-    ASSERT_THAT(Send(*s, c, 1, 0, std::vector<float>(3, 0.1f * (t + 1))), IsOk());
+    c = BeginStep(*s, 1, t);
+    ASSERT_THAT(SendGradient(*s, c, 0, 0, std::vector<float>(6, w_of[t])), IsOk());
+    ASSERT_THAT(SendGradient(*s, c, 1, 0, std::vector<float>(3, 0.1f * (t + 1))), IsOk());
   }
   for (int t : {2, 0, 1}) {
     ASSERT_THAT(s->Commit(contributions[t], 9, outcomes[t].Callback()), IsOk());
@@ -302,14 +245,14 @@ TEST_F(SessionTest, ReplicatedGradientsAreSummedInTrainerOrderInOneBuffer) {
   auto r = outcomes[0].Wait();
   const float mean_b = ((0.1f + 0.2f) + 0.3f) * (1.0f / 3.0f);
   EXPECT_EQ(r->grad_norm, std::sqrt(3.0 * static_cast<double>(mean_b) * mean_b));
-  EXPECT_EQ(Param(*s, 0), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(ParamValues(*s, 0), std::vector<float>(6, 0.0f));
 }
 
 // A later trainer's chunk waits for its turn (the stream pauses): it is added once the trainers
 // before it sent all of the parameter, and dropped (ABORTED) when its trainer begins again.
 TEST_F(SessionTest, ReplicatedChunkWaitsForTheEarlierTrainers) {
   auto s = MakeSession(GradientMode::kReplicated, 2);
-  Contribution t1 = Begin(*s, 1, 1);
+  Contribution t1 = BeginStep(*s, 1, 1);
   const std::vector<float> ones(6, 1.0f);
   const absl::string_view bytes(reinterpret_cast<const char*>(ones.data()), 24);
   absl::Status added = absl::UnknownError("not called");
@@ -322,22 +265,22 @@ TEST_F(SessionTest, ReplicatedChunkWaitsForTheEarlierTrainers) {
   ASSERT_THAT(fate.status(), IsOk());
   EXPECT_EQ(*fate, Session::ChunkFate::kWaiting);
   // The trainer begins again: its waiting chunk is dropped.
-  t1 = Begin(*s, 1, 1);
+  t1 = BeginStep(*s, 1, 1);
   EXPECT_EQ(calls, 1);
   EXPECT_THAT(added, StatusIs(absl::StatusCode::kAborted, "began the step again"));
   fate = s->AddGradient(t1, 0, 0, DType::kF32, {bytes}, nullptr, on_added);
   ASSERT_THAT(fate.status(), IsOk());
   EXPECT_EQ(*fate, Session::ChunkFate::kWaiting);
   // Trainer 0's first half of `w` is not enough; its second half lets trainer 1's chunk in.
-  Contribution t0 = Begin(*s, 1, 0);
-  ASSERT_THAT(Send(*s, t0, 0, 0, {2, 2, 2}), IsOk());
+  Contribution t0 = BeginStep(*s, 1, 0);
+  ASSERT_THAT(SendGradient(*s, t0, 0, 0, {2, 2, 2}), IsOk());
   EXPECT_EQ(calls, 1);
-  ASSERT_THAT(Send(*s, t0, 0, 3, {4, 4, 4}), IsOk());
+  ASSERT_THAT(SendGradient(*s, t0, 0, 3, {4, 4, 4}), IsOk());
   EXPECT_EQ(calls, 2);
   EXPECT_THAT(added, IsOk());
   // Parameter `b` is trainer 1's turn only after trainer 0 sent it: a sync send copies and waits.
-  ASSERT_THAT(Send(*s, t1, 1, 0, {1, 1, 1}), IsOk());
-  ASSERT_THAT(Send(*s, t0, 1, 0, {3, 3, 3}), IsOk());
+  ASSERT_THAT(SendGradient(*s, t1, 1, 0, {1, 1, 1}), IsOk());
+  ASSERT_THAT(SendGradient(*s, t0, 1, 0, {3, 3, 3}), IsOk());
   Outcome o0, o1;
   ASSERT_THAT(s->Commit(t0, 9, o0.Callback()), IsOk());
   ASSERT_THAT(s->Commit(t1, 9, o1.Callback()), IsOk());
@@ -357,25 +300,25 @@ TEST_F(SessionTest, ReplicatedResendAfterABrokenStreamIsBitIdentical) {
   const std::vector<float> b0 = {0.5f, 0.25f, -0.125f}, b1 = {-1.5f, 2.5f, 0.75f};
   auto run = [&](bool disturb) {
     auto s = MakeSession(GradientMode::kReplicated, 2);
-    Contribution t0 = Begin(*s, 1, 0);
-    Contribution t1 = Begin(*s, 1, 1);
-    EXPECT_THAT(Send(*s, t0, 0, 0, w0), IsOk());
-    EXPECT_THAT(Send(*s, t0, 1, 0, b0), IsOk());
+    Contribution t0 = BeginStep(*s, 1, 0);
+    Contribution t1 = BeginStep(*s, 1, 1);
+    EXPECT_THAT(SendGradient(*s, t0, 0, 0, w0), IsOk());
+    EXPECT_THAT(SendGradient(*s, t0, 1, 0, b0), IsOk());
     if (disturb) {
-      EXPECT_THAT(Send(*s, t1, 0, 0, {w1[0], w1[1], w1[2], w1[3]}), IsOk());
-      t1 = Begin(*s, 1, 1);  // the stream broke; resend, chunked otherwise
-      EXPECT_THAT(Send(*s, t1, 0, 0, {w1[0], w1[1]}), IsOk());
-      EXPECT_THAT(Send(*s, t1, 0, 2, {w1[2], w1[3], w1[4], w1[5]}), IsOk());
+      EXPECT_THAT(SendGradient(*s, t1, 0, 0, {w1[0], w1[1], w1[2], w1[3]}), IsOk());
+      t1 = BeginStep(*s, 1, 1);  // the stream broke; resend, chunked otherwise
+      EXPECT_THAT(SendGradient(*s, t1, 0, 0, {w1[0], w1[1]}), IsOk());
+      EXPECT_THAT(SendGradient(*s, t1, 0, 2, {w1[2], w1[3], w1[4], w1[5]}), IsOk());
     } else {
-      EXPECT_THAT(Send(*s, t1, 0, 0, w1), IsOk());
+      EXPECT_THAT(SendGradient(*s, t1, 0, 0, w1), IsOk());
     }
-    EXPECT_THAT(Send(*s, t1, 1, 0, b1), IsOk());
+    EXPECT_THAT(SendGradient(*s, t1, 1, 0, b1), IsOk());
     Outcome o0, o1;
     EXPECT_THAT(s->Commit(t0, 9, o0.Callback()), IsOk());
     EXPECT_THAT(s->Commit(t1, 9, o1.Callback()), IsOk());
     EXPECT_THAT(o0.Wait().status(), IsOk());
     EXPECT_THAT(o1.Wait().status(), IsOk());
-    return std::make_pair(Param(*s, 0), Param(*s, 1));
+    return std::make_pair(ParamValues(*s, 0), ParamValues(*s, 1));
   };
   const auto undisturbed = run(false);
   const auto resent = run(true);
@@ -386,15 +329,15 @@ TEST_F(SessionTest, ReplicatedResendAfterABrokenStreamIsBitIdentical) {
 
 TEST_F(SessionTest, ReplicatedTrainerMustSendEverything) {
   auto s = MakeSession(GradientMode::kReplicated, 2);
-  Contribution c = Begin(*s, 1, 1);
-  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  Contribution c = BeginStep(*s, 1, 1);
+  ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome o;
   // A chunk still waiting for its turn (trainer 0 sent nothing yet) is not there yet.
   EXPECT_THAT(s->Commit(c, 0, o.Callback()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "param 'w': gradient elements [0, 6) of 6 missing from trainer 1"));
-  Contribution t0 = Begin(*s, 1, 0);
-  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  Contribution t0 = BeginStep(*s, 1, 0);
+  ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   EXPECT_THAT(s->Commit(c, 0, o.Callback()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "param 'b': gradient elements [0, 3) of 3 missing from trainer 1"));
@@ -402,19 +345,19 @@ TEST_F(SessionTest, ReplicatedTrainerMustSendEverything) {
 
 TEST_F(SessionTest, IncompleteStepIsAbortedAfterTheDeadlineWithStateUnchanged) {
   auto s = MakeSession(GradientMode::kSharded, 2, 0.0, absl::Milliseconds(200));
-  Contribution t0 = Begin(*s, 1, 0);
-  ASSERT_THAT(Send(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
-  ASSERT_THAT(Send(*s, t0, 1, 0, {1, 2, 3}), IsOk());
+  Contribution t0 = BeginStep(*s, 1, 0);
+  ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(SendGradient(*s, t0, 1, 0, {1, 2, 3}), IsOk());
   Outcome o;
   ASSERT_THAT(s->Commit(t0, 0, o.Callback()), IsOk());
   EXPECT_THAT(o.Wait().status(), StatusIs(absl::StatusCode::kAborted, "redo the step"));
   EXPECT_EQ(s->stats().step, 0u);
-  EXPECT_EQ(Param(*s, 0), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(ParamValues(*s, 0), std::vector<float>(6, 0.0f));
   // The stale contribution is refused; the step can be redone.
-  EXPECT_THAT(Send(*s, t0, 0, 0, {1}), StatusIs(absl::StatusCode::kAborted));
-  Contribution again = Begin(*s, 1, 0);
+  EXPECT_THAT(SendGradient(*s, t0, 0, 0, {1}), StatusIs(absl::StatusCode::kAborted));
+  Contribution again = BeginStep(*s, 1, 0);
   EXPECT_FALSE(again.retry);
-  EXPECT_THAT(Send(*s, again, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  EXPECT_THAT(SendGradient(*s, again, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
 }
 
 TEST_F(SessionTest, TrainersMustAgreeOnTheSchedule) {
@@ -440,19 +383,19 @@ TEST_F(SessionTest, InitialValuesOnlyBeforeTheFirstStep) {
   auto s = MakeSession(GradientMode::kSharded, 1);
   std::vector<float> init = {1, 2, 3};
   ASSERT_THAT(s->InitValues(1, 0, DType::kF32, init.data(), 12), IsOk());
-  EXPECT_EQ(Param(*s, 1), init);
+  EXPECT_EQ(ParamValues(*s, 1), init);
   EXPECT_THAT(s->InitValues(1, 1, DType::kF32, init.data(), 12),
               StatusIs(absl::StatusCode::kInvalidArgument, "values [1, 4) exceed 3 elements"));
-  Contribution c = Begin(*s, 1, 0);
-  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  Contribution c = BeginStep(*s, 1, 0);
+  ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   EXPECT_THAT(s->InitValues(1, 0, DType::kF32, init.data(), 12),
               StatusIs(absl::StatusCode::kFailedPrecondition, "before the first step"));
 }
 
 TEST_F(SessionTest, ClosedSessionAbortsWaitersAndRefusesSteps) {
   auto s = MakeSession(GradientMode::kSharded, 2);
-  Contribution c = Begin(*s, 1, 0);
-  ASSERT_THAT(Send(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  Contribution c = BeginStep(*s, 1, 0);
+  ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome o;
   ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());
   ASSERT_THAT(engine_->CloseSession(s->id()), IsOk());
@@ -509,13 +452,13 @@ TEST_F(SessionTest, ExportedStateImportedIntoAFreshSessionContinuesBitForBit) {
   auto second = MakeSession(GradientMode::kSharded, 1);
   ASSERT_THAT(import_state(*second, *dict), IsOk());
   EXPECT_EQ(second->stats().step, 3u);
-  EXPECT_EQ(Param(*second, 0), Param(*first, 0));
+  EXPECT_EQ(ParamValues(*second, 0), ParamValues(*first, 0));
   for (uint64_t step = 4; step <= 5; ++step) {
     run_step(*first, step);
     run_step(*second, step);
   }
-  EXPECT_EQ(Param(*second, 0), Param(*first, 0));
-  EXPECT_EQ(Param(*second, 1), Param(*first, 1));
+  EXPECT_EQ(ParamValues(*second, 0), ParamValues(*first, 0));
+  EXPECT_EQ(ParamValues(*second, 1), ParamValues(*first, 1));
 
   // A wrong shape or an unknown key changes nothing.
   StateDict bad = **dict;

@@ -1,0 +1,131 @@
+// ResolutionGate on its own: a hold stops resolutions at its limit, settles once the resolutions
+// up to its target finished, keeps one staged state, and ends on release, on a passed lease, or
+// when another token takes over a passed lease; Stop ends the waits.
+
+#include "server/engine/resolution_gate.h"
+
+#include <memory>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/replica_state.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+
+TEST(ResolutionGateTest, ResolutionsStartFreelyWithoutAHold) {
+  ResolutionGate gate("s", 0);
+  EXPECT_TRUE(gate.may_start());
+  EXPECT_TRUE(gate.TryStart());
+  EXPECT_TRUE(gate.TryStart());
+  EXPECT_EQ(gate.started(), 2u);
+  EXPECT_FALSE(gate.held());
+}
+
+TEST(ResolutionGateTest, AHoldStopsResolutionsAtItsLimitUntilRaised) {
+  ResolutionGate gate("s", 0);
+  ASSERT_TRUE(gate.TryStart());
+  auto held = gate.Hold(7, absl::Seconds(30));
+  ASSERT_THAT(held.status(), IsOk());
+  EXPECT_EQ(*held, 1u);
+  EXPECT_FALSE(gate.may_start());
+  EXPECT_FALSE(gate.TryStart());
+  EXPECT_EQ(gate.started(), 1u);
+  ASSERT_THAT(gate.Raise(7, 2, absl::Now(), absl::Seconds(30)), IsOk());
+  EXPECT_TRUE(gate.TryStart());
+  EXPECT_FALSE(gate.TryStart());
+  EXPECT_THAT(gate.Raise(7, 1, absl::Now(), absl::Seconds(30)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "already started 2"));
+}
+
+TEST(ResolutionGateTest, SettlesOnceTheTargetResolutionsFinished) {
+  ResolutionGate gate("s", 3);
+  ASSERT_TRUE(gate.TryStart());
+  ASSERT_THAT(gate.Hold(1, absl::Seconds(30)).status(), IsOk());
+  EXPECT_THAT(gate.CheckSettled(1), StatusIs(absl::StatusCode::kFailedPrecondition, "not settled"));
+  ASSERT_THAT(gate.Raise(1, 1, absl::Now(), absl::Seconds(30)), IsOk());
+  EXPECT_THAT(gate.AwaitSettled(1, 1, absl::Now() + absl::Milliseconds(50)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, "finished 0"));
+  std::thread finisher([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    gate.Finish();
+  });
+  EXPECT_THAT(gate.AwaitSettled(1, 1, absl::Now() + absl::Seconds(10)), IsOk());
+  finisher.join();
+  auto done = gate.Settle(1);
+  ASSERT_THAT(done.status(), IsOk());
+  EXPECT_EQ(*done, 1u);
+  EXPECT_THAT(gate.CheckSettled(1), IsOk());
+}
+
+TEST(ResolutionGateTest, AnotherTokenWaitsUntilTheLeasePasses) {
+  ResolutionGate gate("s", 0);
+  ASSERT_THAT(gate.Hold(1, absl::Milliseconds(50)).status(), IsOk());
+  EXPECT_THAT(gate.Hold(2, absl::Seconds(30)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "(hold 1)"));
+  absl::SleepFor(absl::Milliseconds(80));
+  ASSERT_THAT(gate.Hold(2, absl::Seconds(30)).status(), IsOk());  // taken over
+  EXPECT_THAT(gate.CheckHolder(1), StatusIs(absl::StatusCode::kFailedPrecondition, "not active"));
+  EXPECT_THAT(gate.CheckHolder(2), IsOk());
+}
+
+TEST(ResolutionGateTest, ReleaseAndExpireEndOnlyTheirHold) {
+  ResolutionGate gate("s", 0);
+  ASSERT_THAT(gate.Hold(1, absl::Seconds(30)).status(), IsOk());
+  EXPECT_FALSE(gate.Release(2));
+  EXPECT_FALSE(gate.Expire(absl::Now()));
+  EXPECT_TRUE(gate.held());
+  EXPECT_TRUE(gate.Expire(absl::Now() + absl::Minutes(1)));
+  EXPECT_FALSE(gate.held());
+  ASSERT_THAT(gate.Hold(3, absl::Seconds(30)).status(), IsOk());
+  EXPECT_TRUE(gate.Release(3));
+  EXPECT_FALSE(gate.Release(3));  // idempotent
+  EXPECT_TRUE(gate.may_start());
+}
+
+TEST(ResolutionGateTest, AStagedStateIsTakenOnceAndOnlyWhileSettled) {
+  ResolutionGate gate("s", 0);
+  ASSERT_THAT(gate.Hold(1, absl::Seconds(30)).status(), IsOk());
+  auto staged = std::make_shared<ResolvedState>();
+  EXPECT_THAT(gate.Stage(1, staged), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT(gate.Raise(1, 0, absl::Now(), absl::Seconds(30)), IsOk());
+  ASSERT_THAT(gate.AwaitSettled(1, 0, absl::Now()), IsOk());
+  ASSERT_THAT(gate.Settle(1).status(), IsOk());
+  EXPECT_THAT(gate.TakeStaged(1).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "no state staged"));
+  ASSERT_THAT(gate.Stage(1, staged), IsOk());
+  auto taken = gate.TakeStaged(1);
+  ASSERT_THAT(taken.status(), IsOk());
+  EXPECT_EQ(*taken, staged);
+  EXPECT_THAT(gate.TakeStaged(1).status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(ResolutionGateTest, StopAndReleaseEndAWait) {
+  ResolutionGate gate("s", 0);
+  ASSERT_THAT(gate.Hold(1, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(gate.Raise(1, 1, absl::Now(), absl::Seconds(30)), IsOk());
+  std::thread releaser([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    gate.Release(1);
+  });
+  EXPECT_THAT(gate.AwaitSettled(1, 1, absl::Now() + absl::Seconds(10)), IsOk());
+  releaser.join();
+  EXPECT_THAT(gate.Settle(1).status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+
+  ASSERT_THAT(gate.Hold(2, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(gate.Raise(2, 1, absl::Now(), absl::Seconds(30)), IsOk());
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    gate.Stop();
+  });
+  EXPECT_THAT(gate.AwaitSettled(2, 1, absl::Now() + absl::Seconds(10)), IsOk());
+  stopper.join();
+}
+
+}  // namespace
+}  // namespace optstep

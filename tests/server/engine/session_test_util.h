@@ -1,0 +1,67 @@
+#ifndef OPTSTEP_TESTS_SERVER_ENGINE_SESSION_TEST_UTIL_H_
+#define OPTSTEP_TESTS_SERVER_ENGINE_SESSION_TEST_UTIL_H_
+
+// What the Session tests share: a step callback to wait on, an engine on the CPU, the two-parameter
+// model most of them train, and shorthands for a trainer's calls.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "server/engine/engine.h"
+
+namespace optstep {
+namespace testutil {
+
+// The outcome of one committed step, once its callback came. Keep it alive until then.
+class Outcome {
+ public:
+  StepCallback Callback();
+  // Waits for the callback; answers what it was told.
+  const absl::StatusOr<StepOutcome>& Wait();
+  // Waits at most `timeout`; answers whether the callback came.
+  bool WaitFor(absl::Duration timeout);
+  bool HasBeenNotified() const { return done_.HasBeenNotified(); }
+  // REQUIRES: the callback came.
+  const absl::StatusOr<StepOutcome>& result() const { return result_; }
+
+ private:
+  absl::Notification done_;
+  absl::StatusOr<StepOutcome> result_ = absl::UnknownError("not called");
+};
+
+// Raw fp32 bytes as floats.
+std::vector<float> Floats(const std::string& bytes);
+
+// An engine of one rank on the CPU device (0 threads: the device's default). Fails the test (and
+// answers null) when it cannot be created.
+std::unique_ptr<Engine> MakeEngine(int num_threads = 0);
+
+SubOptimizerConfig AdamW(double lr, double weight_decay);
+SubOptimizerConfig Sgd(double lr);
+
+// "w" (2x3) and "b" (3), stepped by `optimizer`, one trainer, SHARDED, the chain's default
+// clipping, a 30 s step deadline.
+SessionConfig TwoParamConfig(const SubOptimizerConfig& optimizer);
+
+// Creates a session of `config` in `engine`; fails the test (and answers null) on error.
+std::shared_ptr<Session> MakeSession(Engine& engine, const SessionConfig& config);
+
+// `trainer` begins `step`; fails the test on error.
+Contribution BeginStep(Session& session, uint64_t step, int trainer);
+
+// Sends fp32 `values` of `param` from `offset`.
+absl::Status SendGradient(Session& session, const Contribution& c, int param, int64_t offset,
+                          const std::vector<float>& values);
+
+// The current fp32 values of `param` (Session::GetSnapshot).
+std::vector<float> ParamValues(Session& session, int param);
+
+}  // namespace testutil
+}  // namespace optstep
+
+#endif  // OPTSTEP_TESTS_SERVER_ENGINE_SESSION_TEST_UTIL_H_

@@ -89,11 +89,7 @@ absl::StatusOr<uint64_t> ResolutionGate::Hold(uint64_t token, absl::Duration lea
                  << " expired; taken over by " << token;
     hold_.reset();
   }
-  if (!hold_) {
-    hold_.emplace();
-    hold_->token = token;
-    hold_->limit = started_;
-  }
+  if (!hold_) hold_ = HoldState{token, /*limit=*/started_, now, /*settled=*/false, nullptr};
   hold_->expires = now + lease;
   return started_;
 }
@@ -120,8 +116,8 @@ absl::Status ResolutionGate::AwaitSettled(uint64_t token, uint64_t target, absl:
     uint64_t target;
   } wait{this, token, target};
   auto ready = +[](Wait* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->self->mu_) {
-    const ResolutionGate* g = w->self;
-    return g->stopped_ || !g->hold_ || g->hold_->token != w->token || g->done_ >= w->target;
+    return w->self->stopped_ || !w->self->hold_ || w->self->hold_->token != w->token ||
+           w->self->done_ >= w->target;
   };
   if (!mu_.AwaitWithDeadline(absl::Condition(ready, &wait), deadline)) {
     return absl::DeadlineExceededError(

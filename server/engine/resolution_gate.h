@@ -80,11 +80,13 @@ class ResolutionGate {
   absl::StatusOr<std::shared_ptr<ResolvedState>> TakeStaged(uint64_t token);
 
  private:
+  // No default member initializers: clang would not see it as default-constructible inside
+  // the class (std::optional<HoldState> below); Hold sets every field.
   struct HoldState {
-    uint64_t token = 0;
-    uint64_t limit = 0;  // resolutions this rank may start
+    uint64_t token;
+    uint64_t limit;  // resolutions this rank may start
     absl::Time expires;
-    bool settled = false;
+    bool settled;
     std::shared_ptr<ResolvedState> staged;
   };
 

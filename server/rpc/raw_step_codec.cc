@@ -65,11 +65,47 @@ absl::StatusOr<int> ReadLength(CodedInputStream& in, uint32_t tag, absl::string_
   return static_cast<int>(length);
 }
 
-absl::Status SkipUnknown(CodedInputStream& in, uint32_t tag, absl::string_view message) {
-  if (WireFormatLite::SkipField(&in, tag)) return absl::OkStatus();
-  return Malformed(absl::StrCat(message, ": field ", WireFormatLite::GetTagFieldNumber(tag),
-                                " with wire type ", static_cast<int>(WireFormatLite::GetTagWireType(tag)),
-                                " cannot be skipped"));
+// Skips an unknown field as protobuf's parser does: a length or a group must end inside the
+// enclosing message, a length is read whole (CodedInputStream::SkipField would truncate it to 32
+// bits), groups nest at most 64 deep (within protobuf's recursion limit of 100).
+absl::Status SkipUnknown(CodedInputStream& in, uint32_t tag, absl::string_view message,
+                         int depth = 0) {
+  const int field = WireFormatLite::GetTagFieldNumber(tag);
+  const std::string what = absl::StrCat(message, ": field ", field);
+  uint64_t value = 0;
+  switch (WireFormatLite::GetTagWireType(tag)) {
+    case WireFormatLite::WIRETYPE_VARINT:
+      return ReadVarint(in, what, value);
+    case WireFormatLite::WIRETYPE_FIXED64:
+    case WireFormatLite::WIRETYPE_FIXED32: {
+      const int size =
+          WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_FIXED64 ? 8 : 4;
+      if (in.BytesUntilLimit() < size || !in.Skip(size)) return Malformed(what + ": truncated");
+      return absl::OkStatus();
+    }
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+      OPTSTEP_ASSIGN_OR_RETURN(const int length, ReadLength(in, tag, what));
+      if (!in.Skip(length)) return Malformed(what + ": truncated");
+      return absl::OkStatus();
+    }
+    case WireFormatLite::WIRETYPE_START_GROUP: {
+      if (depth >= 64) return Malformed(what + ": groups nest too deep");
+      uint32_t inner = 0;
+      while (true) {
+        OPTSTEP_ASSIGN_OR_RETURN(const bool more, NextTag(in, what, inner));
+        if (!more) return Malformed(what + ": group does not end");
+        if (WireFormatLite::GetTagWireType(inner) == WireFormatLite::WIRETYPE_END_GROUP &&
+            WireFormatLite::GetTagFieldNumber(inner) == field) {
+          return absl::OkStatus();
+        }
+        OPTSTEP_RETURN_IF_ERROR(SkipUnknown(in, inner, what, depth + 1));
+      }
+    }
+    default:
+      return Malformed(absl::StrCat(what, " with wire type ",
+                                    static_cast<int>(WireFormatLite::GetTagWireType(tag)),
+                                    " cannot be skipped"));
+  }
 }
 
 // Merges a small sub-message (header, commit) through protobuf.

@@ -168,6 +168,10 @@ TEST(RawStepCodecTest, MalformedInputIsInvalidArgument) {
       {std::string("\xf8\xed\xfe\xf7\xed\xfe\xf8\x03\x00", 9), "truncated or invalid tag"},
       {std::string("\x92\x80\x80\x80\x10\x00", 6), "truncated or invalid tag"},  // over 32 bits
       {std::string("\x4f\x01", 2), "field 9 with wire type 7 cannot be skipped"},
+      // An unknown field's length is read whole, not truncated to 32 bits.
+      {std::string("\x4a\x80\x80\x80\x80\x80\x20", 7), "field 9: length 1099511627776 runs"},
+      {std::string("\x4b\x08\x01", 3), "field 9: group does not end"},
+      {std::string("\x4d\x01\x02", 3), "field 9: truncated"},
       {std::string("\x12\x02\x4e\x01", 4), "field 9 with wire type 6 cannot be skipped"},
   };
   for (const auto& c : cases) {

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "kernels/comm/key_value_store.h"
 #include "kernels/device_factory.h"
 #include "server/engine/engine.h"
+#include "tests/server/engine/session_test_util.h"
 #include "tests/testing/fault_injecting_communicator.h"
 #include "tests/testing/fault_injecting_device.h"
 #include "tests/testing/status_matchers.h"
@@ -28,6 +28,7 @@ using ::optstep::testutil::FaultInjectingCommunicator;
 using ::optstep::testutil::FaultInjectingDevice;
 using ::optstep::testutil::FaultInjector;
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::Outcome;
 using ::optstep::testutil::StatusIs;
 
 constexpr char kSessionId[] = "failures";
@@ -35,26 +36,11 @@ constexpr int64_t kElements = 6;
 // How long a rank waits in a collective for a peer that left it.
 constexpr absl::Duration kCommTimeout = absl::Seconds(5);
 
-class Outcome {
- public:
-  StepCallback Callback() {
-    return [this](absl::StatusOr<StepOutcome> o) {
-      result_ = std::move(o);
-      done_.Notify();
-    };
-  }
-  // The step's result; UNKNOWN when it did not come within 30 s.
-  const absl::StatusOr<StepOutcome>& Wait() {
-    if (!done_.WaitForNotificationWithTimeout(absl::Seconds(30))) {
-      result_ = absl::UnknownError("no outcome within 30 s");
-    }
-    return result_;
-  }
-
- private:
-  absl::Notification done_;
-  absl::StatusOr<StepOutcome> result_ = absl::UnknownError("not called");
-};
+// The step's result; UNKNOWN when it did not come within 30 s.
+absl::StatusOr<StepOutcome> Await(Outcome& outcome) {
+  if (!outcome.WaitFor(absl::Seconds(30))) return absl::UnknownError("no outcome within 30 s");
+  return outcome.result();
+}
 
 // One rank: its engine over a fault-injecting device, and the session's fault-injecting
 // communicator (owned by the session).
@@ -210,8 +196,8 @@ class SessionFailureTest : public ::testing::Test {
     FailNext(faults, method, std::move(injected));
     std::vector<Outcome> outcomes(2);
     ASSERT_NO_FATAL_FAILURE(CommitStep(1, outcomes));
-    EXPECT_THAT(outcomes[1].Wait().status(), StatusIs(code1, message1));
-    EXPECT_THAT(outcomes[0].Wait().status(),
+    EXPECT_THAT(Await(outcomes[1]).status(), StatusIs(code1, message1));
+    EXPECT_THAT(Await(outcomes[0]).status(),
                 StatusIs(absl::StatusCode::kUnavailable,
                          "session 'failures': rank 0 lost a peer during " + phase));
     for (int r = 0; r < 2; ++r) {
@@ -242,10 +228,10 @@ TEST_F(SessionFailureTest, GradientStatisticsFailureAbortsTheStepOnEveryRank) {
            absl::InternalError("injected: the device lost the gradient"));
   std::vector<Outcome> outcomes(2);
   ASSERT_NO_FATAL_FAILURE(CommitStep(1, outcomes));
-  EXPECT_THAT(outcomes[0].Wait().status(),
+  EXPECT_THAT(Await(outcomes[0]).status(),
               StatusIs(absl::StatusCode::kAborted,
                        "step aborted: a rank could not compute its gradient statistics"));
-  EXPECT_THAT(outcomes[1].Wait().status(),
+  EXPECT_THAT(Await(outcomes[1]).status(),
               StatusIs(absl::StatusCode::kAborted,
                        "here: injected: the device lost the gradient); redo the step"));
   for (int r = 0; r < 2; ++r) {
@@ -258,8 +244,8 @@ TEST_F(SessionFailureTest, GradientStatisticsFailureAbortsTheStepOnEveryRank) {
   std::vector<Outcome> redo(2);
   ASSERT_NO_FATAL_FAILURE(CommitStep(1, redo));
   for (int r = 0; r < 2; ++r) {
-    ASSERT_THAT(redo[r].Wait().status(), IsOk());
-    EXPECT_EQ(redo[r].Wait()->step, 1u);
+    ASSERT_THAT(Await(redo[r]).status(), IsOk());
+    EXPECT_EQ(Await(redo[r])->step, 1u);
     EXPECT_NE(HeldState(r).at("param/a").bytes, before[r].at("param/a").bytes);
   }
 }
@@ -287,7 +273,7 @@ TEST_F(SessionFailureTest, OptimizerStepFailureBreaksTheReplica) {
            absl::InternalError("injected: kernel launch failed"));
   std::vector<Outcome> outcomes(1);
   ASSERT_NO_FATAL_FAILURE(CommitStep(1, outcomes));
-  EXPECT_THAT(outcomes[0].Wait().status(),
+  EXPECT_THAT(Await(outcomes[0]).status(),
               StatusIs(absl::StatusCode::kInternal, "injected: kernel launch failed"));
   ExpectBroken(0, 1);
   ExpectBroken(0, 2);
@@ -339,9 +325,9 @@ TEST_F(SessionFailureTest, DelayedDeviceMissesTheDeadlineAndEveryRankAborts) {
   // The copy finished after rank 1 voted to abort: the chunk counts for nothing, and the commit
   // is refused or answered as aborted, depending on whether the abort has finished.
   absl::Status committed = ranks_[1].session->Commit(*c1, 0, outcomes[1].Callback());
-  if (committed.ok()) committed = outcomes[1].Wait().status();
+  if (committed.ok()) committed = Await(outcomes[1]).status();
   EXPECT_THAT(committed, StatusIs(absl::StatusCode::kAborted, "redo the step"));
-  EXPECT_THAT(outcomes[0].Wait().status(),
+  EXPECT_THAT(Await(outcomes[0]).status(),
               StatusIs(absl::StatusCode::kAborted,
                        "step aborted: contributions incomplete on some rank after the 300ms step "
                        "deadline; redo the step"));
@@ -352,7 +338,7 @@ TEST_F(SessionFailureTest, DelayedDeviceMissesTheDeadlineAndEveryRankAborts) {
   }
   std::vector<Outcome> redo(2);
   ASSERT_NO_FATAL_FAILURE(CommitStep(1, redo));
-  for (int r = 0; r < 2; ++r) ASSERT_THAT(redo[r].Wait().status(), IsOk());
+  for (int r = 0; r < 2; ++r) ASSERT_THAT(Await(redo[r]).status(), IsOk());
 }
 
 TEST_F(SessionFailureTest, CorruptedGradientSkipsTheStepOnEveryRank) {
@@ -364,7 +350,7 @@ TEST_F(SessionFailureTest, CorruptedGradientSkipsTheStepOnEveryRank) {
   ASSERT_NO_FATAL_FAILURE(CommitStep(1, outcomes));
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
-    const absl::StatusOr<StepOutcome>& outcome = outcomes[r].Wait();
+    const absl::StatusOr<StepOutcome>& outcome = Await(outcomes[r]);
     ASSERT_THAT(outcome.status(), IsOk());
     EXPECT_TRUE(outcome->skipped);
     EXPECT_EQ(outcome->step, 1u);

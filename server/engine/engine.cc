@@ -48,7 +48,7 @@ void Engine::WatchDeadlines() {
     mu_.Unlock();
     const absl::Time now = absl::Now();
     for (auto& session : sessions) {
-      session->ExpireHold(now);
+      session->holds().ExpireHold(now);
       session->AbortIfExpired(now);
     }
     mu_.Lock();

@@ -32,7 +32,7 @@ struct GroupRuntime {
   uint64_t applied_steps = 0;  // Adam's t after the last applied step
 };
 
-// Which tensors of a rank's state a held operation reads (see Session::HeldTensors).
+// Which tensors of a rank's state a held operation reads (see SessionHolds::HeldTensors).
 struct StateSelection {
   std::vector<uint32_t> model_chunks;  // empty: every chunk
   enum class Params { kNone, kOwned, kAll };

@@ -338,6 +338,14 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
 
 // --- Ending steps ---
 
+void Session::WriteCountersLocked(const ResolvedState& resolved) {
+  if (resolved.step) counters_.step = *resolved.step;
+  if (resolved.skipped_steps) counters_.skipped_steps = *resolved.skipped_steps;
+  snapshots_.clear();
+  last_outcome_.reset();
+  ++generation_;
+}
+
 std::vector<WaitingChunk> Session::ResetStepLocked() {
   ++generation_;
   contributions_.Reset();

@@ -25,6 +25,7 @@
 #include "server/engine/replica_state.h"
 #include "server/engine/resolution_gate.h"
 #include "server/engine/session_config.h"
+#include "server/engine/session_holds.h"
 #include "server/engine/step_contributions.h"
 #include "server/engine/step_coordinator.h"
 #include "server/engine/step_observer.h"
@@ -48,13 +49,6 @@ struct StepBegin {
 
 using SnapshotCallback = std::function<void(absl::StatusOr<std::shared_ptr<const ParamSnapshot>>)>;
 
-// Where a held rank stands: the resolutions it finished and its counters.
-struct HeldPoint {
-  uint64_t resolutions = 0;
-  uint64_t step = 0;
-  uint64_t skipped_steps = 0;
-};
-
 struct SessionStats {
   uint64_t step = 0;
   uint64_t skipped_steps = 0;
@@ -70,7 +64,8 @@ struct SessionStats {
 //   - ReplicaState: the tensors (masters, optimizer state, gradient buffers) and the state dict;
 //   - StepCoordinator: the coordinator thread that resolves each step (agree, apply, gather,
 //     publish), calling back through the StepLedger the Session implements;
-//   - ResolutionGate: the resolutions started and finished, and the hold for checkpoints.
+//   - ResolutionGate: the resolutions started and finished, and the hold for checkpoints;
+//   - SessionHolds: the hold and the state dict surface (holds()), on the session's lock.
 //
 // Threads: stream handlers call Begin / AddGradient / Commit concurrently. Steps, aborts,
 // snapshots and state replacements run in order on the coordinator, the only thread that waits on
@@ -160,47 +155,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // The parameters after the last step, in `dtype`. `done` is called exactly once.
   void GetSnapshot(DType dtype, SnapshotCallback done);
 
-  // The state dict (masters, optimizer state, counters) as it was after the last step, for the
-  // parameters of `model_chunks` (all when empty). `done` is called exactly once.
-  // FAILED_PRECONDITION when the session spans several ranks (not available yet).
-  void ExportState(std::vector<uint32_t> model_chunks,
-                   std::function<void(absl::StatusOr<std::shared_ptr<const StateDict>>)> done);
-  // Replaces masters, optimizer state and counters with the tensors of `state` (any subset of
-  // the keys ExportState answers). Everything is validated before anything changes:
-  // INVALID_ARGUMENT names an unknown key or a shape / type mismatch. FAILED_PRECONDITION while
-  // a step is pending or on several ranks. `done` is called exactly once.
-  void ImportState(std::shared_ptr<const StateDict> state, std::function<void(absl::Status)> done);
-
-  // --- Consistent points across ranks (docs/checkpoints.md, "RPCs and consistency";
-  // ResolutionGate) ---
-  // Hold: this rank starts no resolution beyond those it already started, and answers their
-  // number. Every hold call renews the lease; when it passes without a call the hold ends by
-  // itself (a crashed caller never wedges the session). FAILED_PRECONDITION while another token
-  // holds the session; UNAVAILABLE when closed or broken.
-  absl::StatusOr<uint64_t> Hold(uint64_t token, absl::Duration lease);
-  // Raises the hold's limit to `target`, then waits (until `deadline`) until this rank finished
-  // exactly `target` resolutions. INVALID_ARGUMENT when this rank already started more;
-  // DEADLINE_EXCEEDED; FAILED_PRECONDITION when `token` does not hold the session.
-  absl::StatusOr<HeldPoint> Settle(uint64_t token, uint64_t target, absl::Time deadline,
-                                   absl::Duration lease);
-  // Ends the hold (and drops a staged state). OK when `token` holds nothing (idempotent).
-  absl::Status Release(uint64_t token);
-  // Ends a hold whose lease passed (called by the engine's watcher).
-  void ExpireHold(absl::Time now);
-
-  // While settled: this rank's tensors of `selection`, in key order.
-  absl::StatusOr<std::vector<HeldTensor>> HeldTensors(uint64_t token,
-                                                      const StateSelection& selection);
-  // While settled: the tensors of `selection` copied to the host.
-  absl::StatusOr<std::shared_ptr<const StateDict>> ExportHeld(uint64_t token,
-                                                              const StateSelection& selection);
-  // While settled: validates `state` against this rank (INVALID_ARGUMENT naming the key, as
-  // ImportState) and keeps it for ApplyStaged. With `complete`, every key of this rank's
-  // default selection must be present (DATA_LOSS names the first missing one).
-  absl::Status StageState(uint64_t token, std::shared_ptr<const StateDict> state, bool complete);
-  // Writes the staged state on the coordinator; the pending step (if any) is aborted, so its
-  // trainers redo it against the new state. FAILED_PRECONDITION when nothing is staged.
-  absl::Status ApplyStaged(uint64_t token);
+  // The hold and the state dict: Hold / Settle / Release, the held tensors, and state dicts
+  // exported and imported (SessionHolds).
+  SessionHolds& holds() { return holds_; }
 
   // Aborts the pending step on every rank when it began more than the step deadline before
   // `now` (through the session's collective, so that all ranks abort together).
@@ -216,13 +173,13 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   bool step_pending() const;
 
  private:
+  friend class SessionHolds;  // the held operations read and write the step state under mu_
+
   Session(const Options& options, std::unique_ptr<ReplicaState> replica);
 
   // UNAVAILABLE once closed or broken.
   absl::Status CheckUsable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckFresh(const Contribution& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // CheckUsable, then the gate's CheckSettled.
-  absl::Status CheckSettled(uint64_t token) const ABSL_LOCKS_EXCLUDED(mu_);
   // Records a chunk's ranges and writes (trainer 0, SHARDED) or adds (REPLICATED trainers > 0)
   // its fresh elements; when that completes the trainer's part of the parameter, adds the chunks
   // of the next trainer that waited for it (AddReleased).
@@ -260,6 +217,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // Fixed after Create; see ReplicaState for who touches the tensors when.
   const std::unique_ptr<ReplicaState> replica_;
   ResolutionGate gate_;
+  SessionHolds holds_{*this};
   // Set once by Create; reset first by the destructor.
   std::unique_ptr<StepCoordinator> coordinator_;
 

@@ -38,7 +38,8 @@ absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
                                          const CheckpointProgressCallback& progress) {
   StateSelection selection;
   selection.params = StateSelection::Params::kOwned;
-  OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors, session.HeldTensors(token, selection));
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors,
+                           session.holds().HeldTensors(token, selection));
   std::vector<TensorSource> sources;
   sources.reserve(tensors.size());
   for (HeldTensor& t : tensors) {
@@ -96,7 +97,7 @@ absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,
   }
   OPTSTEP_RETURN_IF_ERROR(reader->Verify(progress));
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> wanted,
-                           session.HeldTensors(token, StateSelection{}));
+                           session.holds().HeldTensors(token, StateSelection{}));
   auto state = std::make_shared<StateDict>();
   CheckpointProgress read;  // the reads, after the verification's own progress
   read.files_total = read.files_done = static_cast<int>(manifest.shards.size());
@@ -122,7 +123,7 @@ absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,
     read.bytes_done += found->bytes;
     if (progress) progress(read);
   }
-  OPTSTEP_RETURN_IF_ERROR(session.StageState(token, std::move(state), /*complete=*/true));
+  OPTSTEP_RETURN_IF_ERROR(session.holds().StageState(token, std::move(state), /*complete=*/true));
   return manifest.step;
 }
 

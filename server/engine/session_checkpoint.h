@@ -2,11 +2,11 @@
 #define OPTSTEP_SERVER_ENGINE_SESSION_CHECKPOINT_H_
 
 // A session's part in saving and loading checkpoint directories (docs/checkpoints.md). The
-// caller (server/rpc) holds the session at one resolution on every rank (Session::Hold / Settle)
-// and runs the parts in this order:
+// caller (server/rpc) holds the session at one resolution on every rank (SessionHolds::Hold /
+// Settle) and runs the parts in this order:
 //
 //   Save: rank 0 PrepareCheckpoint -> every rank WriteHeldShard -> rank 0 CommitSessionCheckpoint
-//   Load: every rank StageCheckpoint -> when all succeeded, every rank Session::ApplyStaged
+//   Load: every rank StageCheckpoint -> when all succeeded, every rank SessionHolds::ApplyStaged
 //
 // Shard r holds the masters and optimizer state of the parameters rank r owns, and the counters
 // (every shard). A load reads by exact key whatever the checkpoint's world size was: every master

@@ -65,7 +65,7 @@ absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperati
   std::vector<uint64_t> started(options().world_size, 0);
   absl::Status status = group_->ForEachRank([&](int r) -> absl::Status {
     if (r == 0) {
-      OPTSTEP_ASSIGN_OR_RETURN(started[0], session.Hold(token, lease));
+      OPTSTEP_ASSIGN_OR_RETURN(started[0], session.holds().Hold(token, lease));
       return absl::OkStatus();
     }
     OPTSTEP_ASSIGN_OR_RETURN(
@@ -85,7 +85,7 @@ absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperati
       if (r == 0) {
         OPTSTEP_ASSIGN_OR_RETURN(
             points[0],
-            session.Settle(token, target, absl::Now() + options().settle_timeout, lease));
+            session.holds().Settle(token, target, absl::Now() + options().settle_timeout, lease));
         return absl::OkStatus();
       }
       OPTSTEP_ASSIGN_OR_RETURN(v1::HeldSessionResponse response,
@@ -106,7 +106,7 @@ absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperati
   if (status.ok()) status = op(token, points[0]);
   // d. Release, whatever happened (a rank that missed it lets go when its lease passes).
   (void)group_->ForEachRank([&](int r) -> absl::Status {
-    if (r == 0) return session.Release(token);
+    if (r == 0) return session.holds().Release(token);
     absl::StatusOr<v1::HeldSessionResponse> released =
         group_->CallPeer(r, &v1::PeerService::Stub::ReleaseSession, base, call_timeout);
     if (!released.ok()) LOG(WARNING) << "releasing hold: " << released.status();
@@ -123,7 +123,7 @@ absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportStateDict
       if (r == 0) {
         StateSelection all;
         all.model_chunks = model_chunks;
-        OPTSTEP_ASSIGN_OR_RETURN(parts[0], session.ExportHeld(token, all));
+        OPTSTEP_ASSIGN_OR_RETURN(parts[0], session.holds().ExportHeld(token, all));
         return absl::OkStatus();
       }
       OPTSTEP_ASSIGN_OR_RETURN(parts[r], ExportFrom(r, session, token, model_chunks));
@@ -149,7 +149,7 @@ absl::Status HeldOperations::ImportStateDict(Session& session,
   return WithHeldSession(session, [&](uint64_t token, const HeldPoint&) -> absl::Status {
     // Every rank validates and stages its part; only then does any rank change.
     OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
-      if (r == 0) return session.StageState(token, parts[0], /*complete=*/false);
+      if (r == 0) return session.holds().StageState(token, parts[0], /*complete=*/false);
       return StageOn(r, session, token, *parts[r]);
     }));
     return ApplyEverywhere(session, token);
@@ -196,7 +196,7 @@ absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t 
 
 absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
   return group_->ForEachRank([&](int r) -> absl::Status {
-    if (r == 0) return session.ApplyStaged(token);
+    if (r == 0) return session.holds().ApplyStaged(token);
     return group_
         ->CallPeer(r, &v1::PeerService::Stub::ApplyHeldState,
                    HeldRequest(session, token, options().hold_lease), absl::Seconds(600))
@@ -226,7 +226,7 @@ absl::StatusOr<uint64_t> HeldOperations::SaveCheckpoint(
       if (r == 0) {
         OPTSTEP_ASSIGN_OR_RETURN(
             shards[0], WriteHeldShard(session, token, where, [&](const CheckpointProgress& p) {
-              (void)session.Hold(token, options().hold_lease);  // renews the lease
+              (void)session.holds().Hold(token, options().hold_lease);  // renews the lease
               CheckpointProgress all = p;
               all.files_done = files_done.load();
               all.files_total = options().world_size;
@@ -264,7 +264,7 @@ absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
         OPTSTEP_ASSIGN_OR_RETURN(
             step,
             StageCheckpoint(session, token, where, definition, [&](const CheckpointProgress& p) {
-              (void)session.Hold(token, options().hold_lease);
+              (void)session.holds().Hold(token, options().hold_lease);
               if (progress) progress(p);
             }));
         return absl::OkStatus();

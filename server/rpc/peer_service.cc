@@ -80,7 +80,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::HoldSession(grpc::CallbackServerConte
                                                        const v1::HeldSessionRequest* request,
                                                        v1::HeldSessionResponse* response) {
   return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
-    OPTSTEP_ASSIGN_OR_RETURN(uint64_t started, s.Hold(request->token(), Lease(*request)));
+    OPTSTEP_ASSIGN_OR_RETURN(uint64_t started, s.holds().Hold(request->token(), Lease(*request)));
     response->set_resolutions(started);
     return absl::OkStatus();
   });
@@ -92,8 +92,8 @@ grpc::ServerUnaryReactor* PeerServiceImpl::SettleSession(grpc::CallbackServerCon
   return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
     OPTSTEP_ASSIGN_OR_RETURN(
         HeldPoint point,
-        s.Settle(request->token(), request->target(),
-                 absl::Now() + absl::Milliseconds(request->timeout_ms()), Lease(*request)));
+        s.holds().Settle(request->token(), request->target(),
+                         absl::Now() + absl::Milliseconds(request->timeout_ms()), Lease(*request)));
     response->set_resolutions(point.resolutions);
     response->set_step(point.step);
     response->set_skipped_steps(point.skipped_steps);
@@ -104,14 +104,15 @@ grpc::ServerUnaryReactor* PeerServiceImpl::SettleSession(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* PeerServiceImpl::ReleaseSession(grpc::CallbackServerContext* context,
                                                           const v1::HeldSessionRequest* request,
                                                           v1::HeldSessionResponse*) {
-  return Detached(context, *request, [request](Session& s) { return s.Release(request->token()); });
+  return Detached(context, *request,
+                  [request](Session& s) { return s.holds().Release(request->token()); });
 }
 
 grpc::ServerUnaryReactor* PeerServiceImpl::ApplyHeldState(grpc::CallbackServerContext* context,
                                                           const v1::HeldSessionRequest* request,
                                                           v1::HeldSessionResponse*) {
   return Detached(context, *request,
-                  [request](Session& s) { return s.ApplyStaged(request->token()); });
+                  [request](Session& s) { return s.holds().ApplyStaged(request->token()); });
 }
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::ExportHeldState(
@@ -126,7 +127,7 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::ExportHeldState(
       owned.params = StateSelection::Params::kNone;  // rank 0 holds every master
       owned.counters = false;
       absl::StatusOr<std::shared_ptr<const StateDict>> dict =
-          (*session)->ExportHeld(request.token(), owned);
+          (*session)->holds().ExportHeld(request.token(), owned);
       if (!dict.ok()) return deliver(dict.status());
       StreamedState state;
       for (const auto& [key, tensor] : **dict) state.tensors.push_back({"", "", key, &tensor});
@@ -141,7 +142,7 @@ grpc::ServerReadReactor<v1::HeldStateChunk>* PeerServiceImpl::StageHeldState(
   return NewStateDictUploadReactor<v1::HeldStateChunk>(
       engine_, "empty stage stream",
       [](Session& session, uint64_t token, std::shared_ptr<const StateDict> dict, uint64_t) {
-        return session.StageState(token, std::move(dict), /*complete=*/false);
+        return session.holds().StageState(token, std::move(dict), /*complete=*/false);
       });
 }
 
@@ -150,11 +151,11 @@ grpc::ServerUnaryReactor* PeerServiceImpl::SaveShard(grpc::CallbackServerContext
                                                      v1::HeldSessionResponse* response) {
   return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
     OPTSTEP_ASSIGN_OR_RETURN(const std::string root, CheckpointRoot(s));
-    OPTSTEP_ASSIGN_OR_RETURN(ShardFile shard,
-                             WriteHeldShard(s, request->token(), {root, request->checkpoint_name()},
-                                            [&](const CheckpointProgress&) {
-                                              (void)s.Hold(request->token(), Lease(*request));
-                                            }));
+    OPTSTEP_ASSIGN_OR_RETURN(
+        ShardFile shard, WriteHeldShard(s, request->token(), {root, request->checkpoint_name()},
+                                        [&](const CheckpointProgress&) {
+                                          (void)s.holds().Hold(request->token(), Lease(*request));
+                                        }));
     response->set_shard_file(shard.file);
     response->set_shard_bytes(shard.bytes);
     response->set_shard_crc32c(shard.crc32c);
@@ -170,9 +171,10 @@ grpc::ServerUnaryReactor* PeerServiceImpl::StageCheckpoint(grpc::CallbackServerC
     OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(s));
     OPTSTEP_ASSIGN_OR_RETURN(
         uint64_t step,
-        optstep::StageCheckpoint(
-            s, request->token(), {root, request->checkpoint_name()}, definition,
-            [&](const CheckpointProgress&) { (void)s.Hold(request->token(), Lease(*request)); }));
+        optstep::StageCheckpoint(s, request->token(), {root, request->checkpoint_name()},
+                                 definition, [&](const CheckpointProgress&) {
+                                   (void)s.holds().Hold(request->token(), Lease(*request));
+                                 }));
     response->set_step(step);
     return absl::OkStatus();
   });

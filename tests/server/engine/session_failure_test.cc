@@ -162,16 +162,17 @@ class SessionFailureTest : public ::testing::Test {
   StateDict HeldState(int r) {
     Session& session = *ranks_[r].session;
     const uint64_t token = 100 + r;
-    absl::StatusOr<uint64_t> started = session.Hold(token, absl::Seconds(30));
+    absl::StatusOr<uint64_t> started = session.holds().Hold(token, absl::Seconds(30));
     EXPECT_THAT(started.status(), IsOk());
     if (!started.ok()) return {};
-    EXPECT_THAT(session.Settle(token, *started, absl::Now() + absl::Seconds(30), absl::Seconds(30))
+    EXPECT_THAT(session.holds()
+                    .Settle(token, *started, absl::Now() + absl::Seconds(30), absl::Seconds(30))
                     .status(),
                 IsOk());
     absl::StatusOr<std::shared_ptr<const StateDict>> state =
-        session.ExportHeld(token, StateSelection{});
+        session.holds().ExportHeld(token, StateSelection{});
     EXPECT_THAT(state.status(), IsOk());
-    EXPECT_THAT(session.Release(token), IsOk());
+    EXPECT_THAT(session.holds().Release(token), IsOk());
     return state.ok() ? **state : StateDict{};
   }
 

@@ -42,7 +42,7 @@ class SessionHoldTest : public ::testing::Test {
   }
 
   std::string Param(uint64_t token) {
-    auto dict = s_->ExportHeld(token, StateSelection{});
+    auto dict = s_->holds().ExportHeld(token, StateSelection{});
     EXPECT_THAT(dict.status(), IsOk());
     return dict.ok() ? (*dict)->at("param/w").bytes : "";
   }
@@ -52,38 +52,39 @@ class SessionHoldTest : public ::testing::Test {
 };
 
 TEST_F(SessionHoldTest, HeldSessionDefersAStepUntilReleased) {
-  auto started = s_->Hold(7, absl::Seconds(30));
+  auto started = s_->holds().Hold(7, absl::Seconds(30));
   ASSERT_THAT(started.status(), IsOk());
   EXPECT_EQ(*started, 0u);
   Outcome step1;
   CommitStep(1, step1);
   EXPECT_FALSE(step1.WaitFor(absl::Milliseconds(200)));  // held: not resolved
-  auto point = s_->Settle(7, 0, absl::Now() + absl::Seconds(5), absl::Seconds(30));
+  auto point = s_->holds().Settle(7, 0, absl::Now() + absl::Seconds(5), absl::Seconds(30));
   ASSERT_THAT(point.status(), IsOk());
   EXPECT_EQ(point->step, 0u);
   const std::string before = Param(7);
   // A second holder is refused while the first holds.
-  EXPECT_THAT(s_->Hold(8, absl::Seconds(30)).status(),
+  EXPECT_THAT(s_->holds().Hold(8, absl::Seconds(30)).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, "in progress"));
-  ASSERT_THAT(s_->Release(7), IsOk());
+  ASSERT_THAT(s_->holds().Release(7), IsOk());
   ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
   ASSERT_THAT(step1.result().status(), IsOk());
   EXPECT_EQ(step1.result()->step, 1u);
   // Released: operations under the old token are refused.
-  EXPECT_THAT(s_->ExportHeld(7, StateSelection{}).status(),
+  EXPECT_THAT(s_->holds().ExportHeld(7, StateSelection{}).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, "not active"));
-  ASSERT_THAT(s_->Hold(8, absl::Seconds(30)).status(), IsOk());
-  ASSERT_THAT(s_->Settle(8, 1, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s_->holds().Hold(8, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s_->holds().Settle(8, 1, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(),
+              IsOk());
   EXPECT_NE(Param(8), before);
-  ASSERT_THAT(s_->Release(8), IsOk());
+  ASSERT_THAT(s_->holds().Release(8), IsOk());
 }
 
 TEST_F(SessionHoldTest, SettleRunsTheResolutionsAlreadyBegunElsewhere) {
-  ASSERT_THAT(s_->Hold(1, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s_->holds().Hold(1, absl::Seconds(30)).status(), IsOk());
   Outcome step1;
   CommitStep(1, step1);
   // Another rank started resolution 1: this rank must run it too, then stop.
-  auto point = s_->Settle(1, 1, absl::Now() + absl::Seconds(10), absl::Seconds(30));
+  auto point = s_->holds().Settle(1, 1, absl::Now() + absl::Seconds(10), absl::Seconds(30));
   ASSERT_THAT(point.status(), IsOk());
   EXPECT_EQ(point->resolutions, 1u);
   EXPECT_EQ(point->step, 1u);
@@ -92,22 +93,22 @@ TEST_F(SessionHoldTest, SettleRunsTheResolutionsAlreadyBegunElsewhere) {
   CommitStep(2, step2);
   EXPECT_FALSE(step2.WaitFor(absl::Milliseconds(200)));
   // A target below what this rank started is refused.
-  ASSERT_THAT(s_->Release(1), IsOk());
+  ASSERT_THAT(s_->holds().Release(1), IsOk());
   ASSERT_TRUE(step2.WaitFor(absl::Seconds(10)));
-  ASSERT_THAT(s_->Hold(2, absl::Seconds(30)).status(), IsOk());
-  EXPECT_THAT(s_->Settle(2, 1, absl::Now() + absl::Seconds(1), absl::Seconds(30)).status(),
+  ASSERT_THAT(s_->holds().Hold(2, absl::Seconds(30)).status(), IsOk());
+  EXPECT_THAT(s_->holds().Settle(2, 1, absl::Now() + absl::Seconds(1), absl::Seconds(30)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "already started 2"));
-  ASSERT_THAT(s_->Release(2), IsOk());
+  ASSERT_THAT(s_->holds().Release(2), IsOk());
 }
 
 TEST_F(SessionHoldTest, AnExpiredLeaseLetsStepsContinue) {
-  ASSERT_THAT(s_->Hold(3, absl::Milliseconds(100)).status(), IsOk());
+  ASSERT_THAT(s_->holds().Hold(3, absl::Milliseconds(100)).status(), IsOk());
   Outcome step1;
   CommitStep(1, step1);
   // Nobody releases: the engine's watcher ends the hold once the lease passes.
   ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
   EXPECT_THAT(step1.result().status(), IsOk());
-  EXPECT_THAT(s_->ExportHeld(3, StateSelection{}).status(),
+  EXPECT_THAT(s_->holds().ExportHeld(3, StateSelection{}).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, "lease"));
 }
 
@@ -115,40 +116,43 @@ TEST_F(SessionHoldTest, StagedStateIsValidatedThenAppliedAndAbortsThePendingStep
   Outcome step1;
   CommitStep(1, step1);
   ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
-  ASSERT_THAT(s_->Hold(4, absl::Seconds(30)).status(), IsOk());
-  ASSERT_THAT(s_->Settle(4, 1, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(), IsOk());
-  auto saved = s_->ExportHeld(4, StateSelection{});
+  ASSERT_THAT(s_->holds().Hold(4, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s_->holds().Settle(4, 1, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(),
+              IsOk());
+  auto saved = s_->holds().ExportHeld(4, StateSelection{});
   ASSERT_THAT(saved.status(), IsOk());
-  ASSERT_THAT(s_->Release(4), IsOk());
+  ASSERT_THAT(s_->holds().Release(4), IsOk());
 
   Outcome step2;
   CommitStep(2, step2);
   ASSERT_TRUE(step2.WaitFor(absl::Seconds(10)));
-  ASSERT_THAT(s_->Hold(5, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s_->holds().Hold(5, absl::Seconds(30)).status(), IsOk());
   Outcome step3;
   CommitStep(3, step3);  // committed while held: deferred, then aborted by the load
-  ASSERT_THAT(s_->Settle(5, 2, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s_->holds().Settle(5, 2, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(),
+              IsOk());
   const std::string at_step2 = Param(5);
 
   // Incomplete (a missing key) or invalid: refused, nothing staged, nothing changed.
   StateDict partial = **saved;
   partial.erase("state/adam/w/exp_avg");
-  EXPECT_THAT(s_->StageState(5, std::make_shared<StateDict>(partial), /*complete=*/true),
+  EXPECT_THAT(s_->holds().StageState(5, std::make_shared<StateDict>(partial), /*complete=*/true),
               StatusIs(absl::StatusCode::kDataLoss, "'state/adam/w/exp_avg'"));
   StateDict wrong = **saved;
   wrong["param/b"].shape = {1, 3};
-  EXPECT_THAT(s_->StageState(5, std::make_shared<StateDict>(wrong), /*complete=*/false),
+  EXPECT_THAT(s_->holds().StageState(5, std::make_shared<StateDict>(wrong), /*complete=*/false),
               StatusIs(absl::StatusCode::kInvalidArgument, "'param/b'"));
-  EXPECT_THAT(s_->ApplyStaged(5), StatusIs(absl::StatusCode::kFailedPrecondition, "no state"));
+  EXPECT_THAT(s_->holds().ApplyStaged(5),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "no state"));
   EXPECT_EQ(Param(5), at_step2);
 
-  ASSERT_THAT(s_->StageState(5, *saved, /*complete=*/true), IsOk());
-  ASSERT_THAT(s_->ApplyStaged(5), IsOk());
+  ASSERT_THAT(s_->holds().StageState(5, *saved, /*complete=*/true), IsOk());
+  ASSERT_THAT(s_->holds().ApplyStaged(5), IsOk());
   ASSERT_TRUE(step3.WaitFor(absl::Seconds(1)));
   EXPECT_THAT(step3.result().status(), StatusIs(absl::StatusCode::kAborted, "state was replaced"));
   EXPECT_EQ(Param(5), (*saved)->at("param/w").bytes);
   EXPECT_EQ(s_->stats().step, 1u);
-  ASSERT_THAT(s_->Release(5), IsOk());
+  ASSERT_THAT(s_->holds().Release(5), IsOk());
   // Training continues from the restored step.
   Outcome again;
   CommitStep(2, again);
@@ -166,14 +170,14 @@ TEST_F(SessionHoldTest, SettlingAtAResolutionNoTrainerBeganHereAbortsItAtTheDead
   auto created = engine_->CreateSession(config);
   ASSERT_THAT(created.status(), IsOk());
   Session& s = *created->session;
-  ASSERT_THAT(s.Hold(9, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s.holds().Hold(9, absl::Seconds(30)).status(), IsOk());
   const absl::Time start = absl::Now();
-  auto point = s.Settle(9, 1, absl::Now() + absl::Seconds(10), absl::Seconds(30));
+  auto point = s.holds().Settle(9, 1, absl::Now() + absl::Seconds(10), absl::Seconds(30));
   ASSERT_THAT(point.status(), IsOk());
   EXPECT_EQ(point->resolutions, 1u);
   EXPECT_EQ(point->step, 0u);  // aborted: nothing applied
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
-  ASSERT_THAT(s.Release(9), IsOk());
+  ASSERT_THAT(s.holds().Release(9), IsOk());
 }
 
 }  // namespace

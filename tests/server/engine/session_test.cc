@@ -424,7 +424,7 @@ TEST_F(SessionTest, ExportedStateImportedIntoAFreshSessionContinuesBitForBit) {
   auto export_state = [](Session& s) {
     absl::Notification done;
     absl::StatusOr<std::shared_ptr<const StateDict>> dict;
-    s.ExportState({}, [&](absl::StatusOr<std::shared_ptr<const StateDict>> d) {
+    s.holds().ExportState({}, [&](absl::StatusOr<std::shared_ptr<const StateDict>> d) {
       dict = std::move(d);
       done.Notify();
     });
@@ -434,7 +434,7 @@ TEST_F(SessionTest, ExportedStateImportedIntoAFreshSessionContinuesBitForBit) {
   auto import_state = [](Session& s, std::shared_ptr<const StateDict> dict) {
     absl::Notification done;
     absl::Status status;
-    s.ImportState(std::move(dict), [&](absl::Status st) {
+    s.holds().ImportState(std::move(dict), [&](absl::Status st) {
       status = st;
       done.Notify();
     });

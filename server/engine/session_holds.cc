@@ -1,0 +1,190 @@
+#include "server/engine/session_holds.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "base/status_macros.h"
+#include "server/engine/session.h"
+
+namespace optstep {
+
+// --- Holds ---
+
+absl::StatusOr<uint64_t> SessionHolds::Hold(uint64_t token, absl::Duration lease) {
+  absl::MutexLock lock(&session_.mu_);
+  OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+  return session_.gate_.Hold(token, lease);
+}
+
+absl::StatusOr<HeldPoint> SessionHolds::Settle(uint64_t token, uint64_t target, absl::Time deadline,
+                                               absl::Duration lease) {
+  {
+    absl::MutexLock lock(&session_.mu_);
+    OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+    OPTSTEP_RETURN_IF_ERROR(session_.gate_.Raise(token, target, deadline, lease));
+    // A resolution that another rank began must end here too: if no trainer has begun this
+    // step on this rank, its step deadline starts now, so that the step is aborted everywhere in
+    // time rather than leaving the other rank inside its collective.
+    if (session_.gate_.started() < target && !session_.step_began_)
+      session_.step_began_ = absl::Now();
+    session_.StartIfCompleteLocked();
+  }
+  OPTSTEP_RETURN_IF_ERROR(session_.gate_.AwaitSettled(token, target, deadline));
+  absl::MutexLock lock(&session_.mu_);
+  OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+  OPTSTEP_ASSIGN_OR_RETURN(const uint64_t resolutions, session_.gate_.Settle(token));
+  return HeldPoint{resolutions, session_.counters_.step, session_.counters_.skipped_steps};
+}
+
+absl::Status SessionHolds::Release(uint64_t token) {
+  absl::MutexLock lock(&session_.mu_);
+  // A step whose contributions all arrived during the hold starts now.
+  if (session_.gate_.Release(token)) session_.StartIfCompleteLocked();
+  return absl::OkStatus();
+}
+
+void SessionHolds::ExpireHold(absl::Time now) {
+  absl::MutexLock lock(&session_.mu_);
+  if (session_.gate_.Expire(now)) session_.StartIfCompleteLocked();
+}
+
+absl::Status SessionHolds::CheckSettled(uint64_t token) const {
+  absl::MutexLock lock(&session_.mu_);
+  OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+  return session_.gate_.CheckSettled(token);
+}
+
+absl::StatusOr<std::vector<HeldTensor>> SessionHolds::HeldTensors(uint64_t token,
+                                                                  const StateSelection& selection) {
+  StepCounters counters;
+  {
+    absl::MutexLock lock(&session_.mu_);
+    OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+    OPTSTEP_RETURN_IF_ERROR(session_.gate_.CheckSettled(token));
+    counters = session_.counters_;
+  }
+  return session_.replica_->SelectTensors(selection, session_.shared_from_this(), counters);
+}
+
+absl::StatusOr<std::shared_ptr<const StateDict>> SessionHolds::ExportHeld(
+    uint64_t token, const StateSelection& selection) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors, HeldTensors(token, selection));
+  return ReplicaState::CopyToHost(tensors);
+}
+
+absl::Status SessionHolds::StageState(uint64_t token, std::shared_ptr<const StateDict> state,
+                                      bool complete) {
+  if (complete) {
+    OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> expected,
+                             HeldTensors(token, StateSelection{}));
+    for (const HeldTensor& t : expected) {
+      if (state->count(t.key) == 0) {
+        return absl::DataLossError(absl::StrCat("session '", session_.id_, "' rank ",
+                                                session_.rank(), ": the state lacks key '", t.key,
+                                                "'"));
+      }
+    }
+  } else {
+    OPTSTEP_RETURN_IF_ERROR(CheckSettled(token));
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<ResolvedState> resolved,
+                           session_.replica_->Resolve(std::move(state)));
+  absl::MutexLock lock(&session_.mu_);
+  OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+  return session_.gate_.Stage(token, std::move(resolved));
+}
+
+absl::Status SessionHolds::ApplyStaged(uint64_t token) {
+  std::shared_ptr<ResolvedState> staged;
+  {
+    absl::MutexLock lock(&session_.mu_);
+    OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+    OPTSTEP_ASSIGN_OR_RETURN(staged, session_.gate_.TakeStaged(token));
+  }
+  // On the coordinator, so that no snapshot reads the masters while they are replaced.
+  absl::Notification done;
+  absl::Status status;
+  std::vector<StepCallback> aborted;
+  session_.coordinator_->Post([&] {
+    status =
+        session_.coordinator_->OnDevice([&] { return session_.replica_->WriteResolved(*staged); });
+    absl::MutexLock lock(&session_.mu_);
+    if (status.ok()) {
+      session_.WriteCountersLocked(*staged);
+      aborted = session_.AbortLocked();
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
+  const absl::Status reason = absl::AbortedError(
+      absl::StrCat("session '", session_.id_,
+                   "': the state was replaced (checkpoint load or state dict import) "
+                   "while this step was pending; redo it from the restored step"));
+  for (StepCallback& callback : aborted) callback(reason);
+  return status;
+}
+
+// --- One rank, between steps ---
+
+void SessionHolds::ExportState(
+    std::vector<uint32_t> model_chunks,
+    std::function<void(absl::StatusOr<std::shared_ptr<const StateDict>>)> done) {
+  if (session_.layout().world_size > 1) {
+    return done(absl::FailedPreconditionError(absl::StrCat(
+        "session '", session_.id_, "' spans ", session_.layout().world_size,
+        " ranks; export its state through a hold (Session::holds(): Hold / ExportHeld)")));
+  }
+  // On the coordinator, between steps, so that the values are those of one step.
+  session_.coordinator_->Post([self = session_.shared_from_this(), chunks = std::move(model_chunks),
+                               done = std::move(done)] {
+    StateSelection selection;
+    selection.model_chunks = chunks;
+    StepCounters counters;
+    {
+      absl::MutexLock lock(&self->mu_);
+      counters = self->counters_;
+    }
+    absl::StatusOr<std::shared_ptr<const StateDict>> dict;
+    absl::Status status = self->coordinator_->OnDevice([&] {
+      dict = ReplicaState::CopyToHost(self->replica_->SelectTensors(selection, self, counters));
+      return dict.status();
+    });
+    done(status.ok() ? std::move(dict) : status);
+  });
+}
+
+void SessionHolds::ImportState(std::shared_ptr<const StateDict> state,
+                               std::function<void(absl::Status)> done) {
+  if (session_.layout().world_size > 1) {
+    return done(absl::FailedPreconditionError(absl::StrCat(
+        "session '", session_.id_, "' spans ", session_.layout().world_size,
+        " ranks; import its state through a hold (Session::holds(): Hold / StageState)")));
+  }
+  session_.coordinator_->Post([self = session_.shared_from_this(), state = std::move(state),
+                               done = std::move(done)] {
+    {
+      absl::MutexLock lock(&self->mu_);
+      if (self->running_ || self->contributions_.started() || self->gate_.held()) {
+        return done(absl::FailedPreconditionError(
+            absl::StrCat("session '", self->id_, "': step ", self->counters_.step + 1,
+                         " is pending or the session is held; import a state dict between steps")));
+      }
+      self->running_ = true;  // no step starts while the state is replaced
+    }
+    absl::StatusOr<std::shared_ptr<ResolvedState>> resolved = self->replica_->Resolve(state);
+    absl::Status status = resolved.status();
+    if (resolved.ok()) {
+      status =
+          self->coordinator_->OnDevice([&] { return self->replica_->WriteResolved(**resolved); });
+    }
+    {
+      absl::MutexLock lock(&self->mu_);
+      if (status.ok()) self->WriteCountersLocked(**resolved);
+      self->running_ = false;
+    }
+    done(status);
+  });
+}
+
+}  // namespace optstep

@@ -1,8 +1,8 @@
 #ifndef OPTSTEP_SERVER_ENGINE_REPLICA_STATE_H_
 #define OPTSTEP_SERVER_ENGINE_REPLICA_STATE_H_
 
-// One rank's replica of a session's model: the tensors a step reads and writes, and the state
-// dict view of them (docs/design.md §3, docs/checkpoints.md).
+// One rank's replica of a session's model: the tensors a step reads and writes
+// (docs/design.md §3).
 
 #include <cstdint>
 #include <functional>
@@ -32,43 +32,11 @@ struct GroupRuntime {
   uint64_t applied_steps = 0;  // Adam's t after the last applied step
 };
 
-// Which tensors of a rank's state a held operation reads (see SessionHolds::HeldTensors).
-struct StateSelection {
-  std::vector<uint32_t> model_chunks;  // empty: every chunk
-  enum class Params { kNone, kOwned, kAll };
-  Params params = Params::kAll;  // masters: every rank holds all of them after a step
-  bool owned_state = true;       // optimizer state of the parameters this rank owns
-  bool counters = true;          // "meta/..." and every group's step counter
-};
-
-// One tensor of a held state: its key (checkpoint/state_dict.h), type and shape, and a reader of
-// its little-endian bytes [offset, offset + n) valid while the hold lasts (thread-safe).
-struct HeldTensor {
-  std::string key;
-  StateTensor::Type type = StateTensor::Type::kF32;
-  Shape shape;
-  uint64_t bytes = 0;
-  std::function<absl::Status(uint64_t offset, size_t n, void* dst)> read;
-};
-
-// The session's step counters, as a state dict holds them ("meta/step", "meta/skipped_steps").
-struct StepCounters {
-  uint64_t step = 0;
-  uint64_t skipped_steps = 0;
-};
-
-// A state dict resolved against a replica: every destination checked, nothing written yet.
-struct ResolvedState {
-  std::shared_ptr<const StateDict> state;  // owns the bytes the targets point at
-  std::vector<std::pair<const StateTensor*, Tensor*>> targets;
-  std::optional<uint64_t> step, skipped_steps;
-  std::vector<std::optional<uint64_t>> group_steps;  // by group id
-};
-
 // The tensors of one rank's replica: every fp32 master parameter (one flat buffer ordered by
 // owner rank, so that each rank's parameters are contiguous for the all-gather), and for the
 // parameters this rank owns the optimizer state and one gradient buffer; the groups and their
-// optimizers. Answers the state dict view of them (select, read, resolve, write).
+// optimizers. replica_state_dict.h answers the state dict view of them (select, read, resolve,
+// write).
 //
 // Thread-compatible: the Session orders every access. Its structure (names, sizes, owners,
 // groups' definitions) is fixed at Create and may be read by any thread. Masters, optimizer
@@ -93,12 +61,14 @@ class ReplicaState {
   const SessionConfig& config() const { return config_; }
   const Layout& layout() const { return layout_; }
   int rank() const { return rank_; }
+  const std::string& session_id() const { return id_; }  // names the session in messages
   Device& device() const { return *device_; }
   int num_params() const { return static_cast<int>(numels_.size()); }
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<int64_t>& numels() const { return numels_; }
   bool owns(int param) const { return layout_.owner[param] == rank_; }
   const std::vector<int>& owned() const { return owned_; }  // ascending ids
+  int group_of(int param) const { return group_of_[param]; }
   std::vector<GroupRuntime>& groups() { return groups_; }
   const std::vector<GroupRuntime>& groups() const { return groups_; }
   // Every group's optimizer defaults.
@@ -135,21 +105,6 @@ class ReplicaState {
   std::shared_ptr<ParamSnapshot> EmptySnapshot(DType dtype, uint64_t step) const;
   // Writes the master of `param` into `snapshot`. On the device worker.
   absl::Status CopyToSnapshot(int param, ParamSnapshot& snapshot);
-
-  // This rank's tensors of `selection`, in key order; `owner` keeps the tensors alive while the
-  // readers are used; `counters` are the session's.
-  std::vector<HeldTensor> SelectTensors(const StateSelection& selection,
-                                        std::shared_ptr<const void> owner,
-                                        const StepCounters& counters);
-  // The tensors read into host memory.
-  static absl::StatusOr<std::shared_ptr<const StateDict>> CopyToHost(
-      const std::vector<HeldTensor>& tensors);
-  // Checks every key of `state` against this rank: INVALID_ARGUMENT names an unknown key or a
-  // shape / type mismatch. Writes nothing.
-  absl::StatusOr<std::shared_ptr<ResolvedState>> Resolve(std::shared_ptr<const StateDict> state);
-  // Writes the tensors and group counters of `resolved` (the caller sets the step counters).
-  // On the device worker.
-  absl::Status WriteResolved(const ResolvedState& resolved);
 
  private:
   ReplicaState(std::string session_id, SessionConfig config, Layout layout, int rank,

@@ -24,7 +24,7 @@
 
 namespace optstep {
 
-struct ResolvedState;  // replica_state.h
+struct ResolvedState;  // replica_state_dict.h
 
 // Counts the resolutions a session started and finished, and holds them: while a hold is on, no
 // resolution starts beyond the hold's limit. A hold lasts as long as its lease is renewed; once

@@ -193,7 +193,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // chunks' among them.
   std::vector<StepCallback> AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkBrokenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The step counters of a state just written (ReplicaState::WriteResolved): a new generation,
+  // The step counters of a state just written (WriteResolvedState): a new generation,
   // and no snapshot or replay of the state before.
   void WriteCountersLocked(const ResolvedState& resolved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts a resolution on the coordinator unless a hold forbids it; returns whether it did.

@@ -64,13 +64,13 @@ absl::StatusOr<std::vector<HeldTensor>> SessionHolds::HeldTensors(uint64_t token
     OPTSTEP_RETURN_IF_ERROR(session_.gate_.CheckSettled(token));
     counters = session_.counters_;
   }
-  return session_.replica_->SelectTensors(selection, session_.shared_from_this(), counters);
+  return SelectState(*session_.replica_, selection, session_.shared_from_this(), counters);
 }
 
 absl::StatusOr<std::shared_ptr<const StateDict>> SessionHolds::ExportHeld(
     uint64_t token, const StateSelection& selection) {
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors, HeldTensors(token, selection));
-  return ReplicaState::CopyToHost(tensors);
+  return CopyStateToHost(tensors);
 }
 
 absl::Status SessionHolds::StageState(uint64_t token, std::shared_ptr<const StateDict> state,
@@ -89,7 +89,7 @@ absl::Status SessionHolds::StageState(uint64_t token, std::shared_ptr<const Stat
     OPTSTEP_RETURN_IF_ERROR(CheckSettled(token));
   }
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<ResolvedState> resolved,
-                           session_.replica_->Resolve(std::move(state)));
+                           ResolveState(*session_.replica_, std::move(state)));
   absl::MutexLock lock(&session_.mu_);
   OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
   return session_.gate_.Stage(token, std::move(resolved));
@@ -107,8 +107,8 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
   absl::Status status;
   std::vector<StepCallback> aborted;
   session_.coordinator_->Post([&] {
-    status =
-        session_.coordinator_->OnDevice([&] { return session_.replica_->WriteResolved(*staged); });
+    status = session_.coordinator_->OnDevice(
+        [&] { return WriteResolvedState(*session_.replica_, *staged); });
     absl::MutexLock lock(&session_.mu_);
     if (status.ok()) {
       session_.WriteCountersLocked(*staged);
@@ -147,7 +147,7 @@ void SessionHolds::ExportState(
     }
     absl::StatusOr<std::shared_ptr<const StateDict>> dict;
     absl::Status status = self->coordinator_->OnDevice([&] {
-      dict = ReplicaState::CopyToHost(self->replica_->SelectTensors(selection, self, counters));
+      dict = CopyStateToHost(SelectState(*self->replica_, selection, self, counters));
       return dict.status();
     });
     done(status.ok() ? std::move(dict) : status);
@@ -172,11 +172,11 @@ void SessionHolds::ImportState(std::shared_ptr<const StateDict> state,
       }
       self->running_ = true;  // no step starts while the state is replaced
     }
-    absl::StatusOr<std::shared_ptr<ResolvedState>> resolved = self->replica_->Resolve(state);
+    absl::StatusOr<std::shared_ptr<ResolvedState>> resolved = ResolveState(*self->replica_, state);
     absl::Status status = resolved.status();
     if (resolved.ok()) {
-      status =
-          self->coordinator_->OnDevice([&] { return self->replica_->WriteResolved(**resolved); });
+      status = self->coordinator_->OnDevice(
+          [&] { return WriteResolvedState(*self->replica_, **resolved); });
     }
     {
       absl::MutexLock lock(&self->mu_);

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "checkpoint/state_dict.h"
-#include "server/engine/replica_state.h"
+#include "server/engine/replica_state_dict.h"
 
 namespace optstep {
 

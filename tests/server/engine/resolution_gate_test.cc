@@ -9,7 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/replica_state.h"
+#include "server/engine/replica_state_dict.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {

@@ -1,0 +1,75 @@
+#ifndef OPTSTEP_SERVER_ENGINE_REPLICA_STATE_DICT_H_
+#define OPTSTEP_SERVER_ENGINE_REPLICA_STATE_DICT_H_
+
+// The state dict view of one rank's replica (docs/checkpoints.md): its tensors selected by key
+// and read in place, read into host memory, and a state dict checked against the replica then
+// written into it. What may touch the tensors when is the ReplicaState's rule (replica_state.h):
+// the Session calls these on its coordinator, or while the session is settled.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "checkpoint/state_dict.h"
+#include "server/engine/replica_state.h"
+
+namespace optstep {
+
+// Which tensors of a rank's state a held operation reads (see SessionHolds::HeldTensors).
+struct StateSelection {
+  std::vector<uint32_t> model_chunks;  // empty: every chunk
+  enum class Params { kNone, kOwned, kAll };
+  Params params = Params::kAll;  // masters: every rank holds all of them after a step
+  bool owned_state = true;       // optimizer state of the parameters this rank owns
+  bool counters = true;          // "meta/..." and every group's step counter
+};
+
+// One tensor of a held state: its key (checkpoint/state_dict.h), type and shape, and a reader of
+// its little-endian bytes [offset, offset + n) valid while the hold lasts (thread-safe).
+struct HeldTensor {
+  std::string key;
+  StateTensor::Type type = StateTensor::Type::kF32;
+  Shape shape;
+  uint64_t bytes = 0;
+  std::function<absl::Status(uint64_t offset, size_t n, void* dst)> read;
+};
+
+// The session's step counters, as a state dict holds them ("meta/step", "meta/skipped_steps").
+struct StepCounters {
+  uint64_t step = 0;
+  uint64_t skipped_steps = 0;
+};
+
+// A state dict resolved against a replica: every destination checked, nothing written yet.
+struct ResolvedState {
+  std::shared_ptr<const StateDict> state;  // owns the bytes the targets point at
+  std::vector<std::pair<const StateTensor*, Tensor*>> targets;
+  std::optional<uint64_t> step, skipped_steps;
+  std::vector<std::optional<uint64_t>> group_steps;  // by group id
+};
+
+// This rank's tensors of `selection`, in key order; `owner` keeps the tensors alive while the
+// readers are used; `counters` are the session's.
+std::vector<HeldTensor> SelectState(ReplicaState& replica, const StateSelection& selection,
+                                    std::shared_ptr<const void> owner,
+                                    const StepCounters& counters);
+// The tensors read into host memory.
+absl::StatusOr<std::shared_ptr<const StateDict>> CopyStateToHost(
+    const std::vector<HeldTensor>& tensors);
+// Checks every key of `state` against `replica`: INVALID_ARGUMENT names an unknown key or a
+// shape / type mismatch. Writes nothing.
+absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(ReplicaState& replica,
+                                                            std::shared_ptr<const StateDict> state);
+// Writes the tensors and group counters of `resolved` into `replica` (the caller sets the step
+// counters). On the device worker.
+absl::Status WriteResolvedState(ReplicaState& replica, const ResolvedState& resolved);
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_REPLICA_STATE_DICT_H_

@@ -4,9 +4,9 @@
 // -fsanitize=thread. The system library is not, so under --config=tsan every lock and unlock
 // would be invisible to TSan and every ABSL_GUARDED_BY field would look racy. This file, linked
 // into every binary of --config=tsan (.bazelrc: --custom_malloc), interposes the out-of-line
-// members of absl::Mutex and absl::CondVar: each one tells TSan what Abseil's own annotated
-// build would (a lock, an unlock, a wait that releases and reacquires), then calls the real
-// member found with dlsym(RTLD_NEXT). Conditions (LockWhen, Await) are evaluated by Abseil
+// members of absl::Mutex, absl::CondVar and absl::Notification: each one tells TSan what Abseil's
+// own annotated build would (a lock, an unlock, a wait that releases and reacquires), then calls
+// the real member found with dlsym(RTLD_NEXT). Conditions (LockWhen, Await) are evaluated by Abseil
 // with the mutex held, possibly on the thread that unlocks it; they are wrapped so that their
 // reads happen after an acquire of the mutex. gRPC's own mutexes are absl::Mutex too, so its
 // locking is seen as well.
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
 namespace {
@@ -61,6 +62,25 @@ void NoteReader(const absl::Mutex* mu, bool held) {
   }
 }
 
+// True while this thread is inside an interposed member: Abseil implements some members with
+// others (AwaitWithTimeout calls AwaitWithDeadline, CondVar::WaitWithTimeout calls
+// WaitWithDeadline), and the outer call has already told TSan.
+bool& Inside() {
+  thread_local bool inside = false;
+  return inside;
+}
+
+// Calls `real` unannotated when nested in another interposed member; otherwise `annotated`
+// (which calls `real` itself).
+template <typename Real, typename Annotated>
+auto Interpose(Real real, Annotated annotated) {
+  if (Inside()) return real();
+  Inside() = true;
+  auto result = annotated();
+  Inside() = false;
+  return result;
+}
+
 // A condition evaluated by Abseil with `mu` held, possibly on another thread.
 struct AnnotatedCondition {
   absl::Mutex* mu;
@@ -77,23 +97,52 @@ struct AnnotatedCondition {
 // Runs `wait` (which releases `mu` and holds it again when it returns) as TSan sees it.
 template <typename Wait>
 auto AnnotatedWait(absl::Mutex* mu, Wait wait) {
-  const unsigned mode = HeldMode(mu);
-  __tsan_mutex_pre_unlock(mu, mode);
-  __tsan_mutex_post_unlock(mu, mode);
-  auto result = wait();
-  __tsan_mutex_pre_lock(mu, mode);
-  __tsan_mutex_post_lock(mu, mode, 0);
-  return result;
+  return Interpose(wait, [&] {
+    const unsigned mode = HeldMode(mu);
+    __tsan_mutex_pre_unlock(mu, mode);
+    __tsan_mutex_post_unlock(mu, mode);
+    auto result = wait();
+    __tsan_mutex_pre_lock(mu, mode);
+    __tsan_mutex_post_lock(mu, mode, 0);
+    return result;
+  });
 }
 
 // Runs `lock` (which acquires `mu` in `mode`, maybe waiting for a condition) as TSan sees it.
 template <typename Lock>
 auto AnnotatedLock(absl::Mutex* mu, unsigned mode, Lock lock) {
-  __tsan_mutex_pre_lock(mu, mode);
-  auto result = lock();
-  __tsan_mutex_post_lock(mu, mode, 0);
-  if (mode & __tsan_mutex_read_lock) NoteReader(mu, true);
-  return result;
+  return Interpose(lock, [&] {
+    __tsan_mutex_pre_lock(mu, mode);
+    auto result = lock();
+    __tsan_mutex_post_lock(mu, mode, 0);
+    if (mode & __tsan_mutex_read_lock) NoteReader(mu, true);
+    return result;
+  });
+}
+
+// Runs `unlock` (which releases `mu` held in `mode`) as TSan sees it.
+void AnnotatedUnlock(absl::Mutex* mu, unsigned mode, void (*unlock)(absl::Mutex*)) {
+  auto call = [&] { return unlock(mu), 0; };
+  Interpose(call, [&] {
+    if (mode & __tsan_mutex_read_lock) NoteReader(mu, false);
+    __tsan_mutex_pre_unlock(mu, mode);
+    call();
+    __tsan_mutex_post_unlock(mu, mode);
+    return 0;
+  });
+}
+
+// Runs `try_lock` (which acquires `mu` in `mode` if it is free) as TSan sees it.
+bool AnnotatedTryLock(absl::Mutex* mu, unsigned mode, bool (*try_lock)(absl::Mutex*)) {
+  auto call = [&] { return try_lock(mu); };
+  return Interpose(call, [&] {
+    mode |= __tsan_mutex_try_lock;
+    __tsan_mutex_pre_lock(mu, mode);
+    const bool locked = call();
+    __tsan_mutex_post_lock(mu, mode | (locked ? 0 : __tsan_mutex_try_lock_failed), 0);
+    if (locked && (mode & __tsan_mutex_read_lock)) NoteReader(mu, true);
+    return locked;
+  });
 }
 
 using Member = void (*)(absl::Mutex*);
@@ -127,36 +176,22 @@ void Mutex::ReaderLock() {
 
 bool Mutex::TryLock() {
   static const TryMember real = Real<TryMember>(OPTSTEP_ABSL_MUTEX "7TryLockEv");
-  __tsan_mutex_pre_lock(this, __tsan_mutex_try_lock);
-  const bool locked = real(this);
-  __tsan_mutex_post_lock(this, __tsan_mutex_try_lock | (locked ? 0 : __tsan_mutex_try_lock_failed),
-                         0);
-  return locked;
+  return AnnotatedTryLock(this, 0, real);
 }
 
 bool Mutex::ReaderTryLock() {
   static const TryMember real = Real<TryMember>(OPTSTEP_ABSL_MUTEX "13ReaderTryLockEv");
-  constexpr unsigned kMode = __tsan_mutex_read_lock | __tsan_mutex_try_lock;
-  __tsan_mutex_pre_lock(this, kMode);
-  const bool locked = real(this);
-  __tsan_mutex_post_lock(this, kMode | (locked ? 0 : __tsan_mutex_try_lock_failed), 0);
-  if (locked) NoteReader(this, true);
-  return locked;
+  return AnnotatedTryLock(this, __tsan_mutex_read_lock, real);
 }
 
 void Mutex::Unlock() {
   static const Member real = Real<Member>(OPTSTEP_ABSL_MUTEX "6UnlockEv");
-  __tsan_mutex_pre_unlock(this, 0);
-  real(this);
-  __tsan_mutex_post_unlock(this, 0);
+  AnnotatedUnlock(this, 0, real);
 }
 
 void Mutex::ReaderUnlock() {
   static const Member real = Real<Member>(OPTSTEP_ABSL_MUTEX "12ReaderUnlockEv");
-  NoteReader(this, false);
-  __tsan_mutex_pre_unlock(this, __tsan_mutex_read_lock);
-  real(this);
-  __tsan_mutex_post_unlock(this, __tsan_mutex_read_lock);
+  AnnotatedUnlock(this, __tsan_mutex_read_lock, real);
 }
 
 void Mutex::LockWhen(const Condition& cond) {
@@ -229,6 +264,47 @@ bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   static const CvDeadlineMember real =
       Real<CvDeadlineMember>(OPTSTEP_ABSL_CONDVAR "16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
   return AnnotatedWait(mu, [&] { return real(this, mu, deadline); });
+}
+
+// Notification: Notify() publishes with an atomic store inside the library; it is told to TSan as
+// a release of the flag, and a wait that saw it as an acquire, so what the notifier wrote is
+// ordered before what the waiter reads. HasBeenNotified() is inline: a thread that polls it
+// instead of waiting is not ordered (none of our code does so before reading results).
+static_assert(sizeof(Notification) == 2 * sizeof(Mutex), "Notification is {Mutex, atomic<bool>}");
+
+namespace {
+void* NotifiedFlag(const Notification* n) {
+  return const_cast<char*>(reinterpret_cast<const char*>(n) + sizeof(Mutex));
+}
+}  // namespace
+
+void Notification::Notify() {
+  static const auto real = Real<void (*)(Notification*)>("_ZN4absl7debian312Notification6NotifyEv");
+  __tsan_release(NotifiedFlag(this));
+  real(this);
+}
+
+void Notification::WaitForNotification() const {
+  static const auto real =
+      Real<void (*)(const Notification*)>("_ZNK4absl7debian312Notification19WaitForNotificationEv");
+  real(this);
+  __tsan_acquire(NotifiedFlag(this));
+}
+
+bool Notification::WaitForNotificationWithTimeout(Duration timeout) const {
+  static const auto real = Real<bool (*)(const Notification*, Duration)>(
+      "_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE");
+  const bool notified = real(this, timeout);
+  if (notified) __tsan_acquire(NotifiedFlag(this));
+  return notified;
+}
+
+bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
+  static const auto real = Real<bool (*)(const Notification*, Time)>(
+      "_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE");
+  const bool notified = real(this, deadline);
+  if (notified) __tsan_acquire(NotifiedFlag(this));
+  return notified;
 }
 
 ABSL_NAMESPACE_END

@@ -1,0 +1,30 @@
+// ThreadSanitizer suppressions for --config=tsan, compiled into every binary of that config with
+// bazel/tsan/absl_mutex_annotations.cc (TSan reads them from __tsan_default_suppressions, so no
+// TSAN_OPTIONS path is needed).
+//
+// Each entry is a library that Debian ships without TSan instrumentation. TSan sees the calls
+// such a library makes to intercepted functions (memcpy, recvmsg, pthread_cond_*) but not the
+// atomics and lock-free queues that order them, so it reports races between two accesses that
+// both lie inside the library. `called_from_lib` makes TSan ignore the intercepted calls made
+// from that library; our own code stays fully checked.
+// - libgrpc, libgrpc++, libgpr: gRPC hands received slices between its poller threads through
+//   lock-free queues (seen: recvmsg on one thread, grpc_slice_copy's memcpy on another).
+// - libgloo: Gloo's tcp transport signals and destroys its buffers' condition variables from its
+//   own threads (seen: pthread_cond_broadcast in UnboundBuffer::signalException against
+//   pthread_cond_destroy in ~UnboundBuffer after a lost peer), and hands an exception from its
+//   thread to the caller's (seen: malloc of a runtime_error under gloo on one thread, its free
+//   on the caller's), hence also `race:gloo::`.
+// - libomp: its allocator clears freed blocks (memset in __kmp_free) on whichever thread frees
+//   them, ordered by its own uninstrumented locks.
+// - libabsl_status: a Status received through gRPC is compared (memcmp) on one thread and was
+//   copied (memcpy) on another, both inside the library, ordered by gRPC's queues.
+
+extern "C" const char* __tsan_default_suppressions() {
+  return "called_from_lib:libgrpc.so\n"
+         "called_from_lib:libgrpc++.so\n"
+         "called_from_lib:libgpr.so\n"
+         "called_from_lib:libgloo.so\n"
+         "race:gloo::\n"
+         "called_from_lib:libabsl_status.so\n"
+         "called_from_lib:libomp.so\n";
+}

@@ -158,27 +158,4 @@ absl::Status ReplicaState::WriteValues(int param_id, int64_t offset, DType dtype
   return device_->CopyFromHost(data, dtype, count, params_[param_id], offset);
 }
 
-absl::StatusOr<std::shared_ptr<const ParamSnapshot>> ReplicaState::BuildSnapshot(DType dtype,
-                                                                                 uint64_t step) {
-  std::shared_ptr<ParamSnapshot> snapshot = EmptySnapshot(dtype, step);
-  for (int p = 0; p < num_params(); ++p) OPTSTEP_RETURN_IF_ERROR(CopyToSnapshot(p, *snapshot));
-  return std::shared_ptr<const ParamSnapshot>(std::move(snapshot));
-}
-
-std::shared_ptr<ParamSnapshot> ReplicaState::EmptySnapshot(DType dtype, uint64_t step) const {
-  auto snapshot = std::make_shared<ParamSnapshot>();
-  snapshot->step = step;
-  snapshot->dtype = dtype;
-  snapshot->values.resize(numels_.size());
-  for (int p = 0; p < num_params(); ++p) {
-    snapshot->values[p].resize(numels_[p] * DTypeSize(dtype));
-  }
-  return snapshot;
-}
-
-absl::Status ReplicaState::CopyToSnapshot(int param, ParamSnapshot& snapshot) {
-  return device_->CopyToHost(params_[param], 0, params_[param].numel(), snapshot.dtype,
-                             snapshot.values[param].data());
-}
-
 }  // namespace optstep

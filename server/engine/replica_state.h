@@ -99,13 +99,6 @@ class ReplicaState {
   absl::Status WriteValues(int param_id, int64_t offset, DType dtype, const void* data,
                            int64_t count);
 
-  // Every master, converted to `dtype`. On the device worker.
-  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
-  // A snapshot of `dtype` with every value sized and none written.
-  std::shared_ptr<ParamSnapshot> EmptySnapshot(DType dtype, uint64_t step) const;
-  // Writes the master of `param` into `snapshot`. On the device worker.
-  absl::Status CopyToSnapshot(int param, ParamSnapshot& snapshot);
-
  private:
   ReplicaState(std::string session_id, SessionConfig config, Layout layout, int rank,
                std::shared_ptr<Device> device);

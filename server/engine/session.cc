@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "server/engine/gradient_pieces.h"
+#include "server/engine/replica_snapshot.h"
 
 namespace optstep {
 namespace {
@@ -325,7 +326,7 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
     }
     absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot;
     absl::Status status = self->coordinator_->OnDevice([&] {
-      snapshot = self->replica_->BuildSnapshot(dtype, step);
+      snapshot = BuildSnapshot(*self->replica_, dtype, step);
       return snapshot.status();
     });
     if (status.ok()) {

@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "server/engine/replica_snapshot.h"
 
 namespace optstep {
 
@@ -146,7 +147,7 @@ StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutco
   for (const StepWaiter& w : early) {
     std::shared_ptr<ParamSnapshot>& snapshot = streaming[w.dtype];
     if (snapshot != nullptr) continue;
-    snapshot = replica_->EmptySnapshot(w.dtype, step);
+    snapshot = EmptySnapshot(*replica_, w.dtype, step);
     snapshot->readiness = std::make_shared<ParamReadiness>();
   }
   for (StepWaiter& w : early) {
@@ -161,7 +162,7 @@ StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutco
 absl::Status StepCoordinator::PublishParams(const std::vector<int>& ids,
                                             const StreamingSnapshots& streaming, bool mark) {
   for (const auto& [dtype, snapshot] : streaming) {
-    for (int p : ids) OPTSTEP_RETURN_IF_ERROR(replica_->CopyToSnapshot(p, *snapshot));
+    for (int p : ids) OPTSTEP_RETURN_IF_ERROR(CopyToSnapshot(*replica_, p, *snapshot));
     if (mark) snapshot->readiness->MarkReady(ids);
   }
   return absl::OkStatus();
@@ -290,7 +291,7 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
     absl::Status built = OnDevice([&]() -> absl::Status {
       for (const StepWaiter& w : ended.waiters) {
         if (!w.want_params || snapshots.count(w.dtype) > 0) continue;
-        OPTSTEP_ASSIGN_OR_RETURN(snapshots[w.dtype], replica_->BuildSnapshot(w.dtype, step));
+        OPTSTEP_ASSIGN_OR_RETURN(snapshots[w.dtype], BuildSnapshot(*replica_, w.dtype, step));
       }
       return absl::OkStatus();
     });

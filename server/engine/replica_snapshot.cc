@@ -1,0 +1,36 @@
+#include "server/engine/replica_snapshot.h"
+
+#include <utility>
+
+#include "base/status_macros.h"
+
+namespace optstep {
+
+absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState& replica,
+                                                                   DType dtype, uint64_t step) {
+  std::shared_ptr<ParamSnapshot> snapshot = EmptySnapshot(replica, dtype, step);
+  for (int p = 0; p < replica.num_params(); ++p) {
+    OPTSTEP_RETURN_IF_ERROR(CopyToSnapshot(replica, p, *snapshot));
+  }
+  return std::shared_ptr<const ParamSnapshot>(std::move(snapshot));
+}
+
+std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
+                                             uint64_t step) {
+  auto snapshot = std::make_shared<ParamSnapshot>();
+  snapshot->step = step;
+  snapshot->dtype = dtype;
+  snapshot->values.resize(replica.num_params());
+  for (int p = 0; p < replica.num_params(); ++p) {
+    snapshot->values[p].resize(replica.numels()[p] * DTypeSize(dtype));
+  }
+  return snapshot;
+}
+
+absl::Status CopyToSnapshot(ReplicaState& replica, int param, ParamSnapshot& snapshot) {
+  const Tensor& master = replica.param(param);
+  return replica.device().CopyToHost(master, 0, master.numel(), snapshot.dtype,
+                                     snapshot.values[param].data());
+}
+
+}  // namespace optstep

@@ -1,0 +1,30 @@
+#ifndef OPTSTEP_SERVER_ENGINE_REPLICA_SNAPSHOT_H_
+#define OPTSTEP_SERVER_ENGINE_REPLICA_SNAPSHOT_H_
+
+// Parameter snapshots of one rank's replica: its fp32 masters converted to the dtype a trainer
+// asked for (ParamSnapshot). They read the masters, so they run where ReplicaState allows that:
+// on the device worker, for the session's coordinator.
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/dtype.h"
+#include "server/engine/param_snapshot.h"
+#include "server/engine/replica_state.h"
+
+namespace optstep {
+
+// Every master of `replica`, converted to `dtype`. On the device worker.
+absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState& replica,
+                                                                   DType dtype, uint64_t step);
+// A snapshot of `dtype` with every value of `replica` sized and none written.
+std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
+                                             uint64_t step);
+// Writes the master of `param` into `snapshot`. On the device worker.
+absl::Status CopyToSnapshot(ReplicaState& replica, int param, ParamSnapshot& snapshot);
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_REPLICA_SNAPSHOT_H_

@@ -2,11 +2,16 @@
 # Runs every test of the project and prints one closing line `N passed, N failed[, N skipped]`
 # (also written to .test-summary). Used by `make test` and by CI.
 #   1. bazel test //...            (C++ unit, service and integration tests; `gpu` tests filtered)
-#   2. bazel build --config=cuda //...   where nvcc exists, so CUDA code keeps compiling
-#   3. pytest tests/python         (the Python client; bazel/python_env.sh makes .venv first),
+#   2. bazel test --config=asan    the same tests built by clang with the thread-safety checks,
+#                                  under ASan + UBSan; the fuzz targets fuzz for FUZZ_SECONDS each
+#   3. bazel test --config=tsan    the engine, rpc and comm tests under TSan (`notsan` filtered)
+#   4. bazel build --config=cuda //...   where nvcc exists, so CUDA code keeps compiling
+#   5. pytest tests/python         (the Python client; bazel/python_env.sh makes .venv first),
 #                                  and mypy --strict over client/python/optstep
-#   4. pytest tests/deploy         (deploy/k8s and deploy/docker: kubernetes-validate, checkov,
+#   6. pytest tests/deploy         (deploy/k8s and deploy/docker: kubernetes-validate, checkov,
 #                                   the rank contract; bazel/deploy_env.sh makes .venv-deploy first)
+# Stages 2 and 3 build in their own output bases, bazel-optstep-<config> under
+# $OPTSTEP_SANITIZER_CACHE (default ~/.cache), so the default build's cache stays as it is.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +30,29 @@ add() {  # add "N passed, N failed[, N skipped]"
 bazel test --keep_going //... 2>&1 | tee /tmp/optstep-bazel-test.log | grep -vE '^\(|^Loading|^Analyzing|^INFO: From|^\[' || true
 labels=$(bazel query 'tests(//...) except attr(tags, "gpu", tests(//...))' 2>/dev/null)
 add "$(python3 bazel/test_summary.py "$(bazel info bazel-testlogs 2>/dev/null)" $labels)"
+
+# sanitizer_stage CONFIG LABEL...: `bazel test --config=CONFIG` of the test targets LABEL in the
+# config's own output base; prints and counts `CONFIG: N passed, N failed`.
+sanitizer_stage() {
+  local config=$1
+  shift
+  local base=${OPTSTEP_SANITIZER_CACHE:-$HOME/.cache}/bazel-optstep-$config
+  echo "== bazel test --config=$config ($# test targets)"
+  bazel --output_base="$base" test --config="$config" --keep_going "$@" 2>&1 |
+    tee "/tmp/optstep-bazel-test-$config.log" | grep -vE '^\(|^Loading|^Analyzing|^INFO: From|^\[' |
+    grep -vE 'ld.gold: warning: Cannot export local symbol' || true
+  local testlogs line
+  testlogs=$(bazel --output_base="$base" info --config="$config" bazel-testlogs 2>/dev/null)
+  line=$(python3 bazel/test_summary.py "$testlogs" "$@")
+  echo "$config: $line"
+  add "$line"
+}
+
+# The labels come from the default server's query: the sanitizer servers then load only the
+# packages named, never the bazel-* links of the default build.
+sanitizer_stage asan $labels
+sanitizer_stage tsan $(bazel query 'tests(//tests/server/engine/... + //tests/server/rpc/...
+  + //tests/kernels/comm/...) except attr(tags, "gpu|notsan", tests(//...))' 2>/dev/null)
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
   echo "== bazel build --config=cuda //..."

@@ -7,7 +7,10 @@
 //   resolve "localhost").
 // - libgloo: Gloo's tcp::CreateDevice resolves its host with getaddrinfo and never frees the
 //   result (seen: 64 bytes in communicator_factory_test).
+// - libomp: the OpenMP runtime's per-thread descriptors of its worker pool, which it keeps until
+//   the process ends (seen: 4 objects of 1440 bytes allocated by libomp alone in the CPU device
+//   tests, with no frame of ours).
 
 extern "C" const char* __lsan_default_suppressions() {
-  return "leak:libcares.so\nleak:libgloo.so\n";
+  return "leak:libcares.so\nleak:libgloo.so\nleak:libomp.so\n";
 }

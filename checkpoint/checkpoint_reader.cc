@@ -7,6 +7,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -82,12 +83,40 @@ absl::Status CheckpointReader::OpenShards() {
   return absl::OkStatus();
 }
 
+absl::Status CheckpointReader::CheckCounters(int rank) const {
+  const std::pair<const char*, uint64_t> counters[] = {{"step", manifest_.step},
+                                                       {"skipped_steps", manifest_.skipped_steps}};
+  const std::string path = absl::StrCat(dir_, "/", manifest_.shards[rank].file);
+  for (const CheckpointTensor& t : shards_[rank]) {
+    for (const auto& [field, expected] : counters) {
+      if (t.key != absl::StrCat("meta/", field)) continue;
+      if (t.type != StateTensor::Type::kI64 || !t.shape.empty()) {
+        return absl::DataLossError(
+            absl::StrCat("shard '", path, "': tensor '", t.key, "' is not a 0-d I64 counter"));
+      }
+      int64_t value = 0;
+      OPTSTEP_RETURN_IF_ERROR(
+          internal::PreadAll(fds_[rank], &value, sizeof(value), t.file_offset, path));
+      if (value < 0 || static_cast<uint64_t>(value) != expected) {
+        return absl::DataLossError(absl::StrCat(
+            "manifest field '", field, "' = ", expected, " does not match tensor '", t.key,
+            "' = ", value, " in shard '", path, "' (an edited or mismatched manifest)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckpointReader::Verify(const CheckpointProgressCallback& progress) const {
   CheckpointProgress report;
   report.files_total = static_cast<int>(fds_.size());
   for (const ManifestShard& shard : manifest_.shards) report.bytes_total += shard.bytes;
   for (size_t r = 0; r < fds_.size(); ++r) {
     OPTSTEP_RETURN_IF_ERROR(ScanShard(static_cast<int>(r), nullptr, report, progress));
+  }
+  // Every byte is as written: now the manifest's counters must be the shards'.
+  for (size_t r = 0; r < fds_.size(); ++r) {
+    OPTSTEP_RETURN_IF_ERROR(CheckCounters(static_cast<int>(r)));
   }
   return absl::OkStatus();
 }
@@ -97,7 +126,8 @@ absl::Status CheckpointReader::ReadShard(int rank, const ShardTensorSink& sink,
   CheckpointProgress report;
   report.files_total = 1;
   report.bytes_total = manifest_.shards[rank].bytes;
-  return ScanShard(rank, sink, report, progress);
+  OPTSTEP_RETURN_IF_ERROR(ScanShard(rank, sink, report, progress));
+  return CheckCounters(rank);
 }
 
 absl::Status CheckpointReader::ScanShard(int rank, const ShardTensorSink& sink,

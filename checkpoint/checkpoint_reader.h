@@ -57,7 +57,9 @@ class CheckpointReader final {
   const Manifest& manifest() const { return manifest_; }
 
   // Recomputes every shard's CRC-32C. DATA_LOSS naming the file, the expected and the actual
-  // value on a mismatch.
+  // value on a mismatch. Then compares the manifest's `step` and `skipped_steps` with every
+  // shard's "meta/step" and "meta/skipped_steps": DATA_LOSS naming the field, both values and
+  // the file when they differ (an edited manifest; a shard without those keys is not compared).
   absl::Status Verify(const CheckpointProgressCallback& progress = nullptr) const;
 
   // Receives a piece of a tensor during ReadShard: bytes [byte_offset, byte_offset + n) of
@@ -68,8 +70,9 @@ class CheckpointReader final {
   // Reads shard `rank` once, front to back, handing every tensor's bytes to `sink` in file order
   // (empty tensors are skipped), and checks the shard's CRC-32C on the way: one pass where
   // Verify + Read take two. The next piece is read while the current one is checksummed and
-  // delivered. A mismatch is DATA_LOSS (as Verify) after every byte was delivered: the caller
-  // must then discard what `sink` received. REQUIRES: 0 <= rank < world size.
+  // delivered. A mismatch (checksum or step counters, as Verify) is DATA_LOSS after every byte
+  // was delivered: the caller must then discard what `sink` received.
+  // REQUIRES: 0 <= rank < world size.
   absl::Status ReadShard(int rank, const ShardTensorSink& sink,
                          const CheckpointProgressCallback& progress = nullptr) const;
 
@@ -96,6 +99,8 @@ class CheckpointReader final {
   CheckpointReader(std::string dir, Manifest manifest, CheckpointIoOptions options)
       : dir_(std::move(dir)), manifest_(std::move(manifest)), options_(options) {}
   absl::Status OpenShards();
+  // The manifest's step counters against shard `rank`'s "meta/" counters (8 bytes each).
+  absl::Status CheckCounters(int rank) const;
   // ReadShard's pass; `report` accumulates over calls (Verify reads every shard).
   absl::Status ScanShard(int rank, const ShardTensorSink& sink, CheckpointProgress& report,
                          const CheckpointProgressCallback& progress) const;

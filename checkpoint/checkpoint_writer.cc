@@ -12,12 +12,14 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "checkpoint/crc32c.h"
 #include "checkpoint/file_util.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/temporaries.h"
 #include "glog/logging.h"
 
 namespace optstep {
@@ -205,6 +207,95 @@ absl::Status RemoveCheckpoint(absl::string_view root, const std::string& name) {
   return internal::RemoveTree(hidden);
 }
 
+// Everything of a commit up to the checkpoint's rename into place and the fsync of the root.
+absl::Status PublishCheckpoint(absl::string_view root, absl::string_view name,
+                               const Manifest& manifest, const std::string& text) {
+  const std::string tmp = CheckpointTempDir(root, name);
+  for (const ManifestShard& shard : manifest.shards) {
+    const std::string path = absl::StrCat(tmp, "/", shard.file);
+    absl::StatusOr<uint64_t> size = internal::FileSize(path);
+    if (!size.ok()) {
+      return absl::DataLossError(absl::StrCat("checkpoint '", name, "': shard '", shard.file,
+                                              "' was not written: ", size.status().message()));
+    }
+    if (*size != shard.bytes) {
+      return absl::DataLossError(absl::StrCat("checkpoint '", name, "': shard '", shard.file,
+                                              "' has ", *size, " bytes, the manifest says ",
+                                              shard.bytes));
+    }
+  }
+  OPTSTEP_RETURN_IF_ERROR(internal::WriteSmallFile(absl::StrCat(tmp, "/", kManifestFile), text));
+  OPTSTEP_RETURN_IF_ERROR(internal::FsyncPath(tmp));
+  absl::Status renamed = RenameNoReplace(tmp, CheckpointDir(root, name));
+  if (renamed.code() == absl::StatusCode::kAlreadyExists) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("checkpoint '", name, "' exists already in '", root, "'"));
+  }
+  OPTSTEP_RETURN_IF_ERROR(renamed);
+  return internal::FsyncPath(std::string(root));
+}
+
+// Keeps the `keep_last` newest complete checkpoints of `manifest`'s definition, `name` (just
+// committed) always among them. A failure to prune is logged, not fatal to the save.
+absl::Status PruneCheckpoints(absl::string_view root, absl::string_view name,
+                              const Manifest& manifest, int keep_last) {
+  absl::StatusOr<std::vector<Complete>> all = CompleteCheckpoints(std::string(root));
+  if (!all.ok()) {
+    LOG(WARNING) << "checkpoint '" << name << "' committed; pruning failed: " << all.status();
+    return absl::OkStatus();
+  }
+  // Only checkpoints of the same session definition count: another session's are not ours to
+  // prune. A manifest that cannot be read is left alone.
+  absl::StatusOr<std::string> digest = DefinitionDigest(manifest.definition);
+  if (!digest.ok()) return digest.status();
+  std::vector<Complete> same;
+  for (Complete& c : *all) {
+    if (c.name == name || DigestOfCheckpoint(root, c.name) == *digest) {
+      same.push_back(std::move(c));
+    }
+  }
+  int excess = static_cast<int>(same.size()) - keep_last;
+  for (const Complete& victim : same) {
+    if (excess <= 0) break;
+    if (victim.name == name) continue;
+    absl::Status removed = RemoveCheckpoint(root, victim.name);
+    if (!removed.ok()) LOG(WARNING) << "pruning checkpoint '" << victim.name << "': " << removed;
+    --excess;
+  }
+  return absl::OkStatus();
+}
+
+// `status`; when it is an error, the temporary directory of `name` is removed first (the save
+// failed: its files must not fill the disk).
+absl::Status RemoveTemporaryOnError(absl::string_view root, absl::string_view name,
+                                    absl::Status status) {
+  if (status.ok()) return status;
+  absl::Status removed = AbandonCheckpoint(root, name);
+  if (!removed.ok()) LOG(WARNING) << "removing the temporary of a failed save: " << removed;
+  return status;
+}
+
+// Writes the header and the tensors into `file` (at `path`), fsyncs it, and describes it.
+absl::StatusOr<ShardFile> WriteShardFile(File file, const std::string& path,
+                                         const std::string& file_name, const std::string& header,
+                                         const std::vector<SafetensorsEntry>& entries,
+                                         absl::Span<const TensorSource> tensors,
+                                         const CheckpointProgressCallback& progress,
+                                         const CheckpointIoOptions& options) {
+  const uint64_t total = header.size() + (entries.empty() ? 0 : entries.back().end);
+  StagedFileWriter writer(std::move(file), path, options.staging_bytes, total, progress);
+  OPTSTEP_RETURN_IF_ERROR(writer.Append(header.data(), header.size()));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t bytes = entries[i].end - entries[i].begin;
+    if (tensors[i].data != nullptr) {
+      OPTSTEP_RETURN_IF_ERROR(writer.Append(tensors[i].data, bytes));
+    } else {
+      OPTSTEP_RETURN_IF_ERROR(writer.AppendFrom(tensors[i].read, bytes, tensors[i].key));
+    }
+  }
+  return writer.Finish(file_name);
+}
+
 }  // namespace
 
 absl::StatusOr<Manifest> ReadManifestFile(absl::string_view dir) {
@@ -228,14 +319,23 @@ absl::StatusOr<Manifest> ReadManifestFile(absl::string_view dir) {
 }
 
 absl::Status ValidateCheckpointName(absl::string_view name) {
+  // The name as C escapes: a control character must not reach a message or a log line raw.
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint name '", name, "' ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint name '", absl::CHexEscape(name), "' ", why));
   };
   if (name.empty()) return bad("is empty");
   if (name.size() > 255) return bad(absl::StrCat("has ", name.size(), " bytes (at most 255)"));
   if (name[0] == '.') return bad("starts with '.' (hidden names, '.' and '..' are reserved)");
   if (absl::StrContains(name, '/')) return bad("contains '/'; it must be one path component");
-  if (absl::StrContains(name, '\0')) return bad("contains a NUL byte");
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) {
+      return bad(absl::StrCat("contains the control character '",
+                              absl::CHexEscape(name.substr(i, 1)), "' at byte ", i,
+                              " (bytes 0x00-0x1f and 0x7f are refused)"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -262,7 +362,7 @@ absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name) {
   const std::string tmp = CheckpointTempDir(root, name);
   OPTSTEP_RETURN_IF_ERROR(internal::RemoveTree(tmp));
   if (::mkdir(tmp.c_str(), 0755) != 0) return internal::ErrnoStatus(errno, "create", tmp);
-  return internal::FsyncPath(root_dir);
+  return RemoveTemporaryOnError(root, name, internal::FsyncPath(root_dir));
 }
 
 absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::string_view name,
@@ -293,18 +393,14 @@ absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::str
   const std::string file_name = ShardFileName(rank, world_size);
   const std::string path = absl::StrCat(tmp, "/", file_name);
   OPTSTEP_ASSIGN_OR_RETURN(File file, internal::OpenForWrite(path));
-  const uint64_t total = header.size() + (entries.empty() ? 0 : entries.back().end);
-  StagedFileWriter writer(std::move(file), path, options.staging_bytes, total, progress);
-  OPTSTEP_RETURN_IF_ERROR(writer.Append(header.data(), header.size()));
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const uint64_t bytes = entries[i].end - entries[i].begin;
-    if (tensors[i].data != nullptr) {
-      OPTSTEP_RETURN_IF_ERROR(writer.Append(tensors[i].data, bytes));
-    } else {
-      OPTSTEP_RETURN_IF_ERROR(writer.AppendFrom(tensors[i].read, bytes, tensors[i].key));
-    }
+  absl::StatusOr<ShardFile> shard =
+      WriteShardFile(std::move(file), path, file_name, header, entries, tensors, progress, options);
+  if (!shard.ok()) {
+    // Whatever failed, the partial file goes: a full disk must not stay full.
+    absl::Status removed = internal::RemoveTree(path);
+    if (!removed.ok()) LOG(WARNING) << "removing a failed shard: " << removed;
   }
-  return writer.Finish(file_name);
+  return shard;
 }
 
 absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
@@ -314,55 +410,10 @@ absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
     return absl::InvalidArgumentError(absl::StrCat("keep_last ", keep_last, " is negative"));
   }
   OPTSTEP_ASSIGN_OR_RETURN(std::string text, SerializeManifest(manifest));
-  const std::string tmp = CheckpointTempDir(root, name);
-  for (const ManifestShard& shard : manifest.shards) {
-    const std::string path = absl::StrCat(tmp, "/", shard.file);
-    absl::StatusOr<uint64_t> size = internal::FileSize(path);
-    if (!size.ok()) {
-      return absl::DataLossError(absl::StrCat("checkpoint '", name, "': shard '", shard.file,
-                                              "' was not written: ", size.status().message()));
-    }
-    if (*size != shard.bytes) {
-      return absl::DataLossError(absl::StrCat("checkpoint '", name, "': shard '", shard.file,
-                                              "' has ", *size, " bytes, the manifest says ",
-                                              shard.bytes));
-    }
-  }
-  OPTSTEP_RETURN_IF_ERROR(internal::WriteSmallFile(absl::StrCat(tmp, "/", kManifestFile), text));
-  OPTSTEP_RETURN_IF_ERROR(internal::FsyncPath(tmp));
-  absl::Status renamed = RenameNoReplace(tmp, CheckpointDir(root, name));
-  if (renamed.code() == absl::StatusCode::kAlreadyExists) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("checkpoint '", name, "' exists already in '", root, "'"));
-  }
-  OPTSTEP_RETURN_IF_ERROR(renamed);
-  OPTSTEP_RETURN_IF_ERROR(internal::FsyncPath(std::string(root)));
+  OPTSTEP_RETURN_IF_ERROR(
+      RemoveTemporaryOnError(root, name, PublishCheckpoint(root, name, manifest, text)));
   if (keep_last == 0) return absl::OkStatus();
-  // The checkpoint is committed; a failure to prune is reported, not fatal to the save.
-  absl::StatusOr<std::vector<Complete>> all = CompleteCheckpoints(std::string(root));
-  if (!all.ok()) {
-    LOG(WARNING) << "checkpoint '" << name << "' committed; pruning failed: " << all.status();
-    return absl::OkStatus();
-  }
-  // Only checkpoints of the same session definition count: another session's are not ours to
-  // prune. A manifest that cannot be read is left alone.
-  absl::StatusOr<std::string> digest = DefinitionDigest(manifest.definition);
-  if (!digest.ok()) return digest.status();
-  std::vector<Complete> same;
-  for (Complete& c : *all) {
-    if (c.name == name || DigestOfCheckpoint(root, c.name) == *digest) {
-      same.push_back(std::move(c));
-    }
-  }
-  int excess = static_cast<int>(same.size()) - keep_last;
-  for (const Complete& victim : same) {
-    if (excess <= 0) break;
-    if (victim.name == name) continue;
-    absl::Status removed = RemoveCheckpoint(root, victim.name);
-    if (!removed.ok()) LOG(WARNING) << "pruning checkpoint '" << victim.name << "': " << removed;
-    --excess;
-  }
-  return absl::OkStatus();
+  return PruneCheckpoints(root, name, manifest, keep_last);
 }
 
 absl::StatusOr<std::vector<std::string>> ListCheckpoints(absl::string_view root) {

@@ -11,8 +11,10 @@
 // Crash safety: everything is written under the hidden temporary directory and fsynced; Commit
 // writes manifest.json last and renames the directory into place, so a directory without the
 // leading dot always holds a complete checkpoint. Pruning renames a victim back to a hidden
-// name before deleting it. Functions are thread-compatible; different ranks may write their
-// shards concurrently.
+// name before deleting it. A failure cleans up after itself: a shard that could not be written
+// is removed by its rank, and a failed Prepare or Commit removes the temporary directory; when
+// another rank's part failed, rank 0 calls AbandonCheckpoint (temporaries.h). Functions are
+// thread-compatible; different ranks may write their shards concurrently.
 
 #include <cstddef>
 #include <cstdint>
@@ -66,7 +68,8 @@ struct ShardFile {
 };
 
 // INVALID_ARGUMENT unless `name` is a single, non-hidden path component: not empty, not "." or
-// "..", no '/', no NUL, no leading '.', at most 255 bytes.
+// "..", no '/', no control character (bytes 0x00-0x1f, 0x7f), no leading '.', at most 255 bytes.
+// The message names the rule and the name, C-escaped.
 absl::Status ValidateCheckpointName(absl::string_view name);
 
 // "<root>/<name>" and "<root>/.<name>.tmp".
@@ -79,6 +82,7 @@ std::string CheckpointTempDir(absl::string_view root, absl::string_view name);
 
 // Rank 0, first: validates `name`, ALREADY_EXISTS if <root>/<name> exists, removes a stale
 // <root>/.<name>.tmp, creates it and fsyncs `root` (which must exist: NOT_FOUND otherwise).
+// The temporary directory is removed again when the fsync fails.
 absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name);
 
 // Every rank: writes shard-<rank>-of-<world>.safetensors into the temporary directory,
@@ -86,7 +90,8 @@ absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name);
 // and fsyncs it. `metadata` goes to the safetensors "__metadata__". INVALID_ARGUMENT for a bad
 // rank/world, a duplicate or empty key, a source with neither or both of data/read, or a
 // negative dimension; FAILED_PRECONDITION when the temporary directory is missing (Prepare not
-// run); a reader callback's error is returned as is, annotated with the key.
+// run); a reader callback's error is returned as is, annotated with the key. On any failure after
+// the file was created, the partial file is removed.
 absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::string_view name,
                                                int rank, int world_size,
                                                absl::Span<const TensorSource> tensors,
@@ -95,7 +100,8 @@ absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::str
 
 // Rank 0, last: checks `manifest` (one shard per rank; each file present with the recorded
 // size: DATA_LOSS otherwise), writes manifest.json, fsyncs it and the directory, renames the
-// temporary directory to <root>/<name> (ALREADY_EXISTS if taken meanwhile), fsyncs `root`, then
+// temporary directory to <root>/<name> (ALREADY_EXISTS if taken meanwhile), fsyncs `root`
+// (any failure up to here removes the temporary directory and everything in it), then
 // keeps only the `keep_last` newest complete checkpoints of the same session definition (same
 // definition digest) in `root` (0 keeps all); other sessions' checkpoints are never pruned.
 // Newest = latest manifest.json modification time, ties by name.

@@ -136,12 +136,18 @@ absl::Status RemoveTree(const std::string& path) {
     return errno == ENOENT ? absl::OkStatus() : ErrnoStatus(errno, "stat", path);
   }
   if (S_ISDIR(st.st_mode)) {
-    OPTSTEP_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(path));
-    for (const std::string& name : names) {
+    absl::StatusOr<std::vector<std::string>> names = ListDir(path);
+    if (!names.ok()) {
+      return names.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus()
+                                                                  : names.status();
+    }
+    for (const std::string& name : *names) {
       OPTSTEP_RETURN_IF_ERROR(RemoveTree(absl::StrCat(path, "/", name)));
     }
-    if (::rmdir(path.c_str()) != 0) return ErrnoStatus(errno, "remove directory", path);
-  } else if (::unlink(path.c_str()) != 0) {
+    if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, "remove directory", path);
+    }
+  } else if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
     return ErrnoStatus(errno, "remove", path);
   }
   return absl::OkStatus();

@@ -50,7 +50,8 @@ absl::Status Fsync(int fd, const std::string& path);
 absl::Status FsyncPath(const std::string& path);  // a file or directory by name
 absl::StatusOr<uint64_t> FileSize(const std::string& path);
 bool Exists(const std::string& path);
-absl::Status RemoveTree(const std::string& path);  // OK when absent
+// OK when absent, also when another process removes entries meanwhile.
+absl::Status RemoveTree(const std::string& path);
 // Entry names of a directory, without "." and "..", sorted.
 absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path);
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes);

@@ -11,6 +11,7 @@
 #include "checkpoint/partition.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/state_dict.h"
+#include "checkpoint/temporaries.h"
 
 namespace optstep {
 namespace {
@@ -40,6 +41,30 @@ absl::Status CheckSameCopy(const CheckpointReader& src, const CheckpointTensor& 
     OPTSTEP_RETURN_IF_ERROR(src.ReadRange(a, offset, n, x.data()));
     OPTSTEP_RETURN_IF_ERROR(src.ReadRange(b, offset, n, y.data()));
     if (std::memcmp(x.data(), y.data(), n) != 0) return differ("contents");
+  }
+  return absl::OkStatus();
+}
+
+// Writes shard r of `sources` for every r and records each in `out.shards`; `total` counts the
+// bytes and files of every shard, for the progress.
+absl::Status WriteShards(absl::string_view dst_root, absl::string_view dst_name,
+                         const std::vector<std::vector<TensorSource>>& sources,
+                         CheckpointProgress total, const CheckpointProgressCallback& progress,
+                         Manifest& out) {
+  const int world_size = static_cast<int>(sources.size());
+  for (int r = 0; r < world_size; ++r) {
+    auto shard_progress = [&, before = total](const CheckpointProgress& p) {
+      if (!progress) return;
+      CheckpointProgress now = before;
+      now.bytes_done += p.bytes_done;
+      now.files_done += p.files_done;
+      progress(now);
+    };
+    OPTSTEP_ASSIGN_OR_RETURN(ShardFile file, WriteCheckpointShard(dst_root, dst_name, r, world_size,
+                                                                  sources[r], shard_progress));
+    total.bytes_done += file.bytes;
+    ++total.files_done;
+    out.shards.push_back({file.file, file.bytes, file.crc32c});
   }
   return absl::OkStatus();
 }
@@ -92,19 +117,11 @@ absl::Status Reshard(const CheckpointReader& src, absl::string_view dst_root,
     total.bytes_total += header.size();
   }
   OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(dst_root, dst_name));
-  for (int r = 0; r < world_size; ++r) {
-    auto shard_progress = [&, before = total](const CheckpointProgress& p) {
-      if (!progress) return;
-      CheckpointProgress now = before;
-      now.bytes_done += p.bytes_done;
-      now.files_done += p.files_done;
-      progress(now);
-    };
-    OPTSTEP_ASSIGN_OR_RETURN(ShardFile file, WriteCheckpointShard(dst_root, dst_name, r, world_size,
-                                                                  sources[r], shard_progress));
-    total.bytes_done += file.bytes;
-    ++total.files_done;
-    out.shards.push_back({file.file, file.bytes, file.crc32c});
+  absl::Status written = WriteShards(dst_root, dst_name, sources, total, progress, out);
+  if (!written.ok()) {
+    // A shard failed (its own file is gone already): the temporary goes with everything in it.
+    (void)AbandonCheckpoint(dst_root, dst_name);
+    return written;
   }
   return CommitCheckpoint(dst_root, dst_name, out, /*keep_last=*/0);
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "checkpoint/temporaries.h"
 #include "glog/logging.h"
 #include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
@@ -220,35 +221,49 @@ absl::StatusOr<uint64_t> HeldOperations::SaveCheckpoint(
   uint64_t step = 0;
   OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint& point) {
     OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name));
-    std::vector<ShardFile> shards(options().world_size);
-    std::atomic<int> files_done{0};
-    OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
-      if (r == 0) {
-        OPTSTEP_ASSIGN_OR_RETURN(
-            shards[0], WriteHeldShard(session, token, where, [&](const CheckpointProgress& p) {
-              (void)session.holds().Hold(token, options().hold_lease);  // renews the lease
-              CheckpointProgress all = p;
-              all.files_done = files_done.load();
-              all.files_total = options().world_size;
-              if (progress) progress(all);
-            }));
-      } else {
-        v1::HeldSessionRequest request = HeldRequest(session, token, options().hold_lease);
-        request.set_checkpoint_name(name);
-        OPTSTEP_ASSIGN_OR_RETURN(
-            v1::HeldSessionResponse response,
-            group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request, absl::Hours(24)));
-        shards[r] =
-            ShardFile{response.shard_file(), response.shard_bytes(), response.shard_crc32c()};
-      }
-      ++files_done;
-      return absl::OkStatus();
-    }));
+    absl::Status saved = SaveShardsAndCommit(session, token, point, where, definition, progress);
+    if (!saved.ok()) {
+      // Every rank's failure path removed its own shard; the temporary goes with the rest.
+      absl::Status removed = AbandonCheckpoint(where.root, where.name);
+      if (!removed.ok()) LOG(WARNING) << "removing the temporary of a failed save: " << removed;
+    }
     step = point.step;
-    return CommitSessionCheckpoint(session, point, where, definition, shards,
-                                   options().keep_checkpoints);
+    return saved;
   }));
   return step;
+}
+
+absl::Status HeldOperations::SaveShardsAndCommit(Session& session, uint64_t token,
+                                                 const HeldPoint& point,
+                                                 const CheckpointLocation& where,
+                                                 const std::string& definition,
+                                                 const CheckpointProgressCallback& progress) {
+  const std::string& name = where.name;
+  std::vector<ShardFile> shards(options().world_size);
+  std::atomic<int> files_done{0};
+  OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0) {
+      OPTSTEP_ASSIGN_OR_RETURN(
+          shards[0], WriteHeldShard(session, token, where, [&](const CheckpointProgress& p) {
+            (void)session.holds().Hold(token, options().hold_lease);  // renews the lease
+            CheckpointProgress all = p;
+            all.files_done = files_done.load();
+            all.files_total = options().world_size;
+            if (progress) progress(all);
+          }));
+    } else {
+      v1::HeldSessionRequest request = HeldRequest(session, token, options().hold_lease);
+      request.set_checkpoint_name(name);
+      OPTSTEP_ASSIGN_OR_RETURN(
+          v1::HeldSessionResponse response,
+          group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request, absl::Hours(24)));
+      shards[r] = ShardFile{response.shard_file(), response.shard_bytes(), response.shard_crc32c()};
+    }
+    ++files_done;
+    return absl::OkStatus();
+  }));
+  return CommitSessionCheckpoint(session, point, where, definition, shards,
+                                 options().keep_checkpoints);
 }
 
 absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(

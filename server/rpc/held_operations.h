@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/state_dict.h"
 #include "server/engine/session.h"
+#include "server/engine/session_checkpoint.h"
 #include "server/rpc/rank_group.h"
 
 namespace optstep {
@@ -60,6 +61,11 @@ class HeldOperations {
   // Every rank writes the state it staged under `token`.
   absl::Status ApplyEverywhere(Session& session, uint64_t token);
   absl::Status CheckCheckpointRoot(const std::string& name) const;
+  // Save's operation once rank 0 prepared `where`: every rank writes its shard of the held
+  // state, then rank 0 commits. The caller removes the temporary when this fails.
+  absl::Status SaveShardsAndCommit(Session& session, uint64_t token, const HeldPoint& point,
+                                   const CheckpointLocation& where, const std::string& definition,
+                                   const CheckpointProgressCallback& progress);
 
   RankGroup* const group_;
 };

@@ -1,0 +1,87 @@
+#include "checkpoint/temporaries.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/file_util.h"
+#include "glog/logging.h"
+
+namespace optstep {
+namespace {
+
+constexpr absl::string_view kTempPrefix = ".";
+constexpr absl::string_view kTempSuffix = ".tmp";
+
+absl::Time ModificationTime(const struct stat& st) { return absl::TimeFromTimespec(st.st_mtim); }
+
+// When `dir` or an entry directly in it was last modified (an entry that vanished meanwhile does
+// not count).
+absl::StatusOr<absl::Time> LastChange(const std::string& dir) {
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return internal::ErrnoStatus(errno, "stat", dir);
+  absl::Time last = ModificationTime(st);
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<std::string> entries, internal::ListDir(dir));
+  for (const std::string& entry : entries) {
+    const std::string path = absl::StrCat(dir, "/", entry);
+    if (::lstat(path.c_str(), &st) == 0) last = std::max(last, ModificationTime(st));
+  }
+  return last;
+}
+
+}  // namespace
+
+absl::Status AbandonCheckpoint(absl::string_view root, absl::string_view name) {
+  OPTSTEP_RETURN_IF_ERROR(ValidateCheckpointName(name));
+  return internal::RemoveTree(CheckpointTempDir(root, name));
+}
+
+absl::StatusOr<std::vector<std::string>> SweepStaleCheckpointTemporaries(absl::string_view root,
+                                                                         absl::Duration max_age,
+                                                                         absl::Time now) {
+  const std::string root_dir(root);
+  struct stat st;
+  if (::stat(root_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint root '", root, "' is not an existing directory"));
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<std::string> entries, internal::ListDir(root_dir));
+  std::vector<std::string> removed;
+  for (const std::string& entry : entries) {
+    if (!absl::StartsWith(entry, kTempPrefix) || !absl::EndsWith(entry, kTempSuffix) ||
+        entry.size() <= kTempPrefix.size() + kTempSuffix.size()) {
+      continue;
+    }
+    const std::string name =
+        entry.substr(kTempPrefix.size(), entry.size() - kTempPrefix.size() - kTempSuffix.size());
+    const std::string dir = CheckpointTempDir(root, name);
+    if (!ValidateCheckpointName(name).ok() || ::lstat(dir.c_str(), &st) != 0 ||
+        !S_ISDIR(st.st_mode)) {
+      continue;  // not a temporary of ours
+    }
+    absl::StatusOr<absl::Time> last = LastChange(dir);
+    if (!last.ok()) {
+      if (last.status().code() != absl::StatusCode::kNotFound) {
+        LOG(WARNING) << "checkpoint temporary '" << dir << "': " << last.status();
+      }
+      continue;
+    }
+    if (now - *last <= max_age) continue;  // a save may still be writing it
+    absl::Status status = internal::RemoveTree(dir);
+    if (!status.ok()) {
+      LOG(WARNING) << "removing stale checkpoint temporary '" << dir << "': " << status;
+      continue;
+    }
+    LOG(INFO) << "event=checkpoint_temporary_removed dir='" << dir
+              << "' idle_s=" << absl::ToInt64Seconds(now - *last);
+    removed.push_back(name);
+  }
+  return removed;
+}
+
+}  // namespace optstep

@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "server/engine/finite_values.h"
 #include "server/engine/gradient_pieces.h"
 #include "server/engine/replica_snapshot.h"
 
@@ -298,6 +299,10 @@ absl::Status Session::InitValues(int param_id, int64_t offset, DType dtype, cons
                                  size_t bytes) {
   OPTSTEP_ASSIGN_OR_RETURN(const int64_t count,
                            replica_->ValueCount(param_id, offset, dtype, bytes));
+  // A message with a non-finite value is refused whole: none of its values is written.
+  OPTSTEP_RETURN_IF_ERROR(
+      CheckFiniteValues(absl::StrCat("param '", replica_->names()[param_id], "'"), "initial value",
+                        offset, dtype, data, count));
   absl::MutexLock lock(&mu_);
   if (counters_.step > 0 || running_ || contributions_.started()) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -1,21 +1,19 @@
 #include "server/engine/step_schedule.h"
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "server/optim/hyperparameter_checks.h"
 
 namespace optstep {
 namespace {
 
-// Puts `value` (when set) into `slot` if it is finite and >= 0.
+// Puts `value` (when set) into `slot` if it is finite and in [0, max]: the bounds a group's lr
+// and weight decay have at creation (server/optim/hyperparameter_checks.h).
 absl::Status Override(uint64_t step, int group, const char* name,
-                      const std::optional<double>& value, double& slot) {
+                      const std::optional<double>& value, double max, double& slot) {
   if (!value) return absl::OkStatus();
-  if (!std::isfinite(*value) || *value < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("step ", step, ": group ", group, ": ", name,
-                                                   " = ", *value, " must be finite and >= 0"));
-  }
+  OPTSTEP_RETURN_IF_ERROR(
+      CheckNonNegative(absl::StrCat("step ", step, ": group ", group), name, *value, max));
   slot = *value;
   return absl::OkStatus();
 }
@@ -30,9 +28,10 @@ absl::StatusOr<StepSchedule> ResolveSchedule(const StepSchedule& defaults, uint6
       return absl::InvalidArgumentError(absl::StrCat(
           "step ", step, ": unknown group ", group, " (session has ", schedule.size(), " groups)"));
     }
-    OPTSTEP_RETURN_IF_ERROR(Override(step, group, "lr", given.lr, schedule[group].lr));
     OPTSTEP_RETURN_IF_ERROR(
-        Override(step, group, "weight_decay", given.weight_decay, schedule[group].weight_decay));
+        Override(step, group, "lr", given.lr, kMaxLearningRate, schedule[group].lr));
+    OPTSTEP_RETURN_IF_ERROR(Override(step, group, "weight_decay", given.weight_decay,
+                                     kMaxWeightDecay, schedule[group].weight_decay));
   }
   return schedule;
 }

@@ -38,7 +38,7 @@ using StepSchedule = std::vector<GroupStepSchedule>;
 
 // `defaults` with the values of `values` (by group id) in their place.
 // INVALID_ARGUMENT naming `step` and the group: a group id outside `defaults`, a value that is not
-// finite or is negative.
+// finite, is negative or exceeds its bound (kMaxLearningRate, kMaxWeightDecay).
 absl::StatusOr<StepSchedule> ResolveSchedule(const StepSchedule& defaults, uint64_t step,
                                              const std::map<int, GroupStepValues>& values);
 

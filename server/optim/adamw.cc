@@ -8,11 +8,11 @@ namespace optstep {
 
 absl::StatusOr<std::unique_ptr<AdamW>> AdamW::Create(const std::string& owner,
                                                      const AdamWConfig& config) {
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "lr", config.lr));
+  OPTSTEP_RETURN_IF_ERROR(CheckLearningRate(owner, config.lr));
   OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta1", config.beta1));
   OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta2", config.beta2));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "eps", config.eps));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "weight_decay", config.weight_decay));
+  OPTSTEP_RETURN_IF_ERROR(CheckEps(owner, "eps", config.eps));
+  OPTSTEP_RETURN_IF_ERROR(CheckWeightDecay(owner, config.weight_decay));
   return std::unique_ptr<AdamW>(new AdamW(config));
 }
 

@@ -1,8 +1,8 @@
 #include "server/optim/adaptive_muon.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/math/emerging.h"
 #include "base/status_macros.h"
+#include "kernels/math/emerging.h"
 #include "server/optim/hyperparameter_checks.h"
 
 namespace optstep {
@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<AdaptiveMuon>> AdaptiveMuon::Create(
         owner, ": moment2_method '", config.moment2_method, "' is not one of adamuon, normuon"));
   }
   OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta2", config.beta2));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "eps", config.eps));
+  OPTSTEP_RETURN_IF_ERROR(CheckEps(owner, "eps", config.eps));
   return std::unique_ptr<AdaptiveMuon>(new AdaptiveMuon(config, method, std::move(core)));
 }
 

@@ -1,17 +1,17 @@
 #include "server/optim/lion.h"
 
-#include "kernels/math/emerging.h"
 #include "base/status_macros.h"
+#include "kernels/math/emerging.h"
 #include "server/optim/hyperparameter_checks.h"
 
 namespace optstep {
 
 absl::StatusOr<std::unique_ptr<Lion>> Lion::Create(const std::string& owner,
                                                    const LionConfig& config) {
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "lr", config.lr));
+  OPTSTEP_RETURN_IF_ERROR(CheckLearningRate(owner, config.lr));
   OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta1", config.beta1));
   OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta2", config.beta2));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "weight_decay", config.weight_decay));
+  OPTSTEP_RETURN_IF_ERROR(CheckWeightDecay(owner, config.weight_decay));
   OPTSTEP_RETURN_IF_ERROR(CheckWeightDecayMode(owner, config.weight_decay_mode));
   return std::unique_ptr<Lion>(new Lion(config));
 }

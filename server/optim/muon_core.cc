@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/math/emerging.h"
-#include "base/status_macros.h"
 #include "server/optim/hyperparameter_checks.h"
 
 namespace optstep {
@@ -38,10 +38,7 @@ int64_t GroupRows(const QkvSplitInfo& qkv) {
 
 absl::StatusOr<NewtonSchulzOptions> NsOptions(const std::string& owner, const MuonConfig& c) {
   NewtonSchulzOptions ns;
-  if (c.num_ns_steps < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(owner, ": num_ns_steps = ", c.num_ns_steps, " must be >= 1"));
-  }
+  OPTSTEP_RETURN_IF_ERROR(CheckCount(owner, "num_ns_steps", c.num_ns_steps, 1, kMaxNsSteps));
   ns.num_steps = c.num_ns_steps;
   OPTSTEP_ASSIGN_OR_RETURN(ns.type, ParseCoefficientType(owner, c.coefficient_type));
   if (ns.type == CoefficientType::kCustom) {
@@ -50,6 +47,9 @@ absl::StatusOr<NewtonSchulzOptions> NsOptions(const std::string& owner, const Mu
           owner, ": coefficient_type 'custom' needs a non-empty list of (a, b, c) triples; got ",
           c.custom_coefficients.size(), " custom_coefficients"));
     }
+    OPTSTEP_RETURN_IF_ERROR(CheckCount(owner, "rows of custom_coefficients",
+                                       static_cast<int64_t>(c.custom_coefficients.size() / 3), 1,
+                                       kMaxNsSteps));
     for (size_t i = 0; i < c.custom_coefficients.size(); i += 3) {
       for (size_t j = 0; j < 3; ++j) {
         if (!std::isfinite(c.custom_coefficients[i + j])) {
@@ -67,7 +67,7 @@ absl::StatusOr<NewtonSchulzOptions> NsOptions(const std::string& owner, const Mu
                                                    "coefficient_type is '", c.coefficient_type,
                                                    "', not 'custom'"));
   }
-  OPTSTEP_RETURN_IF_ERROR(CheckPositive(owner, "ns_eps", c.ns_eps));
+  OPTSTEP_RETURN_IF_ERROR(CheckEps(owner, "ns_eps", c.ns_eps));
   ns.eps = static_cast<float>(c.ns_eps);
   OPTSTEP_ASSIGN_OR_RETURN(
       ns.precision,
@@ -101,13 +101,14 @@ double MuonScaleFactor(ScaleMode mode, int64_t rows, int64_t cols) {
 
 absl::StatusOr<std::unique_ptr<MuonCore>> MuonCore::Create(const std::string& owner,
                                                            const MuonConfig& config) {
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "lr", config.lr));
+  OPTSTEP_RETURN_IF_ERROR(CheckLearningRate(owner, config.lr));
   OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "momentum", config.momentum));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "weight_decay", config.weight_decay));
+  OPTSTEP_RETURN_IF_ERROR(CheckWeightDecay(owner, config.weight_decay));
   OPTSTEP_RETURN_IF_ERROR(CheckWeightDecayMode(owner, config.weight_decay_mode));
   OPTSTEP_ASSIGN_OR_RETURN(NewtonSchulzOptions ns, NsOptions(owner, config));
   OPTSTEP_ASSIGN_OR_RETURN(ScaleMode scale, ParseScaleMode(owner, config.scale_mode));
-  OPTSTEP_RETURN_IF_ERROR(CheckPositive(owner, "extra_scale_factor", config.extra_scale_factor));
+  OPTSTEP_RETURN_IF_ERROR(
+      CheckPositive(owner, "extra_scale_factor", config.extra_scale_factor, kMaxScaleFactor));
   if (ns.type == CoefficientType::kAol) {
     LOG(WARNING) << owner << ": coefficient_type 'aol' flips the sign of a dominant singular "
                  << "direction (normalized sigma > 0.8837; spec §8.2 #1); reproduced as in "

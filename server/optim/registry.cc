@@ -1,6 +1,5 @@
 #include "server/optim/registry.h"
 
-#include <cmath>
 #include <functional>
 #include <map>
 
@@ -9,6 +8,7 @@
 #include "base/status_macros.h"
 #include "server/optim/adamw.h"
 #include "server/optim/adaptive_muon.h"
+#include "server/optim/hyperparameter_checks.h"
 #include "server/optim/lion.h"
 #include "server/optim/muon.h"
 #include "server/optim/sgd.h"
@@ -200,10 +200,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(absl::string_view own
   OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                            Factories().at(kind)(std::string(owner), config, overrides));
   if (!overrides.lr_mult || *overrides.lr_mult == 1.0) return optimizer;
-  if (!std::isfinite(*overrides.lr_mult) || *overrides.lr_mult <= 0.0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(owner, ": lr_mult = ", *overrides.lr_mult, " must be finite and > 0"));
-  }
+  OPTSTEP_RETURN_IF_ERROR(CheckPositive(owner, "lr_mult", *overrides.lr_mult));
   return std::unique_ptr<Optimizer>(new LrScaled(std::move(optimizer), *overrides.lr_mult));
 }
 

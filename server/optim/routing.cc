@@ -3,13 +3,13 @@
 #include <fnmatch.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "server/optim/hyperparameter_checks.h"
 #include "server/optim/registry.h"
 
 namespace optstep {
@@ -89,20 +89,17 @@ absl::StatusOr<std::vector<ParamGroup>> RouteParameters(const ChainConfig& chain
     kinds.push_back(kind);
   }
   const double mup = chain.mup_width_mult;
-  if (!std::isfinite(mup) || mup <= 0.0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer: mup_width_mult = ", mup, " must be finite and > 0"));
-  }
+  OPTSTEP_RETURN_IF_ERROR(
+      CheckInRange("optimizer", "mup_width_mult", mup, 1.0 / kMaxWidthMult, kMaxWidthMult));
   for (int r = 0; r < static_cast<int>(chain.rules.size()); ++r) {
     if (index_of.count(chain.rules[r].sub_optimizer) == 0) {
       return absl::InvalidArgumentError(absl::StrCat("optimizer: rule ", r,
                                                      " routes to unknown sub_optimizer '",
                                                      chain.rules[r].sub_optimizer, "'"));
     }
-    if (chain.rules[r].overrides.wd_mult && *chain.rules[r].overrides.wd_mult < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("optimizer: rule ", r, ": wd_mult = ", *chain.rules[r].overrides.wd_mult,
-                       " must be >= 0"));
+    if (chain.rules[r].overrides.wd_mult) {
+      OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(absl::StrCat("optimizer: rule ", r), "wd_mult",
+                                               *chain.rules[r].overrides.wd_mult, kMaxWeightDecay));
     }
   }
 

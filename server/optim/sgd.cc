@@ -8,9 +8,9 @@ namespace optstep {
 
 absl::StatusOr<std::unique_ptr<Sgd>> Sgd::Create(const std::string& owner,
                                                  const SgdConfig& config) {
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "lr", config.lr));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "momentum", config.momentum));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "weight_decay", config.weight_decay));
+  OPTSTEP_RETURN_IF_ERROR(CheckLearningRate(owner, config.lr));
+  OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "momentum", config.momentum));
+  OPTSTEP_RETURN_IF_ERROR(CheckWeightDecay(owner, config.weight_decay));
   if (config.nesterov && config.momentum <= 0.0) {
     return absl::InvalidArgumentError(
         absl::StrCat(owner, ": nesterov requires momentum > 0, got momentum = ", config.momentum));

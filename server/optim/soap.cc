@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/math/emerging.h"
 #include "kernels/math/weight_decay.h"
-#include "base/status_macros.h"
 #include "server/optim/hyperparameter_checks.h"
 
 namespace optstep {
@@ -15,13 +16,6 @@ namespace {
 
 // Workspace slots (m×n): the l2-decayed gradient and later U; G'; D.
 enum Slot : int { kGradOrUpdate = 0, kProjected = 1, kDirection = 2 };
-
-absl::Status CheckAtLeast(const std::string& owner, const char* name, int64_t value,
-                          int64_t minimum) {
-  if (value >= minimum) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(owner, ": ", name, " = ", value, " must be >= ", minimum));
-}
 
 // q ← I. REQUIRES: q zero-filled (as Device::Allocate gives it): only the diagonal is written,
 // one element at a time, so that no n×n host matrix is needed.
@@ -36,17 +30,19 @@ absl::Status Identity(Device& device, int64_t n, Tensor& q) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Soap>> Soap::Create(const std::string& owner, const SoapConfig& c) {
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "lr", c.lr));
+  OPTSTEP_RETURN_IF_ERROR(CheckLearningRate(owner, c.lr));
   OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta1", c.beta1));
   OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "beta2", c.beta2));
   OPTSTEP_RETURN_IF_ERROR(CheckUnitInterval(owner, "shampoo_beta", c.shampoo_beta));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "eps", c.eps));
-  OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "weight_decay", c.weight_decay));
+  OPTSTEP_RETURN_IF_ERROR(CheckEps(owner, "eps", c.eps));
+  OPTSTEP_RETURN_IF_ERROR(CheckWeightDecay(owner, c.weight_decay));
   OPTSTEP_RETURN_IF_ERROR(CheckWeightDecayMode(owner, c.weight_decay_mode));
+  OPTSTEP_RETURN_IF_ERROR(CheckCount(owner, "precondition_frequency", c.precondition_frequency, 1,
+                                     kMaxPreconditionFrequency));
   OPTSTEP_RETURN_IF_ERROR(
-      CheckAtLeast(owner, "precondition_frequency", c.precondition_frequency, 1));
-  OPTSTEP_RETURN_IF_ERROR(CheckAtLeast(owner, "warmup_steps", c.warmup_steps, 0));
-  OPTSTEP_RETURN_IF_ERROR(CheckAtLeast(owner, "power_iter_steps", c.power_iter_steps, 1));
+      CheckCount(owner, "warmup_steps", c.warmup_steps, 0, std::numeric_limits<int64_t>::max()));
+  OPTSTEP_RETURN_IF_ERROR(
+      CheckCount(owner, "power_iter_steps", c.power_iter_steps, 1, kMaxPowerIterSteps));
   OPTSTEP_RETURN_IF_ERROR(
       CheckNonNegative(owner, "adaptive_update_tolerance", c.adaptive_update_tolerance));
   OPTSTEP_RETURN_IF_ERROR(CheckNonNegative(owner, "max_update_rms", c.max_update_rms));

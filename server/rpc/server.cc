@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "base/status_macros.h"
+#include "server/rpc/request_parse_interceptor.h"
 
 namespace optstep {
 
@@ -29,6 +30,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   const std::string address = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(address, credentials, &server->port_);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeRequestParseInterceptorFactory());
   interceptors.push_back(server->tracker_.MakeFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   builder.RegisterService(&server->optimizer_service_);

@@ -54,6 +54,19 @@ TEST(StepScheduleTest, UnknownGroupsAndInvalidValuesAreRefusedByName) {
     EXPECT_THAT(ResolveSchedule(kDefaults, 5, values).status(),
                 StatusIs(absl::StatusCode::kInvalidArgument, "must be finite and >= 0"));
   }
+  // The bounds a group has at creation hold for a step's values too.
+  std::map<int, GroupStepValues> huge;
+  huge[0].lr = 1e30;
+  EXPECT_THAT(
+      ResolveSchedule(kDefaults, 5, huge).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, "step 5: group 0: lr = 1e+30 must be <= 1000"));
+  huge[0].lr = 1000.0;
+  huge[1].weight_decay = 1001.0;
+  EXPECT_THAT(ResolveSchedule(kDefaults, 5, huge).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "step 5: group 1: weight_decay = 1001 must be <= 1000"));
+  huge[1].weight_decay = 1000.0;
+  EXPECT_THAT(ResolveSchedule(kDefaults, 5, huge).status(), IsOk());
 }
 
 TEST(StepScheduleTest, TrainersOfAStepMustGiveTheSameValues) {

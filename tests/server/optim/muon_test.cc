@@ -339,6 +339,23 @@ TEST_F(MuonTest, StateAndValidation) {
       {[](MuonConfig& c) { c.weight_decay = -1.0; }, "weight_decay = -1"},
       {[](MuonConfig& c) { c.ns_eps = 0.0; }, "ns_eps = 0"},
       {[](MuonConfig& c) { c.extra_scale_factor = NAN; }, "extra_scale_factor"},
+      // Bounds on the work of one step and the size of one update (spec §3, "Bounds checked at
+      // creation").
+      {[](MuonConfig& c) { c.num_ns_steps = 101; }, "muon: num_ns_steps = 101 must be <= 100"},
+      {[](MuonConfig& c) {
+         c.coefficient_type = "polar_express";
+         c.num_ns_steps = 100000000;
+       },
+       "num_ns_steps = 100000000 must be <= 100"},
+      {[](MuonConfig& c) {
+         c.coefficient_type = "custom";
+         c.custom_coefficients.assign(3 * 101, 1.0);
+       },
+       "rows of custom_coefficients = 101 must be <= 100"},
+      {[](MuonConfig& c) { c.lr = 1e30; }, "lr = 1e+30 must be <= 1000"},
+      {[](MuonConfig& c) { c.weight_decay = INFINITY; }, "weight_decay = inf must be finite"},
+      {[](MuonConfig& c) { c.ns_eps = 2.0; }, "ns_eps = 2 must be <= 1"},
+      {[](MuonConfig& c) { c.extra_scale_factor = 1e4; }, "extra_scale_factor = 10000 must be <="},
   };
   for (const Bad& b : bad) {
     MuonConfig c;

@@ -467,6 +467,13 @@ TEST_F(SoapTest, StateAndValidation) {
       {[](SoapConfig& c) { c.shampoo_beta = 1.0; }, "shampoo_beta = 1"},
       {[](SoapConfig& c) { c.beta1 = -0.1; }, "beta1 = -0.1"},
       {[](SoapConfig& c) { c.qr_fp32_matmul_prec = "low"; }, "qr_fp32_matmul_prec"},
+      // Bounds (spec §3, "Bounds checked at creation").
+      {[](SoapConfig& c) { c.power_iter_steps = 101; }, "power_iter_steps = 101 must be <= 100"},
+      {[](SoapConfig& c) { c.precondition_frequency = 1000001; },
+       "precondition_frequency = 1000001 must be <= 1000000"},
+      {[](SoapConfig& c) { c.lr = 1e30; }, "lr = 1e+30 must be <= 1000"},
+      {[](SoapConfig& c) { c.eps = 0.0; }, "eps = 0 must be finite and > 0"},
+      {[](SoapConfig& c) { c.weight_decay = 1e4; }, "weight_decay = 10000 must be <= 1000"},
   };
   for (const Bad& b : bad) {
     SoapConfig c;

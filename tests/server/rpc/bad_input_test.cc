@@ -4,8 +4,10 @@
 // client library would refuse some of these requests before sending them).
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/client_unary_call.h>
 
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -157,11 +159,11 @@ class BadInputTest : public ::testing::Test {
   v1::SessionSpec valid_spec_;
 };
 
-#define EXPECT_STATUS(status, code, substr)                        \
-  do {                                                             \
-    grpc::Status s_ = (status);                                    \
+#define EXPECT_STATUS(status, code, substr)                                   \
+  do {                                                                        \
+    grpc::Status s_ = (status);                                               \
     EXPECT_EQ(s_.error_code(), grpc::StatusCode::code) << s_.error_message(); \
-    EXPECT_THAT(s_.error_message(), HasSubstr(substr));            \
+    EXPECT_THAT(s_.error_message(), HasSubstr(substr));                       \
   } while (0)
 
 TEST_F(BadInputTest, UnknownSession) {
@@ -217,7 +219,8 @@ TEST_F(BadInputTest, ByteLengthNotMatchingTheDType) {
 }
 
 TEST_F(BadInputTest, StepOutOfSequence) {
-  EXPECT_STATUS(RunStep({Header(5)}), FAILED_PRECONDITION, "step 5 out of sequence; expected step 1");
+  EXPECT_STATUS(RunStep({Header(5)}), FAILED_PRECONDITION,
+                "step 5 out of sequence; expected step 1");
   EXPECT_STATUS(RunStep({Header(0)}), INVALID_ARGUMENT, "step must be >= 1");
 }
 
@@ -279,8 +282,7 @@ TEST_F(BadInputTest, MessageOverTheSizeLimit) {
 }
 
 TEST_F(BadInputTest, MoreTrainersThanDeclared) {
-  EXPECT_STATUS(RunStep({Header(1, 2)}), INVALID_ARGUMENT,
-                "trainer_id 2 out of range: session '");
+  EXPECT_STATUS(RunStep({Header(1, 2)}), INVALID_ARGUMENT, "trainer_id 2 out of range: session '");
 }
 
 TEST_F(BadInputTest, MessagesOutOfOrder) {
@@ -321,6 +323,96 @@ TEST_F(BadInputTest, MalformedWireBytes) {
                 "header (field 1) does not parse as optstep.v1.StepHeader");
   // The server keeps serving: a well-formed stream still gets its usual answer.
   EXPECT_STATUS(RunStep({Header(), Chunk(7, 0, Bytes({1}))}), NOT_FOUND, "param_id 7 not found");
+}
+
+// CreateSession bytes that do not parse, sent on a raw unary call.
+TEST_F(BadInputTest, MalformedCreateSessionBytes) {
+  auto create_raw = [&](const std::string& bytes) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer response;
+    return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel_.get(),
+        grpc::internal::RpcMethod("/optstep.v1.OptimizerService/CreateSession",
+                                  grpc::internal::RpcMethod::NORMAL_RPC),
+        &context, request, &response);
+  };
+  // spec (field 1): length 5 runs past the end.
+  EXPECT_STATUS(create_raw(std::string("\x0a\x05\x08", 3)), INVALID_ARGUMENT,
+                "optstep.v1.CreateSessionRequest");
+  // A truncated varint, and a field with wire type 7 (no such type).
+  EXPECT_STATUS(create_raw(std::string("\x08\x80", 2)), INVALID_ARGUMENT, "does not parse");
+  EXPECT_STATUS(create_raw(std::string("\x0f", 1)), INVALID_ARGUMENT, "does not parse");
+  // No spec at all: an empty request parses, and is refused for what it lacks.
+  EXPECT_STATUS(create_raw(""), INVALID_ARGUMENT, "declares no parameters");
+  // The server keeps serving.
+  EXPECT_TRUE(Create(valid_spec_).ok());
+}
+
+TEST_F(BadInputTest, SubOptimizerWithoutKindOrOptions) {
+  v1::SessionSpec spec = valid_spec_;
+  spec.mutable_optimizer()->mutable_sub_optimizers(0)->clear_kind();
+  EXPECT_STATUS(Create(spec), INVALID_ARGUMENT, "sub_optimizer 'adam'");
+}
+
+TEST_F(BadInputTest, AbsurdLearningRates) {
+  v1::SessionSpec spec = valid_spec_;
+  spec.mutable_optimizer()->mutable_sub_optimizers(0)->mutable_adamw()->set_lr(1e30);
+  EXPECT_STATUS(Create(spec), INVALID_ARGUMENT, "lr = 1e+30 must be <= 1000");
+  v1::StepRequest header = Header();
+  auto* group = header.mutable_header()->add_groups();
+  group->set_group_id(0);
+  group->set_lr(1e30);
+  EXPECT_STATUS(RunStep({header}), INVALID_ARGUMENT, "step 1: group 0: lr = 1e+30 must be <= 1000");
+  group->set_lr(1e-3);
+  group->set_weight_decay(std::numeric_limits<double>::infinity());
+  EXPECT_STATUS(RunStep({header}), INVALID_ARGUMENT,
+                "group 0: weight_decay = inf must be finite and >= 0");
+}
+
+TEST_F(BadInputTest, WorkBoundsAtCreation) {
+  v1::SessionSpec spec = valid_spec_;
+  auto* sub = spec.mutable_optimizer()->mutable_sub_optimizers(0);
+  sub->set_name("m");
+  sub->set_kind("muon");
+  sub->mutable_muon()->set_num_ns_steps(100000000);
+  auto* adam = spec.mutable_optimizer()->add_sub_optimizers();
+  adam->set_name("adam");
+  adam->set_kind("adamw");
+  EXPECT_STATUS(Create(spec), INVALID_ARGUMENT,
+                "sub_optimizer 'm' (group 0): num_ns_steps = 100000000 must be <= 100");
+  sub->clear_muon();
+  sub->set_kind("soap");
+  sub->mutable_soap()->set_power_iter_steps(1000000);
+  EXPECT_STATUS(Create(spec), INVALID_ARGUMENT, "power_iter_steps = 1000000 must be <= 100");
+}
+
+// Initial values that are not finite are refused, naming the parameter and the first bad
+// element; nothing of the message is applied.
+TEST_F(BadInputTest, NonFiniteInitialValues) {
+  auto init = [&](uint32_t param, uint64_t offset, const std::vector<float>& values) {
+    v1::InitParametersRequest request;
+    request.set_session_id(session_);
+    request.mutable_values()->set_param_id(param);
+    request.mutable_values()->set_offset(offset);
+    request.mutable_values()->set_dtype(v1::DTYPE_FP32);
+    request.mutable_values()->set_data(Bytes(values));
+    v1::InitParametersResponse response;
+    grpc::ClientContext context;
+    auto writer = stub_->InitParameters(&context, &response);
+    writer->Write(request);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_STATUS(init(0, 2, {1, 2, nan, 4}), INVALID_ARGUMENT,
+                "param 'w': initial value at element 4 is nan");
+  EXPECT_STATUS(init(1, 0, {-inf, 1}), INVALID_ARGUMENT,
+                "param 'b': initial value at element 0 is -inf");
+  // TearDown checks that every parameter is still zero.
 }
 
 TEST_F(BadInputTest, SaveAndLoadNeedACheckpointRootAndAKnownSession) {

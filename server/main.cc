@@ -46,6 +46,9 @@ ABSL_FLAG(int64_t, shutdown_grace_ms, 10000, "Time running calls get to finish o
 ABSL_FLAG(std::string, checkpoint_root, "",
           "Directory of Save / Load checkpoints (the same shared file system on every rank); "
           "empty: Save and Load answer FAILED_PRECONDITION.");
+ABSL_FLAG(int64_t, checkpoint_temp_max_age_ms, 3600000,
+          "At start, remove the temporaries of saves (hidden '.<name>.tmp' directories) in "
+          "--checkpoint_root in which nothing changed for this long; 0: never.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
@@ -122,6 +125,8 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms));
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  options.checkpoint_temp_max_age =
+      absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_temp_max_age_ms));
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "checkpoint/temporaries.h"
 #include "glog/logging.h"
 #include "server/rpc/auth.h"
 #include "server/rpc/held_operations.h"
@@ -121,6 +122,7 @@ absl::Status RankProcess::Launch() {
   // AdminService.Shutdown takes the SIGTERM path (byte 0: no signal).
   server_options.on_shutdown_request = [this](const std::string&) { Shutdown(); };
   OPTSTEP_RETURN_IF_ERROR(StartEngine(peer_credentials));
+  SweepCheckpointRoot();
 
   OPTSTEP_ASSIGN_OR_RETURN(server_, Server::Start(server_options, engine_.get(), group_.get()));
   port_ = server_->port();
@@ -142,6 +144,21 @@ absl::Status RankProcess::Launch() {
   join_thread_ = std::thread([this, address] { JoinGroup(address, store()); });
   shutdown_thread_ = std::thread([this] { AwaitShutdownRequest(); });
   return absl::OkStatus();
+}
+
+void RankProcess::SweepCheckpointRoot() {
+  if (options_.checkpoint_root.empty() ||
+      options_.checkpoint_temp_max_age <= absl::ZeroDuration()) {
+    return;
+  }
+  absl::StatusOr<std::vector<std::string>> swept =
+      SweepStaleCheckpointTemporaries(options_.checkpoint_root, options_.checkpoint_temp_max_age);
+  if (!swept.ok()) {
+    LOG(WARNING) << "--checkpoint_root: " << swept.status();
+  } else if (!swept->empty()) {
+    LOG(INFO) << "removed the temporaries of " << swept->size()
+              << " failed or interrupted checkpoint save(s) from " << options_.checkpoint_root;
+  }
 }
 
 absl::Status RankProcess::StartEngine(

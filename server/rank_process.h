@@ -61,6 +61,9 @@ class RankProcess {
     // Save / Load checkpoints; empty: they answer FAILED_PRECONDITION. 0 keeps every one.
     std::string checkpoint_root;
     int keep_checkpoints = 0;
+    // At start, the temporaries of saves in `checkpoint_root` in which nothing changed for this
+    // long are removed (SweepStaleCheckpointTemporaries); zero: none are.
+    absl::Duration checkpoint_temp_max_age = absl::Hours(1);
     int max_message_bytes = (4 << 20) + (64 << 10);
     // TLS and bearer tokens (docs/security.md); all empty: plaintext, no tokens.
     TlsFiles tls;
@@ -108,6 +111,8 @@ class RankProcess {
   absl::Status Launch();
   absl::Status StartEngine(const std::shared_ptr<grpc::ChannelCredentials>& peer_credentials);
   absl::Status StartMetrics();
+  // Removes the stale temporaries of saves from the checkpoint root; a failure is logged.
+  void SweepCheckpointRoot();
   // Joins the group, then turns health SERVING (the join thread).
   void JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store);
   // Waits for a shutdown request, then stops the server and saves the sessions (the shutdown

@@ -1,15 +1,19 @@
 // RankProcess in this process: it starts on a free port, turns health SERVING once its group (of
 // one) is joined, and stops on Shutdown(), on AdminService.Shutdown and when destroyed.
-// Inconsistent options are refused before anything starts.
+// Stale temporaries of checkpoint saves are removed at start. Inconsistent options are refused
+// before anything starts.
 
 #include "server/rank_process.h"
 
+#include <fcntl.h>
 #include <grpcpp/create_channel.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -104,6 +108,28 @@ TEST(RankProcessTest, ServesMetricsOnAFreePortAndWritesItsPortFile) {
   int written = 0;
   in >> written;
   EXPECT_EQ(written, process->metrics_port());
+}
+
+TEST(RankProcessTest, RemovesStaleSaveTemporariesFromTheCheckpointRootAtStart) {
+  const std::string root = absl::StrCat(std::getenv("TEST_TMPDIR"), "/sweep");
+  ASSERT_EQ(::mkdir(root.c_str(), 0755), 0);
+  const absl::Time two_hours_ago = absl::Now() - absl::Hours(2);
+  const timespec times[2] = {absl::ToTimespec(two_hours_ago), absl::ToTimespec(two_hours_ago)};
+  for (const char* dir : {"/.crashed.tmp", "/.running.tmp", "/kept"}) {
+    ASSERT_EQ(::mkdir((root + dir).c_str(), 0755), 0);
+    std::ofstream(root + dir + "/shard-0-of-1.safetensors") << "partial";
+  }
+  for (const char* path : {"/.crashed.tmp/shard-0-of-1.safetensors", "/.crashed.tmp", "/kept"}) {
+    ASSERT_EQ(::utimensat(AT_FDCWD, (root + path).c_str(), times, 0), 0) << path;
+  }
+  RankProcess::Options options = LocalOptions();
+  options.checkpoint_root = root;
+  auto process = RankProcess::Start(options);
+  ASSERT_TRUE(process.ok()) << process.status();
+  struct stat st;
+  EXPECT_NE(::stat((root + "/.crashed.tmp").c_str(), &st), 0);  // idle for two hours
+  EXPECT_EQ(::stat((root + "/.running.tmp").c_str(), &st), 0);  // written just now
+  EXPECT_EQ(::stat((root + "/kept").c_str(), &st), 0);          // not a temporary
 }
 
 TEST(RankProcessTest, RefusesInconsistentOptions) {

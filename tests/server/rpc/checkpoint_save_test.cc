@@ -1,0 +1,151 @@
+// Save through the real services, engine and a fault-injecting CPU device in process: a save that
+// fails halfway (the device fails a copy of a tensor to the host) leaves nothing in the checkpoint
+// root, the next save of the same name succeeds, and names that are unsafe are refused naming
+// the name escaped, before any file is touched.
+
+#include <dirent.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/device_factory.h"
+#include "optstep/v1/checkpoint_service.grpc.pb.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "server/engine/engine.h"
+#include "server/rpc/server.h"
+#include "tests/testing/fault_injecting_device.h"
+
+namespace optstep {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Entry names of `dir`, hidden ones included, sorted.
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return {"(cannot list)"};
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class CheckpointSaveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static int counter = 0;
+    root_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/checkpoints-", ++counter);
+    ASSERT_EQ(::mkdir(root_.c_str(), 0755), 0);
+    DeviceOptions device_options;
+    device_options.num_threads = 1;
+    auto base = CreateDevice(device_options);
+    ASSERT_TRUE(base.ok()) << base.status();
+    device_ = std::make_shared<testutil::FaultInjectingDevice>(std::move(*base));
+    EngineOptions engine_options;
+    engine_options.injected_device = device_;
+    auto engine = Engine::Create(engine_options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = *std::move(engine);
+    RankGroupOptions group_options;
+    group_options.checkpoint_root = root_;
+    group_ = std::make_unique<RankGroup>(group_options, engine_.get());
+    ServerOptions server_options;
+    server_options.host = "127.0.0.1";
+    auto server = Server::Start(server_options, engine_.get(), group_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    const std::string address = "127.0.0.1:" + std::to_string(server_->port());
+    ASSERT_TRUE(group_->Join(address, nullptr).ok());
+    server_->SetReady(true);
+    auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    checkpoints_ = v1::CheckpointService::NewStub(channel);
+
+    // A session with w [64, 64] and b [64], AdamW, one trainer.
+    v1::CreateSessionRequest request;
+    v1::SessionSpec* spec = request.mutable_spec();
+    auto* w = spec->add_parameters();
+    w->set_name("w");
+    w->add_shape(64);
+    w->add_shape(64);
+    auto* b = spec->add_parameters();
+    b->set_name("b");
+    b->add_shape(64);
+    spec->set_num_trainers(1);
+    spec->set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+    auto* sub = spec->mutable_optimizer()->add_sub_optimizers();
+    sub->set_name("adam");
+    sub->set_kind("adamw");
+    v1::CreateSessionResponse response;
+    grpc::ClientContext context;
+    grpc::Status created =
+        v1::OptimizerService::NewStub(channel)->CreateSession(&context, request, &response);
+    ASSERT_TRUE(created.ok()) << created.error_message();
+    session_ = response.session().session_id();
+  }
+
+  grpc::Status Save(const std::string& name) {
+    v1::SaveRequest request;
+    request.set_session_id(session_);
+    request.set_name(name);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = checkpoints_->Save(&context, request);
+    v1::CheckpointProgress progress;
+    while (reader->Read(&progress)) {
+    }
+    return reader->Finish();
+  }
+
+  std::string root_;
+  std::shared_ptr<testutil::FaultInjectingDevice> device_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<RankGroup> group_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<v1::CheckpointService::Stub> checkpoints_;
+  std::string session_;
+};
+
+TEST_F(CheckpointSaveTest, AFailedSaveLeavesNothingInTheRoot) {
+  // The third copy of a tensor to the host fails: some of the shard is written by then.
+  device_->faults().FailCall("CopyToHost", device_->faults().calls("CopyToHost") + 3,
+                             absl::InternalError("injected: device lost"));
+  grpc::Status failed = Save("s1");
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_THAT(failed.error_message(), HasSubstr("injected: device lost"));
+  EXPECT_THAT(Entries(root_), IsEmpty());
+  // The same name saves once the device works again.
+  device_->faults().Clear();
+  grpc::Status saved = Save("s1");
+  EXPECT_TRUE(saved.ok()) << saved.error_message();
+  EXPECT_THAT(Entries(root_), ElementsAre("s1"));
+}
+
+TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {
+  grpc::Status refused = Save("a\nb");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("checkpoint name 'a\\nb' contains the control character '\\n'"));
+  for (const std::string& name :
+       {std::string("\x1b[2Jx"), std::string("del\x7f"), std::string(""), std::string(".."),
+        std::string(".hidden"), std::string("a/b"), std::string(300, 'n')}) {
+    EXPECT_EQ(Save(name).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+  }
+  EXPECT_THAT(Entries(root_), IsEmpty());
+}
+
+}  // namespace
+}  // namespace optstep

@@ -4,12 +4,12 @@
 // -fsanitize=thread. The system library is not, so under --config=tsan every lock and unlock
 // would be invisible to TSan and every ABSL_GUARDED_BY field would look racy. This file, linked
 // into every binary of --config=tsan (.bazelrc: --custom_malloc), interposes the out-of-line
-// members of absl::Mutex, absl::CondVar and absl::Notification: each one tells TSan what Abseil's
-// own annotated build would (a lock, an unlock, a wait that releases and reacquires), then calls
-// the real member found with dlsym(RTLD_NEXT). Conditions (LockWhen, Await) are evaluated by Abseil
-// with the mutex held, possibly on the thread that unlocks it; they are wrapped so that their
-// reads happen after an acquire of the mutex. gRPC's own mutexes are absl::Mutex too, so its
-// locking is seen as well.
+// members of absl::Mutex, absl::CondVar and absl::Notification (and Status's reference count): each
+// one tells TSan what Abseil's own annotated build would (a lock, an unlock, a wait that releases
+// and reacquires), then calls the real member found with dlsym(RTLD_NEXT). Conditions (LockWhen,
+// Await) are evaluated by Abseil with the mutex held, possibly on the thread that unlocks it; they
+// are wrapped so that their reads happen after an acquire of the mutex. gRPC's own mutexes are
+// absl::Mutex too, so its locking is seen as well.
 //
 // Mode: CondVar::Wait and Await release the mutex in the mode it is held; the reader-mode
 // holders of each thread are tracked here to annotate that mode.
@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -305,6 +306,17 @@ bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
   const bool notified = real(this, deadline);
   if (notified) __tsan_acquire(NotifiedFlag(this));
   return notified;
+}
+
+// Status: a copy takes a reference with an atomic increment in our (instrumented) code, the last
+// release frees the representation inside the library. Each release is told to TSan as a release
+// and an acquire of the representation, as the library's acq_rel decrement is, so the thread that
+// frees it is ordered after every thread that held it.
+void Status::UnrefNonInlined(uintptr_t rep) {
+  static const auto real = Real<void (*)(uintptr_t)>("_ZN4absl7debian36Status15UnrefNonInlinedEm");
+  __tsan_release(reinterpret_cast<void*>(rep));
+  __tsan_acquire(reinterpret_cast<void*>(rep));
+  real(rep);
 }
 
 ABSL_NAMESPACE_END

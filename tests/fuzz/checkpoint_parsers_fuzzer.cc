@@ -14,12 +14,11 @@
 #include "absl/strings/string_view.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/safetensors.h"
+#include "tests/fuzz/fuzz_util.h"
 
 namespace {
 
-void Check(bool condition) {
-  if (!condition) std::abort();
-}
+using optstep::fuzz::Check;
 
 void FuzzManifest(absl::string_view text) {
   absl::StatusOr<optstep::Manifest> manifest = optstep::ParseManifest(text);

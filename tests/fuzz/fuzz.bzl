@@ -28,7 +28,7 @@ def optstep_fuzz_test(name, srcs, deps, corpus, size = "medium"):
             ":libfuzzer": ["-fsanitize=fuzzer"],
             "//conditions:default": [],
         }),
-        deps = deps + select({
+        deps = deps + [":fuzz_util"] + select({
             ":libfuzzer": [],
             "//conditions:default": [":fuzz_replay_main"],
         }),

@@ -10,8 +10,6 @@
 // exactly one group, in ascending order, with a valid sub-optimizer; every refusal is
 // INVALID_ARGUMENT or UNIMPLEMENTED with a message.
 
-#include <google/protobuf/stubs/logging.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -25,19 +23,14 @@
 #include "optstep/v1/session.pb.h"
 #include "server/optim/routing.h"
 #include "server/rpc/convert.h"
+#include "tests/fuzz/fuzz_util.h"
 
 namespace optstep {
 namespace {
 
-// Protobuf logs every string field that is not UTF-8; the fuzzer makes millions.
-const bool kQuietProtobuf = [] {
-  google::protobuf::SetLogHandler(nullptr);
-  return true;
-}();
+const bool kQuietProtobuf = fuzz::QuietProtobuf();
 
-void Check(bool condition) {
-  if (!condition) std::abort();
-}
+using fuzz::Check;
 
 void CheckRefusal(const absl::Status& status) {
   Check(status.code() == absl::StatusCode::kInvalidArgument ||

@@ -8,7 +8,6 @@
 //   and a payload of the rest. The result is protobuf's own serialisation of that StepResponse,
 //   the payload is referred to, not copied, and released exactly once.
 
-#include <google/protobuf/stubs/logging.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
@@ -23,19 +22,14 @@
 #include "absl/strings/string_view.h"
 #include "optstep/v1/optimizer_service.pb.h"
 #include "server/rpc/raw_step_codec.h"
+#include "tests/fuzz/fuzz_util.h"
 
 namespace optstep {
 namespace {
 
-// Protobuf logs every string field that is not UTF-8; the fuzzer makes millions.
-const bool kQuietProtobuf = [] {
-  google::protobuf::SetLogHandler(nullptr);
-  return true;
-}();
+const bool kQuietProtobuf = fuzz::QuietProtobuf();
 
-void Check(bool condition) {
-  if (!condition) std::abort();
-}
+using fuzz::Check;
 
 // `wire` as a ByteBuffer of slices of `slice_bytes` each (the last one shorter); 0: one slice.
 grpc::ByteBuffer Buffer(absl::string_view wire, size_t slice_bytes) {

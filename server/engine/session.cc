@@ -1,7 +1,5 @@
 #include "server/engine/session.h"
 
-#include <algorithm>
-#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,11 +29,7 @@ Session::Session(const Options& options, std::unique_ptr<ReplicaState> replica)
       ordered_(SumsInTrainerOrder(replica->config())),
       replica_(std::move(replica)),
       gate_(id_, replica_->rank()),
-      // Coverage is checked for the parameters this rank owns (others count as empty).
-      contributions_(replica_->config().mode, replica_->config().num_trainers,
-                     OwnedNumels(*replica_), &replica_->names()),
-      order_(replica_->config().num_trainers, OwnedNumels(*replica_)) {
-  attempts_.assign(replica_->config().num_trainers, 0);
+      book_(id_, replica_->rank(), replica_->config(), OwnedNumels(*replica_), &replica_->names()) {
 }
 
 Session::~Session() {
@@ -66,8 +60,8 @@ SessionStats Session::stats() const {
   SessionStats stats;
   {
     absl::MutexLock lock(&mu_);
-    stats.step = counters_.step;
-    stats.skipped_steps = counters_.skipped_steps;
+    stats.step = book_.counters().step;
+    stats.skipped_steps = book_.counters().skipped_steps;
   }
   const ReplicaState::Bytes bytes = replica_->bytes();
   stats.param_bytes = bytes.params;
@@ -88,61 +82,16 @@ absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
   OPTSTEP_ASSIGN_OR_RETURN(StepSchedule schedule, ResolveSchedule(replica_->DefaultSchedule(),
                                                                   begin.step, begin.schedules));
   std::vector<WaitingChunk> superseded;
-  Contribution c;
+  absl::StatusOr<Contribution> c;
   {
     absl::MutexLock lock(&mu_);
-    OPTSTEP_RETURN_IF_ERROR(CheckUsable());
-    c.trainer = begin.trainer;
-    c.step = begin.step;
-    c.return_dtype = begin.return_dtype;
-    c.return_params = begin.return_params;
-    c.stream_params = begin.stream_params;
-    c.generation = generation_;
-    const uint64_t step = counters_.step;
-    if (begin.step == step && step > 0 && last_outcome_) {
-      c.replay = true;
-      return c;
-    }
-    if (begin.step != step + 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "session '", id_, "': step ", begin.step, " out of sequence; expected step ", step + 1));
-    }
-    if (running_ || contributions_.committed(begin.trainer)) {
-      c.retry = true;
-      return c;
-    }
-    if (schedule_) {
-      OPTSTEP_RETURN_IF_ERROR(CheckSameSchedule(begin.step, begin.trainer, schedule, *schedule_));
-    }
-    schedule_ = std::move(schedule);
-    if (!step_began_) step_began_ = absl::Now();
-    contributions_.DropTrainer(begin.trainer);
-    superseded = order_.TakeWaiting(begin.trainer);
-    c.attempt = ++attempts_[begin.trainer];
+    c = book_.Begin(begin, std::move(schedule), absl::Now(), &superseded);
   }
   for (WaitingChunk& chunk : superseded) {
     chunk.added(absl::AbortedError(absl::StrCat("step ", begin.step, ": trainer ", begin.trainer,
                                                 " began the step again on another stream")));
   }
   return c;
-}
-
-absl::Status Session::CheckUsable() const {
-  if (closed_) return absl::UnavailableError(absl::StrCat("session '", id_, "' is closed"));
-  if (broken_) {
-    return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank(),
-                                               " lost a peer; the group must be restarted"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Session::CheckFresh(const Contribution& c) const {
-  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
-  if (c.generation != generation_ || (!c.retry && !c.replay && c.attempt != attempts_[c.trainer])) {
-    return absl::AbortedError(absl::StrCat("session '", id_, "': step ", c.step, " of trainer ",
-                                           c.trainer, " was aborted or superseded; redo the step"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
@@ -182,13 +131,13 @@ absl::StatusOr<Session::ChunkFate> Session::AddGradient(const Contribution& c, i
   }
   {
     absl::MutexLock lock(&mu_);
-    OPTSTEP_RETURN_IF_ERROR(CheckFresh(c));
+    OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));
     if (c.retry || c.replay) return ChunkFate::kAdded;  // already counted once
-    OPTSTEP_RETURN_IF_ERROR(contributions_.CheckBounds(param_id, offset, count));
-    if (ordered_ && c.trainer > order_.turn(param_id)) {
-      order_.Wait(WaitingChunk{c, param_id, offset, dtype,
-                               std::vector<absl::string_view>(pieces.begin(), pieces.end()),
-                               std::move(keep), std::move(added)});
+    OPTSTEP_RETURN_IF_ERROR(book_.contributions().CheckBounds(param_id, offset, count));
+    if (ordered_ && c.trainer > book_.order().turn(param_id)) {
+      book_.order().Wait(WaitingChunk{c, param_id, offset, dtype,
+                                      std::vector<absl::string_view>(pieces.begin(), pieces.end()),
+                                      std::move(keep), std::move(added)});
       return ChunkFate::kWaiting;
     }
   }
@@ -201,13 +150,11 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
                                  absl::Span<const absl::string_view> pieces) {
   const size_t size = DTypeSize(dtype);
   std::vector<ElementRange> fresh;
-  uint64_t generation = 0;
   {
     absl::MutexLock lock(&mu_);
-    OPTSTEP_RETURN_IF_ERROR(CheckFresh(c));
-    OPTSTEP_RETURN_IF_ERROR(contributions_.AddRange(
+    OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));  // so c.generation is the book's now
+    OPTSTEP_RETURN_IF_ERROR(book_.contributions().AddRange(
         c.trainer, param_id, offset, static_cast<int64_t>(TotalBytes(pieces) / size), &fresh));
-    generation = generation_;
     ++inflight_copies_;
   }
   // Trainer 0 (and SHARDED) writes the buffer; later trainers add to it, in turn.
@@ -228,55 +175,34 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
     --inflight_copies_;
     if (!status.ok()) {
       // Recorded but not (all) written: the step cannot be trusted on this rank any more.
-      MarkBrokenLocked();
+      book_.MarkBroken();
+      gate_.Stop();
       status = absl::InternalError(
           absl::StrCat("session '", id_, "': param '", replica_->names()[param_id],
                        "': writing the gradient failed: ", status.message()));
-    } else if (ordered_ && generation == generation_ && c.trainer == order_.turn(param_id)) {
-      released = order_.Added(param_id, written);
+    } else if (ordered_ && c.generation == book_.generation() &&
+               c.trainer == book_.order().turn(param_id)) {
+      released = book_.order().Added(param_id, written);
     }
   }
   if (status.ok()) observer_->OnBytesIn(static_cast<int64_t>(written * size));
-  AddReleased(std::move(released));
-  return status;
-}
-
-void Session::AddReleased(std::vector<WaitingChunk> chunks) {
-  for (WaitingChunk& chunk : chunks) {
+  for (WaitingChunk& chunk : released) {
     chunk.added(
         WriteChunk(chunk.contribution, chunk.param, chunk.offset, chunk.dtype, chunk.pieces));
   }
+  return status;
 }
 
 absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepCallback done) {
   std::optional<StepOutcome> replay;
   {
     absl::MutexLock lock(&mu_);
-    OPTSTEP_RETURN_IF_ERROR(CheckFresh(c));
+    OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));
     if (c.replay) {
-      replay = last_outcome_;
+      replay = book_.last_outcome();
     } else {
-      if (!c.retry) {
-        const int64_t received = contributions_.elements_from(c.trainer);
-        if (num_elements != 0 && static_cast<int64_t>(num_elements) != received) {
-          contributions_.DropTrainer(c.trainer);
-          return absl::InvalidArgumentError(absl::StrCat("step ", c.step, ": trainer ", c.trainer,
-                                                         " commits ", num_elements,
-                                                         " elements but sent ", received));
-        }
-        absl::Status complete = contributions_.CheckTrainerComplete(c.trainer);
-        if (complete.ok()) {
-          contributions_.Commit(c.trainer);
-          if (contributions_.all_committed()) complete = contributions_.CheckAllComplete();
-        }
-        if (!complete.ok()) {
-          contributions_.DropTrainer(c.trainer);
-          return complete;
-        }
-      }
-      waiters_.push_back(
-          StepWaiter{c.return_dtype, c.return_params, std::move(done), c.stream_params});
-      StartIfCompleteLocked();
+      OPTSTEP_RETURN_IF_ERROR(book_.Commit(c, num_elements, std::move(done)));
+      StartResolutionLocked(ResolutionKind::kApply);
       return absl::OkStatus();
     }
   }
@@ -304,12 +230,12 @@ absl::Status Session::InitValues(int param_id, int64_t offset, DType dtype, cons
       CheckFiniteValues(absl::StrCat("param '", replica_->names()[param_id], "'"), "initial value",
                         offset, dtype, data, count));
   absl::MutexLock lock(&mu_);
-  if (counters_.step > 0 || running_ || contributions_.started()) {
+  if (book_.counters().step > 0 || book_.running() || book_.contributions().started()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session '", id_, "': initial values can only be set before the first step (at step ",
-        counters_.step, ")"));
+        book_.counters().step, ")"));
   }
-  snapshots_.clear();
+  book_.snapshots().clear();
   return replica_->WriteValues(param_id, offset, dtype, data, count);
 }
 
@@ -317,8 +243,8 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
   std::shared_ptr<const ParamSnapshot> published;
   {
     absl::MutexLock lock(&mu_);
-    auto it = snapshots_.find(dtype);
-    if (it != snapshots_.end()) published = it->second;
+    auto it = book_.snapshots().find(dtype);
+    if (it != book_.snapshots().end()) published = it->second;
   }
   if (published != nullptr) return done(std::move(published));
   // Read the masters on the coordinator, which alone writes them during a step, so the values
@@ -327,7 +253,7 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
     uint64_t step;
     {
       absl::MutexLock lock(&self->mu_);
-      step = self->counters_.step;
+      step = self->book_.counters().step;
     }
     absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot;
     absl::Status status = self->coordinator_->OnDevice([&] {
@@ -336,7 +262,7 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
     });
     if (status.ok()) {
       absl::MutexLock lock(&self->mu_);
-      if (self->counters_.step == step) self->snapshots_[dtype] = *snapshot;
+      if (self->book_.counters().step == step) self->book_.snapshots()[dtype] = *snapshot;
     }
     done(std::move(snapshot));
   });
@@ -344,42 +270,10 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
 
 // --- Ending steps ---
 
-void Session::WriteCountersLocked(const ResolvedState& resolved) {
-  if (resolved.step) counters_.step = *resolved.step;
-  if (resolved.skipped_steps) counters_.skipped_steps = *resolved.skipped_steps;
-  snapshots_.clear();
-  last_outcome_.reset();
-  ++generation_;
-}
-
-std::vector<WaitingChunk> Session::ResetStepLocked() {
-  ++generation_;
-  contributions_.Reset();
-  schedule_.reset();
-  step_began_.reset();
-  return order_.Reset();
-}
-
-std::vector<StepCallback> Session::AbortLocked() {
-  std::vector<StepCallback> callbacks;
-  for (WaitingChunk& chunk : ResetStepLocked()) {
-    callbacks.push_back([added = std::move(chunk.added)](absl::StatusOr<StepOutcome> outcome) {
-      added(outcome.status());  // only ever told why the step ended
-    });
-  }
-  for (StepWaiter& w : waiters_) callbacks.push_back(std::move(w.done));
-  waiters_.clear();
-  return callbacks;
-}
-
-void Session::MarkBrokenLocked() {
-  broken_ = true;
-  gate_.Stop();
-}
-
 bool Session::StartResolutionLocked(ResolutionKind kind) {
+  if (kind == ResolutionKind::kApply && !book_.ready_to_apply()) return false;
   if (!gate_.TryStart()) return false;  // deferred until the hold ends or rises
-  running_ = true;
+  book_.set_running(true);
   coordinator_->Post([self = shared_from_this(), kind] {
     self->coordinator_->Resolve(kind);
     self->gate_.Finish();
@@ -387,33 +281,29 @@ bool Session::StartResolutionLocked(ResolutionKind kind) {
   return true;
 }
 
-void Session::StartIfCompleteLocked() {
-  if (!closed_ && !broken_ && !running_ && contributions_.all_committed()) {
-    StartResolutionLocked(ResolutionKind::kApply);
-  }
-}
-
 void Session::AbortIfExpired(absl::Time now) {
   uint64_t resolution = 0, step = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (running_ || closed_ || broken_ || !step_began_ || now - *step_began_ < step_deadline_ ||
+    const std::optional<absl::Time>& began = book_.step_began();
+    if (book_.running() || !book_.CheckUsable().ok() || !began || now - *began < step_deadline_ ||
         !gate_.may_start()) {
       return;
     }
-    LOG(WARNING) << "session " << id_ << " rank " << rank() << ": step " << counters_.step + 1
-                 << " incomplete after " << absl::FormatDuration(step_deadline_)
-                 << "; voting to abort";
+    LOG(WARNING) << "session " << id_ << " rank " << rank() << ": step "
+                 << book_.counters().step + 1 << " incomplete after "
+                 << absl::FormatDuration(step_deadline_) << "; voting to abort";
     StartResolutionLocked(ResolutionKind::kAbort);  // no further contributions count
     resolution = gate_.started();
-    step = counters_.step + 1;
+    step = book_.counters().step + 1;
   }
   if (on_abort_vote_ && layout().world_size > 1) on_abort_vote_(resolution, step);
 }
 
 void Session::JoinAbort(uint64_t resolution, uint64_t step) {
   absl::MutexLock lock(&mu_);
-  if (closed_ || broken_ || gate_.started() + 1 != resolution || step != counters_.step + 1) {
+  if (!book_.CheckUsable().ok() || gate_.started() + 1 != resolution ||
+      step != book_.counters().step + 1) {
     return;
   }
   LOG(WARNING) << "session " << id_ << " rank " << rank() << ": another rank voted to abort step "
@@ -425,10 +315,9 @@ void Session::Close() {
   std::vector<StepCallback> callbacks;
   {
     absl::MutexLock lock(&mu_);
-    if (closed_) return;
-    closed_ = true;
+    if (!book_.Close()) return;  // closed before
     gate_.Stop();
-    if (!running_) callbacks = AbortLocked();
+    if (!book_.running()) callbacks = book_.Abort();
   }
   const absl::Status reason =
       absl::UnavailableError(absl::StrCat("session '", id_, "' closed before the step ran"));
@@ -437,12 +326,12 @@ void Session::Close() {
 
 bool Session::step_pending() const {
   absl::MutexLock lock(&mu_);
-  return step_began_.has_value();
+  return book_.step_began().has_value();
 }
 
 bool Session::healthy() const {
   absl::MutexLock lock(&mu_);
-  return !broken_;
+  return !book_.broken();
 }
 
 // --- StepLedger ---
@@ -451,41 +340,26 @@ StepLedger::Pending Session::BeginResolution() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](int* inflight) { return *inflight == 0; }, &inflight_copies_));
-  return Pending{counters_.step + 1, schedule_, step_began_};
+  return book_.pending();
 }
 
 std::vector<StepWaiter> Session::TakeStreamingWaiters() {
   absl::MutexLock lock(&mu_);
-  auto wants = std::stable_partition(waiters_.begin(), waiters_.end(), [](const StepWaiter& w) {
-    return !(w.want_params && w.stream);
-  });
-  std::vector<StepWaiter> early(std::make_move_iterator(wants),
-                                std::make_move_iterator(waiters_.end()));
-  waiters_.erase(wants, waiters_.end());
-  return early;
+  return book_.TakeStreamingWaiters();
 }
 
 void Session::MarkBroken() {
   absl::MutexLock lock(&mu_);
-  MarkBrokenLocked();
+  book_.MarkBroken();
+  gate_.Stop();
 }
 
 StepLedger::Ended Session::EndStep(absl::StatusOr<StepOutcome>& outcome) {
   Ended ended;
-  std::vector<WaitingChunk> stranded;
+  std::vector<WaitingChunk> stranded;  // none when every trainer committed
   {
     absl::MutexLock lock(&mu_);
-    ended.waiters = std::move(waiters_);
-    waiters_.clear();
-    if (outcome.ok()) {
-      ++counters_.step;
-      if (outcome->skipped) ++counters_.skipped_steps;
-      outcome->step = counters_.step;
-      last_outcome_ = *outcome;
-    }
-    ended.step = outcome.ok() ? counters_.step : counters_.step + 1;
-    stranded = ResetStepLocked();  // no chunk waits when every trainer committed
-    snapshots_.clear();
+    ended = book_.EndStep(outcome, &stranded);
   }
   for (WaitingChunk& chunk : stranded) {
     chunk.added(
@@ -497,8 +371,8 @@ StepLedger::Ended Session::EndStep(absl::StatusOr<StepOutcome>& outcome) {
 void Session::EndResolution(
     const std::map<DType, std::shared_ptr<const ParamSnapshot>>* snapshots) {
   absl::MutexLock lock(&mu_);
-  if (snapshots != nullptr) snapshots_ = *snapshots;
-  running_ = false;
+  if (snapshots != nullptr) book_.snapshots() = *snapshots;
+  book_.set_running(false);
 }
 
 }  // namespace optstep

@@ -26,6 +26,7 @@
 #include "server/engine/resolution_gate.h"
 #include "server/engine/session_config.h"
 #include "server/engine/session_holds.h"
+#include "server/engine/step_book.h"
 #include "server/engine/step_contributions.h"
 #include "server/engine/step_coordinator.h"
 #include "server/engine/step_observer.h"
@@ -33,19 +34,6 @@
 #include "server/engine/trainer_order.h"
 
 namespace optstep {
-
-// What a trainer says when it starts its part of a step.
-struct StepBegin {
-  uint64_t step = 0;  // 1-based number of the step to apply
-  int trainer = 0;
-  std::map<int, GroupStepValues> schedules;  // by group id
-  DType return_dtype = DType::kF32;
-  bool return_params = true;
-  // The caller can send parameters while the step still fills their snapshot
-  // (ParamSnapshot::readiness): its commit's callback comes as soon as the ranks agree on the
-  // result, before the optimizer runs. Otherwise it comes once the step is applied.
-  bool stream_params = false;
-};
 
 using SnapshotCallback = std::function<void(absl::StatusOr<std::shared_ptr<const ParamSnapshot>>)>;
 
@@ -59,8 +47,10 @@ struct SessionStats {
 
 // One rank's part of a registered model and the step contract of docs/design.md §3 across the
 // ranks of the session's communicator. The Session receives the trainers' contributions (Begin,
-// AddGradient, Commit), keeps the step counters and the trainers that wait, and hands the rest to
-// its collaborators:
+// AddGradient, Commit), writes their chunks into the gradient buffers, and hands the rest to its
+// collaborators:
+//   - StepBook: the record of the steps (the pending step's contributions, order, schedule,
+//     attempts and waiters, the counters and the last outcome), under the session's lock;
 //   - ReplicaState: the tensors (masters, optimizer state, gradient buffers) and the state dict;
 //   - StepCoordinator: the coordinator thread that resolves each step (agree, apply, gather,
 //     publish), calling back through the StepLedger the Session implements;
@@ -72,9 +62,10 @@ struct SessionStats {
 // the session's collectives; device math is posted from there to the engine's shared device
 // worker. Thread-safe.
 //
-// Lock order: Session::mu_, then ResolutionGate's lock (the gate is called under mu_, never the
-// reverse); ParamReadiness and the executors' queues are leaves. No callback (waiters, chunks'
-// `added`) is called with mu_ held, and the coordinator calls the ledger without any lock.
+// Lock order: Session::mu_ (which also guards the StepBook, itself lock-free), then
+// ResolutionGate's lock (the gate is called under mu_, never the reverse); ParamReadiness and the
+// executors' queues are leaves. No callback (waiters, chunks' `added`) is called with mu_ held,
+// and the coordinator calls the ledger without any lock.
 class Session : public std::enable_shared_from_this<Session>, private StepLedger {
  public:
   struct Options {
@@ -177,29 +168,14 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
 
   Session(const Options& options, std::unique_ptr<ReplicaState> replica);
 
-  // UNAVAILABLE once closed or broken.
-  absl::Status CheckUsable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckFresh(const Contribution& c) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records a chunk's ranges and writes (trainer 0, SHARDED) or adds (REPLICATED trainers > 0)
   // its fresh elements; when that completes the trainer's part of the parameter, adds the chunks
-  // of the next trainer that waited for it (AddReleased).
+  // of the next trainer that waited for it, telling each its status.
   absl::Status WriteChunk(const Contribution& c, int param_id, int64_t offset, DType dtype,
-                          absl::Span<const absl::string_view> pieces);
-  void AddReleased(std::vector<WaitingChunk> chunks);
-  // Forgets the pending step's contributions, schedule and start (a new generation); returns
-  // the chunks that waited for their turn, to tell outside the lock.
-  std::vector<WaitingChunk> ResetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the pending step; returns the callbacks to notify (outside the lock), the waiting
-  // chunks' among them.
-  std::vector<StepCallback> AbortLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkBrokenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The step counters of a state just written (WriteResolvedState): a new generation,
-  // and no snapshot or replay of the state before.
-  void WriteCountersLocked(const ResolvedState& resolved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts a resolution on the coordinator unless a hold forbids it; returns whether it did.
+                          absl::Span<const absl::string_view> pieces) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts a resolution of `kind` on the coordinator unless a hold forbids it, and kApply only
+  // when the book is ready_to_apply (every trainer committed, none runs); returns whether it did.
   bool StartResolutionLocked(ResolutionKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Starts the pending step when every trainer committed and none runs.
-  void StartIfCompleteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // StepLedger, for the coordinator.
   Pending BeginResolution() override ABSL_LOCKS_EXCLUDED(mu_);
@@ -222,20 +198,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   std::unique_ptr<StepCoordinator> coordinator_;
 
   mutable absl::Mutex mu_;
-  StepContributions contributions_ ABSL_GUARDED_BY(mu_);
-  TrainerOrder order_ ABSL_GUARDED_BY(mu_);
-  std::optional<StepSchedule> schedule_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> attempts_ ABSL_GUARDED_BY(mu_);
-  std::vector<StepWaiter> waiters_ ABSL_GUARDED_BY(mu_);
-  std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots_ ABSL_GUARDED_BY(mu_);
-  std::optional<StepOutcome> last_outcome_ ABSL_GUARDED_BY(mu_);
-  std::optional<absl::Time> step_began_ ABSL_GUARDED_BY(mu_);
-  StepCounters counters_ ABSL_GUARDED_BY(mu_);
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;
-  bool running_ ABSL_GUARDED_BY(mu_) = false;
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  StepBook book_ ABSL_GUARDED_BY(mu_);
+  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;  // gradient copies outside the lock
 };
 
 }  // namespace optstep

@@ -13,7 +13,7 @@ namespace optstep {
 
 absl::StatusOr<uint64_t> SessionHolds::Hold(uint64_t token, absl::Duration lease) {
   absl::MutexLock lock(&session_.mu_);
-  OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+  OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
   return session_.gate_.Hold(token, lease);
 }
 
@@ -21,37 +21,37 @@ absl::StatusOr<HeldPoint> SessionHolds::Settle(uint64_t token, uint64_t target, 
                                                absl::Duration lease) {
   {
     absl::MutexLock lock(&session_.mu_);
-    OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+    OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
     OPTSTEP_RETURN_IF_ERROR(session_.gate_.Raise(token, target, deadline, lease));
     // A resolution that another rank began must end here too: if no trainer has begun this
     // step on this rank, its step deadline starts now, so that the step is aborted everywhere in
     // time rather than leaving the other rank inside its collective.
-    if (session_.gate_.started() < target && !session_.step_began_)
-      session_.step_began_ = absl::Now();
-    session_.StartIfCompleteLocked();
+    if (session_.gate_.started() < target) session_.book_.StartClock(absl::Now());
+    session_.StartResolutionLocked(ResolutionKind::kApply);
   }
   OPTSTEP_RETURN_IF_ERROR(session_.gate_.AwaitSettled(token, target, deadline));
   absl::MutexLock lock(&session_.mu_);
-  OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+  OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
   OPTSTEP_ASSIGN_OR_RETURN(const uint64_t resolutions, session_.gate_.Settle(token));
-  return HeldPoint{resolutions, session_.counters_.step, session_.counters_.skipped_steps};
+  const StepCounters& counters = session_.book_.counters();
+  return HeldPoint{resolutions, counters.step, counters.skipped_steps};
 }
 
 absl::Status SessionHolds::Release(uint64_t token) {
   absl::MutexLock lock(&session_.mu_);
   // A step whose contributions all arrived during the hold starts now.
-  if (session_.gate_.Release(token)) session_.StartIfCompleteLocked();
+  if (session_.gate_.Release(token)) session_.StartResolutionLocked(ResolutionKind::kApply);
   return absl::OkStatus();
 }
 
 void SessionHolds::ExpireHold(absl::Time now) {
   absl::MutexLock lock(&session_.mu_);
-  if (session_.gate_.Expire(now)) session_.StartIfCompleteLocked();
+  if (session_.gate_.Expire(now)) session_.StartResolutionLocked(ResolutionKind::kApply);
 }
 
 absl::Status SessionHolds::CheckSettled(uint64_t token) const {
   absl::MutexLock lock(&session_.mu_);
-  OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+  OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
   return session_.gate_.CheckSettled(token);
 }
 
@@ -60,9 +60,9 @@ absl::StatusOr<std::vector<HeldTensor>> SessionHolds::HeldTensors(uint64_t token
   StepCounters counters;
   {
     absl::MutexLock lock(&session_.mu_);
-    OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+    OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
     OPTSTEP_RETURN_IF_ERROR(session_.gate_.CheckSettled(token));
-    counters = session_.counters_;
+    counters = session_.book_.counters();
   }
   return SelectState(*session_.replica_, selection, session_.shared_from_this(), counters);
 }
@@ -91,7 +91,7 @@ absl::Status SessionHolds::StageState(uint64_t token, std::shared_ptr<const Stat
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<ResolvedState> resolved,
                            ResolveState(*session_.replica_, std::move(state)));
   absl::MutexLock lock(&session_.mu_);
-  OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+  OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
   return session_.gate_.Stage(token, std::move(resolved));
 }
 
@@ -99,7 +99,7 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
   std::shared_ptr<ResolvedState> staged;
   {
     absl::MutexLock lock(&session_.mu_);
-    OPTSTEP_RETURN_IF_ERROR(session_.CheckUsable());
+    OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
     OPTSTEP_ASSIGN_OR_RETURN(staged, session_.gate_.TakeStaged(token));
   }
   // On the coordinator, so that no snapshot reads the masters while they are replaced.
@@ -111,8 +111,8 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
         [&] { return WriteResolvedState(*session_.replica_, *staged); });
     absl::MutexLock lock(&session_.mu_);
     if (status.ok()) {
-      session_.WriteCountersLocked(*staged);
-      aborted = session_.AbortLocked();
+      session_.book_.WriteCounters(*staged);
+      aborted = session_.book_.Abort();
     }
     done.Notify();
   });
@@ -143,7 +143,7 @@ void SessionHolds::ExportState(
     StepCounters counters;
     {
       absl::MutexLock lock(&self->mu_);
-      counters = self->counters_;
+      counters = self->book_.counters();
     }
     absl::StatusOr<std::shared_ptr<const StateDict>> dict;
     absl::Status status = self->coordinator_->OnDevice([&] {
@@ -165,12 +165,12 @@ void SessionHolds::ImportState(std::shared_ptr<const StateDict> state,
                                done = std::move(done)] {
     {
       absl::MutexLock lock(&self->mu_);
-      if (self->running_ || self->contributions_.started() || self->gate_.held()) {
+      if (self->book_.running() || self->book_.contributions().started() || self->gate_.held()) {
         return done(absl::FailedPreconditionError(
-            absl::StrCat("session '", self->id_, "': step ", self->counters_.step + 1,
+            absl::StrCat("session '", self->id_, "': step ", self->book_.counters().step + 1,
                          " is pending or the session is held; import a state dict between steps")));
       }
-      self->running_ = true;  // no step starts while the state is replaced
+      self->book_.set_running(true);  // no step starts while the state is replaced
     }
     absl::StatusOr<std::shared_ptr<ResolvedState>> resolved = ResolveState(*self->replica_, state);
     absl::Status status = resolved.status();
@@ -180,8 +180,8 @@ void SessionHolds::ImportState(std::shared_ptr<const StateDict> state,
     }
     {
       absl::MutexLock lock(&self->mu_);
-      if (status.ok()) self->WriteCountersLocked(**resolved);
-      self->running_ = false;
+      if (status.ok()) self->book_.WriteCounters(**resolved);
+      self->book_.set_running(false);
     }
     done(status);
   });

@@ -84,7 +84,7 @@ class SessionHolds {
   void ImportState(std::shared_ptr<const StateDict> state, std::function<void(absl::Status)> done);
 
  private:
-  // The session's CheckUsable, then the gate's CheckSettled.
+  // The session's StepBook::CheckUsable, then the gate's CheckSettled.
   absl::Status CheckSettled(uint64_t token) const;
 
   Session& session_;

@@ -1,0 +1,173 @@
+#include "server/engine/step_book.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace optstep {
+
+StepBook::StepBook(std::string session_id, int rank, const SessionConfig& config,
+                   std::vector<int64_t> owned_numels, const std::vector<std::string>* names)
+    : id_(std::move(session_id)),
+      rank_(rank),
+      contributions_(config.mode, config.num_trainers, owned_numels, names),
+      order_(config.num_trainers, std::move(owned_numels)),
+      attempts_(config.num_trainers, 0) {}
+
+absl::Status StepBook::CheckUsable() const {
+  if (closed_) return absl::UnavailableError(absl::StrCat("session '", id_, "' is closed"));
+  if (broken_) {
+    return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
+                                               " lost a peer; the group must be restarted"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepBook::CheckFresh(const Contribution& c) const {
+  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+  if (c.generation != generation_ || (!c.retry && !c.replay && c.attempt != attempts_[c.trainer])) {
+    return absl::AbortedError(absl::StrCat("session '", id_, "': step ", c.step, " of trainer ",
+                                           c.trainer, " was aborted or superseded; redo the step"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Contribution> StepBook::Begin(const StepBegin& begin, StepSchedule schedule,
+                                             absl::Time now,
+                                             std::vector<WaitingChunk>* superseded) {
+  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+  Contribution c;
+  c.trainer = begin.trainer;
+  c.step = begin.step;
+  c.return_dtype = begin.return_dtype;
+  c.return_params = begin.return_params;
+  c.stream_params = begin.stream_params;
+  c.generation = generation_;
+  const uint64_t step = counters_.step;
+  if (begin.step == step && step > 0 && last_outcome_) {
+    c.replay = true;
+    return c;
+  }
+  if (begin.step != step + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session '", id_, "': step ", begin.step, " out of sequence; expected step ", step + 1));
+  }
+  if (running_ || contributions_.committed(begin.trainer)) {
+    c.retry = true;
+    return c;
+  }
+  if (schedule_) {
+    OPTSTEP_RETURN_IF_ERROR(CheckSameSchedule(begin.step, begin.trainer, schedule, *schedule_));
+  }
+  schedule_ = std::move(schedule);
+  StartClock(now);
+  contributions_.DropTrainer(begin.trainer);
+  for (WaitingChunk& chunk : order_.TakeWaiting(begin.trainer)) {
+    superseded->push_back(std::move(chunk));
+  }
+  c.attempt = ++attempts_[begin.trainer];
+  return c;
+}
+
+absl::Status StepBook::Commit(const Contribution& c, uint64_t num_elements, StepCallback done) {
+  if (!c.retry) {
+    const int64_t received = contributions_.elements_from(c.trainer);
+    if (num_elements != 0 && static_cast<int64_t>(num_elements) != received) {
+      contributions_.DropTrainer(c.trainer);
+      return absl::InvalidArgumentError(absl::StrCat("step ", c.step, ": trainer ", c.trainer,
+                                                     " commits ", num_elements,
+                                                     " elements but sent ", received));
+    }
+    absl::Status complete = contributions_.CheckTrainerComplete(c.trainer);
+    if (complete.ok()) {
+      contributions_.Commit(c.trainer);
+      if (contributions_.all_committed()) complete = contributions_.CheckAllComplete();
+    }
+    if (!complete.ok()) {
+      contributions_.DropTrainer(c.trainer);
+      return complete;
+    }
+  }
+  waiters_.push_back(StepWaiter{c.return_dtype, c.return_params, std::move(done), c.stream_params});
+  return absl::OkStatus();
+}
+
+bool StepBook::ready_to_apply() const {
+  return !closed_ && !broken_ && !running_ && contributions_.all_committed();
+}
+
+StepLedger::Pending StepBook::pending() const {
+  return StepLedger::Pending{counters_.step + 1, schedule_, step_began_};
+}
+
+std::vector<StepWaiter> StepBook::TakeStreamingWaiters() {
+  auto wants = std::stable_partition(waiters_.begin(), waiters_.end(), [](const StepWaiter& w) {
+    return !(w.want_params && w.stream);
+  });
+  std::vector<StepWaiter> early(std::make_move_iterator(wants),
+                                std::make_move_iterator(waiters_.end()));
+  waiters_.erase(wants, waiters_.end());
+  return early;
+}
+
+StepLedger::Ended StepBook::EndStep(absl::StatusOr<StepOutcome>& outcome,
+                                    std::vector<WaitingChunk>* stranded) {
+  StepLedger::Ended ended;
+  ended.waiters = std::move(waiters_);
+  waiters_.clear();
+  if (outcome.ok()) {
+    ++counters_.step;
+    if (outcome->skipped) ++counters_.skipped_steps;
+    outcome->step = counters_.step;
+    last_outcome_ = *outcome;
+  }
+  ended.step = outcome.ok() ? counters_.step : counters_.step + 1;
+  for (WaitingChunk& chunk : ResetStep()) stranded->push_back(std::move(chunk));
+  snapshots_.clear();
+  return ended;
+}
+
+std::vector<StepCallback> StepBook::Abort() {
+  std::vector<StepCallback> callbacks;
+  for (WaitingChunk& chunk : ResetStep()) {
+    callbacks.push_back([added = std::move(chunk.added)](absl::StatusOr<StepOutcome> outcome) {
+      added(outcome.status());  // only ever told why the step ended
+    });
+  }
+  for (StepWaiter& w : waiters_) callbacks.push_back(std::move(w.done));
+  waiters_.clear();
+  return callbacks;
+}
+
+void StepBook::WriteCounters(const ResolvedState& resolved) {
+  if (resolved.step) counters_.step = *resolved.step;
+  if (resolved.skipped_steps) counters_.skipped_steps = *resolved.skipped_steps;
+  snapshots_.clear();
+  last_outcome_.reset();
+  ++generation_;
+}
+
+bool StepBook::Close() {
+  if (closed_) return false;
+  closed_ = true;
+  return true;
+}
+
+void StepBook::MarkBroken() { broken_ = true; }
+
+void StepBook::StartClock(absl::Time now) {
+  if (!step_began_) step_began_ = now;
+}
+
+std::vector<WaitingChunk> StepBook::ResetStep() {
+  ++generation_;
+  contributions_.Reset();
+  schedule_.reset();
+  step_began_.reset();
+  return order_.Reset();
+}
+
+}  // namespace optstep

@@ -19,6 +19,53 @@ std::vector<std::string> NamesOf(const std::vector<ParamInfo>& params) {
   return names;
 }
 
+// Routes the parameters into `groups` and creates their optimizers; `group_of[p]`: p's group.
+absl::Status CreateGroups(const SessionConfig& config, std::vector<GroupRuntime>* groups,
+                          std::vector<int>* group_of) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<ParamGroup> defs,
+                           RouteParameters(config.chain, config.params));
+  group_of->assign(config.params.size(), 0);
+  for (ParamGroup& def : defs) {
+    const SubOptimizerConfig& sub = config.chain.sub_optimizers[def.sub_optimizer];
+    GroupRuntime group;
+    OPTSTEP_ASSIGN_OR_RETURN(
+        group.optimizer,
+        CreateOptimizer(absl::StrCat("sub_optimizer '", sub.name, "' (group ", def.id, ")"), sub,
+                        def.overrides));
+    for (int p : def.param_ids) {
+      OPTSTEP_RETURN_IF_ERROR(group.optimizer->CheckParam(config.params[p]));
+      (*group_of)[p] = def.id;
+    }
+    group.def = std::move(def);
+    groups->push_back(std::move(group));
+  }
+  return absl::OkStatus();
+}
+
+// Allocates every master of `params` in one flat buffer, `masters`, ordered by (owner rank,
+// param id): `blocks` describes it by rank, and `views[p]` is parameter p's part of it.
+absl::Status AllocateMasters(Device& device, const Layout& layout,
+                             const std::vector<ParamInfo>& params, Tensor* masters,
+                             MasterBlocks* blocks, std::vector<Tensor>* views) {
+  const int world = layout.world_size;
+  blocks->counts.assign(world, 0);
+  for (size_t p = 0; p < params.size(); ++p) blocks->counts[layout.owner[p]] += params[p].numel();
+  blocks->offsets.assign(world, 0);
+  for (int r = 1; r < world; ++r) {
+    blocks->offsets[r] = blocks->offsets[r - 1] + blocks->counts[r - 1];
+  }
+  const int64_t total = blocks->offsets[world - 1] + blocks->counts[world - 1];
+  OPTSTEP_ASSIGN_OR_RETURN(*masters, device.Allocate(DType::kF32, {total}));
+  blocks->data = masters->f32();
+  std::vector<int64_t> next = blocks->offsets;
+  for (size_t p = 0; p < params.size(); ++p) {
+    int64_t& offset = next[layout.owner[p]];
+    views->emplace_back(DType::kF32, params[p].shape, blocks->data + offset, Tensor::Deleter());
+    offset += params[p].numel();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ReplicaState::ReplicaState(std::string session_id, SessionConfig config, Layout layout, int rank,
@@ -38,77 +85,40 @@ absl::StatusOr<std::unique_ptr<ReplicaState>> ReplicaState::Create(std::string s
                                                                    std::shared_ptr<Device> device) {
   std::unique_ptr<ReplicaState> replica(new ReplicaState(
       std::move(session_id), std::move(config), std::move(layout), rank, std::move(device)));
-  OPTSTEP_RETURN_IF_ERROR(replica->Allocate(max_bytes));
-  return replica;
-}
-
-absl::Status ReplicaState::Allocate(int64_t max_bytes) {
-  OPTSTEP_ASSIGN_OR_RETURN(std::vector<ParamGroup> defs,
-                           RouteParameters(config_.chain, config_.params));
-  group_of_.assign(config_.params.size(), 0);
-  for (ParamGroup& def : defs) {
-    const SubOptimizerConfig& sub = config_.chain.sub_optimizers[def.sub_optimizer];
-    GroupRuntime group;
-    OPTSTEP_ASSIGN_OR_RETURN(
-        group.optimizer,
-        CreateOptimizer(absl::StrCat("sub_optimizer '", sub.name, "' (group ", def.id, ")"), sub,
-                        def.overrides));
-    for (int p : def.param_ids) {
-      OPTSTEP_RETURN_IF_ERROR(group.optimizer->CheckParam(config_.params[p]));
-      group_of_[p] = def.id;
-    }
-    group.def = std::move(def);
-    groups_.push_back(std::move(group));
-  }
+  ReplicaState& r = *replica;
+  OPTSTEP_RETURN_IF_ERROR(CreateGroups(r.config_, &r.groups_, &r.group_of_));
 
   // Every rank holds every master (they are all-gathered); only owned parameters need state and
   // a gradient buffer (one, whatever the number of trainers).
   int64_t total = 0;
-  for (int p = 0; p < num_params(); ++p) total += numels_[p] * 4 * (owns(p) ? 2 : 1);
+  for (int p = 0; p < r.num_params(); ++p) total += r.numels_[p] * 4 * (r.owns(p) ? 2 : 1);
   if (max_bytes > 0 && total > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("session needs ", total,
                                                      " bytes of parameters and gradients; the "
                                                      "limit is ",
                                                      max_bytes, " bytes per session"));
   }
-  states_.resize(config_.params.size());
-  OPTSTEP_RETURN_IF_ERROR(AllocateMasters());
-  for (int p = 0; p < num_params(); ++p) {
-    const ParamInfo& info = config_.params[p];
+  r.states_.resize(r.config_.params.size());
+  OPTSTEP_RETURN_IF_ERROR(AllocateMasters(*r.device_, r.layout_, r.config_.params, &r.masters_,
+                                          &r.blocks_, &r.params_));
+  for (int p = 0; p < r.num_params(); ++p) {
+    const ParamInfo& info = r.config_.params[p];
     Tensor grad;
-    if (owns(p)) {
-      owned_.push_back(p);
-      OPTSTEP_ASSIGN_OR_RETURN(grad, device_->Allocate(DType::kF32, info.shape));
+    if (r.owns(p)) {
+      r.owned_.push_back(p);
+      OPTSTEP_ASSIGN_OR_RETURN(grad, r.device_->Allocate(DType::kF32, info.shape));
       OPTSTEP_RETURN_IF_ERROR(
-          groups_[group_of_[p]].optimizer->InitState(*device_, info, states_[p]));
-      total += states_[p].bytes();
+          r.groups_[r.group_of_[p]].optimizer->InitState(*r.device_, info, r.states_[p]));
+      total += r.states_[p].bytes();
     }
-    grads_.push_back(std::move(grad));
+    r.grads_.push_back(std::move(grad));
   }
   if (max_bytes > 0 && total > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("session needs ", total,
                                                      " bytes with optimizer state; the limit is ",
                                                      max_bytes, " bytes per session"));
   }
-  return absl::OkStatus();
-}
-
-absl::Status ReplicaState::AllocateMasters() {
-  const int world = layout_.world_size;
-  rank_counts_.assign(world, 0);
-  for (int p = 0; p < num_params(); ++p) rank_counts_[layout_.owner[p]] += numels_[p];
-  rank_offsets_.assign(world, 0);
-  for (int r = 1; r < world; ++r) rank_offsets_[r] = rank_offsets_[r - 1] + rank_counts_[r - 1];
-  const int64_t total = rank_offsets_[world - 1] + rank_counts_[world - 1];
-  OPTSTEP_ASSIGN_OR_RETURN(masters_, device_->Allocate(DType::kF32, {total}));
-  std::vector<int64_t> next = rank_offsets_;
-  for (int p = 0; p < num_params(); ++p) {
-    int64_t& offset = next[layout_.owner[p]];
-    params_.emplace_back(DType::kF32, config_.params[p].shape, masters_.f32() + offset,
-                         Tensor::Deleter());
-    offset += numels_[p];
-  }
-  return absl::OkStatus();
+  return replica;
 }
 
 StepSchedule ReplicaState::DefaultSchedule() const {

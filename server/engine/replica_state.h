@@ -32,6 +32,14 @@ struct GroupRuntime {
   uint64_t applied_steps = 0;  // Adam's t after the last applied step
 };
 
+// The all-gather's view of the masters: one flat fp32 buffer of every rank's block, in rank
+// order (a block holds the masters its rank owns, by parameter id).
+struct MasterBlocks {
+  float* data = nullptr;
+  std::vector<int64_t> counts;   // elements of each rank's block
+  std::vector<int64_t> offsets;  // first element of each rank's block
+};
+
 // The tensors of one rank's replica: every fp32 master parameter (one flat buffer ordered by
 // owner rank, so that each rank's parameters are contiguous for the all-gather), and for the
 // parameters this rank owns the optimizer state and one gradient buffer; the groups and their
@@ -77,10 +85,8 @@ class ReplicaState {
   Tensor& param(int p) { return params_[p]; }  // a view into the masters
   Tensor& grad(int p) { return grads_[p]; }    // empty unless owned
   ParamState& state(int p) { return states_[p]; }
-  // The all-gather's view of the masters: every rank's block, in rank order.
-  float* masters() { return masters_.f32(); }
-  const std::vector<int64_t>& rank_counts() const { return rank_counts_; }
-  const std::vector<int64_t>& rank_offsets() const { return rank_offsets_; }
+  // The all-gather's view of the masters.
+  const MasterBlocks& masters() { return blocks_; }
 
   struct Bytes {
     int64_t params = 0;
@@ -102,8 +108,6 @@ class ReplicaState {
  private:
   ReplicaState(std::string session_id, SessionConfig config, Layout layout, int rank,
                std::shared_ptr<Device> device);
-  absl::Status Allocate(int64_t max_bytes);
-  absl::Status AllocateMasters();
 
   const std::string id_;
   const SessionConfig config_;
@@ -113,12 +117,11 @@ class ReplicaState {
   const std::vector<std::string> names_;
   const std::vector<int64_t> numels_;
   std::vector<GroupRuntime> groups_;
-  std::vector<int> group_of_;          // param -> group
-  std::vector<int> owned_;             // ids of the parameters this rank owns, ascending
-  Tensor masters_;                     // every master, flat, ordered by (owner rank, param id)
-  std::vector<int64_t> rank_counts_;   // elements of masters_ owned by each rank
-  std::vector<int64_t> rank_offsets_;  // first element of each rank's block
-  std::vector<Tensor> params_;         // views into masters_
+  std::vector<int> group_of_;   // param -> group
+  std::vector<int> owned_;      // ids of the parameters this rank owns, ascending
+  Tensor masters_;              // every master, flat, ordered by (owner rank, param id)
+  MasterBlocks blocks_;         // masters_ by rank
+  std::vector<Tensor> params_;  // views into masters_
   std::vector<ParamState> states_;
   // One gradient buffer per owned parameter: SHARDED, the trainers' disjoint chunks; REPLICATED,
   // the trainers' sum in trainer order (then their mean).

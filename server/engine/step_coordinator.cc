@@ -257,10 +257,10 @@ absl::Status StepCoordinator::ApplyStep(const StepSchedule& schedule, const Agre
   // 6. Every rank gets every updated parameter: each rank's block of the masters in place.
   const int rank = replica_->rank();
   if (replica_->layout().world_size > 1) {
-    const std::vector<int64_t>& counts = replica_->rank_counts();
+    const MasterBlocks& masters = replica_->masters();
     absl::Status gathered =
-        comm_->AllGatherV(replica_->masters() + replica_->rank_offsets()[rank], counts[rank],
-                          replica_->masters(), counts, CommDType::kFloat32);
+        comm_->AllGatherV(masters.data + masters.offsets[rank], masters.counts[rank], masters.data,
+                          masters.counts, CommDType::kFloat32);
     if (!gathered.ok()) {
       return absl::UnavailableError(
           absl::StrCat("session '", options_.session_id, "': rank ", rank,

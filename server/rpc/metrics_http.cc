@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -16,23 +17,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace optstep {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 8192;
-constexpr int kRequestTimeoutMs = 2000;
-
-bool WriteAll(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 std::string Response(const char* status, const char* type, const std::string& body) {
   return absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
@@ -59,11 +49,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
   int fd = -1;
   std::string why = "no address";
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 64) != 0) {
       why = std::strerror(errno);
       close(fd);
       fd = -1;
@@ -98,38 +88,88 @@ MetricsHttpServer::~MetricsHttpServer() {
 }
 
 void MetricsHttpServer::Serve() {
+  std::vector<Connection> open;
+  std::vector<pollfd> fds;
+  // Closes open[i]; the last connection takes its place.
+  auto drop = [&open](size_t i) {
+    close(open[i].fd);
+    open[i] = std::move(open.back());
+    open.pop_back();
+  };
   while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (poll(fds, wake_[0] >= 0 ? 2 : 1, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
+    // Connections past their deadline are closed before anything else is polled.
+    const absl::Time now = absl::Now();
+    absl::Time next_deadline = absl::InfiniteFuture();
+    for (size_t i = 0; i < open.size();) {
+      if (open[i].deadline <= now) {
+        drop(i);
+        continue;
+      }
+      next_deadline = std::min(next_deadline, open[i].deadline);
+      ++i;
     }
-    if (fds[1].revents != 0) return;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Answer(fd);
-    close(fd);
+    fds.clear();
+    fds.push_back({wake_[0], POLLIN, 0});
+    // At the cap the listening socket is left alone: new clients wait in its backlog.
+    fds.push_back({open.size() < kMaxConnections ? listen_fd_ : -1, POLLIN, 0});
+    for (const Connection& c : open) {
+      fds.push_back({c.fd, static_cast<short>(c.answer.empty() ? POLLIN : POLLOUT), 0});
+    }
+    const int timeout_ms = next_deadline == absl::InfiniteFuture()
+                               ? -1
+                               : static_cast<int>(absl::ToInt64Milliseconds(
+                                     absl::Ceil(next_deadline - now, absl::Milliseconds(1))));
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
+    if (fds[0].revents != 0) break;  // the destructor's byte
+    // Backwards: a drop moves an already visited connection into i, and fds[2 + j] stays
+    // open[j]'s for every j < i.
+    for (size_t i = open.size(); i-- > 0;) {
+      if (fds[i + 2].revents != 0 && !Progress(open[i])) drop(i);
+    }
+    if (fds[1].revents != 0) AcceptAll(open);
+  }
+  for (const Connection& c : open) close(c.fd);
+}
+
+void MetricsHttpServer::AcceptAll(std::vector<Connection>& open) {
+  while (open.size() < kMaxConnections) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;  // EAGAIN: none left; other errors: the next poll retries
+    Connection connection;
+    connection.fd = fd;
+    connection.deadline = absl::Now() + kRequestDeadline;
+    open.push_back(std::move(connection));
   }
 }
 
-void MetricsHttpServer::Answer(int fd) {
-  // Read the request head (a scraper sends a few hundred bytes), bounded in size and time.
-  std::string request;
-  char buffer[1024];
-  while (request.size() < kMaxRequestBytes && !absl::StrContains(request, "\r\n\r\n")) {
-    pollfd readable = {fd, POLLIN, 0};
-    if (poll(&readable, 1, kRequestTimeoutMs) <= 0) return;
-    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) return;
-    request.append(buffer, static_cast<size_t>(n));
+bool MetricsHttpServer::Progress(Connection& c) {
+  if (c.answer.empty()) {
+    // Reads the request head (a scraper sends a few hundred bytes), bounded in size.
+    char buffer[1024];
+    const ssize_t n = recv(c.fd, buffer, sizeof(buffer), 0);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    if (n == 0) return false;
+    c.request.append(buffer, static_cast<size_t>(n));
+    if (c.request.size() < kMaxRequestBytes && !absl::StrContains(c.request, "\r\n\r\n")) {
+      return true;
+    }
+    c.answer = Answer(c.request);
   }
+  const ssize_t n =
+      send(c.fd, c.answer.data() + c.written, c.answer.size() - c.written, MSG_NOSIGNAL);
+  if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  c.written += static_cast<size_t>(n);
+  return c.written < c.answer.size();
+}
+
+std::string MetricsHttpServer::Answer(const std::string& request) const {
   if (absl::StartsWith(request, "GET /metrics ") || absl::StartsWith(request, "GET /metrics?")) {
-    WriteAll(fd, Response("200 OK", "text/plain; version=0.0.4", body_()));
-  } else if (absl::StartsWith(request, "GET ")) {
-    WriteAll(fd, Response("404 Not Found", "text/plain", "only /metrics is served\n"));
-  } else {
-    WriteAll(fd, Response("405 Method Not Allowed", "text/plain", "only GET is served\n"));
+    return Response("200 OK", "text/plain; version=0.0.4", body_());
   }
+  if (absl::StartsWith(request, "GET ")) {
+    return Response("404 Not Found", "text/plain", "only /metrics is served\n");
+  }
+  return Response("405 Method Not Allowed", "text/plain", "only GET is served\n");
 }
 
 }  // namespace optstep

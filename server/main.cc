@@ -42,6 +42,12 @@ ABSL_FLAG(int, max_sessions, 64, "Most sessions held at once.");
 ABSL_FLAG(int64_t, max_params_per_session, 1 << 20, "Most parameters in one session.");
 ABSL_FLAG(int64_t, max_session_bytes, 0,
           "Most bytes of masters, gradients and optimizer state per session; 0 = no limit.");
+ABSL_FLAG(int64_t, max_stream_bytes, 0,
+          "Most bytes one Step stream may send before its commit; 0: twice the session's "
+          "gradient bytes on this rank, plus 1 MiB.");
+ABSL_FLAG(int64_t, stream_idle_timeout_ms, 60000,
+          "Longest a Step stream may wait on its trainer (a message, or the taking of an "
+          "answer); 0: no bound.");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 10000, "Time running calls get to finish on SIGTERM.");
 ABSL_FLAG(std::string, checkpoint_root, "",
           "Directory of Save / Load checkpoints (the same shared file system on every rank); "
@@ -128,6 +134,8 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.checkpoint_temp_max_age =
       absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_temp_max_age_ms));
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_stream_bytes = absl::GetFlag(FLAGS_max_stream_bytes);
+  options.stream_idle_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_stream_idle_timeout_ms));
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

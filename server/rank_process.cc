@@ -112,6 +112,8 @@ absl::Status RankProcess::Launch() {
   server_options.port = options_.port;
   server_options.serve_rendezvous = options_.world_size > 1 && options_.rank == 0;
   server_options.max_message_bytes = options_.max_message_bytes;
+  server_options.step_stream.max_bytes = options_.max_stream_bytes;
+  server_options.step_stream.idle_timeout = options_.stream_idle_timeout;
   server_options.tls = options_.tls;
   std::string peer_token;
   OPTSTEP_RETURN_IF_ERROR(LoadTokens(options_, server_options, peer_token));

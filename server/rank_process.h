@@ -65,6 +65,10 @@ class RankProcess {
     // long are removed (SweepStaleCheckpointTemporaries); zero: none are.
     absl::Duration checkpoint_temp_max_age = absl::Hours(1);
     int max_message_bytes = (4 << 20) + (64 << 10);
+    // Bounds on each Step stream before its commit (StepStreamLimits): bytes (0: twice the
+    // session's gradient bytes on this rank) and time waiting on the trainer (zero: none).
+    int64_t max_stream_bytes = 0;
+    absl::Duration stream_idle_timeout = absl::Minutes(1);
     // TLS and bearer tokens (docs/security.md); all empty: plaintext, no tokens.
     TlsFiles tls;
     std::string auth_tokens_file;

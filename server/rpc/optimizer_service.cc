@@ -78,7 +78,7 @@ grpc::ServerReadReactor<v1::InitParametersRequest>* OptimizerServiceImpl::InitPa
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* OptimizerServiceImpl::Step(
     grpc::CallbackServerContext*) {
-  return StartStepReactor(engine_);
+  return StartStepReactor(engine_, step_limits_);
 }
 
 grpc::ServerWriteReactor<v1::PullParametersResponse>* OptimizerServiceImpl::PullParameters(

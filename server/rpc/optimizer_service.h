@@ -6,6 +6,7 @@
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/rpc/rank_group.h"
+#include "server/rpc/step_reactor.h"
 
 namespace optstep {
 
@@ -23,8 +24,9 @@ using OptimizerServiceBase = v1::OptimizerService::WithCallbackMethod_CreateSess
 // (server/rpc/convert), calls the engine and converts back; no math here. Thread-safe.
 class OptimizerServiceImpl final : public OptimizerServiceBase {
  public:
-  // `engine` and `group` must outlive the service.
-  OptimizerServiceImpl(Engine* engine, RankGroup* group) : engine_(engine), group_(group) {}
+  // `engine` and `group` must outlive the service; `step_limits` bound each Step stream.
+  OptimizerServiceImpl(Engine* engine, RankGroup* group, const StepStreamLimits& step_limits)
+      : engine_(engine), group_(group), step_limits_(step_limits) {}
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
                                           const v1::CreateSessionRequest* request,
@@ -51,6 +53,7 @@ class OptimizerServiceImpl final : public OptimizerServiceBase {
 
   Engine* const engine_;
   RankGroup* const group_;
+  const StepStreamLimits step_limits_;
 };
 
 }  // namespace optstep

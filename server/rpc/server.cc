@@ -24,8 +24,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   }
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                            MakeServerCredentials(options.tls, std::move(processor)));
-  std::unique_ptr<Server> server(
-      new Server(engine, group, options.metrics, options.on_shutdown_request));
+  std::unique_ptr<Server> server(new Server(engine, group, options));
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(address, credentials, &server->port_);

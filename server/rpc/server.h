@@ -31,6 +31,8 @@ struct ServerOptions {
   int port = 0;  // 0: pick a free port
   // Largest gRPC message accepted; a 4 MiB chunk plus framing fits the default.
   int max_message_bytes = (4 << 20) + (64 << 10);
+  // Bounds on each Step stream before its commit.
+  StepStreamLimits step_stream;
   // TLS on the port (docs/security.md); disabled by default: plaintext.
   TlsFiles tls;
   // Set: every call but grpc.health.v1 needs a bearer token of this table (requires TLS).
@@ -65,14 +67,13 @@ class Server {
   void Wait();
 
  private:
-  Server(Engine* engine, RankGroup* group, ServerMetrics* metrics,
-         ShutdownRequestCallback on_shutdown_request)
+  Server(Engine* engine, RankGroup* group, const ServerOptions& options)
       : engine_(engine),
-        tracker_(metrics),
-        optimizer_service_(engine, group),
+        tracker_(options.metrics),
+        optimizer_service_(engine, group, options.step_stream),
         checkpoint_service_(engine, group),
         peer_service_(engine, group),
-        admin_service_(std::move(on_shutdown_request)) {}
+        admin_service_(options.on_shutdown_request) {}
   void WatchHealth();
 
   Engine* const engine_;

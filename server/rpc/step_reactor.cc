@@ -1,5 +1,6 @@
 #include "server/rpc/step_reactor.h"
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 
 #include <memory>
@@ -22,11 +23,16 @@ namespace {
 class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                           public std::enable_shared_from_this<StepReactor> {
  public:
-  explicit StepReactor(Engine* engine) : engine_(engine) {}
+  StepReactor(Engine* engine, const StepStreamLimits& limits) : engine_(engine), limits_(limits) {}
 
   void Start(std::shared_ptr<StepReactor> self) {
     self_ = std::move(self);
-    StartRead(&request_);
+    absl::MutexLock lock(&mu_);
+    ReadLocked();
+    if (limits_.idle_timeout > absl::ZeroDuration() &&
+        limits_.idle_timeout != absl::InfiniteDuration()) {
+      ArmIdleAlarmLocked(absl::Now() + limits_.idle_timeout);
+    }
   }
 
   void OnReadDone(bool ok) override {
@@ -35,6 +41,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     uint64_t num_elements = 0;
     {
       absl::MutexLock lock(&mu_);
+      NoteTrainerLocked();
       if (finished_) return;
       if (!ok) {
         // Half-close or broken stream before the commit: the contribution stays pending, so the
@@ -45,6 +52,8 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         }
         return;
       }
+      absl::Status bounded = CountBytesLocked(request_.Length());
+      if (!bounded.ok()) return FinishLocked(ToGrpcStatus(bounded));
       absl::Status decoded = DecodeStepRequest(request_, view_);
       if (!decoded.ok()) return FinishLocked(ToGrpcStatus(decoded));
       if (view_.kind != v1::StepRequest::kCommit) {
@@ -52,7 +61,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         if (!status.ok()) return FinishLocked(ToGrpcStatus(status));
         if (waiting_for_turn_) return;  // reads on once the chunk is added (OnChunkAdded)
         request_.Clear();               // releases the received slices
-        StartRead(&request_);
+        ReadLocked();
         return;
       }
       if (phase_ != Phase::kReceiving) {
@@ -78,6 +87,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
+    NoteTrainerLocked();
     if (finished_) return;
     if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
     WriteNextLocked();
@@ -88,7 +98,15 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
 
-  void OnDone() override { self_.reset(); }
+  void OnDone() override {
+    std::unique_ptr<grpc::Alarm> alarm;
+    {
+      absl::MutexLock lock(&mu_);
+      alarm = std::move(idle_alarm_);
+    }
+    alarm.reset();  // cancels: its callback returns at once, without the lock
+    self_.reset();
+  }
 
  private:
   enum class Phase { kHeader, kReceiving, kWaiting };
@@ -157,7 +175,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     waiting_for_turn_ = false;
     request_.Clear();
     if (!added.ok()) return FinishLocked(ToGrpcStatus(added));
-    StartRead(&request_);
+    ReadLocked();
   }
 
   // Called by the engine once the step is applied or aborted (the worker thread, or this stream's
@@ -179,7 +197,65 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     grpc::Status serialised =
         grpc::SerializationTraits<v1::StepResponse>::Serialize(response, &response_, &own);
     if (!serialised.ok()) return FinishLocked(serialised);
+    WriteLocked();
+  }
+
+  // Reads and writes wait on the trainer: the idle bound runs while one is outstanding.
+  void ReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    waiting_on_trainer_ = true;
+    StartRead(&request_);
+  }
+  void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    waiting_on_trainer_ = true;
     StartWrite(&response_);
+  }
+  // The trainer sent a message or took an answer (or the stream broke).
+  void NoteTrainerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    waiting_on_trainer_ = false;
+    last_heard_ = absl::Now();
+  }
+
+  // Counts a received message against the stream's byte bound (known once the header named
+  // the session; the header itself is bounded by the server's message size).
+  absl::Status CountBytesLocked(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    bytes_received_ += static_cast<int64_t>(bytes);
+    if (session_ == nullptr) return absl::OkStatus();
+    if (max_bytes_ == 0) {
+      max_bytes_ = limits_.max_bytes > 0
+                       ? limits_.max_bytes
+                       : 2 * session_->stats().buffer_bytes + kStepStreamSlackBytes;
+    }
+    if (bytes_received_ <= max_bytes_) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "step stream: ", bytes_received_, " bytes received before the commit, over the bound of ",
+        max_bytes_, " bytes per stream (",
+        limits_.max_bytes > 0 ? "the server's max stream bytes"
+                              : "twice the session's gradient bytes on this rank",
+        "); nothing of this stream was applied"));
+  }
+
+  // One alarm at a time, at the earliest time the idle bound can be passed.
+  void ArmIdleAlarmLocked(absl::Time at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    retired_alarm_ = std::move(idle_alarm_);  // fired: destroyed at the next arming or with this
+    idle_alarm_ = std::make_unique<grpc::Alarm>();
+    std::weak_ptr<StepReactor> weak = weak_from_this();
+    idle_alarm_->Set(absl::ToChronoTime(at), [weak](bool fired) {
+      if (!fired) return;  // cancelled (OnDone)
+      if (auto self = weak.lock()) self->OnIdleAlarm();
+    });
+  }
+
+  void OnIdleAlarm() {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    const absl::Time now = absl::Now();
+    if (waiting_on_trainer_ && now - last_heard_ >= limits_.idle_timeout) {
+      return FinishLocked(ToGrpcStatus(absl::DeadlineExceededError(absl::StrCat(
+          "step stream: nothing from the trainer for ", absl::FormatDuration(now - last_heard_),
+          ", over the stream idle timeout of ", absl::FormatDuration(limits_.idle_timeout),
+          "; nothing of this stream was applied"))));
+    }
+    ArmIdleAlarmLocked((waiting_on_trainer_ ? last_heard_ : now) + limits_.idle_timeout);
   }
 
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -198,7 +274,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         // runs, and the wait for stepped parameters is the step's time, not egress's.
         if (egress_started_ == absl::InfinitePast()) egress_started_ = absl::Now();
         ReportEgress(bytes, /*done=*/false);
-        StartWrite(&response_);
+        WriteLocked();
         return;
       case ParamChunker::Progress::kWaiting:
         waiting_for_params_ = true;  // the step is still filling the snapshot
@@ -245,6 +321,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   }
 
   Engine* const engine_;
+  const StepStreamLimits limits_;
   std::shared_ptr<StepReactor> self_;
 
   absl::Mutex mu_;
@@ -260,12 +337,20 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   bool waiting_for_turn_ ABSL_GUARDED_BY(mu_) = false;  // a chunk waits in the session
   absl::Time egress_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // The bounds (StepStreamLimits).
+  int64_t bytes_received_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t max_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // resolved at the first message after the header
+  bool waiting_on_trainer_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_heard_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  std::unique_ptr<grpc::Alarm> idle_alarm_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::Alarm> retired_alarm_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(Engine* engine) {
-  auto reactor = std::make_shared<StepReactor>(engine);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
+    Engine* engine, const StepStreamLimits& limits) {
+  auto reactor = std::make_shared<StepReactor>(engine, limits);
   StepReactor* raw = reactor.get();
   raw->Start(std::move(reactor));
   return raw;

@@ -3,9 +3,28 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
+
+#include "absl/time/time.h"
 #include "server/engine/engine.h"
 
 namespace optstep {
+
+// Bounds on one Step stream before its commit (docs/security.md). Beyond either the stream ends,
+// naming the bound, and its contribution stays pending: nothing of it is applied, and the
+// trainer may begin the step again on a new stream.
+struct StepStreamLimits {
+  // Bytes of messages a stream may send before its commit: RESOURCE_EXHAUSTED beyond. 0: twice
+  // the session's gradient buffers on this rank (a full gradient of its parameters, at most
+  // fp32, with room for resends) plus kStepStreamSlackBytes.
+  int64_t max_bytes = 0;
+  // Time a stream may wait on its trainer (a message not yet received, an answer not yet taken):
+  // DEADLINE_EXCEEDED beyond. Zero or infinite: no bound.
+  absl::Duration idle_timeout = absl::Minutes(1);
+};
+
+// Headers and framing beyond the gradient bytes, in the derived bound of StepStreamLimits.
+inline constexpr int64_t kStepStreamSlackBytes = 1 << 20;
 
 // Starts the reactor of one Step stream (header, chunks, commit -> result, parameters). The
 // stream is raw: requests are decoded by hand from the received slices (raw_step_codec.h), so a
@@ -13,7 +32,8 @@ namespace optstep {
 // parameter chunks go out as slices of the shared snapshot. The reactor owns itself and is
 // released after OnDone; reactions never block: the step itself runs on the engine's device
 // worker, which calls back when the step is applied or aborted.
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(Engine* engine);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
+    Engine* engine, const StepStreamLimits& limits);
 
 }  // namespace optstep
 

@@ -1,9 +1,12 @@
 // The server's limits through the real process: each crossing answers RESOURCE_EXHAUSTED with a
 // message that names the limit and the value, and the server goes on serving.
 
+#include <grpcpp/create_channel.h>
+
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -114,6 +117,115 @@ TEST(LimitsTest, MaxMessageBytes) {
   step.skip_return = true;  // the answer would again be one large chunk per parameter
   OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, fitting->Step(step, grads));
   EXPECT_EQ(reply.step, 1u);
+}
+
+void AppendVarint(uint64_t value, std::string& out) {
+  for (; value >= 0x80; value >>= 7) out.push_back(static_cast<char>(value | 0x80));
+  out.push_back(static_cast<char>(value));
+}
+
+// `request` with field 999 (unknown to every reader) of `bytes` bytes appended.
+v1::StepRequest WithUnknownField(const v1::StepRequest& request, size_t bytes) {
+  std::string wire = request.SerializeAsString();
+  AppendVarint((999 << 3) | 2, wire);  // length-delimited
+  AppendVarint(bytes, wire);
+  wire.append(bytes, 'p');
+  v1::StepRequest padded;
+  padded.ParseFromString(wire);  // keeps the field as unknown, and sends it again
+  return padded;
+}
+
+// A Step stream of step 1, one element per chunk, each message
+// padded with `padding` bytes of an unknown field (skipped by the server, as protobuf does); it
+// commits after every chunk went through. Answers the stream's status.
+grpc::Status PaddedStep(const std::string& address, const std::string& session_id, size_t padding) {
+  auto stub = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  auto stream = stub->Step(&context);
+  v1::StepRequest header;
+  header.mutable_header()->set_session_id(session_id);
+  header.mutable_header()->set_step(1);
+  bool ok = stream->Write(header);
+  // SmallSpec's parameters: fc.weight (32 elements) and fc.bias (8).
+  for (int i = 0; i < testutil::kSmallElements && ok; ++i) {
+    const float g = 0.01f;
+    v1::StepRequest chunk;
+    chunk.mutable_gradient()->set_param_id(i < 32 ? 0 : 1);
+    chunk.mutable_gradient()->set_offset(i < 32 ? i : i - 32);
+    chunk.mutable_gradient()->set_dtype(v1::DTYPE_FP32);
+    chunk.mutable_gradient()->set_data(std::string(reinterpret_cast<const char*>(&g), sizeof(g)));
+    chunk = WithUnknownField(chunk, padding);
+    ok = stream->Write(chunk);
+  }
+  if (ok) {
+    v1::StepRequest commit;
+    commit.mutable_commit()->set_num_elements(testutil::kSmallElements);
+    stream->Write(commit);
+  }
+  stream->WritesDone();
+  v1::StepResponse response;
+  while (stream->Read(&response)) {
+  }
+  return stream->Finish();
+}
+
+// The session still at step 0, and it steps on a new stream: the bounded stream applied nothing.
+void ExpectNothingApplied(Connected& c, const std::string& session_id) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->GetSession(session_id));
+  EXPECT_EQ(info.step(), 0u);
+  EXPECT_THAT(StepSmall(*c.client, session_id, 1).status(), IsOk());
+  ExpectStillServing(*c.client);
+}
+
+TEST(LimitsTest, StreamBytesDerivedFromTheSession) {
+  // SmallSpec: 40 fp32 gradients on this rank; the bound is about 1 MiB, and 40 chunks of
+  // 64 KiB of padding cross it.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c, Start({}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(SmallSpec("pad")));
+  const grpc::Status status = PaddedStep(c.server->address(), info.session_id(), 64 << 10);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              testing::HasSubstr("bytes per stream (twice the session's gradient bytes"));
+  ExpectNothingApplied(c, info.session_id());
+}
+
+TEST(LimitsTest, MaxStreamBytes) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c, Start({"--max_stream_bytes=20000"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(SmallSpec("pad")));
+  // 40 x 256 bytes of padding fits the bound; 40 x 1 KiB does not.
+  const grpc::Status fits = PaddedStep(c.server->address(), info.session_id(), 256);
+  EXPECT_EQ(fits.error_code(), grpc::StatusCode::OK) << fits.error_message();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo other, c.client->CreateSession(SmallSpec("over")));
+  const grpc::Status over = PaddedStep(c.server->address(), other.session_id(), 1 << 10);
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << over.error_message();
+  EXPECT_THAT(over.error_message(),
+              testing::HasSubstr("over the bound of 20000 bytes per stream (the server's max"));
+  ExpectNothingApplied(c, other.session_id());
+}
+
+TEST(LimitsTest, StreamIdleTimeout) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c, Start({"--stream_idle_timeout_ms=500"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(SmallSpec("idle")));
+  auto stub = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  const absl::Time start = absl::Now();
+  auto stream = stub->Step(&context);
+  v1::StepRequest header;
+  header.mutable_header()->set_session_id(info.session_id());
+  header.mutable_header()->set_step(1);
+  ASSERT_TRUE(stream->Write(header));
+  // The trainer sends its header and then nothing: no gradient, no commit, no half-close.
+  v1::StepResponse response;
+  EXPECT_FALSE(stream->Read(&response));  // until the server ends the stream
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_THAT(status.error_message(), testing::HasSubstr("over the stream idle timeout of 500ms"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // the client's own deadline is 60 s
+  ExpectNothingApplied(c, info.session_id());
 }
 
 }  // namespace

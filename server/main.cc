@@ -49,6 +49,11 @@ ABSL_FLAG(int64_t, stream_idle_timeout_ms, 60000,
           "Longest a Step stream may wait on its trainer (a message, or the taking of an "
           "answer); 0: no bound.");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 10000, "Time running calls get to finish on SIGTERM.");
+ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000,
+          "Each rank pings every other rank this often (several ranks).");
+ABSL_FLAG(int64_t, peer_timeout_ms, 5000,
+          "A rank that has not answered a heartbeat for this long is lost: this rank turns "
+          "NOT_SERVING and answers UNAVAILABLE naming it.");
 ABSL_FLAG(std::string, checkpoint_root, "",
           "Directory of Save / Load checkpoints (the same shared file system on every rank); "
           "empty: Save and Load answer FAILED_PRECONDITION.");
@@ -129,6 +134,8 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.max_params_per_session = absl::GetFlag(FLAGS_max_params_per_session);
   options.max_session_bytes = absl::GetFlag(FLAGS_max_session_bytes);
   options.shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms));
+  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  options.peer_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_peer_timeout_ms));
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.checkpoint_temp_max_age =

@@ -41,6 +41,14 @@ absl::Status CheckOptions(const RankProcess::Options& options) {
   if (!options.checkpoint_on_shutdown.empty() && options.checkpoint_root.empty()) {
     return absl::InvalidArgumentError("--checkpoint_on_shutdown needs --checkpoint_root");
   }
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.peer_timeout < options.heartbeat_interval) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--heartbeat_interval_ms must be positive and --peer_timeout_ms at least as "
+                     "long; got ",
+                     absl::FormatDuration(options.heartbeat_interval), " and ",
+                     absl::FormatDuration(options.peer_timeout)));
+  }
   if (options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", options.rank, " is not in [0, ", options.world_size, ")"));
@@ -206,6 +214,9 @@ absl::Status RankProcess::StartEngine(
   group_options.peer_credentials = peer_credentials;
   group_options.checkpoint_root = options_.checkpoint_root;
   group_options.keep_checkpoints = options_.keep_checkpoints;
+  group_options.heartbeat_interval = options_.heartbeat_interval;
+  group_options.peer_timeout = options_.peer_timeout;
+  group_options.on_peer_lost = [metrics = metrics_](int) { metrics->CountPeerLost(); };
   group_ = std::make_unique<RankGroup>(group_options, engine_.get());
   return absl::OkStatus();
 }
@@ -238,6 +249,7 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
     return;
   }
   LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
+  group_->StartHeartbeats();
   server_->SetReady(true);
 }
 
@@ -255,6 +267,9 @@ void RankProcess::AwaitShutdownRequest() {
   } else {
     LOG(INFO) << "signal " << static_cast<int>(signal) << ": shutting down";
   }
+  // A rank that shuts down judges its peers no more (they may be shutting down too) and tells
+  // them it leaves on purpose, before its server stops answering their heartbeats.
+  group_->Leave();
   server_->Shutdown(absl::Now() + options_.shutdown_grace);
   if (options_.rank == 0) SaveOnShutdown();
 }

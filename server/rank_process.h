@@ -69,6 +69,10 @@ class RankProcess {
     // session's gradient bytes on this rank) and time waiting on the trainer (zero: none).
     int64_t max_stream_bytes = 0;
     absl::Duration stream_idle_timeout = absl::Minutes(1);
+    // Heartbeats between the ranks: each pings the others every `heartbeat_interval`; a rank
+    // that has not answered for `peer_timeout` is lost (health NOT_SERVING, calls UNAVAILABLE).
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    absl::Duration peer_timeout = absl::Seconds(5);
     // TLS and bearer tokens (docs/security.md); all empty: plaintext, no tokens.
     TlsFiles tls;
     std::string auth_tokens_file;

@@ -53,6 +53,7 @@ std::vector<int> RanksOf(const std::string& key, const Session& session,
 }  // namespace
 
 absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperation& op) {
+  OPTSTEP_RETURN_IF_ERROR(group_->PeersStatus());
   if (options().rank != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint and state dict operations are served by rank 0; this is rank ",

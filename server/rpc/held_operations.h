@@ -31,7 +31,7 @@ class HeldOperations {
 
   // Holds `session` on every rank, settles them at the highest resolution any of them started,
   // runs `op` with the hold's token and the settled point, and releases every rank whatever
-  // happened. Blocks.
+  // happened. Blocks. UNAVAILABLE once a peer is lost (RankGroup::PeersStatus).
   using HeldOperation = std::function<absl::Status(uint64_t token, const HeldPoint& point)>;
   absl::Status WithHeldSession(Session& session, const HeldOperation& op);
 

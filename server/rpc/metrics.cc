@@ -101,6 +101,11 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                          .Help("Streaming calls in progress.")
                          .Register(*registry_)
                          .Add({});
+  peers_lost_ = &prometheus::BuildCounter()
+                     .Name("optstep_peers_lost_total")
+                     .Help("Peer ranks found lost: no heartbeat answered for --peer_timeout_ms.")
+                     .Register(*registry_)
+                     .Add({});
 }
 
 ServerMetrics::~ServerMetrics() { StopServing(); }
@@ -163,6 +168,8 @@ void ServerMetrics::OnSessionClosed(const std::string &session, int rank) {
 void ServerMetrics::StreamStarted() { active_streams_->Increment(); }
 
 void ServerMetrics::StreamEnded() { active_streams_->Decrement(); }
+
+void ServerMetrics::CountPeerLost() { peers_lost_->Increment(); }
 
 void ServerMetrics::CountRpcError(absl::string_view method, absl::string_view code_name) {
   rpc_errors_->Add({{"method", std::string(method)}, {"code", std::string(code_name)}}).Increment();

@@ -4,16 +4,16 @@
 // Prometheus metrics of one rank and the structured event log lines that go
 // with them.
 //
-//   optstep_step_phase_seconds{phase}          histogram: ingest, step,
-//   all_gather, egress optstep_gradient_bytes_received_total      counter: raw
-//   gradient bytes accepted optstep_parameter_bytes_sent_total         counter:
-//   raw parameter bytes streamed back optstep_steps_total{result} counter:
-//   applied, skipped, aborted, failed optstep_rpc_errors_total{method,code}
-//   counter: calls that ended with an error optstep_active_streams gauge:
-//   streaming calls in progress optstep_sessions gauge: sessions this rank
-//   holds optstep_device_memory_bytes                gauge: masters, optimizer
-//   state and gradient
-//                                                     buffers of every session
+//   optstep_step_phase_seconds{phase}        histogram: ingest, step, all_gather, egress
+//   optstep_gradient_bytes_received_total    counter: raw gradient bytes accepted
+//   optstep_parameter_bytes_sent_total       counter: raw parameter bytes streamed back
+//   optstep_steps_total{result}              counter: applied, skipped, aborted, failed
+//   optstep_rpc_errors_total{method,code}    counter: calls that ended with an error
+//   optstep_peers_lost_total                 counter: peer ranks found lost (no heartbeat)
+//   optstep_active_streams                   gauge: streaming calls in progress
+//   optstep_sessions                         gauge: sessions this rank holds
+//   optstep_device_memory_bytes              gauge: masters, optimizer state and gradient
+//                                            buffers of every session
 //
 // The engine reports through the StepObserver interface; the gRPC layer through
 // CallTracker (server/rpc/call_tracker.h). Events are logged as one line of
@@ -70,6 +70,8 @@ class ServerMetrics final : public StepObserver {
   void StreamEnded();
   // `code_name` as absl spells it, e.g. "UNAUTHENTICATED".
   void CountRpcError(absl::string_view method, absl::string_view code_name);
+  // From the rank group: a peer rank was found lost (RankGroupOptions::on_peer_lost).
+  void CountPeerLost();
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -80,6 +82,7 @@ class ServerMetrics final : public StepObserver {
   prometheus::Family<prometheus::Counter> *steps_;
   prometheus::Family<prometheus::Counter> *rpc_errors_;
   prometheus::Gauge *active_streams_;
+  prometheus::Counter *peers_lost_;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<MetricsHttpServer> http_ ABSL_GUARDED_BY(mu_);

@@ -15,6 +15,14 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl:
   return reactor;
 }
 
+// A Step stream refused before it reads anything: finished at once with `status`. Owns itself.
+class RefusedStepReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit RefusedStepReactor(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
 
 grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
@@ -78,6 +86,9 @@ grpc::ServerReadReactor<v1::InitParametersRequest>* OptimizerServiceImpl::InitPa
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* OptimizerServiceImpl::Step(
     grpc::CallbackServerContext*) {
+  // A group that lost a rank cannot complete a step: the stream is refused, naming the rank.
+  absl::Status peers = group_->PeersStatus();
+  if (!peers.ok()) return new RefusedStepReactor(peers);
   return StartStepReactor(engine_, step_limits_);
 }
 

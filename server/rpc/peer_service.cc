@@ -76,6 +76,18 @@ grpc::ServerUnaryReactor* PeerServiceImpl::AbortStep(grpc::CallbackServerContext
   return reactor;
 }
 
+grpc::ServerUnaryReactor* PeerServiceImpl::Ping(grpc::CallbackServerContext* context,
+                                                const v1::PingRequest* request,
+                                                v1::PingResponse* response) {
+  if (group_ != nullptr) {
+    response->set_rank(group_->rank());
+    if (request->leaving()) group_->PeerLeft(static_cast<int>(request->rank()));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* PeerServiceImpl::HoldSession(grpc::CallbackServerContext* context,
                                                        const v1::HeldSessionRequest* request,
                                                        v1::HeldSessionResponse* response) {

@@ -15,9 +15,10 @@ namespace optstep {
 
 // PeerService: what the other ranks ask of this one. Replicas of rank 0's sessions
 // (RankGroup::CreateSession), this rank's part of held operations (HeldOperations), and abort
-// votes (RankGroup::RelayAbortVote). `group` (this rank's options) may be null: no checkpoint
-// root. Calls that block (holds, rendezvous, file IO) run off the reaction (RunDetached).
-// Thread-safe; stateless apart from the two pointers, which must outlive it.
+// votes (RankGroup::RelayAbortVote), and the heartbeats (PeerHeartbeat). `group` (this rank's
+// options) may be null: no checkpoint root. Calls that block (holds, rendezvous, file IO) run off
+// the reaction (RunDetached). Thread-safe; stateless apart from the two pointers, which must
+// outlive it.
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
   explicit PeerServiceImpl(Engine* engine, RankGroup* group = nullptr)
@@ -54,6 +55,10 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* AbortStep(grpc::CallbackServerContext* context,
                                       const v1::HeldSessionRequest* request,
                                       v1::HeldSessionResponse* response) override;
+  // Answers at once; a caller that is `leaving` is counted as gone (RankGroup::PeerLeft).
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
+                                 const v1::PingRequest* request,
+                                 v1::PingResponse* response) override;
 
  private:
   // Runs `work` on its own thread (holds and file IO block) and finishes the call with it.

@@ -14,7 +14,9 @@
 namespace optstep {
 
 RankGroup::RankGroup(RankGroupOptions options, Engine* engine)
-    : options_(std::move(options)), engine_(engine) {
+    : options_(std::move(options)),
+      engine_(engine),
+      liveness_(options_.rank, options_.world_size, options_.peer_timeout) {
   {
     absl::MutexLock lock(&mu_);
     addresses_.assign(options_.world_size, "");
@@ -28,6 +30,10 @@ RankGroup::RankGroup(RankGroupOptions options, Engine* engine)
 }
 
 RankGroup::~RankGroup() {
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    heartbeat_.reset();
+  }
   if (relay_ != nullptr) engine_->SetAbortVoteListener(nullptr);
   relay_.reset();  // the calls already queued run (each with a short deadline)
 }
@@ -52,7 +58,40 @@ void RankGroup::RelayAbortVote(const std::string& session_id, uint64_t resolutio
   });
 }
 
-absl::Status RankGroup::EnsureAddress(int rank) {
+void RankGroup::StartHeartbeats() {
+  if (options_.world_size == 1) return;
+  absl::MutexLock lock(&heartbeat_mu_);
+  if (left_ || heartbeat_ != nullptr) return;
+  PeerHeartbeat::Options options;
+  options.rank = options_.rank;
+  options.world_size = options_.world_size;
+  options.interval = options_.heartbeat_interval;
+  heartbeat_ = std::make_unique<PeerHeartbeat>(
+      options, &liveness_,
+      [this](int peer) -> v1::PeerService::Stub* {
+        return EnsureAddress(peer, options_.heartbeat_interval).ok() ? Peer(peer) : nullptr;
+      },
+      [this](const PeerLiveness::LostPeer& lost) {
+        LOG(ERROR) << "event=peer_lost rank=" << lost.rank
+                   << " this rank stops serving: " << lost.why.message();
+        if (options_.on_peer_lost) options_.on_peer_lost(lost.rank);
+      });
+}
+
+void RankGroup::Leave() {
+  absl::MutexLock lock(&heartbeat_mu_);
+  left_ = true;
+  if (heartbeat_ != nullptr) heartbeat_->AnnounceLeaving();
+  heartbeat_.reset();
+}
+
+void RankGroup::PeerLeft(int rank) {
+  if (rank < 0 || rank >= options_.world_size || !liveness_.Left(rank)) return;
+  LOG(WARNING) << "event=peer_left rank=" << rank << " rank " << rank
+               << " shuts down on purpose; this rank stops serving until the group is restarted";
+}
+
+absl::Status RankGroup::EnsureAddress(int rank, absl::Duration wait) {
   std::shared_ptr<KeyValueStore> store;
   {
     absl::MutexLock lock(&mu_);
@@ -62,7 +101,7 @@ absl::Status RankGroup::EnsureAddress(int rank) {
   if (store == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("rank ", rank, "'s address is unknown"));
   }
-  OPTSTEP_ASSIGN_OR_RETURN(std::string address, store->Get(RankAddressKey(rank), absl::Seconds(5)));
+  OPTSTEP_ASSIGN_OR_RETURN(std::string address, store->Get(RankAddressKey(rank), wait));
   absl::MutexLock lock(&mu_);
   addresses_[rank] = address;
   return absl::OkStatus();
@@ -108,6 +147,7 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
         absl::StrCat("sessions are created on rank 0; this is rank ", options_.rank, " of ",
                      options_.world_size));
   }
+  OPTSTEP_RETURN_IF_ERROR(PeersStatus());
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));
   absl::MutexLock create_lock(&create_mu_);
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> existing, engine_->FindByName(config));

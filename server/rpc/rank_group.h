@@ -17,6 +17,8 @@
 #include "optstep/v1/internal.grpc.pb.h"
 #include "optstep/v1/session.pb.h"
 #include "server/engine/engine.h"
+#include "server/rpc/peer_heartbeat.h"
+#include "server/rpc/peer_liveness.h"
 
 namespace optstep {
 
@@ -36,6 +38,12 @@ struct RankGroupOptions {
   absl::Duration settle_timeout = absl::Seconds(120);
   // How this rank calls the others (TLS, token); null: insecure.
   std::shared_ptr<grpc::ChannelCredentials> peer_credentials;
+  // Heartbeats (StartHeartbeats): every `heartbeat_interval` this rank pings the others; one that
+  // has not answered for `peer_timeout` is lost, and the group with it.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration peer_timeout = absl::Seconds(5);
+  // Told of each peer found lost (metrics); may be null. Called on the heartbeat thread.
+  std::function<void(int rank)> on_peer_lost;
 };
 
 // The ranks of a group as seen from one of them: their addresses and the stubs that call them,
@@ -43,7 +51,8 @@ struct RankGroupOptions {
 // each session on every rank (its peers through PeerService.CreateReplica, itself through its
 // engine), so that every rank holds a replica with the same id and joins the same communicator
 // group. Operations that hold a session on every rank are HeldOperations (held_operations.h); a
-// rank's side of all of these is PeerServiceImpl (peer_service.h).
+// rank's side of all of these is PeerServiceImpl (peer_service.h). The heartbeats between the
+// ranks (PeerHeartbeat) tell whether every peer is still there (PeersStatus).
 // Thread-safe. Calls block (rendezvous, connecting); never call them on a gRPC reaction, except
 // RelayAbortVote, which returns at once.
 class RankGroup {
@@ -65,8 +74,21 @@ class RankGroup {
   // The address of every rank, by rank (after Join on rank 0).
   std::vector<std::string> addresses() const;
 
+  // Starts the heartbeats to the other ranks (once joined); nothing with one rank, or after Leave.
+  void StartHeartbeats();
+  // This rank shuts down on purpose: its heartbeats stop (it judges no peer any more), and the
+  // peers it watched are told, so that they count it as gone rather than lost (they stop serving:
+  // the group is no longer whole). Idempotent.
+  void Leave();
+  // Peer `rank` said it shuts down on purpose (PeerService.Ping with `leaving`).
+  void PeerLeft(int rank);
+  // OK while every peer is there; else UNAVAILABLE naming the first rank lost or gone, and what
+  // to do. Calls that need the whole group answer it.
+  absl::Status PeersStatus() const { return liveness_.status(); }
+
   // Rank 0: creates (or attaches by name to) a session on every rank. FAILED_PRECONDITION on
-  // other ranks. On failure the replicas already made are closed again.
+  // other ranks, UNAVAILABLE once a peer is lost (PeersStatus). On failure the replicas already
+  // made are closed again.
   absl::StatusOr<Engine::Created> CreateSession(const v1::SessionSpec& spec);
   // Rank 0: closes the session on every rank (the peers' errors are logged, not returned).
   absl::Status CloseSession(const std::string& id);
@@ -93,8 +115,9 @@ class RankGroup {
                                                    absl::Duration timeout);
 
  private:
-  // Learns rank r's address from the store unless known (ranks other than 0 know only theirs).
-  absl::Status EnsureAddress(int rank);
+  // Learns rank r's address from the store unless known (ranks other than 0 know only theirs),
+  // waiting at most `wait` for it.
+  absl::Status EnsureAddress(int rank, absl::Duration wait = absl::Seconds(5));
 
   const RankGroupOptions options_;
   Engine* const engine_;
@@ -107,6 +130,11 @@ class RankGroup {
   std::shared_ptr<KeyValueStore> store_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<v1::PeerService::Stub>> peers_ ABSL_GUARDED_BY(mu_);
+  PeerLiveness liveness_;
+  absl::Mutex heartbeat_mu_;
+  bool left_ ABSL_GUARDED_BY(heartbeat_mu_) = false;
+  // Uses the stubs: declared after them, so destroyed before them.
+  std::unique_ptr<PeerHeartbeat> heartbeat_ ABSL_GUARDED_BY(heartbeat_mu_);
   // Runs RelayAbortVote's calls in order (declared last: joined first).
   std::unique_ptr<SerialExecutor> relay_;
 };

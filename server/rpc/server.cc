@@ -63,7 +63,8 @@ void Server::WatchHealth() {
   bool serving = false;
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    const bool now = ready_ && engine_->healthy();
+    const bool now =
+        ready_ && engine_->healthy() && (group_ == nullptr || group_->PeersStatus().ok());
     if (now != serving) {
       serving = now;
       server_->GetHealthCheckService()->SetServingStatus(serving);

@@ -1,12 +1,12 @@
 #ifndef OPTSTEP_SERVER_RPC_SERVER_H_
 #define OPTSTEP_SERVER_RPC_SERVER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -52,12 +52,12 @@ class Server {
   // `serve_rendezvous`, the group's rendezvous store). Health stays NOT_SERVING until
   // SetReady(true). UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options, Engine* engine,
-                                                      RankGroup* group);
+                                                       RankGroup* group);
   ~Server();
 
   int port() const { return port_; }
-  // Health SERVING when `ready` and the engine is healthy (checked until Shutdown; a rank whose
-  // group lost a peer turns NOT_SERVING).
+  // Health SERVING when `ready`, the engine is healthy and no peer is lost or gone
+  // (RankGroup::PeersStatus; checked until Shutdown).
   void SetReady(bool ready);
   // Health NOT_SERVING and new Step streams refused (UNAVAILABLE) at once; then waits for the
   // Step streams in progress to end, until `deadline`; then stops accepting calls and waits for
@@ -73,7 +73,8 @@ class Server {
         optimizer_service_(engine, group, options.step_stream),
         checkpoint_service_(engine, group),
         peer_service_(engine, group),
-        admin_service_(options.on_shutdown_request) {}
+        admin_service_(options.on_shutdown_request),
+        group_(group) {}
   void WatchHealth();
 
   Engine* const engine_;
@@ -83,6 +84,7 @@ class Server {
   PeerServiceImpl peer_service_;
   RendezvousServiceImpl rendezvous_service_;
   AdminServiceImpl admin_service_;
+  RankGroup* const group_;  // may be null
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 

@@ -1,0 +1,105 @@
+#include "server/rpc/peer_heartbeat.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/time/clock.h"
+
+namespace optstep {
+
+PeerHeartbeat::PeerHeartbeat(Options options, PeerLiveness* liveness, StubOf stub_of,
+                             OnLost on_lost)
+    : options_(options),
+      liveness_(liveness),
+      stub_of_(std::move(stub_of)),
+      on_lost_(std::move(on_lost)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+PeerHeartbeat::~PeerHeartbeat() { Stop(); }
+
+void PeerHeartbeat::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void PeerHeartbeat::AnnounceLeaving() {
+  Stop();
+  std::vector<v1::PeerService::Stub*> peers;
+  for (int r = 0; r < options_.world_size; ++r) {
+    if (r != options_.rank && liveness_->watched(r)) peers.push_back(stub_of_(r));
+  }
+  (void)PingAll(peers, /*leaving=*/true);
+}
+
+std::vector<bool> PeerHeartbeat::PingAll(const std::vector<v1::PeerService::Stub*>& peers,
+                                         bool leaving) const {
+  struct Call {
+    grpc::ClientContext context;
+    v1::PingRequest request;
+    v1::PingResponse response;
+    bool answered = false;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  absl::Mutex mu;
+  size_t pending = 0;
+  for (v1::PeerService::Stub* peer : peers) {
+    auto call = std::make_unique<Call>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.interval));
+    call->request.set_rank(options_.rank);
+    call->request.set_leaving(leaving);
+    {
+      absl::MutexLock lock(&mu);
+      ++pending;
+    }
+    // The callback runs on a gRPC thread: it only records the answer.
+    peer->async()->Ping(&call->context, &call->request, &call->response,
+                        [&mu, &pending, answered = &call->answered](grpc::Status status) {
+                          absl::MutexLock lock(&mu);
+                          *answered = status.ok();
+                          --pending;
+                        });
+    calls.push_back(std::move(call));
+  }
+  // Every call has a deadline, so this ends; the calls' state lives until their callbacks ran.
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(
+      +[](size_t* left) { return *left == 0; }, &pending));
+  std::vector<bool> answered;
+  for (const auto& call : calls) answered.push_back(call->answered);
+  return answered;
+}
+
+void PeerHeartbeat::Run() {
+  absl::Time next = absl::Now();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), next)) return;
+    }
+    next += options_.interval;
+    std::vector<int> ranks;
+    std::vector<v1::PeerService::Stub*> peers;
+    for (int r = 0; r < options_.world_size; ++r) {
+      if (r == options_.rank) continue;
+      v1::PeerService::Stub* peer = stub_of_(r);
+      if (peer == nullptr) continue;  // not yet known: not yet watched
+      liveness_->Watch(r, absl::Now());
+      ranks.push_back(r);
+      peers.push_back(peer);
+    }
+    const std::vector<bool> answered = PingAll(peers, /*leaving=*/false);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (answered[i]) liveness_->Answered(ranks[i], absl::Now());
+    }
+    for (const PeerLiveness::LostPeer& lost : liveness_->Check(absl::Now())) on_lost_(lost);
+    // A round that overran starts the next one at once rather than catching up.
+    next = std::max(next, absl::Now());
+  }
+}
+
+}  // namespace optstep

@@ -1,0 +1,61 @@
+#ifndef OPTSTEP_SERVER_RPC_PEER_LIVENESS_H_
+#define OPTSTEP_SERVER_RPC_PEER_LIVENESS_H_
+
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace optstep {
+
+// Which peers of one rank are still there, judged from the answers to its heartbeats
+// (PeerHeartbeat). A peer is watched from the time this rank learns its address (a rank publishes
+// its address only once it listens); it is lost once it has not answered for `timeout`, and gone
+// once it said that it shuts down on purpose. Either is final: the group has to be restarted.
+// The time is passed in, never read here.
+// Thread-safe.
+class PeerLiveness {
+ public:
+  PeerLiveness(int rank, int world_size, absl::Duration timeout);
+
+  // Starts watching peer `peer` at `now`; nothing when it is watched already.
+  void Watch(int peer, absl::Time now);
+  bool watched(int peer) const;
+  // Peer `peer` answered a heartbeat at `now`.
+  void Answered(int peer, absl::Time now);
+  // Peer `peer` said it shuts down on purpose. True the first time.
+  bool Left(int peer);
+  // The watched peers that, at `now`, have not answered for longer than the timeout and were not
+  // reported before, in rank order, each with its UNAVAILABLE status; each turns lost.
+  struct LostPeer {
+    int rank;
+    absl::Status why;
+  };
+  std::vector<LostPeer> Check(absl::Time now);
+
+  // OK while no peer is lost or gone; else UNAVAILABLE naming the first one, and what to do.
+  absl::Status status() const;
+
+ private:
+  enum class State { kUnwatched, kAlive, kLost, kLeft };
+  struct Peer {
+    State state = State::kUnwatched;
+    absl::Time last_answer;
+  };
+
+  // Keeps the first failure's status.
+  void Fail(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int rank_;
+  const absl::Duration timeout_;
+  mutable absl::Mutex mu_;
+  std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_PEER_LIVENESS_H_

@@ -1,0 +1,98 @@
+// PeerLiveness with the time passed in: a peer is lost only after the timeout without an answer,
+// counted from when it is first watched; an answer before the timeout keeps it alive; loss and
+// leaving are final, reported once, and the status names the first rank and what to do.
+
+#include "server/rpc/peer_liveness.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+const absl::Time kStart = absl::FromUnixSeconds(1000);
+const absl::Duration kTimeout = absl::Seconds(5);
+
+std::vector<int> Ranks(const std::vector<PeerLiveness::LostPeer>& lost) {
+  std::vector<int> ranks;
+  for (const PeerLiveness::LostPeer& peer : lost) ranks.push_back(peer.rank);
+  return ranks;
+}
+
+TEST(PeerLivenessTest, AnUnwatchedPeerIsNeverLost) {
+  PeerLiveness liveness(/*rank=*/0, /*world_size=*/3, kTimeout);
+  EXPECT_FALSE(liveness.watched(1));
+  EXPECT_THAT(liveness.Check(kStart + absl::Hours(1)), IsEmpty());
+  EXPECT_THAT(liveness.status(), IsOk());
+}
+
+TEST(PeerLivenessTest, APeerSilentBeyondTheTimeoutIsLostOnce) {
+  PeerLiveness liveness(0, 3, kTimeout);
+  liveness.Watch(1, kStart);
+  liveness.Watch(2, kStart);
+  EXPECT_TRUE(liveness.watched(2));
+  liveness.Answered(1, kStart + absl::Seconds(4));
+  // Exactly at the timeout: still there.
+  EXPECT_THAT(liveness.Check(kStart + kTimeout), IsEmpty());
+  const std::vector<PeerLiveness::LostPeer> lost =
+      liveness.Check(kStart + kTimeout + absl::Milliseconds(1));
+  EXPECT_THAT(Ranks(lost), ElementsAre(2));
+  EXPECT_THAT(lost[0].why,
+              StatusIs(absl::StatusCode::kUnavailable, "rank 2 lost (no heartbeat for 5.0 s)"));
+  EXPECT_THAT(std::string(lost[0].why.message()), HasSubstr("restart the group"));
+  EXPECT_THAT(liveness.status(), StatusIs(absl::StatusCode::kUnavailable, "rank 2 lost"));
+  // Reported once; an answer afterwards does not bring it back.
+  liveness.Answered(2, kStart + absl::Seconds(6));
+  EXPECT_THAT(liveness.Check(kStart + absl::Seconds(7)), IsEmpty());
+  EXPECT_THAT(liveness.status(), StatusIs(absl::StatusCode::kUnavailable, "rank 2 lost"));
+}
+
+TEST(PeerLivenessTest, AnswersBeforeTheTimeoutKeepAPeerAlive) {
+  PeerLiveness liveness(1, 2, kTimeout);
+  liveness.Watch(0, kStart);
+  for (int s = 1; s <= 60; ++s) {
+    liveness.Answered(0, kStart + absl::Seconds(s));
+    EXPECT_THAT(liveness.Check(kStart + absl::Seconds(s) + absl::Milliseconds(4900)), IsEmpty());
+  }
+  EXPECT_THAT(liveness.status(), IsOk());
+  // Watching again does not restart the clock.
+  liveness.Watch(0, kStart + absl::Hours(1));
+  EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(66))), ElementsAre(0));
+}
+
+TEST(PeerLivenessTest, TheFirstFailureIsTheStatus) {
+  PeerLiveness liveness(0, 4, kTimeout);
+  for (int r = 1; r < 4; ++r) liveness.Watch(r, kStart);
+  liveness.Answered(1, kStart + absl::Seconds(3));
+  EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(6))), ElementsAre(2, 3));
+  EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(9))), ElementsAre(1));
+  EXPECT_THAT(liveness.status(),
+              StatusIs(absl::StatusCode::kUnavailable, "rank 2 lost (no heartbeat for 6.0 s)"));
+}
+
+TEST(PeerLivenessTest, APeerThatLeftIsGoneNotLost) {
+  PeerLiveness liveness(0, 3, kTimeout);
+  liveness.Watch(1, kStart);
+  EXPECT_TRUE(liveness.Left(1));
+  EXPECT_FALSE(liveness.Left(1));
+  EXPECT_THAT(liveness.Check(kStart + absl::Minutes(1)), IsEmpty());
+  EXPECT_THAT(liveness.status(), StatusIs(absl::StatusCode::kUnavailable, "rank 1 left the group"));
+  EXPECT_THAT(std::string(liveness.status().message()), HasSubstr("restart the group"));
+  // A rank never counts itself.
+  EXPECT_FALSE(liveness.Left(0));
+  liveness.Watch(0, kStart);
+  EXPECT_FALSE(liveness.watched(0));
+}
+
+}  // namespace
+}  // namespace optstep

@@ -15,7 +15,8 @@ StepBook::StepBook(std::string session_id, int rank, const SessionConfig& config
       rank_(rank),
       contributions_(config.mode, config.num_trainers, owned_numels, names),
       order_(config.num_trainers, std::move(owned_numels)),
-      attempts_(config.num_trainers, 0) {}
+      attempts_(config.num_trainers, 0),
+      began_(config.num_trainers, false) {}
 
 absl::Status StepBook::CheckUsable() const {
   if (closed_) return absl::UnavailableError(absl::StrCat("session '", id_, "' is closed"));
@@ -68,6 +69,7 @@ absl::StatusOr<Contribution> StepBook::Begin(const StepBegin& begin, StepSchedul
   for (WaitingChunk& chunk : order_.TakeWaiting(begin.trainer)) {
     superseded->push_back(std::move(chunk));
   }
+  began_[begin.trainer] = true;
   c.attempt = ++attempts_[begin.trainer];
   return c;
 }
@@ -100,7 +102,14 @@ bool StepBook::ready_to_apply() const {
 }
 
 StepLedger::Pending StepBook::pending() const {
-  return StepLedger::Pending{counters_.step + 1, schedule_, step_began_};
+  StepLedger::Pending pending{counters_.step + 1, schedule_, step_began_};
+  pending.num_trainers = static_cast<int>(began_.size());
+  for (int t = 0; t < pending.num_trainers; ++t) {
+    if (contributions_.committed(t)) continue;
+    pending.uncommitted.push_back(t);
+    if (!began_[t]) pending.not_begun.push_back(t);
+  }
+  return pending;
 }
 
 std::vector<StepWaiter> StepBook::TakeStreamingWaiters() {
@@ -167,6 +176,7 @@ std::vector<WaitingChunk> StepBook::ResetStep() {
   contributions_.Reset();
   schedule_.reset();
   step_began_.reset();
+  began_.assign(began_.size(), false);
   return order_.Reset();
 }
 

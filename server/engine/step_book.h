@@ -129,6 +129,7 @@ class StepBook {
   TrainerOrder order_;
   std::optional<StepSchedule> schedule_;
   std::vector<uint64_t> attempts_;  // each trainer's last Begin
+  std::vector<bool> began_;         // the trainers that began the pending step
   std::vector<StepWaiter> waiters_;
   std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots_;
   std::optional<StepOutcome> last_outcome_;

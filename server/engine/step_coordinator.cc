@@ -6,12 +6,38 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "server/engine/replica_snapshot.h"
 
 namespace optstep {
+namespace {
+
+// "trainer 2" or "trainers 1, 3".
+std::string Trainers(const std::vector<int>& trainers) {
+  return absl::StrCat(trainers.size() == 1 ? "trainer " : "trainers ",
+                      absl::StrJoin(trainers, ", "));
+}
+
+// What this rank knows of an aborted step's missing contributions: which trainers had not
+// committed (and which of them had not begun), or that every one had, the step being aborted by
+// another rank's vote.
+std::string MissingTrainers(const StepLedger::Pending& pending, int rank) {
+  if (pending.uncommitted.empty()) {
+    return absl::StrCat("every trainer had committed on rank ", rank,
+                        "; contributions were incomplete on another rank");
+  }
+  std::string missing = absl::StrCat(Trainers(pending.uncommitted), " of ", pending.num_trainers,
+                                     " had not committed on rank ", rank);
+  if (!pending.not_begun.empty()) {
+    absl::StrAppend(&missing, " (", Trainers(pending.not_begun), " had not begun)");
+  }
+  return missing;
+}
+
+}  // namespace
 
 StepCoordinator::StepCoordinator(Options options, ReplicaState* replica,
                                  std::unique_ptr<Communicator> comm,
@@ -94,13 +120,11 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
                       /*aborted=*/true);
   }
   if (agreement->abort) {
-    return FinishStep(
-        absl::AbortedError(absl::StrCat("session '", id,
-                                        "': step aborted: contributions incomplete on some "
-                                        "rank after the ",
-                                        absl::FormatDuration(options_.step_deadline),
-                                        " step deadline; redo the step")),
-        /*aborted=*/true);
+    return FinishStep(absl::AbortedError(absl::StrCat(
+                          "session '", id, "': step ", pending.step, " aborted after the ",
+                          absl::FormatDuration(options_.step_deadline), " step deadline; ",
+                          MissingTrainers(pending, rank), "; redo the step")),
+                      /*aborted=*/true);
   }
   StepOutcome outcome;
   outcome.skipped = agreement->skipped;

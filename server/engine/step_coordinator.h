@@ -59,6 +59,9 @@ class StepLedger {
     uint64_t step = 0;                     // the step resolved: the last applied one + 1
     std::optional<StepSchedule> schedule;  // unset when no trainer began the step
     std::optional<absl::Time> began;       // when the first trainer began it
+    int num_trainers = 0;
+    std::vector<int> uncommitted;  // the trainers that had not committed it on this rank
+    std::vector<int> not_begun;    // those of them that had not begun it on this rank
   };
   // What is left to tell once a step ended.
   struct Ended {

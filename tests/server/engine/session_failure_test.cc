@@ -328,10 +328,12 @@ TEST_F(SessionFailureTest, DelayedDeviceMissesTheDeadlineAndEveryRankAborts) {
   absl::Status committed = ranks_[1].session->Commit(*c1, 0, outcomes[1].Callback());
   if (committed.ok()) committed = Await(outcomes[1]).status();
   EXPECT_THAT(committed, StatusIs(absl::StatusCode::kAborted, "redo the step"));
+  // Rank 0 had every contribution: it says so, and that another rank's were incomplete.
   EXPECT_THAT(Await(outcomes[0]).status(),
               StatusIs(absl::StatusCode::kAborted,
-                       "step aborted: contributions incomplete on some rank after the 300ms step "
-                       "deadline; redo the step"));
+                       "session 'failures': step 1 aborted after the 300ms step deadline; every "
+                       "trainer had committed on rank 0; contributions were incomplete on another "
+                       "rank; redo the step"));
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     EXPECT_TRUE(ranks_[r].session->healthy());

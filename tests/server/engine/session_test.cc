@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -358,6 +359,35 @@ TEST_F(SessionTest, IncompleteStepIsAbortedAfterTheDeadlineWithStateUnchanged) {
   Contribution again = BeginStep(*s, 1, 0);
   EXPECT_FALSE(again.retry);
   EXPECT_THAT(SendGradient(*s, again, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+}
+
+TEST_F(SessionTest, DeadlineAbortNamesTheTrainersThatHadNotCommitted) {
+  auto s = MakeSession(GradientMode::kSharded, 4, 0.0, absl::Milliseconds(200));
+  Contribution t0 = BeginStep(*s, 1, 0);
+  Contribution t2 = BeginStep(*s, 1, 2);
+  BeginStep(*s, 1, 1);  // begins, never commits; trainer 3 never begins
+  ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(SendGradient(*s, t2, 1, 0, {1, 2, 3}), IsOk());
+  Outcome o0, o2;
+  ASSERT_THAT(s->Commit(t0, 0, o0.Callback()), IsOk());
+  ASSERT_THAT(s->Commit(t2, 0, o2.Callback()), IsOk());
+  const std::string expected =
+      absl::StrCat("session '", s->id(),
+                   "': step 1 aborted after the 200ms step deadline; trainers 1, 3 of 4 had not "
+                   "committed on rank 0 (trainer 3 had not begun); redo the step");
+  EXPECT_THAT(o0.Wait().status(), StatusIs(absl::StatusCode::kAborted, expected));
+  EXPECT_THAT(o2.Wait().status(), StatusIs(absl::StatusCode::kAborted, expected));
+  // The next attempt starts afresh: only the trainers missing from it are named.
+  Contribution again = BeginStep(*s, 1, 0);
+  for (int t = 1; t < 4; ++t) BeginStep(*s, 1, t);
+  ASSERT_THAT(SendGradient(*s, again, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  ASSERT_THAT(SendGradient(*s, again, 1, 0, {1, 2, 3}), IsOk());
+  Outcome redo;
+  ASSERT_THAT(s->Commit(again, 0, redo.Callback()), IsOk());
+  EXPECT_THAT(redo.Wait().status(),
+              StatusIs(absl::StatusCode::kAborted,
+                       "trainers 1, 2, 3 of 4 had not committed on rank 0; redo the step"));
+  EXPECT_EQ(s->stats().step, 0u);
 }
 
 TEST_F(SessionTest, TrainersMustAgreeOnTheSchedule) {

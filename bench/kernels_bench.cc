@@ -94,7 +94,7 @@ void BM_AdamW(benchmark::State& state) {
     const math::AdamWArgs args =
         math::MakeAdamWArgs(1e-4, 0.9, 0.999, 1e-8, 0.01, true, true, ++step);
     const Clock::time_point start = Clock::now();
-    if (!device->AdamW(args, g, p, m, v).ok()) state.SkipWithError("AdamW failed");
+    if (!device->updates().AdamW(args, g, p, m, v).ok()) state.SkipWithError("AdamW failed");
     const double s = Seconds(start, Clock::now());
     state.SetIterationTime(s);
     total += s;
@@ -114,7 +114,7 @@ void BM_Sgd(benchmark::State& state) {
   double total = 0.0;
   for (auto _ : state) {
     const Clock::time_point start = Clock::now();
-    if (!device->Sgd(args, g, p, &b).ok()) state.SkipWithError("Sgd failed");
+    if (!device->updates().Sgd(args, g, p, &b).ok()) state.SkipWithError("Sgd failed");
     const double s = Seconds(start, Clock::now());
     state.SetIterationTime(s);
     total += s;

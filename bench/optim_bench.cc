@@ -129,22 +129,22 @@ const std::vector<Elementwise>& ElementwiseOps() {
   static const auto* ops = new std::vector<Elementwise>{
       {"lion", 20, 3,
        [](Device& d, std::vector<Tensor>& t) {
-         return d.Lion(math::MakeLionArgs(1e-4, 0.9, 0.99, math::WeightDecayMode::kDecoupled, 0.01),
+         return d.updates().Lion(math::MakeLionArgs(1e-4, 0.9, 0.99, math::WeightDecayMode::kDecoupled, 0.01),
                        t[0], t[1], t[2]);
        }},
       {"muon_momentum", 24, 4,
        [](Device& d, std::vector<Tensor>& t) {
-         return d.MuonMomentum(
+         return d.updates().MuonMomentum(
              math::MakeMuonMomentumArgs(0.95, true, math::WeightDecayMode::kDecoupled, 1e-4, 0.01),
              t[0], t[1], t[2], t[3]);
        }},
       {"adamuon", 20, 3,
        [](Device& d, std::vector<Tensor>& t) {
-         return d.Adamuon(math::MakeMoment2Args(1e-4, 0.95, 1e-8, 1), t[0], t[1], t[2]);
+         return d.updates().Adamuon(math::MakeMoment2Args(1e-4, 0.95, 1e-8, 1), t[0], t[1], t[2]);
        }},
       {"soap_adam", 24, 4,
        [](Device& d, std::vector<Tensor>& t) {
-         return d.SoapAdam(math::MakeSoapAdamArgs(0.9, 0.999, 1e-8, true, false, 10), t[0], t[1],
+         return d.updates().SoapAdam(math::MakeSoapAdamArgs(0.9, 0.999, 1e-8, true, false, 10), t[0], t[1],
                            t[2], t[3]);
        }},
       {"axpby", 12, 2,

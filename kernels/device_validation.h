@@ -59,10 +59,10 @@ absl::Status CheckAdamWArgs(const math::AdamWArgs& args);
 // lr >= 0, momentum >= 0, weight_decay >= 0 (finite); nesterov needs momentum > 0.
 absl::Status CheckSgdArgs(const math::SgdArgs& args);
 
-// Everything Device::AdamW requires: valid args, four distinct fp32 tensors of equal size.
+// Everything UpdateKernels::AdamW requires: valid args, four distinct fp32 tensors of equal size.
 absl::Status CheckAdamW(const math::AdamWArgs& args, const Tensor& grad, const Tensor& param,
                         const Tensor& exp_avg, const Tensor& exp_avg_sq);
-// Everything Device::Sgd requires: valid args, fp32 grad and param of equal size, and a
+// Everything UpdateKernels::Sgd requires: valid args, fp32 grad and param of equal size, and a
 // distinct buffer of that size when momentum != 0 (ignored, but still checked, otherwise).
 absl::Status CheckSgd(const math::SgdArgs& args, const Tensor& grad, const Tensor& param,
                       const Tensor* momentum_buffer);

@@ -1,9 +1,10 @@
 #ifndef OPTSTEP_KERNELS_EMERGING_VALIDATION_H_
 #define OPTSTEP_KERNELS_EMERGING_VALIDATION_H_
 
-// Host-side checks of the element-wise updates of the emerging optimizers (Device::Lion,
-// MuonMomentum, Adamuon, NormuonMoment, SoapAdam, Axpby), shared by every Device implementation
-// so that all answer a bad request with the same INVALID_ARGUMENT message. Stateless.
+// Host-side checks of the element-wise updates of the emerging optimizers (UpdateKernels: Lion,
+// MuonMomentum, Adamuon, NormuonMoment, SoapAdam; and Device::Axpby), shared by every Device
+// implementation so that all answer a bad request with the same INVALID_ARGUMENT message.
+// Stateless.
 
 #include "absl/status/status.h"
 #include "kernels/math/emerging.h"

@@ -1,9 +1,9 @@
 #ifndef OPTSTEP_KERNELS_MATRIX_VALIDATION_H_
 #define OPTSTEP_KERNELS_MATRIX_VALIDATION_H_
 
-// Host-side checks of the matrix primitives of Device (Gemm, Convert, Transpose, CopyRowBlocks,
-// AxisDot, AxisScale, Permute, SymmetricEigh, Qr), shared by every implementation so that all
-// answer a bad request with the same INVALID_ARGUMENT message, e.g.
+// Host-side checks of the matrix primitives (MatrixKernels: Gemm, Transpose, CopyRowBlocks,
+// AxisDot, AxisScale, Permute, SymmetricEigh, Qr; and Device::Convert), shared by every
+// implementation so that all answer a bad request with the same INVALID_ARGUMENT message, e.g.
 //   "Gemm: op(a) is [4, 3] but op(b) is [5, 2]". Stateless.
 
 #include <cstdint>

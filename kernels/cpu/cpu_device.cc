@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/device_validation.h"
 #include "kernels/math/half.h"
-#include "base/status_macros.h"
 
 namespace optstep {
 namespace {
@@ -143,7 +143,7 @@ absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(Options options) {
   int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
   SetBlasThreads(1);  // the device's OpenMP threads drive OpenBLAS (cpu_device_linalg.cc)
   return std::unique_ptr<CpuDevice>(
-      new CpuDevice(std::max(1, threads), options.memory_limit_bytes));
+      new CpuDevice(internal::CpuContext{std::max(1, threads)}, options.memory_limit_bytes));
 }
 
 absl::StatusOr<Tensor> CpuDevice::Allocate(DType dtype, const Shape& shape) {
@@ -170,7 +170,7 @@ absl::StatusOr<Tensor> CpuDevice::Allocate(DType dtype, const Shape& shape) {
   }
   // Zero with the threads that will later work on each range (first touch).
   char* base = static_cast<char*>(data);
-  ParallelFor(padded / sizeof(float), ThreadsFor(padded / sizeof(float)),
+  ParallelFor(padded / sizeof(float), ctx_.ThreadsFor(padded / sizeof(float)),
               [base](int64_t begin, int64_t end) {
                 std::memset(base + begin * sizeof(float), 0, (end - begin) * sizeof(float));
               });
@@ -185,7 +185,7 @@ absl::Status CpuDevice::Zero(Tensor& tensor) {
   if (!tensor.defined()) return absl::InvalidArgumentError("Zero: tensor is not allocated");
   char* base = static_cast<char*>(tensor.data());
   const int64_t bytes = static_cast<int64_t>(tensor.bytes());
-  ParallelFor(bytes, ThreadsFor(bytes / sizeof(float)),
+  ParallelFor(bytes, ctx_.ThreadsFor(bytes / sizeof(float)),
               [base](int64_t begin, int64_t end) { std::memset(base + begin, 0, end - begin); });
   return absl::OkStatus();
 }
@@ -206,7 +206,7 @@ absl::Status CpuDevice::FromHost(const char* op, bool add, const void* src, DTyp
   const char* s = static_cast<const char*>(src);
   float* d = dst.f32() + dst_offset;
   const size_t esize = DTypeSize(src_dtype);
-  ParallelFor(count, ThreadsFor(count), [&](int64_t begin, int64_t end) {
+  ParallelFor(count, ctx_.ThreadsFor(count), [&](int64_t begin, int64_t end) {
     if (!add) return HostToF32AnyAlignment(s + begin * esize, src_dtype, end - begin, d + begin);
     alignas(kAlignment) float converted[kBounceElements];
     for (int64_t i = begin; i < end; i += kBounceElements) {
@@ -227,7 +227,7 @@ absl::Status CpuDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t co
   const float* s = src.f32() + offset;
   char* d = static_cast<char*>(dst);
   const size_t esize = DTypeSize(dst_dtype);
-  ParallelFor(count, ThreadsFor(count), [&](int64_t begin, int64_t end) {
+  ParallelFor(count, ctx_.ThreadsFor(count), [&](int64_t begin, int64_t end) {
     F32ToHostAnyAlignment(s + begin, end - begin, dst_dtype, d + begin * esize);
   });
   return absl::OkStatus();
@@ -239,7 +239,7 @@ absl::Status CpuDevice::Copy(const Tensor& src, Tensor& dst) {
   const char* s = static_cast<const char*>(src.data());
   char* d = static_cast<char*>(dst.data());
   const int64_t bytes = static_cast<int64_t>(src.bytes());
-  ParallelFor(bytes, ThreadsFor(bytes / sizeof(float)), [s, d](int64_t begin, int64_t end) {
+  ParallelFor(bytes, ctx_.ThreadsFor(bytes / sizeof(float)), [s, d](int64_t begin, int64_t end) {
     std::memcpy(d + begin, s + begin, end - begin);
   });
   return absl::OkStatus();
@@ -251,7 +251,7 @@ absl::Status CpuDevice::Add(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSameSize("Add", "dst", dst, "src", src));
   const float* s = src.f32();
   float* d = dst.f32();
-  ParallelFor(dst.numel(), ThreadsFor(dst.numel()), [s, d](int64_t begin, int64_t end) {
+  ParallelFor(dst.numel(), ctx_.ThreadsFor(dst.numel()), [s, d](int64_t begin, int64_t end) {
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) d[i] = d[i] + s[i];
   });
@@ -261,7 +261,7 @@ absl::Status CpuDevice::Add(const Tensor& src, Tensor& dst) {
 absl::Status CpuDevice::Scale(float scale, Tensor& x) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Scale", "x", x));
   float* d = x.f32();
-  ParallelFor(x.numel(), ThreadsFor(x.numel()), [scale, d](int64_t begin, int64_t end) {
+  ParallelFor(x.numel(), ctx_.ThreadsFor(x.numel()), [scale, d](int64_t begin, int64_t end) {
     float* __restrict p = d;
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) math::ScaleElement(scale, p[i]);
@@ -276,7 +276,7 @@ absl::StatusOr<GradientStats> CpuDevice::ComputeGradientStats(const Tensor& grad
   std::vector<double> block_sums(num_blocks);
   const float* x = grad.f32();
   const int threads =
-      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_blocks, ThreadsFor(n))));
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_blocks, ctx_.ThreadsFor(n))));
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t b = 0; b < num_blocks; ++b) {
     const int64_t begin = b * kStatsBlockElements;
@@ -290,25 +290,25 @@ absl::StatusOr<GradientStats> CpuDevice::ComputeGradientStats(const Tensor& grad
   return stats;
 }
 
-absl::Status CpuDevice::AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
-                              Tensor& exp_avg, Tensor& exp_avg_sq) {
+absl::Status CpuUpdateKernels::AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
+                                     Tensor& exp_avg, Tensor& exp_avg_sq) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamW(args, grad, param, exp_avg, exp_avg_sq));
   const int64_t n = grad.numel();
   if (args.decoupled) {
     AdamWLoop<true>(args, grad.f32(), param.f32(), exp_avg.f32(), exp_avg_sq.f32(), n,
-                    ThreadsFor(n));
+                    ctx_.ThreadsFor(n));
   } else {
     AdamWLoop<false>(args, grad.f32(), param.f32(), exp_avg.f32(), exp_avg_sq.f32(), n,
-                     ThreadsFor(n));
+                     ctx_.ThreadsFor(n));
   }
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
-                            Tensor* momentum_buffer) {
+absl::Status CpuUpdateKernels::Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
+                                   Tensor* momentum_buffer) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSgd(args, grad, param, momentum_buffer));
   const int64_t n = grad.numel();
-  const int threads = ThreadsFor(n);
+  const int threads = ctx_.ThreadsFor(n);
   if (args.momentum == 0.0f) {
     SgdPlainLoop(args, grad.f32(), param.f32(), n, threads);
     return absl::OkStatus();

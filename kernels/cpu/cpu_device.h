@@ -9,6 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cpu/cpu_context.h"
+#include "kernels/cpu/cpu_matrix_kernels.h"
+#include "kernels/cpu/cpu_update_kernels.h"
 #include "kernels/device.h"
 #include "kernels/dtype.h"
 #include "kernels/math/elementwise.h"
@@ -19,14 +22,13 @@
 namespace optstep {
 
 // The CPU implementation of Device: 64-byte aligned host memory and OpenMP loops over the
-// per-element formulas of kernels/math (one source of truth with the CUDA kernels); GEMMs through
-// OpenBLAS (fp32; kMedium rounds the inputs to bf16 first, since Debian's OpenBLAS has no
-// bf16 GEMM, and bf16 outputs are rounded from the fp32 result), symmetric eigendecomposition
-// (ssyevd, dsyevd as the fallback) and QR (sgeqrf + sorgqr) through LAPACKE.
+// per-element formulas of kernels/math (one source of truth with the CUDA kernels). It owns a
+// CpuUpdateKernels (the optimizer updates) and a CpuMatrixKernels (GEMM through OpenBLAS,
+// eigendecomposition and QR through LAPACKE), which share its thread count (CpuContext).
 //
-// Source files: cpu_device.cc (memory, transfers, Adam, SGD), cpu_device_emerging.cc (the
-// element-wise and data-movement primitives of the emerging optimizers), cpu_device_linalg.cc
-// (OpenBLAS / LAPACKE).
+// Source files: cpu_device.cc (memory, transfers, and the kernels Adam, SGD),
+// cpu_device_emerging.cc (the element-wise and data-movement primitives of the emerging
+// optimizers), cpu_device_linalg.cc (OpenBLAS / LAPACKE).
 //
 // Every method runs to completion before it returns; Synchronize() has nothing to wait for.
 // Loops over at least kMinParallelElements elements are split into `num_threads` contiguous,
@@ -54,7 +56,7 @@ class CpuDevice final : public Device {
   // Alignment of every allocation, in bytes.
   static constexpr int64_t kAlignment = 64;
   // Loops over fewer elements run single-threaded: forking costs more than it saves.
-  static constexpr int64_t kMinParallelElements = 1 << 15;
+  static constexpr int64_t kMinParallelElements = internal::CpuContext::kMinParallelElements;
   // ComputeGradientStats partitions the tensor into blocks of this many elements. Within a
   // block, kStatsLanes float64 partial sums take the elements i ≡ lane (mod kStatsLanes) in
   // order and are then added lane 0 first; the block sums are added in block order. The result
@@ -70,7 +72,7 @@ class CpuDevice final : public Device {
   ~CpuDevice() override = default;
 
   // The resolved thread count (>= 1).
-  int num_threads() const { return num_threads_; }
+  int num_threads() const { return ctx_.num_threads; }
 
   std::string name() const override { return "cpu"; }
 
@@ -91,34 +93,11 @@ class CpuDevice final : public Device {
 
   absl::StatusOr<GradientStats> ComputeGradientStats(const Tensor& grad) override;
 
-  absl::Status AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
-                     Tensor& exp_avg, Tensor& exp_avg_sq) override;
-  absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
-                   Tensor* momentum_buffer) override;
-
-  absl::Status Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
-                    Tensor& exp_avg) override;
-  absl::Status MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad, Tensor& param,
-                            Tensor& momentum, Tensor& update) override;
-  absl::Status Adamuon(const math::Moment2Args& args, const Tensor& update, Tensor& param,
-                       Tensor& moment) override;
-  absl::Status NormuonMoment(const math::Moment2Args& args, const Tensor& sum_squares,
-                             Tensor& moment, Tensor& scale) override;
-  absl::Status SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad, Tensor& exp_avg,
-                        Tensor& exp_avg_sq, Tensor& direction) override;
   absl::Status Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
-
-  absl::Status Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
   absl::Status Convert(const Tensor& src, Tensor& dst) override;
-  absl::Status Transpose(const Tensor& src, Tensor& dst) override;
-  absl::Status CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) override;
-  absl::Status AxisDot(const Tensor& a, const Tensor& b, Tensor& out) override;
-  absl::Status AxisScale(const Tensor& v, Tensor& x) override;
-  absl::Status Permute(const Tensor& src, int axis, const std::vector<int64_t>& perm,
-                       Tensor& dst) override;
-  absl::Status SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
-                             Tensor& eigenvectors) override;
-  absl::Status Qr(const Tensor& a, Tensor& q) override;
+
+  UpdateKernels& updates() override { return updates_; }
+  MatrixKernels& matrix() override { return matrix_; }
 
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
@@ -127,24 +106,22 @@ class CpuDevice final : public Device {
   absl::Status FromHost(const char* op, bool add, const void* src, DType src_dtype, int64_t count,
                         Tensor& dst, int64_t dst_offset);
 
-  CpuDevice(int num_threads, int64_t memory_limit_bytes)
-      : num_threads_(num_threads),
+  CpuDevice(internal::CpuContext ctx, int64_t memory_limit_bytes)
+      : ctx_(ctx),
         memory_limit_bytes_(memory_limit_bytes),
-        allocated_(std::make_shared<std::atomic<int64_t>>(0)) {}
-
-  // Threads for a loop over `n` elements.
-  int ThreadsFor(int64_t n) const { return n < kMinParallelElements ? 1 : num_threads_; }
+        allocated_(std::make_shared<std::atomic<int64_t>>(0)),
+        updates_(ctx),
+        matrix_(ctx) {}
 
   // openblas_set_num_threads (cpu_device_linalg.cc), process-wide.
   static void SetBlasThreads(int num_threads);
-  // Host copies that a GEMM needs (kMedium rounding, bf16 widening): grown on demand, reused.
-  std::vector<float>& GemmScratch(int slot, int64_t n);
 
-  const int num_threads_;
+  const internal::CpuContext ctx_;
   const int64_t memory_limit_bytes_;
-  std::vector<float> gemm_scratch_[3];
   // Logical bytes (numel × dtype size) of the live tensors; shared with their deleters.
   const std::shared_ptr<std::atomic<int64_t>> allocated_;
+  CpuUpdateKernels updates_;
+  CpuMatrixKernels matrix_;
 };
 
 }  // namespace optstep

@@ -1,6 +1,6 @@
-// CpuDevice: the element-wise updates of the emerging optimizers (formulas in
-// kernels/math/emerging.h) and the data-movement primitives (Convert, Transpose, CopyRowBlocks,
-// AxisDot, AxisScale, Permute). See cpu_device.h.
+// CpuUpdateKernels: the element-wise updates of the emerging optimizers (formulas in
+// kernels/math/emerging.h); CpuDevice: Axpby and Convert; CpuMatrixKernels: the data-movement
+// primitives (Transpose, CopyRowBlocks, AxisDot, AxisScale, Permute). See cpu_device.h.
 
 #include <algorithm>
 #include <cstdint>
@@ -8,12 +8,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/emerging_validation.h"
 #include "kernels/math/emerging.h"
 #include "kernels/matrix_validation.h"
-#include "base/status_macros.h"
 
 namespace optstep {
 namespace {
@@ -46,15 +46,15 @@ void DispatchDecay(const math::WeightDecay& d, const Body& body) {
 
 }  // namespace
 
-absl::Status CpuDevice::Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
-                             Tensor& exp_avg) {
+absl::Status CpuUpdateKernels::Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
+                                    Tensor& exp_avg) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckLion(args, grad, param, exp_avg));
   const int64_t n = grad.numel();
   const float* g = grad.f32();
   float* p = param.f32();
   float* m = exp_avg.f32();
   DispatchDecay(args.decay, [&](auto l2, auto decay) {
-    ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
       math::LionArgs a = args;
       a.decay = FixedDecay<decltype(l2)::value, decltype(decay)::value>(args.decay);
       const float* __restrict gg = g;
@@ -67,8 +67,8 @@ absl::Status CpuDevice::Lion(const math::LionArgs& args, const Tensor& grad, Ten
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad,
-                                     Tensor& param, Tensor& momentum, Tensor& update) {
+absl::Status CpuUpdateKernels::MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad,
+                                            Tensor& param, Tensor& momentum, Tensor& update) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckMuonMomentum(args, grad, param, momentum, update));
   const int64_t n = grad.numel();
   const float* g = grad.f32();
@@ -76,7 +76,7 @@ absl::Status CpuDevice::MuonMomentum(const math::MuonMomentumArgs& args, const T
   float* b = momentum.f32();
   float* u = update.f32();
   DispatchDecay(args.decay, [&](auto l2, auto decay) {
-    ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
       math::MuonMomentumArgs a = args;
       a.decay = FixedDecay<decltype(l2)::value, decltype(decay)::value>(args.decay);
       const float* __restrict gg = g;
@@ -99,14 +99,14 @@ absl::Status CpuDevice::MuonMomentum(const math::MuonMomentumArgs& args, const T
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::Adamuon(const math::Moment2Args& args, const Tensor& update, Tensor& param,
-                                Tensor& moment) {
+absl::Status CpuUpdateKernels::Adamuon(const math::Moment2Args& args, const Tensor& update,
+                                       Tensor& param, Tensor& moment) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamuon(args, update, param, moment));
   const int64_t n = update.numel();
   const float* o = update.f32();
   float* p = param.f32();
   float* v = moment.f32();
-  ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
     const math::Moment2Args a = args;
     const float* __restrict oo = o;
     float* __restrict pp = p;
@@ -117,8 +117,9 @@ absl::Status CpuDevice::Adamuon(const math::Moment2Args& args, const Tensor& upd
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::NormuonMoment(const math::Moment2Args& args, const Tensor& sum_squares,
-                                      Tensor& moment, Tensor& scale) {
+absl::Status CpuUpdateKernels::NormuonMoment(const math::Moment2Args& args,
+                                             const Tensor& sum_squares, Tensor& moment,
+                                             Tensor& scale) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckNormuonMoment(args, sum_squares, moment, scale));
   const float* s = sum_squares.f32();
   float* v = moment.f32();
@@ -127,15 +128,15 @@ absl::Status CpuDevice::NormuonMoment(const math::Moment2Args& args, const Tenso
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad,
-                                 Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& direction) {
+absl::Status CpuUpdateKernels::SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad,
+                                        Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& direction) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSoapAdam(args, grad, exp_avg, exp_avg_sq, direction));
   const int64_t n = grad.numel();
   const float* g = grad.f32();
   float* m = exp_avg.f32();
   float* v = exp_avg_sq.f32();
   float* d = direction.f32();
-  ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
     const math::SoapAdamArgs a = args;
     const float* __restrict gg = g;
     float* __restrict mm = m;
@@ -152,7 +153,7 @@ absl::Status CpuDevice::Axpby(float alpha, const Tensor& x, float beta, Tensor& 
   const int64_t n = y.numel();
   const float* xs = x.f32();
   float* ys = y.f32();
-  ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
     // math::AxpbyElement with its β == 0 branch taken outside the loops (they vectorize).
     if (beta == 0.0f) {
 #pragma omp simd
@@ -172,7 +173,7 @@ absl::Status CpuDevice::Convert(const Tensor& src, Tensor& dst) {
   char* d = static_cast<char*>(dst.data());
   const size_t s_size = DTypeSize(src.dtype());
   const size_t d_size = DTypeSize(dst.dtype());
-  ParallelFor(n, ThreadsFor(n), [&](int64_t begin, int64_t end) {
+  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
     if (src.dtype() == DType::kF32) {
       internal::F32ToHost(reinterpret_cast<const float*>(s) + begin, end - begin, dst.dtype(),
                           d + begin * d_size);
@@ -184,14 +185,14 @@ absl::Status CpuDevice::Convert(const Tensor& src, Tensor& dst) {
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::Transpose(const Tensor& src, Tensor& dst) {
+absl::Status CpuMatrixKernels::Transpose(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckTranspose(src, dst));
   const int64_t rows = src.dim(0);
   const int64_t cols = src.dim(1);
   const float* s = src.f32();
   float* d = dst.f32();
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
-  const int threads = ThreadsFor(src.numel());
+  const int threads = ctx_.ThreadsFor(src.numel());
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t rt = 0; rt < row_tiles; ++rt) {
     const int64_t r_end = std::min(rows, (rt + 1) * kTile);
@@ -205,7 +206,8 @@ absl::Status CpuDevice::Transpose(const Tensor& src, Tensor& dst) {
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) {
+absl::Status CpuMatrixKernels::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src,
+                                             Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckRowBlockCopy(copy, src, dst));
   const int64_t cols = src.dim(1);
   const size_t block_bytes = static_cast<size_t>(copy.block_rows * cols) * sizeof(float);
@@ -219,14 +221,14 @@ absl::Status CpuDevice::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& sr
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::AxisDot(const Tensor& a, const Tensor& b, Tensor& out) {
+absl::Status CpuMatrixKernels::AxisDot(const Tensor& a, const Tensor& b, Tensor& out) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAxisDot(a, b, out));
   const int64_t rows = a.dim(0);
   const int64_t cols = a.dim(1);
   const float* x = a.f32();
   const float* y = b.f32();
   float* o = out.f32();
-  const int threads = ThreadsFor(a.numel());
+  const int threads = ctx_.ThreadsFor(a.numel());
   if (internal::PerRow(out, a)) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t r = 0; r < rows; ++r) {
@@ -254,14 +256,14 @@ absl::Status CpuDevice::AxisDot(const Tensor& a, const Tensor& b, Tensor& out) {
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::AxisScale(const Tensor& v, Tensor& x) {
+absl::Status CpuMatrixKernels::AxisScale(const Tensor& v, Tensor& x) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAxisScale(v, x));
   const int64_t rows = x.dim(0);
   const int64_t cols = x.dim(1);
   const bool per_row = internal::PerRow(v, x);
   const float* w = v.f32();
   float* d = x.f32();
-  const int threads = ThreadsFor(x.numel());
+  const int threads = ctx_.ThreadsFor(x.numel());
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     float* __restrict row = d + r * cols;
@@ -278,14 +280,14 @@ absl::Status CpuDevice::AxisScale(const Tensor& v, Tensor& x) {
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::Permute(const Tensor& src, int axis, const std::vector<int64_t>& perm,
-                                Tensor& dst) {
+absl::Status CpuMatrixKernels::Permute(const Tensor& src, int axis,
+                                       const std::vector<int64_t>& perm, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckPermute(src, axis, perm, dst));
   const int64_t rows = src.dim(0);
   const int64_t cols = src.dim(1);
   const float* s = src.f32();
   float* d = dst.f32();
-  const int threads = ThreadsFor(src.numel());
+  const int threads = ctx_.ThreadsFor(src.numel());
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     if (axis == 0) {

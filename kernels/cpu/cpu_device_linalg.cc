@@ -1,4 +1,4 @@
-// CpuDevice: GEMM through OpenBLAS, symmetric eigendecomposition and QR through LAPACKE.
+// CpuMatrixKernels: GEMM through OpenBLAS, symmetric eigendecomposition and QR through LAPACKE.
 // See cpu_device.h.
 
 #include <cblas.h>
@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/math/half.h"
 #include "kernels/matrix_validation.h"
-#include "base/status_macros.h"
 
 namespace optstep {
 namespace {
@@ -109,13 +109,14 @@ bool IsDiagonal(const float* a, int64_t n) {
 
 void CpuDevice::SetBlasThreads(int num_threads) { openblas_set_num_threads(num_threads); }
 
-std::vector<float>& CpuDevice::GemmScratch(int slot, int64_t n) {
+std::vector<float>& CpuMatrixKernels::GemmScratch(int slot, int64_t n) {
   std::vector<float>& buffer = gemm_scratch_[slot];
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
   return buffer;
 }
 
-absl::Status CpuDevice::Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) {
+absl::Status CpuMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                                    Tensor& c) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckGemm(args, a, b, c));
   const int64_t m = c.dim(0);
   const int64_t n = c.dim(1);
@@ -127,16 +128,16 @@ absl::Status CpuDevice::Gemm(const GemmArgs& args, const Tensor& a, const Tensor
     float* wa = GemmScratch(0, a.numel()).data();
     float* wb = wa;
     float* wc = GemmScratch(2, c.numel()).data();
-    WidenBf16(a, wa, ThreadsFor(a.numel()));
+    WidenBf16(a, wa, ctx_.ThreadsFor(a.numel()));
     if (b.data() != a.data()) {
       wb = GemmScratch(1, b.numel()).data();
-      WidenBf16(b, wb, ThreadsFor(b.numel()));
+      WidenBf16(b, wb, ctx_.ThreadsFor(b.numel()));
     }
-    if (args.beta != 0.0f) WidenBf16(c, wc, ThreadsFor(c.numel()));
-    Sgemm(num_threads_, args.transpose_a, args.transpose_b, m, n, k, args.alpha, wa, lda, wb, ldb,
-          args.beta, wc);
+    if (args.beta != 0.0f) WidenBf16(c, wc, ctx_.ThreadsFor(c.numel()));
+    Sgemm(ctx_.num_threads, args.transpose_a, args.transpose_b, m, n, k, args.alpha, wa, lda, wb,
+          ldb, args.beta, wc);
     uint16_t* out = static_cast<uint16_t*>(c.data());
-    ParallelFor(c.numel(), ThreadsFor(c.numel()), [&](int64_t begin, int64_t end) {
+    ParallelFor(c.numel(), ctx_.ThreadsFor(c.numel()), [&](int64_t begin, int64_t end) {
       internal::F32ToHost(wc + begin, end - begin, DType::kBF16, out + begin);
     });
     return absl::OkStatus();
@@ -145,23 +146,23 @@ absl::Status CpuDevice::Gemm(const GemmArgs& args, const Tensor& a, const Tensor
   const float* pb = b.f32();
   if (args.precision == MatmulPrecision::kMedium) {
     float* ra = GemmScratch(0, a.numel()).data();
-    RoundToBf16(pa, a.numel(), ra, ThreadsFor(a.numel()));
+    RoundToBf16(pa, a.numel(), ra, ctx_.ThreadsFor(a.numel()));
     pa = ra;
     if (b.data() == a.data()) {
       pb = ra;
     } else {
       float* rb = GemmScratch(1, b.numel()).data();
-      RoundToBf16(pb, b.numel(), rb, ThreadsFor(b.numel()));
+      RoundToBf16(pb, b.numel(), rb, ctx_.ThreadsFor(b.numel()));
       pb = rb;
     }
   }
-  Sgemm(num_threads_, args.transpose_a, args.transpose_b, m, n, k, args.alpha, pa, lda, pb, ldb,
+  Sgemm(ctx_.num_threads, args.transpose_a, args.transpose_b, m, n, k, args.alpha, pa, lda, pb, ldb,
         args.beta, c.f32());
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
-                                      Tensor& eigenvectors) {
+absl::Status CpuMatrixKernels::SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
+                                             Tensor& eigenvectors) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSymmetricEigh(a, shift, eigenvalues, eigenvectors));
   const int64_t n = a.dim(0);
   const float* x = a.f32();
@@ -185,7 +186,7 @@ absl::Status CpuDevice::SymmetricEigh(const Tensor& a, float shift, Tensor& eige
   for (int64_t i = 0; i < n; ++i) work[i * n + i] += shift;
   std::vector<float> w(n);
   const lapack_int ni = static_cast<lapack_int>(n);
-  BlasThreads blas(num_threads_);
+  BlasThreads blas(ctx_.num_threads);
   lapack_int info = LAPACKE_ssyevd(LAPACK_ROW_MAJOR, 'V', 'U', ni, work.data(), ni, w.data());
   if (info != 0) {
     // Retry the same shifted matrix in fp64.
@@ -207,7 +208,7 @@ absl::Status CpuDevice::SymmetricEigh(const Tensor& a, float shift, Tensor& eige
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::Qr(const Tensor& a, Tensor& q) {
+absl::Status CpuMatrixKernels::Qr(const Tensor& a, Tensor& q) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckQr(a, q));
   const int64_t m = a.dim(0);
   const int64_t n = a.dim(1);
@@ -217,7 +218,7 @@ absl::Status CpuDevice::Qr(const Tensor& a, Tensor& q) {
   std::vector<float> tau(n);
   const lapack_int mi = static_cast<lapack_int>(m);
   const lapack_int ni = static_cast<lapack_int>(n);
-  BlasThreads blas(num_threads_);
+  BlasThreads blas(ctx_.num_threads);
   lapack_int info = LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, mi, ni, out, ni, tau.data());
   if (info == 0) info = LAPACKE_sorgqr(LAPACK_ROW_MAJOR, mi, ni, ni, out, ni, tau.data());
   if (info != 0) {

@@ -5,15 +5,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_libraries.h"
 #include "kernels/cuda/cuda_status.h"
-#include "kernels/cuda/elementwise_kernels.h"
 #include "kernels/cuda/cuda_stream.h"
+#include "kernels/cuda/elementwise_kernels.h"
 #include "kernels/device_validation.h"
-#include "base/status_macros.h"
 
 namespace optstep {
 
@@ -47,8 +49,12 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(Options options) 
   auto owned_stream = std::make_shared<internal::CudaStream>(options.ordinal, stream);
   OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<internal::MathLibraries> libs,
                            internal::MathLibraries::Create(stream));
-  return std::unique_ptr<CudaDevice>(
-      new CudaDevice(options.ordinal, max_blocks, std::move(owned_stream), std::move(libs)));
+  auto ctx = std::make_unique<internal::CudaContext>();
+  ctx->ordinal = options.ordinal;
+  ctx->max_blocks = max_blocks;
+  ctx->stream = std::move(owned_stream);
+  ctx->libs = std::move(libs);
+  return std::unique_ptr<CudaDevice>(new CudaDevice(std::move(ctx)));
 }
 
 int CudaDevice::VisibleDeviceCount() {
@@ -60,28 +66,26 @@ int CudaDevice::VisibleDeviceCount() {
   return count;
 }
 
-CudaDevice::CudaDevice(int ordinal, int max_blocks, std::shared_ptr<internal::CudaStream> stream,
-                       std::unique_ptr<internal::MathLibraries> libs)
-    : ordinal_(ordinal),
-      max_blocks_(max_blocks),
-      stream_(std::move(stream)),
-      libs_(std::move(libs)),
-      allocated_(std::make_shared<std::atomic<int64_t>>(0)) {}
+CudaDevice::CudaDevice(std::unique_ptr<internal::CudaContext> ctx)
+    : ctx_(std::move(ctx)),
+      allocated_(std::make_shared<std::atomic<int64_t>>(0)),
+      updates_(ctx_.get()),
+      matrix_(ctx_.get()) {}
 
 CudaDevice::~CudaDevice() {
-  if (Activate().ok()) cudaStreamSynchronize(stream_->get());
+  if (ctx_->Activate().ok()) cudaStreamSynchronize(ctx_->stream->get());
 }
 
-std::string CudaDevice::name() const { return absl::StrCat("cuda:", ordinal_); }
+std::string CudaDevice::name() const { return absl::StrCat("cuda:", ctx_->ordinal); }
 
-absl::Status CudaDevice::Activate() const {
-  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+absl::Status internal::CudaContext::Activate() const {
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal));
   return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> CudaDevice::Allocate(DType dtype, const Shape& shape) {
   OPTSTEP_ASSIGN_OR_RETURN(int64_t bytes, internal::AllocationBytes("Allocate", dtype, shape));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   // At least 256 bytes, so that an empty tensor is still defined (cudaMalloc aligns to 256).
   const size_t padded = static_cast<size_t>(std::max<int64_t>(bytes, 256));
   void* data = nullptr;
@@ -89,15 +93,15 @@ absl::StatusOr<Tensor> CudaDevice::Allocate(DType dtype, const Shape& shape) {
   if (error == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // not sticky: clear it
     return absl::ResourceExhaustedError(absl::StrCat(
-        "Allocate: out of memory on cuda:", ordinal_, " for ", ShapeString(shape), " ",
+        "Allocate: out of memory on cuda:", ctx_->ordinal, " for ", ShapeString(shape), " ",
         DTypeName(dtype), " (", bytes, " bytes; the device holds ", allocated_bytes(), ")"));
   }
   if (error != cudaSuccess)
     return internal::CudaErrorToStatus(error, "cudaMalloc", __FILE__, __LINE__);
   allocated_->fetch_add(bytes);
-  std::shared_ptr<internal::CudaStream> stream = stream_;
+  std::shared_ptr<internal::CudaStream> stream = ctx_->stream;
   std::shared_ptr<std::atomic<int64_t>> counter = allocated_;
-  const int ordinal = ordinal_;
+  const int ordinal = ctx_->ordinal;
   Tensor tensor(dtype, shape, data, [stream, counter, bytes, ordinal](void* p) {
     int previous = -1;
     cudaGetDevice(&previous);
@@ -107,20 +111,21 @@ absl::StatusOr<Tensor> CudaDevice::Allocate(DType dtype, const Shape& shape) {
     if (previous >= 0 && previous != ordinal) cudaSetDevice(previous);
     counter->fetch_sub(bytes);
   });
-  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(data, 0, padded, stream_->get()));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(data, 0, padded, ctx_->stream->get()));
   return tensor;
 }
 
 absl::Status CudaDevice::Zero(Tensor& tensor) {
   if (!tensor.defined()) return absl::InvalidArgumentError("Zero: tensor is not allocated");
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(tensor.data(), 0, tensor.bytes(), stream_->get()));
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(tensor.data(), 0, tensor.bytes(), ctx_->stream->get()));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::EnqueueFromHost(const void* src, DType src_dtype, int64_t count,
                                          float* dst) {
-  cudaStream_t stream = stream_->get();
+  cudaStream_t stream = ctx_->stream->get();
   if (src_dtype == DType::kF32) {
     OPTSTEP_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyHostToDevice, stream));
@@ -128,10 +133,9 @@ absl::Status CudaDevice::EnqueueFromHost(const void* src, DType src_dtype, int64
   }
   internal::StreamScratch staging(stream);  // freed in stream order, after the conversion
   OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
-  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging.as<uint16_t>(), src,
-                                               count * sizeof(uint16_t), cudaMemcpyHostToDevice,
-                                               stream));
-  const gpu::Launch launch{stream, max_blocks_};
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      staging.as<uint16_t>(), src, count * sizeof(uint16_t), cudaMemcpyHostToDevice, stream));
+  const gpu::Launch launch{stream, ctx_->max_blocks};
   OPTSTEP_CUDA_RETURN_IF_ERROR(
       src_dtype == DType::kBF16 ? gpu::LaunchBf16ToF32(staging.as<uint16_t>(), dst, count, launch)
                                 : gpu::LaunchF16ToF32(staging.as<uint16_t>(), dst, count, launch));
@@ -143,9 +147,9 @@ absl::Status CudaDevice::CopyFromHost(const void* src, DType src_dtype, int64_t 
   OPTSTEP_RETURN_IF_ERROR(
       internal::CheckHostTransfer("CopyFromHost", dst, dst_offset, count, src_dtype, src));
   if (count == 0) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_RETURN_IF_ERROR(EnqueueFromHost(src, src_dtype, count, dst.f32() + dst_offset));
-  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_->get()));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_->stream->get()));
   return absl::OkStatus();
 }
 
@@ -154,14 +158,14 @@ absl::Status CudaDevice::AddFromHost(const void* src, DType src_dtype, int64_t c
   OPTSTEP_RETURN_IF_ERROR(
       internal::CheckHostTransfer("AddFromHost", dst, dst_offset, count, src_dtype, src));
   if (count == 0) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   // Converted into stream-ordered scratch of the chunk's size, then added with the Add kernel.
-  internal::StreamScratch converted(stream_->get());
+  internal::StreamScratch converted(ctx_->stream->get());
   OPTSTEP_RETURN_IF_ERROR(converted.Allocate(count * sizeof(float)));
   OPTSTEP_RETURN_IF_ERROR(EnqueueFromHost(src, src_dtype, count, converted.as<float>()));
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdd(converted.as<float>(), dst.f32() + dst_offset, count,
-                                              {stream_->get(), max_blocks_}));
-  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_->get()));
+                                              {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_->stream->get()));
   return absl::OkStatus();
 }
 
@@ -170,8 +174,8 @@ absl::Status CudaDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t c
   OPTSTEP_RETURN_IF_ERROR(
       internal::CheckHostTransfer("CopyToHost", src, offset, count, dst_dtype, dst));
   if (count == 0) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  cudaStream_t stream = stream_->get();
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  cudaStream_t stream = ctx_->stream->get();
   const float* s = src.f32() + offset;
   if (dst_dtype == DType::kF32) {
     OPTSTEP_CUDA_RETURN_IF_ERROR(
@@ -179,7 +183,7 @@ absl::Status CudaDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t c
   } else {
     internal::StreamScratch staging(stream);
     OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
-    const gpu::Launch launch{stream, max_blocks_};
+    const gpu::Launch launch{stream, ctx_->max_blocks};
     OPTSTEP_CUDA_RETURN_IF_ERROR(
         dst_dtype == DType::kBF16 ? gpu::LaunchF32ToBf16(s, staging.as<uint16_t>(), count, launch)
                                   : gpu::LaunchF32ToF16(s, staging.as<uint16_t>(), count, launch));
@@ -193,9 +197,9 @@ absl::Status CudaDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t c
 absl::Status CudaDevice::Copy(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckCopy(src, dst));
   if (src.data() == dst.data() || src.bytes() == 0) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(),
-                                               cudaMemcpyDeviceToDevice, stream_->get()));
+                                               cudaMemcpyDeviceToDevice, ctx_->stream->get()));
   return absl::OkStatus();
 }
 
@@ -203,30 +207,30 @@ absl::Status CudaDevice::Add(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Add", "src", src));
   OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Add", "dst", dst));
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSameSize("Add", "dst", dst, "src", src));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(
-      gpu::LaunchAdd(src.f32(), dst.f32(), dst.numel(), {stream_->get(), max_blocks_}));
+      gpu::LaunchAdd(src.f32(), dst.f32(), dst.numel(), {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Scale(float scale, Tensor& x) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Scale", "x", x));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(
-      gpu::LaunchScale(scale, x.f32(), x.numel(), {stream_->get(), max_blocks_}));
+      gpu::LaunchScale(scale, x.f32(), x.numel(), {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
 absl::StatusOr<GradientStats> CudaDevice::ComputeGradientStats(const Tensor& grad) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("ComputeGradientStats", "grad", grad));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  cudaStream_t stream = stream_->get();
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  cudaStream_t stream = ctx_->stream->get();
   const int64_t slots = gpu::SumSquaresScratchSize(grad.numel());
   internal::StreamScratch scratch(stream);
   OPTSTEP_RETURN_IF_ERROR(scratch.Allocate((slots + 1) * sizeof(double)));
   double* result = scratch.as<double>() + slots;
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSumSquares(grad.f32(), grad.numel(), scratch.as<double>(),
-                                                     result, {stream, max_blocks_}));
+                                                     result, {stream, ctx_->max_blocks}));
   GradientStats stats;
   OPTSTEP_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&stats.sum_squares, result, sizeof(double), cudaMemcpyDeviceToHost, stream));
@@ -237,29 +241,29 @@ absl::StatusOr<GradientStats> CudaDevice::ComputeGradientStats(const Tensor& gra
   return stats;
 }
 
-absl::Status CudaDevice::AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
-                               Tensor& exp_avg, Tensor& exp_avg_sq) {
+absl::Status CudaUpdateKernels::AdamW(const math::AdamWArgs& args, const Tensor& grad,
+                                      Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamW(args, grad, param, exp_avg, exp_avg_sq));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdamW(args, grad.f32(), param.f32(), exp_avg.f32(),
                                                 exp_avg_sq.f32(), grad.numel(),
-                                                {stream_->get(), max_blocks_}));
+                                                {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
-                             Tensor* momentum_buffer) {
+absl::Status CudaUpdateKernels::Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
+                                    Tensor* momentum_buffer) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSgd(args, grad, param, momentum_buffer));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   float* buffer = args.momentum != 0.0f ? momentum_buffer->f32() : nullptr;
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSgd(args, grad.f32(), param.f32(), buffer, grad.numel(),
-                                              {stream_->get(), max_blocks_}));
+                                              {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Synchronize() {
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_->get()));
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_->stream->get()));
   return absl::OkStatus();
 }
 

@@ -9,6 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/cuda_matrix_kernels.h"
+#include "kernels/cuda/cuda_update_kernels.h"
 #include "kernels/device.h"
 #include "kernels/dtype.h"
 #include "kernels/math/elementwise.h"
@@ -18,16 +20,14 @@
 
 namespace optstep {
 namespace internal {
-class CudaStream;     // owns the device's cudaStream_t (cuda_stream.h)
-class MathLibraries;  // cuBLAS + cuSOLVER handles on that stream (cuda_libraries.h)
+struct CudaContext;  // the device's stream and library handles (cuda_context.h)
 }  // namespace internal
 
 // The CUDA implementation of Device: cudaMalloc'ed memory and the element-wise kernels of
-// elementwise_kernels.cu / update_kernels.cu over the shared formulas of kernels/math; GEMMs
-// through cuBLAS (fp32 COMPUTE_32F for kHighest, COMPUTE_32F_FAST_TF32 for kHigh,
-// COMPUTE_32F_FAST_16BF for kMedium on fp32 tensors, bf16 A/B/C with COMPUTE_32F for bf16
-// tensors); eigendecomposition (syevd) and QR (geqrf + orgqr) through cuSOLVER. This header
-// includes no CUDA header and no CUDA handle leaves the class.
+// elementwise_kernels.cu over the shared formulas of kernels/math. It owns a CudaUpdateKernels
+// (the optimizer updates) and a CudaMatrixKernels (cuBLAS, cuSOLVER and the matrix kernels),
+// which share its stream and library handles (CudaContext). This header includes no CUDA header
+// and no CUDA handle leaves the device.
 //
 // Source files: cuda_device.cc (memory, transfers, Adam, SGD), cuda_device_emerging.cc (the
 // element-wise and data-movement primitives of the emerging optimizers), cuda_device_linalg.cc
@@ -81,55 +81,28 @@ class CudaDevice final : public Device {
 
   absl::StatusOr<GradientStats> ComputeGradientStats(const Tensor& grad) override;
 
-  absl::Status AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
-                     Tensor& exp_avg, Tensor& exp_avg_sq) override;
-  absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
-                   Tensor* momentum_buffer) override;
-
-  absl::Status Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
-                    Tensor& exp_avg) override;
-  absl::Status MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad, Tensor& param,
-                            Tensor& momentum, Tensor& update) override;
-  absl::Status Adamuon(const math::Moment2Args& args, const Tensor& update, Tensor& param,
-                       Tensor& moment) override;
-  absl::Status NormuonMoment(const math::Moment2Args& args, const Tensor& sum_squares,
-                             Tensor& moment, Tensor& scale) override;
-  absl::Status SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad, Tensor& exp_avg,
-                        Tensor& exp_avg_sq, Tensor& direction) override;
   absl::Status Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
-
-  absl::Status Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
   absl::Status Convert(const Tensor& src, Tensor& dst) override;
-  absl::Status Transpose(const Tensor& src, Tensor& dst) override;
-  absl::Status CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) override;
-  absl::Status AxisDot(const Tensor& a, const Tensor& b, Tensor& out) override;
-  absl::Status AxisScale(const Tensor& v, Tensor& x) override;
-  absl::Status Permute(const Tensor& src, int axis, const std::vector<int64_t>& perm,
-                       Tensor& dst) override;
-  absl::Status SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
-                             Tensor& eigenvectors) override;
-  absl::Status Qr(const Tensor& a, Tensor& q) override;
+
+  UpdateKernels& updates() override { return updates_; }
+  MatrixKernels& matrix() override { return matrix_; }
 
   absl::Status Synchronize() override;
 
  private:
-  CudaDevice(int ordinal, int max_blocks, std::shared_ptr<internal::CudaStream> stream,
-             std::unique_ptr<internal::MathLibraries> libs);
+  explicit CudaDevice(std::unique_ptr<internal::CudaContext> ctx);
 
-
-  // cudaSetDevice(ordinal_) for the calling thread.
-  absl::Status Activate() const;
   // Enqueues the conversion of `count` host elements of `src_dtype` to fp32 at device address
   // `dst` (CopyFromHost and AddFromHost; the caller validated, activated and synchronises).
   absl::Status EnqueueFromHost(const void* src, DType src_dtype, int64_t count, float* dst);
 
-  const int ordinal_;
-  const int max_blocks_;  // grid-stride limit: about one resident wave of 256-thread blocks
-  const std::shared_ptr<internal::CudaStream> stream_;
-  // Declared after stream_: destroyed before it.
-  const std::unique_ptr<internal::MathLibraries> libs_;
+  // Ordinal, stream and library handles, shared with updates_ and matrix_ (declared first:
+  // destroyed last).
+  const std::unique_ptr<internal::CudaContext> ctx_;
   // Logical bytes (numel × dtype size) of the live tensors; shared with their deleters.
   const std::shared_ptr<std::atomic<int64_t>> allocated_;
+  CudaUpdateKernels updates_;
+  CudaMatrixKernels matrix_;
 };
 
 }  // namespace optstep

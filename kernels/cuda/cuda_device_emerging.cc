@@ -1,6 +1,6 @@
-// CudaDevice: the element-wise updates of the emerging optimizers and the data-movement
-// primitives (Convert, Transpose, CopyRowBlocks, AxisDot, AxisScale, Permute). See
-// cuda_device.h.
+// CudaUpdateKernels: the element-wise updates of the emerging optimizers (formulas in
+// kernels/math/emerging.h); CudaDevice: Axpby and Convert; CudaMatrixKernels: the data-movement
+// primitives (Transpose, CopyRowBlocks, AxisDot, AxisScale, Permute). See cuda_device.h.
 
 #include <cuda_runtime_api.h>
 
@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/status_macros.h"
+#include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/cuda_stream.h"
@@ -16,70 +18,72 @@
 #include "kernels/cuda/update_kernels.h"
 #include "kernels/emerging_validation.h"
 #include "kernels/matrix_validation.h"
-#include "base/status_macros.h"
 
 namespace optstep {
 
-absl::Status CudaDevice::Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
-                              Tensor& exp_avg) {
+absl::Status CudaUpdateKernels::Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
+                                     Tensor& exp_avg) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckLion(args, grad, param, exp_avg));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchLion(args, grad.f32(), param.f32(), exp_avg.f32(),
-                                               grad.numel(), {stream_->get(), max_blocks_}));
+                                               grad.numel(),
+                                               {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad,
-                                      Tensor& param, Tensor& momentum, Tensor& update) {
+absl::Status CudaUpdateKernels::MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad,
+                                             Tensor& param, Tensor& momentum, Tensor& update) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckMuonMomentum(args, grad, param, momentum, update));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchMuonMomentum(args, grad.f32(), param.f32(),
                                                        momentum.f32(), update.f32(), grad.numel(),
-                                                       {stream_->get(), max_blocks_}));
+                                                       {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::Adamuon(const math::Moment2Args& args, const Tensor& update, Tensor& param,
-                                 Tensor& moment) {
+absl::Status CudaUpdateKernels::Adamuon(const math::Moment2Args& args, const Tensor& update,
+                                        Tensor& param, Tensor& moment) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamuon(args, update, param, moment));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdamuon(args, update.f32(), param.f32(), moment.f32(),
-                                                  update.numel(), {stream_->get(), max_blocks_}));
+                                                  update.numel(),
+                                                  {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::NormuonMoment(const math::Moment2Args& args, const Tensor& sum_squares,
-                                       Tensor& moment, Tensor& scale) {
+absl::Status CudaUpdateKernels::NormuonMoment(const math::Moment2Args& args,
+                                              const Tensor& sum_squares, Tensor& moment,
+                                              Tensor& scale) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckNormuonMoment(args, sum_squares, moment, scale));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchNormuonMoment(args, sum_squares.f32(), moment.f32(),
                                                         scale.f32(), moment.numel(),
-                                                        {stream_->get(), max_blocks_}));
+                                                        {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad,
-                                  Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& direction) {
+absl::Status CudaUpdateKernels::SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad,
+                                         Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& direction) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSoapAdam(args, grad, exp_avg, exp_avg_sq, direction));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSoapAdam(args, grad.f32(), exp_avg.f32(),
                                                    exp_avg_sq.f32(), direction.f32(), grad.numel(),
-                                                   {stream_->get(), max_blocks_}));
+                                                   {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAxpby(alpha, x, beta, y));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(
-      gpu::LaunchAxpby(alpha, x.f32(), beta, y.f32(), y.numel(), {stream_->get(), max_blocks_}));
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAxpby(alpha, x.f32(), beta, y.f32(), y.numel(),
+                                                {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Convert(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckConvert(src, dst));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  const gpu::Launch launch{stream_->get(), max_blocks_};
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  const gpu::Launch launch{ctx_->stream->get(), ctx_->max_blocks};
   const int64_t n = src.numel();
   if (src.dtype() == dst.dtype()) {
     OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(),
@@ -102,18 +106,19 @@ absl::Status CudaDevice::Convert(const Tensor& src, Tensor& dst) {
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::Transpose(const Tensor& src, Tensor& dst) {
+absl::Status CudaMatrixKernels::Transpose(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckTranspose(src, dst));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchTranspose(src.f32(), dst.f32(), src.dim(0), src.dim(1),
-                                                    {stream_->get(), max_blocks_}));
+                                                    {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) {
+absl::Status CudaMatrixKernels::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src,
+                                              Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckRowBlockCopy(copy, src, dst));
   if (copy.num_blocks == 0 || copy.block_rows == 0 || src.dim(1) == 0) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   const size_t row_bytes = static_cast<size_t>(src.dim(1)) * sizeof(float);
   // One strided 2-D copy: each "row" of the copy is one block of rows. Validation made the
   // strides at least block_rows when there are several blocks; with one block the pitch is
@@ -123,33 +128,34 @@ absl::Status CudaDevice::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& s
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
       dst.f32() + copy.dst_first_row * dst.dim(1), dst_pitch * row_bytes,
       src.f32() + copy.src_first_row * src.dim(1), src_pitch * row_bytes,
-      copy.block_rows * row_bytes, copy.num_blocks, cudaMemcpyDeviceToDevice, stream_->get()));
+      copy.block_rows * row_bytes, copy.num_blocks, cudaMemcpyDeviceToDevice, ctx_->stream->get()));
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::AxisDot(const Tensor& a, const Tensor& b, Tensor& out) {
+absl::Status CudaMatrixKernels::AxisDot(const Tensor& a, const Tensor& b, Tensor& out) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAxisDot(a, b, out));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAxisDot(a.f32(), b.f32(), out.f32(), a.dim(0), a.dim(1),
                                                   internal::PerRow(out, a),
-                                                  {stream_->get(), max_blocks_}));
+                                                  {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::AxisScale(const Tensor& v, Tensor& x) {
+absl::Status CudaMatrixKernels::AxisScale(const Tensor& v, Tensor& x) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAxisScale(v, x));
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAxisScale(
-      v.f32(), x.f32(), x.dim(0), x.dim(1), internal::PerRow(v, x), {stream_->get(), max_blocks_}));
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAxisScale(v.f32(), x.f32(), x.dim(0), x.dim(1),
+                                                    internal::PerRow(v, x),
+                                                    {ctx_->stream->get(), ctx_->max_blocks}));
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::Permute(const Tensor& src, int axis, const std::vector<int64_t>& perm,
-                                 Tensor& dst) {
+absl::Status CudaMatrixKernels::Permute(const Tensor& src, int axis,
+                                        const std::vector<int64_t>& perm, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckPermute(src, axis, perm, dst));
   if (perm.empty()) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  cudaStream_t stream = stream_->get();
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  cudaStream_t stream = ctx_->stream->get();
   internal::StreamScratch index(stream);
   OPTSTEP_RETURN_IF_ERROR(index.Allocate(perm.size() * sizeof(int64_t)));
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(index.as<int64_t>(), perm.data(),
@@ -157,7 +163,7 @@ absl::Status CudaDevice::Permute(const Tensor& src, int axis, const std::vector<
                                                cudaMemcpyHostToDevice, stream));
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchPermute(src.f32(), index.as<int64_t>(), dst.f32(),
                                                   src.dim(0), src.dim(1), axis,
-                                                  {stream, max_blocks_}));
+                                                  {stream, ctx_->max_blocks}));
   // `perm` is pageable host memory that the caller may free at once.
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return absl::OkStatus();

@@ -1,4 +1,4 @@
-// CudaDevice: GEMM through cuBLAS, symmetric eigendecomposition and QR through cuSOLVER.
+// CudaMatrixKernels: GEMM through cuBLAS, symmetric eigendecomposition and QR through cuSOLVER.
 // See cuda_device.h.
 
 #include <cublas_v2.h>
@@ -11,13 +11,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/cuda_libraries.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/cuda_stream.h"
 #include "kernels/cuda/matrix_kernels.h"
 #include "kernels/matrix_validation.h"
-#include "base/status_macros.h"
 
 namespace optstep {
 namespace {
@@ -39,19 +40,20 @@ cublasComputeType_t ComputeType(const GemmArgs& args, bool bf16) {
 
 }  // namespace
 
-absl::Status CudaDevice::Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) {
+absl::Status CudaMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                                     Tensor& c) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckGemm(args, a, b, c));
   const int64_t m = c.dim(0);
   const int64_t n = c.dim(1);
   const int64_t k = args.transpose_a ? a.dim(0) : a.dim(1);
   if (m == 0 || n == 0) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(Activate());
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   const bool bf16 = a.dtype() == DType::kBF16;
   const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, and a row-major matrix read
   // column-major is its transpose: swap the operands, keep the flags.
   OPTSTEP_CUBLAS_RETURN_IF_ERROR(
-      cublasGemmEx(libs_->cublas(), args.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      cublasGemmEx(ctx_->libs->cublas(), args.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                    args.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
                    static_cast<int>(m), static_cast<int>(k), &args.alpha, b.data(), type,
                    AsInt(b.dim(1)), a.data(), type, AsInt(a.dim(1)), &args.beta, c.data(), type,
@@ -59,14 +61,14 @@ absl::Status CudaDevice::Gemm(const GemmArgs& args, const Tensor& a, const Tenso
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
-                                       Tensor& eigenvectors) {
+absl::Status CudaMatrixKernels::SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
+                                              Tensor& eigenvectors) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSymmetricEigh(a, shift, eigenvalues, eigenvectors));
   const int64_t n = a.dim(0);
   if (n == 0) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  cudaStream_t stream = stream_->get();
-  const gpu::Launch launch{stream, max_blocks_};
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  cudaStream_t stream = ctx_->stream->get();
+  const gpu::Launch launch{stream, ctx_->max_blocks};
   std::vector<float> values(n);
 
   // Exactly diagonal: identity columns in the stable descending order of the diagonal.
@@ -101,7 +103,7 @@ absl::Status CudaDevice::SymmetricEigh(const Tensor& a, float shift, Tensor& eig
   } else {
     // The solver works on a column-major copy; the symmetric matrix reads the same, and its
     // lower triangle (column-major) is the upper triangle of the row-major input.
-    cusolverDnHandle_t solver = libs_->cusolver();
+    cusolverDnHandle_t solver = ctx_->libs->cusolver();
     const int ni = static_cast<int>(n);
     internal::StreamScratch work(stream), w(stream), info(stream);
     OPTSTEP_RETURN_IF_ERROR(work.Allocate(n * n * sizeof(float)));
@@ -176,15 +178,15 @@ absl::Status CudaDevice::SymmetricEigh(const Tensor& a, float shift, Tensor& eig
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::Qr(const Tensor& a, Tensor& q) {
+absl::Status CudaMatrixKernels::Qr(const Tensor& a, Tensor& q) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckQr(a, q));
   const int64_t m = a.dim(0);
   const int64_t n = a.dim(1);
   if (m == 0 || n == 0) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(Activate());
-  cudaStream_t stream = stream_->get();
-  const gpu::Launch launch{stream, max_blocks_};
-  cusolverDnHandle_t solver = libs_->cusolver();
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  cudaStream_t stream = ctx_->stream->get();
+  const gpu::Launch launch{stream, ctx_->max_blocks};
+  cusolverDnHandle_t solver = ctx_->libs->cusolver();
   const int mi = static_cast<int>(m);
   const int ni = static_cast<int>(n);
   // Column-major {m, n} = the row-major transpose {n, m}.

@@ -36,7 +36,7 @@ absl::Status AdamW::Step(Device& device, const StepArgs& args, const Tensor& gra
   const math::AdamWArgs a =
       math::MakeAdamWArgs(args.lr, config_.beta1, config_.beta2, config_.eps, args.weight_decay,
                           config_.decoupled, config_.bias_correction, args.group_step);
-  return device.AdamW(a, grad, param, *exp_avg, *exp_avg_sq);
+  return device.updates().AdamW(a, grad, param, *exp_avg, *exp_avg_sq);
 }
 
 double AdamW::EstimateStepCost(const ParamInfo& param) const {

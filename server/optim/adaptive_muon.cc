@@ -59,7 +59,7 @@ absl::Status AdaptiveMuon::Step(Device& device, const StepArgs& args, const Tens
   OPTSTEP_ASSIGN_OR_RETURN(Tensor o, core_->Orthogonalized(device, args, grad, param, state));
   if (method_ == Method::kAdamuon) {
     const math::Moment2Args a = math::MakeMoment2Args(args.lr, config_.beta2, config_.eps, 1);
-    return device.Adamuon(a, o, param, *moment);
+    return device.updates().Adamuon(a, o, param, *moment);
   }
   // normuon: the mean of O² along the axis the moment keeps, then O ⊙ 1/√max(v, ε).
   const bool per_row = moment->dim(1) == 1 && param.dim(0) >= param.dim(1);
@@ -69,9 +69,9 @@ absl::Status AdaptiveMuon::Step(Device& device, const StepArgs& args, const Tens
                            workspace_.Get(device, kSums, DType::kF32, moment->shape()));
   OPTSTEP_ASSIGN_OR_RETURN(Tensor scale,
                            workspace_.Get(device, kScale, DType::kF32, moment->shape()));
-  OPTSTEP_RETURN_IF_ERROR(device.AxisDot(o, o, sums));
-  OPTSTEP_RETURN_IF_ERROR(device.NormuonMoment(a, sums, *moment, scale));
-  OPTSTEP_RETURN_IF_ERROR(device.AxisScale(scale, o));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().AxisDot(o, o, sums));
+  OPTSTEP_RETURN_IF_ERROR(device.updates().NormuonMoment(a, sums, *moment, scale));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().AxisScale(scale, o));
   return device.Axpby(-static_cast<float>(args.lr), o, 1.0f, param);
 }
 

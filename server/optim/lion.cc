@@ -30,7 +30,7 @@ absl::Status Lion::Step(Device& device, const StepArgs& args, const Tensor& grad
   if (exp_avg == nullptr) return absl::InternalError("lion: state is missing exp_avg");
   const math::LionArgs a = math::MakeLionArgs(args.lr, config_.beta1, config_.beta2,
                                               config_.weight_decay_mode, args.weight_decay);
-  return device.Lion(a, grad, param, *exp_avg);
+  return device.updates().Lion(a, grad, param, *exp_avg);
 }
 
 double Lion::EstimateStepCost(const ParamInfo& param) const {

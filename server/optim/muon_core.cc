@@ -156,7 +156,7 @@ absl::StatusOr<Tensor> MuonCore::Orthogonalized(Device& device, const StepArgs& 
   OPTSTEP_ASSIGN_OR_RETURN(Tensor u, workspace_.Get(device, kUpdate, DType::kF32, shape));
   const math::MuonMomentumArgs a = math::MakeMuonMomentumArgs(
       config_.momentum, config_.nesterov, config_.weight_decay_mode, args.lr, args.weight_decay);
-  OPTSTEP_RETURN_IF_ERROR(device.MuonMomentum(a, grad, param, *momentum, u));
+  OPTSTEP_RETURN_IF_ERROR(device.updates().MuonMomentum(a, grad, param, *momentum, u));
   if (!config_.orthogonalize) return u;
   OPTSTEP_ASSIGN_OR_RETURN(Tensor o, workspace_.Get(device, kOrthogonal, DType::kF32, shape));
   if (!config_.split_qkv || state.qkv.num_query_groups == 0) {
@@ -171,10 +171,10 @@ absl::StatusOr<Tensor> MuonCore::Orthogonalized(Device& device, const StepArgs& 
     OPTSTEP_ASSIGN_OR_RETURN(Tensor out, workspace_.Get(device, kComponentOut, DType::kF32, part));
     // De-interleave the component's rows of every query group, orthogonalize, re-interleave.
     OPTSTEP_RETURN_IF_ERROR(
-        device.CopyRowBlocks({groups, comp.rows, comp.first_row, group, 0, comp.rows}, u, in));
+        device.matrix().CopyRowBlocks({groups, comp.rows, comp.first_row, group, 0, comp.rows}, u, in));
     OPTSTEP_RETURN_IF_ERROR(OrthogonalizeOne(device, in, out));
     OPTSTEP_RETURN_IF_ERROR(
-        device.CopyRowBlocks({groups, comp.rows, 0, comp.rows, comp.first_row, group}, out, o));
+        device.matrix().CopyRowBlocks({groups, comp.rows, 0, comp.rows, comp.first_row, group}, out, o));
   }
   return o;
 }

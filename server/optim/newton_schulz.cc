@@ -114,7 +114,7 @@ absl::Status NewtonSchulz::Run(Device& device, const Tensor& x, Tensor& out) {
   OPTSTEP_ASSIGN_OR_RETURN(Tensor normalized,
                            workspace_.Get(device, kNormalized, DType::kF32, {r, c}));
   if (transpose) {
-    OPTSTEP_RETURN_IF_ERROR(device.Transpose(x, normalized));
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().Transpose(x, normalized));
     OPTSTEP_RETURN_IF_ERROR(device.Scale(inv_norm, normalized));
   } else {
     OPTSTEP_RETURN_IF_ERROR(device.Axpby(inv_norm, x, 0.0f, normalized));
@@ -135,12 +135,12 @@ absl::Status NewtonSchulz::Run(Device& device, const Tensor& x, Tensor& out) {
   GemmArgs gram{options_.precision, false, true, 1.0f, 0.0f};
   for (int64_t k = 0; k < options_.num_steps; ++k) {
     const NsCoefficients co = CoefficientsForStep(options_, k);
-    OPTSTEP_RETURN_IF_ERROR(device.Gemm(gram, X, X, A));  // A = X·Xᵀ
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(gram, X, X, A));  // A = X·Xᵀ
     OPTSTEP_RETURN_IF_ERROR(device.Copy(A, B));
-    OPTSTEP_RETURN_IF_ERROR(device.Gemm({options_.precision, false, false, co.c, co.b}, A, A,
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm({options_.precision, false, false, co.c, co.b}, A, A,
                                         B));  // B = b·A + c·A·A
     OPTSTEP_RETURN_IF_ERROR(device.Copy(X, Y));
-    OPTSTEP_RETURN_IF_ERROR(device.Gemm({options_.precision, false, false, 1.0f, co.a}, B, X,
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm({options_.precision, false, false, 1.0f, co.a}, B, X,
                                         Y));  // Y = a·X + B·X
     std::swap(X, Y);
   }
@@ -149,9 +149,9 @@ absl::Status NewtonSchulz::Run(Device& device, const Tensor& x, Tensor& out) {
   if (medium) {
     if (!transpose) return device.Convert(X, out);
     OPTSTEP_RETURN_IF_ERROR(device.Convert(X, normalized));
-    return device.Transpose(normalized, out);
+    return device.matrix().Transpose(normalized, out);
   }
-  return transpose ? device.Transpose(X, out) : device.Copy(X, out);
+  return transpose ? device.matrix().Transpose(X, out) : device.Copy(X, out);
 }
 
 }  // namespace optstep

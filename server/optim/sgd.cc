@@ -39,7 +39,7 @@ absl::Status Sgd::Step(Device& device, const StepArgs& args, const Tensor& grad,
   if (config_.momentum != 0.0 && buffer == nullptr) {
     return absl::InternalError("sgd: state is missing momentum_buffer");
   }
-  return device.Sgd(a, grad, param, buffer);
+  return device.updates().Sgd(a, grad, param, buffer);
 }
 
 double Sgd::EstimateStepCost(const ParamInfo& param) const {

@@ -134,7 +134,7 @@ absl::Status Soap::Step(Device& device, const StepArgs& args, const Tensor& grad
                            workspace_.Get(device, kDirection, DType::kF32, grad.shape()));
   const math::SoapAdamArgs adam = math::MakeSoapAdamArgs(config_.beta1, config_.beta2, config_.eps,
                                                          config_.correct_bias, config_.nesterov, t);
-  OPTSTEP_RETURN_IF_ERROR(device.SoapAdam(adam, *g, *s.exp_avg, *s.exp_avg_sq, direction));
+  OPTSTEP_RETURN_IF_ERROR(device.updates().SoapAdam(adam, *g, *s.exp_avg, *s.exp_avg_sq, direction));
   Tensor update;
   if (projected) {
     OPTSTEP_ASSIGN_OR_RETURN(update,

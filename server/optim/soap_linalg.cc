@@ -39,10 +39,10 @@ absl::StatusOr<Tensor> SoapLinalg::RayleighDiagonal(Device& device, MatmulPrecis
                                                     int slot_square, int slot_vector) {
   const int64_t n = k.dim(0);
   OPTSTEP_ASSIGN_OR_RETURN(Tensor kq, workspace_.Get(device, slot_square, DType::kF32, {n, n}));
-  OPTSTEP_RETURN_IF_ERROR(device.Gemm(Product(precision, false, false), k, q, kq));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, false), k, q, kq));
   OPTSTEP_ASSIGN_OR_RETURN(Tensor diag, workspace_.Get(device, slot_vector, DType::kF32, {1, n}));
   // (Qᵀ·K·Q)_jj = Σ_i Q_ij·(K·Q)_ij.
-  OPTSTEP_RETURN_IF_ERROR(device.AxisDot(q, kq, diag));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().AxisDot(q, kq, diag));
   return diag;
 }
 
@@ -61,9 +61,9 @@ absl::StatusOr<Tensor> SoapLinalg::KlPreconditioner(Device& device, MatmulPrecis
   OPTSTEP_RETURN_IF_ERROR(device.CopyFromHost(w.data(), DType::kF32, n, lambda, 0));
   OPTSTEP_ASSIGN_OR_RETURN(Tensor scaled, workspace_.Get(device, slot_square, DType::kF32, {n, n}));
   OPTSTEP_RETURN_IF_ERROR(device.Copy(q, scaled));
-  OPTSTEP_RETURN_IF_ERROR(device.AxisScale(lambda, scaled));  // Q·diag(w)
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().AxisScale(lambda, scaled));  // Q·diag(w)
   OPTSTEP_ASSIGN_OR_RETURN(Tensor c, workspace_.Get(device, slot_out, DType::kF32, {n, n}));
-  OPTSTEP_RETURN_IF_ERROR(device.Gemm(Product(precision, false, true), scaled, q, c));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, true), scaled, q, c));
   return c;
 }
 
@@ -73,8 +73,8 @@ absl::Status SoapLinalg::UpdateFactors(Device& device, MatmulPrecision precision
   const float b = static_cast<float>(beta);
   if (!kl) {
     OPTSTEP_RETURN_IF_ERROR(
-        device.Gemm(Product(precision, false, true, a, b), grad, grad, *s.left));
-    return device.Gemm(Product(precision, true, false, a, b), grad, grad, *s.right);
+        device.matrix().Gemm(Product(precision, false, true, a, b), grad, grad, *s.left));
+    return device.matrix().Gemm(Product(precision, true, false, a, b), grad, grad, *s.right);
   }
   // Both preconditioners from the pre-update factors and the current bases.
   OPTSTEP_ASSIGN_OR_RETURN(
@@ -84,10 +84,10 @@ absl::Status SoapLinalg::UpdateFactors(Device& device, MatmulPrecision precision
                            KlPreconditioner(device, precision, *s.right, *s.q_right, eps,
                                             SquareSlot(1, 0), kVector + 1, SquareSlot(1, 1)));
   OPTSTEP_ASSIGN_OR_RETURN(Tensor t, workspace_.Get(device, kMatrix, DType::kF32, grad.shape()));
-  OPTSTEP_RETURN_IF_ERROR(device.Gemm(Product(precision, false, false), grad, c_right, t));
-  OPTSTEP_RETURN_IF_ERROR(device.Gemm(Product(precision, false, true, a, b), t, grad, *s.left));
-  OPTSTEP_RETURN_IF_ERROR(device.Gemm(Product(precision, false, false), c_left, grad, t));
-  return device.Gemm(Product(precision, true, false, a, b), grad, t, *s.right);
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, false), grad, c_right, t));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, true, a, b), t, grad, *s.left));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, false), c_left, grad, t));
+  return device.matrix().Gemm(Product(precision, true, false, a, b), grad, t, *s.right);
 }
 
 absl::StatusOr<bool> SoapLinalg::NeedsRefresh(Device& device, MatmulPrecision precision,
@@ -120,18 +120,18 @@ absl::Status SoapLinalg::PowerIteration(Device& device, MatmulPrecision precisio
                    [&](int64_t i, int64_t j) { return values[i] > values[j]; });
   OPTSTEP_ASSIGN_OR_RETURN(Tensor permuted_v,
                            workspace_.Get(device, kPermuted, DType::kF32, v.shape()));
-  OPTSTEP_RETURN_IF_ERROR(device.Permute(v, axis, order, permuted_v));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().Permute(v, axis, order, permuted_v));
   OPTSTEP_RETURN_IF_ERROR(device.Copy(permuted_v, v));
   // K·Q[:, π] = (K·Q)[:, π]: the first power iteration reuses the product just formed.
   OPTSTEP_ASSIGN_OR_RETURN(Tensor kq, workspace_.Get(device, SquareSlot(factor, 0), DType::kF32,
                                                      {n, n}));
   OPTSTEP_ASSIGN_OR_RETURN(Tensor permuted,
                            workspace_.Get(device, SquareSlot(factor, 1), DType::kF32, {n, n}));
-  OPTSTEP_RETURN_IF_ERROR(device.Permute(kq, 1, order, permuted));
-  OPTSTEP_RETURN_IF_ERROR(device.Qr(permuted, q));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().Permute(kq, 1, order, permuted));
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().Qr(permuted, q));
   for (int64_t i = 1; i < steps; ++i) {
-    OPTSTEP_RETURN_IF_ERROR(device.Gemm(Product(precision, false, false), k, q, kq));
-    OPTSTEP_RETURN_IF_ERROR(device.Qr(kq, q));
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, false), k, q, kq));
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().Qr(kq, q));
   }
   return absl::OkStatus();
 }
@@ -146,7 +146,7 @@ absl::Status SoapLinalg::RefreshBasis(Device& device, MatmulPrecision precision,
     for (auto [k, q] : {std::pair<Tensor*, Tensor*>{s.left, s.q_left}, {s.right, s.q_right}}) {
       OPTSTEP_ASSIGN_OR_RETURN(Tensor values,
                                workspace_.Get(device, kEigenvalues, DType::kF32, {k->dim(0)}));
-      OPTSTEP_RETURN_IF_ERROR(device.SymmetricEigh(*k, kEighShift, values, *q));
+      OPTSTEP_RETURN_IF_ERROR(device.matrix().SymmetricEigh(*k, kEighShift, values, *q));
     }
   } else {
     OPTSTEP_RETURN_IF_ERROR(
@@ -162,11 +162,11 @@ absl::Status SoapLinalg::Rotate(Device& device, MatmulPrecision precision, bool 
                                 const SoapState& s, const Tensor& x, Tensor& out) {
   OPTSTEP_ASSIGN_OR_RETURN(Tensor t, workspace_.Get(device, kRotate, DType::kF32, x.shape()));
   if (into_eigenbasis) {
-    OPTSTEP_RETURN_IF_ERROR(device.Gemm(Product(precision, true, false), *s.q_left, x, t));
-    return device.Gemm(Product(precision, false, false), t, *s.q_right, out);
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, true, false), *s.q_left, x, t));
+    return device.matrix().Gemm(Product(precision, false, false), t, *s.q_right, out);
   }
-  OPTSTEP_RETURN_IF_ERROR(device.Gemm(Product(precision, false, false), *s.q_left, x, t));
-  return device.Gemm(Product(precision, false, true), t, *s.q_right, out);
+  OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, false), *s.q_left, x, t));
+  return device.matrix().Gemm(Product(precision, false, true), t, *s.q_right, out);
 }
 
 }  // namespace optstep

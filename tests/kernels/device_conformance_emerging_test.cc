@@ -71,7 +71,7 @@ TEST_P(DeviceConformanceTest, LionMatchesFloat64ForEveryDecayMode) {
         OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tg, Upload(g));
         const double lr = 1e-3 * t, lambda = 0.1;
         OPTSTEP_ASSERT_OK(
-            device_->Lion(math::MakeLionArgs(lr, 0.9, 0.99, mode, lambda), tg, tp, tm));
+            device_->updates().Lion(math::MakeLionArgs(lr, 0.9, 0.99, mode, lambda), tg, tp, tm));
         for (int64_t i = 0; i < n; ++i) {
           const double gi = Decay64(mode, lr, lambda, g[i], p[i]);
           const double c = 0.9 * m[i] + 0.1 * gi;
@@ -97,7 +97,7 @@ TEST_P(DeviceConformanceTest, LionExactSteps) {
     auto tg = Upload(g);
     auto tm = device_->Allocate(DType::kF32, {4097});
     EXPECT_TRUE(tp.ok() && tg.ok() && tm.ok());
-    EXPECT_THAT(device_->Lion(math::MakeLionArgs(lr, 0.9, beta2, mode, lambda), *tg, *tp, *tm),
+    EXPECT_THAT(device_->updates().Lion(math::MakeLionArgs(lr, 0.9, beta2, mode, lambda), *tg, *tp, *tm),
                 testutil::IsOk());
     if (m_out != nullptr) *m_out = *Download(*tm);
     return *Download(*tp);
@@ -139,7 +139,7 @@ TEST_P(DeviceConformanceTest, MuonMomentumMatchesFloat64) {
       for (int t = 1; t <= 3; ++t) {
         const std::vector<float> g = Normal(n, 1.0f, 20 + t);
         OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tg, Upload(g));
-        OPTSTEP_ASSERT_OK(device_->MuonMomentum(
+        OPTSTEP_ASSERT_OK(device_->updates().MuonMomentum(
             math::MakeMuonMomentumArgs(0.9, nesterov, mode, 0.02, 0.1), tg, tp, tb, tu));
         for (int64_t i = 0; i < n; ++i) {
           const double gi = Decay64(mode, 0.02, 0.1, g[i], p[i]);
@@ -163,7 +163,7 @@ TEST_P(DeviceConformanceTest, AdamuonAndNormuonMomentMatchFloat64) {
   for (int t = 1; t <= 3; ++t) {
     const std::vector<float> o = Normal(n, 2.0f, 30 + t);
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor to, Upload(o));
-    OPTSTEP_ASSERT_OK(device_->Adamuon(math::MakeMoment2Args(0.01, 0.95, 1e-8, 1), to, tp, tv));
+    OPTSTEP_ASSERT_OK(device_->updates().Adamuon(math::MakeMoment2Args(0.01, 0.95, 1e-8, 1), to, tp, tv));
     for (int64_t i = 0; i < n; ++i) {
       v[i] = 0.95 * v[i] + 0.05 * o[i] * o[i];
       p[i] -= 0.01 * o[i] / (std::sqrt(v[i]) + 1e-8);
@@ -179,7 +179,7 @@ TEST_P(DeviceConformanceTest, AdamuonAndNormuonMomentMatchFloat64) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor moment, device_->Allocate(DType::kF32, {65, 1}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor scale, device_->Allocate(DType::kF32, {65, 1}));
   OPTSTEP_ASSERT_OK(
-      device_->NormuonMoment(math::MakeMoment2Args(0.0, 0.9, 1e-4, 7), ts, moment, scale));
+      device_->updates().NormuonMoment(math::MakeMoment2Args(0.0, 0.9, 1e-4, 7), ts, moment, scale));
   std::vector<double> want_v(65), want_s(65);
   for (int i = 0; i < 65; ++i) {
     want_v[i] = 0.1 * sums_eps[i] / 7.0;
@@ -201,7 +201,7 @@ TEST_P(DeviceConformanceTest, SoapAdamMatchesFloat64) {
       for (int t = 1; t <= 3; ++t) {
         const std::vector<float> g = Normal(n, 1.0f, 40 + t);
         OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tg, Upload(g));
-        OPTSTEP_ASSERT_OK(device_->SoapAdam(
+        OPTSTEP_ASSERT_OK(device_->updates().SoapAdam(
             math::MakeSoapAdamArgs(0.9, 0.95, 1e-8, correct_bias, nesterov, t), tg, tm, tv, td));
         const double bc1 = correct_bias ? 1 - std::pow(0.9, t) : 1.0;
         const double bc2 = correct_bias ? 1 - std::pow(0.95, t) : 1.0;
@@ -250,7 +250,7 @@ TEST_P(DeviceConformanceTest, EmergingUpdatesAreBitwiseTheSharedFormulas) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tg, Upload(g));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tp, Upload(p0));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tm, Upload(s0));
-    OPTSTEP_ASSERT_OK(device_->Lion(lion, tg, tp, tm));
+    OPTSTEP_ASSERT_OK(device_->updates().Lion(lion, tg, tp, tm));
     EXPECT_THAT(*Download(tp), ElementsAreArray(p));
     EXPECT_THAT(*Download(tm), ElementsAreArray(m));
     p = p0;
@@ -258,7 +258,7 @@ TEST_P(DeviceConformanceTest, EmergingUpdatesAreBitwiseTheSharedFormulas) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tp2, Upload(p0));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tb, Upload(s0));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tu, device_->Allocate(DType::kF32, {n}));
-    OPTSTEP_ASSERT_OK(device_->MuonMomentum(muon, tg, tp2, tb, tu));
+    OPTSTEP_ASSERT_OK(device_->updates().MuonMomentum(muon, tg, tp2, tb, tu));
     EXPECT_THAT(*Download(tp2), ElementsAreArray(p));
     EXPECT_THAT(*Download(tb), ElementsAreArray(b));
     EXPECT_THAT(*Download(tu), ElementsAreArray(u));
@@ -269,7 +269,7 @@ TEST_P(DeviceConformanceTest, EmergingUpdatesAreBitwiseTheSharedFormulas) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor to, Upload(g));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tp, Upload(p0));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tv, Upload(s0));
-  OPTSTEP_ASSERT_OK(device_->Adamuon(moment, to, tp, tv));
+  OPTSTEP_ASSERT_OK(device_->updates().Adamuon(moment, to, tp, tv));
   EXPECT_THAT(*Download(tp), ElementsAreArray(p));
   EXPECT_THAT(*Download(tv), ElementsAreArray(v));
   const math::SoapAdamArgs soap = math::MakeSoapAdamArgs(0.9, 0.999, 1e-8, true, true, 7);
@@ -278,7 +278,7 @@ TEST_P(DeviceConformanceTest, EmergingUpdatesAreBitwiseTheSharedFormulas) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tm, Upload(s0));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tv2, Upload(s0));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor td, device_->Allocate(DType::kF32, {n}));
-  OPTSTEP_ASSERT_OK(device_->SoapAdam(soap, to, tm, tv2, td));
+  OPTSTEP_ASSERT_OK(device_->updates().SoapAdam(soap, to, tm, tv2, td));
   EXPECT_THAT(*Download(td), ElementsAreArray(d));
   EXPECT_THAT(*Download(tm), ElementsAreArray(m));
 }
@@ -292,25 +292,25 @@ TEST_P(DeviceConformanceTest, EmergingUpdatesRefuseBadArguments) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor half, device_->Allocate(DType::kBF16, {8}));
   math::LionArgs lion;
   lion.beta1 = 1.0f;
-  EXPECT_THAT(device_->Lion(lion, a, b, c),
+  EXPECT_THAT(device_->updates().Lion(lion, a, b, c),
               StatusIs(kInvalid, "Lion: beta1 must be in [0, 1), got 1"));
-  EXPECT_THAT(device_->Lion(math::LionArgs{}, a, b, short_t),
+  EXPECT_THAT(device_->updates().Lion(math::LionArgs{}, a, b, short_t),
               StatusIs(kInvalid, "Lion: exp_avg has 7 elements but grad has 8"));
-  EXPECT_THAT(device_->Lion(math::LionArgs{}, a, b, b),
+  EXPECT_THAT(device_->updates().Lion(math::LionArgs{}, a, b, b),
               StatusIs(kInvalid, "Lion: param and exp_avg are the same tensor"));
-  EXPECT_THAT(device_->MuonMomentum(math::MuonMomentumArgs{}, a, b, c, half),
+  EXPECT_THAT(device_->updates().MuonMomentum(math::MuonMomentumArgs{}, a, b, c, half),
               StatusIs(kInvalid, "MuonMomentum: update is bf16"));
   math::Moment2Args moment;
   moment.eps = -1.0f;
-  EXPECT_THAT(device_->Adamuon(moment, a, b, c), StatusIs(kInvalid, "Adamuon: eps"));
+  EXPECT_THAT(device_->updates().Adamuon(moment, a, b, c), StatusIs(kInvalid, "Adamuon: eps"));
   moment = math::Moment2Args{};
   moment.count = 0.0f;
-  EXPECT_THAT(device_->NormuonMoment(moment, a, b, c), StatusIs(kInvalid, "NormuonMoment: count"));
-  EXPECT_THAT(device_->NormuonMoment(math::Moment2Args{}, a, b, b),
+  EXPECT_THAT(device_->updates().NormuonMoment(moment, a, b, c), StatusIs(kInvalid, "NormuonMoment: count"));
+  EXPECT_THAT(device_->updates().NormuonMoment(math::Moment2Args{}, a, b, b),
               StatusIs(kInvalid, "same tensor"));
   math::SoapAdamArgs soap;
   soap.bias_correction1 = 0.0f;
-  EXPECT_THAT(device_->SoapAdam(soap, a, b, c, d),
+  EXPECT_THAT(device_->updates().SoapAdam(soap, a, b, c, d),
               StatusIs(kInvalid, "SoapAdam: bias_correction1 must be in (0, 1]"));
   EXPECT_THAT(device_->Axpby(NAN, a, 1.0f, b), StatusIs(kInvalid, "Axpby: alpha must be finite"));
   EXPECT_THAT(device_->Axpby(1.0f, short_t, 1.0f, b), StatusIs(kInvalid, "Axpby: y has 8"));

@@ -101,7 +101,7 @@ TEST_P(DeviceConformanceTest, GemmInEveryPrecisionAndLayout) {
          {std::pair<MatmulPrecision, double>{MatmulPrecision::kHighest, 1e-5},
           {MatmulPrecision::kHigh, 2e-3}}) {
       OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tc, Upload({c.m, c.n}, c0));
-      OPTSTEP_ASSERT_OK(device_->Gemm({precision, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
+      OPTSTEP_ASSERT_OK(device_->matrix().Gemm({precision, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
       EXPECT_TRUE(exact.Within(*Download(tc), tolerance, 0.0)) << MatmulPrecisionName(precision);
     }
     // medium on fp32 tensors: bf16-class products. The CPU rounds the inputs to bf16 and
@@ -113,7 +113,7 @@ TEST_P(DeviceConformanceTest, GemmInEveryPrecisionAndLayout) {
     const GemmCheck rounded(c, a16, b16, c0);
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tc, Upload({c.m, c.n}, c0));
     OPTSTEP_ASSERT_OK(
-        device_->Gemm({MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
+        device_->matrix().Gemm({MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
     if (device_->name() == "cpu") {
       EXPECT_TRUE(rounded.Within(*Download(tc), 1e-5, 0.0)) << "medium fp32";
     } else {
@@ -131,7 +131,7 @@ TEST_P(DeviceConformanceTest, GemmInEveryPrecisionAndLayout) {
     OPTSTEP_ASSERT_OK(device_->Convert(tb, hb));
     OPTSTEP_ASSERT_OK(device_->Convert(fc, hc));
     OPTSTEP_ASSERT_OK(
-        device_->Gemm({MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta}, ha, hb, hc));
+        device_->matrix().Gemm({MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta}, ha, hb, hc));
     OPTSTEP_ASSERT_OK(device_->Convert(hc, fc));
     const std::vector<float> got = *Download(fc);
     for (float x : got) ASSERT_EQ(Bf16(x), x) << "bf16 output";
@@ -146,18 +146,18 @@ TEST_P(DeviceConformanceTest, GemmRefusesBadArguments) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor v, device_->Allocate(DType::kF32, {8}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor h, device_->Allocate(DType::kBF16, {3, 2}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor sq, device_->Allocate(DType::kF32, {4, 4}));
-  EXPECT_THAT(device_->Gemm({}, a, b, c),
+  EXPECT_THAT(device_->matrix().Gemm({}, a, b, c),
               StatusIs(kInvalid, "Gemm: op(a) is [4, 3] but op(b) is [5, 2]"));
-  EXPECT_THAT(device_->Gemm({}, a, v, c), StatusIs(kInvalid, "Gemm: b must be a matrix"));
-  EXPECT_THAT(device_->Gemm({}, a, h, c), StatusIs(kInvalid, "all fp32 or all bf16"));
-  EXPECT_THAT(device_->Gemm({MatmulPrecision::kMedium, true, false, 1.0f, 0.0f}, a, sq, c),
+  EXPECT_THAT(device_->matrix().Gemm({}, a, v, c), StatusIs(kInvalid, "Gemm: b must be a matrix"));
+  EXPECT_THAT(device_->matrix().Gemm({}, a, h, c), StatusIs(kInvalid, "all fp32 or all bf16"));
+  EXPECT_THAT(device_->matrix().Gemm({MatmulPrecision::kMedium, true, false, 1.0f, 0.0f}, a, sq, c),
               StatusIs(kInvalid, "c has shape [4, 2], expected [3, 4]"));
-  EXPECT_THAT(device_->Gemm({MatmulPrecision::kHighest, false, true, 1.0f, 0.0f}, sq, sq, sq),
+  EXPECT_THAT(device_->matrix().Gemm({MatmulPrecision::kHighest, false, true, 1.0f, 0.0f}, sq, sq, sq),
               StatusIs(kInvalid, "c and a are the same tensor"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor h1, device_->Allocate(DType::kBF16, {2, 2}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor h2, device_->Allocate(DType::kBF16, {2, 2}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor h3, device_->Allocate(DType::kBF16, {2, 2}));
-  EXPECT_THAT(device_->Gemm({MatmulPrecision::kHigh, false, false, 1.0f, 0.0f}, h1, h2, h3),
+  EXPECT_THAT(device_->matrix().Gemm({MatmulPrecision::kHigh, false, false, 1.0f, 0.0f}, h1, h2, h3),
               StatusIs(kInvalid, "bf16 matrices need precision medium, got high"));
 }
 
@@ -191,7 +191,7 @@ TEST_P(DeviceConformanceTest, TransposeIsExact) {
     const std::vector<float> x = Normal(rows * cols, 1.0f, 5);
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor src, Upload({rows, cols}, x));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor dst, device_->Allocate(DType::kF32, {cols, rows}));
-    OPTSTEP_ASSERT_OK(device_->Transpose(src, dst));
+    OPTSTEP_ASSERT_OK(device_->matrix().Transpose(src, dst));
     std::vector<float> want(x.size());
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t j = 0; j < cols; ++j) want[j * rows + i] = x[i * cols + j];
@@ -200,7 +200,7 @@ TEST_P(DeviceConformanceTest, TransposeIsExact) {
   }
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor a, device_->Allocate(DType::kF32, {3, 4}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor b, device_->Allocate(DType::kF32, {3, 4}));
-  EXPECT_THAT(device_->Transpose(a, b),
+  EXPECT_THAT(device_->matrix().Transpose(a, b),
               StatusIs(kInvalid, "Transpose: dst has shape [3, 4], expected [4, 3]"));
 }
 
@@ -210,14 +210,14 @@ TEST_P(DeviceConformanceTest, CopyRowBlocksGathersAndScattersQkvRows) {
   const std::vector<float> x = Normal(groups * per * cols, 1.0f, 6);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor src, Upload({groups * per, cols}, x));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor k, device_->Allocate(DType::kF32, {groups * 2, cols}));
-  OPTSTEP_ASSERT_OK(device_->CopyRowBlocks({groups, 2, 4, per, 0, 2}, src, k));
+  OPTSTEP_ASSERT_OK(device_->matrix().CopyRowBlocks({groups, 2, 4, per, 0, 2}, src, k));
   std::vector<float> want;
   for (int64_t g = 0; g < groups; ++g) {
     want.insert(want.end(), x.begin() + (g * per + 4) * cols, x.begin() + (g * per + 6) * cols);
   }
   EXPECT_THAT(*Download(k), ElementsAreArray(want));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor back, device_->Allocate(DType::kF32, {groups * per, cols}));
-  OPTSTEP_ASSERT_OK(device_->CopyRowBlocks({groups, 2, 0, 2, 4, per}, k, back));
+  OPTSTEP_ASSERT_OK(device_->matrix().CopyRowBlocks({groups, 2, 0, 2, 4, per}, k, back));
   std::vector<float> scattered(x.size(), 0.0f);
   for (int64_t g = 0; g < groups; ++g) {
     std::copy(x.begin() + (g * per + 4) * cols, x.begin() + (g * per + 6) * cols,
@@ -225,9 +225,9 @@ TEST_P(DeviceConformanceTest, CopyRowBlocksGathersAndScattersQkvRows) {
   }
   EXPECT_THAT(*Download(back), ElementsAreArray(scattered));
   EXPECT_THAT(
-      device_->CopyRowBlocks({groups, 2, 4, per, 1, 2}, src, k),
+      device_->matrix().CopyRowBlocks({groups, 2, 4, per, 1, 2}, src, k),
       StatusIs(kInvalid, "3 blocks of 2 rows from dst row 1 with stride 2 exceed its 6 rows"));
-  EXPECT_THAT(device_->CopyRowBlocks({groups, 2, 0, 1, 0, 2}, src, k),
+  EXPECT_THAT(device_->matrix().CopyRowBlocks({groups, 2, 0, 1, 0, 2}, src, k),
               StatusIs(kInvalid, "src blocks of 2 rows with stride 1 overlap"));
 }
 
@@ -239,7 +239,7 @@ TEST_P(DeviceConformanceTest, AxisDotAndAxisScale) {
   for (bool per_row : {true, false}) {
     const Shape shape = per_row ? Shape{rows, 1} : Shape{1, cols};
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor out, device_->Allocate(DType::kF32, shape));
-    OPTSTEP_ASSERT_OK(device_->AxisDot(ta, tb, out));
+    OPTSTEP_ASSERT_OK(device_->matrix().AxisDot(ta, tb, out));
     const std::vector<float> got = *Download(out);
     for (int64_t k = 0; k < (per_row ? rows : cols); ++k) {
       double sum = 0.0, abs = 0.0;
@@ -254,7 +254,7 @@ TEST_P(DeviceConformanceTest, AxisDotAndAxisScale) {
     const std::vector<float> v = Uniform(per_row ? rows : cols, -2.0f, 2.0f, 9);
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tv, Upload(shape, v));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor x, Upload({rows, cols}, a));
-    OPTSTEP_ASSERT_OK(device_->AxisScale(tv, x));
+    OPTSTEP_ASSERT_OK(device_->matrix().AxisScale(tv, x));
     std::vector<float> want(a.size());
     for (int64_t i = 0; i < rows; ++i) {
       for (int64_t j = 0; j < cols; ++j) want[i * cols + j] = a[i * cols + j] * v[per_row ? i : j];
@@ -262,10 +262,10 @@ TEST_P(DeviceConformanceTest, AxisDotAndAxisScale) {
     EXPECT_THAT(*Download(x), ElementsAreArray(want));
   }
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor bad, device_->Allocate(DType::kF32, {rows}));
-  EXPECT_THAT(device_->AxisDot(ta, tb, bad),
+  EXPECT_THAT(device_->matrix().AxisDot(ta, tb, bad),
               StatusIs(kInvalid,
                        "AxisDot: out has shape [37]; a [37, 70] matrix needs [37, 1] or [1, 70]"));
-  EXPECT_THAT(device_->AxisScale(bad, ta), StatusIs(kInvalid, "AxisScale: v has shape [37]"));
+  EXPECT_THAT(device_->matrix().AxisScale(bad, ta), StatusIs(kInvalid, "AxisScale: v has shape [37]"));
 }
 
 TEST_P(DeviceConformanceTest, PermuteRowsAndColumns) {
@@ -274,20 +274,20 @@ TEST_P(DeviceConformanceTest, PermuteRowsAndColumns) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor src, Upload({rows, cols}, x));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor dst, device_->Allocate(DType::kF32, {rows, cols}));
   const std::vector<int64_t> row_perm = {3, 0, 4, 1, 2}, col_perm = {2, 3, 1, 0};
-  OPTSTEP_ASSERT_OK(device_->Permute(src, 0, row_perm, dst));
+  OPTSTEP_ASSERT_OK(device_->matrix().Permute(src, 0, row_perm, dst));
   std::vector<float> want(x.size());
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) want[i * cols + j] = x[row_perm[i] * cols + j];
   }
   EXPECT_THAT(*Download(dst), ElementsAreArray(want));
-  OPTSTEP_ASSERT_OK(device_->Permute(src, 1, col_perm, dst));
+  OPTSTEP_ASSERT_OK(device_->matrix().Permute(src, 1, col_perm, dst));
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) want[i * cols + j] = x[i * cols + col_perm[j]];
   }
   EXPECT_THAT(*Download(dst), ElementsAreArray(want));
-  EXPECT_THAT(device_->Permute(src, 1, {0, 1, 1, 2}, dst),
+  EXPECT_THAT(device_->matrix().Permute(src, 1, {0, 1, 1, 2}, dst),
               StatusIs(kInvalid, "Permute: perm is not a permutation of [0, 4): entry 1"));
-  EXPECT_THAT(device_->Permute(src, 2, col_perm, dst), StatusIs(kInvalid, "axis 2"));
+  EXPECT_THAT(device_->matrix().Permute(src, 2, col_perm, dst), StatusIs(kInvalid, "axis 2"));
 }
 
 // Q diag(λ) Qᵀ for the columns of q.
@@ -335,7 +335,7 @@ TEST_P(DeviceConformanceTest, SymmetricEighGivesDescendingOrthonormalEigenvector
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor ta, Upload({n, n}, a));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor values, device_->Allocate(DType::kF32, {n}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor vectors, device_->Allocate(DType::kF32, {n, n}));
-  OPTSTEP_ASSERT_OK(device_->SymmetricEigh(ta, 1e-7f, values, vectors));
+  OPTSTEP_ASSERT_OK(device_->matrix().SymmetricEigh(ta, 1e-7f, values, vectors));
   const std::vector<float> q = *Download(vectors);
   const std::vector<float> lambda = *Download(values);
   EXPECT_LE(OrthonormalityError(q, n, n), 1e-5);
@@ -349,14 +349,14 @@ TEST_P(DeviceConformanceTest, SymmetricEighGivesDescendingOrthonormalEigenvector
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor td, Upload({4, 4}, d));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor dv, device_->Allocate(DType::kF32, {4}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor dq, device_->Allocate(DType::kF32, {4, 4}));
-  OPTSTEP_ASSERT_OK(device_->SymmetricEigh(td, 1e-7f, dv, dq));
+  OPTSTEP_ASSERT_OK(device_->matrix().SymmetricEigh(td, 1e-7f, dv, dq));
   EXPECT_THAT(*Download(dv), ElementsAreArray({3.0f, 3.0f, 1.0f, 1.0f}));
   // Columns: e1, e3, e0, e2.
   EXPECT_THAT(*Download(dq), ElementsAreArray({0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor rect, device_->Allocate(DType::kF32, {4, 3}));
-  EXPECT_THAT(device_->SymmetricEigh(rect, 0.0f, dv, dq),
+  EXPECT_THAT(device_->matrix().SymmetricEigh(rect, 0.0f, dv, dq),
               StatusIs(kInvalid, "SymmetricEigh: a must be square, got shape [4, 3]"));
-  EXPECT_THAT(device_->SymmetricEigh(td, 0.0f, dv, td), StatusIs(kInvalid, "same tensor"));
+  EXPECT_THAT(device_->matrix().SymmetricEigh(td, 0.0f, dv, td), StatusIs(kInvalid, "same tensor"));
 }
 
 TEST_P(DeviceConformanceTest, QrGivesAnOrthonormalFactor) {
@@ -365,7 +365,7 @@ TEST_P(DeviceConformanceTest, QrGivesAnOrthonormalFactor) {
     const std::vector<float> a = Normal(m * n, 1.0f, 12);
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor ta, Upload({m, n}, a));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tq, device_->Allocate(DType::kF32, {m, n}));
-    OPTSTEP_ASSERT_OK(device_->Qr(ta, tq));
+    OPTSTEP_ASSERT_OK(device_->matrix().Qr(ta, tq));
     const std::vector<float> q = *Download(tq);
     EXPECT_LE(OrthonormalityError(q, m, n), 1e-5);
     // R = Qᵀ·A is upper triangular and Q·R = A.
@@ -390,7 +390,7 @@ TEST_P(DeviceConformanceTest, QrGivesAnOrthonormalFactor) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor wide, device_->Allocate(DType::kF32, {3, 5}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor q, device_->Allocate(DType::kF32, {3, 5}));
   EXPECT_THAT(
-      device_->Qr(wide, q),
+      device_->matrix().Qr(wide, q),
       StatusIs(kInvalid, "Qr: a must have at least as many rows as columns, got shape [3, 5]"));
 }
 

@@ -92,7 +92,7 @@ TEST_P(DeviceConformanceTest, AdamWTenStepsMatchFloat64Reference) {
         for (int t = 1; t <= 10; ++t) {
           const std::vector<float> g = Normal(n, 1.0f, 200 + t);
           OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tg, Upload(g));
-          OPTSTEP_ASSERT_OK(device_->AdamW(KernelArgs(h, t), tg, p, m, v));
+          OPTSTEP_ASSERT_OK(device_->updates().AdamW(KernelArgs(h, t), tg, p, m, v));
           ReferenceAdamStep(h, t, g, ref);
         }
         OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> got_p, Download(p));
@@ -116,7 +116,7 @@ TEST_P(DeviceConformanceTest, AdamWSingleStepFromGivenState) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor m, Upload({1.0f}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor v, Upload({2.0f}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor g, Upload({0.5f}));
-  OPTSTEP_ASSERT_OK(device_->AdamW(KernelArgs(h, 10), g, p, m, v));
+  OPTSTEP_ASSERT_OK(device_->updates().AdamW(KernelArgs(h, 10), g, p, m, v));
   // The formula with the decimal constants of the spec.
   const double m1 = 0.9 * 1.0 + 0.1 * 0.5;     // 0.95
   const double v1 = 0.99 * 2.0 + 0.01 * 0.25;  // 1.9825
@@ -140,7 +140,7 @@ TEST_P(DeviceConformanceTest, AdamWFirstStepFromZeroState) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor m, device_->Allocate(DType::kF32, {n}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor v, device_->Allocate(DType::kF32, {n}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tg, Upload(g));
-  OPTSTEP_ASSERT_OK(device_->AdamW(KernelArgs(h, 1), tg, p, m, v));
+  OPTSTEP_ASSERT_OK(device_->updates().AdamW(KernelArgs(h, 1), tg, p, m, v));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> got, Download(p));
   for (int64_t i = 0; i < n; ++i) {
     const double a = std::fabs(static_cast<double>(g[i]));
@@ -157,7 +157,7 @@ TEST_P(DeviceConformanceTest, AdamWFirstStepFromZeroState) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor m2, device_->Allocate(DType::kF32, {2}));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor v2, device_->Allocate(DType::kF32, {2}));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor g2, device_->Allocate(DType::kF32, {2}));
-    OPTSTEP_ASSERT_OK(device_->AdamW(KernelArgs(h, 1), g2, p2, m2, v2));
+    OPTSTEP_ASSERT_OK(device_->updates().AdamW(KernelArgs(h, 1), g2, p2, m2, v2));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> got2, Download(p2));
     if (decoupled) {
       EXPECT_THAT(got2, ElementsAreArray({1.5f, -3.0f}));
@@ -183,11 +183,11 @@ TEST_P(DeviceConformanceTest, AdamWFusedDecayMatchesTwoStage) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor v1, device_->Allocate(DType::kF32, {n}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor m2, device_->Allocate(DType::kF32, {n}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor v2, device_->Allocate(DType::kF32, {n}));
-  OPTSTEP_ASSERT_OK(device_->AdamW(KernelArgs(h, 1), tg, fused, m1, v1));
+  OPTSTEP_ASSERT_OK(device_->updates().AdamW(KernelArgs(h, 1), tg, fused, m1, v1));
   OPTSTEP_ASSERT_OK(device_->Scale(static_cast<float>(1.0 - h.lr * h.weight_decay), two));
   AdamHyper no_decay = h;
   no_decay.weight_decay = 0.0;
-  OPTSTEP_ASSERT_OK(device_->AdamW(KernelArgs(no_decay, 1), tg, two, m2, v2));
+  OPTSTEP_ASSERT_OK(device_->updates().AdamW(KernelArgs(no_decay, 1), tg, two, m2, v2));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> a, Download(fused));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> b, Download(two));
   EXPECT_TRUE(AllClose(a, Widen(b), 1e-6, 1e-7));
@@ -208,7 +208,7 @@ TEST_P(DeviceConformanceTest, AdamWIsBitwiseTheSharedFormula) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tv, Upload(v));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tg, Upload(g));
     const math::AdamWArgs args = KernelArgs(h, 3);
-    OPTSTEP_ASSERT_OK(device_->AdamW(args, tg, tp, tm, tv));
+    OPTSTEP_ASSERT_OK(device_->updates().AdamW(args, tg, tp, tm, tv));
     for (int64_t i = 0; i < n; ++i) math::AdamWElement(args, g[i], p[i], m[i], v[i]);
     OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> got, Download(tp));
     ASSERT_EQ(std::memcmp(got.data(), p.data(), n * sizeof(float)), 0) << "decoupled " << decoupled;
@@ -224,25 +224,25 @@ TEST_P(DeviceConformanceTest, AdamWValidates) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor v7, device_->Allocate(DType::kF32, {7}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor h, device_->Allocate(DType::kBF16, {8}));
   math::AdamWArgs a;
-  EXPECT_THAT(device_->AdamW(a, g, p, m, v7),
+  EXPECT_THAT(device_->updates().AdamW(a, g, p, m, v7),
               StatusIs(kInvalid, "AdamW: exp_avg_sq has 7 elements but grad has 8"));
-  EXPECT_THAT(device_->AdamW(a, h, p, m, v7), StatusIs(kInvalid, "AdamW: grad is bf16"));
-  EXPECT_THAT(device_->AdamW(a, g, p, p, m),
+  EXPECT_THAT(device_->updates().AdamW(a, h, p, m, v7), StatusIs(kInvalid, "AdamW: grad is bf16"));
+  EXPECT_THAT(device_->updates().AdamW(a, g, p, p, m),
               StatusIs(kInvalid, "AdamW: param and exp_avg are the same tensor"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor v, device_->Allocate(DType::kF32, {8}));
   math::AdamWArgs bad = a;
   bad.lr = -1.0f;
-  EXPECT_THAT(device_->AdamW(bad, g, p, m, v), StatusIs(kInvalid, "AdamW: lr must be"));
+  EXPECT_THAT(device_->updates().AdamW(bad, g, p, m, v), StatusIs(kInvalid, "AdamW: lr must be"));
   bad = a;
   bad.beta1 = 1.0f;
-  EXPECT_THAT(device_->AdamW(bad, g, p, m, v),
+  EXPECT_THAT(device_->updates().AdamW(bad, g, p, m, v),
               StatusIs(kInvalid, "beta1 must be in [0, 1), got 1"));
   bad = a;
   bad.bias_correction2 = 0.0f;
-  EXPECT_THAT(device_->AdamW(bad, g, p, m, v), StatusIs(kInvalid, "bias_correction2"));
+  EXPECT_THAT(device_->updates().AdamW(bad, g, p, m, v), StatusIs(kInvalid, "bias_correction2"));
   bad = a;
   bad.eps = std::nanf("");
-  EXPECT_THAT(device_->AdamW(bad, g, p, m, v), StatusIs(kInvalid, "eps"));
+  EXPECT_THAT(device_->updates().AdamW(bad, g, p, m, v), StatusIs(kInvalid, "eps"));
 }
 
 // SGD (spec §3.2) on integer data with μ = 0.5, η = 0.25: every value is a short dyadic
@@ -267,7 +267,7 @@ TEST_P(DeviceConformanceTest, SgdExactOnIntegerData) {
           args.weight_decay = wd;
           args.nesterov = nesterov;
           args.first_step = step == 0;
-          OPTSTEP_ASSERT_OK(device_->Sgd(args, tg, tp, &tb));
+          OPTSTEP_ASSERT_OK(device_->updates().Sgd(args, tg, tp, &tb));
           for (int64_t i = 0; i < n; ++i) {
             const double d = g[i] + wd * p[i];
             b[i] = step == 0 ? d : mu * b[i] + d;
@@ -290,7 +290,7 @@ TEST_P(DeviceConformanceTest, SgdWithoutMomentumNeedsNoBuffer) {
   math::SgdArgs args;
   args.lr = 0.25f;
   args.weight_decay = 0.5f;
-  OPTSTEP_ASSERT_OK(device_->Sgd(args, tg, tp, nullptr));
+  OPTSTEP_ASSERT_OK(device_->updates().Sgd(args, tg, tp, nullptr));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> got, Download(tp));
   for (size_t i = 0; i < p0.size(); ++i) {
     ASSERT_EQ(got[i], p0[i] - 0.25f * (g[i] + 0.5f * p0[i])) << i;
@@ -303,18 +303,18 @@ TEST_P(DeviceConformanceTest, SgdValidates) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor b9, device_->Allocate(DType::kF32, {9}));
   math::SgdArgs a;
   a.momentum = 0.9f;
-  EXPECT_THAT(device_->Sgd(a, g, p, nullptr),
+  EXPECT_THAT(device_->updates().Sgd(a, g, p, nullptr),
               StatusIs(kInvalid, "Sgd: momentum 0.9 needs a momentum_buffer"));
-  EXPECT_THAT(device_->Sgd(a, g, p, &b9),
+  EXPECT_THAT(device_->updates().Sgd(a, g, p, &b9),
               StatusIs(kInvalid, "Sgd: momentum_buffer has 9 elements but grad has 8"));
-  EXPECT_THAT(device_->Sgd(a, g, p, &p), StatusIs(kInvalid, "same tensor"));
+  EXPECT_THAT(device_->updates().Sgd(a, g, p, &p), StatusIs(kInvalid, "same tensor"));
   math::SgdArgs nesterov;
   nesterov.nesterov = true;
-  EXPECT_THAT(device_->Sgd(nesterov, g, p, nullptr),
+  EXPECT_THAT(device_->updates().Sgd(nesterov, g, p, nullptr),
               StatusIs(kInvalid, "Sgd: nesterov needs momentum > 0"));
   math::SgdArgs negative;
   negative.weight_decay = -0.1f;
-  EXPECT_THAT(device_->Sgd(negative, g, p, nullptr), StatusIs(kInvalid, "weight_decay"));
+  EXPECT_THAT(device_->updates().Sgd(negative, g, p, nullptr), StatusIs(kInvalid, "weight_decay"));
 }
 
 }  // namespace

@@ -11,7 +11,8 @@ namespace optstep {
 namespace testutil {
 namespace {
 
-// The methods of Device that answer a status, and those of them with an output to corrupt.
+// The methods of Device, UpdateKernels and MatrixKernels that answer a status, and those of them
+// with an output to corrupt.
 std::vector<std::string> CorruptibleMethods() {
   return {
       "Allocate",      "Zero",      "CopyFromHost",         "AddFromHost", "CopyToHost", "Copy",
@@ -30,7 +31,10 @@ std::vector<std::string> CountedMethods() {
 }  // namespace
 
 FaultInjectingDevice::FaultInjectingDevice(std::shared_ptr<Device> base)
-    : base_(std::move(base)), faults_(CountedMethods(), CorruptibleMethods()) {}
+    : base_(std::move(base)),
+      faults_(CountedMethods(), CorruptibleMethods()),
+      updates_(*this, base_->updates()),
+      matrix_(*this, base_->matrix()) {}
 
 template <typename Forward>
 absl::Status FaultInjectingDevice::Run(const char* method, Tensor* output, Forward forward) {
@@ -109,90 +113,93 @@ absl::StatusOr<GradientStats> FaultInjectingDevice::ComputeGradientStats(const T
   return stats;
 }
 
-absl::Status FaultInjectingDevice::AdamW(const math::AdamWArgs& args, const Tensor& grad,
-                                         Tensor& param, Tensor& exp_avg, Tensor& exp_avg_sq) {
-  return Run("AdamW", &param, [&] { return base_->AdamW(args, grad, param, exp_avg, exp_avg_sq); });
+absl::Status FaultInjectingUpdateKernels::AdamW(const math::AdamWArgs& args, const Tensor& grad,
+                                                Tensor& param, Tensor& exp_avg,
+                                                Tensor& exp_avg_sq) {
+  return device_.Run("AdamW", &param,
+                     [&] { return base_.AdamW(args, grad, param, exp_avg, exp_avg_sq); });
 }
 
-absl::Status FaultInjectingDevice::Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
-                                       Tensor* momentum_buffer) {
-  return Run("Sgd", &param, [&] { return base_->Sgd(args, grad, param, momentum_buffer); });
+absl::Status FaultInjectingUpdateKernels::Sgd(const math::SgdArgs& args, const Tensor& grad,
+                                              Tensor& param, Tensor* momentum_buffer) {
+  return device_.Run("Sgd", &param, [&] { return base_.Sgd(args, grad, param, momentum_buffer); });
 }
 
-absl::Status FaultInjectingDevice::Lion(const math::LionArgs& args, const Tensor& grad,
-                                        Tensor& param, Tensor& exp_avg) {
-  return Run("Lion", &param, [&] { return base_->Lion(args, grad, param, exp_avg); });
+absl::Status FaultInjectingUpdateKernels::Lion(const math::LionArgs& args, const Tensor& grad,
+                                               Tensor& param, Tensor& exp_avg) {
+  return device_.Run("Lion", &param, [&] { return base_.Lion(args, grad, param, exp_avg); });
 }
 
-absl::Status FaultInjectingDevice::MuonMomentum(const math::MuonMomentumArgs& args,
-                                                const Tensor& grad, Tensor& param, Tensor& momentum,
-                                                Tensor& update) {
-  return Run("MuonMomentum", &update,
-             [&] { return base_->MuonMomentum(args, grad, param, momentum, update); });
+absl::Status FaultInjectingUpdateKernels::MuonMomentum(const math::MuonMomentumArgs& args,
+                                                       const Tensor& grad, Tensor& param,
+                                                       Tensor& momentum, Tensor& update) {
+  return device_.Run("MuonMomentum", &update,
+                     [&] { return base_.MuonMomentum(args, grad, param, momentum, update); });
 }
 
-absl::Status FaultInjectingDevice::Adamuon(const math::Moment2Args& args, const Tensor& update,
-                                           Tensor& param, Tensor& moment) {
-  return Run("Adamuon", &param, [&] { return base_->Adamuon(args, update, param, moment); });
+absl::Status FaultInjectingUpdateKernels::Adamuon(const math::Moment2Args& args,
+                                                  const Tensor& update, Tensor& param,
+                                                  Tensor& moment) {
+  return device_.Run("Adamuon", &param, [&] { return base_.Adamuon(args, update, param, moment); });
 }
 
-absl::Status FaultInjectingDevice::NormuonMoment(const math::Moment2Args& args,
-                                                 const Tensor& sum_squares, Tensor& moment,
-                                                 Tensor& scale) {
-  return Run("NormuonMoment", &scale,
-             [&] { return base_->NormuonMoment(args, sum_squares, moment, scale); });
+absl::Status FaultInjectingUpdateKernels::NormuonMoment(const math::Moment2Args& args,
+                                                        const Tensor& sum_squares, Tensor& moment,
+                                                        Tensor& scale) {
+  return device_.Run("NormuonMoment", &scale,
+                     [&] { return base_.NormuonMoment(args, sum_squares, moment, scale); });
 }
 
-absl::Status FaultInjectingDevice::SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad,
-                                            Tensor& exp_avg, Tensor& exp_avg_sq,
-                                            Tensor& direction) {
-  return Run("SoapAdam", &direction,
-             [&] { return base_->SoapAdam(args, grad, exp_avg, exp_avg_sq, direction); });
+absl::Status FaultInjectingUpdateKernels::SoapAdam(const math::SoapAdamArgs& args,
+                                                   const Tensor& grad, Tensor& exp_avg,
+                                                   Tensor& exp_avg_sq, Tensor& direction) {
+  return device_.Run("SoapAdam", &direction,
+                     [&] { return base_.SoapAdam(args, grad, exp_avg, exp_avg_sq, direction); });
 }
 
 absl::Status FaultInjectingDevice::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
   return Run("Axpby", &y, [&] { return base_->Axpby(alpha, x, beta, y); });
 }
 
-absl::Status FaultInjectingDevice::Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
-                                        Tensor& c) {
-  return Run("Gemm", &c, [&] { return base_->Gemm(args, a, b, c); });
+absl::Status FaultInjectingMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a,
+                                               const Tensor& b, Tensor& c) {
+  return device_.Run("Gemm", &c, [&] { return base_.Gemm(args, a, b, c); });
 }
 
 absl::Status FaultInjectingDevice::Convert(const Tensor& src, Tensor& dst) {
   return Run("Convert", &dst, [&] { return base_->Convert(src, dst); });
 }
 
-absl::Status FaultInjectingDevice::Transpose(const Tensor& src, Tensor& dst) {
-  return Run("Transpose", &dst, [&] { return base_->Transpose(src, dst); });
+absl::Status FaultInjectingMatrixKernels::Transpose(const Tensor& src, Tensor& dst) {
+  return device_.Run("Transpose", &dst, [&] { return base_.Transpose(src, dst); });
 }
 
-absl::Status FaultInjectingDevice::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src,
-                                                 Tensor& dst) {
-  return Run("CopyRowBlocks", &dst, [&] { return base_->CopyRowBlocks(copy, src, dst); });
+absl::Status FaultInjectingMatrixKernels::CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src,
+                                                        Tensor& dst) {
+  return device_.Run("CopyRowBlocks", &dst, [&] { return base_.CopyRowBlocks(copy, src, dst); });
 }
 
-absl::Status FaultInjectingDevice::AxisDot(const Tensor& a, const Tensor& b, Tensor& out) {
-  return Run("AxisDot", &out, [&] { return base_->AxisDot(a, b, out); });
+absl::Status FaultInjectingMatrixKernels::AxisDot(const Tensor& a, const Tensor& b, Tensor& out) {
+  return device_.Run("AxisDot", &out, [&] { return base_.AxisDot(a, b, out); });
 }
 
-absl::Status FaultInjectingDevice::AxisScale(const Tensor& v, Tensor& x) {
-  return Run("AxisScale", &x, [&] { return base_->AxisScale(v, x); });
+absl::Status FaultInjectingMatrixKernels::AxisScale(const Tensor& v, Tensor& x) {
+  return device_.Run("AxisScale", &x, [&] { return base_.AxisScale(v, x); });
 }
 
-absl::Status FaultInjectingDevice::Permute(const Tensor& src, int axis,
-                                           const std::vector<int64_t>& perm, Tensor& dst) {
-  return Run("Permute", &dst, [&] { return base_->Permute(src, axis, perm, dst); });
+absl::Status FaultInjectingMatrixKernels::Permute(const Tensor& src, int axis,
+                                                  const std::vector<int64_t>& perm, Tensor& dst) {
+  return device_.Run("Permute", &dst, [&] { return base_.Permute(src, axis, perm, dst); });
 }
 
-absl::Status FaultInjectingDevice::SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
-                                                 Tensor& eigenvectors) {
-  return Run("SymmetricEigh", &eigenvectors,
-             [&] { return base_->SymmetricEigh(a, shift, eigenvalues, eigenvectors); });
+absl::Status FaultInjectingMatrixKernels::SymmetricEigh(const Tensor& a, float shift,
+                                                        Tensor& eigenvalues, Tensor& eigenvectors) {
+  return device_.Run("SymmetricEigh", &eigenvectors,
+                     [&] { return base_.SymmetricEigh(a, shift, eigenvalues, eigenvectors); });
 }
 
-absl::Status FaultInjectingDevice::Qr(const Tensor& a, Tensor& q) {
-  return Run("Qr", &q, [&] { return base_->Qr(a, q); });
+absl::Status FaultInjectingMatrixKernels::Qr(const Tensor& a, Tensor& q) {
+  return device_.Run("Qr", &q, [&] { return base_.Qr(a, q); });
 }
 
 absl::Status FaultInjectingDevice::Synchronize() {

@@ -14,10 +14,72 @@
 namespace optstep {
 namespace testutil {
 
+class FaultInjectingDevice;
+
+// The optimizer updates of a FaultInjectingDevice: each call goes through the device's faults under
+// the method's name, then to the wrapped device's optimizer updates. Owned by the
+// FaultInjectingDevice.
+class FaultInjectingUpdateKernels final : public UpdateKernels {
+ public:
+  FaultInjectingUpdateKernels(FaultInjectingDevice& device, UpdateKernels& base)
+      : device_(device), base_(base) {}
+
+  FaultInjectingUpdateKernels(const FaultInjectingUpdateKernels&) = delete;
+  FaultInjectingUpdateKernels& operator=(const FaultInjectingUpdateKernels&) = delete;
+
+  absl::Status AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
+                     Tensor& exp_avg, Tensor& exp_avg_sq) override;
+  absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
+                   Tensor* momentum_buffer) override;
+  absl::Status Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
+                    Tensor& exp_avg) override;
+  absl::Status MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad, Tensor& param,
+                            Tensor& momentum, Tensor& update) override;
+  absl::Status Adamuon(const math::Moment2Args& args, const Tensor& update, Tensor& param,
+                       Tensor& moment) override;
+  absl::Status NormuonMoment(const math::Moment2Args& args, const Tensor& sum_squares,
+                             Tensor& moment, Tensor& scale) override;
+  absl::Status SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad, Tensor& exp_avg,
+                        Tensor& exp_avg_sq, Tensor& direction) override;
+
+ private:
+  FaultInjectingDevice& device_;
+  UpdateKernels& base_;
+};
+
+// The matrix primitives of a FaultInjectingDevice: each call goes through the device's faults under
+// the method's name, then to the wrapped device's matrix primitives. Owned by the
+// FaultInjectingDevice.
+class FaultInjectingMatrixKernels final : public MatrixKernels {
+ public:
+  FaultInjectingMatrixKernels(FaultInjectingDevice& device, MatrixKernels& base)
+      : device_(device), base_(base) {}
+
+  FaultInjectingMatrixKernels(const FaultInjectingMatrixKernels&) = delete;
+  FaultInjectingMatrixKernels& operator=(const FaultInjectingMatrixKernels&) = delete;
+
+  absl::Status Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
+  absl::Status Transpose(const Tensor& src, Tensor& dst) override;
+  absl::Status CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) override;
+  absl::Status AxisDot(const Tensor& a, const Tensor& b, Tensor& out) override;
+  absl::Status AxisScale(const Tensor& v, Tensor& x) override;
+  absl::Status Permute(const Tensor& src, int axis, const std::vector<int64_t>& perm,
+                       Tensor& dst) override;
+  absl::Status SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
+                             Tensor& eigenvectors) override;
+  absl::Status Qr(const Tensor& a, Tensor& q) override;
+
+ private:
+  FaultInjectingDevice& device_;
+  MatrixKernels& base_;
+};
+
 // A Device that forwards every call to another Device and injects the faults set in faults()
 // (fail the n-th call of a method, delay it, corrupt its output), so that tests reach the
-// engine's failure branches (LevelDB's ErrorEnv, for a device). Methods are named as in
-// kernels/device.h ("CopyFromHost", "ComputeGradientStats", "AdamW", ...); every method that
+// engine's failure branches (LevelDB's ErrorEnv, for a device). The device's updates() and
+// matrix() wrap those of the wrapped device the same way. Methods are named as in
+// kernels/device.h, kernels/update_kernels.h and kernels/matrix_kernels.h ("CopyFromHost",
+// "ComputeGradientStats", "AdamW", "Gemm", ...); every method that
 // answers a status is counted and can be failed or delayed (name() and allocated_bytes() are
 // only forwarded).
 //
@@ -53,35 +115,16 @@ class FaultInjectingDevice final : public Device {
   absl::Status Add(const Tensor& src, Tensor& dst) override;
   absl::Status Scale(float scale, Tensor& x) override;
   absl::StatusOr<GradientStats> ComputeGradientStats(const Tensor& grad) override;
-  absl::Status AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
-                     Tensor& exp_avg, Tensor& exp_avg_sq) override;
-  absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
-                   Tensor* momentum_buffer) override;
-  absl::Status Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
-                    Tensor& exp_avg) override;
-  absl::Status MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad, Tensor& param,
-                            Tensor& momentum, Tensor& update) override;
-  absl::Status Adamuon(const math::Moment2Args& args, const Tensor& update, Tensor& param,
-                       Tensor& moment) override;
-  absl::Status NormuonMoment(const math::Moment2Args& args, const Tensor& sum_squares,
-                             Tensor& moment, Tensor& scale) override;
-  absl::Status SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad, Tensor& exp_avg,
-                        Tensor& exp_avg_sq, Tensor& direction) override;
   absl::Status Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
-  absl::Status Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
   absl::Status Convert(const Tensor& src, Tensor& dst) override;
-  absl::Status Transpose(const Tensor& src, Tensor& dst) override;
-  absl::Status CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) override;
-  absl::Status AxisDot(const Tensor& a, const Tensor& b, Tensor& out) override;
-  absl::Status AxisScale(const Tensor& v, Tensor& x) override;
-  absl::Status Permute(const Tensor& src, int axis, const std::vector<int64_t>& perm,
-                       Tensor& dst) override;
-  absl::Status SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,
-                             Tensor& eigenvectors) override;
-  absl::Status Qr(const Tensor& a, Tensor& q) override;
+  UpdateKernels& updates() override { return updates_; }
+  MatrixKernels& matrix() override { return matrix_; }
   absl::Status Synchronize() override;
 
  private:
+  friend class FaultInjectingUpdateKernels;
+  friend class FaultInjectingMatrixKernels;
+
   // Counts the call, applies its faults around `forward` and corrupts `output` when told to.
   template <typename Forward>
   absl::Status Run(const char* method, Tensor* output, Forward forward);
@@ -90,6 +133,8 @@ class FaultInjectingDevice final : public Device {
 
   const std::shared_ptr<Device> base_;
   FaultInjector faults_;
+  FaultInjectingUpdateKernels updates_;
+  FaultInjectingMatrixKernels matrix_;
 };
 
 }  // namespace testutil

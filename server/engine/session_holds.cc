@@ -163,15 +163,18 @@ void SessionHolds::ImportState(std::shared_ptr<const StateDict> state,
   }
   session_.coordinator_->Post([self = session_.shared_from_this(), state = std::move(state),
                                done = std::move(done)] {
+    absl::Status refused;
     {
       absl::MutexLock lock(&self->mu_);
       if (self->book_.running() || self->book_.contributions().started() || self->gate_.held()) {
-        return done(absl::FailedPreconditionError(
+        refused = absl::FailedPreconditionError(
             absl::StrCat("session '", self->id_, "': step ", self->book_.counters().step + 1,
-                         " is pending or the session is held; import a state dict between steps")));
+                         " is pending or the session is held; import a state dict between steps"));
+      } else {
+        self->book_.set_running(true);  // no step starts while the state is replaced
       }
-      self->book_.set_running(true);  // no step starts while the state is replaced
     }
+    if (!refused.ok()) return done(refused);  // told without the lock, as every callback
     absl::StatusOr<std::shared_ptr<ResolvedState>> resolved = ResolveState(*self->replica_, state);
     absl::Status status = resolved.status();
     if (resolved.ok()) {

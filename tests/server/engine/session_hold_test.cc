@@ -2,6 +2,7 @@
 // no new step resolution, settles at the resolution it is told, lets go when released or when
 // its lease passes, and replaces its state only through a validated, staged state.
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -178,6 +179,31 @@ TEST_F(SessionHoldTest, SettlingAtAResolutionNoTrainerBeganHereAbortsItAtTheDead
   EXPECT_EQ(point->step, 0u);  // aborted: nothing applied
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
   ASSERT_THAT(s.holds().Release(9), IsOk());
+}
+
+// ImportState refused (a step is pending) tells its callback without the session's lock, so the
+// callback may call the session again.
+TEST_F(SessionHoldTest, RefusedImportTellsItsCallbackOutsideTheSessionLock) {
+  StepBegin begin;
+  begin.step = 1;
+  auto c = s_->Begin(begin);
+  ASSERT_THAT(c.status(), IsOk());
+  std::vector<float> b = {1, 2, 3};
+  ASSERT_THAT(s_->AddGradient(*c, 1, 0, DType::kF32, b.data(), 12), IsOk());
+  absl::Notification done;
+  absl::Status status;
+  bool pending = false;
+  s_->holds().ImportState(std::make_shared<StateDict>(), [&](absl::Status st) {
+    status = st;
+    pending = s_->step_pending();  // takes the session's lock
+    done.Notify();
+  });
+  if (!done.WaitForNotificationWithTimeout(absl::Seconds(10))) {
+    ADD_FAILURE() << "ImportState's callback did not return: it was told under the session's lock";
+    std::_Exit(1);  // that lock stays held: tearing the session down would hang
+  }
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition, "between steps"));
+  EXPECT_TRUE(pending);
 }
 
 }  // namespace

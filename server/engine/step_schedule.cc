@@ -1,19 +1,21 @@
 #include "server/engine/step_schedule.h"
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "base/status_macros.h"
 #include "server/optim/hyperparameter_checks.h"
 
 namespace optstep {
 namespace {
 
-// Puts `value` (when set) into `slot` if it is finite and in [0, max]: the bounds a group's lr
-// and weight decay have at creation (server/optim/hyperparameter_checks.h).
-absl::Status Override(uint64_t step, int group, const char* name,
-                      const std::optional<double>& value, double max, double& slot) {
+// Puts `value` (when set) into `slot` if `check` (the check the value has at creation,
+// server/optim/hyperparameter_checks.h) accepts it.
+absl::Status Override(absl::string_view owner, absl::Status (*check)(absl::string_view, double),
+                      const std::optional<double>& value, double& slot) {
   if (!value) return absl::OkStatus();
-  OPTSTEP_RETURN_IF_ERROR(
-      CheckNonNegative(absl::StrCat("step ", step, ": group ", group), name, *value, max));
+  OPTSTEP_RETURN_IF_ERROR(check(owner, *value));
   slot = *value;
   return absl::OkStatus();
 }
@@ -28,10 +30,10 @@ absl::StatusOr<StepSchedule> ResolveSchedule(const StepSchedule& defaults, uint6
       return absl::InvalidArgumentError(absl::StrCat(
           "step ", step, ": unknown group ", group, " (session has ", schedule.size(), " groups)"));
     }
+    const std::string owner = absl::StrCat("step ", step, ": group ", group);
+    OPTSTEP_RETURN_IF_ERROR(Override(owner, CheckLearningRate, given.lr, schedule[group].lr));
     OPTSTEP_RETURN_IF_ERROR(
-        Override(step, group, "lr", given.lr, kMaxLearningRate, schedule[group].lr));
-    OPTSTEP_RETURN_IF_ERROR(Override(step, group, "weight_decay", given.weight_decay,
-                                     kMaxWeightDecay, schedule[group].weight_decay));
+        Override(owner, CheckWeightDecay, given.weight_decay, schedule[group].weight_decay));
   }
   return schedule;
 }

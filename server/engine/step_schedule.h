@@ -37,8 +37,9 @@ struct GroupStepSchedule {
 using StepSchedule = std::vector<GroupStepSchedule>;
 
 // `defaults` with the values of `values` (by group id) in their place.
-// INVALID_ARGUMENT naming `step` and the group: a group id outside `defaults`, a value that is not
-// finite, is negative or exceeds its bound (kMaxLearningRate, kMaxWeightDecay).
+// INVALID_ARGUMENT naming `step` and the group: a group id outside `defaults`, a value that the
+// creation checks refuse (CheckLearningRate, CheckWeightDecay: not finite, negative or over its
+// bound).
 absl::StatusOr<StepSchedule> ResolveSchedule(const StepSchedule& defaults, uint64_t step,
                                              const std::map<int, GroupStepValues>& values);
 

@@ -37,6 +37,13 @@ std::string MissingTrainers(const StepLedger::Pending& pending, int rank) {
   return missing;
 }
 
+// The factor the gradients are scaled by before the step: c = clip / (norm + 1e-6) when
+// clipping is on (clip > 0) and c < 1; otherwise 1.
+double ClipScale(double clip, double grad_norm) {
+  if (clip <= 0.0) return 1.0;
+  return std::min(1.0, clip / (grad_norm + 1e-6));
+}
+
 }  // namespace
 
 StepCoordinator::StepCoordinator(Options options, ReplicaState* replica,
@@ -132,11 +139,11 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   if (outcome.skipped) return FinishStep(std::move(outcome), /*aborted=*/false);
   const StepSchedule schedule = pending.schedule ? *pending.schedule : replica_->DefaultSchedule();
   // The result is known now: the trainers get it, and each parameter as soon as it is ready.
-  const double clip = replica_->config().chain.clip_grad;
-  outcome.clipped = clip > 0.0 && clip / (agreement->grad_norm + 1e-6) < 1.0;
+  const double clip_scale = ClipScale(replica_->config().chain.clip_grad, agreement->grad_norm);
+  outcome.clipped = clip_scale < 1.0;
   const StreamingSnapshots streaming = StreamEarly(outcome, pending.step);
   std::vector<int> last_ids;
-  absl::Status applied = ApplyStep(schedule, *agreement, outcome, started, streaming, &last_ids);
+  absl::Status applied = ApplyStep(schedule, clip_scale, started, streaming, &last_ids);
   if (!applied.ok()) {
     // Part of the state may be stepped, a peer may be lost in the all-gather, or the other
     // ranks may wait in it: this replica cannot be trusted any more.
@@ -224,21 +231,15 @@ absl::StatusOr<StepCoordinator::Agreement> StepCoordinator::Agree(bool abort, bo
   return agreement;
 }
 
-absl::Status StepCoordinator::ApplyStep(const StepSchedule& schedule, const Agreement& agreement,
-                                        StepOutcome& outcome, absl::Time started,
-                                        const StreamingSnapshots& streaming,
+absl::Status StepCoordinator::ApplyStep(const StepSchedule& schedule, double clip_scale,
+                                        absl::Time started, const StreamingSnapshots& streaming,
                                         std::vector<int>* last_ids) {
   Device& device = replica_->device();
   OPTSTEP_RETURN_IF_ERROR(OnDevice([&]() -> absl::Status {
-    // 4. Clip: c = clip / (norm + 1e-6), applied only when c < 1.
-    const double clip = replica_->config().chain.clip_grad;
-    if (clip > 0.0) {
-      const double coef = clip / (agreement.grad_norm + 1e-6);
-      if (coef < 1.0) {
-        outcome.clipped = true;
-        for (int p : replica_->owned()) {
-          OPTSTEP_RETURN_IF_ERROR(device.Scale(static_cast<float>(coef), replica_->grad(p)));
-        }
+    // 4. Clip (ClipScale).
+    if (clip_scale < 1.0) {
+      for (int p : replica_->owned()) {
+        OPTSTEP_RETURN_IF_ERROR(device.Scale(static_cast<float>(clip_scale), replica_->grad(p)));
       }
     }
     // 5. Each group steps the parameters this rank owns; every rank advances every group's

@@ -143,12 +143,12 @@ class StepCoordinator {
   // Hands `outcome` (known once the ranks agreed) to the waiters that stream parameters, with
   // snapshots that ApplyStep fills; those waiters are not called again.
   StreamingSnapshots StreamEarly(const StepOutcome& outcome, uint64_t step);
-  // Clips, steps the owned parameters and all-gathers; fills `streaming` bucket by bucket (a
-  // parameter this rank owns once it is stepped, the others once gathered). The parameters
-  // written last are left for FinishStep to mark ready: `*last_ids`. `started`: when Resolve
-  // began (the step phase is reported up to the all-gather).
-  absl::Status ApplyStep(const StepSchedule& schedule, const Agreement& agreement,
-                         StepOutcome& outcome, absl::Time started,
+  // Scales the gradients by `clip_scale` (when below 1), steps the owned parameters and
+  // all-gathers; fills `streaming` bucket by bucket (a parameter this rank owns once it is
+  // stepped, the others once gathered). The parameters written last are left for FinishStep to
+  // mark ready: `*last_ids`. `started`: when Resolve began (the step phase is reported up to the
+  // all-gather).
+  absl::Status ApplyStep(const StepSchedule& schedule, double clip_scale, absl::Time started,
                          const StreamingSnapshots& streaming, std::vector<int>* last_ids);
   // Writes `ids` into every streaming snapshot and, with `mark`, marks them ready. On the
   // device worker.

@@ -230,7 +230,7 @@ absl::Status Session::InitValues(int param_id, int64_t offset, DType dtype, cons
       CheckFiniteValues(absl::StrCat("param '", replica_->names()[param_id], "'"), "initial value",
                         offset, dtype, data, count));
   absl::MutexLock lock(&mu_);
-  if (book_.counters().step > 0 || book_.running() || book_.contributions().started()) {
+  if (book_.counters().step > 0 || !book_.between_steps()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session '", id_, "': initial values can only be set before the first step (at step ",
         book_.counters().step, ")"));

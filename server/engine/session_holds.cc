@@ -166,7 +166,7 @@ void SessionHolds::ImportState(std::shared_ptr<const StateDict> state,
     absl::Status refused;
     {
       absl::MutexLock lock(&self->mu_);
-      if (self->book_.running() || self->book_.contributions().started() || self->gate_.held()) {
+      if (!self->book_.between_steps() || self->gate_.held()) {
         refused = absl::FailedPreconditionError(
             absl::StrCat("session '", self->id_, "': step ", self->book_.counters().step + 1,
                          " is pending or the session is held; import a state dict between steps"));

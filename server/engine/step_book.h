@@ -77,6 +77,9 @@ class StepBook {
   // Whether the pending step can be applied: every trainer committed, no resolution runs, and
   // the session is neither closed nor broken.
   bool ready_to_apply() const;
+  // Whether the session is between steps: no resolution (or state replacement) runs and no
+  // trainer sent anything for the pending step, so the state may be written from outside.
+  bool between_steps() const { return !running_ && !contributions_.started(); }
 
   // The pending step as a resolution starts (StepLedger::BeginResolution).
   StepLedger::Pending pending() const;

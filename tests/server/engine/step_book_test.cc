@@ -231,5 +231,18 @@ TEST(StepBookTest, TheClockStartsOnce) {
   EXPECT_EQ(book.step_began(), kNow);
 }
 
+TEST(StepBookTest, BetweenStepsUntilATrainerSendsOrAResolutionRuns) {
+  StepBook book("s", 0, ConfigOf(GradientMode::kSharded, 1), {10, 4}, &kNames);
+  EXPECT_TRUE(book.between_steps());
+  const Contribution c = MustBegin(book, 1, 0);
+  EXPECT_TRUE(book.between_steps());  // begun, nothing sent
+  ASSERT_THAT(book.contributions().AddRange(c.trainer, 0, 0, 10), IsOk());
+  EXPECT_FALSE(book.between_steps());
+  for (StepCallback& done : book.Abort()) done(absl::AbortedError("aborted"));
+  EXPECT_TRUE(book.between_steps());
+  book.set_running(true);
+  EXPECT_FALSE(book.between_steps());
+}
+
 }  // namespace
 }  // namespace optstep

@@ -86,10 +86,18 @@ grpc::ServerReadReactor<v1::InitParametersRequest>* OptimizerServiceImpl::InitPa
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* OptimizerServiceImpl::Step(
     grpc::CallbackServerContext*) {
-  // A group that lost a rank cannot complete a step: the stream is refused, naming the rank.
-  absl::Status peers = group_->PeersStatus();
-  if (!peers.ok()) return new RefusedStepReactor(peers);
-  return StartStepReactor(engine_, step_limits_);
+  // A group that lost a rank cannot complete a step: every stream is refused, naming the rank.
+  absl::Status lost = group_->LostPeersStatus();
+  if (!lost.ok()) return new RefusedStepReactor(lost);
+  return StartStepReactor(engine_, step_limits_, [this] { return NewStepsStatus(); });
+}
+
+absl::Status OptimizerServiceImpl::NewStepsStatus() const {
+  if (!engine_->accepting_steps()) {
+    return absl::UnavailableError("this rank is shutting down and takes no new steps");
+  }
+  // A peer that left drains its running steps as this rank would: the same steps complete.
+  return group_->PeersStatus();
 }
 
 grpc::ServerWriteReactor<v1::PullParametersResponse>* OptimizerServiceImpl::PullParameters(

@@ -50,6 +50,8 @@ class OptimizerServiceImpl final : public OptimizerServiceBase {
  private:
   // Fills the layout's rank addresses.
   void AddRankTargets(v1::SessionInfo* info) const;
+  // Why a step that has not begun is refused: this rank shuts down, or a peer left or is lost.
+  absl::Status NewStepsStatus() const;
 
   Engine* const engine_;
   RankGroup* const group_;

@@ -56,6 +56,7 @@ std::vector<PeerLiveness::LostPeer> PeerLiveness::Check(absl::Time now) {
         {r, absl::UnavailableError(absl::StrFormat("rank %d lost (no heartbeat for %.1f s); %s", r,
                                                    absl::ToDoubleSeconds(silent), kWhatToDo))});
     Fail(lost.back().why);
+    if (!lost_.has_value()) lost_ = lost.back().why;
   }
   return lost;
 }
@@ -63,6 +64,11 @@ std::vector<PeerLiveness::LostPeer> PeerLiveness::Check(absl::Time now) {
 absl::Status PeerLiveness::status() const {
   absl::MutexLock lock(&mu_);
   return failed_.value_or(absl::OkStatus());
+}
+
+absl::Status PeerLiveness::lost_status() const {
+  absl::MutexLock lock(&mu_);
+  return lost_.value_or(absl::OkStatus());
 }
 
 void PeerLiveness::Fail(absl::Status status) {

@@ -38,6 +38,9 @@ class PeerLiveness {
 
   // OK while no peer is lost or gone; else UNAVAILABLE naming the first one, and what to do.
   absl::Status status() const;
+  // OK while no peer is lost (a peer that is gone does not count); else UNAVAILABLE naming the
+  // first one lost, and what to do.
+  absl::Status lost_status() const;
 
  private:
   enum class State { kUnwatched, kAlive, kLost, kLeft };
@@ -54,6 +57,7 @@ class PeerLiveness {
   mutable absl::Mutex mu_;
   std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> lost_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

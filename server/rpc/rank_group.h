@@ -85,6 +85,9 @@ class RankGroup {
   // OK while every peer is there; else UNAVAILABLE naming the first rank lost or gone, and what
   // to do. Calls that need the whole group answer it.
   absl::Status PeersStatus() const { return liveness_.status(); }
+  // OK unless a peer is lost (a peer that left still completes the step it runs); else
+  // UNAVAILABLE naming the first rank lost. Calls that cannot end without every rank answer it.
+  absl::Status LostPeersStatus() const { return liveness_.lost_status(); }
 
   // Rank 0: creates (or attaches by name to) a session on every rank. FAILED_PRECONDITION on
   // other ranks, UNAVAILABLE once a peer is lost (PeersStatus). On failure the replicas already

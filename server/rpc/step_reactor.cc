@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,8 @@ namespace {
 class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                           public std::enable_shared_from_this<StepReactor> {
  public:
-  StepReactor(Engine* engine, const StepStreamLimits& limits) : engine_(engine), limits_(limits) {}
+  StepReactor(Engine* engine, const StepStreamLimits& limits, NewStepsStatus new_steps)
+      : engine_(engine), limits_(limits), new_steps_(std::move(new_steps)) {}
 
   void Start(std::shared_ptr<StepReactor> self) {
     self_ = std::move(self);
@@ -128,10 +130,11 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     }
     auto session = engine_->GetSession(header.session_id());
     if (!session.ok()) return session.status();
-    // Shutting down: the other trainers of a step already begun may still join it, so that it
-    // completes; nothing new starts.
-    if (!engine_->accepting_steps() && !(*session)->step_pending()) {
-      return absl::UnavailableError("this rank is shutting down and takes no new steps");
+    // This rank or a peer shutting down: the other trainers of a step already begun may still
+    // join it, so that it completes; nothing new starts.
+    if (!(*session)->step_pending()) {
+      absl::Status open = new_steps_();
+      if (!open.ok()) return open;
     }
     auto begin = StepBeginFromProto(header);
     if (!begin.ok()) return begin.status();
@@ -322,6 +325,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 
   Engine* const engine_;
   const StepStreamLimits limits_;
+  const NewStepsStatus new_steps_;
   std::shared_ptr<StepReactor> self_;
 
   absl::Mutex mu_;
@@ -349,8 +353,8 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
-    Engine* engine, const StepStreamLimits& limits) {
-  auto reactor = std::make_shared<StepReactor>(engine, limits);
+    Engine* engine, const StepStreamLimits& limits, NewStepsStatus new_steps) {
+  auto reactor = std::make_shared<StepReactor>(engine, limits, std::move(new_steps));
   StepReactor* raw = reactor.get();
   raw->Start(std::move(reactor));
   return raw;

@@ -4,7 +4,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <functional>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
 
@@ -26,6 +28,11 @@ struct StepStreamLimits {
 // Headers and framing beyond the gradient bytes, in the derived bound of StepStreamLimits.
 inline constexpr int64_t kStepStreamSlackBytes = 1 << 20;
 
+// Why this rank takes no new step (OK while it takes them): a stream whose step has not begun on
+// this rank is refused with it, while the other trainers of a step already pending may still join
+// that step, so that it completes.
+using NewStepsStatus = std::function<absl::Status()>;
+
 // Starts the reactor of one Step stream (header, chunks, commit -> result, parameters). The
 // stream is raw: requests are decoded by hand from the received slices (raw_step_codec.h), so a
 // gradient chunk's bytes are copied once, from the network buffers into the step's buffers, and
@@ -33,7 +40,7 @@ inline constexpr int64_t kStepStreamSlackBytes = 1 << 20;
 // released after OnDone; reactions never block: the step itself runs on the engine's device
 // worker, which calls back when the step is applied or aborted.
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
-    Engine* engine, const StepStreamLimits& limits);
+    Engine* engine, const StepStreamLimits& limits, NewStepsStatus new_steps);
 
 }  // namespace optstep
 

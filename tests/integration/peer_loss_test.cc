@@ -3,13 +3,15 @@
 // the loss, and answers the next CreateSession and Step with UNAVAILABLE naming the lost rank and
 // what to do. A group whose ranks keep answering (also with TLS and tokens, through the peers'
 // credentials) stays SERVING well past the timeout; a rank that shuts down on purpose is gone,
-// not lost.
+// not lost, and, like a rank shutting down itself, lets the trainers of a step already begun
+// complete it while it refuses steps that have not begun.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -146,6 +148,57 @@ TEST(PeerLeaveTest, ARankShutDownOnPurposeIsGoneNotLost) {
   // Past the timeout: still gone, never lost.
   absl::SleepFor(absl::Milliseconds(1500));
   EXPECT_EQ(testutil::ScrapeMetrics(group[0]->metrics_port())["optstep_peers_lost_total"], 0);
+}
+
+TEST(PeerLeaveTest, TheOtherTrainersOfAStepBegunBeforeARankLeftMayStillJoinIt) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      Group group, testutil::StartGroup(2, With(kHeartbeatFlags, {"--metrics_port=-1",
+                                                                  "--shutdown_grace_ms=10000"})));
+  std::vector<std::unique_ptr<Client>> clients;
+  for (const auto& rank : group) clients.push_back(RankClient(*rank));
+  ExpectAllServing(clients);
+  ClientOptions options;
+  for (const auto& rank : group) options.rank_targets.push_back(rank->address());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto trainer0, Client::Connect(options));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto trainer1, Client::Connect(options));
+  v1::SessionSpec spec = SmallSpec("pair");
+  spec.set_num_trainers(2);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_REPLICATED);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer0->CreateSession(spec));
+  // Both ranks own parameters (fc.weight: 32 elements, fc.bias: 8), so the step needs both.
+  std::vector<double> gradient_bytes(2, 0);
+  for (int p = 0; p < info.layout().owner_size(); ++p) {
+    gradient_bytes[info.layout().owner(p)] += (p == 0 ? 32 : 8) * sizeof(float);
+  }
+  ASSERT_GT(gradient_bytes[0], 0);
+  ASSERT_GT(gradient_bytes[1], 0);
+
+  // Trainer 0 begins step 1 on both ranks (its gradients arrived), then waits for trainer 1.
+  absl::StatusOr<StepReply> first;
+  std::thread step_first([&] { first = testutil::StepSmall(*trainer0, info.session_id(), 1, 0); });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(testutil::AwaitMetric(group[r]->metrics_port(),
+                                      "optstep_gradient_bytes_received_total", gradient_bytes[r]),
+                IsOk())
+        << "rank " << r;
+  }
+  group[1]->Signal(SIGTERM);
+  // Rank 0 has heard that rank 1 leaves.
+  EXPECT_THAT(AwaitHealth(*clients[0], false, kBound).status(), IsOk());
+  // Trainer 1 arrives afterwards: it joins step 1 on both ranks, which completes for both.
+  absl::StatusOr<StepReply> second = testutil::StepSmall(*trainer1, info.session_id(), 1, 1);
+  step_first.join();
+  for (const auto* result : {&first, &second}) {
+    ASSERT_THAT(result->status(), IsOk());
+    EXPECT_EQ((*result)->step, 1u);
+  }
+  EXPECT_EQ(group[1]->Wait(), 0);
+  // A step that had not begun is refused, naming the rank that left.
+  const grpc::Status refused = OpenStep::TryBegin(
+      grpc::CreateChannel(group[0]->address(), grpc::InsecureChannelCredentials()),
+      info.session_id(), 2);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(refused.error_message(), HasSubstr("rank 1 left the group"));
 }
 
 TEST(PeerLossTlsTest, HeartbeatsUseThePeersCredentials) {

@@ -43,12 +43,13 @@ v1::SessionSpec SmallSpec(const std::string& name) {
   return spec;
 }
 
-absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_id,
-                                    uint64_t step) {
+absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_id, uint64_t step,
+                                    uint32_t trainer) {
   const std::vector<float> gw = Gradient(0, step), gb = Gradient(1, step);
   StepOptions options;
   options.session_id = session_id;
   options.step = step;
+  options.trainer_id = trainer;
   const FullGradient grads[] = {{0, gw}, {1, gb}};
   return client.Step(options, grads);
 }

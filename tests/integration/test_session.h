@@ -20,8 +20,9 @@ namespace testutil {
 v1::SessionSpec SmallSpec(const std::string& name);
 inline constexpr int kSmallElements = 40;
 
-// Step `step` of trainer 0 of a SmallSpec session, with deterministic fp32 gradients.
-absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_id, uint64_t step);
+// Step `step` of trainer `trainer` of a SmallSpec session, with deterministic fp32 gradients.
+absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_id, uint64_t step,
+                                    uint32_t trainer = 0);
 
 // Waits (up to 10 s) for rank 0's health to turn SERVING.
 absl::Status WaitServing(Client& client);

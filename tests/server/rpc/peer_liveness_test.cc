@@ -88,10 +88,24 @@ TEST(PeerLivenessTest, APeerThatLeftIsGoneNotLost) {
   EXPECT_THAT(liveness.Check(kStart + absl::Minutes(1)), IsEmpty());
   EXPECT_THAT(liveness.status(), StatusIs(absl::StatusCode::kUnavailable, "rank 1 left the group"));
   EXPECT_THAT(std::string(liveness.status().message()), HasSubstr("restart the group"));
+  // Gone is not lost: only a lost peer is in lost_status.
+  EXPECT_THAT(liveness.lost_status(), IsOk());
   // A rank never counts itself.
   EXPECT_FALSE(liveness.Left(0));
   liveness.Watch(0, kStart);
   EXPECT_FALSE(liveness.watched(0));
+}
+
+
+TEST(PeerLivenessTest, ALossAfterALeaveIsTheLostStatus) {
+  PeerLiveness liveness(0, 3, kTimeout);
+  liveness.Watch(1, kStart);
+  liveness.Watch(2, kStart);
+  EXPECT_TRUE(liveness.Left(1));
+  EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(6))), ElementsAre(2));
+  // The first failure is the leave; the first loss is rank 2's.
+  EXPECT_THAT(liveness.status(), StatusIs(absl::StatusCode::kUnavailable, "rank 1 left"));
+  EXPECT_THAT(liveness.lost_status(), StatusIs(absl::StatusCode::kUnavailable, "rank 2 lost"));
 }
 
 }  // namespace

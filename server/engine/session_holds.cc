@@ -127,14 +127,18 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
 
 // --- One rank, between steps ---
 
+absl::Status SessionHolds::CheckOneRank(absl::string_view verb, absl::string_view held) const {
+  const int world = session_.layout().world_size;
+  if (world <= 1) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("session '", session_.id_, "' spans ", world, " ranks; ", verb,
+                   " its state through a hold (Session::holds(): Hold / ", held, ")"));
+}
+
 void SessionHolds::ExportState(
     std::vector<uint32_t> model_chunks,
     std::function<void(absl::StatusOr<std::shared_ptr<const StateDict>>)> done) {
-  if (session_.layout().world_size > 1) {
-    return done(absl::FailedPreconditionError(absl::StrCat(
-        "session '", session_.id_, "' spans ", session_.layout().world_size,
-        " ranks; export its state through a hold (Session::holds(): Hold / ExportHeld)")));
-  }
+  if (absl::Status one = CheckOneRank("export", "ExportHeld"); !one.ok()) return done(one);
   // On the coordinator, between steps, so that the values are those of one step.
   session_.coordinator_->Post([self = session_.shared_from_this(), chunks = std::move(model_chunks),
                                done = std::move(done)] {
@@ -156,11 +160,7 @@ void SessionHolds::ExportState(
 
 void SessionHolds::ImportState(std::shared_ptr<const StateDict> state,
                                std::function<void(absl::Status)> done) {
-  if (session_.layout().world_size > 1) {
-    return done(absl::FailedPreconditionError(absl::StrCat(
-        "session '", session_.id_, "' spans ", session_.layout().world_size,
-        " ranks; import its state through a hold (Session::holds(): Hold / StageState)")));
-  }
+  if (absl::Status one = CheckOneRank("import", "StageState"); !one.ok()) return done(one);
   session_.coordinator_->Post([self = session_.shared_from_this(), state = std::move(state),
                                done = std::move(done)] {
     absl::Status refused;

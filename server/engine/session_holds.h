@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "checkpoint/state_dict.h"
 #include "server/engine/replica_state_dict.h"
@@ -86,6 +87,9 @@ class SessionHolds {
  private:
   // The session's StepBook::CheckUsable, then the gate's CheckSettled.
   absl::Status CheckSettled(uint64_t token) const;
+  // FAILED_PRECONDITION when the session spans several ranks: `verb` ("export", "import") its
+  // state through a hold and `held` (the held call to use) instead.
+  absl::Status CheckOneRank(absl::string_view verb, absl::string_view held) const;
 
   Session& session_;
 };

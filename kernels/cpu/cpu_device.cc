@@ -14,6 +14,7 @@
 #include "base/status_macros.h"
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/device_validation.h"
+#include "kernels/math/elementwise.h"
 #include "kernels/math/half.h"
 
 namespace optstep {

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,9 +13,6 @@
 #include "kernels/cpu/cpu_update_kernels.h"
 #include "kernels/device.h"
 #include "kernels/dtype.h"
-#include "kernels/math/elementwise.h"
-#include "kernels/math/emerging.h"
-#include "kernels/matrix_types.h"
 #include "kernels/tensor.h"
 
 namespace optstep {
@@ -31,15 +27,15 @@ namespace optstep {
 // optimizers), cpu_device_linalg.cc (OpenBLAS / LAPACKE).
 //
 // Every method runs to completion before it returns; Synchronize() has nothing to wait for.
-// Loops over at least kMinParallelElements elements are split into `num_threads` contiguous,
-// 64-byte aligned ranges (static partition); smaller ones run on the calling thread. GEMMs are
-// split the same way (blocks of rows or columns of C, one single-threaded sgemm per thread):
-// Create sets OpenBLAS to one thread (process-wide), so that OpenBLAS's pool and OpenMP's never
-// spin against each other between calls; LAPACK (eigh, QR) therefore runs on one thread.
+// Loops over at least CpuContext::kMinParallelElements elements are split into `num_threads`
+// contiguous, 64-byte aligned ranges (static partition); smaller ones run on the calling thread.
+// GEMMs are split the same way (blocks of rows or columns of C, one single-threaded sgemm per
+// thread): Create sets OpenBLAS to one thread (process-wide), so that OpenBLAS's pool and OpenMP's
+// never spin against each other between calls; LAPACK (eigh, QR) therefore runs on one thread.
 //
 // Thread safety: as Device. Allocate, allocated_bytes, CopyFromHost, AddFromHost (on disjoint
-// ranges) and CopyToHost are
-// thread-safe (atomic accounting, no shared mutable state); the updates are thread-compatible.
+// ranges) and CopyToHost are thread-safe (atomic accounting, no shared mutable state); the other
+// methods are thread-compatible.
 //
 // Ownership: tensors own their memory and may outlive the device that allocated them; the
 // accounting they release on destruction is shared with the device.
@@ -55,8 +51,6 @@ class CpuDevice final : public Device {
 
   // Alignment of every allocation, in bytes.
   static constexpr int64_t kAlignment = 64;
-  // Loops over fewer elements run single-threaded: forking costs more than it saves.
-  static constexpr int64_t kMinParallelElements = internal::CpuContext::kMinParallelElements;
   // ComputeGradientStats partitions the tensor into blocks of this many elements. Within a
   // block, kStatsLanes float64 partial sums take the elements i ≡ lane (mod kStatsLanes) in
   // order and are then added lane 0 first; the block sums are added in block order. The result

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "kernels/cuda/cuda_libraries.h"
 #include "kernels/cuda/cuda_stream.h"
+#include "kernels/cuda/elementwise_kernels.h"
 
 namespace optstep {
 namespace internal {
@@ -18,6 +19,8 @@ namespace internal {
 struct CudaContext {
   // cudaSetDevice(ordinal) for the calling thread.
   absl::Status Activate() const;
+  // The stream and grid-stride limit that every kernel launch of the device uses.
+  gpu::Launch launch() const { return {stream->get(), max_blocks}; }
 
   int ordinal = 0;
   int max_blocks = 1;  // grid-stride limit: about one resident wave of 256-thread blocks

@@ -135,7 +135,7 @@ absl::Status CudaDevice::EnqueueFromHost(const void* src, DType src_dtype, int64
   OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
       staging.as<uint16_t>(), src, count * sizeof(uint16_t), cudaMemcpyHostToDevice, stream));
-  const gpu::Launch launch{stream, ctx_->max_blocks};
+  const gpu::Launch launch = ctx_->launch();
   OPTSTEP_CUDA_RETURN_IF_ERROR(
       src_dtype == DType::kBF16 ? gpu::LaunchBf16ToF32(staging.as<uint16_t>(), dst, count, launch)
                                 : gpu::LaunchF16ToF32(staging.as<uint16_t>(), dst, count, launch));
@@ -163,8 +163,8 @@ absl::Status CudaDevice::AddFromHost(const void* src, DType src_dtype, int64_t c
   internal::StreamScratch converted(ctx_->stream->get());
   OPTSTEP_RETURN_IF_ERROR(converted.Allocate(count * sizeof(float)));
   OPTSTEP_RETURN_IF_ERROR(EnqueueFromHost(src, src_dtype, count, converted.as<float>()));
-  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdd(converted.as<float>(), dst.f32() + dst_offset, count,
-                                              {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      gpu::LaunchAdd(converted.as<float>(), dst.f32() + dst_offset, count, ctx_->launch()));
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(ctx_->stream->get()));
   return absl::OkStatus();
 }
@@ -183,7 +183,7 @@ absl::Status CudaDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t c
   } else {
     internal::StreamScratch staging(stream);
     OPTSTEP_RETURN_IF_ERROR(staging.Allocate(count * sizeof(uint16_t)));
-    const gpu::Launch launch{stream, ctx_->max_blocks};
+    const gpu::Launch launch = ctx_->launch();
     OPTSTEP_CUDA_RETURN_IF_ERROR(
         dst_dtype == DType::kBF16 ? gpu::LaunchF32ToBf16(s, staging.as<uint16_t>(), count, launch)
                                   : gpu::LaunchF32ToF16(s, staging.as<uint16_t>(), count, launch));
@@ -208,16 +208,14 @@ absl::Status CudaDevice::Add(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Add", "dst", dst));
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSameSize("Add", "dst", dst, "src", src));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(
-      gpu::LaunchAdd(src.f32(), dst.f32(), dst.numel(), {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdd(src.f32(), dst.f32(), dst.numel(), ctx_->launch()));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Scale(float scale, Tensor& x) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Scale", "x", x));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(
-      gpu::LaunchScale(scale, x.f32(), x.numel(), {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchScale(scale, x.f32(), x.numel(), ctx_->launch()));
   return absl::OkStatus();
 }
 
@@ -230,7 +228,7 @@ absl::StatusOr<GradientStats> CudaDevice::ComputeGradientStats(const Tensor& gra
   OPTSTEP_RETURN_IF_ERROR(scratch.Allocate((slots + 1) * sizeof(double)));
   double* result = scratch.as<double>() + slots;
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSumSquares(grad.f32(), grad.numel(), scratch.as<double>(),
-                                                     result, {stream, ctx_->max_blocks}));
+                                                     result, ctx_->launch()));
   GradientStats stats;
   OPTSTEP_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&stats.sum_squares, result, sizeof(double), cudaMemcpyDeviceToHost, stream));
@@ -246,8 +244,7 @@ absl::Status CudaUpdateKernels::AdamW(const math::AdamWArgs& args, const Tensor&
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamW(args, grad, param, exp_avg, exp_avg_sq));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdamW(args, grad.f32(), param.f32(), exp_avg.f32(),
-                                                exp_avg_sq.f32(), grad.numel(),
-                                                {ctx_->stream->get(), ctx_->max_blocks}));
+                                                exp_avg_sq.f32(), grad.numel(), ctx_->launch()));
   return absl::OkStatus();
 }
 
@@ -256,8 +253,8 @@ absl::Status CudaUpdateKernels::Sgd(const math::SgdArgs& args, const Tensor& gra
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSgd(args, grad, param, momentum_buffer));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   float* buffer = args.momentum != 0.0f ? momentum_buffer->f32() : nullptr;
-  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSgd(args, grad.f32(), param.f32(), buffer, grad.numel(),
-                                              {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      gpu::LaunchSgd(args, grad.f32(), param.f32(), buffer, grad.numel(), ctx_->launch()));
   return absl::OkStatus();
 }
 

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -13,9 +12,6 @@
 #include "kernels/cuda/cuda_update_kernels.h"
 #include "kernels/device.h"
 #include "kernels/dtype.h"
-#include "kernels/math/elementwise.h"
-#include "kernels/math/emerging.h"
-#include "kernels/matrix_types.h"
 #include "kernels/tensor.h"
 
 namespace optstep {

@@ -25,9 +25,8 @@ absl::Status CudaUpdateKernels::Lion(const math::LionArgs& args, const Tensor& g
                                      Tensor& exp_avg) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckLion(args, grad, param, exp_avg));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchLion(args, grad.f32(), param.f32(), exp_avg.f32(),
-                                               grad.numel(),
-                                               {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      gpu::LaunchLion(args, grad.f32(), param.f32(), exp_avg.f32(), grad.numel(), ctx_->launch()));
   return absl::OkStatus();
 }
 
@@ -35,9 +34,8 @@ absl::Status CudaUpdateKernels::MuonMomentum(const math::MuonMomentumArgs& args,
                                              Tensor& param, Tensor& momentum, Tensor& update) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckMuonMomentum(args, grad, param, momentum, update));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchMuonMomentum(args, grad.f32(), param.f32(),
-                                                       momentum.f32(), update.f32(), grad.numel(),
-                                                       {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchMuonMomentum(
+      args, grad.f32(), param.f32(), momentum.f32(), update.f32(), grad.numel(), ctx_->launch()));
   return absl::OkStatus();
 }
 
@@ -46,8 +44,7 @@ absl::Status CudaUpdateKernels::Adamuon(const math::Moment2Args& args, const Ten
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamuon(args, update, param, moment));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAdamuon(args, update.f32(), param.f32(), moment.f32(),
-                                                  update.numel(),
-                                                  {ctx_->stream->get(), ctx_->max_blocks}));
+                                                  update.numel(), ctx_->launch()));
   return absl::OkStatus();
 }
 
@@ -56,9 +53,8 @@ absl::Status CudaUpdateKernels::NormuonMoment(const math::Moment2Args& args,
                                               Tensor& scale) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckNormuonMoment(args, sum_squares, moment, scale));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchNormuonMoment(args, sum_squares.f32(), moment.f32(),
-                                                        scale.f32(), moment.numel(),
-                                                        {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchNormuonMoment(
+      args, sum_squares.f32(), moment.f32(), scale.f32(), moment.numel(), ctx_->launch()));
   return absl::OkStatus();
 }
 
@@ -68,22 +64,22 @@ absl::Status CudaUpdateKernels::SoapAdam(const math::SoapAdamArgs& args, const T
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSoapAdam(args, grad.f32(), exp_avg.f32(),
                                                    exp_avg_sq.f32(), direction.f32(), grad.numel(),
-                                                   {ctx_->stream->get(), ctx_->max_blocks}));
+                                                   ctx_->launch()));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAxpby(alpha, x, beta, y));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAxpby(alpha, x.f32(), beta, y.f32(), y.numel(),
-                                                {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      gpu::LaunchAxpby(alpha, x.f32(), beta, y.f32(), y.numel(), ctx_->launch()));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::Convert(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckConvert(src, dst));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
-  const gpu::Launch launch{ctx_->stream->get(), ctx_->max_blocks};
+  const gpu::Launch launch = ctx_->launch();
   const int64_t n = src.numel();
   if (src.dtype() == dst.dtype()) {
     OPTSTEP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data(), src.data(), src.bytes(),
@@ -109,8 +105,8 @@ absl::Status CudaDevice::Convert(const Tensor& src, Tensor& dst) {
 absl::Status CudaMatrixKernels::Transpose(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckTranspose(src, dst));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
-  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchTranspose(src.f32(), dst.f32(), src.dim(0), src.dim(1),
-                                                    {ctx_->stream->get(), ctx_->max_blocks}));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      gpu::LaunchTranspose(src.f32(), dst.f32(), src.dim(0), src.dim(1), ctx_->launch()));
   return absl::OkStatus();
 }
 
@@ -136,8 +132,7 @@ absl::Status CudaMatrixKernels::AxisDot(const Tensor& a, const Tensor& b, Tensor
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAxisDot(a, b, out));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAxisDot(a.f32(), b.f32(), out.f32(), a.dim(0), a.dim(1),
-                                                  internal::PerRow(out, a),
-                                                  {ctx_->stream->get(), ctx_->max_blocks}));
+                                                  internal::PerRow(out, a), ctx_->launch()));
   return absl::OkStatus();
 }
 
@@ -145,8 +140,7 @@ absl::Status CudaMatrixKernels::AxisScale(const Tensor& v, Tensor& x) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAxisScale(v, x));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchAxisScale(v.f32(), x.f32(), x.dim(0), x.dim(1),
-                                                    internal::PerRow(v, x),
-                                                    {ctx_->stream->get(), ctx_->max_blocks}));
+                                                    internal::PerRow(v, x), ctx_->launch()));
   return absl::OkStatus();
 }
 
@@ -162,8 +156,7 @@ absl::Status CudaMatrixKernels::Permute(const Tensor& src, int axis,
                                                perm.size() * sizeof(int64_t),
                                                cudaMemcpyHostToDevice, stream));
   OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchPermute(src.f32(), index.as<int64_t>(), dst.f32(),
-                                                  src.dim(0), src.dim(1), axis,
-                                                  {stream, ctx_->max_blocks}));
+                                                  src.dim(0), src.dim(1), axis, ctx_->launch()));
   // `perm` is pageable host memory that the caller may free at once.
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   return absl::OkStatus();

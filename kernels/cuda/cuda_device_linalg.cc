@@ -68,7 +68,7 @@ absl::Status CudaMatrixKernels::SymmetricEigh(const Tensor& a, float shift, Tens
   if (n == 0) return absl::OkStatus();
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   cudaStream_t stream = ctx_->stream->get();
-  const gpu::Launch launch{stream, ctx_->max_blocks};
+  const gpu::Launch launch = ctx_->launch();
   std::vector<float> values(n);
 
   // Exactly diagonal: identity columns in the stable descending order of the diagonal.
@@ -185,7 +185,7 @@ absl::Status CudaMatrixKernels::Qr(const Tensor& a, Tensor& q) {
   if (m == 0 || n == 0) return absl::OkStatus();
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
   cudaStream_t stream = ctx_->stream->get();
-  const gpu::Launch launch{stream, ctx_->max_blocks};
+  const gpu::Launch launch = ctx_->launch();
   cusolverDnHandle_t solver = ctx_->libs->cusolver();
   const int mi = static_cast<int>(m);
   const int ni = static_cast<int>(n);

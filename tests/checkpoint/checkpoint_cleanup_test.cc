@@ -2,7 +2,6 @@
 // commit and a failed merge leave no files behind; unsafe names are refused before any file is
 // touched, naming the name escaped; a manifest whose step counters were edited does not verify.
 
-#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,39 +20,23 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/checkpoint/checkpoint_test_util.h"
+#include "tests/testing/directory_listing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
 namespace {
 
+using testutil::DirectoryEntries;
 using testutil::FreshDir;
 using testutil::IsOk;
 using testutil::OwnedTensor;
+using testutil::PathExists;
 using testutil::SampleManifest;
 using testutil::SampleShards;
 using testutil::StatusIs;
 using testutil::WriteCheckpoint;
 
 const std::vector<int> kOwners = {0, 1, 1, 0};
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::lstat(path.c_str(), &st) == 0;
-}
-
-// Entry names of `dir`, hidden ones included, sorted.
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return {"(cannot list)"};
-  while (const dirent* entry = ::readdir(d)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 TEST(CheckpointCleanupTest, AFailedShardWriteRemovesItsPartialFile) {
   const std::string root = FreshDir("cleanup");
@@ -67,8 +50,8 @@ TEST(CheckpointCleanupTest, AFailedShardWriteRemovesItsPartialFile) {
   EXPECT_THAT(WriteCheckpointShard(root, "p", 1, 2, {written, failing}, nullptr, options),
               StatusIs(absl::StatusCode::kUnavailable, "reading tensor 'param/b0'"));
   const std::string tmp = CheckpointTempDir(root, "p");
-  EXPECT_FALSE(Exists(tmp + "/" + ShardFileName(1, 2)));
-  EXPECT_TRUE(Exists(tmp));  // rank 0's to remove: another rank may still be writing into it
+  EXPECT_FALSE(PathExists(tmp + "/" + ShardFileName(1, 2)));
+  EXPECT_TRUE(PathExists(tmp));  // rank 0's to remove: another rank may still be writing into it
 }
 
 TEST(CheckpointCleanupTest, AFailedCommitRemovesTheTemporaryDirectory) {
@@ -83,7 +66,7 @@ TEST(CheckpointCleanupTest, AFailedCommitRemovesTheTemporaryDirectory) {
   manifest.shards = {{file.file, file.bytes, file.crc32c}, {ShardFileName(1, 2), 8, 0}};
   EXPECT_THAT(CommitCheckpoint(root, "c", manifest, 0),
               StatusIs(absl::StatusCode::kDataLoss, "was not written"));
-  EXPECT_THAT(Entries(root), ::testing::IsEmpty());
+  EXPECT_THAT(DirectoryEntries(root), ::testing::IsEmpty());
   // The name taken meanwhile: ALREADY_EXISTS, and the temporary is gone too.
   ASSERT_THAT(PrepareCheckpoint(root, "d"), IsOk());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(file, WriteCheckpointShard(root, "d", 0, 1, {source}));
@@ -92,7 +75,7 @@ TEST(CheckpointCleanupTest, AFailedCommitRemovesTheTemporaryDirectory) {
   manifest.shards = {{file.file, file.bytes, file.crc32c}};
   EXPECT_THAT(CommitCheckpoint(root, "d", manifest, 0),
               StatusIs(absl::StatusCode::kAlreadyExists, "exists already"));
-  EXPECT_THAT(Entries(root), ::testing::ElementsAre("d"));
+  EXPECT_THAT(DirectoryEntries(root), ::testing::ElementsAre("d"));
 }
 
 TEST(CheckpointCleanupTest, AFailedMergeLeavesNoTemporary) {
@@ -106,7 +89,7 @@ TEST(CheckpointCleanupTest, AFailedMergeLeavesNoTemporary) {
   const std::string shard = absl::StrCat(root, "/src/", ShardFileName(0, 1));
   ASSERT_EQ(::truncate(shard.c_str(), src->manifest().shards[0].bytes / 2), 0);
   EXPECT_THAT(MergeCheckpoint(*src, root, "merged"), StatusIs(absl::StatusCode::kDataLoss));
-  EXPECT_THAT(Entries(root), ::testing::ElementsAre("src"));
+  EXPECT_THAT(DirectoryEntries(root), ::testing::ElementsAre("src"));
 }
 
 TEST(CheckpointCleanupTest, UnsafeNamesAreRefusedEscapedBeforeAnyFileIsTouched) {
@@ -124,7 +107,7 @@ TEST(CheckpointCleanupTest, UnsafeNamesAreRefusedEscapedBeforeAnyFileIsTouched) 
     EXPECT_THAT(CheckpointReader::Open(root, name), StatusIs(absl::StatusCode::kInvalidArgument))
         << absl::CHexEscape(name);
   }
-  EXPECT_THAT(Entries(root), ::testing::IsEmpty());
+  EXPECT_THAT(DirectoryEntries(root), ::testing::IsEmpty());
   EXPECT_THAT(ValidateCheckpointName("a\nb"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "checkpoint name 'a\\nb' contains the control character '\\n' at byte 1"));

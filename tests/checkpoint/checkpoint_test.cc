@@ -2,7 +2,6 @@
 // with its precise code.
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -20,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/checkpoint/checkpoint_test_util.h"
+#include "tests/testing/directory_listing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -28,6 +28,7 @@ namespace {
 using testutil::FreshDir;
 using testutil::IsOk;
 using testutil::OwnedTensor;
+using testutil::PathExists;
 using testutil::ReadBytes;
 using testutil::SampleManifest;
 using testutil::SampleShards;
@@ -46,11 +47,6 @@ std::string Slurp(const std::string& path) {
 void Spit(const std::string& path, const std::string& contents) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << contents;
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -268,7 +264,7 @@ TEST_F(CheckpointTest, CrashBeforeCommitLeavesNoCheckpointAndPrepareCleansUp) {
   TensorSource source{"param/w0", StateTensor::Type::kF32, {4, 3}, shards_[0][0].bytes.data()};
   ASSERT_THAT(WriteCheckpointShard(root_, "c1", 0, 2, {source}), IsOk());
   const std::string tmp = CheckpointTempDir(root_, "c1");
-  EXPECT_TRUE(Exists(tmp + "/shard-0-of-2.safetensors"));
+  EXPECT_TRUE(PathExists(tmp + "/shard-0-of-2.safetensors"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> listed, ListCheckpoints(root_));
   EXPECT_TRUE(listed.empty());
   EXPECT_THAT(CheckpointReader::Open(root_, "c1"), StatusIs(absl::StatusCode::kNotFound));
@@ -277,11 +273,11 @@ TEST_F(CheckpointTest, CrashBeforeCommitLeavesNoCheckpointAndPrepareCleansUp) {
   m.shards = {{"shard-0-of-2.safetensors", 0, 0}, {"shard-1-of-2.safetensors", 0, 0}};
   EXPECT_THAT(CommitCheckpoint(root_, "c1", m, 0),
               StatusIs(absl::StatusCode::kDataLoss, "shard 'shard-0-of-2.safetensors' has"));
-  EXPECT_FALSE(Exists(root_ + "/c1"));
+  EXPECT_FALSE(PathExists(root_ + "/c1"));
   // The next Prepare of that name starts from an empty temporary directory.
   ASSERT_THAT(PrepareCheckpoint(root_, "c1"), IsOk());
-  EXPECT_TRUE(Exists(tmp));
-  EXPECT_FALSE(Exists(tmp + "/shard-0-of-2.safetensors"));
+  EXPECT_TRUE(PathExists(tmp));
+  EXPECT_FALSE(PathExists(tmp + "/shard-0-of-2.safetensors"));
 }
 
 TEST_F(CheckpointTest, KeepLastPrunesOldestCompleteCheckpoints) {
@@ -290,9 +286,9 @@ TEST_F(CheckpointTest, KeepLastPrunesOldestCompleteCheckpoints) {
   WriteSample("s4", /*keep_last=*/2);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> listed, ListCheckpoints(root_));
   EXPECT_EQ(listed, (std::vector<std::string>{"s3", "s4"}));
-  EXPECT_FALSE(Exists(root_ + "/s1"));
-  EXPECT_FALSE(Exists(root_ + "/.s1.tmp"));
-  EXPECT_TRUE(Exists(CheckpointTempDir(root_, "pending")));
+  EXPECT_FALSE(PathExists(root_ + "/s1"));
+  EXPECT_FALSE(PathExists(root_ + "/.s1.tmp"));
+  EXPECT_TRUE(PathExists(CheckpointTempDir(root_, "pending")));
   WriteSample("s5", /*keep_last=*/1);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(listed, ListCheckpoints(root_));
   EXPECT_EQ(listed, (std::vector<std::string>{"s5"}));

@@ -3,11 +3,9 @@
 
 #include "checkpoint/temporaries.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -18,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/checkpoint/checkpoint_test_util.h"
+#include "tests/testing/directory_listing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -27,12 +26,8 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using testutil::FreshDir;
 using testutil::IsOk;
+using testutil::PathExists;
 using testutil::StatusIs;
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::lstat(path.c_str(), &st) == 0;
-}
 
 void Touch(const std::string& path) { std::ofstream(path) << "x"; }
 
@@ -55,7 +50,7 @@ TEST(TemporariesTest, AbandonRemovesTheTemporaryAndEverythingInIt) {
   ASSERT_THAT(PrepareCheckpoint(root, "a"), IsOk());
   Touch(CheckpointTempDir(root, "a") + "/shard-0-of-2.safetensors");
   EXPECT_THAT(AbandonCheckpoint(root, "a"), IsOk());
-  EXPECT_FALSE(Exists(CheckpointTempDir(root, "a")));
+  EXPECT_FALSE(PathExists(CheckpointTempDir(root, "a")));
   EXPECT_THAT(AbandonCheckpoint(root, "a"), IsOk());  // none: nothing to do
   EXPECT_THAT(AbandonCheckpoint(root, "../a"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
@@ -79,11 +74,11 @@ TEST(TemporariesTest, SweepRemovesOnlyTemporariesIdleBeyondTheBound) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> removed,
                                SweepStaleCheckpointTemporaries(root, absl::Hours(1), now));
   EXPECT_THAT(removed, ElementsAre("crashed", "pruned"));
-  EXPECT_FALSE(Exists(root + "/.crashed.tmp"));
-  EXPECT_FALSE(Exists(root + "/.pruned.tmp"));
+  EXPECT_FALSE(PathExists(root + "/.crashed.tmp"));
+  EXPECT_FALSE(PathExists(root + "/.pruned.tmp"));
   for (const char* kept :
        {"/.running.tmp", "/.resumed.tmp", "/.snapshot", "/..tmp", "/complete", "/.file.tmp"}) {
-    EXPECT_TRUE(Exists(root + kept)) << kept;
+    EXPECT_TRUE(PathExists(root + kept)) << kept;
   }
   // A second sweep finds nothing more; a longer bound keeps everything.
   OPTSTEP_ASSERT_OK_AND_ASSIGN(removed, SweepStaleCheckpointTemporaries(root, absl::Hours(1), now));

@@ -113,6 +113,18 @@ absl::StatusOr<GradientStats> FaultInjectingDevice::ComputeGradientStats(const T
   return stats;
 }
 
+absl::Status FaultInjectingDevice::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
+  return Run("Axpby", &y, [&] { return base_->Axpby(alpha, x, beta, y); });
+}
+
+absl::Status FaultInjectingDevice::Convert(const Tensor& src, Tensor& dst) {
+  return Run("Convert", &dst, [&] { return base_->Convert(src, dst); });
+}
+
+absl::Status FaultInjectingDevice::Synchronize() {
+  return Run("Synchronize", nullptr, [&] { return base_->Synchronize(); });
+}
+
 absl::Status FaultInjectingUpdateKernels::AdamW(const math::AdamWArgs& args, const Tensor& grad,
                                                 Tensor& param, Tensor& exp_avg,
                                                 Tensor& exp_avg_sq) {
@@ -157,17 +169,9 @@ absl::Status FaultInjectingUpdateKernels::SoapAdam(const math::SoapAdamArgs& arg
                      [&] { return base_.SoapAdam(args, grad, exp_avg, exp_avg_sq, direction); });
 }
 
-absl::Status FaultInjectingDevice::Axpby(float alpha, const Tensor& x, float beta, Tensor& y) {
-  return Run("Axpby", &y, [&] { return base_->Axpby(alpha, x, beta, y); });
-}
-
 absl::Status FaultInjectingMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a,
                                                const Tensor& b, Tensor& c) {
   return device_.Run("Gemm", &c, [&] { return base_.Gemm(args, a, b, c); });
-}
-
-absl::Status FaultInjectingDevice::Convert(const Tensor& src, Tensor& dst) {
-  return Run("Convert", &dst, [&] { return base_->Convert(src, dst); });
 }
 
 absl::Status FaultInjectingMatrixKernels::Transpose(const Tensor& src, Tensor& dst) {
@@ -200,10 +204,6 @@ absl::Status FaultInjectingMatrixKernels::SymmetricEigh(const Tensor& a, float s
 
 absl::Status FaultInjectingMatrixKernels::Qr(const Tensor& a, Tensor& q) {
   return device_.Run("Qr", &q, [&] { return base_.Qr(a, q); });
-}
-
-absl::Status FaultInjectingDevice::Synchronize() {
-  return Run("Synchronize", nullptr, [&] { return base_->Synchronize(); });
 }
 
 }  // namespace testutil

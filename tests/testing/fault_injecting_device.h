@@ -79,9 +79,8 @@ class FaultInjectingMatrixKernels final : public MatrixKernels {
 // engine's failure branches (LevelDB's ErrorEnv, for a device). The device's updates() and
 // matrix() wrap those of the wrapped device the same way. Methods are named as in
 // kernels/device.h, kernels/update_kernels.h and kernels/matrix_kernels.h ("CopyFromHost",
-// "ComputeGradientStats", "AdamW", "Gemm", ...); every method that
-// answers a status is counted and can be failed or delayed (name() and allocated_bytes() are
-// only forwarded).
+// "ComputeGradientStats", "AdamW", "Gemm", ...); every method that answers a status is counted
+// and can be failed or delayed (name() and allocated_bytes() are only forwarded).
 //
 // Corruption happens after a successful call: the first element of the method's output becomes
 // NaN (written through the wrapped device, so it works in any device memory); for CopyToHost

@@ -17,7 +17,7 @@ if [[ ! -s $deps ]]; then
   echo "layering_test: $deps is empty" >&2
   exit 1
 fi
-pattern="^(${forbidden//|/|})[/:]"
+pattern="^(${forbidden})[/:]"
 if grep -En "$pattern" "$deps"; then
   echo "layering_test: dependencies under $forbidden (lines above)" >&2
   status=1

@@ -3,11 +3,8 @@
 // root, the next save of the same name succeeds, and names that are unsafe are refused naming
 // the name escaped, before any file is touched.
 
-#include <dirent.h>
 #include <grpcpp/grpcpp.h>
-#include <sys/stat.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -21,6 +18,7 @@
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/rpc/server.h"
+#include "tests/testing/directory_listing.h"
 #include "tests/testing/fault_injecting_device.h"
 
 namespace optstep {
@@ -29,20 +27,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-// Entry names of `dir`, hidden ones included, sorted.
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return {"(cannot list)"};
-  while (const dirent* entry = ::readdir(d)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using testutil::DirectoryEntries;
 
 class CheckpointSaveTest : public ::testing::Test {
  protected:
@@ -126,12 +111,12 @@ TEST_F(CheckpointSaveTest, AFailedSaveLeavesNothingInTheRoot) {
   grpc::Status failed = Save("s1");
   EXPECT_EQ(failed.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_THAT(failed.error_message(), HasSubstr("injected: device lost"));
-  EXPECT_THAT(Entries(root_), IsEmpty());
+  EXPECT_THAT(DirectoryEntries(root_), IsEmpty());
   // The same name saves once the device works again.
   device_->faults().Clear();
   grpc::Status saved = Save("s1");
   EXPECT_TRUE(saved.ok()) << saved.error_message();
-  EXPECT_THAT(Entries(root_), ElementsAre("s1"));
+  EXPECT_THAT(DirectoryEntries(root_), ElementsAre("s1"));
 }
 
 TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {
@@ -144,7 +129,7 @@ TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {
         std::string(".hidden"), std::string("a/b"), std::string(300, 'n')}) {
     EXPECT_EQ(Save(name).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
   }
-  EXPECT_THAT(Entries(root_), IsEmpty());
+  EXPECT_THAT(DirectoryEntries(root_), IsEmpty());
 }
 
 }  // namespace

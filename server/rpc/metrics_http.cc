@@ -34,6 +34,16 @@ std::string Response(const char* status, const char* type, const std::string& bo
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host,
                                                                             int port, Body body) {
   const std::string address = absl::StrCat(host, ":", port);
+  // The pipe that wakes Serve() for the destructor: without it the server could not be stopped.
+  int wake[2];
+  if (pipe2(wake, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ": pipe2: ", std::strerror(errno)));
+  }
+  auto close_wake = [&wake] {
+    close(wake[0]);
+    close(wake[1]);
+  };
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -43,6 +53,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
   const int error =
       getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
   if (error != 0) {
+    close_wake();
     return absl::UnavailableError(
         absl::StrCat("metrics address ", address, ": ", gai_strerror(error)));
   }
@@ -61,6 +72,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
   }
   freeaddrinfo(found);
   if (fd < 0) {
+    close_wake();
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ", why));
   }
   sockaddr_storage bound{};
@@ -69,22 +81,22 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
   const int bound_port = bound.ss_family == AF_INET6
                              ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(fd, bound_port, std::move(body)));
+  return std::unique_ptr<MetricsHttpServer>(
+      new MetricsHttpServer(fd, wake, bound_port, std::move(body)));
 }
 
-MetricsHttpServer::MetricsHttpServer(int listen_fd, int port, Body body)
-    : listen_fd_(listen_fd), port_(port), body_(std::move(body)) {
-  if (pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
+MetricsHttpServer::MetricsHttpServer(int listen_fd, const int wake[2], int port, Body body)
+    : listen_fd_(listen_fd), wake_{wake[0], wake[1]}, port_(port), body_(std::move(body)) {
   thread_ = std::thread([this] { Serve(); });
 }
 
 MetricsHttpServer::~MetricsHttpServer() {
   const char byte = 0;
-  if (wake_[1] >= 0) (void)!write(wake_[1], &byte, 1);
+  (void)!write(wake_[1], &byte, 1);
   thread_.join();
   close(listen_fd_);
-  if (wake_[0] >= 0) close(wake_[0]);
-  if (wake_[1] >= 0) close(wake_[1]);
+  close(wake_[0]);
+  close(wake_[1]);
 }
 
 void MetricsHttpServer::Serve() {
@@ -96,10 +108,15 @@ void MetricsHttpServer::Serve() {
     open[i] = std::move(open.back());
     open.pop_back();
   };
+  // Set when accept() ran out of descriptors or memory: the listening socket stays readable, so
+  // polling it again at once would spin; it is left alone until then.
+  absl::Time accept_resumes = absl::InfinitePast();
   while (true) {
     // Connections past their deadline are closed before anything else is polled.
     const absl::Time now = absl::Now();
     absl::Time next_deadline = absl::InfiniteFuture();
+    const bool accepting = open.size() < kMaxConnections && accept_resumes <= now;
+    if (accept_resumes > now) next_deadline = accept_resumes;
     for (size_t i = 0; i < open.size();) {
       if (open[i].deadline <= now) {
         drop(i);
@@ -110,8 +127,9 @@ void MetricsHttpServer::Serve() {
     }
     fds.clear();
     fds.push_back({wake_[0], POLLIN, 0});
-    // At the cap the listening socket is left alone: new clients wait in its backlog.
-    fds.push_back({open.size() < kMaxConnections ? listen_fd_ : -1, POLLIN, 0});
+    // At the cap, or backing off, the listening socket is left alone: new clients wait in its
+    // backlog.
+    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
     for (const Connection& c : open) {
       fds.push_back({c.fd, static_cast<short>(c.answer.empty() ? POLLIN : POLLOUT), 0});
     }
@@ -126,20 +144,24 @@ void MetricsHttpServer::Serve() {
     for (size_t i = open.size(); i-- > 0;) {
       if (fds[i + 2].revents != 0 && !Progress(open[i])) drop(i);
     }
-    if (fds[1].revents != 0) AcceptAll(open);
+    if (fds[1].revents != 0 && !AcceptAll(open)) accept_resumes = absl::Now() + kAcceptBackoff;
   }
   for (const Connection& c : open) close(c.fd);
 }
 
-void MetricsHttpServer::AcceptAll(std::vector<Connection>& open) {
+bool MetricsHttpServer::AcceptAll(std::vector<Connection>& open) {
   while (open.size() < kMaxConnections) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;  // EAGAIN: none left; other errors: the next poll retries
+    if (fd < 0) {
+      // EAGAIN: none left. Out of descriptors or memory: the client stays in the backlog.
+      return !(errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM);
+    }
     Connection connection;
     connection.fd = fd;
     connection.deadline = absl::Now() + kRequestDeadline;
     open.push_back(std::move(connection));
   }
+  return true;
 }
 
 bool MetricsHttpServer::Progress(Connection& c) {

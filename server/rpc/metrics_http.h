@@ -33,9 +33,12 @@ class MetricsHttpServer {
   static constexpr absl::Duration kRequestDeadline = absl::Seconds(2);
   // Connections served at once.
   static constexpr size_t kMaxConnections = 64;
+  // How long accepting pauses when the process is out of descriptors (EMFILE) or memory.
+  static constexpr absl::Duration kAcceptBackoff = absl::Milliseconds(100);
 
   // Binds host:port (port 0: any free port) and serves `body` until destroyed.
-  // UNAVAILABLE naming the address when it cannot be bound.
+  // UNAVAILABLE naming the address when it cannot be bound (or the process is out of
+  // descriptors).
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
                                                                   Body body);
   // Stops accepting, closes the open connections and joins the thread.
@@ -53,17 +56,19 @@ class MetricsHttpServer {
     size_t written = 0;
   };
 
-  MetricsHttpServer(int listen_fd, int port, Body body);
+  MetricsHttpServer(int listen_fd, const int wake[2], int port, Body body);
   void Serve();
-  void AcceptAll(std::vector<Connection>& open);
+  // Accepts waiting clients up to kMaxConnections; false when accept ran out of descriptors or
+  // memory (Serve() then pauses accepting for kAcceptBackoff).
+  bool AcceptAll(std::vector<Connection>& open);
   // Reads or writes what the socket takes now; false when the connection is done.
   bool Progress(Connection& connection);
   std::string Answer(const std::string& request) const;
 
   const int listen_fd_;
+  const int wake_[2];  // a byte written to wake_[1] ends Serve()
   const int port_;
   const Body body_;
-  int wake_[2] = {-1, -1};  // a byte here ends Serve()
   std::thread thread_;
 };
 

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -121,6 +123,59 @@ TEST(MetricsHttpServerTest, SilentAndStalledClientsDoNotBlockAScrape) {
   const std::string partial = ReadAll(stalled, absl::Seconds(5));
   EXPECT_LT(partial.size(), big.size()) << "the stalled answer was not cut at its deadline";
   close(stalled);
+}
+
+// Lowers the soft limit on open descriptors so that only `spare` more can be opened, and
+// restores it when destroyed.
+class DescriptorLimit {
+ public:
+  explicit DescriptorLimit(int spare) {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    const int lowest_free = dup(0);  // descriptors are handed out lowest first
+    close(lowest_free);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = static_cast<rlim_t>(lowest_free + spare);
+    setrlimit(RLIMIT_NOFILE, &lowered);
+  }
+  ~DescriptorLimit() { setrlimit(RLIMIT_NOFILE, &saved_); }
+
+ private:
+  rlimit saved_{};
+};
+
+absl::Duration ProcessCpuTime() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return absl::DurationFromTimeval(usage.ru_utime) + absl::DurationFromTimeval(usage.ru_stime);
+}
+
+TEST(MetricsHttpServerTest, OutOfDescriptorsPausesAcceptingInsteadOfSpinning) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server,
+                               MetricsHttpServer::Start("127.0.0.1", 0, [] { return "up 1\n"; }));
+  const int fd = Connect(server->port());
+  ASSERT_GE(fd, 0);
+  SendGet(fd, "/metrics");
+  std::string answer;
+  {
+    // The server cannot accept the client: its listening socket stays readable. Polling it again
+    // at once used to spin a core for as long as the descriptors were short.
+    DescriptorLimit none(0);
+    const absl::Duration cpu_before = ProcessCpuTime();
+    absl::SleepFor(absl::Milliseconds(600));
+    const absl::Duration spent = ProcessCpuTime() - cpu_before;
+    EXPECT_LT(spent, absl::Milliseconds(150)) << "the server spun while out of descriptors";
+  }
+  // Descriptors again: the client waiting in the backlog is served.
+  EXPECT_THAT(ReadAll(fd, absl::Seconds(5)), StartsWith("HTTP/1.0 200 OK\r\n"));
+  close(fd);
+}
+
+TEST(MetricsHttpServerTest, StartFailsCleanlyWithoutDescriptorsForItsWakePipe) {
+  // One spare descriptor: enough for the listening socket, not for the pipe that stops the
+  // server. A server without it could never be stopped (its destructor waited forever).
+  DescriptorLimit one(1);
+  EXPECT_THAT(MetricsHttpServer::Start("127.0.0.1", 0, [] { return ""; }).status(),
+              testutil::StatusIs(absl::StatusCode::kUnavailable, "pipe2"));
 }
 
 }  // namespace

@@ -73,11 +73,11 @@ absl::Status LoadTokens(const RankProcess::Options& options, ServerOptions& serv
   if (options.auth_tokens_file.empty()) return absl::OkStatus();
   auto tokens = TokenTable::Load(options.auth_tokens_file);
   if (!tokens.ok()) return WithContext("--auth_tokens_file: ", tokens.status());
-  peer_token = tokens->FirstAdminToken();
+  peer_token = tokens->FirstPeerSecret();
   if (options.world_size > 1 && peer_token.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--auth_tokens_file has no admin token: the ", options.world_size,
-                     " ranks call each other with the first admin token"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--auth_tokens_file has no peer entry ('NAME peer SECRET'): the ", options.world_size,
+        " ranks call each other with the secret of the first peer entry"));
   }
   server_options.tokens = *std::move(tokens);
   return absl::OkStatus();

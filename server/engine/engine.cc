@@ -1,11 +1,17 @@
 #include "server/engine/engine.h"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "checkpoint/partition.h"
+#include "glog/logging.h"
 #include "server/engine/cost_model.h"
 
 namespace optstep {
@@ -60,16 +66,32 @@ void Engine::SetAbortVoteListener(AbortVoteListener listener) {
   abort_relay_->listener = std::move(listener);
 }
 
+absl::Status SessionNotFoundError(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("session '", id, "' not found"));
+}
+
 std::string Engine::NextSessionId() {
-  absl::MutexLock lock(&mu_);
-  return absl::StrFormat("s%06d", next_id_++);
+  unsigned char bytes[16];
+  size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    // getrandom blocks until the CSPRNG is seeded and fails only on EINTR (retried) or a kernel
+    // without it, where the service cannot hand out ids that are safe to share.
+    if (n < 0 && errno == EINTR) continue;
+    CHECK_GT(n, 0) << "getrandom failed: " << strerror(errno);
+    filled += static_cast<size_t>(n);
+  }
+  return absl::StrCat("s", absl::BytesToHexString(absl::string_view(
+                               reinterpret_cast<const char*>(bytes), sizeof(bytes))));
 }
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::FindByName(const SessionConfig& config) const {
   absl::MutexLock lock(&mu_);
   if (!config.name.empty()) {
     for (auto& [id, session] : sessions_) {
-      if (session->config().name != config.name) continue;
+      if (session->config().name != config.name || session->config().owner != config.owner) {
+        continue;
+      }
       if (session->config().definition_key != config.definition_key) {
         return absl::FailedPreconditionError(
             absl::StrCat("session '", config.name, "' (", id,
@@ -132,7 +154,7 @@ absl::StatusOr<Engine::Created> Engine::Register(std::shared_ptr<Session> sessio
   const std::string& name = session->config().name;
   if (by_name && !name.empty()) {  // another trainer may have created it meanwhile
     for (auto& [id, existing] : sessions_) {
-      if (existing->config().name == name) {
+      if (existing->config().name == name && existing->config().owner == session->config().owner) {
         if (existing->config().definition_key != session->config().definition_key) {
           return absl::FailedPreconditionError(
               absl::StrCat("session '", name, "' exists with a different definition"));
@@ -183,8 +205,7 @@ bool Engine::healthy() const {
 absl::StatusOr<std::shared_ptr<Session>> Engine::GetSession(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
-  if (it == sessions_.end())
-    return absl::NotFoundError(absl::StrCat("session '", id, "' not found"));
+  if (it == sessions_.end()) return SessionNotFoundError(id);
   return it->second;
 }
 
@@ -200,8 +221,7 @@ absl::Status Engine::CloseSession(const std::string& id) {
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end())
-      return absl::NotFoundError(absl::StrCat("session '", id, "' not found"));
+    if (it == sessions_.end()) return SessionNotFoundError(id);
     session = std::move(it->second);
     sessions_.erase(it);
   }

@@ -23,6 +23,10 @@
 
 namespace optstep {
 
+// NOT_FOUND naming the session id: the answer for an unknown id, and for a session the caller may
+// not see (which must not be told apart).
+absl::Status SessionNotFoundError(const std::string& id);
+
 struct EngineOptions {
   DeviceOptions device;
   // The device to use instead of creating one from `device` (tests inject a fault-injecting
@@ -67,9 +71,10 @@ class Engine {
   // ALREADY_EXISTS when this rank holds the id.
   absl::StatusOr<std::shared_ptr<Session>> CreateReplica(const std::string& id,
                                                          SessionConfig config);
-  // A new session id (rank 0).
-  std::string NextSessionId();
-  // Whether a session with this name exists (rank 0 attaches instead of creating).
+  // A new session id (rank 0): "s" and 32 hex digits of 128 random bits read from the kernel's
+  // CSPRNG, so ids are neither guessed nor reused, across restarts too.
+  static std::string NextSessionId();
+  // Whether the owner of `config` has a session of its name (rank 0 attaches instead of creating).
   absl::StatusOr<std::shared_ptr<Session>> FindByName(const SessionConfig& config) const;
   // NOT_FOUND naming the id.
   absl::StatusOr<std::shared_ptr<Session>> GetSession(const std::string& id) const;
@@ -120,7 +125,6 @@ class Engine {
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread deadline_thread_;
   std::atomic<bool> accepting_steps_{true};

@@ -19,7 +19,12 @@ enum class GradientMode {
 
 // A validated session definition (server/rpc converts and validates the proto).
 struct SessionConfig {
-  std::string name;  // optional; CreateSession attaches to an existing session of this name
+  // The identity that created the session (docs/security.md): only it (and admins) may see or
+  // use the session.
+  std::string owner;
+  // Optional; CreateSession attaches to the owner's existing session of this name (names are
+  // scoped per owner).
+  std::string name;
   // Canonical serialisation of the definition: two CreateSession calls with the same name attach
   // only when these are equal.
   std::string definition_key;

@@ -1,6 +1,7 @@
 #include "server/rpc/auth.h"
 
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <utility>
 
@@ -25,8 +26,20 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-const char *CodeName(grpc::StatusCode code) {
+const char* CodeName(grpc::StatusCode code) {
   return code == grpc::StatusCode::PERMISSION_DENIED ? "PERMISSION_DENIED" : "UNAUTHENTICATED";
+}
+
+// Why `role` may not call a method that needs `required`; "" when it may. Admins may make user
+// calls; peer secrets serve only the ranks' own services, and only they serve them.
+std::string RoleRefusal(absl::string_view method, Role required, Role role) {
+  const bool allowed = role == required || (required == Role::kUser && role == Role::kAdmin);
+  if (allowed) return "";
+  const char* needed = required == Role::kUser    ? "a user or admin"
+                       : required == Role::kAdmin ? "an admin"
+                                                  : "a peer";
+  return absl::StrCat(method, " needs ", needed, " token; this token has the ", RoleName(role),
+                      " role");
 }
 
 class TokenProcessor final : public grpc::AuthMetadataProcessor {
@@ -37,8 +50,8 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
   // Lookups are quick and never block: run on gRPC's own thread.
   bool IsBlocking() const override { return false; }
 
-  grpc::Status Process(const InputMetadata &metadata, grpc::AuthContext * /*context*/,
-                       OutputMetadata *consumed, OutputMetadata * /*response*/) override {
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
+                       OutputMetadata* consumed, OutputMetadata* /*response*/) override {
     const absl::string_view method = Value(metadata, ":path");
     const std::optional<Role> required = RequiredRole(method);
     if (!required) return grpc::Status::OK;
@@ -52,11 +65,13 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
       return Refuse(method, grpc::StatusCode::UNAUTHENTICATED,
                     "the 'authorization' metadata is not 'Bearer <token>'");
     }
-    const std::optional<Role> role = tokens_.Find(value.substr(kBearer.size()));
-    if (!role) return Refuse(method, grpc::StatusCode::UNAUTHENTICATED, "unknown token");
-    if (*required == Role::kAdmin && *role != Role::kAdmin) {
-      return Refuse(method, grpc::StatusCode::PERMISSION_DENIED,
-                    absl::StrCat(method, " needs an admin token; this token has the user role"));
+    const std::optional<Identity> identity = tokens_.Find(value.substr(kBearer.size()));
+    if (!identity) return Refuse(method, grpc::StatusCode::UNAUTHENTICATED, "unknown token");
+    const std::string refusal = RoleRefusal(method, *required, identity->role);
+    if (!refusal.empty()) return Refuse(method, grpc::StatusCode::PERMISSION_DENIED, refusal);
+    if (context != nullptr) {
+      context->AddProperty(kIdentityProperty, identity->name);
+      context->AddProperty(kRoleProperty, std::string(RoleName(identity->role)));
     }
     // Services never see the token.
     consumed->insert({"authorization", std::string(value)});
@@ -64,13 +79,13 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
   }
 
  private:
-  static absl::string_view Value(const InputMetadata &metadata, const char *key) {
+  static absl::string_view Value(const InputMetadata& metadata, const char* key) {
     const auto it = metadata.find(key);
     if (it == metadata.end()) return "";
     return absl::string_view(it->second.data(), it->second.size());
   }
 
-  grpc::Status Refuse(absl::string_view method, grpc::StatusCode code, const std::string &why) {
+  grpc::Status Refuse(absl::string_view method, grpc::StatusCode code, const std::string& why) {
     LOG(WARNING) << "event=auth_refused method=" << method << " code=" << CodeName(code)
                  << " reason=\"" << why << "\"";
     if (on_refusal_) on_refusal_(method, CodeName(code));
@@ -81,10 +96,31 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
   const AuthRefusal on_refusal_;
 };
 
+std::optional<Role> ParseRole(absl::string_view name) {
+  for (Role role : {Role::kUser, Role::kAdmin, Role::kPeer}) {
+    if (name == RoleName(role)) return role;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kAdmin:
+      return "admin";
+    case Role::kPeer:
+      return "peer";
+    case Role::kUser:
+      break;
+  }
+  return "user";
+}
 
 absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::string_view source) {
   TokenTable table;
+  std::set<std::string> names;
+  std::set<std::string> secrets;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
@@ -93,25 +129,31 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
     std::vector<absl::string_view> fields =
         absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     const std::string where = absl::StrCat(source, ":", line_number);
-    if (fields.size() > 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": expected 'TOKEN [user|admin]', got ", fields.size(), " fields"));
+    if (fields.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": expected 'NAME ROLE SECRET' (ROLE: user, admin or peer), got ", fields.size(),
+          " field", fields.size() == 1 ? "" : "s",
+          fields.size() < 3 ? "; lines of the former 'SECRET [ROLE]' format need a name" : ""));
     }
-    if (fields[0].size() < kMinTokenBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": token of ", fields[0].size(),
+    const std::optional<Role> role = ParseRole(fields[1]);
+    if (!role) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown role '", fields[1], "' (expected user, admin or peer)"));
+    }
+    if (fields[2].size() < kMinTokenBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": secret of ", fields[2].size(),
                                                      " bytes; at least ", kMinTokenBytes,
                                                      " are required"));
     }
-    Role role = Role::kUser;
-    if (fields.size() == 2) {
-      if (fields[1] == "admin") {
-        role = Role::kAdmin;
-      } else if (fields[1] != "user") {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": unknown role '", fields[1], "' (expected user or admin)"));
-      }
+    if (!names.insert(std::string(fields[0])).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": name '", fields[0], "' is given twice; names are unique"));
     }
-    table.entries_.push_back({std::string(fields[0]), role});
+    if (!secrets.insert(std::string(fields[2])).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": the secret of '", fields[0],
+                                                     "' is given twice; secrets are unique"));
+    }
+    table.entries_.push_back({{std::string(fields[0]), *role}, std::string(fields[2])});
   }
   if (table.entries_.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": no tokens"));
@@ -119,7 +161,7 @@ absl::StatusOr<TokenTable> TokenTable::Parse(absl::string_view text, absl::strin
   return table;
 }
 
-absl::StatusOr<TokenTable> TokenTable::Load(const std::string &path) {
+absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read the tokens file '", path, "'"));
   std::stringstream text;
@@ -127,17 +169,17 @@ absl::StatusOr<TokenTable> TokenTable::Load(const std::string &path) {
   return Parse(text.str(), path);
 }
 
-std::optional<Role> TokenTable::Find(absl::string_view token) const {
-  std::optional<Role> found;
-  for (const Entry &entry : entries_) {
-    if (ConstantTimeEquals(token, entry.token) && !found) found = entry.role;
+std::optional<Identity> TokenTable::Find(absl::string_view secret) const {
+  std::optional<Identity> found;
+  for (const Entry& entry : entries_) {
+    if (ConstantTimeEquals(secret, entry.secret) && !found) found = entry.identity;
   }
   return found;
 }
 
-std::string TokenTable::FirstAdminToken() const {
-  for (const Entry &entry : entries_) {
-    if (entry.role == Role::kAdmin) return entry.token;
+std::string TokenTable::FirstPeerSecret() const {
+  for (const Entry& entry : entries_) {
+    if (entry.identity.role == Role::kPeer) return entry.secret;
   }
   return "";
 }
@@ -154,11 +196,10 @@ std::optional<Role> RequiredRole(absl::string_view method) {
   for (absl::string_view admin : kAdminMethods) {
     if (method == admin) return Role::kAdmin;
   }
-  // The ranks' own services: only another rank (holding an admin token) calls
-  // them.
+  // The ranks' own services: only another rank (holding a peer secret) calls them.
   if (absl::StartsWith(method, "/optstep.v1.PeerService/") ||
       absl::StartsWith(method, "/optstep.v1.RendezvousService/")) {
-    return Role::kAdmin;
+    return Role::kPeer;
   }
   return Role::kUser;
 }

@@ -1,19 +1,20 @@
 #ifndef OPTSTEP_SERVER_RPC_AUTH_H_
 #define OPTSTEP_SERVER_RPC_AUTH_H_
 
-// Bearer tokens and roles (docs/security.md).
+// Named identities, roles and the check of every call (docs/security.md).
 //
-// The tokens file has one token per line, optionally followed by its role:
-// `user` (the default) or `admin`. Blank lines and lines starting with '#' are
-// skipped. Every call but grpc.health.v1 carries `authorization: Bearer
-// <token>`; admin calls (Save, Load, ImportStateDict, CloseSession, and the
-// ranks' own PeerService / RendezvousService) need an admin token. A missing,
-// malformed or unknown token answers UNAUTHENTICATED; a user token on an admin
-// call PERMISSION_DENIED.
+// The tokens file has one identity per line: `NAME ROLE SECRET`, ROLE one of `user`, `admin`
+// and `peer`. Blank lines and lines starting with '#' are skipped; names and secrets are unique.
+// Every call but grpc.health.v1 carries `authorization: Bearer <secret>`:
+// - user calls (sessions, steps, exports) need a user or admin secret;
+// - admin calls (Save, Load, ImportStateDict, CloseSession, Shutdown) an admin secret;
+// - the ranks' own PeerService / RendezvousService a peer secret, which no other call accepts.
+// A missing, malformed or unknown secret answers UNAUTHENTICATED; a secret of the wrong role
+// PERMISSION_DENIED. An accepted call carries its identity on its AuthContext (kIdentityProperty,
+// kRoleProperty), which the services read (caller.h).
 //
-// The check runs in a grpc::AuthMetadataProcessor, which gRPC invokes only on
-// secure (TLS) server credentials, so tokens require TLS (the server refuses to
-// start otherwise).
+// The check runs in a grpc::AuthMetadataProcessor, which gRPC invokes only on secure (TLS)
+// server credentials, so tokens require TLS (the server refuses to start otherwise).
 
 #include <grpcpp/security/auth_metadata_processor.h>
 
@@ -28,43 +29,57 @@
 
 namespace optstep {
 
-enum class Role { kUser, kAdmin };
+enum class Role { kUser, kAdmin, kPeer };
+
+// "user", "admin" or "peer".
+absl::string_view RoleName(Role role);
+
+// Who calls: the name of a tokens-file entry and its role.
+struct Identity {
+  std::string name;
+  Role role = Role::kUser;
+};
+
+// AuthContext properties set on every call the token processor accepts.
+inline constexpr char kIdentityProperty[] = "optstep.identity";
+inline constexpr char kRoleProperty[] = "optstep.role";
 
 class TokenTable {
  public:
-  // INVALID_ARGUMENT naming `source` and the line for an unknown role, extra
-  // fields, a token shorter than kMinTokenBytes or a table without tokens.
+  // INVALID_ARGUMENT naming `source` and the line for a line that is not `NAME ROLE SECRET`
+  // (today's format and the former `SECRET [ROLE]` alike), an unknown role, a secret shorter
+  // than kMinTokenBytes, a name or secret given twice, or a table without entries.
   static absl::StatusOr<TokenTable> Parse(absl::string_view text, absl::string_view source);
   // NOT_FOUND when the file cannot be read.
-  static absl::StatusOr<TokenTable> Load(const std::string &path);
+  static absl::StatusOr<TokenTable> Load(const std::string& path);
 
-  // The token's role; nullopt when it is not in the table. Compares every entry
-  // in constant time, so the answer's timing tells nothing about near misses.
-  std::optional<Role> Find(absl::string_view token) const;
-  // The first admin token of the file ("" when there is none): what this rank
+  // The identity holding `secret`; nullopt when none does. Compares every entry in constant
+  // time, so the answer's timing tells nothing about near misses.
+  std::optional<Identity> Find(absl::string_view secret) const;
+  // The secret of the first peer entry of the file ("" when there is none): what this rank
   // presents when it calls the other ranks.
-  std::string FirstAdminToken() const;
+  std::string FirstPeerSecret() const;
   size_t size() const { return entries_.size(); }
 
   static constexpr size_t kMinTokenBytes = 16;
 
  private:
   struct Entry {
-    std::string token;
-    Role role;
+    Identity identity;
+    std::string secret;
   };
   std::vector<Entry> entries_;
 };
 
-// The role a method ("/package.Service/Method") needs; nullopt when it is open
-// to everyone (grpc.health.v1, for probes).
+// The role a method ("/package.Service/Method") needs; nullopt when it is open to everyone
+// (grpc.health.v1, for probes).
 std::optional<Role> RequiredRole(absl::string_view method);
 
 // Called for every refused call with its method and code (metrics, logs).
 using AuthRefusal = std::function<void(absl::string_view method, absl::string_view code_name)>;
 
-// Checks the bearer token of every call against `tokens` and removes the header
-// before the call reaches a service.
+// Checks the bearer secret of every call against `tokens`, records the caller's identity on the
+// call's AuthContext and removes the header before the call reaches a service.
 std::shared_ptr<grpc::AuthMetadataProcessor> MakeTokenProcessor(TokenTable tokens,
                                                                 AuthRefusal on_refusal);
 

@@ -9,6 +9,7 @@
 #include "base/run_detached.h"
 #include "base/status_macros.h"
 #include "server/engine/chained_state_dict.h"
+#include "server/rpc/caller.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/held_operations.h"
 #include "server/rpc/owned_write_reactor.h"
@@ -69,14 +70,15 @@ using CheckpointRun = std::function<absl::StatusOr<uint64_t>(
 // files), its progress streamed to the caller.
 grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(Engine* engine,
                                                                 HeldOperations* held,
+                                                                const Caller& caller,
                                                                 const std::string& session_id,
                                                                 const std::string& name,
                                                                 CheckpointRun run) {
   auto reactor = std::make_shared<ProgressReactor>();
   ProgressReactor* raw = reactor.get();
   raw->Start(reactor);
-  RunDetached([engine, held, session_id, name, run = std::move(run), reactor] {
-    absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(session_id);
+  RunDetached([engine, held, caller, session_id, name, run = std::move(run), reactor] {
+    absl::StatusOr<std::shared_ptr<Session>> session = FindSession(*engine, caller, session_id);
     if (!session.ok()) return reactor->Done(session.status());
     const uint64_t step = (*session)->stats().step;
     CheckpointProgress last;
@@ -154,8 +156,8 @@ CheckpointServiceImpl::CheckpointServiceImpl(Engine* engine, RankGroup* group)
 CheckpointServiceImpl::~CheckpointServiceImpl() = default;
 
 grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Save(
-    grpc::CallbackServerContext*, const v1::SaveRequest* request) {
-  return RunCheckpoint(engine_, &held_, request->session_id(), request->name(),
+    grpc::CallbackServerContext* context, const v1::SaveRequest* request) {
+  return RunCheckpoint(engine_, &held_, CallerOf(*context), request->session_id(), request->name(),
                        [](HeldOperations& held, Session& session, const std::string& name,
                           const CheckpointProgressCallback& progress) {
                          return held.SaveCheckpoint(session, name, progress);
@@ -163,8 +165,8 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Save(
 }
 
 grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Load(
-    grpc::CallbackServerContext*, const v1::LoadRequest* request) {
-  return RunCheckpoint(engine_, &held_, request->session_id(), request->name(),
+    grpc::CallbackServerContext* context, const v1::LoadRequest* request) {
+  return RunCheckpoint(engine_, &held_, CallerOf(*context), request->session_id(), request->name(),
                        [](HeldOperations& held, Session& session, const std::string& name,
                           const CheckpointProgressCallback& progress) {
                          return held.LoadCheckpoint(session, name, progress);
@@ -172,11 +174,13 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Load(
 }
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportStateDict(
-    grpc::CallbackServerContext*, const v1::ExportStateDictRequest* request) {
-  return NewStateStreamReactor([engine = engine_, held = &held_, request = *request](
+    grpc::CallbackServerContext* context, const v1::ExportStateDictRequest* request) {
+  return NewStateStreamReactor([engine = engine_, held = &held_, caller = CallerOf(*context),
+                                request = *request](
                                    std::function<void(absl::StatusOr<StreamedState>)> deliver) {
-    RunDetached([engine, held, request, deliver = std::move(deliver)] {
-      absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(request.session_id());
+    RunDetached([engine, held, caller, request, deliver = std::move(deliver)] {
+      absl::StatusOr<std::shared_ptr<Session>> session =
+          FindSession(*engine, caller, request.session_id());
       if (!session.ok()) return deliver(session.status());
       absl::StatusOr<std::shared_ptr<const StateDict>> dict = held->ExportStateDict(
           **session, {request.model_chunks().begin(), request.model_chunks().end()});
@@ -187,10 +191,10 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
 }
 
 grpc::ServerReadReactor<v1::StateDictChunk>* CheckpointServiceImpl::ImportStateDict(
-    grpc::CallbackServerContext*, v1::ImportStateDictResponse* response) {
+    grpc::CallbackServerContext* context, v1::ImportStateDictResponse* response) {
   // The dict goes to the group on a thread of its own: the import blocks on other ranks.
   return NewStateDictUploadReactor<v1::StateDictChunk>(
-      engine_, "empty state dict stream",
+      engine_, CallerOf(*context), "empty state dict stream",
       [held = &held_, response](Session& session, uint64_t, std::shared_ptr<const StateDict> dict,
                                 uint64_t bytes) {
         response->set_tensors(dict->size());

@@ -1,6 +1,7 @@
 #include "server/rpc/optimizer_service.h"
 
 #include "base/run_detached.h"
+#include "server/rpc/caller.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/param_stream_reactors.h"
 #include "server/rpc/step_reactor.h"
@@ -30,8 +31,8 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
     v1::CreateSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Allocating the state and connecting the ranks' group take a while: not on the reaction.
-  RunDetached([this, request, response, reactor] {
-    auto created = group_->CreateSession(request->spec());
+  RunDetached([this, owner = CallerOf(*context).identity, request, response, reactor] {
+    auto created = group_->CreateSession(request->spec(), owner);
     if (created.ok()) {
       SessionToProto(*created->session, response->mutable_session());
       AddRankTargets(response->mutable_session());
@@ -51,7 +52,7 @@ void OptimizerServiceImpl::AddRankTargets(v1::SessionInfo* info) const {
 grpc::ServerUnaryReactor* OptimizerServiceImpl::GetSession(grpc::CallbackServerContext* context,
                                                            const v1::GetSessionRequest* request,
                                                            v1::SessionInfo* response) {
-  auto session = engine_->GetSession(request->session_id());
+  auto session = FindSession(*engine_, CallerOf(*context), request->session_id());
   if (!session.ok()) return Done(context, session.status());
   SessionToProto(**session, response);
   AddRankTargets(response);
@@ -61,7 +62,9 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::GetSession(grpc::CallbackServerC
 grpc::ServerUnaryReactor* OptimizerServiceImpl::ListSessions(grpc::CallbackServerContext* context,
                                                              const v1::ListSessionsRequest*,
                                                              v1::ListSessionsResponse* response) {
+  const Caller caller = CallerOf(*context);
   for (const auto& session : engine_->ListSessions()) {
+    if (!MaySee(caller, *session)) continue;
     v1::SessionInfo* info = response->add_sessions();
     SessionToProto(*session, info);
     AddRankTargets(info);
@@ -73,23 +76,26 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CloseSession(grpc::CallbackServe
                                                              const v1::CloseSessionRequest* request,
                                                              v1::CloseSessionResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RunDetached([this, request, reactor] {
-    reactor->Finish(ToGrpcStatus(group_->CloseSession(request->session_id())));
+  RunDetached([this, caller = CallerOf(*context), request, reactor] {
+    absl::Status status = FindSession(*engine_, caller, request->session_id()).status();
+    if (status.ok()) status = group_->CloseSession(request->session_id());
+    reactor->Finish(ToGrpcStatus(status));
   });
   return reactor;
 }
 
 grpc::ServerReadReactor<v1::InitParametersRequest>* OptimizerServiceImpl::InitParameters(
-    grpc::CallbackServerContext*, v1::InitParametersResponse* response) {
-  return StartInitReactor(engine_, response);
+    grpc::CallbackServerContext* context, v1::InitParametersResponse* response) {
+  return StartInitReactor(engine_, CallerOf(*context), response);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* OptimizerServiceImpl::Step(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* context) {
   // A group that lost a rank cannot complete a step: every stream is refused, naming the rank.
   absl::Status lost = group_->LostPeersStatus();
   if (!lost.ok()) return new RefusedStepReactor(lost);
-  return StartStepReactor(engine_, step_limits_, [this] { return NewStepsStatus(); });
+  return StartStepReactor(engine_, CallerOf(*context), step_limits_,
+                          [this] { return NewStepsStatus(); });
 }
 
 absl::Status OptimizerServiceImpl::NewStepsStatus() const {
@@ -101,8 +107,8 @@ absl::Status OptimizerServiceImpl::NewStepsStatus() const {
 }
 
 grpc::ServerWriteReactor<v1::PullParametersResponse>* OptimizerServiceImpl::PullParameters(
-    grpc::CallbackServerContext*, const v1::PullParametersRequest* request) {
-  return StartPullReactor(engine_, request);
+    grpc::CallbackServerContext* context, const v1::PullParametersRequest* request) {
+  return StartPullReactor(engine_, CallerOf(*context), request);
 }
 
 }  // namespace optstep

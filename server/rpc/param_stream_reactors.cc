@@ -18,10 +18,10 @@ namespace {
 
 class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, PullReactor> {
  public:
-  void Start(std::shared_ptr<PullReactor> self, Engine* engine,
+  void Start(std::shared_ptr<PullReactor> self, Engine* engine, const Caller& caller,
              const v1::PullParametersRequest& request) {
     Own(std::move(self));
-    absl::Status status = Validate(engine, request);
+    absl::Status status = Validate(engine, caller, request);
     if (!status.ok()) {
       absl::MutexLock lock(&mu_);
       return FinishLocked(ToGrpcStatus(status));
@@ -33,8 +33,9 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
   }
 
  private:
-  absl::Status Validate(Engine* engine, const v1::PullParametersRequest& request) {
-    auto session = engine->GetSession(request.session_id());
+  absl::Status Validate(Engine* engine, const Caller& caller,
+                        const v1::PullParametersRequest& request) {
+    auto session = FindSession(*engine, caller, request.session_id());
     if (!session.ok()) return session.status();
     session_ = *std::move(session);
     if (request.dtype() == v1::DTYPE_BF16) {
@@ -77,8 +78,8 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
 
 class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersRequest> {
  public:
-  InitReactor(Engine* engine, v1::InitParametersResponse* response)
-      : engine_(engine), response_(response) {
+  InitReactor(Engine* engine, Caller caller, v1::InitParametersResponse* response)
+      : engine_(engine), caller_(std::move(caller)), response_(response) {
     StartRead(&request_);
   }
 
@@ -93,7 +94,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
  private:
   absl::Status Apply() {
     if (session_ == nullptr) {
-      auto session = engine_->GetSession(request_.session_id());
+      auto session = FindSession(*engine_, caller_, request_.session_id());
       if (!session.ok()) return session.status();
       session_ = *std::move(session);
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
@@ -117,6 +118,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   }
 
   Engine* const engine_;
+  const Caller caller_;
   v1::InitParametersResponse* const response_;
   v1::InitParametersRequest request_;
   std::shared_ptr<Session> session_;
@@ -125,16 +127,16 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
 }  // namespace
 
 grpc::ServerWriteReactor<v1::PullParametersResponse>* StartPullReactor(
-    Engine* engine, const v1::PullParametersRequest* request) {
+    Engine* engine, const Caller& caller, const v1::PullParametersRequest* request) {
   auto reactor = std::make_shared<PullReactor>();
   PullReactor* raw = reactor.get();
-  raw->Start(std::move(reactor), engine, *request);
+  raw->Start(std::move(reactor), engine, caller, *request);
   return raw;
 }
 
 grpc::ServerReadReactor<v1::InitParametersRequest>* StartInitReactor(
-    Engine* engine, v1::InitParametersResponse* response) {
-  return new InitReactor(engine, response);
+    Engine* engine, Caller caller, v1::InitParametersResponse* response) {
+  return new InitReactor(engine, std::move(caller), response);
 }
 
 }  // namespace optstep

@@ -5,16 +5,19 @@
 
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
+#include "server/rpc/caller.h"
 
 namespace optstep {
 
-// PullParameters: streams the snapshot of the last step. Owns itself until OnDone.
+// PullParameters: streams the snapshot of the last step of a session `caller` may see. Owns
+// itself until OnDone.
 grpc::ServerWriteReactor<v1::PullParametersResponse>* StartPullReactor(
-    Engine* engine, const v1::PullParametersRequest* request);
+    Engine* engine, const Caller& caller, const v1::PullParametersRequest* request);
 
-// InitParameters: writes initial values chunk by chunk. Owns itself until OnDone.
+// InitParameters: writes initial values chunk by chunk into a session `caller` may see. Owns
+// itself until OnDone.
 grpc::ServerReadReactor<v1::InitParametersRequest>* StartInitReactor(
-    Engine* engine, v1::InitParametersResponse* response);
+    Engine* engine, Caller caller, v1::InitParametersResponse* response);
 
 }  // namespace optstep
 

@@ -22,8 +22,10 @@ grpc::ServerUnaryReactor* PeerServiceImpl::CreateReplica(grpc::CallbackServerCon
   RunDetached([engine = engine_, request, reactor] {
     absl::StatusOr<SessionConfig> config = SessionConfigFromProto(request->spec());
     absl::Status status = config.status();
-    if (config.ok())
+    if (config.ok()) {
+      config->owner = request->owner();
       status = engine->CreateReplica(request->session_id(), *std::move(config)).status();
+    }
     reactor->Finish(ToGrpcStatus(status));
   });
   return reactor;
@@ -152,7 +154,7 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::ExportHeldState(
 grpc::ServerReadReactor<v1::HeldStateChunk>* PeerServiceImpl::StageHeldState(
     grpc::CallbackServerContext*, v1::HeldSessionResponse*) {
   return NewStateDictUploadReactor<v1::HeldStateChunk>(
-      engine_, "empty stage stream",
+      engine_, RankCaller(), "empty stage stream",
       [](Session& session, uint64_t token, std::shared_ptr<const StateDict> dict, uint64_t) {
         return session.holds().StageState(token, std::move(dict), /*complete=*/false);
       });

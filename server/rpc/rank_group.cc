@@ -141,7 +141,8 @@ v1::PeerService::Stub* RankGroup::Peer(int rank) {
   return peers_[rank].get();
 }
 
-absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& spec) {
+absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& spec,
+                                                         const std::string& owner) {
   if (options_.rank != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("sessions are created on rank 0; this is rank ", options_.rank, " of ",
@@ -149,6 +150,7 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
   }
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));
+  config.owner = owner;
   absl::MutexLock create_lock(&create_mu_);
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> existing, engine_->FindByName(config));
   if (existing != nullptr) return Engine::Created{existing, true};
@@ -167,9 +169,10 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
   std::vector<absl::Status> peer_status(options_.world_size);
   std::vector<std::thread> calls;
   for (int r = 1; r < options_.world_size; ++r) {
-    calls.emplace_back([this, r, &id, &spec, &peer_status] {
+    calls.emplace_back([this, r, &id, &spec, &owner, &peer_status] {
       v1::CreateReplicaRequest request;
       request.set_session_id(id);
+      request.set_owner(owner);
       *request.mutable_spec() = spec;
       v1::CreateReplicaResponse response;
       grpc::ClientContext context;

@@ -91,8 +91,10 @@ class RankGroup {
 
   // Rank 0: creates (or attaches by name to) a session on every rank. FAILED_PRECONDITION on
   // other ranks, UNAVAILABLE once a peer is lost (PeersStatus). On failure the replicas already
-  // made are closed again.
-  absl::StatusOr<Engine::Created> CreateSession(const v1::SessionSpec& spec);
+  // made are closed again. The session belongs to `owner`, who attaches by name only to a
+  // session of its own.
+  absl::StatusOr<Engine::Created> CreateSession(const v1::SessionSpec& spec,
+                                                const std::string& owner);
   // Rank 0: closes the session on every rank (the peers' errors are logged, not returned).
   absl::Status CloseSession(const std::string& id);
 

@@ -234,8 +234,12 @@ const v1::StateDictChunk* ChunkOf(const v1::HeldStateChunk& message) {
 template <typename Message>
 class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
  public:
-  StateDictUploadReactor(Engine* engine, std::string empty_error, StateDictUpload action)
-      : engine_(engine), empty_error_(std::move(empty_error)), action_(std::move(action)) {
+  StateDictUploadReactor(Engine* engine, Caller caller, std::string empty_error,
+                         StateDictUpload action)
+      : engine_(engine),
+        caller_(std::move(caller)),
+        empty_error_(std::move(empty_error)),
+        action_(std::move(action)) {
     this->StartRead(&message_);
   }
 
@@ -251,7 +255,7 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
   absl::Status Add() {
     if (session_ == nullptr) {
       token_ = TokenOf(message_);
-      OPTSTEP_ASSIGN_OR_RETURN(session_, engine_->GetSession(message_.session_id()));
+      OPTSTEP_ASSIGN_OR_RETURN(session_, FindSession(*engine_, caller_, message_.session_id()));
     }
     const v1::StateDictChunk* chunk = ChunkOf(message_);
     return chunk == nullptr ? absl::OkStatus() : assembler_.Add(*chunk);
@@ -270,6 +274,7 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
   }
 
   Engine* const engine_;
+  const Caller caller_;
   const std::string empty_error_;
   const StateDictUpload action_;
   Message message_;
@@ -281,14 +286,16 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
 }  // namespace
 
 template <typename Message>
-grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, std::string empty_error,
+grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Caller caller,
+                                                            std::string empty_error,
                                                             StateDictUpload action) {
-  return new StateDictUploadReactor<Message>(engine, std::move(empty_error), std::move(action));
+  return new StateDictUploadReactor<Message>(engine, std::move(caller), std::move(empty_error),
+                                             std::move(action));
 }
 
 template grpc::ServerReadReactor<v1::StateDictChunk>* NewStateDictUploadReactor<v1::StateDictChunk>(
-    Engine*, std::string, StateDictUpload);
+    Engine*, Caller, std::string, StateDictUpload);
 template grpc::ServerReadReactor<v1::HeldStateChunk>* NewStateDictUploadReactor<v1::HeldStateChunk>(
-    Engine*, std::string, StateDictUpload);
+    Engine*, Caller, std::string, StateDictUpload);
 
 }  // namespace optstep

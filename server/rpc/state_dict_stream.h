@@ -20,6 +20,7 @@
 #include "optstep/v1/checkpoint_service.pb.h"
 #include "server/engine/engine.h"
 #include "server/engine/session.h"
+#include "server/rpc/caller.h"
 
 namespace optstep {
 
@@ -59,9 +60,10 @@ using StateDictUpload = std::function<absl::Status(
 // names the session; every piece goes through a StateDictAssembler. At the end of the stream it
 // builds the dict and runs `action` on it on a thread of its own (the action may block on other
 // ranks), and finishes the call with the status. A stream without messages is INVALID_ARGUMENT
-// `empty_error`. Owns itself until done.
+// `empty_error`. Only a session `caller` may see is found. Owns itself until done.
 template <typename Message>
-grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, std::string empty_error,
+grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Caller caller,
+                                                            std::string empty_error,
                                                             StateDictUpload action);
 
 // Collects streamed StateDictChunks into per-(sub-optimizer, chunk) dicts, checking every piece

@@ -24,8 +24,12 @@ namespace {
 class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                           public std::enable_shared_from_this<StepReactor> {
  public:
-  StepReactor(Engine* engine, const StepStreamLimits& limits, NewStepsStatus new_steps)
-      : engine_(engine), limits_(limits), new_steps_(std::move(new_steps)) {}
+  StepReactor(Engine* engine, Caller caller, const StepStreamLimits& limits,
+              NewStepsStatus new_steps)
+      : engine_(engine),
+        caller_(std::move(caller)),
+        limits_(limits),
+        new_steps_(std::move(new_steps)) {}
 
   void Start(std::shared_ptr<StepReactor> self) {
     self_ = std::move(self);
@@ -128,7 +132,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (phase_ != Phase::kHeader) {
       return absl::InvalidArgumentError("step stream: a second StepHeader; one step per stream");
     }
-    auto session = engine_->GetSession(header.session_id());
+    auto session = FindSession(*engine_, caller_, header.session_id());
     if (!session.ok()) return session.status();
     // This rank or a peer shutting down: the other trainers of a step already begun may still
     // join it, so that it completes; nothing new starts.
@@ -324,6 +328,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   }
 
   Engine* const engine_;
+  const Caller caller_;
   const StepStreamLimits limits_;
   const NewStepsStatus new_steps_;
   std::shared_ptr<StepReactor> self_;
@@ -353,8 +358,9 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
-    Engine* engine, const StepStreamLimits& limits, NewStepsStatus new_steps) {
-  auto reactor = std::make_shared<StepReactor>(engine, limits, std::move(new_steps));
+    Engine* engine, Caller caller, const StepStreamLimits& limits, NewStepsStatus new_steps) {
+  auto reactor =
+      std::make_shared<StepReactor>(engine, std::move(caller), limits, std::move(new_steps));
   StepReactor* raw = reactor.get();
   raw->Start(std::move(reactor));
   return raw;

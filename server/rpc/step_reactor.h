@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
+#include "server/rpc/caller.h"
 
 namespace optstep {
 
@@ -38,9 +39,10 @@ using NewStepsStatus = std::function<absl::Status()>;
 // gradient chunk's bytes are copied once, from the network buffers into the step's buffers, and
 // parameter chunks go out as slices of the shared snapshot. The reactor owns itself and is
 // released after OnDone; reactions never block: the step itself runs on the engine's device
-// worker, which calls back when the step is applied or aborted.
+// worker, which calls back when the step is applied or aborted. Only a session `caller` may see
+// is stepped (caller.h).
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
-    Engine* engine, const StepStreamLimits& limits, NewStepsStatus new_steps);
+    Engine* engine, Caller caller, const StepStreamLimits& limits, NewStepsStatus new_steps);
 
 }  // namespace optstep
 

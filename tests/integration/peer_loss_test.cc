@@ -205,7 +205,8 @@ TEST(PeerLossTlsTest, HeartbeatsUseThePeersCredentials) {
   const std::string dir = testutil::TestTmpDir();
   OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::TestPki pki, testutil::MakeTestPki(dir, "heartbeat"));
   const std::string tokens = testutil::WriteTestFile(
-      dir, "heartbeat_tokens", "user-token-1b2c3d\nadmin-token-4e5f6a admin\n");
+      dir, "heartbeat_tokens",
+      "alice user user-token-1b2c3d4e5f\nranks peer peer-token-4e5f6a7b8c\n");
   OPTSTEP_ASSERT_OK_AND_ASSIGN(
       Group group,
       testutil::StartGroup(
@@ -216,7 +217,7 @@ TEST(PeerLossTlsTest, HeartbeatsUseThePeersCredentials) {
   tls.tls_ca_file = pki.ca;
   tls.tls_cert_file = pki.client_cert;
   tls.tls_key_file = pki.client_key;
-  tls.token = "user-token-1b2c3d";
+  tls.token = "user-token-1b2c3d4e5f";
   std::vector<std::unique_ptr<Client>> clients;
   for (const auto& rank : group) clients.push_back(RankClient(*rank, tls));
   ExpectAllServing(clients);

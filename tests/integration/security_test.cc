@@ -3,6 +3,9 @@
 // connection whose certificates the server does not trust, and none of these calls changes any
 // state. Health stays open for probes. A group of two ranks with TLS and tokens still steps.
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -11,10 +14,6 @@
 #include <map>
 #include <sstream>
 #include <vector>
-
-#include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/security/credentials.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -37,13 +36,14 @@ using ::optstep::testutil::IsOk;
 using ::optstep::testutil::MakeTestPki;
 using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
-using ::optstep::testutil::StepSmall;
 using ::optstep::testutil::StatusIs;
+using ::optstep::testutil::StepSmall;
 using ::optstep::testutil::TestPki;
 using ::testing::HasSubstr;
 
 constexpr char kUserToken[] = "user-token-5f0c2b7e9a41";
 constexpr char kAdminToken[] = "admin-token-d83a6e1f27c9";
+constexpr char kPeerToken[] = "peer-token-7b1e04c9d2a6";
 constexpr char kWrongToken[] = "wrong-token-000000000000";
 
 std::vector<std::string> ServerFlags(const TestPki& pki, const std::string& tokens_file) {
@@ -125,7 +125,8 @@ Snapshot Take(Client& admin) {
 struct Rpc {
   std::string method;
   std::shared_ptr<google::protobuf::Message> request;
-  bool admin;
+  // "user", "admin" or "peer": the role the call needs.
+  std::string needs;
 };
 
 // Every RPC of the server, each with a request that would change state (or read it) if the
@@ -165,21 +166,21 @@ std::vector<Rpc> AllRpcs(const std::string& session_id) {
   close_replica->set_session_id(session_id);
   auto rendezvous = std::make_shared<v1::RendezvousSetRequest>();
   return {
-      {"/optstep.v1.OptimizerService/CreateSession", create, false},
-      {"/optstep.v1.OptimizerService/GetSession", get, false},
+      {"/optstep.v1.OptimizerService/CreateSession", create, "user"},
+      {"/optstep.v1.OptimizerService/GetSession", get, "user"},
       {"/optstep.v1.OptimizerService/ListSessions", std::make_shared<v1::ListSessionsRequest>(),
-       false},
-      {"/optstep.v1.OptimizerService/CloseSession", close, true},
-      {"/optstep.v1.OptimizerService/InitParameters", init, false},
-      {"/optstep.v1.OptimizerService/Step", step, false},
-      {"/optstep.v1.OptimizerService/PullParameters", pull, false},
-      {"/optstep.v1.CheckpointService/Save", save, true},
-      {"/optstep.v1.CheckpointService/Load", load, true},
-      {"/optstep.v1.CheckpointService/ExportStateDict", export_request, false},
-      {"/optstep.v1.CheckpointService/ImportStateDict", import, true},
-      {"/optstep.v1.PeerService/CloseReplica", close_replica, true},
-      {"/optstep.v1.RendezvousService/Set", rendezvous, true},
-      {"/optstep.v1.AdminService/Shutdown", std::make_shared<v1::ShutdownRequest>(), true},
+       "user"},
+      {"/optstep.v1.OptimizerService/CloseSession", close, "admin"},
+      {"/optstep.v1.OptimizerService/InitParameters", init, "user"},
+      {"/optstep.v1.OptimizerService/Step", step, "user"},
+      {"/optstep.v1.OptimizerService/PullParameters", pull, "user"},
+      {"/optstep.v1.CheckpointService/Save", save, "admin"},
+      {"/optstep.v1.CheckpointService/Load", load, "admin"},
+      {"/optstep.v1.CheckpointService/ExportStateDict", export_request, "user"},
+      {"/optstep.v1.CheckpointService/ImportStateDict", import, "admin"},
+      {"/optstep.v1.PeerService/CloseReplica", close_replica, "peer"},
+      {"/optstep.v1.RendezvousService/Set", rendezvous, "peer"},
+      {"/optstep.v1.AdminService/Shutdown", std::make_shared<v1::ShutdownRequest>(), "admin"},
   };
 }
 
@@ -195,7 +196,8 @@ class SecurityTest : public ::testing::Test {
     other_ = *other;
     tokens_file_ = testutil::WriteTestFile(
         dir, "tokens",
-        absl::StrCat("# role per token\n", kUserToken, "\n", kAdminToken, " admin\n"));
+        absl::StrCat("# name role secret\nalice user ", kUserToken, "\nroot admin ", kAdminToken,
+                     "\nranks peer ", kPeerToken, "\n"));
   }
 
   TestPki good_;
@@ -224,11 +226,10 @@ TEST_F(SecurityTest, EveryRpcRefusesMissingWrongAndUnderprivilegedCredentials) {
     EXPECT_THAT(none.error_message(), HasSubstr("authorization"));
     const grpc::Status wrong = Call(trusted, rpc.method, *rpc.request, kWrongToken);
     EXPECT_EQ(wrong.error_code(), grpc::StatusCode::UNAUTHENTICATED) << wrong.error_message();
-    if (rpc.admin) {
+    if (rpc.needs != "user") {
       const grpc::Status denied = Call(trusted, rpc.method, *rpc.request, kUserToken);
-      EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED)
-          << denied.error_message();
-      EXPECT_THAT(denied.error_message(), HasSubstr("admin"));
+      EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED) << denied.error_message();
+      EXPECT_THAT(denied.error_message(), HasSubstr(absl::StrCat(rpc.needs, " token")));
     }
     // A client certificate from another CA, and a client that does not trust the server's CA:
     // the handshake fails before any call.
@@ -242,10 +243,9 @@ TEST_F(SecurityTest, EveryRpcRefusesMissingWrongAndUnderprivilegedCredentials) {
         << foreign_server.error_message();
   }
   // Plaintext against a TLS port.
-  const grpc::Status plain = Call(grpc::CreateChannel(server->address(),
-                                                      grpc::InsecureChannelCredentials()),
-                                  "/optstep.v1.OptimizerService/ListSessions",
-                                  v1::ListSessionsRequest(), kAdminToken);
+  const grpc::Status plain =
+      Call(grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()),
+           "/optstep.v1.OptimizerService/ListSessions", v1::ListSessionsRequest(), kAdminToken);
   EXPECT_EQ(plain.error_code(), grpc::StatusCode::UNAVAILABLE) << plain.error_message();
 
   EXPECT_TRUE(Take(*admin) == before) << "a refused call changed the server's state";
@@ -303,9 +303,9 @@ std::pair<int, std::string> Cli(const std::string& env, const std::string& args)
 
 TEST_F(SecurityTest, CommandLineToolPassesTlsAndToken) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start(ServerFlags(good_, tokens_file_)));
-  const std::string tls = absl::StrCat("--server=", server->address(), " --tls_ca=", good_.ca,
-                                       " --tls_cert=", good_.client_cert,
-                                       " --tls_key=", good_.client_key);
+  const std::string tls =
+      absl::StrCat("--server=", server->address(), " --tls_ca=", good_.ca,
+                   " --tls_cert=", good_.client_cert, " --tls_key=", good_.client_key);
   auto health = Cli("", "health " + tls);
   for (int i = 0; i < 50 && health.first != 0; ++i) health = Cli("", "health " + tls);
   EXPECT_EQ(health.first, 0) << health.second;

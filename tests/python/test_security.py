@@ -48,7 +48,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
 def secure_server(server_binary: str, pki: Dict[str, str],
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[optstep.LocalServer]:
     tokens = tmp_path_factory.mktemp("tokens") / "tokens"
-    tokens.write_text(f"{USER} user\n{ADMIN} admin\n")
+    tokens.write_text(f"trainer user {USER}\nroot admin {ADMIN}\n")
     flags = [f"--tls_cert={pki['server.pem']}", f"--tls_key={pki['server.key']}",
              f"--tls_client_ca={pki['ca.pem']}", f"--auth_tokens_file={tokens}"]
     with optstep.LocalServer(server_binary, flags=flags) as local:

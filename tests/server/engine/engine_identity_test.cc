@@ -1,0 +1,78 @@
+// Session ids and names as the engine hands them out: ids are 128 random bits (never the
+// sequence s000001, s000002, ... that restarted at 1 with every process), and a name is scoped
+// to its owner: two owners may each have "run1", and attaching by name finds only the caller's.
+
+#include <set>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "tests/server/engine/session_test_util.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::StatusIs;
+using ::testing::MatchesRegex;
+
+TEST(EngineIdentityTest, SessionIdsAre128RandomBitsInHex) {
+  std::set<std::string> ids;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = Engine::NextSessionId();
+    EXPECT_THAT(id, MatchesRegex("s[0-9a-f]{32}"));
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), 1000u) << "an id was handed out twice";
+}
+
+TEST(EngineIdentityTest, TwoEnginesDoNotStartTheSameSequence) {
+  auto first = testutil::MakeEngine();
+  auto second = testutil::MakeEngine();
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  SessionConfig config = testutil::TwoParamConfig(testutil::Sgd(0.1));
+  auto a = testutil::MakeSession(*first, config);
+  auto b = testutil::MakeSession(*second, config);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a->id(), b->id()) << "a restarted rank handed out an id of the previous process";
+}
+
+TEST(EngineIdentityTest, NamesAreScopedPerOwner) {
+  auto engine = testutil::MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  SessionConfig alice = testutil::TwoParamConfig(testutil::Sgd(0.1));
+  alice.name = "run1";
+  alice.owner = "alice";
+  SessionConfig bob = alice;
+  bob.owner = "bob";
+
+  auto created_alice = engine->CreateSession(alice);
+  ASSERT_TRUE(created_alice.ok()) << created_alice.status();
+  EXPECT_FALSE(created_alice->attached);
+  // Bob's "run1" is a session of his own, not an attachment to Alice's.
+  auto created_bob = engine->CreateSession(bob);
+  ASSERT_TRUE(created_bob.ok()) << created_bob.status();
+  EXPECT_FALSE(created_bob->attached);
+  EXPECT_NE(created_bob->session->id(), created_alice->session->id());
+  // Each owner attaches to their own.
+  auto again = engine->CreateSession(alice);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->attached);
+  EXPECT_EQ(again->session->id(), created_alice->session->id());
+  // A different definition under Bob's name does not tell Bob about Alice's session.
+  SessionConfig carol = alice;
+  carol.owner = "carol";
+  carol.definition_key = "another definition";
+  auto created_carol = engine->CreateSession(carol);
+  ASSERT_TRUE(created_carol.ok()) << created_carol.status();
+  EXPECT_FALSE(created_carol->attached);
+  alice.definition_key = "another definition";
+  EXPECT_THAT(engine->CreateSession(alice).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace optstep

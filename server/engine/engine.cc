@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -31,7 +32,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
 Engine::Engine(EngineOptions options, std::shared_ptr<Device> device)
     : options_(std::move(options)),
       device_(std::move(device)),
-      device_worker_(std::make_shared<SerialExecutor>()),
+      device_worker_(std::make_shared<FairExecutor>()),
       deadline_thread_([this] { WatchDeadlines(); }) {}
 
 Engine::~Engine() {
@@ -57,6 +58,7 @@ void Engine::WatchDeadlines() {
       session->holds().ExpireHold(now);
       session->AbortIfExpired(now);
     }
+    WatchDevice(now);
     mu_.Lock();
   }
 }
@@ -194,8 +196,39 @@ void Engine::ReportCreated(const Session& session) const {
                                            static_cast<int64_t>(session.config().params.size()));
 }
 
+void Engine::WatchDevice(absl::Time now) {
+  const absl::Duration limit = options_.device_watchdog;
+  if (limit <= absl::ZeroDuration()) return;
+  const std::optional<FairExecutor::Running> running = device_worker_->running();
+  const bool stalled = running && now - running->started > limit;
+  absl::MutexLock lock(&mu_);
+  if (stalled == device_stalled_) return;
+  device_stalled_ = stalled;
+  if (stalled) {
+    LOG(ERROR) << "event=device_stalled rank=" << options_.rank << " task=\"" << running->label
+               << "\" session=" << running->queue
+               << " running_for_ms=" << absl::ToInt64Milliseconds(now - running->started)
+               << " watchdog_ms=" << absl::ToInt64Milliseconds(limit)
+               << ": the device worker makes no progress; health is NOT_SERVING until the task "
+                  "ends";
+  } else {
+    LOG(WARNING) << "event=device_recovered rank=" << options_.rank
+                 << ": the stalled device task ended";
+  }
+}
+
+Engine::DeviceActivity Engine::device_activity() const {
+  DeviceActivity activity;
+  const std::optional<FairExecutor::Running> running = device_worker_->running();
+  if (running) activity.running_for = absl::Now() - running->started;
+  absl::MutexLock lock(&mu_);
+  activity.stalled = device_stalled_;
+  return activity;
+}
+
 bool Engine::healthy() const {
   absl::MutexLock lock(&mu_);
+  if (device_stalled_) return false;
   for (const auto& entry : sessions_) {
     if (!entry.second->healthy()) return false;
   }

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "base/serial_executor.h"
+#include "base/fair_executor.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "kernels/device_factory.h"
@@ -38,6 +38,9 @@ struct EngineOptions {
   int max_sessions = 64;
   int64_t max_params_per_session = 1 << 20;
   int64_t max_session_bytes = 0;  // 0: unlimited
+  // A device task (a slice of one session's device work) running longer than this turns the
+  // rank unhealthy until it ends (docs/security.md); zero: no watchdog.
+  absl::Duration device_watchdog = absl::Minutes(5);
   // Creates and connects the communicator of a session's group; called on every rank with the
   // same session id (it blocks until the group is connected). Unset: a local communicator, for
   // world size 1.
@@ -82,8 +85,17 @@ class Engine {
   // Aborts its pending step and drops the session. NOT_FOUND naming the id.
   absl::Status CloseSession(const std::string& id);
 
-  // False once a session lost its group (a peer rank died): the rank should stop serving.
+  // False once a session lost its group (a peer rank died), or while the device worker is
+  // stalled (a task has run longer than options().device_watchdog): the rank should stop
+  // serving.
   bool healthy() const;
+
+  // What the device worker runs now, for metrics.
+  struct DeviceActivity {
+    bool stalled = false;                               // the running task passed the watchdog
+    absl::Duration running_for = absl::ZeroDuration();  // zero when idle
+  };
+  DeviceActivity device_activity() const;
 
   // Shutdown: from now on new Step streams are refused (UNAVAILABLE); steps already begun go on.
   void StopAcceptingSteps() { accepting_steps_ = false; }
@@ -108,6 +120,9 @@ class Engine {
   // appeared meanwhile.
   absl::StatusOr<Created> Register(std::shared_ptr<Session> session, bool by_name);
   void WatchDeadlines();
+  // Marks the device worker stalled while its running task has passed the watchdog, logging the
+  // change (event=device_stalled / event=device_recovered).
+  void WatchDevice(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   void ReportCreated(const Session& session) const;
 
   // Shared with the sessions (which may outlive the engine).
@@ -119,13 +134,15 @@ class Engine {
   const EngineOptions options_;
   // Shared with the sessions, which may outlive the engine.
   std::shared_ptr<Device> device_;
-  // The device worker: runs the device math of every session, one task at a time.
-  std::shared_ptr<SerialExecutor> device_worker_;
+  // The device worker: runs the device math of every session, one task at a time, the sessions'
+  // queues in turn.
+  std::shared_ptr<FairExecutor> device_worker_;
   const std::shared_ptr<AbortVoteRelay> abort_relay_ = std::make_shared<AbortVoteRelay>();
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool device_stalled_ ABSL_GUARDED_BY(mu_) = false;
   std::thread deadline_thread_;
   std::atomic<bool> accepting_steps_{true};
 };

@@ -39,7 +39,7 @@ Session::~Session() {
 
 absl::StatusOr<std::shared_ptr<Session>> Session::Create(Options options,
                                                          std::shared_ptr<Device> device,
-                                                         std::shared_ptr<SerialExecutor> worker) {
+                                                         std::shared_ptr<FairExecutor> worker) {
   OPTSTEP_ASSIGN_OR_RETURN(
       std::unique_ptr<ReplicaState> replica,
       ReplicaState::Create(options.id, std::move(options.config), std::move(options.layout),
@@ -319,6 +319,7 @@ void Session::Close() {
     gate_.Stop();
     if (!book_.running()) callbacks = book_.Abort();
   }
+  coordinator_->CancelDeviceWork();
   const absl::Status reason =
       absl::UnavailableError(absl::StrCat("session '", id_, "' closed before the step ran"));
   for (StepCallback& done : callbacks) done(reason);

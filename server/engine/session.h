@@ -16,7 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "base/serial_executor.h"
+#include "base/fair_executor.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/state_dict.h"
 #include "kernels/comm/communicator.h"
@@ -90,7 +90,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // (a session can be released after the engine, by its own coordinator's last task).
   static absl::StatusOr<std::shared_ptr<Session>> Create(Options options,
                                                          std::shared_ptr<Device> device,
-                                                         std::shared_ptr<SerialExecutor> worker);
+                                                         std::shared_ptr<FairExecutor> worker);
   ~Session() override;
 
   Session(const Session&) = delete;
@@ -156,7 +156,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // Another rank voted to abort `step` as its resolution `resolution`: this rank starts that
   // resolution too, voting to abort, unless it already started it (or a hold forbids it).
   void JoinAbort(uint64_t resolution, uint64_t step);
-  // Aborts the pending step and refuses further steps (UNAVAILABLE).
+  // Aborts the pending step, refuses further steps (UNAVAILABLE) and cancels the session's device
+  // work: what is queued is dropped, and a step that runs ends at its next slice (its trainers
+  // are told UNAVAILABLE). Returns without waiting for it.
   void Close();
   // False once a collective failed (a peer was lost): the session answers UNAVAILABLE.
   bool healthy() const;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "server/engine/replica_snapshot.h"
@@ -48,16 +49,16 @@ double ClipScale(double clip, double grad_norm) {
 
 StepCoordinator::StepCoordinator(Options options, ReplicaState* replica,
                                  std::unique_ptr<Communicator> comm,
-                                 std::shared_ptr<SerialExecutor> device_worker, StepLedger* ledger)
+                                 std::shared_ptr<FairExecutor> device_worker, StepLedger* ledger)
     : options_(std::move(options)),
       replica_(replica),
       comm_(std::move(comm)),
-      device_worker_(std::move(device_worker)),
+      device_queue_(std::move(device_worker), options_.session_id),
       ledger_(ledger) {}
 
 absl::StatusOr<std::unique_ptr<StepCoordinator>> StepCoordinator::Create(
     Options options, ReplicaState* replica, std::unique_ptr<Communicator> comm,
-    std::shared_ptr<SerialExecutor> device_worker, StepLedger* ledger) {
+    std::shared_ptr<FairExecutor> device_worker, StepLedger* ledger) {
   const int world = replica->layout().world_size;
   const int rank = replica->rank();
   if (comm == nullptr || comm->world_size() != world || comm->rank() != rank) {
@@ -77,15 +78,42 @@ absl::StatusOr<std::unique_ptr<StepCoordinator>> StepCoordinator::Create(
 
 void StepCoordinator::Post(std::function<void()> task) { executor_.Post(std::move(task)); }
 
-absl::Status StepCoordinator::OnDevice(const std::function<absl::Status()>& task) {
+absl::Status StepCoordinator::OnDevice(const std::function<absl::Status()>& task,
+                                       absl::string_view what) {
   absl::Notification done;
   absl::Status status;
-  device_worker_->Post([&] {
-    status = task();
-    done.Notify();
-  });
+  device_queue_.Post({std::string(what),
+                      [&] {
+                        status = task();
+                        done.Notify();
+                      },
+                      [&] {
+                        status = absl::UnavailableError(
+                            absl::StrCat("session '", options_.session_id, "' closed: its ", what,
+                                         " was cancelled"));
+                        done.Notify();
+                      }});
   done.WaitForNotification();
   return status;
+}
+
+absl::Status StepCoordinator::OnDeviceSliced(absl::string_view what, int count,
+                                             const std::function<absl::Status(int)>& item) {
+  int next = 0;
+  while (next < count) {
+    OPTSTEP_RETURN_IF_ERROR(OnDevice(
+        [&]() -> absl::Status {
+          const absl::Time end = absl::Now() + kDeviceSlice;
+          do {
+            OPTSTEP_RETURN_IF_ERROR(item(next));
+            ++next;
+          } while (next < count && absl::Now() < end);
+          // A device that queues its kernels (CUDA) finishes them within the slice.
+          return replica_->device().Synchronize();
+        },
+        what));
+  }
+  return absl::OkStatus();
 }
 
 void StepCoordinator::Resolve(ResolutionKind kind) {
@@ -101,7 +129,7 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   // per-parameter sums of squares and finiteness of the parameters it owns.
   std::vector<double> sums(replica_->num_params(), 0.0);
   bool finite = true;
-  const absl::Status local = abort ? absl::OkStatus() : LocalStatistics(sums, finite);
+  const absl::Status local = abort ? absl::OkStatus() : LocalStatistics(pending.step, sums, finite);
   // A rank that cannot compute its part still votes (to abort), so that every rank aborts with
   // it and none waits for it in the collective.
   if (!local.ok()) {
@@ -143,7 +171,8 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   outcome.clipped = clip_scale < 1.0;
   const StreamingSnapshots streaming = StreamEarly(outcome, pending.step);
   std::vector<int> last_ids;
-  absl::Status applied = ApplyStep(schedule, clip_scale, started, streaming, &last_ids);
+  absl::Status applied =
+      ApplyStep(pending.step, schedule, clip_scale, started, streaming, &last_ids);
   if (!applied.ok()) {
     // Part of the state may be stepped, a peer may be lost in the all-gather, or the other
     // ranks may wait in it: this replica cannot be trusted any more.
@@ -154,21 +183,25 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   FinishStep(std::move(outcome), /*aborted=*/false, streaming, last_ids);
 }
 
-absl::Status StepCoordinator::LocalStatistics(std::vector<double>& sums, bool& finite) {
-  return OnDevice([&]() -> absl::Status {
-    Device& device = replica_->device();
-    const bool ordered = SumsInTrainerOrder(replica_->config());
-    const int n = replica_->config().num_trainers;
-    for (int p : replica_->owned()) {
-      if (ordered) {
-        OPTSTEP_RETURN_IF_ERROR(device.Scale(1.0f / static_cast<float>(n), replica_->grad(p)));
-      }
-      OPTSTEP_ASSIGN_OR_RETURN(GradientStats stats, device.ComputeGradientStats(replica_->grad(p)));
-      finite = finite && stats.all_finite;
-      sums[p] = stats.sum_squares;
-    }
-    return absl::OkStatus();
-  });
+absl::Status StepCoordinator::LocalStatistics(uint64_t step, std::vector<double>& sums,
+                                              bool& finite) {
+  Device& device = replica_->device();
+  const bool ordered = SumsInTrainerOrder(replica_->config());
+  const int n = replica_->config().num_trainers;
+  const std::vector<int>& owned = replica_->owned();
+  return OnDeviceSliced(
+      absl::StrCat("step ", step, " gradient statistics"), static_cast<int>(owned.size()),
+      [&](int i) -> absl::Status {
+        const int p = owned[i];
+        if (ordered) {
+          OPTSTEP_RETURN_IF_ERROR(device.Scale(1.0f / static_cast<float>(n), replica_->grad(p)));
+        }
+        OPTSTEP_ASSIGN_OR_RETURN(GradientStats stats,
+                                 device.ComputeGradientStats(replica_->grad(p)));
+        finite = finite && stats.all_finite;
+        sums[p] = stats.sum_squares;
+        return absl::OkStatus();
+      });
 }
 
 StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutcome& outcome,
@@ -231,52 +264,58 @@ absl::StatusOr<StepCoordinator::Agreement> StepCoordinator::Agree(bool abort, bo
   return agreement;
 }
 
-absl::Status StepCoordinator::ApplyStep(const StepSchedule& schedule, double clip_scale,
-                                        absl::Time started, const StreamingSnapshots& streaming,
+absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& schedule,
+                                        double clip_scale, absl::Time started,
+                                        const StreamingSnapshots& streaming,
                                         std::vector<int>* last_ids) {
   Device& device = replica_->device();
-  OPTSTEP_RETURN_IF_ERROR(OnDevice([&]() -> absl::Status {
-    // 4. Clip (ClipScale).
-    if (clip_scale < 1.0) {
-      for (int p : replica_->owned()) {
-        OPTSTEP_RETURN_IF_ERROR(device.Scale(static_cast<float>(clip_scale), replica_->grad(p)));
-      }
+  // 5. Each group steps the parameters this rank owns, in group order; every rank advances every
+  // group's counter, so they agree.
+  std::vector<GroupRuntime>& groups = replica_->groups();
+  std::vector<StepArgs> args(groups.size());
+  std::vector<std::pair<int, int>> work;  // (group, parameter), in the order they step
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const GroupRuntime& group = groups[g];
+    args[g].lr = schedule[group.def.id].lr;
+    args[g].weight_decay = schedule[group.def.id].weight_decay * group.def.wd_mult;
+    args[g].group_step = static_cast<int64_t>(group.applied_steps) + 1;
+    for (int p : group.def.param_ids) {
+      if (replica_->owns(p)) work.emplace_back(static_cast<int>(g), p);
     }
-    // 5. Each group steps the parameters this rank owns; every rank advances every group's
-    // counter, so they agree. Every kStreamBucketBytes of stepped parameters go out to the
-    // streaming snapshots while the next bucket steps.
-    constexpr int64_t kStreamBucketBytes = 16 << 20;
-    std::vector<int> bucket;
-    int64_t bucket_bytes = 0;
-    auto publish = [&]() -> absl::Status {
-      if (bucket.empty()) return absl::OkStatus();
-      OPTSTEP_RETURN_IF_ERROR(device.Synchronize());
-      OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
-      bucket.clear();
-      bucket_bytes = 0;
-      return absl::OkStatus();
-    };
-    for (GroupRuntime& group : replica_->groups()) {
-      StepArgs args;
-      args.lr = schedule[group.def.id].lr;
-      args.weight_decay = schedule[group.def.id].weight_decay * group.def.wd_mult;
-      args.group_step = static_cast<int64_t>(group.applied_steps) + 1;
-      for (int p : group.def.param_ids) {
-        if (!replica_->owns(p)) continue;
-        OPTSTEP_RETURN_IF_ERROR(group.optimizer->Step(device, args, replica_->grad(p),
-                                                      replica_->param(p), replica_->state(p)));
-        if (streaming.empty()) continue;
+  }
+  // Every kStreamBucketBytes of stepped parameters go out to the streaming snapshots while the
+  // next bucket steps.
+  constexpr int64_t kStreamBucketBytes = 16 << 20;
+  std::vector<int> bucket;
+  int64_t bucket_bytes = 0;
+  OPTSTEP_RETURN_IF_ERROR(OnDeviceSliced(
+      absl::StrCat("step ", step, " optimizer"), static_cast<int>(work.size()),
+      [&](int i) -> absl::Status {
+        const auto [g, p] = work[i];
+        // 4. Clip (ClipScale).
+        if (clip_scale < 1.0) {
+          OPTSTEP_RETURN_IF_ERROR(device.Scale(static_cast<float>(clip_scale), replica_->grad(p)));
+        }
+        OPTSTEP_RETURN_IF_ERROR(groups[g].optimizer->Step(device, args[g], replica_->grad(p),
+                                                          replica_->param(p), replica_->state(p)));
+        if (streaming.empty()) return absl::OkStatus();
         bucket.push_back(p);
         bucket_bytes += replica_->numels()[p] * 4;
-        if (bucket_bytes >= kStreamBucketBytes) OPTSTEP_RETURN_IF_ERROR(publish());
-      }
-      ++group.applied_steps;
-    }
-    // The last bucket (and the gathered parameters) is marked ready by FinishStep.
-    *last_ids = bucket;
-    OPTSTEP_RETURN_IF_ERROR(device.Synchronize());
-    return PublishParams(bucket, streaming, /*mark=*/false);
-  }));
+        if (bucket_bytes < kStreamBucketBytes) return absl::OkStatus();
+        OPTSTEP_RETURN_IF_ERROR(device.Synchronize());
+        OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
+        bucket.clear();
+        bucket_bytes = 0;
+        return absl::OkStatus();
+      }));
+  for (GroupRuntime& group : groups) ++group.applied_steps;
+  // The last bucket (and the gathered parameters) is marked ready by FinishStep.
+  *last_ids = bucket;
+  if (!bucket.empty()) {
+    OPTSTEP_RETURN_IF_ERROR(
+        OnDevice([&] { return PublishParams(bucket, streaming, /*mark=*/false); },
+                 absl::StrCat("step ", step, " parameters out")));
+  }
   const absl::Time gather_started = absl::Now();
   options_.observer->OnPhase(StepObserver::Phase::kStep, gather_started - started);
   // 6. Every rank gets every updated parameter: each rank's block of the masters in place.
@@ -300,7 +339,8 @@ absl::Status StepCoordinator::ApplyStep(const StepSchedule& schedule, double cli
   if (!streaming.empty() && !gathered.empty()) {
     last_ids->insert(last_ids->end(), gathered.begin(), gathered.end());
     OPTSTEP_RETURN_IF_ERROR(
-        OnDevice([&] { return PublishParams(gathered, streaming, /*mark=*/false); }));
+        OnDevice([&] { return PublishParams(gathered, streaming, /*mark=*/false); },
+                 absl::StrCat("step ", step, " gathered parameters out")));
   }
   return absl::OkStatus();
 }
@@ -313,13 +353,15 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
   std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots(streamed.begin(), streamed.end());
   if (outcome.ok()) {
     const uint64_t step = outcome->step;
-    absl::Status built = OnDevice([&]() -> absl::Status {
-      for (const StepWaiter& w : ended.waiters) {
-        if (!w.want_params || snapshots.count(w.dtype) > 0) continue;
-        OPTSTEP_ASSIGN_OR_RETURN(snapshots[w.dtype], BuildSnapshot(*replica_, w.dtype, step));
-      }
-      return absl::OkStatus();
-    });
+    absl::Status built = OnDevice(
+        [&]() -> absl::Status {
+          for (const StepWaiter& w : ended.waiters) {
+            if (!w.want_params || snapshots.count(w.dtype) > 0) continue;
+            OPTSTEP_ASSIGN_OR_RETURN(snapshots[w.dtype], BuildSnapshot(*replica_, w.dtype, step));
+          }
+          return absl::OkStatus();
+        },
+        absl::StrCat("step ", step, " parameter snapshot"));
     if (!built.ok()) outcome = built;
   }
   ledger_->EndResolution(outcome.ok() ? &snapshots : nullptr);

@@ -15,7 +15,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/fair_executor.h"
 #include "base/serial_executor.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
@@ -87,15 +89,22 @@ class StepLedger {
 
 // One session's step coordinator on one rank: a thread of its own (a SerialExecutor) that runs
 // the session's resolutions, snapshots and state replacements in order, and the only thread that
-// waits on the session's collectives. Device math is posted from it to the engine's shared device
-// worker, whose tasks never wait on anything, so a collective of one session never holds up
-// another session's steps, on any rank.
+// waits on the session's collectives. Device math is posted from it to the session's queue of the
+// engine's shared device worker, whose tasks never wait on anything, so a collective of one session
+// never holds up another session's steps, on any rank. A step's device math goes in slices (about
+// kDeviceSlice, or one parameter's update when that is longer), so that the worker takes another
+// session's task between two of them; closing the queue (CancelDeviceWork) ends the step at the
+// next slice.
 //
 // Thread-safe for Post; every other method runs on the coordinator's thread only. It reads and
 // writes the replica's tensors there (see ReplicaState), and takes no lock of its own: the ledger
 // takes the session's.
 class StepCoordinator {
  public:
+  // How long one task of a step's device math runs, at least one parameter's update: what another
+  // session's task waits for, at most, per session with work (docs/security.md).
+  static constexpr absl::Duration kDeviceSlice = absl::Milliseconds(2);
+
   struct Options {
     std::string session_id;
     absl::Duration step_deadline;            // named in the abort message
@@ -106,7 +115,7 @@ class StepCoordinator {
   // `replica` and `ledger` must outlive the coordinator.
   static absl::StatusOr<std::unique_ptr<StepCoordinator>> Create(
       Options options, ReplicaState* replica, std::unique_ptr<Communicator> comm,
-      std::shared_ptr<SerialExecutor> device_worker, StepLedger* ledger);
+      std::shared_ptr<FairExecutor> device_worker, StepLedger* ledger);
   // Runs the tasks already posted, then joins the coordinator's thread.
   ~StepCoordinator() = default;
 
@@ -115,8 +124,14 @@ class StepCoordinator {
 
   // Runs `task` on the coordinator, after every task posted before it.
   void Post(std::function<void()> task);
-  // Runs `task` on the device worker and waits for it. REQUIRES: on the coordinator.
-  absl::Status OnDevice(const std::function<absl::Status()>& task);
+  // Runs `task` on the device worker and waits for it; `what` names it for the watchdog.
+  // UNAVAILABLE, without running it, once the device work is cancelled. REQUIRES: on the
+  // coordinator.
+  absl::Status OnDevice(const std::function<absl::Status()>& task,
+                        absl::string_view what = "device work");
+  // Drops the session's device work not yet started and refuses any later (OnDevice answers
+  // UNAVAILABLE): a resolution that runs ends at its next slice. For Session::Close; any thread.
+  void CancelDeviceWork() { device_queue_.Close(); }
   // Resolves the pending step: with kApply, averages, checks, agrees with the other ranks,
   // clips, steps and all-gathers; with kAbort, votes to abort it. Tells every waiter.
   // REQUIRES: on the coordinator.
@@ -134,9 +149,14 @@ class StepCoordinator {
   using StreamingSnapshots = std::map<DType, std::shared_ptr<ParamSnapshot>>;
 
   StepCoordinator(Options options, ReplicaState* replica, std::unique_ptr<Communicator> comm,
-                  std::shared_ptr<SerialExecutor> device_worker, StepLedger* ledger);
+                  std::shared_ptr<FairExecutor> device_worker, StepLedger* ledger);
+  // Runs item(0) .. item(count - 1) in order on the device worker, as tasks of about
+  // kDeviceSlice each (at least one item), and waits for them; stops at the first error.
+  // REQUIRES: on the coordinator.
+  absl::Status OnDeviceSliced(absl::string_view what, int count,
+                              const std::function<absl::Status(int)>& item);
   // This rank's part: the REPLICATED mean, per-parameter sums of squares and finiteness.
-  absl::Status LocalStatistics(std::vector<double>& sums, bool& finite);
+  absl::Status LocalStatistics(uint64_t step, std::vector<double>& sums, bool& finite);
   // One all-reduce carries the sums of squares and the skip, abort and failure votes.
   absl::StatusOr<Agreement> Agree(bool abort, bool failed, const std::vector<double>& sum_squares,
                                   bool finite);
@@ -148,8 +168,9 @@ class StepCoordinator {
   // stepped, the others once gathered). The parameters written last are left for FinishStep to
   // mark ready: `*last_ids`. `started`: when Resolve began (the step phase is reported up to the
   // all-gather).
-  absl::Status ApplyStep(const StepSchedule& schedule, double clip_scale, absl::Time started,
-                         const StreamingSnapshots& streaming, std::vector<int>* last_ids);
+  absl::Status ApplyStep(uint64_t step, const StepSchedule& schedule, double clip_scale,
+                         absl::Time started, const StreamingSnapshots& streaming,
+                         std::vector<int>* last_ids);
   // Writes `ids` into every streaming snapshot and, with `mark`, marks them ready. On the
   // device worker.
   absl::Status PublishParams(const std::vector<int>& ids, const StreamingSnapshots& streaming,
@@ -163,7 +184,9 @@ class StepCoordinator {
   const Options options_;
   ReplicaState* const replica_;
   const std::unique_ptr<Communicator> comm_;
-  const std::shared_ptr<SerialExecutor> device_worker_;
+  // The session's queue of the device worker; closed when the coordinator is gone (after its
+  // thread, declared below, is joined).
+  FairQueue device_queue_;
   StepLedger* const ledger_;
   Tensor votes_;  // Agree's all-reduce buffer, in device memory (several ranks only)
   // Declared last: destroyed (and joined) first, while what its tasks use still exists.

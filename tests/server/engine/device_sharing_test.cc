@@ -1,0 +1,158 @@
+// Sessions share the rank's device worker fairly: a session whose device work is slow (its
+// optimizer's kernels delayed by a fault-injecting device) holds another session's step by at
+// most one slice per task; closing it cancels its queued and running work at the next slice, and
+// returns at once; the watchdog turns the engine unhealthy while one task runs too long, and
+// healthy again when it ends.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "kernels/device_factory.h"
+#include "server/engine/engine.h"
+#include "tests/server/engine/session_test_util.h"
+#include "tests/testing/fault_injecting_device.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::BeginStep;
+using ::optstep::testutil::FaultInjectingDevice;
+using ::optstep::testutil::FaultInjector;
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::Outcome;
+using ::optstep::testutil::SendGradient;
+using ::optstep::testutil::StatusIs;
+
+constexpr int kSlowParams = 30;
+// Each Lion update of the slow session takes this long: its step takes kSlowParams of them.
+constexpr absl::Duration kSlowUpdate = absl::Milliseconds(100);
+
+// `count` parameters of 4 elements stepped by Lion, one trainer.
+SessionConfig LionConfig(int count) {
+  SessionConfig config;
+  for (int p = 0; p < count; ++p) config.params.push_back(ParamInfo{"p" + std::to_string(p), {4}});
+  SubOptimizerConfig lion;
+  lion.name = "lion";
+  lion.kind = "lion";
+  config.chain.sub_optimizers = {lion};
+  config.step_deadline = absl::Seconds(30);
+  return config;
+}
+
+// Polls `condition` every millisecond for at most `timeout`; answers its last value.
+template <typename Condition>
+bool Eventually(Condition condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+class DeviceSharingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DeviceOptions cpu;
+    cpu.num_threads = 1;
+    absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(cpu);
+    ASSERT_THAT(device.status(), IsOk());
+    device_ = std::make_shared<FaultInjectingDevice>(*std::move(device));
+    EngineOptions options;
+    options.injected_device = device_;
+    options.device_watchdog = absl::Milliseconds(300);
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
+    ASSERT_THAT(engine.status(), IsOk());
+    engine_ = *std::move(engine);
+  }
+
+  std::shared_ptr<Session> Create(const SessionConfig& config) {
+    return testutil::MakeSession(*engine_, config);
+  }
+
+  // Trainer 0 sends step `step` of `session` (a gradient of ones) and commits it.
+  void CommitStep(Session& session, uint64_t step, Outcome& outcome) {
+    const Contribution c = BeginStep(session, step, 0);
+    uint64_t elements = 0;
+    for (int p = 0; p < static_cast<int>(session.config().params.size()); ++p) {
+      const int64_t numel = session.config().params[p].numel();
+      ASSERT_THAT(SendGradient(session, c, p, 0, std::vector<float>(numel, 1.0f)), IsOk());
+      elements += numel;
+    }
+    ASSERT_THAT(session.Commit(c, elements, outcome.Callback()), IsOk());
+  }
+
+  FaultInjector& faults() { return device_->faults(); }
+
+  std::shared_ptr<FaultInjectingDevice> device_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(DeviceSharingTest, ASlowSessionHoldsAnotherByOneSliceAndClosingItCancelsItsWork) {
+  std::shared_ptr<Session> slow = Create(LionConfig(kSlowParams));
+  std::shared_ptr<Session> fast = Create(testutil::TwoParamConfig(testutil::AdamW(0.01, 0.0)));
+  ASSERT_NE(slow, nullptr);
+  ASSERT_NE(fast, nullptr);
+  faults().DelayCalls("Lion", 1, FaultInjector::kForever, kSlowUpdate);
+
+  Outcome slow_step;
+  CommitStep(*slow, 1, slow_step);
+  ASSERT_TRUE(Eventually([&] { return faults().calls("Lion") >= 1; }, absl::Seconds(10)));
+
+  // The fast step's device tasks each wait for one slice of the slow step (one Lion update),
+  // not for the rest of it (kSlowParams updates).
+  absl::Time started = absl::Now();
+  Outcome fast_step;
+  CommitStep(*fast, 1, fast_step);
+  ASSERT_THAT(fast_step.Wait().status(), IsOk());
+  EXPECT_LT(absl::Now() - started, absl::Seconds(1));
+  EXPECT_FALSE(slow_step.HasBeenNotified());
+
+  // Closing the slow session returns at once and stops its step at the next slice: at most the
+  // Lion update that runs goes on.
+  const int64_t updates_at_close = faults().calls("Lion");
+  started = absl::Now();
+  ASSERT_THAT(engine_->CloseSession(slow->id()), IsOk());
+  EXPECT_LT(absl::Now() - started, kSlowUpdate);
+  ASSERT_TRUE(slow_step.WaitFor(absl::Seconds(5)));
+  EXPECT_THAT(slow_step.result().status(), StatusIs(absl::StatusCode::kUnavailable,
+                                                    "closed: its step 1 optimizer was cancelled"));
+  absl::SleepFor(3 * kSlowUpdate);
+  EXPECT_LE(faults().calls("Lion"), updates_at_close + 1);
+
+  // The other session's next step does not wait for the closed session's work.
+  started = absl::Now();
+  Outcome next;
+  CommitStep(*fast, 2, next);
+  ASSERT_THAT(next.Wait().status(), IsOk());
+  EXPECT_LT(absl::Now() - started, absl::Seconds(1));
+  EXPECT_EQ(next.result()->step, 2u);
+}
+
+TEST_F(DeviceSharingTest, WatchdogMarksTheEngineUnhealthyWhileATaskRunsTooLong) {
+  std::shared_ptr<Session> session = Create(LionConfig(1));
+  ASSERT_NE(session, nullptr);
+  EXPECT_TRUE(engine_->healthy());
+  EXPECT_FALSE(engine_->device_activity().stalled);
+  // One Lion update stuck for 1.5 s, five times the 300 ms watchdog.
+  faults().DelayCalls("Lion", faults().calls("Lion") + 1, faults().calls("Lion") + 1,
+                      absl::Milliseconds(1500));
+  Outcome outcome;
+  CommitStep(*session, 1, outcome);
+  ASSERT_TRUE(Eventually([&] { return !engine_->healthy(); }, absl::Seconds(1)));
+  const Engine::DeviceActivity stalled = engine_->device_activity();
+  EXPECT_TRUE(stalled.stalled);
+  EXPECT_GT(stalled.running_for, absl::Milliseconds(300));
+  ASSERT_THAT(outcome.Wait().status(), IsOk());
+  EXPECT_TRUE(Eventually([&] { return engine_->healthy(); }, absl::Seconds(1)));
+  EXPECT_FALSE(engine_->device_activity().stalled);
+  EXPECT_EQ(engine_->device_activity().running_for, absl::ZeroDuration());
+}
+
+}  // namespace
+}  // namespace optstep

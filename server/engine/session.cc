@@ -129,10 +129,18 @@ absl::StatusOr<Session::ChunkFate> Session::AddGradient(const Contribution& c, i
                                                    "' is owned by rank ", layout().owner[param_id],
                                                    ", not rank ", rank()));
   }
+  if (c.retry || c.replay) {
+    // Already counted once: digested only, for the commit to compare (StepBook::CheckResent).
+    ContributionDigest digest;
+    digest.Add(param_id, dtype, offset, pieces);
+    absl::MutexLock lock(&mu_);
+    OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));
+    c.resent->Merge(digest);
+    return ChunkFate::kAdded;
+  }
   {
     absl::MutexLock lock(&mu_);
     OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));
-    if (c.retry || c.replay) return ChunkFate::kAdded;  // already counted once
     OPTSTEP_RETURN_IF_ERROR(book_.contributions().CheckBounds(param_id, offset, count));
     if (ordered_ && c.trainer > book_.order().turn(param_id)) {
       book_.order().Wait(WaitingChunk{c, param_id, offset, dtype,
@@ -149,12 +157,27 @@ absl::StatusOr<Session::ChunkFate> Session::AddGradient(const Contribution& c, i
 absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t offset, DType dtype,
                                  absl::Span<const absl::string_view> pieces) {
   const size_t size = DTypeSize(dtype);
+  const int64_t count = static_cast<int64_t>(TotalBytes(pieces) / size);
+  ContributionDigest digest;  // hashed outside the lock
+  digest.Add(param_id, dtype, offset, pieces);
   std::vector<ElementRange> fresh;
   {
     absl::MutexLock lock(&mu_);
     OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));  // so c.generation is the book's now
-    OPTSTEP_RETURN_IF_ERROR(book_.contributions().AddRange(
-        c.trainer, param_id, offset, static_cast<int64_t>(TotalBytes(pieces) / size), &fresh));
+    OPTSTEP_RETURN_IF_ERROR(
+        book_.contributions().AddRange(c.trainer, param_id, offset, count, &fresh));
+    // Recorded with the ranges, so that a commit that sees them sees the digests too.
+    if (fresh.size() == 1 && fresh[0] == ElementRange{offset, offset + count}) {
+      book_.contributions().AddDigests(c.trainer, digest, digest);
+    } else {
+      // A resend over elements an earlier attempt summed (REPLICATED): rare, and a chunk's worth.
+      ContributionDigest written;
+      for (const ElementRange& range : fresh) {
+        written.Add(param_id, dtype, range.begin,
+                    SliceBytes(pieces, (range.begin - offset) * size, (range.end - offset) * size));
+      }
+      book_.contributions().AddDigests(c.trainer, digest, written);
+    }
     ++inflight_copies_;
   }
   // Trainer 0 (and SHARDED) writes the buffer; later trainers add to it, in turn.
@@ -198,6 +221,7 @@ absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepC
   {
     absl::MutexLock lock(&mu_);
     OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));
+    if (c.replay || c.retry) OPTSTEP_RETURN_IF_ERROR(book_.CheckResent(c));
     if (c.replay) {
       replay = book_.last_outcome();
     } else {

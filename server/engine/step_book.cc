@@ -8,6 +8,22 @@
 #include "base/status_macros.h"
 
 namespace optstep {
+namespace {
+
+// Where a contribution sent again differs from the one recorded: the first group whose schedule
+// differs, else the gradient bytes (empty when neither does).
+std::string Difference(const StepSchedule& recorded, const StepSchedule& resent) {
+  for (size_t g = 0; g < recorded.size() && g < resent.size(); ++g) {
+    if (recorded[g] != resent[g]) {
+      return absl::StrCat("group ", g, " lr ", resent[g].lr, ", weight_decay ",
+                          resent[g].weight_decay, " where it sent lr ", recorded[g].lr,
+                          ", weight_decay ", recorded[g].weight_decay);
+    }
+  }
+  return "";
+}
+
+}  // namespace
 
 StepBook::StepBook(std::string session_id, int rank, const SessionConfig& config,
                    std::vector<int64_t> owned_numels, const std::vector<std::string>* names)
@@ -16,7 +32,8 @@ StepBook::StepBook(std::string session_id, int rank, const SessionConfig& config
       contributions_(config.mode, config.num_trainers, owned_numels, names),
       order_(config.num_trainers, std::move(owned_numels)),
       attempts_(config.num_trainers, 0),
-      began_(config.num_trainers, false) {}
+      began_(config.num_trainers, false),
+      applied_digests_(config.num_trainers) {}
 
 absl::Status StepBook::CheckUsable() const {
   if (closed_) return absl::UnavailableError(absl::StrCat("session '", id_, "' is closed"));
@@ -49,7 +66,10 @@ absl::StatusOr<Contribution> StepBook::Begin(const StepBegin& begin, StepSchedul
   c.generation = generation_;
   const uint64_t step = counters_.step;
   if (begin.step == step && step > 0 && last_outcome_) {
+    OPTSTEP_RETURN_IF_ERROR(
+        DifferentContribution(c, "applied", Difference(applied_schedule_, schedule)));
     c.replay = true;
+    c.resent = std::make_shared<ContributionDigest>();
     return c;
   }
   if (begin.step != step + 1) {
@@ -57,7 +77,12 @@ absl::StatusOr<Contribution> StepBook::Begin(const StepBegin& begin, StepSchedul
         "session '", id_, "': step ", begin.step, " out of sequence; expected step ", step + 1));
   }
   if (running_ || contributions_.committed(begin.trainer)) {
+    if (schedule_ && contributions_.committed(begin.trainer)) {
+      OPTSTEP_RETURN_IF_ERROR(
+          DifferentContribution(c, "committed", Difference(*schedule_, schedule)));
+    }
     c.retry = true;
+    c.resent = std::make_shared<ContributionDigest>();
     return c;
   }
   if (schedule_) {
@@ -84,6 +109,12 @@ absl::Status StepBook::Commit(const Contribution& c, uint64_t num_elements, Step
                                                      " elements but sent ", received));
     }
     absl::Status complete = contributions_.CheckTrainerComplete(c.trainer);
+    if (complete.ok() && !contributions_.SameResend(c.trainer)) {
+      complete = absl::FailedPreconditionError(absl::StrCat(
+          "session '", id_, "': step ", c.step, ": trainer ", c.trainer,
+          " resent elements it had sent before with other values; the step sums what it sent "
+          "first: begin the step again and resend the same gradient"));
+    }
     if (complete.ok()) {
       contributions_.Commit(c.trainer);
       if (contributions_.all_committed()) complete = contributions_.CheckAllComplete();
@@ -95,6 +126,30 @@ absl::Status StepBook::Commit(const Contribution& c, uint64_t num_elements, Step
   }
   waiters_.push_back(StepWaiter{c.return_dtype, c.return_params, std::move(done), c.stream_params});
   return absl::OkStatus();
+}
+
+absl::Status StepBook::CheckResent(const Contribution& c) const {
+  if (c.replay) {
+    return applied_digests_[c.trainer].SameAs(*c.resent)
+               ? absl::OkStatus()
+               : DifferentContribution(c, "applied", "other gradient bytes");
+  }
+  // A retry while a resolution runs, from a trainer that did not commit: nothing to compare; the
+  // step it waits for cannot include it.
+  if (!contributions_.committed(c.trainer)) return absl::OkStatus();
+  return contributions_.digest(c.trainer).SameAs(*c.resent)
+             ? absl::OkStatus()
+             : DifferentContribution(c, "committed", "other gradient bytes");
+}
+
+absl::Status StepBook::DifferentContribution(const Contribution& c, absl::string_view done,
+                                             const std::string& difference) const {
+  if (difference.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "step ", c.step, " of session '", id_, "' was already ", done,
+      " with a different contribution from trainer ", c.trainer, " (this one has ", difference,
+      "); a step is applied once, with the contribution sent first: nothing of this one was "
+      "applied"));
 }
 
 bool StepBook::ready_to_apply() const {
@@ -132,6 +187,10 @@ StepLedger::Ended StepBook::EndStep(absl::StatusOr<StepOutcome>& outcome,
     if (outcome->skipped) ++counters_.skipped_steps;
     outcome->step = counters_.step;
     last_outcome_ = *outcome;
+    if (schedule_) applied_schedule_ = *schedule_;
+    for (size_t t = 0; t < applied_digests_.size(); ++t) {
+      applied_digests_[t] = contributions_.digest(static_cast<int>(t));
+    }
   }
   ended.step = outcome.ok() ? counters_.step : counters_.step + 1;
   for (WaitingChunk& chunk : ResetStep()) stranded->push_back(std::move(chunk));
@@ -156,6 +215,7 @@ void StepBook::WriteCounters(const ResolvedState& resolved) {
   if (resolved.skipped_steps) counters_.skipped_steps = *resolved.skipped_steps;
   snapshots_.clear();
   last_outcome_.reset();
+  applied_digests_.assign(applied_digests_.size(), ContributionDigest());
   ++generation_;
 }
 

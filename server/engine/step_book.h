@@ -10,8 +10,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "kernels/dtype.h"
+#include "server/engine/contribution_digest.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/replica_state_dict.h"
 #include "server/engine/session_config.h"
@@ -40,8 +42,9 @@ struct StepBegin {
 // that committed and wait, when the step began), the counters and the last outcome, the
 // parameters published for the last step, and whether the session still takes steps (closed,
 // broken, a resolution running). It decides what a trainer's Begin and Commit mean against that
-// record (in sequence, a retry, a replay, stale) and what ending or aborting the step leaves to
-// tell. It calls no callback and touches no tensor: what it returns is told by its owner.
+// record (in sequence, a retry, a replay, stale; a retry or replay honoured only for the same
+// contribution) and what ending or aborting the step leaves to tell. It calls no callback and
+// touches no tensor: what it returns is told by its owner.
 //
 // Thread-compatible: it takes no lock. Its Session keeps it under Session::mu_ (ABSL_GUARDED_BY)
 // and tells what it returns once that lock is released.
@@ -63,17 +66,26 @@ class StepBook {
   // of the last applied step; a retry while a resolution runs or once the trainer committed; or
   // a new attempt of the pending step, which forgets what the trainer sent before (see
   // StepContributions::DropTrainer), starts the step's clock at `now` when it is the first, and
-  // appends the trainer's waiting chunks to `superseded` (to tell outside the lock).
+  // appends the trainer's waiting chunks to `superseded` (to tell outside the lock). A replay or
+  // retry digests its chunks (Contribution::resent) for CheckResent.
   // INVALID_ARGUMENT: a schedule differing from another trainer's; FAILED_PRECONDITION: step out
-  // of sequence (names the expected step); UNAVAILABLE (CheckUsable).
+  // of sequence (names the expected step), a replay or retry with a schedule other than the one
+  // the step was (or is to be) applied with; UNAVAILABLE (CheckUsable).
   // REQUIRES: 0 <= begin.trainer < num_trainers.
   absl::StatusOr<Contribution> Begin(const StepBegin& begin, StepSchedule schedule, absl::Time now,
                                      std::vector<WaitingChunk>* superseded);
   // Commits `c` (unless it is a retry, which committed before) and keeps `done` to tell the
   // outcome. INVALID_ARGUMENT for an element count other than `num_elements` (0: unchecked) or
-  // missing coverage: the trainer's contribution is dropped and `done` with it.
+  // missing coverage, FAILED_PRECONDITION for a REPLICATED resend whose elements carried over
+  // from an earlier attempt have other values (SameResend): the trainer's contribution is
+  // dropped and `done` with it. A retry is checked with CheckResent.
   // REQUIRES: CheckFresh(c) is OK and c is no replay.
   absl::Status Commit(const Contribution& c, uint64_t num_elements, StepCallback done);
+  // A replay or retry is honoured only for the same contribution: OK when what `c` sent again
+  // (c.resent) is what its trainer sent to the step that was applied (replay) or that it
+  // committed (retry); FAILED_PRECONDITION naming the step and the trainer otherwise.
+  // REQUIRES: c.replay or c.retry, CheckFresh(c) is OK.
+  absl::Status CheckResent(const Contribution& c) const;
   // Whether the pending step can be applied: every trainer committed, no resolution runs, and
   // the session is neither closed nor broken.
   bool ready_to_apply() const;
@@ -122,6 +134,11 @@ class StepBook {
   std::map<DType, std::shared_ptr<const ParamSnapshot>>& snapshots() { return snapshots_; }
 
  private:
+  // OK when `difference` is empty; else FAILED_PRECONDITION: `c`'s step was already `done`
+  // (applied, committed) with a different contribution from its trainer, which `difference`
+  // names.
+  absl::Status DifferentContribution(const Contribution& c, absl::string_view done,
+                                     const std::string& difference) const;
   // Forgets the pending step's contributions, schedule and start (a new generation); returns
   // the chunks that waited for their turn.
   std::vector<WaitingChunk> ResetStep();
@@ -136,6 +153,9 @@ class StepBook {
   std::vector<StepWaiter> waiters_;
   std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots_;
   std::optional<StepOutcome> last_outcome_;
+  // The last applied step's schedule and each trainer's digest of it, for its replays.
+  StepSchedule applied_schedule_;
+  std::vector<ContributionDigest> applied_digests_;
   std::optional<absl::Time> step_began_;
   StepCounters counters_;
   uint64_t generation_ = 0;

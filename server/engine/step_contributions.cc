@@ -17,6 +17,8 @@ StepContributions::StepContributions(GradientMode mode, int num_trainers,
   ranges_.resize(maps);
   committed_.assign(num_trainers_, false);
   elements_.assign(num_trainers_, 0);
+  sent_.resize(num_trainers_);
+  written_.resize(num_trainers_);
 }
 
 StepContributions::RangeMap& StepContributions::MapFor(int trainer, int param) {
@@ -123,6 +125,12 @@ absl::Status StepContributions::CheckAllComplete() const {
   return absl::OkStatus();
 }
 
+void StepContributions::AddDigests(int trainer, const ContributionDigest& sent,
+                                   const ContributionDigest& written) {
+  sent_[trainer].Merge(sent);
+  written_[trainer].Merge(written);
+}
+
 void StepContributions::Commit(int trainer) {
   if (!committed_[trainer]) {
     committed_[trainer] = true;
@@ -141,7 +149,9 @@ void StepContributions::DropTrainer(int trainer) {
         it = it->second.trainer == trainer ? ranges.erase(it) : std::next(it);
       }
     }
+    written_[trainer] = ContributionDigest();  // overwritten by the next attempt
   }
+  sent_[trainer] = ContributionDigest();
   if (committed_[trainer]) {
     committed_[trainer] = false;
     --num_committed_;
@@ -153,6 +163,8 @@ void StepContributions::Reset() {
   for (RangeMap& ranges : ranges_) ranges.clear();
   committed_.assign(num_trainers_, false);
   elements_.assign(num_trainers_, 0);
+  sent_.assign(num_trainers_, ContributionDigest());
+  written_.assign(num_trainers_, ContributionDigest());
   num_committed_ = 0;
   started_ = false;
 }

@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/dtype.h"
+#include "server/engine/contribution_digest.h"
 #include "server/engine/session_config.h"
 
 namespace optstep {
@@ -23,9 +25,14 @@ struct Contribution {
   bool return_params = true;
   bool stream_params = false;
   // The trainer already committed this step (a retry after a broken stream), or the step was
-  // already applied (replay): chunks are ignored and the commit waits for / returns the result.
+  // already applied (replay): chunks are not applied but digested into `resent`, and the commit
+  // waits for / returns the result when they are the bytes the trainer committed before
+  // (FAILED_PRECONDITION otherwise).
   bool retry = false;
   bool replay = false;
+  // Retry or replay: the digest of the chunks sent again, shared by the copies of this handle;
+  // the Session's lock guards it.
+  std::shared_ptr<ContributionDigest> resent;
 };
 
 // Elements [begin, end) of one parameter.
@@ -35,15 +42,17 @@ struct ElementRange {
   bool operator==(const ElementRange& o) const { return begin == o.begin && end == o.end; }
 };
 
-// Bookkeeping of one pending step: which element ranges of which parameter each trainer sent and
-// which trainers committed. Enforces the coverage rules of docs/design.md §3; holds no gradient
-// data. Thread-compatible (the Session guards it).
+// Bookkeeping of one pending step: which element ranges of which parameter each trainer sent,
+// the digests of the bytes (ContributionDigest), and which trainers committed. Enforces the
+// coverage rules of docs/design.md §3; holds no gradient data. Thread-compatible (the Session
+// guards it).
 //
 // A trainer that begins the step again (after a broken stream) resends. SHARDED: what it sent
 // before is forgotten and overwritten. REPLICATED: what it sent before was already summed into
 // the parameter's one gradient buffer and cannot be taken out, so it is carried over; resent
-// elements that were carried are taken as the same values and skipped (the resend contract:
-// a trainer resends the gradient of the same step).
+// elements that were carried are taken as the same values and skipped; the commit checks that
+// they were (SameResend), so that a resend with other values is refused rather than summed in
+// part.
 class StepContributions {
  public:
   // `numels[p]` and `names[p]` describe parameter p; `names` must outlive this object.
@@ -68,6 +77,16 @@ class StepContributions {
   absl::Status CheckTrainerComplete(int trainer) const;
   // SHARDED: the trainers together covered every element of every parameter.
   absl::Status CheckAllComplete() const;
+
+  // Records the digests of a chunk `trainer` sent in its current attempt (`sent`: all of it) and
+  // of the part of it that was written to the gradient buffer (`written`: its fresh ranges).
+  void AddDigests(int trainer, const ContributionDigest& sent, const ContributionDigest& written);
+  // The digest of what `trainer` sent in its current attempt.
+  const ContributionDigest& digest(int trainer) const { return sent_[trainer]; }
+  // Whether what `trainer` sent in its current attempt is what its attempts wrote to the
+  // gradient buffer: REPLICATED, the elements carried over from an earlier attempt (and skipped)
+  // were resent with the same values. REQUIRES: CheckTrainerComplete(trainer) is OK.
+  bool SameResend(int trainer) const { return sent_[trainer].SameAs(written_[trainer]); }
 
   void Commit(int trainer);
   // The trainer begins again: forgets its commit and what it sent (SHARDED) or carries what it
@@ -107,6 +126,8 @@ class StepContributions {
   std::vector<RangeMap> ranges_;
   std::vector<bool> committed_;
   std::vector<int64_t> elements_;
+  std::vector<ContributionDigest> sent_;     // per trainer, its current attempt
+  std::vector<ContributionDigest> written_;  // per trainer, every attempt's fresh ranges
   int num_committed_ = 0;
   bool started_ = false;
 };

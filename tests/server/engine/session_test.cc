@@ -136,10 +136,10 @@ TEST_F(SessionTest, RetriedCommitAndReplayedStepDoNotApplyTwice) {
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome first;
   ASSERT_THAT(s->Commit(t0, 0, first.Callback()), IsOk());
-  // Trainer 0's stream breaks; it reconnects and resends the same step.
+  // Trainer 0's stream breaks; it reconnects and resends the same step, which is not added again.
   Contribution retry = BeginStep(*s, 1, 0);
   EXPECT_TRUE(retry.retry);
-  ASSERT_THAT(SendGradient(*s, retry, 0, 0, {100, 100, 100, 100, 100, 100}), IsOk());  // ignored
+  ASSERT_THAT(SendGradient(*s, retry, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome second;
   ASSERT_THAT(s->Commit(retry, 0, second.Callback()), IsOk());
   Contribution t1 = BeginStep(*s, 1, 1);
@@ -155,6 +155,7 @@ TEST_F(SessionTest, RetriedCommitAndReplayedStepDoNotApplyTwice) {
   // After the step was applied, the same step again replays its result without applying.
   Contribution replay = BeginStep(*s, 1, 1);
   EXPECT_TRUE(replay.replay);
+  ASSERT_THAT(SendGradient(*s, replay, 1, 0, {1, 1, 1}), IsOk());
   Outcome replayed;
   ASSERT_THAT(s->Commit(replay, 0, replayed.Callback()), IsOk());
   auto rr = replayed.Wait();

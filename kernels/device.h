@@ -44,6 +44,9 @@ class Device {
   virtual absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) = 0;
   // Bytes currently held by tensors of this device.
   virtual int64_t allocated_bytes() const = 0;
+  // Total bytes of the device's own memory; 0 when the device uses the host's memory (CPU), whose
+  // limit the process finds itself.
+  virtual int64_t memory_capacity() const = 0;
 
   virtual absl::Status Zero(Tensor& tensor) = 0;
 

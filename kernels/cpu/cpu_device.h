@@ -72,6 +72,7 @@ class CpuDevice final : public Device {
 
   absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) override;
   int64_t allocated_bytes() const override { return allocated_->load(); }
+  int64_t memory_capacity() const override { return 0; }  // host memory
   absl::Status Zero(Tensor& tensor) override;
 
   absl::Status CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,

@@ -83,6 +83,16 @@ absl::Status internal::CudaContext::Activate() const {
   return absl::OkStatus();
 }
 
+int64_t CudaDevice::memory_capacity() const {
+  size_t free = 0;
+  size_t total = 0;
+  if (!ctx_->Activate().ok() || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(total);
+}
+
 absl::StatusOr<Tensor> CudaDevice::Allocate(DType dtype, const Shape& shape) {
   OPTSTEP_ASSIGN_OR_RETURN(int64_t bytes, internal::AllocationBytes("Allocate", dtype, shape));
   OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());

@@ -62,6 +62,8 @@ class CudaDevice final : public Device {
 
   absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) override;
   int64_t allocated_bytes() const override { return allocated_->load(); }
+  // cudaMemGetInfo's total; 0 when it cannot be read.
+  int64_t memory_capacity() const override;
   absl::Status Zero(Tensor& tensor) override;
 
   absl::Status CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,

@@ -26,6 +26,10 @@ absl::Status AdamW::InitState(Device& device, const ParamInfo& param, ParamState
   return absl::OkStatus();
 }
 
+int64_t AdamW::StateBytes(const ParamInfo& param) const { return 2 * param.numel() * 4; }
+
+void AdamW::PlanWorkspace(const ParamInfo&, WorkspacePlan&) const {}
+
 absl::Status AdamW::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                          ParamState& state) {
   Tensor* exp_avg = state.Find("exp_avg");

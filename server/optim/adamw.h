@@ -23,6 +23,8 @@ class AdamW final : public Optimizer {
   double default_weight_decay() const override { return config_.weight_decay; }
   absl::Status CheckParam(const ParamInfo& param) const override;
   absl::Status InitState(Device& device, const ParamInfo& param, ParamState& state) const override;
+  int64_t StateBytes(const ParamInfo& param) const override;
+  void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const override;
   absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                     ParamState& state) override;
   // 28 bytes per element: reads g, p, m, v and writes p, m, v.

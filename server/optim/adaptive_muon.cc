@@ -50,6 +50,19 @@ absl::Status AdaptiveMuon::InitState(Device& device, const ParamInfo& param,
   return absl::OkStatus();
 }
 
+int64_t AdaptiveMuon::StateBytes(const ParamInfo& param) const {
+  const Shape shape = method_ == Method::kAdamuon ? param.shape : NormuonMomentShape(param.shape);
+  return core_->StateBytes(param) + NumElements(shape) * 4;
+}
+
+void AdaptiveMuon::PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const {
+  core_->PlanWorkspace(param, plan.Part(0));
+  if (method_ == Method::kAdamuon) return;
+  const Shape shape = NormuonMomentShape(param.shape);
+  plan.Need(kSums, DType::kF32, shape);
+  plan.Need(kScale, DType::kF32, shape);
+}
+
 absl::Status AdaptiveMuon::Step(Device& device, const StepArgs& args, const Tensor& grad,
                                 Tensor& param, ParamState& state) {
   Tensor* moment = state.Find("moment2_buffer");

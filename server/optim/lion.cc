@@ -24,6 +24,10 @@ absl::Status Lion::InitState(Device& device, const ParamInfo& param, ParamState&
   return absl::OkStatus();
 }
 
+int64_t Lion::StateBytes(const ParamInfo& param) const { return param.numel() * 4; }
+
+void Lion::PlanWorkspace(const ParamInfo&, WorkspacePlan&) const {}
+
 absl::Status Lion::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                         ParamState& state) {
   Tensor* exp_avg = state.Find("exp_avg");

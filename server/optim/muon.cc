@@ -18,6 +18,12 @@ absl::Status Muon::InitState(Device& device, const ParamInfo& param, ParamState&
   return core_->InitState(device, param, state);
 }
 
+int64_t Muon::StateBytes(const ParamInfo& param) const { return core_->StateBytes(param); }
+
+void Muon::PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const {
+  core_->PlanWorkspace(param, plan);
+}
+
 absl::Status Muon::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                         ParamState& state) {
   OPTSTEP_ASSIGN_OR_RETURN(Tensor o, core_->Orthogonalized(device, args, grad, param, state));

@@ -25,6 +25,8 @@ class Muon final : public Optimizer {
   double default_weight_decay() const override { return core_->config().weight_decay; }
   absl::Status CheckParam(const ParamInfo& param) const override;
   absl::Status InitState(Device& device, const ParamInfo& param, ParamState& state) const override;
+  int64_t StateBytes(const ParamInfo& param) const override;
+  void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const override;
   absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                     ParamState& state) override;
   double EstimateStepCost(const ParamInfo& param) const override;

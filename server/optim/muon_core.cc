@@ -170,13 +170,30 @@ absl::StatusOr<Tensor> MuonCore::Orthogonalized(Device& device, const StepArgs& 
     OPTSTEP_ASSIGN_OR_RETURN(Tensor in, workspace_.Get(device, kComponentIn, DType::kF32, part));
     OPTSTEP_ASSIGN_OR_RETURN(Tensor out, workspace_.Get(device, kComponentOut, DType::kF32, part));
     // De-interleave the component's rows of every query group, orthogonalize, re-interleave.
-    OPTSTEP_RETURN_IF_ERROR(
-        device.matrix().CopyRowBlocks({groups, comp.rows, comp.first_row, group, 0, comp.rows}, u, in));
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().CopyRowBlocks(
+        {groups, comp.rows, comp.first_row, group, 0, comp.rows}, u, in));
     OPTSTEP_RETURN_IF_ERROR(OrthogonalizeOne(device, in, out));
-    OPTSTEP_RETURN_IF_ERROR(
-        device.matrix().CopyRowBlocks({groups, comp.rows, 0, comp.rows, comp.first_row, group}, out, o));
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().CopyRowBlocks(
+        {groups, comp.rows, 0, comp.rows, comp.first_row, group}, out, o));
   }
   return o;
+}
+
+void MuonCore::PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const {
+  plan.Need(kUpdate, DType::kF32, param.shape);
+  if (!config_.orthogonalize) return;
+  plan.Need(kOrthogonal, DType::kF32, param.shape);
+  if (!config_.split_qkv || param.qkv.num_query_groups == 0 || GroupRows(param.qkv) == 0) {
+    ns_.PlanWorkspace(param.shape[0], param.shape[1], plan.Part(0));
+    return;
+  }
+  const int64_t groups = param.shape[0] / GroupRows(param.qkv);
+  for (const Component& comp : QkvComponents(param.qkv)) {
+    const Shape part = {groups * comp.rows, param.shape[1]};
+    plan.Need(kComponentIn, DType::kF32, part);
+    plan.Need(kComponentOut, DType::kF32, part);
+    ns_.PlanWorkspace(part[0], part[1], plan.Part(0));
+  }
 }
 
 double MuonCore::EstimateStepCost(const ParamInfo& param) const {

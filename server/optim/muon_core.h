@@ -56,6 +56,12 @@ class MuonCore {
   absl::StatusOr<Tensor> Orthogonalized(Device& device, const StepArgs& args, const Tensor& grad,
                                         Tensor& param, ParamState& state);
 
+  // Bytes of the state InitState allocates (the momentum buffer).
+  int64_t StateBytes(const ParamInfo& param) const { return param.numel() * 4; }
+  // The scratch of Orthogonalized for `param` (Optimizer::PlanWorkspace): this core's workspace
+  // in `plan`, Newton–Schulz's in plan.Part(0).
+  void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const;
+
   // Bytes moved by the element-wise parts (decay/momentum 24, apply 12 per element) plus
   // Newton–Schulz flops / Optimizer::kFlopsPerByte (spec §6), per component when split.
   double EstimateStepCost(const ParamInfo& param) const;

@@ -92,6 +92,18 @@ double NewtonSchulz::Flops(int64_t rows, int64_t cols, int64_t steps) {
   return static_cast<double>(steps) * (4.0 * r * r * c + 2.0 * r * r * r);
 }
 
+void NewtonSchulz::PlanWorkspace(int64_t rows, int64_t cols, WorkspacePlan& plan) const {
+  const int64_t r = std::min(rows, cols);
+  const int64_t c = std::max(rows, cols);
+  const bool medium = options_.precision == MatmulPrecision::kMedium;
+  const DType work = medium ? DType::kBF16 : DType::kF32;
+  plan.Need(kNormalized, DType::kF32, {r, c});
+  if (medium) plan.Need(kX, work, {r, c});
+  plan.Need(kY, work, {r, c});
+  plan.Need(kA, work, {r, r});
+  plan.Need(kB, work, {r, r});
+}
+
 absl::Status NewtonSchulz::Run(Device& device, const Tensor& x, Tensor& out) {
   if (x.ndim() != 2 || out.shape() != x.shape() || x.dtype() != DType::kF32 ||
       out.dtype() != DType::kF32 || x.data() == out.data()) {
@@ -137,11 +149,13 @@ absl::Status NewtonSchulz::Run(Device& device, const Tensor& x, Tensor& out) {
     const NsCoefficients co = CoefficientsForStep(options_, k);
     OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(gram, X, X, A));  // A = X·Xᵀ
     OPTSTEP_RETURN_IF_ERROR(device.Copy(A, B));
-    OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm({options_.precision, false, false, co.c, co.b}, A, A,
-                                        B));  // B = b·A + c·A·A
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm({options_.precision, false, false, co.c, co.b}, A,
+                                                 A,
+                                                 B));  // B = b·A + c·A·A
     OPTSTEP_RETURN_IF_ERROR(device.Copy(X, Y));
-    OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm({options_.precision, false, false, 1.0f, co.a}, B, X,
-                                        Y));  // Y = a·X + B·X
+    OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm({options_.precision, false, false, 1.0f, co.a}, B,
+                                                 X,
+                                                 Y));  // Y = a·X + B·X
     std::swap(X, Y);
   }
 

@@ -63,6 +63,9 @@ class NewtonSchulz {
 
   const NewtonSchulzOptions& options() const { return options_; }
 
+  // The scratch of Run on a rows×cols matrix (see Workspace, WorkspacePlan).
+  void PlanWorkspace(int64_t rows, int64_t cols, WorkspacePlan& plan) const;
+
   // Floating-point operations of one run on a rows×cols matrix (spec §6):
   // steps·(4·r²·c + 2·r³), r = min, c = max.
   static double Flops(int64_t rows, int64_t cols, int64_t steps);

@@ -10,6 +10,7 @@
 #include "kernels/device.h"
 #include "kernels/tensor.h"
 #include "server/optim/param_info.h"
+#include "server/optim/workspace.h"
 
 namespace optstep {
 
@@ -52,6 +53,12 @@ class Optimizer {
   // Allocates the zero-initialised state of `param` on `device`.
   virtual absl::Status InitState(Device& device, const ParamInfo& param,
                                  ParamState& state) const = 0;
+  // Bytes of the state InitState allocates for `param` (what ParamState::bytes() then answers).
+  virtual int64_t StateBytes(const ParamInfo& param) const = 0;
+  // Records in `plan` the scratch a step of `param` may ask of this optimizer's workspaces, over
+  // every branch a step can take. Planned for every parameter of the group, plan.bytes() is the
+  // most the workspaces hold (what admission control counts before anything is allocated).
+  virtual void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const = 0;
   // Applies one step to `param` in place. `grad` is already averaged and clipped (spec §5).
   virtual absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                             ParamState& state) = 0;

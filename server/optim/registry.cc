@@ -41,6 +41,10 @@ class LrScaled final : public Optimizer {
   absl::Status InitState(Device& device, const ParamInfo& param, ParamState& state) const override {
     return inner_->InitState(device, param, state);
   }
+  int64_t StateBytes(const ParamInfo& param) const override { return inner_->StateBytes(param); }
+  void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const override {
+    inner_->PlanWorkspace(param, plan);
+  }
   absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                     ParamState& state) override {
     StepArgs scaled = args;

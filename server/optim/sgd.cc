@@ -27,6 +27,12 @@ absl::Status Sgd::InitState(Device& device, const ParamInfo& param, ParamState& 
   return absl::OkStatus();
 }
 
+int64_t Sgd::StateBytes(const ParamInfo& param) const {
+  return config_.momentum == 0.0 ? 0 : param.numel() * 4;
+}
+
+void Sgd::PlanWorkspace(const ParamInfo&, WorkspacePlan&) const {}
+
 absl::Status Sgd::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                        ParamState& state) {
   math::SgdArgs a;

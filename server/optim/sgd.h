@@ -23,6 +23,8 @@ class Sgd final : public Optimizer {
   double default_weight_decay() const override { return config_.weight_decay; }
   absl::Status CheckParam(const ParamInfo& param) const override;
   absl::Status InitState(Device& device, const ParamInfo& param, ParamState& state) const override;
+  int64_t StateBytes(const ParamInfo& param) const override;
+  void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const override;
   absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                     ParamState& state) override;
   // Bytes per element: 20 with momentum (reads g, p, b; writes p, b), 12 without.

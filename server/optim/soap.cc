@@ -56,6 +56,11 @@ absl::StatusOr<std::unique_ptr<Soap>> Soap::Create(const std::string& owner, con
 }
 
 absl::Status Soap::CheckParam(const ParamInfo& param) const {
+  if (param.ndim() == 2 && std::max(param.shape[0], param.shape[1]) > kMaxDimension) {
+    return absl::InvalidArgumentError(absl::StrCat("param '", param.name,
+                                                   "': soap takes dimensions up to ", kMaxDimension,
+                                                   ", got shape ", ShapeString(param.shape)));
+  }
   if (param.ndim() == 2) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("param '", param.name,
                                                  "': soap needs a 2-D parameter, got shape ",
@@ -75,6 +80,18 @@ absl::Status Soap::InitState(Device& device, const ParamInfo& param, ParamState&
   }
   OPTSTEP_RETURN_IF_ERROR(Identity(device, m, *state.Find("Q_L")));
   return Identity(device, n, *state.Find("Q_R"));
+}
+
+int64_t Soap::StateBytes(const ParamInfo& param) const {
+  const int64_t m = param.shape[0];
+  const int64_t n = param.shape[1];
+  return (2 * m * n + 2 * m * m + 2 * n * n) * 4;  // exp_avg, exp_avg_sq, L, Q_L, R, Q_R
+}
+
+void Soap::PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const {
+  for (Slot slot : {kGradOrUpdate, kProjected, kDirection})
+    plan.Need(slot, DType::kF32, param.shape);
+  SoapLinalg::PlanWorkspace(param.shape[0], param.shape[1], plan.Part(0));
 }
 
 absl::Status Soap::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
@@ -134,7 +151,8 @@ absl::Status Soap::Step(Device& device, const StepArgs& args, const Tensor& grad
                            workspace_.Get(device, kDirection, DType::kF32, grad.shape()));
   const math::SoapAdamArgs adam = math::MakeSoapAdamArgs(config_.beta1, config_.beta2, config_.eps,
                                                          config_.correct_bias, config_.nesterov, t);
-  OPTSTEP_RETURN_IF_ERROR(device.updates().SoapAdam(adam, *g, *s.exp_avg, *s.exp_avg_sq, direction));
+  OPTSTEP_RETURN_IF_ERROR(
+      device.updates().SoapAdam(adam, *g, *s.exp_avg, *s.exp_avg_sq, direction));
   Tensor update;
   if (projected) {
     OPTSTEP_ASSIGN_OR_RETURN(update,

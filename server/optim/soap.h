@@ -34,11 +34,19 @@ class Soap final : public Optimizer {
   static absl::StatusOr<std::unique_ptr<Soap>> Create(const std::string& owner,
                                                       const SoapConfig& config);
 
+  // The largest dimension of a parameter: its factor and eigenbasis (4 TiB each at this size)
+  // are then counted without overflow.
+  static constexpr int64_t kMaxDimension = int64_t{1} << 20;
+
   std::string kind() const override { return "soap"; }
   double default_lr() const override { return config_.lr; }
   double default_weight_decay() const override { return config_.weight_decay; }
+  // INVALID_ARGUMENT naming the parameter unless it is 2-D with both dimensions at most
+  // kMaxDimension.
   absl::Status CheckParam(const ParamInfo& param) const override;
   absl::Status InitState(Device& device, const ParamInfo& param, ParamState& state) const override;
+  int64_t StateBytes(const ParamInfo& param) const override;
+  void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const override;
   absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                     ParamState& state) override;
   // Bytes of the element-wise passes (~40 per element) plus flops / kFlopsPerByte of the factor

@@ -34,6 +34,18 @@ GemmArgs Product(MatmulPrecision p, bool ta, bool tb, float alpha = 1.0f, float 
 
 }  // namespace
 
+void SoapLinalg::PlanWorkspace(int64_t m, int64_t n, WorkspacePlan& plan) {
+  const int64_t dims[2] = {m, n};  // factor 0 (L) is m×m, factor 1 (R) n×n
+  for (int factor = 0; factor < 2; ++factor) {
+    const int64_t d = dims[factor];
+    plan.Need(SquareSlot(factor, 0), DType::kF32, {d, d});
+    plan.Need(SquareSlot(factor, 1), DType::kF32, {d, d});
+    plan.Need(kVector + factor, DType::kF32, {1, d});
+  }
+  for (Slot slot : {kRotate, kMatrix, kPermuted}) plan.Need(slot, DType::kF32, {m, n});
+  plan.Need(kEigenvalues, DType::kF32, {std::max(m, n)});
+}
+
 absl::StatusOr<Tensor> SoapLinalg::RayleighDiagonal(Device& device, MatmulPrecision precision,
                                                     const Tensor& k, const Tensor& q,
                                                     int slot_square, int slot_vector) {
@@ -85,7 +97,8 @@ absl::Status SoapLinalg::UpdateFactors(Device& device, MatmulPrecision precision
                                             SquareSlot(1, 0), kVector + 1, SquareSlot(1, 1)));
   OPTSTEP_ASSIGN_OR_RETURN(Tensor t, workspace_.Get(device, kMatrix, DType::kF32, grad.shape()));
   OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, false), grad, c_right, t));
-  OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, true, a, b), t, grad, *s.left));
+  OPTSTEP_RETURN_IF_ERROR(
+      device.matrix().Gemm(Product(precision, false, true, a, b), t, grad, *s.left));
   OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, false), c_left, grad, t));
   return device.matrix().Gemm(Product(precision, true, false, a, b), grad, t, *s.right);
 }
@@ -123,8 +136,8 @@ absl::Status SoapLinalg::PowerIteration(Device& device, MatmulPrecision precisio
   OPTSTEP_RETURN_IF_ERROR(device.matrix().Permute(v, axis, order, permuted_v));
   OPTSTEP_RETURN_IF_ERROR(device.Copy(permuted_v, v));
   // K·Q[:, π] = (K·Q)[:, π]: the first power iteration reuses the product just formed.
-  OPTSTEP_ASSIGN_OR_RETURN(Tensor kq, workspace_.Get(device, SquareSlot(factor, 0), DType::kF32,
-                                                     {n, n}));
+  OPTSTEP_ASSIGN_OR_RETURN(Tensor kq,
+                           workspace_.Get(device, SquareSlot(factor, 0), DType::kF32, {n, n}));
   OPTSTEP_ASSIGN_OR_RETURN(Tensor permuted,
                            workspace_.Get(device, SquareSlot(factor, 1), DType::kF32, {n, n}));
   OPTSTEP_RETURN_IF_ERROR(device.matrix().Permute(kq, 1, order, permuted));

@@ -52,6 +52,10 @@ class SoapLinalg {
   absl::Status Rotate(Device& device, MatmulPrecision precision, bool into_eigenbasis,
                       const SoapState& s, const Tensor& x, Tensor& out);
 
+  // The scratch of every step above for an m×n parameter, over all their branches (see
+  // Workspace, WorkspacePlan).
+  static void PlanWorkspace(int64_t m, int64_t n, WorkspacePlan& plan);
+
   // The shift of the eigh path for fp32 factors.
   static constexpr float kEighShift = 1e-7f;
 

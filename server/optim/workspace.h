@@ -2,6 +2,7 @@
 #define OPTSTEP_SERVER_OPTIM_WORKSPACE_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,6 +36,31 @@ class Workspace {
 
  private:
   std::vector<Tensor> buffers_;  // by slot; fp32 elements, rounded up
+};
+
+// The bytes a Workspace will hold, planned before anything is allocated: Need mirrors Get (a
+// slot keeps the largest buffer asked of it, rounded up to whole fp32 elements), so that after
+// Need for every shape a workspace will be asked for, bytes() is what it holds at most. An
+// object that owns several workspaces plans the ones of its parts with Part(i).
+//
+// Thread-compatible.
+class WorkspacePlan {
+ public:
+  WorkspacePlan() = default;
+  WorkspacePlan(const WorkspacePlan&) = delete;
+  WorkspacePlan& operator=(const WorkspacePlan&) = delete;
+
+  // As Workspace::Get(device, slot, dtype, shape) would allocate. REQUIRES: slot >= 0.
+  void Need(int slot, DType dtype, const Shape& shape);
+  // The plan of the workspace of part `index` (>= 0) of this plan's owner.
+  WorkspacePlan& Part(int index);
+
+  // Bytes of every slot, and of every part.
+  int64_t bytes() const;
+
+ private:
+  std::vector<int64_t> slots_;                         // bytes by slot
+  std::vector<std::unique_ptr<WorkspacePlan>> parts_;  // by index; null until asked
 };
 
 }  // namespace optstep

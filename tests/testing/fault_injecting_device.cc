@@ -55,6 +55,7 @@ absl::Status FaultInjectingDevice::Corrupt(const char* method, Tensor& tensor) {
 std::string FaultInjectingDevice::name() const { return base_->name(); }
 
 int64_t FaultInjectingDevice::allocated_bytes() const { return base_->allocated_bytes(); }
+int64_t FaultInjectingDevice::memory_capacity() const { return base_->memory_capacity(); }
 
 absl::StatusOr<Tensor> FaultInjectingDevice::Allocate(DType dtype, const Shape& shape) {
   Tensor tensor;

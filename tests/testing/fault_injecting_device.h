@@ -80,7 +80,7 @@ class FaultInjectingMatrixKernels final : public MatrixKernels {
 // matrix() wrap those of the wrapped device the same way. Methods are named as in
 // kernels/device.h, kernels/update_kernels.h and kernels/matrix_kernels.h ("CopyFromHost",
 // "ComputeGradientStats", "AdamW", "Gemm", ...); every method that answers a status is counted
-// and can be failed or delayed (name() and allocated_bytes() are only forwarded).
+// and can be failed or delayed (name(), allocated_bytes() and memory_capacity() are only forwarded).
 //
 // Corruption happens after a successful call: the first element of the method's output becomes
 // NaN (written through the wrapped device, so it works in any device memory); for CopyToHost
@@ -103,6 +103,7 @@ class FaultInjectingDevice final : public Device {
   std::string name() const override;
   absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) override;
   int64_t allocated_bytes() const override;
+  int64_t memory_capacity() const override;
   absl::Status Zero(Tensor& tensor) override;
   absl::Status CopyFromHost(const void* src, DType src_dtype, int64_t count, Tensor& dst,
                             int64_t dst_offset) override;

@@ -69,6 +69,8 @@ class RankProcess {
     // session's gradient bytes on this rank) and time waiting on the trainer (zero: none).
     int64_t max_stream_bytes = 0;
     absl::Duration stream_idle_timeout = absl::Minutes(1);
+    // A device task running longer than this turns health NOT_SERVING (zero: no watchdog).
+    absl::Duration device_watchdog = absl::Minutes(5);
     // Heartbeats between the ranks: each pings the others every `heartbeat_interval`; a rank
     // that has not answered for `peer_timeout` is lost (health NOT_SERVING, calls UNAVAILABLE).
     absl::Duration heartbeat_interval = absl::Seconds(1);

@@ -16,7 +16,7 @@
 namespace optstep {
 namespace {
 
-constexpr const char *kPhaseNames[] = {"ingest", "step", "all_gather", "egress"};
+constexpr const char* kPhaseNames[] = {"ingest", "step", "all_gather", "egress"};
 
 // 100 µs to about 50 s, a factor of about 2.5 apart: a tiny CPU step and a
 // large GPU one both land inside.
@@ -26,7 +26,7 @@ prometheus::Histogram::BucketBoundaries PhaseBuckets() {
   return bounds;
 }
 
-const char *StepEndName(StepObserver::StepEnd end) {
+const char* StepEndName(StepObserver::StepEnd end) {
   switch (end) {
     case StepObserver::StepEnd::kApplied:
       return "applied";
@@ -40,7 +40,7 @@ const char *StepEndName(StepObserver::StepEnd end) {
   return "failed";
 }
 
-prometheus::MetricFamily GaugeFamily(const std::string &name, const std::string &help,
+prometheus::MetricFamily GaugeFamily(const std::string& name, const std::string& help,
                                      double value) {
   prometheus::MetricFamily family;
   family.name = name;
@@ -54,18 +54,25 @@ prometheus::MetricFamily GaugeFamily(const std::string &name, const std::string 
 
 // Gauges read from the engine at each scrape, so they are exact without bookkeeping on every
 // session change.
-std::vector<prometheus::MetricFamily> EngineGauges(Engine &engine) {
+std::vector<prometheus::MetricFamily> EngineGauges(Engine& engine) {
   const std::vector<std::shared_ptr<Session>> sessions = engine.ListSessions();
   double bytes = 0.0;
-  for (const auto &session : sessions) {
+  for (const auto& session : sessions) {
     const SessionStats stats = session->stats();
     bytes += static_cast<double>(stats.param_bytes + stats.state_bytes + stats.buffer_bytes);
   }
+  const Engine::DeviceActivity device = engine.device_activity();
   return {
       GaugeFamily("optstep_sessions", "Sessions this rank holds.",
                   static_cast<double>(sessions.size())),
       GaugeFamily("optstep_device_memory_bytes",
-                  "Bytes of masters, optimizer state and gradient buffers on the device.", bytes)};
+                  "Bytes of masters, optimizer state and gradient buffers on the device.", bytes),
+      GaugeFamily("optstep_device_stalled",
+                  "1 while the device task that runs has passed --device_watchdog_ms, else 0.",
+                  device.stalled ? 1.0 : 0.0),
+      GaugeFamily("optstep_device_task_seconds",
+                  "How long the device task that runs has run; 0 when the device worker is idle.",
+                  absl::ToDoubleSeconds(device.running_for))};
 }
 
 }  // namespace
@@ -110,11 +117,11 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
 
 ServerMetrics::~ServerMetrics() { StopServing(); }
 
-absl::Status ServerMetrics::Serve(const std::string &host, int port, Engine *engine) {
+absl::Status ServerMetrics::Serve(const std::string& host, int port, Engine* engine) {
   std::shared_ptr<prometheus::Registry> registry = registry_;
   auto http = MetricsHttpServer::Start(host, port, [registry, engine] {
     std::vector<prometheus::MetricFamily> families = registry->Collect();
-    for (prometheus::MetricFamily &family : EngineGauges(*engine)) {
+    for (prometheus::MetricFamily& family : EngineGauges(*engine)) {
       families.push_back(std::move(family));
     }
     return prometheus::TextSerializer().Serialize(families);
@@ -143,9 +150,9 @@ void ServerMetrics::OnBytesIn(int64_t bytes) { bytes_in_->Increment(static_cast<
 
 void ServerMetrics::OnBytesOut(int64_t bytes) { bytes_out_->Increment(static_cast<double>(bytes)); }
 
-void ServerMetrics::OnStepEnd(const std::string &session, uint64_t step, int rank, StepEnd end,
+void ServerMetrics::OnStepEnd(const std::string& session, uint64_t step, int rank, StepEnd end,
                               absl::string_view error) {
-  const char *result = StepEndName(end);
+  const char* result = StepEndName(end);
   steps_->Add({{"result", result}}).Increment();
   if (end == StepEnd::kApplied || end == StepEnd::kSkipped) {
     LOG(INFO) << "event=step_" << result << " session=" << session << " step=" << step
@@ -156,12 +163,12 @@ void ServerMetrics::OnStepEnd(const std::string &session, uint64_t step, int ran
   }
 }
 
-void ServerMetrics::OnSessionCreated(const std::string &session, int rank, int64_t params) {
+void ServerMetrics::OnSessionCreated(const std::string& session, int rank, int64_t params) {
   LOG(INFO) << "event=session_created session=" << session << " rank=" << rank
             << " params=" << params;
 }
 
-void ServerMetrics::OnSessionClosed(const std::string &session, int rank) {
+void ServerMetrics::OnSessionClosed(const std::string& session, int rank) {
   LOG(INFO) << "event=session_closed session=" << session << " rank=" << rank;
 }
 

@@ -2,11 +2,10 @@
 // steps: the step phase histograms, bytes in and out, the sessions and device memory gauges, the
 // active streams gauge and the error counter all move as the work says they should.
 
+#include <grpcpp/create_channel.h>
 
 #include <fstream>
 #include <map>
-
-#include <grpcpp/create_channel.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/cpp/client.h"
@@ -48,6 +47,10 @@ TEST(MetricsTest, ValuesFollowTheWork) {
   ASSERT_FALSE(before.empty()) << "no answer from /metrics";
   EXPECT_EQ(before["optstep_sessions"], 0);
   EXPECT_EQ(before["optstep_device_memory_bytes"], 0);
+  ASSERT_EQ(before.count("optstep_device_stalled"), 1u);
+  EXPECT_EQ(before["optstep_device_stalled"], 0);
+  ASSERT_EQ(before.count("optstep_device_task_seconds"), 1u);
+  EXPECT_EQ(before["optstep_device_task_seconds"], 0);
   EXPECT_EQ(before[kBytesIn], 0);
   EXPECT_EQ(before[kBytesOut], 0);
   EXPECT_EQ(before[PhaseCount("step")], 0);

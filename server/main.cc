@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "server/engine/memory_budget.h"
 #include "server/rank_env.h"
 #include "server/rank_process.h"
 
@@ -40,8 +41,13 @@ ABSL_FLAG(int64_t, step_deadline_ms, 60000,
           "Default step deadline: a step still incomplete this long after it began is aborted.");
 ABSL_FLAG(int, max_sessions, 64, "Most sessions held at once.");
 ABSL_FLAG(int64_t, max_params_per_session, 1 << 20, "Most parameters in one session.");
+ABSL_FLAG(std::string, memory_budget, "",
+          "Bytes this rank admits sessions into (a number, or with K, M, G or T: '3G'); empty or "
+          "0: 0.8 of the device's memory (CUDA), else of the cgroup's memory limit, else of "
+          "physical memory.");
 ABSL_FLAG(int64_t, max_session_bytes, 0,
-          "Most bytes of masters, gradients and optimizer state per session; 0 = no limit.");
+          "Most bytes of one session's footprint on a rank (masters, optimizer state, gradients, "
+          "overhead, workspace); 0: the memory budget alone.");
 ABSL_FLAG(int64_t, max_stream_bytes, 0,
           "Most bytes one Step stream may send before its commit; 0: twice the session's "
           "gradient bytes on this rank, plus 1 MiB.");
@@ -136,6 +142,10 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.max_params_per_session = absl::GetFlag(FLAGS_max_params_per_session);
   options.max_session_bytes = absl::GetFlag(FLAGS_max_session_bytes);
+  if (!absl::GetFlag(FLAGS_memory_budget).empty()) {
+    OPTSTEP_ASSIGN_OR_RETURN(options.memory_budget,
+                             ParseByteCount("--memory_budget", absl::GetFlag(FLAGS_memory_budget)));
+  }
   options.shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms));
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   options.peer_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_peer_timeout_ms));

@@ -56,6 +56,7 @@ class RankProcess {
     int max_sessions = 64;
     int64_t max_params_per_session = 1 << 20;
     int64_t max_session_bytes = 0;
+    int64_t memory_budget = 0;  // 0: ResolveMemoryBudget's default
     // Time running calls get to finish once shutdown is requested.
     absl::Duration shutdown_grace = absl::Seconds(10);
     // Save / Load checkpoints; empty: they answer FAILED_PRECONDITION. 0 keeps every one.

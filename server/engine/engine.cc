@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -29,10 +30,30 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
   return std::unique_ptr<Engine>(new Engine(std::move(options), std::move(device)));
 }
 
+namespace {
+
+// The rank's admission control over the budget ResolveMemoryBudget finds, logged with its source.
+std::unique_ptr<SessionAdmission> CreateAdmission(const EngineOptions& options,
+                                                  const Device& device) {
+  MemoryLimit budget = ResolveMemoryBudget(options.memory_budget, device.memory_capacity());
+  if (budget.bytes <= 0) {
+    LOG(WARNING) << "rank " << options.rank
+                 << ": no memory limit found; sessions are admitted without a memory budget";
+    budget.bytes = std::numeric_limits<int64_t>::max();
+  } else {
+    LOG(INFO) << "rank " << options.rank << ": memory budget " << budget.bytes << " bytes ("
+              << budget.source << ")";
+  }
+  return std::make_unique<SessionAdmission>(budget.bytes, options.max_session_bytes, options.rank);
+}
+
+}  // namespace
+
 Engine::Engine(EngineOptions options, std::shared_ptr<Device> device)
     : options_(std::move(options)),
       device_(std::move(device)),
       device_worker_(std::make_shared<FairExecutor>()),
+      admission_(CreateAdmission(options_, *device_)),
       deadline_thread_([this] { WatchDeadlines(); }) {}
 
 Engine::~Engine() {
@@ -105,8 +126,18 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::FindByName(const SessionConfig&
   return std::shared_ptr<Session>();
 }
 
-absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string& id,
-                                                              SessionConfig config) {
+absl::StatusOr<Layout> Engine::LayoutOf(const SessionConfig& config) const {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<double> costs,
+                           EstimateStepCosts(config.chain, config.params));
+  return PartitionByCost(costs, options_.world_size);
+}
+
+absl::Status Engine::CheckAdmission(const SessionConfig& config) {
+  OPTSTEP_ASSIGN_OR_RETURN(Layout layout, LayoutOf(config));
+  return admission_->Check(config, layout, "new");
+}
+
+absl::StatusOr<Engine::Built> Engine::BuildSession(const std::string& id, SessionConfig config) {
   if (static_cast<int64_t>(config.params.size()) > options_.max_params_per_session) {
     return absl::ResourceExhaustedError(absl::StrCat("session declares ", config.params.size(),
                                                      " parameters; the limit is ",
@@ -124,12 +155,12 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
           absl::StrCat("session '", id, "' exists on rank ", options_.rank));
     }
   }
-  // Every rank computes the same layout from the same definition.
-  OPTSTEP_ASSIGN_OR_RETURN(std::vector<double> costs,
-                           EstimateStepCosts(config.chain, config.params));
+  Built built;
   Session::Options session_options;
   session_options.id = id;
-  session_options.layout = PartitionByCost(costs, options_.world_size);
+  OPTSTEP_ASSIGN_OR_RETURN(session_options.layout, LayoutOf(config));
+  OPTSTEP_ASSIGN_OR_RETURN(built.reservation,
+                           admission_->Admit(config, session_options.layout, id));
   session_options.rank = options_.rank;
   session_options.step_deadline = config.step_deadline > absl::ZeroDuration()
                                       ? config.step_deadline
@@ -148,10 +179,13 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
     local.kind = "local";
     OPTSTEP_ASSIGN_OR_RETURN(session_options.comm, CreateCommunicator(local));
   }
-  return Session::Create(std::move(session_options), device_, device_worker_);
+  OPTSTEP_ASSIGN_OR_RETURN(built.session,
+                           Session::Create(std::move(session_options), device_, device_worker_));
+  return built;
 }
 
-absl::StatusOr<Engine::Created> Engine::Register(std::shared_ptr<Session> session, bool by_name) {
+absl::StatusOr<Engine::Created> Engine::Register(Built built, bool by_name) {
+  const std::shared_ptr<Session>& session = built.session;
   absl::MutexLock lock(&mu_);
   const std::string& name = session->config().name;
   if (by_name && !name.empty()) {  // another trainer may have created it meanwhile
@@ -168,24 +202,24 @@ absl::StatusOr<Engine::Created> Engine::Register(std::shared_ptr<Session> sessio
   if (!sessions_.emplace(session->id(), session).second) {
     return absl::AlreadyExistsError(absl::StrCat("session '", session->id(), "' exists"));
   }
+  reservations_[session->id()] = std::move(built.reservation);
   return Created{session, false};
 }
 
 absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> existing, FindByName(config));
   if (existing != nullptr) return Created{existing, true};
-  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
-                           BuildSession(NextSessionId(), std::move(config)));
-  OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(std::move(session), /*by_name=*/true));
+  OPTSTEP_ASSIGN_OR_RETURN(Built built, BuildSession(NextSessionId(), std::move(config)));
+  OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(std::move(built), /*by_name=*/true));
   if (!created.attached) ReportCreated(*created.session);
   return created;
 }
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::CreateReplica(const std::string& id,
                                                                SessionConfig config) {
-  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, BuildSession(id, std::move(config)));
+  OPTSTEP_ASSIGN_OR_RETURN(Built built, BuildSession(id, std::move(config)));
   // Rank 0 decided the id (and attaches by name itself): a replica registers under its id.
-  OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(session, /*by_name=*/false));
+  OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(std::move(built), /*by_name=*/false));
   ReportCreated(*created.session);
   return created.session;
 }
@@ -251,15 +285,24 @@ std::vector<std::shared_ptr<Session>> Engine::ListSessions() const {
 
 absl::Status Engine::CloseSession(const std::string& id) {
   std::shared_ptr<Session> session;
+  MemoryBudget::Reservation reservation;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return SessionNotFoundError(id);
     session = std::move(it->second);
     sessions_.erase(it);
+    auto held = reservations_.find(id);
+    if (held != reservations_.end()) {
+      reservation = std::move(held->second);
+      reservations_.erase(held);
+    }
   }
   session->Close();
   if (options_.step_observer) options_.step_observer->OnSessionClosed(id, options_.rank);
+  session.reset();  // the last reference, unless a call in progress still holds one
+  reservation.Release();
+  ReturnFreedMemoryToSystem();
   return absl::OkStatus();
 }
 

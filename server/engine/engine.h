@@ -17,6 +17,8 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "kernels/device_factory.h"
+#include "server/engine/admission.h"
+#include "server/engine/memory_budget.h"
 #include "server/engine/session.h"
 #include "server/engine/session_config.h"
 #include "server/engine/step_observer.h"
@@ -37,7 +39,10 @@ struct EngineOptions {
   absl::Duration default_step_deadline = absl::Seconds(60);
   int max_sessions = 64;
   int64_t max_params_per_session = 1 << 20;
-  int64_t max_session_bytes = 0;  // 0: unlimited
+  // The bytes this rank admits sessions into (admission.h); 0: kDefaultMemoryBudgetFraction of the
+  // device's memory, or of the cgroup's limit or the host's memory (ResolveMemoryBudget).
+  int64_t memory_budget = 0;
+  int64_t max_session_bytes = 0;  // one session's footprint at most; 0: the budget alone
   // A device task (a slice of one session's device work) running longer than this turns the
   // rank unhealthy until it ends (docs/security.md); zero: no watchdog.
   absl::Duration device_watchdog = absl::Minutes(5);
@@ -67,7 +72,9 @@ class Engine {
   };
   // Creates a session, or attaches to the session of the same non-empty name when its definition
   // is identical (FAILED_PRECONDITION names the session when it differs).
-  // RESOURCE_EXHAUSTED beyond max_sessions / max_params_per_session / max_session_bytes.
+  // RESOURCE_EXHAUSTED beyond max_sessions / max_params_per_session / max_session_bytes, and when
+  // its footprint does not fit beside what is admitted (SessionAdmission), before anything is
+  // allocated.
   // Blocks while the session's communicator group connects (every rank must create it).
   absl::StatusOr<Created> CreateSession(SessionConfig config);
   // Rank 0 allots the ids; the other ranks create their replicas with the id rank 0 gave.
@@ -82,8 +89,14 @@ class Engine {
   // NOT_FOUND naming the id.
   absl::StatusOr<std::shared_ptr<Session>> GetSession(const std::string& id) const;
   std::vector<std::shared_ptr<Session>> ListSessions() const;
-  // Aborts its pending step and drops the session. NOT_FOUND naming the id.
+  // Aborts its pending step and drops the session, releases its admitted bytes and returns the
+  // freed heap to the system (malloc_trim). NOT_FOUND naming the id.
   absl::Status CloseSession(const std::string& id);
+  // Whether this rank would admit `config` now (SessionAdmission::Check): rank 0 asks before the
+  // other ranks build their replicas.
+  absl::Status CheckAdmission(const SessionConfig& config);
+  // The rank's memory budget and what it has admitted.
+  const MemoryBudget& memory_budget() const { return admission_->budget(); }
 
   // False once a session lost its group (a peer rank died), or while the device worker is
   // stalled (a task has run longer than options().device_watchdog): the rank should stop
@@ -113,12 +126,18 @@ class Engine {
 
  private:
   Engine(EngineOptions options, std::shared_ptr<Device> device);
-  // Builds the replica: layout, communicator, tensors. Does not register it.
-  absl::StatusOr<std::shared_ptr<Session>> BuildSession(const std::string& id,
-                                                        SessionConfig config);
-  // Registers `session` unless one of the same id (or, with `by_name`, of the same name)
-  // appeared meanwhile.
-  absl::StatusOr<Created> Register(std::shared_ptr<Session> session, bool by_name);
+  // A replica built and admitted, not yet registered.
+  struct Built {
+    std::shared_ptr<Session> session;
+    MemoryBudget::Reservation reservation;
+  };
+  // Every rank computes the same layout from the same definition.
+  absl::StatusOr<Layout> LayoutOf(const SessionConfig& config) const;
+  // Builds the replica: layout, admission, communicator, tensors. Does not register it.
+  absl::StatusOr<Built> BuildSession(const std::string& id, SessionConfig config);
+  // Registers the session built unless one of the same id (or, with `by_name`, of the same name)
+  // appeared meanwhile; its reservation is kept until it closes.
+  absl::StatusOr<Created> Register(Built built, bool by_name);
   void WatchDeadlines();
   // Marks the device worker stalled while its running task has passed the watchdog, logging the
   // change (event=device_stalled / event=device_recovered).
@@ -138,9 +157,11 @@ class Engine {
   // queues in turn.
   std::shared_ptr<FairExecutor> device_worker_;
   const std::shared_ptr<AbortVoteRelay> abort_relay_ = std::make_shared<AbortVoteRelay>();
+  const std::unique_ptr<SessionAdmission> admission_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, MemoryBudget::Reservation> reservations_ ABSL_GUARDED_BY(mu_);  // by id
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool device_stalled_ ABSL_GUARDED_BY(mu_) = false;
   std::thread deadline_thread_;

@@ -164,6 +164,8 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
                                                  "rank 0 reports SERVING"));
     }
   }
+  // Refused here before the other ranks build their replicas (each checks its own again).
+  OPTSTEP_RETURN_IF_ERROR(engine_->CheckAdmission(config));
   // Every rank creates its replica at once: they meet in the communicator's rendezvous.
   const std::string id = engine_->NextSessionId();
   std::vector<absl::Status> peer_status(options_.world_size);

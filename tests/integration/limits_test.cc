@@ -1,8 +1,11 @@
 // The server's limits through the real process: each crossing answers RESOURCE_EXHAUSTED with a
-// message that names the limit and the value, and the server goes on serving.
+// message that names the limit and the value, and the server goes on serving. A session whose
+// footprint does not fit the rank's memory budget is refused before anything is allocated.
 
 #include <grpcpp/create_channel.h>
+#include <unistd.h>
 
+#include <fstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +87,80 @@ TEST(LimitsTest, MaxSessionBytes) {
   auto sessions = c.client->ListSessions();
   ASSERT_THAT(sessions.status(), IsOk());
   EXPECT_TRUE(sessions->empty());
+}
+
+// Resident bytes of process `pid` (/proc/<pid>/statm).
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream statm(absl::StrCat("/proc/", pid, "/statm"));
+  int64_t size = 0;
+  int64_t resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGE_SIZE);
+}
+
+// One fp32 parameter of `shape` under the "sgd" preset.
+v1::SessionSpec OneParamSpec(const std::string& name, std::vector<int64_t> shape) {
+  v1::SessionSpec spec;
+  spec.set_name(name);
+  auto* p = spec.add_parameters();
+  p->set_name("embedding.weight");
+  for (int64_t d : shape) p->add_shape(d);
+  spec.set_num_trainers(1);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  spec.mutable_optimizer()->set_preset("sgd");
+  return spec;
+}
+
+// A session of shape [1e9] would allocate and zero-fill 12 GB on this rank (master, momentum,
+// gradient): under a budget of 1 GiB it is refused before anything is allocated, and every other
+// tenant goes on.
+TEST(LimitsTest, SessionOverTheMemoryBudgetIsRefusedBeforeAnythingIsAllocated) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c, Start({"--memory_budget=1G"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo tenant,
+                               c.client->CreateSession(SmallSpec("tenant")));
+  const int64_t before = ResidentBytes(c.server->pid());
+  const absl::Status refused = c.client->CreateSession(OneParamSpec("huge", {1000000000})).status();
+  EXPECT_THAT(refused,
+              StatusIs(absl::StatusCode::kResourceExhausted, "session 'huge' needs 12000"));
+  EXPECT_THAT(refused.message(),
+              testing::HasSubstr(" bytes on rank 0 (masters 4000000000, optimizer state "
+                                 "4000000000, gradients 4000000000, overhead "));
+  EXPECT_THAT(refused.message(),
+              testing::HasSubstr(" bytes free of the rank's budget of 1073741824"));
+  EXPECT_LT(ResidentBytes(c.server->pid()) - before, 32 << 20);
+  EXPECT_THAT(StepSmall(*c.client, tenant.session_id(), 1).status(), IsOk());
+  ExpectStillServing(*c.client);
+}
+
+// 300,000 parameters of one element: 2.4 MB of tensors, but about 1.2 KB per parameter of the
+// server's records, which the footprint counts.
+TEST(LimitsTest, ManyTinyParametersAreCountedByTheirOverhead) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c,
+                               Start({"--memory_budget=256M", "--max_message_bytes=33554432"}));
+  v1::SessionSpec spec = OneParamSpec("tiny", {1});
+  spec.clear_parameters();
+  for (int i = 0; i < 300000; ++i) {
+    auto* p = spec.add_parameters();
+    p->set_name(absl::StrCat("p", i));
+    p->add_shape(1);
+  }
+  const absl::Status refused = c.client->CreateSession(spec).status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "session 'tiny' needs "));
+  EXPECT_THAT(refused.message(), testing::HasSubstr("masters 1200000, "));
+  EXPECT_THAT(refused.message(),
+              testing::HasSubstr(" bytes free of the rank's budget of 268435456"));
+  ExpectStillServing(*c.client);
+}
+
+// Without --memory_budget the rank admits into a share of its cgroup's or the host's memory: a
+// parameter of 2^40 elements (16 TiB with its gradient) is refused, not attempted.
+TEST(LimitsTest, TheDefaultBudgetRefusesASessionLargerThanTheMachine) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c, Start({}));
+  const absl::Status refused =
+      c.client->CreateSession(OneParamSpec("vast", {int64_t{1} << 40})).status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "session 'vast' needs "));
+  EXPECT_THAT(refused.message(), testing::HasSubstr(" bytes free of the rank's budget of "));
+  ExpectStillServing(*c.client);
 }
 
 TEST(LimitsTest, MaxMessageBytes) {

@@ -1,0 +1,47 @@
+#ifndef OPTSTEP_SERVER_ENGINE_ADMISSION_H_
+#define OPTSTEP_SERVER_ENGINE_ADMISSION_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "checkpoint/layout.h"
+#include "server/engine/footprint.h"
+#include "server/engine/memory_budget.h"
+#include "server/engine/session_config.h"
+
+namespace optstep {
+
+// Admission control of one rank (docs/security.md "Limits"): a session's replica is admitted only
+// when its footprint (footprint.h), computed from the definition before anything is allocated,
+// is within the per-session cap and fits beside what the rank has admitted.
+//
+// Thread-safe.
+class SessionAdmission {
+ public:
+  // `budget_bytes` > 0: the rank's budget; `max_session_bytes` > 0 caps one session (0: the
+  // budget alone).
+  SessionAdmission(int64_t budget_bytes, int64_t max_session_bytes, int rank);
+
+  // Reserves the footprint of `config`'s replica under `layout` until the reservation goes.
+  // RESOURCE_EXHAUSTED, before anything is allocated: "session '<name or id>' needs N bytes on
+  // rank R (masters M, optimizer state S, gradients G, overhead O, workspace W); F bytes free of
+  // the rank's budget of B" (or "...; the limit is C bytes per session"). INVALID_ARGUMENT as the
+  // replica's creation for invalid chains or parameters.
+  absl::StatusOr<MemoryBudget::Reservation> Admit(const SessionConfig& config, const Layout& layout,
+                                                  absl::string_view id);
+  // Admit's answer without reserving (rank 0 asks before the other ranks build their replicas).
+  absl::Status Check(const SessionConfig& config, const Layout& layout, absl::string_view id);
+
+  const MemoryBudget& budget() const { return budget_; }
+
+ private:
+  const int64_t max_session_bytes_;
+  const int rank_;
+  MemoryBudget budget_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_ADMISSION_H_

@@ -1,0 +1,68 @@
+#include "server/engine/footprint.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "server/optim/registry.h"
+#include "server/optim/routing.h"
+#include "server/optim/workspace.h"
+
+namespace optstep {
+namespace {
+
+constexpr int64_t kMaxBytes = int64_t{1} << 62;
+
+// a + b, saturating at kMaxBytes. REQUIRES: a, b >= 0.
+int64_t Add(int64_t a, int64_t b) {
+  return std::min(kMaxBytes, std::min(a, kMaxBytes) + std::min(b, kMaxBytes));
+}
+
+}  // namespace
+
+int64_t SessionFootprint::total() const {
+  return Add(Add(Add(masters, state), Add(gradients, overhead)), workspace);
+}
+
+std::string SessionFootprint::Breakdown() const {
+  return absl::StrCat("masters ", masters, ", optimizer state ", state, ", gradients ", gradients,
+                      ", overhead ", overhead, ", workspace ", workspace);
+}
+
+absl::StatusOr<SessionFootprint> ComputeFootprint(const SessionConfig& config, const Layout& layout,
+                                                  int rank) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<ParamGroup> groups,
+                           RouteParameters(config.chain, config.params));
+  SessionFootprint f;
+  for (const ParamInfo& param : config.params) f.masters = Add(f.masters, param.numel() * 4);
+  for (const ParamGroup& group : groups) {
+    const SubOptimizerConfig& sub = config.chain.sub_optimizers[group.sub_optimizer];
+    OPTSTEP_ASSIGN_OR_RETURN(
+        std::unique_ptr<Optimizer> optimizer,
+        CreateOptimizer(absl::StrCat("sub_optimizer '", sub.name, "' (group ", group.id, ")"), sub,
+                        group.overrides));
+    WorkspacePlan plan;
+    for (int p : group.param_ids) {
+      const ParamInfo& param = config.params[p];
+      OPTSTEP_RETURN_IF_ERROR(optimizer->CheckParam(param));
+      if (layout.owner[p] != rank) continue;
+      f.state = Add(f.state, optimizer->StateBytes(param));
+      f.gradients = Add(f.gradients, param.numel() * 4);
+      optimizer->PlanWorkspace(param, plan);
+    }
+    f.workspace = Add(f.workspace, plan.bytes());
+  }
+  const int64_t num_params = static_cast<int64_t>(config.params.size());
+  f.host_bytes = kSessionOverheadBytes + num_params * kParamOverheadBytes;
+  for (const ParamInfo& param : config.params) {
+    f.host_bytes += kParamNameCopies * static_cast<int64_t>(param.name.size());
+  }
+  // The ranks' votes on a step (StepCoordinator): a float64 per parameter and three more.
+  const int64_t votes = layout.world_size > 1 ? (num_params + 3) * 8 : 0;
+  f.overhead = f.host_bytes + votes;
+  return f;
+}
+
+}  // namespace optstep

@@ -1,0 +1,141 @@
+#include "server/engine/memory_budget.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace optstep {
+namespace {
+
+// cgroup v1 answers about 2^63 rounded to pages for "no limit".
+constexpr int64_t kNoCgroupLimit = int64_t{1} << 60;
+
+std::string ReadFile(const char* path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+int64_t ParseCgroupMemoryLimit(absl::string_view contents) {
+  int64_t bytes = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(contents), &bytes)) return 0;
+  if (bytes <= 0 || bytes >= kNoCgroupLimit) return 0;
+  return bytes;
+}
+
+MemoryLimit HostMemoryLimit() {
+  const std::pair<const char*, const char*> cgroups[] = {
+      {"/sys/fs/cgroup/memory.max", "cgroup memory.max"},
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "cgroup memory.limit_in_bytes"},
+  };
+  for (const auto& [path, source] : cgroups) {
+    const int64_t bytes = ParseCgroupMemoryLimit(ReadFile(path));
+    if (bytes > 0) return {bytes, source};
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return {0, "none"};
+  return {static_cast<int64_t>(pages) * page_size, "physical memory"};
+}
+
+MemoryLimit ResolveMemoryBudget(int64_t configured, int64_t device_capacity) {
+  if (configured > 0) return {configured, "--memory_budget"};
+  MemoryLimit limit =
+      device_capacity > 0 ? MemoryLimit{device_capacity, "device memory"} : HostMemoryLimit();
+  if (limit.bytes <= 0) return limit;
+  limit.bytes =
+      static_cast<int64_t>(static_cast<double>(limit.bytes) * kDefaultMemoryBudgetFraction);
+  limit.source = absl::StrCat(kDefaultMemoryBudgetFraction, " of ", limit.source);
+  return limit;
+}
+
+void ReturnFreedMemoryToSystem() { malloc_trim(0); }
+
+absl::StatusOr<int64_t> ParseByteCount(absl::string_view flag, absl::string_view text) {
+  absl::string_view digits = absl::StripAsciiWhitespace(text);
+  int shift = 0;
+  if (!digits.empty() && std::isalpha(static_cast<unsigned char>(digits.back()))) {
+    switch (absl::ascii_toupper(digits.back())) {
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      case 'T':
+        shift = 40;
+        break;
+      default:
+        shift = -1;
+    }
+    digits.remove_suffix(1);
+  }
+  int64_t value = 0;
+  if (shift < 0 || !absl::SimpleAtoi(digits, &value) || value < 0 ||
+      value > (std::numeric_limits<int64_t>::max() >> shift)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": '", text, "' is not a byte count (bytes, or a number with K, M, G or T)"));
+  }
+  return value << shift;
+}
+
+MemoryBudget::MemoryBudget(int64_t budget_bytes, int rank)
+    : budget_(budget_bytes), rank_(rank), ledger_(std::make_shared<Reservation::Ledger>()) {}
+
+int64_t MemoryBudget::admitted() const {
+  absl::MutexLock lock(&ledger_->mu);
+  return ledger_->admitted;
+}
+
+absl::StatusOr<MemoryBudget::Reservation> MemoryBudget::TryReserve(int64_t bytes,
+                                                                   absl::string_view asker,
+                                                                   absl::string_view detail) {
+  absl::MutexLock lock(&ledger_->mu);
+  const int64_t free = budget_ - ledger_->admitted;
+  if (bytes > free) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(asker, " needs ", bytes, " bytes on rank ", rank_, " (", detail, "); ", free,
+                     " bytes free of the rank's budget of ", budget_));
+  }
+  ledger_->admitted += bytes;
+  return Reservation(ledger_, bytes);
+}
+
+MemoryBudget::Reservation::Reservation(Reservation&& other) noexcept
+    : ledger_(std::move(other.ledger_)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+MemoryBudget::Reservation& MemoryBudget::Reservation::operator=(Reservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    ledger_ = std::move(other.ledger_);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void MemoryBudget::Reservation::Release() {
+  if (ledger_ != nullptr) {
+    absl::MutexLock lock(&ledger_->mu);
+    ledger_->admitted -= bytes_;
+  }
+  ledger_ = nullptr;
+  bytes_ = 0;
+}
+
+}  // namespace optstep

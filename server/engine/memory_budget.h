@@ -1,0 +1,103 @@
+#ifndef OPTSTEP_SERVER_ENGINE_MEMORY_BUDGET_H_
+#define OPTSTEP_SERVER_ENGINE_MEMORY_BUDGET_H_
+
+// A rank's memory budget: how it is found, and the ledger of what is admitted against it
+// (docs/security.md "Limits").
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace optstep {
+
+// The share of the memory limit that a rank admits sessions into by default: the rest is the
+// server's own (gRPC, streams in flight, checkpoints being written, the allocator's slack).
+inline constexpr double kDefaultMemoryBudgetFraction = 0.8;
+
+// A budget and where it came from, for the start-up log ("cgroup memory.max", ...).
+struct MemoryLimit {
+  int64_t bytes = 0;  // 0: none found
+  std::string source;
+};
+
+// The limit of a cgroup memory file's contents (v2 memory.max, v1 memory.limit_in_bytes): the
+// bytes, or 0 for "max", a value of 2^60 or more (v1's "no limit") or anything unparsable.
+int64_t ParseCgroupMemoryLimit(absl::string_view contents);
+
+// This process's memory limit: its cgroup's when one is set (v2 /sys/fs/cgroup/memory.max, then
+// v1 /sys/fs/cgroup/memory/memory.limit_in_bytes), else the host's physical memory.
+MemoryLimit HostMemoryLimit();
+
+// The rank's budget: `configured` when > 0 ("--memory_budget"); else kDefaultMemoryBudgetFraction
+// of `device_capacity` when > 0 (a device with memory of its own, Device::memory_capacity()),
+// else of HostMemoryLimit().
+MemoryLimit ResolveMemoryBudget(int64_t configured, int64_t device_capacity);
+
+// Hands the heap's free memory back to the system (glibc's malloc_trim), as after a session
+// closes: its tensors and records are freed, but the allocator would otherwise keep the pages.
+void ReturnFreedMemoryToSystem();
+
+// Parses a byte count with an optional binary suffix: "3G", "512M", "64K", "1T" or plain bytes.
+// INVALID_ARGUMENT naming `flag` and the text otherwise (negative, overflow, unknown suffix).
+absl::StatusOr<int64_t> ParseByteCount(absl::string_view flag, absl::string_view text);
+
+// The ledger of one rank's budget: sessions reserve their footprint before anything is allocated
+// and release it when they close. Thread-safe; a Reservation may outlive its MemoryBudget.
+class MemoryBudget {
+ public:
+  // REQUIRES: budget_bytes > 0.
+  MemoryBudget(int64_t budget_bytes, int rank);
+
+  MemoryBudget(const MemoryBudget&) = delete;
+  MemoryBudget& operator=(const MemoryBudget&) = delete;
+
+  // Bytes held against the budget until destroyed (or moved from). Thread-compatible.
+  class Reservation {
+   public:
+    Reservation() = default;
+    Reservation(Reservation&& other) noexcept;
+    Reservation& operator=(Reservation&& other) noexcept;
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    ~Reservation() { Release(); }
+
+    int64_t bytes() const { return bytes_; }
+    void Release();
+
+   private:
+    friend class MemoryBudget;
+    struct Ledger;
+    Reservation(std::shared_ptr<Ledger> ledger, int64_t bytes)
+        : ledger_(std::move(ledger)), bytes_(bytes) {}
+
+    std::shared_ptr<Ledger> ledger_;
+    int64_t bytes_ = 0;
+  };
+
+  // Reserves `bytes` when they fit beside what is admitted; otherwise RESOURCE_EXHAUSTED:
+  // "<asker> needs N bytes on rank R (<detail>); F bytes free of the rank's budget of B".
+  absl::StatusOr<Reservation> TryReserve(int64_t bytes, absl::string_view asker,
+                                         absl::string_view detail);
+
+  int64_t budget() const { return budget_; }
+  int64_t admitted() const;
+
+ private:
+  const int64_t budget_;
+  const int rank_;
+  const std::shared_ptr<Reservation::Ledger> ledger_;
+};
+
+struct MemoryBudget::Reservation::Ledger {
+  mutable absl::Mutex mu;
+  int64_t admitted ABSL_GUARDED_BY(mu) = 0;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_MEMORY_BUDGET_H_

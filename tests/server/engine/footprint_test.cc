@@ -1,0 +1,227 @@
+// The footprint admission control counts is what a replica really holds: for every optimizer,
+// the device's allocated bytes after creating a replica and stepping it through every branch
+// (projections, refreshes, the KL preconditioner, the Q/K/V split) are at most the footprint and
+// within a small margin of it; the host bytes per parameter bound what a session of many tiny
+// parameters adds to the process.
+
+#include "server/engine/footprint.h"
+
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint/partition.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_device.h"
+#include "server/engine/cost_model.h"
+#include "server/engine/engine.h"
+#include "server/engine/replica_state.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+
+ParamInfo Param(std::string name, Shape shape) {
+  ParamInfo p;
+  p.name = std::move(name);
+  p.shape = std::move(shape);
+  return p;
+}
+
+// `main` steps the 2-D parameters, AdamW the others.
+SessionConfig ConfigOf(SubOptimizerConfig main, std::vector<ParamInfo> params) {
+  SessionConfig config;
+  config.name = "footprint";
+  config.params = std::move(params);
+  main.name = "main";
+  SubOptimizerConfig adam;
+  adam.name = "adam";
+  adam.kind = "adamw";
+  config.chain.sub_optimizers = {main, adam};
+  RoutingRule matrices;
+  matrices.ndim = 2;
+  matrices.sub_optimizer = "main";
+  RoutingRule rest;
+  rest.sub_optimizer = "adam";
+  config.chain.rules = {matrices, rest};
+  return config;
+}
+
+std::vector<ParamInfo> MixedParams() {
+  return {Param("fc1.weight", {48, 32}), Param("fc1.bias", {48}), Param("fc2.weight", {16, 64}),
+          Param("fc2.bias", {16}), Param("head.weight", {24, 24})};
+}
+
+struct Case {
+  std::string label;
+  SubOptimizerConfig main;
+  std::vector<ParamInfo> params = MixedParams();
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  Case adamw{"adamw", {}};
+  adamw.main.kind = "adamw";
+  cases.push_back(adamw);
+  Case sgd{"sgd_momentum", {}};
+  sgd.main.kind = "sgd";
+  sgd.main.sgd.momentum = 0.9;
+  cases.push_back(sgd);
+  Case plain_sgd{"sgd", {}};
+  plain_sgd.main.kind = "sgd";
+  plain_sgd.main.sgd.momentum = 0.0;
+  cases.push_back(plain_sgd);
+  Case lion{"lion", {}};
+  lion.main.kind = "lion";
+  cases.push_back(lion);
+  Case muon{"muon", {}};
+  muon.main.kind = "muon";
+  cases.push_back(muon);
+  Case muon_fp32{"muon_highest", {}};
+  muon_fp32.main.kind = "muon";
+  muon_fp32.main.muon.fp32_matmul_prec = "highest";
+  cases.push_back(muon_fp32);
+  Case qkv{"muon_split_qkv", {}};
+  qkv.main.kind = "muon";
+  ParamInfo fused = Param("attn.qkv.weight", {2 * (2 + 2) * 4, 32});  // 2 groups, 2 q heads, dim 4
+  fused.qkv = QkvSplitInfo{2, 2, 4};
+  qkv.params.push_back(fused);
+  cases.push_back(qkv);
+  Case adamuon{"adaptive_muon", {}};
+  adamuon.main.kind = "adaptive_muon";
+  cases.push_back(adamuon);
+  Case normuon{"normuon", {}};
+  normuon.main.kind = "adaptive_muon";
+  normuon.main.adaptive_muon.moment2_method = "normuon";
+  cases.push_back(normuon);
+  Case soap{"soap_kl", {}};
+  soap.main.kind = "soap";
+  soap.main.soap.use_kl_shampoo = true;  // eigh at the first refresh, power iteration after
+  soap.main.soap.weight_decay_mode = WeightDecayMode::kL2;
+  soap.main.soap.weight_decay = 0.01;
+  cases.push_back(soap);
+  return cases;
+}
+
+class FootprintTest : public testing::TestWithParam<Case> {};
+
+TEST_P(FootprintTest, DeviceBytesAfterEveryBranchAreWithinTheFootprint) {
+  const Case& c = GetParam();
+  const SessionConfig config = ConfigOf(c.main, c.params);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<double> costs,
+                               EstimateStepCosts(config.chain, config.params));
+  const Layout layout = PartitionByCost(costs, 1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint footprint, ComputeFootprint(config, layout, 0));
+
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::shared_ptr<CpuDevice> device,
+                               CpuDevice::Create(CpuDevice::Options{}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicaState> replica,
+                               ReplicaState::Create("s", config, layout, 0, 0, device));
+  const ReplicaState::Bytes bytes = replica->bytes();
+  EXPECT_EQ(bytes.params, footprint.masters);
+  EXPECT_EQ(bytes.state, footprint.state);
+  EXPECT_EQ(bytes.buffers, footprint.gradients);
+
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t step = 1; step <= 3; ++step) {
+    for (int p : replica->owned()) {
+      std::vector<float> g(replica->numels()[p]);
+      for (float& x : g) x = normal(random);
+      ASSERT_THAT(device->CopyFromHost(g.data(), DType::kF32, g.size(), replica->grad(p), 0),
+                  IsOk());
+      GroupRuntime& group = replica->groups()[replica->group_of(p)];
+      ASSERT_THAT(group.optimizer->Step(*device, StepArgs{1e-3, 0.01, step}, replica->grad(p),
+                                        replica->param(p), replica->state(p)),
+                  IsOk());
+    }
+  }
+  const int64_t held = device->allocated_bytes();
+  EXPECT_LE(held, footprint.device_bytes()) << footprint.Breakdown();
+  // Every slot was used: the plan is the workspaces to within a few small vectors.
+  EXPECT_GE(held, footprint.device_bytes() - footprint.device_bytes() / 50 - 1024)
+      << footprint.Breakdown();
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, FootprintTest, testing::ValuesIn(Cases()),
+                         [](const testing::TestParamInfo<Case>& info) { return info.param.label; });
+
+TEST(FootprintTest, OnlyOwnedParametersCarryStateGradientsAndWorkspace) {
+  SubOptimizerConfig adamw;
+  adamw.kind = "adamw";
+  const SessionConfig config = ConfigOf(adamw, {Param("a", {100}), Param("b", {50})});
+  Layout layout;
+  layout.world_size = 2;
+  layout.owner = {0, 1};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint rank1, ComputeFootprint(config, layout, 1));
+  EXPECT_EQ(rank1.masters, 150 * 4);   // every rank holds every master
+  EXPECT_EQ(rank1.state, 2 * 50 * 4);  // exp_avg and exp_avg_sq of "b"
+  EXPECT_EQ(rank1.gradients, 50 * 4);
+  EXPECT_EQ(rank1.overhead, kSessionOverheadBytes + 2 * kParamOverheadBytes + 2 * kParamNameCopies +
+                                (2 + 3) * 8);  // names "a", "b"; votes
+  EXPECT_EQ(rank1.total(), 600 + 400 + 200 + rank1.overhead);
+}
+
+TEST(FootprintTest, AHugeSoapFactorIsRefusedBeforeItIsCounted) {
+  SubOptimizerConfig soap;
+  soap.kind = "soap";
+  const SessionConfig config = ConfigOf(soap, {Param("emb", {int64_t{1} << 30, 2})});
+  Layout layout;
+  layout.owner = {0};
+  EXPECT_THAT(ComputeFootprint(config, layout, 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "param 'emb': soap takes dimensions up to 1048576"));
+}
+
+// Resident set size of this process, from /proc/self/statm.
+int64_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  long size = 0;
+  long resident = 0;
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%ld %ld", &size, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return static_cast<int64_t>(resident) * 4096;
+}
+
+TEST(FootprintTest, ManyTinyParametersStayWithinTheirFootprintAndReturnAfterClose) {
+  EngineOptions options;
+  options.device.num_threads = 1;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(options));
+  SubOptimizerConfig adamw;
+  adamw.kind = "adamw";
+  std::vector<ParamInfo> params;
+  constexpr int kParams = 100000;
+  for (int i = 0; i < kParams; ++i) params.push_back(Param("layers." + std::to_string(i), {2}));
+  SessionConfig config = ConfigOf(adamw, std::move(params));
+  Layout layout;
+  layout.owner.assign(kParams, 0);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint footprint, ComputeFootprint(config, layout, 0));
+
+  const int64_t before = ResidentBytes();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created created, engine->CreateSession(std::move(config)));
+  const std::string id = created.session->id();
+  created.session.reset();
+  const int64_t grown = ResidentBytes() - before;
+  std::printf("%d tiny parameters: RSS +%lld bytes (%lld per parameter); footprint %lld\n", kParams,
+              static_cast<long long>(grown), static_cast<long long>(grown / kParams),
+              static_cast<long long>(footprint.total()));
+  EXPECT_LE(grown, footprint.total());
+  EXPECT_EQ(engine->memory_budget().admitted(), footprint.total());
+
+  ASSERT_THAT(engine->CloseSession(id), IsOk());
+  const int64_t after = ResidentBytes();
+  std::printf("after close: RSS %+lld bytes from before the session\n",
+              static_cast<long long>(after - before));
+  EXPECT_EQ(engine->memory_budget().admitted(), 0);
+  EXPECT_LE(after - before, 8 << 20);  // the heap went back to the system
+}
+
+}  // namespace
+}  // namespace optstep

@@ -22,11 +22,12 @@ namespace optstep {
 // word that one chunk covers only in part (a chunk edge inside a word) is held until the other
 // chunks complete it, so a word is hashed whole whichever chunks its bytes came in; a word still
 // incomplete at the end (the last word of a parameter) is hashed with the bytes it has. This
-// costs one 64x64->128-bit multiply per 8 bytes on the receiving thread (about 0.1 s per GB of
-// gradients on one core, bench/step_bench's digest figure), and memory only for the words cut
-// by chunk edges, at most two per chunk. Hashing each element instead would need no held words
-// but costs two to four times as many multiplies; hashing the assembled gradient buffer cannot
-// tell the trainers of a REPLICATED step apart (they sum into one buffer).
+// costs one 64x64->128-bit multiply per 8 bytes on the receiving thread, outside the session's
+// lock (about 0.1 s per GB of gradients on one core, as much as copying them: bench:digest_bench),
+// and memory only for the words cut by chunk edges, at most two per chunk. Hashing each element
+// instead would need no held words but costs two to four times as many multiplies; hashing the
+// assembled gradient buffer cannot tell the trainers of a REPLICATED step apart (they sum into one
+// buffer).
 //
 // The word hash is wyhash's multiply-fold with keys drawn at random once per process, so a
 // caller who does not know them cannot aim at a collision; two different contributions collide
@@ -47,8 +48,6 @@ class ContributionDigest {
   bool SameAs(const ContributionDigest& other) const;
   // Whether some byte was added twice (only the words held in part can tell).
   bool overlapped() const { return overlapped_; }
-  // Whether nothing was added.
-  bool empty() const { return sum_ == 0 && held_.empty() && !overlapped_; }
 
  private:
   struct WordKey {

@@ -1,0 +1,69 @@
+// The memory budget: how it is found (flag, device, cgroup, physical memory), how byte counts and
+// cgroup files parse, and the ledger of admitted bytes (reserve, refuse with the bytes named,
+// release when a reservation goes).
+
+#include "server/engine/memory_budget.h"
+
+#include <utility>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::StatusIs;
+
+TEST(MemoryBudgetTest, ReservesUntilTheBudgetAndRefusesNamingTheBytes) {
+  MemoryBudget budget(1000, 2);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation a,
+                               budget.TryReserve(600, "session 'a'", "x"));
+  EXPECT_EQ(budget.admitted(), 600);
+  EXPECT_THAT(budget.TryReserve(401, "session 'b'", "masters 401").status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "session 'b' needs 401 bytes on rank 2 (masters 401); 400 bytes free of "
+                       "the rank's budget of 1000"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation b,
+                               budget.TryReserve(400, "session 'b'", "x"));
+  EXPECT_EQ(budget.admitted(), 1000);
+  MemoryBudget::Reservation moved = std::move(a);
+  EXPECT_EQ(budget.admitted(), 1000);  // a move keeps the bytes reserved
+  moved.Release();
+  EXPECT_EQ(budget.admitted(), 400);
+  { MemoryBudget::Reservation gone = std::move(b); }
+  EXPECT_EQ(budget.admitted(), 0);
+}
+
+TEST(MemoryBudgetTest, ByteCountsTakeBinarySuffixes) {
+  EXPECT_EQ(*ParseByteCount("--memory_budget", "1048576"), 1048576);
+  EXPECT_EQ(*ParseByteCount("--memory_budget", "512M"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteCount("--memory_budget", "3g"), int64_t{3} << 30);
+  EXPECT_EQ(*ParseByteCount("--memory_budget", "2T"), int64_t{2} << 40);
+  for (const char* bad : {"", "-1G", "3X", "G", "99999999999T", "1.5G"}) {
+    EXPECT_THAT(ParseByteCount("--memory_budget", bad).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, "--memory_budget: '"))
+        << bad;
+  }
+}
+
+TEST(MemoryBudgetTest, CgroupFilesWithoutALimitAnswerNone) {
+  EXPECT_EQ(ParseCgroupMemoryLimit("3221225472\n"), int64_t{3} << 30);
+  EXPECT_EQ(ParseCgroupMemoryLimit("max\n"), 0);
+  EXPECT_EQ(ParseCgroupMemoryLimit("9223372036854771712\n"), 0);  // v1's "no limit"
+  EXPECT_EQ(ParseCgroupMemoryLimit(""), 0);
+}
+
+TEST(MemoryBudgetTest, TheFlagWinsThenTheDeviceThenTheHost) {
+  EXPECT_EQ(ResolveMemoryBudget(12345, 1000).bytes, 12345);
+  const MemoryLimit device = ResolveMemoryBudget(0, 1000);
+  EXPECT_EQ(device.bytes, 800);
+  EXPECT_EQ(device.source, "0.8 of device memory");
+  const MemoryLimit host = ResolveMemoryBudget(0, 0);
+  EXPECT_GT(host.bytes, 0);
+  EXPECT_EQ(host.bytes,
+            static_cast<int64_t>(HostMemoryLimit().bytes * kDefaultMemoryBudgetFraction));
+}
+
+}  // namespace
+}  // namespace optstep

@@ -66,46 +66,27 @@ struct Case {
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  Case adamw{"adamw", {}};
-  adamw.main.kind = "adamw";
-  cases.push_back(adamw);
-  Case sgd{"sgd_momentum", {}};
-  sgd.main.kind = "sgd";
-  sgd.main.sgd.momentum = 0.9;
-  cases.push_back(sgd);
-  Case plain_sgd{"sgd", {}};
-  plain_sgd.main.kind = "sgd";
-  plain_sgd.main.sgd.momentum = 0.0;
-  cases.push_back(plain_sgd);
-  Case lion{"lion", {}};
-  lion.main.kind = "lion";
-  cases.push_back(lion);
-  Case muon{"muon", {}};
-  muon.main.kind = "muon";
-  cases.push_back(muon);
-  Case muon_fp32{"muon_highest", {}};
-  muon_fp32.main.kind = "muon";
-  muon_fp32.main.muon.fp32_matmul_prec = "highest";
-  cases.push_back(muon_fp32);
-  Case qkv{"muon_split_qkv", {}};
-  qkv.main.kind = "muon";
+  // A case of `kind`, its other settings the defaults; the caller may change the case returned.
+  auto add = [&cases](const std::string& label, const std::string& kind) -> Case& {
+    cases.push_back(Case{label, {}});
+    cases.back().main.kind = kind;
+    return cases.back();
+  };
+  add("adamw", "adamw");
+  add("sgd_momentum", "sgd").main.sgd.momentum = 0.9;
+  add("sgd", "sgd").main.sgd.momentum = 0.0;
+  add("lion", "lion");
+  add("muon", "muon");
+  add("muon_highest", "muon").main.muon.fp32_matmul_prec = "highest";
   ParamInfo fused = Param("attn.qkv.weight", {2 * (2 + 2) * 4, 32});  // 2 groups, 2 q heads, dim 4
   fused.qkv = QkvSplitInfo{2, 2, 4};
-  qkv.params.push_back(fused);
-  cases.push_back(qkv);
-  Case adamuon{"adaptive_muon", {}};
-  adamuon.main.kind = "adaptive_muon";
-  cases.push_back(adamuon);
-  Case normuon{"normuon", {}};
-  normuon.main.kind = "adaptive_muon";
-  normuon.main.adaptive_muon.moment2_method = "normuon";
-  cases.push_back(normuon);
-  Case soap{"soap_kl", {}};
-  soap.main.kind = "soap";
-  soap.main.soap.use_kl_shampoo = true;  // eigh at the first refresh, power iteration after
-  soap.main.soap.weight_decay_mode = WeightDecayMode::kL2;
-  soap.main.soap.weight_decay = 0.01;
-  cases.push_back(soap);
+  add("muon_split_qkv", "muon").params.push_back(fused);
+  add("adaptive_muon", "adaptive_muon");
+  add("normuon", "adaptive_muon").main.adaptive_muon.moment2_method = "normuon";
+  SoapConfig& soap = add("soap_kl", "soap").main.soap;
+  soap.use_kl_shampoo = true;  // eigh at the first refresh, power iteration after
+  soap.weight_decay_mode = WeightDecayMode::kL2;
+  soap.weight_decay = 0.01;
   return cases;
 }
 

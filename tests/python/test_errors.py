@@ -94,3 +94,19 @@ def test_bad_client_options() -> None:
         optstep.Client("localhost:1", max_chunk_bytes=8 << 20, connect_timeout=0)
     with pytest.raises(optstep.InvalidArgumentError, match="no target"):
         optstep.Client(connect_timeout=0)
+
+
+def test_a_replay_is_answered_only_for_the_same_gradient(server: optstep.LocalServer,
+                                                         client: optstep.Client) -> None:
+    sid = _session(client)
+    applied = client.step(sid, 1, {"w": np.arange(6, dtype=np.float32)})
+    # The same gradient sent again in 12-byte chunks is a replay of step 1.
+    with optstep.Client(server.address, max_chunk_bytes=12) as small_chunks:
+        replayed = small_chunks.step(sid, 1, {"w": np.arange(6, dtype=np.float32)})
+    assert replayed.step == 1 and replayed.grad_norm == applied.grad_norm
+    # Another gradient for step 1 is not answered with step 1's result.
+    with pytest.raises(optstep.FailedPreconditionError) as raised:
+        client.step(sid, 1, {"w": np.ones(6, np.float32)})
+    assert (f"step 1 of session '{sid}' was already applied with a different contribution "
+            "from trainer 0") in raised.value.message
+    assert client.get_session(sid).step == 1

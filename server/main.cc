@@ -69,6 +69,19 @@ ABSL_FLAG(std::string, checkpoint_root, "",
 ABSL_FLAG(int64_t, checkpoint_temp_max_age_ms, 3600000,
           "At start, remove the temporaries of saves (hidden '.<name>.tmp' directories) in "
           "--checkpoint_root in which nothing changed for this long; 0: never.");
+ABSL_FLAG(int, checkpoint_every_steps, 0,
+          "Rank 0 saves every session as an automatic checkpoint (under --checkpoint_root/auto/) "
+          "after its first applied step and then every this many applied steps; 0: not by "
+          "steps.");
+ABSL_FLAG(double, checkpoint_every_seconds, 0,
+          "As --checkpoint_every_steps, once this many seconds passed since a session's last "
+          "automatic checkpoint (and a step was applied since); 0: not by time. With both set, "
+          "whichever comes first.");
+ABSL_FLAG(int, keep_auto_checkpoints, 2,
+          "Complete automatic checkpoints kept per session (at least 1).");
+ABSL_FLAG(bool, exit_on_peer_loss, true,
+          "With several ranks: a rank that finds a peer lost, or whose group does not form, "
+          "exits with status 75 one second later, for its supervisor to restart the group.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
@@ -165,6 +178,10 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
   options.checkpoint_on_shutdown = absl::GetFlag(FLAGS_checkpoint_on_shutdown);
+  options.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  options.checkpoint_every = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_seconds));
+  options.keep_auto_checkpoints = absl::GetFlag(FLAGS_keep_auto_checkpoints);
+  options.exit_on_peer_loss = absl::GetFlag(FLAGS_exit_on_peer_loss);
   return options;
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <fstream>
 #include <iostream>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "checkpoint/temporaries.h"
 #include "glog/logging.h"
 #include "server/rpc/auth.h"
+#include "server/rpc/auto_restore.h"
 #include "server/rpc/held_operations.h"
 
 namespace optstep {
@@ -40,6 +42,19 @@ std::string DefaultAdvertiseHost(const std::string& host) {
 absl::Status CheckOptions(const RankProcess::Options& options) {
   if (!options.checkpoint_on_shutdown.empty() && options.checkpoint_root.empty()) {
     return absl::InvalidArgumentError("--checkpoint_on_shutdown needs --checkpoint_root");
+  }
+  if ((options.checkpoint_every_steps != 0 || options.checkpoint_every != absl::ZeroDuration()) &&
+      options.checkpoint_root.empty()) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_every_steps and --checkpoint_every_seconds need --checkpoint_root");
+  }
+  if (options.checkpoint_every_steps < 0 || options.checkpoint_every < absl::ZeroDuration() ||
+      options.keep_auto_checkpoints < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_every_steps (", options.checkpoint_every_steps,
+        ") and --checkpoint_every_seconds (", absl::FormatDuration(options.checkpoint_every),
+        ") must not be negative, --keep_auto_checkpoints (", options.keep_auto_checkpoints,
+        ") at least 1"));
   }
   if (options.heartbeat_interval <= absl::ZeroDuration() ||
       options.peer_timeout < options.heartbeat_interval) {
@@ -218,8 +233,29 @@ absl::Status RankProcess::StartEngine(
   group_options.keep_checkpoints = options_.keep_checkpoints;
   group_options.heartbeat_interval = options_.heartbeat_interval;
   group_options.peer_timeout = options_.peer_timeout;
-  group_options.on_peer_lost = [metrics = metrics_](int) { metrics->CountPeerLost(); };
+  group_options.on_peer_lost = [this](int rank) {
+    metrics_->CountPeerLost();
+    ExitForRestart(absl::StrCat("rank ", rank, " lost"));
+  };
+  AutoCheckpointOptions auto_options;
+  auto_options.checkpoint_root = options_.checkpoint_root;
+  auto_options.every_steps = options_.checkpoint_every_steps;
+  auto_options.every = options_.checkpoint_every;
+  auto_options.keep = options_.keep_auto_checkpoints;
+  auto_options.on_saved = [metrics = metrics_](const std::string&, uint64_t) {
+    metrics->CountAutoCheckpoint();
+  };
+  const bool auto_checkpoints = options_.rank == 0 && AutoCheckpointsEnabled(auto_options);
+  if (auto_checkpoints) {
+    group_options.on_session_closed = [this](const std::string& id) {
+      auto_checkpointer_->SessionClosed(id);
+    };
+  }
   group_ = std::make_unique<RankGroup>(group_options, engine_.get());
+  if (auto_checkpoints) {
+    auto_checkpointer_ =
+        std::make_unique<AutoCheckpointer>(auto_options, engine_.get(), group_.get());
+  }
   return absl::OkStatus();
 }
 
@@ -248,11 +284,36 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
   absl::Status joined = group_->Join(address, std::move(store));
   if (!joined.ok()) {
     LOG(ERROR) << "rank " << options_.rank << " could not join its group: " << joined;
+    if (options_.world_size > 1) ExitForRestart("the group did not form");
     return;
   }
-  LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
   group_->StartHeartbeats();
+  if (options_.rank == 0) {
+    // Before SERVING: a trainer that sees SERVING finds its session.
+    for (const RestoredSession& restored : RestoreAutoCheckpoints(
+             options_.checkpoint_root, options_.checkpoint_temp_max_age, group_.get())) {
+      metrics_->CountSessionRestored();
+      if (auto_checkpointer_ != nullptr) {
+        auto_checkpointer_->Restored(restored.session_id, restored.step);
+      }
+    }
+    if (auto_checkpointer_ != nullptr) auto_checkpointer_->Start();
+  }
+  LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
   server_->SetReady(true);
+}
+
+void RankProcess::ExitForRestart(const std::string& why) {
+  static std::atomic<bool> exiting{false};
+  if (!options_.exit_on_peer_loss || exiting.exchange(true)) return;
+  std::thread([why, grace = options_.peer_loss_exit_grace] {
+    absl::SleepFor(grace);
+    LOG(ERROR) << "event=exit_on_peer_loss code=" << kPeerLossExitCode << " why=\"" << why
+               << "\" this rank exits for its supervisor to restart the group";
+    google::FlushLogFiles(google::GLOG_INFO);
+    std::cout.flush();
+    _exit(kPeerLossExitCode);
+  }).detach();
 }
 
 void RankProcess::Shutdown() {
@@ -272,6 +333,7 @@ void RankProcess::AwaitShutdownRequest() {
   // A rank that shuts down judges its peers no more (they may be shutting down too) and tells
   // them it leaves on purpose, before its server stops answering their heartbeats.
   group_->Leave();
+  if (auto_checkpointer_ != nullptr) auto_checkpointer_->Stop();
   server_->Shutdown(absl::Now() + options_.shutdown_grace);
   if (options_.rank == 0) SaveOnShutdown();
 }
@@ -306,6 +368,7 @@ void RankProcess::WaitForShutdown() {
 void RankProcess::Stop() {
   server_.reset();
   if (metrics_ != nullptr) metrics_->StopServing();
+  auto_checkpointer_.reset();
   // The group before the engine: it detaches its abort-vote listener from the engine.
   group_.reset();
   engine_.reset();

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "kernels/comm/communicator.h"
 #include "server/engine/engine.h"
+#include "server/rpc/auto_checkpoint.h"
 #include "server/rpc/credentials.h"
 #include "server/rpc/metrics.h"
 #include "server/rpc/rank_group.h"
@@ -27,6 +28,9 @@ namespace optstep {
 //   RankProcess::HandleSignals();
 //   auto process = RankProcess::Start(options);   // serving; joins the group in the background
 //   (*process)->WaitForShutdown();                // SIGTERM, SIGINT or AdminService.Shutdown
+//
+// A rank that loses a peer exits with kPeerLossExitCode (docs/deploy.md, "Failure handling");
+// rank 0 restores the sessions of its automatic checkpoints before it serves.
 //
 // Shutdown: health turns NOT_SERVING, running calls get `shutdown_grace` to finish, then (rank 0,
 // with `checkpoint_on_shutdown`) every session is saved, and the engine stops.
@@ -86,7 +90,20 @@ class RankProcess {
     // Rank 0, on shutdown after the running step: every session is saved as checkpoint
     // "<checkpoint_on_shutdown>-<session id>". Needs `checkpoint_root`.
     std::string checkpoint_on_shutdown;
+    // Rank 0's automatic checkpoints (AutoCheckpointOptions): every this many applied steps, or
+    // this long, whichever comes first (0 / zero: not by that); both off: none. Need
+    // `checkpoint_root`. Sessions found there are restored at start whatever these say.
+    int checkpoint_every_steps = 0;
+    absl::Duration checkpoint_every = absl::ZeroDuration();
+    int keep_auto_checkpoints = 2;
+    // A rank that finds a peer lost (or cannot form its group) exits with kPeerLossExitCode
+    // `peer_loss_exit_grace` later, for its supervisor to restart the group.
+    bool exit_on_peer_loss = false;
+    absl::Duration peer_loss_exit_grace = absl::Seconds(1);
   };
+
+  // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.
+  static constexpr int kPeerLossExitCode = 75;
 
   // Routes SIGTERM and SIGINT of this process to the RankProcess started next: each requests its
   // shutdown, as Shutdown() does. A signal that arrives before Start is kept until then. Call
@@ -124,8 +141,11 @@ class RankProcess {
   absl::Status StartMetrics();
   // Removes the stale temporaries of saves from the checkpoint root; a failure is logged.
   void SweepCheckpointRoot();
-  // Joins the group, then turns health SERVING (the join thread).
+  // Joins the group, restores the sessions of the automatic checkpoints (rank 0), then turns
+  // health SERVING (the join thread).
   void JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store);
+  // `exit_on_peer_loss`: the process exits with kPeerLossExitCode after the grace. Once.
+  void ExitForRestart(const std::string& why);
   // Waits for a shutdown request, then stops the server and saves the sessions (the shutdown
   // thread).
   void AwaitShutdownRequest();
@@ -151,6 +171,7 @@ class RankProcess {
   std::shared_ptr<ServerMetrics> metrics_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<RankGroup> group_;
+  std::unique_ptr<AutoCheckpointer> auto_checkpointer_;  // rank 0 with automatic checkpoints
   std::unique_ptr<Server> server_;
   int port_ = 0;
   int metrics_port_ = 0;

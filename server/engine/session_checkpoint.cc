@@ -2,7 +2,9 @@
 
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/manifest.h"
@@ -31,15 +33,73 @@ std::string OptimizerJson(const Session& session) {
   return nlohmann::json{{"sub_optimizers", subs}, {"groups", groups}}.dump();
 }
 
+// The selection a shard holds: masters and optimizer state of the owned parameters, counters.
+StateSelection ShardSelection() {
+  StateSelection selection;
+  selection.params = StateSelection::Params::kOwned;
+  return selection;
+}
+
 }  // namespace
+
+std::string AutoCheckpointName(const std::string& session_id, uint64_t step) {
+  return absl::StrCat(kAutoCheckpointDir, "/", session_id, "/step-", step);
+}
+
+std::string AutoCheckpointRoot(const std::string& root, const std::string& session_id) {
+  return absl::StrCat(root, "/", kAutoCheckpointDir, "/", session_id);
+}
+
+bool IsAutoCheckpointName(const std::string& name) {
+  return absl::StartsWith(name, absl::StrCat(kAutoCheckpointDir, "/"));
+}
+
+absl::StatusOr<CheckpointLocation> LocateCheckpoint(const std::string& root,
+                                                    const std::string& name, bool allow_auto) {
+  if (allow_auto && IsAutoCheckpointName(name)) {
+    const std::vector<std::string> parts = absl::StrSplit(name, '/');
+    if (parts.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat("automatic checkpoint name '", name,
+                                                     "' must be 'auto/<session id>/<checkpoint>'"));
+    }
+    OPTSTEP_RETURN_IF_ERROR(ValidateCheckpointName(parts[1]));
+    OPTSTEP_RETURN_IF_ERROR(ValidateCheckpointName(parts[2]));
+    return CheckpointLocation{AutoCheckpointRoot(root, parts[1]), parts[2]};
+  }
+  OPTSTEP_RETURN_IF_ERROR(ValidateCheckpointName(name));
+  if (name == kAutoCheckpointDir) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint name '", name, "' is reserved for automatic checkpoints"));
+  }
+  return CheckpointLocation{root, name};
+}
+
+absl::StatusOr<ShardFile> WriteSnapshotShard(Session& session, uint64_t token,
+                                             const CheckpointLocation& where,
+                                             const std::function<void()>& release) {
+  absl::StatusOr<std::shared_ptr<const StateDict>> snapshot =
+      session.holds().ExportHeld(token, ShardSelection());
+  release();
+  if (!snapshot.ok()) return snapshot.status();
+  std::vector<TensorSource> sources;
+  sources.reserve((*snapshot)->size());
+  for (const auto& [key, tensor] : **snapshot) {
+    TensorSource source;
+    source.key = key;
+    source.type = tensor.type;
+    source.shape = tensor.shape;
+    source.data = tensor.bytes.data();
+    sources.push_back(std::move(source));
+  }
+  return WriteCheckpointShard(where.root, where.name, session.rank(), session.layout().world_size,
+                              sources);
+}
 
 absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
                                          const CheckpointLocation& where,
                                          const CheckpointProgressCallback& progress) {
-  StateSelection selection;
-  selection.params = StateSelection::Params::kOwned;
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors,
-                           session.holds().HeldTensors(token, selection));
+                           session.holds().HeldTensors(token, ShardSelection()));
   std::vector<TensorSource> sources;
   sources.reserve(tensors.size());
   for (HeldTensor& t : tensors) {

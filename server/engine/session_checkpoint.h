@@ -28,11 +28,36 @@ struct CheckpointLocation {
   std::string name;  // one directory under it (ValidateCheckpointName)
 };
 
+// Automatic checkpoints (docs/checkpoints.md, "Automatic checkpoints") live in a directory of
+// their own per session, `<checkpoint root>/auto/<session id>/step-<N>`, and are named on the
+// wire (between the ranks, and to Load) "auto/<session id>/step-<N>". A user's Save may not take
+// the name "auto".
+inline constexpr char kAutoCheckpointDir[] = "auto";
+// "auto/<session_id>/step-<step>".
+std::string AutoCheckpointName(const std::string& session_id, uint64_t step);
+// "<root>/auto/<session_id>": the root of that session's automatic checkpoints.
+std::string AutoCheckpointRoot(const std::string& root, const std::string& session_id);
+// Where checkpoint `name` lives under `root`: a plain name (ValidateCheckpointName) directly
+// under it; with `allow_auto`, also an automatic one "auto/<session id>/<name>" (each part a
+// valid name) under AutoCheckpointRoot. INVALID_ARGUMENT naming the rule otherwise, and for the
+// reserved plain name "auto".
+absl::StatusOr<CheckpointLocation> LocateCheckpoint(const std::string& root,
+                                                    const std::string& name, bool allow_auto);
+// Whether `name` has the form of an automatic checkpoint's wire name.
+bool IsAutoCheckpointName(const std::string& name);
+
 // Writes this rank's shard of the held state; `progress` is called as it goes (callers also
 // renew the hold's lease there).
 absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
                                          const CheckpointLocation& where,
                                          const CheckpointProgressCallback& progress);
+
+// As WriteHeldShard, from a snapshot: this rank's shard of the held state is copied to host
+// memory, `release` is called (it ends this rank's part of the hold, so that its steps go on),
+// and only then is the shard written. The shard's contents are those WriteHeldShard writes.
+absl::StatusOr<ShardFile> WriteSnapshotShard(Session& session, uint64_t token,
+                                             const CheckpointLocation& where,
+                                             const std::function<void()>& release);
 
 // Rank 0: the manifest of the held state (definition: opaque JSON text of the session's
 // definition; layout, costs, groups, counters) with every rank's shard, then the commit.

@@ -206,19 +206,19 @@ absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
   });
 }
 
-absl::Status HeldOperations::CheckCheckpointRoot(const std::string& name) const {
+absl::StatusOr<CheckpointLocation> HeldOperations::Locate(const std::string& name,
+                                                          bool allow_auto) const {
   if (options().checkpoint_root.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", options().rank, " has no checkpoint root: start it with --checkpoint_root"));
   }
-  return ValidateCheckpointName(name);
+  return LocateCheckpoint(options().checkpoint_root, name, allow_auto);
 }
 
 absl::StatusOr<uint64_t> HeldOperations::SaveCheckpoint(
     Session& session, const std::string& name, const CheckpointProgressCallback& progress) {
-  OPTSTEP_RETURN_IF_ERROR(CheckCheckpointRoot(name));
+  OPTSTEP_ASSIGN_OR_RETURN(const CheckpointLocation where, Locate(name, /*allow_auto=*/false));
   OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
-  const CheckpointLocation where{options().checkpoint_root, name};
   uint64_t step = 0;
   OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint& point) {
     OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name));
@@ -269,9 +269,8 @@ absl::Status HeldOperations::SaveShardsAndCommit(Session& session, uint64_t toke
 
 absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
     Session& session, const std::string& name, const CheckpointProgressCallback& progress) {
-  OPTSTEP_RETURN_IF_ERROR(CheckCheckpointRoot(name));
+  OPTSTEP_ASSIGN_OR_RETURN(const CheckpointLocation where, Locate(name, /*allow_auto=*/true));
   OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
-  const CheckpointLocation where{options().checkpoint_root, name};
   uint64_t step = 0;
   OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint&) {
     // Every rank verifies and stages; only when all succeeded does any rank apply.

@@ -45,8 +45,8 @@ class HeldOperations {
   // Checkpoint `name` under every rank's checkpoint root. Answers the step saved.
   absl::StatusOr<uint64_t> SaveCheckpoint(Session& session, const std::string& name,
                                           const CheckpointProgressCallback& progress);
-  // Every rank verifies and stages its part of checkpoint `name`; then every rank applies it.
-  // Answers the step restored.
+  // Every rank verifies and stages its part of checkpoint `name` (also an automatic one,
+  // "auto/<session id>/step-<N>"); then every rank applies it. Answers the step restored.
   absl::StatusOr<uint64_t> LoadCheckpoint(Session& session, const std::string& name,
                                           const CheckpointProgressCallback& progress);
 
@@ -60,7 +60,9 @@ class HeldOperations {
   absl::Status StageOn(int rank, const Session& session, uint64_t token, const StateDict& part);
   // Every rank writes the state it staged under `token`.
   absl::Status ApplyEverywhere(Session& session, uint64_t token);
-  absl::Status CheckCheckpointRoot(const std::string& name) const;
+  // Where checkpoint `name` lives under this rank's root (LocateCheckpoint); FAILED_PRECONDITION
+  // without a root.
+  absl::StatusOr<CheckpointLocation> Locate(const std::string& name, bool allow_auto) const;
   // Save's operation once rank 0 prepared `where`: every rank writes its shard of the held
   // state, then rank 0 commits. The caller removes the temporary when this fails.
   absl::Status SaveShardsAndCommit(Session& session, uint64_t token, const HeldPoint& point,

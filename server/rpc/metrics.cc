@@ -113,6 +113,17 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                      .Help("Peer ranks found lost: no heartbeat answered for --peer_timeout_ms.")
                      .Register(*registry_)
                      .Add({});
+  sessions_restored_ =
+      &prometheus::BuildCounter()
+           .Name("optstep_sessions_restored_total")
+           .Help("Sessions rank 0 restored from their automatic checkpoints at start.")
+           .Register(*registry_)
+           .Add({});
+  auto_checkpoints_ = &prometheus::BuildCounter()
+                           .Name("optstep_auto_checkpoints_total")
+                           .Help("Automatic checkpoints rank 0 committed.")
+                           .Register(*registry_)
+                           .Add({});
 }
 
 ServerMetrics::~ServerMetrics() { StopServing(); }
@@ -177,6 +188,10 @@ void ServerMetrics::StreamStarted() { active_streams_->Increment(); }
 void ServerMetrics::StreamEnded() { active_streams_->Decrement(); }
 
 void ServerMetrics::CountPeerLost() { peers_lost_->Increment(); }
+
+void ServerMetrics::CountSessionRestored() { sessions_restored_->Increment(); }
+
+void ServerMetrics::CountAutoCheckpoint() { auto_checkpoints_->Increment(); }
 
 void ServerMetrics::CountRpcError(absl::string_view method, absl::string_view code_name) {
   rpc_errors_->Add({{"method", std::string(method)}, {"code", std::string(code_name)}}).Increment();

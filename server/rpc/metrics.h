@@ -10,6 +10,9 @@
 //   optstep_steps_total{result}              counter: applied, skipped, aborted, failed
 //   optstep_rpc_errors_total{method,code}    counter: calls that ended with an error
 //   optstep_peers_lost_total                 counter: peer ranks found lost (no heartbeat)
+//   optstep_sessions_restored_total          counter: sessions restored from automatic
+//                                            checkpoints at start (rank 0)
+//   optstep_auto_checkpoints_total           counter: automatic checkpoints committed (rank 0)
 //   optstep_active_streams                   gauge: streaming calls in progress
 //   optstep_sessions                         gauge: sessions this rank holds
 //   optstep_device_memory_bytes              gauge: masters, optimizer state and gradient
@@ -51,7 +54,7 @@ class ServerMetrics final : public StepObserver {
   // port()), with the gauges that `engine` answers at each scrape. UNAVAILABLE
   // when the port cannot be bound. Call StopServing before `engine` is
   // destroyed.
-  absl::Status Serve(const std::string &host, int port, Engine *engine);
+  absl::Status Serve(const std::string& host, int port, Engine* engine);
   void StopServing();
   // The bound port while serving, else 0.
   int port() const;
@@ -60,10 +63,10 @@ class ServerMetrics final : public StepObserver {
   void OnPhase(Phase phase, absl::Duration duration) override;
   void OnBytesIn(int64_t bytes) override;
   void OnBytesOut(int64_t bytes) override;
-  void OnStepEnd(const std::string &session, uint64_t step, int rank, StepEnd end,
+  void OnStepEnd(const std::string& session, uint64_t step, int rank, StepEnd end,
                  absl::string_view error) override;
-  void OnSessionCreated(const std::string &session, int rank, int64_t params) override;
-  void OnSessionClosed(const std::string &session, int rank) override;
+  void OnSessionCreated(const std::string& session, int rank, int64_t params) override;
+  void OnSessionClosed(const std::string& session, int rank) override;
 
   // From the gRPC layer.
   void StreamStarted();
@@ -72,17 +75,22 @@ class ServerMetrics final : public StepObserver {
   void CountRpcError(absl::string_view method, absl::string_view code_name);
   // From the rank group: a peer rank was found lost (RankGroupOptions::on_peer_lost).
   void CountPeerLost();
+  // From rank 0's automatic checkpoints: a session restored at start, a checkpoint committed.
+  void CountSessionRestored();
+  void CountAutoCheckpoint();
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  prometheus::Family<prometheus::Histogram> *phases_;
-  prometheus::Histogram *phase_histograms_[4];
-  prometheus::Counter *bytes_in_;
-  prometheus::Counter *bytes_out_;
-  prometheus::Family<prometheus::Counter> *steps_;
-  prometheus::Family<prometheus::Counter> *rpc_errors_;
-  prometheus::Gauge *active_streams_;
-  prometheus::Counter *peers_lost_;
+  prometheus::Family<prometheus::Histogram>* phases_;
+  prometheus::Histogram* phase_histograms_[4];
+  prometheus::Counter* bytes_in_;
+  prometheus::Counter* bytes_out_;
+  prometheus::Family<prometheus::Counter>* steps_;
+  prometheus::Family<prometheus::Counter>* rpc_errors_;
+  prometheus::Gauge* active_streams_;
+  prometheus::Counter* peers_lost_;
+  prometheus::Counter* sessions_restored_;
+  prometheus::Counter* auto_checkpoints_;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<MetricsHttpServer> http_ ABSL_GUARDED_BY(mu_);

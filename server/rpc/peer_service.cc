@@ -165,11 +165,18 @@ grpc::ServerUnaryReactor* PeerServiceImpl::SaveShard(grpc::CallbackServerContext
                                                      v1::HeldSessionResponse* response) {
   return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
     OPTSTEP_ASSIGN_OR_RETURN(const std::string root, CheckpointRoot(s));
+    const std::string& name = request->checkpoint_name();
+    OPTSTEP_ASSIGN_OR_RETURN(const CheckpointLocation where,
+                             LocateCheckpoint(root, name, /*allow_auto=*/true));
+    // An automatic checkpoint is written from a snapshot, this rank's hold released first.
     OPTSTEP_ASSIGN_OR_RETURN(
-        ShardFile shard, WriteHeldShard(s, request->token(), {root, request->checkpoint_name()},
-                                        [&](const CheckpointProgress&) {
-                                          (void)s.holds().Hold(request->token(), Lease(*request));
-                                        }));
+        ShardFile shard,
+        IsAutoCheckpointName(name)
+            ? WriteSnapshotShard(s, request->token(), where,
+                                 [&] { (void)s.holds().Release(request->token()); })
+            : WriteHeldShard(s, request->token(), where, [&](const CheckpointProgress&) {
+                (void)s.holds().Hold(request->token(), Lease(*request));
+              }));
     response->set_shard_file(shard.file);
     response->set_shard_bytes(shard.bytes);
     response->set_shard_crc32c(shard.crc32c);
@@ -184,11 +191,13 @@ grpc::ServerUnaryReactor* PeerServiceImpl::StageCheckpoint(grpc::CallbackServerC
     OPTSTEP_ASSIGN_OR_RETURN(const std::string root, CheckpointRoot(s));
     OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(s));
     OPTSTEP_ASSIGN_OR_RETURN(
-        uint64_t step,
-        optstep::StageCheckpoint(s, request->token(), {root, request->checkpoint_name()},
-                                 definition, [&](const CheckpointProgress&) {
-                                   (void)s.holds().Hold(request->token(), Lease(*request));
-                                 }));
+        const CheckpointLocation where,
+        LocateCheckpoint(root, request->checkpoint_name(), /*allow_auto=*/true));
+    OPTSTEP_ASSIGN_OR_RETURN(
+        uint64_t step, optstep::StageCheckpoint(
+                           s, request->token(), where, definition, [&](const CheckpointProgress&) {
+                             (void)s.holds().Hold(request->token(), Lease(*request));
+                           }));
     response->set_step(step);
     return absl::OkStatus();
   });

@@ -156,6 +156,31 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
   if (existing != nullptr) return Engine::Created{existing, true};
   if (options_.world_size == 1) return engine_->CreateSession(std::move(config));
 
+  OPTSTEP_ASSIGN_OR_RETURN(
+      std::shared_ptr<Session> created,
+      CreateEverywhere(engine_->NextSessionId(), spec, owner, std::move(config)));
+  return Engine::Created{std::move(created), false};
+}
+
+absl::StatusOr<std::shared_ptr<Session>> RankGroup::RestoreSession(const std::string& id,
+                                                                   const v1::SessionSpec& spec,
+                                                                   const std::string& owner) {
+  if (options_.rank != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sessions are restored on rank 0; this is rank ", options_.rank));
+  }
+  OPTSTEP_RETURN_IF_ERROR(PeersStatus());
+  OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));
+  config.owner = owner;
+  absl::MutexLock create_lock(&create_mu_);
+  if (options_.world_size == 1) return engine_->CreateReplica(id, std::move(config));
+  return CreateEverywhere(id, spec, owner, std::move(config));
+}
+
+absl::StatusOr<std::shared_ptr<Session>> RankGroup::CreateEverywhere(const std::string& id,
+                                                                     const v1::SessionSpec& spec,
+                                                                     const std::string& owner,
+                                                                     SessionConfig config) {
   for (int r = 1; r < options_.world_size; ++r) {
     absl::MutexLock lock(&mu_);
     if (addresses_[r].empty()) {
@@ -167,7 +192,6 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
   // Refused here before the other ranks build their replicas (each checks its own again).
   OPTSTEP_RETURN_IF_ERROR(engine_->CheckAdmission(config));
   // Every rank creates its replica at once: they meet in the communicator's rendezvous.
-  const std::string id = engine_->NextSessionId();
   std::vector<absl::Status> peer_status(options_.world_size);
   std::vector<std::thread> calls;
   for (int r = 1; r < options_.world_size; ++r) {
@@ -190,13 +214,19 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
     if (!peer_status[r].ok()) failed = peer_status[r];
   }
   if (!failed.ok()) {
-    (void)CloseSession(id);
+    (void)DropSession(id);
     return failed;
   }
-  return Engine::Created{*local, false};
+  return *local;
 }
 
 absl::Status RankGroup::CloseSession(const std::string& id) {
+  absl::Status closed = DropSession(id);
+  if (closed.ok() && options_.on_session_closed) options_.on_session_closed(id);
+  return closed;
+}
+
+absl::Status RankGroup::DropSession(const std::string& id) {
   for (int r = 1; r < options_.world_size && options_.rank == 0; ++r) {
     v1::CloseReplicaRequest request;
     request.set_session_id(id);

@@ -42,8 +42,11 @@ struct RankGroupOptions {
   // has not answered for `peer_timeout` is lost, and the group with it.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration peer_timeout = absl::Seconds(5);
-  // Told of each peer found lost (metrics); may be null. Called on the heartbeat thread.
+  // Told of each peer found lost (metrics, exit on peer loss); may be null. Called on the
+  // heartbeat thread.
   std::function<void(int rank)> on_peer_lost;
+  // Rank 0: told of each session its owner closed (CloseSession); may be null.
+  std::function<void(const std::string& session_id)> on_session_closed;
 };
 
 // The ranks of a group as seen from one of them: their addresses and the stubs that call them,
@@ -95,8 +98,17 @@ class RankGroup {
   // session of its own.
   absl::StatusOr<Engine::Created> CreateSession(const v1::SessionSpec& spec,
                                                 const std::string& owner);
-  // Rank 0: closes the session on every rank (the peers' errors are logged, not returned).
+  // Rank 0: recreates a session with id `id` on every rank (automatic restore: the group
+  // restarted), belonging to `owner`. As CreateSession, but never attaches by name.
+  absl::StatusOr<std::shared_ptr<Session>> RestoreSession(const std::string& id,
+                                                          const v1::SessionSpec& spec,
+                                                          const std::string& owner);
+  // Rank 0: closes the session on every rank (the peers' errors are logged, not returned), then
+  // tells `on_session_closed`.
   absl::Status CloseSession(const std::string& id);
+  // Closes the session on every rank without telling `on_session_closed` (a creation or a
+  // restore that failed).
+  absl::Status DropSession(const std::string& id);
 
   // A session voted to abort `step` as its resolution `resolution` (on this rank, or on the
   // rank that called this one's PeerService.AbortStep): tells rank 0, which tells every other
@@ -120,6 +132,13 @@ class RankGroup {
                                                    absl::Duration timeout);
 
  private:
+  // REQUIRES: several ranks. Creates the replica `id` on every rank at once; closes those made
+  // when one fails.
+  absl::StatusOr<std::shared_ptr<Session>> CreateEverywhere(const std::string& id,
+                                                            const v1::SessionSpec& spec,
+                                                            const std::string& owner,
+                                                            SessionConfig config)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   // Learns rank r's address from the store unless known (ranks other than 0 know only theirs),
   // waiting at most `wait` for it.
   absl::Status EnsureAddress(int rank, absl::Duration wait = absl::Seconds(5));

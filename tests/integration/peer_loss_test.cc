@@ -37,8 +37,9 @@ using ::testing::HasSubstr;
 
 using Group = std::vector<std::unique_ptr<ServerProcess>>;
 
-const std::vector<std::string> kHeartbeatFlags = {"--heartbeat_interval_ms=100",
-                                                  "--peer_timeout_ms=1000"};
+// The survivors stay up to be looked at (by default they exit for their supervisor).
+const std::vector<std::string> kHeartbeatFlags = {
+    "--heartbeat_interval_ms=100", "--peer_timeout_ms=1000", "--exit_on_peer_loss=false"};
 // Time a survivor may take to turn NOT_SERVING: the timeout, a heartbeat, the health watch, and
 // room for a loaded machine.
 constexpr absl::Duration kBound = absl::Seconds(5);

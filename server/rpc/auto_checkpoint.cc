@@ -1,0 +1,253 @@
+#include "server/rpc/auto_checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/temporaries.h"
+#include "glog/logging.h"
+#include "nlohmann/json.hpp"
+#include "server/engine/session_checkpoint.h"
+#include "server/rpc/convert.h"
+#include "server/rpc/held_operations.h"
+
+namespace optstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kRecordFile[] = "session.json";
+
+// Writes the record of `session` into `dir` unless there is one: a temporary file renamed into
+// place, so that a reader sees the whole record or none.
+absl::Status EnsureSessionRecord(const std::string& dir, const Session& session) {
+  const fs::path path = fs::path(dir) / kRecordFile;
+  std::error_code error;
+  if (fs::exists(path, error)) return absl::OkStatus();
+  const nlohmann::json record = {{"session_id", session.id()},
+                                 {"name", session.config().name},
+                                 {"owner", session.config().owner}};
+  const fs::path temporary = fs::path(dir) / ".session.json.tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << record.dump() << "\n";
+    out.flush();
+    if (!out) {
+      return absl::InternalError(absl::StrCat("cannot write '", temporary.string(), "'"));
+    }
+  }
+  fs::rename(temporary, path, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename '", temporary.string(), "': ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SessionRecord> ReadSessionRecord(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kRecordFile).string();
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("no session record '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json record =
+      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!record.is_object() || !record.contains("session_id") || !record["session_id"].is_string() ||
+      !record.value("name", nlohmann::json()).is_string() ||
+      !record.value("owner", nlohmann::json()).is_string()) {
+    return absl::DataLossError(absl::StrCat("session record '", path,
+                                            "' is not an object with string fields session_id, "
+                                            "name and owner"));
+  }
+  return SessionRecord{record["session_id"].get<std::string>(), record["name"].get<std::string>(),
+                       record["owner"].get<std::string>()};
+}
+
+AutoCheckpointer::AutoCheckpointer(AutoCheckpointOptions options, Engine* engine, RankGroup* group)
+    : options_(std::move(options)), engine_(engine), group_(group) {}
+
+AutoCheckpointer::~AutoCheckpointer() { Stop(); }
+
+void AutoCheckpointer::Start() {
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || thread_.joinable()) return;
+  thread_ = std::thread([this] { Run(); });
+}
+
+void AutoCheckpointer::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  // Start no longer touches thread_ once stopping_ is set.
+  if (thread_.joinable()) thread_.join();
+}
+
+void AutoCheckpointer::Restored(const std::string& id, uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  Track& track = tracks_[id];
+  track.saved_step = step;
+  track.saved_at = absl::Now();
+}
+
+void AutoCheckpointer::SessionClosed(const std::string& id) {
+  {
+    absl::MutexLock lock(&mu_);
+    closed_.insert(id);
+    tracks_.erase(id);
+    if (saving_ == id) return;  // SaveNow removes them when it is done
+  }
+  RemoveCheckpointsOf(id);
+}
+
+void AutoCheckpointer::RemoveCheckpointsOf(const std::string& id) const {
+  std::error_code error;
+  fs::remove_all(AutoCheckpointRoot(options_.checkpoint_root, id), error);
+  if (error) {
+    LOG(WARNING) << "event=auto_checkpoints_remove_failed session=" << id << " error=\""
+                 << error.message() << "\"";
+  }
+}
+
+bool AutoCheckpointer::Due(const Session& session, absl::Time now) {
+  const uint64_t step = session.stats().step;
+  auto [it, added] = tracks_.try_emplace(session.id());
+  Track& track = it->second;
+  if (added) track.saved_at = now;
+  if (step <= track.saved_step || now < track.not_before) return false;
+  if (track.saved_step == 0) return true;  // its first applied step
+  if (options_.every_steps > 0 && step - track.saved_step >= uint64_t(options_.every_steps)) {
+    return true;
+  }
+  return options_.every > absl::ZeroDuration() && now - track.saved_at >= options_.every;
+}
+
+void AutoCheckpointer::Run() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.poll_interval)) return;
+    }
+    if (!group_->PeersStatus().ok()) continue;  // the group is broken: nothing can be saved
+    for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+        if (closed_.count(session->id()) > 0 || !Due(*session, absl::Now())) continue;
+      }
+      absl::StatusOr<uint64_t> saved = SaveNow(*session);
+      absl::MutexLock lock(&mu_);
+      auto it = tracks_.find(session->id());
+      if (it == tracks_.end()) continue;  // closed meanwhile
+      if (saved.ok()) {
+        it->second.saved_step = *saved;
+        it->second.saved_at = absl::Now();
+      } else {
+        it->second.not_before = absl::Now() + options_.retry_after;
+      }
+    }
+  }
+}
+
+absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
+  const std::string id = session.id();
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_.count(id) > 0) return SessionNotFoundError(id);
+    saving_ = id;
+  }
+  absl::StatusOr<uint64_t> saved = [&]() -> absl::StatusOr<uint64_t> {
+    OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
+    const std::string dir = AutoCheckpointRoot(options_.checkpoint_root, id);
+    std::error_code error;
+    fs::create_directories(dir, error);
+    if (error) {
+      return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", error.message()));
+    }
+    OPTSTEP_RETURN_IF_ERROR(EnsureSessionRecord(dir, session));
+    return SaveShards(session, definition);
+  }();
+  bool closed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    saving_.clear();
+    closed = closed_.count(id) > 0;
+  }
+  if (closed) {
+    RemoveCheckpointsOf(id);
+    return SessionNotFoundError(id);
+  }
+  if (saved.ok()) {
+    LOG(INFO) << "event=auto_checkpoint session=" << id << " step=" << *saved;
+    if (options_.on_saved) options_.on_saved(id, *saved);
+  } else {
+    LOG(WARNING) << "event=auto_checkpoint_failed session=" << id << " error=\""
+                 << saved.status().message() << "\"";
+  }
+  return saved;
+}
+
+absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
+                                                      const std::string& definition) {
+  const int world = group_->world_size();
+  std::vector<ShardFile> shards(world);
+  HeldPoint at;
+  CheckpointLocation where;
+  bool prepared = false;
+  bool exists = false;
+  absl::Status status = HeldOperations(group_).WithHeldSession(
+      session, [&](uint64_t token, const HeldPoint& point) -> absl::Status {
+        at = point;
+        const std::string name = AutoCheckpointName(session.id(), point.step);
+        OPTSTEP_ASSIGN_OR_RETURN(
+            where, LocateCheckpoint(options_.checkpoint_root, name, /*allow_auto=*/true));
+        std::error_code error;
+        exists = fs::exists(CheckpointDir(where.root, where.name), error);
+        if (exists) return absl::OkStatus();  // this step is saved already
+        OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name));
+        prepared = true;
+        // Each rank snapshots its shard, lets its steps go on, then writes it.
+        return group_->ForEachRank([&](int r) -> absl::Status {
+          if (r == 0) {
+            OPTSTEP_ASSIGN_OR_RETURN(shards[0], WriteSnapshotShard(session, token, where, [&] {
+                                       (void)session.holds().Release(token);
+                                     }));
+            return absl::OkStatus();
+          }
+          v1::HeldSessionRequest request;
+          request.set_session_id(session.id());
+          request.set_token(token);
+          request.set_lease_ms(absl::ToInt64Milliseconds(group_->options().hold_lease));
+          request.set_checkpoint_name(name);
+          OPTSTEP_ASSIGN_OR_RETURN(
+              v1::HeldSessionResponse response,
+              group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request, absl::Hours(24)));
+          shards[r] =
+              ShardFile{response.shard_file(), response.shard_bytes(), response.shard_crc32c()};
+          return absl::OkStatus();
+        });
+      });
+  if (status.ok() && !exists) {
+    status =
+        CommitSessionCheckpoint(session, at, where, definition, shards, std::max(1, options_.keep));
+  }
+  if (!status.ok()) {
+    if (prepared) {
+      absl::Status removed = AbandonCheckpoint(where.root, where.name);
+      if (!removed.ok()) LOG(WARNING) << "removing the temporary of a failed save: " << removed;
+    }
+    return status;
+  }
+  return at.step;
+}
+
+}  // namespace optstep

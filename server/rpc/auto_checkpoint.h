@@ -1,0 +1,115 @@
+#ifndef OPTSTEP_SERVER_RPC_AUTO_CHECKPOINT_H_
+#define OPTSTEP_SERVER_RPC_AUTO_CHECKPOINT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/engine/engine.h"
+#include "server/rpc/rank_group.h"
+
+namespace optstep {
+
+struct AutoCheckpointOptions {
+  // The group's checkpoint root; automatic checkpoints go to <root>/auto/<session id>/.
+  std::string checkpoint_root;
+  // A session is saved once this many steps were applied since its last automatic checkpoint
+  // (0: never by steps), or once this long passed since it (zero: never by time), whichever
+  // comes first; and always after its first applied step.
+  int every_steps = 0;
+  absl::Duration every = absl::ZeroDuration();
+  // Complete automatic checkpoints kept per session (at least 1).
+  int keep = 2;
+  // How often the sessions' steps are looked at.
+  absl::Duration poll_interval = absl::Milliseconds(20);
+  // A failed save is tried again after this long at the earliest.
+  absl::Duration retry_after = absl::Seconds(1);
+  // Told of each checkpoint committed (session id, step); may be null.
+  std::function<void(const std::string& session_id, uint64_t step)> on_saved;
+};
+
+// Whether `options` asks for automatic checkpoints at all.
+inline bool AutoCheckpointsEnabled(const AutoCheckpointOptions& options) {
+  return options.every_steps > 0 || options.every > absl::ZeroDuration();
+}
+
+// What identifies a session besides its definition, kept beside its automatic checkpoints
+// (<root>/auto/<session id>/session.json) so that a restart recreates it as it was.
+struct SessionRecord {
+  std::string session_id;
+  std::string name;
+  std::string owner;
+};
+// Reads the record of the automatic checkpoints in `dir`: NOT_FOUND when there is none,
+// DATA_LOSS naming the file when it does not parse.
+absl::StatusOr<SessionRecord> ReadSessionRecord(const std::string& dir);
+
+// Rank 0's automatic checkpoints (docs/checkpoints.md, "Automatic checkpoints"): a thread looks
+// at every session's step and, when a save is due, saves it as "auto/<id>/step-<N>" through the
+// held-operation protocol, from a snapshot: each rank copies its shard of the held state to host
+// memory, lets its steps go on, and only then writes it, so that steps stall only for the copy.
+// Keeps the newest `keep` complete ones per session; a session closed by its owner loses its
+// automatic checkpoints (SessionClosed). Sessions are saved one at a time.
+// Thread-safe.
+class AutoCheckpointer {
+ public:
+  // `engine` and `group` (rank 0's) must outlive this object. Saves nothing until Start.
+  AutoCheckpointer(AutoCheckpointOptions options, Engine* engine, RankGroup* group);
+  // Stop().
+  ~AutoCheckpointer();
+  AutoCheckpointer(const AutoCheckpointer&) = delete;
+  AutoCheckpointer& operator=(const AutoCheckpointer&) = delete;
+
+  // Starts the thread; nothing after Stop. Once only.
+  void Start();
+  // Stops the thread after the save in progress (shutdown). Idempotent.
+  void Stop();
+  // Session `id` was restored at `step` from its automatic checkpoints: the next one is due from
+  // there.
+  void Restored(const std::string& id, uint64_t step);
+  // Session `id` was closed by its owner: its automatic checkpoints are removed, now or, when
+  // one is being written, as soon as it is done; it is never saved again.
+  void SessionClosed(const std::string& id);
+
+  // Saves `session` now (the thread's save; tests call it directly). Answers the step saved.
+  absl::StatusOr<uint64_t> SaveNow(Session& session);
+
+ private:
+  struct Track {
+    uint64_t saved_step = 0;
+    absl::Time saved_at;
+    absl::Time not_before;  // after a failure
+  };
+
+  void Run();
+  // Whether `session` is due at `now`.
+  bool Due(const Session& session, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The save itself, once the session's directory and record exist.
+  absl::StatusOr<uint64_t> SaveShards(Session& session, const std::string& definition);
+  void RemoveCheckpointsOf(const std::string& id) const;
+
+  const AutoCheckpointOptions options_;
+  Engine* const engine_;
+  RankGroup* const group_;
+
+  absl::Mutex mu_;
+  std::map<std::string, Track> tracks_ ABSL_GUARDED_BY(mu_);
+  // Ids closed by their owner (ids are never reused).
+  std::set<std::string> closed_ ABSL_GUARDED_BY(mu_);
+  std::string saving_ ABSL_GUARDED_BY(mu_);  // the id being saved, else empty
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_AUTO_CHECKPOINT_H_

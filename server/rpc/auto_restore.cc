@@ -1,0 +1,106 @@
+#include "server/rpc/auto_restore.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/temporaries.h"
+#include "glog/logging.h"
+#include "google/protobuf/util/json_util.h"
+#include "server/engine/session_checkpoint.h"
+#include "server/rpc/auto_checkpoint.h"
+#include "server/rpc/held_operations.h"
+
+namespace optstep {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The definition a checkpoint was saved from (its manifest), named as the record says.
+absl::StatusOr<v1::SessionSpec> SpecOf(const std::string& dir, const std::string& checkpoint,
+                                       const SessionRecord& record) {
+  OPTSTEP_ASSIGN_OR_RETURN(Manifest manifest, ReadManifestFile(CheckpointDir(dir, checkpoint)));
+  v1::SessionSpec spec;
+  auto parsed = google::protobuf::util::JsonStringToMessage(manifest.definition, &spec);
+  if (!parsed.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint '", dir, "/", checkpoint,
+                     "': its session definition does not parse: ", parsed.ToString()));
+  }
+  spec.set_name(record.name);
+  return spec;
+}
+
+// Recreates the session of `dir` and loads it from its newest automatic checkpoint that loads.
+absl::StatusOr<RestoredSession> RestoreOne(const std::string& dir, absl::Duration temp_max_age,
+                                           RankGroup* group) {
+  OPTSTEP_ASSIGN_OR_RETURN(SessionRecord record, ReadSessionRecord(dir));
+  if (record.session_id != fs::path(dir).filename().string()) {
+    return absl::DataLossError(
+        absl::StrCat("'", dir, "' holds the record of session '", record.session_id, "'"));
+  }
+  if (temp_max_age > absl::ZeroDuration()) {
+    (void)SweepStaleCheckpointTemporaries(dir, temp_max_age);
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<std::string> checkpoints, ListCheckpoints(dir));
+  if (checkpoints.empty()) {
+    return absl::NotFoundError(absl::StrCat("'", dir, "' holds no complete checkpoint"));
+  }
+  std::shared_ptr<Session> session;
+  absl::Status failed = absl::OkStatus();
+  for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {  // newest first
+    const std::string name = absl::StrCat(kAutoCheckpointDir, "/", record.session_id, "/", *it);
+    if (session == nullptr) {
+      absl::StatusOr<v1::SessionSpec> spec = SpecOf(dir, *it, record);
+      if (!spec.ok()) {
+        failed = spec.status();
+        continue;
+      }
+      OPTSTEP_ASSIGN_OR_RETURN(session,
+                               group->RestoreSession(record.session_id, *spec, record.owner));
+    }
+    absl::StatusOr<uint64_t> step = HeldOperations(group).LoadCheckpoint(*session, name, nullptr);
+    if (step.ok()) return RestoredSession{record.session_id, *step, name};
+    LOG(WARNING) << "event=auto_checkpoint_unusable session=" << record.session_id
+                 << " name=" << name << " error=\"" << step.status().message() << "\"";
+    failed = step.status();
+  }
+  if (session != nullptr) (void)group->DropSession(record.session_id);
+  return failed;
+}
+
+}  // namespace
+
+std::vector<RestoredSession> RestoreAutoCheckpoints(const std::string& checkpoint_root,
+                                                    absl::Duration temp_max_age, RankGroup* group) {
+  std::vector<RestoredSession> restored;
+  const fs::path auto_root = fs::path(checkpoint_root) / kAutoCheckpointDir;
+  std::error_code error;
+  if (checkpoint_root.empty() || !fs::is_directory(auto_root, error)) return restored;
+  std::vector<std::string> dirs;
+  for (const fs::directory_entry& entry : fs::directory_iterator(auto_root, error)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory(error) && ValidateCheckpointName(name).ok()) {
+      dirs.push_back(entry.path().string());
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  for (const std::string& dir : dirs) {
+    absl::StatusOr<RestoredSession> one = RestoreOne(dir, temp_max_age, group);
+    if (!one.ok()) {
+      LOG(ERROR) << "event=session_restore_failed dir=" << dir << " error=\""
+                 << one.status().message() << "\"";
+      continue;
+    }
+    LOG(INFO) << "event=session_restored session=" << one->session_id << " step=" << one->step
+              << " from=" << one->from;
+    restored.push_back(*std::move(one));
+  }
+  return restored;
+}
+
+}  // namespace optstep

@@ -1,0 +1,33 @@
+#ifndef OPTSTEP_SERVER_RPC_AUTO_RESTORE_H_
+#define OPTSTEP_SERVER_RPC_AUTO_RESTORE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/rpc/rank_group.h"
+
+namespace optstep {
+
+// A session recreated from its automatic checkpoints.
+struct RestoredSession {
+  std::string session_id;
+  uint64_t step = 0;
+  std::string from;  // the checkpoint's name, "auto/<session id>/step-<N>"
+};
+
+// Rank 0, once the group formed and before it serves (docs/checkpoints.md, "Automatic
+// restore"): every session with automatic checkpoints under `checkpoint_root` is recreated on
+// every rank with its id, name, owner and definition, and loaded from its newest complete
+// automatic checkpoint that loads (an older one when the newest is damaged), also onto another
+// number of ranks. First the temporaries of interrupted automatic saves in which nothing changed
+// for `temp_max_age` are removed (zero: none are). A session that cannot be restored is logged
+// (event=session_restore_failed) and left out; its checkpoints stay. Each session restored is
+// logged as event=session_restored. Blocks; answers the sessions restored.
+std::vector<RestoredSession> RestoreAutoCheckpoints(const std::string& checkpoint_root,
+                                                    absl::Duration temp_max_age, RankGroup* group);
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_AUTO_RESTORE_H_

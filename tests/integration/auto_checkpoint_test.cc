@@ -1,0 +1,204 @@
+// Self-healing through automatic checkpoints (real server processes on loopback, Gloo between
+// them): a group saving every step is SIGKILLed whole and started again on the same checkpoint
+// root; rank 0 restores the session with its id and its last saved step before it turns
+// SERVING, and stepping on ends bit for bit where an undisturbed group ends, also when the group
+// comes back with another number of ranks. A session closed by its owner loses its automatic
+// checkpoints; a user's Save may not take the reserved name. A rank whose peer is SIGKILLed exits
+// with status 75 for its supervisor to restart the group.
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/cpp/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/test_session.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+namespace fs = std::filesystem;
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::ServerProcess;
+using ::optstep::testutil::SmallSpec;
+using ::optstep::testutil::StartGroup;
+using ::optstep::testutil::StatusIs;
+using ::optstep::testutil::StepSmall;
+
+using Group = std::vector<std::unique_ptr<ServerProcess>>;
+
+// Steps before the group is killed, and after it is back.
+constexpr uint64_t kBefore = 4;
+constexpr uint64_t kAfter = 3;
+
+// A temporary checkpoint root, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "optstep-auto-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct Running {
+  Group group;
+  std::unique_ptr<Client> client;
+};
+
+// A group of `world` ranks with `flags`, and a client of all of them once rank 0 serves.
+absl::StatusOr<Running> Start(int world, const std::vector<std::string>& flags) {
+  Running run;
+  OPTSTEP_ASSIGN_OR_RETURN(run.group, StartGroup(world, flags));
+  ClientOptions options;
+  for (const auto& rank : run.group) options.rank_targets.push_back(rank->address());
+  options.connect_timeout = absl::Seconds(20);
+  OPTSTEP_ASSIGN_OR_RETURN(run.client, Client::Connect(options));
+  OPTSTEP_RETURN_IF_ERROR(testutil::WaitServing(*run.client));
+  return run;
+}
+
+std::vector<std::string> AutoFlags(const std::string& root) {
+  return {"--checkpoint_root=" + root, "--checkpoint_every_steps=1"};
+}
+
+// Steps `first`..`last` of the session.
+absl::Status StepRange(Client& client, const std::string& session, uint64_t first, uint64_t last) {
+  for (uint64_t step = first; step <= last; ++step) {
+    OPTSTEP_RETURN_IF_ERROR(StepSmall(client, session, step).status());
+  }
+  return absl::OkStatus();
+}
+
+// Every parameter's fp32 bits, concatenated in id order.
+absl::StatusOr<std::string> Pulled(Client& client, const std::string& session) {
+  OPTSTEP_ASSIGN_OR_RETURN(Parameters params, client.PullParameters(session, DType::kF32));
+  std::string all;
+  for (const auto& [id, param] : params.params) {
+    all.append(reinterpret_cast<const char*>(param.f32.data()), param.f32.size() * sizeof(float));
+  }
+  return all;
+}
+
+// Waits (up to 20 s) until the automatic checkpoint of `step` is complete.
+absl::Status AwaitAutoCheckpoint(const std::string& root, const std::string& session,
+                                 uint64_t step) {
+  const fs::path manifest =
+      fs::path(root) / "auto" / session / absl::StrCat("step-", step) / "manifest.json";
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(20); absl::Now() < give_up;) {
+    if (fs::exists(manifest)) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(manifest.string(), " never appeared"));
+}
+
+// The parameters after kBefore + kAfter steps of an undisturbed group.
+std::string Reference() {
+  absl::StatusOr<Running> run = Start(2, {});
+  EXPECT_THAT(run.status(), IsOk());
+  if (!run.ok()) return "";
+  absl::StatusOr<v1::SessionInfo> info = run->client->CreateSession(SmallSpec("auto"));
+  EXPECT_THAT(info.status(), IsOk());
+  if (!info.ok()) return "";
+  EXPECT_THAT(StepRange(*run->client, info->session_id(), 1, kBefore + kAfter), IsOk());
+  absl::StatusOr<std::string> pulled = Pulled(*run->client, info->session_id());
+  EXPECT_THAT(pulled.status(), IsOk());
+  return pulled.ok() ? *pulled : "";
+}
+
+class AutoRestoreTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitForBit) {
+  const int restarted_world = GetParam();
+  const std::string reference = Reference();
+  ASSERT_FALSE(reference.empty());
+  TempDir root;
+  std::string session;
+  {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(2, AutoFlags(root.path())));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
+                                 run.client->CreateSession(SmallSpec("auto")));
+    session = info.session_id();
+    // Each step's checkpoint is awaited, so that every step is saved.
+    for (uint64_t step = 1; step <= kBefore; ++step) {
+      ASSERT_THAT(StepSmall(*run.client, session, step).status(), IsOk());
+      ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, step), IsOk());
+    }
+    // Only the newest two (--keep_auto_checkpoints' default) are kept: the older ones go once
+    // the newest is committed.
+    const fs::path saved = fs::path(root.path()) / "auto" / session;
+    for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
+         fs::exists(saved / "step-2") && absl::Now() < give_up;) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_FALSE(fs::exists(saved / "step-1"));
+    EXPECT_FALSE(fs::exists(saved / "step-2"));
+    EXPECT_TRUE(fs::exists(saved / "step-3" / "manifest.json"));
+    for (auto& rank : run.group) ::kill(rank->pid(), SIGKILL);
+    for (auto& rank : run.group) rank->Wait();
+  }
+
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(restarted_world, AutoFlags(root.path())));
+  // SERVING already: the session is there, with its id, name and last saved step.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
+  EXPECT_EQ(info.step(), kBefore);
+  EXPECT_EQ(info.spec().name(), "auto");
+  // Creating it by name attaches to the restored session.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo again, run.client->CreateSession(SmallSpec("auto")));
+  EXPECT_EQ(again.session_id(), session);
+  ASSERT_THAT(StepRange(*run.client, session, kBefore + 1, kBefore + kAfter), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string pulled, Pulled(*run.client, session));
+  EXPECT_TRUE(pulled == reference) << "parameters differ from the undisturbed run";
+
+  // Closed by its owner: its automatic checkpoints go with it.
+  ASSERT_THAT(run.client->CloseSession(session), IsOk());
+  EXPECT_FALSE(fs::exists(fs::path(root.path()) / "auto" / session));
+}
+
+INSTANTIATE_TEST_SUITE_P(RestartedOn, AutoRestoreTest, ::testing::Values(2, 3),
+                         [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
+
+TEST(AutoCheckpointNameTest, AUserSaveMayNotTakeTheReservedName) {
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("n")));
+  EXPECT_THAT(run.client->Save(info.session_id(), "auto").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "reserved for automatic checkpoints"));
+  EXPECT_THAT(run.client->Save(info.session_id(), "auto/x/step-1").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ExitOnPeerLossTest, ARankWhosePeerIsKilledExitsWithStatus75) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run,
+                               Start(2, {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000"}));
+  const absl::Time killed = absl::Now();
+  run.group[1]->SignalAndWait(SIGKILL);
+  // The timeout, the grace of one second, and room for a loaded machine.
+  int status = 0;
+  pid_t done = 0;
+  while (done == 0 && absl::Now() - killed < absl::Seconds(15)) {
+    done = waitpid(run.group[0]->pid(), &status, WNOHANG);
+    if (done == 0) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(done, run.group[0]->pid()) << "rank 0 still runs";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 75);
+  EXPECT_GE(absl::Now() - killed, absl::Seconds(1));
+}
+
+}  // namespace
+}  // namespace optstep

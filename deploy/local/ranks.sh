@@ -8,6 +8,12 @@
 #
 # DIR (default for start: a fresh temporary directory; for stop: the one of the last start) holds
 # the logs (rank-R.log), the pids and `targets`, one host:port a line in rank order, for clients.
+#
+# Each rank runs under a supervisor, as a pod under its kubelet: a rank that exits with a non-zero
+# status (75: it lost a peer; or killed) is started again on the same port, so the targets and the
+# rendezvous stay valid and the group re-forms (docs/deploy.md, "Failure handling"). A rank that
+# exits 0 (it was shut down) is not. At most OPTSTEP_MAX_RESTARTS (5) restarts a minute per rank,
+# OPTSTEP_RESTART_DELAY (1) seconds apart; past that the supervisor gives up and logs why.
 set -euo pipefail
 here=$PWD  # a relative DIR is the caller's
 cd "$(dirname "$0")/../.."
@@ -28,6 +34,42 @@ wait_listening() {  # LOG -> host:port
   return 1
 }
 
+supervise() {  # R LOG SERVER-ARGS... : runs rank R, restarting it as the header says; its
+  # output (and the rank's) goes to LOG
+  local r=$1 log=$2 child="" rc stopping="" port
+  shift 2
+  local -a args=("$@") starts=()
+  trap 'stopping=1; [[ -n "$child" ]] && kill -TERM "$child" 2>/dev/null' TERM INT
+  while true; do
+    POD_NAME=optstep-$r "$SERVER" "${args[@]}" &
+    child=$!
+    rc=0
+    wait "$child" || rc=$?
+    # A signal to the supervisor ends `wait` early: wait for the rank itself.
+    while kill -0 "$child" 2>/dev/null; do
+      rc=0
+      wait "$child" || rc=$?
+    done
+    if [[ -n "$stopping" || $rc -eq 0 ]]; then exit 0; fi
+    now=$(date +%s)
+    starts=("${starts[@]+"${starts[@]}"}" "$now")
+    recent=0
+    for t in "${starts[@]}"; do
+      if ((now - t < 60)); then recent=$((recent + 1)); fi
+    done
+    if ((recent > ${OPTSTEP_MAX_RESTARTS:-5})); then
+      echo "ranks.sh: rank $r exited with status $rc; $recent restarts within a minute: giving up"
+      exit 1
+    fi
+    echo "ranks.sh: rank $r exited with status $rc; restarting it"
+    # The same port as before: the targets and the rendezvous stay valid.
+    port=$(sed -n 's/^listening on [^ ]*:\([0-9]*\).*/\1/p' "$log" | tail -1)
+    if [[ -n "$port" ]]; then args=("${args[@]/#--port=*/--port=$port}"); fi
+    sleep "${OPTSTEP_RESTART_DELAY:-1}"
+    if [[ -n "$stopping" ]]; then exit 0; fi
+  done
+}
+
 case "${1:-}" in
   start)
     n=${2:-}
@@ -41,14 +83,16 @@ case "${1:-}" in
     mkdir -p "$dir"
     echo "$dir" >"$LAST"
     : >"$dir/pids"
-    POD_NAME=optstep-0 "$SERVER" --host=127.0.0.1 --port=0 --world_size="$n" "$@" \
-      >"$dir/rank-0.log" 2>&1 &
+    : >"$dir/rank-0.log"
+    supervise 0 "$dir/rank-0.log" --host=127.0.0.1 --port=0 --world_size="$n" "$@" \
+      >>"$dir/rank-0.log" 2>&1 </dev/null &
     echo $! >>"$dir/pids"
     rendezvous=$(wait_listening "$dir/rank-0.log")
     echo "$rendezvous" >"$dir/targets"
     for ((r = 1; r < n; r++)); do
-      POD_NAME=optstep-$r "$SERVER" --host=127.0.0.1 --port=0 --world_size="$n" \
-        --rendezvous="$rendezvous" "$@" >"$dir/rank-$r.log" 2>&1 &
+      : >"$dir/rank-$r.log"
+      supervise "$r" "$dir/rank-$r.log" --host=127.0.0.1 --port=0 --world_size="$n" \
+        --rendezvous="$rendezvous" "$@" >>"$dir/rank-$r.log" 2>&1 </dev/null &
       echo $! >>"$dir/pids"
     done
     for ((r = 1; r < n; r++)); do wait_listening "$dir/rank-$r.log" >>"$dir/targets"; done

@@ -46,7 +46,7 @@ def ranks(tmp_path):
         with open(tmp_path / "args") as f:
             return {line.split()[0]: line.split()[1:] for line in f}
 
-    run.calls, run.tmp = calls, tmp_path
+    run.calls, run.tmp, run.env = calls, tmp_path, env
     yield run
     for d in started:  # whatever a failed test left running
         if os.path.exists(os.path.join(d, "pids")):
@@ -120,3 +120,71 @@ def test_bad_arguments_print_the_usage(ranks, args):
 def test_stop_without_an_earlier_start(ranks):
     proc = ranks("stop", check=False)
     assert proc.returncode == 64 and "no DIR" in proc.stderr
+
+
+# Exits with `status` the first `failures` times it runs as a given rank, then serves (sleeps).
+FAILING_STAND_IN = """#!/usr/bin/env bash
+echo "$POD_NAME $*" >>"$STAND_IN_LOG"
+echo "listening on 127.0.0.1:$((50100 + ${POD_NAME##*-}))"
+runs="$STAND_IN_LOG.$POD_NAME"
+echo x >>"$runs"
+if (( $(wc -l <"$runs") <= FAILURES )); then exit "$STATUS"; fi
+exec sleep 60
+"""
+
+
+def start_failing(ranks, failures, status, **env):
+    ranks.tmp.joinpath("optstep_server").write_text(FAILING_STAND_IN)
+    ranks.env.update(FAILURES=str(failures), STATUS=str(status), OPTSTEP_RESTART_DELAY="0.1",
+                     **env)
+    return ranks("start", "2", "--", "--checkpoint_root=/x").stdout.splitlines()[0]
+
+
+def lines_of(path, pod):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.split()[1:] for line in f if line.split()[0] == pod]
+
+
+def await_lines(path, pod, count, seconds=10):
+    deadline = time.time() + seconds
+    while len(lines_of(path, pod)) < count and time.time() < deadline:
+        time.sleep(0.05)
+    return lines_of(path, pod)
+
+
+def test_a_rank_that_exits_75_is_restarted_on_its_port(ranks):
+    directory = start_failing(ranks, failures=1, status=75)
+    for r in range(2):
+        runs = await_lines(ranks.tmp / "args", f"optstep-{r}", 2)
+        assert len(runs) == 2, runs
+        assert runs[0][1] == "--port=0"
+        assert runs[1][1] == f"--port={50100 + r}"  # the port it listened on before
+        assert runs[1][:1] + runs[1][2:] == runs[0][:1] + runs[0][2:]
+    with open(os.path.join(directory, "rank-1.log")) as f:
+        assert "rank 1 exited with status 75; restarting it" in f.read()
+    pids = pids_of(directory)
+    assert all(alive(p) for p in pids)
+    ranks("stop", directory)
+    deadline = time.time() + 10
+    while any(alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids)
+    time.sleep(0.3)  # a stopped rank is not restarted
+    assert len(lines_of(ranks.tmp / "args", "optstep-1")) == 2
+
+
+def test_restarts_are_bounded(ranks):
+    directory = start_failing(ranks, failures=100, status=75, OPTSTEP_MAX_RESTARTS="2")
+    runs = await_lines(ranks.tmp / "args", "optstep-1", 4, seconds=3)
+    assert len(runs) == 3  # the start and two restarts
+    with open(os.path.join(directory, "rank-1.log")) as f:
+        assert "3 restarts within a minute: giving up" in f.read()
+    ranks("stop", directory)
+
+
+def test_a_rank_that_exits_0_is_not_restarted(ranks):
+    start_failing(ranks, failures=1, status=0)
+    time.sleep(0.5)
+    assert len(lines_of(ranks.tmp / "args", "optstep-1")) == 1

@@ -152,6 +152,23 @@ def test_rank_contract(target):
     assert f"--flagfile=/etc/optstep/server.flags" in c["args"]
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_broken_group_heals_by_itself(target):
+    """docs/deploy.md, "Failure handling": a rank that lost a peer exits, the kubelet restarts
+    it, all ranks restart together and rank 0 restores the sessions of the automatic
+    checkpoints."""
+    objects = objects_of(target)
+    sts, pod, c = container(objects)
+    flags = server_flags(objects)
+    assert flags["--exit_on_peer_loss"] == "true"
+    assert sts["spec"]["template"]["spec"].get("restartPolicy", "Always") == "Always"
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert flags["--checkpoint_root"]
+    assert int(flags["--checkpoint_every_steps"]) > 0
+    assert float(flags["--checkpoint_every_seconds"]) > 0
+    assert int(flags["--keep_auto_checkpoints"]) >= 2  # a save cut by a crash leaves one
+
+
 def server_flags(objects):
     text = one(objects, "ConfigMap", "optstep-flags")["data"]["server.flags"]
     return dict(line.split("=", 1) for line in text.split())

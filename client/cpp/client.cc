@@ -19,6 +19,7 @@
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_dtype.h"
+#include "wire/stream_end.h"
 
 namespace optstep {
 
@@ -205,13 +206,22 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
     v1::InitParametersRequest request;
     request.set_session_id(std::string(session_id));
     v1::TensorChunk* chunk = request.mutable_values();
+    StreamTally tally;
+    bool open = true;
     for (const GradientSlice& piece : pieces) {
       chunk->set_param_id(piece.param_id);
       chunk->set_offset(piece.offset);
       chunk->set_dtype(v1::DTYPE_FP32);
       chunk->mutable_data()->assign(reinterpret_cast<const char*>(piece.bytes.data()),
                                     piece.bytes.size());
-      if (!writer->Write(request)) break;  // Finish() tells why
+      tally.Add(chunk->data());
+      if (!(open = writer->Write(request))) break;  // Finish() tells why
+    }
+    // The final message: the server writes the values only once it arrived and agrees.
+    if (open) {
+      request.Clear();
+      *request.mutable_end() = tally.End(/*tensors=*/1);
+      writer->Write(request);
     }
     writer->WritesDone();
     OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
@@ -442,7 +452,10 @@ absl::Status Client::ImportStateDict(absl::string_view session_id,
   auto writer = stub->ImportStateDict(&context, &response);
   v1::StateDictChunk chunk;
   bool first = true;
+  bool open = true;
+  StreamTally tally;
   for (const StateDictEntry& entry : entries) {
+    if (!open) break;
     const size_t element = entry.dtype == v1::DTYPE_INT64 ? 8 : 4;
     const size_t piece = options_.max_chunk_bytes / element * element;
     for (size_t offset = 0; offset == 0 || offset < entry.bytes.size(); offset += piece) {
@@ -456,8 +469,16 @@ absl::Status Client::ImportStateDict(absl::string_view session_id,
       chunk.set_offset(offset / element);
       chunk.set_dtype(entry.dtype);
       chunk.set_data(entry.bytes.substr(offset, piece));
-      if (!writer->Write(chunk)) break;
+      tally.Add(chunk.data());
+      if (!(open = writer->Write(chunk))) break;  // Finish() tells why
     }
+  }
+  // The final message: the server applies the dict only once it arrived and agrees.
+  if (open) {
+    chunk.Clear();
+    if (first) chunk.set_session_id(std::string(session_id));
+    *chunk.mutable_end() = tally.End(entries.size());
+    writer->Write(chunk);
   }
   writer->WritesDone();
   return FromGrpcStatus(writer->Finish());

@@ -247,12 +247,19 @@ absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepC
 
 absl::Status Session::InitValues(int param_id, int64_t offset, DType dtype, const void* data,
                                  size_t bytes) {
-  OPTSTEP_ASSIGN_OR_RETURN(const int64_t count,
-                           replica_->ValueCount(param_id, offset, dtype, bytes));
-  // A message with a non-finite value is refused whole: none of its values is written.
-  OPTSTEP_RETURN_IF_ERROR(
-      CheckFiniteValues(absl::StrCat("param '", replica_->names()[param_id], "'"), "initial value",
-                        offset, dtype, data, count));
+  const InitPiece piece{param_id, offset, dtype,
+                        absl::string_view(static_cast<const char*>(data), bytes)};
+  return InitValues(absl::MakeConstSpan(&piece, 1));
+}
+
+absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
+  std::vector<int64_t> counts;
+  counts.reserve(pieces.size());
+  for (const InitPiece& piece : pieces) {
+    // A piece with a non-finite value is refused, and with it every piece: none is written.
+    OPTSTEP_ASSIGN_OR_RETURN(const int64_t count, CheckInitPiece(piece));
+    counts.push_back(count);
+  }
   absl::MutexLock lock(&mu_);
   if (book_.counters().step > 0 || !book_.between_steps()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -260,7 +267,22 @@ absl::Status Session::InitValues(int param_id, int64_t offset, DType dtype, cons
         book_.counters().step, ")"));
   }
   book_.snapshots().clear();
-  return replica_->WriteValues(param_id, offset, dtype, data, count);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const InitPiece& piece = pieces[i];
+    OPTSTEP_RETURN_IF_ERROR(replica_->WriteValues(piece.param_id, piece.offset, piece.dtype,
+                                                  piece.data.data(), counts[i]));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Session::CheckInitPiece(const InitPiece& piece) const {
+  OPTSTEP_ASSIGN_OR_RETURN(
+      const int64_t count,
+      replica_->ValueCount(piece.param_id, piece.offset, piece.dtype, piece.data.size()));
+  OPTSTEP_RETURN_IF_ERROR(
+      CheckFiniteValues(absl::StrCat("param '", replica_->names()[piece.param_id], "'"),
+                        "initial value", piece.offset, piece.dtype, piece.data.data(), count));
+  return count;
 }
 
 void Session::GetSnapshot(DType dtype, SnapshotCallback done) {

@@ -142,6 +142,18 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // Sets initial values of a parameter range. FAILED_PRECONDITION once a step has begun.
   absl::Status InitValues(int param_id, int64_t offset, DType dtype, const void* data,
                           size_t bytes);
+  // Initial values of several ranges, all or none: every piece is checked (NOT_FOUND: unknown
+  // param_id; INVALID_ARGUMENT: byte length, range, a non-finite value) before any is written,
+  // and all are written under one hold of the session's lock.
+  struct InitPiece {
+    int param_id = 0;
+    int64_t offset = 0;
+    DType dtype = DType::kF32;
+    absl::string_view data;
+  };
+  absl::Status InitValues(absl::Span<const InitPiece> pieces);
+  // The checks InitValues makes of one piece, without writing: its element count, or the error.
+  absl::StatusOr<int64_t> CheckInitPiece(const InitPiece& piece) const;
 
   // The parameters after the last step, in `dtype`. `done` is called exactly once.
   void GetSnapshot(DType dtype, SnapshotCallback done);

@@ -16,6 +16,7 @@
 #include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/state_dict_stream.h"
+#include "wire/stream_end.h"
 
 namespace optstep {
 namespace {
@@ -188,9 +189,17 @@ absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t 
   message.set_token(token);
   bool open = writer->Write(message);
   message.clear_session_id();
+  StreamTally tally;
   for (auto it = part.begin(); open && it != part.end(); ++it) {
-    open = ForEachStateChunk({"", "", it->first, &it->second}, message.mutable_chunk(),
-                             [&] { return writer->Write(message); });
+    open = ForEachStateChunk({"", "", it->first, &it->second}, message.mutable_chunk(), [&] {
+      tally.Add(message.chunk().data());
+      return writer->Write(message);
+    });
+  }
+  if (open) {
+    message.Clear();
+    *message.mutable_end() = tally.End(part.size());
+    writer->Write(message);
   }
   writer->WritesDone();
   return PeerStatus(rank, writer->Finish());

@@ -1,7 +1,12 @@
 #include "server/rpc/param_stream_reactors.h"
 
+#include <atomic>
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +17,7 @@
 #include "server/rpc/param_chunker.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
+#include "wire/stream_end.h"
 
 namespace optstep {
 namespace {
@@ -76,6 +82,10 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
   bool first_ ABSL_GUARDED_BY(mu_) = true;
 };
 
+// The stream is a transaction: each chunk is checked (header, size, the stream's byte bound) and
+// kept; only a stream that sent its StreamEnd, agreeing with the chunks before it, and then
+// half-closed writes them, all together (Session::InitValues of every piece). gRPC calls
+// OnReadDone for one message at a time, so the members need no lock (but `cancelled_`).
 class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersRequest> {
  public:
   InitReactor(Engine* engine, Caller caller, v1::InitParametersResponse* response)
@@ -84,37 +94,88 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return Finish(grpc::Status::OK);  // half-close: done
-    absl::Status status = Apply();
+    if (!ok) return Finish(ToGrpcStatus(WriteStaged()));
+    absl::Status status = Stage();
     if (!status.ok()) return Finish(ToGrpcStatus(status));
     StartRead(&request_);
   }
+  void OnCancel() override { cancelled_ = true; }
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Apply() {
+  absl::Status Stage() {
     if (session_ == nullptr) {
       auto session = FindSession(*engine_, caller_, request_.session_id());
       if (!session.ok()) return session.status();
       session_ = *std::move(session);
+      // Every element once in fp32 is the most a stream needs.
+      byte_limit_ = static_cast<uint64_t>(session_->stats().param_bytes);
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
       return absl::InvalidArgumentError(
           absl::StrCat("InitParameters: session_id '", request_.session_id(),
                        "' differs from the stream's session '", session_->id(), "'"));
     }
+    if (ended_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          What(), ": a message after the stream's final message (StreamEnd); nothing was written"));
+    }
+    if (request_.has_end()) {
+      if (request_.has_values()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(What(), ": the final message (StreamEnd) carries values too"));
+      }
+      ended_ = true;
+      return tally_.Check(request_.end(), param_ids_.size(), What());
+    }
     if (!request_.has_values()) return absl::OkStatus();
-    const v1::TensorChunk& chunk = request_.values();
+    v1::TensorChunk& chunk = *request_.mutable_values();
     OPTSTEP_ASSIGN_OR_RETURN(
         const ChunkHeader header,
         CheckChunkHeader(chunk.param_id(), chunk.offset(), chunk.dtype(), chunk.data().size(),
                          absl::StrCat("InitParameters: values of param_id ", chunk.param_id())));
-    absl::Status status = session_->InitValues(header.param_id, header.offset, header.dtype,
-                                               chunk.data().data(), chunk.data().size());
-    if (status.ok()) {
-      response_->set_elements(response_->elements() +
-                              chunk.data().size() / DTypeSize(header.dtype));
+    if (chunk.data().size() > byte_limit_ - tally_.bytes()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          What(), ": ", tally_.bytes() + chunk.data().size(), " bytes of values, more than the ",
+          byte_limit_, " bytes of the session's parameters; nothing was written"));
     }
-    return status;
+    tally_.Add(chunk.data());
+    param_ids_.insert(chunk.param_id());
+    staged_.push_back({header, std::move(*chunk.mutable_data())});
+    // Checked now, so that a bad message ends the stream at once; written only at its end.
+    return session_->CheckInitPiece(Piece(staged_.back())).status();
+  }
+
+  absl::Status WriteStaged() {
+    if (session_ == nullptr) {
+      return absl::InvalidArgumentError("InitParameters: empty stream names no session");
+    }
+    if (cancelled_) {
+      return absl::CancelledError(absl::StrCat(What(), " was cancelled after ",
+                                               tally_.Describe(param_ids_.size()),
+                                               "; nothing was written"));
+    }
+    if (!ended_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(What(), " ended after ", tally_.Describe(param_ids_.size()),
+                       " without its final message (StreamEnd); nothing was written"));
+    }
+    std::vector<Session::InitPiece> pieces;
+    pieces.reserve(staged_.size());
+    uint64_t elements = 0;
+    for (const auto& staged : staged_) {
+      pieces.push_back(Piece(staged));
+      elements += staged.second.size() / DTypeSize(staged.first.dtype);
+    }
+    OPTSTEP_RETURN_IF_ERROR(session_->InitValues(pieces));
+    response_->set_elements(elements);
+    return absl::OkStatus();
+  }
+
+  std::string What() const {
+    return absl::StrCat("InitParameters stream of session '", session_->id(), "'");
+  }
+  static Session::InitPiece Piece(const std::pair<ChunkHeader, std::string>& staged) {
+    return {staged.first.param_id, staged.first.offset, staged.first.dtype, staged.second};
   }
 
   Engine* const engine_;
@@ -122,6 +183,12 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   v1::InitParametersResponse* const response_;
   v1::InitParametersRequest request_;
   std::shared_ptr<Session> session_;
+  uint64_t byte_limit_ = 0;
+  std::vector<std::pair<ChunkHeader, std::string>> staged_;
+  std::set<uint32_t> param_ids_;
+  StreamTally tally_;
+  bool ended_ = false;
+  std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace

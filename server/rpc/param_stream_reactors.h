@@ -14,8 +14,9 @@ namespace optstep {
 grpc::ServerWriteReactor<v1::PullParametersResponse>* StartPullReactor(
     Engine* engine, const Caller& caller, const v1::PullParametersRequest* request);
 
-// InitParameters: writes initial values chunk by chunk into a session `caller` may see. Owns
-// itself until OnDone.
+// InitParameters: stages initial values chunk by chunk and writes them all once the stream ended
+// with an agreeing StreamEnd (nothing otherwise), into a session `caller` may see. Owns itself
+// until OnDone.
 grpc::ServerReadReactor<v1::InitParametersRequest>* StartInitReactor(
     Engine* engine, Caller caller, v1::InitParametersResponse* response);
 

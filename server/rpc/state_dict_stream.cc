@@ -1,6 +1,7 @@
 #include "server/rpc/state_dict_stream.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "server/rpc/owned_write_reactor.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
+#include "wire/stream_end.h"
 
 namespace optstep {
 namespace {
@@ -116,6 +118,13 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
   auto [it, fresh] = dict.try_emplace(chunk.key());
   StateTensor& tensor = it->second;
   if (fresh) {
+    if (total > byte_limit_ - declared_bytes_) {
+      dict.erase(it);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": its ", total, " bytes would bring the dict to ", declared_bytes_ + total,
+          " bytes, over the ", byte_limit_, " bytes a state dict of this session can hold"));
+    }
+    declared_bytes_ += total;
     tensor.type = type;
     tensor.shape = shape;
     tensor.bytes.assign(total, '\0');
@@ -224,13 +233,45 @@ namespace {
 
 uint64_t TokenOf(const v1::StateDictChunk&) { return 0; }
 uint64_t TokenOf(const v1::HeldStateChunk& message) { return message.token(); }
-const v1::StateDictChunk* ChunkOf(const v1::StateDictChunk& message) { return &message; }
+const v1::StateDictChunk* ChunkOf(const v1::StateDictChunk& message) {
+  return message.has_end() ? nullptr : &message;
+}
 const v1::StateDictChunk* ChunkOf(const v1::HeldStateChunk& message) {
   return message.has_chunk() ? &message.chunk() : nullptr;
 }
+const v1::StreamEnd* EndOf(const v1::StateDictChunk& message) {
+  return message.has_end() ? &message.end() : nullptr;
+}
+const v1::StreamEnd* EndOf(const v1::HeldStateChunk& message) {
+  return message.has_end() ? &message.end() : nullptr;
+}
+bool CarriesTensor(const v1::StateDictChunk& message) {
+  return !message.key().empty() || !message.data().empty() || message.shape_size() > 0;
+}
+bool CarriesTensor(const v1::HeldStateChunk& message) { return message.has_chunk(); }
+
+// The most bytes a state dict of `session` can declare, generously: per sub-optimizer (a
+// per-sub-optimizer dict repeats a shared chunk), for every parameter its master and up to three
+// moments, and two square factors and two eigenbases per dimension (SOAP), plus 1 MiB of
+// counters.
+uint64_t StateDictByteBound(const Session& session) {
+  uint64_t elements = 0;
+  for (const ParamInfo& p : session.config().params) {
+    uint64_t squares = 0;
+    for (int64_t d : p.shape) squares += static_cast<uint64_t>(d) * static_cast<uint64_t>(d);
+    elements += 4 * static_cast<uint64_t>(NumElements(p.shape)) + 4 * squares;
+  }
+  const uint64_t subs = std::max<size_t>(1, session.config().chain.sub_optimizers.size());
+  return subs * elements * sizeof(float) + (uint64_t{1} << 20);
+}
 
 // gRPC calls OnReadDone for one message at a time and the action runs only after the last, so
-// the members need no lock.
+// the members need no lock (but `cancelled_`, which OnCancel sets from any thread).
+//
+// The stream is a transaction: every piece is checked and staged in the assembler; only a stream
+// that sent its StreamEnd, agreeing with what came before it, and then half-closed reaches the
+// action. A stream that breaks, is cancelled or half-closes without its StreamEnd ends with an
+// error and the action never runs.
 template <typename Message>
 class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
  public:
@@ -249,6 +290,7 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
     if (!status.ok()) return this->Finish(ToGrpcStatus(status));
     this->StartRead(&message_);
   }
+  void OnCancel() override { cancelled_ = true; }
   void OnDone() override { delete this; }
 
  private:
@@ -256,14 +298,45 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
     if (session_ == nullptr) {
       token_ = TokenOf(message_);
       OPTSTEP_ASSIGN_OR_RETURN(session_, FindSession(*engine_, caller_, message_.session_id()));
+      assembler_.set_byte_limit(StateDictByteBound(*session_));
+    }
+    if (ended_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          What(), ": a message after the stream's final message (StreamEnd); nothing was applied"));
+    }
+    if (const v1::StreamEnd* end = EndOf(message_)) {
+      if (CarriesTensor(message_)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(What(), ": the final message (StreamEnd) carries a tensor piece too"));
+      }
+      ended_ = true;
+      return tally_.Check(*end, assembler_.tensors(), What());
     }
     const v1::StateDictChunk* chunk = ChunkOf(message_);
-    return chunk == nullptr ? absl::OkStatus() : assembler_.Add(*chunk);
+    if (chunk == nullptr) return absl::OkStatus();
+    tally_.Add(chunk->data());
+    return assembler_.Add(*chunk);
+  }
+
+  std::string What() const {
+    return absl::StrCat("state dict stream of session '", session_->id(), "'");
   }
 
   void RunAction() {
     if (session_ == nullptr) {
       return this->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, empty_error_));
+    }
+    if (cancelled_) {
+      return this->Finish(grpc::Status(
+          grpc::StatusCode::CANCELLED,
+          absl::StrCat(What(), " was cancelled after ", tally_.Describe(assembler_.tensors()),
+                       "; nothing was applied")));
+    }
+    if (!ended_) {
+      return this->Finish(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat(What(), " ended after ", tally_.Describe(assembler_.tensors()),
+                       " without its final message (StreamEnd); nothing was applied")));
     }
     RunDetached([this] {
       absl::StatusOr<std::shared_ptr<const StateDict>> dict = assembler_.Build(*session_);
@@ -281,6 +354,9 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
   std::shared_ptr<Session> session_;
   uint64_t token_ = 0;
   StateDictAssembler assembler_;
+  StreamTally tally_;
+  bool ended_ = false;
+  std::atomic<bool> cancelled_{false};
 };
 
 }  // namespace

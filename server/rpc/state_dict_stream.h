@@ -57,10 +57,14 @@ using StateDictUpload = std::function<absl::Status(
 
 // A client-streaming reactor for a state dict sent in pieces: v1::StateDictChunk (a client's
 // ImportStateDict) or v1::HeldStateChunk (a rank's part of a held import). The first message
-// names the session; every piece goes through a StateDictAssembler. At the end of the stream it
-// builds the dict and runs `action` on it on a thread of its own (the action may block on other
-// ranks), and finishes the call with the status. A stream without messages is INVALID_ARGUMENT
-// `empty_error`. Only a session `caller` may see is found. Owns itself until done.
+// names the session; every piece goes through a StateDictAssembler (bounded by what a state dict
+// of the session can hold: RESOURCE_EXHAUSTED). The stream is a transaction: its last message is
+// a v1::StreamEnd (wire/stream_end.h), and only when that arrived, agreed and the stream then
+// half-closed does the reactor build the dict and run `action` on it, on a thread of its own (the
+// action may block on other ranks), finishing the call with the status. Otherwise the action
+// never runs: INVALID_ARGUMENT for a stream without its StreamEnd, a StreamEnd that disagrees
+// or a message after it, CANCELLED for a cancelled stream. A stream without messages is
+// INVALID_ARGUMENT `empty_error`. Only a session `caller` may see is found. Owns itself until done.
 template <typename Message>
 grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Caller caller,
                                                             std::string empty_error,
@@ -70,6 +74,9 @@ grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Call
 // (dtype, shape, ranges, chunk size). Thread-compatible.
 class StateDictAssembler {
  public:
+  // The most bytes the tensors may declare together (their shapes, before their data arrives):
+  // a tensor over it is RESOURCE_EXHAUSTED. No limit by default.
+  void set_byte_limit(uint64_t limit) { byte_limit_ = limit; }
   absl::Status Add(const v1::StateDictChunk& chunk);
   // The merged dict: a plain dict as sent; chunk-keyed parts flattened; per-sub-optimizer parts
   // merged (spec §7.2, with `session`'s chunk lists) and flattened. INVALID_ARGUMENT naming an
@@ -90,6 +97,8 @@ class StateDictAssembler {
            std::vector<std::pair<uint64_t, uint64_t>>>
       received_;
   uint64_t bytes_ = 0;
+  uint64_t declared_bytes_ = 0;  // <= byte_limit_
+  uint64_t byte_limit_ = UINT64_MAX;
 };
 
 }  // namespace optstep

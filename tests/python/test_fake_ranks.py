@@ -4,6 +4,7 @@ multi-rank protocol of client/cpp/client.cc)."""
 
 from __future__ import annotations
 
+import zlib
 from concurrent import futures
 from typing import Iterator, List
 
@@ -42,6 +43,7 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.steps: List[List[svc.StepRequest]] = []
         self.inits: List[List[svc.InitParametersRequest]] = []
         self.imports: List[ckpt.StateDictChunk] = []
+        self.import_end = ckpt.StateDictChunk()
         self.abort_steps = False
 
     def GetSession(self, request, context):
@@ -78,7 +80,7 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
                                   data=big[:6].tobytes())
 
     def ImportStateDict(self, request_iterator, context):
-        self.imports = list(request_iterator)
+        *self.imports, self.import_end = list(request_iterator)
         return ckpt.ImportStateDictResponse(tensors=len({c.key for c in self.imports}))
 
 
@@ -139,8 +141,14 @@ def test_initial_values_go_to_every_rank(ranks: List[FakeRank]) -> None:
         assert client.init_parameters("fake", _grads()) == 15
     for rank in ranks:
         (requests,) = rank.inits
-        assert sorted(r.values.param_id for r in requests) == [0, 1, 2]
+        *values, last = requests
+        assert sorted(r.values.param_id for r in values) == [0, 1, 2]
         assert all(r.session_id == "fake" for r in requests)
+        # The final message tallies what came before it.
+        assert last.HasField("end") and not last.HasField("values")
+        data = b"".join(r.values.data for r in values)
+        assert (last.end.chunks, last.end.bytes, last.end.tensors) == (3, len(data), 3)
+        assert last.end.crc32 == zlib.crc32(data)
 
 
 def test_ranks_found_through_the_layout(ranks: List[FakeRank]) -> None:
@@ -175,6 +183,10 @@ def test_state_dict_streams(ranks: List[FakeRank]) -> None:
         answer = client.import_state_dict("fake", exported)
     assert answer.tensors == 2
     chunks = ranks[0].imports
+    end = ranks[0].import_end.end
+    assert ranks[0].import_end.HasField("end") and not ranks[0].import_end.key
+    assert (end.chunks, end.tensors) == (len(chunks), 2)
+    assert end.crc32 == zlib.crc32(b"".join(c.data for c in chunks))
     assert chunks[0].session_id == "fake" and all(not c.session_id for c in chunks[1:])
     assert all(len(c.data) <= 8 for c in chunks)
     pieces = [c for c in chunks if c.key == "param/a"]

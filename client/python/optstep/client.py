@@ -36,6 +36,7 @@ from optstep.errors import (FailedPreconditionError, InternalError, InvalidArgum
                             from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
 from optstep.step_call import receive_step, step_requests, tensor_chunk
+from optstep.stream_end import StreamTally
 from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2,
                         checkpoint_service_pb2_grpc as ckpt_grpc,
                         optimizer_service_pb2 as svc_pb2,
@@ -294,10 +295,16 @@ class Client:
         chunks = [chunk for contribution in plan for chunk in contribution.chunks]
         total = sum(c.data.size for c in chunks)
 
+        tensors = len({c.param_id for c in chunks})
+
         def requests() -> Iterator[svc_pb2.InitParametersRequest]:
+            # A transaction: the server writes the values only once the final message arrived.
+            tally = StreamTally()
             for chunk in chunks:
-                yield svc_pb2.InitParametersRequest(session_id=session_id,
-                                                    values=tensor_chunk(chunk))
+                values = tensor_chunk(chunk)
+                tally.add(values.data)
+                yield svc_pb2.InitParametersRequest(session_id=session_id, values=values)
+            yield svc_pb2.InitParametersRequest(session_id=session_id, end=tally.end(tensors))
 
         for r, rank in enumerate(self._ranks_for(layout)):
             response = _call(rank.service.InitParameters, requests(),
@@ -479,14 +486,18 @@ class Client:
             prepared.append((key, tuple(np.shape(value)), array, wire))
 
         def requests() -> Iterator[ckpt_pb2.StateDictChunk]:
+            # A transaction: the server applies the dict only once the final message arrived.
+            tally = StreamTally()
             first = True
             for key, shape, array, wire in prepared:
                 pieces = split_array(array, self._max_chunk_bytes) if array.size else [(0, array)]
                 for start, piece in pieces:
                     yield ckpt_pb2.StateDictChunk(session_id=session_id if first else "",
                                                   key=key, shape=shape, offset=start,
-                                                  dtype=wire, data=piece.tobytes())
+                                                  dtype=wire, data=tally.add(piece.tobytes()))
                     first = False
+            yield ckpt_pb2.StateDictChunk(session_id=session_id if first else "",
+                                          end=tally.end(len(prepared)))
 
         response: ckpt_pb2.ImportStateDictResponse = _call(
             self._rank0().checkpoint.ImportStateDict, requests(), timeout=self._stream_timeout,

@@ -4,13 +4,13 @@
 
 #include "client/cpp/client.h"
 
+#include <grpcpp/health_check_service_interface.h>
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/health_check_service_interface.h>
 
 #include "glog/logging.h"
 #include "gmock/gmock.h"
@@ -103,9 +103,9 @@ TEST_F(ClientTest, ConnectValidatesOptionsAndReach) {
 TEST_F(ClientTest, Sessions) {
   std::unique_ptr<Client> client = Connect();
   bool attached = false;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo created,
-                               client->CreateSession(MakeSessionInfo("s", 1, {}).spec(),
-                                                     &attached));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      v1::SessionInfo created,
+      client->CreateSession(MakeSessionInfo("s", 1, {}).spec(), &attached));
   EXPECT_EQ(created.session_id(), "s");
   EXPECT_TRUE(attached);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo got, client->GetSession("s"));
@@ -172,10 +172,10 @@ TEST_F(ClientTest, StepWithSlicesInMixedDtypesAndBf16Return) {
   std::unique_ptr<Client> client = Connect();
   std::vector<uint16_t> w_bf16 = {0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0};
   std::vector<float> b_tail = {7, 8};
-  GradientSlice w{0, 0, DType::kBF16,
-                  {reinterpret_cast<const uint8_t*>(w_bf16.data()), w_bf16.size() * 2}};
-  GradientSlice b{1, 2, DType::kF32,
-                  {reinterpret_cast<const uint8_t*>(b_tail.data()), b_tail.size() * 4}};
+  GradientSlice w{
+      0, 0, DType::kBF16, {reinterpret_cast<const uint8_t*>(w_bf16.data()), w_bf16.size() * 2}};
+  GradientSlice b{
+      1, 2, DType::kF32, {reinterpret_cast<const uint8_t*>(b_tail.data()), b_tail.size() * 4}};
   StepOptions options;
   options.session_id = "s";
   options.step = 1;
@@ -266,10 +266,16 @@ TEST_F(ClientTest, InitParametersStreamsChunksToTheOwner) {
   const std::vector<float> w = {1, 2, 3, 4, 5, 6};
   EXPECT_THAT(client->InitParameters("s", 0, w), IsOk());
   const std::vector<v1::InitParametersRequest> requests = service_.init_requests();
-  ASSERT_THAT(requests, SizeIs(2));  // 4 + 2 elements
+  ASSERT_THAT(requests, SizeIs(3));  // 4 + 2 elements, then the final message
   EXPECT_EQ(requests[0].session_id(), "s");
   EXPECT_EQ(requests[1].values().offset(), 4u);
   EXPECT_EQ(requests[1].values().dtype(), v1::DTYPE_FP32);
+  ASSERT_TRUE(requests[2].has_end());
+  EXPECT_FALSE(requests[2].has_values());
+  EXPECT_EQ(requests[2].end().chunks(), 2u);
+  EXPECT_EQ(requests[2].end().bytes(), 24u);
+  EXPECT_EQ(requests[2].end().tensors(), 1u);
+  EXPECT_EQ(requests[2].end().crc32(), 423224612u);  // zlib's crc32 of the six floats' bytes
   std::vector<float> got(6);
   std::memcpy(got.data(), requests[0].values().data().data(), 16);
   std::memcpy(got.data() + 4, requests[1].values().data().data(), 8);

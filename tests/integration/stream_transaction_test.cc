@@ -1,0 +1,229 @@
+// Client streams are transactions, through the real server: an ImportStateDict or InitParameters
+// stream that is cancelled mid-way, ends without its final message (StreamEnd), carries a final
+// message that disagrees, or holds a malformed message changes nothing (the exported state and
+// the pulled parameters are bit-identical before and after), and answers the precise code; a
+// complete stream applies.
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/cpp/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "optstep/v1/checkpoint_service.grpc.pb.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "tests/integration/test_session.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
+#include "wire/grpc_status.h"
+#include "wire/stream_end.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::ServerProcess;
+using ::optstep::testutil::SmallSpec;
+using ::optstep::testutil::StatusIs;
+using ::optstep::testutil::StepSmall;
+
+using Entries = std::vector<Client::StateDictEntry>;
+
+class StreamTransactionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(server_, ServerProcess::Start());
+    ClientOptions options;
+    options.target = server_->address();
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(client_, Client::Connect(options));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client_->CreateSession(SmallSpec("t")));
+    session_ = info.session_id();
+    channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+  }
+
+  absl::StatusOr<Entries> Exported() {
+    v1::ExportStateDictRequest request;
+    request.set_session_id(session_);
+    return client_->ExportStateDict(request);
+  }
+
+  absl::StatusOr<std::vector<std::vector<float>>> Pulled() {
+    auto pulled = client_->PullParameters(session_, DType::kF32);
+    if (!pulled.ok()) return pulled.status();
+    std::vector<std::vector<float>> values;
+    for (const auto& [id, p] : pulled->params) values.push_back(p.f32);
+    return values;
+  }
+
+  // Sends `messages` on an ImportStateDict stream; with `cancel`, cancels the call after them
+  // instead of half-closing.
+  absl::Status Import(const std::vector<v1::StateDictChunk>& messages, bool cancel = false) {
+    grpc::ClientContext context;
+    v1::ImportStateDictResponse response;
+    auto writer = v1::CheckpointService::NewStub(channel_)->ImportStateDict(&context, &response);
+    for (const auto& m : messages) {
+      if (!writer->Write(m)) break;
+    }
+    if (cancel) {
+      // Let the server read what was sent before the cancellation reaches it.
+      absl::SleepFor(absl::Milliseconds(200));
+      context.TryCancel();
+    } else {
+      writer->WritesDone();
+    }
+    return FromGrpcStatus(writer->Finish());
+  }
+
+  absl::Status Init(const std::vector<v1::InitParametersRequest>& messages) {
+    grpc::ClientContext context;
+    v1::InitParametersResponse response;
+    auto writer = v1::OptimizerService::NewStub(channel_)->InitParameters(&context, &response);
+    for (const auto& m : messages) {
+      if (!writer->Write(m)) break;
+    }
+    writer->WritesDone();
+    return FromGrpcStatus(writer->Finish());
+  }
+
+  // The exported state with every byte of every tensor changed, as import messages (one chunk
+  // per tensor, the first naming the session), and its final message.
+  std::vector<v1::StateDictChunk> ChangedState(const Entries& state, v1::StreamEnd* end) {
+    std::vector<v1::StateDictChunk> messages;
+    StreamTally tally;
+    for (const auto& e : state) {
+      v1::StateDictChunk& m = messages.emplace_back();
+      if (messages.size() == 1) m.set_session_id(session_);
+      m.set_key(e.key);
+      m.set_dtype(e.dtype);
+      for (uint64_t d : e.shape) m.add_shape(d);
+      std::string bytes = e.bytes;
+      for (char& b : bytes) b = static_cast<char>(b ^ 0x11);
+      m.set_data(bytes);
+      tally.Add(m.data());
+    }
+    *end = tally.End(state.size());
+    return messages;
+  }
+
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<Client> client_;
+  std::string session_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TEST_F(StreamTransactionTest, BrokenImportStreamsChangeNothingAndACompleteOneApplies) {
+  ASSERT_THAT(StepSmall(*client_, session_, 1).status(), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Entries before, Exported());
+  ASSERT_GE(before.size(), 3u);
+  v1::StreamEnd end;
+  std::vector<v1::StateDictChunk> changed = ChangedState(before, &end);
+
+  // Every tensor, but no final message.
+  EXPECT_THAT(Import(changed), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        absl::StrCat("ended after ", before.size(), " tensors (",
+                                                     before.size(), " chunks")));
+  // Cancelled after the first two tensors.
+  std::vector<v1::StateDictChunk> two(changed.begin(), changed.begin() + 2);
+  EXPECT_THAT(Import(two, /*cancel=*/true), StatusIs(absl::StatusCode::kCancelled));
+  // A final message whose checksum or counts disagree.
+  v1::StateDictChunk last;
+  *last.mutable_end() = end;
+  last.mutable_end()->set_crc32(end.crc32() ^ 1);
+  std::vector<v1::StateDictChunk> bad_crc = changed;
+  bad_crc.push_back(last);
+  EXPECT_THAT(Import(bad_crc), StatusIs(absl::StatusCode::kInvalidArgument, "CRC-32"));
+  *last.mutable_end() = end;
+  last.mutable_end()->set_tensors(end.tensors() + 1);
+  std::vector<v1::StateDictChunk> bad_count = changed;
+  bad_count.push_back(last);
+  EXPECT_THAT(Import(bad_count),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       absl::StrCat("declares ", before.size() + 1, " tensors")));
+  // A malformed message after two good ones.
+  std::vector<v1::StateDictChunk> malformed = two;
+  malformed.push_back(changed[2]);
+  malformed.back().set_dtype(v1::DTYPE_BF16);
+  EXPECT_THAT(Import(malformed), StatusIs(absl::StatusCode::kInvalidArgument, "is not fp32"));
+  // A tensor declared far larger than any state of the session: refused before it is allocated.
+  std::vector<v1::StateDictChunk> huge = {changed[0]};
+  huge[0].clear_shape();
+  huge[0].add_shape(uint64_t{1} << 36);
+  EXPECT_THAT(Import(huge), StatusIs(absl::StatusCode::kResourceExhausted, "can hold"));
+
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Entries after, Exported());
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(after[i].key, before[i].key);
+    EXPECT_TRUE(after[i].bytes == before[i].bytes) << before[i].key;
+  }
+
+  // The same tensors with their final message: applied.
+  std::vector<v1::StateDictChunk> complete = changed;
+  complete.emplace_back();
+  *complete.back().mutable_end() = end;
+  ASSERT_THAT(Import(complete), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Entries applied, Exported());
+  ASSERT_EQ(applied.size(), before.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(applied[i].bytes == changed[i].data()) << before[i].key;
+  }
+}
+
+TEST_F(StreamTransactionTest, BrokenInitStreamsChangeNothingAndACompleteOneWrites) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto before, Pulled());
+  // fc.weight [8, 4] in two good chunks, then fc.bias.
+  std::vector<v1::InitParametersRequest> messages;
+  StreamTally tally;
+  auto add = [&](uint32_t param_id, uint64_t offset, size_t count, float value) {
+    v1::InitParametersRequest& m = messages.emplace_back();
+    m.set_session_id(session_);
+    m.mutable_values()->set_param_id(param_id);
+    m.mutable_values()->set_offset(offset);
+    m.mutable_values()->set_dtype(v1::DTYPE_FP32);
+    std::vector<float> values(count, value);
+    m.mutable_values()->set_data(values.data(), count * sizeof(float));
+    tally.Add(m.values().data());
+  };
+  add(0, 0, 16, 1.5f);
+  add(0, 16, 16, 2.5f);
+  add(1, 0, 8, 3.5f);
+
+  // A malformed message (fp16 data of an odd length) after two good ones.
+  std::vector<v1::InitParametersRequest> malformed(messages.begin(), messages.begin() + 2);
+  malformed.push_back(messages[2]);
+  malformed.back().mutable_values()->set_dtype(v1::DTYPE_FP16);
+  malformed.back().mutable_values()->mutable_data()->resize(31);
+  EXPECT_THAT(Init(malformed), StatusIs(absl::StatusCode::kInvalidArgument, "31"));
+  // Every value, but no final message.
+  EXPECT_THAT(Init(messages), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       "ended after 2 tensors (3 chunks, 160 bytes) without"));
+  // A final message that disagrees.
+  std::vector<v1::InitParametersRequest> bad = messages;
+  *bad.emplace_back().mutable_end() = tally.End(2);
+  bad.back().mutable_end()->set_chunks(4);
+  EXPECT_THAT(Init(bad), StatusIs(absl::StatusCode::kInvalidArgument, "declares 2 tensors (4"));
+  // More bytes than the session's parameters hold.
+  std::vector<v1::InitParametersRequest> too_many = messages;
+  too_many.insert(too_many.end(), messages.begin(), messages.end());
+  EXPECT_THAT(Init(too_many), StatusIs(absl::StatusCode::kResourceExhausted, "160 bytes of the"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto unchanged, Pulled());
+  EXPECT_EQ(unchanged, before);
+
+  std::vector<v1::InitParametersRequest> complete = messages;
+  *complete.emplace_back().mutable_end() = tally.End(2);
+  ASSERT_THAT(Init(complete), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto written, Pulled());
+  ASSERT_EQ(written.size(), 2u);
+  EXPECT_EQ(written[0][0], 1.5f);
+  EXPECT_EQ(written[0][31], 2.5f);
+  EXPECT_EQ(written[1][7], 3.5f);
+}
+
+}  // namespace
+}  // namespace optstep

@@ -32,6 +32,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/comm/key_value_store.h"
 #include "server/engine/engine.h"
+#include "server/rpc/auto_checkpoint.h"
 #include "server/rpc/rank_group.h"
 #include "server/rpc/server.h"
 
@@ -39,6 +40,10 @@ ABSL_FLAG(int, steps, 4, "Steps to run; the first one warms up and is not averag
 ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters).");
 ABSL_FLAG(bool, fp32_return, false, "Return the parameters as fp32 instead of bf16.");
 ABSL_FLAG(int, trainers, 2, "Trainers (threads, each with its own client).");
+ABSL_FLAG(std::string, auto_checkpoint_dir, "",
+          "Set: rank 0 saves the session as an automatic checkpoint after every step under this "
+          "directory (in the background, from a snapshot), as --checkpoint_every_steps=1 does; "
+          "compare the step wall with a run without.");
 ABSL_FLAG(bool, replicated, false,
           "REPLICATED: every trainer sends the whole gradient (the same buffer), instead of "
           "SHARDED halves.");
@@ -80,6 +85,7 @@ absl::StatusOr<std::vector<Rank>> StartRanks(std::shared_ptr<KeyValueStore> stor
     RankGroupOptions group;
     group.rank = r;
     group.world_size = kRanks;
+    group.checkpoint_root = absl::GetFlag(FLAGS_auto_checkpoint_dir);
     ranks[r].group = std::make_unique<RankGroup>(group, ranks[r].engine.get());
     ServerOptions server;
     server.host = "127.0.0.1";
@@ -176,11 +182,27 @@ int Run() {
     at += n;
   }
 
+  // Automatic checkpoints after every step, with the time each save took (snapshot and write).
+  std::unique_ptr<AutoCheckpointer> saver;
+  if (!absl::GetFlag(FLAGS_auto_checkpoint_dir).empty()) {
+    AutoCheckpointOptions auto_options;
+    auto_options.checkpoint_root = absl::GetFlag(FLAGS_auto_checkpoint_dir);
+    auto_options.every_steps = 1;
+    auto_options.on_saved = [](const AutoCheckpointSaved& saved) {
+      std::printf(
+          "      automatic checkpoint of step %llu: rank 0 held %.1f ms, saved in %.1f ms\n",
+          static_cast<unsigned long long>(saved.step), Ms(saved.held), Ms(saved.total));
+    };
+    saver = std::make_unique<AutoCheckpointer>(auto_options, (*ranks)[0].engine.get(),
+                                               (*ranks)[0].group.get());
+    saver->Start();
+  }
   const bool fp32 = absl::GetFlag(FLAGS_fp32_return);
-  std::printf("%zu parameters, %.1fM elements; %d ranks, %d trainers (%s), AdamW; "
-              "%.0f MiB of fp32 gradients in, %s parameters back to trainer 0\n",
-              params.size(), numel / 1e6, kRanks, kTrainers, replicated ? "REPLICATED" : "SHARDED",
-              numel * 4.0 * (replicated ? kTrainers : 1) / (1 << 20), fp32 ? "fp32" : "bf16");
+  std::printf(
+      "%zu parameters, %.1fM elements; %d ranks, %d trainers (%s), AdamW; "
+      "%.0f MiB of fp32 gradients in, %s parameters back to trainer 0\n",
+      params.size(), numel / 1e6, kRanks, kTrainers, replicated ? "REPLICATED" : "SHARDED",
+      numel * 4.0 * (replicated ? kTrainers : 1) / (1 << 20), fp32 ? "fp32" : "bf16");
   std::printf("%-5s %9s %9s %9s %10s %9s %9s %9s %8s\n", "step", "wall ms", "ingest", "step",
               "all-gather", "egress", "alone", "sum", "overlap");
   double total_wall = 0.0, total_sum = 0.0;
@@ -213,7 +235,8 @@ int Run() {
     // The egress alone: the trainer that got them pulls the parameters the step returned.
     const absl::Time pull_start = absl::Now();
     const absl::Status pulled =
-        trainers[0]->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
+        trainers[0]
+            ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
             .status();
     const double alone = Ms(absl::Now() - pull_start);
     if (!pulled.ok()) {
@@ -247,10 +270,12 @@ int Run() {
   }
   const int64_t returned = numel * (fp32 ? 4 : 2);
   const int64_t bench_bytes = numel * 4 + returned + kRanks * returned;
-  std::printf("memory: sessions hold %.0f MiB, bench buffers %.0f MiB, peak RSS %.0f MiB "
-              "(%.2f x what is held)\n",
-              session_bytes / 1048576.0, bench_bytes / 1048576.0, bench::PeakRssBytes() / 1048576.0,
-              static_cast<double>(bench::PeakRssBytes()) / (session_bytes + bench_bytes));
+  std::printf(
+      "memory: sessions hold %.0f MiB, bench buffers %.0f MiB, peak RSS %.0f MiB "
+      "(%.2f x what is held)\n",
+      session_bytes / 1048576.0, bench_bytes / 1048576.0, bench::PeakRssBytes() / 1048576.0,
+      static_cast<double>(bench::PeakRssBytes()) / (session_bytes + bench_bytes));
+  saver.reset();
   for (Rank& rank : *ranks) rank.server->Shutdown(absl::Now() + absl::Seconds(1));
   return 0;
 }

@@ -242,7 +242,7 @@ absl::Status RankProcess::StartEngine(
   auto_options.every_steps = options_.checkpoint_every_steps;
   auto_options.every = options_.checkpoint_every;
   auto_options.keep = options_.keep_auto_checkpoints;
-  auto_options.on_saved = [metrics = metrics_](const std::string&, uint64_t) {
+  auto_options.on_saved = [metrics = metrics_](const AutoCheckpointSaved&) {
     metrics->CountAutoCheckpoint();
   };
   const bool auto_checkpoints = options_.rank == 0 && AutoCheckpointsEnabled(auto_options);

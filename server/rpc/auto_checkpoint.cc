@@ -165,6 +165,8 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
     if (closed_.count(id) > 0) return SessionNotFoundError(id);
     saving_ = id;
   }
+  const absl::Time start = absl::Now();
+  absl::Duration held;
   absl::StatusOr<uint64_t> saved = [&]() -> absl::StatusOr<uint64_t> {
     OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
     const std::string dir = AutoCheckpointRoot(options_.checkpoint_root, id);
@@ -174,8 +176,9 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
       return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", error.message()));
     }
     OPTSTEP_RETURN_IF_ERROR(EnsureSessionRecord(dir, session));
-    return SaveShards(session, definition);
+    return SaveShards(session, definition, held);
   }();
+  const absl::Duration total = absl::Now() - start;
   bool closed = false;
   {
     absl::MutexLock lock(&mu_);
@@ -187,8 +190,10 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
     return SessionNotFoundError(id);
   }
   if (saved.ok()) {
-    LOG(INFO) << "event=auto_checkpoint session=" << id << " step=" << *saved;
-    if (options_.on_saved) options_.on_saved(id, *saved);
+    LOG(INFO) << "event=auto_checkpoint session=" << id << " step=" << *saved
+              << " held_ms=" << absl::ToInt64Milliseconds(held)
+              << " total_ms=" << absl::ToInt64Milliseconds(total);
+    if (options_.on_saved) options_.on_saved(AutoCheckpointSaved{id, *saved, held, total});
   } else {
     LOG(WARNING) << "event=auto_checkpoint_failed session=" << id << " error=\""
                  << saved.status().message() << "\"";
@@ -197,7 +202,8 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
 }
 
 absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
-                                                      const std::string& definition) {
+                                                      const std::string& definition,
+                                                      absl::Duration& held) {
   const int world = group_->world_size();
   std::vector<ShardFile> shards(world);
   HeldPoint at;
@@ -206,6 +212,7 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
   bool exists = false;
   absl::Status status = HeldOperations(group_).WithHeldSession(
       session, [&](uint64_t token, const HeldPoint& point) -> absl::Status {
+        const absl::Time settled = absl::Now();
         at = point;
         const std::string name = AutoCheckpointName(session.id(), point.step);
         OPTSTEP_ASSIGN_OR_RETURN(
@@ -220,6 +227,7 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
           if (r == 0) {
             OPTSTEP_ASSIGN_OR_RETURN(shards[0], WriteSnapshotShard(session, token, where, [&] {
                                        (void)session.holds().Release(token);
+                                       held = absl::Now() - settled;
                                      }));
             return absl::OkStatus();
           }

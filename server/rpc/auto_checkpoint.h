@@ -19,6 +19,16 @@
 
 namespace optstep {
 
+// One automatic checkpoint committed: how long rank 0 kept the session settled (from the settle to
+// the release: the copy of its shard to host memory, what its next step waited for at most) and
+// the whole save (hold, settle, copy, write, commit).
+struct AutoCheckpointSaved {
+  std::string session_id;
+  uint64_t step = 0;
+  absl::Duration held;
+  absl::Duration total;
+};
+
 struct AutoCheckpointOptions {
   // The group's checkpoint root; automatic checkpoints go to <root>/auto/<session id>/.
   std::string checkpoint_root;
@@ -33,8 +43,8 @@ struct AutoCheckpointOptions {
   absl::Duration poll_interval = absl::Milliseconds(20);
   // A failed save is tried again after this long at the earliest.
   absl::Duration retry_after = absl::Seconds(1);
-  // Told of each checkpoint committed (session id, step); may be null.
-  std::function<void(const std::string& session_id, uint64_t step)> on_saved;
+  // Told of each checkpoint committed; may be null.
+  std::function<void(const AutoCheckpointSaved& saved)> on_saved;
 };
 
 // Whether `options` asks for automatic checkpoints at all.
@@ -93,8 +103,10 @@ class AutoCheckpointer {
   void Run();
   // Whether `session` is due at `now`.
   bool Due(const Session& session, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The save itself, once the session's directory and record exist.
-  absl::StatusOr<uint64_t> SaveShards(Session& session, const std::string& definition);
+  // The save itself, once the session's directory and record exist; `held` gets rank 0's
+  // settled time.
+  absl::StatusOr<uint64_t> SaveShards(Session& session, const std::string& definition,
+                                      absl::Duration& held);
   void RemoveCheckpointsOf(const std::string& id) const;
 
   const AutoCheckpointOptions options_;

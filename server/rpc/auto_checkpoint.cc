@@ -210,6 +210,15 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
   CheckpointLocation where;
   bool prepared = false;
   bool exists = false;
+  // The temporary of the step the session is at now, made before the hold: the hold settles
+  // there unless a step is running, and the fsync of the root then stays out of the held time.
+  OPTSTEP_ASSIGN_OR_RETURN(
+      const CheckpointLocation guess,
+      LocateCheckpoint(options_.checkpoint_root,
+                       AutoCheckpointName(session.id(), session.stats().step), true));
+  std::error_code error;
+  const bool guessed = !fs::exists(CheckpointDir(guess.root, guess.name), error) &&
+                       PrepareCheckpoint(guess.root, guess.name).ok();
   absl::Status status = HeldOperations(group_).WithHeldSession(
       session, [&](uint64_t token, const HeldPoint& point) -> absl::Status {
         const absl::Time settled = absl::Now();
@@ -217,10 +226,11 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
         const std::string name = AutoCheckpointName(session.id(), point.step);
         OPTSTEP_ASSIGN_OR_RETURN(
             where, LocateCheckpoint(options_.checkpoint_root, name, /*allow_auto=*/true));
-        std::error_code error;
         exists = fs::exists(CheckpointDir(where.root, where.name), error);
         if (exists) return absl::OkStatus();  // this step is saved already
-        OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name));
+        if (!guessed || where.name != guess.name) {
+          OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name));
+        }
         prepared = true;
         // Each rank snapshots its shard, lets its steps go on, then writes it.
         return group_->ForEachRank([&](int r) -> absl::Status {
@@ -244,6 +254,9 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
           return absl::OkStatus();
         });
       });
+  if (guessed && (where.name != guess.name || !prepared)) {
+    (void)AbandonCheckpoint(guess.root, guess.name);  // the hold settled elsewhere
+  }
   if (status.ok() && !exists) {
     status =
         CommitSessionCheckpoint(session, at, where, definition, shards, std::max(1, options_.keep));

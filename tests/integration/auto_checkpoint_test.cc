@@ -164,9 +164,14 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string pulled, Pulled(*run.client, session));
   EXPECT_TRUE(pulled == reference) << "parameters differ from the undisturbed run";
 
-  // Closed by its owner: its automatic checkpoints go with it.
+  // Closed by its owner: its automatic checkpoints go with it (right after a save that runs).
   ASSERT_THAT(run.client->CloseSession(session), IsOk());
-  EXPECT_FALSE(fs::exists(fs::path(root.path()) / "auto" / session));
+  const fs::path saved = fs::path(root.path()) / "auto" / session;
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
+       fs::exists(saved) && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(fs::exists(saved));
 }
 
 INSTANTIATE_TEST_SUITE_P(RestartedOn, AutoRestoreTest, ::testing::Values(2, 3),

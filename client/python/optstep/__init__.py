@@ -6,7 +6,8 @@
 - :mod:`optstep.pb` — the v1 protobuf messages (SessionSpec, ParameterSpec, ...).
 - :mod:`optstep.torch` — :class:`optstep.torch.RemoteOptimizer`, a ``torch.optim.Optimizer``
   whose steps run on the service (imports torch; not loaded by ``import optstep``).
-- Errors are :class:`OptstepError` subclasses carrying the gRPC code and message.
+- Errors are :class:`OptstepError` subclasses carrying the gRPC code and message;
+  :class:`RewindRequired` says the group restored a session to an older step.
 
 ``optstep.__version__`` is the package's version. See docs/python.md.
 """
@@ -21,9 +22,10 @@ from optstep.errors import *  # noqa: F401,F403  (the exception classes)
 from optstep.errors import __all__ as _error_names  # noqa: F401
 from optstep.layout import ParamLayout, SessionLayout
 from optstep.local import LocalGroup, LocalServer
+from optstep.recovery import RewindRequired
 
 __all__ = [
     "Client", "CreatedSession", "GroupSchedule", "StepReply", "Parameters", "GradientSlice",
     "SessionLayout", "ParamLayout", "LocalServer", "LocalGroup", "MAX_CHUNK_BYTES", "config", "pb",
-    "bf16_bits_from_fp32", "fp32_from_bf16_bits", *_error_names,
+    "bf16_bits_from_fp32", "fp32_from_bf16_bits", "RewindRequired", *_error_names,
 ]

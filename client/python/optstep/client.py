@@ -19,7 +19,6 @@ Thread-safe: calls may run from several threads at once (each has its own gRPC c
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
@@ -29,13 +28,15 @@ import grpc
 import numpy as np
 
 from optstep import dtypes
+from optstep.channel_credentials import channel_credentials
 from optstep.chunks import (GradientSlice, ParamAssembler, TensorBuffer, plan_contributions,
                             split_array)
 from optstep.errors import (FailedPreconditionError, InternalError, InvalidArgumentError,
-                            NotFoundError, OptstepError, OutOfRangeError, UnavailableError,
+                            OptstepError, OutOfRangeError, UnavailableError,
                             from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
-from optstep.step_call import receive_step, step_requests, tensor_chunk
+from optstep.recovery import StepRecovery
+from optstep.step_call import exchange_steps, tensor_chunk
 from optstep.stream_end import StreamTally
 from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2,
                         checkpoint_service_pb2_grpc as ckpt_grpc,
@@ -129,6 +130,9 @@ class Client:
       tls_server_name: name to check the server's certificate against instead of the target's
         host.
       token: bearer token sent with every call; needs TLS. None: $OPTSTEP_TOKEN when TLS is on.
+      recovery_timeout: seconds a step waits for a recovering group (a failed rank, the group
+        restarting and restoring its sessions) before it fails; it then redoes itself or raises
+        RewindRequired (optstep.recovery). 0: a step fails at once, as any call.
     """
 
     def __init__(self, target: Optional[str] = None, *,
@@ -140,7 +144,8 @@ class Client:
                  max_frame_bytes: int = (16 << 20) - 1, bdp_probe: bool = False,
                  tls: bool = False, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
-                 tls_server_name: Optional[str] = None, token: Optional[str] = None) -> None:
+                 tls_server_name: Optional[str] = None, token: Optional[str] = None,
+                 recovery_timeout: float = 300.0) -> None:
         targets = list(rank_targets or ([target] if target else []))
         if not targets or any(not t for t in targets):
             raise InvalidArgumentError("Client: no target (expected \"host:port\"), or an empty "
@@ -156,6 +161,7 @@ class Client:
             raise InvalidArgumentError(
                 f"Client: max_message_bytes {max_message_bytes} cannot hold a chunk of "
                 f"{max_chunk_bytes} bytes plus its envelope")
+        self._recovery = StepRecovery(recovery_timeout)
         self._explicit_ranks = rank_targets is not None
         self._rpc_timeout = rpc_timeout
         self._stream_timeout = stream_timeout
@@ -169,8 +175,12 @@ class Client:
             ("grpc.http2.max_frame_size", max_frame_bytes),
             ("grpc.use_local_subchannel_pool", 1),
         ]
+        if recovery_timeout > 0:  # a restarted rank is found again within a second
+            self._channel_options += [("grpc.initial_reconnect_backoff_ms", 100),
+                                      ("grpc.min_reconnect_backoff_ms", 100),
+                                      ("grpc.max_reconnect_backoff_ms", 1000)]
         tls = tls or bool(tls_ca or tls_cert)
-        self._credentials = _channel_credentials(tls, tls_ca, tls_cert, tls_key, token)
+        self._credentials = channel_credentials(tls, tls_ca, tls_cert, tls_key, token)
         if tls_server_name:
             self._channel_options.append(("grpc.ssl_target_name_override", tls_server_name))
         self._lock = threading.Lock()
@@ -359,51 +369,49 @@ class Client:
 
         Raises FailedPreconditionError for a step out of sequence, AbortedError when the step
         was aborted (redo it), DeadlineExceededError after `stream_timeout`. Retrying the same
-        (session, step, trainer) is safe.
+        (session, step, trainer) is safe. While the group recovers, the step waits for it (up to
+        `recovery_timeout`) and redoes itself with the same bytes; RewindRequired when the
+        session came back at an older step than `step` - 1.
         """
         if step <= 0:
             raise InvalidArgumentError(f"session '{session_id}': step {step} is not a step; "
                                        "steps are numbered from 1")
         wire = _return_dtype(return_dtype)
+        # Kept until the step is applied: every attempt sends the same bytes.
+        slices = _as_slices(self.layout(session_id), gradients, "gradient")
+        groups = list(groups or ())
+
+        def attempt() -> StepReply:
+            return self._step_once(session_id, step, slices, trainer_id, groups, wire,
+                                   return_params, skip_return)
+
+        def applied() -> StepReply:
+            params = {} if skip_return else self.pull_parameters(session_id, wire,
+                                                                 return_params).params
+            return StepReply(step, False, float("nan"), False, params)
+
+        return self._recovery.run(self, session_id, step, attempt, applied)
+
+    def _step_once(self, session_id: str, step: int, slices: List[GradientSlice],
+                   trainer_id: int, groups: List[GroupSchedule], wire: dtypes.WireDType,
+                   return_params: Optional[Sequence[ParamRef]],
+                   skip_return: bool) -> StepReply:
+        """One attempt of :meth:`step`, laid out on the session's current layout."""
         layout = self.layout(session_id)
         return_ids = layout.param_ids(return_params or ())
-        plan = plan_contributions(layout, _as_slices(layout, gradients, "gradient"),
-                                  self._max_chunk_bytes)
+        plan = plan_contributions(layout, slices, self._max_chunk_bytes)
         ranks = self._ranks_for(layout)
         header = svc_pb2.StepHeader(session_id=session_id, step=step, trainer_id=trainer_id,
                                     return_dtype=wire, return_param_ids=return_ids)
-        for group in groups or ():
+        for group in groups:
             header.groups.add(group_id=group.group_id, lr=group.lr,
                               weight_decay=group.weight_decay)
 
-        # Every rank gets this trainer's commit (with its share of the chunks, possibly none);
-        # one rank, spread over trainers, streams the parameters back. gRPC consumes each
-        # request iterator on its own thread, so the streams are sent concurrently.
-        return_rank = trainer_id % layout.world_size
-        calls = []
-        for r, rank in enumerate(ranks):
-            rank_header = svc_pb2.StepHeader()
-            rank_header.CopyFrom(header)
-            rank_header.skip_return = skip_return or r != return_rank
-            calls.append(rank.service.Step(step_requests(rank_header, plan[r]),
-                                           timeout=self._stream_timeout,
-                                           wait_for_ready=self._wait_for_ready))
         assembler = ParamAssembler(layout, wire, return_ids)
-        results: List[svc_pb2.StepResult] = []
-        try:
-            for r, call in enumerate(calls):
-                returns = r == return_rank and not skip_return
-                result = receive_step(call, assembler if returns else None)
-                if results and result.step != results[0].step:
-                    raise InternalError(f"rank {r} answered step {result.step}, rank 0 step "
-                                        f"{results[0].step}")
-                results.append(result)
-        except grpc.RpcError as e:
-            _cancel(calls)
-            raise from_rpc_error(e) from None
-        except OptstepError:
-            _cancel(calls)
-            raise
+        results = exchange_steps([rank.service for rank in ranks], header, plan,
+                                 trainer_id % layout.world_size, skip_return, assembler,
+                                 timeout=self._stream_timeout,
+                                 wait_for_ready=self._wait_for_ready)
         first = results[0]
         # A skipped step may come back without parameters: nothing changed.
         nothing_changed = first.skipped and assembler.chunks_added == 0
@@ -534,40 +542,6 @@ class Client:
         return response == b"\x08" + _varint(_SERVING)
 
 
-def _channel_credentials(tls: bool, ca: Optional[str], cert: Optional[str], key: Optional[str],
-                         token: Optional[str]) -> Optional[grpc.ChannelCredentials]:
-    """None for a plaintext channel; else TLS credentials, with the bearer token if any."""
-    if not tls:
-        if token:
-            raise InvalidArgumentError("Client: a token needs tls (the server checks tokens only "
-                                       "on TLS connections)")
-        if key:
-            raise InvalidArgumentError("Client: tls_key given without tls_cert")
-        return None
-    if bool(cert) != bool(key):
-        raise InvalidArgumentError(f"Client: a client certificate needs both tls_cert and "
-                                   f"tls_key; got {cert!r} and {key!r}")
-    if token is None:
-        token = os.environ.get("OPTSTEP_TOKEN") or None
-
-    def read(path: Optional[str], what: str) -> Optional[bytes]:
-        if not path:
-            return None
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except OSError as e:
-            raise NotFoundError(f"Client: cannot read {what} '{path}': {e.strerror}") from None
-
-    credentials = grpc.ssl_channel_credentials(root_certificates=read(ca, "tls_ca"),
-                                               private_key=read(key, "tls_key"),
-                                               certificate_chain=read(cert, "tls_cert"))
-    if token:
-        credentials = grpc.composite_channel_credentials(
-            credentials, grpc.access_token_call_credentials(token))
-    return credentials
-
-
 def _varint(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -601,7 +575,3 @@ def _as_slices(layout: SessionLayout, values: Gradients, what: str) -> List[Grad
         slices.append(GradientSlice(param.param_id, value))
     return slices
 
-
-def _cancel(calls: Sequence[Any]) -> None:
-    for call in calls:
-        call.cancel()

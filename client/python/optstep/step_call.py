@@ -5,13 +5,15 @@ Mirrors client/cpp/step_call.cc. Internal to the client.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, List, Optional, Sequence
+
+import grpc
 
 from optstep.chunks import ParamAssembler, RankContribution, WireChunk
-from optstep.errors import InternalError
+from optstep.errors import InternalError, OptstepError, from_rpc_error
 from optstep.v1 import optimizer_service_pb2 as svc_pb2, tensor_pb2
 
-__all__ = ["tensor_chunk", "step_requests", "receive_step"]
+__all__ = ["tensor_chunk", "step_requests", "receive_step", "exchange_steps"]
 
 
 def tensor_chunk(chunk: WireChunk) -> tensor_pb2.TensorChunk:
@@ -50,3 +52,44 @@ def receive_step(call: Any, assembler: Optional[ParamAssembler]) -> svc_pb2.Step
         raise InternalError(f"Step stream announced {result.params_to_follow} parameter chunks "
                             f"and sent {chunks}")
     return result
+
+
+def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
+                   plan: Sequence[RankContribution], return_rank: int, skip_return: bool,
+                   assembler: ParamAssembler, *, timeout: float,
+                   wait_for_ready: bool) -> List[svc_pb2.StepResult]:
+    """One step of one trainer over every rank of the layout (`services`, by rank): answers each
+    rank's StepResult; the parameters from `return_rank` go into `assembler`.
+
+    Every rank gets this trainer's commit (with its share of the chunks, possibly none); one
+    rank, spread over trainers, streams the parameters back. gRPC consumes each request iterator
+    on its own thread, so the streams are sent concurrently.
+    """
+    calls = []
+    for r, service in enumerate(services):
+        rank_header = svc_pb2.StepHeader()
+        rank_header.CopyFrom(header)
+        rank_header.skip_return = skip_return or r != return_rank
+        calls.append(service.Step(step_requests(rank_header, plan[r]), timeout=timeout,
+                                  wait_for_ready=wait_for_ready))
+    results: List[svc_pb2.StepResult] = []
+    try:
+        for r, call in enumerate(calls):
+            returns = r == return_rank and not skip_return
+            result = receive_step(call, assembler if returns else None)
+            if results and result.step != results[0].step:
+                raise InternalError(f"rank {r} answered step {result.step}, rank 0 step "
+                                    f"{results[0].step}")
+            results.append(result)
+    except grpc.RpcError as e:
+        _cancel(calls)
+        raise from_rpc_error(e) from None
+    except OptstepError:
+        _cancel(calls)
+        raise
+    return results
+
+
+def _cancel(calls: Sequence[Any]) -> None:
+    for call in calls:
+        call.cancel()

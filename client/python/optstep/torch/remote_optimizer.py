@@ -31,6 +31,7 @@ from optstep import dtypes
 from optstep.chunks import GradientSlice
 from optstep.client import Client, GroupSchedule, StepReply
 from optstep.errors import FailedPreconditionError, OptstepError
+from optstep.recovery import RewindRequired
 from optstep.torch.model_spec import NamedParams, ParamDescription, QkvLike, describe_parameters
 from optstep.v1 import optimizer_config_pb2, session_pb2
 
@@ -69,6 +70,8 @@ class RemoteOptimizer(torch.optim.Optimizer):
       grad_dtype: send gradients as "fp32", "bf16" or "fp16" (default: their own dtype).
       return_dtype: "fp32" or "bf16" (default: bf16 when every parameter is bf16, else fp32).
       step_deadline_ms: the session's step deadline (0: the server's default).
+      on_rewind: called with the restored step when the server group came back at an older
+        step than this optimizer's (see :meth:`step`), before RewindRequired is raised.
 
     Every trainer of a session must start from the same initial values (the same seed), as
     with DistributedDataParallel: each sends them before its first step and the first to
@@ -89,7 +92,8 @@ class RemoteOptimizer(torch.optim.Optimizer):
                  model_chunk: Union[int, Mapping[str, int]] = 0, expert: Iterable[str] = (),
                  grad_dtype: Optional[dtypes.DTypeLike] = None,
                  return_dtype: Optional[dtypes.DTypeLike] = None,
-                 step_deadline_ms: int = 0) -> None:
+                 step_deadline_ms: int = 0,
+                 on_rewind: Optional[Callable[[int], None]] = None) -> None:
         if gradient_mode not in _MODES:
             raise ValueError(f"gradient_mode {gradient_mode!r} is not one of {sorted(_MODES)}")
         if num_trainers > 1 and not session_name:
@@ -118,6 +122,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
         all_bf16 = all(d.tensor.dtype == torch.bfloat16 for d in described)
         self._return_dtype = return_dtype or ("bf16" if all_bf16 else "fp32")
         self.last_step: Optional[StepReply] = None
+        self._on_rewind = on_rewind
 
         info, attached = client.create_session(spec)
         self.session_id: str = info.session_id
@@ -201,14 +206,27 @@ class RemoteOptimizer(torch.optim.Optimizer):
     def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
         """Pushes this trainer's gradients for the next step, waits for the step to run on the
         server, and writes the updated parameters into the model. Answers the closure's loss.
-        Raises the client's errors (e.g. AbortedError: redo the step)."""
+        Raises the client's errors (e.g. AbortedError: redo the step).
+
+        While the server group recovers from a failure the step waits for it (the client's
+        ``recovery_timeout``) and completes by itself. When the group came back at an older
+        step (restored from a checkpoint), the model takes the restored parameters,
+        ``next_step`` becomes the restored step + 1, ``on_rewind(step)`` is called, and
+        :class:`optstep.RewindRequired` is raised: the loop rewinds its data to that step."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        reply = self._client.step(self.session_id, self._next_step, self._gradients(),
-                                  trainer_id=self._trainer_id, groups=self._schedule(),
-                                  return_dtype=self._return_dtype)
+        try:
+            reply = self._client.step(self.session_id, self._next_step, self._gradients(),
+                                      trainer_id=self._trainer_id, groups=self._schedule(),
+                                      return_dtype=self._return_dtype)
+        except RewindRequired as rewind:
+            self._pull()
+            self._next_step = rewind.next_step
+            if self._on_rewind is not None:
+                self._on_rewind(rewind.step)
+            raise
         self._next_step = reply.step + 1
         self._write(reply.params)
         reply.params = {}

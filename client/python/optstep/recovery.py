@@ -1,0 +1,185 @@
+"""Steps that survive a recovering server group (docs/python.md, "When the group recovers").
+
+A group that loses a rank restarts as a whole and restores every session from its newest
+automatic checkpoint, with the same session ids (docs/deploy.md, "Failure handling"). A trainer's
+step that fails meanwhile (UNAVAILABLE, a broken stream, a rank that is not serving) is not lost:
+:class:`StepRecovery` keeps the step's gradients, waits for the group with exponential backoff
+for at most ``recovery_timeout`` seconds, reads the session again (GetSession by id) and then
+
+- redoes the step with the same bytes when the session is at the step before it;
+- answers the step's result when the session has applied it (the server's replay, else the
+  restored parameters);
+- raises :class:`RewindRequired` when the session was rolled back further: older steps need the
+  training loop's data, so only the loop can redo them.
+
+Internal to the client, apart from :class:`RewindRequired`. Thread-safe: it keeps no state
+between calls apart from the last step each session was seen to apply.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Dict, Optional, Protocol, TypeVar
+
+import grpc
+
+from optstep.errors import (AbortedError, FailedPreconditionError, InvalidArgumentError,
+                            NotFoundError, OptstepError, error_for)
+from optstep.v1 import session_pb2
+
+__all__ = ["RewindRequired", "StepRecovery"]
+
+# What one attempt of a step answers.
+_Reply = TypeVar("_Reply")
+
+# Codes that mean "the group may be recovering" when rank 0 is not serving at the same time.
+# UNAVAILABLE always means it.
+_WHEN_NOT_SERVING = (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
+                     grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED,
+                     grpc.StatusCode.NOT_FOUND)
+# Backoff between looks at the group: the first wait and the longest one, in seconds.
+_FIRST_WAIT = 0.05
+_LONGEST_WAIT = 1.0
+
+
+class RewindRequired(AbortedError):
+    """The group restored the session to an older step than the one this trainer was at.
+
+    ``step`` is the session's restored step: steps 1..``step`` are applied, and the next one to
+    compute is ``next_step`` (= ``step + 1``). The training loop rewinds its data to that step
+    and goes on; the gradients of the later steps were never applied::
+
+        try:
+            opt.step()
+        except optstep.RewindRequired as rewind:
+            data.seek(rewind.step)   # the batch of step rewind.step + 1 comes next
+    """
+
+    def __init__(self, session_id: str, step: int, failed_step: int) -> None:
+        super().__init__(
+            f"session '{session_id}' was restored to step {step} while step {failed_step} ran; "
+            f"rewind the training data to step {step + 1} and go on from there")
+        self.session_id = session_id
+        self.step = step
+        self.failed_step = failed_step
+
+    @property
+    def next_step(self) -> int:
+        """The step the training loop computes next."""
+        return self.step + 1
+
+
+class GroupView(Protocol):
+    """What recovery asks of the client: rank 0's health and a session's current info."""
+
+    def check_health(self, service: str = "") -> bool: ...
+
+    def get_session(self, session_id: str) -> session_pb2.SessionInfo: ...
+
+
+class StepRecovery:
+    """Runs a step's attempts until one is answered, waiting out a recovering group.
+
+    Args:
+      timeout: seconds to wait for the group after a failure; 0 raises every error at once.
+      clock, sleep: the monotonic clock and the sleep (tests pass others).
+    """
+
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if timeout < 0:
+            raise InvalidArgumentError(f"Client: recovery_timeout {timeout} must be >= 0")
+        self.timeout = timeout
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._applied: Dict[str, int] = {}
+
+    def run(self, group: GroupView, session_id: str, step: int, attempt: Callable[[], _Reply],
+            applied: Callable[[], _Reply]) -> _Reply:
+        """`attempt()` sends step `step` (the same bytes each time) and answers its reply;
+        `applied()` answers the reply of a step the session has applied but can no longer replay.
+        """
+        if self.timeout <= 0:
+            return attempt()
+        deadline: Optional[float] = None
+        wait = _FIRST_WAIT
+        was_applied = False
+        while True:
+            try:
+                reply = attempt()
+                self._note(session_id, step)
+                return reply
+            except OptstepError as error:
+                if isinstance(error, FailedPreconditionError):
+                    # Out of sequence: the session's step moved back, or the applied step is
+                    # not replayable after a restore, or a mistake of the caller.
+                    info = self._session_now(group, session_id, error)
+                    if info.step < self._applied_step(session_id):
+                        raise self._rewind(session_id, info.step, step) from None
+                    if was_applied and info.step >= step:
+                        self._note(session_id, step)
+                        return applied()
+                    raise
+                if not self._recovering(group, error):
+                    raise
+                if deadline is None:
+                    deadline = self._clock() + self.timeout
+                info = self._await_group(group, session_id, deadline, wait, error)
+                wait = min(2 * wait, _LONGEST_WAIT)
+                if info.step < step - 1:
+                    raise self._rewind(session_id, info.step, step) from None
+                was_applied = info.step >= step
+
+    def _note(self, session_id: str, step: int) -> None:
+        with self._lock:
+            self._applied[session_id] = max(step, self._applied.get(session_id, 0))
+
+    def _applied_step(self, session_id: str) -> int:
+        with self._lock:
+            return self._applied.get(session_id, 0)
+
+    def _rewind(self, session_id: str, restored: int, step: int) -> RewindRequired:
+        with self._lock:
+            self._applied[session_id] = restored
+        return RewindRequired(session_id, restored, step)
+
+    @staticmethod
+    def _session_now(group: GroupView, session_id: str,
+                     error: OptstepError) -> session_pb2.SessionInfo:
+        try:
+            return group.get_session(session_id)
+        except OptstepError:
+            raise error from None
+
+    @staticmethod
+    def _serving(group: GroupView) -> bool:
+        try:
+            return group.check_health()
+        except OptstepError:
+            return False
+
+    def _recovering(self, group: GroupView, error: OptstepError) -> bool:
+        if error.code == grpc.StatusCode.UNAVAILABLE:
+            return True
+        return error.code in _WHEN_NOT_SERVING and not self._serving(group)
+
+    def _await_group(self, group: GroupView, session_id: str, deadline: float, wait: float,
+                     error: OptstepError) -> session_pb2.SessionInfo:
+        """Waits (backing off from `wait`) until rank 0 serves, then answers the session.
+        Past `deadline`, raises `error` with how long the group was waited for."""
+        while True:
+            self._sleep(min(wait, max(0.0, deadline - self._clock())))
+            if self._serving(group):
+                try:
+                    return group.get_session(session_id)
+                except NotFoundError:
+                    raise  # serving without the session: it was not restored
+                except OptstepError:
+                    pass  # lost again: wait on
+            if self._clock() >= deadline:
+                raise error_for(error.code, f"{error.message} (the group did not serve session "
+                                f"'{session_id}' again within recovery_timeout "
+                                f"{self.timeout:g} s)") from None
+            wait = min(2 * wait, _LONGEST_WAIT)

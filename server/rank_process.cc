@@ -301,6 +301,18 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
   }
   LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
   server_->SetReady(true);
+  if (options_.world_size > 1 && options_.exit_on_peer_loss) WatchSessionGroups();
+}
+
+void RankProcess::WatchSessionGroups() {
+  // A session whose collectives failed has lost its group even while the heartbeats still pass.
+  while (!shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+    for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
+      if (!session->healthy()) {
+        return ExitForRestart(absl::StrCat("session ", session->id(), " lost its group"));
+      }
+    }
+  }
 }
 
 void RankProcess::ExitForRestart(const std::string& why) {
@@ -332,6 +344,7 @@ void RankProcess::AwaitShutdownRequest() {
   }
   // A rank that shuts down judges its peers no more (they may be shutting down too) and tells
   // them it leaves on purpose, before its server stops answering their heartbeats.
+  shutdown_requested_.Notify();
   group_->Leave();
   if (auto_checkpointer_ != nullptr) auto_checkpointer_->Stop();
   server_->Shutdown(absl::Now() + options_.shutdown_grace);

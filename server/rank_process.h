@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "kernels/comm/communicator.h"
 #include "server/engine/engine.h"
@@ -96,7 +97,8 @@ class RankProcess {
     int checkpoint_every_steps = 0;
     absl::Duration checkpoint_every = absl::ZeroDuration();
     int keep_auto_checkpoints = 2;
-    // A rank that finds a peer lost (or cannot form its group) exits with kPeerLossExitCode
+    // A rank that finds a peer lost, whose group does not form, or one of whose sessions lost its
+    // group (its collectives failed) exits with kPeerLossExitCode
     // `peer_loss_exit_grace` later, for its supervisor to restart the group.
     bool exit_on_peer_loss = false;
     absl::Duration peer_loss_exit_grace = absl::Seconds(1);
@@ -144,6 +146,9 @@ class RankProcess {
   // Joins the group, restores the sessions of the automatic checkpoints (rank 0), then turns
   // health SERVING (the join thread).
   void JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store);
+  // Until the shutdown request: exits for a restart (ExitForRestart) once a session's
+  // collectives failed (the join thread, `exit_on_peer_loss` with several ranks).
+  void WatchSessionGroups();
   // `exit_on_peer_loss`: the process exits with kPeerLossExitCode after the grace. Once.
   void ExitForRestart(const std::string& why);
   // Waits for a shutdown request, then stops the server and saves the sessions (the shutdown
@@ -175,6 +180,7 @@ class RankProcess {
   std::unique_ptr<Server> server_;
   int port_ = 0;
   int metrics_port_ = 0;
+  absl::Notification shutdown_requested_;
   std::thread join_thread_;
   std::thread shutdown_thread_;
 

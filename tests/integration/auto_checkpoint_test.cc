@@ -2,10 +2,11 @@
 // them): a group saving every step is SIGKILLed whole and started again on the same checkpoint
 // root; rank 0 restores the session with its id and its last saved step before it turns
 // SERVING, and stepping on ends bit for bit where an undisturbed group ends, also when the group
-// comes back with another number of ranks. A session closed by its owner loses its automatic
-// checkpoints; a user's Save may not take the reserved name. A rank whose peer is SIGKILLed exits
-// with status 75 for its supervisor to restart the group.
+// comes back with another number of ranks (one, two or three). A session closed by its owner loses
+// its automatic checkpoints; a user's Save may not take the reserved name. A rank whose peer is
+// SIGKILLed exits with status 75 for its supervisor to restart the group.
 
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -20,7 +21,9 @@
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "tests/integration/test_session.h"
+#include "tests/testing/directory_listing.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -42,17 +45,9 @@ constexpr uint64_t kBefore = 4;
 constexpr uint64_t kAfter = 3;
 
 // A temporary checkpoint root, removed at the end.
-class TempDir {
+class TempDir : public testutil::ScopedTempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "optstep-auto-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : ScopedTempDir("optstep-auto") {}
 };
 
 struct Running {
@@ -174,7 +169,7 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
   EXPECT_FALSE(fs::exists(saved));
 }
 
-INSTANTIATE_TEST_SUITE_P(RestartedOn, AutoRestoreTest, ::testing::Values(2, 3),
+INSTANTIATE_TEST_SUITE_P(RestartedOn, AutoRestoreTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
 
 TEST(AutoCheckpointNameTest, AUserSaveMayNotTakeTheReservedName) {
@@ -187,22 +182,78 @@ TEST(AutoCheckpointNameTest, AUserSaveMayNotTakeTheReservedName) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// Rank 0's part of step `step` of a SmallSpec session (the parameters it owns, zero gradients),
+// by hand; answers the stream's status.
+grpc::Status StepOnRank0(const ServerProcess& rank0, const v1::SessionInfo& info, uint64_t step) {
+  auto stub = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(rank0.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  auto stream = stub->Step(&context);
+  v1::StepRequest request;
+  request.mutable_header()->set_session_id(info.session_id());
+  request.mutable_header()->set_step(step);
+  stream->Write(request);
+  uint64_t elements = 0;
+  for (int p = 0; p < info.spec().parameters_size(); ++p) {
+    if (info.layout().owner(p) != 0) continue;
+    uint64_t n = 1;
+    for (uint64_t d : info.spec().parameters(p).shape()) n *= d;
+    request.Clear();
+    request.mutable_gradient()->set_param_id(p);
+    request.mutable_gradient()->set_dtype(v1::DTYPE_FP32);
+    request.mutable_gradient()->set_data(std::string(n * sizeof(float), '\0'));
+    stream->Write(request);
+    elements += n;
+  }
+  request.Clear();
+  request.mutable_commit()->set_num_elements(elements);
+  stream->Write(request);
+  stream->WritesDone();
+  v1::StepResponse response;
+  while (stream->Read(&response)) {
+  }
+  return stream->Finish();
+}
+
+// Waits (up to `bound`) for rank 0 to exit; answers its status as waitpid reports it, or -1.
+int AwaitExitOfRank0(Running& run, absl::Duration bound) {
+  const absl::Time start = absl::Now();
+  int status = 0;
+  pid_t done = 0;
+  while (done == 0 && absl::Now() - start < bound) {
+    done = waitpid(run.group[0]->pid(), &status, WNOHANG);
+    if (done == 0) absl::SleepFor(absl::Milliseconds(50));
+  }
+  return done == run.group[0]->pid() ? status : -1;
+}
+
 TEST(ExitOnPeerLossTest, ARankWhosePeerIsKilledExitsWithStatus75) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run,
                                Start(2, {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000"}));
   const absl::Time killed = absl::Now();
   run.group[1]->SignalAndWait(SIGKILL);
   // The timeout, the grace of one second, and room for a loaded machine.
-  int status = 0;
-  pid_t done = 0;
-  while (done == 0 && absl::Now() - killed < absl::Seconds(15)) {
-    done = waitpid(run.group[0]->pid(), &status, WNOHANG);
-    if (done == 0) absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_EQ(done, run.group[0]->pid()) << "rank 0 still runs";
+  const int status = AwaitExitOfRank0(run, absl::Seconds(15));
+  ASSERT_NE(status, -1) << "rank 0 still runs";
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 75);
   EXPECT_GE(absl::Now() - killed, absl::Seconds(1));
+}
+
+TEST(ExitOnPeerLossTest, ARankWhoseSessionLostItsGroupExitsWithStatus75) {
+  // Heartbeats that would take ten minutes to notice: the failed collective tells first.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      Running run, Start(2, {"--heartbeat_interval_ms=100", "--peer_timeout_ms=600000"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("g")));
+  ASSERT_THAT(StepSmall(*run.client, info.session_id(), 1).status(), IsOk());
+  run.group[1]->SignalAndWait(SIGKILL);
+  // Rank 0's part of step 2 arrives; its collectives with the dead rank fail.
+  (void)StepOnRank0(*run.group[0], info, 2);
+  const int status = AwaitExitOfRank0(run, absl::Seconds(15));
+  ASSERT_NE(status, -1) << "rank 0 still runs";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 75);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/directory_listing.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -44,8 +45,10 @@ struct ParamDef {
   std::vector<uint64_t> shape;
   uint32_t chunk;
 };
-const std::vector<ParamDef> kParams = {{"layers.0.weight", {24, 16}, 0}, {"layers.0.bias", {24}, 0},
-                                       {"layers.1.weight", {16, 40}, 1}, {"layers.2.weight", {40, 24}, 1},
+const std::vector<ParamDef> kParams = {{"layers.0.weight", {24, 16}, 0},
+                                       {"layers.0.bias", {24}, 0},
+                                       {"layers.1.weight", {16, 40}, 1},
+                                       {"layers.2.weight", {40, 24}, 1},
                                        {"layers.2.w2", {7, 3}, 1}};
 
 uint64_t Numel(const std::vector<uint64_t>& shape) {
@@ -55,7 +58,8 @@ uint64_t Numel(const std::vector<uint64_t>& shape) {
 }
 
 float GradientValue(int step, int param, uint64_t i) {
-  const uint64_t h = (uint64_t(step) * 1000003u + uint64_t(param) * 104729u + i * 2654435761u) % 1000u;
+  const uint64_t h =
+      (uint64_t(step) * 1000003u + uint64_t(param) * 104729u + i * 2654435761u) % 1000u;
   return (static_cast<float>(h) - 500.0f) / 997.0f;
 }
 
@@ -75,17 +79,9 @@ v1::SessionSpec Spec(const std::string& optimizer) {
 }
 
 // A temporary checkpoint root, removed at the end.
-class TempDir {
+class TempDir : public testutil::ScopedTempDir {
  public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "optstep-ckpt-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : ScopedTempDir("optstep-ckpt") {}
 };
 
 // A running group with a client and one session.
@@ -115,7 +111,8 @@ absl::StatusOr<Running> Start(int world, const std::string& root, const std::str
   run.session = info.session_id();
   for (uint32_t p = 0; p < kParams.size() && init; ++p) {
     std::vector<float> values(Numel(kParams[p].shape));
-    for (uint64_t i = 0; i < values.size(); ++i) values[i] = 0.01f * static_cast<float>((i * 7 + p) % 13);
+    for (uint64_t i = 0; i < values.size(); ++i)
+      values[i] = 0.01f * static_cast<float>((i * 7 + p) % 13);
     OPTSTEP_RETURN_IF_ERROR(run.client->InitParameters(run.session, p, values));
   }
   return run;
@@ -125,7 +122,8 @@ absl::StatusOr<StepReply> Step(Running& run, int step) {
   std::vector<std::vector<float>> grads(kParams.size());
   std::vector<FullGradient> full;
   for (uint32_t p = 0; p < kParams.size(); ++p) {
-    for (uint64_t i = 0; i < Numel(kParams[p].shape); ++i) grads[p].push_back(GradientValue(step, p, i));
+    for (uint64_t i = 0; i < Numel(kParams[p].shape); ++i)
+      grads[p].push_back(GradientValue(step, p, i));
     full.push_back({p, grads[p]});
   }
   StepOptions options;

@@ -1,9 +1,11 @@
 #include "tests/testing/directory_listing.h"
 
 #include <dirent.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 
 namespace optstep {
 namespace testutil {
@@ -24,6 +26,16 @@ std::vector<std::string> DirectoryEntries(const std::string& dir) {
   ::closedir(d);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+ScopedTempDir::ScopedTempDir(const std::string& prefix) {
+  std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
+}
+
+ScopedTempDir::~ScopedTempDir() {
+  std::error_code error;
+  if (!path_.empty()) std::filesystem::remove_all(path_, error);
 }
 
 }  // namespace testutil

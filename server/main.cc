@@ -80,8 +80,9 @@ ABSL_FLAG(double, checkpoint_every_seconds, 0,
 ABSL_FLAG(int, keep_auto_checkpoints, 2,
           "Complete automatic checkpoints kept per session (at least 1).");
 ABSL_FLAG(bool, exit_on_peer_loss, true,
-          "With several ranks: a rank that finds a peer lost, or whose group does not form, "
-          "exits with status 75 one second later, for its supervisor to restart the group.");
+          "With several ranks: a rank that finds a peer lost, one of whose sessions lost its "
+          "group, or whose group does not form, exits with status 75 one second later, for its "
+          "supervisor to restart the group.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),

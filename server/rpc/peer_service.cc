@@ -24,7 +24,9 @@ grpc::ServerUnaryReactor* PeerServiceImpl::CreateReplica(grpc::CallbackServerCon
     absl::Status status = config.status();
     if (config.ok()) {
       config->owner = request->owner();
-      status = engine->CreateReplica(request->session_id(), *std::move(config)).status();
+      status = request->admission_only()
+                   ? engine->CheckAdmission(*config)
+                   : engine->CreateReplica(request->session_id(), *std::move(config)).status();
     }
     reactor->Finish(ToGrpcStatus(status));
   });

@@ -189,22 +189,19 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::CreateEverywhere(const std::
                                                  "rank 0 reports SERVING"));
     }
   }
-  // Refused here before the other ranks build their replicas (each checks its own again).
-  OPTSTEP_RETURN_IF_ERROR(engine_->CheckAdmission(config));
+  // Every rank is asked first whether it admits the session (each checks its own part again as
+  // it builds): a replica refused on one rank would leave the others waiting for it in the
+  // communicator's rendezvous until the timeout.
+  OPTSTEP_RETURN_IF_ERROR(ForEachRank([&](int r) {
+    return r == 0 ? engine_->CheckAdmission(config)
+                  : CreateReplicaOn(r, id, spec, owner, /*admission_only=*/true);
+  }));
   // Every rank creates its replica at once: they meet in the communicator's rendezvous.
   std::vector<absl::Status> peer_status(options_.world_size);
   std::vector<std::thread> calls;
   for (int r = 1; r < options_.world_size; ++r) {
     calls.emplace_back([this, r, &id, &spec, &owner, &peer_status] {
-      v1::CreateReplicaRequest request;
-      request.set_session_id(id);
-      request.set_owner(owner);
-      *request.mutable_spec() = spec;
-      v1::CreateReplicaResponse response;
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() +
-                           absl::ToChronoMilliseconds(options_.timeout));
-      peer_status[r] = PeerStatus(r, Peer(r)->CreateReplica(&context, request, &response));
+      peer_status[r] = CreateReplicaOn(r, id, spec, owner, /*admission_only=*/false);
     });
   }
   absl::StatusOr<std::shared_ptr<Session>> local = engine_->CreateReplica(id, std::move(config));
@@ -218,6 +215,21 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::CreateEverywhere(const std::
     return failed;
   }
   return *local;
+}
+
+absl::Status RankGroup::CreateReplicaOn(int rank, const std::string& id,
+                                        const v1::SessionSpec& spec, const std::string& owner,
+                                        bool admission_only) {
+  v1::CreateReplicaRequest request;
+  request.set_session_id(id);
+  request.set_owner(owner);
+  request.set_admission_only(admission_only);
+  *request.mutable_spec() = spec;
+  v1::CreateReplicaResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(options_.timeout));
+  return PeerStatus(rank, Peer(rank)->CreateReplica(&context, request, &response));
 }
 
 absl::Status RankGroup::CloseSession(const std::string& id) {

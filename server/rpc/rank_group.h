@@ -139,6 +139,10 @@ class RankGroup {
                                                             const std::string& owner,
                                                             SessionConfig config)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  // PeerService.CreateReplica on `rank` (a peer): builds its replica, or with `admission_only`
+  // only answers whether it would admit it. The error names the rank.
+  absl::Status CreateReplicaOn(int rank, const std::string& id, const v1::SessionSpec& spec,
+                               const std::string& owner, bool admission_only);
   // Learns rank r's address from the store unless known (ranks other than 0 know only theirs),
   // waiting at most `wait` for it.
   absl::Status EnsureAddress(int rank, absl::Duration wait = absl::Seconds(5));

@@ -49,7 +49,7 @@ absl::StatusOr<Connected> Start(std::vector<std::string> flags, size_t max_chunk
 void ExpectStillServing(Client& client) {
   auto sessions = client.ListSessions();
   ASSERT_THAT(sessions.status(), IsOk());
-  for (const v1::SessionInfo& s : *sessions)
+  for (const v1::SessionSummary& s : *sessions)
     ASSERT_THAT(client.CloseSession(s.session_id()), IsOk());
   auto info = client.CreateSession(SmallSpec("after"));
   ASSERT_THAT(info.status(), IsOk());
@@ -150,6 +150,31 @@ TEST(LimitsTest, ManyTinyParametersAreCountedByTheirOverhead) {
   EXPECT_THAT(refused.message(),
               testing::HasSubstr(" bytes free of the rank's budget of 268435456"));
   ExpectStillServing(*c.client);
+}
+
+// Rank 0 admits the session but rank 1, with a smaller budget, does not: the refusal names rank 1
+// and comes at once, before any rank builds a replica (rank 0 used to wait in the communicator's
+// rendezvous for rank 1's replica until the timeout).
+TEST(LimitsTest, ARefusalOnAnotherRankIsAnsweredBeforeAnyReplicaIsBuilt) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      auto rank0, ServerProcess::Start({"--rank=0", "--world_size=2", "--comm_timeout_ms=60000"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      auto rank1, ServerProcess::Start({"--rank=1", "--world_size=2", "--memory_budget=16M",
+                                        absl::StrCat("--rendezvous=", rank0->address())}));
+  ClientOptions options;
+  options.rank_targets = {rank0->address(), rank1->address()};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
+  ASSERT_THAT(testutil::WaitServing(*client), IsOk());
+  // 32 MB of masters on every rank: beyond rank 1's budget only.
+  const absl::Time start = absl::Now();
+  const absl::Status refused =
+      client->CreateSession(OneParamSpec("wide", {int64_t{8} << 20})).status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "rank 1: session 'wide'"));
+  EXPECT_THAT(refused.message(), testing::HasSubstr("of the rank's budget of 16777216"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto sessions, client->ListSessions());
+  EXPECT_TRUE(sessions.empty());
+  ExpectStillServing(*client);
 }
 
 // Without --memory_budget the rank admits into a share of its cgroup's or the host's memory: a

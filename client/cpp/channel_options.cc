@@ -101,6 +101,12 @@ grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options) {
   // One TCP connection per Client (and per rank) rather than one shared by every channel to the
   // same address in the process: trainers in one process should not share a pipe.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (options.recovery_timeout > absl::ZeroDuration()) {
+    // A restarted rank is found again within a second.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  }
   if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
   return args;
 }

@@ -4,6 +4,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -78,7 +79,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
 }
 
 Client::Client(ClientOptions options, std::vector<std::unique_ptr<Rank>> ranks)
-    : options_(std::move(options)), ranks_(std::move(ranks)) {}
+    : options_(std::move(options)),
+      ranks_(std::move(ranks)),
+      recovery_(options_.recovery_timeout) {}
 
 Client::~Client() = default;
 
@@ -272,8 +275,32 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
 
 absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
                                        absl::Span<const GradientSlice> gradients) {
-  OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
-  return StepWithLayout(options, *layout, gradients);
+  client_internal::GroupProbe probe{
+      [this] { return CheckHealth(); },
+      [this](absl::string_view id) -> absl::StatusOr<uint64_t> {
+        OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, GetSession(id));
+        return info.step();
+      }};
+  // Each attempt lays the same gradients out on the session's current layout.
+  return recovery_.Run(
+      options.session_id, options.step, probe,
+      [&]() -> absl::StatusOr<StepReply> {
+        OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
+        return StepWithLayout(options, *layout, gradients);
+      },
+      [&] { return AppliedStep(options); });
+}
+
+absl::StatusOr<StepReply> Client::AppliedStep(const StepOptions& options) {
+  StepReply reply;
+  reply.step = options.step;
+  reply.grad_norm = std::numeric_limits<double>::quiet_NaN();  // not kept by a checkpoint
+  if (options.skip_return) return reply;
+  OPTSTEP_ASSIGN_OR_RETURN(Parameters pulled, PullParameters(options.session_id,
+                                                             options.return_dtype,
+                                                             options.return_param_ids));
+  reply.params = std::move(pulled.params);
+  return reply;
 }
 
 absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
@@ -281,7 +308,7 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
   OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<GradientSlice> slices,
                            client_internal::FullGradientsToSlices(*layout, gradients));
-  return StepWithLayout(options, *layout, slices);
+  return Step(options, absl::Span<const GradientSlice>(slices));
 }
 
 absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,

@@ -31,6 +31,7 @@
 #include "absl/types/span.h"
 #include "client/cpp/client_options.h"
 #include "client/cpp/client_types.h"
+#include "client/cpp/step_recovery.h"
 #include "kernels/dtype.h"
 #include "optstep/v1/checkpoint_service.pb.h"
 #include "optstep/v1/session.pb.h"
@@ -91,7 +92,9 @@ class Client final {
   // (session, step, trainer) is safe. Codes: INVALID_ARGUMENT / NOT_FOUND for bad gradients
   // (checked here before anything is sent), FAILED_PRECONDITION for a step out of sequence,
   // ABORTED when the step was aborted (redo it), DEADLINE_EXCEEDED after
-  // options.stream_timeout.
+  // options.stream_timeout. While the group recovers from a lost rank the step waits for it
+  // (options.recovery_timeout) and redoes itself; ABORTED with RewindStep(status) set when the
+  // session came back at an older step than options.step - 1 (step_recovery.h).
   // The bytes the slices point to must stay valid during the call.
   absl::StatusOr<StepReply> Step(const StepOptions& options,
                                  absl::Span<const GradientSlice> gradients);
@@ -159,8 +162,12 @@ class Client final {
                                            const client_internal::SessionLayout& layout,
                                            absl::Span<const GradientSlice> gradients);
 
+  // The reply of step `options` that the session applied and restored: its parameters.
+  absl::StatusOr<StepReply> AppliedStep(const StepOptions& options);
+
   const ClientOptions options_;
   const std::vector<std::unique_ptr<Rank>> ranks_;
+  client_internal::StepRecovery recovery_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, LayoutPtr> layouts_ ABSL_GUARDED_BY(mu_);

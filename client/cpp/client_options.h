@@ -31,6 +31,11 @@ struct ClientOptions {
   // true: calls wait (until their deadline) for a channel that is not ready instead of failing
   // at once with UNAVAILABLE.
   bool wait_for_ready = false;
+  // A Step that meets a recovering group (a rank lost; the group restarting and restoring its
+  // sessions from their automatic checkpoints) waits this long for it with backoff, then redoes
+  // itself with the same gradients, or answers ABORTED carrying the restored step (RewindStep,
+  // step_recovery.h) when the session came back older. Zero: a Step fails at once, as any call.
+  absl::Duration recovery_timeout = absl::Minutes(5);
 
   // Security (docs/security.md). With `tls`, the channels use TLS and verify the server's
   // certificate against `tls_ca_file` (PEM; empty: the system's roots); with `tls_cert_file` and

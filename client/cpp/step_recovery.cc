@@ -1,0 +1,138 @@
+#include "client/cpp/step_recovery.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace optstep {
+
+std::optional<uint64_t> RewindStep(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kAborted) return std::nullopt;
+  auto payload = status.GetPayload(kRewindPayload);
+  uint64_t step = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &step)) return std::nullopt;
+  return step;
+}
+
+namespace client_internal {
+namespace {
+
+constexpr absl::Duration kFirstWait = absl::Milliseconds(50);
+constexpr absl::Duration kLongestWait = absl::Seconds(1);
+
+absl::Duration Doubled(absl::Duration wait) { return std::min(2 * wait, kLongestWait); }
+
+}  // namespace
+
+StepRecovery::StepRecovery(absl::Duration timeout, std::function<void(absl::Duration)> sleep)
+    : timeout_(timeout), sleep_(std::move(sleep)) {}
+
+absl::StatusOr<StepReply> StepRecovery::Run(
+    absl::string_view session_id, uint64_t step, const GroupProbe& probe,
+    absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,
+    absl::FunctionRef<absl::StatusOr<StepReply>()> applied) {
+  if (timeout_ <= absl::ZeroDuration()) return attempt();
+  std::optional<absl::Time> deadline;
+  absl::Duration wait = kFirstWait;
+  bool was_applied = false;
+  while (true) {
+    absl::StatusOr<StepReply> reply = attempt();
+    if (reply.ok()) {
+      Note(session_id, step);
+      return reply;
+    }
+    const absl::Status error = reply.status();
+    if (error.code() == absl::StatusCode::kFailedPrecondition) {
+      // Out of sequence: the session's step moved back, or the applied step is not replayable
+      // after a restore, or a mistake of the caller.
+      absl::StatusOr<uint64_t> now = probe.session_step(session_id);
+      if (!now.ok()) return error;
+      if (*now < AppliedStep(session_id)) return Rewind(session_id, *now, step);
+      if (was_applied && *now >= step) {
+        Note(session_id, step);
+        return applied();
+      }
+      return error;
+    }
+    if (!Recovering(probe, error)) return error;
+    if (!deadline) deadline = absl::Now() + timeout_;
+    absl::StatusOr<uint64_t> now = AwaitGroup(probe, session_id, *deadline, &wait, error);
+    if (!now.ok()) return now.status();
+    wait = Doubled(wait);
+    if (*now + 1 < step) return Rewind(session_id, *now, step);
+    was_applied = *now >= step;
+  }
+}
+
+bool StepRecovery::Recovering(const GroupProbe& probe, const absl::Status& error) const {
+  switch (error.code()) {
+    case absl::StatusCode::kUnavailable:
+      return true;
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kNotFound: {
+      // Unreachable: recovering; no health service (not a server group): not.
+      absl::StatusOr<bool> serving = probe.serving();
+      if (serving.ok()) return !*serving;
+      return serving.status().code() == absl::StatusCode::kUnavailable ||
+             serving.status().code() == absl::StatusCode::kDeadlineExceeded;
+    }
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<uint64_t> StepRecovery::AwaitGroup(const GroupProbe& probe,
+                                                  absl::string_view session_id, absl::Time deadline,
+                                                  absl::Duration* wait,
+                                                  const absl::Status& error) const {
+  while (true) {
+    sleep_(std::min(*wait, std::max(absl::ZeroDuration(), deadline - absl::Now())));
+    absl::StatusOr<bool> serving = probe.serving();
+    if (serving.ok() && *serving) {
+      absl::StatusOr<uint64_t> now = probe.session_step(session_id);
+      // Serving without the session: it was not restored.
+      if (now.ok() || now.status().code() == absl::StatusCode::kNotFound) return now;
+    }
+    if (absl::Now() >= deadline) {
+      return absl::Status(
+          error.code(),
+          absl::StrCat(error.message(), " (the group did not serve session '", session_id,
+                       "' again within recovery_timeout ", absl::FormatDuration(timeout_), ")"));
+    }
+    *wait = Doubled(*wait);
+  }
+}
+
+void StepRecovery::Note(absl::string_view session_id, uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  uint64_t& applied = applied_[session_id];
+  applied = std::max(applied, step);
+}
+
+uint64_t StepRecovery::AppliedStep(absl::string_view session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = applied_.find(session_id);
+  return it == applied_.end() ? 0 : it->second;
+}
+
+absl::Status StepRecovery::Rewind(absl::string_view session_id, uint64_t restored, uint64_t step) {
+  {
+    absl::MutexLock lock(&mu_);
+    applied_[session_id] = restored;
+  }
+  absl::Status status = absl::AbortedError(absl::StrCat(
+      "session '", session_id, "' was restored to step ", restored, " while step ", step,
+      " ran; rewind the training data to step ", restored + 1, " and go on from there"));
+  status.SetPayload(kRewindPayload, absl::Cord(absl::StrCat(restored)));
+  return status;
+}
+
+}  // namespace client_internal
+}  // namespace optstep

@@ -1,0 +1,83 @@
+#ifndef OPTSTEP_CLIENT_CPP_STEP_RECOVERY_H_
+#define OPTSTEP_CLIENT_CPP_STEP_RECOVERY_H_
+
+// Steps that survive a recovering server group (docs/api.md, "When the group recovers"). A
+// group that loses a rank restarts as a whole and restores every session from its newest
+// automatic checkpoint, with the same ids. A step that fails meanwhile (UNAVAILABLE; a broken
+// stream while rank 0 is not serving) keeps its gradients: StepRecovery waits for the group with
+// exponential backoff for at most ClientOptions::recovery_timeout, reads the session again and
+// then redoes the step with the same bytes (the session is at the step before it), answers the
+// step's result (the session applied it: the server's replay, else the restored parameters), or
+// answers ABORTED carrying the restored step (RewindStep) when the session came back older:
+// only the training loop can redo those steps, from its data.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/cpp/client_types.h"
+
+namespace optstep {
+
+// The restored step when `status` is a Step's answer that the session was rolled back to an
+// older step (ABORTED with the payload kRewindPayload); steps up to it are applied and the next
+// one to compute is that step + 1. nullopt for any other status.
+std::optional<uint64_t> RewindStep(const absl::Status& status);
+
+// The type URL of the payload RewindStep reads: the restored step in decimal.
+inline constexpr absl::string_view kRewindPayload = "type.optstep.dev/optstep.RewindStep";
+
+namespace client_internal {
+
+// What recovery asks of the group: whether rank 0 serves, and a session's current step.
+struct GroupProbe {
+  std::function<absl::StatusOr<bool>()> serving;
+  std::function<absl::StatusOr<uint64_t>(absl::string_view session_id)> session_step;
+};
+
+// Thread-safe: Run may be called from several threads at once.
+class StepRecovery {
+ public:
+  // `timeout` zero answers every error at once. `sleep` waits (tests pass another).
+  explicit StepRecovery(absl::Duration timeout,
+                        std::function<void(absl::Duration)> sleep = absl::SleepFor);
+
+  // Runs `attempt` (step `step` of `session_id`, the same bytes each time) until it is
+  // answered, waiting out a recovering group as the header says; `applied` answers a step the
+  // session applied but can no longer replay.
+  absl::StatusOr<StepReply> Run(absl::string_view session_id, uint64_t step,
+                                const GroupProbe& probe,
+                                absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,
+                                absl::FunctionRef<absl::StatusOr<StepReply>()> applied);
+
+ private:
+  bool Recovering(const GroupProbe& probe, const absl::Status& error) const;
+  // Waits, backing off from `*wait`, until rank 0 serves; answers the session's step, or
+  // `error` (naming the timeout) past `deadline`.
+  absl::StatusOr<uint64_t> AwaitGroup(const GroupProbe& probe, absl::string_view session_id,
+                                      absl::Time deadline, absl::Duration* wait,
+                                      const absl::Status& error) const;
+  void Note(absl::string_view session_id, uint64_t step);
+  uint64_t AppliedStep(absl::string_view session_id);
+  absl::Status Rewind(absl::string_view session_id, uint64_t restored, uint64_t step);
+
+  const absl::Duration timeout_;
+  const std::function<void(absl::Duration)> sleep_;
+  absl::Mutex mu_;
+  // The last step each session was seen to apply, by session id.
+  absl::flat_hash_map<std::string, uint64_t> applied_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace client_internal
+}  // namespace optstep
+
+#endif  // OPTSTEP_CLIENT_CPP_STEP_RECOVERY_H_

@@ -1,0 +1,146 @@
+// StepRecovery: a step that meets a recovering group waits for it and redoes itself with the
+// same attempt; a step the restored session already applied answers its restored result; a
+// session restored further back answers ABORTED carrying the restored step (RewindStep); an
+// out-of-sequence step below the last step seen applied is a rewind too, one at or above it the
+// caller's error; a group that does not come back within the timeout answers the first error,
+// naming the timeout; zero timeout answers every error at once; other errors while rank 0
+// serves are answered as they are.
+
+#include "client/cpp/step_recovery.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace client_internal {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+using ::testing::Optional;
+
+// A group whose rank 0 serves from the `down`-th look on, with the session at `step`.
+struct FakeGroup {
+  int looks = 0;
+  int down = 0;  // looks answered UNAVAILABLE before it serves
+  uint64_t step = 0;
+  GroupProbe probe() {
+    return GroupProbe{[this]() -> absl::StatusOr<bool> {
+                        if (looks++ < down) return absl::UnavailableError("connection refused");
+                        return true;
+                      },
+                      [this](absl::string_view) -> absl::StatusOr<uint64_t> { return step; }};
+  }
+};
+
+// Answers the statuses in order, then replies to step `step`.
+struct Attempts {
+  std::vector<absl::Status> failures;
+  uint64_t step = 0;
+  int calls = 0;
+  absl::StatusOr<StepReply> operator()() {
+    if (calls < static_cast<int>(failures.size())) return failures[calls++];
+    ++calls;
+    StepReply reply;
+    reply.step = step;
+    return reply;
+  }
+};
+
+absl::StatusOr<StepReply> Restored() {
+  StepReply reply;
+  reply.step = 99;  // marks the answer of `applied`
+  return reply;
+}
+
+StepRecovery Recovery(absl::Duration timeout = absl::Seconds(10)) {
+  return StepRecovery(timeout, [](absl::Duration) {});
+}
+
+TEST(StepRecoveryTest, AStepThatMeetsARecoveringGroupIsRedoneOnceTheGroupServes) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.down = 3, .step = 4};
+  Attempts attempt{{absl::UnavailableError("Socket closed")}, 5};
+  absl::StatusOr<StepReply> reply =
+      recovery.Run("s", 5, group.probe(), std::ref(attempt), Restored);
+  ASSERT_THAT(reply.status(), IsOk());
+  EXPECT_EQ(reply->step, 5u);
+  EXPECT_EQ(attempt.calls, 2);
+  EXPECT_EQ(group.looks, 4);
+}
+
+TEST(StepRecoveryTest, AStepTheRestoredSessionAppliedAnswersItsRestoredResult) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.step = 5};
+  Attempts attempt{{absl::UnavailableError("reset"),
+                    absl::FailedPreconditionError("step 5 out of sequence; expected step 6")},
+                   5};
+  absl::StatusOr<StepReply> reply =
+      recovery.Run("s", 5, group.probe(), std::ref(attempt), Restored);
+  ASSERT_THAT(reply.status(), IsOk());
+  EXPECT_EQ(reply->step, 99u);
+}
+
+TEST(StepRecoveryTest, ASessionRestoredFurtherBackAnswersAbortedWithTheRestoredStep) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.down = 1, .step = 2};
+  Attempts attempt{{absl::UnavailableError("reset")}, 5};
+  absl::StatusOr<StepReply> reply =
+      recovery.Run("s", 5, group.probe(), std::ref(attempt), Restored);
+  EXPECT_THAT(reply.status(), StatusIs(absl::StatusCode::kAborted,
+                                       "session 's' was restored to step 2 while step 5 ran"));
+  EXPECT_THAT(RewindStep(reply.status()), Optional(2u));
+  EXPECT_EQ(attempt.calls, 1);
+}
+
+TEST(StepRecoveryTest, OutOfSequenceBelowTheLastAppliedStepIsARewindAndAtItTheCallersError) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.step = 3};
+  Attempts applied{{}, 3};
+  ASSERT_THAT(recovery.Run("s", 3, group.probe(), std::ref(applied), Restored).status(), IsOk());
+  // The group came back at step 1 between two steps.
+  group.step = 1;
+  Attempts next{{absl::FailedPreconditionError("step 4 out of sequence; expected step 2")}, 4};
+  absl::StatusOr<StepReply> rewound = recovery.Run("s", 4, group.probe(), std::ref(next), Restored);
+  EXPECT_THAT(RewindStep(rewound.status()), Optional(1u));
+  // Step 4 again, with the session at 1 as this client now knows: the caller's mistake.
+  Attempts again{{absl::FailedPreconditionError("step 4 out of sequence; expected step 2")}, 4};
+  absl::StatusOr<StepReply> refused =
+      recovery.Run("s", 4, group.probe(), std::ref(again), Restored);
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kFailedPrecondition, "expected step 2"));
+  EXPECT_EQ(RewindStep(refused.status()), std::nullopt);
+}
+
+TEST(StepRecoveryTest, AGroupThatDoesNotComeBackAnswersTheErrorNamingTheTimeout) {
+  StepRecovery recovery = Recovery(absl::Milliseconds(200));
+  FakeGroup group{.down = 1 << 30};
+  Attempts attempt{{absl::UnavailableError("connection refused")}, 1};
+  EXPECT_THAT(recovery.Run("s", 1, group.probe(), std::ref(attempt), Restored).status(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       "did not serve session 's' again within recovery_timeout 200ms"));
+}
+
+TEST(StepRecoveryTest, ZeroTimeoutAndOtherErrorsWhileServingAreAnsweredAtOnce) {
+  FakeGroup group;
+  StepRecovery off = Recovery(absl::ZeroDuration());
+  Attempts unavailable{{absl::UnavailableError("down")}, 1};
+  EXPECT_THAT(off.Run("s", 1, group.probe(), std::ref(unavailable), Restored).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "down"));
+  EXPECT_EQ(group.looks, 0);
+  StepRecovery on = Recovery();
+  Attempts aborted{{absl::AbortedError("redo the step")}, 1};
+  EXPECT_THAT(on.Run("s", 1, group.probe(), std::ref(aborted), Restored).status(),
+              StatusIs(absl::StatusCode::kAborted, "redo the step"));
+  EXPECT_EQ(aborted.calls, 1);
+  EXPECT_EQ(RewindStep(absl::AbortedError("redo the step")), std::nullopt);
+}
+
+}  // namespace
+}  // namespace client_internal
+}  // namespace optstep

@@ -22,6 +22,7 @@ struct Target {
   std::shared_ptr<grpc::Channel> channel;
   std::string fresh;            // no step yet: InitParameters still allowed
   std::string stepped;          // two steps applied
+  std::string closable;         // a third session, for the case that closes it twice
   std::string checkpoint_root;  // --checkpoint_root of the rank
 };
 

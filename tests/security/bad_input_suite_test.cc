@@ -159,7 +159,8 @@ TEST(BadInputSuiteTest, EveryKindAnswersItsCodeAndChangesNothing) {
   target.channel = grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials());
   target.fresh = Victim(*client, "fresh", 0);
   target.stepped = Victim(*client, "stepped", 2);
-  ASSERT_FALSE(target.fresh.empty() || target.stepped.empty());
+  target.closable = Victim(*client, "closable", 0);
+  ASSERT_FALSE(target.fresh.empty() || target.stepped.empty() || target.closable.empty());
 
   const std::vector<BadInput> cases = AllCases();
   std::set<std::string> kinds;

@@ -38,8 +38,7 @@ const char kCommandUsage[] =
 namespace {
 
 std::string Target(const ClientOptions& options) {
-  return options.rank_targets.empty() ? options.target
-                                      : absl::StrJoin(options.rank_targets, ",");
+  return options.rank_targets.empty() ? options.target : absl::StrJoin(options.rank_targets, ",");
 }
 
 int Usage(std::ostream& err, const std::string& problem) {
@@ -57,9 +56,8 @@ int Health(Client& client, std::ostream& out, std::ostream& err, const std::stri
   return *serving ? kExitOk : kExitNotServing;
 }
 
-int SessionList(Client& client, std::ostream& out, std::ostream& err,
-                const std::string& target) {
-  absl::StatusOr<std::vector<v1::SessionInfo>> sessions = client.ListSessions();
+int SessionList(Client& client, std::ostream& out, std::ostream& err, const std::string& target) {
+  absl::StatusOr<std::vector<v1::SessionSummary>> sessions = client.ListSessions();
   if (!sessions.ok()) {
     err << FormatError("session list", target, sessions.status());
     return kExitCallFailed;
@@ -93,8 +91,8 @@ int Shutdown(Client& client, std::ostream& out, std::ostream& err, const std::st
 
 }  // namespace
 
-int RunCommand(absl::Span<const std::string> args, const ClientOptions& options,
-               std::ostream& out, std::ostream& err) {
+int RunCommand(absl::Span<const std::string> args, const ClientOptions& options, std::ostream& out,
+               std::ostream& err) {
   if (args.empty()) return Usage(err, "no command");
   const std::string& command = args[0];
   std::string subcommand;

@@ -50,7 +50,7 @@ std::string GradientModeName(v1::GradientMode mode) {
 
 std::string FormatNumber(double value) { return absl::StrFormat("%g", value); }
 
-std::string FormatSessionList(absl::Span<const v1::SessionInfo> sessions) {
+std::string FormatSessionList(absl::Span<const v1::SessionSummary> sessions) {
   if (sessions.empty()) return "no sessions\n";
   TextTable table({{"ID"},
                    {"NAME"},
@@ -60,12 +60,11 @@ std::string FormatSessionList(absl::Span<const v1::SessionInfo> sessions) {
                    {"STEP", true},
                    {"SKIPPED", true},
                    {"BYTES", true}});
-  for (const v1::SessionInfo& s : sessions) {
-    table.AddRow({s.session_id(), s.spec().name().empty() ? "-" : s.spec().name(),
-                  absl::StrCat(s.spec().parameters_size()), absl::StrCat(s.spec().num_trainers()),
-                  GradientModeName(s.spec().gradient_mode()), absl::StrCat(s.step()),
-                  absl::StrCat(s.skipped_steps()),
-                  FormatBytes(s.param_bytes() + s.state_bytes())});
+  for (const v1::SessionSummary& s : sessions) {
+    table.AddRow({s.session_id(), s.name().empty() ? "-" : s.name(),
+                  absl::StrCat(s.num_parameters()), absl::StrCat(s.num_trainers()),
+                  GradientModeName(s.gradient_mode()), absl::StrCat(s.step()),
+                  absl::StrCat(s.skipped_steps()), FormatBytes(s.param_bytes() + s.state_bytes())});
   }
   return table.Render();
 }
@@ -109,8 +108,8 @@ std::string FormatLayout(const v1::SessionInfo& s) {
   }
   std::vector<std::string> ranks;
   for (uint32_t r = 0; r < world; ++r) {
-    ranks.push_back(absl::StrCat("rank ", r, ": ", count[r], " params (", FormatBytes(bytes[r]),
-                                 ")"));
+    ranks.push_back(
+        absl::StrCat("rank ", r, ": ", count[r], " params (", FormatBytes(bytes[r]), ")"));
   }
   return absl::StrCat("world size ", s.layout().world_size(), "; ", absl::StrJoin(ranks, ", "));
 }
@@ -120,9 +119,8 @@ std::string FormatFlags(const v1::ParameterSpec& p) {
   if (p.embedding_or_output()) flags.push_back("embedding/output");
   if (p.expert()) flags.push_back("expert");
   if (p.has_qkv()) {
-    flags.push_back(absl::StrCat("qkv(groups=", p.qkv().num_query_groups(),
-                                 ", q_per_group=", p.qkv().q_per_group(),
-                                 ", head_dim=", p.qkv().head_dim(), ")"));
+    flags.push_back(absl::StrCat("qkv(groups=", p.qkv().num_query_groups(), ", q_per_group=",
+                                 p.qkv().q_per_group(), ", head_dim=", p.qkv().head_dim(), ")"));
   }
   return flags.empty() ? "-" : absl::StrJoin(flags, ", ");
 }
@@ -135,8 +133,7 @@ std::string FormatSessionDetails(const v1::SessionInfo& s) {
   summary.AddRow({"session", s.session_id()});
   summary.AddRow({"name", spec.name().empty() ? "-" : spec.name()});
   summary.AddRow({"trainers", absl::StrCat(spec.num_trainers(), " (",
-                                           GradientModeName(spec.gradient_mode()),
-                                           " gradients)")});
+                                           GradientModeName(spec.gradient_mode()), " gradients)")});
   summary.AddRow({"step", absl::StrCat(s.step(), " (", s.skipped_steps(), " skipped)")});
   summary.AddRow({"step deadline", spec.step_deadline_ms() == 0
                                        ? "server default"

@@ -34,7 +34,7 @@ std::string FormatNumber(double value);
 
 // One line per session: ID NAME PARAMS TRAINERS MODE STEP SKIPPED BYTES (BYTES = fp32 masters +
 // optimizer state). "no sessions\n" when there are none.
-std::string FormatSessionList(absl::Span<const v1::SessionInfo> sessions);
+std::string FormatSessionList(absl::Span<const v1::SessionSummary> sessions);
 
 // A summary block (id, name, trainers, gradient mode, step, memory, optimizer, layout) followed
 // by a parameters table (ID NAME SHAPE ELEMENTS CHUNK OWNER GROUP FLAGS) and a groups table

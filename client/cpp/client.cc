@@ -13,6 +13,7 @@
 #include "client/cpp/chunking.h"
 #include "client/cpp/param_assembler.h"
 #include "client/cpp/session_layout.h"
+#include "client/cpp/session_pages.h"
 #include "client/cpp/step_call.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "optstep/v1/admin_service.grpc.pb.h"
@@ -103,32 +104,36 @@ absl::StatusOr<v1::SessionInfo> Client::CreateSession(const v1::SessionSpec& spe
   v1::CreateSessionResponse response;
   OPTSTEP_RETURN_IF_ERROR(
       FromGrpcStatus(ranks_[0]->service->CreateSession(&context, request, &response)));
-  OPTSTEP_RETURN_IF_ERROR(Remember(response.session()).status());
   if (attached != nullptr) *attached = response.attached();
-  return std::move(*response.mutable_session());
+  // The answer is a summary: the layout comes in GetSession's pages.
+  return GetSession(response.summary().session_id());
 }
 
 absl::StatusOr<v1::SessionInfo> Client::GetSession(absl::string_view session_id) {
-  grpc::ClientContext context;
-  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
-  v1::GetSessionRequest request;
-  request.set_session_id(std::string(session_id));
-  v1::SessionInfo info;
-  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(ranks_[0]->service->GetSession(&context, request, &info)));
+  OPTSTEP_ASSIGN_OR_RETURN(
+      v1::SessionInfo info,
+      client_internal::ReadSession(
+          session_id, [this](const v1::GetSessionRequest& request, v1::SessionInfo* page) {
+            grpc::ClientContext context;
+            Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+            return FromGrpcStatus(ranks_[0]->service->GetSession(&context, request, page));
+          }));
   OPTSTEP_RETURN_IF_ERROR(Remember(info).status());
   return info;
 }
 
-absl::StatusOr<std::vector<v1::SessionInfo>> Client::ListSessions() {
+absl::StatusOr<std::vector<v1::SessionSummary>> Client::ListSessions(uint32_t page_size) {
+  return client_internal::ListAllSessions(
+      page_size, [this](const v1::ListSessionsRequest& request, v1::ListSessionsResponse* page) {
+        return ListSessionsPage(request, page);
+      });
+}
+
+absl::Status Client::ListSessionsPage(const v1::ListSessionsRequest& request,
+                                      v1::ListSessionsResponse* page) {
   grpc::ClientContext context;
   Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
-  v1::ListSessionsResponse response;
-  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(
-      ranks_[0]->service->ListSessions(&context, v1::ListSessionsRequest(), &response)));
-  std::vector<v1::SessionInfo> sessions;
-  sessions.reserve(response.sessions_size());
-  for (v1::SessionInfo& info : *response.mutable_sessions()) sessions.push_back(std::move(info));
-  return sessions;
+  return FromGrpcStatus(ranks_[0]->service->ListSessions(&context, request, page));
 }
 
 absl::Status Client::Shutdown(int rank, absl::string_view reason) {

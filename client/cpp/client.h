@@ -34,6 +34,7 @@
 #include "client/cpp/step_recovery.h"
 #include "kernels/dtype.h"
 #include "optstep/v1/checkpoint_service.pb.h"
+#include "optstep/v1/optimizer_service.pb.h"
 #include "optstep/v1/session.pb.h"
 
 namespace optstep {
@@ -61,11 +62,17 @@ class Client final {
   // ---- Sessions (asked of rank 0). The answers also refresh the client's cached layouts.
 
   // Registers a model, or attaches to the existing session of the same name and definition;
-  // `*attached` (if given) tells which.
+  // `*attached` (if given) tells which. Answers the whole SessionInfo, as GetSession.
   absl::StatusOr<v1::SessionInfo> CreateSession(const v1::SessionSpec& spec,
                                                 bool* attached = nullptr);
+  // The whole SessionInfo (every parameter and owner), read in GetSession's pages.
   absl::StatusOr<v1::SessionInfo> GetSession(absl::string_view session_id);
-  absl::StatusOr<std::vector<v1::SessionInfo>> ListSessions();
+  // The summaries of every session the caller may see, by id, read `page_size` (0: the server's
+  // default) at a time.
+  absl::StatusOr<std::vector<v1::SessionSummary>> ListSessions(uint32_t page_size = 0);
+  // One ListSessions page, as the server answers it.
+  absl::Status ListSessionsPage(const v1::ListSessionsRequest& request,
+                                v1::ListSessionsResponse* page);
   absl::Status CloseSession(absl::string_view session_id);
 
   // ---- Parameters
@@ -109,14 +116,12 @@ class Client final {
   // PRECONDITION when unset; INVALID_ARGUMENT for a name that escapes it; ALREADY_EXISTS).
   // `progress` (optional) sees each report; the answer is the last one, with the step saved.
   using CheckpointProgressFn = std::function<void(const v1::CheckpointProgress&)>;
-  absl::StatusOr<v1::CheckpointProgress> Save(absl::string_view session_id,
-                                              absl::string_view name,
+  absl::StatusOr<v1::CheckpointProgress> Save(absl::string_view session_id, absl::string_view name,
                                               const CheckpointProgressFn& progress = nullptr);
   // Restores checkpoint `name` onto the session's current ranks; the answer's step is the step
   // restored. FAILED_PRECONDITION for another definition or format version, DATA_LOSS for a
   // damaged checkpoint (the running state is then unchanged).
-  absl::StatusOr<v1::CheckpointProgress> Load(absl::string_view session_id,
-                                              absl::string_view name,
+  absl::StatusOr<v1::CheckpointProgress> Load(absl::string_view session_id, absl::string_view name,
                                               const CheckpointProgressFn& progress = nullptr);
 
   // One tensor of an exported state dict: its key, and for keyed layouts its chunk and

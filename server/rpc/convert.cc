@@ -343,30 +343,6 @@ absl::Status CheckParamIds(const Session& session,
   return absl::OkStatus();
 }
 
-void SessionToProto(const Session& session, v1::SessionInfo* info) {
-  const SessionConfig& config = session.config();
-  info->set_session_id(session.id());
-  v1::SessionSpec* spec = info->mutable_spec();
-  spec->ParseFromString(config.definition_key);
-  v1::Layout* layout = info->mutable_layout();
-  layout->set_world_size(session.layout().world_size);
-  for (int owner : session.layout().owner) layout->add_owner(owner);
-  for (const GroupRuntime& g : session.groups()) {
-    v1::GroupInfo* group = info->add_groups();
-    group->set_id(g.def.id);
-    group->set_sub_optimizer(config.chain.sub_optimizers[g.def.sub_optimizer].name);
-    for (int p : g.def.param_ids) group->add_param_ids(p);
-    group->set_lr(g.optimizer->default_lr());
-    group->set_weight_decay(g.optimizer->default_weight_decay());
-    group->set_wd_mult(g.def.wd_mult);
-  }
-  const SessionStats stats = session.stats();
-  info->set_step(stats.step);
-  info->set_skipped_steps(stats.skipped_steps);
-  info->set_param_bytes(stats.param_bytes);
-  info->set_state_bytes(stats.state_bytes);
-}
-
 absl::StatusOr<std::string> DefinitionJson(const Session& session) {
   v1::SessionSpec spec;
   if (!spec.ParseFromString(session.config().definition_key)) {

@@ -32,8 +32,6 @@ absl::Status CheckParamIds(const Session& session,
                            const google::protobuf::RepeatedField<uint32_t>& ids,
                            absl::string_view what);
 
-void SessionToProto(const Session& session, v1::SessionInfo* info);
-
 // The session's definition as JSON text (its SessionSpec without the name, which only serves
 // to attach): what a checkpoint records and compares by digest.
 absl::StatusOr<std::string> DefinitionJson(const Session& session);

@@ -1,9 +1,11 @@
 #include "server/rpc/optimizer_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "base/run_detached.h"
+#include "glog/logging.h"
 #include "server/rpc/caller.h"
-#include "server/rpc/convert.h"
 #include "server/rpc/param_stream_reactors.h"
+#include "server/rpc/session_pages.h"
 #include "server/rpc/step_reactor.h"
 #include "wire/grpc_status.h"
 
@@ -33,20 +35,22 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
   // Allocating the state and connecting the ranks' group take a while: not on the reaction.
   RunDetached([this, owner = CallerOf(*context).identity, request, response, reactor] {
     auto created = group_->CreateSession(request->spec(), owner);
-    if (created.ok()) {
-      SessionToProto(*created->session, response->mutable_session());
-      AddRankTargets(response->mutable_session());
+    absl::Status status = created.status();
+    if (status.ok()) {
+      const std::string& id = created->session->id();
+      SessionSummaryToProto(*created->session, group_->addresses(), response->mutable_summary());
       response->set_attached(created->attached);
+      status = CheckAnswerSize(*response, max_answer_bytes_,
+                               absl::StrCat("the CreateSession answer of session '", id, "'"));
+      // Creation is atomic with its answer: a session the caller cannot learn of is not kept.
+      if (!status.ok() && !created->attached) {
+        const absl::Status closed = group_->CloseSession(id);
+        if (!closed.ok()) LOG(WARNING) << "closing session '" << id << "': " << closed;
+      }
     }
-    reactor->Finish(ToGrpcStatus(created.status()));
+    reactor->Finish(ToGrpcStatus(status));
   });
   return reactor;
-}
-
-void OptimizerServiceImpl::AddRankTargets(v1::SessionInfo* info) const {
-  for (const std::string& address : group_->addresses()) {
-    info->mutable_layout()->add_rank_targets(address);
-  }
 }
 
 grpc::ServerUnaryReactor* OptimizerServiceImpl::GetSession(grpc::CallbackServerContext* context,
@@ -54,22 +58,23 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::GetSession(grpc::CallbackServerC
                                                            v1::SessionInfo* response) {
   auto session = FindSession(*engine_, CallerOf(*context), request->session_id());
   if (!session.ok()) return Done(context, session.status());
-  SessionToProto(**session, response);
-  AddRankTargets(response);
-  return Done(context, absl::OkStatus());
+  absl::Status status = SessionPageToProto(**session, group_->addresses(), request->layout_offset(),
+                                           request->layout_limit(), max_answer_bytes_, response);
+  if (status.ok()) {
+    status =
+        CheckAnswerSize(*response, max_answer_bytes_,
+                        absl::StrCat("the GetSession answer of session '", request->session_id(),
+                                     "' at layout_offset ", request->layout_offset()));
+  }
+  return Done(context, status);
 }
 
 grpc::ServerUnaryReactor* OptimizerServiceImpl::ListSessions(grpc::CallbackServerContext* context,
-                                                             const v1::ListSessionsRequest*,
+                                                             const v1::ListSessionsRequest* request,
                                                              v1::ListSessionsResponse* response) {
-  const Caller caller = CallerOf(*context);
-  for (const auto& session : engine_->ListSessions()) {
-    if (!MaySee(caller, *session)) continue;
-    v1::SessionInfo* info = response->add_sessions();
-    SessionToProto(*session, info);
-    AddRankTargets(info);
-  }
-  return Done(context, absl::OkStatus());
+  SessionsPageToProto(engine_->ListSessions(), CallerOf(*context), *request, group_->addresses(),
+                      response);
+  return Done(context, CheckAnswerSize(*response, max_answer_bytes_, "the ListSessions page"));
 }
 
 grpc::ServerUnaryReactor* OptimizerServiceImpl::CloseSession(grpc::CallbackServerContext* context,

@@ -24,9 +24,14 @@ using OptimizerServiceBase = v1::OptimizerService::WithCallbackMethod_CreateSess
 // (server/rpc/convert), calls the engine and converts back; no math here. Thread-safe.
 class OptimizerServiceImpl final : public OptimizerServiceBase {
  public:
-  // `engine` and `group` must outlive the service; `step_limits` bound each Step stream.
-  OptimizerServiceImpl(Engine* engine, RankGroup* group, const StepStreamLimits& step_limits)
-      : engine_(engine), group_(group), step_limits_(step_limits) {}
+  // `engine` and `group` must outlive the service; `step_limits` bound each Step stream; no unary
+  // answer is larger than `max_answer_bytes` (the server's message size).
+  OptimizerServiceImpl(Engine* engine, RankGroup* group, const StepStreamLimits& step_limits,
+                       size_t max_answer_bytes)
+      : engine_(engine),
+        group_(group),
+        step_limits_(step_limits),
+        max_answer_bytes_(max_answer_bytes) {}
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
                                           const v1::CreateSessionRequest* request,
@@ -48,14 +53,13 @@ class OptimizerServiceImpl final : public OptimizerServiceBase {
       grpc::CallbackServerContext* context, const v1::PullParametersRequest* request) override;
 
  private:
-  // Fills the layout's rank addresses.
-  void AddRankTargets(v1::SessionInfo* info) const;
   // Why a step that has not begun is refused: this rank shuts down, or a peer left or is lost.
   absl::Status NewStepsStatus() const;
 
   Engine* const engine_;
   RankGroup* const group_;
   const StepStreamLimits step_limits_;
+  const size_t max_answer_bytes_;
 };
 
 }  // namespace optstep

@@ -70,7 +70,7 @@ class Server {
   Server(Engine* engine, RankGroup* group, const ServerOptions& options)
       : engine_(engine),
         tracker_(options.metrics),
-        optimizer_service_(engine, group, options.step_stream),
+        optimizer_service_(engine, group, options.step_stream, options.max_message_bytes),
         checkpoint_service_(engine, group),
         peer_service_(engine, group),
         admin_service_(options.on_shutdown_request),

@@ -109,7 +109,7 @@ Snapshot Take(Client& admin) {
   auto sessions = admin.ListSessions();
   EXPECT_THAT(sessions.status(), IsOk());
   if (!sessions.ok()) return snapshot;
-  for (const v1::SessionInfo& info : *sessions) {
+  for (const v1::SessionSummary& info : *sessions) {
     snapshot.steps[info.session_id()] = info.step();
     auto params = admin.PullParameters(info.session_id(), DType::kF32);
     EXPECT_THAT(params.status(), IsOk());

@@ -1,12 +1,12 @@
 #include "tests/testing/fake_optimizer_service.h"
 
-#include <algorithm>
-#include <cstring>
-#include <utility>
-
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -56,7 +56,8 @@ grpc::Status FakeOptimizerService::CreateSession(grpc::ServerContext*,
   if (request->spec().name() != session_.spec().name()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "fake: unexpected spec");
   }
-  *response->mutable_session() = session_;
+  response->mutable_summary()->set_session_id(session_.session_id());
+  response->mutable_summary()->set_name(session_.spec().name());
   response->set_attached(true);
   return grpc::Status::OK;
 }
@@ -65,14 +66,25 @@ grpc::Status FakeOptimizerService::GetSession(grpc::ServerContext*,
                                               const v1::GetSessionRequest* request,
                                               v1::SessionInfo* response) {
   grpc::Status status = CheckSession(request->session_id());
-  if (status.ok()) *response = session_;
+  if (!status.ok()) return status;
+  if (request->layout_offset() != 0) {
+    return grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "fake: the layout is one page");
+  }
+  *response = session_;  // the whole layout on one page
+  response->set_num_parameters(session_.spec().parameters_size());
   return status;
 }
 
 grpc::Status FakeOptimizerService::ListSessions(grpc::ServerContext*,
                                                 const v1::ListSessionsRequest*,
                                                 v1::ListSessionsResponse* response) {
-  *response->add_sessions() = session_;
+  v1::SessionSummary* summary = response->add_sessions();
+  summary->set_session_id(session_.session_id());
+  summary->set_name(session_.spec().name());
+  summary->set_num_parameters(session_.spec().parameters_size());
+  summary->set_num_trainers(session_.spec().num_trainers());
+  summary->set_gradient_mode(session_.spec().gradient_mode());
+  summary->set_step(session_.step());
   return grpc::Status::OK;
 }
 
@@ -151,10 +163,10 @@ grpc::Status FakeOptimizerService::Step(
 
   std::vector<v1::TensorChunk> chunks;
   if (!header.skip_return() && !behaviour.skipped) {
-    chunks = ParameterChunks({header.return_param_ids().begin(), header.return_param_ids().end()},
-                             header.return_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP32
-                                                                            : header.return_dtype(),
-                             behaviour);
+    chunks = ParameterChunks(
+        {header.return_param_ids().begin(), header.return_param_ids().end()},
+        header.return_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP32 : header.return_dtype(),
+        behaviour);
   }
   v1::StepResponse response;
   v1::StepResult* result = response.mutable_result();

@@ -36,6 +36,7 @@ from optstep.errors import (FailedPreconditionError, InternalError, InvalidArgum
                             from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
 from optstep.recovery import StepRecovery
+from optstep.session_pages import list_all_sessions, read_session
 from optstep.step_call import exchange_steps, tensor_chunk
 from optstep.stream_end import StreamTally
 from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2,
@@ -254,20 +255,21 @@ class Client:
         definition."""
         response = _call(self._rank0().service.CreateSession,
                          svc_pb2.CreateSessionRequest(spec=spec), **self._unary_kwargs())
-        self._remember(response.session)
-        return CreatedSession(response.session, response.attached)
+        # The answer is a summary: the layout comes in GetSession's pages.
+        return CreatedSession(self.get_session(response.summary.session_id), response.attached)
 
     def get_session(self, session_id: str) -> session_pb2.SessionInfo:
-        info: session_pb2.SessionInfo = _call(self._rank0().service.GetSession,
-                                              svc_pb2.GetSessionRequest(session_id=session_id),
-                                              **self._unary_kwargs())
+        """The whole SessionInfo (every parameter and owner), read in GetSession's pages."""
+        info = read_session(session_id, lambda request: _call(
+            self._rank0().service.GetSession, request, **self._unary_kwargs()))
         self._remember(info)
         return info
 
-    def list_sessions(self) -> List[session_pb2.SessionInfo]:
-        response = _call(self._rank0().service.ListSessions, svc_pb2.ListSessionsRequest(),
-                         **self._unary_kwargs())
-        return list(response.sessions)
+    def list_sessions(self, page_size: int = 0) -> List[session_pb2.SessionSummary]:
+        """The summaries of every session the caller may see, by id, read `page_size` (0: the
+        server's default) at a time."""
+        return list_all_sessions(lambda request: _call(
+            self._rank0().service.ListSessions, request, **self._unary_kwargs()), page_size)
 
     def close_session(self, session_id: str) -> None:
         """Drops the session, its parameters and state on the server."""

@@ -20,7 +20,8 @@ from optstep.v1.optimizer_service_pb2 import (GroupHyperparameters, StepCommit, 
                                               StepRequest, StepResponse, StepResult)
 from optstep.v1.session_pb2 import (GRADIENT_MODE_REPLICATED, GRADIENT_MODE_SHARDED,
                                     GRADIENT_MODE_UNSPECIFIED, GroupInfo, Layout,
-                                    ParameterSpec, QkvSplit, SessionInfo, SessionSpec)
+                                    ParameterSpec, QkvSplit, SessionInfo, SessionSpec,
+                                    SessionSummary)
 from optstep.v1.tensor_pb2 import (DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, DTYPE_INT64,
                                    DTYPE_UNSPECIFIED, TensorChunk)
 
@@ -35,5 +36,6 @@ __all__ = [
     "StepResult",
     "GRADIENT_MODE_REPLICATED", "GRADIENT_MODE_SHARDED", "GRADIENT_MODE_UNSPECIFIED",
     "GroupInfo", "Layout", "ParameterSpec", "QkvSplit", "SessionInfo", "SessionSpec",
+    "SessionSummary",
     "DTYPE_BF16", "DTYPE_FP16", "DTYPE_FP32", "DTYPE_INT64", "DTYPE_UNSPECIFIED", "TensorChunk",
 ]

@@ -46,18 +46,24 @@ TEST(FormatTest, ShapesModesAndNumbers) {
 }
 
 TEST(FormatSessionListTest, OneRowPerSession) {
-  v1::SessionInfo a = MakeSessionInfo("s-1", 1, {{"w", {4, 4}, 0}, {"b", {4}, 0}});
+  v1::SessionSummary a;
+  a.set_session_id("s-1");
+  a.set_name("test-s-1");
+  a.set_num_parameters(2);
+  a.set_num_trainers(1);
+  a.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
   a.set_step(12);
   a.set_skipped_steps(2);
   a.set_param_bytes(80);
   a.set_state_bytes(160);
-  v1::SessionInfo b = MakeSessionInfo("s-22", 2, {{"w", {8}, 1}});
-  b.mutable_spec()->set_name("");
-  b.mutable_spec()->set_num_trainers(4);
-  b.mutable_spec()->set_gradient_mode(v1::GRADIENT_MODE_REPLICATED);
+  v1::SessionSummary b;
+  b.set_session_id("s-22");
+  b.set_num_parameters(1);
+  b.set_num_trainers(4);
+  b.set_gradient_mode(v1::GRADIENT_MODE_REPLICATED);
   b.set_param_bytes(3u << 20);
   b.set_state_bytes(3u << 20);
-  const std::vector<v1::SessionInfo> sessions = {a, b};
+  const std::vector<v1::SessionSummary> sessions = {a, b};
   EXPECT_EQ(FormatSessionList(sessions),
             "ID    NAME      PARAMS  TRAINERS  MODE        STEP  SKIPPED    BYTES\n"
             "s-1   test-s-1       2         1  sharded       12        2    240 B\n"
@@ -99,21 +105,19 @@ TEST(FormatSessionDetailsTest, ShowsParametersGroupsAndLayout) {
   EXPECT_THAT(text, HasSubstr("step deadline  server default\n"));
   EXPECT_THAT(text, HasSubstr("memory         params 3.9 KiB, state 7.8 KiB\n"));
   EXPECT_THAT(text, HasSubstr("optimizer      preset muon; clip_grad 0.5\n"));
-  EXPECT_THAT(text, HasSubstr(
-                        "layout         world size 2; rank 0: 1 params (3.1 KiB), "
-                        "rank 1: 1 params (768 B)\n"));
-  EXPECT_THAT(text, HasSubstr(
-                        "parameters (2)\n"
+  EXPECT_THAT(text, HasSubstr("layout         world size 2; rank 0: 1 params (3.1 KiB), "
+                              "rank 1: 1 params (768 B)\n"));
+  EXPECT_THAT(text,
+              HasSubstr("parameters (2)\n"
                         "ID  NAME                 SHAPE     ELEMENTS  CHUNK  OWNER  GROUP  FLAGS\n"
                         " 0  embed.weight         [100, 8]       800      0      0      0  "
                         "embedding/output\n"
                         " 1  layers.0.qkv.weight  [24, 8]        192      1      1      1  "
                         "qkv(groups=2, q_per_group=2, head_dim=2)\n"));
-  EXPECT_THAT(text, HasSubstr(
-                        "groups (2)\n"
-                        "ID  SUB-OPTIMIZER      LR  WEIGHT_DECAY  WD_MULT  PARAMS\n"
-                        " 0  adamw           0.001          0.01        1       1\n"
-                        " 1  muon           0.0003           0.1        1       1\n"));
+  EXPECT_THAT(text, HasSubstr("groups (2)\n"
+                              "ID  SUB-OPTIMIZER      LR  WEIGHT_DECAY  WD_MULT  PARAMS\n"
+                              " 0  adamw           0.001          0.01        1       1\n"
+                              " 1  muon           0.0003           0.1        1       1\n"));
 }
 
 TEST(FormatSessionDetailsTest, ChainOptimizer) {
@@ -128,9 +132,8 @@ TEST(FormatSessionDetailsTest, ChainOptimizer) {
   opt->add_rules()->set_sub_optimizer("matrices");
   s.mutable_spec()->set_step_deadline_ms(30000);
   const std::string text = FormatSessionDetails(s);
-  EXPECT_THAT(text, HasSubstr(
-                        "optimizer      chain adam (adamw), matrices (muon), 1 rule(s); "
-                        "clip_grad default\n"));
+  EXPECT_THAT(text, HasSubstr("optimizer      chain adam (adamw), matrices (muon), 1 rule(s); "
+                              "clip_grad default\n"));
   EXPECT_THAT(text, HasSubstr("step deadline  30000 ms\n"));
 }
 

@@ -110,7 +110,7 @@ TEST_F(ClientTest, Sessions) {
   EXPECT_TRUE(attached);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo got, client->GetSession("s"));
   EXPECT_EQ(got.spec().parameters_size(), 2);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<v1::SessionInfo> all, client->ListSessions());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<v1::SessionSummary> all, client->ListSessions());
   EXPECT_THAT(all, SizeIs(1));
   EXPECT_THAT(client->CloseSession("s"), IsOk());
   EXPECT_THAT(service_.closed_sessions(), ElementsAre("s"));

@@ -68,7 +68,7 @@ class BadInputTest : public ::testing::Test {
     v1::CreateSessionResponse response;
     grpc::ClientContext context;
     ASSERT_TRUE(stub_->CreateSession(&context, request, &response).ok());
-    session_ = response.session().session_id();
+    session_ = response.summary().session_id();
     valid_spec_ = request.spec();
   }
 
@@ -234,7 +234,7 @@ TEST_F(BadInputTest, CommitWithMissingCoverage) {
   grpc::ClientContext context;
   ASSERT_TRUE(stub_->CreateSession(&context, request, &response).ok());
   v1::StepRequest header = Header(1, 0);
-  header.mutable_header()->set_session_id(response.session().session_id());
+  header.mutable_header()->set_session_id(response.summary().session_id());
   EXPECT_STATUS(RunStep({header, Chunk(0, 0, Bytes({1, 2, 3, 4, 5, 6})), Chunk(1, 0, Bytes({1, 2})),
                          Commit()}),
                 INVALID_ARGUMENT, "param 'b': gradient elements [2, 3) of 3 missing");

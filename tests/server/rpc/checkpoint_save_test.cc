@@ -79,7 +79,7 @@ class CheckpointSaveTest : public ::testing::Test {
     grpc::Status created =
         v1::OptimizerService::NewStub(channel)->CreateSession(&context, request, &response);
     ASSERT_TRUE(created.ok()) << created.error_message();
-    session_ = response.session().session_id();
+    session_ = response.summary().session_id();
   }
 
   grpc::Status Save(const std::string& name) {

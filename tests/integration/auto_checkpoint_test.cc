@@ -172,6 +172,19 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
 INSTANTIATE_TEST_SUITE_P(RestartedOn, AutoRestoreTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
 
+TEST(AutoCheckpointScheduleTest, BySecondsASessionIsSavedAfterItsFirstStepAndOnceTheTimePassed) {
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path(),
+                                                      "--checkpoint_every_seconds=0.3"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("t")));
+  const std::string session = info.session_id();
+  ASSERT_THAT(StepRange(*run.client, session, 1, 1), IsOk());
+  ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 1), IsOk());  // its first step
+  ASSERT_THAT(StepRange(*run.client, session, 2, 3), IsOk());
+  // Not by steps (--checkpoint_every_steps is 0): 0.3 s after the last save.
+  EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
+}
+
 TEST(AutoCheckpointNameTest, AUserSaveMayNotTakeTheReservedName) {
   TempDir root;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));

@@ -12,9 +12,9 @@
 #include <set>
 #include <tuple>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "checkpoint/crc32c.h"
 #include "checkpoint/file_util.h"
@@ -322,20 +322,12 @@ absl::Status ValidateCheckpointName(absl::string_view name) {
   // The name as C escapes: a control character must not reach a message or a log line raw.
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint name '", absl::CHexEscape(name), "' ", why));
+        absl::StrCat("checkpoint name '", CallerText(name, 255), "' ", why));
   };
   if (name.empty()) return bad("is empty");
-  if (name.size() > 255) return bad(absl::StrCat("has ", name.size(), " bytes (at most 255)"));
+  OPTSTEP_RETURN_IF_ERROR(CheckCallerName("checkpoint name", name, 255));
   if (name[0] == '.') return bad("starts with '.' (hidden names, '.' and '..' are reserved)");
   if (absl::StrContains(name, '/')) return bad("contains '/'; it must be one path component");
-  for (size_t i = 0; i < name.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(name[i]);
-    if (c < 0x20 || c == 0x7f) {
-      return bad(absl::StrCat("contains the control character '",
-                              absl::CHexEscape(name.substr(i, 1)), "' at byte ", i,
-                              " (bytes 0x00-0x1f and 0x7f are refused)"));
-    }
-  }
   return absl::OkStatus();
 }
 

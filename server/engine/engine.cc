@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "checkpoint/partition.h"
 #include "glog/logging.h"
@@ -90,7 +91,7 @@ void Engine::SetAbortVoteListener(AbortVoteListener listener) {
 }
 
 absl::Status SessionNotFoundError(const std::string& id) {
-  return absl::NotFoundError(absl::StrCat("session '", id, "' not found"));
+  return absl::NotFoundError(absl::StrCat("session '", CallerText(id), "' not found"));
 }
 
 std::string Engine::NextSessionId() {

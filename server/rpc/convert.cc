@@ -8,11 +8,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "server/optim/presets.h"
 
 namespace optstep {
 namespace {
+
+// Bounds on the names a spec may give (besides: no control characters): a session or
+// sub-optimizer name, and a parameter's (a module path such as "model.layers.31.mlp.up.weight").
+constexpr size_t kMaxNameBytes = 255;
+constexpr size_t kMaxParameterNameBytes = 1024;
 
 template <typename T>
 std::optional<double> Opt(bool has, T value) {
@@ -120,6 +126,7 @@ bool OptionsMatchKind(v1::SubOptimizer::OptionsCase options, const std::string& 
 
 absl::StatusOr<SubOptimizerConfig> SubOptimizerFromProto(const v1::SubOptimizer& s) {
   SubOptimizerConfig sub;
+  OPTSTEP_RETURN_IF_ERROR(CheckCallerName("sub_optimizer name", s.name(), kMaxNameBytes));
   sub.name = s.name();
   sub.kind = s.kind();
   const std::string owner = absl::StrCat("sub_optimizer '", s.name(), "'");
@@ -237,6 +244,7 @@ absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& conf
 
 absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec) {
   SessionConfig config;
+  OPTSTEP_RETURN_IF_ERROR(CheckCallerName("session name", spec.name(), kMaxNameBytes));
   config.name = spec.name();
   if (spec.parameters_size() == 0) {
     return absl::InvalidArgumentError("session: declares no parameters");
@@ -247,6 +255,8 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
     if (p.name().empty()) {
       return absl::InvalidArgumentError(absl::StrCat("parameter ", i, ": name is empty"));
     }
+    OPTSTEP_RETURN_IF_ERROR(
+        CheckCallerName(absl::StrCat("parameter ", i, ": name"), p.name(), kMaxParameterNameBytes));
     if (!names.insert(p.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat("param '", p.name(), "': declared twice"));
     }

@@ -18,7 +18,8 @@
 
 namespace optstep {
 
-// Validates names (non-empty, unique), shapes (every dim >= 1), QKV splits, trainer count,
+// Validates names (non-empty parameter names, unique; a session, sub-optimizer or parameter name
+// of at most 255, 255 or 1024 bytes without control characters), shapes (every dim >= 1), QKV splits, trainer count,
 // gradient mode, deadline and the optimizer chain (presets, sub-optimizers, rules).
 absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec);
 absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& config);

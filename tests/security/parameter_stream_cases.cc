@@ -200,7 +200,14 @@ std::vector<BadInput> ParameterStreamCases() {
          request.set_session_id(std::string(64 << 10, 'x'));
          return CallUnary(t.channel, "/optstep.v1.OptimizerService/GetSession", request);
        },
-       Code::NOT_FOUND, "session 'xxxxxxxx"},
+       Code::NOT_FOUND, "xxxxxxxx...(65536 bytes)' not found"},
+      {"get: session id with control characters",
+       [](const Target& t) {
+         v1::GetSessionRequest request;
+         request.set_session_id("s\x1b[2J\n");
+         return CallUnary(t.channel, "/optstep.v1.OptimizerService/GetSession", request);
+       },
+       Code::NOT_FOUND, "session 's\\x1b[2J\\n' not found"},
       {"close: unknown session", [](const Target& t) { return Close(t, "s-gone"); },
        Code::NOT_FOUND, "session 's-gone' not found"},
       {"close: twice",

@@ -60,6 +60,22 @@ std::vector<BadInput> SessionSpecCases() {
           "create: duplicate parameter name",
           [](v1::SessionSpec& s) { s.mutable_parameters(1)->set_name("fc.weight"); },
           Code::INVALID_ARGUMENT, "param 'fc.weight': declared twice"),
+      Create(
+          "create: session name with a control character",
+          [](v1::SessionSpec& s) { s.set_name("bad\x1b[2J"); }, Code::INVALID_ARGUMENT,
+          "session name 'bad\\x1b[2J' contains the control character '\\x1b' at byte 3"),
+      Create(
+          "create: session name of 256 bytes",
+          [](v1::SessionSpec& s) { s.set_name(std::string(256, 'n')); }, Code::INVALID_ARGUMENT,
+          "has 256 bytes (at most 255)"),
+      Create(
+          "create: parameter name with a newline",
+          [](v1::SessionSpec& s) { s.mutable_parameters(0)->set_name("fc.weight\nforged"); },
+          Code::INVALID_ARGUMENT, "parameter 0: name 'fc.weight\\nforged' contains the control"),
+      Create(
+          "create: parameter name of 64 KiB",
+          [](v1::SessionSpec& s) { s.mutable_parameters(0)->set_name(std::string(64 << 10, 'p')); },
+          Code::INVALID_ARGUMENT, "...(65536 bytes)' has 65536 bytes (at most 1024)"),
       Shape("create: zero dimension", {8, 0}, "dimension 0 is not in [1, 2^40]"),
       Shape("create: dimension over 2^40", {uint64_t{1} << 41},
             "dimension 2199023255552 is not in [1, 2^40]"),

@@ -4,8 +4,8 @@
 #include "server/rpc/convert.h"
 
 #include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -22,13 +22,23 @@ v1::SessionSpec Spec(const std::string& text) {
 
 const char kValid[] = R"pb(
   name: "mlp"
-  parameters { name: "fc1.weight" shape: [ 8, 4 ] }
-  parameters { name: "fc1.bias" shape: [ 8 ] }
+  parameters {
+    name: "fc1.weight"
+    shape: [ 8, 4 ]
+  }
+  parameters {
+    name: "fc1.bias"
+    shape: [ 8 ]
+  }
   num_trainers: 2
   gradient_mode: GRADIENT_MODE_REPLICATED
   step_deadline_ms: 1500
   optimizer {
-    sub_optimizers { name: "adam" kind: "adamw" adamw { lr: 0.01 beta2: 0.95 decoupled: false } }
+    sub_optimizers {
+      name: "adam"
+      kind: "adamw"
+      adamw { lr: 0.01 beta2: 0.95 decoupled: false }
+    }
     clip_grad: 0.5
   }
 )pb";
@@ -102,6 +112,39 @@ TEST(ConvertTest, MalformedSessionsAreRefused) {
     EXPECT_THAT(SessionConfigFromProto(Spec(row.text)).status(), StatusIs(row.code, row.message))
         << row.text;
   }
+}
+
+// Names reach logs, messages and state-dict keys: control characters and unbounded lengths are
+// refused, the name shown escaped and cut short.
+TEST(ConvertTest, NamesWithControlCharactersOrOverTheirBoundAreRefused) {
+  v1::SessionSpec spec = Spec(kValid);
+  spec.set_name("run\n\x1b[2J");
+  EXPECT_THAT(SessionConfigFromProto(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "session name 'run\\n\\x1b[2J' contains the control character '\\n' "
+                       "at byte 3"));
+  spec = Spec(kValid);
+  spec.set_name(std::string(256, 's'));
+  EXPECT_THAT(SessionConfigFromProto(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, "has 256 bytes (at most 255)"));
+  spec = Spec(kValid);
+  spec.mutable_parameters(1)->set_name("fc1.bias\r");
+  EXPECT_THAT(SessionConfigFromProto(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "parameter 1: name 'fc1.bias\\r' contains the control character"));
+  spec = Spec(kValid);
+  spec.mutable_parameters(0)->set_name(std::string(100000, 'p'));
+  const absl::Status long_name = SessionConfigFromProto(spec).status();
+  EXPECT_THAT(long_name, StatusIs(absl::StatusCode::kInvalidArgument,
+                                  "...(100000 bytes)' has 100000 bytes (at most 1024)"));
+  EXPECT_LT(long_name.message().size(), 256u);
+  spec = Spec(kValid);
+  spec.mutable_parameters(0)->set_name(std::string(1024, 'p'));
+  EXPECT_THAT(SessionConfigFromProto(spec), IsOk());
+  spec = Spec(kValid);
+  spec.mutable_optimizer()->mutable_sub_optimizers(0)->set_name("adam\x7f");
+  EXPECT_THAT(SessionConfigFromProto(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, "sub_optimizer name 'adam\\x7f'"));
 }
 
 TEST(ConvertTest, EmergingOptimizerOptionsConvert) {

@@ -6,7 +6,8 @@
 #                                  under ASan + UBSan; the fuzz targets fuzz for FUZZ_SECONDS each
 #   3. bazel test --config=tsan    the engine, rpc and comm tests under TSan (`notsan` filtered)
 #   4. bazel build --config=cuda //...   where nvcc exists, so CUDA code keeps compiling
-#   5. pytest tests/python         (the Python client; bazel/python_env.sh makes .venv first),
+#   5. pytest tests/python tests/chaos   (the Python client; ranks killed under their supervisor
+#                                  while a trainer runs; bazel/python_env.sh makes .venv first),
 #                                  and mypy --strict over client/python/optstep
 #   6. pytest tests/deploy         (deploy/k8s and deploy/docker: kubernetes-validate, checkov,
 #                                   the rank contract; bazel/deploy_env.sh makes .venv-deploy first)
@@ -76,12 +77,12 @@ add_pytest() {
 }
 
 if [[ -d tests/python ]]; then
-  echo "== pytest tests/python"
+  echo "== pytest tests/python tests/chaos"
   bazel/python_env.sh >/dev/null || add "0 passed, 1 failed"
   # The tests start the server binary (bazel test builds only what tests depend on).
   bazel build //server:optstep_server 2>&1 | tail -1
   if [[ -x .venv/bin/python ]]; then
-    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python 2>&1 |
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python tests/chaos 2>&1 |
       tee /tmp/optstep-pytest.log | tail -30
     add_pytest /tmp/optstep-pytest.log
     # The package's annotations, checked (configuration: client/python/pyproject.toml).

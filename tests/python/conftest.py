@@ -7,27 +7,17 @@ The server binary is $OPTSTEP_SERVER, else bazel-bin/server/optstep_server, whic
 
 from __future__ import annotations
 
-import os
-import pathlib
-import subprocess
 from typing import Iterator
 
 import pytest
 
 import optstep
-from repository import REPOSITORY_ROOT
+from repository import server_binary_path
 
 
 @pytest.fixture(scope="session")
 def server_binary() -> str:
-    override = os.environ.get("OPTSTEP_SERVER")
-    binary = (pathlib.Path(override) if override
-              else REPOSITORY_ROOT / "bazel-bin" / "server" / "optstep_server")
-    if not binary.is_file() and not override:
-        subprocess.run(["bazel", "build", "//server:optstep_server"], cwd=REPOSITORY_ROOT,
-                       check=True)
-    assert binary.is_file(), f"no server binary at {binary}"
-    return str(binary)
+    return server_binary_path()
 
 
 @pytest.fixture(scope="session")

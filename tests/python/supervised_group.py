@@ -32,7 +32,8 @@ class SupervisedGroup:
         self.targets: List[str] = []
 
     def start(self) -> List[str]:
-        env = dict(os.environ, OPTSTEP_SERVER=self.binary, OPTSTEP_MAX_RESTARTS="1000",
+        self.checkpoint_root.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, OPTSTEP_SERVER=self.binary, OPTSTEP_MAX_RESTARTS="50",
                    OPTSTEP_RESTART_DELAY="0.2")
         subprocess.run([str(RANKS_SH), "start", str(self.world_size), str(self.directory),
                         "--", *self.flags], env=env, check=True, stdout=subprocess.DEVNULL,

@@ -160,10 +160,17 @@ class StepRecovery:
         except OptstepError:
             return False
 
-    def _recovering(self, group: GroupView, error: OptstepError) -> bool:
+    @staticmethod
+    def _recovering(group: GroupView, error: OptstepError) -> bool:
         if error.code == grpc.StatusCode.UNAVAILABLE:
             return True
-        return error.code in _WHEN_NOT_SERVING and not self._serving(group)
+        if error.code not in _WHEN_NOT_SERVING:
+            return False
+        try:
+            return not group.check_health()
+        except OptstepError as health:  # unreachable: recovering; no health service: not
+            return health.code in (grpc.StatusCode.UNAVAILABLE,
+                                   grpc.StatusCode.DEADLINE_EXCEEDED)
 
     def _await_group(self, group: GroupView, session_id: str, deadline: float, wait: float,
                      error: OptstepError) -> session_pb2.SessionInfo:

@@ -245,7 +245,9 @@ absl::Status RankProcess::StartEngine(
   auto_options.on_saved = [metrics = metrics_](const AutoCheckpointSaved&) {
     metrics->CountAutoCheckpoint();
   };
-  const bool auto_checkpoints = options_.rank == 0 && AutoCheckpointsEnabled(auto_options);
+  // Rank 0 with a root: sessions restored from automatic checkpoints lose them when closed, also
+  // when no new ones are made.
+  const bool auto_checkpoints = options_.rank == 0 && !options_.checkpoint_root.empty();
   if (auto_checkpoints) {
     group_options.on_session_closed = [this](const std::string& id) {
       auto_checkpointer_->SessionClosed(id);

@@ -79,7 +79,7 @@ AutoCheckpointer::~AutoCheckpointer() { Stop(); }
 
 void AutoCheckpointer::Start() {
   absl::MutexLock lock(&mu_);
-  if (stopping_ || thread_.joinable()) return;
+  if (stopping_ || thread_.joinable() || !AutoCheckpointsEnabled(options_)) return;
   thread_ = std::thread([this] { Run(); });
 }
 

@@ -79,7 +79,8 @@ class AutoCheckpointer {
   AutoCheckpointer(const AutoCheckpointer&) = delete;
   AutoCheckpointer& operator=(const AutoCheckpointer&) = delete;
 
-  // Starts the thread; nothing after Stop. Once only.
+  // Starts the thread; nothing after Stop, nor when `options` ask for no automatic checkpoints
+  // (SessionClosed still removes those of a restored session). Once only.
   void Start();
   // Stops the thread after the save in progress (shutdown). Idempotent.
   void Stop();

@@ -147,7 +147,9 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
     for (auto& rank : run.group) rank->Wait();
   }
 
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(restarted_world, AutoFlags(root.path())));
+  // Restarted without automatic checkpoints: the session comes back all the same.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run,
+                               Start(restarted_world, {"--checkpoint_root=" + root.path()}));
   // SERVING already: the session is there, with its id, name and last saved step.
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
   EXPECT_EQ(info.step(), kBefore);

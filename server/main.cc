@@ -21,6 +21,7 @@
 #include "server/engine/memory_budget.h"
 #include "server/rank_env.h"
 #include "server/rank_process.h"
+#include "server/rpc/auth.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "Port to listen on; 0 picks a free port.");
@@ -97,9 +98,17 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle that signed the other ranks' certificates; default --tls_client_ca.");
 ABSL_FLAG(std::string, auth_tokens_file, "",
-          "File of bearer tokens, one 'TOKEN [user|admin]' a line; set: every call but health "
-          "needs one (admin calls an admin token). Requires TLS. The ranks call each other with "
-          "the first admin token.");
+          "File of named identities, one 'NAME ROLE SECRET' a line (ROLE: user, admin or peer); "
+          "set: every call but health needs a bearer secret of the role it needs. Requires TLS. "
+          "The ranks call each other with the first peer entry's secret.");
+ABSL_FLAG(std::string, peer_subjects, "",
+          "Mutual TLS without --auth_tokens_file: comma-separated common names (CN) of the client "
+          "certificates with the peer role (the ranks' own services, which no other caller may "
+          "use). Default: the CN of this rank's --tls_cert.");
+ABSL_FLAG(std::string, admin_subjects, "",
+          "Mutual TLS without --auth_tokens_file: comma-separated common names (CN) of the client "
+          "certificates with the admin role (Save, Load, ImportStateDict, Shutdown; every "
+          "session). Default: none. Any other certificate the client CA signed is a user.");
 ABSL_FLAG(int, metrics_port, 0,
           "Port of the Prometheus /metrics endpoint (on --host); 0: off, -1: any free port.");
 ABSL_FLAG(std::string, metrics_port_file, "",
@@ -176,6 +185,8 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
   options.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  options.peer_subjects = SplitSubjects(absl::GetFlag(FLAGS_peer_subjects));
+  options.admin_subjects = SplitSubjects(absl::GetFlag(FLAGS_admin_subjects));
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
   options.checkpoint_on_shutdown = absl::GetFlag(FLAGS_checkpoint_on_shutdown);

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "checkpoint/temporaries.h"
@@ -98,6 +99,36 @@ absl::Status LoadTokens(const RankProcess::Options& options, ServerOptions& serv
   return absl::OkStatus();
 }
 
+// Under mutual TLS without tokens, the roles of the client certificates by their common names:
+// the peers default to this rank's own (one certificate for every rank). The subject flags are
+// refused in any other configuration, where they would be ignored.
+absl::Status LoadSubjects(const RankProcess::Options& options, ServerOptions& server_options) {
+  const bool by_certificate =
+      !options.tls.client_ca_file.empty() && options.auth_tokens_file.empty();
+  if (!by_certificate) {
+    if (options.peer_subjects.empty() && options.admin_subjects.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "--peer_subjects and --admin_subjects name roles under mutual TLS without tokens: they "
+        "need --tls_client_ca, and --auth_tokens_file unset (its entries name the roles)");
+  }
+  std::vector<std::string> peers = options.peer_subjects;
+  if (peers.empty()) {
+    absl::StatusOr<std::string> own = CertificateCommonName(options.tls.cert_file);
+    if (!own.ok()) {
+      return WithContext("--peer_subjects unset and the peers' subject not read from --tls_cert: ",
+                         own.status());
+    }
+    peers.push_back(*std::move(own));
+  }
+  absl::StatusOr<SubjectRoles> subjects = SubjectRoles::Make(peers, options.admin_subjects);
+  if (!subjects.ok()) return WithContext("--peer_subjects / --admin_subjects: ", subjects.status());
+  LOG(INFO) << "event=subject_roles peers=\"" << absl::StrJoin(subjects->peers(), ",")
+            << "\" admins=\"" << absl::StrJoin(subjects->admins(), ",")
+            << "\" (client certificates of any other common name are users)";
+  server_options.subjects = *std::move(subjects);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void RankProcess::HandleSignals() {
@@ -140,6 +171,7 @@ absl::Status RankProcess::Launch() {
   server_options.tls = options_.tls;
   std::string peer_token;
   OPTSTEP_RETURN_IF_ERROR(LoadTokens(options_, server_options, peer_token));
+  OPTSTEP_RETURN_IF_ERROR(LoadSubjects(options_, server_options));
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> peer_credentials,
                            MakePeerCredentials(options_.tls, peer_token));
   metrics_ = std::make_shared<ServerMetrics>();

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -84,6 +85,10 @@ class RankProcess {
     // TLS and bearer tokens (docs/security.md); all empty: plaintext, no tokens.
     TlsFiles tls;
     std::string auth_tokens_file;
+    // Mutual TLS without tokens only: the client certificates' common names that have the peer
+    // role (empty: the common name of `tls.cert_file`) and the admin role (empty: none).
+    std::vector<std::string> peer_subjects;
+    std::vector<std::string> admin_subjects;
     // /metrics: 0 off, -1 any free port; the bound port is written to `metrics_port_file` when
     // set.
     int metrics_port = 0;

@@ -1,5 +1,6 @@
 #include "server/rpc/auth.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -16,6 +17,8 @@ namespace optstep {
 namespace {
 
 constexpr absl::string_view kBearer = "Bearer ";
+// The AuthContext property gRPC sets to the common name of a verified peer certificate.
+constexpr char kCommonNameProperty[] = "x509_common_name";
 
 // Equal in time proportional to the candidate's length only.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
@@ -30,61 +33,72 @@ const char* CodeName(grpc::StatusCode code) {
   return code == grpc::StatusCode::PERMISSION_DENIED ? "PERMISSION_DENIED" : "UNAUTHENTICATED";
 }
 
+// How a processor names what identifies a caller in its refusals.
+struct Credential {
+  const char* kind;    // "token", "certificate"
+  std::string holder;  // "this token", "the certificate of 'trainer-7'"
+};
+
 // Why `role` may not call a method that needs `required`; "" when it may. Admins may make user
-// calls; peer secrets serve only the ranks' own services, and only they serve them.
-std::string RoleRefusal(absl::string_view method, Role required, Role role) {
+// calls; peers serve only the ranks' own services, and only they serve them.
+std::string RoleRefusal(absl::string_view method, Role required, Role role,
+                        const Credential& credential) {
   const bool allowed = role == required || (required == Role::kUser && role == Role::kAdmin);
   if (allowed) return "";
   const char* needed = required == Role::kUser    ? "a user or admin"
                        : required == Role::kAdmin ? "an admin"
                                                   : "a peer";
-  return absl::StrCat(method, " needs ", needed, " token; this token has the ", RoleName(role),
-                      " role");
+  return absl::StrCat(method, " needs ", needed, " ", credential.kind, "; ", credential.holder,
+                      " has the ", RoleName(role), " role");
 }
 
-class TokenProcessor final : public grpc::AuthMetadataProcessor {
+absl::string_view Value(const grpc::AuthMetadataProcessor::InputMetadata& metadata,
+                        const char* key) {
+  const auto it = metadata.find(key);
+  if (it == metadata.end()) return "";
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
+// The check both processors make: the role the method needs (RequiredRole) against the caller's,
+// whom a subclass identifies; an accepted caller's identity on the call's AuthContext; every
+// refusal logged and reported. Immutable after construction: thread-safe.
+class RoleProcessor : public grpc::AuthMetadataProcessor {
  public:
-  TokenProcessor(TokenTable tokens, AuthRefusal on_refusal)
-      : tokens_(std::move(tokens)), on_refusal_(std::move(on_refusal)) {}
+  explicit RoleProcessor(AuthRefusal on_refusal) : on_refusal_(std::move(on_refusal)) {}
 
   // Lookups are quick and never block: run on gRPC's own thread.
-  bool IsBlocking() const override { return false; }
+  bool IsBlocking() const final { return false; }
 
   grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
-                       OutputMetadata* consumed, OutputMetadata* /*response*/) override {
+                       OutputMetadata* consumed, OutputMetadata* /*response*/) final {
     const absl::string_view method = Value(metadata, ":path");
     const std::optional<Role> required = RequiredRole(method);
     if (!required) return grpc::Status::OK;
-    const auto header = metadata.find("authorization");
-    if (header == metadata.end()) {
+    Credential credential;
+    absl::StatusOr<Identity> identity = Identify(metadata, context, consumed, credential);
+    if (!identity.ok()) {
       return Refuse(method, grpc::StatusCode::UNAUTHENTICATED,
-                    "missing 'authorization: Bearer <token>' metadata");
+                    std::string(identity.status().message()));
     }
-    const absl::string_view value(header->second.data(), header->second.size());
-    if (!absl::StartsWith(value, kBearer)) {
-      return Refuse(method, grpc::StatusCode::UNAUTHENTICATED,
-                    "the 'authorization' metadata is not 'Bearer <token>'");
-    }
-    const std::optional<Identity> identity = tokens_.Find(value.substr(kBearer.size()));
-    if (!identity) return Refuse(method, grpc::StatusCode::UNAUTHENTICATED, "unknown token");
-    const std::string refusal = RoleRefusal(method, *required, identity->role);
+    const std::string refusal = RoleRefusal(method, *required, identity->role, credential);
     if (!refusal.empty()) return Refuse(method, grpc::StatusCode::PERMISSION_DENIED, refusal);
     if (context != nullptr) {
       context->AddProperty(kIdentityProperty, identity->name);
       context->AddProperty(kRoleProperty, std::string(RoleName(identity->role)));
     }
-    // Services never see the token.
-    consumed->insert({"authorization", std::string(value)});
     return grpc::Status::OK;
   }
 
- private:
-  static absl::string_view Value(const InputMetadata& metadata, const char* key) {
-    const auto it = metadata.find(key);
-    if (it == metadata.end()) return "";
-    return absl::string_view(it->second.data(), it->second.size());
-  }
+ protected:
+  // The caller of a call that needs a role, and `credential` for the refusal of its role; any
+  // error: why there is none (UNAUTHENTICATED). May add to `consumed` what the services must not
+  // see. `context` may be null.
+  virtual absl::StatusOr<Identity> Identify(const InputMetadata& metadata,
+                                            const grpc::AuthContext* context,
+                                            OutputMetadata* consumed,
+                                            Credential& credential) const = 0;
 
+ private:
   grpc::Status Refuse(absl::string_view method, grpc::StatusCode code, const std::string& why) {
     LOG(WARNING) << "event=auth_refused method=" << method << " code=" << CodeName(code)
                  << " reason=\"" << why << "\"";
@@ -92,8 +106,62 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
     return grpc::Status(code, why);
   }
 
-  const TokenTable tokens_;
   const AuthRefusal on_refusal_;
+};
+
+// Identifies the caller by its bearer secret.
+class TokenProcessor final : public RoleProcessor {
+ public:
+  TokenProcessor(TokenTable tokens, AuthRefusal on_refusal)
+      : RoleProcessor(std::move(on_refusal)), tokens_(std::move(tokens)) {}
+
+ private:
+  absl::StatusOr<Identity> Identify(const InputMetadata& metadata,
+                                    const grpc::AuthContext* /*context*/, OutputMetadata* consumed,
+                                    Credential& credential) const override {
+    const auto header = metadata.find("authorization");
+    if (header == metadata.end()) {
+      return absl::UnauthenticatedError("missing 'authorization: Bearer <token>' metadata");
+    }
+    const absl::string_view value(header->second.data(), header->second.size());
+    if (!absl::StartsWith(value, kBearer)) {
+      return absl::UnauthenticatedError("the 'authorization' metadata is not 'Bearer <token>'");
+    }
+    const std::optional<Identity> identity = tokens_.Find(value.substr(kBearer.size()));
+    if (!identity) return absl::UnauthenticatedError("unknown token");
+    credential = {"token", "this token"};
+    // Services never see the token.
+    consumed->insert({"authorization", std::string(value)});
+    return *identity;
+  }
+
+  const TokenTable tokens_;
+};
+
+// Identifies the caller by the common name of its verified client certificate.
+class SubjectProcessor final : public RoleProcessor {
+ public:
+  SubjectProcessor(SubjectRoles subjects, AuthRefusal on_refusal)
+      : RoleProcessor(std::move(on_refusal)), subjects_(std::move(subjects)) {}
+
+ private:
+  absl::StatusOr<Identity> Identify(const InputMetadata& /*metadata*/,
+                                    const grpc::AuthContext* context, OutputMetadata* /*consumed*/,
+                                    Credential& credential) const override {
+    std::vector<grpc::string_ref> names;
+    if (context != nullptr && context->IsPeerAuthenticated()) {
+      names = context->FindPropertyValues(kCommonNameProperty);
+    }
+    if (names.empty() || names.front().empty()) {
+      return absl::UnauthenticatedError(
+          "the client certificate has no common name (CN) to name the caller");
+    }
+    const std::string subject(names.front().data(), names.front().size());
+    credential = {"certificate", absl::StrCat("the certificate of '", subject, "'")};
+    return Identity{subject, subjects_.RoleOf(subject)};
+  }
+
+  const SubjectRoles subjects_;
 };
 
 std::optional<Role> ParseRole(absl::string_view name) {
@@ -190,7 +258,6 @@ std::optional<Role> RequiredRole(absl::string_view method) {
       "/optstep.v1.CheckpointService/Save",
       "/optstep.v1.CheckpointService/Load",
       "/optstep.v1.CheckpointService/ImportStateDict",
-      "/optstep.v1.OptimizerService/CloseSession",
       "/optstep.v1.AdminService/Shutdown",
   };
   for (absl::string_view admin : kAdminMethods) {
@@ -207,6 +274,48 @@ std::optional<Role> RequiredRole(absl::string_view method) {
 std::shared_ptr<grpc::AuthMetadataProcessor> MakeTokenProcessor(TokenTable tokens,
                                                                 AuthRefusal on_refusal) {
   return std::make_shared<TokenProcessor>(std::move(tokens), std::move(on_refusal));
+}
+
+absl::StatusOr<SubjectRoles> SubjectRoles::Make(std::vector<std::string> peers,
+                                                std::vector<std::string> admins) {
+  for (const std::vector<std::string>* names : {&peers, &admins}) {
+    for (const std::string& name : *names) {
+      if (name.empty()) return absl::InvalidArgumentError("a subject (common name) is empty");
+    }
+  }
+  for (const std::string& admin : admins) {
+    if (std::find(peers.begin(), peers.end(), admin) != peers.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "subject '", admin, "' is both a peer and an admin; a certificate has one role"));
+    }
+  }
+  SubjectRoles roles;
+  roles.peers_ = std::move(peers);
+  roles.admins_ = std::move(admins);
+  return roles;
+}
+
+Role SubjectRoles::RoleOf(absl::string_view subject) const {
+  auto in = [subject](const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), subject) != names.end();
+  };
+  if (in(peers_)) return Role::kPeer;
+  if (in(admins_)) return Role::kAdmin;
+  return Role::kUser;
+}
+
+std::vector<std::string> SplitSubjects(absl::string_view list) {
+  std::vector<std::string> names;
+  for (absl::string_view name : absl::StrSplit(list, ',')) {
+    name = absl::StripAsciiWhitespace(name);
+    if (!name.empty()) names.emplace_back(name);
+  }
+  return names;
+}
+
+std::shared_ptr<grpc::AuthMetadataProcessor> MakeSubjectProcessor(SubjectRoles subjects,
+                                                                  AuthRefusal on_refusal) {
+  return std::make_shared<SubjectProcessor>(std::move(subjects), std::move(on_refusal));
 }
 
 }  // namespace optstep

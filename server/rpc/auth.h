@@ -3,15 +3,22 @@
 
 // Named identities, roles and the check of every call (docs/security.md).
 //
+// Two sources of identity, one check: bearer tokens (below), or, under mutual TLS without tokens,
+// the common name of the caller's verified client certificate (SubjectRoles).
+//
 // The tokens file has one identity per line: `NAME ROLE SECRET`, ROLE one of `user`, `admin`
 // and `peer`. Blank lines and lines starting with '#' are skipped; names and secrets are unique.
 // Every call but grpc.health.v1 carries `authorization: Bearer <secret>`:
-// - user calls (sessions, steps, exports) need a user or admin secret;
-// - admin calls (Save, Load, ImportStateDict, CloseSession, Shutdown) an admin secret;
+// - user calls (sessions, steps, exports, closing a session; the services check its owner) need
+//   a user or admin secret;
+// - admin calls (Save, Load, ImportStateDict, Shutdown) an admin secret;
 // - the ranks' own PeerService / RendezvousService a peer secret, which no other call accepts.
 // A missing, malformed or unknown secret answers UNAUTHENTICATED; a secret of the wrong role
 // PERMISSION_DENIED. An accepted call carries its identity on its AuthContext (kIdentityProperty,
 // kRoleProperty), which the services read (caller.h).
+//
+// Under mutual TLS without tokens the same roles come from the client certificate's common name:
+// --peer_subjects are peers, --admin_subjects admins, any other verified certificate a user.
 //
 // The check runs in a grpc::AuthMetadataProcessor, which gRPC invokes only on secure (TLS)
 // server credentials, so tokens require TLS (the server refuses to start otherwise).
@@ -34,13 +41,13 @@ enum class Role { kUser, kAdmin, kPeer };
 // "user", "admin" or "peer".
 absl::string_view RoleName(Role role);
 
-// Who calls: the name of a tokens-file entry and its role.
+// Who calls: the name of a tokens-file entry (or a certificate's common name) and its role.
 struct Identity {
   std::string name;
   Role role = Role::kUser;
 };
 
-// AuthContext properties set on every call the token processor accepts.
+// AuthContext properties set on every call a processor accepts.
 inline constexpr char kIdentityProperty[] = "optstep.identity";
 inline constexpr char kRoleProperty[] = "optstep.role";
 
@@ -71,6 +78,27 @@ class TokenTable {
   std::vector<Entry> entries_;
 };
 
+// Under mutual TLS without tokens: the role of each client certificate by its common name (CN).
+// A value; thread-compatible.
+class SubjectRoles {
+ public:
+  // INVALID_ARGUMENT for an empty name or one given as both peer and admin.
+  static absl::StatusOr<SubjectRoles> Make(std::vector<std::string> peers,
+                                           std::vector<std::string> admins);
+
+  // kPeer for a peer subject, kAdmin for an admin subject, kUser for any other.
+  Role RoleOf(absl::string_view subject) const;
+  const std::vector<std::string>& peers() const { return peers_; }
+  const std::vector<std::string>& admins() const { return admins_; }
+
+ private:
+  std::vector<std::string> peers_;
+  std::vector<std::string> admins_;
+};
+
+// The names of a comma-separated list ("a, b,c"), blanks trimmed and empty items skipped.
+std::vector<std::string> SplitSubjects(absl::string_view list);
+
 // The role a method ("/package.Service/Method") needs; nullopt when it is open to everyone
 // (grpc.health.v1, for probes).
 std::optional<Role> RequiredRole(absl::string_view method);
@@ -82,6 +110,14 @@ using AuthRefusal = std::function<void(absl::string_view method, absl::string_vi
 // call's AuthContext and removes the header before the call reaches a service.
 std::shared_ptr<grpc::AuthMetadataProcessor> MakeTokenProcessor(TokenTable tokens,
                                                                 AuthRefusal on_refusal);
+
+// Names every call by the common name of its verified client certificate (AuthContext property
+// "x509_common_name"), gives it the role `subjects` says and checks that role as the token
+// processor does: UNAUTHENTICATED without a common name, PERMISSION_DENIED naming the method, the
+// role it needs and the common name for a certificate of another role. For servers that require
+// and verify client certificates.
+std::shared_ptr<grpc::AuthMetadataProcessor> MakeSubjectProcessor(SubjectRoles subjects,
+                                                                  AuthRefusal on_refusal);
 
 }  // namespace optstep
 

@@ -18,15 +18,10 @@ std::string Property(const grpc::AuthContext& auth, const std::string& property)
 
 Caller CallerOf(const grpc::AuthContext* auth) {
   if (auth != nullptr) {
-    // Tokens on: the token processor named the caller.
+    // Tokens or mutual TLS: the server's processor named the caller (auth.h).
     const std::string name = Property(*auth, kIdentityProperty);
     if (!name.empty()) {
       return Caller{name, Property(*auth, kRoleProperty) == RoleName(Role::kAdmin)};
-    }
-    // Mutual TLS without tokens: the subject of the verified client certificate.
-    if (auth->IsPeerAuthenticated()) {
-      const std::string subject = Property(*auth, "x509_common_name");
-      if (!subject.empty()) return Caller{subject, false};
     }
   }
   // No authentication: everyone is everyone.

@@ -18,11 +18,11 @@ namespace optstep {
 
 // The identity of the caller of one RPC. A value; thread-compatible.
 struct Caller {
-  // The tokens-file name (tokens on); else the client certificate's common name (mutual TLS);
-  // else kAnonymous.
+  // The identity the server's processor recorded (auth.h): the tokens-file name (tokens on), else
+  // the client certificate's common name (mutual TLS); else kAnonymous.
   std::string identity;
-  // Admins, and every caller of a server without tokens or client certificates, see every
-  // session.
+  // Admins (by token or by certificate), and every caller of a server without tokens or client
+  // certificates, see every session.
   bool sees_all = false;
 
   static constexpr char kAnonymous[] = "anonymous";

@@ -1,6 +1,11 @@
 #include "server/rpc/credentials.h"
 
+#include <openssl/bio.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <utility>
 
@@ -11,7 +16,7 @@
 
 namespace optstep {
 
-absl::StatusOr<std::string> ReadPemFile(const std::string &path, absl::string_view what) {
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, absl::string_view what) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
   std::stringstream text;
@@ -23,9 +28,35 @@ absl::StatusOr<std::string> ReadPemFile(const std::string &path, absl::string_vi
   return text.str();
 }
 
+absl::StatusOr<std::string> CertificateCommonName(const std::string& path) {
+  OPTSTEP_ASSIGN_OR_RETURN(const std::string pem, ReadPemFile(path, "TLS certificate"));
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), pem.size()), &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      bio == nullptr ? nullptr : PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr),
+      &X509_free);
+  if (cert == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS certificate '", path, "' holds no readable X.509 certificate"));
+  }
+  const X509_NAME* subject = X509_get_subject_name(cert.get());
+  const int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
+  const ASN1_STRING* name =
+      index < 0 ? nullptr : X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index));
+  unsigned char* utf8 = nullptr;
+  const int length = name == nullptr ? -1 : ASN1_STRING_to_UTF8(&utf8, name);
+  if (length <= 0) {
+    OPENSSL_free(utf8);
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS certificate '", path, "' has no subject common name (CN)"));
+  }
+  std::string common_name(reinterpret_cast<const char*>(utf8), length);
+  OPENSSL_free(utf8);
+  return common_name;
+}
+
 namespace {
 
-absl::Status CheckPair(const TlsFiles &tls) {
+absl::Status CheckPair(const TlsFiles& tls) {
   if (tls.cert_file.empty() || tls.key_file.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("TLS needs both a certificate and a key; got certificate '", tls.cert_file,
@@ -37,17 +68,17 @@ absl::Status CheckPair(const TlsFiles &tls) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TlsFiles &tls, std::shared_ptr<grpc::AuthMetadataProcessor> processor) {
+    const TlsFiles& tls, std::shared_ptr<grpc::AuthMetadataProcessor> processor) {
   if (!tls.enabled()) {
+    if (!tls.client_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("client CA '", tls.client_ca_file, "' given without a certificate and key"));
+    }
     if (processor != nullptr) {
       return absl::InvalidArgumentError(
           "bearer tokens need TLS (gRPC checks call metadata only on TLS "
           "connections): set a "
           "certificate and key");
-    }
-    if (!tls.client_ca_file.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("client CA '", tls.client_ca_file, "' given without a certificate and key"));
     }
     return grpc::InsecureServerCredentials();
   }
@@ -68,11 +99,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakePeerCredentials(
-    const TlsFiles &tls, const std::string &token) {
+    const TlsFiles& tls, const std::string& token) {
   if (!tls.enabled()) return grpc::InsecureChannelCredentials();
   OPTSTEP_RETURN_IF_ERROR(CheckPair(tls));
   grpc::SslCredentialsOptions options;
-  const std::string &ca = tls.ca_file.empty() ? tls.client_ca_file : tls.ca_file;
+  const std::string& ca = tls.ca_file.empty() ? tls.client_ca_file : tls.ca_file;
   if (!ca.empty()) {
     OPTSTEP_ASSIGN_OR_RETURN(options.pem_root_certs, ReadPemFile(ca, "TLS CA"));
   }

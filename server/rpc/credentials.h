@@ -34,20 +34,25 @@ struct TlsFiles {
 
 // The whole content of a PEM file. NOT_FOUND naming `what` and the path when
 // unreadable, INVALID_ARGUMENT when it holds no PEM block.
-absl::StatusOr<std::string> ReadPemFile(const std::string &path, absl::string_view what);
+absl::StatusOr<std::string> ReadPemFile(const std::string& path, absl::string_view what);
+
+// The common name (CN) of the first certificate in the PEM file `path`: how the other ranks see
+// this rank under mutual TLS. NOT_FOUND when unreadable, INVALID_ARGUMENT naming the path when it
+// holds no certificate or the certificate's subject has no common name.
+absl::StatusOr<std::string> CertificateCommonName(const std::string& path);
 
 // Insecure credentials without TLS (and then `processor` must be null:
 // INVALID_ARGUMENT, since gRPC would silently skip it); TLS credentials (client
 // certificates required and verified with a client CA) running `processor` on
 // every call otherwise.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TlsFiles &tls, std::shared_ptr<grpc::AuthMetadataProcessor> processor);
+    const TlsFiles& tls, std::shared_ptr<grpc::AuthMetadataProcessor> processor);
 
 // What this rank uses to call the other ranks: TLS with its own certificate as
 // client certificate, plus `token` as bearer token when non-empty; insecure
 // without TLS.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakePeerCredentials(
-    const TlsFiles &tls, const std::string &token);
+    const TlsFiles& tls, const std::string& token);
 
 }  // namespace optstep
 

@@ -4,8 +4,8 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
-#include "glog/logging.h"
 #include "base/status_macros.h"
+#include "glog/logging.h"
 #include "server/rpc/request_parse_interceptor.h"
 
 namespace optstep {
@@ -14,13 +14,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                                                       RankGroup* group) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  ServerMetrics* metrics = options.metrics;
+  AuthRefusal count = [metrics](absl::string_view method, absl::string_view code) {
+    if (metrics != nullptr) metrics->CountRpcError(method, code);
+  };
+  // Tokens name every caller; without them, mutual TLS's client certificates do.
   std::shared_ptr<grpc::AuthMetadataProcessor> processor;
   if (options.tokens) {
-    ServerMetrics* metrics = options.metrics;
-    processor = MakeTokenProcessor(
-        *options.tokens, [metrics](absl::string_view method, absl::string_view code) {
-          if (metrics != nullptr) metrics->CountRpcError(method, code);
-        });
+    processor = MakeTokenProcessor(*options.tokens, std::move(count));
+  } else if (!options.tls.client_ca_file.empty()) {
+    processor = MakeSubjectProcessor(options.subjects, std::move(count));
   }
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                            MakeServerCredentials(options.tls, std::move(processor)));

@@ -37,6 +37,9 @@ struct ServerOptions {
   TlsFiles tls;
   // Set: every call but grpc.health.v1 needs a bearer token of this table (requires TLS).
   std::optional<TokenTable> tokens;
+  // Mutual TLS (`tls.client_ca_file`) without `tokens`: the role of every call but grpc.health.v1
+  // comes from its client certificate's common name (MakeSubjectProcessor).
+  SubjectRoles subjects;
   // Counts calls, streams and errors; may be null. Must outlive the server.
   ServerMetrics* metrics = nullptr;
   // AdminService.Shutdown calls this (admin role where tokens are on); null refuses the call.

@@ -170,7 +170,7 @@ std::vector<Rpc> AllRpcs(const std::string& session_id) {
       {"/optstep.v1.OptimizerService/GetSession", get, "user"},
       {"/optstep.v1.OptimizerService/ListSessions", std::make_shared<v1::ListSessionsRequest>(),
        "user"},
-      {"/optstep.v1.OptimizerService/CloseSession", close, "admin"},
+      {"/optstep.v1.OptimizerService/CloseSession", close, "user"},
       {"/optstep.v1.OptimizerService/InitParameters", init, "user"},
       {"/optstep.v1.OptimizerService/Step", step, "user"},
       {"/optstep.v1.OptimizerService/PullParameters", pull, "user"},
@@ -281,11 +281,14 @@ TEST_F(SecurityTest, HealthIsOpenAndRolesGrantTheirRpcs) {
                                Client::Connect(TlsOptions(good_, server->address(), kUserToken)));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, user->CreateSession(SmallSpec("mine")));
   EXPECT_THAT(StepSmall(*user, info.session_id(), 1).status(), IsOk());
-  EXPECT_THAT(user->CloseSession(info.session_id()),
-              StatusIs(absl::StatusCode::kPermissionDenied, "CloseSession"));
+  EXPECT_THAT(user->Save(info.session_id(), "mine").status(),
+              StatusIs(absl::StatusCode::kPermissionDenied, "needs an admin token"));
+  // An owner closes her own session; an admin closes any.
+  EXPECT_THAT(user->CloseSession(info.session_id()), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo theirs, user->CreateSession(SmallSpec("theirs")));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto admin,
                                Client::Connect(TlsOptions(good_, server->address(), kAdminToken)));
-  EXPECT_THAT(admin->CloseSession(info.session_id()), IsOk());
+  EXPECT_THAT(admin->CloseSession(theirs.session_id()), IsOk());
 }
 
 // The command line tool's TLS and token flags: exit status and output of `optstep <args>`.

@@ -44,7 +44,7 @@ absl::StatusOr<TestPki> MakeTestPki(const std::string& dir, const std::string& n
   const std::string script = absl::StrCat(
       "set -e; mkdir -p ", d, "; cd ", d, "; ", "openssl req -x509 ", kKey,
       " -days 2 -subj /CN=", name, "-test-ca -keyout ca.key -out ca.pem; ",
-      "for who in server client; do ", "openssl req ", kKey, " -subj /CN=", name,
+      "for who in server client admin other; do ", "openssl req ", kKey, " -subj /CN=", name,
       "-$who -keyout $who.key -out $who.csr; ",
       "openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 ",
       "-extfile ../", name, ".ext -out $who.pem; done");
@@ -58,6 +58,10 @@ absl::StatusOr<TestPki> MakeTestPki(const std::string& dir, const std::string& n
   pki.server_key = d + "/server.key";
   pki.client_cert = d + "/client.pem";
   pki.client_key = d + "/client.key";
+  pki.admin_cert = d + "/admin.pem";
+  pki.admin_key = d + "/admin.key";
+  pki.other_cert = d + "/other.pem";
+  pki.other_key = d + "/other.key";
   return pki;
 }
 

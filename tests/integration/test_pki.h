@@ -2,7 +2,8 @@
 #define OPTSTEP_TESTS_INTEGRATION_TEST_PKI_H_
 
 // Throwaway certificates for TLS tests, made with the `openssl` command at test time: a CA, a
-// server certificate for 127.0.0.1 / localhost and a client certificate, all signed by that CA.
+// server certificate for 127.0.0.1 / localhost and three client certificates, all signed by that
+// CA. The common name of each certificate is `<name>-<who>` (who: server, client, admin, other).
 
 #include <string>
 
@@ -17,6 +18,11 @@ struct TestPki {
   std::string server_key;
   std::string client_cert;
   std::string client_key;
+  // Two more client certificates, for a second role or a second tenant under mutual TLS.
+  std::string admin_cert;
+  std::string admin_key;
+  std::string other_cert;
+  std::string other_key;
 };
 
 // Writes the files under `dir`/`name` (created). INTERNAL with openssl's output when it fails.

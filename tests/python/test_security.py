@@ -1,6 +1,6 @@
 """The Python client against a server with mutual TLS and bearer tokens: certificates made with
-`openssl` for this test, a user token steps, a missing or unknown token is refused, an admin call
-needs an admin token, and the token may come from $OPTSTEP_TOKEN."""
+`openssl` for this test, a user token steps and closes its own session, a missing or unknown token
+is refused, an admin call needs an admin token, and the token may come from $OPTSTEP_TOKEN."""
 
 from __future__ import annotations
 
@@ -76,16 +76,18 @@ def _spec(name: str) -> pb.SessionSpec:
     return spec
 
 
-def test_user_token_steps_and_admin_token_closes(secure_server, pki):
+def test_user_token_steps_and_closes_its_own_admin_token_closes_any(secure_server, pki):
     with _client(secure_server, pki, token=USER) as user:
         assert _serving(user)
         session = user.create_session(_spec("py-secure")).info
         reply = user.step(session.session_id, 1, {"w": np.full((4, 3), 0.5, np.float32)})
         assert reply.step == 1
         with pytest.raises(optstep.PermissionDeniedError, match="admin"):
-            user.close_session(session.session_id)
+            user.save_checkpoint(session.session_id, "py-secure")
+        user.close_session(session.session_id)
+        other = user.create_session(_spec("py-other")).info
     with _client(secure_server, pki, token=ADMIN) as admin:
-        admin.close_session(session.session_id)
+        admin.close_session(other.session_id)
         assert not admin.list_sessions()
 
 

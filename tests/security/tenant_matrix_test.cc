@@ -198,9 +198,10 @@ TEST_F(TenantMatrixTest, EveryRpcAnswersEachCallerAsTheTableSaysAndNoTenantSeesA
          return clients_[who]->ImportStateDict(id, {&entry, 1}).code();
        },
        {PD, PD, kLater, PD, UN}},
+      // Owners close their own sessions.
       {"CloseSession",
        [&](int who) { return clients_[who]->CloseSession(id).code(); },
-       {PD, PD, kLater, PD, UN}},
+       {kLater, NF, kLater, PD, UN}},
       {"Shutdown",
        [&](int who) { return clients_[who]->Shutdown(0).code(); },
        {PD, PD, kLater, PD, UN}},
@@ -264,12 +265,15 @@ TEST_F(TenantMatrixTest, EveryRpcAnswersEachCallerAsTheTableSaysAndNoTenantSeesA
   EXPECT_EQ(listed->front().session_id(), id);
   EXPECT_THAT(clients_[kOther]->GetSession(id).status().message(), Not(HasSubstr("alice")));
 
-  // The cells that change state: the owner and the admin step the session, the admin closes it
-  // and shuts the group down.
+  // The cells that change state: the owner and the admin step the session, the owner closes it,
+  // the admin closes the other user's and shuts the group down.
   EXPECT_THAT(StepSmall(*clients_[kOwner], id, 2).status(), IsOk());
   EXPECT_THAT(StepSmall(*clients_[kAdmin], id, 3).status(), IsOk());
-  EXPECT_THAT(clients_[kAdmin]->CloseSession(id), IsOk());
+  EXPECT_THAT(clients_[kOwner]->CloseSession(id), IsOk());
   EXPECT_EQ(clients_[kOwner]->GetSession(id).status().code(), NF);
+  EXPECT_THAT(clients_[kOther]->GetSession(own->session_id()).status(), IsOk());
+  EXPECT_THAT(clients_[kAdmin]->CloseSession(own->session_id()), IsOk());
+  EXPECT_EQ(clients_[kOther]->GetSession(own->session_id()).status().code(), NF);
   EXPECT_THAT(clients_[kAdmin]->Shutdown(0), IsOk());
   const int status = group_[0]->Wait();
   ASSERT_TRUE(WIFEXITED(status)) << "status " << status;

@@ -19,6 +19,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "optstep/v1/admin_service.grpc.pb.h"
+#include "tests/integration/test_pki.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -149,6 +150,36 @@ TEST(RankProcessTest, RefusesInconsistentOptions) {
   nowhere.checkpoint_on_shutdown = "final";
   EXPECT_THAT(RankProcess::Start(nowhere).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "needs --checkpoint_root"));
+}
+
+TEST(RankProcessTest, SubjectRolesOnlyUnderMutualTlsWithoutTokens) {
+  const std::string dir = testutil::TestTmpDir();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::TestPki pki, testutil::MakeTestPki(dir, "subjects"));
+  RankProcess::Options tls = LocalOptions();
+  tls.tls.cert_file = pki.server_cert;
+  tls.tls.key_file = pki.server_key;
+  // Without a client CA no certificate names a caller: the flag would be ignored.
+  RankProcess::Options no_client_ca = tls;
+  no_client_ca.admin_subjects = {"ops"};
+  EXPECT_THAT(RankProcess::Start(no_client_ca).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--peer_subjects and --admin_subjects name roles under mutual TLS without "
+                       "tokens"));
+  // With tokens, their entries name the roles.
+  RankProcess::Options with_tokens = tls;
+  with_tokens.tls.client_ca_file = pki.ca;
+  with_tokens.auth_tokens_file =
+      testutil::WriteTestFile(dir, "subjects-tokens", "root admin root-secret-0123456789\n");
+  with_tokens.peer_subjects = {"rank"};
+  EXPECT_THAT(RankProcess::Start(with_tokens).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "--auth_tokens_file unset"));
+  // The ranks' own common name (the default peers) also listed as an admin.
+  RankProcess::Options both = tls;
+  both.tls.client_ca_file = pki.ca;
+  both.admin_subjects = {"subjects-server"};
+  EXPECT_THAT(RankProcess::Start(both).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "subject 'subjects-server' is both a peer and an admin"));
 }
 
 TEST(RankProcessTest, ReportsAnEngineThatCannotStart) {

@@ -114,8 +114,7 @@ TEST(RequiredRoleTest, HealthOpenAdminCallsAdminPeerCallsPeerRestUser) {
   EXPECT_EQ(RequiredRole("/grpc.health.v1.Health/Watch"), std::nullopt);
   for (const char* admin :
        {"/optstep.v1.CheckpointService/Save", "/optstep.v1.CheckpointService/Load",
-        "/optstep.v1.CheckpointService/ImportStateDict",
-        "/optstep.v1.OptimizerService/CloseSession", "/optstep.v1.AdminService/Shutdown"}) {
+        "/optstep.v1.CheckpointService/ImportStateDict", "/optstep.v1.AdminService/Shutdown"}) {
     EXPECT_EQ(RequiredRole(admin), Role::kAdmin) << admin;
   }
   for (const char* peer :
@@ -125,7 +124,8 @@ TEST(RequiredRoleTest, HealthOpenAdminCallsAdminPeerCallsPeerRestUser) {
   }
   for (const char* user :
        {"/optstep.v1.OptimizerService/CreateSession", "/optstep.v1.OptimizerService/Step",
-        "/optstep.v1.OptimizerService/PullParameters",
+        // The owner closes her own session; the service checks the owner.
+        "/optstep.v1.OptimizerService/CloseSession", "/optstep.v1.OptimizerService/PullParameters",
         "/optstep.v1.CheckpointService/ExportStateDict",
         "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "/unknown/Method", ""}) {
     EXPECT_EQ(RequiredRole(user), Role::kUser) << user;
@@ -206,13 +206,110 @@ TEST_F(ProcessorTest, AnAcceptedCallCarriesItsIdentityToTheServices) {
   EXPECT_TRUE(caller.sees_all);
 }
 
-TEST(CallerTest, WithoutTokensTheClientCertificateNamesTheCaller) {
-  FakeAuthContext mtls;
-  mtls.set_authenticated(true);
-  mtls.AddProperty("x509_common_name", "trainer-7");
-  const Caller caller = CallerOf(&mtls);
+TEST(SubjectRolesTest, PeersAdminsAndEveryoneElseAUser) {
+  auto roles = SubjectRoles::Make({"rank", "rank-b"}, {"ops"});
+  ASSERT_THAT(roles.status(), IsOk());
+  EXPECT_EQ(roles->RoleOf("rank"), Role::kPeer);
+  EXPECT_EQ(roles->RoleOf("rank-b"), Role::kPeer);
+  EXPECT_EQ(roles->RoleOf("ops"), Role::kAdmin);
+  EXPECT_EQ(roles->RoleOf("trainer-7"), Role::kUser);
+  EXPECT_EQ(roles->RoleOf("Rank"), Role::kUser);  // exact names only
+  EXPECT_EQ(roles->RoleOf(""), Role::kUser);
+  EXPECT_THAT(
+      SubjectRoles::Make({"rank"}, {"ops", "rank"}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, "subject 'rank' is both a peer and an admin"));
+  EXPECT_THAT(SubjectRoles::Make({""}, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "empty"));
+}
+
+TEST(SubjectRolesTest, SplitsCommaSeparatedNames) {
+  EXPECT_EQ(SplitSubjects("a, b ,c"), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(SplitSubjects(" ops team ,,"), (std::vector<std::string>{"ops team"}));
+  EXPECT_TRUE(SplitSubjects("").empty());
+  EXPECT_TRUE(SplitSubjects(" , ").empty());
+}
+
+// The subject processor as gRPC calls it under mutual TLS: the verified certificate's common name
+// on the AuthContext, no authorization metadata.
+class SubjectProcessorTest : public ::testing::Test {
+ protected:
+  grpc::Status Process(const std::string& method, const std::string& common_name,
+                       bool authenticated = true) {
+    std::vector<std::string> storage = {":path", method};
+    grpc::AuthMetadataProcessor::InputMetadata input;
+    input.insert({storage[0], storage[1]});
+    context_ = FakeAuthContext();
+    context_.set_authenticated(authenticated);
+    if (!common_name.empty()) context_.AddProperty("x509_common_name", common_name);
+    grpc::AuthMetadataProcessor::OutputMetadata consumed, response;
+    return processor_->Process(input, &context_, &consumed, &response);
+  }
+
+  std::vector<std::string> refusals_;
+  std::shared_ptr<grpc::AuthMetadataProcessor> processor_ =
+      MakeSubjectProcessor(*SubjectRoles::Make({"rank"}, {"ops"}),
+                           [this](absl::string_view method, absl::string_view code) {
+                             refusals_.push_back(absl::StrCat(method, " ", code));
+                           });
+  FakeAuthContext context_;
+};
+
+TEST_F(SubjectProcessorTest, TheCommonNameGivesTheRole) {
+  const std::string step = "/optstep.v1.OptimizerService/Step";
+  const std::string close = "/optstep.v1.OptimizerService/CloseSession";
+  const std::string save = "/optstep.v1.CheckpointService/Save";
+  const std::string close_replica = "/optstep.v1.PeerService/CloseReplica";
+  const std::string rendezvous = "/optstep.v1.RendezvousService/Set";
+  EXPECT_TRUE(Process("/grpc.health.v1.Health/Check", "").ok());
+  // Any other verified certificate is a user.
+  EXPECT_TRUE(Process(step, "trainer-7").ok());
+  EXPECT_TRUE(Process(close, "trainer-7").ok());
+  const grpc::Status save_as_user = Process(save, "trainer-7");
+  EXPECT_EQ(save_as_user.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(save_as_user.error_message(),
+            save + " needs an admin certificate; the certificate of 'trainer-7' has the user role");
+  const grpc::Status peer_as_user = Process(close_replica, "trainer-7");
+  EXPECT_EQ(peer_as_user.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(peer_as_user.error_message(),
+            close_replica +
+                " needs a peer certificate; the certificate of 'trainer-7' has the user role");
+  EXPECT_TRUE(context_.FindPropertyValues(kIdentityProperty).empty())
+      << "a refused call carries no identity";
+  EXPECT_TRUE(context_.FindPropertyValues(kRoleProperty).empty());
+  // An admin certificate: admin and user calls, not the ranks' own.
+  EXPECT_TRUE(Process(save, "ops").ok());
+  EXPECT_TRUE(Process(step, "ops").ok());
+  EXPECT_EQ(Process(close_replica, "ops").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Process(rendezvous, "ops").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // A peer certificate: the ranks' own services only.
+  EXPECT_TRUE(Process(close_replica, "rank").ok());
+  EXPECT_TRUE(Process(rendezvous, "rank").ok());
+  EXPECT_EQ(Process(step, "rank").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Process(save, "rank").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(refusals_.size(), 6u);
+  EXPECT_EQ(refusals_.front(), save + " PERMISSION_DENIED");
+}
+
+TEST_F(SubjectProcessorTest, ACertificateWithoutCommonNameIsUnauthenticated) {
+  const std::string list = "/optstep.v1.OptimizerService/ListSessions";
+  const grpc::Status nameless = Process(list, "");
+  EXPECT_EQ(nameless.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(nameless.error_message(), ::testing::HasSubstr("no common name"));
+  EXPECT_EQ(Process(list, "trainer-7", /*authenticated=*/false).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(refusals_,
+            (std::vector<std::string>{list + " UNAUTHENTICATED", list + " UNAUTHENTICATED"}));
+}
+
+TEST_F(SubjectProcessorTest, TheCertificateNamesTheCallerAndAdminsSeeAll) {
+  ASSERT_TRUE(Process("/optstep.v1.OptimizerService/ListSessions", "trainer-7").ok());
+  Caller caller = CallerOf(&context_);
   EXPECT_EQ(caller.identity, "trainer-7");
   EXPECT_FALSE(caller.sees_all);
+  ASSERT_TRUE(Process("/optstep.v1.OptimizerService/ListSessions", "ops").ok());
+  caller = CallerOf(&context_);
+  EXPECT_EQ(caller.identity, "ops");
+  EXPECT_TRUE(caller.sees_all);
 }
 
 TEST(CallerTest, WithoutAuthenticationEveryoneIsAnonymousAndSeesAll) {

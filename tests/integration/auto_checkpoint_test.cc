@@ -31,7 +31,9 @@ namespace optstep {
 namespace {
 
 namespace fs = std::filesystem;
+using ::optstep::testutil::AwaitAutoCheckpoint;
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::Pulled;
 using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
 using ::optstep::testutil::StartGroup;
@@ -77,28 +79,6 @@ absl::Status StepRange(Client& client, const std::string& session, uint64_t firs
     OPTSTEP_RETURN_IF_ERROR(StepSmall(client, session, step).status());
   }
   return absl::OkStatus();
-}
-
-// Every parameter's fp32 bits, concatenated in id order.
-absl::StatusOr<std::string> Pulled(Client& client, const std::string& session) {
-  OPTSTEP_ASSIGN_OR_RETURN(Parameters params, client.PullParameters(session, DType::kF32));
-  std::string all;
-  for (const auto& [id, param] : params.params) {
-    all.append(reinterpret_cast<const char*>(param.f32.data()), param.f32.size() * sizeof(float));
-  }
-  return all;
-}
-
-// Waits (up to 20 s) until the automatic checkpoint of `step` is complete.
-absl::Status AwaitAutoCheckpoint(const std::string& root, const std::string& session,
-                                 uint64_t step) {
-  const fs::path manifest =
-      fs::path(root) / "auto" / session / absl::StrCat("step-", step) / "manifest.json";
-  for (const absl::Time give_up = absl::Now() + absl::Seconds(20); absl::Now() < give_up;) {
-    if (fs::exists(manifest)) return absl::OkStatus();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::DeadlineExceededError(absl::StrCat(manifest.string(), " never appeared"));
 }
 
 // The parameters after kBefore + kAfter steps of an undisturbed group.

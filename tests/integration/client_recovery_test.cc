@@ -6,7 +6,6 @@
 
 #include <signal.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,8 +25,9 @@
 namespace optstep {
 namespace {
 
-namespace fs = std::filesystem;
+using ::optstep::testutil::AwaitAutoCheckpoint;
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::Pulled;
 using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
 using ::optstep::testutil::StepSmall;
@@ -67,26 +67,6 @@ absl::StatusOr<std::unique_ptr<Client>> Connect(const Group& group, absl::Durati
   return client;
 }
 
-// Every parameter's fp32 bits, concatenated in id order.
-absl::StatusOr<std::string> Pulled(Client& client, const std::string& session) {
-  OPTSTEP_ASSIGN_OR_RETURN(Parameters params, client.PullParameters(session, DType::kF32));
-  std::string all;
-  for (const auto& [id, param] : params.params) {
-    all.append(reinterpret_cast<const char*>(param.f32.data()), param.f32.size() * sizeof(float));
-  }
-  return all;
-}
-
-absl::Status AwaitCheckpoint(const std::string& root, const std::string& session, uint64_t step) {
-  const fs::path manifest =
-      fs::path(root) / "auto" / session / absl::StrCat("step-", step) / "manifest.json";
-  for (const absl::Time give_up = absl::Now() + absl::Seconds(20); absl::Now() < give_up;) {
-    if (fs::exists(manifest)) return absl::OkStatus();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::DeadlineExceededError(absl::StrCat(manifest.string(), " never appeared"));
-}
-
 class ClientRecoveryTest : public ::testing::Test {
  protected:
   std::vector<std::string> Flags(int every_steps) const {
@@ -100,7 +80,7 @@ class ClientRecoveryTest : public ::testing::Test {
     for (uint64_t step = 1; step <= last; ++step) {
       OPTSTEP_RETURN_IF_ERROR(StepSmall(client, session, step).status());
       for (uint64_t s : saved) {
-        if (s == step) OPTSTEP_RETURN_IF_ERROR(AwaitCheckpoint(root_.path(), session, step));
+        if (s == step) OPTSTEP_RETURN_IF_ERROR(AwaitAutoCheckpoint(root_.path(), session, step));
       }
     }
     return absl::OkStatus();

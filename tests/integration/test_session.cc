@@ -1,9 +1,11 @@
 #include "tests/integration/test_session.h"
 
+#include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 namespace testutil {
@@ -64,8 +66,8 @@ absl::Status WaitServing(Client& client) {
 }
 
 absl::StatusOr<std::unique_ptr<OpenStep>> OpenStep::Begin(
-    const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id,
-    uint64_t step, uint32_t trainer) {
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id, uint64_t step,
+    uint32_t trainer) {
   auto open = std::make_unique<OpenStep>();
   open->stub_ = v1::OptimizerService::NewStub(channel);
   open->context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
@@ -78,8 +80,8 @@ absl::StatusOr<std::unique_ptr<OpenStep>> OpenStep::Begin(
     v1::StepRequest chunk;
     chunk.mutable_gradient()->set_param_id(p);
     chunk.mutable_gradient()->set_dtype(v1::DTYPE_FP32);
-    chunk.mutable_gradient()->set_data(std::string(reinterpret_cast<const char*>(g.data()),
-                                                   g.size() * sizeof(float)));
+    chunk.mutable_gradient()->set_data(
+        std::string(reinterpret_cast<const char*>(g.data()), g.size() * sizeof(float)));
     ok = open->stream_->Write(chunk);
   }
   if (!ok) return absl::UnavailableError("the Step stream broke while sending");
@@ -112,8 +114,7 @@ absl::StatusOr<uint64_t> OpenStep::Commit() {
   }
   grpc::Status status = stream_->Finish();
   if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        status.error_message());
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
   }
   return step;
 }
@@ -124,6 +125,26 @@ grpc::Status OpenStep::Finish() {
   while (stream_->Read(&response)) {
   }
   return stream_->Finish();
+}
+
+absl::StatusOr<std::string> Pulled(Client& client, const std::string& session) {
+  OPTSTEP_ASSIGN_OR_RETURN(Parameters params, client.PullParameters(session, DType::kF32));
+  std::string all;
+  for (const auto& [id, param] : params.params) {
+    all.append(reinterpret_cast<const char*>(param.f32.data()), param.f32.size() * sizeof(float));
+  }
+  return all;
+}
+
+absl::Status AwaitAutoCheckpoint(const std::string& root, const std::string& session,
+                                 uint64_t step) {
+  const std::filesystem::path manifest = std::filesystem::path(root) / "auto" / session /
+                                         absl::StrCat("step-", step) / "manifest.json";
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(20); absl::Now() < give_up;) {
+    if (std::filesystem::exists(manifest)) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(manifest.string(), " never appeared"));
 }
 
 }  // namespace testutil

@@ -4,10 +4,10 @@
 // A small session and its steps for the integration tests of the server's operations (security,
 // metrics, limits, lifecycle), plus a Step stream driven by hand to hold a step open.
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "client/cpp/client.h"
@@ -27,13 +27,22 @@ absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_i
 // Waits (up to 10 s) for rank 0's health to turn SERVING.
 absl::Status WaitServing(Client& client);
 
+// Every parameter of `session` as fp32 bits, concatenated in id order: equal strings are
+// bit-identical parameters.
+absl::StatusOr<std::string> Pulled(Client& client, const std::string& session);
+
+// Waits (up to 20 s) until the automatic checkpoint of `step` of `session` under checkpoint root
+// `root` is complete (its manifest written); DEADLINE_EXCEEDED naming it otherwise.
+absl::Status AwaitAutoCheckpoint(const std::string& root, const std::string& session,
+                                 uint64_t step);
+
 // A Step stream of a SmallSpec session opened by hand: header and every gradient sent, commit
 // not yet. Commit() then sends it and reads the result.
 class OpenStep {
  public:
   static absl::StatusOr<std::unique_ptr<OpenStep>> Begin(
-      const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id,
-      uint64_t step, uint32_t trainer = 0);
+      const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id, uint64_t step,
+      uint32_t trainer = 0);
   // The header alone; answers the stream's status (e.g. UNAVAILABLE when refused).
   static grpc::Status TryBegin(const std::shared_ptr<grpc::Channel>& channel,
                                const std::string& session_id, uint64_t step);

@@ -97,8 +97,9 @@ absl::StatusOr<uint64_t> StepRecovery::AwaitGroup(const GroupProbe& probe,
     absl::StatusOr<bool> serving = probe.serving();
     if (serving.ok() && *serving) {
       absl::StatusOr<uint64_t> now = probe.session_step(session_id);
-      // Serving without the session: it was not restored.
-      if (now.ok() || now.status().code() == absl::StatusCode::kNotFound) return now;
+      if (now.ok()) return now;
+      // Serving without the session (closed, or not restored): the step's own error.
+      if (now.status().code() == absl::StatusCode::kNotFound) return error;
     }
     if (absl::Now() >= deadline) {
       return absl::Status(

@@ -182,7 +182,8 @@ class StepRecovery:
                 try:
                     return group.get_session(session_id)
                 except NotFoundError:
-                    raise  # serving without the session: it was not restored
+                    # Serving without the session (closed, or not restored): the step's error.
+                    raise error from None
                 except OptstepError:
                     pass  # lost again: wait on
             if self._clock() >= deadline:

@@ -2,9 +2,9 @@
 // same attempt; a step the restored session already applied answers its restored result; a
 // session restored further back answers ABORTED carrying the restored step (RewindStep); an
 // out-of-sequence step below the last step seen applied is a rewind too, one at or above it the
-// caller's error; a group that does not come back within the timeout answers the first error,
-// naming the timeout; zero timeout answers every error at once; other errors while rank 0
-// serves are answered as they are.
+// caller's error; a session gone from a serving group answers the step's own error; a group that
+// does not come back within the timeout answers the first error, naming the timeout; zero timeout
+// answers every error at once; other errors while rank 0 serves are answered as they are.
 
 #include "client/cpp/step_recovery.h"
 
@@ -124,6 +124,18 @@ TEST(StepRecoveryTest, AGroupThatDoesNotComeBackAnswersTheErrorNamingTheTimeout)
   EXPECT_THAT(recovery.Run("s", 1, group.probe(), std::ref(attempt), Restored).status(),
               StatusIs(absl::StatusCode::kUnavailable,
                        "did not serve session 's' again within recovery_timeout 200ms"));
+}
+
+TEST(StepRecoveryTest, ASessionGoneFromAServingGroupAnswersTheStepsError) {
+  StepRecovery recovery = Recovery();
+  GroupProbe probe{[]() -> absl::StatusOr<bool> { return true; },
+                   [](absl::string_view) -> absl::StatusOr<uint64_t> {
+                     return absl::NotFoundError("session 's' not found");
+                   }};
+  Attempts attempt{{absl::UnavailableError("session closed while the step waited")}, 1};
+  EXPECT_THAT(recovery.Run("s", 1, probe, std::ref(attempt), Restored).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "session closed while the step waited"));
+  EXPECT_EQ(attempt.calls, 1);
 }
 
 TEST(StepRecoveryTest, ZeroTimeoutAndOtherErrorsWhileServingAreAnsweredAtOnce) {

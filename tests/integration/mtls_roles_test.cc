@@ -6,18 +6,12 @@
 // NOT_FOUND for it.
 
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/security/credentials.h>
 
 #include <filesystem>
-#include <fstream>
-#include <future>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -26,6 +20,7 @@
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/unary_call.h"
 
 namespace optstep {
 namespace {
@@ -36,32 +31,13 @@ using ::optstep::testutil::StatusIs;
 using ::optstep::testutil::StepSmall;
 using ::optstep::testutil::TestPki;
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Calls a unary `method` with `request` over mutual TLS as the holder of `cert` / `key`.
 grpc::Status Unary(const std::string& target, const TestPki& pki, const std::string& cert,
                    const std::string& key, const std::string& method,
                    const google::protobuf::Message& request) {
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = Read(pki.ca);
-  ssl.pem_cert_chain = Read(cert);
-  ssl.pem_private_key = Read(key);
-  grpc::GenericStub stub(grpc::CreateChannel(target, grpc::SslCredentials(ssl)));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  const std::string bytes = request.SerializeAsString();
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer request_buffer(&slice, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request_buffer, &response,
-                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
-  return done.get_future().get();
+  return testutil::UnaryCall(
+      grpc::CreateChannel(target, testutil::MutualTlsCredentials(pki.ca, cert, key)), method,
+      request);
 }
 
 class MtlsRolesTest : public ::testing::Test {

@@ -4,15 +4,11 @@
 // state. Health stays open for probes. A group of two ranks with TLS and tokens still steps.
 
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <sys/wait.h>
 
 #include <cstdio>
-#include <fstream>
-#include <future>
 #include <map>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +24,7 @@
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/unary_call.h"
 
 namespace optstep {
 namespace {
@@ -64,37 +61,18 @@ ClientOptions TlsOptions(const TestPki& pki, const std::string& target, const st
 
 std::shared_ptr<grpc::Channel> Channel(const std::string& target, const TestPki& trusted,
                                        const TestPki& identity) {
-  grpc::SslCredentialsOptions ssl;
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  };
-  ssl.pem_root_certs = read(trusted.ca);
-  ssl.pem_cert_chain = read(identity.client_cert);
-  ssl.pem_private_key = read(identity.client_key);
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a fresh handshake per channel
-  return grpc::CreateCustomChannel(target, grpc::SslCredentials(ssl), args);
+  return grpc::CreateCustomChannel(
+      target, testutil::MutualTlsCredentials(trusted.ca, identity.client_cert, identity.client_key),
+      args);
 }
 
 // Calls `method` with one request message (any method: gRPC checks the credentials before the
 // handler sees a message), `token` as bearer token unless empty.
 grpc::Status Call(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
                   const google::protobuf::Message& request, const std::string& token) {
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
-  const std::string bytes = request.SerializeAsString();
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer request_buffer(&slice, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request_buffer, &response,
-                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
-  return done.get_future().get();
+  return testutil::UnaryCall(channel, method, request, token);
 }
 
 // Everything a refused call could have changed: sessions, their steps and parameter values.

@@ -35,6 +35,16 @@ std::string WriteTestFile(const std::string& dir, const std::string& name,
   return path;
 }
 
+std::shared_ptr<grpc::ChannelCredentials> MutualTlsCredentials(const std::string& ca,
+                                                               const std::string& cert,
+                                                               const std::string& key) {
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ReadAll(ca);
+  ssl.pem_cert_chain = ReadAll(cert);
+  ssl.pem_private_key = ReadAll(key);
+  return grpc::SslCredentials(ssl);
+}
+
 absl::StatusOr<TestPki> MakeTestPki(const std::string& dir, const std::string& name) {
   const std::string d = absl::StrCat(dir, "/", name);
   WriteTestFile(dir, name + ".ext",

@@ -5,6 +5,9 @@
 // server certificate for 127.0.0.1 / localhost and three client certificates, all signed by that
 // CA. The common name of each certificate is `<name>-<who>` (who: server, client, admin, other).
 
+#include <grpcpp/security/credentials.h>
+
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -27,6 +30,11 @@ struct TestPki {
 
 // Writes the files under `dir`/`name` (created). INTERNAL with openssl's output when it fails.
 absl::StatusOr<TestPki> MakeTestPki(const std::string& dir, const std::string& name);
+
+// Client credentials of mutual TLS from PEM files: trust `ca`, present `cert` / `key`.
+std::shared_ptr<grpc::ChannelCredentials> MutualTlsCredentials(const std::string& ca,
+                                                               const std::string& cert,
+                                                               const std::string& key);
 
 // $TEST_TMPDIR (or /tmp).
 std::string TestTmpDir();

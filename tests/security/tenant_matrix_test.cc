@@ -6,15 +6,11 @@
 // only the ranks' own services, and an admin token none of them.
 
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 #include <sys/wait.h>
 
-#include <fstream>
 #include <functional>
-#include <future>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +25,7 @@
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/unary_call.h"
 
 namespace optstep {
 namespace {
@@ -53,27 +50,10 @@ enum Who { kOwner, kOther, kAdmin, kPeer, kNone, kWhoCount };
 const char* const kWhoNames[] = {"owner", "other user", "admin", "peer", "no credentials"};
 const char* const kSecrets[] = {kAliceSecret, kBobSecret, kRootSecret, kPeerSecret, ""};
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Calls a unary `method` with `request` through `channel`.
 absl::StatusCode Unary(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
                        const google::protobuf::Message& request) {
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  const std::string bytes = request.SerializeAsString();
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer request_buffer(&slice, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request_buffer, &response,
-                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
-  return static_cast<absl::StatusCode>(done.get_future().get().error_code());
+  return static_cast<absl::StatusCode>(testutil::UnaryCall(channel, method, request).error_code());
 }
 
 class TenantMatrixTest : public ::testing::Test {
@@ -99,11 +79,8 @@ class TenantMatrixTest : public ::testing::Test {
       for (const auto& rank : group_) options.rank_targets.push_back(rank->address());
       options.connect_timeout = absl::Seconds(20);
       OPTSTEP_ASSERT_OK_AND_ASSIGN(clients_[who], Client::Connect(options));
-      grpc::SslCredentialsOptions ssl;
-      ssl.pem_root_certs = Read(pki_.ca);
-      ssl.pem_cert_chain = Read(pki_.client_cert);
-      ssl.pem_private_key = Read(pki_.client_key);
-      std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(ssl);
+      std::shared_ptr<grpc::ChannelCredentials> credentials =
+          testutil::MutualTlsCredentials(pki_.ca, pki_.client_cert, pki_.client_key);
       if (who != kNone) {
         credentials = grpc::CompositeChannelCredentials(
             credentials, grpc::AccessTokenCredentials(kSecrets[who]));

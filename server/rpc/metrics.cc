@@ -72,7 +72,13 @@ std::vector<prometheus::MetricFamily> EngineGauges(Engine& engine) {
                   device.stalled ? 1.0 : 0.0),
       GaugeFamily("optstep_device_task_seconds",
                   "How long the device task that runs has run; 0 when the device worker is idle.",
-                  absl::ToDoubleSeconds(device.running_for))};
+                  absl::ToDoubleSeconds(device.running_for)),
+      GaugeFamily("optstep_memory_budget_bytes",
+                  "The memory this rank admits sessions into (--memory_budget or its default).",
+                  static_cast<double>(engine.memory_budget().budget())),
+      GaugeFamily("optstep_memory_admitted_bytes",
+                  "The footprints of the sessions this rank admitted, out of its budget.",
+                  static_cast<double>(engine.memory_budget().admitted()))};
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ std::string PhaseCount(const std::string& phase) {
 }
 
 TEST(MetricsTest, ValuesFollowTheWork) {
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start({"--metrics_port=-1"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server,
+                               ServerProcess::Start({"--metrics_port=-1", "--memory_budget=1G"}));
   ASSERT_GT(server->metrics_port(), 0);
   const int port = server->metrics_port();
   ClientOptions options;
@@ -55,6 +56,8 @@ TEST(MetricsTest, ValuesFollowTheWork) {
   EXPECT_EQ(before[kBytesOut], 0);
   EXPECT_EQ(before[PhaseCount("step")], 0);
   EXPECT_EQ(before["optstep_active_streams"], 0);
+  EXPECT_EQ(before["optstep_memory_budget_bytes"], 1 << 30);
+  EXPECT_EQ(before["optstep_memory_admitted_bytes"], 0);
 
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client->CreateSession(SmallSpec("m")));
   constexpr int kSteps = 3;
@@ -70,6 +73,9 @@ TEST(MetricsTest, ValuesFollowTheWork) {
   EXPECT_EQ(after["optstep_sessions"], 1);
   // Masters, Adam's two moments and the gradient buffer: at least four copies of the model.
   EXPECT_GE(after["optstep_device_memory_bytes"], 4 * step_bytes);
+  // The admitted footprint covers what the session holds (and its overhead and workspace).
+  EXPECT_GE(after["optstep_memory_admitted_bytes"], after["optstep_device_memory_bytes"]);
+  EXPECT_EQ(after["optstep_memory_budget_bytes"], 1 << 30);
   EXPECT_EQ(after[kBytesIn], kSteps * step_bytes);
   EXPECT_EQ(after[kBytesOut], kSteps * step_bytes);  // every parameter back, in fp32
   for (const char* phase : {"ingest", "step", "egress"}) {
@@ -97,6 +103,7 @@ TEST(MetricsTest, ValuesFollowTheWork) {
   ASSERT_FALSE(closed.empty());
   EXPECT_EQ(closed["optstep_sessions"], 0);
   EXPECT_EQ(closed["optstep_device_memory_bytes"], 0);
+  EXPECT_EQ(closed["optstep_memory_admitted_bytes"], 0);  // the reservation went with the session
 
   EXPECT_THAT(HttpGet(port, "/other"), HasSubstr("404"));
 }

@@ -364,14 +364,8 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
         absl::StrCat("step ", step, " parameter snapshot"));
     if (!built.ok()) outcome = built;
   }
-  ledger_->EndResolution(outcome.ok() ? &snapshots : nullptr);
-  for (const auto& entry : streamed) {
-    if (outcome.ok()) {
-      entry.second->readiness->MarkReady(last_ids);
-    } else {
-      entry.second->readiness->Fail(outcome.status());
-    }
-  }
+  // Told before any trainer can learn the step's end (its streamed parameters or its result), so
+  // that what a trainer sees after its step (metrics, logs) includes it.
   const std::string& id = options_.session_id;
   const int rank = replica_->rank();
   if (!aborted && !outcome.ok()) {
@@ -384,6 +378,14 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
                                : outcome->skipped ? End::kSkipped
                                                   : End::kApplied,
                                outcome.ok() ? "" : outcome.status().message());
+  ledger_->EndResolution(outcome.ok() ? &snapshots : nullptr);
+  for (const auto& entry : streamed) {
+    if (outcome.ok()) {
+      entry.second->readiness->MarkReady(last_ids);
+    } else {
+      entry.second->readiness->Fail(outcome.status());
+    }
+  }
   for (StepWaiter& w : ended.waiters) {
     if (!outcome.ok()) {
       w.done(outcome.status());

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <system_error>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/temporaries.h"
@@ -35,6 +38,26 @@ absl::StatusOr<v1::SessionSpec> SpecOf(const std::string& dir, const std::string
   return spec;
 }
 
+// The step of an automatic checkpoint named "step-<N>"; nullopt for another name.
+std::optional<uint64_t> StepOfName(absl::string_view name) {
+  uint64_t step = 0;
+  if (!absl::ConsumePrefix(&name, "step-") || !absl::SimpleAtoi(name, &step)) return std::nullopt;
+  return step;
+}
+
+// `checkpoints` (oldest first by manifest time) ordered by step, oldest first: the newest is the
+// one of the highest step whatever its files' times; names without a step go first, in the
+// order they came.
+void OrderByStep(std::vector<std::string>& checkpoints) {
+  // 0 for a name without a step, else its step + 1.
+  const auto key = [](const std::string& name) -> uint64_t {
+    const std::optional<uint64_t> step = StepOfName(name);
+    return step.has_value() ? *step + 1 : 0;
+  };
+  std::stable_sort(checkpoints.begin(), checkpoints.end(),
+                   [&](const std::string& a, const std::string& b) { return key(a) < key(b); });
+}
+
 // Recreates the session of `dir` and loads it from its newest automatic checkpoint that loads.
 absl::StatusOr<RestoredSession> RestoreOne(const std::string& dir, absl::Duration temp_max_age,
                                            RankGroup* group) {
@@ -50,6 +73,7 @@ absl::StatusOr<RestoredSession> RestoreOne(const std::string& dir, absl::Duratio
   if (checkpoints.empty()) {
     return absl::NotFoundError(absl::StrCat("'", dir, "' holds no complete checkpoint"));
   }
+  OrderByStep(checkpoints);
   std::shared_ptr<Session> session;
   absl::Status failed = absl::OkStatus();
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {  // newest first

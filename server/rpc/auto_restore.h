@@ -20,9 +20,10 @@ struct RestoredSession {
 // Rank 0, once the group formed and before it serves (docs/checkpoints.md, "Automatic
 // restore"): every session with automatic checkpoints under `checkpoint_root` is recreated on
 // every rank with its id, name, owner and definition, and loaded from its newest complete
-// automatic checkpoint that loads (an older one when the newest is damaged), also onto another
-// number of ranks. First the temporaries of interrupted automatic saves in which nothing changed
-// for `temp_max_age` are removed (zero: none are). A session that cannot be restored is logged
+// automatic checkpoint that loads (newest: of the highest step, "step-<N>", whatever the times
+// of its files; an older one when the newest is damaged), also onto another number of ranks.
+// First the temporaries of interrupted automatic saves in which nothing changed for
+// `temp_max_age` are removed (zero: none are). A session that cannot be restored is logged
 // (event=session_restore_failed) and left out; its checkpoints stay. Each session restored is
 // logged as event=session_restored. Blocks; answers the sessions restored.
 std::vector<RestoredSession> RestoreAutoCheckpoints(const std::string& checkpoint_root,

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -153,6 +154,32 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
 
 INSTANTIATE_TEST_SUITE_P(RestartedOn, AutoRestoreTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
+
+// The newest checkpoint is the one of the highest step, not the one written last: a copy or a
+// restore of the files may leave an older step's manifest with the later modification time.
+TEST(AutoRestoreOrderTest, TheHighestStepIsRestoredWhateverTheManifestTimes) {
+  TempDir root;
+  std::string session;
+  {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
+                                 run.client->CreateSession(SmallSpec("order")));
+    session = info.session_id();
+    for (uint64_t step = 1; step <= 3; ++step) {
+      ASSERT_THAT(StepSmall(*run.client, session, step).status(), IsOk());
+      ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, step), IsOk());
+    }
+    for (auto& rank : run.group) ::kill(rank->pid(), SIGKILL);
+    for (auto& rank : run.group) rank->Wait();
+  }
+  const fs::path older = fs::path(root.path()) / "auto" / session / "step-2" / "manifest.json";
+  ASSERT_TRUE(fs::exists(older));
+  fs::last_write_time(older, fs::file_time_type::clock::now() + std::chrono::hours(1));
+
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
+  EXPECT_EQ(info.step(), 3u);
+}
 
 TEST(AutoCheckpointScheduleTest, BySecondsASessionIsSavedAfterItsFirstStepAndOnceTheTimePassed) {
   TempDir root;

@@ -7,15 +7,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-// Built with a sanitizer (GCC defines __SANITIZE_*__, clang answers __has_feature).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define OPTSTEP_UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define OPTSTEP_UNDER_SANITIZER 1
-#endif
-#endif
-
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -30,6 +21,7 @@
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "tests/integration/test_session.h"
 #include "tests/security/bad_input_cases.h"
+#include "tests/testing/sanitizer.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
 

@@ -173,9 +173,12 @@ TEST(MetricsHttpServerTest, OutOfDescriptorsPausesAcceptingInsteadOfSpinning) {
 TEST(MetricsHttpServerTest, StartFailsCleanlyWithoutDescriptorsForItsWakePipe) {
   // One spare descriptor: enough for the listening socket, not for the pipe that stops the
   // server. A server without it could never be stopped (its destructor waited forever).
-  DescriptorLimit one(1);
-  EXPECT_THAT(MetricsHttpServer::Start("127.0.0.1", 0, [] { return ""; }).status(),
-              testutil::StatusIs(absl::StatusCode::kUnavailable, "pipe2"));
+  absl::Status started;
+  {
+    DescriptorLimit one(1);
+    started = MetricsHttpServer::Start("127.0.0.1", 0, [] { return ""; }).status();
+  }
+  EXPECT_THAT(started, testutil::StatusIs(absl::StatusCode::kUnavailable, "pipe2"));
 }
 
 }  // namespace

@@ -8,7 +8,8 @@ PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev liblapacke-dev nlohmann-json3-dev libgloo-dev prometheus-cpp-dev openssl
-  clang libclang-rt-dev libssl-dev  # checkpoint parser fuzz test; libcrypto for SHA-256
+  clang libclang-rt-dev libssl-dev  # checkpoint parser fuzz test; libcrypto for SHA-256 and CNs
+  zlib1g-dev  # CRC-32 of upload streams (wire/stream_end)
 )
 
 missing=()

@@ -12,6 +12,7 @@
 #include "client/cpp/examples/mlp.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_session.h"
 #include "tests/server/optim/reference/matrix64.h"
 #include "tests/server/optim/reference/muon64.h"
 #include "tests/testing/server_process.h"
@@ -60,10 +61,9 @@ void AddMuonAdamChain(v1::OptimizerConfig* optimizer) {
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(server_, ServerProcess::Start());
-    ClientOptions options;
-    options.target = server_->address();
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(client_, Client::Connect(options));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::ConnectedServer c, testutil::StartConnected());
+    server_ = std::move(c.server);
+    client_ = std::move(c.client);
   }
 
   std::unique_ptr<ServerProcess> server_;

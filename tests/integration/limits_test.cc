@@ -26,23 +26,10 @@ using ::optstep::testutil::SmallSpec;
 using ::optstep::testutil::StatusIs;
 using ::optstep::testutil::StepSmall;
 
-struct Connected {
-  std::unique_ptr<ServerProcess> server;
-  std::unique_ptr<Client> client;
-};
+using Connected = testutil::ConnectedServer;
 
-absl::StatusOr<Connected> Start(std::vector<std::string> flags, size_t max_chunk_bytes = 4 << 20) {
-  Connected c;
-  auto server = ServerProcess::Start(std::move(flags));
-  if (!server.ok()) return server.status();
-  c.server = *std::move(server);
-  ClientOptions options;
-  options.target = c.server->address();
-  options.max_chunk_bytes = max_chunk_bytes;
-  auto client = Client::Connect(options);
-  if (!client.ok()) return client.status();
-  c.client = *std::move(client);
-  return c;
+absl::StatusOr<Connected> Start(std::vector<std::string> flags) {
+  return testutil::StartConnected(std::move(flags));
 }
 
 // The server still creates, steps and closes a session after a refusal.

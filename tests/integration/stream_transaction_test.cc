@@ -38,10 +38,9 @@ using Entries = std::vector<Client::StateDictEntry>;
 class StreamTransactionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(server_, ServerProcess::Start());
-    ClientOptions options;
-    options.target = server_->address();
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(client_, Client::Connect(options));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::ConnectedServer c, testutil::StartConnected());
+    server_ = std::move(c.server);
+    client_ = std::move(c.client);
     OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client_->CreateSession(SmallSpec("t")));
     session_ = info.session_id();
     channel_ = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());

@@ -29,6 +29,15 @@ v1::StepRequest Header(const std::string& session_id, uint64_t step) {
 
 }  // namespace
 
+absl::StatusOr<ConnectedServer> StartConnected(std::vector<std::string> flags) {
+  ConnectedServer c;
+  OPTSTEP_ASSIGN_OR_RETURN(c.server, ServerProcess::Start(std::move(flags)));
+  ClientOptions options;
+  options.target = c.server->address();
+  OPTSTEP_ASSIGN_OR_RETURN(c.client, Client::Connect(options));
+  return c;
+}
+
 v1::SessionSpec SmallSpec(const std::string& name) {
   v1::SessionSpec spec;
   spec.set_name(name);

@@ -8,13 +8,22 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/cpp/client.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "tests/testing/server_process.h"
 
 namespace optstep {
 namespace testutil {
+
+// A real server process (ServerProcess::Start with `flags`) and a client connected to it.
+struct ConnectedServer {
+  std::unique_ptr<ServerProcess> server;
+  std::unique_ptr<Client> client;
+};
+absl::StatusOr<ConnectedServer> StartConnected(std::vector<std::string> flags = {});
 
 // fc.weight [8, 4] and fc.bias [8]: 40 fp32 elements; one trainer, SHARDED, Adam.
 v1::SessionSpec SmallSpec(const std::string& name);

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "tests/testing/unary_call.h"
 #include "wire/stream_end.h"
 
 namespace optstep {
@@ -59,16 +60,7 @@ grpc::Status WriteAll(const std::vector<Request>& messages, Open open) {
 
 grpc::Status CallUnaryBytes(const std::shared_ptr<grpc::Channel>& channel,
                             const std::string& method, const std::string& bytes) {
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  SetDeadline(context);
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
-                 [&done](grpc::Status status) { done.set_value(std::move(status)); });
-  return done.get_future().get();
+  return UnaryCallBytes(channel, method, bytes);
 }
 
 grpc::Status CallCreate(const std::shared_ptr<grpc::Channel>& channel,

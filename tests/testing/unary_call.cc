@@ -13,16 +13,21 @@ namespace testutil {
 
 grpc::Status UnaryCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
                        const google::protobuf::Message& request, const std::string& token) {
+  return UnaryCallBytes(channel, method, request.SerializeAsString(), token);
+}
+
+grpc::Status UnaryCallBytes(const std::shared_ptr<grpc::Channel>& channel,
+                            const std::string& method, const std::string& bytes,
+                            const std::string& token) {
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
   if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
-  const std::string bytes = request.SerializeAsString();
   grpc::Slice slice(bytes);
-  grpc::ByteBuffer request_buffer(&slice, 1);
+  grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request_buffer, &response,
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
                  [&done](grpc::Status status) { done.set_value(std::move(status)); });
   return done.get_future().get();
 }

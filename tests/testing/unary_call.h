@@ -16,10 +16,14 @@ namespace optstep {
 namespace testutil {
 
 // Calls `method` ("/optstep.v1.PeerService/CloseReplica") with `request`, sending `token` as
-// `authorization: Bearer <token>` unless empty, with a deadline of 10 s; answers the call's status
+// `authorization: Bearer <token>` unless empty, with a deadline of 20 s; answers the call's status
 // (the response is dropped).
 grpc::Status UnaryCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
                        const google::protobuf::Message& request, const std::string& token = "");
+// The same with the request's bytes as given (they need not parse), with a deadline of 20 s.
+grpc::Status UnaryCallBytes(const std::shared_ptr<grpc::Channel>& channel,
+                            const std::string& method, const std::string& bytes,
+                            const std::string& token = "");
 
 }  // namespace testutil
 }  // namespace optstep

@@ -4,7 +4,6 @@
 #include <grpcpp/support/sync_stream.h>
 
 #include <cstring>
-#include <future>
 #include <set>
 #include <tuple>
 #include <utility>

@@ -16,6 +16,13 @@ VENV=${OPTSTEP_VENV:-.venv}
 PYTHON=/usr/bin/python3
 [[ -x $PYTHON ]] || PYTHON=$(command -v python3)
 
+# The native data path of the client (optstep.native, client/python/native): built by Bazel
+# where Bazel is installed and copied into the package; without it the client keeps its
+# pure-Python data path.
+if command -v bazel >/dev/null && bazel build //client/python/native:liboptstep_native.so >&2; then
+  install -m 0644 bazel-bin/client/python/native/liboptstep_native.so client/python/optstep/
+fi
+
 inputs=(bazel/python_env.sh client/python/pyproject.toml client/python/setup.py
         proto/optstep/v1/*.proto)
 want=$(cat "${inputs[@]}" | sha256sum | cut -c1-16)

@@ -19,3 +19,15 @@ def server_binary_path() -> str:
                        check=True)
     assert binary.is_file(), f"no server binary at {binary}"
     return str(binary)
+
+
+def native_library_path() -> str:
+    """bazel-bin/client/python/native/liboptstep_native.so (the Python client's native data
+    path), built when missing."""
+    library = (REPOSITORY_ROOT / "bazel-bin" / "client" / "python" / "native" /
+               "liboptstep_native.so")
+    if not library.is_file():
+        subprocess.run(["bazel", "build", "//client/python/native:liboptstep_native.so"],
+                       cwd=REPOSITORY_ROOT, check=True)
+    assert library.is_file(), f"no native library at {library}"
+    return str(library)

@@ -11,18 +11,20 @@ client/cpp/chunking.h and param_assembler.h. No gRPC here.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from optstep import dtypes
 from optstep.errors import InternalError, InvalidArgumentError
-from optstep.layout import ParamRef, SessionLayout
+from optstep.layout import ParamLayout, ParamRef, SessionLayout
 
 __all__ = [
     "GradientSlice",
     "WireChunk",
     "RankContribution",
+    "as_slices",
+    "check_range",
     "plan_contributions",
     "split_array",
     "TensorBuffer",
@@ -64,11 +66,37 @@ class RankContribution:
     num_elements: int = 0  # for the StepCommit
 
 
+def as_slices(layout: SessionLayout, values: Any, what: str) -> List[GradientSlice]:
+    """Whole tensors (a mapping by id or name) become slices at offset 0, after a size/shape
+    check; anything else is taken as an iterable of GradientSlices."""
+    if not isinstance(values, Mapping):
+        return list(values)
+    slices = []
+    for ref, value in values.items():
+        param = layout.param(ref)
+        shape = tuple(np.shape(value))
+        size = int(np.prod(shape, dtype=np.int64))
+        if size != param.numel or (len(shape) > 1 and shape != param.shape):
+            raise InvalidArgumentError(
+                f"param '{param.name}': {what} of shape {list(shape)}, expected "
+                f"{list(param.shape)} ({param.numel} elements)")
+        slices.append(GradientSlice(param.param_id, value))
+    return slices
+
+
 def split_array(array: np.ndarray, max_chunk_bytes: int) -> Iterator[Tuple[int, np.ndarray]]:
     """(start element, piece) of a 1-D array in pieces of at most `max_chunk_bytes`."""
     step = max(1, max_chunk_bytes // array.itemsize)
     for start in range(0, array.size, step):
         yield start, array[start:start + step]
+
+
+def check_range(param: ParamLayout, offset: int, count: int) -> None:
+    """InvalidArgumentError unless elements [offset, offset + count) lie inside `param`."""
+    end = offset + count
+    if offset < 0 or end > param.numel:
+        raise InvalidArgumentError(f"param '{param.name}': range [{offset}, {end}) exceeds "
+                                   f"its {param.numel} elements (shape {list(param.shape)})")
 
 
 def plan_contributions(layout: SessionLayout, slices: Sequence[GradientSlice],
@@ -85,10 +113,7 @@ def plan_contributions(layout: SessionLayout, slices: Sequence[GradientSlice],
         array, wire = dtypes.to_wire_array(piece.values, piece.dtype,
                                            what=f"param '{param.name}'")
         offset = int(piece.offset)
-        end = offset + array.size
-        if offset < 0 or end > param.numel:
-            raise InvalidArgumentError(f"param '{param.name}': range [{offset}, {end}) exceeds "
-                                       f"its {param.numel} elements (shape {list(param.shape)})")
+        check_range(param, offset, array.size)
         target = plan[param.owner]
         for start, part in split_array(array, max_chunk_bytes):
             target.chunks.append(WireChunk(param.param_id, offset + start, wire, part))

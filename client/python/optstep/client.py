@@ -27,10 +27,10 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Name
 import grpc
 import numpy as np
 
-from optstep import dtypes
+from optstep import dtypes, native
 from optstep.channel_credentials import channel_credentials
-from optstep.chunks import (GradientSlice, ParamAssembler, TensorBuffer, plan_contributions,
-                            split_array)
+from optstep.chunks import (GradientSlice, ParamAssembler, TensorBuffer, as_slices,
+                            plan_contributions, split_array)
 from optstep.errors import (FailedPreconditionError, InternalError, InvalidArgumentError,
                             OptstepError, OutOfRangeError, UnavailableError,
                             from_rpc_error)
@@ -186,6 +186,14 @@ class Client:
             self._channel_options.append(("grpc.ssl_target_name_override", tls_server_name))
         self._lock = threading.Lock()
         self._layouts: Dict[str, SessionLayout] = {}
+        # The native data path of step() (optstep.native), connected on first use.
+        self._native = native.Connector(
+            connect_timeout=connect_timeout, rpc_timeout=rpc_timeout,
+            stream_timeout=stream_timeout, recovery_timeout=recovery_timeout,
+            wait_for_ready=wait_for_ready, max_message_bytes=max_message_bytes,
+            stream_lookahead_bytes=stream_lookahead_bytes, max_frame_bytes=max_frame_bytes,
+            bdp_probe=bdp_probe, max_chunk_bytes=max_chunk_bytes, tls=tls, tls_ca=tls_ca,
+            tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name, token=token)
         self._ranks: List[_Rank] = [self._open(t) for t in targets]
         if connect_timeout > 0:
             deadline = time.monotonic() + connect_timeout
@@ -206,6 +214,7 @@ class Client:
             ranks, self._ranks = self._ranks, []
         for rank in ranks:
             rank.channel.close()
+        self._native.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -302,7 +311,7 @@ class Client:
         FailedPreconditionError after the first step. Answers the number of elements written.
         """
         layout = self.layout(session_id)
-        slices = _as_slices(layout, values, "initial values")
+        slices = as_slices(layout, values, "initial values")
         plan = plan_contributions(layout, slices, self._max_chunk_bytes)
         chunks = [chunk for contribution in plan for chunk in contribution.chunks]
         total = sum(c.data.size for c in chunks)
@@ -357,7 +366,8 @@ class Client:
              groups: Optional[Iterable[GroupSchedule]] = None,
              return_dtype: dtypes.DTypeLike = "fp32",
              return_params: Optional[Sequence[ParamRef]] = None,
-             skip_return: bool = False) -> StepReply:
+             skip_return: bool = False,
+             param_out: Optional[Mapping[int, Any]] = None) -> StepReply:
         """One optimizer step of trainer `trainer_id`.
 
         `gradients` are this trainer's whole contribution to step number `step` (= the session's
@@ -367,7 +377,13 @@ class Client:
         sent; then one stream per rank of the layout. Blocks until every trainer has committed
         and the step has run. `groups` set this step's lr / weight decay per group (unnamed
         groups keep their defaults). The updated parameters (`return_params`, or all) come
-        back in `return_dtype` (fp32 or bf16) unless `skip_return`.
+        back in `return_dtype` (fp32 or bf16) unless `skip_return`; those with a buffer in
+        `param_out` (by id: a contiguous numpy array or CPU torch tensor of the return dtype,
+        e.g. the model's own tensor) are written there instead of coming back in the reply.
+
+        With the native library (optstep.native) the whole step runs in C++, gradients read and
+        parameters written by pointer; without it (or with OPTSTEP_NATIVE=0), in Python, with
+        the same results.
 
         Raises FailedPreconditionError for a step out of sequence, AbortedError when the step
         was aborted (redo it), DeadlineExceededError after `stream_timeout`. Retrying the same
@@ -380,8 +396,18 @@ class Client:
                                        "steps are numbered from 1")
         wire = _return_dtype(return_dtype)
         # Kept until the step is applied: every attempt sends the same bytes.
-        slices = _as_slices(self.layout(session_id), gradients, "gradient")
+        slices = as_slices(self.layout(session_id), gradients, "gradient")
         groups = list(groups or ())
+        outs = param_out or {}
+        native_client = self._native_client(session_id)
+        if native_client is not None:
+            layout = self.layout(session_id)
+            result, params = native.run_step(
+                native_client, layout, session_id, step, slices, trainer_id,
+                [(g.group_id, g.lr, g.weight_decay) for g in groups], wire,
+                layout.param_ids(return_params or ()), skip_return, outs)
+            return StepReply(int(result.step), bool(result.skipped), float(result.grad_norm),
+                             bool(result.clipped), params)
 
         def attempt() -> StepReply:
             return self._step_once(session_id, step, slices, trainer_id, groups, wire,
@@ -392,7 +418,15 @@ class Client:
                                                                  return_params).params
             return StepReply(step, False, float("nan"), False, params)
 
-        return self._recovery.run(self, session_id, step, attempt, applied)
+        reply: StepReply = self._recovery.run(self, session_id, step, attempt, applied)
+        native.write_params(reply.params, outs)
+        return reply
+
+    def _native_client(self, session_id: str) -> Optional[native.NativeClient]:
+        """The C++ client over every rank of the session's layout; None without the library."""
+        if not native.available():
+            return None
+        return self._native.get(rank.target for rank in self._ranks_for(self.layout(session_id)))
 
     def _step_once(self, session_id: str, step: int, slices: List[GradientSlice],
                    trainer_id: int, groups: List[GroupSchedule], wire: dtypes.WireDType,
@@ -559,21 +593,3 @@ def _return_dtype(dtype: dtypes.DTypeLike) -> dtypes.WireDType:
         raise InvalidArgumentError(f"parameters can be returned as fp32 or bf16, not "
                                    f"{dtypes.dtype_name(wire)}")
     return wire
-
-
-def _as_slices(layout: SessionLayout, values: Gradients, what: str) -> List[GradientSlice]:
-    """Whole tensors (a mapping) become slices at offset 0, after a size/shape check."""
-    if not isinstance(values, Mapping):
-        return list(values)
-    slices = []
-    for ref, value in values.items():
-        param = layout.param(ref)
-        shape = tuple(np.shape(value))
-        size = int(np.prod(shape, dtype=np.int64))
-        if size != param.numel or (len(shape) > 1 and shape != param.shape):
-            raise InvalidArgumentError(
-                f"param '{param.name}': {what} of shape {list(shape)}, expected "
-                f"{list(param.shape)} ({param.numel} elements)")
-        slices.append(GradientSlice(param.param_id, value))
-    return slices
-

@@ -220,7 +220,8 @@ class RemoteOptimizer(torch.optim.Optimizer):
         try:
             reply = self._client.step(self.session_id, self._next_step, self._gradients(),
                                       trainer_id=self._trainer_id, groups=self._schedule(),
-                                      return_dtype=self._return_dtype)
+                                      return_dtype=self._return_dtype,
+                                      param_out=self._param_out())
         except RewindRequired as rewind:
             self._pull()
             self._next_step = rewind.next_step
@@ -232,6 +233,15 @@ class RemoteOptimizer(torch.optim.Optimizer):
         reply.params = {}
         self.last_step = reply
         return loss
+
+    def _param_out(self) -> Dict[int, torch.Tensor]:
+        """The model tensors the step writes the returned parameters into directly: contiguous
+        CPU tensors of the return dtype (the others are copied, converted, by _write)."""
+        want = torch.bfloat16 if dtypes.wire_dtype(self._return_dtype) == dtypes.BF16 \
+            else torch.float32
+        return {i: d.tensor for i, d in enumerate(self._described)
+                if d.tensor.device.type == "cpu" and d.tensor.dtype == want
+                and d.tensor.is_contiguous()}
 
     @torch.no_grad()
     def _write(self, params: Mapping[int, np.ndarray]) -> None:

@@ -1,0 +1,335 @@
+"""The native data path of :meth:`optstep.Client.step`: liboptstep_native.so over ctypes.
+
+The library (client/python/native, built by Bazel; bazel/python_env.sh copies it into the
+package) wraps the C++ client (client/cpp). A step is one call into it: the gradients go out by
+pointer from the caller's numpy arrays or torch CPU tensors (fp32, bf16, fp16) and the returned
+parameters are written by the library into buffers the caller gives (a model's own tensors),
+so no Python work is done per chunk, and the GIL is released for the whole step.
+
+The library is looked up at ``$OPTSTEP_NATIVE_LIB``, else next to this module.
+``OPTSTEP_NATIVE=0`` turns the native path off (the client then uses its pure-Python path, which
+gives the same results). Internal to the client.
+
+Thread-safe: a :class:`NativeClient` may step from several threads at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import threading
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import grpc
+import numpy as np
+
+from optstep import dtypes
+from optstep.chunks import GradientSlice, check_range
+from optstep.errors import InvalidArgumentError, error_for
+from optstep.layout import SessionLayout
+from optstep.recovery import RewindRequired
+
+__all__ = ["Connector", "NativeClient", "NativeResult", "NativeStep", "available", "library_path",
+           "out_buffer", "host_view", "write_params", "run_step"]
+
+_LIBRARY_NAME = "liboptstep_native.so"
+_ERROR_BYTES = 4096
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("rank_targets", ctypes.POINTER(ctypes.c_char_p)),
+                ("num_ranks", ctypes.c_uint32),
+                ("connect_timeout_s", ctypes.c_double),
+                ("rpc_timeout_s", ctypes.c_double),
+                ("stream_timeout_s", ctypes.c_double),
+                ("recovery_timeout_s", ctypes.c_double),
+                ("wait_for_ready", ctypes.c_int32),
+                ("max_message_bytes", ctypes.c_int32),
+                ("stream_lookahead_bytes", ctypes.c_int32),
+                ("max_frame_bytes", ctypes.c_int32),
+                ("bdp_probe", ctypes.c_int32),
+                ("max_chunk_bytes", ctypes.c_uint64),
+                ("tls", ctypes.c_int32),
+                ("tls_ca_file", ctypes.c_char_p),
+                ("tls_cert_file", ctypes.c_char_p),
+                ("tls_key_file", ctypes.c_char_p),
+                ("tls_server_name", ctypes.c_char_p),
+                ("token", ctypes.c_char_p)]
+
+
+class _Slice(ctypes.Structure):
+    _fields_ = [("param_id", ctypes.c_uint32), ("dtype", ctypes.c_uint32),
+                ("offset", ctypes.c_uint64), ("count", ctypes.c_uint64),
+                ("data", ctypes.c_void_p)]
+
+
+class _Group(ctypes.Structure):
+    _fields_ = [("group_id", ctypes.c_uint32), ("has_lr", ctypes.c_int32),
+                ("lr", ctypes.c_double), ("has_weight_decay", ctypes.c_int32),
+                ("weight_decay", ctypes.c_double)]
+
+
+class _Out(ctypes.Structure):
+    _fields_ = [("param_id", ctypes.c_uint32), ("dtype", ctypes.c_uint32),
+                ("count", ctypes.c_uint64), ("data", ctypes.c_void_p)]
+
+
+class NativeResult(ctypes.Structure):
+    """What the library answers about a step (``rewind``: ABORTED because the session came
+    back at ``rewind_step``)."""
+
+    _fields_ = [("step", ctypes.c_uint64), ("skipped", ctypes.c_int32),
+                ("clipped", ctypes.c_int32), ("grad_norm", ctypes.c_double),
+                ("params_written", ctypes.c_uint32), ("rewind", ctypes.c_int32),
+                ("rewind_step", ctypes.c_uint64)]
+
+
+_lock = threading.Lock()
+_library: Optional[ctypes.CDLL] = None
+_load_error: Optional[str] = None
+
+
+def library_path() -> pathlib.Path:
+    """Where the library is looked up: $OPTSTEP_NATIVE_LIB, else next to this module."""
+    override = os.environ.get("OPTSTEP_NATIVE_LIB")
+    return pathlib.Path(override) if override else pathlib.Path(__file__).with_name(
+        _LIBRARY_NAME)
+
+
+def _load() -> Optional[ctypes.CDLL]:
+    global _library, _load_error
+    with _lock:
+        if _library is not None or _load_error is not None:
+            return _library
+        path = library_path()
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            _load_error = str(e)
+            return None
+        lib.optstep_native_connect.restype = ctypes.c_void_p
+        lib.optstep_native_connect.argtypes = [ctypes.POINTER(_Options),
+                                               ctypes.POINTER(ctypes.c_int32),
+                                               ctypes.c_char_p, ctypes.c_size_t]
+        lib.optstep_native_close.restype = None
+        lib.optstep_native_close.argtypes = [ctypes.c_void_p]
+        lib.optstep_native_step.restype = ctypes.c_int32
+        lib.optstep_native_step.argtypes = [
+            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32,
+            ctypes.POINTER(_Group), ctypes.c_size_t, ctypes.c_uint32,
+            ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t, ctypes.c_int32,
+            ctypes.POINTER(_Slice), ctypes.c_size_t, ctypes.POINTER(_Out), ctypes.c_size_t,
+            ctypes.POINTER(NativeResult), ctypes.c_char_p, ctypes.c_size_t]
+        _library = lib
+        return lib
+
+
+def available() -> bool:
+    """True when the native path is on ($OPTSTEP_NATIVE is not "0") and the library loads."""
+    if os.environ.get("OPTSTEP_NATIVE", "1") == "0":
+        return False
+    return _load() is not None
+
+
+def _raise(code: int, error: Any) -> None:
+    message = error.value.decode(errors="replace")
+    raise error_for(_CODES.get(code, grpc.StatusCode.UNKNOWN), message)
+
+
+def _pointer(value: Any) -> int:
+    """The address of a contiguous numpy array or torch tensor."""
+    if isinstance(value, np.ndarray):
+        return int(value.ctypes.data)
+    return int(value.data_ptr())
+
+
+class NativeStep:
+    """One step's arguments in the library's structs; keeps the arrays they point to alive."""
+
+    def __init__(self) -> None:
+        self._slices: List[Tuple[int, int, int, int, int]] = []
+        self._outs: List[Tuple[int, int, int, int]] = []
+        self._keep: List[Any] = []
+
+    def add_gradient(self, param_id: int, offset: int, values: Any,
+                     dtype: Optional[dtypes.DTypeLike], what: str) -> int:
+        """Adds one gradient slice (converted as the pure-Python path converts it); answers its
+        element count."""
+        array, wire = dtypes.to_wire_array(values, dtype, what=what)
+        self._keep.append(array)
+        self._slices.append((param_id, int(wire), offset, array.size, _pointer(array)))
+        return int(array.size)
+
+    def add_out(self, param_id: int, wire: int, buffer: Any) -> None:
+        """The returned values of `param_id` go into `buffer` (contiguous, `wire`'s elements:
+        a numpy array or a CPU torch tensor)."""
+        self._keep.append(buffer)
+        count = buffer.size if isinstance(buffer, np.ndarray) else buffer.numel()
+        self._outs.append((param_id, wire, int(count), _pointer(buffer)))
+
+    def slices(self) -> Any:
+        array = (_Slice * len(self._slices))(*[_Slice(*s) for s in self._slices])
+        return array, len(self._slices)
+
+    def outs(self) -> Any:
+        array = (_Out * len(self._outs))(*[_Out(*o) for o in self._outs])
+        return array, len(self._outs)
+
+
+class NativeClient:
+    """One connection of the C++ client to `rank_targets`, with the Python client's settings."""
+
+    def __init__(self, rank_targets: Sequence[str], *, connect_timeout: float,
+                 rpc_timeout: float, stream_timeout: float, recovery_timeout: float,
+                 wait_for_ready: bool, max_message_bytes: int, stream_lookahead_bytes: int,
+                 max_frame_bytes: int, bdp_probe: bool, max_chunk_bytes: int, tls: bool,
+                 tls_ca: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
+                 tls_server_name: Optional[str], token: Optional[str]) -> None:
+        lib = _load()
+        if lib is None:
+            raise RuntimeError(f"optstep: no native library at {library_path()}: {_load_error}")
+        self._lib = lib
+        self.rank_targets = tuple(rank_targets)
+        encoded = [t.encode() for t in self.rank_targets]
+        targets = (ctypes.c_char_p * len(encoded))(*encoded)
+
+        def text(value: Optional[str]) -> bytes:
+            return (value or "").encode()
+
+        options = _Options(targets, len(encoded), connect_timeout, rpc_timeout, stream_timeout,
+                           recovery_timeout, int(wait_for_ready), max_message_bytes,
+                           stream_lookahead_bytes, max_frame_bytes, int(bdp_probe),
+                           max_chunk_bytes, int(tls), text(tls_ca), text(tls_cert),
+                           text(tls_key), text(tls_server_name), text(token))
+        code = ctypes.c_int32(0)
+        error = ctypes.create_string_buffer(_ERROR_BYTES)
+        handle = lib.optstep_native_connect(ctypes.byref(options), ctypes.byref(code), error,
+                                            _ERROR_BYTES)
+        if not handle:
+            _raise(code.value, error)
+        self._handle: Optional[int] = handle
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle:
+            self._lib.optstep_native_close(handle)
+
+    def step(self, session_id: str, step: int, trainer_id: int,
+             groups: Sequence[Tuple[int, Optional[float], Optional[float]]],
+             return_dtype: int, return_ids: Sequence[int], skip_return: bool,
+             call: NativeStep) -> NativeResult:
+        """One step (Client::Step, recovery included); raises RewindRequired when the session
+        came back older, else the OptstepError of the code."""
+        if not self._handle:
+            raise RuntimeError("optstep: native client closed")
+        group_array = (_Group * len(groups))(*[
+            _Group(g, lr is not None, lr or 0.0, wd is not None, wd or 0.0)
+            for g, lr, wd in groups])
+        ids = (ctypes.c_uint32 * len(return_ids))(*return_ids)
+        slices, num_slices = call.slices()
+        outs, num_outs = call.outs()
+        result = NativeResult()
+        error = ctypes.create_string_buffer(_ERROR_BYTES)
+        code = self._lib.optstep_native_step(
+            self._handle, session_id.encode(), step, trainer_id, group_array, len(groups),
+            return_dtype, ids, len(return_ids), int(skip_return), slices, num_slices, outs,
+            num_outs, ctypes.byref(result), error, _ERROR_BYTES)
+        if code and result.rewind:
+            raise RewindRequired(session_id, int(result.rewind_step), step)
+        if code:
+            _raise(code, error)
+        return result
+
+
+class Connector:
+    """The :class:`NativeClient` of a Python client, connected on first use with its settings,
+    and again when a session needs ranks the current connection does not know. Thread-safe."""
+
+    def __init__(self, **settings: Any) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._clients: List[NativeClient] = []  # the current one last; all closed by close()
+
+    def get(self, rank_targets: Iterable[str]) -> NativeClient:
+        targets = tuple(rank_targets)
+        with self._lock:
+            if self._clients and self._clients[-1].rank_targets[:len(targets)] == targets:
+                return self._clients[-1]
+            fresh = NativeClient(targets, **self._settings)
+            self._clients.append(fresh)
+            return fresh
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
+
+
+def out_buffer(buffer: Any, wire: int, numel: int, what: str) -> Any:
+    """`buffer` (a numpy array or a torch CPU tensor) checked to take `numel` contiguous
+    elements of `wire` (bf16: torch.bfloat16 or uint16 bits); InvalidArgumentError otherwise."""
+    if isinstance(buffer, np.ndarray):
+        ok = buffer.flags.c_contiguous and buffer.dtype == dtypes.numpy_dtype(wire)
+        count = buffer.size
+    else:
+        import torch
+
+        want = torch.bfloat16 if wire == dtypes.BF16 else torch.float32
+        ok = (buffer.device.type == "cpu" and buffer.is_contiguous() and buffer.dtype == want)
+        count = buffer.numel()
+    if not ok or count != numel:
+        raise InvalidArgumentError(f"{what}: output buffer of {count} elements is not "
+                                   f"{numel} contiguous CPU {dtypes.dtype_name(wire)} elements")
+    return buffer
+
+
+def host_view(buffer: Any) -> np.ndarray:
+    """A flat numpy view of an output buffer (uint16 bits for a bfloat16 tensor)."""
+    if isinstance(buffer, np.ndarray):
+        return buffer.reshape(-1)
+    flat = buffer.detach().reshape(-1)
+    if str(flat.dtype) == "torch.bfloat16":
+        import torch
+
+        flat = flat.view(torch.int16)
+    view: np.ndarray = flat.numpy()
+    return view.view(np.uint16) if view.dtype == np.int16 else view
+
+
+def write_params(params: Dict[int, np.ndarray], param_out: Mapping[int, Any]) -> None:
+    """Copies returned parameters (the pure-Python path's answer) into their output buffers."""
+    for pid, buffer in param_out.items():
+        values = params.pop(pid, None)
+        if values is not None:
+            np.copyto(host_view(buffer), values.reshape(-1))
+
+
+def run_step(client: NativeClient, layout: SessionLayout, session_id: str, step: int,
+             slices: Sequence[GradientSlice], trainer_id: int,
+             groups: Sequence[Tuple[int, Optional[float], Optional[float]]], wire: int,
+             return_ids: Sequence[int], skip_return: bool,
+             param_out: Mapping[int, Any]) -> Tuple[NativeResult, Dict[int, np.ndarray]]:
+    """One step through the library: answers its result and the returned parameters that have
+    no buffer in `param_out` (those with one are written there), shaped, by id."""
+    call = NativeStep()
+    for piece in slices:
+        param = layout.param(piece.param)
+        offset = int(piece.offset)
+        check_range(param, offset, call.add_gradient(param.param_id, offset, piece.values,
+                                                     piece.dtype, f"param '{param.name}'"))
+    params: Dict[int, np.ndarray] = {}
+    if not skip_return:
+        for pid in (return_ids or range(layout.num_params)):
+            param = layout.params[pid]
+            what = f"param '{param.name}'"
+            if pid in param_out:
+                call.add_out(pid, wire, out_buffer(param_out[pid], wire, param.numel, what))
+            else:
+                params[pid] = np.empty(param.shape, dtypes.numpy_dtype(wire))
+                call.add_out(pid, wire, params[pid])
+    result = client.step(session_id, step, trainer_id, groups, wire, return_ids, skip_return,
+                         call)
+    return result, (params if result.params_written else {})

@@ -39,6 +39,9 @@ class Device {
 
   // "cpu" or "cuda:<ordinal>".
   virtual std::string name() const = 0;
+  // The instruction-set variant of the host element-wise loops ("baseline", "avx2", "avx512";
+  // kernels/cpu/cpu_isa.h); empty for a device whose element-wise work runs elsewhere.
+  virtual std::string cpu_isa() const { return ""; }
 
   // A zero-filled tensor. RESOURCE_EXHAUSTED when the memory cannot be had.
   virtual absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) = 0;

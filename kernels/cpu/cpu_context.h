@@ -3,11 +3,15 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cpu_elementwise.h"
+#include "kernels/cpu/cpu_isa.h"
+
 namespace optstep {
 namespace internal {
 
 // What the CPU device shares with its kernel objects (CpuUpdateKernels, CpuMatrixKernels): the
-// number of OpenMP threads of a parallel loop.
+// number of OpenMP threads of a parallel loop and the element-wise loops of the chosen
+// instruction-set variant.
 //
 // Thread safety: immutable after construction.
 struct CpuContext {
@@ -18,6 +22,8 @@ struct CpuContext {
   int ThreadsFor(int64_t n) const { return n < kMinParallelElements ? 1 : num_threads; }
 
   int num_threads = 1;  // >= 1
+  CpuIsa isa = CpuIsa::kBaseline;
+  const CpuElementwiseKernels* loops = &BaselineElementwiseKernels();  // ElementwiseKernels(isa)
 };
 
 }  // namespace internal

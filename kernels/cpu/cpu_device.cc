@@ -12,16 +12,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "glog/logging.h"
+#include "kernels/cpu/cpu_elementwise.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/device_validation.h"
-#include "kernels/math/elementwise.h"
-#include "kernels/math/half.h"
 
 namespace optstep {
 namespace {
 
-using internal::F32ToHost;
-using internal::HostToF32;
 using internal::ParallelFor;
 
 // Host buffers that are not aligned to their element size are converted through an aligned
@@ -32,10 +31,11 @@ bool NaturallyAligned(const void* p, DType dtype) {
   return reinterpret_cast<uintptr_t>(p) % DTypeSize(dtype) == 0;
 }
 
-// HostToF32 for any host address: misaligned sources go through an aligned bounce buffer.
-void HostToF32AnyAlignment(const void* src, DType src_dtype, int64_t n, float* dst) {
+// loops.host_to_f32 for any host address: misaligned sources go through an aligned bounce buffer.
+void HostToF32AnyAlignment(const internal::CpuElementwiseKernels& loops, const void* src,
+                           DType src_dtype, int64_t n, float* dst) {
   if (src_dtype == DType::kF32 || NaturallyAligned(src, src_dtype)) {
-    HostToF32(src, src_dtype, n, dst);
+    loops.host_to_f32(src, src_dtype, n, dst);
     return;
   }
   alignas(CpuDevice::kAlignment) uint16_t bounce[kBounceElements];
@@ -43,91 +43,23 @@ void HostToF32AnyAlignment(const void* src, DType src_dtype, int64_t n, float* d
   for (int64_t i = 0; i < n; i += kBounceElements) {
     int64_t m = std::min(kBounceElements, n - i);
     std::memcpy(bounce, s + i * sizeof(uint16_t), m * sizeof(uint16_t));
-    HostToF32(bounce, src_dtype, m, dst + i);
+    loops.host_to_f32(bounce, src_dtype, m, dst + i);
   }
 }
 
-void F32ToHostAnyAlignment(const float* src, int64_t n, DType dst_dtype, void* dst) {
+void F32ToHostAnyAlignment(const internal::CpuElementwiseKernels& loops, const float* src,
+                           int64_t n, DType dst_dtype, void* dst) {
   if (dst_dtype == DType::kF32 || NaturallyAligned(dst, dst_dtype)) {
-    F32ToHost(src, n, dst_dtype, dst);
+    loops.f32_to_host(src, n, dst_dtype, dst);
     return;
   }
   alignas(CpuDevice::kAlignment) uint16_t bounce[kBounceElements];
   char* d = static_cast<char*>(dst);
   for (int64_t i = 0; i < n; i += kBounceElements) {
     int64_t m = std::min(kBounceElements, n - i);
-    F32ToHost(src + i, m, dst_dtype, bounce);
+    loops.f32_to_host(src + i, m, dst_dtype, bounce);
     std::memcpy(d + i * sizeof(uint16_t), bounce, m * sizeof(uint16_t));
   }
-}
-
-// Σ x² of one stats block (see CpuDevice::kStatsBlockElements for the fixed order).
-double BlockSumSquares(const float* __restrict x, int64_t n) {
-  constexpr int kLanes = CpuDevice::kStatsLanes;
-  double lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-#pragma omp simd
-    for (int j = 0; j < kLanes; ++j) {
-      double v = x[i + j];
-      lanes[j] += v * v;
-    }
-  }
-  for (int j = 0; i < n; ++i, ++j) {
-    double v = x[i];
-    lanes[j] += v * v;
-  }
-  double sum = 0.0;
-  for (int j = 0; j < kLanes; ++j) sum += lanes[j];
-  return sum;
-}
-
-// The update loops. The flags are template parameters and are written into a thread-local
-// copy of the arguments, so that the compiler removes their branches from the vector loop.
-template <bool kDecoupled>
-void AdamWLoop(const math::AdamWArgs& args, const float* grad, float* param, float* exp_avg,
-               float* exp_avg_sq, int64_t n, int threads) {
-  ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
-    math::AdamWArgs a = args;
-    a.decoupled = kDecoupled;
-    const float* __restrict g = grad;
-    float* __restrict p = param;
-    float* __restrict m = exp_avg;
-    float* __restrict v = exp_avg_sq;
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) math::AdamWElement(a, g[i], p[i], m[i], v[i]);
-  });
-}
-
-template <bool kFirstStep, bool kNesterov>
-void SgdMomentumLoop(const math::SgdArgs& args, const float* grad, float* param, float* buffer,
-                     int64_t n, int threads) {
-  ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
-    math::SgdArgs a = args;
-    a.first_step = kFirstStep;
-    a.nesterov = kNesterov;
-    const float* __restrict g = grad;
-    float* __restrict p = param;
-    float* __restrict b = buffer;
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) math::SgdElement(a, g[i], p[i], b[i]);
-  });
-}
-
-void SgdPlainLoop(const math::SgdArgs& args, const float* grad, float* param, int64_t n,
-                  int threads) {
-  ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
-    math::SgdArgs a = args;
-    a.momentum = 0.0f;  // no buffer: SgdElement does not touch `unused`
-    a.nesterov = false;
-    const float* __restrict g = grad;
-    float* __restrict p = param;
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) {
-      float unused = 0.0f;
-      math::SgdElement(a, g[i], p[i], unused);
-    }
-  });
 }
 
 }  // namespace
@@ -141,10 +73,19 @@ absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(Options options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CpuDevice: memory_limit_bytes must be >= 0, got ", options.memory_limit_bytes));
   }
+  const CpuIsa detected = DetectCpuIsa();
+  OPTSTEP_ASSIGN_OR_RETURN(
+      const CpuIsa isa,
+      ResolveCpuIsa(options.isa.empty() ? std::getenv(kCpuIsaEnv) : options.isa.c_str(), detected));
   int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
   SetBlasThreads(1);  // the device's OpenMP threads drive OpenBLAS (cpu_device_linalg.cc)
-  return std::unique_ptr<CpuDevice>(
-      new CpuDevice(internal::CpuContext{std::max(1, threads)}, options.memory_limit_bytes));
+  internal::CpuContext ctx;
+  ctx.num_threads = std::max(1, threads);
+  ctx.isa = isa;
+  ctx.loops = &internal::ElementwiseKernels(isa);
+  LOG(INFO) << "CPU device: " << ctx.num_threads << " threads, element-wise kernels "
+            << CpuIsaName(isa) << " (this CPU supports up to " << CpuIsaName(detected) << ")";
+  return std::unique_ptr<CpuDevice>(new CpuDevice(ctx, options.memory_limit_bytes));
 }
 
 absl::StatusOr<Tensor> CpuDevice::Allocate(DType dtype, const Shape& shape) {
@@ -207,15 +148,16 @@ absl::Status CpuDevice::FromHost(const char* op, bool add, const void* src, DTyp
   const char* s = static_cast<const char*>(src);
   float* d = dst.f32() + dst_offset;
   const size_t esize = DTypeSize(src_dtype);
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
   ParallelFor(count, ctx_.ThreadsFor(count), [&](int64_t begin, int64_t end) {
-    if (!add) return HostToF32AnyAlignment(s + begin * esize, src_dtype, end - begin, d + begin);
+    if (!add) {
+      return HostToF32AnyAlignment(loops, s + begin * esize, src_dtype, end - begin, d + begin);
+    }
     alignas(kAlignment) float converted[kBounceElements];
     for (int64_t i = begin; i < end; i += kBounceElements) {
       const int64_t m = std::min(kBounceElements, end - i);
-      HostToF32AnyAlignment(s + i * esize, src_dtype, m, converted);
-      float* out = d + i;
-#pragma omp simd
-      for (int64_t j = 0; j < m; ++j) out[j] = out[j] + converted[j];
+      HostToF32AnyAlignment(loops, s + i * esize, src_dtype, m, converted);
+      loops.add(converted, d + i, m);
     }
   });
   return absl::OkStatus();
@@ -229,7 +171,7 @@ absl::Status CpuDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t co
   char* d = static_cast<char*>(dst);
   const size_t esize = DTypeSize(dst_dtype);
   ParallelFor(count, ctx_.ThreadsFor(count), [&](int64_t begin, int64_t end) {
-    F32ToHostAnyAlignment(s + begin, end - begin, dst_dtype, d + begin * esize);
+    F32ToHostAnyAlignment(*ctx_.loops, s + begin, end - begin, dst_dtype, d + begin * esize);
   });
   return absl::OkStatus();
 }
@@ -252,21 +194,18 @@ absl::Status CpuDevice::Add(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSameSize("Add", "dst", dst, "src", src));
   const float* s = src.f32();
   float* d = dst.f32();
-  ParallelFor(dst.numel(), ctx_.ThreadsFor(dst.numel()), [s, d](int64_t begin, int64_t end) {
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) d[i] = d[i] + s[i];
-  });
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
+  ParallelFor(dst.numel(), ctx_.ThreadsFor(dst.numel()),
+              [&](int64_t begin, int64_t end) { loops.add(s + begin, d + begin, end - begin); });
   return absl::OkStatus();
 }
 
 absl::Status CpuDevice::Scale(float scale, Tensor& x) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Scale", "x", x));
   float* d = x.f32();
-  ParallelFor(x.numel(), ctx_.ThreadsFor(x.numel()), [scale, d](int64_t begin, int64_t end) {
-    float* __restrict p = d;
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) math::ScaleElement(scale, p[i]);
-  });
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
+  ParallelFor(x.numel(), ctx_.ThreadsFor(x.numel()),
+              [&](int64_t begin, int64_t end) { loops.scale(scale, d + begin, end - begin); });
   return absl::OkStatus();
 }
 
@@ -281,7 +220,7 @@ absl::StatusOr<GradientStats> CpuDevice::ComputeGradientStats(const Tensor& grad
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t b = 0; b < num_blocks; ++b) {
     const int64_t begin = b * kStatsBlockElements;
-    block_sums[b] = BlockSumSquares(x + begin, std::min(kStatsBlockElements, n - begin));
+    block_sums[b] = ctx_.loops->sum_squares(x + begin, std::min(kStatsBlockElements, n - begin));
   }
   GradientStats stats;
   for (double s : block_sums) stats.sum_squares += s;
@@ -295,13 +234,14 @@ absl::Status CpuUpdateKernels::AdamW(const math::AdamWArgs& args, const Tensor& 
                                      Tensor& exp_avg, Tensor& exp_avg_sq) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamW(args, grad, param, exp_avg, exp_avg_sq));
   const int64_t n = grad.numel();
-  if (args.decoupled) {
-    AdamWLoop<true>(args, grad.f32(), param.f32(), exp_avg.f32(), exp_avg_sq.f32(), n,
-                    ctx_.ThreadsFor(n));
-  } else {
-    AdamWLoop<false>(args, grad.f32(), param.f32(), exp_avg.f32(), exp_avg_sq.f32(), n,
-                     ctx_.ThreadsFor(n));
-  }
+  const float* g = grad.f32();
+  float* p = param.f32();
+  float* m = exp_avg.f32();
+  float* v = exp_avg_sq.f32();
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
+  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    loops.adamw(args, g + begin, p + begin, m + begin, v + begin, end - begin);
+  });
   return absl::OkStatus();
 }
 
@@ -309,23 +249,13 @@ absl::Status CpuUpdateKernels::Sgd(const math::SgdArgs& args, const Tensor& grad
                                    Tensor* momentum_buffer) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSgd(args, grad, param, momentum_buffer));
   const int64_t n = grad.numel();
-  const int threads = ctx_.ThreadsFor(n);
-  if (args.momentum == 0.0f) {
-    SgdPlainLoop(args, grad.f32(), param.f32(), n, threads);
-    return absl::OkStatus();
-  }
-  float* b = momentum_buffer->f32();
-  if (args.first_step) {
-    if (args.nesterov) {
-      SgdMomentumLoop<true, true>(args, grad.f32(), param.f32(), b, n, threads);
-    } else {
-      SgdMomentumLoop<true, false>(args, grad.f32(), param.f32(), b, n, threads);
-    }
-  } else if (args.nesterov) {
-    SgdMomentumLoop<false, true>(args, grad.f32(), param.f32(), b, n, threads);
-  } else {
-    SgdMomentumLoop<false, false>(args, grad.f32(), param.f32(), b, n, threads);
-  }
+  const float* g = grad.f32();
+  float* p = param.f32();
+  float* b = args.momentum == 0.0f ? nullptr : momentum_buffer->f32();
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
+  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    loops.sgd(args, g + begin, p + begin, b == nullptr ? nullptr : b + begin, end - begin);
+  });
   return absl::OkStatus();
 }
 

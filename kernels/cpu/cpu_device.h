@@ -9,6 +9,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cpu/cpu_context.h"
+#include "kernels/cpu/cpu_elementwise.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_matrix_kernels.h"
 #include "kernels/cpu/cpu_update_kernels.h"
 #include "kernels/device.h"
@@ -25,6 +27,10 @@ namespace optstep {
 // Source files: cpu_device.cc (memory, transfers, and the kernels Adam, SGD),
 // cpu_device_emerging.cc (the element-wise and data-movement primitives of the emerging
 // optimizers), cpu_device_linalg.cc (OpenBLAS / LAPACKE).
+//
+// The element-wise loops (updates, conversions, sums) come from the table of one instruction-set
+// variant (cpu_elementwise.h), chosen at Create from CPUID or Options::isa / OPTSTEP_CPU_ISA;
+// every variant computes the same bits.
 //
 // Every method runs to completion before it returns; Synchronize() has nothing to wait for.
 // Loops over at least CpuContext::kMinParallelElements elements are split into `num_threads`
@@ -47,6 +53,10 @@ class CpuDevice final : public Device {
     // Allocate answers RESOURCE_EXHAUSTED when the tensors held would exceed this many bytes;
     // 0 = no limit beyond the host's memory.
     int64_t memory_limit_bytes = 0;
+    // The element-wise loops' variant: "baseline", "avx2" or "avx512" (cpu_isa.h), at most the
+    // widest this CPU supports; empty = the environment's OPTSTEP_CPU_ISA, or when that is unset
+    // or empty, the widest.
+    std::string isa;
   };
 
   // Alignment of every allocation, in bytes.
@@ -56,9 +66,10 @@ class CpuDevice final : public Device {
   // order and are then added lane 0 first; the block sums are added in block order. The result
   // therefore depends only on the data, never on the thread count.
   static constexpr int64_t kStatsBlockElements = 1 << 16;
-  static constexpr int kStatsLanes = 16;
+  static constexpr int kStatsLanes = internal::kSumSquaresLanes;
 
-  // INVALID_ARGUMENT for a negative num_threads or memory_limit_bytes.
+  // INVALID_ARGUMENT for a negative num_threads or memory_limit_bytes, or an `isa` (or
+  // OPTSTEP_CPU_ISA) that names no variant or one this CPU cannot run.
   static absl::StatusOr<std::unique_ptr<CpuDevice>> Create(Options options);
 
   CpuDevice(const CpuDevice&) = delete;
@@ -67,8 +78,11 @@ class CpuDevice final : public Device {
 
   // The resolved thread count (>= 1).
   int num_threads() const { return ctx_.num_threads; }
+  // The variant of the element-wise loops this device runs.
+  CpuIsa isa() const { return ctx_.isa; }
 
   std::string name() const override { return "cpu"; }
+  std::string cpu_isa() const override { return CpuIsaName(ctx_.isa); }
 
   absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) override;
   int64_t allocated_bytes() const override { return allocated_->load(); }

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "base/status_macros.h"
 #include "kernels/cpu/cpu_device.h"
+#include "kernels/cpu/cpu_elementwise.h"
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/emerging_validation.h"
 #include "kernels/math/emerging.h"
@@ -23,27 +23,6 @@ using internal::ParallelFor;
 // Square tiles of the blocked transpose.
 constexpr int64_t kTile = 32;
 
-// The decay mode as compile-time flags, written into a thread-local copy of the arguments so
-// that the compiler drops its branches from the vector loops (as for AdamW).
-template <bool kL2, bool kDecay>
-math::WeightDecay FixedDecay(math::WeightDecay d) {
-  d.l2 = kL2;
-  if (!kL2 && !kDecay) d.coef = 0.0f;
-  return d;
-}
-
-// Calls body(l2, decay) with std::integral_constant<bool> arguments matching `d`.
-template <typename Body>
-void DispatchDecay(const math::WeightDecay& d, const Body& body) {
-  if (d.l2) {
-    body(std::true_type{}, std::true_type{});
-  } else if (d.coef != 0.0f) {
-    body(std::false_type{}, std::true_type{});
-  } else {
-    body(std::false_type{}, std::false_type{});
-  }
-}
-
 }  // namespace
 
 absl::Status CpuUpdateKernels::Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
@@ -53,16 +32,9 @@ absl::Status CpuUpdateKernels::Lion(const math::LionArgs& args, const Tensor& gr
   const float* g = grad.f32();
   float* p = param.f32();
   float* m = exp_avg.f32();
-  DispatchDecay(args.decay, [&](auto l2, auto decay) {
-    ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-      math::LionArgs a = args;
-      a.decay = FixedDecay<decltype(l2)::value, decltype(decay)::value>(args.decay);
-      const float* __restrict gg = g;
-      float* __restrict pp = p;
-      float* __restrict mm = m;
-#pragma omp simd
-      for (int64_t i = begin; i < end; ++i) math::LionElement(a, gg[i], pp[i], mm[i]);
-    });
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
+  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    loops.lion(args, g + begin, p + begin, m + begin, end - begin);
   });
   return absl::OkStatus();
 }
@@ -75,26 +47,9 @@ absl::Status CpuUpdateKernels::MuonMomentum(const math::MuonMomentumArgs& args, 
   float* p = param.f32();
   float* b = momentum.f32();
   float* u = update.f32();
-  DispatchDecay(args.decay, [&](auto l2, auto decay) {
-    ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-      math::MuonMomentumArgs a = args;
-      a.decay = FixedDecay<decltype(l2)::value, decltype(decay)::value>(args.decay);
-      const float* __restrict gg = g;
-      float* __restrict pp = p;
-      float* __restrict bb = b;
-      float* __restrict uu = u;
-      if (a.nesterov) {
-        a.nesterov = true;
-#pragma omp simd
-        for (int64_t i = begin; i < end; ++i)
-          math::MuonMomentumElement(a, gg[i], pp[i], bb[i], uu[i]);
-      } else {
-        a.nesterov = false;
-#pragma omp simd
-        for (int64_t i = begin; i < end; ++i)
-          math::MuonMomentumElement(a, gg[i], pp[i], bb[i], uu[i]);
-      }
-    });
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
+  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
+    loops.muon_momentum(args, g + begin, p + begin, b + begin, u + begin, end - begin);
   });
   return absl::OkStatus();
 }
@@ -106,13 +61,9 @@ absl::Status CpuUpdateKernels::Adamuon(const math::Moment2Args& args, const Tens
   const float* o = update.f32();
   float* p = param.f32();
   float* v = moment.f32();
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
   ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-    const math::Moment2Args a = args;
-    const float* __restrict oo = o;
-    float* __restrict pp = p;
-    float* __restrict vv = v;
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) math::AdamuonElement(a, oo[i], pp[i], vv[i]);
+    loops.adamuon(args, o + begin, p + begin, v + begin, end - begin);
   });
   return absl::OkStatus();
 }
@@ -136,14 +87,9 @@ absl::Status CpuUpdateKernels::SoapAdam(const math::SoapAdamArgs& args, const Te
   float* m = exp_avg.f32();
   float* v = exp_avg_sq.f32();
   float* d = direction.f32();
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
   ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-    const math::SoapAdamArgs a = args;
-    const float* __restrict gg = g;
-    float* __restrict mm = m;
-    float* __restrict vv = v;
-    float* __restrict dd = d;
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) math::SoapAdamElement(a, gg[i], mm[i], vv[i], dd[i]);
+    loops.soap_adam(args, g + begin, m + begin, v + begin, d + begin, end - begin);
   });
   return absl::OkStatus();
 }
@@ -153,15 +99,9 @@ absl::Status CpuDevice::Axpby(float alpha, const Tensor& x, float beta, Tensor& 
   const int64_t n = y.numel();
   const float* xs = x.f32();
   float* ys = y.f32();
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
   ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-    // math::AxpbyElement with its β == 0 branch taken outside the loops (they vectorize).
-    if (beta == 0.0f) {
-#pragma omp simd
-      for (int64_t i = begin; i < end; ++i) ys[i] = alpha * xs[i];
-    } else {
-#pragma omp simd
-      for (int64_t i = begin; i < end; ++i) ys[i] = alpha * xs[i] + beta * ys[i];
-    }
+    loops.axpby(alpha, xs + begin, beta, ys + begin, end - begin);
   });
   return absl::OkStatus();
 }
@@ -173,13 +113,14 @@ absl::Status CpuDevice::Convert(const Tensor& src, Tensor& dst) {
   char* d = static_cast<char*>(dst.data());
   const size_t s_size = DTypeSize(src.dtype());
   const size_t d_size = DTypeSize(dst.dtype());
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
   ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
     if (src.dtype() == DType::kF32) {
-      internal::F32ToHost(reinterpret_cast<const float*>(s) + begin, end - begin, dst.dtype(),
-                          d + begin * d_size);
+      loops.f32_to_host(reinterpret_cast<const float*>(s) + begin, end - begin, dst.dtype(),
+                        d + begin * d_size);
     } else {
-      internal::HostToF32(s + begin * s_size, src.dtype(), end - begin,
-                          reinterpret_cast<float*>(d) + begin);
+      loops.host_to_f32(s + begin * s_size, src.dtype(), end - begin,
+                        reinterpret_cast<float*>(d) + begin);
     }
   });
   return absl::OkStatus();

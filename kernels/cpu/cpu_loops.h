@@ -8,10 +8,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
+#include "kernels/cpu/cpu_elementwise.h"
 #include "kernels/dtype.h"
-#include "kernels/math/half.h"
 
 namespace optstep {
 namespace internal {
@@ -44,45 +43,14 @@ inline void ParallelFor(int64_t n, int threads, const Fn& fn) {
   ParallelBlocks(n, threads, kLineFloats, fn);
 }
 
-// Conversions between host element types and fp32, on ranges that the caller partitions.
-inline void HostToF32(const void* src, DType src_dtype, int64_t n, float* __restrict dst) {
-  switch (src_dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case DType::kBF16: {
-      const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) dst[i] = math::Bf16ToFloat(s[i]);
-      return;
-    }
-    case DType::kF16: {
-      const uint16_t* __restrict s = static_cast<const uint16_t*>(src);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) dst[i] = math::Fp16ToFloat(s[i]);
-      return;
-    }
-  }
+// Conversions between host element types and fp32, on ranges that the caller partitions, with the
+// baseline variant's loops; CpuContext::loops has those of the device's variant.
+inline void HostToF32(const void* src, DType src_dtype, int64_t n, float* dst) {
+  BaselineElementwiseKernels().host_to_f32(src, src_dtype, n, dst);
 }
 
-inline void F32ToHost(const float* __restrict src, int64_t n, DType dst_dtype, void* dst) {
-  switch (dst_dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case DType::kBF16: {
-      uint16_t* __restrict d = static_cast<uint16_t*>(dst);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) d[i] = math::FloatToBf16(src[i]);
-      return;
-    }
-    case DType::kF16: {
-      uint16_t* __restrict d = static_cast<uint16_t*>(dst);
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) d[i] = math::FloatToFp16(src[i]);
-      return;
-    }
-  }
+inline void F32ToHost(const float* src, int64_t n, DType dst_dtype, void* dst) {
+  BaselineElementwiseKernels().f32_to_host(src, n, dst_dtype, dst);
 }
 
 }  // namespace internal

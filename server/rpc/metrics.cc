@@ -62,7 +62,7 @@ std::vector<prometheus::MetricFamily> EngineGauges(Engine& engine) {
     bytes += static_cast<double>(stats.param_bytes + stats.state_bytes + stats.buffer_bytes);
   }
   const Engine::DeviceActivity device = engine.device_activity();
-  return {
+  std::vector<prometheus::MetricFamily> families = {
       GaugeFamily("optstep_sessions", "Sessions this rank holds.",
                   static_cast<double>(sessions.size())),
       GaugeFamily("optstep_device_memory_bytes",
@@ -79,6 +79,14 @@ std::vector<prometheus::MetricFamily> EngineGauges(Engine& engine) {
       GaugeFamily("optstep_memory_admitted_bytes",
                   "The footprints of the sessions this rank admitted, out of its budget.",
                   static_cast<double>(engine.memory_budget().admitted()))};
+  const std::string isa = engine.device().cpu_isa();
+  if (!isa.empty()) {
+    families.push_back(GaugeFamily(
+        "optstep_cpu_isa",
+        "1, labelled with the instruction-set variant of the CPU element-wise kernels.", 1.0));
+    families.back().metric[0].label.push_back({"variant", isa});
+  }
+  return families;
 }
 
 }  // namespace

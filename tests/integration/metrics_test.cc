@@ -4,6 +4,7 @@
 
 #include <grpcpp/create_channel.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -123,6 +124,20 @@ TEST(MetricsTest, PortFileNamesTheBoundPort) {
   in >> port;
   EXPECT_EQ(port, server->metrics_port());
   EXPECT_THAT(HttpGet(port, "/metrics"), HasSubstr("optstep_sessions 0"));
+}
+
+// The server reports the variant of its CPU element-wise kernels, and OPTSTEP_CPU_ISA (inherited
+// by the server process) forces the baseline.
+TEST(MetricsTest, ReportsTheCpuKernelVariant) {
+  ASSERT_EQ(setenv("OPTSTEP_CPU_ISA", "baseline", 1), 0);
+  auto server = ServerProcess::Start({"--metrics_port=-1"});
+  unsetenv("OPTSTEP_CPU_ISA");
+  ASSERT_THAT(server.status(), IsOk());
+  auto metrics = ScrapeMetrics((*server)->metrics_port());
+  EXPECT_EQ(metrics["optstep_cpu_isa{variant=\"baseline\"}"], 1);
+  for (const char* wider : {"avx2", "avx512"}) {
+    EXPECT_EQ(metrics.count(absl::StrCat("optstep_cpu_isa{variant=\"", wider, "\"}")), 0u);
+  }
 }
 
 }  // namespace

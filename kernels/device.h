@@ -42,6 +42,9 @@ class Device {
   // The instruction-set variant of the host element-wise loops ("baseline", "avx2", "avx512";
   // kernels/cpu/cpu_isa.h); empty for a device whose element-wise work runs elsewhere.
   virtual std::string cpu_isa() const { return ""; }
+  // The library behind matrix().Gemm's bf16-class products ("openblas", "onednn";
+  // kernels/cpu/cpu_gemm_backend.h); empty for a device whose GEMMs run elsewhere.
+  virtual std::string gemm_backend() const { return ""; }
 
   // A zero-filled tensor. RESOURCE_EXHAUSTED when the memory cannot be had.
   virtual absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) = 0;

@@ -14,6 +14,7 @@
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/cpu/cpu_elementwise.h"
+#include "kernels/cpu/cpu_gemm_backend.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_loops.h"
 #include "kernels/device_validation.h"
@@ -85,7 +86,16 @@ absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(Options options) {
   ctx.loops = &internal::ElementwiseKernels(isa);
   LOG(INFO) << "CPU device: " << ctx.num_threads << " threads, element-wise kernels "
             << CpuIsaName(isa) << " (this CPU supports up to " << CpuIsaName(detected) << ")";
-  return std::unique_ptr<CpuDevice>(new CpuDevice(ctx, options.memory_limit_bytes));
+  OPTSTEP_ASSIGN_OR_RETURN(
+      const CpuGemmBackend gemm,
+      ResolveCpuGemmBackend(options.gemm.empty() ? std::getenv(kCpuGemmEnv) : options.gemm.c_str(),
+                            OneDnnHasBf16Isa()));
+  LOG(INFO) << "CPU device: GEMM backend " << CpuGemmBackendName(gemm) << " ("
+            << (gemm == CpuGemmBackend::kOneDnn ? "bf16 products on oneDNN, fp32 on OpenBLAS"
+                                                : "every product on OpenBLAS")
+            << "; oneDNN bf16 instructions " << (OneDnnHasBf16Isa() ? "found" : "not found")
+            << ")";
+  return std::unique_ptr<CpuDevice>(new CpuDevice(ctx, options.memory_limit_bytes, gemm));
 }
 
 absl::StatusOr<Tensor> CpuDevice::Allocate(DType dtype, const Shape& shape) {

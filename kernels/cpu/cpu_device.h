@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/cpu_context.h"
 #include "kernels/cpu/cpu_elementwise.h"
+#include "kernels/cpu/cpu_gemm_backend.h"
 #include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/cpu_matrix_kernels.h"
 #include "kernels/cpu/cpu_update_kernels.h"
@@ -57,6 +58,9 @@ class CpuDevice final : public Device {
     // widest this CPU supports; empty = the environment's OPTSTEP_CPU_ISA, or when that is unset
     // or empty, the widest.
     std::string isa;
+    // The library of the bf16-class GEMMs (cpu_gemm_backend.h): "auto", "openblas" or "onednn";
+    // empty = the environment's OPTSTEP_CPU_GEMM, or "auto" when that is unset.
+    std::string gemm;
   };
 
   // Alignment of every allocation, in bytes.
@@ -69,7 +73,8 @@ class CpuDevice final : public Device {
   static constexpr int kStatsLanes = internal::kSumSquaresLanes;
 
   // INVALID_ARGUMENT for a negative num_threads or memory_limit_bytes, or an `isa` (or
-  // OPTSTEP_CPU_ISA) that names no variant or one this CPU cannot run.
+  // OPTSTEP_CPU_ISA) that names no variant or one this CPU cannot run, or a `gemm` (or
+  // OPTSTEP_CPU_GEMM) that names no backend or "onednn" where oneDNN finds no bf16 instructions.
   static absl::StatusOr<std::unique_ptr<CpuDevice>> Create(Options options);
 
   CpuDevice(const CpuDevice&) = delete;
@@ -83,6 +88,7 @@ class CpuDevice final : public Device {
 
   std::string name() const override { return "cpu"; }
   std::string cpu_isa() const override { return CpuIsaName(ctx_.isa); }
+  std::string gemm_backend() const override { return CpuGemmBackendName(matrix_.gemm_backend()); }
 
   absl::StatusOr<Tensor> Allocate(DType dtype, const Shape& shape) override;
   int64_t allocated_bytes() const override { return allocated_->load(); }
@@ -115,12 +121,12 @@ class CpuDevice final : public Device {
   absl::Status FromHost(const char* op, bool add, const void* src, DType src_dtype, int64_t count,
                         Tensor& dst, int64_t dst_offset);
 
-  CpuDevice(internal::CpuContext ctx, int64_t memory_limit_bytes)
+  CpuDevice(internal::CpuContext ctx, int64_t memory_limit_bytes, CpuGemmBackend gemm)
       : ctx_(ctx),
         memory_limit_bytes_(memory_limit_bytes),
         allocated_(std::make_shared<std::atomic<int64_t>>(0)),
         updates_(ctx),
-        matrix_(ctx) {}
+        matrix_(ctx, gemm) {}
 
   // openblas_set_num_threads (cpu_device_linalg.cc), process-wide.
   static void SetBlasThreads(int num_threads);

@@ -1,5 +1,5 @@
-// CpuMatrixKernels: GEMM through OpenBLAS, symmetric eigendecomposition and QR through LAPACKE.
-// See cpu_device.h.
+// CpuMatrixKernels: GEMM through OpenBLAS (and oneDNN for kMedium with CpuGemmBackend::kOneDnn),
+// symmetric eigendecomposition and QR through LAPACKE. See cpu_device.h.
 
 #include <cblas.h>
 #include <lapacke.h>
@@ -28,6 +28,13 @@ void RoundToBf16(const float* src, int64_t n, float* dst, int threads) {
     float* __restrict d = dst;
 #pragma omp simd
     for (int64_t i = begin; i < end; ++i) d[i] = math::Bf16ToFloat(math::FloatToBf16(s[i]));
+  });
+}
+
+// dst[i] = bf16(src[i]), rounded to nearest even.
+void NarrowToBf16(const float* src, int64_t n, uint16_t* dst, int threads) {
+  ParallelFor(n, threads, [&](int64_t begin, int64_t end) {
+    internal::F32ToHost(src + begin, end - begin, DType::kBF16, dst + begin);
   });
 }
 
@@ -109,10 +116,53 @@ bool IsDiagonal(const float* a, int64_t n) {
 
 void CpuDevice::SetBlasThreads(int num_threads) { openblas_set_num_threads(num_threads); }
 
+CpuMatrixKernels::CpuMatrixKernels(internal::CpuContext ctx, CpuGemmBackend backend)
+    : ctx_(ctx), backend_(backend) {
+  if (backend == CpuGemmBackend::kOneDnn) dnnl_ = std::make_unique<internal::DnnlGemm>();
+}
+
 std::vector<float>& CpuMatrixKernels::GemmScratch(int slot, int64_t n) {
   std::vector<float>& buffer = gemm_scratch_[slot];
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
   return buffer;
+}
+
+std::vector<uint16_t>& CpuMatrixKernels::Bf16Scratch(int slot, int64_t n) {
+  std::vector<uint16_t>& buffer = bf16_scratch_[slot];
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer;
+}
+
+absl::Status CpuMatrixKernels::OneDnnGemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                                          Tensor& c) {
+  const int64_t m = c.dim(0);
+  const int64_t n = c.dim(1);
+  const int64_t k = args.transpose_a ? a.dim(0) : a.dim(1);
+  const bool bf16 = a.dtype() == DType::kBF16;
+  const uint16_t* pa = static_cast<const uint16_t*>(a.data());
+  const uint16_t* pb = static_cast<const uint16_t*>(b.data());
+  if (!bf16) {
+    // fp32 inputs rounded to bf16 (to nearest even), as the OpenBLAS path rounds them.
+    uint16_t* ra = Bf16Scratch(0, a.numel()).data();
+    NarrowToBf16(a.f32(), a.numel(), ra, ctx_.ThreadsFor(a.numel()));
+    pb = pa = ra;
+    if (b.data() != a.data()) {
+      uint16_t* rb = Bf16Scratch(1, b.numel()).data();
+      NarrowToBf16(b.f32(), b.numel(), rb, ctx_.ThreadsFor(b.numel()));
+      pb = rb;
+    }
+    OPTSTEP_RETURN_IF_ERROR(dnnl_->Run(ctx_.num_threads, args.transpose_a, args.transpose_b, m, n,
+                                       k, args.alpha, pa, pb, args.beta, c.f32()));
+  } else {
+    // bf16 in and out: fp32 result and epilogue, one rounding to bf16.
+    float* wc = GemmScratch(2, c.numel()).data();
+    if (args.beta != 0.0f) WidenBf16(c, wc, ctx_.ThreadsFor(c.numel()));
+    OPTSTEP_RETURN_IF_ERROR(dnnl_->Run(ctx_.num_threads, args.transpose_a, args.transpose_b, m, n,
+                                       k, args.alpha, pa, pb, args.beta, wc));
+    NarrowToBf16(wc, c.numel(), static_cast<uint16_t*>(c.data()), ctx_.ThreadsFor(c.numel()));
+  }
+  last_gemm_library_ = absl::StrCat("onednn:", dnnl_->last_implementation());
+  return absl::OkStatus();
 }
 
 absl::Status CpuMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
@@ -123,6 +173,11 @@ absl::Status CpuMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a, const
   const int64_t k = args.transpose_a ? a.dim(0) : a.dim(1);
   const int64_t lda = a.dim(1);
   const int64_t ldb = b.dim(1);
+  if (m == 0 || n == 0) return absl::OkStatus();
+  if (dnnl_ != nullptr && args.precision == MatmulPrecision::kMedium && k > 0) {
+    return OneDnnGemm(args, a, b, c);
+  }
+  last_gemm_library_ = "openblas";
   if (a.dtype() == DType::kBF16) {
     // bf16 in and out: exact widening, fp32 products and epilogue, one rounding to bf16.
     float* wa = GemmScratch(0, a.numel()).data();
@@ -136,10 +191,7 @@ absl::Status CpuMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a, const
     if (args.beta != 0.0f) WidenBf16(c, wc, ctx_.ThreadsFor(c.numel()));
     Sgemm(ctx_.num_threads, args.transpose_a, args.transpose_b, m, n, k, args.alpha, wa, lda, wb,
           ldb, args.beta, wc);
-    uint16_t* out = static_cast<uint16_t*>(c.data());
-    ParallelFor(c.numel(), ctx_.ThreadsFor(c.numel()), [&](int64_t begin, int64_t end) {
-      internal::F32ToHost(wc + begin, end - begin, DType::kBF16, out + begin);
-    });
+    NarrowToBf16(wc, c.numel(), static_cast<uint16_t*>(c.data()), ctx_.ThreadsFor(c.numel()));
     return absl::OkStatus();
   }
   const float* pa = a.f32();

@@ -2,10 +2,14 @@
 #define OPTSTEP_KERNELS_CPU_CPU_MATRIX_KERNELS_H_
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/cpu/cpu_context.h"
+#include "kernels/cpu/cpu_gemm_backend.h"
+#include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/matrix_kernels.h"
 #include "kernels/matrix_types.h"
 #include "kernels/tensor.h"
@@ -13,9 +17,11 @@
 namespace optstep {
 
 // The matrix primitives of CpuDevice: data movement as OpenMP loops (cpu_device_emerging.cc);
-// GEMMs through OpenBLAS (fp32; kMedium rounds the inputs to bf16 first, since Debian's OpenBLAS
-// has no bf16 GEMM, and bf16 outputs are rounded from the fp32 result), split into blocks of rows
-// or columns of C, one single-threaded sgemm per thread; symmetric eigendecomposition (ssyevd,
+// fp32 GEMMs through OpenBLAS, split into blocks of rows or columns of C, one single-threaded
+// sgemm per thread; kMedium GEMMs (bf16 inputs, fp32 accumulation; bf16 outputs rounded once from
+// the fp32 result) through oneDNN's bf16 matmul with the backend kOneDnn (cpu_gemm_backend.h),
+// else through the same OpenBLAS path on inputs rounded to bf16 (Debian's OpenBLAS has no bf16
+// GEMM); symmetric eigendecomposition (ssyevd,
 // dsyevd as the fallback) and QR (sgeqrf + sorgqr) through LAPACKE, on one thread
 // (cpu_device_linalg.cc). Every method runs to completion before it returns.
 //
@@ -23,7 +29,7 @@ namespace optstep {
 // Owned by its CpuDevice.
 class CpuMatrixKernels final : public MatrixKernels {
  public:
-  explicit CpuMatrixKernels(internal::CpuContext ctx) : ctx_(ctx) {}
+  CpuMatrixKernels(internal::CpuContext ctx, CpuGemmBackend backend);
 
   CpuMatrixKernels(const CpuMatrixKernels&) = delete;
   CpuMatrixKernels& operator=(const CpuMatrixKernels&) = delete;
@@ -39,12 +45,27 @@ class CpuMatrixKernels final : public MatrixKernels {
                              Tensor& eigenvectors) override;
   absl::Status Qr(const Tensor& a, Tensor& q) override;
 
+  CpuGemmBackend gemm_backend() const { return backend_; }
+  // The library that ran the last non-empty GEMM: "openblas", or "onednn:" and oneDNN's
+  // implementation name (e.g. "onednn:brg:avx512_core_bf16"); "" before the first.
+  const std::string& last_gemm_library() const { return last_gemm_library_; }
+
  private:
+  // kMedium through oneDNN: C{m, n} ← α·op(A)·op(B) + β·C for fp32 or bf16 tensors.
+  // REQUIRES: dnnl_ set; m, n, k >= 1.
+  absl::Status OneDnnGemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c);
+  // bf16 copies of fp32 inputs (slots 0, 1): grown on demand, reused.
+  std::vector<uint16_t>& Bf16Scratch(int slot, int64_t n);
+
   // Host copies that a GEMM needs (kMedium rounding, bf16 widening): grown on demand, reused.
   std::vector<float>& GemmScratch(int slot, int64_t n);
 
   const internal::CpuContext ctx_;
+  const CpuGemmBackend backend_;
+  std::unique_ptr<internal::DnnlGemm> dnnl_;  // set with kOneDnn
   std::vector<float> gemm_scratch_[3];
+  std::vector<uint16_t> bf16_scratch_[2];
+  std::string last_gemm_library_;
 };
 
 }  // namespace optstep

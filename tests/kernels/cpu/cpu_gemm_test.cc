@@ -1,0 +1,234 @@
+// The CPU device's GEMM backends: OPTSTEP_CPU_GEMM / Options::gemm resolution, oneDNN's bf16
+// matmul taken for `medium` products where the CPU has bf16 instructions, and its results against
+// the OpenBLAS path and the exact product of the bf16-rounded inputs.
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/cpu/cpu_gemm_backend.h"
+#include "kernels/cpu/cpu_matrix_kernels.h"
+#include "kernels/dtype.h"
+#include "kernels/math/half.h"
+#include "kernels/matrix_types.h"
+#include "kernels/tensor.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::StatusIs;
+
+constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+
+float Bf16(float x) { return math::Bf16ToFloat(math::FloatToBf16(x)); }
+
+std::unique_ptr<CpuDevice> MakeCpu(const std::string& gemm) {
+  CpuDevice::Options options;
+  options.num_threads = 2;
+  options.gemm = gemm;
+  absl::StatusOr<std::unique_ptr<CpuDevice>> device = CpuDevice::Create(options);
+  EXPECT_TRUE(device.ok()) << device.status();
+  return device.ok() ? *std::move(device) : nullptr;
+}
+
+TEST(CpuGemmBackendTest, ResolvesTheEnvironmentValue) {
+  for (const char* automatic : {static_cast<const char*>(nullptr), "", "auto"}) {
+    EXPECT_EQ(*ResolveCpuGemmBackend(automatic, true), CpuGemmBackend::kOneDnn);
+    EXPECT_EQ(*ResolveCpuGemmBackend(automatic, false), CpuGemmBackend::kOpenBlas);
+  }
+  EXPECT_EQ(*ResolveCpuGemmBackend("openblas", true), CpuGemmBackend::kOpenBlas);
+  EXPECT_EQ(*ResolveCpuGemmBackend("onednn", true), CpuGemmBackend::kOneDnn);
+  EXPECT_THAT(ResolveCpuGemmBackend("onednn", false),
+              StatusIs(kInvalid, "OPTSTEP_CPU_GEMM=onednn: oneDNN finds no AVX512-BF16 or AMX"));
+  EXPECT_THAT(ResolveCpuGemmBackend("mkl", true),
+              StatusIs(kInvalid, "OPTSTEP_CPU_GEMM=mkl: expected auto, openblas or onednn"));
+  CpuDevice::Options options;
+  options.gemm = "blis";
+  EXPECT_THAT(CpuDevice::Create(options), StatusIs(kInvalid, "OPTSTEP_CPU_GEMM=blis"));
+}
+
+TEST(CpuGemmBackendTest, DeviceReportsItsBackend) {
+  EXPECT_EQ(MakeCpu("openblas")->gemm_backend(), "openblas");
+  EXPECT_EQ(MakeCpu("")->gemm_backend(), OneDnnHasBf16Isa() ? "onednn" : "openblas");
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool ta, tb;
+  float alpha, beta;
+};
+
+const Case kCases[] = {
+    {33, 17, 65, false, false, 1.0f, 0.0f},
+    {33, 17, 65, true, false, 0.5f, 1.0f},
+    {33, 17, 65, false, true, -2.0f, 0.25f},
+    {16, 40, 9, true, true, 1.0f, -1.0f},
+    {1, 1, 1, false, false, 3.0f, 0.0f},
+    {96, 96, 256, false, true, 1.0f, 0.0f},
+    {128, 128, 128, false, false, 3.4445f, -4.775f},  // Newton–Schulz's B = b·A + c·A·A
+    {64, 300, 64, false, false, 1.0f, 2.0315f},       // and Y = a·X + B·X
+};
+
+// Σ_p op(A)[i,p]·op(B)[p,j] in float64 and Σ|α·a·b| + |β·c|, element (i, j) of row-major C.
+struct Exact {
+  std::vector<double> value, scale;
+};
+
+Exact ExactProduct(const Case& c, const std::vector<float>& a, const std::vector<float>& b,
+                   const std::vector<float>& c0) {
+  Exact e{std::vector<double>(c.m * c.n), std::vector<double>(c.m * c.n)};
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double sum = 0.0, abs = 0.0;
+      for (int64_t p = 0; p < c.k; ++p) {
+        const double x = c.ta ? a[p * c.m + i] : a[i * c.k + p];
+        const double y = c.tb ? b[j * c.k + p] : b[p * c.n + j];
+        sum += x * y;
+        abs += std::fabs(x * y);
+      }
+      const double old = c.beta == 0.0f ? 0.0 : static_cast<double>(c.beta) * c0[i * c.n + j];
+      e.value[i * c.n + j] = c.alpha * sum + old;
+      e.scale[i * c.n + j] = std::fabs(c.alpha) * abs + std::fabs(old);
+    }
+  }
+  return e;
+}
+
+std::vector<float> Normal(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+class OneDnnGemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!OneDnnHasBf16Isa()) GTEST_SKIP() << "oneDNN finds no bf16 instructions on this CPU";
+    device_ = MakeCpu("");
+    ASSERT_NE(device_, nullptr);
+    internal::CpuContext ctx;
+    ctx.num_threads = 2;
+    onednn_ = std::make_unique<CpuMatrixKernels>(ctx, CpuGemmBackend::kOneDnn);
+    openblas_ = std::make_unique<CpuMatrixKernels>(ctx, CpuGemmBackend::kOpenBlas);
+  }
+
+  // A `dtype` tensor of `values` (rounded to nearest even for bf16).
+  Tensor Make(DType dtype, const Shape& shape, const std::vector<float>& values) {
+    Tensor f32 = *device_->Allocate(DType::kF32, shape);
+    EXPECT_TRUE(device_->CopyFromHost(values.data(), DType::kF32, f32.numel(), f32, 0).ok());
+    if (dtype == DType::kF32) return f32;
+    Tensor t = *device_->Allocate(dtype, shape);
+    EXPECT_TRUE(device_->Convert(f32, t).ok());
+    return t;
+  }
+
+  std::vector<float> Read(const Tensor& t) {
+    if (t.dtype() != DType::kF32) {
+      Tensor f32 = *device_->Allocate(DType::kF32, t.shape());
+      EXPECT_TRUE(device_->Convert(t, f32).ok());
+      return Read(f32);
+    }
+    std::vector<float> out(t.numel());
+    EXPECT_TRUE(device_->CopyToHost(t, 0, t.numel(), DType::kF32, out.data()).ok());
+    return out;
+  }
+
+  // Runs `c` through both backends on `dtype` tensors; returns {oneDNN's C, OpenBLAS's C}.
+  std::pair<std::vector<float>, std::vector<float>> RunBoth(const Case& c, DType dtype,
+                                                            MatmulPrecision precision,
+                                                            const std::vector<float>& a,
+                                                            const std::vector<float>& b,
+                                                            const std::vector<float>& c0) {
+    const Tensor ta = Make(dtype, c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, a);
+    const Tensor tb = Make(dtype, c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, b);
+    Tensor c1 = Make(dtype, {c.m, c.n}, c0);
+    Tensor c2 = Make(dtype, {c.m, c.n}, c0);
+    const GemmArgs args{precision, c.ta, c.tb, c.alpha, c.beta};
+    EXPECT_TRUE(onednn_->Gemm(args, ta, tb, c1).ok());
+    EXPECT_TRUE(openblas_->Gemm(args, ta, tb, c2).ok());
+    return {Read(c1), Read(c2)};
+  }
+
+  std::unique_ptr<CpuDevice> device_;
+  std::unique_ptr<CpuMatrixKernels> onednn_;
+  std::unique_ptr<CpuMatrixKernels> openblas_;
+};
+
+// The path is taken: `medium` products run on oneDNN's bf16 kernels (not its reference code),
+// fp32 ones on OpenBLAS; the device's own matrix kernels do the same.
+TEST_F(OneDnnGemmTest, MediumProductsRunOnOneDnnsBf16Kernels) {
+  const Case c{64, 64, 64, false, false, 1.0f, 0.0f};
+  const std::vector<float> a = Normal(c.m * c.k, 1), b = Normal(c.k * c.n, 2);
+  RunBoth(c, DType::kF32, MatmulPrecision::kMedium, a, b, a);
+  const std::string library = onednn_->last_gemm_library();
+  EXPECT_TRUE(absl::StartsWith(library, "onednn:")) << library;
+  EXPECT_TRUE(absl::StrContains(library, "bf16") || absl::StrContains(library, "amx")) << library;
+  EXPECT_FALSE(absl::StrContains(library, "ref")) << library;
+  EXPECT_EQ(openblas_->last_gemm_library(), "openblas");
+  RunBoth(c, DType::kF32, MatmulPrecision::kHighest, a, b, a);
+  EXPECT_EQ(onednn_->last_gemm_library(), "openblas");
+
+  const Tensor x = Make(DType::kBF16, {c.m, c.k}, a);
+  Tensor y = Make(DType::kBF16, {c.m, c.m}, std::vector<float>(c.m * c.m));
+  auto& kernels = static_cast<CpuMatrixKernels&>(device_->matrix());
+  OPTSTEP_ASSERT_OK(kernels.Gemm({MatmulPrecision::kMedium, false, true, 1.0f, 0.0f}, x, x, y));
+  EXPECT_TRUE(absl::StartsWith(kernels.last_gemm_library(), "onednn:"))
+      << kernels.last_gemm_library();
+}
+
+// oneDNN's bf16 products equal the exact product of the bf16-rounded inputs to 1e-5 of
+// Σ|α·a·b| + |β·c| (the conformance suite's `medium` bound on the CPU), and OpenBLAS's to 2e-5.
+TEST_F(OneDnnGemmTest, MatchesTheReferencePathOnFp32Tensors) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " ta " << c.ta << " tb "
+                                      << c.tb << " beta " << c.beta);
+    const std::vector<float> a = Normal(c.m * c.k, 3), b = Normal(c.k * c.n, 4);
+    const std::vector<float> c0 = Normal(c.m * c.n, 5);
+    std::vector<float> a16(a), b16(b);
+    for (float& x : a16) x = Bf16(x);
+    for (float& x : b16) x = Bf16(x);
+    const Exact want = ExactProduct(c, a16, b16, c0);
+    const auto [got, reference] = RunBoth(c, DType::kF32, MatmulPrecision::kMedium, a, b, c0);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_LE(std::fabs(got[i] - want.value[i]), 1e-5 * want.scale[i]) << "element " << i;
+      ASSERT_LE(std::fabs(got[i] - reference[i]), 2e-5 * want.scale[i]) << "element " << i;
+    }
+  }
+}
+
+// bf16 tensors: one rounding of the fp32 result, so oneDNN and OpenBLAS agree to one bf16 ulp.
+TEST_F(OneDnnGemmTest, MatchesTheReferencePathOnBf16Tensors) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " ta " << c.ta << " tb "
+                                      << c.tb << " beta " << c.beta);
+    const std::vector<float> a = Normal(c.m * c.k, 6), b = Normal(c.k * c.n, 7);
+    const std::vector<float> c0 = Normal(c.m * c.n, 8);
+    std::vector<float> a16(a), b16(b), c16(c0);
+    for (float& x : a16) x = Bf16(x);
+    for (float& x : b16) x = Bf16(x);
+    for (float& x : c16) x = Bf16(x);
+    const Exact want = ExactProduct(c, a16, b16, c16);
+    const auto [got, reference] = RunBoth(c, DType::kBF16, MatmulPrecision::kMedium, a, b, c0);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(Bf16(got[i]), got[i]) << "element " << i;
+      const double bound = 1e-4 * want.scale[i] + std::fabs(want.value[i]) / 256;
+      ASSERT_LE(std::fabs(got[i] - want.value[i]), bound) << "element " << i;
+      ASSERT_LE(std::fabs(got[i] - reference[i]), 2 * bound) << "element " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace optstep

@@ -33,7 +33,7 @@ ABSL_FLAG(int, num_threads, 0, "CPU device threads; 0 = all cores.");
 ABSL_FLAG(int, rank, -1,
           "This rank; -1: the ordinal of $POD_NAME (a StatefulSet pod 'optstep-3' is rank 3), "
           "else 0.");
-ABSL_FLAG(int, world_size, 0, "Number of ranks; 0: $WORLD_SIZE, else 1.");
+ABSL_FLAG(int, world_size, 0, "Number of ranks; 0: $OPTSTEP_WORLD_SIZE, else 1.");
 ABSL_FLAG(std::string, rendezvous, "",
           "host:port of rank 0 (ranks other than 0 when world_size > 1).");
 ABSL_FLAG(std::string, comm, "auto", "Collectives between ranks: auto, gloo or nccl.");
@@ -147,12 +147,12 @@ bool ApplyLogLevel(const std::string& level) {
   return true;
 }
 
-// The flags (and, for the rank and world size, $POD_NAME and $WORLD_SIZE) as options.
+// The flags (and, for the rank and world size, $POD_NAME and $OPTSTEP_WORLD_SIZE) as options.
 absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   RankProcess::Options options;
   OPTSTEP_ASSIGN_OR_RETURN(options.rank, ResolveRank(absl::GetFlag(FLAGS_rank), Env("POD_NAME")));
-  OPTSTEP_ASSIGN_OR_RETURN(options.world_size,
-                           ResolveWorldSize(absl::GetFlag(FLAGS_world_size), Env("WORLD_SIZE")));
+  OPTSTEP_ASSIGN_OR_RETURN(options.world_size, ResolveWorldSize(absl::GetFlag(FLAGS_world_size),
+                                                                Env("OPTSTEP_WORLD_SIZE")));
   options.host = absl::GetFlag(FLAGS_host);
   options.port = absl::GetFlag(FLAGS_port);
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);

@@ -12,8 +12,9 @@ absl::StatusOr<int> ResolveRank(int flag, std::optional<absl::string_view> pod_n
   int rank = -1;
   if (dash == absl::string_view::npos || !absl::SimpleAtoi(pod_name->substr(dash + 1), &rank) ||
       rank < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "POD_NAME '", *pod_name, "' does not end in a StatefulSet ordinal ('<name>-<N>'); pass --rank"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("POD_NAME '", *pod_name,
+                     "' does not end in a StatefulSet ordinal ('<name>-<N>'); pass --rank"));
   }
   return rank;
 }
@@ -23,8 +24,8 @@ absl::StatusOr<int> ResolveWorldSize(int flag, std::optional<absl::string_view> 
   if (!world_size_env) return 1;
   int world = 0;
   if (!absl::SimpleAtoi(*world_size_env, &world) || world <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("WORLD_SIZE '", *world_size_env,
-                                                   "' is not a positive number; pass --world_size"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OPTSTEP_WORLD_SIZE '", *world_size_env, "' is not a positive number; pass --world_size"));
   }
   return world;
 }

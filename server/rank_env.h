@@ -15,8 +15,8 @@ namespace optstep {
 // ordinal, which must not fall back to rank 0 (two ranks 0 would both serve the rendezvous).
 absl::StatusOr<int> ResolveRank(int flag, std::optional<absl::string_view> pod_name);
 
-// The world size: `flag` when > 0; else `world_size_env` (WORLD_SIZE); else 1.
-// INVALID_ARGUMENT names a WORLD_SIZE that is not a positive number.
+// The world size: `flag` when > 0; else `world_size_env` (OPTSTEP_WORLD_SIZE); else 1.
+// INVALID_ARGUMENT names a OPTSTEP_WORLD_SIZE that is not a positive number.
 absl::StatusOr<int> ResolveWorldSize(int flag, std::optional<absl::string_view> world_size_env);
 
 }  // namespace optstep

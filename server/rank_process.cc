@@ -318,9 +318,13 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
   absl::Status joined = group_->Join(address, std::move(store));
   if (!joined.ok()) {
     LOG(ERROR) << "rank " << options_.rank << " could not join its group: " << joined;
-    if (options_.world_size > 1) ExitForRestart("the group did not form");
+    // A rank that never joined serves nothing: it ends (unless it is shutting down anyway).
+    if (options_.world_size > 1 && !shutdown_requested_.HasBeenNotified()) {
+      ExitForRestart("the group did not form", /*even_without_flag=*/true);
+    }
     return;
   }
+  joined_.Notify();
   group_->StartHeartbeats();
   if (options_.rank == 0) {
     // Before SERVING: a trainer that sees SERVING finds its session.
@@ -349,9 +353,9 @@ void RankProcess::WatchSessionGroups() {
   }
 }
 
-void RankProcess::ExitForRestart(const std::string& why) {
+void RankProcess::ExitForRestart(const std::string& why, bool even_without_flag) {
   static std::atomic<bool> exiting{false};
-  if (!options_.exit_on_peer_loss || exiting.exchange(true)) return;
+  if (!(options_.exit_on_peer_loss || even_without_flag) || exiting.exchange(true)) return;
   std::thread([why, grace = options_.peer_loss_exit_grace] {
     absl::SleepFor(grace);
     LOG(ERROR) << "event=exit_on_peer_loss code=" << kPeerLossExitCode << " why=\"" << why
@@ -375,6 +379,15 @@ void RankProcess::AwaitShutdownRequest() {
     LOG(INFO) << "Shutdown requested: shutting down";
   } else {
     LOG(INFO) << "signal " << static_cast<int>(signal) << ": shutting down";
+  }
+  if (signal != 0 && options_.world_size > 1 && !joined_.HasBeenNotified()) {
+    // Still waiting for the group (up to --comm_timeout_ms): no session exists yet, so nothing is
+    // lost by ending now rather than after the wait.
+    LOG(WARNING) << "event=shutdown_while_joining signal=" << static_cast<int>(signal)
+                 << " code=" << 128 + signal << " the group had not formed; exiting now";
+    google::FlushLogFiles(google::GLOG_INFO);
+    std::cout.flush();
+    _exit(128 + signal);
   }
   // A rank that shuts down judges its peers no more (they may be shutting down too) and tells
   // them it leaves on purpose, before its server stops answering their heartbeats.

@@ -102,9 +102,9 @@ class RankProcess {
     int checkpoint_every_steps = 0;
     absl::Duration checkpoint_every = absl::ZeroDuration();
     int keep_auto_checkpoints = 2;
-    // A rank that finds a peer lost, whose group does not form, or one of whose sessions lost its
-    // group (its collectives failed) exits with kPeerLossExitCode
-    // `peer_loss_exit_grace` later, for its supervisor to restart the group.
+    // A rank that finds a peer lost, or one of whose sessions lost its group (its collectives
+    // failed) exits with kPeerLossExitCode `peer_loss_exit_grace` later, for its supervisor to
+    // restart the group. A rank whose group does not form exits so whatever this says.
     bool exit_on_peer_loss = false;
     absl::Duration peer_loss_exit_grace = absl::Seconds(1);
   };
@@ -154,8 +154,9 @@ class RankProcess {
   // Until the shutdown request: exits for a restart (ExitForRestart) once a session's
   // collectives failed (the join thread, `exit_on_peer_loss` with several ranks).
   void WatchSessionGroups();
-  // `exit_on_peer_loss`: the process exits with kPeerLossExitCode after the grace. Once.
-  void ExitForRestart(const std::string& why);
+  // `exit_on_peer_loss` (or `even_without_flag`): the process exits with kPeerLossExitCode after
+  // the grace. Once.
+  void ExitForRestart(const std::string& why, bool even_without_flag = false);
   // Waits for a shutdown request, then stops the server and saves the sessions (the shutdown
   // thread).
   void AwaitShutdownRequest();
@@ -186,6 +187,8 @@ class RankProcess {
   int port_ = 0;
   int metrics_port_ = 0;
   absl::Notification shutdown_requested_;
+  // The group formed (JoinGroup). A signal before it ends the process at once with 128 + signal.
+  absl::Notification joined_;
   std::thread join_thread_;
   std::thread shutdown_thread_;
 

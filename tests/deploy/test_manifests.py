@@ -112,7 +112,7 @@ def test_rank_contract(target):
     env = env_of(c)
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    assert int(env["WORLD_SIZE"]["value"]) == sts["spec"]["replicas"]
+    assert int(env["OPTSTEP_WORLD_SIZE"]["value"]) == sts["spec"]["replicas"]
     assert not any(a.startswith(("--rank=", "--world_size=")) for a in c["args"])
 
     port = grpc_port(c)

@@ -27,8 +27,8 @@ TEST(RankEnvTest, WorldSizeFromTheFlagOrWorldSize) {
   EXPECT_EQ(*ResolveWorldSize(3, "8"), 3);
   EXPECT_EQ(*ResolveWorldSize(0, "8"), 8);
   EXPECT_EQ(*ResolveWorldSize(0, std::nullopt), 1);
-  EXPECT_THAT(ResolveWorldSize(0, "0"),
-              StatusIs(absl::StatusCode::kInvalidArgument, "WORLD_SIZE '0' is not a positive"));
+  EXPECT_THAT(ResolveWorldSize(0, "0"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 "OPTSTEP_WORLD_SIZE '0' is not a positive"));
   EXPECT_THAT(ResolveWorldSize(0, "four"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 

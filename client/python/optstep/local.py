@@ -7,24 +7,32 @@
 
 The binary is the `binary` argument, else $OPTSTEP_SERVER, else (when this package runs from a
 source checkout) the checkout's bazel-bin/server/optstep_server. The server picks a free port and
-prints ``listening on HOST:PORT`` first; its output goes to a log file (``server.log_path``).
+prints ``listening on HOST:PORT`` first; its output goes to a log file (``server.log_path``), whose
+tail the error quotes when a server does not start or does not become SERVING. A LocalServer is
+rank 0 of 1 unless its flags say otherwise, whatever the environment holds (torchrun's
+``WORLD_SIZE`` is the trainers', not the server's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
 import subprocess
 import tempfile
 import time
-from typing import IO, Any, List, Optional, Sequence, Union
+from typing import IO, Any, List, NoReturn, Optional, Sequence, Union
 
 from optstep._checkout import checkout_server_binary
+from optstep.client import Client
+from optstep.errors import OptstepError
 
 __all__ = ["LocalServer", "LocalGroup", "default_server_binary"]
 
 _LISTENING = re.compile(r"^listening on (\S+)", re.MULTILINE)
+# How much of a server's log an error quotes.
+_LOG_TAIL_LINES = 40
 
 #: A path to the server binary.
 PathLike = Union[str, "os.PathLike[str]"]
@@ -40,21 +48,28 @@ def default_server_binary() -> Optional[pathlib.Path]:
 
 
 class LocalServer:
-    """One optstep_server rank on 127.0.0.1 and a free port; stopped on exit (SIGTERM)."""
+    """One optstep_server rank on 127.0.0.1 and a free port; stopped on exit (SIGTERM).
+
+    ``start`` waits until the server's health is SERVING when `wait_serving` (a rank of a group
+    serves only once the group has formed: LocalGroup waits for that itself)."""
 
     def __init__(self, binary: Optional[PathLike] = None, flags: Sequence[str] = (),
-                 host: str = "127.0.0.1", start_timeout: float = 30.0) -> None:
+                 host: str = "127.0.0.1", start_timeout: float = 30.0,
+                 wait_serving: bool = True) -> None:
         self.binary = pathlib.Path(binary) if binary else default_server_binary()
         self.flags = list(flags)
         self.host = host
         self.start_timeout = start_timeout
+        self.wait_serving = wait_serving
         self.address: Optional[str] = None
         self.log_path: Optional[pathlib.Path] = None
         self._process: Optional[subprocess.Popen[bytes]] = None
         self._log: Optional[IO[bytes]] = None
 
     def start(self) -> str:
-        """Starts the server and answers its address; RuntimeError when it does not come up."""
+        """Starts the server and answers its address; RuntimeError (quoting the tail of the
+        server's log) when it does not come up, or (`wait_serving`) does not become SERVING,
+        within `start_timeout` seconds."""
         if self.binary is None:
             raise FileNotFoundError("no optstep server binary: pass one, or set OPTSTEP_SERVER")
         if not self.binary.is_file():
@@ -65,25 +80,56 @@ class LocalServer:
         os.close(fd)
         self.log_path = pathlib.Path(name)
         self._log = open(self.log_path, "wb")
+        # Rank 0 of 1 unless the flags (later on the command line, so they win) say otherwise.
         self._process = subprocess.Popen(
-            [str(self.binary), "--port=0", f"--host={self.host}", *self.flags],
+            [str(self.binary), "--port=0", f"--host={self.host}", "--rank=0", "--world_size=1",
+             *self.flags],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.address is None:
             found = _LISTENING.search(self.log())
             if found:
                 self.address = found.group(1)
-                return self.address
-            if self._process.poll() is not None:
-                break
-            time.sleep(0.05)
-        output = self.log()
+            elif self._process.poll() is not None:
+                self._fail("did not start")
+            else:
+                time.sleep(0.05)
+        if self.address is None:
+            self._fail(f"did not start within {self.start_timeout:g} s")
+        if self.wait_serving:
+            self.await_serving(deadline)
+        return self.address
+
+    def await_serving(self, deadline: float) -> None:
+        """Waits until the server's health is SERVING; RuntimeError (the server stopped, with
+        the tail of its log) when it exits or `deadline` (time.monotonic()) passes first."""
+        assert self.address is not None and self._process is not None
+        with Client(self.address, connect_timeout=0, rpc_timeout=1.0) as client:
+            while True:
+                with contextlib.suppress(OptstepError):
+                    if client.check_health():
+                        return
+                if self._process.poll() is not None:
+                    self._fail("exited before it was SERVING")
+                if time.monotonic() >= deadline:
+                    self._fail(f"did not become SERVING within {self.start_timeout:g} s")
+                time.sleep(0.05)
+
+    def _fail(self, what: str) -> NoReturn:
+        status = self._process.poll() if self._process is not None else None
+        tail = self.log_tail()
         self.stop()
-        raise RuntimeError(f"optstep server did not start:\n{output}")
+        exited = f" (exit status {status})" if status is not None else ""
+        raise RuntimeError(f"optstep server {' '.join(self.flags)} {what}{exited}; the end of its "
+                           f"log {self.log_path}:\n{tail}")
 
     def log(self) -> str:
         """What the server has printed so far."""
         return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        """The last `lines` lines the server has printed."""
+        return "\n".join(self.log().splitlines()[-lines:])
 
     def wait(self, timeout: float) -> int:
         """Waits for the server to exit by itself (e.g. after Client.shutdown); answers its exit
@@ -141,8 +187,13 @@ class LocalGroup:
                 flags = [f"--rank={r}", f"--world_size={self.world_size}", *self.flags]
                 if r > 0:
                     flags.append(f"--rendezvous={self.ranks[0].address}")
-                self.ranks.append(LocalServer(self.binary, flags, start_timeout=self.start_timeout))
+                self.ranks.append(LocalServer(self.binary, flags, start_timeout=self.start_timeout,
+                                              wait_serving=False))
                 self.ranks[-1].start()
+            # Every rank serves once the group has formed.
+            deadline = time.monotonic() + self.start_timeout
+            for rank in self.ranks:
+                rank.await_serving(deadline)
         except BaseException:
             self.stop()
             raise

@@ -10,6 +10,7 @@ PACKAGES=(
   libopenblas-dev liblapacke-dev nlohmann-json3-dev libgloo-dev prometheus-cpp-dev openssl
   clang libclang-rt-dev libssl-dev  # checkpoint parser fuzz test; libcrypto for SHA-256 and CNs
   zlib1g-dev  # CRC-32 of upload streams (wire/stream_end)
+  libdnnl-dev  # oneDNN: bf16 GEMMs of matmul precision medium (kernels/cpu/dnnl_gemm)
 )
 
 missing=()

@@ -360,6 +360,7 @@ RUNTIME_PACKAGES = {
     "re2": "libre2-9", "cares": "libc-ares2", "ssl": "libssl3", "crypto": "libssl3",
     "z": "zlib1g", "glog": "libgoogle-glog0v6", "gflags": "libgflags2.2",
     "openblas": "libopenblas0-pthread", "lapacke": "liblapacke", "gloo": "libgloo0",
+    "dnnl": "libdnnl2",
     "prometheus-cpp-core": "libprometheus-cpp-core1.0", "gomp": "libgomp1",
     "pthread": None, "dl": None, "rt": None, "m": None,
     # CUDA (--config=cuda), from NVIDIA's repository; cudart is linked statically.

@@ -132,6 +132,15 @@ absl::StatusOr<GatherLayout> ValidateAllGatherV(int rank, int world_size, const 
   return layout;
 }
 
+absl::Status ValidateRingShift(const void* send, int64_t send_count, const void* recv,
+                               int64_t recv_count, CommDType dtype) {
+  if (absl::Status status = ValidateBuffer("ring shift", "send", send, send_count, dtype);
+      !status.ok()) {
+    return status;
+  }
+  return ValidateBuffer("ring shift", "recv", recv, recv_count, dtype);
+}
+
 absl::Status ValidateBroadcast(const void* data, int64_t count, CommDType dtype, int root,
                                int world_size) {
   if (root < 0 || root >= world_size) {

@@ -43,6 +43,9 @@ absl::StatusOr<GatherLayout> ValidateAllGatherV(int rank, int world_size, const 
                                                 CommDType dtype);
 
 // count >= 0, data set when count > 0, a known dtype, root in [0, world_size).
+// Both buffers of a ring shift (null only when empty).
+absl::Status ValidateRingShift(const void* send, int64_t send_count, const void* recv,
+                               int64_t recv_count, CommDType dtype);
 absl::Status ValidateBroadcast(const void* data, int64_t count, CommDType dtype, int root,
                                int world_size);
 

@@ -43,6 +43,13 @@ class Communicator {
                                   const std::vector<int64_t>& recv_counts, CommDType dtype) = 0;
   // `root`'s buffer is copied to every rank.
   virtual absl::Status Broadcast(void* data, int64_t count, CommDType dtype, int root) = 0;
+  // The ring's shift: every rank sends `send` (send_count elements) to rank (rank() + 1) % N and
+  // receives its predecessor's (rank() + N - 1) % N `recv_count` elements into `recv` (the
+  // buddy copies of docs/design.md, "State redundancy"). Each rank's recv_count must be what its
+  // predecessor sends. With one rank, `send` is copied to `recv`. `recv` is written only in the
+  // call; on an error its contents are undefined.
+  virtual absl::Status RingShift(const void* send, int64_t send_count, void* recv,
+                                 int64_t recv_count, CommDType dtype) = 0;
   virtual absl::Status Barrier() = 0;
 };
 
@@ -72,7 +79,8 @@ absl::Status ResolveCommunicatorKind(absl::string_view requested, absl::string_v
 
 // Creates and connects a communicator (blocks until every rank has joined, or the timeout).
 // Bazel links communicator_factory.cc (local, gloo) or communicator_factory_cuda.cc (also nccl).
-absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptions& options);
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(
+    const CommunicatorOptions& options);
 
 }  // namespace optstep
 

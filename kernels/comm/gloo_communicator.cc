@@ -8,6 +8,7 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -19,10 +20,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "kernels/comm/comm_validation.h"
 #include "kernels/comm/gloo_status.h"
 #include "kernels/comm/gloo_store.h"
-#include "base/status_macros.h"
 
 namespace optstep {
 namespace {
@@ -184,6 +185,33 @@ absl::Status GlooCommunicator::Broadcast(void* data, int64_t count, CommDType dt
     options.setRoot(root);
     options.setTimeout(timeout_);
     gloo::broadcast(options);
+  });
+}
+
+absl::Status GlooCommunicator::RingShift(const void* send, int64_t send_count, void* recv,
+                                         int64_t recv_count, CommDType dtype) {
+  OPTSTEP_RETURN_IF_ERROR(CheckUsable());
+  OPTSTEP_RETURN_IF_ERROR(internal::ValidateRingShift(send, send_count, recv, recv_count, dtype));
+  const size_t element_size = CommDTypeSize(dtype);
+  const int next = (rank_ + 1) % world_size_;
+  const int previous = (rank_ + world_size_ - 1) % world_size_;
+  return Run("ring shift", [&] {
+    // Every rank issues the same collectives in the same order, so the slot is the same on all.
+    const uint64_t slot = context_->nextSlot();
+    // Gloo's buffers are not const; a send only reads.
+    std::unique_ptr<gloo::transport::UnboundBuffer> out;
+    std::unique_ptr<gloo::transport::UnboundBuffer> in;
+    if (send_count > 0) {
+      out = context_->createUnboundBuffer(const_cast<void*>(send),
+                                          static_cast<size_t>(send_count) * element_size);
+      out->send(next, slot);
+    }
+    if (recv_count > 0) {
+      in = context_->createUnboundBuffer(recv, static_cast<size_t>(recv_count) * element_size);
+      in->recv(previous, slot);
+    }
+    if (in != nullptr) in->waitRecv(timeout_);
+    if (out != nullptr) out->waitSend(timeout_);
   });
 }
 

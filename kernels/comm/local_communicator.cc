@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/comm/comm_validation.h"
 #include "base/status_macros.h"
+#include "kernels/comm/comm_validation.h"
 
 namespace optstep {
 
@@ -39,6 +39,19 @@ absl::Status LocalCommunicator::AllGatherV(const void* send, int64_t send_count,
 
 absl::Status LocalCommunicator::Broadcast(void* data, int64_t count, CommDType dtype, int root) {
   return internal::ValidateBroadcast(data, count, dtype, root, 1);
+}
+
+absl::Status LocalCommunicator::RingShift(const void* send, int64_t send_count, void* recv,
+                                          int64_t recv_count, CommDType dtype) {
+  OPTSTEP_RETURN_IF_ERROR(internal::ValidateRingShift(send, send_count, recv, recv_count, dtype));
+  if (send_count != recv_count) {
+    return absl::InvalidArgumentError(absl::StrCat("ring shift of one rank: sends ", send_count,
+                                                   " elements but receives ", recv_count));
+  }
+  if (send_count > 0 && send != recv) {
+    std::memmove(recv, send, static_cast<size_t>(send_count) * CommDTypeSize(dtype));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LocalCommunicator::Barrier() { return absl::OkStatus(); }

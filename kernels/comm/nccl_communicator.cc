@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "glog/logging.h"
 #include "kernels/comm/comm_validation.h"
 #include "kernels/comm/nccl_status.h"
 #include "kernels/cuda/cuda_status.h"
-#include "base/status_macros.h"
 
 namespace optstep {
 namespace internal {
@@ -275,6 +275,34 @@ absl::Status NcclCommunicator::AllGatherV(const void* send, int64_t send_count, 
     return absl::OkStatus();
   };
   return Finish("all-gather-v", enqueue());
+}
+
+absl::Status NcclCommunicator::RingShift(const void* send, int64_t send_count, void* recv,
+                                         int64_t recv_count, CommDType dtype) {
+  OPTSTEP_RETURN_IF_ERROR(Begin());
+  OPTSTEP_RETURN_IF_ERROR(internal::ValidateRingShift(send, send_count, recv, recv_count, dtype));
+  const size_t element_size = CommDTypeSize(dtype);
+  const int next = (rank_ + 1) % world_size_;
+  const int previous = (rank_ + world_size_ - 1) % world_size_;
+  auto enqueue = [&]() -> absl::Status {
+    OPTSTEP_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+    ncclResult_t result = ncclSuccess;
+    if (send_count > 0) {
+      result = ncclSend(send, static_cast<size_t>(send_count) * element_size, ncclUint8, next,
+                        handles_->comm, handles_->stream);
+    }
+    if ((result == ncclSuccess || result == ncclInProgress) && recv_count > 0) {
+      result = ncclRecv(recv, static_cast<size_t>(recv_count) * element_size, ncclUint8, previous,
+                        handles_->comm, handles_->stream);
+    }
+    if (result != ncclSuccess && result != ncclInProgress) {
+      ncclGroupEnd();
+      return internal::NcclErrorToStatus(result, "ncclSend/ncclRecv", __FILE__, __LINE__);
+    }
+    OPTSTEP_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
+    return absl::OkStatus();
+  };
+  return Finish("ring shift", enqueue());
 }
 
 absl::Status NcclCommunicator::Broadcast(void* data, int64_t count, CommDType dtype, int root) {

@@ -57,6 +57,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllGatherV(const void* send, int64_t send_count, void* recv,
                           const std::vector<int64_t>& recv_counts, CommDType dtype) override;
   absl::Status Broadcast(void* data, int64_t count, CommDType dtype, int root) override;
+  absl::Status RingShift(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                         CommDType dtype) override;
   // An all-reduce of one element.
   absl::Status Barrier() override;
 

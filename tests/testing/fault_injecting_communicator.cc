@@ -34,8 +34,8 @@ void CorruptFirst(void* data, CommDType dtype) {
 
 FaultInjectingCommunicator::FaultInjectingCommunicator(std::unique_ptr<Communicator> base)
     : base_(std::move(base)),
-      faults_({"AllReduce", "AllGatherV", "Broadcast", "Barrier"},
-              {"AllReduce", "AllGatherV", "Broadcast"}) {}
+      faults_({"AllReduce", "AllGatherV", "Broadcast", "RingShift", "Barrier"},
+              {"AllReduce", "AllGatherV", "Broadcast", "RingShift"}) {}
 
 template <typename Forward>
 absl::Status FaultInjectingCommunicator::Run(const char* method, void* result, int64_t count,
@@ -70,6 +70,12 @@ absl::Status FaultInjectingCommunicator::Broadcast(void* data, int64_t count, Co
                                                    int root) {
   return Run("Broadcast", data, count, dtype,
              [&] { return base_->Broadcast(data, count, dtype, root); });
+}
+
+absl::Status FaultInjectingCommunicator::RingShift(const void* send, int64_t send_count, void* recv,
+                                                   int64_t recv_count, CommDType dtype) {
+  return Run("RingShift", recv, recv_count, dtype,
+             [&] { return base_->RingShift(send, send_count, recv, recv_count, dtype); });
 }
 
 absl::Status FaultInjectingCommunicator::Barrier() {

@@ -13,10 +13,10 @@ namespace optstep {
 namespace testutil {
 
 // A Communicator that forwards every collective to another one and injects the faults set in
-// faults(): fail the n-th call of "AllReduce", "AllGatherV", "Broadcast" or "Barrier" with a
-// given status (the call is then not forwarded: this rank leaves its peers waiting in the
-// collective, as a rank that lost its connection does), delay it, or corrupt its result. rank()
-// and world_size() are only forwarded.
+// faults(): fail the n-th call of "AllReduce", "AllGatherV", "Broadcast", "RingShift" or
+// "Barrier" with a given status (the call is then not forwarded: this rank leaves its peers waiting
+// in the collective, as a rank that lost its connection does), delay it, or corrupt its result.
+// rank() and world_size() are only forwarded.
 //
 // Corruption happens after a successful collective, in host memory (the "local" and "gloo"
 // kinds; not NCCL's device buffers): the first element of the result becomes NaN (kFloat32,
@@ -39,6 +39,8 @@ class FaultInjectingCommunicator final : public Communicator {
   absl::Status AllGatherV(const void* send, int64_t send_count, void* recv,
                           const std::vector<int64_t>& recv_counts, CommDType dtype) override;
   absl::Status Broadcast(void* data, int64_t count, CommDType dtype, int root) override;
+  absl::Status RingShift(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                         CommDType dtype) override;
   absl::Status Barrier() override;
 
  private:

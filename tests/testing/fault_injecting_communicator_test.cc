@@ -35,6 +35,10 @@ class RecordingCommunicator final : public Communicator {
   absl::Status Broadcast(void* data, int64_t count, CommDType dtype, int root) override {
     return Record("Broadcast", data, count, static_cast<int>(dtype), root);
   }
+  absl::Status RingShift(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                         CommDType dtype) override {
+    return Record("RingShift", send, send_count, recv, recv_count, static_cast<int>(dtype));
+  }
   absl::Status Barrier() override { return Record("Barrier"); }
 
   template <typename... Args>
@@ -60,8 +64,11 @@ TEST(FaultInjectingCommunicatorTest, ForwardsEveryCollectiveWithItsArguments) {
                       &counts, 2));
   EXPECT_EQ(comm.Broadcast(data, 3, CommDType::kFloat32, 2),
             R::Record("Broadcast", static_cast<void*>(data), 3, 0, 2));
+  EXPECT_EQ(comm.RingShift(data, 1, data + 2, 2, CommDType::kFloat32),
+            R::Record("RingShift", static_cast<const void*>(data), 1, static_cast<void*>(data + 2),
+                      2, 0));
   EXPECT_EQ(comm.Barrier(), R::Record("Barrier"));
-  for (const char* method : {"AllReduce", "AllGatherV", "Broadcast", "Barrier"}) {
+  for (const char* method : {"AllReduce", "AllGatherV", "Broadcast", "RingShift", "Barrier"}) {
     EXPECT_EQ(comm.faults().calls(method), 1) << method;
   }
 }

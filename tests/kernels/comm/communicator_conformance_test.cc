@@ -175,6 +175,32 @@ TEST_P(CommunicatorConformanceTest, BroadcastFromEveryRoot) {
   }
 }
 
+TEST_P(CommunicatorConformanceTest, RingShiftHandsEachRankItsPredecessorsBuffer) {
+  // Rank r sends count(r) bytes (unequal, one rank sending nothing) and receives its
+  // predecessor's; twice in a row, so that consecutive shifts do not mix.
+  const int n = world_size();
+  auto count = [&](int rank) -> int64_t {
+    return rank == n - 1 && n > 1 ? 0 : 1000 + 70001 * rank;
+  };
+  auto data = [&](int rank, int round) {
+    std::vector<uint8_t> b(count(rank));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 13 + rank * 101 + round);
+    return b;
+  };
+  RunRanks([&](int rank, Communicator& comm) {
+    const int previous = (rank + n - 1) % n;
+    for (int round = 0; round < 2; ++round) {
+      std::unique_ptr<CommBuffer> send = Upload(rank, data(rank, round));
+      std::unique_ptr<CommBuffer> recv = Upload(rank, std::vector<uint8_t>(count(previous), 0xEE));
+      ASSERT_NE(send, nullptr);
+      ASSERT_NE(recv, nullptr);
+      OPTSTEP_ASSERT_OK(comm.RingShift(send->data(), count(rank), recv->data(), count(previous),
+                                       CommDType::kUint8));
+      EXPECT_EQ(Download(*recv), data(previous, round)) << "rank " << rank << " round " << round;
+    }
+  });
+}
+
 TEST_P(CommunicatorConformanceTest, BarrierWaitsForEveryRank) {
   std::atomic<int> arrived{0};
   RunRanks([&](int rank, Communicator& comm) {

@@ -86,6 +86,13 @@ std::vector<prometheus::MetricFamily> EngineGauges(Engine& engine) {
         "1, labelled with the instruction-set variant of the CPU element-wise kernels.", 1.0));
     families.back().metric[0].label.push_back({"variant", isa});
   }
+  const std::string gemm = engine.device().gemm_backend();
+  if (!gemm.empty()) {
+    families.push_back(GaugeFamily(
+        "optstep_gemm_backend",
+        "1, labelled with the library of the device's bf16-class (medium) GEMMs.", 1.0));
+    families.back().metric[0].label.push_back({"backend", gemm});
+  }
   return families;
 }
 

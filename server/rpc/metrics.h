@@ -17,6 +17,8 @@
 //   optstep_sessions                         gauge: sessions this rank holds
 //   optstep_device_memory_bytes              gauge: masters, optimizer state and gradient
 //                                            buffers of every session
+//   optstep_gemm_backend{backend}            gauge: 1, labelled with the library of the CPU
+//                                            device's medium GEMMs (openblas, onednn)
 //
 // The engine reports through the StepObserver interface; the gRPC layer through
 // CallTracker (server/rpc/call_tracker.h). Events are logged as one line of

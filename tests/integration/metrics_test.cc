@@ -140,5 +140,17 @@ TEST(MetricsTest, ReportsTheCpuKernelVariant) {
   }
 }
 
+// The server reports the library of its medium GEMMs, and OPTSTEP_CPU_GEMM (inherited by the
+// server process) forces OpenBLAS.
+TEST(MetricsTest, ReportsTheGemmBackend) {
+  ASSERT_EQ(setenv("OPTSTEP_CPU_GEMM", "openblas", 1), 0);
+  auto server = ServerProcess::Start({"--metrics_port=-1"});
+  unsetenv("OPTSTEP_CPU_GEMM");
+  ASSERT_THAT(server.status(), IsOk());
+  auto metrics = ScrapeMetrics((*server)->metrics_port());
+  EXPECT_EQ(metrics["optstep_gemm_backend{backend=\"openblas\"}"], 1);
+  EXPECT_EQ(metrics.count("optstep_gemm_backend{backend=\"onednn\"}"), 0u);
+}
+
 }  // namespace
 }  // namespace optstep

@@ -157,7 +157,9 @@ def chain(*sub_optimizers: pb.SubOptimizer, rules: Iterable[pb.RoutingRule] = ()
           mup_width_mult: Optional[float] = None) -> pb.OptimizerConfig:
     """A chain of sub-optimizers. Parameters no rule matches follow the spec §4 routing when the
     chain has an AdamW and a matrix optimizer (2-D, not embedding/output → the matrix one; the
-    rest → AdamW), or go to the only sub-optimizer. `clip_grad` defaults to 1.0; <= 0 disables.
+    rest → AdamW), or go to the only sub-optimizer. `clip_grad` unset: the service's default of
+    1.0, except under :class:`optstep.torch.RemoteOptimizer`, which clips nothing unless asked
+    (torch semantics); <= 0 disables.
     """
     return pb.OptimizerConfig(sub_optimizers=list(sub_optimizers), rules=list(rules),
                               clip_grad=clip_grad, mup_width_mult=mup_width_mult)
@@ -166,7 +168,11 @@ def chain(*sub_optimizers: pb.SubOptimizer, rules: Iterable[pb.RoutingRule] = ()
 def preset(name: str, clip_grad: Optional[float] = None,
            **megatron_args: Any) -> pb.OptimizerConfig:
     """A Megatron preset ("adam", "sgd", "muon", "adaptive_muon", "soap", "lion") with Megatron
-    argument overrides, e.g. ``preset("muon", lr=0.02, muon_momentum=0.95)``."""
+    argument overrides, e.g. ``preset("muon", lr=0.02, muon_momentum=0.95)``.
+
+    The presets are Megatron-LM's command-line defaults (spec Appendix A), which differ from
+    megatron-core's ``OptimizerConfig`` defaults: Muon's momentum is 0.9 here, 0.95 there (pass
+    ``muon_momentum=0.95`` to match megatron-core). Global clipping is Megatron's 1.0."""
     args = {key: repr(value) if isinstance(value, float) else str(value)
             for key, value in megatron_args.items()}
     if clip_grad is not None:

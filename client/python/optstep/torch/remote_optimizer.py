@@ -43,6 +43,31 @@ _MODES = {"sharded": session_pb2.GRADIENT_MODE_SHARDED,
 _IDENTITY_KEYS = ("params", "param_names", "group_id", "sub_optimizer", "wd_mult")
 
 
+def with_clipping(optimizer: Union[optimizer_config_pb2.OptimizerConfig, str],
+                  clip_grad: Optional[float]) -> optimizer_config_pb2.OptimizerConfig:
+    """`optimizer` (a config or a preset name) with torch's clipping semantics: a chain that
+    does not set ``clip_grad`` clips nothing unless `clip_grad` is given; a preset keeps
+    Megatron's 1.0 unless `clip_grad` is given. ValueError when a chain's own ``clip_grad`` and
+    `clip_grad` disagree."""
+    config = optimizer_config_pb2.OptimizerConfig()
+    if isinstance(optimizer, str):
+        config.preset = optimizer
+    else:
+        config.CopyFrom(optimizer)
+    if config.preset:
+        if clip_grad is not None:
+            config.megatron_args["clip_grad"] = repr(float(clip_grad))
+    elif clip_grad is None:
+        if not config.HasField("clip_grad"):
+            config.clip_grad = 0.0
+    elif config.HasField("clip_grad") and config.clip_grad != clip_grad:
+        raise ValueError(f"clip_grad={clip_grad} and the chain's clip_grad {config.clip_grad} "
+                         "disagree; give one")
+    else:
+        config.clip_grad = clip_grad
+    return config
+
+
 def to_tensor(values: np.ndarray) -> torch.Tensor:
     """A torch view of a returned array (float32, or uint16 bf16 bits → bfloat16)."""
     if values.dtype == np.uint16:
@@ -59,6 +84,9 @@ class RemoteOptimizer(torch.optim.Optimizer):
       client: a connected :class:`optstep.Client`.
       optimizer: the session's optimizer: an ``OptimizerConfig`` (see :mod:`optstep.config`) or
         a Megatron preset name ("adam", "sgd", "muon", ...).
+      clip_grad: the global gradient-norm clip. None: as torch optimizers, no clipping for a
+        chain (unless the chain sets its own ``clip_grad``), Megatron's 1.0 for a preset.
+        <= 0 disables it.
       session_name: names the session so that other trainers (and restarts) attach to it;
         required with several trainers. Default: a fresh unique name.
       trainer_id, num_trainers: this trainer and how many push gradients per step.
@@ -93,7 +121,8 @@ class RemoteOptimizer(torch.optim.Optimizer):
                  grad_dtype: Optional[dtypes.DTypeLike] = None,
                  return_dtype: Optional[dtypes.DTypeLike] = None,
                  step_deadline_ms: int = 0,
-                 on_rewind: Optional[Callable[[int], None]] = None) -> None:
+                 on_rewind: Optional[Callable[[int], None]] = None,
+                 clip_grad: Optional[float] = None) -> None:
         if gradient_mode not in _MODES:
             raise ValueError(f"gradient_mode {gradient_mode!r} is not one of {sorted(_MODES)}")
         if num_trainers > 1 and not session_name:
@@ -105,8 +134,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
                                         model_chunk=model_chunk, expert=expert)
         if not described:
             raise ValueError("RemoteOptimizer got no trainable parameter")
-        if isinstance(optimizer, str):
-            optimizer = optimizer_config_pb2.OptimizerConfig(preset=optimizer)
+        optimizer = with_clipping(optimizer, clip_grad)
         spec = session_pb2.SessionSpec(
             name=session_name or f"torch-{uuid.uuid4().hex[:12]}",
             parameters=[d.spec for d in described], optimizer=optimizer,

@@ -63,3 +63,30 @@ def test_load_refuses_another_chain(client: optstep.Client) -> None:
              "step": 0}
     with pytest.raises(ValueError, match="sub_optimizer"):
         adam.load_state_dict(saved)
+
+
+def test_state_dict_before_the_first_step_asks_nothing_of_the_server(
+        client: optstep.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accelerate saves and loads the optimizer once before training: neither goes through the
+    server while nothing has been stepped, and training continues as without them."""
+    model, x, y = make_mlp(33), *make_data(34)
+    reference = copy.deepcopy(model)
+    optimizer = config.chain(config.adamw(lr=1e-2, weight_decay=0.1))
+    opt = RemoteOptimizer(model, client, optimizer=optimizer)
+    untouched = RemoteOptimizer(reference, client, optimizer=optimizer)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a state dict before the first step went through the server")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(client, "export_state_dict", refused)
+        patch.setattr(client, "import_state_dict", refused)
+        saved = opt.state_dict()
+        assert saved["state"] == {} and saved["step"] == 0
+        opt.load_state_dict(saved)
+    train(model, opt, x, y, 3)
+    train(reference, untouched, x, y, 3)
+    for (name, a), b in zip(model.named_parameters(), reference.parameters()):
+        assert torch.equal(a, b), name
+    with pytest.raises(ValueError, match="before its first step; session .* has applied 3"):
+        opt.load_state_dict(saved)

@@ -27,10 +27,9 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Name
 import grpc
 import numpy as np
 
-from optstep import dtypes, native
+from optstep import dtypes, native, state_dicts
 from optstep.channel_credentials import channel_credentials
-from optstep.chunks import (GradientSlice, ParamAssembler, TensorBuffer, as_slices,
-                            plan_contributions, split_array)
+from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
 from optstep.errors import (FailedPreconditionError, InternalError, InvalidArgumentError,
                             OptstepError, OutOfRangeError, UnavailableError,
                             from_rpc_error)
@@ -486,65 +485,40 @@ class Client:
             raise from_rpc_error(e) from None
         return last
 
-    def export_state_dict(self, session_id: str,
-                          model_chunks: Optional[Sequence[int]] = None) -> Dict[str, np.ndarray]:
+    def export_state_dict(self, session_id: str, model_chunks: Optional[Sequence[int]] = None,
+                          layout: str = "merged", chunk_prefix: str = "") -> Dict[str, Any]:
         """The optimizer state dict: merged, or only the model chunks asked for.
 
         Keys follow docs/design.md §5: "param/<name>" (fp32 masters) and
         "state/<sub-optimizer>/<name>/<key>"; values are shaped arrays in the dtype the server
-        sent (uint16 bits for bf16), scalar counters as 0-d arrays.
+        sent (uint16 bits for bf16), scalar counters as 0-d arrays. `layout` "by_model_chunk"
+        nests them as ``{chunk_key: {key: array}}``, "by_sub_optimizer" as
+        ``{sub_optimizer: {chunk_key: {key: array}}}`` (optstep.state_dicts); `chunk_prefix`
+        "model" (default) or "model_" names the chunks.
         """
-        request = ckpt_pb2.ExportStateDictRequest(session_id=session_id,
-                                                  model_chunks=list(model_chunks or ()))
-        buffers: Dict[str, TensorBuffer] = {}
-        shapes: Dict[str, Tuple[int, ...]] = {}
+        request = ckpt_pb2.ExportStateDictRequest(
+            session_id=session_id, model_chunks=list(model_chunks or ()),
+            layout=state_dicts.layout_of(layout), chunk_prefix=chunk_prefix)
         call = self._rank0().checkpoint.ExportStateDict(request, timeout=self._stream_timeout,
                                                         wait_for_ready=self._wait_for_ready)
         try:
-            for chunk in call:
-                buffer = buffers.get(chunk.key)
-                if buffer is None:
-                    shape = tuple(int(d) for d in chunk.shape)
-                    buffer = TensorBuffer(f"state dict key '{chunk.key}'",
-                                          int(np.prod(shape, dtype=np.int64)), chunk.dtype)
-                    buffers[chunk.key], shapes[chunk.key] = buffer, shape
-                buffer.add(chunk.offset, chunk.dtype, chunk.data)
+            return state_dicts.assemble(call, layout)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         except OptstepError:
             call.cancel()
             raise
-        return {key: buffers[key].finish().reshape(shapes[key]) for key in buffers}
 
     def import_state_dict(self, session_id: str,
                           state: Mapping[str, Any]) -> ckpt_pb2.ImportStateDictResponse:
         """Replaces the optimizer state (and masters, for "param/..." keys) with `state`, a
-        mapping like the one :meth:`export_state_dict` answers (numpy arrays or torch tensors;
-        uint16 arrays are bf16 bits, other integers int64 counters). Answers the number of
-        tensors and bytes the server took.
+        mapping like the ones :meth:`export_state_dict` answers, in any layout (numpy arrays or
+        torch tensors; uint16 arrays are bf16 bits, other integers int64 counters). Answers the
+        number of tensors and bytes the server took.
         """
-        prepared = []
-        for key, value in state.items():
-            array, wire = dtypes.to_wire_array(value, dtypes.state_dict_dtype(value),
-                                               what=f"state dict key '{key}'")
-            prepared.append((key, tuple(np.shape(value)), array, wire))
-
-        def requests() -> Iterator[ckpt_pb2.StateDictChunk]:
-            # A transaction: the server applies the dict only once the final message arrived.
-            tally = StreamTally()
-            first = True
-            for key, shape, array, wire in prepared:
-                pieces = split_array(array, self._max_chunk_bytes) if array.size else [(0, array)]
-                for start, piece in pieces:
-                    yield ckpt_pb2.StateDictChunk(session_id=session_id if first else "",
-                                                  key=key, shape=shape, offset=start,
-                                                  dtype=wire, data=tally.add(piece.tobytes()))
-                    first = False
-            yield ckpt_pb2.StateDictChunk(session_id=session_id if first else "",
-                                          end=tally.end(len(prepared)))
-
+        requests = state_dicts.import_chunks(session_id, state, self._max_chunk_bytes)
         response: ckpt_pb2.ImportStateDictResponse = _call(
-            self._rank0().checkpoint.ImportStateDict, requests(), timeout=self._stream_timeout,
+            self._rank0().checkpoint.ImportStateDict, requests, timeout=self._stream_timeout,
             wait_for_ready=self._wait_for_ready)
         self.layout(session_id, refresh=True)
         return response

@@ -2,10 +2,27 @@
 # Creates .venv-deploy with the validators of deploy/k8s (tests/deploy): pytest, PyYAML,
 # kubernetes-validate (schemas of the Kubernetes API) and checkov (security policies), pinned, from
 # PyPI. A venv of its own so that checkov's many pinned dependencies never meet .venv's torch stack.
-# Idempotent: does nothing when .venv-deploy was built from this same script. Prints the venv's
-# python on the last line.
+# As root, also installs from Debian what deploy/docker/build_images.sh and the image tests need:
+# podman with runc and netavark (bridge networks), mmdebstrap (the base images).
+# Idempotent: does nothing when .venv-deploy was built from this same script and the packages are
+# installed. Prints the venv's python on the last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+CONTAINER_PACKAGES=(podman runc netavark aardvark-dns iptables mmdebstrap)
+if [[ $(id -u) -eq 0 ]]; then
+  missing=()
+  for pkg in "${CONTAINER_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}" >&2
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+        --no-install-recommends "${missing[@]}"; } >&2 ||
+      echo "could not install ${missing[*]}: tests/deploy skips the image tests" >&2
+  fi
+fi
 
 VENV=${OPTSTEP_DEPLOY_VENV:-.venv-deploy}
 PYTHON=/usr/bin/python3

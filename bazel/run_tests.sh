@@ -10,7 +10,9 @@
 #                                  while a trainer runs; bazel/python_env.sh makes .venv first),
 #                                  and mypy --strict over client/python/optstep
 #   6. pytest tests/deploy         (deploy/k8s and deploy/docker: kubernetes-validate, checkov,
-#                                   the rank contract; bazel/deploy_env.sh makes .venv-deploy first)
+#                                   the rank contract; the CPU image around the binaries built
+#                                   here, run by podman as a rank and a 2-rank group;
+#                                   bazel/deploy_env.sh makes .venv-deploy and installs podman first)
 # Stages 2 and 3 build in their own output bases, bazel-optstep-<config> under
 # $OPTSTEP_SANITIZER_CACHE (default ~/.cache), so the default build's cache stays as it is.
 set -uo pipefail
@@ -99,6 +101,8 @@ fi
 
 if [[ -d tests/deploy ]]; then
   echo "== pytest tests/deploy"
+  # The image tests put these two binaries into the CPU image's runtime stage.
+  bazel build //server:optstep_server //client/cli:optstep 2>&1 | tail -1
   if bazel/deploy_env.sh >/dev/null && [[ -x .venv-deploy/bin/python ]]; then
     .venv-deploy/bin/python -m pytest -q -p no:cacheprovider tests/deploy 2>&1 |
       tee /tmp/optstep-pytest-deploy.log | tail -30

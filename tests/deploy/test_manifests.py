@@ -331,18 +331,29 @@ def test_cpu_overlay():
 
 # --- images ------------------------------------------------------------------------------------
 
-def final_stage(dockerfile):
+def stage(dockerfile, name=None, **build_args):
+    """The text of stage `name` (default: the final one) and of the stages it is built FROM, in
+    the Dockerfile; `${ARG}`s take `build_args`, else their defaults."""
     with open(os.path.join(DOCKER, dockerfile)) as f:
         text = f.read().replace("\\\n", " ")
-    return text, re.split(r"^FROM ", text, flags=re.M)[-1]
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)", text, flags=re.M), **build_args)
+    resolve = lambda line: re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], line)  # noqa: E731
+    stages = [resolve(s.split("\n", 1)[0]) + "\n" + s.split("\n", 1)[1]
+              for s in re.split(r"^FROM ", text, flags=re.M)[1:]]
+    named = {m.group(2): (m.group(1), s) for s in stages
+             for m in [re.match(r"(\S+) AS (\S+)", s)] if m}
+    base, body = named[name] if name else (stages[-1].split()[0], stages[-1])
+    chain = [body]
+    while base in named:
+        base, body = named[base]
+        chain.insert(0, body)
+    return "\n".join(chain)
 
 
-def stage(dockerfile, name):
-    text, _ = final_stage(dockerfile)
-    stages = [s for s in re.split(r"^FROM ", text, flags=re.M)[1:]
-              if re.match(rf"\S+ AS {name}\b", s)]
-    assert len(stages) == 1, f"{dockerfile}: stage {name}"
-    return stages[0]
+def final_stage(dockerfile, **build_args):
+    with open(os.path.join(DOCKER, dockerfile)) as f:
+        text = f.read().replace("\\\n", " ")
+    return text, stage(dockerfile, **build_args)
 
 
 def installed(text):
@@ -387,7 +398,7 @@ def _evaluate(node, names, cuda):
     ev = lambda n: _evaluate(n, names, cuda)  # noqa: E731
     if isinstance(node, ast.Constant):
         return node.value
-    if isinstance(node, ast.List):
+    if isinstance(node, (ast.List, ast.Tuple)):
         return [ev(e) for e in node.elts]
     if isinstance(node, ast.Dict):
         return {ev(k): ev(v) for k, v in zip(node.keys, node.values)}
@@ -415,18 +426,28 @@ def _targets(package, cuda):
     with open(os.path.join(ROOT, path)) as f:
         tree = ast.parse(f.read(), path)
     names, targets = {}, {}
+
+    def add(call, names):
+        kw = {k.arg: k.value for k in call.keywords if k.arg in ("name", "deps", "linkopts",
+                                                                   "grpc_srcs")}
+        if "name" not in kw:
+            return  # load(), package(), exports_files()
+        kw = {k: _evaluate(v, names, cuda) for k, v in kw.items()}
+        deps = kw.get("deps", []) + MACRO_DEPS.get(call.func.id, lambda *_: [])(kw, cuda)
+        targets[kw["name"]] = (deps, kw.get("linkopts", []))
+
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign):
             names[stmt.targets[0].id] = _evaluate(stmt.value, names, cuda)
         elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            call = stmt.value
-            kw = {k.arg: k.value for k in call.keywords if k.arg in ("name", "deps", "linkopts",
-                                                                       "grpc_srcs")}
-            if "name" not in kw:
-                continue  # load(), package(), exports_files()
-            kw = {k: _evaluate(v, names, cuda) for k, v in kw.items()}
-            deps = kw.get("deps", []) + MACRO_DEPS.get(call.func.id, lambda *_: [])(kw, cuda)
-            targets[kw["name"]] = (deps, kw.get("linkopts", []))
+            add(stmt.value, names)
+        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.ListComp):
+            # [rule(...) for a, b in [...]]: one target per element.
+            (loop,), call = stmt.value.generators, stmt.value.elt
+            bound = [t.id for t in getattr(loop.target, "elts", [loop.target])]
+            for values in _evaluate(loop.iter, names, cuda):
+                values = values if len(bound) > 1 else [values]
+                add(call, dict(names, **dict(zip(bound, values))))
     return targets
 
 
@@ -461,9 +482,21 @@ def linked_libraries(binaries, cuda):
     return libs | ({"gomp"} if "-fopenmp" in opts else set())
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda"])
-def test_dockerfile(dockerfile):
+# The images' final stages (the default one, and the other targets meant to be run) and the stages
+# that build their binaries.
+FINAL_STAGES = [("Dockerfile.cpu", "runtime"), ("Dockerfile.cpu", "prebuilt"),
+                ("Dockerfile.cuda", "runtime"), ("Dockerfile.cuda", "runtime-apt")]
+BUILD_STAGES = [("Dockerfile.cpu", "build"), ("Dockerfile.cuda", "build"),
+                ("Dockerfile.cuda", "build-apt")]
+
+
+@pytest.mark.parametrize("dockerfile,target", FINAL_STAGES)
+def test_dockerfile(dockerfile, target):
     text, final = final_stage(dockerfile)
+    if target != "runtime":
+        final = stage(dockerfile, target)
+    else:  # the default target is the last stage
+        assert re.split(r"^FROM ", text, flags=re.M)[-1].split()[2] == "runtime"
     assert re.search(r"bazel .*build .*//server:optstep_server //client/cli:optstep", text)
     assert ("--config=cuda" in text) == (dockerfile == "Dockerfile.cuda")
     user = re.search(r"^USER (\S+)", final, flags=re.M).group(1)
@@ -475,28 +508,36 @@ def test_dockerfile(dockerfile):
     assert os.path.exists(os.path.join(DOCKER, dockerfile + ".dockerignore"))
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda"])
-def test_dockerfile_runtime_libraries(dockerfile):
-    libs = linked_libraries(["//server:optstep_server", "//client/cli:optstep"],
-                            cuda=dockerfile == "Dockerfile.cuda")
+@pytest.mark.parametrize("dockerfile,target", [f for f in FINAL_STAGES if f[1] != "prebuilt"])
+def test_dockerfile_runtime_libraries(dockerfile, target):
+    cuda = dockerfile == "Dockerfile.cuda"
+    libs = linked_libraries(["//server:optstep_server", "//client/cli:optstep"], cuda=cuda)
     assert {"grpc++", "protobuf", "prometheus-cpp-core", "gomp"} <= libs, libs  # the walk works
     packages = {lib: [p for pattern, p in RUNTIME_PACKAGES.items()
                       if fnmatch.fnmatchcase(lib, pattern)] for lib in libs}
     unknown = sorted(lib for lib, p in packages.items() if not p)
     assert not unknown, f"linked, but no runtime package in RUNTIME_PACKAGES: {unknown}"
     needed = {p[0] for p in packages.values()} - {None}
-    missing = sorted(needed - installed(final_stage(dockerfile)[1]))
-    assert not missing, f"{dockerfile}: runtime stage lacks {missing}"
+    final = stage(dockerfile, target)
+    if cuda and target == "runtime":
+        # CUDA from the wheels: the build stage copies what ldd finds under /usr/local/cuda into
+        # /out/cuda-lib, which this stage takes; the rest from Debian.
+        needed = {p for p in needed if not p.startswith(("libcublas", "libcusolver", "libnccl"))}
+        assert "ldd /out/optstep_server /out/optstep" in stage(dockerfile, "build")
+        assert re.search(r"^COPY --from=build /out/cuda-lib/ /usr/local/cuda/lib64/", final,
+                         flags=re.M)
+    missing = sorted(needed - installed(final))
+    assert not missing, f"{dockerfile}: stage {target} lacks {missing}"
 
 
-@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda"])
-def test_dockerfile_build_stage_has_the_packages_of_install_deps(dockerfile):
+@pytest.mark.parametrize("dockerfile,build", BUILD_STAGES)
+def test_dockerfile_build_stage_has_the_packages_of_install_deps(dockerfile, build):
     with open(os.path.join(ROOT, "bazel", "install_deps.sh")) as f:
         listed = re.search(r"^PACKAGES=\((.*?)^\)", f.read(), flags=re.M | re.S).group(1)
     packages = set(re.sub(r"#.*", "", listed).split())
     assert {"prometheus-cpp-dev", "libgrpc++-dev"} <= packages, packages
-    missing = sorted(packages - TEST_ONLY_PACKAGES - installed(stage(dockerfile, "build")))
-    assert not missing, f"{dockerfile}: build stage lacks {missing}"
+    missing = sorted(packages - TEST_ONLY_PACKAGES - installed(stage(dockerfile, build)))
+    assert not missing, f"{dockerfile}: stage {build} lacks {missing}"
 
 
 def test_dockerignore_keeps_bazel_outputs_out():

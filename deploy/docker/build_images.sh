@@ -2,8 +2,10 @@
 # Builds the optstep images offline from Debian's mirror and PyPI only (no Docker Hub, no NVIDIA
 # apt repository), with podman (docker where podman is absent), from the repository root:
 #   deploy/docker/build_images.sh [base|base-slim|cpu|cuda|all]...   (default: all = cpu cuda)
-#   deploy/docker/build_images.sh prebuilt-cpu TAG [SERVER CLI]   (the CPU image's runtime stage
-#     around binaries built here, default bazel-bin/server/optstep_server, bazel-bin/client/cli/optstep)
+#   deploy/docker/build_images.sh prebuilt-cpu TAG [SERVER CLI]   (only the CPU image's runtime
+#     stage, around binaries built here; default: bazel-bin/server/optstep_server and
+#     bazel-bin/client/cli/optstep)
+#   deploy/docker/build_images.sh check TAG   (ldd inside the image: nothing missing but the driver)
 # base: debian:bookworm (minbase) and debian:bookworm-slim (minbase without documentation, manual
 #   pages and locales, like Docker Hub's -slim), made by mmdebstrap and imported under the names
 #   the Dockerfiles use; kept when present (OPTSTEP_REBUILD_BASE=1 makes them again).
@@ -19,7 +21,8 @@ cd "$(dirname "$0")/../.."
 RELEASE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org}
 IMAGE=${OPTSTEP_IMAGE:-localhost/optstep}
-VERSION=${OPTSTEP_VERSION:-$(sed -n 's/^__version__ = "\(.*\)"/\1/p' client/python/optstep/_version.py)}
+VERSION=${OPTSTEP_VERSION:-$(sed -n 's/^__version__ = "\(.*\)"/\1/p' \
+  client/python/optstep/_version.py)}
 CUDA_SOURCE=${CUDA_SOURCE:-wheels}
 PIP_CERT=${PIP_CERT:-}
 # Builds need more than the default 1024 processes of some hosts' containers and a fixed
@@ -91,9 +94,13 @@ build() {
   local dockerfile=$1 tag=$2 context=$3
   shift 3
   local start=$SECONDS
-  local format=()
-  [[ ${ENGINE[0]} == podman ]] && format=(--format=docker)  # OCI images drop HEALTHCHECK
-  "${ENGINE[@]}" build "${format[@]}" "${ULIMITS[@]}" --network=host -f "$dockerfile" -t "$tag" \
+  local opts=()
+  if [[ ${ENGINE[0]} == podman ]]; then
+    opts=(--format=docker)  # OCI images drop HEALTHCHECK
+    # BuildKit finds <Dockerfile>.dockerignore by itself; podman is told.
+    [[ -f $dockerfile.dockerignore ]] && opts+=(--ignorefile "$dockerfile.dockerignore")
+  fi
+  "${ENGINE[@]}" build "${opts[@]}" "${ULIMITS[@]}" --network=host -f "$dockerfile" -t "$tag" \
     "$@" "$context"
   echo "$tag: built in $((SECONDS - start)) s"
 }
@@ -123,7 +130,23 @@ prebuilt_cpu() {
   build deploy/docker/Dockerfile.cpu "$tag" "$context" --target=prebuilt
 }
 
-size() { "${ENGINE[@]}" image inspect --format '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1 / 1e6}'; }
+# check TAG: every library the image's binaries link is in it (ldd inside it); only the driver's
+# (libcuda, libnvidia-ml: mounted from the node at run time) may be missing.
+check() {
+  local out
+  out=$("${ENGINE[@]}" run --rm "${ULIMITS[@]}" --network=none --entrypoint ldd "$1" \
+        /usr/local/bin/optstep_server /usr/local/bin/optstep)
+  echo "$out"
+  if grep 'not found' <<<"$out" | grep -vE '^\s*(libcuda|libnvidia-ml)\.so'; then
+    echo "$1: libraries missing (above)" >&2
+    return 1
+  fi
+  echo "$1: every library present$(grep -q 'not found' <<<"$out" && echo ' but the driver')"
+}
+
+size() {
+  "${ENGINE[@]}" image inspect --format '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1 / 1e6}'
+}
 
 (($#)) || set -- all
 built=()
@@ -133,11 +156,14 @@ while (($#)); do
     base-slim) base_image slim ;;
     cpu | cuda) image "$1"; built+=("$IMAGE:$VERSION-$1") ;;
     all) image cpu; image cuda; built+=("$IMAGE:$VERSION-cpu" "$IMAGE:$VERSION-cuda") ;;
+    check)
+      (($# >= 2)) || { echo "usage: $0 check TAG" >&2; exit 64; }
+      check "$2"; shift ;;
     prebuilt-cpu)
       (($# == 2 || $# == 4)) || { echo "usage: $0 prebuilt-cpu TAG [SERVER CLI]" >&2; exit 64; }
       prebuilt_cpu "$2" "${3:-bazel-bin/server/optstep_server}" "${4:-bazel-bin/client/cli/optstep}"
       built+=("$2"); shift $(($# - 1)) ;;
-    *) sed -n '2,7s/^# \{0,1\}//p' "$0" >&2; exit 64 ;;
+    *) sed -n '2,8s/^# \{0,1\}//p' "$0" >&2; exit 64 ;;
   esac
   shift
 done

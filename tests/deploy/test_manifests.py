@@ -544,4 +544,4 @@ def test_dockerignore_keeps_bazel_outputs_out():
     for name in ("Dockerfile.cpu.dockerignore", "Dockerfile.cuda.dockerignore"):
         with open(os.path.join(DOCKER, name)) as f:
             lines = {l.strip() for l in f if l.strip() and not l.startswith("#")}
-        assert {"bazel-*", ".git", ".venv", ".venv-deploy"} <= lines
+        assert {"bazel-*", ".git", ".venv", ".venv-*"} <= lines  # .venv-deploy, .venv-compare

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Creates .venv with what the Python client, its tests, its type check and the demo need, from
 # PyPI: grpcio, grpcio-tools, protobuf, numpy, pytest, torch, scikit-learn, matplotlib, mypy (with
-# the protobuf and grpcio type stubs), and the package itself (client/python, editable, stubs
-# generated from proto/). Idempotent: does nothing when .venv was built from the same inputs (this
-# script, the package's build files, the protos). The system Python stays untouched. Prints the
+# the protobuf and grpcio type stubs), transformers, accelerate and lightning (the trainer
+# examples), and the package itself (client/python, editable, stubs generated from proto/).
+# Idempotent: does nothing when .venv was built from the same inputs (this script, the package's
+# build files, the protos). The system Python stays untouched. Prints the
 # venv's python on the last line.
 #
 # torch comes from PyPI, whose Linux x86_64 wheels pull the CUDA libraries (about 5 GB installed;
@@ -51,6 +52,8 @@ start=$SECONDS
 "${pip[@]}" --no-build-isolation -e "client/python[dev]" >&2
 # safetensors: tests/python/test_checkpoint_format.py reads checkpoint shards with it.
 "${pip[@]}" "safetensors>=0.4" >&2
+# The trainer examples and their tests (client/python/examples: hf_trainer.py, lightning_fit.py).
+"${pip[@]}" "transformers>=4.40" "accelerate>=0.26" "lightning>=2.2" >&2
 echo "python env ready in $((SECONDS - start)) s ($(du -sh "$VENV" | cut -f1))" >&2
 echo "$want" >"$stamp"
 echo "$VENV/bin/python"

@@ -15,6 +15,7 @@
 #include "client/cpp/session_layout.h"
 #include "client/cpp/session_pages.h"
 #include "client/cpp/step_call.h"
+#include "client/cpp/step_stream.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "optstep/v1/admin_service.grpc.pb.h"
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
@@ -280,18 +281,18 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
 
 absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
                                        absl::Span<const GradientSlice> gradients) {
-  client_internal::GroupProbe probe{
-      [this] { return CheckHealth(); },
-      [this](absl::string_view id) -> absl::StatusOr<uint64_t> {
-        OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, GetSession(id));
-        return info.step();
-      }};
+  client_internal::GroupProbe probe{[this] { return CheckHealth(); },
+                                    [this](absl::string_view id) -> absl::StatusOr<uint64_t> {
+                                      OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info,
+                                                               GetSession(id));
+                                      return info.step();
+                                    }};
   // Each attempt lays the same gradients out on the session's current layout.
   return recovery_.Run(
       options.session_id, options.step, probe,
       [&]() -> absl::StatusOr<StepReply> {
         OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
-        return StepWithLayout(options, *layout, gradients);
+        return StepWithLayout(options, std::move(layout), gradients);
       },
       [&] { return AppliedStep(options); });
 }
@@ -301,9 +302,9 @@ absl::StatusOr<StepReply> Client::AppliedStep(const StepOptions& options) {
   reply.step = options.step;
   reply.grad_norm = std::numeric_limits<double>::quiet_NaN();  // not kept by a checkpoint
   if (options.skip_return) return reply;
-  OPTSTEP_ASSIGN_OR_RETURN(Parameters pulled, PullParameters(options.session_id,
-                                                             options.return_dtype,
-                                                             options.return_param_ids));
+  OPTSTEP_ASSIGN_OR_RETURN(
+      Parameters pulled,
+      PullParameters(options.session_id, options.return_dtype, options.return_param_ids));
   reply.params = std::move(pulled.params);
   return reply;
 }
@@ -316,9 +317,7 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
   return Step(options, absl::Span<const GradientSlice>(slices));
 }
 
-absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,
-                                                 const SessionLayout& layout,
-                                                 absl::Span<const GradientSlice> gradients) {
+absl::Status Client::CheckStep(const StepOptions& options, const SessionLayout& layout) const {
   if (options.step == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "session '", options.session_id, "': step 0 is not a step; steps are numbered from 1"));
@@ -330,10 +329,10 @@ absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,
         "session '", options.session_id, "' is laid out over ", layout.world_size(),
         " ranks but this client knows ", ranks_.size(), " (ClientOptions.rank_targets)"));
   }
-  OPTSTEP_ASSIGN_OR_RETURN(
-      std::vector<RankContribution> plan,
-      client_internal::PlanContributions(layout, gradients, options_.max_chunk_bytes));
+  return absl::OkStatus();
+}
 
+std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, LayoutPtr layout) {
   v1::StepHeader header;
   header.set_session_id(options.session_id);
   header.set_step(options.step);
@@ -347,9 +346,8 @@ absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,
   header.set_return_dtype(DTypeToProto(options.return_dtype));
   for (uint32_t id : options.return_param_ids) header.add_return_param_ids(id);
 
-  // Every rank of the layout gets this trainer's commit (with its share of the chunks, possibly
-  // none); one rank, spread over trainers, streams the parameters back.
-  const uint32_t world_size = layout.world_size();
+  // One rank, spread over trainers, streams the parameters back.
+  const uint32_t world_size = layout->world_size();
   const uint32_t return_rank = options.trainer_id % world_size;
   const absl::Time deadline = absl::Now() + options_.stream_timeout;
   std::vector<std::unique_ptr<StepCall>> calls;
@@ -358,37 +356,28 @@ absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options,
         std::make_unique<StepCall>(ranks_[r]->channel, deadline, options_.wait_for_ready));
     header.set_skip_return(options.skip_return || r != return_rank);
     // A stream that broke while sending reports its status from Receive().
-    static_cast<void>(calls.back()->Send(header, plan[r]));
+    calls.back()->Open(header);
   }
+  return std::make_unique<StepStream>(std::move(layout), std::move(calls), options,
+                                      options_.max_chunk_bytes);
+}
 
-  // Every stream is half-closed by now, so reading them one after the other cannot deadlock.
-  ParamAssembler assembler(layout, options.return_dtype, options.return_param_ids);
-  StepReply reply;
-  for (uint32_t r = 0; r < world_size; ++r) {
-    v1::StepResult result;
-    const bool returns = r == return_rank && !options.skip_return;
-    absl::Status status = calls[r]->Receive(&result, returns ? &assembler : nullptr);
-    if (status.ok() && r > 0 && result.step() != reply.step) {
-      status = absl::InternalError(
-          absl::StrCat("rank ", r, " answered step ", result.step(), ", rank 0 step ", reply.step));
-    }
-    if (!status.ok()) {
-      for (auto& call : calls) call->Cancel();
-      return status;
-    }
-    if (r == 0) {
-      reply.step = result.step();
-      reply.skipped = result.skipped();
-      reply.grad_norm = result.grad_norm();
-      reply.clipped = result.clipped();
-    }
-  }
-  // A skipped step may come back without parameters: nothing changed.
-  const bool nothing_changed = reply.skipped && assembler.chunks_added() == 0;
-  if (!options.skip_return && !nothing_changed) {
-    OPTSTEP_ASSIGN_OR_RETURN(reply.params, assembler.Finish());
-  }
-  return reply;
+absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStep(const StepOptions& options) {
+  OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
+  OPTSTEP_RETURN_IF_ERROR(CheckStep(options, *layout));
+  return OpenStepCalls(options, std::move(layout));
+}
+
+absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options, LayoutPtr layout,
+                                                 absl::Span<const GradientSlice> gradients) {
+  OPTSTEP_RETURN_IF_ERROR(CheckStep(options, *layout));
+  // Every gradient is checked before anything is sent.
+  OPTSTEP_ASSIGN_OR_RETURN(
+      std::vector<RankContribution> plan,
+      client_internal::PlanContributions(*layout, gradients, options_.max_chunk_bytes));
+  std::unique_ptr<StepStream> stream = OpenStepCalls(options, std::move(layout));
+  OPTSTEP_RETURN_IF_ERROR(stream->Queue(plan));
+  return stream->Finish();
 }
 
 absl::StatusOr<bool> Client::CheckHealth(absl::string_view service) {

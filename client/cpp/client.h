@@ -32,6 +32,7 @@
 #include "client/cpp/client_options.h"
 #include "client/cpp/client_types.h"
 #include "client/cpp/step_recovery.h"
+#include "client/cpp/step_stream.h"
 #include "kernels/dtype.h"
 #include "optstep/v1/checkpoint_service.pb.h"
 #include "optstep/v1/optimizer_service.pb.h"
@@ -105,6 +106,10 @@ class Client final {
   // The bytes the slices point to must stay valid during the call.
   absl::StatusOr<StepReply> Step(const StepOptions& options,
                                  absl::Span<const GradientSlice> gradients);
+  // A step whose gradients are sent as they are produced (step_stream.h): opens one Step stream
+  // per rank of the session's layout and sends the header; the stream's Add queues gradients,
+  // its Finish answers as Step. Codes as Step's checks before sending; no recovery wait.
+  absl::StatusOr<std::unique_ptr<StepStream>> OpenStep(const StepOptions& options);
   // Convenience: whole fp32 gradients per parameter.
   absl::StatusOr<StepReply> Step(const StepOptions& options,
                                  absl::Span<const FullGradient> gradients);
@@ -163,9 +168,13 @@ class Client final {
   // Caches the layout of `info`; INTERNAL when `info` is inconsistent.
   absl::StatusOr<LayoutPtr> Remember(const v1::SessionInfo& info);
 
-  absl::StatusOr<StepReply> StepWithLayout(const StepOptions& options,
-                                           const client_internal::SessionLayout& layout,
+  absl::StatusOr<StepReply> StepWithLayout(const StepOptions& options, LayoutPtr layout,
                                            absl::Span<const GradientSlice> gradients);
+  // The checks of a step before anything is sent.
+  absl::Status CheckStep(const StepOptions& options,
+                         const client_internal::SessionLayout& layout) const;
+  // Opens the Step streams of `options` over `layout`'s ranks (header sent).
+  std::unique_ptr<StepStream> OpenStepCalls(const StepOptions& options, LayoutPtr layout);
 
   // The reply of step `options` that the session applied and restored: its parameters.
   absl::StatusOr<StepReply> AppliedStep(const StepOptions& options);

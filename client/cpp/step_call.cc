@@ -46,13 +46,19 @@ StepCall::~StepCall() {
 }
 
 void StepCall::Send(const v1::StepHeader& header, const RankContribution& contribution) {
+  Open(header);
+  Append(contribution.chunks);
+  Commit(contribution.num_elements);
+}
+
+void StepCall::Open(const v1::StepHeader& header) {
   stub_.PrepareBidiStreamingCall(context_.get(), kStepMethod, grpc::StubOptions(), this);
   started_ = true;
   v1::StepRequest request;
   *request.mutable_header() = header;
   {
     absl::MutexLock lock(&mu_);
-    contribution_ = &contribution;
+    writing_ = true;
     write_ = Serialise(request);
     StartWrite(&write_);
     StartRead(&read_);
@@ -60,25 +66,45 @@ void StepCall::Send(const v1::StepHeader& header, const RankContribution& contri
   StartCall();
 }
 
+void StepCall::Append(absl::Span<const GradientSlice> chunks) {
+  absl::MutexLock lock(&mu_);
+  chunks_.insert(chunks_.end(), chunks.begin(), chunks.end());
+  WakeWriterLocked();
+}
+
+void StepCall::Commit(uint64_t num_elements) {
+  absl::MutexLock lock(&mu_);
+  num_elements_ = num_elements;
+  WakeWriterLocked();
+}
+
+void StepCall::WakeWriterLocked() {
+  if (writing_) return;
+  writing_ = true;
+  WriteNextLocked();
+}
+
 void StepCall::OnWriteDone(bool ok) {
   absl::MutexLock lock(&mu_);
-  // A failed write means the stream broke: OnDone tells why.
+  // A failed write means the stream broke: OnDone tells why. The writer stays busy for good.
   if (ok) WriteNextLocked();
 }
 
 void StepCall::WriteNextLocked() {
-  if (next_chunk_ < contribution_->chunks.size()) {
+  if (next_chunk_ < chunks_.size()) {
     {
       // Counted before the slice exists: gRPC may release it on another thread at any time.
       absl::MutexLock lock(&pin_mu_);
       ++pinned_;
     }
-    write_ = GradientChunkMessage(contribution_->chunks[next_chunk_++], &StepCall::Unpin, this);
+    write_ = GradientChunkMessage(chunks_[next_chunk_++], &StepCall::Unpin, this);
     StartWrite(&write_);
+  } else if (!num_elements_.has_value()) {
+    writing_ = false;  // idle until Append or Commit
   } else if (!committed_) {
     committed_ = true;
     v1::StepRequest request;
-    request.mutable_commit()->set_num_elements(contribution_->num_elements);
+    request.mutable_commit()->set_num_elements(*num_elements_);
     write_ = Serialise(request);
     StartWrite(&write_);
   } else {

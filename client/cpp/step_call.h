@@ -8,18 +8,22 @@
 // several ranks run at the same time. Internal to client/.
 // Thread-compatible: one thread drives a call; gRPC's threads run the reactions.
 
-#include <deque>
-#include <memory>
-
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/client_callback.h>
 
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "client/cpp/chunking.h"
 #include "client/cpp/param_assembler.h"
 #include "optstep/v1/optimizer_service.pb.h"
@@ -38,9 +42,18 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   StepCall& operator=(const StepCall&) = delete;
 
   // Starts the call, which writes `header`, the contribution's chunks and a StepCommit carrying
-  // its element count, then half-closes, on gRPC's threads. Returns at once. REQUIRES:
-  // `contribution` and the gradient bytes it points to outlive this call object.
+  // its element count, then half-closes, on gRPC's threads. Returns at once. REQUIRES: the
+  // gradient bytes the contribution points to outlive this call object. Same as Open, Append
+  // and Commit.
   void Send(const v1::StepHeader& header, const RankContribution& contribution);
+
+  // A stream fed over time: Open starts the call with `header`; each Append queues chunks behind
+  // those already queued (written on gRPC's threads as the stream takes them); Commit queues the
+  // StepCommit of `num_elements` and the half-close. Each returns at once. REQUIRES: Open once,
+  // before Append and Commit; nothing after Commit; the chunks' bytes outlive this call object.
+  void Open(const v1::StepHeader& header);
+  void Append(absl::Span<const GradientSlice> chunks);
+  void Commit(uint64_t num_elements);
 
   // Reads the StepResult into `*result` and the parameter chunks that follow it into
   // `assembler` (null: none may follow) as they arrive, then waits for the call's end. Answers
@@ -57,8 +70,11 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   void OnDone(const grpc::Status& status) override;
 
  private:
-  // Writes the next message: a chunk, the commit, or the half-close.
+  // Writes the next message: a chunk, the commit, or the half-close; with nothing queued and no
+  // commit yet, marks the writer idle (Append and Commit wake it).
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the next write unless one is in flight.
+  void WakeWriterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next response, or null once the call is done and every response was taken.
   std::unique_ptr<grpc::ByteBuffer> NextResponse();
   // Waits for OnDone and answers the call's status.
@@ -71,9 +87,11 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   bool started_ = false;
 
   absl::Mutex mu_;
-  const RankContribution* contribution_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<GradientSlice> chunks_ ABSL_GUARDED_BY(mu_);  // queued and written, in order
   size_t next_chunk_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<uint64_t> num_elements_ ABSL_GUARDED_BY(mu_);  // set by Commit
   bool committed_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a write is in flight
   grpc::ByteBuffer write_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer read_ ABSL_GUARDED_BY(mu_);
   std::deque<std::unique_ptr<grpc::ByteBuffer>> responses_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,96 @@
+#include "client/cpp/step_stream.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "client/cpp/chunking.h"
+#include "client/cpp/param_assembler.h"
+#include "client/cpp/session_layout.h"
+#include "client/cpp/step_call.h"
+
+namespace optstep {
+
+using client_internal::ParamAssembler;
+using client_internal::RankContribution;
+using client_internal::StepCall;
+
+StepStream::StepStream(LayoutPtr layout, std::vector<std::unique_ptr<StepCall>> calls,
+                       StepOptions options, size_t max_chunk_bytes)
+    : layout_(std::move(layout)),
+      options_(std::move(options)),
+      max_chunk_bytes_(max_chunk_bytes),
+      calls_(std::move(calls)),
+      num_elements_(calls_.size(), 0) {}
+
+StepStream::~StepStream() {
+  absl::MutexLock lock(&mu_);
+  calls_.clear();  // each cancels a call still running and waits for gRPC to let go
+}
+
+absl::Status StepStream::Add(absl::Span<const GradientSlice> slices) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<RankContribution> plan,
+                           client_internal::PlanContributions(*layout_, slices, max_chunk_bytes_));
+  return Queue(plan);
+}
+
+absl::Status StepStream::Queue(absl::Span<const RankContribution> plan) {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return AlreadyFinished();
+  for (size_t r = 0; r < plan.size() && r < calls_.size(); ++r) {
+    if (plan[r].chunks.empty()) continue;
+    calls_[r]->Append(plan[r].chunks);
+    num_elements_[r] += plan[r].num_elements;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepStream::AlreadyFinished() const {
+  return absl::FailedPreconditionError(absl::StrCat("session '", options_.session_id, "': step ",
+                                                    options_.step, " was already finished"));
+}
+
+absl::StatusOr<StepReply> StepStream::Finish() {
+  // Taken out of the object: Add and Queue refuse once finished_; leaving this function ends
+  // the calls (and so releases the gradients).
+  std::vector<std::unique_ptr<StepCall>> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return AlreadyFinished();
+    finished_ = true;
+    // Every rank gets this trainer's commit (with its share of the chunks, possibly none).
+    for (size_t r = 0; r < calls_.size(); ++r) calls_[r]->Commit(num_elements_[r]);
+    calls = std::move(calls_);
+  }
+  // Every stream is half-closed by now, so reading them one after the other cannot deadlock.
+  const uint32_t return_rank = options_.trainer_id % calls.size();
+  ParamAssembler assembler(*layout_, options_.return_dtype, options_.return_param_ids);
+  StepReply reply;
+  for (uint32_t r = 0; r < calls.size(); ++r) {
+    v1::StepResult result;
+    const bool returns = r == return_rank && !options_.skip_return;
+    absl::Status status = calls[r]->Receive(&result, returns ? &assembler : nullptr);
+    if (status.ok() && r > 0 && result.step() != reply.step) {
+      status = absl::InternalError(
+          absl::StrCat("rank ", r, " answered step ", result.step(), ", rank 0 step ", reply.step));
+    }
+    if (!status.ok()) {
+      for (const auto& call : calls) call->Cancel();
+      return status;
+    }
+    if (r == 0) {
+      reply.step = result.step();
+      reply.skipped = result.skipped();
+      reply.grad_norm = result.grad_norm();
+      reply.clipped = result.clipped();
+    }
+  }
+  // A skipped step may come back without parameters: nothing changed.
+  const bool nothing_changed = reply.skipped && assembler.chunks_added() == 0;
+  if (!options_.skip_return && !nothing_changed) {
+    OPTSTEP_ASSIGN_OR_RETURN(reply.params, assembler.Finish());
+  }
+  return reply;
+}
+
+}  // namespace optstep

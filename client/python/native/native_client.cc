@@ -16,6 +16,7 @@
 #include "client/cpp/client_options.h"
 #include "client/cpp/client_types.h"
 #include "client/cpp/step_recovery.h"
+#include "client/cpp/step_stream.h"
 #include "kernels/dtype.h"
 
 namespace optstep {
@@ -111,9 +112,8 @@ absl::Status WriteParams(const HostParameterMap& params, DType dtype,
   return absl::OkStatus();
 }
 
-absl::Status RunStep(Client& client, const StepOptions& options,
-                     absl::Span<const OptstepNativeSlice> slices,
-                     absl::Span<const OptstepNativeOut> outs, OptstepNativeResult* result) {
+absl::StatusOr<std::vector<GradientSlice>> ToGradients(
+    absl::Span<const OptstepNativeSlice> slices) {
   std::vector<GradientSlice> gradients;
   gradients.reserve(slices.size());
   for (const OptstepNativeSlice& s : slices) {
@@ -129,7 +129,12 @@ absl::Status RunStep(Client& client, const StepOptions& options,
         absl::MakeConstSpan(static_cast<const uint8_t*>(s.data), s.count * DTypeSize(g.dtype));
     gradients.push_back(g);
   }
-  absl::StatusOr<StepReply> reply = client.Step(options, gradients);
+  return gradients;
+}
+
+// The step's reply (or its error) into `result` and the caller's buffers.
+absl::Status Answer(const absl::StatusOr<StepReply>& reply, DType return_dtype,
+                    absl::Span<const OptstepNativeOut> outs, OptstepNativeResult* result) {
   if (!reply.ok()) {
     if (std::optional<uint64_t> restored = RewindStep(reply.status())) {
       result->rewind = 1;
@@ -142,11 +147,53 @@ absl::Status RunStep(Client& client, const StepOptions& options,
   result->clipped = reply->clipped ? 1 : 0;
   result->grad_norm = reply->grad_norm;
   result->params_written = static_cast<uint32_t>(reply->params.size());
-  return WriteParams(reply->params, options.return_dtype, outs);
+  return WriteParams(reply->params, return_dtype, outs);
 }
+
+absl::StatusOr<StepOptions> MakeStepOptions(const char* session_id, uint64_t step,
+                                            uint32_t trainer_id, const OptstepNativeGroup* groups,
+                                            size_t num_groups, uint32_t return_dtype,
+                                            const uint32_t* return_param_ids,
+                                            size_t num_return_param_ids, int32_t skip_return) {
+  StepOptions options;
+  options.session_id = session_id;
+  options.step = step;
+  options.trainer_id = trainer_id;
+  for (size_t i = 0; i < num_groups; ++i) {
+    GroupSchedule group;
+    group.group_id = groups[i].group_id;
+    if (groups[i].has_lr) group.lr = groups[i].lr;
+    if (groups[i].has_weight_decay) group.weight_decay = groups[i].weight_decay;
+    options.groups.push_back(group);
+  }
+  if (absl::Status status = DTypeOf(return_dtype, "return dtype", &options.return_dtype);
+      !status.ok()) {
+    return status;
+  }
+  options.return_param_ids.assign(return_param_ids, return_param_ids + num_return_param_ids);
+  options.skip_return = skip_return != 0;
+  return options;
+}
+
+// An opened step and the dtype its parameters come back in.
+struct NativeStream {
+  std::unique_ptr<StepStream> stream;
+  DType return_dtype;
+};
 
 }  // namespace
 }  // namespace optstep
+
+// The C interface's bodies.
+using optstep::Answer;
+using optstep::Client;
+using optstep::Fail;
+using optstep::GradientSlice;
+using optstep::MakeStepOptions;
+using optstep::NativeStream;
+using optstep::StepOptions;
+using optstep::StepStream;
+using optstep::ToGradients;
 
 void* optstep_native_connect(const OptstepNativeOptions* options, int32_t* code, char* error,
                              size_t error_len) {
@@ -170,25 +217,55 @@ int32_t optstep_native_step(void* client, const char* session_id, uint64_t step,
                             size_t num_slices, const OptstepNativeOut* outs, size_t num_outs,
                             OptstepNativeResult* result, char* error, size_t error_len) {
   *result = OptstepNativeResult{};
-  optstep::StepOptions options;
-  options.session_id = session_id;
-  options.step = step;
-  options.trainer_id = trainer_id;
-  for (size_t i = 0; i < num_groups; ++i) {
-    optstep::GroupSchedule group;
-    group.group_id = groups[i].group_id;
-    if (groups[i].has_lr) group.lr = groups[i].lr;
-    if (groups[i].has_weight_decay) group.weight_decay = groups[i].weight_decay;
-    options.groups.push_back(group);
-  }
-  if (absl::Status status = optstep::DTypeOf(return_dtype, "return dtype", &options.return_dtype);
-      !status.ok()) {
-    return optstep::Fail(status, error, error_len);
-  }
-  options.return_param_ids.assign(return_param_ids, return_param_ids + num_return_param_ids);
-  options.skip_return = skip_return != 0;
-  const absl::Status status = optstep::RunStep(*static_cast<optstep::Client*>(client), options,
-                                               absl::MakeConstSpan(slices, num_slices),
-                                               absl::MakeConstSpan(outs, num_outs), result);
-  return status.ok() ? 0 : optstep::Fail(status, error, error_len);
+  absl::StatusOr<StepOptions> options =
+      MakeStepOptions(session_id, step, trainer_id, groups, num_groups, return_dtype,
+                      return_param_ids, num_return_param_ids, skip_return);
+  if (!options.ok()) return Fail(options.status(), error, error_len);
+  absl::StatusOr<std::vector<GradientSlice>> gradients =
+      ToGradients(absl::MakeConstSpan(slices, num_slices));
+  if (!gradients.ok()) return Fail(gradients.status(), error, error_len);
+  const absl::Status status =
+      Answer(static_cast<Client*>(client)->Step(*options, *gradients), options->return_dtype,
+             absl::MakeConstSpan(outs, num_outs), result);
+  return status.ok() ? 0 : Fail(status, error, error_len);
 }
+
+void* optstep_native_step_open(void* client, const char* session_id, uint64_t step,
+                               uint32_t trainer_id, const OptstepNativeGroup* groups,
+                               size_t num_groups, uint32_t return_dtype,
+                               const uint32_t* return_param_ids, size_t num_return_param_ids,
+                               int32_t skip_return, int32_t* code, char* error, size_t error_len) {
+  absl::StatusOr<StepOptions> options =
+      MakeStepOptions(session_id, step, trainer_id, groups, num_groups, return_dtype,
+                      return_param_ids, num_return_param_ids, skip_return);
+  absl::StatusOr<std::unique_ptr<StepStream>> stream =
+      options.ok() ? static_cast<Client*>(client)->OpenStep(*options)
+                   : absl::StatusOr<std::unique_ptr<StepStream>>(options.status());
+  if (!stream.ok()) {
+    *code = Fail(stream.status(), error, error_len);
+    return nullptr;
+  }
+  *code = 0;
+  return new NativeStream{*std::move(stream), options->return_dtype};
+}
+
+int32_t optstep_native_step_add(void* stream, const OptstepNativeSlice* slices, size_t num_slices,
+                                char* error, size_t error_len) {
+  absl::StatusOr<std::vector<GradientSlice>> gradients =
+      ToGradients(absl::MakeConstSpan(slices, num_slices));
+  const absl::Status status = gradients.ok()
+                                  ? static_cast<NativeStream*>(stream)->stream->Add(*gradients)
+                                  : gradients.status();
+  return status.ok() ? 0 : Fail(status, error, error_len);
+}
+
+int32_t optstep_native_step_finish(void* stream, const OptstepNativeOut* outs, size_t num_outs,
+                                   OptstepNativeResult* result, char* error, size_t error_len) {
+  *result = OptstepNativeResult{};
+  auto* native = static_cast<NativeStream*>(stream);
+  const absl::Status status = Answer(native->stream->Finish(), native->return_dtype,
+                                     absl::MakeConstSpan(outs, num_outs), result);
+  return status.ok() ? 0 : Fail(status, error, error_len);
+}
+
+void optstep_native_step_close(void* stream) { delete static_cast<optstep::NativeStream*>(stream); }

@@ -95,4 +95,24 @@ OPTSTEP_NATIVE_API int32_t optstep_native_step(
     const OptstepNativeSlice* slices, size_t num_slices, const OptstepNativeOut* outs,
     size_t num_outs, OptstepNativeResult* result, char* error, size_t error_len);
 
+// A step whose gradients are added while they are produced (Client::OpenStep, StepStream):
+// open sends the header (answers the stream, or null with the error), each add queues slices
+// (validated as a step's; the stream goes on after a refused add), finish commits and writes the
+// reply as optstep_native_step does, close ends the stream (cancelled unless finished).
+// REQUIRES: the added slices' memory stays valid until finish has returned or close was called.
+OPTSTEP_NATIVE_API void* optstep_native_step_open(void* client, const char* session_id,
+                                                  uint64_t step, uint32_t trainer_id,
+                                                  const OptstepNativeGroup* groups,
+                                                  size_t num_groups, uint32_t return_dtype,
+                                                  const uint32_t* return_param_ids,
+                                                  size_t num_return_param_ids, int32_t skip_return,
+                                                  int32_t* code, char* error, size_t error_len);
+OPTSTEP_NATIVE_API int32_t optstep_native_step_add(void* stream, const OptstepNativeSlice* slices,
+                                                   size_t num_slices, char* error,
+                                                   size_t error_len);
+OPTSTEP_NATIVE_API int32_t optstep_native_step_finish(void* stream, const OptstepNativeOut* outs,
+                                                      size_t num_outs, OptstepNativeResult* result,
+                                                      char* error, size_t error_len);
+OPTSTEP_NATIVE_API void optstep_native_step_close(void* stream);
+
 #endif  // OPTSTEP_CLIENT_PYTHON_NATIVE_NATIVE_CLIENT_H_

@@ -38,6 +38,7 @@ from optstep.recovery import StepRecovery
 from optstep.session_pages import list_all_sessions, read_session
 from optstep.step_call import exchange_steps, tensor_chunk
 from optstep.stream_end import StreamTally
+from optstep.streamed_step import StreamedStep
 from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2,
                         checkpoint_service_pb2_grpc as ckpt_grpc,
                         optimizer_service_pb2 as svc_pb2,
@@ -185,8 +186,7 @@ class Client:
             self._channel_options.append(("grpc.ssl_target_name_override", tls_server_name))
         self._lock = threading.Lock()
         self._layouts: Dict[str, SessionLayout] = {}
-        # The native data path of step() (optstep.native), connected on first use.
-        self._native = native.Connector(
+        self._native = native.Connector(  # the data path of steps, connected on first use
             connect_timeout=connect_timeout, rpc_timeout=rpc_timeout,
             stream_timeout=stream_timeout, recovery_timeout=recovery_timeout,
             wait_for_ready=wait_for_ready, max_message_bytes=max_message_bytes,
@@ -337,7 +337,7 @@ class Client:
     def pull_parameters(self, session_id: str, dtype: dtypes.DTypeLike = "fp32",
                         params: Optional[Sequence[ParamRef]] = None) -> Parameters:
         """The current parameters (`params`, or all) in fp32 or bf16, after the last step."""
-        wire = _return_dtype(dtype)
+        wire = dtypes.return_dtype(dtype)
         layout = self.layout(session_id)
         ids = layout.param_ids(params or ())
         request = svc_pb2.PullParametersRequest(session_id=session_id, dtype=wire, param_ids=ids)
@@ -377,12 +377,11 @@ class Client:
         and the step has run. `groups` set this step's lr / weight decay per group (unnamed
         groups keep their defaults). The updated parameters (`return_params`, or all) come
         back in `return_dtype` (fp32 or bf16) unless `skip_return`; those with a buffer in
-        `param_out` (by id: a contiguous numpy array or CPU torch tensor of the return dtype,
-        e.g. the model's own tensor) are written there instead of coming back in the reply.
+        `param_out` (by id: contiguous numpy array or CPU torch tensor of the return dtype, e.g.
+        the model's own) are written there instead.
 
-        With the native library (optstep.native) the whole step runs in C++, gradients read and
-        parameters written by pointer; without it (or with OPTSTEP_NATIVE=0), in Python, with
-        the same results.
+        With the native library (optstep.native) the step runs in C++, tensors read and written
+        by pointer; without it (or with OPTSTEP_NATIVE=0) in Python, with the same results.
 
         Raises FailedPreconditionError for a step out of sequence, AbortedError when the step
         was aborted (redo it), DeadlineExceededError after `stream_timeout`. Retrying the same
@@ -390,23 +389,18 @@ class Client:
         `recovery_timeout`) and redoes itself with the same bytes; RewindRequired when the
         session came back at an older step than `step` - 1.
         """
-        if step <= 0:
-            raise InvalidArgumentError(f"session '{session_id}': step {step} is not a step; "
-                                       "steps are numbered from 1")
-        wire = _return_dtype(return_dtype)
+        _check_step(session_id, step)
+        wire = dtypes.return_dtype(return_dtype)
         # Kept until the step is applied: every attempt sends the same bytes.
         slices = as_slices(self.layout(session_id), gradients, "gradient")
         groups = list(groups or ())
         outs = param_out or {}
         native_client = self._native_client(session_id)
         if native_client is not None:
-            layout = self.layout(session_id)
-            result, params = native.run_step(
-                native_client, layout, session_id, step, slices, trainer_id,
-                [(g.group_id, g.lr, g.weight_decay) for g in groups], wire,
-                layout.param_ids(return_params or ()), skip_return, outs)
-            return StepReply(int(result.step), bool(result.skipped), float(result.grad_norm),
-                             bool(result.clipped), params)
+            return StepReply(*native.run_step(
+                native_client, self.layout(session_id), session_id, step, slices, trainer_id,
+                [(g.group_id, g.lr, g.weight_decay) for g in groups], wire, return_params,
+                skip_return, outs))
 
         def attempt() -> StepReply:
             return self._step_once(session_id, step, slices, trainer_id, groups, wire,
@@ -421,11 +415,22 @@ class Client:
         native.write_params(reply.params, outs)
         return reply
 
+    def open_step(self, session_id: str, step: int, *, trainer_id: int = 0,
+                  groups: Optional[Iterable[GroupSchedule]] = None,
+                  return_dtype: dtypes.DTypeLike = "fp32",
+                  return_params: Optional[Sequence[ParamRef]] = None,
+                  skip_return: bool = False) -> StreamedStep:
+        """Step `step` of :meth:`step`, its gradients added while they are produced (e.g. by
+        backward hooks): see :class:`optstep.streamed_step.StreamedStep`."""
+        _check_step(session_id, step)
+        return StreamedStep(self, session_id, step, trainer_id=trainer_id,
+                            groups=list(groups or ()), return_dtype=return_dtype,
+                            return_params=return_params, skip_return=skip_return,
+                            native_client=self._native_client(session_id))
+
     def _native_client(self, session_id: str) -> Optional[native.NativeClient]:
-        """The C++ client over every rank of the session's layout; None without the library."""
-        if not native.available():
-            return None
-        return self._native.get(rank.target for rank in self._ranks_for(self.layout(session_id)))
+        layout = self.layout(session_id)  # the C++ client over its ranks; None without the library
+        return self._native.get(lambda: [rank.target for rank in self._ranks_for(layout)])
 
     def _step_once(self, session_id: str, step: int, slices: List[GradientSlice],
                    trainer_id: int, groups: List[GroupSchedule], wire: dtypes.WireDType,
@@ -561,9 +566,7 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _return_dtype(dtype: dtypes.DTypeLike) -> dtypes.WireDType:
-    wire = dtypes.wire_dtype(dtype)
-    if wire not in (dtypes.FP32, dtypes.BF16):
-        raise InvalidArgumentError(f"parameters can be returned as fp32 or bf16, not "
-                                   f"{dtypes.dtype_name(wire)}")
-    return wire
+def _check_step(session_id: str, step: int) -> None:
+    if step <= 0:
+        raise InvalidArgumentError(f"session '{session_id}': step {step} is not a step; "
+                                   "steps are numbered from 1")

@@ -25,6 +25,7 @@ __all__ = [
     "FP16",
     "INT64",
     "wire_dtype",
+    "return_dtype",
     "dtype_name",
     "element_size",
     "numpy_dtype",
@@ -68,6 +69,15 @@ def wire_dtype(dtype: DTypeLike) -> WireDType:
     elif isinstance(dtype, int) and dtype in _BY_VALUE:
         return _BY_VALUE[dtype]
     raise InvalidArgumentError(f"dtype {dtype!r} is not one of fp32, bf16, fp16")
+
+
+def return_dtype(dtype: DTypeLike) -> WireDType:
+    """The wire type of returned parameters: fp32 or bf16; InvalidArgumentError otherwise."""
+    wire = wire_dtype(dtype)
+    if wire not in (FP32, BF16):
+        raise InvalidArgumentError(f"parameters can be returned as fp32 or bf16, not "
+                                   f"{dtype_name(wire)}")
+    return wire
 
 
 def dtype_name(dtype: DTypeLike) -> str:

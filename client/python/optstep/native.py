@@ -19,7 +19,8 @@ import ctypes
 import os
 import pathlib
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 import grpc
 import numpy as np
@@ -27,11 +28,11 @@ import numpy as np
 from optstep import dtypes
 from optstep.chunks import GradientSlice, check_range
 from optstep.errors import InvalidArgumentError, error_for
-from optstep.layout import SessionLayout
+from optstep.layout import ParamRef, SessionLayout
 from optstep.recovery import RewindRequired
 
-__all__ = ["Connector", "NativeClient", "NativeResult", "NativeStep", "available", "library_path",
-           "out_buffer", "host_view", "write_params", "run_step"]
+__all__ = ["Connector", "NativeClient", "NativeResult", "Reply", "NativeStep", "available", "library_path",
+           "NativeStepStream", "out_buffer", "host_view", "write_params", "run_step"]
 
 _LIBRARY_NAME = "liboptstep_native.so"
 _ERROR_BYTES = 4096
@@ -74,6 +75,16 @@ class _Group(ctypes.Structure):
 class _Out(ctypes.Structure):
     _fields_ = [("param_id", ctypes.c_uint32), ("dtype", ctypes.c_uint32),
                 ("count", ctypes.c_uint64), ("data", ctypes.c_void_p)]
+
+
+class Reply(NamedTuple):
+    """A step's answer, field by field as optstep.StepReply."""
+
+    step: int
+    skipped: bool
+    grad_norm: float
+    clipped: bool
+    params: Dict[int, np.ndarray]
 
 
 class NativeResult(ctypes.Structure):
@@ -122,6 +133,22 @@ def _load() -> Optional[ctypes.CDLL]:
             ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t, ctypes.c_int32,
             ctypes.POINTER(_Slice), ctypes.c_size_t, ctypes.POINTER(_Out), ctypes.c_size_t,
             ctypes.POINTER(NativeResult), ctypes.c_char_p, ctypes.c_size_t]
+        lib.optstep_native_step_open.restype = ctypes.c_void_p
+        lib.optstep_native_step_open.argtypes = [
+            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32,
+            ctypes.POINTER(_Group), ctypes.c_size_t, ctypes.c_uint32,
+            ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t, ctypes.c_int32,
+            ctypes.POINTER(ctypes.c_int32), ctypes.c_char_p, ctypes.c_size_t]
+        lib.optstep_native_step_add.restype = ctypes.c_int32
+        lib.optstep_native_step_add.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Slice),
+                                                ctypes.c_size_t, ctypes.c_char_p,
+                                                ctypes.c_size_t]
+        lib.optstep_native_step_finish.restype = ctypes.c_int32
+        lib.optstep_native_step_finish.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Out),
+                                                   ctypes.c_size_t, ctypes.POINTER(NativeResult),
+                                                   ctypes.c_char_p, ctypes.c_size_t]
+        lib.optstep_native_step_close.restype = None
+        lib.optstep_native_step_close.argtypes = [ctypes.c_void_p]
         _library = lib
         return lib
 
@@ -172,6 +199,12 @@ class NativeStep:
     def slices(self) -> Any:
         array = (_Slice * len(self._slices))(*[_Slice(*s) for s in self._slices])
         return array, len(self._slices)
+
+    def take_slices(self) -> Any:
+        """The slices added since the last take (their arrays stay kept)."""
+        array = self.slices()
+        self._slices = []
+        return array
 
     def outs(self) -> Any:
         array = (_Out * len(self._outs))(*[_Out(*o) for o in self._outs])
@@ -224,10 +257,7 @@ class NativeClient:
         came back older, else the OptstepError of the code."""
         if not self._handle:
             raise RuntimeError("optstep: native client closed")
-        group_array = (_Group * len(groups))(*[
-            _Group(g, lr is not None, lr or 0.0, wd is not None, wd or 0.0)
-            for g, lr, wd in groups])
-        ids = (ctypes.c_uint32 * len(return_ids))(*return_ids)
+        group_array, ids = _schedule(groups, return_ids)
         slices, num_slices = call.slices()
         outs, num_outs = call.outs()
         result = NativeResult()
@@ -242,6 +272,85 @@ class NativeClient:
             _raise(code, error)
         return result
 
+    def open_step(self, session_id: str, step: int, trainer_id: int,
+                  groups: Sequence[Tuple[int, Optional[float], Optional[float]]],
+                  return_dtype: int, return_ids: Sequence[int], skip_return: bool) -> int:
+        """Opens a step whose gradients are added later (Client::OpenStep): the stream's
+        handle, for :class:`NativeStepStream`."""
+        if not self._handle:
+            raise RuntimeError("optstep: native client closed")
+        group_array, ids = _schedule(groups, return_ids)
+        code = ctypes.c_int32(0)
+        error = ctypes.create_string_buffer(_ERROR_BYTES)
+        handle = self._lib.optstep_native_step_open(
+            self._handle, session_id.encode(), step, trainer_id, group_array, len(groups),
+            return_dtype, ids, len(return_ids), int(skip_return), ctypes.byref(code), error,
+            _ERROR_BYTES)
+        if not handle:
+            _raise(code.value, error)
+        return int(handle)
+
+
+class NativeStepStream:
+    """A step whose gradients are added as they are produced: :meth:`add` queues slices on the
+    ranks' streams (gRPC sends them while the caller goes on), :meth:`finish` commits and
+    answers as :func:`run_step`. Keeps every added array alive until closed. Thread-safe: adds
+    may come from several threads; finish once."""
+
+    def __init__(self, client: NativeClient, layout: SessionLayout, session_id: str, step: int,
+                 trainer_id: int, groups: Sequence[Tuple[int, Optional[float], Optional[float]]],
+                 wire: int, return_params: Optional[Sequence[ParamRef]],
+                 skip_return: bool) -> None:
+        return_ids = layout.param_ids(return_params or ())
+        self._lib = client._lib
+        self._layout = layout
+        self._wire = wire
+        self._return_ids = return_ids
+        self._skip_return = skip_return
+        self._lock = threading.Lock()
+        self._call = NativeStep()
+        self._handle: Optional[int] = client.open_step(session_id, step, trainer_id, groups,
+                                                       wire, return_ids, skip_return)
+
+    def add(self, slices: Sequence[GradientSlice]) -> None:
+        with self._lock:
+            if not self._handle:
+                raise RuntimeError("optstep: step stream closed")
+            _add_gradients(self._call, self._layout, slices)
+            array, count = self._call.take_slices()
+            error = ctypes.create_string_buffer(_ERROR_BYTES)
+            code = self._lib.optstep_native_step_add(self._handle, array, count, error,
+                                                     _ERROR_BYTES)
+        if code:
+            _raise(code, error)
+
+    def finish(self, param_out: Mapping[int, Any]) -> Reply:
+        """Commits and waits for the step; answers as :func:`run_step`."""
+        params = _add_outs(self._call, self._layout, self._wire, self._return_ids,
+                           self._skip_return, param_out)
+        outs, num_outs = self._call.outs()
+        result = NativeResult()
+        error = ctypes.create_string_buffer(_ERROR_BYTES)
+        code = self._lib.optstep_native_step_finish(self._handle, outs, num_outs,
+                                                    ctypes.byref(result), error, _ERROR_BYTES)
+        if code:
+            _raise(code, error)
+        return _reply(result, params)
+
+    def close(self) -> None:
+        """Ends the stream (cancelled unless finished) and lets go of the gradients."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+        if handle:
+            self._lib.optstep_native_step_close(handle)
+
+
+def _schedule(groups: Sequence[Tuple[int, Optional[float], Optional[float]]],
+              return_ids: Sequence[int]) -> Tuple[Any, Any]:
+    group_array = (_Group * len(groups))(*[
+        _Group(g, lr is not None, lr or 0.0, wd is not None, wd or 0.0) for g, lr, wd in groups])
+    return group_array, (ctypes.c_uint32 * len(return_ids))(*return_ids)
+
 
 class Connector:
     """The :class:`NativeClient` of a Python client, connected on first use with its settings,
@@ -252,8 +361,11 @@ class Connector:
         self._lock = threading.Lock()
         self._clients: List[NativeClient] = []  # the current one last; all closed by close()
 
-    def get(self, rank_targets: Iterable[str]) -> NativeClient:
-        targets = tuple(rank_targets)
+    def get(self, rank_targets: Callable[[], Iterable[str]]) -> Optional[NativeClient]:
+        """The client over `rank_targets()`; None when the native path is off."""
+        if not available():
+            return None
+        targets = tuple(rank_targets())
         with self._lock:
             if self._clients and self._clients[-1].rank_targets[:len(targets)] == targets:
                 return self._clients[-1]
@@ -307,29 +419,49 @@ def write_params(params: Dict[int, np.ndarray], param_out: Mapping[int, Any]) ->
             np.copyto(host_view(buffer), values.reshape(-1))
 
 
-def run_step(client: NativeClient, layout: SessionLayout, session_id: str, step: int,
-             slices: Sequence[GradientSlice], trainer_id: int,
-             groups: Sequence[Tuple[int, Optional[float], Optional[float]]], wire: int,
-             return_ids: Sequence[int], skip_return: bool,
-             param_out: Mapping[int, Any]) -> Tuple[NativeResult, Dict[int, np.ndarray]]:
-    """One step through the library: answers its result and the returned parameters that have
-    no buffer in `param_out` (those with one are written there), shaped, by id."""
-    call = NativeStep()
+def _add_gradients(call: NativeStep, layout: SessionLayout,
+                   slices: Sequence[GradientSlice]) -> None:
     for piece in slices:
         param = layout.param(piece.param)
         offset = int(piece.offset)
         check_range(param, offset, call.add_gradient(param.param_id, offset, piece.values,
                                                      piece.dtype, f"param '{param.name}'"))
+
+
+def _add_outs(call: NativeStep, layout: SessionLayout, wire: int, return_ids: Sequence[int],
+              skip_return: bool, param_out: Mapping[int, Any]) -> Dict[int, np.ndarray]:
+    """Output buffers of every returned parameter: `param_out`'s, else new arrays (answered)."""
     params: Dict[int, np.ndarray] = {}
-    if not skip_return:
-        for pid in (return_ids or range(layout.num_params)):
-            param = layout.params[pid]
-            what = f"param '{param.name}'"
-            if pid in param_out:
-                call.add_out(pid, wire, out_buffer(param_out[pid], wire, param.numel, what))
-            else:
-                params[pid] = np.empty(param.shape, dtypes.numpy_dtype(wire))
-                call.add_out(pid, wire, params[pid])
+    if skip_return:
+        return params
+    for pid in (return_ids or range(layout.num_params)):
+        param = layout.params[pid]
+        if pid in param_out:
+            call.add_out(pid, wire,
+                         out_buffer(param_out[pid], wire, param.numel, f"param '{param.name}'"))
+        else:
+            params[pid] = np.empty(param.shape, dtypes.numpy_dtype(wire))
+            call.add_out(pid, wire, params[pid])
+    return params
+
+
+def run_step(client: NativeClient, layout: SessionLayout, session_id: str, step: int,
+             slices: Sequence[GradientSlice], trainer_id: int,
+             groups: Sequence[Tuple[int, Optional[float], Optional[float]]], wire: int,
+             return_params: Optional[Sequence[ParamRef]], skip_return: bool,
+             param_out: Mapping[int, Any]) -> Reply:
+    """One step through the library: answers its result and the returned parameters that have
+    no buffer in `param_out` (those with one are written there), shaped, by id."""
+    return_ids = layout.param_ids(return_params or ())
+    call = NativeStep()
+    _add_gradients(call, layout, slices)
+    params = _add_outs(call, layout, wire, return_ids, skip_return, param_out)
     result = client.step(session_id, step, trainer_id, groups, wire, return_ids, skip_return,
                          call)
-    return result, (params if result.params_written else {})
+    return _reply(result, params)
+
+
+def _reply(result: NativeResult, params: Dict[int, np.ndarray]) -> Reply:
+    # A skipped step may come back without parameters: nothing changed.
+    return Reply(int(result.step), bool(result.skipped), float(result.grad_norm),
+                 bool(result.clipped), params if result.params_written else {})

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+from typing import (Any, Callable, ContextManager, Dict, Iterable, List, Mapping, Optional,
+                    Union)
 
 import numpy as np
 import torch
@@ -32,7 +33,9 @@ from optstep.chunks import GradientSlice
 from optstep.client import Client, GroupSchedule, StepReply
 from optstep.errors import FailedPreconditionError, OptstepError
 from optstep.recovery import RewindRequired
+from optstep.streamed_step import StreamedStep
 from optstep.torch.model_spec import NamedParams, ParamDescription, QkvLike, describe_parameters
+from optstep.torch.overlap import BackwardOverlap
 from optstep.v1 import optimizer_config_pb2, session_pb2
 
 __all__ = ["RemoteOptimizer"]
@@ -100,6 +103,11 @@ class RemoteOptimizer(torch.optim.Optimizer):
       step_deadline_ms: the session's step deadline (0: the server's default).
       on_rewind: called with the restored step when the server group came back at an older
         step than this optimizer's (see :meth:`step`), before RewindRequired is raised.
+      overlap: send each gradient while backward still runs, in buckets of about
+        `bucket_bytes` (:mod:`optstep.torch.overlap`); with an ``nn.Module``, ``step()`` then
+        returns at once and the model's forward waits for the updated parameters (errors are
+        raised there, or by :meth:`synchronize`). Micro-batches that do not step go under
+        :meth:`no_sync`. Call :meth:`synchronize` before reading ``last_step`` or the state.
 
     Every trainer of a session must start from the same initial values (the same seed), as
     with DistributedDataParallel: each sends them before its first step and the first to
@@ -122,7 +130,8 @@ class RemoteOptimizer(torch.optim.Optimizer):
                  return_dtype: Optional[dtypes.DTypeLike] = None,
                  step_deadline_ms: int = 0,
                  on_rewind: Optional[Callable[[int], None]] = None,
-                 clip_grad: Optional[float] = None) -> None:
+                 clip_grad: Optional[float] = None, overlap: bool = False,
+                 bucket_bytes: int = 25 << 20) -> None:
         if gradient_mode not in _MODES:
             raise ValueError(f"gradient_mode {gradient_mode!r} is not one of {sorted(_MODES)}")
         if num_trainers > 1 and not session_name:
@@ -158,6 +167,9 @@ class RemoteOptimizer(torch.optim.Optimizer):
         self._next_step = info.step + 1
         super().__init__(self._torch_groups(info), defaults={})
         self._constructed = True
+        self._overlap = BackwardOverlap(
+            self, [d.tensor for d in described], params if isinstance(params, nn.Module) else None,
+            bucket_bytes) if overlap else None
         if info.step > 0:  # attached to a session that has run: continue from its values
             self._pull()
             return
@@ -210,12 +222,14 @@ class RemoteOptimizer(torch.optim.Optimizer):
 
     # ---- stepping
 
-    def _gradients(self) -> List[GradientSlice]:
+    def _gradient_slices(self, ids: Iterable[int]) -> List[GradientSlice]:
+        """This trainer's gradient slices of parameters `ids` (all of each, or its share)."""
         slices = []
-        for i, d in enumerate(self._described):
-            grad = d.tensor.grad
+        for i in ids:
+            grad = self._described[i].tensor.grad
             if grad is None:  # an unused parameter: its gradient is zero (spec §1.4)
-                grad = torch.zeros_like(d.tensor, dtype=torch.float32, device="cpu")
+                grad = torch.zeros_like(self._described[i].tensor, dtype=torch.float32,
+                                        device="cpu")
             if self._sharded:
                 n, t, k = grad.numel(), self._trainer_id, self._num_trainers
                 begin, end = t * n // k, (t + 1) * n // k
@@ -245,22 +259,72 @@ class RemoteOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._overlap is not None:
+            self._overlap.finish()
+            return loss
         try:
-            reply = self._client.step(self.session_id, self._next_step, self._gradients(),
+            reply = self._client.step(self.session_id, self._next_step,
+                                      self._gradient_slices(range(len(self._described))),
                                       trainer_id=self._trainer_id, groups=self._schedule(),
                                       return_dtype=self._return_dtype,
                                       param_out=self._param_out())
         except RewindRequired as rewind:
-            self._pull()
-            self._next_step = rewind.next_step
-            if self._on_rewind is not None:
-                self._on_rewind(rewind.step)
+            self._rewound(rewind)
             raise
+        self._applied(reply)
+        return loss
+
+    def _applied(self, reply: StepReply) -> None:
         self._next_step = reply.step + 1
         self._write(reply.params)
         reply.params = {}
         self.last_step = reply
-        return loss
+
+    def _rewound(self, rewind: RewindRequired) -> None:
+        self._pull()
+        self._next_step = rewind.next_step
+        if self._on_rewind is not None:
+            self._on_rewind(rewind.step)
+
+    # ---- overlap=True (optstep.torch.overlap)
+
+    def no_sync(self) -> ContextManager[None]:
+        """With ``overlap=True``, backward passes inside send nothing (the micro-batches of a
+        gradient accumulation that do not step); without it, does nothing."""
+        return self._overlap.no_sync() if self._overlap is not None else contextlib.nullcontext()
+
+    def synchronize(self) -> None:
+        """Waits for a step that resolves in the background (``overlap=True`` with a module)
+        and raises its error; forward passes of the model wait by themselves."""
+        if self._overlap is not None:
+            self._overlap.wait()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if not set_to_none:  # in place: the gradients may still be on their way
+            self.synchronize()
+        super().zero_grad(set_to_none)
+
+    def _open_step(self) -> StreamedStep:
+        return self._client.open_step(self.session_id, self._next_step,
+                                      trainer_id=self._trainer_id, groups=self._schedule(),
+                                      return_dtype=self._return_dtype)
+
+    def _advance(self) -> None:
+        """The step in flight is committed: the next one gets the next number."""
+        self._next_step += 1
+
+    def _resolve(self, step: StreamedStep) -> StepReply:
+        reply = step.finish(self._param_out())
+        self._applied(reply)
+        return reply
+
+    def _failed(self, error: BaseException) -> None:
+        """Raises the error of a step that resolved in the background."""
+        if isinstance(error, RewindRequired):
+            self._rewound(error)
+        else:
+            self._next_step -= 1  # redo it
+        raise error
 
     def _param_out(self) -> Dict[int, torch.Tensor]:
         """The model tensors the step writes the returned parameters into directly: contiguous

@@ -1,0 +1,171 @@
+"""RemoteOptimizer(overlap=True): gradients sent while backward runs, the step resolved in the
+background, the model's forward waiting for the parameters. Bit-identical to overlap=False, on
+the native data path and the pure-Python one, with gradient accumulation and several trainers."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from typing import Any, List
+
+import pytest
+import torch
+from torch import nn
+
+import optstep
+from optstep import config, native
+from optstep.torch import RemoteOptimizer
+from repository import native_library_path
+from support import loss_of, make_data, make_mlp
+
+PATHS = ["native", "python"]
+STEPS = 4
+
+
+@pytest.fixture(params=PATHS)
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if not native.library_path().is_file():
+        monkeypatch.setenv("OPTSTEP_NATIVE_LIB", native_library_path())
+    monkeypatch.setenv("OPTSTEP_NATIVE", "1" if request.param == "native" else "0")
+    assert native.available() == (request.param == "native")
+    return str(request.param)
+
+
+def _optimizer() -> Any:
+    return config.chain(config.adamw(lr=1e-2, weight_decay=0.1))
+
+
+def _train(model: nn.Module, opt: RemoteOptimizer, x: torch.Tensor, y: torch.Tensor,
+           micro_batches: int = 1) -> None:
+    """STEPS steps; each accumulates `micro_batches` micro-batches, all but the last under
+    no_sync."""
+    for _ in range(STEPS):
+        opt.zero_grad()
+        for m, (xs, ys) in enumerate(zip(x.chunk(micro_batches), y.chunk(micro_batches))):
+            if m < micro_batches - 1:
+                with opt.no_sync():
+                    loss_of(model, xs, ys).backward()
+            else:
+                loss_of(model, xs, ys).backward()
+        opt.step()
+    opt.synchronize()
+
+
+def _assert_identical(a: nn.Module, b: nn.Module, start: nn.Module) -> None:
+    for (name, pa), pb, p0 in zip(a.named_parameters(), b.parameters(), start.parameters()):
+        assert torch.equal(pa, pb), f"param '{name}' differs"
+        assert not torch.equal(pa, p0), f"param '{name}' did not change"
+
+
+@pytest.mark.parametrize("micro_batches", [1, 3])
+def test_overlap_is_bit_identical(client: optstep.Client, path: str,
+                                  micro_batches: int) -> None:
+    x, y = make_data(11, n=48)
+    start = make_mlp(12)
+    models = {}
+    for overlap in (False, True):
+        model = copy.deepcopy(start)
+        opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=overlap,
+                              bucket_bytes=512)
+        _train(model, opt, x, y, micro_batches)
+        assert opt.next_step == STEPS + 1 and opt.last_step is not None
+        assert opt.last_step.step == STEPS
+        opt.close_session()
+        models[overlap] = model
+    _assert_identical(models[True], models[False], start)
+
+
+def test_gradients_leave_during_backward(client: optstep.Client, path: str) -> None:
+    """Every complete bucket is added to the step's stream by the backward pass itself; with
+    the native library its bytes are on their way before step() is called."""
+    x, y = make_data(13)
+    model = make_mlp(14)
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True, bucket_bytes=256)
+    overlap = opt._overlap
+    assert overlap is not None and overlap.bucket_count > 2
+    added: List[int] = []
+    real_add = optstep.streamed_step.StreamedStep.add
+
+    def add(self: Any, gradients: Any) -> None:
+        added.append(len(gradients))
+        real_add(self, gradients)
+
+    try:
+        optstep.streamed_step.StreamedStep.add = add  # type: ignore[method-assign]
+        loss_of(model, x, y).backward()
+        assert len(added) == overlap.bucket_count  # one add per bucket, during backward
+        assert sum(added) == len(list(model.parameters()))
+        assert overlap._step is not None and overlap._step.native == (path == "native")
+        before = [p.detach().clone() for p in model.parameters()]
+        opt.step()
+        assert len(added) == overlap.bucket_count + 1  # step() adds what is left: nothing here
+        assert added[-1] == 0
+        model(x)  # the forward pre-hooks wait for the step
+        assert opt.last_step is not None and opt.last_step.step == 1
+        assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    finally:
+        optstep.streamed_step.StreamedStep.add = real_add  # type: ignore[method-assign]
+    opt.close_session()
+
+
+def test_a_second_backward_without_no_sync_is_refused(client: optstep.Client,
+                                                      path: str) -> None:
+    x, y = make_data(15)
+    model = make_mlp(16)
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True)
+    loss_of(model, x, y).backward()
+    with pytest.raises(RuntimeError, match="no_sync"):
+        loss_of(model, x, y).backward()
+    opt.close_session()
+
+
+def test_named_parameters_step_at_once(client: optstep.Client, path: str) -> None:
+    """Without a module there are no forward hooks: step() waits for the parameters."""
+    x, y = make_data(17)
+    start = make_mlp(18)
+    models = []
+    for overlap in (False, True):
+        model = copy.deepcopy(start)
+        opt = RemoteOptimizer(model.named_parameters(), client, optimizer=_optimizer(),
+                              overlap=overlap)
+        for _ in range(2):
+            opt.zero_grad()
+            loss_of(model, x, y).backward()
+            opt.step()
+            assert opt.last_step is not None and opt.next_step == opt.last_step.step + 1
+        opt.close_session()
+        models.append(model)
+    _assert_identical(models[1], models[0], start)
+
+
+@pytest.mark.parametrize("mode", ["sharded", "replicated"])
+def test_two_trainers_overlapped(client: optstep.Client, path: str, mode: str) -> None:
+    """Two trainers (threads) with overlap=True end where two with overlap=False end."""
+    start = make_mlp(19)
+    results = {}
+    for overlap in (False, True):
+        name = f"overlap-{mode}-{overlap}-{uuid.uuid4().hex[:8]}"
+        models = [copy.deepcopy(start) for _ in range(2)]
+        opts = [RemoteOptimizer(models[t], client, optimizer=_optimizer(), session_name=name,
+                                trainer_id=t, num_trainers=2, gradient_mode=mode,
+                                overlap=overlap, bucket_bytes=512) for t in range(2)]
+        errors: List[BaseException] = []
+
+        def trainer(t: int) -> None:
+            try:
+                x, y = make_data(20 if mode == "sharded" else 20 + t, n=32)
+                _train(models[t], opts[t], x, y)
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=trainer, args=(t,)) for t in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors, errors
+        _assert_identical(models[0], models[1], start)  # both trainers take the same values
+        opts[0].close_session()
+        results[overlap] = models[0]
+    _assert_identical(results[True], results[False], start)

@@ -79,20 +79,19 @@ std::vector<prometheus::MetricFamily> EngineGauges(Engine& engine) {
       GaugeFamily("optstep_memory_admitted_bytes",
                   "The footprints of the sessions this rank admitted, out of its budget.",
                   static_cast<double>(engine.memory_budget().admitted()))};
-  const std::string isa = engine.device().cpu_isa();
-  if (!isa.empty()) {
-    families.push_back(GaugeFamily(
-        "optstep_cpu_isa",
-        "1, labelled with the instruction-set variant of the CPU element-wise kernels.", 1.0));
-    families.back().metric[0].label.push_back({"variant", isa});
-  }
-  const std::string gemm = engine.device().gemm_backend();
-  if (!gemm.empty()) {
-    families.push_back(GaugeFamily(
-        "optstep_gemm_backend",
-        "1, labelled with the library of the device's bf16-class (medium) GEMMs.", 1.0));
-    families.back().metric[0].label.push_back({"backend", gemm});
-  }
+  // Facts about the device, as a gauge of 1 labelled with the value; none where it is empty.
+  const auto add_info = [&families](const char* name, const char* help, const char* label,
+                                    const std::string& value) {
+    if (value.empty()) return;
+    families.push_back(GaugeFamily(name, help, 1.0));
+    families.back().metric[0].label.push_back({label, value});
+  };
+  add_info("optstep_cpu_isa",
+           "1, labelled with the instruction-set variant of the CPU element-wise kernels.",
+           "variant", engine.device().cpu_isa());
+  add_info("optstep_gemm_backend",
+           "1, labelled with the library of the device's bf16-class (medium) GEMMs.", "backend",
+           engine.device().gemm_backend());
   return families;
 }
 

@@ -126,28 +126,21 @@ TEST(MetricsTest, PortFileNamesTheBoundPort) {
   EXPECT_THAT(HttpGet(port, "/metrics"), HasSubstr("optstep_sessions 0"));
 }
 
-// The server reports the variant of its CPU element-wise kernels, and OPTSTEP_CPU_ISA (inherited
-// by the server process) forces the baseline.
-TEST(MetricsTest, ReportsTheCpuKernelVariant) {
+// The server reports the variant of its CPU element-wise kernels and the library of its medium
+// GEMMs; OPTSTEP_CPU_ISA and OPTSTEP_CPU_GEMM (inherited by the server process) force the baseline
+// and OpenBLAS.
+TEST(MetricsTest, ReportsTheCpuKernelVariantAndGemmBackend) {
   ASSERT_EQ(setenv("OPTSTEP_CPU_ISA", "baseline", 1), 0);
+  ASSERT_EQ(setenv("OPTSTEP_CPU_GEMM", "openblas", 1), 0);
   auto server = ServerProcess::Start({"--metrics_port=-1"});
   unsetenv("OPTSTEP_CPU_ISA");
+  unsetenv("OPTSTEP_CPU_GEMM");
   ASSERT_THAT(server.status(), IsOk());
   auto metrics = ScrapeMetrics((*server)->metrics_port());
   EXPECT_EQ(metrics["optstep_cpu_isa{variant=\"baseline\"}"], 1);
   for (const char* wider : {"avx2", "avx512"}) {
     EXPECT_EQ(metrics.count(absl::StrCat("optstep_cpu_isa{variant=\"", wider, "\"}")), 0u);
   }
-}
-
-// The server reports the library of its medium GEMMs, and OPTSTEP_CPU_GEMM (inherited by the
-// server process) forces OpenBLAS.
-TEST(MetricsTest, ReportsTheGemmBackend) {
-  ASSERT_EQ(setenv("OPTSTEP_CPU_GEMM", "openblas", 1), 0);
-  auto server = ServerProcess::Start({"--metrics_port=-1"});
-  unsetenv("OPTSTEP_CPU_GEMM");
-  ASSERT_THAT(server.status(), IsOk());
-  auto metrics = ScrapeMetrics((*server)->metrics_port());
   EXPECT_EQ(metrics["optstep_gemm_backend{backend=\"openblas\"}"], 1);
   EXPECT_EQ(metrics.count("optstep_gemm_backend{backend=\"onednn\"}"), 0u);
 }

@@ -8,6 +8,10 @@ namespace {
 
 CpuIsa Probe() {
   // __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 registers (XGETBV).
+  // __builtin_cpu_init: the probe may run from a static initializer, before libgcc's own.
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+#endif
 #if defined(__x86_64__) && !defined(__clang__)
   if (__builtin_cpu_supports("x86-64-v4")) return CpuIsa::kAvx512;
   if (__builtin_cpu_supports("x86-64-v3")) return CpuIsa::kAvx2;

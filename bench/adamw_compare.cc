@@ -1,0 +1,126 @@
+// optstep's side of bench/compare/adamw.py: AdamW steps of CpuDevice on one fp32 tensor of 16M
+// and of 64M parameters and on the GPT-2-small layout (124M parameters in 148 tensors, stepped
+// one tensor after another as the engine does), next to the streaming triad, as Google Benchmark
+// runs (the script reads --benchmark_format=json).
+//
+//   bazel run -c opt //bench:adamw_compare
+//   bazel run -c opt //bench:adamw_compare -- --layout   # the 124M layout's shapes, one a line
+//
+// OPTSTEP_CPU_ISA picks a narrower variant of the element-wise loops (kernels/cpu/cpu_isa.h).
+// Counters: params/s, and `ratio`, the step's bus GB/s (28 B a parameter, kernels_bench.cc)
+// over the streaming triad's GB/s.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "bench/bench_util.h"
+#include "bench/gpt_layout.h"
+#include "benchmark/benchmark.h"
+#include "kernels/cpu/cpu_device.h"
+#include "kernels/math/elementwise.h"
+#include "kernels/tensor.h"
+
+namespace optstep {
+namespace {
+
+constexpr double kAdamWBytesPerParam = 28;
+
+// Element counts of the GPT-2-small layout's tensors.
+std::vector<Shape> GptShapes() {
+  const bench::GptShape shape;
+  std::vector<ParamInfo> params = bench::GptRest(shape);
+  for (int layer = 0; layer < shape.layers; ++layer) {
+    std::vector<ParamInfo> more = bench::GptLayer(shape, layer);
+    params.insert(params.end(), more.begin(), more.end());
+  }
+  std::vector<Shape> out;
+  for (const ParamInfo& p : params) out.push_back(p.shape);
+  return out;
+}
+
+// One parameter tensor with its gradient and moments, filled with ordinary values.
+struct AdamWTensors {
+  Tensor g, p, m, v;
+};
+
+AdamWTensors Make(CpuDevice& device, const Shape& shape) {
+  AdamWTensors t{*device.Allocate(DType::kF32, shape), *device.Allocate(DType::kF32, shape),
+                 *device.Allocate(DType::kF32, shape), *device.Allocate(DType::kF32, shape)};
+  const int64_t n = t.p.numel();
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>((i * 2654435761u) % 4096) / 4096;
+  for (Tensor* x : {&t.g, &t.p, &t.m, &t.v}) {
+    if (!device.CopyFromHost(values.data(), DType::kF32, n, *x, 0).ok()) std::abort();
+  }
+  return t;
+}
+
+// Args: {params of one tensor; 0 = the GPT-2-small layout}.
+void BM_AdamW(benchmark::State& state) {
+  std::unique_ptr<CpuDevice> device = *CpuDevice::Create({});
+  const std::vector<Shape> shapes =
+      state.range(0) == 0 ? GptShapes() : std::vector<Shape>{{state.range(0)}};
+  std::vector<AdamWTensors> tensors;
+  int64_t n = 0;
+  for (const Shape& shape : shapes) {
+    tensors.push_back(Make(*device, shape));
+    n += tensors.back().p.numel();
+  }
+  state.SetLabel(device->cpu_isa());
+  int64_t step = 100;
+  double total = 0.0;
+  for (auto _ : state) {
+    const math::AdamWArgs args =
+        math::MakeAdamWArgs(1e-4, 0.9, 0.999, 1e-8, 0.01, true, true, ++step);
+    const bench::Clock::time_point start = bench::Clock::now();
+    for (AdamWTensors& t : tensors) {
+      if (!device->updates().AdamW(args, t.g, t.p, t.m, t.v).ok()) state.SkipWithError("AdamW");
+    }
+    const double s = bench::Seconds(start, bench::Clock::now());
+    state.SetIterationTime(s);
+    total += s;
+  }
+  const double params = static_cast<double>(n) * state.iterations();
+  state.counters["params/s"] = benchmark::Counter(params, benchmark::Counter::kIsRate);
+  if (bench::TriadGbps() > 0.0) {
+    state.counters["ratio"] = params * kAdamWBytesPerParam / total / 1e9 / bench::TriadGbps();
+  }
+}
+
+void BM_Triad(benchmark::State& state) { bench::TriadBenchmark(state); }
+
+BENCHMARK(BM_Triad)
+    ->Args({int64_t{64} << 20, 1})
+    ->ArgNames({"elements", "streaming"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AdamW)
+    ->Arg(int64_t{16} << 20)
+    ->Arg(int64_t{64} << 20)
+    ->Arg(0)
+    ->ArgName("params")
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace optstep
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--layout") == 0) {
+    for (const optstep::Shape& shape : optstep::GptShapes()) {
+      std::printf("%s\n", absl::StrJoin(shape, " ").c_str());
+    }
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

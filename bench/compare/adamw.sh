@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# AdamW on the CPU: optstep against torch fused / foreach and DeepSpeedCPUAdam on 16M, 64M and the
+# 124M GPT layout, in one run, ratios printed (bench/compare/adamw.py). Builds
+# //bench:adamw_compare (optstep's side and the streaming triad) and runs the references in the
+# comparison venv (bench/compare/venv.sh), on all cores.
+#
+#   bench/compare/adamw.sh [--steps N] [--no_deepspeed]
+#
+# OPTSTEP_CPU_ISA=baseline|avx2|avx512: optstep's narrower variants (docs/configuration.md).
+# OPTSTEP_COMPARE_BAZEL_FLAGS: flags of the build (default "-c opt").
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+read -r -a flags <<< "${OPTSTEP_COMPARE_BAZEL_FLAGS:--c opt}"
+bazel build "${flags[@]}" //bench:adamw_compare >&2
+bin="$(bazel info "${flags[@]}" bazel-bin 2>/dev/null)/bench/adamw_compare"
+venv="$(bench/compare/venv.sh)"
+exec "$venv/bin/python" bench/compare/adamw.py --optstep_bin "$bin" "$@"

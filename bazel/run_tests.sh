@@ -5,7 +5,9 @@
 #   2. bazel test --config=asan    the same tests built by clang with the thread-safety checks,
 #                                  under ASan + UBSan; the fuzz targets fuzz for FUZZ_SECONDS each
 #   3. bazel test --config=tsan    the engine, rpc and comm tests under TSan (`notsan` filtered)
-#   4. bazel build --config=cuda //...   where nvcc exists, so CUDA code keeps compiling
+#   4. bazel build --config=cuda //...   where nvcc exists, so CUDA code keeps compiling; then
+#                                  the GPU bundle (tests/gpu/make_bundle.sh, own output base) and
+#                                  its completeness check (tests/gpu/check_bundle.sh, docs/gpu.md)
 #   5. pytest tests/python tests/chaos   (the Python client; ranks killed under their supervisor
 #                                  while a trainer runs; bazel/python_env.sh makes .venv first),
 #                                  and mypy --strict over client/python/optstep
@@ -63,6 +65,15 @@ if [[ -x /usr/local/cuda/bin/nvcc ]]; then
     add "1 passed, 0 failed"
   else
     echo "CUDA build FAILED"
+    add "0 passed, 1 failed"
+  fi
+  # The GPU bundle (docs/gpu.md), built in its own output base, and its completeness check.
+  echo "== tests/gpu/make_bundle.sh, tests/gpu/check_bundle.sh"
+  if tests/gpu/make_bundle.sh >/tmp/optstep-gpu-bundle.log 2>&1 && tests/gpu/check_bundle.sh; then
+    add "1 passed, 0 failed"
+  else
+    tail -20 /tmp/optstep-gpu-bundle.log
+    echo "GPU bundle FAILED"
     add "0 passed, 1 failed"
   fi
 fi

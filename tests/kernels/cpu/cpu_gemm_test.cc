@@ -112,6 +112,13 @@ std::vector<float> Normal(int64_t n, uint32_t seed) {
   return v;
 }
 
+// Both backends on `c` with `dtype` tensors of random inputs, and the exact product of the inputs
+// as the tensors hold them (bf16-rounded; C too for bf16 tensors).
+struct Outcome {
+  std::vector<float> onednn, openblas;
+  Exact want;
+};
+
 class OneDnnGemmTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -161,6 +168,8 @@ class OneDnnGemmTest : public ::testing::Test {
     return {Read(c1), Read(c2)};
   }
 
+  Outcome Compare(const Case& c, DType dtype, uint32_t seed);
+
   std::unique_ptr<CpuDevice> device_;
   std::unique_ptr<CpuMatrixKernels> onednn_;
   std::unique_ptr<CpuMatrixKernels> openblas_;
@@ -188,22 +197,34 @@ TEST_F(OneDnnGemmTest, MediumProductsRunOnOneDnnsBf16Kernels) {
       << kernels.last_gemm_library();
 }
 
+Outcome OneDnnGemmTest::Compare(const Case& c, DType dtype, uint32_t seed) {
+  const std::vector<float> a = Normal(c.m * c.k, seed), b = Normal(c.k * c.n, seed + 1);
+  const std::vector<float> c0 = Normal(c.m * c.n, seed + 2);
+  std::vector<float> a16(a), b16(b), c_held(c0);
+  for (float& x : a16) x = Bf16(x);
+  for (float& x : b16) x = Bf16(x);
+  if (dtype == DType::kBF16) {
+    for (float& x : c_held) x = Bf16(x);
+  }
+  auto [onednn, openblas] = RunBoth(c, dtype, MatmulPrecision::kMedium, a, b, c0);
+  return {std::move(onednn), std::move(openblas), ExactProduct(c, a16, b16, c_held)};
+}
+
+::testing::Message Describe(const Case& c) {
+  return ::testing::Message() << c.m << "x" << c.n << "x" << c.k << " ta " << c.ta << " tb " << c.tb
+                              << " alpha " << c.alpha << " beta " << c.beta;
+}
+
 // oneDNN's bf16 products equal the exact product of the bf16-rounded inputs to 1e-5 of
 // Σ|α·a·b| + |β·c| (the conformance suite's `medium` bound on the CPU), and OpenBLAS's to 2e-5.
 TEST_F(OneDnnGemmTest, MatchesTheReferencePathOnFp32Tensors) {
   for (const Case& c : kCases) {
-    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " ta " << c.ta << " tb "
-                                      << c.tb << " beta " << c.beta);
-    const std::vector<float> a = Normal(c.m * c.k, 3), b = Normal(c.k * c.n, 4);
-    const std::vector<float> c0 = Normal(c.m * c.n, 5);
-    std::vector<float> a16(a), b16(b);
-    for (float& x : a16) x = Bf16(x);
-    for (float& x : b16) x = Bf16(x);
-    const Exact want = ExactProduct(c, a16, b16, c0);
-    const auto [got, reference] = RunBoth(c, DType::kF32, MatmulPrecision::kMedium, a, b, c0);
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_LE(std::fabs(got[i] - want.value[i]), 1e-5 * want.scale[i]) << "element " << i;
-      ASSERT_LE(std::fabs(got[i] - reference[i]), 2e-5 * want.scale[i]) << "element " << i;
+    SCOPED_TRACE(Describe(c));
+    const Outcome r = Compare(c, DType::kF32, 3);
+    for (size_t i = 0; i < r.onednn.size(); ++i) {
+      const double scale = r.want.scale[i];
+      ASSERT_LE(std::fabs(r.onednn[i] - r.want.value[i]), 1e-5 * scale) << "element " << i;
+      ASSERT_LE(std::fabs(r.onednn[i] - r.openblas[i]), 2e-5 * scale) << "element " << i;
     }
   }
 }
@@ -211,21 +232,13 @@ TEST_F(OneDnnGemmTest, MatchesTheReferencePathOnFp32Tensors) {
 // bf16 tensors: one rounding of the fp32 result, so oneDNN and OpenBLAS agree to one bf16 ulp.
 TEST_F(OneDnnGemmTest, MatchesTheReferencePathOnBf16Tensors) {
   for (const Case& c : kCases) {
-    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " ta " << c.ta << " tb "
-                                      << c.tb << " beta " << c.beta);
-    const std::vector<float> a = Normal(c.m * c.k, 6), b = Normal(c.k * c.n, 7);
-    const std::vector<float> c0 = Normal(c.m * c.n, 8);
-    std::vector<float> a16(a), b16(b), c16(c0);
-    for (float& x : a16) x = Bf16(x);
-    for (float& x : b16) x = Bf16(x);
-    for (float& x : c16) x = Bf16(x);
-    const Exact want = ExactProduct(c, a16, b16, c16);
-    const auto [got, reference] = RunBoth(c, DType::kBF16, MatmulPrecision::kMedium, a, b, c0);
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_EQ(Bf16(got[i]), got[i]) << "element " << i;
-      const double bound = 1e-4 * want.scale[i] + std::fabs(want.value[i]) / 256;
-      ASSERT_LE(std::fabs(got[i] - want.value[i]), bound) << "element " << i;
-      ASSERT_LE(std::fabs(got[i] - reference[i]), 2 * bound) << "element " << i;
+    SCOPED_TRACE(Describe(c));
+    const Outcome r = Compare(c, DType::kBF16, 6);
+    for (size_t i = 0; i < r.onednn.size(); ++i) {
+      ASSERT_EQ(Bf16(r.onednn[i]), r.onednn[i]) << "element " << i;
+      const double bound = 1e-4 * r.want.scale[i] + std::fabs(r.want.value[i]) / 256;
+      ASSERT_LE(std::fabs(r.onednn[i] - r.want.value[i]), bound) << "element " << i;
+      ASSERT_LE(std::fabs(r.onednn[i] - r.openblas[i]), 2 * bound) << "element " << i;
     }
   }
 }

@@ -84,6 +84,13 @@ ABSL_FLAG(bool, exit_on_peer_loss, true,
           "With several ranks: a rank that finds a peer lost, one of whose sessions lost its "
           "group, or whose group does not form, exits with status 75 one second later, for its "
           "supervisor to restart the group.");
+ABSL_FLAG(int, state_redundancy, -1,
+          "1: a lost rank other than 0 is waited for (--rejoin_timeout_ms) and, restarted with its "
+          "ordinal, healed back into the running group, which keeps its sessions; 0: any lost "
+          "rank restarts the group; -1: 1 with several ranks.");
+ABSL_FLAG(int64_t, rejoin_timeout_ms, 60000,
+          "With --state_redundancy=1: how long the other ranks wait for a lost rank to rejoin "
+          "before they exit for a restart of the group.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
@@ -194,6 +201,8 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.checkpoint_every = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_seconds));
   options.keep_auto_checkpoints = absl::GetFlag(FLAGS_keep_auto_checkpoints);
   options.exit_on_peer_loss = absl::GetFlag(FLAGS_exit_on_peer_loss);
+  options.state_redundancy = absl::GetFlag(FLAGS_state_redundancy);
+  options.rejoin_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rejoin_timeout_ms));
   return options;
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -18,6 +19,7 @@
 #include "glog/logging.h"
 #include "server/rpc/auth.h"
 #include "server/rpc/auto_restore.h"
+#include "server/rpc/heal.h"
 #include "server/rpc/held_operations.h"
 
 namespace optstep {
@@ -64,6 +66,13 @@ absl::Status CheckOptions(const RankProcess::Options& options) {
                      "long; got ",
                      absl::FormatDuration(options.heartbeat_interval), " and ",
                      absl::FormatDuration(options.peer_timeout)));
+  }
+  if (options.state_redundancy < -1 || options.state_redundancy > 1 ||
+      options.rejoin_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--state_redundancy must be 0 or 1 (or -1: 1 with several ranks), got ",
+                     options.state_redundancy, "; --rejoin_timeout_ms must be positive, got ",
+                     absl::FormatDuration(options.rejoin_timeout)));
   }
   if (options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(
@@ -233,15 +242,19 @@ absl::Status RankProcess::StartEngine(
   engine_options.memory_budget = options_.memory_budget;
   engine_options.step_observer = metrics_;
   if (options_.world_size > 1) {
-    engine_options.make_communicator = [this](const std::string& session_id) {
+    // Each session's communicator rendezvous under the group's generation (rebuilt by a heal).
+    communicators_ = std::make_unique<GroupCommunicators>([this](const std::string& prefix) {
       CommunicatorOptions options = comm_template_;
       options.rank = options_.rank;
       options.world_size = options_.world_size;
-      options.prefix = session_id;
+      options.prefix = prefix;
       options.store = store();
       options.hostname = options_.advertise_host;
       options.timeout = options_.comm_timeout;
       return CreateCommunicator(options);
+    });
+    engine_options.make_communicator = [this](const std::string& session_id) {
+      return communicators_->Make(session_id);
     };
   }
   auto engine = Engine::Create(engine_options);
@@ -265,8 +278,19 @@ absl::Status RankProcess::StartEngine(
   group_options.keep_checkpoints = options_.keep_checkpoints;
   group_options.heartbeat_interval = options_.heartbeat_interval;
   group_options.peer_timeout = options_.peer_timeout;
+  group_options.communicators = communicators_.get();
+  group_options.heal = heals();
+  group_options.on_heal_failed = [this](const absl::Status& why) {
+    ExitForRestart(absl::StrCat("a restarted rank could not be healed in: ", why.message()));
+  };
   group_options.on_peer_lost = [this](int rank) {
     metrics_->CountPeerLost();
+    if (AwaitsRejoin(rank)) {
+      LOG(WARNING) << "event=awaiting_rejoin rank=" << rank
+                   << " timeout_s=" << absl::ToDoubleSeconds(options_.rejoin_timeout)
+                   << " this rank keeps its sessions until the rank rejoins";
+      return;
+    }
     ExitForRestart(absl::StrCat("rank ", rank, " lost"));
   };
   AutoCheckpointOptions auto_options;
@@ -314,8 +338,37 @@ std::shared_ptr<GrpcKeyValueStore> RankProcess::store() const {
   return store_;
 }
 
+bool RankProcess::heals() const {
+  return options_.world_size > 1 &&
+         (options_.state_redundancy < 0 ? options_.world_size >= 2
+                                        : options_.state_redundancy == 1);
+}
+
+bool RankProcess::AwaitsRejoin(int rank) const {
+  // Rank 0 serves the store and creates the sessions: its loss restarts the group.
+  return heals() && rank != 0 && group_->lost_peers() <= 1;
+}
+
+bool RankProcess::RejoinGroup(const std::string& address) {
+  const absl::Time started = absl::Now();
+  absl::StatusOr<uint64_t> generation = RequestRejoin(group_.get(), address, options_.comm_timeout);
+  if (!generation.ok()) {
+    LOG(ERROR) << "event=rejoin_failed rank=" << options_.rank << " error=\""
+               << generation.status().message() << "\"";
+    ExitForRestart("rank 0 could not heal this rank into the running group");
+    return false;
+  }
+  LOG(WARNING) << "event=rejoined rank=" << options_.rank << " generation=" << *generation
+               << " took_s=" << absl::ToDoubleSeconds(absl::Now() - started);
+  return true;
+}
+
 void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store) {
-  absl::Status joined = group_->Join(address, std::move(store));
+  // A restarted rank finds its group formed (read before this rank publishes its address, which
+  // the group's first formation waits for).
+  const bool rejoin =
+      heals() && options_.rank != 0 && store->Get(kGroupFormedKey, absl::ZeroDuration()).ok();
+  absl::Status joined = group_->Join(address, store);
   if (!joined.ok()) {
     LOG(ERROR) << "rank " << options_.rank << " could not join its group: " << joined;
     // A rank that never joined serves nothing: it ends (unless it is shutting down anyway).
@@ -324,6 +377,7 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
     }
     return;
   }
+  if (rejoin && !RejoinGroup(address)) return;
   joined_.Notify();
   group_->StartHeartbeats();
   if (options_.rank == 0) {
@@ -336,6 +390,10 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
       }
     }
     if (auto_checkpointer_ != nullptr) auto_checkpointer_->Start();
+    if (options_.world_size > 1) {
+      absl::Status formed = store->Set(kGroupFormedKey, "1");
+      LOG_IF(WARNING, !formed.ok()) << "cannot mark the group formed: " << formed;
+    }
   }
   LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
   server_->SetReady(true);
@@ -343,12 +401,24 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
 }
 
 void RankProcess::WatchSessionGroups() {
-  // A session whose collectives failed has lost its group even while the heartbeats still pass.
+  std::optional<absl::Time> lost_since;  // while a peer is lost and awaited
   while (!shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+    // A session whose collectives failed has lost its group even while the heartbeats still pass.
     for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
       if (!session->healthy()) {
         return ExitForRestart(absl::StrCat("session ", session->id(), " lost its group"));
       }
+    }
+    const absl::Status members = group_->MembersStatus();
+    if (members.ok()) {
+      lost_since.reset();
+      continue;
+    }
+    if (!lost_since.has_value()) lost_since = absl::Now();
+    if (group_->lost_peers() > 1) return ExitForRestart("two ranks lost");
+    if (absl::Now() - *lost_since > options_.rejoin_timeout) {
+      return ExitForRestart(absl::StrCat(members.message(), "; it did not rejoin within ",
+                                         absl::FormatDuration(options_.rejoin_timeout)));
     }
   }
 }

@@ -16,6 +16,7 @@
 #include "server/engine/engine.h"
 #include "server/rpc/auto_checkpoint.h"
 #include "server/rpc/credentials.h"
+#include "server/rpc/group_communicators.h"
 #include "server/rpc/metrics.h"
 #include "server/rpc/rank_group.h"
 #include "server/rpc/rendezvous.h"
@@ -107,6 +108,11 @@ class RankProcess {
     // restart the group. A rank whose group does not form exits so whatever this says.
     bool exit_on_peer_loss = false;
     absl::Duration peer_loss_exit_grace = absl::Seconds(1);
+    // 1: one lost rank other than 0 is waited for, up to `rejoin_timeout`, and healed back into
+    // the running group when it restarts (heal.h); 0: any loss restarts the group; -1: 1 with
+    // several ranks.
+    int state_redundancy = -1;
+    absl::Duration rejoin_timeout = absl::Seconds(60);
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.
@@ -152,8 +158,16 @@ class RankProcess {
   // health SERVING (the join thread).
   void JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store);
   // Until the shutdown request: exits for a restart (ExitForRestart) once a session's
-  // collectives failed (the join thread, `exit_on_peer_loss` with several ranks).
+  // collectives failed, or a lost peer has not rejoined within `rejoin_timeout` (the join thread,
+  // `exit_on_peer_loss` with several ranks).
   void WatchSessionGroups();
+  // A restarted rank > 0 whose group runs: asks rank 0 to heal it in. False when it could not
+  // (it exits for a restart).
+  bool RejoinGroup(const std::string& address);
+  // Whether the survivors wait for lost rank `rank` to rejoin rather than restart the group.
+  bool AwaitsRejoin(int rank) const;
+  // Whether this group heals a restarted rank (`state_redundancy` resolved).
+  bool heals() const;
   // `exit_on_peer_loss` (or `even_without_flag`): the process exits with kPeerLossExitCode after
   // the grace. Once.
   void ExitForRestart(const std::string& why, bool even_without_flag = false);
@@ -180,6 +194,7 @@ class RankProcess {
 
   // Declared in the order they start; stopped in reverse.
   std::shared_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<GroupCommunicators> communicators_;  // several ranks
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<RankGroup> group_;
   std::unique_ptr<AutoCheckpointer> auto_checkpointer_;  // rank 0 with automatic checkpoints

@@ -31,6 +31,17 @@ uint64_t ResolutionGate::started() const {
   return started_;
 }
 
+absl::Status ResolutionGate::Adopt(uint64_t resolutions) {
+  absl::MutexLock lock(&mu_);
+  if (started_ != 0 || hold_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", session_id_, " rank ", rank_, ": cannot adopt ", resolutions,
+                     " resolutions: ", started_, " started here", hold_ ? " and it is held" : ""));
+  }
+  started_ = done_ = resolutions;
+  return absl::OkStatus();
+}
+
 void ResolutionGate::Finish() {
   absl::MutexLock lock(&mu_);
   ++done_;

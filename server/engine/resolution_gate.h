@@ -50,6 +50,9 @@ class ResolutionGate {
   void Finish();
   // The session closed or broke: waits in AwaitSettled end now, and later ones at once.
   void Stop();
+  // A replica healed into a running group counts `resolutions` as started and finished, the
+  // other ranks' count. FAILED_PRECONDITION once a resolution started or while held.
+  absl::Status Adopt(uint64_t resolutions);
 
   bool held() const;
   // Takes the hold for `token` (or renews it) until now + `lease`, with the resolutions started

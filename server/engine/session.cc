@@ -376,6 +376,16 @@ bool Session::step_pending() const {
   return book_.step_began().has_value();
 }
 
+absl::Status Session::AdoptResolutions(uint64_t resolutions) {
+  absl::MutexLock lock(&mu_);
+  if (book_.step_began().has_value() || book_.running()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session '", id_, "' rank ", rank(), ": a step began before the heal adopted the group's ",
+        resolutions, " resolutions"));
+  }
+  return gate_.Adopt(resolutions);
+}
+
 bool Session::healthy() const {
   absl::MutexLock lock(&mu_);
   return !book_.broken();

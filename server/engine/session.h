@@ -176,6 +176,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   bool healthy() const;
   // Whether a step has begun (a trainer sent its header) and has not finished yet.
   bool step_pending() const;
+  // A replica healed into a running group (its state is imported next, under a hold): counts
+  // `resolutions` as done, the other ranks' count. FAILED_PRECONDITION once a step began here.
+  absl::Status AdoptResolutions(uint64_t resolutions);
 
  private:
   friend class SessionHolds;  // the held operations read and write the step state under mu_

@@ -54,7 +54,7 @@ std::vector<int> RanksOf(const std::string& key, const Session& session,
 }  // namespace
 
 absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperation& op) {
-  OPTSTEP_RETURN_IF_ERROR(group_->PeersStatus());
+  OPTSTEP_RETURN_IF_ERROR(healing_rank_ < 0 ? group_->PeersStatus() : group_->MembersStatus());
   if (options().rank != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint and state dict operations are served by rank 0; this is rank ",
@@ -99,7 +99,7 @@ absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperati
     });
   }
   for (int r = 1; r < options().world_size && status.ok(); ++r) {
-    if (points[r].step != points[0].step) {
+    if (r != healing_rank_ && points[r].step != points[0].step) {
       status = absl::InternalError(absl::StrCat("session '", session.id(), "': rank ", r,
                                                 " settled at step ", points[r].step,
                                                 ", rank 0 at step ", points[0].step));
@@ -129,6 +129,7 @@ absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportStateDict
         OPTSTEP_ASSIGN_OR_RETURN(parts[0], session.holds().ExportHeld(token, all));
         return absl::OkStatus();
       }
+
       OPTSTEP_ASSIGN_OR_RETURN(parts[r], ExportFrom(r, session, token, model_chunks));
       return absl::OkStatus();
     });

@@ -1,5 +1,6 @@
 #include "server/rpc/peer_liveness.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -39,9 +40,25 @@ bool PeerLiveness::Left(int peer) {
     return false;
   }
   peers_[peer].state = State::kLeft;
-  Fail(absl::UnavailableError(
-      absl::StrCat("rank ", peer, " left the group (it was shut down); ", kWhatToDo)));
+  peers_[peer].why = absl::UnavailableError(
+      absl::StrCat("rank ", peer, " left the group (it was shut down); ", kWhatToDo));
+  peers_[peer].failure = ++failures_;
   return true;
+}
+
+void PeerLiveness::Rejoined(int peer, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (peer == rank_) return;
+  peers_[peer] = Peer{State::kAlive, now, absl::OkStatus()};
+}
+
+int PeerLiveness::lost_count(int except) const {
+  absl::MutexLock lock(&mu_);
+  int lost = 0;
+  for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
+    lost += r != except && (peers_[r].state == State::kLost || peers_[r].state == State::kLeft);
+  }
+  return lost;
 }
 
 std::vector<PeerLiveness::LostPeer> PeerLiveness::Check(absl::Time now) {
@@ -52,27 +69,31 @@ std::vector<PeerLiveness::LostPeer> PeerLiveness::Check(absl::Time now) {
     const absl::Duration silent = now - peer.last_answer;
     if (peer.state != State::kAlive || silent <= timeout_) continue;
     peer.state = State::kLost;
-    lost.push_back(
-        {r, absl::UnavailableError(absl::StrFormat("rank %d lost (no heartbeat for %.1f s); %s", r,
-                                                   absl::ToDoubleSeconds(silent), kWhatToDo))});
-    Fail(lost.back().why);
-    if (!lost_.has_value()) lost_ = lost.back().why;
+    peer.why = absl::UnavailableError(absl::StrFormat("rank %d lost (no heartbeat for %.1f s); %s",
+                                                      r, absl::ToDoubleSeconds(silent), kWhatToDo));
+    peer.failure = ++failures_;
+    lost.push_back({r, peer.why});
   }
   return lost;
 }
 
+absl::Status PeerLiveness::FirstFailure(std::initializer_list<State> states) const {
+  const Peer* first = nullptr;
+  for (const Peer& peer : peers_) {
+    const bool failed = std::find(states.begin(), states.end(), peer.state) != states.end();
+    if (failed && (first == nullptr || peer.failure < first->failure)) first = &peer;
+  }
+  return first == nullptr ? absl::OkStatus() : first->why;
+}
+
 absl::Status PeerLiveness::status() const {
   absl::MutexLock lock(&mu_);
-  return failed_.value_or(absl::OkStatus());
+  return FirstFailure({State::kLost, State::kLeft});
 }
 
 absl::Status PeerLiveness::lost_status() const {
   absl::MutexLock lock(&mu_);
-  return lost_.value_or(absl::OkStatus());
-}
-
-void PeerLiveness::Fail(absl::Status status) {
-  if (!failed_.has_value()) failed_ = std::move(status);
+  return FirstFailure({State::kLost});
 }
 
 }  // namespace optstep

@@ -1,7 +1,8 @@
 #ifndef OPTSTEP_SERVER_RPC_PEER_LIVENESS_H_
 #define OPTSTEP_SERVER_RPC_PEER_LIVENESS_H_
 
-#include <optional>
+#include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -14,7 +15,8 @@ namespace optstep {
 // Which peers of one rank are still there, judged from the answers to its heartbeats
 // (PeerHeartbeat). A peer is watched from the time this rank learns its address (a rank publishes
 // its address only once it listens); it is lost once it has not answered for `timeout`, and gone
-// once it said that it shuts down on purpose. Either is final: the group has to be restarted.
+// once it said that it shuts down on purpose. Either lasts until the rank rejoins the group
+// (Rejoined: a restarted rank healed into it); otherwise the group has to be restarted.
 // The time is passed in, never read here.
 // Thread-safe.
 class PeerLiveness {
@@ -28,6 +30,10 @@ class PeerLiveness {
   void Answered(int peer, absl::Time now);
   // Peer `peer` said it shuts down on purpose. True the first time.
   bool Left(int peer);
+  // Peer `peer` (restarted) rejoined the group at `now`: it is watched as alive again.
+  void Rejoined(int peer, absl::Time now);
+  // How many peers other than `except` are lost or gone now.
+  int lost_count(int except = -1) const;
   // The watched peers that, at `now`, have not answered for longer than the timeout and were not
   // reported before, in rank order, each with its UNAVAILABLE status; each turns lost.
   struct LostPeer {
@@ -47,17 +53,19 @@ class PeerLiveness {
   struct Peer {
     State state = State::kUnwatched;
     absl::Time last_answer;
+    absl::Status why;      // kLost, kLeft: what status() answers
+    uint64_t failure = 0;  // kLost, kLeft: the order of the failure, the first one answered
   };
 
-  // Keeps the first failure's status.
-  void Fail(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The status of the first failed peer of `states`, by the order of the failures; OK for none.
+  absl::Status FirstFailure(std::initializer_list<State> states) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int rank_;
   const absl::Duration timeout_;
   mutable absl::Mutex mu_;
   std::vector<Peer> peers_ ABSL_GUARDED_BY(mu_);
-  std::optional<absl::Status> failed_ ABSL_GUARDED_BY(mu_);
-  std::optional<absl::Status> lost_ ABSL_GUARDED_BY(mu_);
+  uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace optstep

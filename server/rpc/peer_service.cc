@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
+#include "server/rpc/heal.h"
 #include "server/rpc/state_dict_stream.h"
 #include "wire/grpc_status.h"
 
@@ -24,9 +25,18 @@ grpc::ServerUnaryReactor* PeerServiceImpl::CreateReplica(grpc::CallbackServerCon
     absl::Status status = config.status();
     if (config.ok()) {
       config->owner = request->owner();
-      status = request->admission_only()
-                   ? engine->CheckAdmission(*config)
-                   : engine->CreateReplica(request->session_id(), *std::move(config)).status();
+      if (request->admission_only()) {
+        status = engine->CheckAdmission(*config);
+      } else {
+        absl::StatusOr<std::shared_ptr<Session>> created =
+            engine->CreateReplica(request->session_id(), *std::move(config));
+        status = created.status();
+        // A replica healed into a running group counts the group's resolutions as its own.
+        if (created.ok() && request->resolutions() > 0) {
+          status = (*created)->AdoptResolutions(request->resolutions());
+          if (!status.ok()) (void)engine->CloseSession(request->session_id());
+        }
+      }
     }
     reactor->Finish(ToGrpcStatus(status));
   });
@@ -89,6 +99,39 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Ping(grpc::CallbackServerContext* con
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Rejoin(grpc::CallbackServerContext* context,
+                                                  const v1::RejoinRequest* request,
+                                                  v1::RejoinResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (group_ == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this rank has no group"));
+    return reactor;
+  }
+  // The heal blocks on every rank's communicators and the state transfer: not on the reaction.
+  RunDetached([engine = engine_, group = group_, request, response, reactor] {
+    absl::StatusOr<uint64_t> generation =
+        HealRejoinedRank(engine, group, static_cast<int>(request->rank()), request->address());
+    if (generation.ok()) response->set_generation(*generation);
+    reactor->Finish(ToGrpcStatus(generation.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* context,
+                                                   const v1::RegroupRequest* request,
+                                                   v1::RegroupResponse*) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (group_ == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this rank has no group"));
+    return reactor;
+  }
+  // Rebuilding the communicators blocks until every rank arrives.
+  RunDetached([group = group_, request, reactor] {
+    reactor->Finish(ToGrpcStatus(group->Regroup(*request)));
+  });
   return reactor;
 }
 

@@ -59,6 +59,14 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
                                  const v1::PingRequest* request,
                                  v1::PingResponse* response) override;
+  // Rank 0: heals the restarted rank into the group (HealRejoinedRank); answers once it is done.
+  grpc::ServerUnaryReactor* Rejoin(grpc::CallbackServerContext* context,
+                                   const v1::RejoinRequest* request,
+                                   v1::RejoinResponse* response) override;
+  // This rank's part of a heal (RankGroup::Regroup).
+  grpc::ServerUnaryReactor* Regroup(grpc::CallbackServerContext* context,
+                                    const v1::RegroupRequest* request,
+                                    v1::RegroupResponse* response) override;
 
  private:
   // Runs `work` on its own thread (holds and file IO block) and finishes the call with it.

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
@@ -91,6 +92,69 @@ void RankGroup::PeerLeft(int rank) {
                << " shuts down on purpose; this rank stops serving until the group is restarted";
 }
 
+absl::Status RankGroup::PeersStatus() const {
+  OPTSTEP_RETURN_IF_ERROR(liveness_.status());
+  absl::MutexLock lock(&mu_);
+  return healing_;
+}
+
+absl::Status RankGroup::LostPeersStatus() const {
+  OPTSTEP_RETURN_IF_ERROR(liveness_.lost_status());
+  absl::MutexLock lock(&mu_);
+  return healing_;
+}
+
+uint64_t RankGroup::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
+  const int rank = static_cast<int>(request.rank());
+  if (rank <= 0 || rank >= options_.world_size || options_.communicators == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", options_.rank, " cannot take rank ", rank, " back into its group of ",
+        options_.world_size, options_.communicators == nullptr ? " (it does not heal)" : ""));
+  }
+  switch (request.phase()) {
+    case v1::RegroupRequest::PHASE_BEGIN: {
+      // Watched as alive from now on: the heal's held operations need it (steps wait for kEnd).
+      liveness_.Rejoined(rank, absl::Now());
+      absl::MutexLock lock(&mu_);
+      generation_ = request.generation();
+      healing_ =
+          absl::UnavailableError(absl::StrCat("rank ", rank, " is rejoining the group (generation ",
+                                              generation_, "); retry when rank 0 reports SERVING"));
+      // A new stub (a new channel) for the new process, also at the same address.
+      addresses_[rank] = request.address();
+      if (peers_[rank] != nullptr) retired_peers_.push_back(std::move(peers_[rank]));
+      options_.communicators->SetGeneration(generation_);
+      LOG(WARNING) << "event=regroup_begin rank=" << rank << " generation=" << generation_
+                   << " address=" << request.address();
+      return absl::OkStatus();
+    }
+    case v1::RegroupRequest::PHASE_REBUILD:
+      return options_.communicators->RebuildAll(request.generation());
+    case v1::RegroupRequest::PHASE_END: {
+      // A failed heal leaves the rank to the heartbeats: it is lost again once it stops answering.
+      absl::MutexLock lock(&mu_);
+      healing_ = absl::OkStatus();
+      LOG(WARNING) << "event=regroup_end rank=" << rank << " generation=" << generation_
+                   << (request.failed() ? " failed=true" : " failed=false");
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("Regroup: unknown phase ", static_cast<int>(request.phase())));
+  }
+}
+
+absl::Status RankGroup::CreateHealedReplica(int rank, const std::string& id,
+                                            const v1::SessionSpec& spec, const std::string& owner,
+                                            uint64_t resolutions) {
+  return CreateReplicaOn(rank, id, spec, owner, /*admission_only=*/false, resolutions);
+}
+
 absl::Status RankGroup::EnsureAddress(int rank, absl::Duration wait) {
   std::shared_ptr<KeyValueStore> store;
   {
@@ -134,9 +198,14 @@ std::vector<std::string> RankGroup::addresses() const {
 v1::PeerService::Stub* RankGroup::Peer(int rank) {
   absl::MutexLock lock(&mu_);
   if (peers_[rank] == nullptr) {
-    peers_[rank] = v1::PeerService::NewStub(grpc::CreateChannel(
-        addresses_[rank], options_.peer_credentials ? options_.peer_credentials
-                                                    : grpc::InsecureChannelCredentials()));
+    // A channel of its own connections: one made for a restarted rank does not inherit the
+    // backoff of the connections to its predecessor (grpc shares them between channels).
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    peers_[rank] = v1::PeerService::NewStub(grpc::CreateCustomChannel(
+        addresses_[rank],
+        options_.peer_credentials ? options_.peer_credentials : grpc::InsecureChannelCredentials(),
+        args));
   }
   return peers_[rank].get();
 }
@@ -219,8 +288,9 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::CreateEverywhere(const std::
 
 absl::Status RankGroup::CreateReplicaOn(int rank, const std::string& id,
                                         const v1::SessionSpec& spec, const std::string& owner,
-                                        bool admission_only) {
+                                        bool admission_only, uint64_t resolutions) {
   v1::CreateReplicaRequest request;
+  request.set_resolutions(resolutions);
   request.set_session_id(id);
   request.set_owner(owner);
   request.set_admission_only(admission_only);

@@ -17,6 +17,7 @@
 #include "optstep/v1/internal.grpc.pb.h"
 #include "optstep/v1/session.pb.h"
 #include "server/engine/engine.h"
+#include "server/rpc/group_communicators.h"
 #include "server/rpc/peer_heartbeat.h"
 #include "server/rpc/peer_liveness.h"
 
@@ -47,6 +48,14 @@ struct RankGroupOptions {
   std::function<void(int rank)> on_peer_lost;
   // Rank 0: told of each session its owner closed (CloseSession); may be null.
   std::function<void(const std::string& session_id)> on_session_closed;
+  // The sessions' communicators, rebuilt when a restarted rank rejoins (Regroup); null: the
+  // group cannot heal (a lost rank means a restart of the group).
+  GroupCommunicators* communicators = nullptr;
+  // A restarted rank may rejoin the running group (heal.h): --state_redundancy=1.
+  bool heal = false;
+  // Rank 0: told when a restarted rank could not be healed into the group (the group restarts
+  // instead); may be null.
+  std::function<void(const absl::Status& why)> on_heal_failed;
 };
 
 // The ranks of a group as seen from one of them: their addresses and the stubs that call them,
@@ -85,12 +94,33 @@ class RankGroup {
   void Leave();
   // Peer `rank` said it shuts down on purpose (PeerService.Ping with `leaving`).
   void PeerLeft(int rank);
-  // OK while every peer is there; else UNAVAILABLE naming the first rank lost or gone, and what
-  // to do. Calls that need the whole group answer it.
-  absl::Status PeersStatus() const { return liveness_.status(); }
-  // OK unless a peer is lost (a peer that left still completes the step it runs); else
-  // UNAVAILABLE naming the first rank lost. Calls that cannot end without every rank answer it.
-  absl::Status LostPeersStatus() const { return liveness_.lost_status(); }
+  // OK while every peer is there and no rank is rejoining; else UNAVAILABLE naming the first
+  // rank lost or gone (and what to do), or the rank rejoining. Calls that need the whole group
+  // answer it.
+  absl::Status PeersStatus() const;
+  // OK unless a peer is lost or a rank is rejoining (a peer that left still completes the step it
+  // runs); else UNAVAILABLE naming the rank. Calls that cannot end without every rank answer it.
+  absl::Status LostPeersStatus() const;
+  // PeersStatus without the heal: the held operations of the heal itself run under it.
+  absl::Status MembersStatus() const { return liveness_.status(); }
+  // How many peers other than `except` are lost or gone now.
+  int lost_peers(int except = -1) const { return liveness_.lost_count(except); }
+
+  // ---- Healing (heal.h) ----
+
+  // The group's generation: 0 as first formed, one more at each rank healed into it.
+  uint64_t generation() const;
+  // This rank's part of a heal, in the order rank 0 calls them (PeerService.Regroup): kBegin
+  // stops new steps, learns the rejoining rank's address and watches it as alive again;
+  // kRebuild reconnects every session's communicator in the new generation (blocks until every
+  // rank does); kEnd takes steps again (after a failed heal the heartbeats judge the rank).
+  absl::Status Regroup(const v1::RegroupRequest& request);
+  // Rank 0: creates the replica of session `id` on rank `rank` rejoining the group, starting at
+  // `resolutions` finished resolutions (the other ranks' count).
+  absl::Status CreateHealedReplica(int rank, const std::string& id, const v1::SessionSpec& spec,
+                                   const std::string& owner, uint64_t resolutions);
+  // Serialises the heals on rank 0 (one restarted rank at a time).
+  absl::Mutex& heal_mu() { return heal_mu_; }
 
   // Rank 0: creates (or attaches by name to) a session on every rank. FAILED_PRECONDITION on
   // other ranks, UNAVAILABLE once a peer is lost (PeersStatus). On failure the replicas already
@@ -117,6 +147,9 @@ class RankGroup {
 
   // ---- Calling the other ranks (HeldOperations and the abort relay) ----
 
+  // Learns rank r's address from the store unless known (ranks other than 0 know only theirs),
+  // waiting at most `wait` for it.
+  absl::Status EnsureAddress(int rank, absl::Duration wait = absl::Seconds(5));
   // The stub that calls rank `rank` (made on first use, kept for the group's life).
   v1::PeerService::Stub* Peer(int rank);
   // Runs `call(r)` for every rank at once (rank 0's on this thread, the others on threads of
@@ -142,10 +175,8 @@ class RankGroup {
   // PeerService.CreateReplica on `rank` (a peer): builds its replica, or with `admission_only`
   // only answers whether it would admit it. The error names the rank.
   absl::Status CreateReplicaOn(int rank, const std::string& id, const v1::SessionSpec& spec,
-                               const std::string& owner, bool admission_only);
-  // Learns rank r's address from the store unless known (ranks other than 0 know only theirs),
-  // waiting at most `wait` for it.
-  absl::Status EnsureAddress(int rank, absl::Duration wait = absl::Seconds(5));
+                               const std::string& owner, bool admission_only,
+                               uint64_t resolutions = 0);
 
   const RankGroupOptions options_;
   Engine* const engine_;
@@ -158,6 +189,12 @@ class RankGroup {
   std::shared_ptr<KeyValueStore> store_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<v1::PeerService::Stub>> peers_ ABSL_GUARDED_BY(mu_);
+  // Stubs of a rank's earlier address, kept: a caller may still hold one (Peer answers pointers).
+  std::vector<std::unique_ptr<v1::PeerService::Stub>> retired_peers_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // UNAVAILABLE while a rank rejoins (between Regroup's kBegin and kEnd).
+  absl::Status healing_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex heal_mu_;
   PeerLiveness liveness_;
   absl::Mutex heartbeat_mu_;
   bool left_ ABSL_GUARDED_BY(heartbeat_mu_) = false;

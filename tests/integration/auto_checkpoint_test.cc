@@ -251,8 +251,10 @@ int AwaitExitOfRank0(Running& run, absl::Duration bound) {
 }
 
 TEST(ExitOnPeerLossTest, ARankWhosePeerIsKilledExitsWithStatus75) {
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run,
-                               Start(2, {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000"}));
+  // Without redundancy nothing waits for the rank to rejoin (rejoin_test has the other case).
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(2, {"--heartbeat_interval_ms=100",
+                                                      "--peer_timeout_ms=1000",
+                                                      "--state_redundancy=0"}));
   const absl::Time killed = absl::Now();
   run.group[1]->SignalAndWait(SIGKILL);
   // The timeout, the grace of one second, and room for a loaded machine.

@@ -1,6 +1,7 @@
 // PeerLiveness with the time passed in: a peer is lost only after the timeout without an answer,
 // counted from when it is first watched; an answer before the timeout keeps it alive; loss and
-// leaving are final, reported once, and the status names the first rank and what to do.
+// leaving last until the rank rejoins, are reported once, and the status names the first rank
+// and what to do.
 
 #include "server/rpc/peer_liveness.h"
 
@@ -96,7 +97,6 @@ TEST(PeerLivenessTest, APeerThatLeftIsGoneNotLost) {
   EXPECT_FALSE(liveness.watched(0));
 }
 
-
 TEST(PeerLivenessTest, ALossAfterALeaveIsTheLostStatus) {
   PeerLiveness liveness(0, 3, kTimeout);
   liveness.Watch(1, kStart);
@@ -106,6 +106,27 @@ TEST(PeerLivenessTest, ALossAfterALeaveIsTheLostStatus) {
   // The first failure is the leave; the first loss is rank 2's.
   EXPECT_THAT(liveness.status(), StatusIs(absl::StatusCode::kUnavailable, "rank 1 left"));
   EXPECT_THAT(liveness.lost_status(), StatusIs(absl::StatusCode::kUnavailable, "rank 2 lost"));
+}
+
+TEST(PeerLivenessTest, ARankThatRejoinedIsAliveAgainAndJudgedAfresh) {
+  PeerLiveness liveness(0, 3, kTimeout);
+  liveness.Watch(1, kStart);
+  liveness.Watch(2, kStart);
+  EXPECT_TRUE(liveness.Left(2));
+  EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(6))), ElementsAre(1));
+  EXPECT_EQ(liveness.lost_count(), 2);
+  EXPECT_EQ(liveness.lost_count(/*except=*/1), 1);
+  liveness.Rejoined(1, kStart + absl::Seconds(7));
+  // Rank 2 is still gone; rank 1 counts no more.
+  EXPECT_EQ(liveness.lost_count(), 1);
+  EXPECT_THAT(liveness.lost_status(), IsOk());
+  EXPECT_THAT(liveness.status(), StatusIs(absl::StatusCode::kUnavailable, "rank 2 left"));
+  liveness.Rejoined(2, kStart + absl::Seconds(7));
+  EXPECT_THAT(liveness.status(), IsOk());
+  // The timeout counts from the rejoin; a rank lost again is reported again.
+  EXPECT_THAT(liveness.Check(kStart + absl::Seconds(12)), IsEmpty());
+  EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(13))), ElementsAre(1, 2));
+  EXPECT_THAT(liveness.status(), StatusIs(absl::StatusCode::kUnavailable, "rank 1 lost"));
 }
 
 }  // namespace

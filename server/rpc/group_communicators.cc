@@ -1,0 +1,110 @@
+#include "server/rpc/group_communicators.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+
+namespace optstep {
+
+std::string CommunicatorPrefix(uint64_t generation, const std::string& session_id) {
+  return generation == 0 ? session_id : absl::StrCat("g", generation, "/", session_id);
+}
+
+absl::Status CommunicatorLink::With(const std::function<absl::Status(Communicator&)>& call) {
+  absl::MutexLock lock(&mu_);
+  return call(*inner_);
+}
+
+absl::Status CommunicatorLink::Replace(std::unique_ptr<Communicator> inner) {
+  std::unique_ptr<Communicator> old;
+  {
+    absl::MutexLock lock(&mu_);
+    if (inner->rank() != inner_->rank() || inner->world_size() != inner_->world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a rebuilt communicator is rank ", inner->rank(), " of ", inner->world_size(),
+          ", not rank ", inner_->rank(), " of ", inner_->world_size()));
+    }
+    old = std::exchange(inner_, std::move(inner));
+  }
+  return absl::OkStatus();  // `old` (its sockets to a lost peer) closes outside the lock
+}
+
+absl::Status RebuildableCommunicator::AllReduce(void* data, int64_t count, CommDType dtype,
+                                                ReduceOp op) {
+  return link_->With([&](Communicator& c) { return c.AllReduce(data, count, dtype, op); });
+}
+
+absl::Status RebuildableCommunicator::AllGatherV(const void* send, int64_t send_count, void* recv,
+                                                 const std::vector<int64_t>& recv_counts,
+                                                 CommDType dtype) {
+  return link_->With(
+      [&](Communicator& c) { return c.AllGatherV(send, send_count, recv, recv_counts, dtype); });
+}
+
+absl::Status RebuildableCommunicator::Broadcast(void* data, int64_t count, CommDType dtype,
+                                                int root) {
+  return link_->With([&](Communicator& c) { return c.Broadcast(data, count, dtype, root); });
+}
+
+absl::Status RebuildableCommunicator::RingShift(const void* send, int64_t send_count, void* recv,
+                                                int64_t recv_count, CommDType dtype) {
+  return link_->With(
+      [&](Communicator& c) { return c.RingShift(send, send_count, recv, recv_count, dtype); });
+}
+
+absl::Status RebuildableCommunicator::Barrier() {
+  return link_->With([](Communicator& c) { return c.Barrier(); });
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> GroupCommunicators::Make(
+    const std::string& session_id) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> inner,
+                           connect_(CommunicatorPrefix(generation(), session_id)));
+  const int rank = inner->rank(), world_size = inner->world_size();
+  auto link = std::make_shared<CommunicatorLink>(std::move(inner));
+  absl::MutexLock lock(&mu_);
+  for (auto it = made_.begin(); it != made_.end();) {
+    it = it->second.expired() ? made_.erase(it) : std::next(it);
+  }
+  made_[session_id] = link;
+  return std::unique_ptr<Communicator>(
+      std::make_unique<RebuildableCommunicator>(rank, world_size, std::move(link)));
+}
+
+void GroupCommunicators::SetGeneration(uint64_t generation) {
+  absl::MutexLock lock(&mu_);
+  generation_ = generation;
+}
+
+uint64_t GroupCommunicators::generation() const {
+  absl::MutexLock lock(&mu_);
+  return generation_;
+}
+
+absl::Status GroupCommunicators::RebuildAll(uint64_t generation) {
+  std::vector<std::pair<std::string, std::shared_ptr<CommunicatorLink>>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    generation_ = generation;
+    for (const auto& [id, weak] : made_) {
+      if (std::shared_ptr<CommunicatorLink> link = weak.lock()) live.emplace_back(id, link);
+    }
+  }
+  for (const auto& [id, link] : live) {  // in id order, as on every rank
+    absl::StatusOr<std::unique_ptr<Communicator>> inner =
+        connect_(CommunicatorPrefix(generation, id));
+    absl::Status rebuilt = inner.ok() ? link->Replace(*std::move(inner)) : inner.status();
+    if (!rebuilt.ok()) {
+      return absl::Status(rebuilt.code(), absl::StrCat("session ", id,
+                                                       ": rebuilding its communicator for "
+                                                       "generation ",
+                                                       generation, ": ", rebuilt.message()));
+    }
+    LOG(INFO) << "event=communicator_rebuilt session=" << id << " generation=" << generation;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace optstep

@@ -1,0 +1,219 @@
+#include "server/rpc/heal.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "checkpoint/state_dict.h"
+#include "glog/logging.h"
+#include "server/rpc/held_operations.h"
+
+namespace optstep {
+namespace {
+
+// A session as rank 0 recreates it on the rejoining rank.
+struct SessionToHeal {
+  std::shared_ptr<Session> session;
+  v1::SessionSpec spec;
+  uint64_t resolutions = 0;
+};
+
+absl::StatusOr<SessionToHeal> Describe(const std::shared_ptr<Session>& session) {
+  SessionToHeal heal;
+  heal.session = session;
+  if (!heal.spec.ParseFromString(session->config().definition_key)) {
+    return absl::InternalError(absl::StrCat("session '", session->id(), "': bad definition"));
+  }
+  heal.spec.set_name(session->config().name);
+  // The resolutions rank 0 started (the group's count while no step runs: steps wait).
+  constexpr uint64_t kCountToken = 0x6865616c;  // released at once
+  OPTSTEP_ASSIGN_OR_RETURN(heal.resolutions, session->holds().Hold(kCountToken, absl::Seconds(10)));
+  (void)session->holds().Release(kCountToken);
+  return heal;
+}
+
+// Regroup phase `phase` of generation `generation` on rank `r` (rank 0: its own group).
+absl::Status RegroupOn(RankGroup* group, int r, v1::RegroupRequest request) {
+  if (r == 0) return group->Regroup(request);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(group->options().timeout));
+  v1::RegroupResponse response;
+  return PeerStatus(r, group->Peer(r)->Regroup(&context, request, &response));
+}
+
+v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,
+                         v1::RegroupRequest::Phase phase) {
+  v1::RegroupRequest request;
+  request.set_generation(generation);
+  request.set_rank(rank);
+  request.set_address(address);
+  request.set_phase(phase);
+  return request;
+}
+
+// The rejoining rank's replicas (in session id order) while every other rank rebuilds its
+// communicators for the generation: each session's rendezvous meets all of them.
+absl::Status RecreateEverywhere(RankGroup* group, int rank, const v1::RegroupRequest& rebuild,
+                                const std::vector<SessionToHeal>& sessions) {
+  std::vector<absl::Status> status(group->world_size());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < group->world_size(); ++r) {
+    threads.emplace_back([&, r] {
+      if (r != rank) {
+        status[r] = RegroupOn(group, r, rebuild);
+        return;
+      }
+      for (const SessionToHeal& heal : sessions) {
+        status[r] = group->CreateHealedReplica(rank, heal.session->id(), heal.spec,
+                                               heal.session->config().owner, heal.resolutions);
+        if (!status[r].ok()) return;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : status) OPTSTEP_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+// A key of `state` (a whole session's) that is optimizer state of a parameter `rank` owns, once
+// a step was applied: it lived only on that rank. nullopt when there is none.
+std::optional<std::string> LostStateKey(const Session& session, const StateDict& state, int rank) {
+  auto step = state.find("meta/step");
+  int64_t steps = 0;
+  if (step != state.end() && step->second.bytes.size() == sizeof(steps)) {
+    std::memcpy(&steps, step->second.bytes.data(), sizeof(steps));
+  }
+  if (steps == 0) return std::nullopt;  // the fresh replica's state is the state
+  std::map<std::string, int> param_of;
+  for (size_t p = 0; p < session.config().params.size(); ++p) {
+    param_of[session.config().params[p].name] = static_cast<int>(p);
+  }
+  for (const auto& [key, tensor] : state) {
+    if (!absl::StartsWith(key, "state/")) continue;
+    const std::optional<std::string> name = ParamNameOfKey(key);
+    auto it = name.has_value() ? param_of.find(*name) : param_of.end();
+    if (it != param_of.end() && session.layout().owner[it->second] == rank) return key;
+  }
+  return std::nullopt;
+}
+
+// The masters and counters of every session, held at one step, onto the rejoining rank.
+absl::Status TransferState(RankGroup* group, int rank, const SessionToHeal& heal) {
+  Session& session = *heal.session;
+  HeldOperations held(group, rank);
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> state,
+                           held.ExportStateDict(session, {}));
+  // Rank r's part of the export is its fresh replica's state: right only before a step changed
+  // it.
+  if (std::optional<std::string> lost = LostStateKey(session, *state, rank)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session '", session.id(), "': rank ", rank, "'s optimizer state ('", *lost,
+        "') is lost with the rank and no redundant copy of it is kept; the group restarts from "
+        "its automatic checkpoints"));
+  }
+  return held.ImportStateDict(session, std::move(state));
+}
+
+absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
+                              const std::string& address, uint64_t generation) {
+  std::vector<std::shared_ptr<Session>> live = engine->ListSessions();
+  std::sort(live.begin(), live.end(),
+            [](const auto& a, const auto& b) { return a->id() < b->id(); });
+  std::vector<SessionToHeal> sessions;
+  for (const std::shared_ptr<Session>& session : live) {
+    OPTSTEP_ASSIGN_OR_RETURN(SessionToHeal heal, Describe(session));
+    sessions.push_back(std::move(heal));
+  }
+  const absl::Time started = absl::Now();
+  OPTSTEP_RETURN_IF_ERROR(RecreateEverywhere(
+      group, rank, Phase(generation, rank, address, v1::RegroupRequest::PHASE_REBUILD), sessions));
+  const absl::Time rebuilt = absl::Now();
+  for (const SessionToHeal& heal : sessions) {
+    OPTSTEP_RETURN_IF_ERROR(TransferState(group, rank, heal));
+  }
+  LOG(INFO) << "event=rank_healed rank=" << rank << " generation=" << generation
+            << " sessions=" << sessions.size()
+            << " rebuild_s=" << absl::ToDoubleSeconds(rebuilt - started)
+            << " transfer_s=" << absl::ToDoubleSeconds(absl::Now() - rebuilt);
+  return generation;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int rank,
+                                          const std::string& address) {
+  if (group->rank() != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank 0 heals the group; this is rank ", group->rank()));
+  }
+  if (!group->options().heal || group->options().communicators == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank,
+                     " cannot rejoin: the group does not heal (--state_redundancy=0); it "
+                     "restarts as a whole"));
+  }
+  if (rank <= 0 || rank >= group->world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is not a rank that can rejoin a group of ", group->world_size()));
+  }
+  absl::MutexLock heal_lock(&group->heal_mu());
+  // The rank rejoining may be counted lost (or not yet): any other lost peer means two are lost.
+  if (group->lost_peers(/*except=*/rank) > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, " cannot rejoin: another rank is lost too (",
+                     group->MembersStatus().message(), "); the group restarts as a whole"));
+  }
+  const uint64_t generation = group->generation() + 1;
+  LOG(WARNING) << "event=rank_rejoining rank=" << rank << " address=" << address
+               << " generation=" << generation;
+  // Rank 0 learns the address first: it calls the rejoining rank through it.
+  const v1::RegroupRequest begin =
+      Phase(generation, rank, address, v1::RegroupRequest::PHASE_BEGIN);
+  absl::Status begun = group->Regroup(begin);
+  if (begun.ok()) {
+    begun = group->ForEachRank(
+        [&](int r) { return r == 0 ? absl::OkStatus() : RegroupOn(group, r, begin); });
+  }
+  absl::StatusOr<uint64_t> healed =
+      begun.ok() ? Heal(engine, group, rank, address, generation) : begun;
+  v1::RegroupRequest end = Phase(generation, rank, address, v1::RegroupRequest::PHASE_END);
+  end.set_failed(!healed.ok());
+  (void)group->ForEachRank([&](int r) {
+    absl::Status ended = RegroupOn(group, r, end);
+    LOG_IF(WARNING, !ended.ok()) << "ending the heal of rank " << rank << " on rank " << r << ": "
+                                 << ended;
+    return absl::OkStatus();
+  });
+  if (!healed.ok()) {
+    LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\"" << healed.status().message()
+               << "\"";
+    if (group->options().on_heal_failed) group->options().on_heal_failed(healed.status());
+  }
+  return healed;
+}
+
+absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& address,
+                                       absl::Duration timeout) {
+  OPTSTEP_RETURN_IF_ERROR(group->EnsureAddress(0));
+  v1::RejoinRequest request;
+  request.set_rank(group->rank());
+  request.set_address(address);
+  v1::RejoinResponse response;
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  OPTSTEP_RETURN_IF_ERROR(PeerStatus(0, group->Peer(0)->Rejoin(&context, request, &response)));
+  return response.generation();
+}
+
+}  // namespace optstep

@@ -1,0 +1,74 @@
+// GroupCommunicators: a session's communicator rendezvous under the group's generation ("g<g>/"
+// before the session id; none in generation 0), RebuildAll reconnects every session still in
+// use, in id order, under the new generation, and the session's communicator goes on working
+// through the new connection; a session that closed is not rebuilt.
+
+#include "server/rpc/group_communicators.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+using ::testing::ElementsAre;
+
+// Local (one-rank) communicators, recording the prefixes they were made with.
+struct Recorder {
+  std::vector<std::string> prefixes;
+  GroupCommunicators::Connect connect() {
+    return [this](const std::string& prefix) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      prefixes.push_back(prefix);
+      CommunicatorOptions options;
+      options.prefix = prefix;
+      return CreateCommunicator(options);
+    };
+  }
+};
+
+TEST(GroupCommunicatorsTest, RebuildAllReconnectsTheLiveSessionsUnderTheNewGeneration) {
+  Recorder recorder;
+  GroupCommunicators communicators(recorder.connect());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> b, communicators.Make("sb"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> a, communicators.Make("sa"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> closed, communicators.Make("sc"));
+  closed.reset();
+  ASSERT_THAT(communicators.RebuildAll(2), IsOk());
+  EXPECT_EQ(communicators.generation(), 2u);
+  EXPECT_THAT(recorder.prefixes, ElementsAre("sb", "sa", "sc", "g2/sa", "g2/sb"));
+  // A session made now joins the new generation; the rebuilt ones still work.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> d, communicators.Make("sd"));
+  EXPECT_EQ(recorder.prefixes.back(), "g2/sd");
+  float value = 3.0f;
+  EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum), IsOk());
+  EXPECT_EQ(value, 3.0f);
+  EXPECT_EQ(a->rank(), 0);
+  EXPECT_EQ(a->world_size(), 1);
+}
+
+TEST(GroupCommunicatorsTest, AFailedReconnectNamesTheSessionAndTheGeneration) {
+  bool fail = false;
+  GroupCommunicators communicators(
+      [&fail](const std::string& prefix) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        if (fail) return absl::DeadlineExceededError("rendezvous timed out");
+        CommunicatorOptions options;
+        options.prefix = prefix;
+        return CreateCommunicator(options);
+      });
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> a, communicators.Make("sa"));
+  fail = true;
+  EXPECT_THAT(communicators.RebuildAll(1),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "session sa: rebuilding its communicator for generation 1: rendezvous "
+                       "timed out"));
+}
+
+}  // namespace
+}  // namespace optstep

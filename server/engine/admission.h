@@ -22,7 +22,9 @@ class SessionAdmission {
  public:
   // `budget_bytes` > 0: the rank's budget; `max_session_bytes` > 0 caps one session (0: the
   // budget alone).
-  SessionAdmission(int64_t budget_bytes, int64_t max_session_bytes, int rank);
+  // `state_redundancy`: every replica also holds a shadow (ComputeFootprint).
+  SessionAdmission(int64_t budget_bytes, int64_t max_session_bytes, int rank,
+                   bool state_redundancy = false);
 
   // Reserves the footprint of `config`'s replica under `layout` until the reservation goes.
   // RESOURCE_EXHAUSTED, before anything is allocated: "session '<name or id>' needs N bytes on
@@ -39,6 +41,7 @@ class SessionAdmission {
  private:
   const int64_t max_session_bytes_;
   const int rank_;
+  const bool state_redundancy_;
   MemoryBudget budget_;
 };
 

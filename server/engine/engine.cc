@@ -45,7 +45,8 @@ std::unique_ptr<SessionAdmission> CreateAdmission(const EngineOptions& options,
     LOG(INFO) << "rank " << options.rank << ": memory budget " << budget.bytes << " bytes ("
               << budget.source << ")";
   }
-  return std::make_unique<SessionAdmission>(budget.bytes, options.max_session_bytes, options.rank);
+  return std::make_unique<SessionAdmission>(budget.bytes, options.max_session_bytes, options.rank,
+                                            options.state_redundancy);
 }
 
 }  // namespace
@@ -167,6 +168,7 @@ absl::StatusOr<Engine::Built> Engine::BuildSession(const std::string& id, Sessio
                                       ? config.step_deadline
                                       : options_.default_step_deadline;
   session_options.max_bytes = options_.max_session_bytes;
+  session_options.state_redundancy = options_.state_redundancy;
   session_options.observer = options_.step_observer;
   session_options.on_abort_vote = [relay = abort_relay_, id](uint64_t resolution, uint64_t step) {
     absl::MutexLock lock(&relay->mu);

@@ -53,6 +53,10 @@ struct EngineOptions {
       make_communicator;
   // Told about step phases, bytes and session / step events (metrics, logs); may be null.
   std::shared_ptr<StepObserver> step_observer;
+  // --state_redundancy (docs/design.md, "State redundancy"; several ranks only): every session
+  // keeps a shadow of the predecessor rank's owned state, counted by admission, and a peer lost
+  // in a step interrupts the session (Session::interrupted_step) instead of breaking it.
+  bool state_redundancy = false;
 };
 
 // The optimizer engine of one rank: its device, its device worker and its sessions. Knows nothing

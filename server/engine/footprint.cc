@@ -23,16 +23,19 @@ int64_t Add(int64_t a, int64_t b) {
 }  // namespace
 
 int64_t SessionFootprint::total() const {
-  return Add(Add(Add(masters, state), Add(gradients, overhead)), workspace);
+  return Add(Add(Add(masters, state), Add(gradients, overhead)), Add(workspace, shadow));
 }
 
 std::string SessionFootprint::Breakdown() const {
   return absl::StrCat("masters ", masters, ", optimizer state ", state, ", gradients ", gradients,
-                      ", overhead ", overhead, ", workspace ", workspace);
+                      ", overhead ", overhead, ", workspace ", workspace,
+                      shadow > 0 ? absl::StrCat(", shadow ", shadow) : "");
 }
 
 absl::StatusOr<SessionFootprint> ComputeFootprint(const SessionConfig& config, const Layout& layout,
-                                                  int rank) {
+                                                  int rank, bool state_redundancy) {
+  const int world = layout.world_size;
+  const int shadowed = state_redundancy && world > 1 ? (rank + world - 1) % world : -1;
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<ParamGroup> groups,
                            RouteParameters(config.chain, config.params));
   SessionFootprint f;
@@ -47,6 +50,11 @@ absl::StatusOr<SessionFootprint> ComputeFootprint(const SessionConfig& config, c
     for (int p : group.param_ids) {
       const ParamInfo& param = config.params[p];
       OPTSTEP_RETURN_IF_ERROR(optimizer->CheckParam(param));
+      if (layout.owner[p] == shadowed) {
+        // The shadow's master, state and gradient buffer (its update uses the same workspace).
+        f.shadow = Add(f.shadow, Add(optimizer->StateBytes(param), param.numel() * 8));
+        optimizer->PlanWorkspace(param, plan);
+      }
       if (layout.owner[p] != rank) continue;
       f.state = Add(f.state, optimizer->StateBytes(param));
       f.gradients = Add(f.gradients, param.numel() * 4);

@@ -32,20 +32,25 @@ struct SessionFootprint {
   int64_t gradients = 0;  // one fp32 gradient buffer per owned parameter
   int64_t overhead = 0;   // per-parameter and per-session host bytes; the ranks' vote buffer
   int64_t workspace = 0;  // the optimizers' scratch, sized by the largest matrix of each group
+  // State redundancy (shadow_state.h): the shadow of the predecessor rank's owned masters, their
+  // optimizer state and gradient buffers; 0 without it.
+  int64_t shadow = 0;
 
   int64_t total() const;
   // The part allocated on the device: every field but the host bytes of `overhead`.
   int64_t device_bytes() const { return total() - host_bytes; }
   int64_t host_bytes = 0;  // the host part of `overhead`
-  // "masters M, optimizer state S, gradients G, overhead O, workspace W".
+  // "masters M, optimizer state S, gradients G, overhead O, workspace W" (", shadow H" when H
+  // is not 0).
   std::string Breakdown() const;
 };
 
 // The footprint of `config`'s replica on `rank` under `layout`: what the replica holds at most
 // once every step has run (every branch of every optimizer). Sums saturate at 2^62.
-// INVALID_ARGUMENT as the replica's creation for invalid chains or parameters.
+// INVALID_ARGUMENT as the replica's creation for invalid chains or parameters. With
+// `state_redundancy` and several ranks, the shadow of the predecessor's owned part too.
 absl::StatusOr<SessionFootprint> ComputeFootprint(const SessionConfig& config, const Layout& layout,
-                                                  int rank);
+                                                  int rank, bool state_redundancy = false);
 
 }  // namespace optstep
 

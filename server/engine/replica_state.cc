@@ -42,14 +42,18 @@ absl::Status CreateGroups(const SessionConfig& config, std::vector<GroupRuntime>
   return absl::OkStatus();
 }
 
-// Allocates every master of `params` in one flat buffer, `masters`, ordered by (owner rank,
-// param id): `blocks` describes it by rank, and `views[p]` is parameter p's part of it.
+// Allocates every master of `params` (or, `only` >= 0, those rank `only` owns) in one flat
+// buffer, `masters`, ordered by (owner rank, param id): `blocks` describes it by rank, and
+// `views[p]` is parameter p's part of it (empty for a parameter left out).
 absl::Status AllocateMasters(Device& device, const Layout& layout,
-                             const std::vector<ParamInfo>& params, Tensor* masters,
+                             const std::vector<ParamInfo>& params, int only, Tensor* masters,
                              MasterBlocks* blocks, std::vector<Tensor>* views) {
   const int world = layout.world_size;
+  auto kept = [&](size_t p) { return only < 0 || layout.owner[p] == only; };
   blocks->counts.assign(world, 0);
-  for (size_t p = 0; p < params.size(); ++p) blocks->counts[layout.owner[p]] += params[p].numel();
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (kept(p)) blocks->counts[layout.owner[p]] += params[p].numel();
+  }
   blocks->offsets.assign(world, 0);
   for (int r = 1; r < world; ++r) {
     blocks->offsets[r] = blocks->offsets[r - 1] + blocks->counts[r - 1];
@@ -59,6 +63,10 @@ absl::Status AllocateMasters(Device& device, const Layout& layout,
   blocks->data = masters->f32();
   std::vector<int64_t> next = blocks->offsets;
   for (size_t p = 0; p < params.size(); ++p) {
+    if (!kept(p)) {
+      views->emplace_back();
+      continue;
+    }
     int64_t& offset = next[layout.owner[p]];
     views->emplace_back(DType::kF32, params[p].shape, blocks->data + offset, Tensor::Deleter());
     offset += params[p].numel();
@@ -83,6 +91,20 @@ absl::StatusOr<std::unique_ptr<ReplicaState>> ReplicaState::Create(std::string s
                                                                    Layout layout, int rank,
                                                                    int64_t max_bytes,
                                                                    std::shared_ptr<Device> device) {
+  return Build(std::move(session_id), std::move(config), std::move(layout), rank, max_bytes,
+               std::move(device), /*all_masters=*/true);
+}
+
+absl::StatusOr<std::unique_ptr<ReplicaState>> ReplicaState::CreateShadow(
+    std::string session_id, SessionConfig config, Layout layout, int owner,
+    std::shared_ptr<Device> device) {
+  return Build(std::move(session_id), std::move(config), std::move(layout), owner,
+               /*max_bytes=*/0, std::move(device), /*all_masters=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<ReplicaState>> ReplicaState::Build(
+    std::string session_id, SessionConfig config, Layout layout, int rank, int64_t max_bytes,
+    std::shared_ptr<Device> device, bool all_masters) {
   std::unique_ptr<ReplicaState> replica(new ReplicaState(
       std::move(session_id), std::move(config), std::move(layout), rank, std::move(device)));
   ReplicaState& r = *replica;
@@ -91,7 +113,11 @@ absl::StatusOr<std::unique_ptr<ReplicaState>> ReplicaState::Create(std::string s
   // Every rank holds every master (they are all-gathered); only owned parameters need state and
   // a gradient buffer (one, whatever the number of trainers).
   int64_t total = 0;
-  for (int p = 0; p < r.num_params(); ++p) total += r.numels_[p] * 4 * (r.owns(p) ? 2 : 1);
+  int64_t owned_numel = 0;
+  for (int p = 0; p < r.num_params(); ++p) {
+    if (r.owns(p)) owned_numel += r.numels_[p];
+    if (all_masters || r.owns(p)) total += r.numels_[p] * 4 * (r.owns(p) ? 2 : 1);
+  }
   if (max_bytes > 0 && total > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("session needs ", total,
                                                      " bytes of parameters and gradients; the "
@@ -99,14 +125,20 @@ absl::StatusOr<std::unique_ptr<ReplicaState>> ReplicaState::Create(std::string s
                                                      max_bytes, " bytes per session"));
   }
   r.states_.resize(r.config_.params.size());
-  OPTSTEP_RETURN_IF_ERROR(AllocateMasters(*r.device_, r.layout_, r.config_.params, &r.masters_,
-                                          &r.blocks_, &r.params_));
+  OPTSTEP_RETURN_IF_ERROR(AllocateMasters(*r.device_, r.layout_, r.config_.params,
+                                          all_masters ? -1 : rank, &r.masters_, &r.blocks_,
+                                          &r.params_));
+  if (owned_numel > 0) {
+    OPTSTEP_ASSIGN_OR_RETURN(r.owned_grads_, r.device_->Allocate(DType::kF32, {owned_numel}));
+  }
+  int64_t grad_offset = 0;
   for (int p = 0; p < r.num_params(); ++p) {
     const ParamInfo& info = r.config_.params[p];
     Tensor grad;
     if (r.owns(p)) {
       r.owned_.push_back(p);
-      OPTSTEP_ASSIGN_OR_RETURN(grad, r.device_->Allocate(DType::kF32, info.shape));
+      grad = Tensor(DType::kF32, info.shape, r.owned_grads_.f32() + grad_offset, Tensor::Deleter());
+      grad_offset += info.numel();
       OPTSTEP_RETURN_IF_ERROR(
           r.groups_[r.group_of_[p]].optimizer->InitState(*r.device_, info, r.states_[p]));
       total += r.states_[p].bytes();

@@ -62,6 +62,13 @@ class ReplicaState {
                                                               SessionConfig config, Layout layout,
                                                               int rank, int64_t max_bytes,
                                                               std::shared_ptr<Device> device);
+  // A shadow of rank `owner`'s replica (shadow_state.h): the masters, optimizer state and
+  // gradient buffers of the parameters `owner` owns, nothing of the others (param(p) is empty
+  // for them, and masters() spans `owner`'s block only).
+  static absl::StatusOr<std::unique_ptr<ReplicaState>> CreateShadow(std::string session_id,
+                                                                    SessionConfig config,
+                                                                    Layout layout, int owner,
+                                                                    std::shared_ptr<Device> device);
 
   ReplicaState(const ReplicaState&) = delete;
   ReplicaState& operator=(const ReplicaState&) = delete;
@@ -71,6 +78,7 @@ class ReplicaState {
   int rank() const { return rank_; }
   const std::string& session_id() const { return id_; }  // names the session in messages
   Device& device() const { return *device_; }
+  const std::shared_ptr<Device>& device_ptr() const { return device_; }
   int num_params() const { return static_cast<int>(numels_.size()); }
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<int64_t>& numels() const { return numels_; }
@@ -84,6 +92,15 @@ class ReplicaState {
 
   Tensor& param(int p) { return params_[p]; }  // a view into the masters
   Tensor& grad(int p) { return grads_[p]; }    // empty unless owned
+  // Every owned gradient buffer as one flat buffer, by ascending parameter id (what a step
+  // ships to the buddy, shadow_state.h).
+  float* owned_grads() { return owned_grads_.numel() > 0 ? owned_grads_.f32() : nullptr; }
+  int64_t owned_numel() const { return owned_grads_.numel(); }
+  // The last step whose update was applied to the owned parameters and their state (0: none):
+  // a step redone after an interruption is not applied twice (docs/design.md, "State
+  // redundancy"). Written with the owned tensors.
+  uint64_t owned_applied_step() const { return owned_applied_step_; }
+  void set_owned_applied_step(uint64_t step) { owned_applied_step_ = step; }
   ParamState& state(int p) { return states_[p]; }
   // The all-gather's view of the masters.
   const MasterBlocks& masters() { return blocks_; }
@@ -108,6 +125,12 @@ class ReplicaState {
  private:
   ReplicaState(std::string session_id, SessionConfig config, Layout layout, int rank,
                std::shared_ptr<Device> device);
+  // Create, with every rank's masters or (a shadow) only `rank`'s.
+  static absl::StatusOr<std::unique_ptr<ReplicaState>> Build(std::string session_id,
+                                                             SessionConfig config, Layout layout,
+                                                             int rank, int64_t max_bytes,
+                                                             std::shared_ptr<Device> device,
+                                                             bool all_masters);
 
   const std::string id_;
   const SessionConfig config_;
@@ -124,8 +147,10 @@ class ReplicaState {
   std::vector<Tensor> params_;  // views into masters_
   std::vector<ParamState> states_;
   // One gradient buffer per owned parameter: SHARDED, the trainers' disjoint chunks; REPLICATED,
-  // the trainers' sum in trainer order (then their mean).
+  // the trainers' sum in trainer order (then their mean). Views into owned_grads_.
   std::vector<Tensor> grads_;
+  Tensor owned_grads_;  // every owned gradient buffer, flat, by parameter id
+  uint64_t owned_applied_step_ = 0;
 };
 
 }  // namespace optstep

@@ -46,6 +46,10 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Create(Options options,
                            options.rank, options.max_bytes, std::move(device)));
   std::shared_ptr<Session> session(new Session(options, std::move(replica)));
   StepCoordinator::Options coordinator;
+  if (options.state_redundancy && session->layout().world_size > 1) {
+    OPTSTEP_ASSIGN_OR_RETURN(session->shadow_, ShadowState::Create(*session->replica_));
+    coordinator.shadow = session->shadow_.get();
+  }
   coordinator.session_id = session->id_;
   coordinator.step_deadline = session->step_deadline_;
   coordinator.observer = session->observer_;

@@ -26,6 +26,7 @@
 #include "server/engine/resolution_gate.h"
 #include "server/engine/session_config.h"
 #include "server/engine/session_holds.h"
+#include "server/engine/shadow_state.h"
 #include "server/engine/step_book.h"
 #include "server/engine/step_contributions.h"
 #include "server/engine/step_coordinator.h"
@@ -82,6 +83,10 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
     // Told (resolution, step) when this rank votes to abort a step past its deadline, so that
     // the other ranks join the vote (JoinAbort), those that never saw the step too; may be null.
     std::function<void(uint64_t resolution, uint64_t step)> on_abort_vote;
+    // State redundancy (shadow_state.h; several ranks only): this rank keeps a shadow of its
+    // predecessor's replica, and a peer lost in a step interrupts the session instead of
+    // breaking it.
+    bool state_redundancy = false;
   };
 
   // Routes parameters, creates the group optimizers and allocates every tensor.
@@ -176,6 +181,31 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   bool healthy() const;
   // Whether a step has begun (a trainer sent its header) and has not finished yet.
   bool step_pending() const;
+
+  // --- State redundancy (shadow_state.h: the heal's interface; session_redundancy.cc) ---
+  using StateCallback = std::function<void(absl::StatusOr<std::shared_ptr<const StateDict>>)>;
+  using DoneCallback = std::function<void(absl::Status)>;
+  // The step a lost peer interrupted (steps are refused until ResumeAfterHeal); unset otherwise.
+  std::optional<uint64_t> interrupted_step() const;
+  // This rank's owned masters, their optimizer state and the group counters, "meta/step" the
+  // last step applied to them. Runs on the coordinator, after the resolution in progress.
+  void ExportOwnedState(StateCallback done);
+  // The shadow of the predecessor's: the same of its state, as of the shadow's step.
+  // FAILED_PRECONDITION without a shadow or when an update of it failed.
+  void ExportShadow(StateCallback done);
+  // Every master, and the step counters ("meta/step", "meta/skipped_steps") of this rank.
+  void ExportMasters(StateCallback done);
+  // Writes what ExportOwnedState / ExportShadow answered into this rank's own part, or into its
+  // shadow; what ExportMasters answered into its masters, with the step counters (a new
+  // generation: no replay of the step before). FAILED_PRECONDITION while a step is pending;
+  // INVALID_ARGUMENT (nothing written) for a key that does not fit. ImportMasters first:
+  // ImportOwnedState then overwrites this rank's block with its own masters.
+  void ImportOwnedState(std::shared_ptr<const StateDict> state, DoneCallback done);
+  void ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback done);
+  void ImportMasters(std::shared_ptr<const StateDict> state, DoneCallback done);
+  // The group healed (the communicator reconnected): steps are taken again, the interrupted
+  // one redone. OK when not interrupted.
+  void ResumeAfterHeal();
   // A replica healed into a running group (its state is imported next, under a hold): counts
   // `resolutions` as done, the other ranks' count. FAILED_PRECONDITION once a step began here.
   absl::Status AdoptResolutions(uint64_t resolutions);
@@ -193,11 +223,19 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // Starts a resolution of `kind` on the coordinator unless a hold forbids it, and kApply only
   // when the book is ready_to_apply (every trainer committed, none runs); returns whether it did.
   bool StartResolutionLocked(ResolutionKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `read` on the coordinator's device work and answers its state dict.
+  void ExportOnCoordinator(
+      std::function<absl::StatusOr<std::shared_ptr<const StateDict>>()> read, StateCallback done);
+  // Runs `write` on the coordinator's device work between steps (FAILED_PRECONDITION while one
+  // is pending), no step starting meanwhile; `then` under the lock on success.
+  void ImportOnCoordinator(std::function<absl::Status()> write, std::function<void()> then,
+                           DoneCallback done);
 
   // StepLedger, for the coordinator.
   Pending BeginResolution() override ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<StepWaiter> TakeStreamingWaiters() override ABSL_LOCKS_EXCLUDED(mu_);
   void MarkBroken() override ABSL_LOCKS_EXCLUDED(mu_);
+  void MarkInterrupted(uint64_t step) override ABSL_LOCKS_EXCLUDED(mu_);
   Ended EndStep(absl::StatusOr<StepOutcome>& outcome) override ABSL_LOCKS_EXCLUDED(mu_);
   void EndResolution(const std::map<DType, std::shared_ptr<const ParamSnapshot>>* snapshots)
       override ABSL_LOCKS_EXCLUDED(mu_);
@@ -211,6 +249,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   const std::unique_ptr<ReplicaState> replica_;
   ResolutionGate gate_;
   SessionHolds holds_{*this};
+  // Set once by Create (state redundancy only); touched on the coordinator.
+  std::unique_ptr<ShadowState> shadow_;
   // Set once by Create; reset first by the destructor.
   std::unique_ptr<StepCoordinator> coordinator_;
 

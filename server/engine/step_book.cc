@@ -41,6 +41,11 @@ absl::Status StepBook::CheckUsable() const {
     return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
                                                " lost a peer; the group must be restarted"));
   }
+  if (interrupted_) {
+    return absl::UnavailableError(absl::StrCat(
+        "session '", id_, "': rank ", rank_, " lost a peer during step ", *interrupted_,
+        "; the step is taken again once the group heals"));
+  }
   return absl::OkStatus();
 }
 
@@ -153,7 +158,7 @@ absl::Status StepBook::DifferentContribution(const Contribution& c, absl::string
 }
 
 bool StepBook::ready_to_apply() const {
-  return !closed_ && !broken_ && !running_ && contributions_.all_committed();
+  return !closed_ && !broken_ && !interrupted_ && !running_ && contributions_.all_committed();
 }
 
 StepLedger::Pending StepBook::pending() const {

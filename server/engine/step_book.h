@@ -56,7 +56,7 @@ class StepBook {
   StepBook(std::string session_id, int rank, const SessionConfig& config,
            std::vector<int64_t> owned_numels, const std::vector<std::string>* names);
 
-  // UNAVAILABLE once closed or broken.
+  // UNAVAILABLE once closed or broken, and while interrupted.
   absl::Status CheckUsable() const;
   // CheckUsable; ABORTED when the step `c` belongs to was aborted or superseded since (a new
   // generation), or its trainer began the step again.
@@ -114,6 +114,11 @@ class StepBook {
   // The replica cannot be trusted any more: refuses further steps.
   void MarkBroken();
   bool broken() const { return broken_; }
+  // A peer was lost during step `step` while the group keeps redundant state (shadow_state.h):
+  // steps are refused (UNAVAILABLE) until Resume, after the heal; the step is then redone.
+  void MarkInterrupted(uint64_t step) { interrupted_ = step; }
+  void Resume() { interrupted_.reset(); }
+  const std::optional<uint64_t>& interrupted() const { return interrupted_; }
   // Whether a resolution (or a state replacement) runs on the coordinator.
   bool running() const { return running_; }
   void set_running(bool running) { running_ = running; }
@@ -162,6 +167,7 @@ class StepBook {
   bool running_ = false;
   bool closed_ = false;
   bool broken_ = false;
+  std::optional<uint64_t> interrupted_;
 };
 
 }  // namespace optstep

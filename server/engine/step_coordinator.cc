@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "server/engine/owned_update.h"
 #include "server/engine/replica_snapshot.h"
 
 namespace optstep {
@@ -138,13 +139,12 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   // 3. Agree with the other ranks; the global norm.
   absl::StatusOr<Agreement> agreement = Agree(abort, !local.ok(), sums, finite);
   if (!agreement.ok()) {
-    ledger_->MarkBroken();
     LOG(ERROR) << "session " << id << " rank " << rank
                << ": lost the group: " << agreement.status();
-    return FinishStep(absl::UnavailableError(absl::StrCat(
-                          "session '", id, "': rank ", rank, " lost a peer during step ",
-                          "agreement: ", agreement.status().message())),
-                      /*aborted=*/false);
+    return LostPeer(pending.step, absl::UnavailableError(absl::StrCat(
+                                      "session '", id, "': rank ", rank,
+                                      " lost a peer during step agreement: ",
+                                      agreement.status().message())));
   }
   if (agreement->failed) {
     return FinishStep(absl::AbortedError(absl::StrCat(
@@ -169,15 +169,21 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   // The result is known now: the trainers get it, and each parameter as soon as it is ready.
   const double clip_scale = ClipScale(replica_->config().chain.clip_grad, agreement->grad_norm);
   outcome.clipped = clip_scale < 1.0;
+  if (options_.shadow != nullptr) {
+    absl::Status shipped = ShipGradients(pending.step);
+    if (!shipped.ok()) return LostPeer(pending.step, std::move(shipped));
+  }
   const StreamingSnapshots streaming = StreamEarly(outcome, pending.step);
   std::vector<int> last_ids;
-  absl::Status applied =
-      ApplyStep(pending.step, schedule, clip_scale, started, streaming, &last_ids);
+  bool peer_lost = false;
+  absl::Status applied = ApplyStep(pending.step, schedule, clip_scale, started, streaming,
+                                   &last_ids, &peer_lost);
   if (!applied.ok()) {
-    // Part of the state may be stepped, a peer may be lost in the all-gather, or the other
-    // ranks may wait in it: this replica cannot be trusted any more.
-    ledger_->MarkBroken();
     for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
+    // A peer lost in the all-gather: the step is redone once the group heals, if it can.
+    if (peer_lost) return LostPeer(pending.step, std::move(applied));
+    // Part of the state may be stepped: this replica cannot be trusted any more.
+    ledger_->MarkBroken();
     return FinishStep(applied, /*aborted=*/false);
   }
   FinishStep(std::move(outcome), /*aborted=*/false, streaming, last_ids);
@@ -267,54 +273,47 @@ absl::StatusOr<StepCoordinator::Agreement> StepCoordinator::Agree(bool abort, bo
 absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& schedule,
                                         double clip_scale, absl::Time started,
                                         const StreamingSnapshots& streaming,
-                                        std::vector<int>* last_ids) {
-  Device& device = replica_->device();
+                                        std::vector<int>* last_ids, bool* peer_lost) {
   // 5. Each group steps the parameters this rank owns, in group order; every rank advances every
-  // group's counter, so they agree.
-  std::vector<GroupRuntime>& groups = replica_->groups();
-  std::vector<StepArgs> args(groups.size());
-  std::vector<std::pair<int, int>> work;  // (group, parameter), in the order they step
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const GroupRuntime& group = groups[g];
-    args[g].lr = schedule[group.def.id].lr;
-    args[g].weight_decay = schedule[group.def.id].weight_decay * group.def.wd_mult;
-    args[g].group_step = static_cast<int64_t>(group.applied_steps) + 1;
-    for (int p : group.def.param_ids) {
-      if (replica_->owns(p)) work.emplace_back(static_cast<int>(g), p);
-    }
-  }
-  // Every kStreamBucketBytes of stepped parameters go out to the streaming snapshots while the
-  // next bucket steps.
+  // group's counter, so they agree. Every kStreamBucketBytes of stepped parameters go out to the
+  // streaming snapshots while the next bucket steps.
   constexpr int64_t kStreamBucketBytes = 16 << 20;
   std::vector<int> bucket;
-  int64_t bucket_bytes = 0;
-  OPTSTEP_RETURN_IF_ERROR(OnDeviceSliced(
-      absl::StrCat("step ", step, " optimizer"), static_cast<int>(work.size()),
-      [&](int i) -> absl::Status {
-        const auto [g, p] = work[i];
-        // 4. Clip (ClipScale).
-        if (clip_scale < 1.0) {
-          OPTSTEP_RETURN_IF_ERROR(device.Scale(static_cast<float>(clip_scale), replica_->grad(p)));
-        }
-        OPTSTEP_RETURN_IF_ERROR(groups[g].optimizer->Step(device, args[g], replica_->grad(p),
-                                                          replica_->param(p), replica_->state(p)));
-        if (streaming.empty()) return absl::OkStatus();
-        bucket.push_back(p);
-        bucket_bytes += replica_->numels()[p] * 4;
-        if (bucket_bytes < kStreamBucketBytes) return absl::OkStatus();
-        OPTSTEP_RETURN_IF_ERROR(device.Synchronize());
-        OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
-        bucket.clear();
-        bucket_bytes = 0;
-        return absl::OkStatus();
-      }));
-  for (GroupRuntime& group : groups) ++group.applied_steps;
+  if (replica_->owned_applied_step() >= step) {
+    // Applied before the step was interrupted: the parameters are this step's already.
+    if (!streaming.empty()) bucket = replica_->owned();
+  } else {
+    const OwnedUpdate update = PlanOwnedUpdate(*replica_, schedule);
+    int64_t bucket_bytes = 0;
+    OPTSTEP_RETURN_IF_ERROR(OnDeviceSliced(
+        absl::StrCat("step ", step, " optimizer"), static_cast<int>(update.work.size()),
+        [&](int i) -> absl::Status {
+          // 4. Clip (ClipScale), then step.
+          OPTSTEP_RETURN_IF_ERROR(ApplyOwnedItem(*replica_, update, i, clip_scale));
+          if (streaming.empty()) return absl::OkStatus();
+          const int p = update.work[i].second;
+          bucket.push_back(p);
+          bucket_bytes += replica_->numels()[p] * 4;
+          if (bucket_bytes < kStreamBucketBytes) return absl::OkStatus();
+          OPTSTEP_RETURN_IF_ERROR(replica_->device().Synchronize());
+          OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
+          bucket.clear();
+          bucket_bytes = 0;
+          return absl::OkStatus();
+        }));
+    CountOwnedUpdate(*replica_);
+    replica_->set_owned_applied_step(step);
+  }
   // The last bucket (and the gathered parameters) is marked ready by FinishStep.
   *last_ids = bucket;
   if (!bucket.empty()) {
     OPTSTEP_RETURN_IF_ERROR(
         OnDevice([&] { return PublishParams(bucket, streaming, /*mark=*/false); },
                  absl::StrCat("step ", step, " parameters out")));
+  }
+  // The buddy's copy is current before any rank can finish the all-gather.
+  if (options_.shadow != nullptr) {
+    OPTSTEP_RETURN_IF_ERROR(UpdateShadow(step, schedule, clip_scale));
   }
   const absl::Time gather_started = absl::Now();
   options_.observer->OnPhase(StepObserver::Phase::kStep, gather_started - started);
@@ -326,6 +325,7 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
         comm_->AllGatherV(masters.data + masters.offsets[rank], masters.counts[rank], masters.data,
                           masters.counts, CommDType::kFloat32);
     if (!gathered.ok()) {
+      *peer_lost = true;
       return absl::UnavailableError(
           absl::StrCat("session '", options_.session_id, "': rank ", rank,
                        " lost a peer during the all-gather: ", gathered.message()));
@@ -343,6 +343,47 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
                  absl::StrCat("step ", step, " gathered parameters out")));
   }
   return absl::OkStatus();
+}
+
+absl::Status StepCoordinator::ShipGradients(uint64_t step) {
+  ReplicaState& shadow = options_.shadow->replica();
+  absl::Status shipped =
+      comm_->RingShift(replica_->owned_grads(), replica_->owned_numel(), shadow.owned_grads(),
+                       shadow.owned_numel(), CommDType::kFloat32);
+  if (shipped.ok()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("session '", options_.session_id, "': rank ",
+                                             replica_->rank(), " lost a peer shipping step ", step,
+                                             "'s gradients to its buddy: ", shipped.message()));
+}
+
+absl::Status StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& schedule,
+                                           double clip_scale) {
+  ShadowState& shadow = *options_.shadow;
+  if (!shadow.CheckUsable().ok() || shadow.step() >= step) return absl::OkStatus();
+  ReplicaState& owner = shadow.replica();
+  const OwnedUpdate update = PlanOwnedUpdate(owner, schedule);
+  absl::Status stepped = OnDeviceSliced(
+      absl::StrCat("step ", step, " shadow of rank ", owner.rank()),
+      static_cast<int>(update.work.size()),
+      [&](int i) { return ApplyOwnedItem(owner, update, i, clip_scale); });
+  if (!stepped.ok()) {
+    shadow.Invalidate(absl::FailedPreconditionError(
+        absl::StrCat("session '", options_.session_id, "': the shadow of rank ", owner.rank(),
+                     "'s state failed in step ", step, ": ", stepped.message())));
+    return stepped;
+  }
+  CountOwnedUpdate(owner);
+  owner.set_owned_applied_step(step);
+  return absl::OkStatus();
+}
+
+void StepCoordinator::LostPeer(uint64_t step, absl::Status error) {
+  if (options_.shadow != nullptr) {
+    ledger_->MarkInterrupted(step);
+  } else {
+    ledger_->MarkBroken();
+  }
+  FinishStep(std::move(error), /*aborted=*/false);
 }
 
 void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool aborted,

@@ -23,6 +23,7 @@
 #include "kernels/device.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/replica_state.h"
+#include "server/engine/shadow_state.h"
 #include "server/engine/step_observer.h"
 #include "server/engine/step_schedule.h"
 
@@ -78,6 +79,9 @@ class StepLedger {
   virtual std::vector<StepWaiter> TakeStreamingWaiters() = 0;
   // The replica cannot be trusted any more (a collective or the optimizer failed).
   virtual void MarkBroken() = 0;
+  // A peer was lost during `step` while the group keeps redundant state: the step is refused
+  // until the group heals, then redone (StepBook::MarkInterrupted).
+  virtual void MarkInterrupted(uint64_t step) = 0;
   // The step ended: when `outcome` is OK (applied or skipped) the counters advance and
   // outcome->step is set. Forgets the step's contributions; answers the waiters to notify.
   virtual Ended EndStep(absl::StatusOr<StepOutcome>& outcome) = 0;
@@ -109,6 +113,9 @@ class StepCoordinator {
     std::string session_id;
     absl::Duration step_deadline;            // named in the abort message
     std::shared_ptr<StepObserver> observer;  // never null
+    // State redundancy (shadow_state.h): the shadow of the predecessor's replica, kept current
+    // in every step; must outlive the coordinator. Null: none (a lost peer breaks the session).
+    ShadowState* shadow = nullptr;
   };
 
   // INTERNAL when `comm` does not span the replica's layout with the replica's rank.
@@ -168,9 +175,20 @@ class StepCoordinator {
   // stepped, the others once gathered). The parameters written last are left for FinishStep to
   // mark ready: `*last_ids`. `started`: when Resolve began (the step phase is reported up to the
   // all-gather).
+  // A rank whose owned parameters already had this step's update (a step redone after an
+  // interruption) does not apply it again. With a shadow, steps it too before the all-gather.
+  // `*peer_lost`: the error is a lost peer's, not the device's.
   absl::Status ApplyStep(uint64_t step, const StepSchedule& schedule, double clip_scale,
                          absl::Time started, const StreamingSnapshots& streaming,
-                         std::vector<int>* last_ids);
+                         std::vector<int>* last_ids, bool* peer_lost);
+  // Ships this rank's owned gradients to its buddy and receives its predecessor's into the
+  // shadow (Communicator::RingShift). UNAVAILABLE when a peer is lost.
+  absl::Status ShipGradients(uint64_t step);
+  // Steps the shadow as its owner stepped (unless it reflects `step` already, or is unusable).
+  absl::Status UpdateShadow(uint64_t step, const StepSchedule& schedule, double clip_scale);
+  // A peer was lost: with a shadow the step is interrupted (redone after the heal), otherwise
+  // the replica is broken. Ends the step with `error`.
+  void LostPeer(uint64_t step, absl::Status error);
   // Writes `ids` into every streaming snapshot and, with `mark`, marks them ready. On the
   // device worker.
   absl::Status PublishParams(const std::vector<int>& ids, const StreamingSnapshots& streaming,

@@ -1,0 +1,135 @@
+// Session's part in state redundancy (shadow_state.h): the interrupted step, and the exports and
+// imports through which a healed rank gets its own state, its shadow and the masters.
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "glog/logging.h"
+#include "server/engine/session.h"
+
+namespace optstep {
+
+std::optional<uint64_t> Session::interrupted_step() const {
+  absl::MutexLock lock(&mu_);
+  return book_.interrupted();
+}
+
+void Session::MarkInterrupted(uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  LOG(WARNING) << "session " << id_ << " rank " << rank() << ": step " << step
+               << " interrupted by a lost peer; waiting for the group to heal";
+  book_.MarkInterrupted(step);
+}
+
+void Session::ResumeAfterHeal() {
+  absl::MutexLock lock(&mu_);
+  if (!book_.interrupted()) return;
+  LOG(INFO) << "session " << id_ << " rank " << rank() << ": the group healed; step "
+            << *book_.interrupted() << " is taken again";
+  book_.Resume();
+  StartResolutionLocked(ResolutionKind::kApply);  // when every trainer committed again already
+}
+
+void Session::ExportOnCoordinator(
+    std::function<absl::StatusOr<std::shared_ptr<const StateDict>>()> read, StateCallback done) {
+  coordinator_->Post([self = shared_from_this(), read = std::move(read), done = std::move(done)] {
+    absl::StatusOr<std::shared_ptr<const StateDict>> state;
+    absl::Status status = self->coordinator_->OnDevice([&] {
+      state = read();
+      return state.status();
+    });
+    if (!status.ok()) return done(status);
+    done(std::move(state));
+  });
+}
+
+void Session::ExportOwnedState(StateCallback done) {
+  ExportOnCoordinator([this] { return ExportOwned(*replica_); }, std::move(done));
+}
+
+void Session::ExportShadow(StateCallback done) {
+  ExportOnCoordinator(
+      [this]() -> absl::StatusOr<std::shared_ptr<const StateDict>> {
+        if (shadow_ == nullptr) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "session '", id_, "': rank ", rank(), " keeps no shadow (state redundancy is off)"));
+        }
+        OPTSTEP_RETURN_IF_ERROR(shadow_->CheckUsable());
+        return ExportOwned(shadow_->replica());
+      },
+      std::move(done));
+}
+
+void Session::ExportMasters(StateCallback done) {
+  ExportOnCoordinator(
+      [this] {
+        StateSelection selection;
+        selection.owned_state = false;
+        StepCounters counters;
+        {
+          absl::MutexLock lock(&mu_);
+          counters = book_.counters();
+        }
+        return CopyStateToHost(SelectState(*replica_, selection, nullptr, counters));
+      },
+      std::move(done));
+}
+
+void Session::ImportOnCoordinator(std::function<absl::Status()> write, std::function<void()> then,
+                                  DoneCallback done) {
+  coordinator_->Post([self = shared_from_this(), write = std::move(write), then = std::move(then),
+                      done = std::move(done)] {
+    absl::Status refused;
+    {
+      absl::MutexLock lock(&self->mu_);
+      if (!self->book_.between_steps()) {
+        refused = absl::FailedPreconditionError(
+            absl::StrCat("session '", self->id_, "': step ", self->book_.counters().step + 1,
+                         " is pending; a healed state is imported between steps"));
+      } else {
+        self->book_.set_running(true);  // no step starts while the state is replaced
+      }
+    }
+    if (!refused.ok()) return done(refused);  // told without the lock, as every callback
+    const absl::Status status = self->coordinator_->OnDevice(write);
+    {
+      absl::MutexLock lock(&self->mu_);
+      if (status.ok() && then) then();
+      self->book_.set_running(false);
+    }
+    done(status);
+  });
+}
+
+void Session::ImportOwnedState(std::shared_ptr<const StateDict> state, DoneCallback done) {
+  ImportOnCoordinator([this, state = std::move(state)] { return ImportOwned(*replica_, state); },
+                      nullptr, std::move(done));
+}
+
+void Session::ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback done) {
+  ImportOnCoordinator(
+      [this, state = std::move(state)]() -> absl::Status {
+        if (shadow_ == nullptr) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "session '", id_, "': rank ", rank(), " keeps no shadow (state redundancy is off)"));
+        }
+        OPTSTEP_RETURN_IF_ERROR(ImportOwned(shadow_->replica(), state));
+        shadow_->Revalidate();
+        return absl::OkStatus();
+      },
+      nullptr, std::move(done));
+}
+
+void Session::ImportMasters(std::shared_ptr<const StateDict> state, DoneCallback done) {
+  auto resolved = std::make_shared<std::shared_ptr<ResolvedState>>();
+  ImportOnCoordinator(
+      [this, state = std::move(state), resolved]() -> absl::Status {
+        OPTSTEP_ASSIGN_OR_RETURN(*resolved, ResolveState(*replica_, state));
+        return WriteResolvedState(*replica_, **resolved);
+      },
+      [this, resolved]() ABSL_NO_THREAD_SAFETY_ANALYSIS { book_.WriteCounters(**resolved); },
+      std::move(done));
+}
+
+}  // namespace optstep

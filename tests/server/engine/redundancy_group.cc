@@ -1,0 +1,264 @@
+#include "tests/server/engine/redundancy_group.h"
+
+#include <cmath>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "tests/server/engine/session_test_util.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace testutil {
+namespace {
+
+constexpr char kSessionId[] = "redundancy";
+
+// Waits for an export's callback.
+StateDict AwaitState(const std::function<void(Session::StateCallback)>& call) {
+  absl::Notification done;
+  absl::StatusOr<std::shared_ptr<const StateDict>> state;
+  call([&](absl::StatusOr<std::shared_ptr<const StateDict>> s) {
+    state = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_THAT(state.status(), IsOk());
+  return state.ok() ? **state : StateDict{};
+}
+
+absl::Status AwaitDone(const std::function<void(Session::DoneCallback)>& call) {
+  absl::Notification done;
+  absl::Status status;
+  call([&](absl::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
+}
+
+}  // namespace
+
+SwappableCommunicator::SwappableCommunicator(int rank, int world,
+                                             std::unique_ptr<FaultInjectingCommunicator> inner)
+    : rank_(rank), world_(world), inner_(std::move(inner)) {}
+
+FaultInjector& SwappableCommunicator::faults() {
+  absl::MutexLock lock(&mu_);
+  return inner_->faults();
+}
+
+void SwappableCommunicator::Replace(std::unique_ptr<FaultInjectingCommunicator> inner) {
+  absl::MutexLock lock(&mu_);
+  inner_ = std::move(inner);
+}
+
+absl::Status SwappableCommunicator::AllReduce(void* data, int64_t count, CommDType dtype,
+                                              ReduceOp op) {
+  absl::MutexLock lock(&mu_);
+  return inner_->AllReduce(data, count, dtype, op);
+}
+
+absl::Status SwappableCommunicator::AllGatherV(const void* send, int64_t send_count, void* recv,
+                                               const std::vector<int64_t>& recv_counts,
+                                               CommDType dtype) {
+  absl::MutexLock lock(&mu_);
+  return inner_->AllGatherV(send, send_count, recv, recv_counts, dtype);
+}
+
+absl::Status SwappableCommunicator::Broadcast(void* data, int64_t count, CommDType dtype,
+                                              int root) {
+  absl::MutexLock lock(&mu_);
+  return inner_->Broadcast(data, count, dtype, root);
+}
+
+absl::Status SwappableCommunicator::RingShift(const void* send, int64_t send_count, void* recv,
+                                              int64_t recv_count, CommDType dtype) {
+  absl::MutexLock lock(&mu_);
+  return inner_->RingShift(send, send_count, recv, recv_count, dtype);
+}
+
+absl::Status SwappableCommunicator::Barrier() {
+  absl::MutexLock lock(&mu_);
+  return inner_->Barrier();
+}
+
+RedundancyGroup::RedundancyGroup(int world, const SessionConfig& config, bool redundancy,
+                                 absl::Duration comm_timeout)
+    : config_(config), redundancy_(redundancy), comm_timeout_(comm_timeout), ranks_(world) {
+  for (int r = 0; r < world; ++r) ranks_[r].engine = MakeEngine(r);
+  std::vector<std::thread> threads;
+  std::vector<absl::StatusOr<std::shared_ptr<Session>>> created(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back(
+        [&, r] { created[r] = ranks_[r].engine->CreateReplica(kSessionId, config_); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    EXPECT_THAT(created[r].status(), IsOk());
+    if (created[r].ok()) ranks_[r].session = *created[r];
+  }
+}
+
+RedundancyGroup::~RedundancyGroup() {
+  for (Rank& rank : ranks_) rank.session.reset();
+}
+
+absl::StatusOr<std::unique_ptr<FaultInjectingCommunicator>> RedundancyGroup::Connect(
+    int r, const std::string& id) {
+  CommunicatorOptions comm;
+  comm.kind = "gloo";
+  comm.rank = r;
+  comm.world_size = world();
+  comm.prefix = absl::StrCat("g", generation_, "/", id);
+  comm.store = store_;
+  comm.timeout = comm_timeout_;
+  absl::StatusOr<std::unique_ptr<Communicator>> created = CreateCommunicator(comm);
+  if (!created.ok()) return created.status();
+  return std::make_unique<FaultInjectingCommunicator>(*std::move(created));
+}
+
+std::unique_ptr<Engine> RedundancyGroup::MakeEngine(int r) {
+  EngineOptions options;
+  options.device.num_threads = 1;
+  options.rank = r;
+  options.world_size = world();
+  options.state_redundancy = redundancy_;
+  options.make_communicator =
+      [this, r](const std::string& id) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+    absl::StatusOr<std::unique_ptr<FaultInjectingCommunicator>> inner = Connect(r, id);
+    if (!inner.ok()) return inner.status();
+    auto comm = std::make_unique<SwappableCommunicator>(r, world(), *std::move(inner));
+    ranks_[r].comm = comm.get();
+    return std::unique_ptr<Communicator>(std::move(comm));
+  };
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
+  EXPECT_THAT(engine.status(), IsOk());
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+float RedundancyGroup::Gradient(uint64_t step, int p, int64_t i) {
+  return 0.05f * static_cast<float>(std::sin(0.37 * static_cast<double>(i + 1) +
+                                             1.3 * static_cast<double>(step) + 0.7 * p));
+}
+
+std::vector<absl::StatusOr<StepOutcome>> RedundancyGroup::Step(uint64_t step) {
+  std::vector<Outcome> outcomes(world());
+  std::vector<absl::StatusOr<StepOutcome>> results(world(), absl::UnknownError("not committed"));
+  std::vector<bool> committed(world(), false);
+  for (int r = 0; r < world(); ++r) {
+    Session& s = session(r);
+    StepBegin begin;
+    begin.step = step;
+    begin.return_params = false;
+    absl::StatusOr<Contribution> c = s.Begin(begin);
+    if (!c.ok()) {
+      results[r] = c.status();
+      continue;
+    }
+    for (int p = 0; p < static_cast<int>(config_.params.size()); ++p) {
+      if (s.layout().owner[p] != r) continue;
+      std::vector<float> grad(config_.params[p].numel());
+      for (size_t i = 0; i < grad.size(); ++i) grad[i] = Gradient(step, p, i);
+      EXPECT_THAT(SendGradient(s, *c, p, 0, grad), IsOk());
+    }
+    const absl::Status status = s.Commit(*c, 0, outcomes[r].Callback());
+    committed[r] = status.ok();
+    if (!status.ok()) results[r] = status;
+  }
+  for (int r = 0; r < world(); ++r) {
+    if (!committed[r]) continue;
+    if (!outcomes[r].WaitFor(absl::Seconds(30))) {
+      results[r] = absl::DeadlineExceededError("no outcome within 30 s");
+    } else {
+      results[r] = outcomes[r].result();
+    }
+  }
+  return results;
+}
+
+void RedundancyGroup::StepOk(uint64_t step) {
+  std::vector<absl::StatusOr<StepOutcome>> results = Step(step);
+  for (int r = 0; r < world(); ++r) {
+    ASSERT_THAT(results[r].status(), IsOk()) << "rank " << r << " step " << step;
+    EXPECT_FALSE(results[r]->skipped) << "rank " << r << " step " << step;
+  }
+}
+
+void RedundancyGroup::Regroup(int replaced) {
+  ++generation_;
+  if (replaced >= 0) {
+    ranks_[replaced].session.reset();
+    ranks_[replaced].engine.reset();  // closes its connections: a lost process
+    ranks_[replaced].engine = MakeEngine(replaced);
+  }
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> status(world());
+  for (int r = 0; r < world(); ++r) {
+    threads.emplace_back([&, r] {
+      if (r == replaced) {
+        absl::StatusOr<std::shared_ptr<Session>> created =
+            ranks_[r].engine->CreateReplica(kSessionId, config_);
+        status[r] = created.status();
+        if (created.ok()) ranks_[r].session = *created;
+        return;
+      }
+      absl::StatusOr<std::unique_ptr<FaultInjectingCommunicator>> inner = Connect(r, kSessionId);
+      status[r] = inner.status();
+      if (inner.ok()) ranks_[r].comm->Replace(*std::move(inner));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < world(); ++r) EXPECT_THAT(status[r], IsOk()) << "rank " << r;
+}
+
+StateDict RedundancyGroup::OwnedState(int r) {
+  return AwaitState([&](Session::StateCallback done) { session(r).ExportOwnedState(done); });
+}
+
+StateDict RedundancyGroup::Shadow(int r) {
+  return AwaitState([&](Session::StateCallback done) { session(r).ExportShadow(done); });
+}
+
+StateDict RedundancyGroup::Masters(int r) {
+  return AwaitState([&](Session::StateCallback done) { session(r).ExportMasters(done); });
+}
+
+absl::Status RedundancyGroup::ImportOwnedState(int r, const StateDict& state) {
+  return AwaitDone([&](Session::DoneCallback done) {
+    session(r).ImportOwnedState(std::make_shared<const StateDict>(state), done);
+  });
+}
+
+absl::Status RedundancyGroup::ImportShadow(int r, const StateDict& state) {
+  return AwaitDone([&](Session::DoneCallback done) {
+    session(r).ImportShadow(std::make_shared<const StateDict>(state), done);
+  });
+}
+
+absl::Status RedundancyGroup::ImportMasters(int r, const StateDict& state) {
+  return AwaitDone([&](Session::DoneCallback done) {
+    session(r).ImportMasters(std::make_shared<const StateDict>(state), done);
+  });
+}
+
+std::string Difference(const StateDict& a, const StateDict& b) {
+  for (const auto& [key, tensor] : a) {
+    auto it = b.find(key);
+    if (it == b.end()) return absl::StrCat("'", key, "' only in the first");
+    if (it->second.type != tensor.type || it->second.shape != tensor.shape) {
+      return absl::StrCat("'", key, "' differs in type or shape");
+    }
+    if (it->second.bytes != tensor.bytes) return absl::StrCat("'", key, "' differs in its bits");
+  }
+  for (const auto& entry : b) {
+    if (a.count(entry.first) == 0) return absl::StrCat("'", entry.first, "' only in the second");
+  }
+  return "";
+}
+
+}  // namespace testutil
+}  // namespace optstep

@@ -1,0 +1,114 @@
+#ifndef OPTSTEP_TESTS_SERVER_ENGINE_REDUNDANCY_GROUP_H_
+#define OPTSTEP_TESTS_SERVER_ENGINE_REDUNDANCY_GROUP_H_
+
+// A group of ranks in this process (engines joined by gloo, with state redundancy) whose
+// communicators can be reconnected in a new generation and whose ranks can be replaced, as a
+// heal does: what the state redundancy tests drive.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "checkpoint/state_dict.h"
+#include "kernels/comm/communicator.h"
+#include "kernels/comm/key_value_store.h"
+#include "server/engine/engine.h"
+#include "tests/testing/fault_injecting_communicator.h"
+
+namespace optstep {
+namespace testutil {
+
+// A communicator whose connection is replaced between collectives (a new generation).
+// Thread-safe.
+class SwappableCommunicator final : public Communicator {
+ public:
+  SwappableCommunicator(int rank, int world, std::unique_ptr<FaultInjectingCommunicator> inner);
+
+  // The faults of the current connection.
+  FaultInjector& faults();
+  void Replace(std::unique_ptr<FaultInjectingCommunicator> inner);
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  absl::Status AllReduce(void* data, int64_t count, CommDType dtype, ReduceOp op) override;
+  absl::Status AllGatherV(const void* send, int64_t send_count, void* recv,
+                          const std::vector<int64_t>& recv_counts, CommDType dtype) override;
+  absl::Status Broadcast(void* data, int64_t count, CommDType dtype, int root) override;
+  absl::Status RingShift(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                         CommDType dtype) override;
+  absl::Status Barrier() override;
+
+ private:
+  const int rank_;
+  const int world_;
+  absl::Mutex mu_;
+  std::unique_ptr<FaultInjectingCommunicator> inner_ ABSL_GUARDED_BY(mu_);
+};
+
+// A session's group of `world` ranks with state redundancy on (or off). Not thread-safe: the
+// test's thread drives it.
+class RedundancyGroup {
+ public:
+  // Creates the engines and the session `config` on every rank (fails the test on error).
+  RedundancyGroup(int world, const SessionConfig& config, bool redundancy = true,
+                  absl::Duration comm_timeout = absl::Seconds(2));
+  ~RedundancyGroup();
+
+  int world() const { return static_cast<int>(ranks_.size()); }
+  Session& session(int r) { return *ranks_[r].session; }
+  SwappableCommunicator& comm(int r) { return *ranks_[r].comm; }
+
+  // Every rank takes step `step` (trainer 0 sends Gradient(step, p, i) of the parameters each
+  // owns); answers each rank's outcome.
+  std::vector<absl::StatusOr<StepOutcome>> Step(uint64_t step);
+  // Step, failing the test unless every rank applied it.
+  void StepOk(uint64_t step);
+
+  // A new generation: every rank but `replaced` reconnects its communicator while rank
+  // `replaced` (if >= 0) is dropped and created afresh (a restarted process, nothing imported).
+  void Regroup(int replaced = -1);
+
+  // The session's exports, waited for (fail the test on error).
+  StateDict OwnedState(int r);
+  StateDict Shadow(int r);
+  StateDict Masters(int r);
+  absl::Status ImportOwnedState(int r, const StateDict& state);
+  absl::Status ImportShadow(int r, const StateDict& state);
+  absl::Status ImportMasters(int r, const StateDict& state);
+
+  // The gradient element i of parameter p in step `step`.
+  static float Gradient(uint64_t step, int p, int64_t i);
+
+ private:
+  struct Rank {
+    std::unique_ptr<Engine> engine;
+    std::shared_ptr<Session> session;
+    SwappableCommunicator* comm = nullptr;
+  };
+  // A connected communicator of rank r in the current generation.
+  absl::StatusOr<std::unique_ptr<FaultInjectingCommunicator>> Connect(int r, const std::string& id);
+  std::unique_ptr<Engine> MakeEngine(int r);
+
+  const SessionConfig config_;
+  const bool redundancy_;
+  const absl::Duration comm_timeout_;
+  const std::shared_ptr<KeyValueStore> store_ = NewInMemoryKeyValueStore();
+  uint64_t generation_ = 0;
+  std::vector<Rank> ranks_;
+};
+
+// Whether two state dicts hold the same keys with the same bits; else a description of the
+// first difference.
+std::string Difference(const StateDict& a, const StateDict& b);
+
+}  // namespace testutil
+}  // namespace optstep
+
+#endif  // OPTSTEP_TESTS_SERVER_ENGINE_REDUNDANCY_GROUP_H_

@@ -1,0 +1,187 @@
+// State redundancy (docs/design.md, "State redundancy"): each rank's shadow of its predecessor
+// equals that rank's own state bit for bit after steps of AdamW, Muon and SOAP; a step
+// interrupted by a lost peer is redone after the heal and applied exactly once, whether the ranks
+// had applied it or not; a rank lost and restarted gets its state from its buddy, its shadow
+// from its predecessor and the masters from a peer, and the run ends bit for bit as an
+// undisturbed one. Ranks are engines in this process joined by gloo.
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "tests/server/engine/redundancy_group.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::Difference;
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::RedundancyGroup;
+using ::optstep::testutil::StatusIs;
+
+ParamInfo Param(const std::string& name, Shape shape) { return ParamInfo{name, std::move(shape)}; }
+
+// Matrices stepped by `kind`, the rest by AdamW; clipping on (the chain's default of 1).
+SessionConfig ConfigOf(const std::string& kind) {
+  SessionConfig config;
+  config.name = "redundancy";
+  config.params = {Param("fc1.weight", {24, 16}),  Param("fc1.bias", {24}),
+                   Param("fc2.weight", {8, 24}),   Param("fc2.bias", {8}),
+                   Param("head.weight", {12, 12}), Param("head.bias", {12})};
+  SubOptimizerConfig main;
+  main.name = "main";
+  main.kind = kind;
+  SubOptimizerConfig adam;
+  adam.name = "adam";
+  adam.kind = "adamw";
+  config.chain.sub_optimizers = {main, adam};
+  RoutingRule matrices;
+  matrices.ndim = 2;
+  matrices.sub_optimizer = "main";
+  RoutingRule rest;
+  rest.sub_optimizer = "adam";
+  config.chain.rules = {matrices, rest};
+  config.step_deadline = absl::Seconds(60);
+  return config;
+}
+
+// Every rank's masters, own state and shadow of `group` equal `reference`'s.
+void ExpectSameState(RedundancyGroup& group, RedundancyGroup& reference) {
+  for (int r = 0; r < group.world(); ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(Difference(group.Masters(r), reference.Masters(r)), "");
+    EXPECT_EQ(Difference(group.OwnedState(r), reference.OwnedState(r)), "");
+    EXPECT_EQ(Difference(group.Shadow(r), reference.Shadow(r)), "");
+  }
+}
+
+struct Case {
+  std::string kind;
+  int world;
+};
+
+class ShadowTest : public testing::TestWithParam<Case> {};
+
+TEST_P(ShadowTest, ShadowEqualsItsOwnersStateBitForBit) {
+  RedundancyGroup group(GetParam().world, ConfigOf(GetParam().kind));
+  const StateDict before = group.OwnedState(0);
+  for (uint64_t step = 1; step <= 4; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  ASSERT_NE(Difference(group.OwnedState(0), before), "") << "the steps changed nothing";
+  for (int r = 0; r < group.world(); ++r) {
+    SCOPED_TRACE(absl::StrCat("owner ", r));
+    const StateDict own = group.OwnedState(r);
+    const StateDict shadow = group.Shadow((r + 1) % group.world());
+    EXPECT_EQ(Difference(own, shadow), "");
+    ASSERT_EQ(own.count("meta/step"), 1u);
+    EXPECT_EQ(own.at("meta/step").bytes, shadow.at("meta/step").bytes);
+    EXPECT_GT(own.size(), 3u);  // masters and state, not only counters
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, ShadowTest,
+                         testing::Values(Case{"adamw", 2}, Case{"muon", 2}, Case{"soap", 2},
+                                         Case{"adamw", 3}, Case{"muon", 3}, Case{"soap", 3}),
+                         [](const testing::TestParamInfo<Case>& info) {
+                           return absl::StrCat(info.param.kind, "_", info.param.world, "ranks");
+                         });
+
+// Rank 1 fails `method` in step 2: every rank is interrupted at step 2 (not broken) and refuses
+// steps; after the heal the step is redone and the run ends as an undisturbed one.
+void InterruptAndRedo(const char* method) {
+  const SessionConfig config = ConfigOf("muon");
+  RedundancyGroup reference(2, config);
+  for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+
+  RedundancyGroup group(2, config);
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+  group.comm(1).faults().FailCall(method, group.comm(1).faults().calls(method) + 1,
+                                  absl::UnavailableError("injected: peer lost"));
+  for (const absl::StatusOr<StepOutcome>& outcome : group.Step(2)) {
+    EXPECT_THAT(outcome.status(), StatusIs(absl::StatusCode::kUnavailable));
+  }
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(2));
+    EXPECT_TRUE(group.session(r).healthy());  // not broken: it waits for the heal
+    StepBegin begin;
+    begin.step = 2;
+    EXPECT_THAT(group.session(r).Begin(begin).status(),
+                StatusIs(absl::StatusCode::kUnavailable, "once the group heals"));
+  }
+  group.Regroup();
+  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal();
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(2));
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(3));
+  ExpectSameState(group, reference);
+}
+
+TEST(StateRedundancyTest, StepInterruptedAfterTheUpdateIsNotAppliedTwice) {
+  InterruptAndRedo("AllGatherV");  // both ranks had stepped their parameters and shadows
+}
+
+TEST(StateRedundancyTest, StepInterruptedBeforeTheUpdateIsApplied) {
+  InterruptAndRedo("AllReduce");  // the ranks' agreement failed: nothing was stepped
+}
+
+TEST(StateRedundancyTest, WithoutRedundancyALostPeerBreaksTheSession) {
+  RedundancyGroup group(2, ConfigOf("adamw"), /*redundancy=*/false);
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+  group.comm(1).faults().FailCall("AllGatherV", group.comm(1).faults().calls("AllGatherV") + 1,
+                                  absl::UnavailableError("injected: peer lost"));
+  group.Step(2);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(group.session(r).healthy());
+    EXPECT_EQ(group.session(r).interrupted_step(), std::nullopt);
+  }
+}
+
+// Rank 1 of 3 is lost (between steps, or in step 3's all-gather after its update) and restarted:
+// it gets the masters from rank 0, its own state from its buddy (rank 2) and its shadow of rank
+// 0 from rank 0; the run goes on and ends as an undisturbed one.
+void LoseAndHealRankOne(bool mid_step) {
+  const SessionConfig config = ConfigOf("soap");
+  RedundancyGroup reference(3, config);
+  for (uint64_t step = 1; step <= 4; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+
+  RedundancyGroup group(3, config);
+  for (uint64_t step = 1; step <= 2; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  if (mid_step) {
+    group.comm(1).faults().FailCall("AllGatherV", group.comm(1).faults().calls("AllGatherV") + 1,
+                                    absl::UnavailableError("injected: rank 1 dies"));
+    group.Step(3);
+    EXPECT_EQ(group.session(0).interrupted_step(), std::optional<uint64_t>(3));
+    EXPECT_EQ(group.session(2).interrupted_step(), std::optional<uint64_t>(3));
+  }
+  group.Regroup(/*replaced=*/1);
+  OPTSTEP_ASSERT_OK(group.ImportMasters(1, group.Masters(0)));
+  OPTSTEP_ASSERT_OK(group.ImportOwnedState(1, group.Shadow(2)));
+  OPTSTEP_ASSERT_OK(group.ImportShadow(1, group.OwnedState(0)));
+  for (int r = 0; r < 3; ++r) group.session(r).ResumeAfterHeal();
+  for (uint64_t step = 3; step <= 4; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  ExpectSameState(group, reference);
+}
+
+TEST(StateRedundancyTest, RankLostBetweenStepsIsHealedFromItsBuddy) { LoseAndHealRankOne(false); }
+
+TEST(StateRedundancyTest, RankLostAfterItsUpdateIsHealedAndTheStepRedone) {
+  LoseAndHealRankOne(true);
+}
+
+TEST(StateRedundancyTest, ShadowOfARankWithoutOneIsRefused) {
+  RedundancyGroup group(2, ConfigOf("adamw"), /*redundancy=*/false);
+  absl::Notification done;
+  absl::Status status;
+  group.session(0).ExportShadow([&](absl::StatusOr<std::shared_ptr<const StateDict>> s) {
+    status = s.status();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kFailedPrecondition, "keeps no shadow"));
+}
+
+}  // namespace
+}  // namespace optstep

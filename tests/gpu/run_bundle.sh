@@ -12,7 +12,7 @@
 #      element-wise parts, Newton–Schulz against the bare cuBLAS GEMM sequence, one step of the
 #      124M GPT-like model under adam, muon, adaptive_muon and soap), kernels_bench (the CPU
 #      AdamW on this machine's cores against its triad);
-#   4. the server on cuda:0 with NCCL (world size 1), trained through by train_mlp (adam, sgd);
+#   4. the server on cuda:0 (--comm=nccl, world size 1), trained through by train_mlp (adam, sgd);
 #   5. compute-sanitizer --tool memcheck over the device conformance test.
 # Every step's output goes to the terminal and, when $OUT is set, to $OUT/<step>.txt (gtest XML
 # under $OUT/tests/); $OUT/summary.txt lists each step's result.
@@ -170,7 +170,7 @@ step optim_bench 150 "$bundle/optim_bench" --device=cuda --benchmark_min_time=0.
 step kernels_bench 60 "$bundle/kernels_bench" --benchmark_min_time=0.1 --benchmark_color=false \
   '--benchmark_filter=Triad|AdamW'
 
-# ---- 4. the server on CUDA, NCCL world size 1, a trainer through it ---------------------------
+# ---- 4. the server on CUDA, world size 1, a trainer through it ---------------------------------
 server_on_cuda() {
   local log="$work/server.log" server address optimizer rc=0
   "$bundle/optstep_server" --device=cuda:0 --comm=nccl --world_size=1 --port=0 \
@@ -190,7 +190,7 @@ server_on_cuda() {
     kill "$server" 2>/dev/null
     return 1
   fi
-  echo "server on cuda:0 (nccl, world size 1) at $address"
+  echo "server on cuda:0 (--comm=nccl, world size 1) at $address"
   for optimizer in adam sgd; do
     "$bundle/train_mlp" --server="$address" --optimizer="$optimizer" --steps=200 || rc=1
   done

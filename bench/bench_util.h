@@ -25,6 +25,21 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b);
 
+// Runs `iteration()` once per benchmark iteration, each timed by the wall clock and reported as
+// that iteration's manual time (UseManualTime); returns the seconds of all iterations.
+template <typename Iteration>
+double TimeIterations(benchmark::State& state, Iteration&& iteration) {
+  double total = 0.0;
+  for (auto _ : state) {
+    const Clock::time_point start = Clock::now();
+    iteration();
+    const double s = Seconds(start, Clock::now());
+    state.SetIterationTime(s);
+    total += s;
+  }
+  return total;
+}
+
 struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
 };

@@ -83,14 +83,7 @@ void BM_NsCublas(benchmark::State& state, int ordinal) {
     ok &= cudaDeviceSynchronize() == cudaSuccess;
   };
   run();  // warm up (cuBLAS picks its kernels)
-  double total = 0.0;
-  for (auto _ : state) {
-    const Clock::time_point start = Clock::now();
-    run();
-    const double s = Seconds(start, Clock::now());
-    state.SetIterationTime(s);
-    total += s;
-  }
+  const double total = TimeIterations(state, run);
   cublasDestroy(handle);
   if (!ok) return state.SkipWithError("a cuBLAS call failed");
   state.counters["GFLOP/s"] = NewtonSchulz::Flops(r, c, 5) * state.iterations() / total / 1e9;

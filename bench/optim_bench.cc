@@ -241,15 +241,8 @@ void BM_NsOpenBlas(benchmark::State& state) {
   // over its OpenMP threads instead); restored afterwards.
   openblas_set_num_threads(omp_get_max_threads());
   run();
-  double total = 0.0;
   const double cpu_start = bench::ProcessCpuSeconds();
-  for (auto _ : state) {
-    const Clock::time_point start = Clock::now();
-    run();
-    const double s = Seconds(start, Clock::now());
-    state.SetIterationTime(s);
-    total += s;
-  }
+  const double total = bench::TimeIterations(state, run);
   state.counters["cpu_s"] = (bench::ProcessCpuSeconds() - cpu_start) / state.iterations();
   openblas_set_num_threads(1);
   state.counters["GFLOP/s"] = NewtonSchulz::Flops(r, c, 5) * state.iterations() / total / 1e9;

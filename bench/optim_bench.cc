@@ -292,6 +292,9 @@ const std::vector<GptRun>& GptRuns() {
       {"muon_highest", "muon", {{"muon_fp32_matmul_prec", "highest"}}},
       {"adaptive_muon", "adaptive_muon", {}},
       {"soap", "soap", {}},
+      {"soap_medium",
+       "soap",
+       {{"soap_fp32_matmul_prec", "medium"}, {"soap_qr_fp32_matmul_prec", "medium"}}},
   };
   return *runs;
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import types
 from typing import Sequence
 
@@ -14,6 +15,8 @@ EXAMPLES = REPOSITORY_ROOT / "client/python/examples"
 
 
 def load_example(name: str) -> types.ModuleType:
+    if str(EXAMPLES) not in sys.path:  # as when the example runs as a script
+        sys.path.insert(0, str(EXAMPLES))
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

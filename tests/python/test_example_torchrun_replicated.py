@@ -4,8 +4,9 @@ checkpoint bit for bit, and a LocalServer started inside a worker (where torchru
 WORLD_SIZE=2) serves.
 
 The reference is computed here, in one process: DDP averages the workers' gradients of their
-halves of the batch, which is the gradient of the mean of the two halves' losses (the example's
---ddp runs it under torchrun; a third launch of two workers would double the test's time)."""
+halves of the batch, which is the gradient of the mean of the two halves' losses: the same bits
+as the example's --ddp run under torchrun, which a third launch of two workers would test at
+twice the test's time."""
 
 from __future__ import annotations
 

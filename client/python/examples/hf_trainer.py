@@ -15,10 +15,9 @@ optimizer.pt holds RemoteOptimizer.state_dict() (the session's state from the se
 from __future__ import annotations
 
 import argparse
-import contextlib
 import pathlib
 import sys
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import Dataset
@@ -27,6 +26,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 import optstep
 from optstep import config
 from optstep.torch import RemoteOptimizer
+
+from example_client import add_arguments, connect
 
 TEXT = ("optstep runs the optimizer step of a training job as a service: trainers send their "
         "gradients, the server applies the update and returns the parameters. ") * 8
@@ -89,28 +90,14 @@ def train(output: pathlib.Path, steps: int, client: Optional[optstep.Client], *,
     return model, [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
 
-@contextlib.contextmanager
-def connect(server: Optional[str], local: bool) -> Iterator[Optional[optstep.Client]]:
-    if local:
-        yield None
-    elif server:
-        with optstep.Client(server) as client:
-            yield client
-    else:
-        with optstep.LocalServer() as started, optstep.Client(started.address) as client:
-            yield client
-
-
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--server", help="optstep server (default: a local one)")
-    parser.add_argument("--local", action="store_true", help="torch's AdamW instead")
-    parser.add_argument("--steps", type=int, default=20)
+    add_arguments(parser)
     parser.add_argument("--save-steps", type=int, default=10)
     parser.add_argument("--resume", help="a checkpoint directory of an earlier run")
     parser.add_argument("--output", default="build/hf_trainer")
     options = parser.parse_args(argv)
-    with connect(options.server, options.local) as client:
+    with connect(options) as client:
         model, losses = train(pathlib.Path(options.output), options.steps, client,
                       save_steps=options.save_steps, resume=options.resume)
     norm = torch.sqrt(sum((p.detach() ** 2).sum() for p in model.parameters()))

@@ -18,9 +18,8 @@ started.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import lightning as L
 import torch
@@ -30,6 +29,8 @@ from torch.utils.data import DataLoader, TensorDataset
 import optstep
 from optstep import config
 from optstep.torch import RemoteOptimizer
+
+from example_client import add_arguments, connect
 
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-2, (0.9, 0.999), 1e-8, 0.01
 BATCHES, BATCH = 10, 16
@@ -91,27 +92,13 @@ def fit(steps: int, client: Optional[optstep.Client], *, save: Optional[str] = N
     return module
 
 
-@contextlib.contextmanager
-def connect(server: Optional[str], local: bool) -> Iterator[Optional[optstep.Client]]:
-    if local:
-        yield None
-    elif server:
-        with optstep.Client(server) as client:
-            yield client
-    else:
-        with optstep.LocalServer() as started, optstep.Client(started.address) as client:
-            yield client
-
-
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--server", help="optstep server (default: a local one)")
-    parser.add_argument("--local", action="store_true", help="torch's AdamW instead")
-    parser.add_argument("--steps", type=int, default=20)
+    add_arguments(parser)
     parser.add_argument("--save", help="write a checkpoint (.ckpt) when the fit ends")
     parser.add_argument("--resume", help="a checkpoint (.ckpt) of an earlier run")
     options = parser.parse_args(argv)
-    with connect(options.server, options.local) as client:
+    with connect(options) as client:
         module = fit(options.steps, client, save=options.save, resume=options.resume)
     print(f"fitted {options.steps} steps; last loss {module.losses[-1]:.6f}")
     return 0

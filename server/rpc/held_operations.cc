@@ -130,6 +130,11 @@ absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportStateDict
         return absl::OkStatus();
       }
 
+      // A heal needs rank 0's masters and counters and the healing rank's own keys alone.
+      if (healing_rank_ >= 0 && r != healing_rank_) {
+        parts[r] = std::make_shared<const StateDict>();
+        return absl::OkStatus();
+      }
       OPTSTEP_ASSIGN_OR_RETURN(parts[r], ExportFrom(r, session, token, model_chunks));
       return absl::OkStatus();
     });
@@ -153,6 +158,7 @@ absl::Status HeldOperations::ImportStateDict(Session& session,
   return WithHeldSession(session, [&](uint64_t token, const HeldPoint&) -> absl::Status {
     // Every rank validates and stages its part; only then does any rank change.
     OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
+      if (healing_rank_ >= 0 && r != healing_rank_) return absl::OkStatus();  // only it changes
       if (r == 0) return session.holds().StageState(token, parts[0], /*complete=*/false);
       return StageOn(r, session, token, *parts[r]);
     }));
@@ -208,6 +214,7 @@ absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t 
 
 absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
   return group_->ForEachRank([&](int r) -> absl::Status {
+    if (healing_rank_ >= 0 && r != healing_rank_) return absl::OkStatus();
     if (r == 0) return session.holds().ApplyStaged(token);
     return group_
         ->CallPeer(r, &v1::PeerService::Stub::ApplyHeldState,

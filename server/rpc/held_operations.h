@@ -27,8 +27,9 @@ namespace optstep {
 class HeldOperations {
  public:
   // `group` must outlive this object. `healing_rank`: a rank being healed into the group
-  // (heal.h): the operations run while the group heals, and that rank's counters are not
-  // compared with rank 0's (it has none yet).
+  // (heal.h): the operations run while the group heals, that rank's counters are not compared
+  // with rank 0's (it has none yet), ExportStateDict takes only rank 0's part (every master, the
+  // counters) and that rank's, and ImportStateDict changes only that rank.
   explicit HeldOperations(RankGroup* group, int healing_rank = -1)
       : group_(group), healing_rank_(healing_rank) {}
 

@@ -3,6 +3,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
@@ -64,13 +66,19 @@ void Server::SetReady(bool ready) {
 
 void Server::WatchHealth() {
   bool serving = false;
+  std::optional<bool> live;
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    const bool now =
-        ready_ && engine_->healthy() && (group_ == nullptr || group_->PeersStatus().ok());
+    const bool healthy = engine_->healthy();
+    const bool now = ready_ && healthy && (group_ == nullptr || group_->PeersStatus().ok());
     if (now != serving) {
       serving = now;
-      server_->GetHealthCheckService()->SetServingStatus(serving);
+      // The overall service ("") alone: SetServingStatus(bool) would set the liveness one too.
+      server_->GetHealthCheckService()->SetServingStatus("", serving);
+    }
+    if (live != healthy) {
+      live = healthy;
+      server_->GetHealthCheckService()->SetServingStatus(kLivenessService, healthy);
     }
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
   }
@@ -83,7 +91,7 @@ void Server::Shutdown(absl::Time deadline) {
     stopping_ = true;
   }
   health_thread_.join();
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  server_->GetHealthCheckService()->SetServingStatus(false);  // every service, liveness too
   engine_->StopAcceptingSteps();
   if (!tracker_.AwaitNoSteps(deadline)) {
     LOG(WARNING) << "event=shutdown_grace_expired active_steps=" << tracker_.active_steps();

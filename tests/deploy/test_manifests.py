@@ -141,6 +141,8 @@ def test_rank_contract(target):
             assert f"--tls_ca={flags['--tls_client_ca']}" in command, probe
             timeout_ms = int(next(a for a in command if a.startswith("--timeout_ms="))[13:])
             assert timeout_ms < 1000 * c[probe].get("timeoutSeconds", 1), probe
+        elif probe == "livenessProbe":  # the process alone, not its peers (rejoin waits)
+            assert c[probe]["grpc"] == {"port": port, "service": "optstep.liveness"}, probe
         else:
             assert c[probe]["grpc"] == {"port": port}, probe
     # The startup probe outlasts the rendezvous timeout, so a slow group is not killed early.

@@ -2,10 +2,12 @@
 // ordinal on its port (as its supervisor does): with --state_redundancy=1 the other ranks stay up
 // (NOT_SERVING while it is away), rank 0 heals it into the running group (a new generation, the
 // sessions' communicators rebuilt, its replicas created with the same ids and given the masters
-// and counters), the group turns SERVING again and training goes on, ending bit for bit with an
-// undisturbed run. A session whose lost rank owned optimizer state that a step changed cannot be
-// healed without a redundant copy of that state: the group exits for a restart (status 75).
+// and counters; their liveness service stays SERVING meanwhile), the group turns SERVING again and
+// training goes on, ending bit for bit with an undisturbed run. A session whose lost rank owned
+// optimizer state that a step changed cannot be healed without a redundant copy of that state: the
+// group exits for a restart (status 75).
 
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -17,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
@@ -69,6 +72,19 @@ bool AwaitHealth(const ServerProcess& rank, bool serving, absl::Duration bound) 
   return false;
 }
 
+// Whether rank `rank`'s liveness service (what a liveness probe asks) answers SERVING.
+bool Live(const ServerProcess& rank) {
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(rank.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("optstep.liveness");
+  grpc::health::v1::HealthCheckResponse response;
+  return health->Check(&context, request, &response).ok() &&
+         response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
 // Restarts rank `rank` of `group` (killed) with its ordinal, on its port.
 absl::Status Restart(Group& group, int rank, std::vector<std::string> flags) {
   const std::string& address = group[rank]->address();
@@ -103,6 +119,10 @@ absl::StatusOr<Trained> Train(Group& group, bool kill) {
     for (int r = 0; r < kWorld; ++r) {
       if (r != kDead && !AwaitHealth(*group[r], false, absl::Seconds(10))) {
         return absl::InternalError(absl::StrCat("rank ", r, " did not notice the loss"));
+      }
+      // Not ready, yet alive: a liveness probe leaves it running while it waits.
+      if (r != kDead && !Live(*group[r])) {
+        return absl::InternalError(absl::StrCat("rank ", r, " is not live while it waits"));
       }
     }
     OPTSTEP_RETURN_IF_ERROR(Restart(group, kDead, kFlags));

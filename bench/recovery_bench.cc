@@ -1,0 +1,176 @@
+// Recovery time of a healed rank (docs/deploy.md, "Rejoin"): a group of real server processes on
+// loopback (--ranks, 3 by default; each rank a separate optstep_server) holds a session of the
+// GPT-2-small layout (124M parameters, bench/gpt_layout.h); a trainer steps it, then one rank is
+// SIGKILLed and started again at once on its port with its ordinal, as its supervisor does. It
+// prints the time from the kill to the first step applied after it, and its phases:
+//   restart   kill -> the new process listens (process start, engine, server),
+//   rejoin    listening -> every rank SERVING (rank 0 heals it: a new generation, the sessions
+//             recreated, the communicators rebuilt, the masters and counters transferred),
+//   resume    SERVING -> the trainer's next step applied (a whole step: gradients, update,
+//             all-gather, parameters back).
+// and, next to it, the wall of a step before the kill. The chain is SGD without momentum: it keeps
+// no optimizer state, which a healed rank could otherwise only get from a redundant copy.
+//
+//   bazel run //bench:recovery_bench -- --ranks=3 --layers=12
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "bench/gpt_layout.h"
+#include "client/cpp/client.h"
+#include "tests/testing/server_process.h"
+
+ABSL_FLAG(int, ranks, 3, "Ranks of the group (each a server process).");
+ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters).");
+ABSL_FLAG(int, kill_rank, 1, "The rank killed and restarted (not 0).");
+ABSL_FLAG(int, steps_before, 2, "Steps before the kill (the first warms up).");
+ABSL_FLAG(int64_t, peer_timeout_ms, 1000, "--peer_timeout_ms of the ranks.");
+
+namespace optstep {
+namespace {
+
+using testutil::ServerProcess;
+using Group = std::vector<std::unique_ptr<ServerProcess>>;
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+bool Serving(const ServerProcess& rank) {
+  ClientOptions options;
+  options.target = rank.address();
+  auto client = Client::Connect(options);
+  if (!client.ok()) return false;
+  absl::StatusOr<bool> health = (*client)->CheckHealth();
+  return health.ok() && *health;
+}
+
+v1::SessionSpec GptSpec(int layers, std::vector<int64_t>* sizes) {
+  bench::GptShape shape;
+  shape.layers = layers;
+  std::vector<ParamInfo> params;
+  for (int l = 0; l < layers; ++l) {
+    for (ParamInfo& p : bench::GptLayer(shape, l)) params.push_back(std::move(p));
+  }
+  for (ParamInfo& p : bench::GptRest(shape)) params.push_back(std::move(p));
+  v1::SessionSpec spec;
+  spec.set_name("recovery");
+  spec.set_num_trainers(1);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  spec.mutable_optimizer()->set_preset("sgd");
+  (*spec.mutable_optimizer()->mutable_megatron_args())["sgd_momentum"] = "0";
+  for (const ParamInfo& p : params) {
+    auto* param = spec.add_parameters();
+    param->set_name(p.name);
+    for (int64_t d : p.shape) param->add_shape(d);
+    sizes->push_back(p.numel());
+  }
+  return spec;
+}
+
+int Run() {
+  const int ranks = absl::GetFlag(FLAGS_ranks);
+  const int dead = absl::GetFlag(FLAGS_kill_rank);
+  if (ranks < 2 || dead <= 0 || dead >= ranks) {
+    std::fprintf(stderr, "--ranks must be at least 2 and --kill_rank in [1, %d)\n", ranks);
+    return 1;
+  }
+  const std::vector<std::string> flags = {
+      "--heartbeat_interval_ms=100",
+      absl::StrCat("--peer_timeout_ms=", absl::GetFlag(FLAGS_peer_timeout_ms)),
+      "--state_redundancy=1", "--rejoin_timeout_ms=300000", "--num_threads=2"};
+  absl::StatusOr<Group> started = testutil::StartGroup(ranks, flags);
+  if (!started.ok()) {
+    std::fprintf(stderr, "cannot start the group: %s\n", started.status().ToString().c_str());
+    return 1;
+  }
+  Group group = *std::move(started);
+  while (!Serving(*group[0])) absl::SleepFor(absl::Milliseconds(50));
+  ClientOptions options;
+  for (const auto& rank : group) options.rank_targets.push_back(rank->address());
+  options.recovery_timeout = absl::Minutes(5);
+  auto trainer = Client::Connect(options);
+  std::vector<int64_t> sizes;
+  absl::StatusOr<v1::SessionInfo> info =
+      trainer.ok() ? (*trainer)->CreateSession(GptSpec(absl::GetFlag(FLAGS_layers), &sizes))
+                   : absl::StatusOr<v1::SessionInfo>(trainer.status());
+  if (!info.ok()) {
+    std::fprintf(stderr, "cannot create the session: %s\n", info.status().ToString().c_str());
+    return 1;
+  }
+  int64_t elements = 0;
+  std::vector<std::vector<float>> values;
+  std::vector<FullGradient> gradients;
+  for (size_t p = 0; p < sizes.size(); ++p) {
+    values.emplace_back(sizes[p], 1e-3f);
+    elements += sizes[p];
+  }
+  for (size_t p = 0; p < sizes.size(); ++p) {
+    gradients.push_back({static_cast<uint32_t>(p), values[p]});
+  }
+  uint64_t step = 0;
+  const auto do_step = [&]() -> absl::Duration {
+    StepOptions step_options;
+    step_options.session_id = info->session_id();
+    step_options.step = ++step;
+    const absl::Time start = absl::Now();
+    absl::StatusOr<StepReply> reply = (*trainer)->Step(step_options, gradients);
+    if (!reply.ok()) {
+      std::fprintf(stderr, "step %llu: %s\n", static_cast<unsigned long long>(step),
+                   reply.status().ToString().c_str());
+      std::exit(1);
+    }
+    return absl::Now() - start;
+  };
+  absl::Duration step_wall;
+  for (int s = 0; s < absl::GetFlag(FLAGS_steps_before); ++s) step_wall = do_step();
+
+  const std::string& address = group[dead]->address();
+  std::vector<std::string> restart = flags;
+  restart.push_back(absl::StrCat("--port=", address.substr(address.rfind(':') + 1)));
+  restart.push_back(absl::StrCat("--rank=", dead));
+  restart.push_back(absl::StrCat("--world_size=", ranks));
+  restart.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
+  const absl::Time killed = absl::Now();
+  group[dead]->SignalAndWait(SIGKILL);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> again = ServerProcess::Start(restart);
+  if (!again.ok()) {
+    std::fprintf(stderr, "cannot restart rank %d: %s\n", dead, again.status().ToString().c_str());
+    return 1;
+  }
+  group[dead] = *std::move(again);
+  const absl::Time listening = absl::Now();
+  for (const auto& rank : group) {
+    while (!Serving(*rank)) absl::SleepFor(absl::Milliseconds(20));
+  }
+  const absl::Time serving = absl::Now();
+  do_step();
+  const absl::Time applied = absl::Now();
+  std::printf(
+      "recovery: %d ranks, %.1fM parameters (%zu tensors), SGD without momentum; rank %d "
+      "SIGKILLed between steps and restarted at once\n",
+      ranks, elements / 1e6, sizes.size(), dead);
+  std::printf("  step wall before the kill  %8.3f s\n", Seconds(step_wall));
+  std::printf("  restart (kill -> listening) %7.3f s\n", Seconds(listening - killed));
+  std::printf("  rejoin (-> every rank SERVING: rebuild + masters transfer) %7.3f s\n",
+              Seconds(serving - listening));
+  std::printf("  resume (-> next step applied) %7.3f s\n", Seconds(applied - serving));
+  std::printf("  kill -> first applied step  %7.3f s\n", Seconds(applied - killed));
+  return 0;
+}
+
+}  // namespace
+}  // namespace optstep
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return optstep::Run();
+}

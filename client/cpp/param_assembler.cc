@@ -14,8 +14,8 @@ absl::Status ValidateParamIds(const SessionLayout& layout, absl::Span<const uint
   for (uint32_t id : ids) {
     OPTSTEP_RETURN_IF_ERROR(layout.CheckParamId(id));
     if (!seen.insert(id).second) {
-      return absl::InvalidArgumentError(absl::StrCat("param '", layout.param(id).name, "' (id ",
-                                                     id, ") is named twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("param '", layout.param(id).name, "' (id ", id, ") is named twice"));
     }
   }
   return absl::OkStatus();
@@ -25,12 +25,29 @@ ParamAssembler::ParamAssembler(const SessionLayout& layout, DType dtype,
                                absl::Span<const uint32_t> expected)
     : layout_(layout), dtype_(dtype), expected_(expected.begin(), expected.end()) {}
 
+absl::Status ParamAssembler::SetDestination(uint32_t param_id, absl::Span<uint8_t> bytes) {
+  OPTSTEP_RETURN_IF_ERROR(layout_.CheckParamId(param_id));
+  const SessionLayout::Param& param = layout_.param(param_id);
+  if (!expected_.empty() && !expected_.contains(param_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("param '", param.name, "' (id ", param_id,
+                                                   ") is not among the parameters returned"));
+  }
+  const uint64_t want = param.num_elements * DTypeSize(dtype_);
+  if (bytes.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "destination of param '", param.name, "' has ", bytes.size(), " bytes, ", "expected ", want,
+        " (", param.num_elements, " ", DTypeName(dtype_), " elements)"));
+  }
+  destinations_[param_id] = bytes;
+  return absl::OkStatus();
+}
+
 absl::Status ParamAssembler::Add(uint32_t param_id, uint64_t offset, DType dtype,
                                  absl::string_view data) {
   if (param_id >= layout_.num_params()) {
     return absl::InternalError(absl::StrCat("server sent param_id ", param_id, " but session '",
-                                            layout_.session_id(), "' has ",
-                                            layout_.num_params(), " parameters"));
+                                            layout_.session_id(), "' has ", layout_.num_params(),
+                                            " parameters"));
   }
   const SessionLayout::Param& param = layout_.param(param_id);
   if (!expected_.empty() && !expected_.contains(param_id)) {
@@ -39,34 +56,42 @@ absl::Status ParamAssembler::Add(uint32_t param_id, uint64_t offset, DType dtype
   }
   if (dtype != dtype_) {
     return absl::InternalError(absl::StrCat("server sent param '", param.name, "' as ",
-                                            DTypeName(dtype), ", asked for ",
-                                            DTypeName(dtype_)));
+                                            DTypeName(dtype), ", asked for ", DTypeName(dtype_)));
   }
   const size_t size = DTypeSize(dtype);
   const uint64_t count = data.size() / size;
   if (data.size() % size != 0 || offset > param.num_elements ||
       count > param.num_elements - offset) {
-    return absl::InternalError(absl::StrCat("server sent param '", param.name, "' chunk of ",
-                                            data.size(), " bytes at element ", offset,
-                                            ", which does not fit its ", param.num_elements,
-                                            " ", DTypeName(dtype), " elements"));
+    return absl::InternalError(absl::StrCat(
+        "server sent param '", param.name, "' chunk of ", data.size(), " bytes at element ", offset,
+        ", which does not fit its ", param.num_elements, " ", DTypeName(dtype), " elements"));
   }
   Pending& pending = pending_[param_id];
   HostParameter& value = pending.value;
-  if (pending.ranges.empty() && value.size() == 0) {
-    value.param_id = param_id;
-    value.dtype = dtype_;
-    if (dtype_ == DType::kF32) {
-      value.f32.resize(param.num_elements);
-    } else {
-      value.bf16.resize(param.num_elements);
+  if (pending.ranges.empty()) {
+    auto destination = destinations_.find(param_id);
+    if (destination != destinations_.end()) {
+      pending.destination = destination->second;
+    } else if (value.size() == 0) {
+      value.param_id = param_id;
+      value.dtype = dtype_;
+      if (dtype_ == DType::kF32) {
+        value.f32.resize(param.num_elements);
+      } else {
+        value.bf16.resize(param.num_elements);
+      }
     }
   }
-  char* base = dtype_ == DType::kF32 ? reinterpret_cast<char*>(value.f32.data())
-                                     : reinterpret_cast<char*>(value.bf16.data());
+  char* base = !pending.destination.empty()
+                   ? reinterpret_cast<char*>(pending.destination.data())
+                   : (dtype_ == DType::kF32 ? reinterpret_cast<char*>(value.f32.data())
+                                            : reinterpret_cast<char*>(value.bf16.data()));
   if (count > 0) std::memcpy(base + offset * size, data.data(), data.size());
   pending.ranges.emplace_back(offset, offset + count);
   ++chunks_added_;
+  const bool was_complete = pending.received >= param.num_elements;
+  pending.received += count;
+  if (!was_complete && pending.received >= param.num_elements && ready_) ready_(param_id);
   return absl::OkStatus();
 }
 
@@ -76,8 +101,8 @@ absl::StatusOr<HostParameterMap> ParamAssembler::Finish() {
   }
   for (uint32_t id : expected_) {
     if (pending_.count(id) == 0) {
-      return absl::InternalError(absl::StrCat("server did not send param '",
-                                              layout_.param(id).name, "' (id ", id, ")"));
+      return absl::InternalError(
+          absl::StrCat("server did not send param '", layout_.param(id).name, "' (id ", id, ")"));
     }
   }
   HostParameterMap result;
@@ -88,9 +113,8 @@ absl::StatusOr<HostParameterMap> ParamAssembler::Finish() {
     uint64_t covered = 0;
     for (const auto& [begin, end] : ranges) {
       if (begin < covered) {
-        return absl::InternalError(absl::StrCat("server sent param '", param.name,
-                                                "' elements [", begin, ", ", covered,
-                                                ") more than once"));
+        return absl::InternalError(absl::StrCat("server sent param '", param.name, "' elements [",
+                                                begin, ", ", covered, ") more than once"));
       }
       if (begin > covered) break;
       covered = end;
@@ -100,7 +124,11 @@ absl::StatusOr<HostParameterMap> ParamAssembler::Finish() {
                                               "' incomplete: elements from ", covered, " of ",
                                               param.num_elements, " are missing"));
     }
-    result.emplace(id, std::move(pending.value));
+    if (pending.destination.empty()) {
+      result.emplace(id, std::move(pending.value));
+    } else {
+      ++destinations_filled_;
+    }
   }
   pending_.clear();
   return result;

@@ -8,10 +8,12 @@
 // Thread-compatible.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -37,6 +39,18 @@ class ParamAssembler final {
   ParamAssembler(const ParamAssembler&) = delete;
   ParamAssembler& operator=(const ParamAssembler&) = delete;
 
+  // The chunks of `param_id` go straight into `bytes` (the caller's tensor: every element of
+  // the parameter in the reply's dtype) instead of a buffer of the assembler; Finish then checks
+  // its coverage but answers no HostParameter for it. INVALID_ARGUMENT for an id that is not
+  // expected or a span of another size. REQUIRES: before the first Add; `bytes` outlives the
+  // assembler.
+  absl::Status SetDestination(uint32_t param_id, absl::Span<uint8_t> bytes);
+
+  // `ready(param_id)` runs (on the thread that calls Add) once as many elements of a parameter
+  // as it has have arrived: the parameter is complete unless chunks overlapped, which Finish
+  // reports.
+  void OnReady(std::function<void(uint32_t)> ready) { ready_ = std::move(ready); }
+
   // Copies `data` (raw little-endian elements of `dtype`) into the parameter's buffer at element
   // `offset`, allocating the buffer on the parameter's first chunk.
   absl::Status Add(uint32_t param_id, uint64_t offset, DType dtype, absl::string_view data);
@@ -46,18 +60,25 @@ class ParamAssembler final {
   absl::StatusOr<HostParameterMap> Finish();
 
   uint64_t chunks_added() const { return chunks_added_; }
+  // Parameters that went to their destinations and arrived whole.
+  uint32_t destinations_filled() const { return destinations_filled_; }
 
  private:
   struct Pending {
     HostParameter value;
     std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end) in elements
+    absl::Span<uint8_t> destination;                    // empty: `value`
+    uint64_t received = 0;                              // elements
   };
 
   const SessionLayout& layout_;
   const DType dtype_;
   absl::flat_hash_set<uint32_t> expected_;  // empty: all
   std::map<uint32_t, Pending> pending_;
+  absl::flat_hash_map<uint32_t, absl::Span<uint8_t>> destinations_;
+  std::function<void(uint32_t)> ready_;
   uint64_t chunks_added_ = 0;
+  uint32_t destinations_filled_ = 0;
 };
 
 }  // namespace client_internal

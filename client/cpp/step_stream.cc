@@ -21,7 +21,9 @@ StepStream::StepStream(LayoutPtr layout, std::vector<std::unique_ptr<StepCall>> 
       options_(std::move(options)),
       max_chunk_bytes_(max_chunk_bytes),
       calls_(std::move(calls)),
-      num_elements_(calls_.size(), 0) {}
+      num_elements_(calls_.size(), 0),
+      assembler_(std::make_unique<ParamAssembler>(*layout_, options_.return_dtype,
+                                                  options_.return_param_ids)) {}
 
 StepStream::~StepStream() {
   absl::MutexLock lock(&mu_);
@@ -45,6 +47,17 @@ absl::Status StepStream::Queue(absl::Span<const RankContribution> plan) {
   return absl::OkStatus();
 }
 
+absl::Status StepStream::WriteInto(uint32_t param_id, absl::Span<uint8_t> bytes) {
+  absl::MutexLock lock(&mu_);
+  if (finished_) return AlreadyFinished();
+  return assembler_->SetDestination(param_id, bytes);
+}
+
+void StepStream::OnParamReady(std::function<void(uint32_t)> ready) {
+  absl::MutexLock lock(&mu_);
+  if (!finished_) assembler_->OnReady(std::move(ready));
+}
+
 absl::Status StepStream::AlreadyFinished() const {
   return absl::FailedPreconditionError(absl::StrCat("session '", options_.session_id, "': step ",
                                                     options_.step, " was already finished"));
@@ -54,6 +67,7 @@ absl::StatusOr<StepReply> StepStream::Finish() {
   // Taken out of the object: Add and Queue refuse once finished_; leaving this function ends
   // the calls (and so releases the gradients).
   std::vector<std::unique_ptr<StepCall>> calls;
+  std::unique_ptr<ParamAssembler> assembler;
   {
     absl::MutexLock lock(&mu_);
     if (finished_) return AlreadyFinished();
@@ -61,15 +75,15 @@ absl::StatusOr<StepReply> StepStream::Finish() {
     // Every rank gets this trainer's commit (with its share of the chunks, possibly none).
     for (size_t r = 0; r < calls_.size(); ++r) calls_[r]->Commit(num_elements_[r]);
     calls = std::move(calls_);
+    assembler = std::move(assembler_);
   }
   // Every stream is half-closed by now, so reading them one after the other cannot deadlock.
   const uint32_t return_rank = options_.trainer_id % calls.size();
-  ParamAssembler assembler(*layout_, options_.return_dtype, options_.return_param_ids);
   StepReply reply;
   for (uint32_t r = 0; r < calls.size(); ++r) {
     v1::StepResult result;
     const bool returns = r == return_rank && !options_.skip_return;
-    absl::Status status = calls[r]->Receive(&result, returns ? &assembler : nullptr);
+    absl::Status status = calls[r]->Receive(&result, returns ? assembler.get() : nullptr);
     if (status.ok() && r > 0 && result.step() != reply.step) {
       status = absl::InternalError(
           absl::StrCat("rank ", r, " answered step ", result.step(), ", rank 0 step ", reply.step));
@@ -86,9 +100,10 @@ absl::StatusOr<StepReply> StepStream::Finish() {
     }
   }
   // A skipped step may come back without parameters: nothing changed.
-  const bool nothing_changed = reply.skipped && assembler.chunks_added() == 0;
+  const bool nothing_changed = reply.skipped && assembler->chunks_added() == 0;
   if (!options_.skip_return && !nothing_changed) {
-    OPTSTEP_ASSIGN_OR_RETURN(reply.params, assembler.Finish());
+    OPTSTEP_ASSIGN_OR_RETURN(reply.params, assembler->Finish());
+    destinations_filled_ = assembler->destinations_filled();
   }
   return reply;
 }

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,7 @@
 
 namespace optstep {
 namespace client_internal {
+class ParamAssembler;
 class SessionLayout;
 class StepCall;
 struct RankContribution;
@@ -54,9 +56,21 @@ class StepStream final {
   // gradient before anything is sent). FAILED_PRECONDITION after Finish.
   absl::Status Queue(absl::Span<const client_internal::RankContribution> plan);
 
+  // Returned parameter `param_id` is written straight into `bytes` (every element, in the return
+  // dtype: e.g. the model's own tensor) as its chunks arrive, and is left out of
+  // StepReply.params (ParamAssembler::SetDestination). A reply that fails may have written part
+  // of it. REQUIRES: before Finish; `bytes` stays valid until Finish has returned.
+  absl::Status WriteInto(uint32_t param_id, absl::Span<uint8_t> bytes);
+  // `ready(param_id)` runs on Finish's thread as soon as each returned parameter has arrived,
+  // before the reply is complete (ParamAssembler::OnReady). REQUIRES: before Finish.
+  void OnParamReady(std::function<void(uint32_t)> ready);
+
   // Commits everything added on every rank and answers the step's result and parameters, as
   // Client::Step. FAILED_PRECONDITION when called twice.
   absl::StatusOr<StepReply> Finish();
+
+  // After Finish: how many parameters WriteInto's destinations received.
+  uint32_t destinations_filled() const { return destinations_filled_; }
 
  private:
   absl::Status AlreadyFinished() const;
@@ -69,7 +83,10 @@ class StepStream final {
   // Moved out by Finish.
   std::vector<std::unique_ptr<client_internal::StepCall>> calls_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> num_elements_ ABSL_GUARDED_BY(mu_);  // added, by rank
+  // Moved out by Finish.
+  std::unique_ptr<client_internal::ParamAssembler> assembler_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  uint32_t destinations_filled_ = 0;  // written by Finish
 };
 
 }  // namespace optstep

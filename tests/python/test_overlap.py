@@ -169,3 +169,32 @@ def test_two_trainers_overlapped(client: optstep.Client, path: str, mode: str) -
         opts[0].close_session()
         results[overlap] = models[0]
     _assert_identical(results[True], results[False], start)
+
+
+def test_parameters_are_announced_one_by_one(client: optstep.Client,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the native path each parameter is announced as soon as it is in the model, so that a
+    module's forward waits for its own parameters only."""
+    monkeypatch.setenv("OPTSTEP_NATIVE", "1")
+    if not native.library_path().is_file():
+        monkeypatch.setenv("OPTSTEP_NATIVE_LIB", native_library_path())
+    announced: List[int] = []
+    real_finish = native.NativeStepStream.finish
+
+    def finish(self: Any, param_out: Any, on_ready: Any = None) -> Any:
+        def ready(i: int) -> None:
+            announced.append(i)
+            on_ready(i)
+
+        return real_finish(self, param_out, ready if on_ready is not None else None)
+
+    monkeypatch.setattr(native.NativeStepStream, "finish", finish)
+    x, y = make_data(21)
+    model = make_mlp(22)
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True)
+    loss_of(model, x, y).backward()
+    opt.step()
+    model(x)
+    opt.synchronize()
+    assert sorted(announced) == list(range(len(list(model.parameters()))))
+    opt.close_session()

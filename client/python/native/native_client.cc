@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/status_macros.h"
 #include "client/cpp/client.h"
 #include "client/cpp/client_options.h"
 #include "client/cpp/client_types.h"
@@ -150,6 +151,24 @@ absl::Status Answer(const absl::StatusOr<StepReply>& reply, DType return_dtype,
   return WriteParams(reply->params, return_dtype, outs);
 }
 
+// The outs of a streamed step become its destinations: written as their chunks arrive.
+absl::Status SetDestinations(StepStream& stream, DType return_dtype,
+                             absl::Span<const OptstepNativeOut> outs) {
+  for (const OptstepNativeOut& out : outs) {
+    DType dtype;
+    OPTSTEP_RETURN_IF_ERROR(DTypeOf(out.dtype, "output buffer", &dtype));
+    if (dtype != return_dtype || out.data == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("output buffer of param_id ", out.param_id,
+                                                     ": dtype ", out.dtype, ", expected ",
+                                                     DTypeName(return_dtype)));
+    }
+    OPTSTEP_RETURN_IF_ERROR(stream.WriteInto(
+        out.param_id,
+        absl::MakeSpan(static_cast<uint8_t*>(out.data), out.count * DTypeSize(dtype))));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<StepOptions> MakeStepOptions(const char* session_id, uint64_t step,
                                             uint32_t trainer_id, const OptstepNativeGroup* groups,
                                             size_t num_groups, uint32_t return_dtype,
@@ -191,6 +210,7 @@ using optstep::Fail;
 using optstep::GradientSlice;
 using optstep::MakeStepOptions;
 using optstep::NativeStream;
+using optstep::SetDestinations;
 using optstep::StepOptions;
 using optstep::StepStream;
 using optstep::ToGradients;
@@ -260,11 +280,20 @@ int32_t optstep_native_step_add(void* stream, const OptstepNativeSlice* slices, 
 }
 
 int32_t optstep_native_step_finish(void* stream, const OptstepNativeOut* outs, size_t num_outs,
-                                   OptstepNativeResult* result, char* error, size_t error_len) {
+                                   OptstepNativeReadyFn ready, OptstepNativeResult* result,
+                                   char* error, size_t error_len) {
   *result = OptstepNativeResult{};
   auto* native = static_cast<NativeStream*>(stream);
-  const absl::Status status = Answer(native->stream->Finish(), native->return_dtype,
-                                     absl::MakeConstSpan(outs, num_outs), result);
+  StepStream& step = *native->stream;
+  if (absl::Status status =
+          SetDestinations(step, native->return_dtype, absl::MakeConstSpan(outs, num_outs));
+      !status.ok()) {
+    return Fail(status, error, error_len);
+  }
+  if (ready != nullptr) step.OnParamReady([ready](uint32_t param_id) { ready(param_id); });
+  // Every out is a destination: the reply's own parameters are those without one (none).
+  const absl::Status status = Answer(step.Finish(), native->return_dtype, {}, result);
+  result->params_written += step.destinations_filled();
   return status.ok() ? 0 : Fail(status, error, error_len);
 }
 

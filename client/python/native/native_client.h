@@ -95,10 +95,15 @@ OPTSTEP_NATIVE_API int32_t optstep_native_step(
     const OptstepNativeSlice* slices, size_t num_slices, const OptstepNativeOut* outs,
     size_t num_outs, OptstepNativeResult* result, char* error, size_t error_len);
 
+// Called with a parameter's id once all of it has been written into its out.
+typedef void (*OptstepNativeReadyFn)(uint32_t param_id);
+
 // A step whose gradients are added while they are produced (Client::OpenStep, StepStream):
 // open sends the header (answers the stream, or null with the error), each add queues slices
-// (validated as a step's; the stream goes on after a refused add), finish commits and writes the
-// reply as optstep_native_step does, close ends the stream (cancelled unless finished).
+// (validated as a step's; the stream goes on after a refused add), finish commits and answers
+// as optstep_native_step does, except that each out is written as its parameter's chunks
+// arrive, `ready` (may be null; on the thread that calls finish) telling when one is whole, and
+// a reply that fails may have written some; close ends the stream (cancelled unless finished).
 // REQUIRES: the added slices' memory stays valid until finish has returned or close was called.
 OPTSTEP_NATIVE_API void* optstep_native_step_open(void* client, const char* session_id,
                                                   uint64_t step, uint32_t trainer_id,
@@ -111,8 +116,9 @@ OPTSTEP_NATIVE_API int32_t optstep_native_step_add(void* stream, const OptstepNa
                                                    size_t num_slices, char* error,
                                                    size_t error_len);
 OPTSTEP_NATIVE_API int32_t optstep_native_step_finish(void* stream, const OptstepNativeOut* outs,
-                                                      size_t num_outs, OptstepNativeResult* result,
-                                                      char* error, size_t error_len);
+                                                      size_t num_outs, OptstepNativeReadyFn ready,
+                                                      OptstepNativeResult* result, char* error,
+                                                      size_t error_len);
 OPTSTEP_NATIVE_API void optstep_native_step_close(void* stream);
 
 #endif  // OPTSTEP_CLIENT_PYTHON_NATIVE_NATIVE_CLIENT_H_

@@ -97,6 +97,9 @@ class NativeResult(ctypes.Structure):
                 ("rewind_step", ctypes.c_uint64)]
 
 
+# optstep_native_step_finish's callback: a parameter is whole in its out.
+_READY = ctypes.CFUNCTYPE(None, ctypes.c_uint32)
+
 _lock = threading.Lock()
 _library: Optional[ctypes.CDLL] = None
 _load_error: Optional[str] = None
@@ -145,7 +148,8 @@ def _load() -> Optional[ctypes.CDLL]:
                                                 ctypes.c_size_t]
         lib.optstep_native_step_finish.restype = ctypes.c_int32
         lib.optstep_native_step_finish.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Out),
-                                                   ctypes.c_size_t, ctypes.POINTER(NativeResult),
+                                                   ctypes.c_size_t, _READY,
+                                                   ctypes.POINTER(NativeResult),
                                                    ctypes.c_char_p, ctypes.c_size_t]
         lib.optstep_native_step_close.restype = None
         lib.optstep_native_step_close.argtypes = [ctypes.c_void_p]
@@ -324,14 +328,18 @@ class NativeStepStream:
         if code:
             _raise(code, error)
 
-    def finish(self, param_out: Mapping[int, Any]) -> Reply:
-        """Commits and waits for the step; answers as :func:`run_step`."""
+    def finish(self, param_out: Mapping[int, Any],
+               on_ready: Optional[Callable[[int], None]] = None) -> Reply:
+        """Commits and waits for the step; answers as :func:`run_step`, except that each
+        parameter is written into its buffer as it arrives, `on_ready(param_id)` (on this
+        thread) telling when one is whole, and a step that fails may have written some."""
         params = _add_outs(self._call, self._layout, self._wire, self._return_ids,
                            self._skip_return, param_out)
         outs, num_outs = self._call.outs()
         result = NativeResult()
         error = ctypes.create_string_buffer(_ERROR_BYTES)
-        code = self._lib.optstep_native_step_finish(self._handle, outs, num_outs,
+        ready = _READY(on_ready) if on_ready is not None else _READY()
+        code = self._lib.optstep_native_step_finish(self._handle, outs, num_outs, ready,
                                                     ctypes.byref(result), error, _ERROR_BYTES)
         if code:
             _raise(code, error)

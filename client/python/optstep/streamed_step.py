@@ -15,7 +15,7 @@ as a replay where the step was applied after all.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence
 
 import grpc
 
@@ -77,9 +77,12 @@ class StreamedStep:
         if self._stream is not None:
             self._stream.add(slices)
 
-    def finish(self, param_out: Optional[Mapping[int, Any]] = None) -> "StepReply":
+    def finish(self, param_out: Optional[Mapping[int, Any]] = None,
+               on_ready: Optional[Callable[[int], None]] = None) -> "StepReply":
         """Commits the step and waits for it; answers as :meth:`optstep.Client.step` (the
-        parameters with a buffer in `param_out` are written there)."""
+        parameters with a buffer in `param_out` are written there). With the native library
+        each buffer is written as its parameter arrives, and `on_ready(param_id)` says when one
+        is whole (without it, nothing is called: the step's end says it)."""
         from optstep.client import StepReply
 
         outs = param_out or {}
@@ -87,7 +90,7 @@ class StreamedStep:
             slices = list(self._slices)
         if self._stream is not None:
             try:
-                return StepReply(*self._stream.finish(outs))
+                return StepReply(*self._stream.finish(outs, on_ready))
             except OptstepError as e:
                 if e.code not in _REDO:
                     raise

@@ -48,6 +48,46 @@ TEST(ParamAssemblerTest, AssemblesChunksInAnyOrder) {
   EXPECT_THAT(params[1].f32, ElementsAre(-1, -2));
 }
 
+TEST(ParamAssemblerTest, WritesIntoDestinationsAndTellsWhenEachIsWhole) {
+  const SessionLayout layout = Layout();
+  ParamAssembler assembler(layout, DType::kF32, {});
+  std::vector<float> w(5, -9.0f);
+  EXPECT_THAT(assembler.SetDestination(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(w.data()), 16)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "destination of param 'w' has 16 "
+                       "bytes, expected 20 (5 fp32 elements)"));
+  ASSERT_THAT(assembler.SetDestination(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(w.data()), 20)),
+              IsOk());
+  std::vector<uint32_t> ready;
+  assembler.OnReady([&](uint32_t id) { ready.push_back(id); });
+  EXPECT_THAT(assembler.Add(0, 3, DType::kF32, F32Bytes({3, 4})), IsOk());
+  EXPECT_THAT(assembler.Add(1, 0, DType::kF32, F32Bytes({-1, -2})), IsOk());
+  EXPECT_THAT(ready, ElementsAre(1u));
+  EXPECT_THAT(w, ElementsAre(-9, -9, -9, 3, 4));  // written as it arrives
+  EXPECT_THAT(assembler.Add(0, 0, DType::kF32, F32Bytes({0, 1, 2})), IsOk());
+  EXPECT_THAT(assembler.Add(2, 0, DType::kF32, F32Bytes({7})), IsOk());
+  EXPECT_THAT(ready, ElementsAre(1u, 0u, 2u));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(HostParameterMap params, assembler.Finish());
+  EXPECT_THAT(w, ElementsAre(0, 1, 2, 3, 4));
+  EXPECT_EQ(params.count(0), 0u);  // it went to its destination
+  EXPECT_THAT(params[1].f32, ElementsAre(-1, -2));
+  EXPECT_EQ(assembler.destinations_filled(), 1u);
+}
+
+TEST(ParamAssemblerTest, ADestinationIsCheckedForCoverage) {
+  const SessionLayout layout = Layout();
+  const std::vector<uint32_t> ids = {1};
+  ParamAssembler assembler(layout, DType::kF32, ids);
+  std::vector<float> b(2);
+  EXPECT_THAT(assembler.SetDestination(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(b.data()), 8)),
+              StatusIs(absl::StatusCode::kInvalidArgument));  // not returned
+  ASSERT_THAT(assembler.SetDestination(1, absl::MakeSpan(reinterpret_cast<uint8_t*>(b.data()), 8)),
+              IsOk());
+  EXPECT_THAT(assembler.Add(1, 0, DType::kF32, F32Bytes({1})), IsOk());
+  EXPECT_THAT(assembler.Add(1, 0, DType::kF32, F32Bytes({1})), IsOk());
+  EXPECT_THAT(assembler.Finish().status(), StatusIs(absl::StatusCode::kInternal));
+}
+
 TEST(ParamAssemblerTest, AssemblesBf16AsRawBits) {
   const SessionLayout layout = Layout();
   const std::vector<uint32_t> ids = {1};

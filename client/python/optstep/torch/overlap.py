@@ -6,8 +6,10 @@ parameter notes when autograd has accumulated its gradient; when a bucket is com
 gradients are added to the step's stream (:meth:`optstep.Client.open_step`), which sends them
 while backward goes on. ``step()`` adds what is left (parameters that got no gradient) and
 commits; when the optimizer was given an ``nn.Module``, ``step()`` returns at once and the step
-resolves in the background: the returned parameters are written into the model's tensors, and
-a forward pre-hook on every module that holds parameters waits for that before the module runs.
+resolves in the background: with the native library the returned parameters are written into
+the model's tensors as they arrive, and a forward pre-hook on every module that holds
+parameters waits for its own parameters before the module runs (without the library, for the
+whole step).
 
 Gradient accumulation: the micro-batches that do not step run under :meth:`BackwardOverlap.no_sync`
 (``opt.no_sync()``), where nothing is sent; the last one, outside it, sends the accumulated
@@ -69,12 +71,19 @@ class BackwardOverlap:
         self._resolving: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
         self.background = module is not None
+        # Set once parameter i holds the values of the step resolving in the background.
+        self._in_model = [threading.Event() for _ in tensors]
+        for event in self._in_model:
+            event.set()
         self._handles = [t.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
             functools.partial(self._accumulated, i)) for i, t in enumerate(tensors)]
         if module is not None:
+            index = {id(t): i for i, t in enumerate(tensors)}
             for sub in module.modules():
-                if any(True for _ in sub.parameters(recurse=False)):
-                    self._handles.append(sub.register_forward_pre_hook(self._before_forward))
+                own = [index[id(p)] for p in sub.parameters(recurse=False) if id(p) in index]
+                if own:
+                    self._handles.append(sub.register_forward_pre_hook(
+                        functools.partial(self._before_forward, own)))
 
     @property
     def bucket_count(self) -> int:
@@ -128,6 +137,8 @@ class BackwardOverlap:
         self._opt._advance()
         if not self.background:
             return self._opt._resolve(step)
+        for event in self._in_model:
+            event.clear()
         self._resolving = threading.Thread(target=self._resolve, args=(step,),
                                            name="optstep-overlap", daemon=True)
         self._resolving.start()
@@ -135,9 +146,12 @@ class BackwardOverlap:
 
     def _resolve(self, step: StreamedStep) -> None:
         try:
-            self._opt._resolve(step)
+            self._opt._resolve(step, lambda i: self._in_model[i].set())
         except BaseException as e:  # raised by wait()
             self._error = e
+        finally:
+            for event in self._in_model:
+                event.set()
 
     def wait(self) -> None:
         """Waits for the step resolving in the background; raises its error."""
@@ -150,8 +164,14 @@ class BackwardOverlap:
         if error is not None:
             self._opt._failed(error)
 
-    def _before_forward(self, module: nn.Module, inputs: Any) -> None:
-        self.wait()
+    def _before_forward(self, own: List[int], module: nn.Module, inputs: Any) -> None:
+        """The module runs once its own parameters are in: the rest of the step may still be
+        arriving. The step's error, if any, is raised by the first module after its end."""
+        for i in own:
+            self._in_model[i].wait()
+        thread = self._resolving
+        if thread is not None and not thread.is_alive():
+            self.wait()
 
     def remove(self) -> None:
         """Removes the hooks (after waiting for a step in flight)."""

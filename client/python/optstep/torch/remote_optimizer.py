@@ -313,8 +313,12 @@ class RemoteOptimizer(torch.optim.Optimizer):
         """The step in flight is committed: the next one gets the next number."""
         self._next_step += 1
 
-    def _resolve(self, step: StreamedStep) -> StepReply:
-        reply = step.finish(self._param_out())
+    def _resolve(self, step: StreamedStep,
+                 on_ready: Optional[Callable[[int], None]] = None) -> StepReply:
+        """Waits for an overlapped step; `on_ready(i)` as parameter i is in the model (those
+        written straight into the model's tensors; the others once the step is applied)."""
+        direct = self._param_out()
+        reply = step.finish(direct, on_ready and (lambda i: on_ready(i) if i in direct else None))
         self._applied(reply)
         return reply
 

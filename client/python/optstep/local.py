@@ -30,7 +30,7 @@ from optstep.errors import OptstepError
 
 __all__ = ["LocalServer", "LocalGroup", "default_server_binary"]
 
-_LISTENING = re.compile(r"^listening on (\S+)", re.MULTILINE)
+_LISTENING = re.compile(r"^listening on (\S+)(.*)$", re.MULTILINE)
 # How much of a server's log an error quotes.
 _LOG_TAIL_LINES = 40
 
@@ -51,7 +51,8 @@ class LocalServer:
     """One optstep_server rank on 127.0.0.1 and a free port; stopped on exit (SIGTERM).
 
     ``start`` waits until the server's health is SERVING when `wait_serving` (a rank of a group
-    serves only once the group has formed: LocalGroup waits for that itself)."""
+    serves only once the group has formed: LocalGroup waits for that itself), unless the server
+    serves TLS (its health then needs the caller's credentials)."""
 
     def __init__(self, binary: Optional[PathLike] = None, flags: Sequence[str] = (),
                  host: str = "127.0.0.1", start_timeout: float = 30.0,
@@ -61,6 +62,7 @@ class LocalServer:
         self.host = host
         self.start_timeout = start_timeout
         self.wait_serving = wait_serving
+        self.tls = False  # the server serves TLS (known once it listens)
         self.address: Optional[str] = None
         self.log_path: Optional[pathlib.Path] = None
         self._process: Optional[subprocess.Popen[bytes]] = None
@@ -90,13 +92,15 @@ class LocalServer:
             found = _LISTENING.search(self.log())
             if found:
                 self.address = found.group(1)
+                self.tls = ", tls)" in found.group(2)
             elif self._process.poll() is not None:
                 self._fail("did not start")
             else:
                 time.sleep(0.05)
         if self.address is None:
             self._fail(f"did not start within {self.start_timeout:g} s")
-        if self.wait_serving:
+        # A TLS server's health needs its credentials, which the caller holds: not waited for.
+        if self.wait_serving and not self.tls:
             self.await_serving(deadline)
         return self.address
 
@@ -193,7 +197,8 @@ class LocalGroup:
             # Every rank serves once the group has formed.
             deadline = time.monotonic() + self.start_timeout
             for rank in self.ranks:
-                rank.await_serving(deadline)
+                if not rank.tls:
+                    rank.await_serving(deadline)
         except BaseException:
             self.stop()
             raise

@@ -26,21 +26,22 @@ BYTES_PER_PARAM = 28  # reads g, p, m, v; writes p, m, v (fp32)
 M = 1 << 20
 
 
-def optstep_runs(binary, min_time):
-    """{case: params/s} and the triad GB/s from the optstep binary."""
+def optstep_run(binary, min_time, params):
+    """optstep's params/s on one case (`params` elements; 0 = the layout), the triad GB/s measured
+    just before it, and the element-wise variant, from the optstep binary."""
     out = subprocess.run(
-        [binary, "--benchmark_format=json", f"--benchmark_min_time={min_time}"],
+        [binary, "--benchmark_format=json", f"--benchmark_min_time={min_time}",
+         f"--benchmark_filter=BM_Triad|BM_AdamW/params:{params}/"],
         check=True, capture_output=True, text=True).stdout
     report = json.loads(out)
-    triad, rates, isa = 0.0, {}, ""
+    triad, rate, isa = 0.0, 0.0, ""
     for b in report["benchmarks"]:
         if b["name"].startswith("BM_Triad"):
             triad = b["GB/s"] if "GB/s" in b else 0.0
         elif b["name"].startswith("BM_AdamW"):
-            params = int(b["name"].split("params:")[1].split("/")[0])
-            rates[params] = b["params/s"]
+            rate = b["params/s"]
             isa = b.get("label", isa)
-    return rates, triad, isa
+    return rate, triad, isa
 
 
 def layout(binary):
@@ -100,17 +101,18 @@ def main():
     args = parser.parse_args()
 
     torch.set_num_threads(os.cpu_count())
-    cases = {f"{16}M": [(16 * M,)], f"{64}M": [(64 * M,)], "GPT-2 124M layout": layout(args.optstep_bin)}
-    optstep, triad, isa = optstep_runs(args.optstep_bin, args.min_time)
-    optstep_by_case = {"16M": optstep[16 * M], "64M": optstep[64 * M],
-                       "GPT-2 124M layout": optstep[0]}
-
-    print(f"torch {torch.__version__}, {os.cpu_count()} threads; optstep element-wise "
-          f"kernels: {isa}; streaming triad {triad:.2f} GB/s")
+    print(f"torch {torch.__version__}, {os.cpu_count()} threads", flush=True)
+    # case: (shapes, the optstep binary's params argument)
+    cases = {"16M": ([(16 * M,)], 16 * M), "64M": ([(64 * M,)], 64 * M),
+             "GPT-2 124M layout": (layout(args.optstep_bin), 0)}
     header = ("case", "optimizer", "G params/s", "optstep ratio", "of triad")
     rows = []
-    for case, shapes in cases.items():
-        rates = {"optstep": optstep_by_case[case],
+    for case, (shapes, params) in cases.items():
+        # Each case right after its own triad, so that a shared machine's load hits all alike.
+        optstep, triad, isa = optstep_run(args.optstep_bin, args.min_time, params)
+        print(f"{case}: optstep element-wise kernels {isa}, streaming triad {triad:.2f} GB/s",
+              flush=True)
+        rates = {"optstep": optstep,
                  "torch fused": torch_rate(shapes, "fused", args.steps),
                  "torch foreach": torch_rate(shapes, "foreach", args.steps)}
         if not args.no_deepspeed:

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/cpu_elementwise.h"
 #include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/cpu_loops.h"
 
 namespace optstep {
 namespace internal {
@@ -25,6 +26,14 @@ struct CpuContext {
   CpuIsa isa = CpuIsa::kBaseline;
   const CpuElementwiseKernels* loops = &BaselineElementwiseKernels();  // ElementwiseKernels(isa)
 };
+
+// Runs loop(args, ptrs + begin..., end - begin), a function of ctx.loops, on the device's ranges
+// [begin, end) of [0, n) (ParallelFor with ctx.ThreadsFor(n) threads).
+template <typename Loop, typename Args, typename... Ptrs>
+void SplitLoop(const CpuContext& ctx, int64_t n, Loop loop, const Args& args, Ptrs... ptrs) {
+  ParallelFor(n, ctx.ThreadsFor(n),
+              [&](int64_t begin, int64_t end) { loop(args, (ptrs + begin)..., end - begin); });
+}
 
 }  // namespace internal
 }  // namespace optstep

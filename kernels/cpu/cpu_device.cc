@@ -93,8 +93,7 @@ absl::StatusOr<std::unique_ptr<CpuDevice>> CpuDevice::Create(Options options) {
   LOG(INFO) << "CPU device: GEMM backend " << CpuGemmBackendName(gemm) << " ("
             << (gemm == CpuGemmBackend::kOneDnn ? "bf16 products on oneDNN, fp32 on OpenBLAS"
                                                 : "every product on OpenBLAS")
-            << "; oneDNN bf16 instructions " << (OneDnnHasBf16Isa() ? "found" : "not found")
-            << ")";
+            << "; oneDNN bf16 instructions " << (OneDnnHasBf16Isa() ? "found" : "not found") << ")";
   return std::unique_ptr<CpuDevice>(new CpuDevice(ctx, options.memory_limit_bytes, gemm));
 }
 
@@ -212,10 +211,7 @@ absl::Status CpuDevice::Add(const Tensor& src, Tensor& dst) {
 
 absl::Status CpuDevice::Scale(float scale, Tensor& x) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckF32("Scale", "x", x));
-  float* d = x.f32();
-  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
-  ParallelFor(x.numel(), ctx_.ThreadsFor(x.numel()),
-              [&](int64_t begin, int64_t end) { loops.scale(scale, d + begin, end - begin); });
+  internal::SplitLoop(ctx_, x.numel(), ctx_.loops->scale, scale, x.f32());
   return absl::OkStatus();
 }
 
@@ -243,15 +239,8 @@ absl::StatusOr<GradientStats> CpuDevice::ComputeGradientStats(const Tensor& grad
 absl::Status CpuUpdateKernels::AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
                                      Tensor& exp_avg, Tensor& exp_avg_sq) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamW(args, grad, param, exp_avg, exp_avg_sq));
-  const int64_t n = grad.numel();
-  const float* g = grad.f32();
-  float* p = param.f32();
-  float* m = exp_avg.f32();
-  float* v = exp_avg_sq.f32();
-  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
-  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-    loops.adamw(args, g + begin, p + begin, m + begin, v + begin, end - begin);
-  });
+  internal::SplitLoop(ctx_, grad.numel(), ctx_.loops->adamw, args, grad.f32(), param.f32(),
+                      exp_avg.f32(), exp_avg_sq.f32());
   return absl::OkStatus();
 }
 

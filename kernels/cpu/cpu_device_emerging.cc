@@ -28,43 +28,24 @@ constexpr int64_t kTile = 32;
 absl::Status CpuUpdateKernels::Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
                                     Tensor& exp_avg) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckLion(args, grad, param, exp_avg));
-  const int64_t n = grad.numel();
-  const float* g = grad.f32();
-  float* p = param.f32();
-  float* m = exp_avg.f32();
-  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
-  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-    loops.lion(args, g + begin, p + begin, m + begin, end - begin);
-  });
+  internal::SplitLoop(ctx_, grad.numel(), ctx_.loops->lion, args, grad.f32(), param.f32(),
+                      exp_avg.f32());
   return absl::OkStatus();
 }
 
 absl::Status CpuUpdateKernels::MuonMomentum(const math::MuonMomentumArgs& args, const Tensor& grad,
                                             Tensor& param, Tensor& momentum, Tensor& update) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckMuonMomentum(args, grad, param, momentum, update));
-  const int64_t n = grad.numel();
-  const float* g = grad.f32();
-  float* p = param.f32();
-  float* b = momentum.f32();
-  float* u = update.f32();
-  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
-  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-    loops.muon_momentum(args, g + begin, p + begin, b + begin, u + begin, end - begin);
-  });
+  internal::SplitLoop(ctx_, grad.numel(), ctx_.loops->muon_momentum, args, grad.f32(), param.f32(),
+                      momentum.f32(), update.f32());
   return absl::OkStatus();
 }
 
 absl::Status CpuUpdateKernels::Adamuon(const math::Moment2Args& args, const Tensor& update,
                                        Tensor& param, Tensor& moment) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckAdamuon(args, update, param, moment));
-  const int64_t n = update.numel();
-  const float* o = update.f32();
-  float* p = param.f32();
-  float* v = moment.f32();
-  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
-  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-    loops.adamuon(args, o + begin, p + begin, v + begin, end - begin);
-  });
+  internal::SplitLoop(ctx_, update.numel(), ctx_.loops->adamuon, args, update.f32(), param.f32(),
+                      moment.f32());
   return absl::OkStatus();
 }
 
@@ -82,15 +63,8 @@ absl::Status CpuUpdateKernels::NormuonMoment(const math::Moment2Args& args,
 absl::Status CpuUpdateKernels::SoapAdam(const math::SoapAdamArgs& args, const Tensor& grad,
                                         Tensor& exp_avg, Tensor& exp_avg_sq, Tensor& direction) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSoapAdam(args, grad, exp_avg, exp_avg_sq, direction));
-  const int64_t n = grad.numel();
-  const float* g = grad.f32();
-  float* m = exp_avg.f32();
-  float* v = exp_avg_sq.f32();
-  float* d = direction.f32();
-  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
-  ParallelFor(n, ctx_.ThreadsFor(n), [&](int64_t begin, int64_t end) {
-    loops.soap_adam(args, g + begin, m + begin, v + begin, d + begin, end - begin);
-  });
+  internal::SplitLoop(ctx_, grad.numel(), ctx_.loops->soap_adam, args, grad.f32(), exp_avg.f32(),
+                      exp_avg_sq.f32(), direction.f32());
   return absl::OkStatus();
 }
 

@@ -333,6 +333,8 @@ class NativeStepStream:
         """Commits and waits for the step; answers as :func:`run_step`, except that each
         parameter is written into its buffer as it arrives, `on_ready(param_id)` (on this
         thread) telling when one is whole, and a step that fails may have written some."""
+        if not self._handle:
+            raise RuntimeError("optstep: step stream closed")
         params = _add_outs(self._call, self._layout, self._wire, self._return_ids,
                            self._skip_return, param_out)
         outs, num_outs = self._call.outs()

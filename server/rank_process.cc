@@ -241,6 +241,7 @@ absl::Status RankProcess::StartEngine(
   engine_options.device_watchdog = options_.device_watchdog;
   engine_options.memory_budget = options_.memory_budget;
   engine_options.step_observer = metrics_;
+  engine_options.state_redundancy = heals();  // a shadow of the predecessor's state, every step
   if (options_.world_size > 1) {
     // Each session's communicator rendezvous under the group's generation (rebuilt by a heal).
     communicators_ = std::make_unique<GroupCommunicators>([this](const std::string& prefix) {

@@ -392,7 +392,7 @@ absl::Status Session::AdoptResolutions(uint64_t resolutions) {
 
 bool Session::healthy() const {
   absl::MutexLock lock(&mu_);
-  return !book_.broken();
+  return !book_.broken() && !book_.interrupted();
 }
 
 // --- StepLedger ---

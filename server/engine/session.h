@@ -177,7 +177,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // work: what is queued is dropped, and a step that runs ends at its next slice (its trainers
   // are told UNAVAILABLE). Returns without waiting for it.
   void Close();
-  // False once a collective failed (a peer was lost): the session answers UNAVAILABLE.
+  // False once a collective failed (a peer was lost): the session answers UNAVAILABLE. With state
+  // redundancy the session is only interrupted (interrupted_step()), and healthy again once
+  // resumed after the heal.
   bool healthy() const;
   // Whether a step has begun (a trainer sent its header) and has not finished yet.
   bool step_pending() const;
@@ -209,6 +211,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // A replica healed into a running group (its state is imported next, under a hold): counts
   // `resolutions` as done, the other ranks' count. FAILED_PRECONDITION once a step began here.
   absl::Status AdoptResolutions(uint64_t resolutions);
+  // The resolutions this rank started (what a healed replica adopts).
+  uint64_t resolutions_started() const { return gate_.started(); }
 
  private:
   friend class SessionHolds;  // the held operations read and write the step state under mu_

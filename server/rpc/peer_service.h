@@ -59,6 +59,14 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
                                  const v1::PingRequest* request,
                                  v1::PingResponse* response) override;
+  // State redundancy (peer_state_fetch.h): Session::ExportOwnedState, ExportShadow,
+  // ExportMasters streamed.
+  grpc::ServerWriteReactor<v1::StateDictChunk>* FetchOwnedState(
+      grpc::CallbackServerContext* context, const v1::FetchStateRequest* request) override;
+  grpc::ServerWriteReactor<v1::StateDictChunk>* FetchShadow(
+      grpc::CallbackServerContext* context, const v1::FetchStateRequest* request) override;
+  grpc::ServerWriteReactor<v1::StateDictChunk>* FetchMasters(
+      grpc::CallbackServerContext* context, const v1::FetchStateRequest* request) override;
   // Rank 0: heals the restarted rank into the group (HealRejoinedRank); answers once it is done.
   grpc::ServerUnaryReactor* Rejoin(grpc::CallbackServerContext* context,
                                    const v1::RejoinRequest* request,
@@ -74,6 +82,10 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* Detached(grpc::CallbackServerContext* context,
                                      const v1::HeldSessionRequest& request, HeldWork work);
   absl::Duration Lease(const v1::HeldSessionRequest& request) const;
+  // Streams what `start` exports of the request's session.
+  using SessionExport = void (Session::*)(Session::StateCallback);
+  grpc::ServerWriteReactor<v1::StateDictChunk>* StreamExport(const v1::FetchStateRequest& request,
+                                                             SessionExport start);
   // This rank's --checkpoint_root; FAILED_PRECONDITION when unset.
   absl::StatusOr<std::string> CheckpointRoot(const Session& session) const;
 

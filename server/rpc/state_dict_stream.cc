@@ -179,6 +179,16 @@ uint64_t StateDictAssembler::tensors() const {
   return n;
 }
 
+absl::StatusOr<std::shared_ptr<const StateDict>> StateDictAssembler::BuildPlain() {
+  OPTSTEP_RETURN_IF_ERROR(CheckComplete());
+  received_.clear();
+  if (parts_.empty()) return std::make_shared<const StateDict>();
+  if (parts_.size() > 1 || parts_.begin()->first != std::make_pair(std::string(), std::string())) {
+    return absl::InvalidArgumentError("a rank's state dict came keyed by model chunk");
+  }
+  return std::make_shared<const StateDict>(std::move(parts_.begin()->second));
+}
+
 absl::StatusOr<std::shared_ptr<const StateDict>> StateDictAssembler::Build(const Session& session) {
   OPTSTEP_RETURN_IF_ERROR(CheckComplete());
   received_.clear();

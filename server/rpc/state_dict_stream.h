@@ -83,6 +83,9 @@ class StateDictAssembler {
   // unknown sub-optimizer or the conflict.
   // Checks CheckComplete() first.
   absl::StatusOr<std::shared_ptr<const StateDict>> Build(const Session& session);
+  // The dict as sent, when no key came keyed by model chunk or sub-optimizer (a rank's own
+  // exports); INVALID_ARGUMENT otherwise. Checks CheckComplete() first.
+  absl::StatusOr<std::shared_ptr<const StateDict>> BuildPlain();
   // OK when every element of every tensor arrived exactly once; INVALID_ARGUMENT naming the key
   // and the element range that is missing or arrived twice.
   absl::Status CheckComplete() const;

@@ -150,6 +150,29 @@ TEST(FootprintTest, OnlyOwnedParametersCarryStateGradientsAndWorkspace) {
   EXPECT_EQ(rank1.total(), 600 + 400 + 200 + rank1.overhead);
 }
 
+TEST(FootprintTest, RedundancyAddsTheShadowOfThePredecessorsOwnedPart) {
+  SubOptimizerConfig adamw;
+  adamw.kind = "adamw";
+  const SessionConfig config = ConfigOf(adamw, {Param("a", {100}), Param("b", {50})});
+  Layout layout;
+  layout.world_size = 2;
+  layout.owner = {0, 1};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint plain, ComputeFootprint(config, layout, 1));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint redundant,
+                               ComputeFootprint(config, layout, 1, /*state_redundancy=*/true));
+  // Rank 1 shadows rank 0's "a": its master, exp_avg and exp_avg_sq, and its gradient buffer.
+  EXPECT_EQ(redundant.shadow, 100 * 4 * 4);
+  EXPECT_EQ(redundant.total(), plain.total() + redundant.shadow);
+  EXPECT_THAT(redundant.Breakdown(), testing::HasSubstr(", shadow 1600"));
+  EXPECT_EQ(plain.shadow, 0);
+  // One rank has no buddy.
+  Layout one;
+  one.owner = {0, 0};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint alone,
+                               ComputeFootprint(config, one, 0, /*state_redundancy=*/true));
+  EXPECT_EQ(alone.shadow, 0);
+}
+
 TEST(FootprintTest, AHugeSoapFactorIsRefusedBeforeItIsCounted) {
   SubOptimizerConfig soap;
   soap.kind = "soap";

@@ -106,7 +106,7 @@ void InterruptAndRedo(const char* method) {
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(2));
-    EXPECT_TRUE(group.session(r).healthy());  // not broken: it waits for the heal
+    EXPECT_FALSE(group.session(r).healthy());  // not serving until the heal
     StepBegin begin;
     begin.step = 2;
     EXPECT_THAT(group.session(r).Begin(begin).status(),
@@ -114,6 +114,7 @@ void InterruptAndRedo(const char* method) {
   }
   group.Regroup();
   for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal();
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(group.session(r).healthy());
   ASSERT_NO_FATAL_FAILURE(group.StepOk(2));
   ASSERT_NO_FATAL_FAILURE(group.StepOk(3));
   ExpectSameState(group, reference);

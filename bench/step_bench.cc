@@ -6,6 +6,7 @@
 //
 //   bazel run -c opt //bench:step_bench -- --steps=4
 //   bazel run -c opt //bench:step_bench -- --replicated --trainers=4   (memory across trainers)
+//   bazel run -c opt //bench:step_bench -- --state_redundancy          (its step and memory cost)
 //
 // Per step it prints the wall time of the trainers' Step calls, the server-side phases
 // (StepObserver, the longest over ranks and streams): ingest (first step header -> every
@@ -40,6 +41,9 @@ ABSL_FLAG(int, steps, 4, "Steps to run; the first one warms up and is not averag
 ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters).");
 ABSL_FLAG(bool, fp32_return, false, "Return the parameters as fp32 instead of bf16.");
 ABSL_FLAG(int, trainers, 2, "Trainers (threads, each with its own client).");
+ABSL_FLAG(bool, state_redundancy, false,
+          "Each rank keeps a shadow of the other's optimizer state, stepped every step "
+          "(docs/design.md, \"State redundancy\"): run once with and once without to compare.");
 ABSL_FLAG(std::string, auto_checkpoint_dir, "",
           "Set: rank 0 saves the session as an automatic checkpoint after every step under this "
           "directory (in the background, from a snapshot), as --checkpoint_every_steps=1 does; "
@@ -70,6 +74,7 @@ absl::StatusOr<std::vector<Rank>> StartRanks(std::shared_ptr<KeyValueStore> stor
     options.world_size = kRanks;
     options.max_params_per_session = 1 << 20;
     options.step_observer = observer;
+    options.state_redundancy = absl::GetFlag(FLAGS_state_redundancy);
     options.make_communicator = [store, r](const std::string& session_id) {
       CommunicatorOptions comm;
       comm.kind = "gloo";
@@ -200,9 +205,10 @@ int Run() {
   const bool fp32 = absl::GetFlag(FLAGS_fp32_return);
   std::printf(
       "%zu parameters, %.1fM elements; %d ranks, %d trainers (%s), AdamW; "
-      "%.0f MiB of fp32 gradients in, %s parameters back to trainer 0\n",
+      "%.0f MiB of fp32 gradients in, %s parameters back to trainer 0; state redundancy %s\n",
       params.size(), numel / 1e6, kRanks, kTrainers, replicated ? "REPLICATED" : "SHARDED",
-      numel * 4.0 * (replicated ? kTrainers : 1) / (1 << 20), fp32 ? "fp32" : "bf16");
+      numel * 4.0 * (replicated ? kTrainers : 1) / (1 << 20), fp32 ? "fp32" : "bf16",
+      absl::GetFlag(FLAGS_state_redundancy) ? "on" : "off");
   std::printf("%-5s %9s %9s %9s %10s %9s %9s %9s %8s\n", "step", "wall ms", "ingest", "step",
               "all-gather", "egress", "alone", "sum", "overlap");
   double total_wall = 0.0, total_sum = 0.0;

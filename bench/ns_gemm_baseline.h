@@ -10,8 +10,21 @@
 
 #include <string>
 
+#include "benchmark/benchmark.h"
+
 namespace optstep {
 namespace bench {
+
+// The {rows, cols} shapes of a bare GEMM-sequence benchmark (1024×1024, 1024×4096, 4096×1024),
+// manually timed, in milliseconds. Returns `b`.
+inline benchmark::internal::Benchmark* WithNsGemmShapes(benchmark::internal::Benchmark* b) {
+  return b->Args({1024, 1024})
+      ->Args({1024, 4096})
+      ->Args({4096, 1024})
+      ->ArgNames({"rows", "cols"})
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
 
 // Registers "NsCublas/rows:R/cols:C" for the three optim_bench shapes when `device_kind` names a
 // CUDA device ("cuda", "cuda:N") and this build has CUDA; registers nothing otherwise. Each

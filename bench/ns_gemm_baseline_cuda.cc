@@ -95,14 +95,8 @@ void BM_NsCublas(benchmark::State& state, int ordinal) {
 std::string RegisterNsGemmBaseline(const std::string& device_kind) {
   const int ordinal = CudaOrdinal(device_kind);
   if (ordinal < 0) return "";
-  benchmark::RegisterBenchmark("NsCublas",
-                               [ordinal](benchmark::State& s) { BM_NsCublas(s, ordinal); })
-      ->Args({1024, 1024})
-      ->Args({1024, 4096})
-      ->Args({4096, 1024})
-      ->ArgNames({"rows", "cols"})
-      ->UseManualTime()
-      ->Unit(benchmark::kMillisecond);
+  WithNsGemmShapes(benchmark::RegisterBenchmark(
+      "NsCublas", [ordinal](benchmark::State& s) { BM_NsCublas(s, ordinal); }));
   return "NsCublas/";
 }
 

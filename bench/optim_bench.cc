@@ -329,13 +329,7 @@ void RegisterAll() {
   }
   ns->ArgNames({"rows", "cols", "prec"})->UseManualTime()->Unit(benchmark::kMillisecond);
   if (g_device_kind == "cpu") {
-    benchmark::RegisterBenchmark("NsOpenBlas", BM_NsOpenBlas)
-        ->Args({1024, 1024})
-        ->Args({1024, 4096})
-        ->Args({4096, 1024})
-        ->ArgNames({"rows", "cols"})
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+    bench::WithNsGemmShapes(benchmark::RegisterBenchmark("NsOpenBlas", BM_NsOpenBlas));
   } else {
     g_gemm_baseline = bench::RegisterNsGemmBaseline(g_device_kind);
   }

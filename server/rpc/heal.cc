@@ -2,20 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <map>
 #include <memory>
-#include <optional>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "checkpoint/state_dict.h"
 #include "glog/logging.h"
-#include "server/rpc/held_operations.h"
 
 namespace optstep {
 namespace {
@@ -35,9 +31,7 @@ absl::StatusOr<SessionToHeal> Describe(const std::shared_ptr<Session>& session) 
   }
   heal.spec.set_name(session->config().name);
   // The resolutions rank 0 started (the group's count while no step runs: steps wait).
-  constexpr uint64_t kCountToken = 0x6865616c;  // released at once
-  OPTSTEP_ASSIGN_OR_RETURN(heal.resolutions, session->holds().Hold(kCountToken, absl::Seconds(10)));
-  (void)session->holds().Release(kCountToken);
+  heal.resolutions = session->resolutions_started();
   return heal;
 }
 
@@ -85,43 +79,22 @@ absl::Status RecreateEverywhere(RankGroup* group, int rank, const v1::RegroupReq
   return absl::OkStatus();
 }
 
-// A key of `state` (a whole session's) that is optimizer state of a parameter `rank` owns, once
-// a step was applied: it lived only on that rank. nullopt when there is none.
-std::optional<std::string> LostStateKey(const Session& session, const StateDict& state, int rank) {
-  auto step = state.find("meta/step");
-  int64_t steps = 0;
-  if (step != state.end() && step->second.bytes.size() == sizeof(steps)) {
-    std::memcpy(&steps, step->second.bytes.data(), sizeof(steps));
-  }
-  if (steps == 0) return std::nullopt;  // the fresh replica's state is the state
-  std::map<std::string, int> param_of;
-  for (size_t p = 0; p < session.config().params.size(); ++p) {
-    param_of[session.config().params[p].name] = static_cast<int>(p);
-  }
-  for (const auto& [key, tensor] : state) {
-    if (!absl::StartsWith(key, "state/")) continue;
-    const std::optional<std::string> name = ParamNameOfKey(key);
-    auto it = name.has_value() ? param_of.find(*name) : param_of.end();
-    if (it != param_of.end() && session.layout().owner[it->second] == rank) return key;
-  }
-  return std::nullopt;
+// Waits for a Session import (its DoneCallback).
+absl::Status Imported(const std::function<void(Session::DoneCallback)>& start) {
+  absl::Notification done;
+  absl::Status status;
+  start([&](absl::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return status;
 }
 
-// The masters and counters of every session, held at one step, onto the rejoining rank.
-absl::Status TransferState(RankGroup* group, int rank, const SessionToHeal& heal) {
-  Session& session = *heal.session;
-  HeldOperations held(group, rank);
-  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> state,
-                           held.ExportStateDict(session, {}));
-  // Rank r's part of the export is its fresh replica's state: right only before a step changed
-  // it.
-  if (std::optional<std::string> lost = LostStateKey(session, *state, rank)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session '", session.id(), "': rank ", rank, "'s optimizer state ('", *lost,
-        "') is lost with the rank and no redundant copy of it is kept; the group restarts from "
-        "its automatic checkpoints"));
-  }
-  return held.ImportStateDict(session, std::move(state));
+absl::Status Named(const Session& session, absl::string_view what, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("session '", session.id(), "': ", what, ": ", status.message()));
 }
 
 absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
@@ -138,9 +111,9 @@ absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
   OPTSTEP_RETURN_IF_ERROR(RecreateEverywhere(
       group, rank, Phase(generation, rank, address, v1::RegroupRequest::PHASE_REBUILD), sessions));
   const absl::Time rebuilt = absl::Now();
-  for (const SessionToHeal& heal : sessions) {
-    OPTSTEP_RETURN_IF_ERROR(TransferState(group, rank, heal));
-  }
+  // The rank fetches each session's state from its peers itself.
+  OPTSTEP_RETURN_IF_ERROR(
+      RegroupOn(group, rank, Phase(generation, rank, address, v1::RegroupRequest::PHASE_TRANSFER)));
   LOG(INFO) << "event=rank_healed rank=" << rank << " generation=" << generation
             << " sessions=" << sessions.size()
             << " rebuild_s=" << absl::ToDoubleSeconds(rebuilt - started)
@@ -156,7 +129,8 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int 
     return absl::FailedPreconditionError(
         absl::StrCat("rank 0 heals the group; this is rank ", group->rank()));
   }
-  if (!group->options().heal || group->options().communicators == nullptr) {
+  if (!group->options().heal || group->options().communicators == nullptr ||
+      !engine->options().state_redundancy) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", rank,
                      " cannot rejoin: the group does not heal (--state_redundancy=0); it "
@@ -194,12 +168,50 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int 
                                  << ended;
     return absl::OkStatus();
   });
+  if (healed.ok()) ResumeSessions(engine);
   if (!healed.ok()) {
     LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\"" << healed.status().message()
                << "\"";
     if (group->options().on_heal_failed) group->options().on_heal_failed(healed.status());
   }
   return healed;
+}
+
+absl::Status TakeStateFromPeers(Engine* engine, int rank, int world_size, const HealFetch& fetch) {
+  const int buddy = (rank + 1) % world_size;
+  const int predecessor = (rank + world_size - 1) % world_size;
+  const int any = rank == 0 ? 1 : 0;
+  std::vector<std::shared_ptr<Session>> sessions = engine->ListSessions();
+  std::sort(sessions.begin(), sessions.end(),
+            [](const auto& a, const auto& b) { return a->id() < b->id(); });
+  for (const std::shared_ptr<Session>& session : sessions) {
+    Session* s = session.get();
+    // The masters first: this rank's own state then overwrites its block with its own.
+    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> masters,
+                             fetch(any, s->id(), HealPart::kMasters));
+    OPTSTEP_RETURN_IF_ERROR(Named(
+        *s, "importing the masters",
+        Imported([&](Session::DoneCallback done) { s->ImportMasters(masters, std::move(done)); })));
+    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> own,
+                             fetch(buddy, s->id(), HealPart::kShadow));
+    OPTSTEP_RETURN_IF_ERROR(Named(
+        *s, absl::StrCat("importing its own state from rank ", buddy, "'s shadow"),
+        Imported([&](Session::DoneCallback done) { s->ImportOwnedState(own, std::move(done)); })));
+    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> shadow,
+                             fetch(predecessor, s->id(), HealPart::kOwned));
+    OPTSTEP_RETURN_IF_ERROR(Named(
+        *s, absl::StrCat("importing its shadow of rank ", predecessor),
+        Imported([&](Session::DoneCallback done) { s->ImportShadow(shadow, std::move(done)); })));
+    LOG(INFO) << "event=session_state_fetched session=" << s->id() << " rank=" << rank
+              << " buddy=" << buddy << " predecessor=" << predecessor;
+  }
+  return absl::OkStatus();
+}
+
+void ResumeSessions(Engine* engine) {
+  for (const std::shared_ptr<Session>& session : engine->ListSessions()) {
+    session->ResumeAfterHeal();
+  }
 }
 
 absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& address,

@@ -11,20 +11,24 @@
 //                                            each session: r creates its replica (same id,
 //                                            definition, owner; the group's resolutions) while
 //                                            every other rank rebuilds its communicator (kRebuild);
-//                                            each session: the masters and counters of rank 0
-//                                            (held at one step) are imported on every rank;
+//                                            each session's state: the rank fetches it
+//                                            (kTransfer: every master from a peer, its own
+//                                            from its buddy's shadow, its shadow duty from its
+//                                            predecessor);
 //                                            every rank: Regroup kEnd (steps taken again)
 //   serves  <------------------------------  the generation
 //
-// The optimizer state a rank owns lives only on that rank: a session in which rank r owned
-// optimizer state that a step changed is healed only from a redundant copy of it; without one
-// the heal fails (FAILED_PRECONDITION naming the session) and the group takes the restart path
-// (exit 75, automatic checkpoints).
+// The optimizer state a rank owns is kept on its buddy too (state redundancy, shadow_state.h):
+// the heal needs it, so only a group with --state_redundancy=1 heals. Every rank ends the heal
+// with Session::ResumeAfterHeal: a step interrupted by the loss is redone by its trainers.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "checkpoint/state_dict.h"
 #include "server/engine/engine.h"
 #include "server/rpc/rank_group.h"
 
@@ -40,6 +44,21 @@ inline constexpr char kGroupFormedKey[] = "optstep/group/formed";
 // the peers' errors name the rank. Blocks; one heal at a time.
 absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int rank,
                                           const std::string& address);
+
+// What a healed rank fetches of a session from a peer (PeerService.FetchOwnedState,
+// FetchShadow, FetchMasters): a state dict.
+enum class HealPart { kOwned, kShadow, kMasters };
+using HealFetch = std::function<absl::StatusOr<std::shared_ptr<const StateDict>>(
+    int peer, const std::string& session_id, HealPart part)>;
+
+// The rejoining rank r of N, with state redundancy (Regroup kTransfer): for each session, every
+// master from a peer, its own state from its buddy's shadow (rank (r + 1) % N), and its shadow of
+// its predecessor (rank (r - 1) % N) from that rank's own state, each imported into its replica.
+// The first error names the session and the peer.
+absl::Status TakeStateFromPeers(Engine* engine, int rank, int world_size, const HealFetch& fetch);
+// Every rank once a heal ended well (Regroup kEnd): each session takes steps again, an
+// interrupted step redone.
+void ResumeSessions(Engine* engine);
 
 // Rank r > 0, restarted: asks rank 0 (`group`'s peer 0) to heal it into the group, waiting up to
 // `timeout`. Answers the generation joined.

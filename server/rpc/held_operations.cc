@@ -54,7 +54,7 @@ std::vector<int> RanksOf(const std::string& key, const Session& session,
 }  // namespace
 
 absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperation& op) {
-  OPTSTEP_RETURN_IF_ERROR(healing_rank_ < 0 ? group_->PeersStatus() : group_->MembersStatus());
+  OPTSTEP_RETURN_IF_ERROR(group_->PeersStatus());
   if (options().rank != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint and state dict operations are served by rank 0; this is rank ",
@@ -99,7 +99,7 @@ absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperati
     });
   }
   for (int r = 1; r < options().world_size && status.ok(); ++r) {
-    if (r != healing_rank_ && points[r].step != points[0].step) {
+    if (points[r].step != points[0].step) {
       status = absl::InternalError(absl::StrCat("session '", session.id(), "': rank ", r,
                                                 " settled at step ", points[r].step,
                                                 ", rank 0 at step ", points[0].step));
@@ -129,12 +129,6 @@ absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportStateDict
         OPTSTEP_ASSIGN_OR_RETURN(parts[0], session.holds().ExportHeld(token, all));
         return absl::OkStatus();
       }
-
-      // A heal needs rank 0's masters and counters and the healing rank's own keys alone.
-      if (healing_rank_ >= 0 && r != healing_rank_) {
-        parts[r] = std::make_shared<const StateDict>();
-        return absl::OkStatus();
-      }
       OPTSTEP_ASSIGN_OR_RETURN(parts[r], ExportFrom(r, session, token, model_chunks));
       return absl::OkStatus();
     });
@@ -158,7 +152,6 @@ absl::Status HeldOperations::ImportStateDict(Session& session,
   return WithHeldSession(session, [&](uint64_t token, const HeldPoint&) -> absl::Status {
     // Every rank validates and stages its part; only then does any rank change.
     OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
-      if (healing_rank_ >= 0 && r != healing_rank_) return absl::OkStatus();  // only it changes
       if (r == 0) return session.holds().StageState(token, parts[0], /*complete=*/false);
       return StageOn(r, session, token, *parts[r]);
     }));
@@ -214,7 +207,6 @@ absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t 
 
 absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
   return group_->ForEachRank([&](int r) -> absl::Status {
-    if (healing_rank_ >= 0 && r != healing_rank_) return absl::OkStatus();
     if (r == 0) return session.holds().ApplyStaged(token);
     return group_
         ->CallPeer(r, &v1::PeerService::Stub::ApplyHeldState,

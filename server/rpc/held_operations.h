@@ -26,12 +26,8 @@ namespace optstep {
 // call them on a gRPC reaction. Every call answers FAILED_PRECONDITION on ranks other than 0.
 class HeldOperations {
  public:
-  // `group` must outlive this object. `healing_rank`: a rank being healed into the group
-  // (heal.h): the operations run while the group heals, that rank's counters are not compared
-  // with rank 0's (it has none yet), ExportStateDict takes only rank 0's part (every master, the
-  // counters) and that rank's, and ImportStateDict changes only that rank.
-  explicit HeldOperations(RankGroup* group, int healing_rank = -1)
-      : group_(group), healing_rank_(healing_rank) {}
+  // `group` must outlive this object.
+  explicit HeldOperations(RankGroup* group) : group_(group) {}
 
   // Holds `session` on every rank, settles them at the highest resolution any of them started,
   // runs `op` with the hold's token and the settled point, and releases every rank whatever
@@ -74,7 +70,6 @@ class HeldOperations {
                                    const CheckpointProgressCallback& progress);
 
   RankGroup* const group_;
-  const int healing_rank_;
 };
 
 }  // namespace optstep

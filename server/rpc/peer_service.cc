@@ -10,6 +10,7 @@
 #include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/heal.h"
+#include "server/rpc/peer_state_fetch.h"
 #include "server/rpc/state_dict_stream.h"
 #include "wire/grpc_status.h"
 
@@ -128,9 +129,26 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* 
     reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this rank has no group"));
     return reactor;
   }
-  // Rebuilding the communicators blocks until every rank arrives.
-  RunDetached([group = group_, request, reactor] {
-    reactor->Finish(ToGrpcStatus(group->Regroup(*request)));
+  // Rebuilding the communicators blocks until every rank arrives; the transfer reads peers.
+  RunDetached([engine = engine_, group = group_, request, reactor] {
+    absl::Status status;
+    if (request->phase() == v1::RegroupRequest::PHASE_TRANSFER) {
+      const HealFetch fetch =
+          [group](int peer, const std::string& id,
+                  HealPart part) -> absl::StatusOr<std::shared_ptr<const StateDict>> {
+        OPTSTEP_RETURN_IF_ERROR(group->EnsureAddress(peer));  // this rank knows few of them yet
+        const PeerState what = part == HealPart::kOwned    ? PeerState::kOwned
+                               : part == HealPart::kShadow ? PeerState::kShadow
+                                                           : PeerState::kMasters;
+        return FetchPeerState(*group->Peer(peer), peer, id, what);
+      };
+      status = TakeStateFromPeers(engine, group->rank(), group->world_size(), fetch);
+    } else {
+      status = group->Regroup(*request);
+      const bool healed = request->phase() == v1::RegroupRequest::PHASE_END && !request->failed();
+      if (status.ok() && healed) ResumeSessions(engine);
+    }
+    reactor->Finish(ToGrpcStatus(status));
   });
   return reactor;
 }

@@ -206,6 +206,8 @@ absl::Status WriteResolvedState(ReplicaState& replica, const ResolvedState& reso
   for (size_t g = 0; g < replica.groups().size(); ++g) {
     if (resolved.group_steps[g]) replica.groups()[g].applied_steps = *resolved.group_steps[g];
   }
+  // A written state is stepped by the next step whatever came before (no redo skips it).
+  replica.set_owned_applied_step(0);
   return absl::OkStatus();
 }
 

@@ -67,7 +67,7 @@ absl::StatusOr<std::shared_ptr<const StateDict>> CopyStateToHost(
 absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(ReplicaState& replica,
                                                             std::shared_ptr<const StateDict> state);
 // Writes the tensors and group counters of `resolved` into `replica` (the caller sets the step
-// counters). On the device worker.
+// counters) and clears its owned_applied_step (the next step applies). On the device worker.
 absl::Status WriteResolvedState(ReplicaState& replica, const ResolvedState& resolved);
 
 }  // namespace optstep

@@ -109,6 +109,13 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
   session_.coordinator_->Post([&] {
     status = session_.coordinator_->OnDevice(
         [&] { return WriteResolvedState(*session_.replica_, *staged); });
+    // The predecessor's state changed on its rank, not here: this shadow is stale until a heal
+    // imports it again.
+    if (status.ok() && session_.shadow_ != nullptr) {
+      session_.shadow_->Invalidate(absl::FailedPreconditionError(
+          absl::StrCat("session '", session_.id_, "': rank ", session_.rank(),
+                       "'s shadow is stale after a state import")));
+    }
     absl::MutexLock lock(&session_.mu_);
     if (status.ok()) {
       session_.book_.WriteCounters(*staged);

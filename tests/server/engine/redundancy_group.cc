@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
@@ -242,6 +243,45 @@ absl::Status RedundancyGroup::ImportShadow(int r, const StateDict& state) {
 absl::Status RedundancyGroup::ImportMasters(int r, const StateDict& state) {
   return AwaitDone([&](Session::DoneCallback done) {
     session(r).ImportMasters(std::make_shared<const StateDict>(state), done);
+  });
+}
+
+namespace {
+
+// Holds rank `session` settled at the resolutions it started, runs `held`, releases.
+absl::Status WithHold(Session& session, uint64_t token, const std::function<absl::Status()>& held) {
+  absl::StatusOr<uint64_t> started = session.holds().Hold(token, absl::Seconds(30));
+  if (!started.ok()) return started.status();
+  absl::Status status =
+      session.holds()
+          .Settle(token, *started, absl::Now() + absl::Seconds(30), absl::Seconds(30))
+          .status();
+  if (status.ok()) status = held();
+  const absl::Status released = session.holds().Release(token);
+  return status.ok() ? released : status;
+}
+
+}  // namespace
+
+StateDict RedundancyGroup::HeldExport(int r) {
+  StateDict state;
+  EXPECT_THAT(WithHold(session(r), 100 + r,
+                       [&]() -> absl::Status {
+                         absl::StatusOr<std::shared_ptr<const StateDict>> dict =
+                             session(r).holds().ExportHeld(100 + r, StateSelection{});
+                         if (dict.ok()) state = **dict;
+                         return dict.status();
+                       }),
+              IsOk());
+  return state;
+}
+
+absl::Status RedundancyGroup::HeldImport(int r, const StateDict& state) {
+  return WithHold(session(r), 200 + r, [&]() -> absl::Status {
+    absl::Status staged = session(r).holds().StageState(
+        200 + r, std::make_shared<const StateDict>(state), /*complete=*/true);
+    if (!staged.ok()) return staged;
+    return session(r).holds().ApplyStaged(200 + r);
   });
 }
 

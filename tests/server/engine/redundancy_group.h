@@ -83,6 +83,11 @@ class RedundancyGroup {
   absl::Status ImportShadow(int r, const StateDict& state);
   absl::Status ImportMasters(int r, const StateDict& state);
 
+  // Rank r's whole state (masters, owned state, counters) read, or written back (the step after
+  // it is applied again), under a hold of rank r alone: the group must be idle.
+  StateDict HeldExport(int r);
+  absl::Status HeldImport(int r, const StateDict& state);
+
   // The gradient element i of parameter p in step `step`.
   static float Gradient(uint64_t step, int p, int64_t i);
 

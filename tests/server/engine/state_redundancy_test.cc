@@ -172,6 +172,34 @@ TEST(StateRedundancyTest, RankLostAfterItsUpdateIsHealedAndTheStepRedone) {
   LoseAndHealRankOne(true);
 }
 
+TEST(StateRedundancyTest, AnImportedStateIsSteppedAgainAndMakesTheShadowStale) {
+  const SessionConfig config = ConfigOf("adamw");
+  RedundancyGroup reference(2, config);
+  for (uint64_t step = 1; step <= 2; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+
+  RedundancyGroup group(2, config);
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+  const StateDict at_one[2] = {group.HeldExport(0), group.HeldExport(1)};
+  for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  // Back to step 1 on every rank: step 2 is applied again (its owned update included).
+  for (int r = 0; r < 2; ++r) OPTSTEP_ASSERT_OK(group.HeldImport(r, at_one[r]));
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(2));
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(Difference(group.Masters(r), reference.Masters(r)), "");
+    EXPECT_EQ(Difference(group.OwnedState(r), reference.OwnedState(r)), "");
+    // The predecessor's state was replaced on its rank: the shadow is not served any more.
+    absl::Notification done;
+    absl::Status shadow;
+    group.session(r).ExportShadow([&](absl::StatusOr<std::shared_ptr<const StateDict>> s) {
+      shadow = s.status();
+      done.Notify();
+    });
+    done.WaitForNotification();
+    EXPECT_THAT(shadow, StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
+  }
+}
+
 TEST(StateRedundancyTest, ShadowOfARankWithoutOneIsRefused) {
   RedundancyGroup group(2, ConfigOf("adamw"), /*redundancy=*/false);
   absl::Notification done;

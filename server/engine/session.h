@@ -228,8 +228,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // when the book is ready_to_apply (every trainer committed, none runs); returns whether it did.
   bool StartResolutionLocked(ResolutionKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `read` on the coordinator's device work and answers its state dict.
-  void ExportOnCoordinator(
-      std::function<absl::StatusOr<std::shared_ptr<const StateDict>>()> read, StateCallback done);
+  void ExportOnCoordinator(std::function<absl::StatusOr<std::shared_ptr<const StateDict>>()> read,
+                           StateCallback done);
   // Runs `write` on the coordinator's device work between steps (FAILED_PRECONDITION while one
   // is pending), no step starting meanwhile; `then` under the lock on success.
   void ImportOnCoordinator(std::function<absl::Status()> write, std::function<void()> then,

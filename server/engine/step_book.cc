@@ -42,9 +42,9 @@ absl::Status StepBook::CheckUsable() const {
                                                " lost a peer; the group must be restarted"));
   }
   if (interrupted_) {
-    return absl::UnavailableError(absl::StrCat(
-        "session '", id_, "': rank ", rank_, " lost a peer during step ", *interrupted_,
-        "; the step is taken again once the group heals"));
+    return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank_,
+                                               " lost a peer during step ", *interrupted_,
+                                               "; the step is taken again once the group heals"));
   }
   return absl::OkStatus();
 }

@@ -141,10 +141,10 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   if (!agreement.ok()) {
     LOG(ERROR) << "session " << id << " rank " << rank
                << ": lost the group: " << agreement.status();
-    return LostPeer(pending.step, absl::UnavailableError(absl::StrCat(
-                                      "session '", id, "': rank ", rank,
-                                      " lost a peer during step agreement: ",
-                                      agreement.status().message())));
+    return LostPeer(pending.step,
+                    absl::UnavailableError(absl::StrCat(
+                        "session '", id, "': rank ", rank,
+                        " lost a peer during step agreement: ", agreement.status().message())));
   }
   if (agreement->failed) {
     return FinishStep(absl::AbortedError(absl::StrCat(
@@ -176,8 +176,8 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   const StreamingSnapshots streaming = StreamEarly(outcome, pending.step);
   std::vector<int> last_ids;
   bool peer_lost = false;
-  absl::Status applied = ApplyStep(pending.step, schedule, clip_scale, started, streaming,
-                                   &last_ids, &peer_lost);
+  absl::Status applied =
+      ApplyStep(pending.step, schedule, clip_scale, started, streaming, &last_ids, &peer_lost);
   if (!applied.ok()) {
     for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
     // A peer lost in the all-gather: the step is redone once the group heals, if it can.
@@ -285,22 +285,22 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
   } else {
     const OwnedUpdate update = PlanOwnedUpdate(*replica_, schedule);
     int64_t bucket_bytes = 0;
-    OPTSTEP_RETURN_IF_ERROR(OnDeviceSliced(
-        absl::StrCat("step ", step, " optimizer"), static_cast<int>(update.work.size()),
-        [&](int i) -> absl::Status {
-          // 4. Clip (ClipScale), then step.
-          OPTSTEP_RETURN_IF_ERROR(ApplyOwnedItem(*replica_, update, i, clip_scale));
-          if (streaming.empty()) return absl::OkStatus();
-          const int p = update.work[i].second;
-          bucket.push_back(p);
-          bucket_bytes += replica_->numels()[p] * 4;
-          if (bucket_bytes < kStreamBucketBytes) return absl::OkStatus();
-          OPTSTEP_RETURN_IF_ERROR(replica_->device().Synchronize());
-          OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
-          bucket.clear();
-          bucket_bytes = 0;
-          return absl::OkStatus();
-        }));
+    OPTSTEP_RETURN_IF_ERROR(
+        OnDeviceSliced(absl::StrCat("step ", step, " optimizer"),
+                       static_cast<int>(update.work.size()), [&](int i) -> absl::Status {
+                         // 4. Clip (ClipScale), then step.
+                         OPTSTEP_RETURN_IF_ERROR(ApplyOwnedItem(*replica_, update, i, clip_scale));
+                         if (streaming.empty()) return absl::OkStatus();
+                         const int p = update.work[i].second;
+                         bucket.push_back(p);
+                         bucket_bytes += replica_->numels()[p] * 4;
+                         if (bucket_bytes < kStreamBucketBytes) return absl::OkStatus();
+                         OPTSTEP_RETURN_IF_ERROR(replica_->device().Synchronize());
+                         OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
+                         bucket.clear();
+                         bucket_bytes = 0;
+                         return absl::OkStatus();
+                       }));
     CountOwnedUpdate(*replica_);
     replica_->set_owned_applied_step(step);
   }
@@ -362,10 +362,10 @@ absl::Status StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& sc
   if (!shadow.CheckUsable().ok() || shadow.step() >= step) return absl::OkStatus();
   ReplicaState& owner = shadow.replica();
   const OwnedUpdate update = PlanOwnedUpdate(owner, schedule);
-  absl::Status stepped = OnDeviceSliced(
-      absl::StrCat("step ", step, " shadow of rank ", owner.rank()),
-      static_cast<int>(update.work.size()),
-      [&](int i) { return ApplyOwnedItem(owner, update, i, clip_scale); });
+  absl::Status stepped =
+      OnDeviceSliced(absl::StrCat("step ", step, " shadow of rank ", owner.rank()),
+                     static_cast<int>(update.work.size()),
+                     [&](int i) { return ApplyOwnedItem(owner, update, i, clip_scale); });
   if (!stepped.ok()) {
     shadow.Invalidate(absl::FailedPreconditionError(
         absl::StrCat("session '", options_.session_id, "': the shadow of rank ", owner.rank(),

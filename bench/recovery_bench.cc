@@ -8,8 +8,8 @@
 //             recreated, the communicators rebuilt, the masters and counters transferred),
 //   resume    SERVING -> the trainer's next step applied (a whole step: gradients, update,
 //             all-gather, parameters back).
-// and, next to it, the wall of a step before the kill. The chain is SGD without momentum: it keeps
-// no optimizer state, which a healed rank could otherwise only get from a redundant copy.
+// and, next to it, the wall of a step before the kill. The chain is Adam: the healed rank gets its
+// moments from its buddy's copy (--state_redundancy=1), its masters from a peer.
 //
 //   bazel run //bench:recovery_bench -- --ranks=3 --layers=12
 
@@ -65,8 +65,7 @@ v1::SessionSpec GptSpec(int layers, std::vector<int64_t>* sizes) {
   spec.set_name("recovery");
   spec.set_num_trainers(1);
   spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
-  spec.mutable_optimizer()->set_preset("sgd");
-  (*spec.mutable_optimizer()->mutable_megatron_args())["sgd_momentum"] = "0";
+  spec.mutable_optimizer()->set_preset("adam");
   for (const ParamInfo& p : params) {
     auto* param = spec.add_parameters();
     param->set_name(p.name);
@@ -155,12 +154,12 @@ int Run() {
   do_step();
   const absl::Time applied = absl::Now();
   std::printf(
-      "recovery: %d ranks, %.1fM parameters (%zu tensors), SGD without momentum; rank %d "
+      "recovery: %d ranks, %.1fM parameters (%zu tensors), Adam; rank %d "
       "SIGKILLed between steps and restarted at once\n",
       ranks, elements / 1e6, sizes.size(), dead);
   std::printf("  step wall before the kill  %8.3f s\n", Seconds(step_wall));
   std::printf("  restart (kill -> listening) %7.3f s\n", Seconds(listening - killed));
-  std::printf("  rejoin (-> every rank SERVING: rebuild + masters transfer) %7.3f s\n",
+  std::printf("  rejoin (-> every rank SERVING: rebuild + state transfer) %7.3f s\n",
               Seconds(serving - listening));
   std::printf("  resume (-> next step applied) %7.3f s\n", Seconds(applied - serving));
   std::printf("  kill -> first applied step  %7.3f s\n", Seconds(applied - killed));

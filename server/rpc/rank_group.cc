@@ -13,6 +13,11 @@
 #include "wire/grpc_status.h"
 
 namespace optstep {
+namespace {
+
+constexpr int kMaxPeerMessageBytes = (4 << 20) + (64 << 10);
+
+}  // namespace
 
 RankGroup::RankGroup(RankGroupOptions options, Engine* engine)
     : options_(std::move(options)),
@@ -202,6 +207,9 @@ v1::PeerService::Stub* RankGroup::Peer(int rank) {
     // backoff of the connections to its predecessor (grpc shares them between channels).
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // The state streamed between ranks comes in chunks of up to 4 MiB plus their envelope (the
+    // default --max_message_bytes), over grpc's default 4 MiB.
+    args.SetMaxReceiveMessageSize(kMaxPeerMessageBytes);
     peers_[rank] = v1::PeerService::NewStub(grpc::CreateCustomChannel(
         addresses_[rank],
         options_.peer_credentials ? options_.peer_credentials : grpc::InsecureChannelCredentials(),

@@ -105,6 +105,12 @@ absl::StatusOr<Trained> Train(Group& group, bool kill) {
   }
   // Made but not stepped before the loss.
   OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo fresh, trainer->CreateSession(SmallSpec("fresh")));
+  // A tensor of 4 MiB: its state crosses between ranks in messages above grpc's default bound.
+  v1::SessionSpec large_spec = SmallSpec("large");
+  large_spec.mutable_parameters(0)->clear_shape();
+  large_spec.mutable_parameters(0)->add_shape(1024);
+  large_spec.mutable_parameters(0)->add_shape(1024);
+  OPTSTEP_RETURN_IF_ERROR(trainer->CreateSession(large_spec).status());
   if (kill) {
     group[kDead]->SignalAndWait(SIGKILL);
     for (int r = 0; r < kWorld; ++r) {

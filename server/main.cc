@@ -91,6 +91,9 @@ ABSL_FLAG(int, state_redundancy, -1,
 ABSL_FLAG(int64_t, rejoin_timeout_ms, 60000,
           "With --state_redundancy=1: how long the other ranks wait for a lost rank to rejoin "
           "before they exit for a restart of the group.");
+ABSL_FLAG(int, kill_before_allgather, 0,
+          "Testing only: this rank SIGKILLs itself in its N-th step (of any session), after it "
+          "stepped its own parameters and before the all-gather (a rank lost mid-step); 0: never.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
@@ -203,6 +206,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.exit_on_peer_loss = absl::GetFlag(FLAGS_exit_on_peer_loss);
   options.state_redundancy = absl::GetFlag(FLAGS_state_redundancy);
   options.rejoin_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rejoin_timeout_ms));
+  options.kill_before_allgather = absl::GetFlag(FLAGS_kill_before_allgather);
   return options;
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -17,6 +18,7 @@
 #include "base/status_macros.h"
 #include "checkpoint/temporaries.h"
 #include "glog/logging.h"
+#include "server/engine/step_observer.h"
 #include "server/rpc/auth.h"
 #include "server/rpc/auto_restore.h"
 #include "server/rpc/heal.h"
@@ -85,6 +87,41 @@ absl::Status CheckOptions(const RankProcess::Options& options) {
   }
   return absl::OkStatus();
 }
+
+// Testing only (Options::kill_before_allgather): reports to `inner`, and SIGKILLs this process
+// at the `kill_at`-th step phase it is told of, which ends after the rank stepped its own
+// parameters and its shadow and before the step's all-gather.
+class KillBeforeAllGather final : public StepObserver {
+ public:
+  KillBeforeAllGather(std::shared_ptr<StepObserver> inner, int kill_at)
+      : inner_(std::move(inner)), kill_at_(kill_at) {}
+
+  void OnPhase(Phase phase, absl::Duration duration) override {
+    inner_->OnPhase(phase, duration);
+    if (phase != Phase::kStep || ++steps_ != kill_at_) return;
+    LOG(ERROR) << "event=killed_before_allgather step_phase=" << kill_at_
+               << " --kill_before_allgather: this rank kills itself";
+    google::FlushLogFiles(google::GLOG_INFO);
+    raise(SIGKILL);
+  }
+  void OnBytesIn(int64_t bytes) override { inner_->OnBytesIn(bytes); }
+  void OnBytesOut(int64_t bytes) override { inner_->OnBytesOut(bytes); }
+  void OnStepEnd(const std::string& session, uint64_t step, int rank, StepEnd end,
+                 absl::string_view error) override {
+    inner_->OnStepEnd(session, step, rank, end, error);
+  }
+  void OnSessionCreated(const std::string& session, int rank, int64_t params) override {
+    inner_->OnSessionCreated(session, rank, params);
+  }
+  void OnSessionClosed(const std::string& session, int rank) override {
+    inner_->OnSessionClosed(session, rank);
+  }
+
+ private:
+  const std::shared_ptr<StepObserver> inner_;
+  const int kill_at_;
+  std::atomic<int> steps_{0};
+};
 
 // `status` with `context` in front of its message (and its code kept).
 absl::Status WithContext(const std::string& context, const absl::Status& status) {
@@ -241,6 +278,10 @@ absl::Status RankProcess::StartEngine(
   engine_options.device_watchdog = options_.device_watchdog;
   engine_options.memory_budget = options_.memory_budget;
   engine_options.step_observer = metrics_;
+  if (options_.kill_before_allgather > 0) {
+    engine_options.step_observer =
+        std::make_shared<KillBeforeAllGather>(metrics_, options_.kill_before_allgather);
+  }
   engine_options.state_redundancy = heals();  // a shadow of the predecessor's state, every step
   if (options_.world_size > 1) {
     // Each session's communicator rendezvous under the group's generation (rebuilt by a heal).
@@ -402,23 +443,33 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
 }
 
 void RankProcess::WatchSessionGroups() {
-  std::optional<absl::Time> lost_since;  // while a peer is lost and awaited
+  // Since when a peer has been lost or a session interrupted (and awaited to heal).
+  std::optional<absl::Time> unwell_since;
   while (!shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
-    // A session whose collectives failed has lost its group even while the heartbeats still pass.
+    // A session whose collectives failed has lost its group even while the heartbeats still pass;
+    // one only interrupted by a lost peer (state redundancy) is healed with the rank, its step
+    // redone.
+    std::string interrupted;
     for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
-      if (!session->healthy()) {
+      if (session->healthy()) continue;
+      if (!heals() || !session->interrupted_step().has_value()) {
         return ExitForRestart(absl::StrCat("session ", session->id(), " lost its group"));
+      }
+      if (interrupted.empty()) {
+        interrupted = absl::StrCat("session ", session->id(), "'s step ",
+                                   *session->interrupted_step(), " was interrupted");
       }
     }
     const absl::Status members = group_->MembersStatus();
-    if (members.ok()) {
-      lost_since.reset();
+    if (members.ok() && interrupted.empty()) {
+      unwell_since.reset();
       continue;
     }
-    if (!lost_since.has_value()) lost_since = absl::Now();
+    if (!unwell_since.has_value()) unwell_since = absl::Now();
     if (group_->lost_peers() > 1) return ExitForRestart("two ranks lost");
-    if (absl::Now() - *lost_since > options_.rejoin_timeout) {
-      return ExitForRestart(absl::StrCat(members.message(), "; it did not rejoin within ",
+    if (absl::Now() - *unwell_since > options_.rejoin_timeout) {
+      return ExitForRestart(absl::StrCat(members.ok() ? interrupted : members.message(),
+                                         "; the group did not heal within ",
                                          absl::FormatDuration(options_.rejoin_timeout)));
     }
   }

@@ -113,6 +113,10 @@ class RankProcess {
     // several ranks.
     int state_redundancy = -1;
     absl::Duration rejoin_timeout = absl::Seconds(60);
+    // Testing only (a rank lost while a step runs): this rank SIGKILLs itself once it has
+    // stepped its own parameters (and its shadow) in its `kill_before_allgather`-th step of
+    // any session, before that step's all-gather. 0: never.
+    int kill_before_allgather = 0;
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.
@@ -158,8 +162,9 @@ class RankProcess {
   // health SERVING (the join thread).
   void JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store);
   // Until the shutdown request: exits for a restart (ExitForRestart) once a session's
-  // collectives failed, or a lost peer has not rejoined within `rejoin_timeout` (the join thread,
-  // `exit_on_peer_loss` with several ranks).
+  // collectives failed (a broken session; with a heal, one interrupted by a lost peer waits for
+  // the heal), two peers are lost, or a lost peer or an interrupted session has not healed within
+  // `rejoin_timeout` (the join thread, `exit_on_peer_loss` with several ranks).
   void WatchSessionGroups();
   // A restarted rank > 0 whose group runs: asks rank 0 to heal it in. False when it could not
   // (it exits for a restart).

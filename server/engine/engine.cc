@@ -272,6 +272,15 @@ bool Engine::healthy() const {
   return true;
 }
 
+bool Engine::live() const {
+  absl::MutexLock lock(&mu_);
+  if (device_stalled_) return false;
+  for (const auto& entry : sessions_) {
+    if (!entry.second->healthy() && !entry.second->interrupted_step().has_value()) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<std::shared_ptr<Session>> Engine::GetSession(const std::string& id) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);

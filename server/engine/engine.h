@@ -106,6 +106,9 @@ class Engine {
   // stalled (a task has run longer than options().device_watchdog): the rank should stop
   // serving.
   bool healthy() const;
+  // As healthy(), but a session only interrupted by a lost peer (state redundancy: it waits for
+  // the group to heal) keeps the rank live: what a liveness probe asks.
+  bool live() const;
 
   // What the device worker runs now, for metrics.
   struct DeviceActivity {

@@ -69,8 +69,10 @@ void Server::WatchHealth() {
   std::optional<bool> live;
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    const bool healthy = engine_->healthy();
-    const bool now = ready_ && healthy && (group_ == nullptr || group_->PeersStatus().ok());
+    const bool now =
+        ready_ && engine_->healthy() && (group_ == nullptr || group_->PeersStatus().ok());
+    // A rank whose sessions wait for a lost peer to heal back in works: it stays live.
+    const bool healthy = engine_->live();
     if (now != serving) {
       serving = now;
       // The overall service ("") alone: SetServingStatus(bool) would set the liveness one too.

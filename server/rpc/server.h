@@ -46,8 +46,9 @@ struct ServerOptions {
   ShutdownRequestCallback on_shutdown_request;
 };
 
-// The grpc.health.v1 service name that answers whether the rank's process works (its engine is
-// healthy: no device task stalled, no session broken), whatever its peers do: a liveness probe
+// The grpc.health.v1 service name that answers whether the rank's process works (Engine::live:
+// no device task stalled, no session broken; one interrupted by a lost peer waits for the heal),
+// whatever its peers do: a liveness probe
 // asks it, so that a rank waiting for a lost peer to rejoin is not restarted meanwhile. The
 // overall health ("") is the readiness: SERVING only while the whole group serves.
 inline constexpr char kLivenessService[] = "optstep.liveness";
@@ -67,7 +68,7 @@ class Server {
   int port() const { return port_; }
   // Health SERVING when `ready`, the engine is healthy and no peer is lost or gone
   // (RankGroup::PeersStatus; checked until Shutdown); kLivenessService SERVING while the engine
-  // is healthy.
+  // is live.
   void SetReady(bool ready);
   // Health NOT_SERVING and new Step streams refused (UNAVAILABLE) at once; then waits for the
   // Step streams in progress to end, until `deadline`; then stops accepting calls and waits for

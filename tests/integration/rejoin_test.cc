@@ -4,8 +4,11 @@
 // running group (a new generation, the sessions' communicators rebuilt, its replicas created with
 // the same ids, the masters from a peer, its own Adam state from its buddy's shadow and its
 // shadow duty from its predecessor), the group turns SERVING again and training goes on, ending
-// bit for bit with an undisturbed run. Two ranks lost at once are not waited for: the survivor
-// exits for a restart of the group (status 75).
+// bit for bit with an undisturbed run. A rank killed while a step runs (after it and its peers
+// stepped their own parameters, before the all-gather) interrupts the step on the others, which
+// wait for it as well: once it is healed in, the trainer's step is redone without a rollback and
+// the parameters and optimizer state end bit for bit with an undisturbed session. Two ranks lost
+// at once are not waited for: the survivor exits for a restart of the group (status 75).
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -13,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -152,6 +156,114 @@ TEST(RejoinTest, ARankRestartedBetweenStepsRejoinsAndTrainingEndsBitIdentical) {
   EXPECT_EQ(healed.fresh, reference.fresh);
   // The survivors never left: the same processes serve.
   for (int r = 0; r < kWorld; ++r) EXPECT_EQ(kill(group[r]->pid(), 0), 0) << "rank " << r;
+}
+
+// An Adam session of kParams parameters: each of the kWorld ranks owns some.
+constexpr int kParams = 6;
+v1::SessionSpec SpreadSpec(const std::string& name) {
+  v1::SessionSpec spec = SmallSpec(name);
+  spec.clear_parameters();
+  for (int p = 0; p < kParams; ++p) {
+    auto* param = spec.add_parameters();
+    param->set_name(absl::StrCat("layer", p, ".weight"));
+    param->add_shape(16 + 8 * p);
+  }
+  return spec;
+}
+
+absl::StatusOr<StepReply> StepSpread(Client& trainer, const std::string& session_id,
+                                     uint64_t step) {
+  std::vector<std::vector<float>> grads(kParams);
+  std::vector<FullGradient> full;
+  for (int p = 0; p < kParams; ++p) {
+    for (int i = 0; i < 16 + 8 * p; ++i) {
+      grads[p].push_back(0.01f * static_cast<float>((i * 7 + p * 3) % 11 - 5) +
+                         0.002f * static_cast<float>(step));
+    }
+    full.push_back({static_cast<uint32_t>(p), grads[p]});
+  }
+  StepOptions options;
+  options.session_id = session_id;
+  options.step = step;
+  return trainer.Step(options, full);
+}
+
+// The session's parameters and optimizer state, key by key (the masters' bits included).
+absl::StatusOr<std::string> StateOf(Client& trainer, const std::string& session_id) {
+  v1::ExportStateDictRequest request;
+  request.set_session_id(session_id);
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<Client::StateDictEntry> entries,
+                           trainer.ExportStateDict(request));
+  std::string all;
+  for (const Client::StateDictEntry& entry : entries) {
+    absl::StrAppend(&all, entry.chunk_key, "/", entry.key, ":", entry.bytes.size(), ":",
+                    entry.bytes, ";");
+  }
+  return all;
+}
+
+TEST(RejoinTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
+  constexpr uint64_t kSteps = 5;
+  constexpr uint64_t kKilledStep = 3;
+  // Rank kDead kills itself in the kSteps + kKilledStep-th step it takes: step kKilledStep of
+  // the second session, after the first session's kSteps.
+  std::vector<std::string> dying = kFlags;
+  dying.push_back(absl::StrCat("--kill_before_allgather=", kSteps + kKilledStep));
+  Group group;
+  for (int r = 0; r < kWorld; ++r) {
+    std::vector<std::string> flags = r == kDead ? dying : kFlags;
+    flags.push_back(absl::StrCat("--rank=", r));
+    flags.push_back(absl::StrCat("--world_size=", kWorld));
+    if (r > 0) flags.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ServerProcess> rank, ServerProcess::Start(flags));
+    group.push_back(std::move(rank));
+  }
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  // The undisturbed reference: a session of the same definition, stepped before any loss.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference,
+                               trainer->CreateSession(SpreadSpec("reference")));
+  for (uint64_t step = 1; step <= kSteps; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, reference.session_id(), step).status(), IsOk());
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo killed,
+                               trainer->CreateSession(SpreadSpec("killed")));
+  for (uint64_t step = 1; step < kKilledStep; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, killed.session_id(), step).status(), IsOk());
+  }
+  // The trainer's step: its recovery waits for the group and redoes it.
+  absl::StatusOr<StepReply> redone = absl::UnknownError("not run");
+  std::thread step([&] { redone = StepSpread(*trainer, killed.session_id(), kKilledStep); });
+  const int status = group[kDead]->Wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kDead) continue;
+    EXPECT_TRUE(AwaitHealth(*group[r], false, absl::Seconds(10))) << "rank " << r;
+  }
+  // Longer than a survivor takes to exit for a restart (--peer_loss_exit_grace_ms, 1 s): they
+  // wait for the rank instead.
+  absl::SleepFor(absl::Seconds(2));
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kDead) continue;
+    EXPECT_TRUE(Live(*group[r])) << "rank " << r << " left the group";
+  }
+  ASSERT_THAT(Restart(group, kDead, kFlags), IsOk());
+  step.join();
+  ASSERT_THAT(redone.status(), IsOk());
+  EXPECT_EQ(redone->step, kKilledStep);
+  for (uint64_t s = kKilledStep + 1; s <= kSteps; ++s) {
+    ASSERT_THAT(StepSpread(*trainer, killed.session_id(), s).status(), IsOk());
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string expected, StateOf(*trainer, reference.session_id()));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string healed, StateOf(*trainer, killed.session_id()));
+  EXPECT_FALSE(expected.empty());
+  EXPECT_TRUE(healed == expected) << "the state after the redone step differs";
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string expected_params,
+                               testutil::Pulled(*trainer, reference.session_id()));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string healed_params,
+                               testutil::Pulled(*trainer, killed.session_id()));
+  EXPECT_TRUE(healed_params == expected_params);
 }
 
 TEST(RejoinTest, TwoRanksLostAtOnceRestartTheGroup) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Counts test cases from Bazel's JUnit XML results and prints `N passed, N failed[, N skipped]`.
 
-Usage: test_summary.py TESTLOGS_DIR LABEL...  (the test targets of the run). A target without a
-result file (it did not build, or it crashed before writing one) counts as one failed test.
+Usage: test_summary.py TESTLOGS_DIR LABEL...  (the test targets of the run). A sharded target
+has one result file per shard (shard_I_of_N/test.xml); a target or shard without a result file
+(it did not build, or it crashed before writing one) counts as one failed test.
 Exits 1 when anything failed.
 """
 import os
@@ -10,9 +11,15 @@ import sys
 import xml.etree.ElementTree as ET
 
 
-def result_file(testlogs, label):
+def result_files(testlogs, label):
+    """The result files of LABEL: its test.xml, or one per shard of a sharded target."""
     package, _, name = label.lstrip("/").partition(":")
-    return os.path.join(testlogs, package, name, "test.xml")
+    target = os.path.join(testlogs, package, name)
+    shards = sorted(d for d in os.listdir(target) if d.startswith("shard_")) \
+        if os.path.isdir(target) else []
+    if not shards:
+        return [os.path.join(target, "test.xml")]
+    return [os.path.join(target, shard, "test.xml") for shard in shards]
 
 
 def count(path):
@@ -37,13 +44,14 @@ def main():
     testlogs, labels = sys.argv[1], sys.argv[2:]
     totals = [0, 0, 0]
     for label in labels:
-        path = result_file(testlogs, label)
-        if not os.path.exists(path):
-            print(f"no result for {label}", file=sys.stderr)
-            totals[1] += 1
-            continue
-        for i, n in enumerate(count(path)):
-            totals[i] += n
+        for path in result_files(testlogs, label):
+            if not os.path.exists(path):
+                print(f"no result for {label}", path.split(os.sep)[-2] if "shard_" in path else "",
+                      file=sys.stderr)
+                totals[1] += 1
+                continue
+            for i, n in enumerate(count(path)):
+                totals[i] += n
     line = f"{totals[0]} passed, {totals[1]} failed"
     if totals[2]:
         line += f", {totals[2]} skipped"

@@ -20,6 +20,10 @@
 //   them, ordered by its own uninstrumented locks.
 // - libabsl_status: a Status received through gRPC is compared (memcmp) on one thread and was
 //   copied (memcpy) on another, both inside the library, ordered by gRPC's queues.
+// - libdnnl: oneDNN's primitive cache is shared by every engine of the process; a rank's
+//   thread takes the read lock of a cache entry another rank's thread created, published to it
+//   through oneDNN's own atomics (seen: pthread_rwlock_rdlock from libdnnl against the malloc
+//   of that lock under DnnlGemm::Run, two ranks' Newton-Schulz GEMMs of the same shape).
 
 extern "C" const char* __tsan_default_suppressions() {
   return "called_from_lib:libgrpc.so\n"
@@ -31,5 +35,6 @@ extern "C" const char* __tsan_default_suppressions() {
          "race:std::__exception_ptr::exception_ptr::_M_release\n"
          "race:optstep::internal::CallGloo\n"
          "called_from_lib:libabsl_status.so\n"
-         "called_from_lib:libomp.so\n";
+         "called_from_lib:libomp.so\n"
+         "called_from_lib:libdnnl.so\n";
 }

@@ -101,9 +101,10 @@ def test_gradients_leave_during_backward(client: optstep.Client, path: str) -> N
         opt.step()
         assert len(added) == overlap.bucket_count + 1  # step() adds what is left: nothing here
         assert added[-1] == 0
-        model(x)  # the forward pre-hooks wait for the step
-        assert opt.last_step is not None and opt.last_step.step == 1
+        model(x)  # the forward pre-hooks wait for the step's parameters
         assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+        opt.synchronize()  # last_step is set once the whole reply is in
+        assert opt.last_step is not None and opt.last_step.step == 1
     finally:
         optstep.streamed_step.StreamedStep.add = real_add  # type: ignore[method-assign]
     opt.close_session()

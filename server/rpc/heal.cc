@@ -12,6 +12,8 @@
 #include "base/status_macros.h"
 #include "checkpoint/state_dict.h"
 #include "glog/logging.h"
+#include "server/rpc/state_dict_stream.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
@@ -197,15 +199,44 @@ absl::Status TakeStateFromPeers(Engine* engine, int rank, int world_size, const 
     OPTSTEP_RETURN_IF_ERROR(Named(
         *s, absl::StrCat("importing its own state from rank ", buddy, "'s shadow"),
         Imported([&](Session::DoneCallback done) { s->ImportOwnedState(own, std::move(done)); })));
-    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> shadow,
-                             fetch(predecessor, s->id(), HealPart::kOwned));
-    OPTSTEP_RETURN_IF_ERROR(Named(
-        *s, absl::StrCat("importing its shadow of rank ", predecessor),
-        Imported([&](Session::DoneCallback done) { s->ImportShadow(shadow, std::move(done)); })));
+    OPTSTEP_RETURN_IF_ERROR(RefreshShadow(*s, rank, world_size, fetch));
     LOG(INFO) << "event=session_state_fetched session=" << s->id() << " rank=" << rank
               << " buddy=" << buddy << " predecessor=" << predecessor;
   }
   return absl::OkStatus();
+}
+
+absl::Status RefreshShadow(Session& session, int rank, int world_size, const HealFetch& fetch) {
+  const int predecessor = (rank + world_size - 1) % world_size;
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> shadow,
+                           fetch(predecessor, session.id(), HealPart::kOwned));
+  return Named(
+      session, absl::StrCat("importing its shadow of rank ", predecessor),
+      Imported([&](Session::DoneCallback done) { session.ImportShadow(shadow, std::move(done)); }));
+}
+
+HealFetch PeerFetch(RankGroup* group) {
+  return [group](int peer, const std::string& session_id,
+                 HealPart part) -> absl::StatusOr<std::shared_ptr<const StateDict>> {
+    OPTSTEP_RETURN_IF_ERROR(group->EnsureAddress(peer));  // a rank knows few of them at first
+    v1::PeerService::Stub& stub = *group->Peer(peer);
+    v1::FetchStateRequest request;
+    request.set_session_id(session_id);
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader =
+        part == HealPart::kOwned    ? stub.FetchOwnedState(&context, request)
+        : part == HealPart::kShadow ? stub.FetchShadow(&context, request)
+                                    : stub.FetchMasters(&context, request);
+    StateDictAssembler assembler;
+    v1::StateDictChunk chunk;
+    absl::Status added = absl::OkStatus();
+    while (reader->Read(&chunk)) {
+      if (added.ok()) added = assembler.Add(chunk);
+    }
+    OPTSTEP_RETURN_IF_ERROR(PeerStatus(peer, reader->Finish()));
+    OPTSTEP_RETURN_IF_ERROR(added);
+    return assembler.BuildPlain();
+  };
 }
 
 void ResumeSessions(Engine* engine) {

@@ -56,6 +56,14 @@ using HealFetch = std::function<absl::StatusOr<std::shared_ptr<const StateDict>>
 // its predecessor (rank (r - 1) % N) from that rank's own state, each imported into its replica.
 // The first error names the session and the peer.
 absl::Status TakeStateFromPeers(Engine* engine, int rank, int world_size, const HealFetch& fetch);
+// Rank r of N: its shadow of `session`'s predecessor (rank (r - 1) % N) fetched again from that
+// rank's own state and imported (after a state import replaced it there, or in a heal). The
+// error names the session and the peer. REQUIRES: between steps (a held session).
+absl::Status RefreshShadow(Session& session, int rank, int world_size, const HealFetch& fetch);
+// The HealFetch of `group`'s peers: PeerService.FetchOwnedState / FetchShadow / FetchMasters,
+// learning the peer's address from the store when this rank does not know it yet. The state
+// whole and checked (every element once); the peer's error prefixed with its rank.
+HealFetch PeerFetch(RankGroup* group);
 // Every rank once a heal ended well (Regroup kEnd): each session takes steps again, an
 // interrupted step redone.
 void ResumeSessions(Engine* engine);

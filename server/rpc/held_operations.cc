@@ -15,6 +15,7 @@
 #include "glog/logging.h"
 #include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
+#include "server/rpc/heal.h"
 #include "server/rpc/state_dict_stream.h"
 #include "wire/stream_end.h"
 
@@ -206,13 +207,27 @@ absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t 
 }
 
 absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
-  return group_->ForEachRank([&](int r) -> absl::Status {
+  OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
     if (r == 0) return session.holds().ApplyStaged(token);
     return group_
         ->CallPeer(r, &v1::PeerService::Stub::ApplyHeldState,
                    HeldRequest(session, token, options().hold_lease), absl::Seconds(600))
         .status();
+  }));
+  if (!options().heal || options().world_size < 2) return absl::OkStatus();
+  // Each rank's shadow reflected its predecessor's state before the import: fetched again, still
+  // under the hold, so that a rank lost from now on heals. A shadow that could not be is refused
+  // by a heal (the group then restarts from its checkpoints); the import itself stands.
+  const absl::Status refreshed = group_->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0) return RefreshShadow(session, 0, options().world_size, PeerFetch(group_));
+    return group_
+        ->CallPeer(r, &v1::PeerService::Stub::RefreshShadow,
+                   HeldRequest(session, token, options().hold_lease), absl::Seconds(600))
+        .status();
   });
+  LOG_IF(WARNING, !refreshed.ok()) << "event=shadow_refresh_failed session=" << session.id()
+                                   << " error=\"" << refreshed.message() << "\"";
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CheckpointLocation> HeldOperations::Locate(const std::string& name,

@@ -10,7 +10,6 @@
 #include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/heal.h"
-#include "server/rpc/peer_state_fetch.h"
 #include "server/rpc/state_dict_stream.h"
 #include "wire/grpc_status.h"
 
@@ -133,16 +132,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* 
   RunDetached([engine = engine_, group = group_, request, reactor] {
     absl::Status status;
     if (request->phase() == v1::RegroupRequest::PHASE_TRANSFER) {
-      const HealFetch fetch =
-          [group](int peer, const std::string& id,
-                  HealPart part) -> absl::StatusOr<std::shared_ptr<const StateDict>> {
-        OPTSTEP_RETURN_IF_ERROR(group->EnsureAddress(peer));  // this rank knows few of them yet
-        const PeerState what = part == HealPart::kOwned    ? PeerState::kOwned
-                               : part == HealPart::kShadow ? PeerState::kShadow
-                                                           : PeerState::kMasters;
-        return FetchPeerState(*group->Peer(peer), peer, id, what);
-      };
-      status = TakeStateFromPeers(engine, group->rank(), group->world_size(), fetch);
+      status = TakeStateFromPeers(engine, group->rank(), group->world_size(), PeerFetch(group));
     } else {
       status = group->Regroup(*request);
       const bool healed = request->phase() == v1::RegroupRequest::PHASE_END && !request->failed();
@@ -151,6 +141,15 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* 
     reactor->Finish(ToGrpcStatus(status));
   });
   return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::RefreshShadow(grpc::CallbackServerContext* context,
+                                                         const v1::HeldSessionRequest* request,
+                                                         v1::HeldSessionResponse*) {
+  return Detached(context, *request, [group = group_](Session& s) -> absl::Status {
+    if (group == nullptr) return absl::FailedPreconditionError("this rank has no group");
+    return optstep::RefreshShadow(s, group->rank(), group->world_size(), PeerFetch(group));
+  });
 }
 
 grpc::ServerUnaryReactor* PeerServiceImpl::HoldSession(grpc::CallbackServerContext* context,

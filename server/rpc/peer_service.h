@@ -59,14 +59,19 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
                                  const v1::PingRequest* request,
                                  v1::PingResponse* response) override;
-  // State redundancy (peer_state_fetch.h): Session::ExportOwnedState, ExportShadow,
-  // ExportMasters streamed.
+  // State redundancy (heal.h, PeerFetch; served in peer_state_fetch.cc):
+  // Session::ExportOwnedState, ExportShadow, ExportMasters streamed.
   grpc::ServerWriteReactor<v1::StateDictChunk>* FetchOwnedState(
       grpc::CallbackServerContext* context, const v1::FetchStateRequest* request) override;
   grpc::ServerWriteReactor<v1::StateDictChunk>* FetchShadow(
       grpc::CallbackServerContext* context, const v1::FetchStateRequest* request) override;
   grpc::ServerWriteReactor<v1::StateDictChunk>* FetchMasters(
       grpc::CallbackServerContext* context, const v1::FetchStateRequest* request) override;
+  // After a state import under a hold: this rank's shadow fetched again from its predecessor
+  // (RefreshShadow).
+  grpc::ServerUnaryReactor* RefreshShadow(grpc::CallbackServerContext* context,
+                                          const v1::HeldSessionRequest* request,
+                                          v1::HeldSessionResponse* response) override;
   // Rank 0: heals the restarted rank into the group (HealRejoinedRank); answers once it is done.
   grpc::ServerUnaryReactor* Rejoin(grpc::CallbackServerContext* context,
                                    const v1::RejoinRequest* request,

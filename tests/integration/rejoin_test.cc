@@ -7,8 +7,11 @@
 // bit for bit with an undisturbed run. A rank killed while a step runs (after it and its peers
 // stepped their own parameters, before the all-gather) interrupts the step on the others, which
 // wait for it as well: once it is healed in, the trainer's step is redone without a rollback and
-// the parameters and optimizer state end bit for bit with an undisturbed session. Two ranks lost
-// at once are not waited for: the survivor exits for a restart of the group (status 75).
+// the parameters and optimizer state end bit for bit with an undisturbed session. A state import
+// (a checkpoint load, an automatic restore, a state dict) replaces each rank's state on its own
+// rank: the shadows are fetched again under the import's hold, so that a rank lost afterwards
+// still heals. Two ranks lost at once are not waited for: the survivor exits for a restart of the
+// group (status 75).
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -264,6 +267,40 @@ TEST(RejoinTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string healed_params,
                                testutil::Pulled(*trainer, killed.session_id()));
   EXPECT_TRUE(healed_params == expected_params);
+}
+
+TEST(RejoinTest, ARankLostAfterAStateImportHeals) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference,
+                               trainer->CreateSession(SpreadSpec("reference")));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo imported,
+                               trainer->CreateSession(SpreadSpec("imported")));
+  for (uint64_t step = 1; step <= 2; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, reference.session_id(), step).status(), IsOk());
+  }
+  // The reference's state after step 2, imported into the other session.
+  v1::ExportStateDictRequest request;
+  request.set_session_id(reference.session_id());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<Client::StateDictEntry> state,
+                               trainer->ExportStateDict(request));
+  ASSERT_THAT(trainer->ImportStateDict(imported.session_id(), state), IsOk());
+  group[kDead]->SignalAndWait(SIGKILL);
+  ASSERT_TRUE(AwaitHealth(*group[0], false, absl::Seconds(10)));
+  ASSERT_THAT(Restart(group, kDead, kFlags), IsOk());
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
+  }
+  for (uint64_t step = 3; step <= 4; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, reference.session_id(), step).status(), IsOk());
+    ASSERT_THAT(StepSpread(*trainer, imported.session_id(), step).status(), IsOk());
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string expected, StateOf(*trainer, reference.session_id()));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string healed, StateOf(*trainer, imported.session_id()));
+  EXPECT_TRUE(healed == expected) << "the state after the heal differs";
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Live(*group[r])) << "rank " << r;
 }
 
 TEST(RejoinTest, TwoRanksLostAtOnceRestartTheGroup) {

@@ -1,24 +1,47 @@
-// Balance of the layer-wise partition: optstep's cost-balanced LPT partitioner against
-// Megatron's ping-pong baseline (spec §6), for GPT-like layouts with the Megatron `muon` preset
-// (Muon for hidden matrices, AdamW for embeddings, output and 1-D parameters).
+// Balance of the layer-wise partition in step cost and in owned bytes, for GPT-like layouts:
+// optstep's partition (PartitionByCostAndMemory), its cost-only predecessor (PartitionByCost) and
+// Megatron's ping-pong baseline (spec §6), with the Megatron `muon` preset (Muon for hidden
+// matrices, AdamW for embeddings, output and 1-D parameters).
 //
 //   bazel run //bench:partition_bench
 //
-// Prints, per model and world size, max/mean estimated step cost over ranks for both, and the
-// memory (optimizer-state bytes) max/mean alongside. Goal: <= 1.05 where the largest parameter
-// allows it, and never worse than the baseline.
+// Per model and world size: cost max/mean over ranks for the three and its lower bound (over the
+// mean); owned bytes (master + gradient + optimizer state) max/mean for the three and their lower
+// bound (over the mean; the pigeonhole bound: the largest parameter against total / ranks); then
+// the least peak cost under memory caps of 1, 1.05, 1.1 and 1.25 times that bound.
+//
+// Scale mode, for bench/scale_model.py: one JSON object per world size with the layout's counts
+// and the partition's per-rank peaks, for a layout given by flags:
+//
+//   partition_bench --scale --layers=126 --hidden=16384 --ffn=53248 --vocab=128256
+//       --kv_hidden=2048 --gated --nobias --preset=adam --worlds=8,64,1024
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/partition.h"
 #include "server/engine/cost_model.h"
 #include "server/optim/presets.h"
+
+ABSL_FLAG(bool, scale, false, "Print the scale mode's JSON lines for the layout of the flags.");
+ABSL_FLAG(int, layers, 24, "Scale mode: transformer layers.");
+ABSL_FLAG(int64_t, hidden, 2048, "Scale mode: hidden size.");
+ABSL_FLAG(int64_t, ffn, 8192, "Scale mode: FFN size.");
+ABSL_FLAG(int64_t, vocab, 50257, "Scale mode: vocabulary (untied embedding and output layer).");
+ABSL_FLAG(int64_t, kv_hidden, 0, "Scale mode: width of K and of V (grouped-query); 0: hidden.");
+ABSL_FLAG(bool, gated, false, "Scale mode: gated FFN (fused gate and up projection, SwiGLU).");
+ABSL_FLAG(bool, bias, true, "Scale mode: biases and layer-norm biases.");
+ABSL_FLAG(std::string, preset, "adam", "Scale mode: the optimizer preset.");
+ABSL_FLAG(std::string, worlds, "8,16,32,64,128,256,512,1024", "Scale mode: world sizes.");
 
 namespace optstep {
 namespace {
@@ -29,6 +52,9 @@ struct Gpt {
   int64_t hidden;
   int64_t ffn;
   int64_t vocab;
+  int64_t kv_hidden = 0;  // 0: hidden
+  bool gated = false;
+  bool bias = true;
 };
 
 std::vector<ParamInfo> Layout(const Gpt& g) {
@@ -40,74 +66,141 @@ std::vector<ParamInfo> Layout(const Gpt& g) {
     p.embedding_or_output = embedding;
     params.push_back(std::move(p));
   };
+  const int64_t qkv = g.hidden + 2 * (g.kv_hidden > 0 ? g.kv_hidden : g.hidden);
+  const int64_t fc1 = g.gated ? 2 * g.ffn : g.ffn;
   add("embedding.word_embeddings.weight", {g.vocab, g.hidden}, true);
-  add("embedding.position_embeddings.weight", {2048, g.hidden});
+  if (g.bias) add("embedding.position_embeddings.weight", {2048, g.hidden});
   for (int l = 0; l < g.layers; ++l) {
     const std::string prefix = absl::StrCat("layers.", l, ".");
     add(prefix + "input_layernorm.weight", {g.hidden});
-    add(prefix + "input_layernorm.bias", {g.hidden});
-    add(prefix + "attention.qkv.weight", {3 * g.hidden, g.hidden});
-    add(prefix + "attention.qkv.bias", {3 * g.hidden});
+    if (g.bias) add(prefix + "input_layernorm.bias", {g.hidden});
+    add(prefix + "attention.qkv.weight", {qkv, g.hidden});
+    if (g.bias) add(prefix + "attention.qkv.bias", {qkv});
     add(prefix + "attention.proj.weight", {g.hidden, g.hidden});
-    add(prefix + "attention.proj.bias", {g.hidden});
+    if (g.bias) add(prefix + "attention.proj.bias", {g.hidden});
     add(prefix + "post_attention_layernorm.weight", {g.hidden});
-    add(prefix + "post_attention_layernorm.bias", {g.hidden});
-    add(prefix + "mlp.fc1.weight", {g.ffn, g.hidden});
-    add(prefix + "mlp.fc1.bias", {g.ffn});
+    if (g.bias) add(prefix + "post_attention_layernorm.bias", {g.hidden});
+    add(prefix + "mlp.fc1.weight", {fc1, g.hidden});
+    if (g.bias) add(prefix + "mlp.fc1.bias", {fc1});
     add(prefix + "mlp.fc2.weight", {g.hidden, g.ffn});
-    add(prefix + "mlp.fc2.bias", {g.hidden});
+    if (g.bias) add(prefix + "mlp.fc2.bias", {g.hidden});
   }
   add("final_layernorm.weight", {g.hidden});
   add("output_layer.weight", {g.vocab, g.hidden}, true);
   return params;
 }
 
-int Run() {
+// A layout's per-parameter loads under a preset.
+struct Loads {
+  std::vector<double> costs;
+  std::vector<int64_t> bytes;
+  std::vector<double> weights;  // bytes as doubles
+  int64_t numel = 0;
+};
+
+bool LoadsOf(const std::string& preset, const std::vector<ParamInfo>& params, Loads& out) {
+  auto chain = ExpandPreset(preset, {});
+  absl::StatusOr<std::vector<double>> costs =
+      chain.ok() ? EstimateStepCosts(*chain, params) : chain.status();
+  absl::StatusOr<std::vector<int64_t>> bytes =
+      costs.ok() ? EstimateOwnedBytes(*chain, params) : costs.status();
+  if (!bytes.ok()) {
+    std::fprintf(stderr, "%s\n", bytes.status().ToString().c_str());
+    return false;
+  }
+  out.costs = *std::move(costs);
+  out.bytes = *std::move(bytes);
+  out.weights.assign(out.bytes.begin(), out.bytes.end());
+  for (const ParamInfo& p : params) out.numel += p.numel();
+  return true;
+}
+
+double Mean(const std::vector<double>& w, int world) {
+  return std::accumulate(w.begin(), w.end(), 0.0) / world;
+}
+
+int Table() {
   const Gpt models[] = {{"125M", 12, 768, 3072, 50257},
                         {"1.3B", 24, 2048, 8192, 50257},
                         {"7B", 32, 4096, 11008, 32000}};
-  auto chain = ExpandPreset("muon", {});
-  if (!chain.ok()) {
-    std::fprintf(stderr, "%s\n", chain.status().ToString().c_str());
-    return 1;
-  }
-  std::printf("%-6s %6s %10s | %12s %12s | %12s %12s | %s\n", "model", "ranks", "params",
-              "cost optstep", "cost base", "mem optstep", "mem base", "bound");
+  std::printf(
+      "cost and owned bytes, max/mean over ranks: now = cost and memory, cost = cost only, "
+      "base = Megatron's ping-pong; bound = lower bound of any partition / mean\n");
+  std::printf("%-5s %5s %7s | %5s %5s %5s %5s | %5s %5s %5s %5s | %s\n", "model", "ranks", "params",
+              "now", "cost", "base", "bound", "now", "cost", "base", "bound",
+              "cost at memory cap x1, x1.05, x1.1, x1.25 of the bound");
   for (const Gpt& g : models) {
-    const std::vector<ParamInfo> params = Layout(g);
-    auto costs = EstimateStepCosts(*chain, params);
-    if (!costs.ok()) {
-      std::fprintf(stderr, "%s\n", costs.status().ToString().c_str());
+    Loads loads;
+    if (!LoadsOf("muon", Layout(g), loads)) return 1;
+    std::vector<int64_t> numels;
+    for (const ParamInfo& p : Layout(g)) numels.push_back(p.numel());
+    for (int world : {2, 4, 8, 16, 64}) {
+      const optstep::Layout now = PartitionByCostAndMemory(loads.costs, loads.bytes, world);
+      const optstep::Layout cost = PartitionByCost(loads.costs, world);
+      const optstep::Layout base = PartitionBaseline(numels, world);
+      const double mem_bound = PeakLowerBound(loads.weights, world);
+      std::string capped;
+      for (double slack : {1.0, 1.05, 1.1, 1.25}) {
+        absl::StatusOr<optstep::Layout> layout = PartitionWithinMemory(
+            loads.costs, loads.bytes, world, static_cast<int64_t>(mem_bound * slack));
+        absl::StrAppend(&capped, " ",
+                        layout.ok() ? absl::StrFormat("%5.3f", Imbalance(*layout, loads.costs))
+                                    : std::string("    -"));
+      }
+      std::printf("%-5s %5d %6.2fB | %5.3f %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f |%s\n",
+                  g.name, world, loads.numel / 1e9, Imbalance(now, loads.costs),
+                  Imbalance(cost, loads.costs), Imbalance(base, loads.costs),
+                  PeakLowerBound(loads.costs, world) / Mean(loads.costs, world),
+                  Imbalance(now, loads.weights), Imbalance(cost, loads.weights),
+                  Imbalance(base, loads.weights), mem_bound / Mean(loads.weights, world),
+                  capped.c_str());
+    }
+  }
+  return 0;
+}
+
+int Scale() {
+  Gpt g{"scale",
+        absl::GetFlag(FLAGS_layers),
+        absl::GetFlag(FLAGS_hidden),
+        absl::GetFlag(FLAGS_ffn),
+        absl::GetFlag(FLAGS_vocab),
+        absl::GetFlag(FLAGS_kv_hidden),
+        absl::GetFlag(FLAGS_gated),
+        absl::GetFlag(FLAGS_bias)};
+  const std::vector<ParamInfo> params = Layout(g);
+  Loads loads;
+  if (!LoadsOf(absl::GetFlag(FLAGS_preset), params, loads)) return 1;
+  int64_t largest = 0;
+  for (const ParamInfo& p : params) largest = std::max(largest, p.numel());
+  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_worlds), ',')) {
+    int world = 0;
+    if (!absl::SimpleAtoi(text, &world) || world < 1) {
+      std::fprintf(stderr, "--worlds: '%s' is not a world size\n", std::string(text).c_str());
       return 1;
     }
-    std::vector<int64_t> numels;
-    std::vector<double> bytes;
-    int64_t total = 0;
-    for (const ParamInfo& p : params) {
-      numels.push_back(p.numel());
-      bytes.push_back(static_cast<double>(p.numel()));
-      total += p.numel();
-    }
-    const double sum = std::accumulate(costs->begin(), costs->end(), 0.0);
-    std::vector<double> sorted = *costs;
-    std::sort(sorted.begin(), sorted.end(), std::greater<double>());
-    for (int world : {2, 4, 8, 16, 64}) {
-      const optstep::Layout lpt = PartitionByCost(*costs, world);
-      const optstep::Layout base = PartitionBaseline(numels, world);
-      // No partition does better than this lower bound: the largest parameter, and for every m,
-      // some rank holds m + 1 of the m·world + 1 largest, so at least the m + 1 smallest of them.
-      double peak = sorted[0];
-      for (size_t m = 1; m * world + 1 <= sorted.size(); ++m) {
-        const size_t top = m * world + 1;
-        double smallest = 0.0;
-        for (size_t i = top - (m + 1); i < top; ++i) smallest += sorted[i];
-        peak = std::max(peak, smallest);
+    const optstep::Layout layout = PartitionByCostAndMemory(loads.costs, loads.bytes, world);
+    const std::vector<double> bytes = RankLoads(layout, loads.weights);
+    const int peak_rank =
+        static_cast<int>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
+    double with_shadow = bytes[peak_rank];  // state redundancy: the predecessor's part too
+    if (world > 1) {
+      for (int r = 0; r < world; ++r) {
+        with_shadow = std::max(with_shadow, bytes[r] + bytes[(r + world - 1) % world]);
       }
-      const double bound = std::max(1.0, peak / (sum / world));
-      std::printf("%-6s %6d %9.2fB | %12.3f %12.3f | %12.3f %12.3f | %.3f\n", g.name, world,
-                  total / 1e9, Imbalance(lpt, *costs), Imbalance(base, *costs),
-                  Imbalance(lpt, bytes), Imbalance(base, bytes), bound);
     }
+    int64_t peak_numel = 0;
+    for (size_t p = 0; p < params.size(); ++p) {
+      if (layout.owner[p] == peak_rank) peak_numel += params[p].numel();
+    }
+    std::printf(
+        "{\"world\": %d, \"params\": %zu, \"numel\": %lld, \"largest_numel\": %lld, "
+        "\"owned_bytes_total\": %.0f, \"owned_bytes_max\": %.0f, \"owned_bytes_bound\": %.0f, "
+        "\"owned_with_shadow_max\": %.0f, \"peak_rank_numel\": %lld, "
+        "\"cost_max_over_mean\": %.6f}\n",
+        world, params.size(), static_cast<long long>(loads.numel), static_cast<long long>(largest),
+        Mean(loads.weights, 1), bytes[peak_rank], PeakLowerBound(loads.weights, world), with_shadow,
+        static_cast<long long>(peak_numel), Imbalance(layout, loads.costs));
   }
   return 0;
 }
@@ -115,4 +208,7 @@ int Run() {
 }  // namespace
 }  // namespace optstep
 
-int main() { return optstep::Run(); }
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return absl::GetFlag(FLAGS_scale) ? optstep::Scale() : optstep::Table();
+}

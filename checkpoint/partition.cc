@@ -1,70 +1,299 @@
 #include "checkpoint/partition.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
 #include <numeric>
+
+#include "absl/strings/str_cat.h"
 
 namespace optstep {
 
 namespace {
 
+constexpr int64_t kNoCap = std::numeric_limits<int64_t>::max();
+
+// A layout with its ranks' loads: `load` of the weights it is balanced on, `bytes` of the owned
+// bytes it is constrained by, and each rank's parameters in ascending id.
+struct Placement {
+  Layout layout;
+  std::vector<double> load;
+  std::vector<int64_t> bytes;
+  std::vector<std::vector<int>> items;
+
+  Placement(int world, size_t params) : load(world, 0.0), bytes(world, 0), items(world) {
+    layout.world_size = world;
+    layout.owner.assign(params, 0);
+  }
+
+  void Assign(int param, int rank, double weight, int64_t size) {
+    layout.owner[param] = rank;
+    load[rank] += weight;
+    bytes[rank] += size;
+    std::vector<int>& list = items[rank];
+    list.insert(std::lower_bound(list.begin(), list.end(), param), param);
+  }
+
+  void Unassign(int param, double weight, int64_t size) {
+    const int rank = layout.owner[param];
+    load[rank] -= weight;
+    bytes[rank] -= size;
+    std::vector<int>& list = items[rank];
+    list.erase(std::lower_bound(list.begin(), list.end(), param));
+  }
+
+  double PeakLoad() const { return *std::max_element(load.begin(), load.end()); }
+  int64_t PeakBytes() const { return *std::max_element(bytes.begin(), bytes.end()); }
+};
+
+// Parameter ids in descending `weights` (ties by id).
+std::vector<int> Descending(const std::vector<double>& weights) {
+  std::vector<int> order(weights.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&weights](int a, int b) { return weights[a] > weights[b]; });
+  return order;
+}
+
+// Places the parameters in `order`, each on the rank of least `weights` load (ties by rank) among
+// those where its bytes stay within `cap`. False when one fits on no rank.
+bool PlaceGreedily(const std::vector<int>& order, const std::vector<double>& weights,
+                   const std::vector<int64_t>& bytes, int64_t cap, Placement& out) {
+  const int world = out.layout.world_size;
+  for (int param : order) {
+    int best = -1;
+    for (int r = 0; r < world; ++r) {
+      if (out.bytes[r] > cap - bytes[param]) continue;
+      if (best < 0 || out.load[r] < out.load[best]) best = r;
+    }
+    if (best < 0) return false;
+    out.Assign(param, best, weights[param], bytes[param]);
+  }
+  return true;
+}
+
 // Moves or swaps parameters between the most loaded rank and the others while that lowers the
-// larger of the two loads (a bounded, deterministic refinement of the LPT assignment).
-void Refine(const std::vector<double>& costs, Layout& layout, std::vector<double>& load) {
-  const int world = layout.world_size;
+// larger of the two loads and keeps both ranks' bytes within `cap` (a bounded, deterministic
+// refinement of a greedy placement).
+void Refine(const std::vector<double>& weights, const std::vector<int64_t>& bytes, int64_t cap,
+            Placement& p) {
+  const int world = p.layout.world_size;
+  std::vector<double>& load = p.load;
+  auto fits = [&](int rank, int64_t in, int64_t out) { return p.bytes[rank] - out <= cap - in; };
   for (int round = 0; round < 64 * world; ++round) {
     const int hot = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
     double best_peak = load[hot];
     int best_item = -1, best_other = -1, best_rank = -1;
-    for (size_t i = 0; i < costs.size(); ++i) {
-      if (layout.owner[i] != hot) continue;
+    for (int i : p.items[hot]) {
       for (int r = 0; r < world; ++r) {
         if (r == hot) continue;
         // Move i to r.
-        double peak = std::max(load[hot] - costs[i], load[r] + costs[i]);
-        if (peak < best_peak) {
-          best_peak = peak, best_item = static_cast<int>(i), best_other = -1, best_rank = r;
+        double peak = std::max(load[hot] - weights[i], load[r] + weights[i]);
+        if (peak < best_peak && fits(r, bytes[i], 0)) {
+          best_peak = peak, best_item = i, best_other = -1, best_rank = r;
         }
         // Swap i with j on r.
-        for (size_t j = 0; j < costs.size(); ++j) {
-          if (layout.owner[j] != r || costs[j] >= costs[i]) continue;
-          peak = std::max(load[hot] - costs[i] + costs[j], load[r] + costs[i] - costs[j]);
-          if (peak < best_peak) {
-            best_peak = peak, best_item = static_cast<int>(i), best_other = static_cast<int>(j),
-            best_rank = r;
+        for (int j : p.items[r]) {
+          if (weights[j] >= weights[i]) continue;
+          peak = std::max(load[hot] - weights[i] + weights[j], load[r] + weights[i] - weights[j]);
+          if (peak < best_peak && fits(r, bytes[i], bytes[j]) && fits(hot, bytes[j], bytes[i])) {
+            best_peak = peak, best_item = i, best_other = j, best_rank = r;
           }
         }
       }
     }
     if (best_item < 0 || best_peak >= load[hot] * (1.0 - 1e-12)) return;
-    load[hot] -= costs[best_item];
-    load[best_rank] += costs[best_item];
-    layout.owner[best_item] = best_rank;
+    p.Unassign(best_item, weights[best_item], bytes[best_item]);
+    p.Assign(best_item, best_rank, weights[best_item], bytes[best_item]);
     if (best_other >= 0) {
-      load[best_rank] -= costs[best_other];
-      load[hot] += costs[best_other];
-      layout.owner[best_other] = hot;
+      p.Unassign(best_other, weights[best_other], bytes[best_other]);
+      p.Assign(best_other, hot, weights[best_other], bytes[best_other]);
     }
   }
 }
 
+// The most parameters two ranks may hold together for SplitPairExactly (2^n subsets).
+constexpr size_t kMaxPairItems = 14;
+
+// Re-splits the parameters of the most loaded rank and of another rank (the first, by rank,
+// where this helps and they hold at most kMaxPairItems together) the best way over every subset
+// that keeps both ranks' bytes within `cap`, when that lowers the larger of the two loads. True
+// when it changed `p`.
+bool SplitPairExactly(const std::vector<double>& weights, const std::vector<int64_t>& bytes,
+                      int64_t cap, Placement& p) {
+  const int world = p.layout.world_size;
+  const int hot = static_cast<int>(std::max_element(p.load.begin(), p.load.end()) - p.load.begin());
+  for (int r = 0; r < world; ++r) {
+    if (r == hot || p.items[hot].size() + p.items[r].size() > kMaxPairItems) continue;
+    std::vector<int> both = p.items[hot];
+    both.insert(both.end(), p.items[r].begin(), p.items[r].end());
+    const double total = p.load[hot] + p.load[r];
+    const int64_t total_bytes = p.bytes[hot] + p.bytes[r];
+    double best_peak = p.load[hot] * (1.0 - 1e-12);
+    uint32_t best_mask = 0;
+    bool improved = false;
+    for (uint32_t mask = 0; mask < (1u << both.size()); ++mask) {  // bit set: on `hot`
+      double load = 0.0;
+      int64_t size = 0;
+      for (size_t b = 0; b < both.size(); ++b) {
+        if (mask >> b & 1) load += weights[both[b]], size += bytes[both[b]];
+      }
+      const double peak = std::max(load, total - load);
+      if (peak < best_peak && size <= cap && total_bytes - size <= cap) {
+        best_peak = peak, best_mask = mask, improved = true;
+      }
+    }
+    if (!improved) continue;
+    for (size_t b = 0; b < both.size(); ++b) {
+      const int param = both[b];
+      p.Unassign(param, weights[param], bytes[param]);
+      p.Assign(param, (best_mask >> b & 1) ? hot : r, weights[param], bytes[param]);
+    }
+    return true;
+  }
+  return false;
+}
+
+// Refine, then SplitPairExactly, while the latter lowers the peak (bounded).
+void Improve(const std::vector<double>& weights, const std::vector<int64_t>& bytes, int64_t cap,
+             Placement& p) {
+  for (int round = 0; round < 64 * p.layout.world_size; ++round) {
+    Refine(weights, bytes, cap, p);
+    if (!SplitPairExactly(weights, bytes, cap, p)) return;
+  }
+}
+
+// Greedy placement in `order` by `weights` under `cap`, then `improve`d; false when the greedy
+// step fails.
+bool Balance(const std::vector<int>& order, const std::vector<double>& weights,
+             const std::vector<int64_t>& bytes, int64_t cap, Placement& out,
+             void (*improve)(const std::vector<double>&, const std::vector<int64_t>&, int64_t,
+                             Placement&) = Improve) {
+  if (!PlaceGreedily(order, weights, bytes, cap, out)) return false;
+  improve(weights, bytes, cap, out);
+  return true;
+}
+
+std::vector<double> AsWeights(const std::vector<int64_t>& bytes) {
+  return std::vector<double>(bytes.begin(), bytes.end());
+}
+
+// `layout` re-balanced on `costs` under `cap`. REQUIRES: `layout` fits `cap`.
+Placement Rebalanced(const Layout& layout, const std::vector<double>& costs,
+                     const std::vector<int64_t>& bytes, int64_t cap) {
+  Placement p(layout.world_size, costs.size());
+  for (size_t i = 0; i < costs.size(); ++i) {
+    p.Assign(static_cast<int>(i), layout.owner[i], costs[i], bytes[i]);
+  }
+  Improve(costs, bytes, cap, p);
+  return p;
+}
+
+int64_t PeakBytesOf(const Layout& layout, const std::vector<int64_t>& bytes) {
+  std::vector<int64_t> load(layout.world_size, 0);
+  for (size_t i = 0; i < bytes.size(); ++i) load[layout.owner[i]] += bytes[i];
+  return *std::max_element(load.begin(), load.end());
+}
+
+// The inputs of PartitionWithinMemory and what does not depend on the cap.
+struct Problem {
+  const std::vector<double>& costs;
+  const std::vector<int64_t>& bytes;
+  int world;
+  std::vector<int> by_cost;   // descending cost
+  std::vector<int> by_bytes;  // descending bytes
+  Layout cost_first;          // PartitionByCost
+  Layout least_bytes;         // balanced on bytes alone
+
+  Problem(const std::vector<double>& c, const std::vector<int64_t>& b, int world_size,
+          Layout cost_only)
+      : costs(c),
+        bytes(b),
+        world(world_size),
+        by_cost(Descending(c)),
+        by_bytes(Descending(AsWeights(b))),
+        cost_first(std::move(cost_only)) {
+    Placement memory_only(world, c.size());
+    Balance(by_bytes, AsWeights(b), b, kNoCap, memory_only);
+    least_bytes = std::move(memory_only.layout);
+  }
+
+  // The best placement under `cap`; false when none of the candidates fits.
+  bool Solve(int64_t cap, Placement& best) const {
+    bool found = false;
+    auto offer = [&](Placement&& p) {
+      if (p.PeakBytes() > cap) return;
+      const bool better = !found || p.PeakLoad() < best.PeakLoad() ||
+                          (p.PeakLoad() == best.PeakLoad() && p.PeakBytes() < best.PeakBytes());
+      if (better) best = std::move(p), found = true;
+    };
+    for (const std::vector<int>* order : {&by_cost, &by_bytes}) {
+      Placement p(world, costs.size());
+      if (Balance(*order, costs, bytes, cap, p)) offer(std::move(p));
+    }
+    for (const Layout* start : {&cost_first, &least_bytes}) {
+      if (PeakBytesOf(*start, bytes) <= cap) offer(Rebalanced(*start, costs, bytes, cap));
+    }
+    return found;
+  }
+};
+
 }  // namespace
 
 Layout PartitionByCost(const std::vector<double>& costs, int world_size) {
-  Layout layout;
-  layout.world_size = world_size;
-  layout.owner.assign(costs.size(), 0);
-  std::vector<int> order(costs.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&costs](int a, int b) { return costs[a] > costs[b]; });
-  std::vector<double> load(world_size, 0.0);
-  for (int param : order) {
-    const int rank = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    layout.owner[param] = rank;
-    load[rank] += costs[param];
+  Placement p(world_size, costs.size());
+  Balance(Descending(costs), costs, std::vector<int64_t>(costs.size(), 0), kNoCap, p, Refine);
+  return std::move(p.layout);
+}
+
+absl::StatusOr<Layout> PartitionWithinMemory(const std::vector<double>& costs,
+                                             const std::vector<int64_t>& bytes, int world_size,
+                                             int64_t max_rank_bytes) {
+  const Problem problem(costs, bytes, world_size, PartitionByCost(costs, world_size));
+  Placement best(world_size, costs.size());
+  if (problem.Solve(max_rank_bytes, best)) return std::move(best.layout);
+  const absl::Status status = CheckOwnedBytes(problem.least_bytes, bytes, max_rank_bytes);
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "no placement of ", costs.size(), " parameters over ", world_size, " ranks fits the cap of ",
+      max_rank_bytes, " owned bytes per rank: the least peak found: ", status.message(),
+      "; no placement's peak is below ",
+      static_cast<int64_t>(std::ceil(PeakLowerBound(AsWeights(bytes), world_size)))));
+}
+
+Layout PartitionByCostAndMemory(const std::vector<double>& costs, const std::vector<int64_t>& bytes,
+                                int world_size) {
+  Layout cost_only = PartitionByCost(costs, world_size);
+  const double floor = PeakLowerBound(AsWeights(bytes), world_size);
+  const int64_t unconstrained = PeakBytesOf(cost_only, bytes);
+  if (unconstrained <= floor * (1.0 + kMemoryBalanceCostSlack)) return cost_only;
+  const Problem problem(costs, bytes, world_size, std::move(cost_only));
+  const std::vector<double> cost_loads = RankLoads(problem.cost_first, costs);
+  const double cost_target =
+      *std::max_element(cost_loads.begin(), cost_loads.end()) * (1.0 + kMemoryBalanceCostSlack);
+  auto cap_at = [&](int k) {
+    return static_cast<int64_t>(std::ceil(floor * std::pow(1.0 + kMemoryCapStep, k)));
+  };
+  // Bisection for the least k whose placement is within the cost target. At the first k whose
+  // cap holds PartitionByCost's layout, its re-balance is within the target.
+  int lo = 0, hi = 0;
+  while (cap_at(hi) < unconstrained) ++hi;
+  Placement best(world_size, costs.size());
+  int best_k = -1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    Placement p(world_size, costs.size());
+    if (problem.Solve(cap_at(mid), p) && p.PeakLoad() <= cost_target) {
+      best = std::move(p), best_k = mid, hi = mid;
+    } else {
+      lo = mid + 1;
+    }
   }
-  Refine(costs, layout, load);
-  return layout;
+  if (best_k == lo) return std::move(best.layout);
+  if (problem.Solve(cap_at(lo), best) && best.PeakLoad() <= cost_target) {
+    return std::move(best.layout);
+  }
+  return problem.cost_first;
 }
 
 Layout PartitionBaseline(const std::vector<int64_t>& numels, int world_size) {
@@ -82,12 +311,50 @@ Layout PartitionBaseline(const std::vector<int64_t>& numels, int world_size) {
   return layout;
 }
 
-double Imbalance(const Layout& layout, const std::vector<double>& weights) {
+std::vector<double> RankLoads(const Layout& layout, const std::vector<double>& weights) {
   std::vector<double> load(layout.world_size, 0.0);
   for (size_t p = 0; p < weights.size(); ++p) load[layout.owner[p]] += weights[p];
+  return load;
+}
+
+double Imbalance(const Layout& layout, const std::vector<double>& weights) {
+  const std::vector<double> load = RankLoads(layout, weights);
   const double total = std::accumulate(load.begin(), load.end(), 0.0);
   if (total == 0.0) return 1.0;
   return *std::max_element(load.begin(), load.end()) / (total / layout.world_size);
+}
+
+double PeakLowerBound(const std::vector<double>& weights, int world_size) {
+  std::vector<double> sorted = weights;
+  std::sort(sorted.begin(), sorted.end(), std::greater<double>());
+  double peak = std::accumulate(sorted.begin(), sorted.end(), 0.0) / world_size;
+  if (!sorted.empty()) peak = std::max(peak, sorted[0]);
+  const size_t world = static_cast<size_t>(world_size);
+  for (size_t m = 1; m * world + 1 <= sorted.size(); ++m) {
+    const size_t top = m * world + 1;
+    double smallest = 0.0;
+    for (size_t i = top - (m + 1); i < top; ++i) smallest += sorted[i];
+    peak = std::max(peak, smallest);
+  }
+  return peak;
+}
+
+absl::Status CheckOwnedBytes(const Layout& layout, const std::vector<int64_t>& bytes,
+                             int64_t max_rank_bytes) {
+  std::vector<int64_t> load(layout.world_size, 0);
+  std::vector<int> count(layout.world_size, 0);
+  for (size_t p = 0; p < bytes.size(); ++p) {
+    load[layout.owner[p]] += bytes[p];
+    ++count[layout.owner[p]];
+  }
+  for (int r = 0; r < layout.world_size; ++r) {
+    if (load[r] <= max_rank_bytes) continue;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rank ", r, " owns ", load[r], " bytes of parameter state (", count[r],
+                     count[r] == 1 ? " parameter" : " parameters", "); the cap is ", max_rank_bytes,
+                     " bytes per rank"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace optstep

@@ -1,25 +1,49 @@
 #include "server/engine/cost_model.h"
 
+#include <functional>
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "server/optim/registry.h"
 #include "server/optim/routing.h"
 
 namespace optstep {
+namespace {
 
-absl::StatusOr<std::vector<double>> EstimateStepCosts(const ChainConfig& chain,
-                                                      const std::vector<ParamInfo>& params) {
+// Calls `fn(optimizer, param id)` for every parameter with its group's optimizer.
+absl::Status ForEachParam(const ChainConfig& chain, const std::vector<ParamInfo>& params,
+                          const std::function<void(const Optimizer&, int)>& fn) {
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<ParamGroup> groups, RouteParameters(chain, params));
-  std::vector<double> costs(params.size(), 0.0);
   for (const ParamGroup& group : groups) {
     const SubOptimizerConfig& sub = chain.sub_optimizers[group.sub_optimizer];
     OPTSTEP_ASSIGN_OR_RETURN(
         std::unique_ptr<Optimizer> optimizer,
         CreateOptimizer(absl::StrCat("sub_optimizer '", sub.name, "' (group ", group.id, ")"), sub,
                         group.overrides));
-    for (int p : group.param_ids) costs[p] = optimizer->EstimateStepCost(params[p]);
+    for (int p : group.param_ids) fn(*optimizer, p);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<double>> EstimateStepCosts(const ChainConfig& chain,
+                                                      const std::vector<ParamInfo>& params) {
+  std::vector<double> costs(params.size(), 0.0);
+  OPTSTEP_RETURN_IF_ERROR(ForEachParam(chain, params, [&](const Optimizer& optimizer, int p) {
+    costs[p] = optimizer.EstimateStepCost(params[p]);
+  }));
   return costs;
+}
+
+absl::StatusOr<std::vector<int64_t>> EstimateOwnedBytes(const ChainConfig& chain,
+                                                        const std::vector<ParamInfo>& params) {
+  std::vector<int64_t> bytes(params.size(), 0);
+  OPTSTEP_RETURN_IF_ERROR(ForEachParam(chain, params, [&](const Optimizer& optimizer, int p) {
+    bytes[p] = params[p].numel() * 8 + optimizer.StateBytes(params[p]);
+  }));
+  return bytes;
 }
 
 }  // namespace optstep

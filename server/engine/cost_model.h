@@ -1,6 +1,7 @@
 #ifndef OPTSTEP_SERVER_ENGINE_COST_MODEL_H_
 #define OPTSTEP_SERVER_ENGINE_COST_MODEL_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -14,6 +15,12 @@ namespace optstep {
 // INVALID_ARGUMENT as RouteParameters / CreateOptimizer for invalid chains.
 absl::StatusOr<std::vector<double>> EstimateStepCosts(const ChainConfig& chain,
                                                       const std::vector<ParamInfo>& params);
+
+// The owned bytes of every parameter under `chain`: what its owner alone keeps of it, the fp32
+// master and gradient buffer (4 bytes per element each) and the optimizer state
+// (Optimizer::StateBytes); the partitioner's memory load. Errors as EstimateStepCosts.
+absl::StatusOr<std::vector<int64_t>> EstimateOwnedBytes(const ChainConfig& chain,
+                                                        const std::vector<ParamInfo>& params);
 
 }  // namespace optstep
 

@@ -131,7 +131,9 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::FindByName(const SessionConfig&
 absl::StatusOr<Layout> Engine::LayoutOf(const SessionConfig& config) const {
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<double> costs,
                            EstimateStepCosts(config.chain, config.params));
-  return PartitionByCost(costs, options_.world_size);
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> bytes,
+                           EstimateOwnedBytes(config.chain, config.params));
+  return PartitionByCostAndMemory(costs, bytes, options_.world_size);
 }
 
 absl::Status Engine::CheckAdmission(const SessionConfig& config) {

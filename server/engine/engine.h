@@ -138,7 +138,8 @@ class Engine {
     std::shared_ptr<Session> session;
     MemoryBudget::Reservation reservation;
   };
-  // Every rank computes the same layout from the same definition.
+  // Every rank computes the same layout from the same definition: PartitionByCostAndMemory over
+  // the parameters' step costs and owned bytes (cost_model.h).
   absl::StatusOr<Layout> LayoutOf(const SessionConfig& config) const;
   // Builds the replica: layout, admission, communicator, tensors. Does not register it.
   absl::StatusOr<Built> BuildSession(const std::string& id, SessionConfig config);

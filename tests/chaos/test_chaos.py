@@ -1,9 +1,13 @@
 """Chaos: a Python trainer runs a small model for STEPS steps on a 3-rank group under its
-supervisor (deploy/local/ranks.sh: a killed rank is started again, the survivors exit for the
-group to restart, rank 0 restores every session from its newest automatic checkpoint), while the
-test SIGKILLs ranks at seeded moments: while a step runs, while an automatic checkpoint is being
-written, between steps, and two ranks at once; rank 0 among them. The run finishes unattended
-(the client waits for the group, redoes its step or rewinds its data) and its final parameters
+supervisor (deploy/local/ranks.sh restarts a killed rank on its port), while the test SIGKILLs
+ranks at seeded moments: one rank at a time four times (rank 0 among them), while a step runs,
+while an automatic checkpoint is being written and between steps, then two ranks at once.
+
+With state redundancy (the default) a single rank other than 0 heals back into the running group
+(docs/deploy.md, "Rejoin"): the survivors keep their sessions, the trainer redoes the step that
+was cut, and is never rewound. Rank 0, or two ranks at once, take the restart path: every rank
+restarts, rank 0 restores each session from its newest automatic checkpoint, and the trainer
+rewinds its data (optstep.RewindRequired). The run finishes unattended and its final parameters
 and optimizer state are bit for bit those of an undisturbed run. The recovery time of each kill
 (kill -> the next applied step) is printed. The kills begin once the session's first automatic
 checkpoint is complete: a session lost before it has nothing to be restored from."""
@@ -27,10 +31,47 @@ from supervised_group import SupervisedGroup
 from support import make_mlp
 
 WORLD = 3
-STEPS = 60
+STEPS = 200
 SEED = 15
-# The moments, in the order they happen: (kind, ranks killed).
-MOMENTS = ("mid-step", "mid-save", "idle", "two-at-once")
+# What each single rank's kill is timed to; rank 0 takes one of them.
+SINGLE_MOMENTS = ("mid-step", "mid-save", "idle")
+# An idle kill leaves the group alone this long before the trainer's next step (the survivors
+# notice the loss on their heartbeats meanwhile).
+IDLE_PAUSE_S = 1.5
+
+
+class Kill:
+    """One planned kill: when, how, whom; and what came of it."""
+
+    def __init__(self, step: int, kind: str, ranks: List[int]) -> None:
+        self.step, self.kind, self.ranks = step, kind, ranks
+        self.killed_at: Optional[float] = None
+        self.recovery_s: Optional[float] = None
+        self.rewound_to: List[int] = []
+        self.during_step: Optional[bool] = None  # a mid-step kill: whether the step still ran
+
+    @property
+    def heals(self) -> bool:
+        """Whether the group heals from it in place (no restart, no rewind)."""
+        return len(self.ranks) == 1 and self.ranks[0] != 0
+
+    def __repr__(self) -> str:
+        return f"{self.kind} {self.ranks} at step {self.step}"
+
+
+def plan_kills(seed: int) -> List[Kill]:
+    """Four single kills at seeded steps (each moment once with a rank other than 0, each of
+    them at least once; rank 0 once at a random moment), in a seeded order, then two ranks at
+    once."""
+    rng = random.Random(seed)
+    steps = sorted(rng.sample(range(10, STEPS - 10), 5))
+    others = [1, 2, rng.choice([1, 2])]
+    rng.shuffle(others)
+    singles = [(kind, [rank]) for kind, rank in zip(SINGLE_MOMENTS, others)]
+    singles.append((rng.choice(SINGLE_MOMENTS), [0]))
+    rng.shuffle(singles)
+    plan = singles + [("mid-step", sorted(rng.sample(range(WORLD), 2)))]
+    return [Kill(step, kind, ranks) for step, (kind, ranks) in zip(steps, plan)]
 
 
 def _optimizer(kind: str) -> pb.OptimizerConfig:
@@ -41,54 +82,56 @@ def _optimizer(kind: str) -> pb.OptimizerConfig:
 
 class Chaos:
     """Kills ranks of `group` at the planned steps, from the training loop's callbacks, and
-    notes when each kill happened and when the next step was applied."""
+    notes when each kill happened, when the next step was applied and which rewinds followed."""
 
     def __init__(self, group: SupervisedGroup, session_id: str, seed: int) -> None:
-        rng = random.Random(seed)
         self.group = group
         self.session_id = session_id
-        steps = sorted(rng.sample(range(5, STEPS - 5), len(MOMENTS)))
-        # Each rank alone once (rank 0 included), then two of them.
-        victims = [[r] for r in rng.sample(range(WORLD), WORLD)] + [rng.sample(range(WORLD), 2)]
-        self.plan: Dict[int, Tuple[str, List[int]]] = {
-            step: (kind, ranks) for step, kind, ranks in zip(steps, MOMENTS, victims)}
-        self.killed_at: Optional[float] = None
-        self.recoveries: List[Tuple[str, List[int], float]] = []
-        self._timer: Optional[threading.Timer] = None
+        self.kills = plan_kills(seed)
+        self._pending = {kill.step: kill for kill in self.kills}
+        self._current: Optional[Kill] = None  # killed, not recovered yet
+        self._last: Optional[Kill] = None  # the latest kill (a late rewind is its)
         self.in_step = False
         self.step_began = 0.0
-        self.during_step: List[bool] = []  # whether each mid-step kill found the step running
 
     def before_step(self, step: int) -> None:
         self.step_began = time.monotonic()
-        planned = self.plan.get(step)
-        if planned and planned[0] == "mid-step" and self.killed_at is None:
+        kill = self._pending.get(step)
+        if kill is not None and kill.kind == "mid-step" and self._current is None:
             self._await_first_checkpoint()
             # The step is on the wire when this fires: it waits for the other trainer of
             # none, so it is killed within the step's few milliseconds or just after.
-            self._timer = threading.Timer(0.002, self._kill, args=(step,))
-            self._timer.start()
+            threading.Timer(0.002, self._kill, args=(kill,)).start()
 
     def after_step(self, step: int) -> None:
         # A step that began before the kill may still end well: the next one counts.
-        if self.killed_at is not None and self.step_began > self.killed_at:
-            kind, ranks = self._current
-            self.recoveries.append((kind, ranks, time.monotonic() - self.killed_at))
-            self.killed_at = None
-        planned = self.plan.get(step)
-        if planned is None or planned[0] == "mid-step":
+        current = self._current
+        if current is not None and current.killed_at is not None and \
+                self.step_began > current.killed_at:
+            current.recovery_s = time.monotonic() - current.killed_at
+            self._current = None
+        kill = self._pending.get(step)
+        if kill is None or kill.kind == "mid-step":
             return
         self._await_first_checkpoint()
-        if planned[0] == "mid-save":
+        if kill.kind == "mid-save":
             self._await_save_in_progress(step)
-        self._kill(step)
+        self._kill(kill)
+        if kill.kind == "idle":
+            time.sleep(IDLE_PAUSE_S)
 
-    def _kill(self, step: int) -> None:
-        kind, ranks = self.plan.pop(step)
-        if kind == "mid-step":
-            self.during_step.append(self.in_step)
-        self._current = (kind, ranks)
-        self.killed_at = self.group.kill(*ranks)
+    def rewound(self, step: int) -> None:
+        # A rewind belongs to the kill being recovered from, or to the latest one.
+        kill = self._current or self._last
+        assert kill is not None, f"rewound to step {step} with no kill"
+        kill.rewound_to.append(step)
+
+    def _kill(self, kill: Kill) -> None:
+        del self._pending[kill.step]
+        if kill.kind == "mid-step":
+            kill.during_step = self.in_step
+        self._current = self._last = kill
+        kill.killed_at = self.group.kill(*kill.ranks)
 
     def _await_first_checkpoint(self) -> None:
         """A session lost before its first automatic checkpoint is complete cannot come back
@@ -121,11 +164,23 @@ def _train(model: torch.nn.Module, opt: RemoteOptimizer, chaos: Optional[Chaos])
         chaos.in_step = True
         try:
             return original()
+        except optstep.RewindRequired as rewind:
+            chaos.rewound(rewind.step)
+            raise
         finally:
             chaos.in_step = False
 
     opt.step = step_with_chaos  # type: ignore[method-assign]
     return train_steps(model, opt, STEPS, after_step=chaos.after_step)
+
+
+def test_the_plan_covers_every_moment() -> None:
+    kills = plan_kills(SEED)
+    assert [len(k.ranks) for k in kills] == [1, 1, 1, 1, 2]
+    assert {k.kind for k in kills if k.heals} == set(SINGLE_MOMENTS)
+    assert sum(k.ranks == [0] for k in kills) == 1
+    assert {k.ranks[0] for k in kills if k.heals} == set(range(1, WORLD))
+    assert [k.step for k in kills] == sorted(k.step for k in kills)
 
 
 @pytest.mark.parametrize("kind", ["muon", "soap"])
@@ -144,14 +199,22 @@ def test_killed_ranks_heal_and_the_run_ends_bit_for_bit(server_binary: str, kind
         model = make_mlp(SEED)
         opt = RemoteOptimizer(model, client, optimizer=_optimizer(kind))
         chaos = Chaos(group, opt.session_id, SEED)
-        planned = dict(chaos.plan)
         rewinds = _train(model, opt, chaos)
-        report = ", ".join(f"{k} {r}: {s:.2f} s" for k, r, s in chaos.recoveries)
-        print(f"\nchaos {kind}: plan {planned}; kill -> next applied step: {report}; "
-              f"mid-step kill during the step: {chaos.during_step}; rewound to {rewinds}; "
+        report = "; ".join(f"{k}: {k.recovery_s:.2f} s" + (" healed" if k.heals else "") +
+                           (f", rewound to {k.rewound_to}" if k.rewound_to else "") +
+                           ("" if k.during_step is None else f", during the step: {k.during_step}")
+                           for k in chaos.kills if k.recovery_s is not None)
+        print(f"\nchaos {kind}: kill -> next applied step: {report}; "
               f"{time.monotonic() - began:.1f} s in all")
-        assert not chaos.plan, f"kills not done: {chaos.plan}"
-        assert len(chaos.recoveries) == len(MOMENTS), report
+        healed_in_place = group.log(0).count("event=rank_healed")
+        assert not chaos._pending, f"kills not done: {chaos._pending}"
+        assert all(k.recovery_s is not None for k in chaos.kills), report
+        # A single rank other than 0 heals in place: the trainer is never rewound for it.
+        for k in chaos.kills:
+            if k.heals:
+                assert not k.rewound_to, f"{k}: rewound to {k.rewound_to}, expected a heal"
+        assert healed_in_place >= sum(k.heals for k in chaos.kills), report
+        assert sum(len(k.rewound_to) for k in chaos.kills) == len(rewinds)
         assert opt.next_step == STEPS + 1
         assert_bit_identical(parameters_of(model), expected_params, "parameters")
         assert_bit_identical(state_of(opt), expected_state, "optimizer state")

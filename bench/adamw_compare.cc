@@ -1,7 +1,8 @@
 // optstep's side of bench/compare/adamw.py: AdamW steps of CpuDevice on one fp32 tensor of 16M
-// and of 64M parameters and on the GPT-2-small layout (124M parameters in 148 tensors, stepped
-// one tensor after another as the engine does), next to the streaming triad, as Google Benchmark
-// runs (the script reads --benchmark_format=json).
+// and of 64M parameters and on the GPT-2-small layout (124M parameters in 148 tensors, stepped in
+// batches of up to 16 MiB of parameters as the engine steps a group, BM_AdamW, or one tensor
+// after another, BM_AdamWPerTensor), next to the streaming triad, as Google Benchmark runs (the
+// script reads --benchmark_format=json).
 //
 //   bazel run -c opt //bench:adamw_compare
 //   bazel run -c opt //bench:adamw_compare -- --layout   # the 124M layout's shapes, one a line
@@ -25,6 +26,8 @@
 #include "kernels/cpu/cpu_device.h"
 #include "kernels/math/elementwise.h"
 #include "kernels/tensor.h"
+#include "kernels/update_kernels.h"
+#include "server/engine/owned_update.h"
 
 namespace optstep {
 namespace {
@@ -61,17 +64,42 @@ AdamWTensors Make(CpuDevice& device, const Shape& shape) {
   return t;
 }
 
-// Args: {params of one tensor; 0 = the GPT-2-small layout}.
-void BM_AdamW(benchmark::State& state) {
-  std::unique_ptr<CpuDevice> device = *CpuDevice::Create({});
-  const std::vector<Shape> shapes =
-      state.range(0) == 0 ? GptShapes() : std::vector<Shape>{{state.range(0)}};
+// The tensors of one case: {params of one tensor; 0 = the GPT-2-small layout}.
+std::vector<AdamWTensors> MakeCase(CpuDevice& device, int64_t params, int64_t* n) {
+  const std::vector<Shape> shapes = params == 0 ? GptShapes() : std::vector<Shape>{{params}};
   std::vector<AdamWTensors> tensors;
-  int64_t n = 0;
+  *n = 0;
   for (const Shape& shape : shapes) {
-    tensors.push_back(Make(*device, shape));
-    n += tensors.back().p.numel();
+    tensors.push_back(Make(device, shape));
+    *n += tensors.back().p.numel();
   }
+  return tensors;
+}
+
+// Consecutive tensors of at most `batch_bytes` of parameters together (a larger one alone), as
+// the engine batches a group's parameters (server/engine/owned_update.h); 0 = one at a time.
+std::vector<std::vector<AdamWOperands>> Batches(std::vector<AdamWTensors>& tensors,
+                                                int64_t batch_bytes) {
+  std::vector<std::vector<AdamWOperands>> batches;
+  int64_t held = 0;
+  for (AdamWTensors& t : tensors) {
+    const int64_t bytes = t.p.numel() * 4;
+    if (batches.empty() || held + bytes > batch_bytes) {
+      batches.emplace_back();
+      held = 0;
+    }
+    batches.back().push_back({&t.g, &t.p, &t.m, &t.v});
+    held += bytes;
+  }
+  return batches;
+}
+
+// Args: {params of one tensor; 0 = the GPT-2-small layout}. `batch_bytes` as Batches.
+void RunAdamW(benchmark::State& state, int64_t batch_bytes) {
+  std::unique_ptr<CpuDevice> device = *CpuDevice::Create({});
+  int64_t n = 0;
+  std::vector<AdamWTensors> tensors = MakeCase(*device, state.range(0), &n);
+  const std::vector<std::vector<AdamWOperands>> batches = Batches(tensors, batch_bytes);
   state.SetLabel(device->cpu_isa());
   int64_t step = 100;
   double total = 0.0;
@@ -79,8 +107,8 @@ void BM_AdamW(benchmark::State& state) {
     const math::AdamWArgs args =
         math::MakeAdamWArgs(1e-4, 0.9, 0.999, 1e-8, 0.01, true, true, ++step);
     const bench::Clock::time_point start = bench::Clock::now();
-    for (AdamWTensors& t : tensors) {
-      if (!device->updates().AdamW(args, t.g, t.p, t.m, t.v).ok()) state.SkipWithError("AdamW");
+    for (const std::vector<AdamWOperands>& batch : batches) {
+      if (!device->updates().AdamWBatch(args, batch).ok()) state.SkipWithError("AdamWBatch");
     }
     const double s = bench::Seconds(start, bench::Clock::now());
     state.SetIterationTime(s);
@@ -88,10 +116,17 @@ void BM_AdamW(benchmark::State& state) {
   }
   const double params = static_cast<double>(n) * state.iterations();
   state.counters["params/s"] = benchmark::Counter(params, benchmark::Counter::kIsRate);
+  state.counters["batches"] = static_cast<double>(batches.size());
   if (bench::TriadGbps() > 0.0) {
     state.counters["ratio"] = params * kAdamWBytesPerParam / total / 1e9 / bench::TriadGbps();
   }
 }
+
+// As the engine steps an AdamW group.
+void BM_AdamW(benchmark::State& state) { RunAdamW(state, kOwnedBatchBytes); }
+
+// One tensor at a time, one parallel region each (the engine before batching).
+void BM_AdamWPerTensor(benchmark::State& state) { RunAdamW(state, 0); }
 
 void BM_Triad(benchmark::State& state) { bench::TriadBenchmark(state); }
 
@@ -103,6 +138,11 @@ BENCHMARK(BM_Triad)
 BENCHMARK(BM_AdamW)
     ->Arg(int64_t{16} << 20)
     ->Arg(int64_t{64} << 20)
+    ->Arg(0)
+    ->ArgName("params")
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AdamWPerTensor)
     ->Arg(0)
     ->ArgName("params")
     ->UseManualTime()

@@ -2,11 +2,20 @@
 #define OPTSTEP_KERNELS_UPDATE_KERNELS_H_
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "kernels/math/elementwise.h"
 #include "kernels/math/emerging.h"
 #include "kernels/tensor.h"
 
 namespace optstep {
+
+// The tensors of one parameter in UpdateKernels::AdamWBatch (as the arguments of AdamW).
+struct AdamWOperands {
+  const Tensor* grad = nullptr;
+  Tensor* param = nullptr;
+  Tensor* exp_avg = nullptr;
+  Tensor* exp_avg_sq = nullptr;
+};
 
 // The element-wise optimizer updates of one device (formulas: kernels/math/elementwise.h and
 // kernels/math/emerging.h), reached through Device::updates(); they run on the device's memory,
@@ -21,6 +30,20 @@ class UpdateKernels {
   // REQUIRES: grad, param, exp_avg, exp_avg_sq have the same number of elements.
   virtual absl::Status AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
                              Tensor& exp_avg, Tensor& exp_avg_sq) = 0;
+  // AdamW with the same `args` on every parameter of `batch`, with the bits of AdamW on each in
+  // turn. A device may run the batch as one parallel loop (CpuDevice: one OpenMP region over all
+  // the elements, where AdamW forks and joins once per tensor); this default steps them in turn.
+  // Validates every operand before it updates any (INVALID_ARGUMENT naming the parameter's index)
+  // when it runs them together.
+  // REQUIRES: every operand as AdamW requires; no tensor appears in two operands.
+  virtual absl::Status AdamWBatch(const math::AdamWArgs& args,
+                                  absl::Span<const AdamWOperands> batch) {
+    for (const AdamWOperands& t : batch) {
+      absl::Status status = AdamW(args, *t.grad, *t.param, *t.exp_avg, *t.exp_avg_sq);
+      if (!status.ok()) return status;
+    }
+    return absl::OkStatus();
+  }
   // SGD (spec §3.2). `momentum_buffer` may be null when args.momentum == 0.
   virtual absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
                            Tensor* momentum_buffer) = 0;

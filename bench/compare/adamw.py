@@ -2,9 +2,11 @@
 """AdamW on the CPU: optstep against torch (fused, foreach) and DeepSpeedCPUAdam, in one run.
 
 Cases: one fp32 tensor of 16M and of 64M parameters, and the GPT-2-small layout (124M parameters
-in 148 tensors, as bench/gpt_layout.cc defines it). Every optimizer steps the same sizes with
-lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight decay 0.01 (decoupled), on all cores. optstep's
-figures and the streaming triad come from //bench:adamw_compare (Google Benchmark, JSON).
+in 148 tensors, as bench/gpt_layout.cc defines it), which optstep steps in batches of tensors as
+its engine does ("optstep") and, for comparison, one tensor at a time ("optstep per tensor").
+Every optimizer steps the same sizes with lr 1e-4, betas (0.9, 0.999), eps 1e-8, weight decay
+0.01 (decoupled), on all cores. optstep's figures and the streaming triad come from
+//bench:adamw_compare (Google Benchmark, JSON).
 
     bench/compare/adamw.sh              # makes the venv (bench/compare/venv.sh) and runs this
 
@@ -27,21 +29,27 @@ M = 1 << 20
 
 
 def optstep_run(binary, min_time, params):
-    """optstep's params/s on one case (`params` elements; 0 = the layout), the triad GB/s measured
-    just before it, and the element-wise variant, from the optstep binary."""
+    """optstep's params/s on one case (`params` elements; 0 = the layout, also stepped one tensor
+    at a time), the triad GB/s measured just before it, and the element-wise variant, from the
+    optstep binary. Rates by benchmark: "optstep" (as the engine steps), "optstep per tensor"."""
+    pattern = f"BM_Triad|BM_AdamW/params:{params}/"
+    if params == 0:
+        pattern += "|BM_AdamWPerTensor/params:0/"
     out = subprocess.run(
         [binary, "--benchmark_format=json", f"--benchmark_min_time={min_time}",
-         f"--benchmark_filter=BM_Triad|BM_AdamW/params:{params}/"],
+         f"--benchmark_filter={pattern}"],
         check=True, capture_output=True, text=True).stdout
     report = json.loads(out)
-    triad, rate, isa = 0.0, 0.0, ""
+    triad, rates, isa = 0.0, {}, ""
     for b in report["benchmarks"]:
         if b["name"].startswith("BM_Triad"):
             triad = b["GB/s"] if "GB/s" in b else 0.0
+        elif b["name"].startswith("BM_AdamWPerTensor"):
+            rates["optstep per tensor"] = b["params/s"]
         elif b["name"].startswith("BM_AdamW"):
-            rate = b["params/s"]
+            rates["optstep"] = b["params/s"]
             isa = b.get("label", isa)
-    return rate, triad, isa
+    return rates, triad, isa
 
 
 def layout(binary):
@@ -109,21 +117,23 @@ def main():
     rows = []
     for case, (shapes, params) in cases.items():
         # Each case right after its own triad, so that a shared machine's load hits all alike.
-        optstep, triad, isa = optstep_run(args.optstep_bin, args.min_time, params)
+        rates, triad, isa = optstep_run(args.optstep_bin, args.min_time, params)
         print(f"{case}: optstep element-wise kernels {isa}, streaming triad {triad:.2f} GB/s",
               flush=True)
-        rates = {"optstep": optstep,
-                 "torch fused": torch_rate(shapes, "fused", args.steps),
-                 "torch foreach": torch_rate(shapes, "foreach", args.steps)}
+        rates["torch fused"] = torch_rate(shapes, "fused", args.steps)
+        rates["torch foreach"] = torch_rate(shapes, "foreach", args.steps)
         if not args.no_deepspeed:
             rates["DeepSpeedCPUAdam"] = deepspeed_rate(shapes, args.steps)
         for name, rate in rates.items():
-            ratio = "" if name == "optstep" else f"{rates['optstep'] / rate:.2f}"
+            ratio = "" if name.startswith("optstep") else f"{rates['optstep'] / rate:.2f}"
             share = rate * BYTES_PER_PARAM / 1e9 / triad if triad > 0 else float("nan")
             rows.append((case, name, f"{rate / 1e9:.3f}", ratio, f"{share:.2f}"))
         best = max(rate for name, rate in rates.items() if name in ("torch fused", "DeepSpeedCPUAdam"))
         rows.append((case, "optstep / faster of fused and DeepSpeed", "",
                      f"{rates['optstep'] / best:.2f}", ""))
+        if "optstep per tensor" in rates:
+            rows.append((case, "optstep per tensor / faster of fused and DeepSpeed", "",
+                         f"{rates['optstep per tensor'] / best:.2f}", ""))
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")

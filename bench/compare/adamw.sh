@@ -8,11 +8,16 @@
 #
 # OPTSTEP_CPU_ISA=baseline|avx2|avx512: optstep's narrower variants (docs/configuration.md).
 # OPTSTEP_COMPARE_BAZEL_FLAGS: flags of the build (default "-c opt").
+# OPTSTEP_COMPARE_BAZEL_STARTUP: bazel's startup options, e.g.
+#   "--output_base=$HOME/.cache/bazel-optstep-opt" to keep the opt build apart from a checkout's
+#   everyday fastbuild cache (default: none).
+# OMP_WAIT_POLICY applies to every optimizer of the run alike (docs/benchmarks.md uses passive).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 read -r -a flags <<< "${OPTSTEP_COMPARE_BAZEL_FLAGS:--c opt}"
-bazel build "${flags[@]}" //bench:adamw_compare >&2
-bin="$(bazel info "${flags[@]}" bazel-bin 2>/dev/null)/bench/adamw_compare"
+read -r -a startup <<< "${OPTSTEP_COMPARE_BAZEL_STARTUP:-}"
+bazel "${startup[@]}" build "${flags[@]}" //bench:adamw_compare >&2
+bin="$(bazel "${startup[@]}" info "${flags[@]}" bazel-bin 2>/dev/null)/bench/adamw_compare"
 venv="$(bench/compare/venv.sh)"
 exec "$venv/bin/python" bench/compare/adamw.py --optstep_bin "$bin" "$@"

@@ -244,6 +244,35 @@ absl::Status CpuUpdateKernels::AdamW(const math::AdamWArgs& args, const Tensor& 
   return absl::OkStatus();
 }
 
+absl::Status CpuUpdateKernels::AdamWBatch(const math::AdamWArgs& args,
+                                          absl::Span<const AdamWOperands> batch) {
+  std::vector<int64_t> sizes;
+  sizes.reserve(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const AdamWOperands& t = batch[i];
+    if (t.grad == nullptr || t.param == nullptr || t.exp_avg == nullptr ||
+        t.exp_avg_sq == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AdamWBatch: parameter ", i, " of ", batch.size(), " has a null tensor"));
+    }
+    absl::Status valid = internal::CheckAdamW(args, *t.grad, *t.param, *t.exp_avg, *t.exp_avg_sq);
+    if (!valid.ok()) {
+      return absl::Status(valid.code(), absl::StrCat("AdamWBatch: parameter ", i, " of ",
+                                                     batch.size(), ": ", valid.message()));
+    }
+    sizes.push_back(t.grad->numel());
+  }
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  const internal::CpuElementwiseKernels& loops = *ctx_.loops;
+  internal::ParallelSpans(sizes, ctx_.ThreadsFor(total), [&](size_t k, int64_t begin, int64_t end) {
+    const AdamWOperands& t = batch[k];
+    loops.adamw(args, t.grad->f32() + begin, t.param->f32() + begin, t.exp_avg->f32() + begin,
+                t.exp_avg_sq->f32() + begin, end - begin);
+  });
+  return absl::OkStatus();
+}
+
 absl::Status CpuUpdateKernels::Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
                                    Tensor* momentum_buffer) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckSgd(args, grad, param, momentum_buffer));

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
+#include "absl/types/span.h"
 #include "kernels/cpu/cpu_elementwise.h"
 #include "kernels/dtype.h"
 
@@ -41,6 +43,27 @@ inline void ParallelBlocks(int64_t n, int threads, int64_t align, const Fn& fn) 
 template <typename Fn>
 inline void ParallelFor(int64_t n, int threads, const Fn& fn) {
   ParallelBlocks(n, threads, kLineFloats, fn);
+}
+
+// One parallel region over several arrays (multi-tensor apply): calls fn(k, begin, end) on ranges
+// [begin, end) of array k, whose sizes are `sizes`, so that the threads share the elements of all
+// the arrays evenly. The arrays are laid end to end, each starting on a cache line, and the whole
+// is split as ParallelFor splits one range; each thread then runs its part array by array. Every
+// element is visited once, by one call.
+template <typename Fn>
+inline void ParallelSpans(absl::Span<const int64_t> sizes, int threads, const Fn& fn) {
+  std::vector<int64_t> starts(sizes.size() + 1, 0);  // in the line-padded concatenation
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    starts[k + 1] = starts[k] + (sizes[k] + kLineFloats - 1) / kLineFloats * kLineFloats;
+  }
+  ParallelBlocks(starts.back(), threads, kLineFloats, [&](int64_t begin, int64_t end) {
+    size_t k = std::upper_bound(starts.begin(), starts.end(), begin) - starts.begin() - 1;
+    for (; k < sizes.size() && starts[k] < end; ++k) {
+      const int64_t lo = std::max(begin, starts[k]) - starts[k];
+      const int64_t hi = std::min(end - starts[k], sizes[k]);
+      if (lo < hi) fn(k, lo, hi);
+    }
+  });
 }
 
 // Conversions between host element types and fp32, on ranges that the caller partitions, with the

@@ -24,6 +24,9 @@ class CpuUpdateKernels final : public UpdateKernels {
 
   absl::Status AdamW(const math::AdamWArgs& args, const Tensor& grad, Tensor& param,
                      Tensor& exp_avg, Tensor& exp_avg_sq) override;
+  // One OpenMP region over every element of the batch (internal::ParallelSpans).
+  absl::Status AdamWBatch(const math::AdamWArgs& args,
+                          absl::Span<const AdamWOperands> batch) override;
   absl::Status Sgd(const math::SgdArgs& args, const Tensor& grad, Tensor& param,
                    Tensor* momentum_buffer) override;
   absl::Status Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,

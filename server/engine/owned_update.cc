@@ -4,7 +4,8 @@
 
 namespace optstep {
 
-OwnedUpdate PlanOwnedUpdate(ReplicaState& replica, const StepSchedule& schedule) {
+OwnedUpdate PlanOwnedUpdate(ReplicaState& replica, const StepSchedule& schedule,
+                            int64_t batch_bytes) {
   OwnedUpdate update;
   const std::vector<GroupRuntime>& groups = replica.groups();
   update.args.resize(groups.size());
@@ -13,8 +14,19 @@ OwnedUpdate PlanOwnedUpdate(ReplicaState& replica, const StepSchedule& schedule)
     update.args[g].lr = schedule[group.def.id].lr;
     update.args[g].weight_decay = schedule[group.def.id].weight_decay * group.def.wd_mult;
     update.args[g].group_step = static_cast<int64_t>(group.applied_steps) + 1;
+    // An optimizer without a batched loop steps one parameter per batch.
+    const int64_t limit = group.optimizer->batches() ? batch_bytes : 0;
+    int64_t held = 0;  // bytes of the last batch
     for (int p : group.def.param_ids) {
-      if (replica.owns(p)) update.work.emplace_back(static_cast<int>(g), p);
+      if (!replica.owns(p)) continue;
+      const int64_t bytes = replica.numels()[p] * 4;
+      if (update.work.empty() || update.work.back().group != static_cast<int>(g) ||
+          held + bytes > limit) {
+        update.work.push_back({static_cast<int>(g), {}});
+        held = 0;
+      }
+      update.work.back().params.push_back(p);
+      held += bytes;
     }
   }
   return update;
@@ -23,12 +35,17 @@ OwnedUpdate PlanOwnedUpdate(ReplicaState& replica, const StepSchedule& schedule)
 absl::Status ApplyOwnedItem(ReplicaState& replica, const OwnedUpdate& update, int i,
                             double clip_scale) {
   Device& device = replica.device();
-  const auto [g, p] = update.work[i];
-  if (clip_scale < 1.0) {
-    OPTSTEP_RETURN_IF_ERROR(device.Scale(static_cast<float>(clip_scale), replica.grad(p)));
+  const OwnedBatch& batch = update.work[i];
+  std::vector<StepOperands> operands;
+  operands.reserve(batch.params.size());
+  for (int p : batch.params) {
+    if (clip_scale < 1.0) {
+      OPTSTEP_RETURN_IF_ERROR(device.Scale(static_cast<float>(clip_scale), replica.grad(p)));
+    }
+    operands.push_back({&replica.grad(p), &replica.param(p), &replica.state(p)});
   }
-  return replica.groups()[g].optimizer->Step(device, update.args[g], replica.grad(p),
-                                             replica.param(p), replica.state(p));
+  return replica.groups()[batch.group].optimizer->StepBatch(device, update.args[batch.group],
+                                                            operands);
 }
 
 void CountOwnedUpdate(ReplicaState& replica) {

@@ -2,10 +2,12 @@
 #define OPTSTEP_SERVER_ENGINE_OWNED_UPDATE_H_
 
 // One step's update of the parameters a replica owns (docs/design.md §3, steps 4-5): clip, then
-// each group's optimizer, in group order. The same code steps a rank's own replica and the
-// shadow of its predecessor's (shadow_state.h), so that both end bit for bit alike.
+// each group's optimizer, in group order, a batch of a group's parameters at a time
+// (Optimizer::StepBatch: one device loop for the batch where the optimizer can). The same code
+// steps a rank's own replica and the shadow of its predecessor's (shadow_state.h), so that both
+// end bit for bit alike.
 
-#include <utility>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -15,17 +17,31 @@
 
 namespace optstep {
 
-// The updates of one step, in the order they run.
-struct OwnedUpdate {
-  std::vector<StepArgs> args;             // by group: lr, weight decay, the group's step
-  std::vector<std::pair<int, int>> work;  // (group, parameter), in the order they step
+// Consecutive parameters of one group that step together (one parameter when the group's
+// optimizer has no batched loop: Optimizer::batches).
+struct OwnedBatch {
+  int group = 0;
+  std::vector<int> params;
 };
 
-// The update of `replica`'s owned parameters with `schedule` (the groups' counters + 1).
-OwnedUpdate PlanOwnedUpdate(ReplicaState& replica, const StepSchedule& schedule);
+// A batch holds parameters of at most this many fp32 bytes together (a larger parameter is a
+// batch of its own): about the device worker's slice of AdamW on a CPU and the step
+// coordinator's streaming bucket, so that batching changes neither.
+constexpr int64_t kOwnedBatchBytes = 16 << 20;
 
-// Runs item `i` of `update`: scales the gradient by `clip_scale` when below 1, then steps the
-// parameter and its state. On the device worker.
+// The updates of one step, in the order they run.
+struct OwnedUpdate {
+  std::vector<StepArgs> args;    // by group: lr, weight decay, the group's step
+  std::vector<OwnedBatch> work;  // in the order they step
+};
+
+// The update of `replica`'s owned parameters with `schedule` (the groups' counters + 1), in
+// batches of at most `batch_bytes` of parameters (a larger parameter alone).
+OwnedUpdate PlanOwnedUpdate(ReplicaState& replica, const StepSchedule& schedule,
+                            int64_t batch_bytes = kOwnedBatchBytes);
+
+// Runs batch `i` of `update`: scales each gradient by `clip_scale` when below 1, then steps the
+// parameters and their state. On the device worker.
 absl::Status ApplyOwnedItem(ReplicaState& replica, const OwnedUpdate& update, int i,
                             double clip_scale);
 

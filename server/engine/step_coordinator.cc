@@ -291,9 +291,10 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
                          // 4. Clip (ClipScale), then step.
                          OPTSTEP_RETURN_IF_ERROR(ApplyOwnedItem(*replica_, update, i, clip_scale));
                          if (streaming.empty()) return absl::OkStatus();
-                         const int p = update.work[i].second;
-                         bucket.push_back(p);
-                         bucket_bytes += replica_->numels()[p] * 4;
+                         for (int p : update.work[i].params) {
+                           bucket.push_back(p);
+                           bucket_bytes += replica_->numels()[p] * 4;
+                         }
                          if (bucket_bytes < kStreamBucketBytes) return absl::OkStatus();
                          OPTSTEP_RETURN_IF_ERROR(replica_->device().Synchronize());
                          OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));

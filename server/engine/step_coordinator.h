@@ -96,16 +96,16 @@ class StepLedger {
 // waits on the session's collectives. Device math is posted from it to the session's queue of the
 // engine's shared device worker, whose tasks never wait on anything, so a collective of one session
 // never holds up another session's steps, on any rank. A step's device math goes in slices (about
-// kDeviceSlice, or one parameter's update when that is longer), so that the worker takes another
-// session's task between two of them; closing the queue (CancelDeviceWork) ends the step at the
-// next slice.
+// kDeviceSlice, or one batch of parameters' update when that is longer: owned_update.h), so that
+// the worker takes another session's task between two of them; closing the queue (CancelDeviceWork)
+// ends the step at the next slice.
 //
 // Thread-safe for Post; every other method runs on the coordinator's thread only. It reads and
 // writes the replica's tensors there (see ReplicaState), and takes no lock of its own: the ledger
 // takes the session's.
 class StepCoordinator {
  public:
-  // How long one task of a step's device math runs, at least one parameter's update: what another
+  // How long one task of a step's device math runs, at least one batch's update: what another
   // session's task waits for, at most, per session with work (docs/security.md).
   static constexpr absl::Duration kDeviceSlice = absl::Milliseconds(2);
 

@@ -1,5 +1,7 @@
 #include "server/optim/adamw.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "server/optim/hyperparameter_checks.h"
@@ -30,17 +32,43 @@ int64_t AdamW::StateBytes(const ParamInfo& param) const { return 2 * param.numel
 
 void AdamW::PlanWorkspace(const ParamInfo&, WorkspacePlan&) const {}
 
-absl::Status AdamW::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
-                         ParamState& state) {
-  Tensor* exp_avg = state.Find("exp_avg");
-  Tensor* exp_avg_sq = state.Find("exp_avg_sq");
-  if (exp_avg == nullptr || exp_avg_sq == nullptr) {
+namespace {
+
+// The moments of `state`, or INTERNAL when they are missing.
+absl::Status FindMoments(ParamState& state, Tensor** exp_avg, Tensor** exp_avg_sq) {
+  *exp_avg = state.Find("exp_avg");
+  *exp_avg_sq = state.Find("exp_avg_sq");
+  if (*exp_avg == nullptr || *exp_avg_sq == nullptr) {
     return absl::InternalError("adamw: state is missing exp_avg or exp_avg_sq");
   }
-  const math::AdamWArgs a =
-      math::MakeAdamWArgs(args.lr, config_.beta1, config_.beta2, config_.eps, args.weight_decay,
-                          config_.decoupled, config_.bias_correction, args.group_step);
-  return device.updates().AdamW(a, grad, param, *exp_avg, *exp_avg_sq);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+math::AdamWArgs AdamW::KernelArgs(const StepArgs& args) const {
+  return math::MakeAdamWArgs(args.lr, config_.beta1, config_.beta2, config_.eps, args.weight_decay,
+                             config_.decoupled, config_.bias_correction, args.group_step);
+}
+
+absl::Status AdamW::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
+                         ParamState& state) {
+  Tensor* exp_avg = nullptr;
+  Tensor* exp_avg_sq = nullptr;
+  OPTSTEP_RETURN_IF_ERROR(FindMoments(state, &exp_avg, &exp_avg_sq));
+  return device.updates().AdamW(KernelArgs(args), grad, param, *exp_avg, *exp_avg_sq);
+}
+
+absl::Status AdamW::StepBatch(Device& device, const StepArgs& args,
+                              absl::Span<const StepOperands> batch) {
+  std::vector<AdamWOperands> operands(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    operands[i].grad = batch[i].grad;
+    operands[i].param = batch[i].param;
+    OPTSTEP_RETURN_IF_ERROR(
+        FindMoments(*batch[i].state, &operands[i].exp_avg, &operands[i].exp_avg_sq));
+  }
+  return device.updates().AdamWBatch(KernelArgs(args), operands);
 }
 
 double AdamW::EstimateStepCost(const ParamInfo& param) const {

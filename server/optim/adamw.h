@@ -5,6 +5,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/math/elementwise.h"
 #include "server/optim/optimizer.h"
 #include "server/optim/optimizer_config.h"
 
@@ -27,11 +29,18 @@ class AdamW final : public Optimizer {
   void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const override;
   absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                     ParamState& state) override;
+  // One UpdateKernels::AdamWBatch for the whole batch.
+  absl::Status StepBatch(Device& device, const StepArgs& args,
+                         absl::Span<const StepOperands> batch) override;
+  bool batches() const override { return true; }
   // 28 bytes per element: reads g, p, m, v and writes p, m, v.
   double EstimateStepCost(const ParamInfo& param) const override;
 
  private:
   explicit AdamW(const AdamWConfig& config) : config_(config) {}
+
+  // The kernel's arguments of a step with `args`.
+  math::AdamWArgs KernelArgs(const StepArgs& args) const;
 
   const AdamWConfig config_;
 };

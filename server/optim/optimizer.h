@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "kernels/device.h"
 #include "kernels/tensor.h"
 #include "server/optim/param_info.h"
@@ -32,6 +33,13 @@ struct StepArgs {
   double lr = 0.0;
   double weight_decay = 0.0;  // effective λ = wd · wd_mult
   int64_t group_step = 1;     // 1-based count of applied steps of the group (Adam's t)
+};
+
+// One parameter of Optimizer::StepBatch: as the arguments of Optimizer::Step.
+struct StepOperands {
+  const Tensor* grad = nullptr;
+  Tensor* param = nullptr;
+  ParamState* state = nullptr;
 };
 
 // One optimizer algorithm configured for one parameter group. Parameters are independent: Step
@@ -62,6 +70,15 @@ class Optimizer {
   // Applies one step to `param` in place. `grad` is already averaged and clipped (spec §5).
   virtual absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                             ParamState& state) = 0;
+  // Step on every parameter of `batch` with the same `args`, with the bits of Step on each in
+  // turn. An element-wise optimizer may run the batch as one device loop (AdamW:
+  // UpdateKernels::AdamWBatch), which saves a parallel region per parameter on the CPU; this
+  // default steps them in turn. REQUIRES: distinct parameters.
+  virtual absl::Status StepBatch(Device& device, const StepArgs& args,
+                                 absl::Span<const StepOperands> batch);
+  // Whether StepBatch runs a batch as one device loop: the engine hands such an optimizer
+  // batches of parameters (server/engine/owned_update.h), the others one parameter at a time.
+  virtual bool batches() const { return false; }
 
   // Relative cost of one step of `param`, for the layer-wise partitioner (spec §6). The unit is
   // a byte of memory traffic on a CPU: an element-wise optimizer costs the bytes it moves per

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -214,6 +215,43 @@ TEST_P(DeviceConformanceTest, AdamWIsBitwiseTheSharedFormula) {
     ASSERT_EQ(std::memcmp(got.data(), p.data(), n * sizeof(float)), 0) << "decoupled " << decoupled;
     OPTSTEP_ASSERT_OK_AND_ASSIGN(got, Download(tv));
     ASSERT_EQ(std::memcmp(got.data(), v.data(), n * sizeof(float)), 0);
+  }
+}
+
+// A batch steps every tensor with the shared formula too, whatever sizes it mixes.
+TEST_P(DeviceConformanceTest, AdamWBatchIsBitwiseTheSharedFormulaOnEachTensor) {
+  AdamHyper h;
+  h.weight_decay = 0.05;
+  const math::AdamWArgs args = KernelArgs(h, 2);
+  std::vector<std::vector<float>> p, m, v, g;
+  std::vector<Tensor> tensors;  // g, p, m, v of each size, in order
+  tensors.reserve(4 * ConformanceSizes().size());
+  std::vector<AdamWOperands> batch;
+  uint32_t seed = 50;
+  for (int64_t n : ConformanceSizes()) {
+    g.push_back(Normal(n, 1.0f, ++seed));
+    p.push_back(Uniform(n, -1.0f, 1.0f, ++seed));
+    m.push_back(Normal(n, 0.1f, ++seed));
+    v.push_back(Uniform(n, 0.0f, 0.01f, ++seed));
+    for (const std::vector<float>* x : {&g.back(), &p.back(), &m.back(), &v.back()}) {
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor t, Upload(*x));
+      tensors.push_back(std::move(t));
+    }
+    Tensor* t = &tensors[tensors.size() - 4];
+    batch.push_back({&t[0], &t[1], &t[2], &t[3]});
+  }
+  OPTSTEP_ASSERT_OK(device_->updates().AdamWBatch(args, batch));
+  for (size_t k = 0; k < batch.size(); ++k) {
+    for (size_t i = 0; i < p[k].size(); ++i) {
+      math::AdamWElement(args, g[k][i], p[k][i], m[k][i], v[k][i]);
+    }
+    const size_t bytes = p[k].size() * sizeof(float);
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> got, Download(*batch[k].param));
+    ASSERT_EQ(std::memcmp(got.data(), p[k].data(), bytes), 0) << "tensor " << k;
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(got, Download(*batch[k].exp_avg));
+    ASSERT_EQ(std::memcmp(got.data(), m[k].data(), bytes), 0) << "tensor " << k;
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(got, Download(*batch[k].exp_avg_sq));
+    ASSERT_EQ(std::memcmp(got.data(), v[k].data(), bytes), 0) << "tensor " << k;
   }
 }
 

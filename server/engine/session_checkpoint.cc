@@ -1,5 +1,7 @@
 #include "server/engine/session_checkpoint.h"
 
+#include <cstring>
+#include <map>
 #include <memory>
 
 #include "absl/strings/match.h"
@@ -155,13 +157,13 @@ absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,
         "checkpoint '", where.name, "' was saved from another session definition (digest ",
         manifest.definition_digest, "); session '", session.id(), "' has ", digest));
   }
-  OPTSTEP_RETURN_IF_ERROR(reader->Verify(progress));
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> wanted,
                            session.holds().HeldTensors(token, StateSelection{}));
+  // Every wanted tensor is checked against the shards' headers first; then each shard is read
+  // once, front to back, its CRC-32C and counters checked on the way (ReadShard), and the wanted
+  // copies (the lowest rank's, as Find answers) land in the state as they pass.
   auto state = std::make_shared<StateDict>();
-  CheckpointProgress read;  // the reads, after the verification's own progress
-  read.files_total = read.files_done = static_cast<int>(manifest.shards.size());
-  for (const HeldTensor& t : wanted) read.bytes_total += t.bytes;
+  std::map<const CheckpointTensor*, StateTensor*> targets;
   for (const HeldTensor& t : wanted) {
     const CheckpointTensor* found = reader->Find(t.key);
     if (found == nullptr) {
@@ -179,9 +181,27 @@ absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,
     out.type = t.type;
     out.shape = t.shape;
     out.bytes.resize(found->bytes);
-    OPTSTEP_RETURN_IF_ERROR(reader->Read(*found, out.bytes.data()));
-    read.bytes_done += found->bytes;
-    if (progress) progress(read);
+    targets[found] = &out;
+  }
+  const auto sink = [&targets](const CheckpointTensor& tensor, uint64_t byte_offset, size_t n,
+                               const void* src) {
+    auto it = targets.find(&tensor);
+    if (it != targets.end()) std::memcpy(it->second->bytes.data() + byte_offset, src, n);
+    return absl::OkStatus();
+  };
+  CheckpointProgress done;  // of the shards before the one being read
+  done.files_total = static_cast<int>(manifest.shards.size());
+  for (const ManifestShard& shard : manifest.shards) done.bytes_total += shard.bytes;
+  for (int r = 0; r < done.files_total; ++r) {
+    OPTSTEP_RETURN_IF_ERROR(reader->ReadShard(r, sink, [&](const CheckpointProgress& p) {
+      if (!progress) return;
+      CheckpointProgress all = done;
+      all.bytes_done += p.bytes_done;
+      all.files_done += p.files_done;
+      progress(all);
+    }));
+    done.bytes_done += manifest.shards[r].bytes;
+    ++done.files_done;
   }
   OPTSTEP_RETURN_IF_ERROR(session.holds().StageState(token, std::move(state), /*complete=*/true));
   return manifest.step;

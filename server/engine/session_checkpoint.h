@@ -68,9 +68,11 @@ absl::Status CommitSessionCheckpoint(Session& session, const HeldPoint& point,
 
 // Opens and checks the checkpoint before anything changes: format version (FAILED_PRECONDITION),
 // definition digest against `definition_json` (FAILED_PRECONDITION naming both digests), sizes
-// and headers (DATA_LOSS), every shard's checksum (DATA_LOSS); then reads every tensor this rank
-// needs (DATA_LOSS naming a missing key or a mismatched shape) and stages it in the session.
-// Answers the checkpoint's step.
+// and headers (DATA_LOSS), every tensor this rank needs against the headers (DATA_LOSS naming a
+// missing key or a mismatched shape); then reads every shard once, front to back, checking its
+// checksum and step counters as it goes (DATA_LOSS naming the file; nothing is staged then), and
+// stages the tensors in the session. `progress` counts the bytes of all the shards. Answers the
+// checkpoint's step.
 absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,
                                          const CheckpointLocation& where,
                                          const std::string& definition_json,

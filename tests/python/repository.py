@@ -9,16 +9,22 @@ import subprocess
 REPOSITORY_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def bazel_binary_path(override_variable: str, label: str) -> str:
+    """$`override_variable`, else the bazel-bin path of the binary `label` ("//pkg:name"), built
+    when missing."""
+    override = os.environ.get(override_variable)
+    package, name = label[2:].split(":")
+    binary = (pathlib.Path(override) if override
+              else REPOSITORY_ROOT / "bazel-bin" / package / name)
+    if not binary.is_file() and not override:
+        subprocess.run(["bazel", "build", label], cwd=REPOSITORY_ROOT, check=True)
+    assert binary.is_file(), f"no {label} binary at {binary}"
+    return str(binary)
+
+
 def server_binary_path() -> str:
     """$OPTSTEP_SERVER, else bazel-bin/server/optstep_server, built when missing."""
-    override = os.environ.get("OPTSTEP_SERVER")
-    binary = (pathlib.Path(override) if override
-              else REPOSITORY_ROOT / "bazel-bin" / "server" / "optstep_server")
-    if not binary.is_file() and not override:
-        subprocess.run(["bazel", "build", "//server:optstep_server"], cwd=REPOSITORY_ROOT,
-                       check=True)
-    assert binary.is_file(), f"no server binary at {binary}"
-    return str(binary)
+    return bazel_binary_path("OPTSTEP_SERVER", "//server:optstep_server")
 
 
 def native_library_path() -> str:

@@ -5,16 +5,14 @@ against hand computation; the fewest ranks it reports is the least that fits."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
-import subprocess
 import sys
 from types import ModuleType
 from typing import Any, Dict
 
 import pytest
 
-from repository import REPOSITORY_ROOT
+from repository import REPOSITORY_ROOT, bazel_binary_path
 
 
 def _load() -> ModuleType:
@@ -35,14 +33,7 @@ TINY = sm.Model("tiny", layers=2, hidden=64, ffn=256, vocab=1000, kv_hidden=32, 
 @pytest.fixture(scope="module")
 def binary() -> pathlib.Path:
     """$OPTSTEP_PARTITION_BENCH, else bazel-bin/bench/partition_bench, built when missing."""
-    override = os.environ.get("OPTSTEP_PARTITION_BENCH")
-    path = (pathlib.Path(override) if override
-            else REPOSITORY_ROOT / "bazel-bin" / "bench" / "partition_bench")
-    if not path.is_file() and not override:
-        subprocess.run(["bazel", "build", "//bench:partition_bench"], cwd=REPOSITORY_ROOT,
-                       check=True)
-    assert path.is_file(), f"no partition_bench at {path}"
-    return path
+    return pathlib.Path(bazel_binary_path("OPTSTEP_PARTITION_BENCH", "//bench:partition_bench"))
 
 
 def _tiny_numels() -> list[int]:

@@ -27,7 +27,7 @@
 #include "kernels/math/elementwise.h"
 #include "kernels/tensor.h"
 #include "kernels/update_kernels.h"
-#include "server/engine/owned_update.h"
+#include "server/optim/optimizer.h"
 
 namespace optstep {
 namespace {
@@ -76,20 +76,20 @@ std::vector<AdamWTensors> MakeCase(CpuDevice& device, int64_t params, int64_t* n
   return tensors;
 }
 
-// Consecutive tensors of at most `batch_bytes` of parameters together (a larger one alone), as
-// the engine batches a group's parameters (server/engine/owned_update.h); 0 = one at a time.
+// The tensors in batches of at most `batch_bytes` of parameters together, as the engine batches a
+// group's parameters (server/engine/owned_update.h); 0 = one at a time.
 std::vector<std::vector<AdamWOperands>> Batches(std::vector<AdamWTensors>& tensors,
                                                 int64_t batch_bytes) {
+  std::vector<int64_t> bytes;
+  for (const AdamWTensors& t : tensors) bytes.push_back(t.p.numel() * 4);
   std::vector<std::vector<AdamWOperands>> batches;
-  int64_t held = 0;
-  for (AdamWTensors& t : tensors) {
-    const int64_t bytes = t.p.numel() * 4;
-    if (batches.empty() || held + bytes > batch_bytes) {
-      batches.emplace_back();
-      held = 0;
+  size_t next = 0;
+  for (int length : BatchLengths(bytes, batch_bytes)) {
+    std::vector<AdamWOperands>& batch = batches.emplace_back();
+    for (; length > 0; --length, ++next) {
+      AdamWTensors& t = tensors[next];
+      batch.push_back({&t.g, &t.p, &t.m, &t.v});
     }
-    batches.back().push_back({&t.g, &t.p, &t.m, &t.v});
-    held += bytes;
   }
   return batches;
 }
@@ -123,7 +123,7 @@ void RunAdamW(benchmark::State& state, int64_t batch_bytes) {
 }
 
 // As the engine steps an AdamW group.
-void BM_AdamW(benchmark::State& state) { RunAdamW(state, kOwnedBatchBytes); }
+void BM_AdamW(benchmark::State& state) { RunAdamW(state, kStepBatchBytes); }
 
 // One tensor at a time, one parallel region each (the engine before batching).
 void BM_AdamWPerTensor(benchmark::State& state) { RunAdamW(state, 0); }

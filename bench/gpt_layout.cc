@@ -103,9 +103,18 @@ absl::Status ChainStepper::Step() {
     args.lr = 1e-4;
     args.weight_decay = 0.01 * group.def.wd_mult;
     args.group_step = ++group.applied;
-    for (int p : group.def.param_ids) {
-      OPTSTEP_RETURN_IF_ERROR(
-          group.optimizer->Step(device_, args, grads_[p], masters_[p], states_[p]));
+    // In the engine's batches (server/engine/owned_update.h).
+    std::vector<int64_t> bytes;
+    for (int p : group.def.param_ids) bytes.push_back(params_[p].numel() * 4);
+    const int64_t batch_bytes = group.optimizer->batches() ? kStepBatchBytes : 0;
+    size_t next = 0;
+    for (int length : BatchLengths(bytes, batch_bytes)) {
+      std::vector<StepOperands> batch;
+      for (; length > 0; --length, ++next) {
+        const int p = group.def.param_ids[next];
+        batch.push_back({&grads_[p], &masters_[p], &states_[p]});
+      }
+      OPTSTEP_RETURN_IF_ERROR(group.optimizer->StepBatch(device_, args, batch));
     }
   }
   return device_.Synchronize();

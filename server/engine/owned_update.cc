@@ -14,19 +14,20 @@ OwnedUpdate PlanOwnedUpdate(ReplicaState& replica, const StepSchedule& schedule,
     update.args[g].lr = schedule[group.def.id].lr;
     update.args[g].weight_decay = schedule[group.def.id].weight_decay * group.def.wd_mult;
     update.args[g].group_step = static_cast<int64_t>(group.applied_steps) + 1;
-    // An optimizer without a batched loop steps one parameter per batch.
-    const int64_t limit = group.optimizer->batches() ? batch_bytes : 0;
-    int64_t held = 0;  // bytes of the last batch
+    std::vector<int> owned;
+    std::vector<int64_t> bytes;
     for (int p : group.def.param_ids) {
       if (!replica.owns(p)) continue;
-      const int64_t bytes = replica.numels()[p] * 4;
-      if (update.work.empty() || update.work.back().group != static_cast<int>(g) ||
-          held + bytes > limit) {
-        update.work.push_back({static_cast<int>(g), {}});
-        held = 0;
-      }
-      update.work.back().params.push_back(p);
-      held += bytes;
+      owned.push_back(p);
+      bytes.push_back(replica.numels()[p] * 4);
+    }
+    // An optimizer without a batched loop steps one parameter per batch.
+    size_t next = 0;
+    for (int length : BatchLengths(bytes, group.optimizer->batches() ? batch_bytes : 0)) {
+      OwnedBatch& batch = update.work.emplace_back();
+      batch.group = static_cast<int>(g);
+      batch.params.assign(owned.begin() + next, owned.begin() + next + length);
+      next += length;
     }
   }
   return update;

@@ -24,11 +24,6 @@ struct OwnedBatch {
   std::vector<int> params;
 };
 
-// A batch holds parameters of at most this many fp32 bytes together (a larger parameter is a
-// batch of its own): about the device worker's slice of AdamW on a CPU and the step
-// coordinator's streaming bucket, so that batching changes neither.
-constexpr int64_t kOwnedBatchBytes = 16 << 20;
-
 // The updates of one step, in the order they run.
 struct OwnedUpdate {
   std::vector<StepArgs> args;    // by group: lr, weight decay, the group's step
@@ -36,9 +31,9 @@ struct OwnedUpdate {
 };
 
 // The update of `replica`'s owned parameters with `schedule` (the groups' counters + 1), in
-// batches of at most `batch_bytes` of parameters (a larger parameter alone).
+// batches of at most `batch_bytes` of parameters (BatchLengths; a larger parameter alone).
 OwnedUpdate PlanOwnedUpdate(ReplicaState& replica, const StepSchedule& schedule,
-                            int64_t batch_bytes = kOwnedBatchBytes);
+                            int64_t batch_bytes = kStepBatchBytes);
 
 // Runs batch `i` of `update`: scales each gradient by `clip_scale` when below 1, then steps the
 // parameters and their state. On the device worker.

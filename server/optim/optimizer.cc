@@ -25,4 +25,18 @@ absl::Status Optimizer::StepBatch(Device& device, const StepArgs& args,
   return absl::OkStatus();
 }
 
+std::vector<int> BatchLengths(absl::Span<const int64_t> bytes, int64_t batch_bytes) {
+  std::vector<int> lengths;
+  int64_t held = 0;  // bytes of the last run
+  for (int64_t b : bytes) {
+    if (lengths.empty() || held + b > batch_bytes) {
+      lengths.push_back(0);
+      held = 0;
+    }
+    ++lengths.back();
+    held += b;
+  }
+  return lengths;
+}
+
 }  // namespace optstep

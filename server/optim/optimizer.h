@@ -92,6 +92,17 @@ class Optimizer {
   static constexpr double kFlopsPerByte = 10.0;
 };
 
+// The engine hands a batching optimizer (Optimizer::batches) a group's parameters in runs of at
+// most this many fp32 bytes together (a larger parameter alone): about a device slice of AdamW on
+// a CPU and the step coordinator's streaming bucket, so that batching changes neither.
+constexpr int64_t kStepBatchBytes = 16 << 20;
+
+// Cuts items of `bytes` (in order) into runs of consecutive items of at most `batch_bytes`
+// together (an item larger than that is a run of its own; 0: one item per run); answers the
+// runs' lengths. The engine's rule (server/engine/owned_update.h), shared with the benchmarks
+// that step as it does.
+std::vector<int> BatchLengths(absl::Span<const int64_t> bytes, int64_t batch_bytes);
+
 }  // namespace optstep
 
 #endif  // OPTSTEP_SERVER_OPTIM_OPTIMIZER_H_

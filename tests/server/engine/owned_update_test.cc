@@ -98,6 +98,13 @@ class OwnedUpdateTest : public testing::Test {
   std::shared_ptr<CpuDevice> device_;
 };
 
+TEST(BatchLengthsTest, CutsRunsOfAtMostTheBytes) {
+  EXPECT_THAT(BatchLengths({}, 100), ElementsAre());
+  EXPECT_THAT(BatchLengths({40, 60, 1, 100, 250, 30, 30}, 100), ElementsAre(2, 1, 1, 1, 2));
+  EXPECT_THAT(BatchLengths({40, 60, 1}, 0), ElementsAre(1, 1, 1));
+  EXPECT_THAT(BatchLengths({40, 60, 1}, 1000), ElementsAre(3));
+}
+
 TEST_F(OwnedUpdateTest, BatchesAGroupsParametersUpToTheBytes) {
   std::unique_ptr<ReplicaState> replica = MakeReplica(1);
   const OwnedUpdate update = PlanOwnedUpdate(*replica, replica->DefaultSchedule(), kBatchBytes);

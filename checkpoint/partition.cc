@@ -75,19 +75,22 @@ bool PlaceGreedily(const std::vector<int>& order, const std::vector<double>& wei
 
 // Moves or swaps parameters between the most loaded rank and the others while that lowers the
 // larger of the two loads and keeps both ranks' bytes within `cap` (a bounded, deterministic
-// refinement of a greedy placement).
+// refinement of a greedy placement). With `work`, also stops before a round once *work (pairs
+// looked at, counted down) is spent.
 void Refine(const std::vector<double>& weights, const std::vector<int64_t>& bytes, int64_t cap,
-            Placement& p) {
+            Placement& p, int64_t* work = nullptr) {
   const int world = p.layout.world_size;
   std::vector<double>& load = p.load;
   auto fits = [&](int rank, int64_t in, int64_t out) { return p.bytes[rank] - out <= cap - in; };
   for (int round = 0; round < 64 * world; ++round) {
+    if (work != nullptr && *work <= 0) return;
     const int hot = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
     double best_peak = load[hot];
     int best_item = -1, best_other = -1, best_rank = -1;
     for (int i : p.items[hot]) {
       for (int r = 0; r < world; ++r) {
         if (r == hot) continue;
+        if (work != nullptr) *work -= 1 + static_cast<int64_t>(p.items[r].size());
         // Move i to r.
         double peak = std::max(load[hot] - weights[i], load[r] + weights[i]);
         if (peak < best_peak && fits(r, bytes[i], 0)) {
@@ -119,15 +122,16 @@ constexpr size_t kMaxPairItems = 14;
 // Re-splits the parameters of the most loaded rank and of another rank (the first, by rank,
 // where this helps and they hold at most kMaxPairItems together) the best way over every subset
 // that keeps both ranks' bytes within `cap`, when that lowers the larger of the two loads. True
-// when it changed `p`.
+// when it changed `p`. Counts the subsets it looks at off `work`.
 bool SplitPairExactly(const std::vector<double>& weights, const std::vector<int64_t>& bytes,
-                      int64_t cap, Placement& p) {
+                      int64_t cap, Placement& p, int64_t& work) {
   const int world = p.layout.world_size;
   const int hot = static_cast<int>(std::max_element(p.load.begin(), p.load.end()) - p.load.begin());
   for (int r = 0; r < world; ++r) {
     if (r == hot || p.items[hot].size() + p.items[r].size() > kMaxPairItems) continue;
     std::vector<int> both = p.items[hot];
     both.insert(both.end(), p.items[r].begin(), p.items[r].end());
+    work -= int64_t{1} << both.size();
     const double total = p.load[hot] + p.load[r];
     const int64_t total_bytes = p.bytes[hot] + p.bytes[r];
     double best_peak = p.load[hot] * (1.0 - 1e-12);
@@ -155,12 +159,17 @@ bool SplitPairExactly(const std::vector<double>& weights, const std::vector<int6
   return false;
 }
 
-// Refine, then SplitPairExactly, while the latter lowers the peak (bounded).
+// The pairs and subsets one Improve looks at, at most (about a second): what bounds the time of
+// PartitionByCostAndMemory for sessions of many thousands of parameters.
+constexpr int64_t kImproveWork = int64_t{1} << 26;
+
+// Refine, then SplitPairExactly, while the latter lowers the peak, within kImproveWork.
 void Improve(const std::vector<double>& weights, const std::vector<int64_t>& bytes, int64_t cap,
              Placement& p) {
-  for (int round = 0; round < 64 * p.layout.world_size; ++round) {
-    Refine(weights, bytes, cap, p);
-    if (!SplitPairExactly(weights, bytes, cap, p)) return;
+  int64_t work = kImproveWork;
+  while (work > 0) {
+    Refine(weights, bytes, cap, p, &work);
+    if (work <= 0 || !SplitPairExactly(weights, bytes, cap, p, work)) return;
   }
 }
 
@@ -243,7 +252,9 @@ struct Problem {
 
 Layout PartitionByCost(const std::vector<double>& costs, int world_size) {
   Placement p(world_size, costs.size());
-  Balance(Descending(costs), costs, std::vector<int64_t>(costs.size(), 0), kNoCap, p, Refine);
+  Balance(Descending(costs), costs, std::vector<int64_t>(costs.size(), 0), kNoCap, p,
+          [](const std::vector<double>& w, const std::vector<int64_t>& b, int64_t cap,
+             Placement& placement) { Refine(w, b, cap, placement); });
   return std::move(p.layout);
 }
 

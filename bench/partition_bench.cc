@@ -7,8 +7,9 @@
 //
 // Per model and world size: cost max/mean over ranks for the three and its lower bound (over the
 // mean); owned bytes (master + gradient + optimizer state) max/mean for the three and their lower
-// bound (over the mean; the pigeonhole bound: the largest parameter against total / ranks); then
-// the least peak cost under memory caps of 1, 1.05, 1.1 and 1.25 times that bound.
+// bound (over the mean; the pigeonhole bound: the largest parameter against total / ranks) and
+// the peak over that bound; then the least peak cost under memory caps of 1, 1.05, 1.1 and 1.25
+// times that bound.
 //
 // Scale mode, for bench/scale_model.py: one JSON object per world size with the layout's counts
 // and the partition's per-rank peaks, for a layout given by flags:
@@ -119,15 +120,21 @@ double Mean(const std::vector<double>& w, int world) {
   return std::accumulate(w.begin(), w.end(), 0.0) / world;
 }
 
+double Peak(const optstep::Layout& layout, const std::vector<double>& weights) {
+  const std::vector<double> load = RankLoads(layout, weights);
+  return *std::max_element(load.begin(), load.end());
+}
+
 int Table() {
   const Gpt models[] = {{"125M", 12, 768, 3072, 50257},
                         {"1.3B", 24, 2048, 8192, 50257},
                         {"7B", 32, 4096, 11008, 32000}};
   std::printf(
       "cost and owned bytes, max/mean over ranks: now = cost and memory, cost = cost only, "
-      "base = Megatron's ping-pong; bound = lower bound of any partition / mean\n");
-  std::printf("%-5s %5s %7s | %5s %5s %5s %5s | %5s %5s %5s %5s | %s\n", "model", "ranks", "params",
-              "now", "cost", "base", "bound", "now", "cost", "base", "bound",
+      "base = Megatron's ping-pong; bound = lower bound of any partition / mean; n/b = now's "
+      "bytes max / their bound\n");
+  std::printf("%-5s %5s %7s | %5s %5s %5s %5s | %5s %5s %5s %5s %5s | %s\n", "model", "ranks",
+              "params", "now", "cost", "base", "bound", "now", "cost", "base", "bound", "n/b",
               "cost at memory cap x1, x1.05, x1.1, x1.25 of the bound");
   for (const Gpt& g : models) {
     Loads loads;
@@ -147,13 +154,13 @@ int Table() {
                         layout.ok() ? absl::StrFormat("%5.3f", Imbalance(*layout, loads.costs))
                                     : std::string("    -"));
       }
-      std::printf("%-5s %5d %6.2fB | %5.3f %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f |%s\n",
+      std::printf("%-5s %5d %6.2fB | %5.3f %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f %5.3f |%s\n",
                   g.name, world, loads.numel / 1e9, Imbalance(now, loads.costs),
                   Imbalance(cost, loads.costs), Imbalance(base, loads.costs),
                   PeakLowerBound(loads.costs, world) / Mean(loads.costs, world),
                   Imbalance(now, loads.weights), Imbalance(cost, loads.weights),
                   Imbalance(base, loads.weights), mem_bound / Mean(loads.weights, world),
-                  capped.c_str());
+                  Peak(now, loads.weights) / mem_bound, capped.c_str());
     }
   }
   return 0;

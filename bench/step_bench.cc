@@ -4,7 +4,7 @@
 // sends all of it) and AdamW; trainer 0 gets every parameter back (bf16 by default) from one rank.
 // At the end it prints the peak RSS next to the bytes the sessions and the bench's buffers hold.
 //
-//   bazel run -c opt //bench:step_bench -- --steps=4
+//   bazel run -c opt //bench:step_bench -- --steps=6   (5 measured after a warm-up step)
 //   bazel run -c opt //bench:step_bench -- --replicated --trainers=4   (memory across trainers)
 //   bazel run -c opt //bench:step_bench -- --state_redundancy          (its step and memory cost)
 //
@@ -15,7 +15,8 @@
 // all-gather), and the same egress alone: both trainers pulling every parameter at once after
 // the step (PullParameters, the step's snapshot, nothing else running). Overlap = wall /
 // (ingest + step + all-gather + egress alone), the sum of the phases run one after the other:
-// about 1 without a pipeline, below 1 as far as the phases overlap.
+// about 1 without a pipeline, below 1 as far as the phases overlap. The last lines give the
+// means over the measured steps (every step after the first) and the overlap of those means.
 
 #include <cstdio>
 #include <memory>
@@ -37,7 +38,7 @@
 #include "server/rpc/rank_group.h"
 #include "server/rpc/server.h"
 
-ABSL_FLAG(int, steps, 4, "Steps to run; the first one warms up and is not averaged.");
+ABSL_FLAG(int, steps, 6, "Steps to run; the first one warms up and is not averaged.");
 ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters).");
 ABSL_FLAG(bool, fp32_return, false, "Return the parameters as fp32 instead of bf16.");
 ABSL_FLAG(int, trainers, 2, "Trainers (threads, each with its own client).");
@@ -211,7 +212,8 @@ int Run() {
       absl::GetFlag(FLAGS_state_redundancy) ? "on" : "off");
   std::printf("%-5s %9s %9s %9s %10s %9s %9s %9s %8s\n", "step", "wall ms", "ingest", "step",
               "all-gather", "egress", "alone", "sum", "overlap");
-  double total_wall = 0.0, total_sum = 0.0;
+  double total_wall = 0.0, total_sum = 0.0, total_overlap = 0.0;
+  double total_phases[5] = {};  // ingest, step, all-gather, egress, egress alone
   int measured = 0;
   for (int step = 1; step <= absl::GetFlag(FLAGS_steps); ++step) {
     recorder->Take();
@@ -257,12 +259,21 @@ int Run() {
     if (step > 1) {
       total_wall += wall;
       total_sum += sum;
+      total_overlap += wall / sum;
+      for (int i = 0; i < 4; ++i) total_phases[i] += Ms(phases[i]);
+      total_phases[4] += alone;
       ++measured;
     }
   }
   if (measured > 0) {
-    std::printf("mean of %d steps: wall %.1f ms, overlap %.2f\n", measured, total_wall / measured,
-                total_wall / total_sum);
+    const double n = measured;
+    std::printf("%-5s %9.1f %9.1f %9.1f %10.1f %9.1f %9.1f %9.1f %8.2f\n", "mean", total_wall / n,
+                total_phases[0] / n, total_phases[1] / n, total_phases[2] / n, total_phases[3] / n,
+                total_phases[4] / n, total_sum / n, total_wall / total_sum);
+    std::printf(
+        "mean of %d steps: wall %.1f ms, overlap %.2f (mean wall / mean sum; the mean of "
+        "the steps' overlaps %.2f)\n",
+        measured, total_wall / n, total_wall / total_sum, total_overlap / n);
   }
   // Memory: what the sessions hold (fp32 masters on every rank, AdamW state and one gradient
   // buffer per owned parameter) and the bench's own buffers (the one fp32 gradient every trainer

@@ -132,6 +132,21 @@ void StepCall::OnDone(const grpc::Status& status) {
   done_ = true;
 }
 
+bool StepCall::AwaitAnswer(absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](StepCall* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                    return self->done_ || !self->responses_.empty();
+                                  },
+                                  this),
+                              wait);
+}
+
+absl::Status StepCall::EndedWith() {
+  absl::MutexLock lock(&mu_);
+  return done_ ? final_status_ : absl::OkStatus();
+}
+
 std::unique_ptr<grpc::ByteBuffer> StepCall::NextResponse() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(

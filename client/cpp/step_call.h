@@ -61,6 +61,11 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   // stream's protocol.
   absl::Status Receive(v1::StepResult* result, ParamAssembler* assembler);
 
+  // Waits up to `wait` for the call's first response or its end; true once either came.
+  bool AwaitAnswer(absl::Duration wait);
+  // The error the call ended with; OK while it runs or when it ended well.
+  absl::Status EndedWith();
+
   // Ends the call early (after an error elsewhere) and waits for it to finish.
   void Cancel();
 

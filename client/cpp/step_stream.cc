@@ -77,6 +77,19 @@ absl::StatusOr<StepReply> StepStream::Finish() {
     calls = std::move(calls_);
     assembler = std::move(assembler_);
   }
+  // Every rank answers before any is read to the end: a rank that refused the step (one still
+  // healing while the others took it) is seen at once, not after a rank whose step waits in the
+  // collectives for it.
+  for (const auto& call : calls) {
+    while (!call->AwaitAnswer(absl::Milliseconds(10))) {
+      for (const auto& other : calls) {
+        absl::Status failed = other->EndedWith();
+        if (failed.ok()) continue;
+        for (const auto& c : calls) c->Cancel();
+        return failed;
+      }
+    }
+  }
   // Every stream is half-closed by now, so reading them one after the other cannot deadlock.
   const uint32_t return_rank = options_.trainer_id % calls.size();
   StepReply reply;

@@ -321,6 +321,7 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
 // --- Ending steps ---
 
 bool Session::StartResolutionLocked(ResolutionKind kind) {
+  if (heal_paused_) return false;  // ResumeAfterHeal starts it
   if (kind == ResolutionKind::kApply && !book_.ready_to_apply()) return false;
   if (!gate_.TryStart()) return false;  // deferred until the hold ends or rises
   book_.set_running(true);

@@ -205,8 +205,15 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   void ImportOwnedState(std::shared_ptr<const StateDict> state, DoneCallback done);
   void ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback done);
   void ImportMasters(std::shared_ptr<const StateDict> state, DoneCallback done);
+  // A heal begins (RankGroup::Regroup kBegin): no resolution starts until ResumeAfterHeal or
+  // CancelHealPause, and this waits for a running one to end, on the communicator it began on
+  // (the heal then rebuilds it; a resolution begun after the rebuild would wait for ranks that
+  // never join it). DEADLINE_EXCEEDED naming the session when one still runs at `deadline`.
+  absl::Status PauseForHeal(absl::Time deadline);
+  // The heal failed: resolutions start again as before it (an interrupted step stays so).
+  void CancelHealPause();
   // The group healed (the communicator reconnected): steps are taken again, the interrupted
-  // one redone. OK when not interrupted.
+  // one redone, a step that became ready meanwhile resolved.
   void ResumeAfterHeal();
   // A replica healed into a running group (its state is imported next, under a hold): counts
   // `resolutions` as done, the other ranks' count. FAILED_PRECONDITION once a step began here.
@@ -260,7 +267,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
 
   mutable absl::Mutex mu_;
   StepBook book_ ABSL_GUARDED_BY(mu_);
-  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;  // gradient copies outside the lock
+  bool heal_paused_ ABSL_GUARDED_BY(mu_) = false;  // PauseForHeal: no resolution starts
+  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;   // gradient copies outside the lock
 };
 
 }  // namespace optstep

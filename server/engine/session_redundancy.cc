@@ -22,13 +22,31 @@ void Session::MarkInterrupted(uint64_t step) {
   book_.MarkInterrupted(step);
 }
 
+absl::Status Session::PauseForHeal(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  heal_paused_ = true;
+  const auto idle = [](StepBook* book) { return !book->running(); };
+  if (mu_.AwaitWithDeadline(absl::Condition(+idle, &book_), deadline)) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("session '", id_, "': rank ", rank(), " still resolves step ",
+                   book_.counters().step + 1, " as the heal begins"));
+}
+
+void Session::CancelHealPause() {
+  absl::MutexLock lock(&mu_);
+  heal_paused_ = false;
+  if (!book_.interrupted()) StartResolutionLocked(ResolutionKind::kApply);
+}
+
 void Session::ResumeAfterHeal() {
   absl::MutexLock lock(&mu_);
-  if (!book_.interrupted()) return;
-  LOG(INFO) << "session " << id_ << " rank " << rank() << ": the group healed; step "
-            << *book_.interrupted() << " is taken again";
-  book_.Resume();
-  StartResolutionLocked(ResolutionKind::kApply);  // when every trainer committed again already
+  heal_paused_ = false;
+  if (book_.interrupted()) {
+    LOG(INFO) << "session " << id_ << " rank " << rank() << ": the group healed; step "
+              << *book_.interrupted() << " is taken again";
+    book_.Resume();
+  }
+  StartResolutionLocked(ResolutionKind::kApply);  // when every trainer committed already
 }
 
 void Session::ExportOnCoordinator(

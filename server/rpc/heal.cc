@@ -164,12 +164,17 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int 
       begun.ok() ? Heal(engine, group, rank, address, generation) : begun;
   v1::RegroupRequest end = Phase(generation, rank, address, v1::RegroupRequest::PHASE_END);
   end.set_failed(!healed.ok());
-  (void)group->ForEachRank([&](int r) {
+  // Every other rank first, rank 0 last: trainers wait for rank 0 to serve before they redo a
+  // step, and by then every rank takes it (a rank still healing would refuse it while the others
+  // began resolving it, and wait for that rank in the collectives).
+  const auto end_on = [&](int r) {
     absl::Status ended = RegroupOn(group, r, end);
     LOG_IF(WARNING, !ended.ok()) << "ending the heal of rank " << rank << " on rank " << r << ": "
                                  << ended;
     return absl::OkStatus();
-  });
+  };
+  (void)group->ForEachRank([&](int r) { return r == 0 ? absl::OkStatus() : end_on(r); });
+  (void)end_on(0);
   if (healed.ok()) ResumeSessions(engine);
   if (!healed.ok()) {
     LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\"" << healed.status().message()

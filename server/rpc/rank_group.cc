@@ -125,33 +125,51 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
     case v1::RegroupRequest::PHASE_BEGIN: {
       // Watched as alive from now on: the heal's held operations need it (steps wait for kEnd).
       liveness_.Rejoined(rank, absl::Now());
-      absl::MutexLock lock(&mu_);
-      generation_ = request.generation();
-      healing_ =
-          absl::UnavailableError(absl::StrCat("rank ", rank, " is rejoining the group (generation ",
-                                              generation_, "); retry when rank 0 reports SERVING"));
-      // A new stub (a new channel) for the new process, also at the same address.
-      addresses_[rank] = request.address();
-      if (peers_[rank] != nullptr) retired_peers_.push_back(std::move(peers_[rank]));
-      options_.communicators->SetGeneration(generation_);
-      LOG(WARNING) << "event=regroup_begin rank=" << rank << " generation=" << generation_
-                   << " address=" << request.address();
+      {
+        absl::MutexLock lock(&mu_);
+        generation_ = request.generation();
+        healing_ = absl::UnavailableError(
+            absl::StrCat("rank ", rank, " is rejoining the group (generation ", generation_,
+                         "); retry when rank 0 reports SERVING"));
+        // A new stub (a new channel) for the new process, also at the same address.
+        addresses_[rank] = request.address();
+        if (peers_[rank] != nullptr) retired_peers_.push_back(std::move(peers_[rank]));
+        options_.communicators->SetGeneration(generation_);
+        LOG(WARNING) << "event=regroup_begin rank=" << rank << " generation=" << generation_
+                     << " address=" << request.address();
+      }
+      // No resolution starts until the heal ends, and one that runs (a step the lost rank cut,
+      // not yet failed here) ends on the communicator it began on, before the rebuild.
+      const absl::Time deadline = absl::Now() + options_.timeout;
+      for (const std::shared_ptr<Session>& session : Sessions()) {
+        OPTSTEP_RETURN_IF_ERROR(session->PauseForHeal(deadline));
+      }
       return absl::OkStatus();
     }
     case v1::RegroupRequest::PHASE_REBUILD:
       return options_.communicators->RebuildAll(request.generation());
     case v1::RegroupRequest::PHASE_END: {
       // A failed heal leaves the rank to the heartbeats: it is lost again once it stops answering.
-      absl::MutexLock lock(&mu_);
-      healing_ = absl::OkStatus();
-      LOG(WARNING) << "event=regroup_end rank=" << rank << " generation=" << generation_
-                   << (request.failed() ? " failed=true" : " failed=false");
+      {
+        absl::MutexLock lock(&mu_);
+        healing_ = absl::OkStatus();
+        LOG(WARNING) << "event=regroup_end rank=" << rank << " generation=" << generation_
+                     << (request.failed() ? " failed=true" : " failed=false");
+      }
+      // Healed: every rank's caller resumes the sessions (ResumeSessions).
+      if (request.failed()) {
+        for (const std::shared_ptr<Session>& session : Sessions()) session->CancelHealPause();
+      }
       return absl::OkStatus();
     }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("Regroup: unknown phase ", static_cast<int>(request.phase())));
   }
+}
+
+std::vector<std::shared_ptr<Session>> RankGroup::Sessions() const {
+  return engine_ != nullptr ? engine_->ListSessions() : std::vector<std::shared_ptr<Session>>();
 }
 
 absl::Status RankGroup::CreateHealedReplica(int rank, const std::string& id,

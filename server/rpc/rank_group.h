@@ -111,9 +111,11 @@ class RankGroup {
   // The group's generation: 0 as first formed, one more at each rank healed into it.
   uint64_t generation() const;
   // This rank's part of a heal, in the order rank 0 calls them (PeerService.Regroup): kBegin
-  // stops new steps, learns the rejoining rank's address and watches it as alive again;
+  // stops new steps, learns the rejoining rank's address and watches it as alive again, and
+  // pauses every session's resolutions (Session::PauseForHeal);
   // kRebuild reconnects every session's communicator in the new generation (blocks until every
-  // rank does); kEnd takes steps again (after a failed heal the heartbeats judge the rank).
+  // rank does); kEnd takes steps again (after a failed heal the heartbeats judge the rank, and the
+  // sessions' pause is cancelled).
   absl::Status Regroup(const v1::RegroupRequest& request);
   // Rank 0: creates the replica of session `id` on rank `rank` rejoining the group, starting at
   // `resolutions` finished resolutions (the other ranks' count).
@@ -172,6 +174,8 @@ class RankGroup {
                                                             const std::string& owner,
                                                             SessionConfig config)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
+  // This rank's sessions (none without an engine).
+  std::vector<std::shared_ptr<Session>> Sessions() const;
   // PeerService.CreateReplica on `rank` (a peer): builds its replica, or with `admission_only`
   // only answers whether it would admit it. The error names the rank.
   absl::Status CreateReplicaOn(int rank, const std::string& id, const v1::SessionSpec& spec,

@@ -1,8 +1,9 @@
 // optstep's side of bench/compare/adamw.py: AdamW steps of CpuDevice on one fp32 tensor of 16M
 // and of 64M parameters and on the GPT-2-small layout (124M parameters in 148 tensors, stepped in
 // batches of up to 16 MiB of parameters as the engine steps a group, BM_AdamW, or one tensor
-// after another, BM_AdamWPerTensor), next to the streaming triad, as Google Benchmark runs (the
-// script reads --benchmark_format=json).
+// after another, BM_AdamWPerTensor), and on 2048 tensors of 16384 parameters (params:-1, each
+// too small for more than one thread on its own), next to the streaming triad, as Google
+// Benchmark runs (the script reads --benchmark_format=json).
 //
 //   bazel run -c opt //bench:adamw_compare
 //   bazel run -c opt //bench:adamw_compare -- --layout   # the 124M layout's shapes, one a line
@@ -64,9 +65,22 @@ AdamWTensors Make(CpuDevice& device, const Shape& shape) {
   return t;
 }
 
-// The tensors of one case: {params of one tensor; 0 = the GPT-2-small layout}.
+// Tensors of the many-small-tensors case: each below CpuContext::kMinParallelElements, which
+// AdamW tensor by tensor runs on one thread.
+constexpr int64_t kSmallTensors = 2048;
+constexpr int64_t kSmallTensorElements = 16384;
+
+// The tensors of one case: {params of one tensor; 0 = the GPT-2-small layout; -1 = kSmallTensors
+// tensors of kSmallTensorElements}.
 std::vector<AdamWTensors> MakeCase(CpuDevice& device, int64_t params, int64_t* n) {
-  const std::vector<Shape> shapes = params == 0 ? GptShapes() : std::vector<Shape>{{params}};
+  std::vector<Shape> shapes;
+  if (params == 0) {
+    shapes = GptShapes();
+  } else if (params < 0) {
+    shapes.assign(kSmallTensors, Shape{kSmallTensorElements});
+  } else {
+    shapes = {{params}};
+  }
   std::vector<AdamWTensors> tensors;
   *n = 0;
   for (const Shape& shape : shapes) {
@@ -139,11 +153,13 @@ BENCHMARK(BM_AdamW)
     ->Arg(int64_t{16} << 20)
     ->Arg(int64_t{64} << 20)
     ->Arg(0)
+    ->Arg(-1)
     ->ArgName("params")
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AdamWPerTensor)
     ->Arg(0)
+    ->Arg(-1)
     ->ArgName("params")
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# AdamW on the CPU: optstep against torch fused / foreach and DeepSpeedCPUAdam on 16M, 64M and the
-# 124M GPT layout, in one run, ratios printed (bench/compare/adamw.py). Builds
+# AdamW on the CPU: optstep against torch fused / foreach and DeepSpeedCPUAdam on 16M, 64M, the
+# 124M GPT layout and 2048 tensors of 16K, in one run, the medians of --rounds rounds printed
+# (bench/compare/adamw.py). Builds
 # //bench:adamw_compare (optstep's side and the streaming triad) and runs the references in the
 # comparison venv (bench/compare/venv.sh), on all cores.
 #
-#   bench/compare/adamw.sh [--steps N] [--no_deepspeed]
+#   bench/compare/adamw.sh [--steps N] [--rounds N] [--no_deepspeed]
 #
 # OPTSTEP_CPU_ISA=baseline|avx2|avx512: optstep's narrower variants (docs/configuration.md).
 # OPTSTEP_COMPARE_BAZEL_FLAGS: flags of the build (default "-c opt").

@@ -10,8 +10,12 @@
 //             all-gather, parameters back).
 // and, next to it, the wall of a step before the kill. The chain is Adam: the healed rank gets its
 // moments from its buddy's copy (--state_redundancy=1), its masters from a peer.
+// With --mid_step the rank dies inside the next step instead (it kills itself once the ranks
+// stepped their own parameters, before the all-gather: --kill_before_allgather); the step is
+// interrupted on the others, and the trainer's own recovery redoes it after the heal: "resume"
+// then ends when that step is applied.
 //
-//   bazel run //bench:recovery_bench -- --ranks=3 --layers=12
+//   bazel run //bench:recovery_bench -- --ranks=3 --layers=12 [--mid_step]
 
 #include <signal.h>
 
@@ -35,6 +39,9 @@ ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters
 ABSL_FLAG(int, kill_rank, 1, "The rank killed and restarted (not 0).");
 ABSL_FLAG(int, steps_before, 2, "Steps before the kill (the first warms up).");
 ABSL_FLAG(int64_t, peer_timeout_ms, 1000, "--peer_timeout_ms of the ranks.");
+ABSL_FLAG(bool, mid_step, false,
+          "Kill the rank inside the step after --steps_before (before its all-gather), not "
+          "between steps.");
 
 namespace optstep {
 namespace {
@@ -86,12 +93,24 @@ int Run() {
       "--heartbeat_interval_ms=100",
       absl::StrCat("--peer_timeout_ms=", absl::GetFlag(FLAGS_peer_timeout_ms)),
       "--state_redundancy=1", "--rejoin_timeout_ms=300000", "--num_threads=2"};
-  absl::StatusOr<Group> started = testutil::StartGroup(ranks, flags);
-  if (!started.ok()) {
-    std::fprintf(stderr, "cannot start the group: %s\n", started.status().ToString().c_str());
-    return 1;
+  const bool mid_step = absl::GetFlag(FLAGS_mid_step);
+  Group group;
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<std::string> rank_flags = flags;
+    if (mid_step && r == dead) {
+      rank_flags.push_back(
+          absl::StrCat("--kill_before_allgather=", absl::GetFlag(FLAGS_steps_before) + 1));
+    }
+    rank_flags.push_back(absl::StrCat("--rank=", r));
+    rank_flags.push_back(absl::StrCat("--world_size=", ranks));
+    if (r > 0) rank_flags.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
+    absl::StatusOr<std::unique_ptr<ServerProcess>> started = ServerProcess::Start(rank_flags);
+    if (!started.ok()) {
+      std::fprintf(stderr, "cannot start rank %d: %s\n", r, started.status().ToString().c_str());
+      return 1;
+    }
+    group.push_back(*std::move(started));
   }
-  Group group = *std::move(started);
   while (!Serving(*group[0])) absl::SleepFor(absl::Milliseconds(50));
   ClientOptions options;
   for (const auto& rank : group) options.rank_targets.push_back(rank->address());
@@ -138,8 +157,16 @@ int Run() {
   restart.push_back(absl::StrCat("--rank=", dead));
   restart.push_back(absl::StrCat("--world_size=", ranks));
   restart.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
-  const absl::Time killed = absl::Now();
-  group[dead]->SignalAndWait(SIGKILL);
+  // Mid-step: the step runs meanwhile, its trainer waiting through the heal.
+  std::thread interrupted;
+  absl::Time killed = absl::Now();
+  if (mid_step) {
+    interrupted = std::thread(do_step);
+    group[dead]->Wait();
+    killed = absl::Now();  // within a few ms of its death (the waitpid wakes at once)
+  } else {
+    group[dead]->SignalAndWait(SIGKILL);
+  }
   absl::StatusOr<std::unique_ptr<ServerProcess>> again = ServerProcess::Start(restart);
   if (!again.ok()) {
     std::fprintf(stderr, "cannot restart rank %d: %s\n", dead, again.status().ToString().c_str());
@@ -151,17 +178,23 @@ int Run() {
     while (!Serving(*rank)) absl::SleepFor(absl::Milliseconds(20));
   }
   const absl::Time serving = absl::Now();
-  do_step();
+  if (mid_step) {
+    interrupted.join();
+  } else {
+    do_step();
+  }
   const absl::Time applied = absl::Now();
   std::printf(
-      "recovery: %d ranks, %.1fM parameters (%zu tensors), Adam; rank %d "
-      "SIGKILLed between steps and restarted at once\n",
-      ranks, elements / 1e6, sizes.size(), dead);
+      "recovery: %d ranks, %.1fM parameters (%zu tensors), Adam; rank %d SIGKILLed %s "
+      "and restarted at once\n",
+      ranks, elements / 1e6, sizes.size(), dead,
+      mid_step ? "in a step, before its all-gather" : "between steps");
   std::printf("  step wall before the kill  %8.3f s\n", Seconds(step_wall));
   std::printf("  restart (kill -> listening) %7.3f s\n", Seconds(listening - killed));
   std::printf("  rejoin (-> every rank SERVING: rebuild + state transfer) %7.3f s\n",
               Seconds(serving - listening));
-  std::printf("  resume (-> next step applied) %7.3f s\n", Seconds(applied - serving));
+  std::printf("  resume (-> %s step applied) %7.3f s\n", mid_step ? "the interrupted" : "next",
+              Seconds(applied - serving));
   std::printf("  kill -> first applied step  %7.3f s\n", Seconds(applied - killed));
   return 0;
 }

@@ -5,6 +5,7 @@ Mirrors client/cpp/step_call.cc. Internal to the client.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Iterator, List, Optional, Sequence
 
 import grpc
@@ -65,13 +66,28 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
     rank, spread over trainers, streams the parameters back. gRPC consumes each request iterator
     on its own thread, so the streams are sent concurrently.
     """
-    calls = []
+    calls: List[Any] = []
+    # The first rank whose stream failed: every stream is cancelled at once, so that a rank that
+    # refused or lost the step (one still healing while the others took it) is seen without
+    # waiting for a rank whose step waits in the collectives for it.
+    failed: List[Any] = []
+    lock = threading.Lock()
+
+    def on_done(call: Any) -> None:
+        with lock:
+            if failed or call.code() in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
+                return
+            failed.append(call)
+        _cancel(calls)
+
     for r, service in enumerate(services):
         rank_header = svc_pb2.StepHeader()
         rank_header.CopyFrom(header)
         rank_header.skip_return = skip_return or r != return_rank
         calls.append(service.Step(step_requests(rank_header, plan[r]), timeout=timeout,
                                   wait_for_ready=wait_for_ready))
+    for call in list(calls):
+        call.add_done_callback(on_done)
     results: List[svc_pb2.StepResult] = []
     try:
         for r, call in enumerate(calls):
@@ -83,7 +99,9 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
             results.append(result)
     except grpc.RpcError as e:
         _cancel(calls)
-        raise from_rpc_error(e) from None
+        with lock:
+            first = failed[0] if failed else e
+        raise from_rpc_error(first) from None
     except OptstepError:
         _cancel(calls)
         raise

@@ -4,6 +4,8 @@ multi-rank protocol of client/cpp/client.cc)."""
 
 from __future__ import annotations
 
+import threading
+import time
 import zlib
 from concurrent import futures
 from typing import Iterator, List
@@ -45,6 +47,9 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.imports: List[ckpt.StateDictChunk] = []
         self.import_end = ckpt.StateDictChunk()
         self.abort_steps = False
+        # Set: Step answers only once this is set (or the call ends), as a rank whose step waits
+        # in the collectives for another rank.
+        self.hold_steps: threading.Event | None = None
 
     def GetSession(self, request, context):
         return self.info
@@ -59,6 +64,9 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.steps.append(requests)
         if self.abort_steps:
             context.abort(grpc.StatusCode.ABORTED, f"rank {self.rank}: step aborted, redo it")
+        while self.hold_steps is not None and not self.hold_steps.wait(0.05):
+            if not context.is_active():
+                return
         header = requests[0].header
         chunks = [] if header.skip_return else [
             pb.TensorChunk(param_id=i, offset=0, dtype=pb.DTYPE_FP32,
@@ -172,6 +180,22 @@ def test_an_aborting_rank_aborts_the_step(ranks: List[FakeRank]) -> None:
         with pytest.raises(optstep.AbortedError, match="rank 1: step aborted") as raised:
             client.step("fake", 1, _grads())
     assert raised.value.code == grpc.StatusCode.ABORTED
+
+
+@pytest.mark.parametrize("native_path", ["1", "0"])
+def test_a_failing_rank_ends_the_step_while_another_waits(ranks: List[FakeRank], native_path: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rank 0 waits (in its collectives, for rank 1) while rank 1 refuses the step: the trainer
+    # sees rank 1's error at once instead of after rank 0's answer (native path and Python).
+    monkeypatch.setenv("OPTSTEP_NATIVE", native_path)
+    ranks[0].hold_steps = threading.Event()
+    ranks[1].abort_steps = True
+    threading.Timer(10.0, ranks[0].hold_steps.set).start()  # ends a wait the client would not
+    began = time.monotonic()
+    with optstep.Client(rank_targets=[r.target for r in ranks]) as client:
+        with pytest.raises(optstep.AbortedError, match="rank 1: step aborted"):
+            client.step("fake", 1, _grads())
+    assert time.monotonic() - began < 5.0
 
 
 def test_state_dict_streams(ranks: List[FakeRank]) -> None:

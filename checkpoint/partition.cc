@@ -248,9 +248,19 @@ struct Problem {
   }
 };
 
+// One rank owns everything: no search (a session of 300,000 parameters on one rank would spend
+// its creation deadline in the refinements).
+Layout OneRank(size_t params) {
+  Layout layout;
+  layout.world_size = 1;
+  layout.owner.assign(params, 0);
+  return layout;
+}
+
 }  // namespace
 
 Layout PartitionByCost(const std::vector<double>& costs, int world_size) {
+  if (world_size <= 1) return OneRank(costs.size());
   Placement p(world_size, costs.size());
   Balance(Descending(costs), costs, std::vector<int64_t>(costs.size(), 0), kNoCap, p,
           [](const std::vector<double>& w, const std::vector<int64_t>& b, int64_t cap,
@@ -274,6 +284,7 @@ absl::StatusOr<Layout> PartitionWithinMemory(const std::vector<double>& costs,
 
 Layout PartitionByCostAndMemory(const std::vector<double>& costs, const std::vector<int64_t>& bytes,
                                 int world_size) {
+  if (world_size <= 1) return OneRank(costs.size());
   Layout cost_only = PartitionByCost(costs, world_size);
   const double floor = PeakLowerBound(AsWeights(bytes), world_size);
   const int64_t unconstrained = PeakBytesOf(cost_only, bytes);

@@ -16,7 +16,7 @@
 #include "client/cpp/client.h"
 #include "gtest/gtest.h"
 #include "optstep/v1/internal.grpc.pb.h"
-#include "server/rpc/peer_state_fetch.h"
+#include "server/rpc/state_dict_stream.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
@@ -52,11 +52,33 @@ absl::StatusOr<std::string> Train(Group& group, uint64_t steps) {
   return info.session_id();
 }
 
+enum class PeerState { kOwned, kShadow, kMasters };
+
+// PeerService.FetchOwnedState / FetchShadow / FetchMasters of `rank`, assembled as a peer does.
 absl::StatusOr<std::shared_ptr<const StateDict>> Fetch(const ServerProcess& rank, int r,
                                                        const std::string& id, PeerState what) {
   std::unique_ptr<v1::PeerService::Stub> peer = v1::PeerService::NewStub(
       grpc::CreateChannel(rank.address(), grpc::InsecureChannelCredentials()));
-  return FetchPeerState(*peer, r, id, what);
+  v1::FetchStateRequest request;
+  request.set_session_id(id);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader =
+      what == PeerState::kOwned    ? peer->FetchOwnedState(&context, request)
+      : what == PeerState::kShadow ? peer->FetchShadow(&context, request)
+                                   : peer->FetchMasters(&context, request);
+  StateDictAssembler assembler;
+  v1::StateDictChunk chunk;
+  absl::Status added = absl::OkStatus();
+  while (reader->Read(&chunk)) {
+    if (added.ok()) added = assembler.Add(chunk);
+  }
+  const grpc::Status finished = reader->Finish();
+  if (!finished.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(finished.error_code()),
+                        absl::StrCat("rank ", r, ": ", finished.error_message()));
+  }
+  if (!added.ok()) return added;
+  return assembler.BuildPlain();
 }
 
 TEST(StateRedundancyTest, EachBuddysShadowEqualsTheOwnersExportedState) {

@@ -20,6 +20,9 @@
 //   them, ordered by its own uninstrumented locks.
 // - libabsl_status: a Status received through gRPC is compared (memcmp) on one thread and was
 //   copied (memcpy) on another, both inside the library, ordered by gRPC's queues.
+// - libabsl_graphcycles_internal: Abseil's deadlock detector moves its graph's nodes (memmove
+//   in GraphCycles::RemoveNode) under its own uninstrumented lock, from any thread that
+//   destroys a mutex (seen: a SerialExecutor thread's exit in session_failure_test).
 // - libdnnl: oneDNN's primitive cache is shared by every engine of the process; a rank's
 //   thread takes the read lock of a cache entry another rank's thread created, published to it
 //   through oneDNN's own atomics (seen: pthread_rwlock_rdlock from libdnnl against the malloc
@@ -36,5 +39,6 @@ extern "C" const char* __tsan_default_suppressions() {
          "race:optstep::internal::CallGloo\n"
          "called_from_lib:libabsl_status.so\n"
          "called_from_lib:libomp.so\n"
-         "called_from_lib:libdnnl.so\n";
+         "called_from_lib:libdnnl.so\n"
+         "called_from_lib:libabsl_graphcycles_internal.so\n";
 }

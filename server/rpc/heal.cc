@@ -233,13 +233,8 @@ HealFetch PeerFetch(RankGroup* group) {
         : part == HealPart::kShadow ? stub.FetchShadow(&context, request)
                                     : stub.FetchMasters(&context, request);
     StateDictAssembler assembler;
-    v1::StateDictChunk chunk;
-    absl::Status added = absl::OkStatus();
-    while (reader->Read(&chunk)) {
-      if (added.ok()) added = assembler.Add(chunk);
-    }
-    OPTSTEP_RETURN_IF_ERROR(PeerStatus(peer, reader->Finish()));
-    OPTSTEP_RETURN_IF_ERROR(added);
+    OPTSTEP_RETURN_IF_ERROR(assembler.AddAll(
+        *reader, [peer](const grpc::Status& end) { return PeerStatus(peer, end); }));
     return assembler.BuildPlain();
   };
 }

@@ -168,13 +168,8 @@ absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportFrom(
   std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader =
       group_->Peer(rank)->ExportHeldState(&context, request);
   StateDictAssembler assembler;
-  v1::StateDictChunk chunk;
-  absl::Status added = absl::OkStatus();
-  while (reader->Read(&chunk)) {
-    if (added.ok()) added = assembler.Add(chunk);
-  }
-  OPTSTEP_RETURN_IF_ERROR(PeerStatus(rank, reader->Finish()));
-  OPTSTEP_RETURN_IF_ERROR(added);
+  OPTSTEP_RETURN_IF_ERROR(
+      assembler.AddAll(*reader, [rank](const grpc::Status& end) { return PeerStatus(rank, end); }));
   return assembler.Build(session);
 }
 

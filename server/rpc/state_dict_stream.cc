@@ -94,6 +94,19 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
   return raw;
 }
 
+absl::Status StateDictAssembler::AddAll(
+    grpc::ClientReaderInterface<v1::StateDictChunk>& reader,
+    const std::function<absl::Status(const grpc::Status&)>& finished) {
+  v1::StateDictChunk chunk;
+  absl::Status added = absl::OkStatus();
+  while (reader.Read(&chunk)) {
+    if (added.ok()) added = Add(chunk);
+  }
+  const grpc::Status end = reader.Finish();
+  if (!end.ok()) return finished(end);
+  return added;
+}
+
 absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
   const std::string what = absl::StrCat("state dict key '", chunk.key(), "'");
   OPTSTEP_RETURN_IF_ERROR(CheckChunkExtent(chunk.offset(), chunk.data().size(), what));

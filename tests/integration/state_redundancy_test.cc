@@ -67,17 +67,11 @@ absl::StatusOr<std::shared_ptr<const StateDict>> Fetch(const ServerProcess& rank
       : what == PeerState::kShadow ? peer->FetchShadow(&context, request)
                                    : peer->FetchMasters(&context, request);
   StateDictAssembler assembler;
-  v1::StateDictChunk chunk;
-  absl::Status added = absl::OkStatus();
-  while (reader->Read(&chunk)) {
-    if (added.ok()) added = assembler.Add(chunk);
-  }
-  const grpc::Status finished = reader->Finish();
-  if (!finished.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(finished.error_code()),
-                        absl::StrCat("rank ", r, ": ", finished.error_message()));
-  }
-  if (!added.ok()) return added;
+  absl::Status read = assembler.AddAll(*reader, [r](const grpc::Status& end) {
+    return absl::Status(static_cast<absl::StatusCode>(end.error_code()),
+                        absl::StrCat("rank ", r, ": ", end.error_message()));
+  });
+  if (!read.ok()) return read;
   return assembler.BuildPlain();
 }
 

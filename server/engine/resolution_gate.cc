@@ -21,6 +21,10 @@ bool ResolutionGate::TryStart() {
   return true;
 }
 
+bool ResolutionGate::FreeForLocked(uint64_t token) const {
+  return stopped_ || !hold_ || hold_->token == token;
+}
+
 bool ResolutionGate::may_start() const {
   absl::MutexLock lock(&mu_);
   return MayStartLocked();
@@ -90,11 +94,10 @@ absl::StatusOr<uint64_t> ResolutionGate::Hold(uint64_t token, absl::Duration lea
   const absl::Time now = absl::Now();
   if (hold_ && hold_->token != token) {
     if (hold_->expires > now) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("session '", session_id_,
-                       "': another checkpoint or state dict operation is in "
-                       "progress (hold ",
-                       hold_->token, "); retry when it ends"));
+      return absl::AbortedError(absl::StrCat("session '", session_id_,
+                                             "': another checkpoint or state dict operation is "
+                                             "in progress (hold ",
+                                             hold_->token, "); retry when it ends"));
     }
     LOG(WARNING) << "session " << session_id_ << " rank " << rank_ << ": hold " << hold_->token
                  << " expired; taken over by " << token;
@@ -144,6 +147,21 @@ absl::StatusOr<uint64_t> ResolutionGate::Settle(uint64_t token) {
   OPTSTEP_RETURN_IF_ERROR(CheckHolderLocked(token));
   hold_->settled = true;
   return done_;
+}
+
+void ResolutionGate::AwaitFree(uint64_t token, absl::Time until) {
+  absl::MutexLock lock(&mu_);
+  struct Wait {
+    ResolutionGate* self;
+    uint64_t token;
+  } wait{this, token};
+  auto free = +[](Wait* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->self->mu_) {
+    return w->self->FreeForLocked(w->token);
+  };
+  // The condition does not see the clock: wake at the lease's end to take an expired hold over.
+  while (!FreeForLocked(token) && absl::Now() < std::min(hold_->expires, until)) {
+    mu_.AwaitWithDeadline(absl::Condition(free, &wait), std::min(hold_->expires, until));
+  }
 }
 
 bool ResolutionGate::Release(uint64_t token) {

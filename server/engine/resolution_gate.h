@@ -56,9 +56,12 @@ class ResolutionGate {
 
   bool held() const;
   // Takes the hold for `token` (or renews it) until now + `lease`, with the resolutions started
-  // so far as its limit; answers that number. FAILED_PRECONDITION while another token holds it
-  // and its lease has not passed (a passed one is taken over).
+  // so far as its limit; answers that number. ABORTED while another token holds it and its
+  // lease has not passed (a passed one is taken over).
   absl::StatusOr<uint64_t> Hold(uint64_t token, absl::Duration lease);
+  // Waits until no token other than `token` holds the gate (released, expired or Stop()), or
+  // until `until`; Hold may still find it taken by a third token in between.
+  void AwaitFree(uint64_t token, absl::Time until);
   // Raises the limit to `target`; the lease runs until `lease` after the later of `deadline`
   // and now. FAILED_PRECONDITION when `token` does not hold; INVALID_ARGUMENT when more than
   // `target` resolutions already started.
@@ -94,6 +97,8 @@ class ResolutionGate {
   };
 
   bool MayStartLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // No token but `token` holds the gate (or it stopped).
+  bool FreeForLocked(uint64_t token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckHolderLocked(uint64_t token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckSettledLocked(uint64_t token) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

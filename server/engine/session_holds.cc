@@ -17,6 +17,15 @@ absl::StatusOr<uint64_t> SessionHolds::Hold(uint64_t token, absl::Duration lease
   return session_.gate_.Hold(token, lease);
 }
 
+absl::StatusOr<uint64_t> SessionHolds::HoldWhenFree(uint64_t token, absl::Duration lease,
+                                                    absl::Time until) {
+  while (true) {
+    session_.gate_.AwaitFree(token, until);
+    absl::StatusOr<uint64_t> held = Hold(token, lease);
+    if (held.ok() || !absl::IsAborted(held.status()) || absl::Now() >= until) return held;
+  }
+}
+
 absl::StatusOr<HeldPoint> SessionHolds::Settle(uint64_t token, uint64_t target, absl::Time deadline,
                                                absl::Duration lease) {
   {

@@ -45,9 +45,14 @@ class SessionHolds {
 
   // Hold: this rank starts no resolution beyond those it already started, and answers their
   // number. Every hold call renews the lease; when it passes without a call the hold ends by
-  // itself (a crashed caller never wedges the session). FAILED_PRECONDITION while another token
-  // holds the session; UNAVAILABLE when closed or broken.
+  // itself (a crashed caller never wedges the session). ABORTED while another token holds the
+  // session; UNAVAILABLE when closed or broken.
   absl::StatusOr<uint64_t> Hold(uint64_t token, absl::Duration lease);
+  // Hold, waiting until `until` for another token's hold to end (released, or its lease passed)
+  // instead of answering ABORTED at once: operations that meet each other (a trainer's state
+  // dict import during an automatic checkpoint, two trainers' imports) run one after the other.
+  // REQUIRES: the caller holds no lock of the session.
+  absl::StatusOr<uint64_t> HoldWhenFree(uint64_t token, absl::Duration lease, absl::Time until);
   // Raises the hold's limit to `target`, then waits (until `deadline`) until this rank finished
   // exactly `target` resolutions. INVALID_ARGUMENT when this rank already started more;
   // DEADLINE_EXCEEDED; FAILED_PRECONDITION when `token` does not hold the session.

@@ -65,19 +65,23 @@ absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperati
   const absl::Duration lease = options().hold_lease;
   const absl::Duration call_timeout = absl::Seconds(30);
   const v1::HeldSessionRequest base = HeldRequest(session, token, lease);
-  // a. Hold: no rank starts a resolution it has not started yet.
+  // a. Hold: no rank starts a resolution it has not started yet. Rank 0 first: every hold is
+  // taken here, so an operation that meets another (an automatic checkpoint, a second trainer's
+  // import) waits for it on rank 0, for as long as a settle may take, and never meets it on the
+  // other ranks.
   std::vector<uint64_t> started(options().world_size, 0);
-  absl::Status status = group_->ForEachRank([&](int r) -> absl::Status {
-    if (r == 0) {
-      OPTSTEP_ASSIGN_OR_RETURN(started[0], session.holds().Hold(token, lease));
-      return absl::OkStatus();
-    }
-    OPTSTEP_ASSIGN_OR_RETURN(
-        v1::HeldSessionResponse response,
-        group_->CallPeer(r, &v1::PeerService::Stub::HoldSession, base, call_timeout));
-    started[r] = response.resolutions();
-    return absl::OkStatus();
-  });
+  absl::StatusOr<uint64_t> held =
+      session.holds().HoldWhenFree(token, lease, absl::Now() + options().settle_timeout);
+  if (held.ok()) started[0] = *held;
+  absl::Status status =
+      !held.ok() ? held.status() : group_->ForEachRank([&](int r) -> absl::Status {
+        if (r == 0) return absl::OkStatus();
+        OPTSTEP_ASSIGN_OR_RETURN(
+            v1::HeldSessionResponse response,
+            group_->CallPeer(r, &v1::PeerService::Stub::HoldSession, base, call_timeout));
+        started[r] = response.resolutions();
+        return absl::OkStatus();
+      });
   // b. Settle every rank at the highest resolution begun anywhere.
   std::vector<HeldPoint> points(options().world_size);
   if (status.ok()) {

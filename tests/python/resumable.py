@@ -3,7 +3,6 @@ function of the step number, so a RewindRequired rewinds the data with one assig
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -56,14 +55,8 @@ def assert_bit_identical(actual: Dict[str, torch.Tensor], expected: Dict[str, to
             f"{int((a.reshape(-1) != b.reshape(-1)).nonzero()[0])})"
 
 
-def state_of(opt: RemoteOptimizer, timeout: float = 20.0) -> Dict[str, torch.Tensor]:
-    """The session's state dict, once no automatic checkpoint holds the session."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            state: Dict[str, torch.Tensor] = opt.state_dict()["state"]
-            return state
-        except optstep.FailedPreconditionError as e:
-            if "in progress" not in e.message or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+def state_of(opt: RemoteOptimizer) -> Dict[str, torch.Tensor]:
+    """The session's state dict (an automatic checkpoint that holds the session is waited for
+    by the server)."""
+    state: Dict[str, torch.Tensor] = opt.state_dict()["state"]
+    return state

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -65,7 +66,7 @@ TEST_F(SessionHoldTest, HeldSessionDefersAStepUntilReleased) {
   const std::string before = Param(7);
   // A second holder is refused while the first holds.
   EXPECT_THAT(s_->holds().Hold(8, absl::Seconds(30)).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "in progress"));
+              StatusIs(absl::StatusCode::kAborted, "in progress"));
   ASSERT_THAT(s_->holds().Release(7), IsOk());
   ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
   ASSERT_THAT(step1.result().status(), IsOk());
@@ -100,6 +101,36 @@ TEST_F(SessionHoldTest, SettleRunsTheResolutionsAlreadyBegunElsewhere) {
   EXPECT_THAT(s_->holds().Settle(2, 1, absl::Now() + absl::Seconds(1), absl::Seconds(30)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "already started 2"));
   ASSERT_THAT(s_->holds().Release(2), IsOk());
+}
+
+TEST_F(SessionHoldTest, HoldWhenFreeWaitsForTheOtherHoldToEnd) {
+  ASSERT_THAT(s_->holds().Hold(7, absl::Seconds(30)).status(), IsOk());
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    ASSERT_THAT(s_->holds().Release(7), IsOk());
+  });
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<uint64_t> held =
+      s_->holds().HoldWhenFree(8, absl::Seconds(30), absl::Now() + absl::Seconds(20));
+  release.join();
+  ASSERT_THAT(held.status(), IsOk());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
+  // Now 8 holds: a third token is refused at once without a wait, and after its wait.
+  EXPECT_THAT(s_->holds().Hold(9, absl::Seconds(30)).status(),
+              StatusIs(absl::StatusCode::kAborted, "in progress"));
+  EXPECT_THAT(s_->holds()
+                  .HoldWhenFree(9, absl::Seconds(30), absl::Now() + absl::Milliseconds(100))
+                  .status(),
+              StatusIs(absl::StatusCode::kAborted, "in progress"));
+  ASSERT_THAT(s_->holds().Release(8), IsOk());
+}
+
+TEST_F(SessionHoldTest, HoldWhenFreeTakesOverALeaseThatPasses) {
+  ASSERT_THAT(s_->holds().Hold(7, absl::Milliseconds(200)).status(), IsOk());  // never released
+  EXPECT_THAT(
+      s_->holds().HoldWhenFree(8, absl::Seconds(30), absl::Now() + absl::Seconds(20)).status(),
+      IsOk());
+  ASSERT_THAT(s_->holds().Release(8), IsOk());
 }
 
 TEST_F(SessionHoldTest, AnExpiredLeaseLetsStepsContinue) {

@@ -29,6 +29,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "checkpoint/partition.h"
 #include "server/engine/cost_model.h"
 #include "server/optim/presets.h"
@@ -186,7 +188,9 @@ int Scale() {
       std::fprintf(stderr, "--worlds: '%s' is not a world size\n", std::string(text).c_str());
       return 1;
     }
+    const absl::Time start = absl::Now();
     const optstep::Layout layout = PartitionByCostAndMemory(loads.costs, loads.bytes, world);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     const std::vector<double> bytes = RankLoads(layout, loads.weights);
     const int peak_rank =
         static_cast<int>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
@@ -204,10 +208,10 @@ int Scale() {
         "{\"world\": %d, \"params\": %zu, \"numel\": %lld, \"largest_numel\": %lld, "
         "\"owned_bytes_total\": %.0f, \"owned_bytes_max\": %.0f, \"owned_bytes_bound\": %.0f, "
         "\"owned_with_shadow_max\": %.0f, \"peak_rank_numel\": %lld, "
-        "\"cost_max_over_mean\": %.6f}\n",
+        "\"cost_max_over_mean\": %.6f, \"partition_s\": %.3f}\n",
         world, params.size(), static_cast<long long>(loads.numel), static_cast<long long>(largest),
         Mean(loads.weights, 1), bytes[peak_rank], PeakLowerBound(loads.weights, world), with_shadow,
-        static_cast<long long>(peak_numel), Imbalance(layout, loads.costs));
+        static_cast<long long>(peak_numel), Imbalance(layout, loads.costs), seconds);
   }
   return 0;
 }

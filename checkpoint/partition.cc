@@ -75,22 +75,22 @@ bool PlaceGreedily(const std::vector<int>& order, const std::vector<double>& wei
 
 // Moves or swaps parameters between the most loaded rank and the others while that lowers the
 // larger of the two loads and keeps both ranks' bytes within `cap` (a bounded, deterministic
-// refinement of a greedy placement). With `work`, also stops before a round once *work (pairs
-// looked at, counted down) is spent.
+// refinement of a greedy placement); stops before a round once `work` (pairs looked at, counted
+// down) is spent.
 void Refine(const std::vector<double>& weights, const std::vector<int64_t>& bytes, int64_t cap,
-            Placement& p, int64_t* work = nullptr) {
+            Placement& p, int64_t& work) {
   const int world = p.layout.world_size;
   std::vector<double>& load = p.load;
   auto fits = [&](int rank, int64_t in, int64_t out) { return p.bytes[rank] - out <= cap - in; };
   for (int round = 0; round < 64 * world; ++round) {
-    if (work != nullptr && *work <= 0) return;
+    if (work <= 0) return;
     const int hot = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
     double best_peak = load[hot];
     int best_item = -1, best_other = -1, best_rank = -1;
     for (int i : p.items[hot]) {
       for (int r = 0; r < world; ++r) {
         if (r == hot) continue;
-        if (work != nullptr) *work -= 1 + static_cast<int64_t>(p.items[r].size());
+        work -= 1 + static_cast<int64_t>(p.items[r].size());
         // Move i to r.
         double peak = std::max(load[hot] - weights[i], load[r] + weights[i]);
         if (peak < best_peak && fits(r, bytes[i], 0)) {
@@ -159,28 +159,32 @@ bool SplitPairExactly(const std::vector<double>& weights, const std::vector<int6
   return false;
 }
 
-// The pairs and subsets one Improve looks at, at most (about a second): what bounds the time of
-// PartitionByCostAndMemory for sessions of many thousands of parameters.
+// The pairs and subsets one Improve looks at, at most (about a second at -O2), and all the
+// Improves of one partition together: what bounds the time every rank spends on the partition
+// of a session of many thousands of parameters. Counted, not timed, so that every rank computes
+// the same layout.
 constexpr int64_t kImproveWork = int64_t{1} << 26;
+constexpr int64_t kPartitionWork = int64_t{1} << 28;
 
-// Refine, then SplitPairExactly, while the latter lowers the peak, within kImproveWork.
+// Refine, then SplitPairExactly, while the latter lowers the peak, within kImproveWork and what
+// is left of `budget` (which it counts down).
 void Improve(const std::vector<double>& weights, const std::vector<int64_t>& bytes, int64_t cap,
-             Placement& p) {
-  int64_t work = kImproveWork;
+             Placement& p, int64_t& budget) {
+  const int64_t granted = std::min(budget, kImproveWork);
+  int64_t work = granted;
   while (work > 0) {
-    Refine(weights, bytes, cap, p, &work);
-    if (work <= 0 || !SplitPairExactly(weights, bytes, cap, p, work)) return;
+    Refine(weights, bytes, cap, p, work);
+    if (work <= 0 || !SplitPairExactly(weights, bytes, cap, p, work)) break;
   }
+  budget -= granted - std::max<int64_t>(work, 0);
 }
 
-// Greedy placement in `order` by `weights` under `cap`, then `improve`d; false when the greedy
-// step fails.
+// Greedy placement in `order` by `weights` under `cap`, then Improved within `budget`; false
+// when the greedy step fails.
 bool Balance(const std::vector<int>& order, const std::vector<double>& weights,
-             const std::vector<int64_t>& bytes, int64_t cap, Placement& out,
-             void (*improve)(const std::vector<double>&, const std::vector<int64_t>&, int64_t,
-                             Placement&) = Improve) {
+             const std::vector<int64_t>& bytes, int64_t cap, Placement& out, int64_t& budget) {
   if (!PlaceGreedily(order, weights, bytes, cap, out)) return false;
-  improve(weights, bytes, cap, out);
+  Improve(weights, bytes, cap, out, budget);
   return true;
 }
 
@@ -188,14 +192,14 @@ std::vector<double> AsWeights(const std::vector<int64_t>& bytes) {
   return std::vector<double>(bytes.begin(), bytes.end());
 }
 
-// `layout` re-balanced on `costs` under `cap`. REQUIRES: `layout` fits `cap`.
+// `layout` re-balanced on `costs` under `cap` within `budget`. REQUIRES: `layout` fits `cap`.
 Placement Rebalanced(const Layout& layout, const std::vector<double>& costs,
-                     const std::vector<int64_t>& bytes, int64_t cap) {
+                     const std::vector<int64_t>& bytes, int64_t cap, int64_t& budget) {
   Placement p(layout.world_size, costs.size());
   for (size_t i = 0; i < costs.size(); ++i) {
     p.Assign(static_cast<int>(i), layout.owner[i], costs[i], bytes[i]);
   }
-  Improve(costs, bytes, cap, p);
+  Improve(costs, bytes, cap, p, budget);
   return p;
 }
 
@@ -205,7 +209,8 @@ int64_t PeakBytesOf(const Layout& layout, const std::vector<int64_t>& bytes) {
   return *std::max_element(load.begin(), load.end());
 }
 
-// The inputs of PartitionWithinMemory and what does not depend on the cap.
+// The inputs of PartitionWithinMemory, what does not depend on the cap, and the refinements'
+// work left (kPartitionWork at the start: once spent, the placements are greedy only).
 struct Problem {
   const std::vector<double>& costs;
   const std::vector<int64_t>& bytes;
@@ -214,22 +219,24 @@ struct Problem {
   std::vector<int> by_bytes;  // descending bytes
   Layout cost_first;          // PartitionByCost
   Layout least_bytes;         // balanced on bytes alone
+  int64_t budget;
 
   Problem(const std::vector<double>& c, const std::vector<int64_t>& b, int world_size,
-          Layout cost_only)
+          Layout cost_only, int64_t work_left)
       : costs(c),
         bytes(b),
         world(world_size),
         by_cost(Descending(c)),
         by_bytes(Descending(AsWeights(b))),
-        cost_first(std::move(cost_only)) {
+        cost_first(std::move(cost_only)),
+        budget(work_left) {
     Placement memory_only(world, c.size());
-    Balance(by_bytes, AsWeights(b), b, kNoCap, memory_only);
+    Balance(by_bytes, AsWeights(b), b, kNoCap, memory_only, budget);
     least_bytes = std::move(memory_only.layout);
   }
 
   // The best placement under `cap`; false when none of the candidates fits.
-  bool Solve(int64_t cap, Placement& best) const {
+  bool Solve(int64_t cap, Placement& best) {
     bool found = false;
     auto offer = [&](Placement&& p) {
       if (p.PeakBytes() > cap) return;
@@ -239,10 +246,10 @@ struct Problem {
     };
     for (const std::vector<int>* order : {&by_cost, &by_bytes}) {
       Placement p(world, costs.size());
-      if (Balance(*order, costs, bytes, cap, p)) offer(std::move(p));
+      if (Balance(*order, costs, bytes, cap, p, budget)) offer(std::move(p));
     }
     for (const Layout* start : {&cost_first, &least_bytes}) {
-      if (PeakBytesOf(*start, bytes) <= cap) offer(Rebalanced(*start, costs, bytes, cap));
+      if (PeakBytesOf(*start, bytes) <= cap) offer(Rebalanced(*start, costs, bytes, cap, budget));
     }
     return found;
   }
@@ -259,19 +266,34 @@ Layout OneRank(size_t params) {
 
 }  // namespace
 
-Layout PartitionByCost(const std::vector<double>& costs, int world_size) {
+namespace {
+
+// PartitionByCost, its refinement counted off `budget`.
+Layout PartitionByCost(const std::vector<double>& costs, int world_size, int64_t& budget) {
   if (world_size <= 1) return OneRank(costs.size());
   Placement p(world_size, costs.size());
-  Balance(Descending(costs), costs, std::vector<int64_t>(costs.size(), 0), kNoCap, p,
-          [](const std::vector<double>& w, const std::vector<int64_t>& b, int64_t cap,
-             Placement& placement) { Refine(w, b, cap, placement); });
+  const std::vector<int64_t> no_bytes(costs.size(), 0);
+  PlaceGreedily(Descending(costs), costs, no_bytes, kNoCap, p);
+  int64_t work = std::min(budget, kImproveWork);
+  const int64_t granted = work;
+  Refine(costs, no_bytes, kNoCap, p, work);
+  budget -= granted - std::max<int64_t>(work, 0);
   return std::move(p.layout);
+}
+
+}  // namespace
+
+Layout PartitionByCost(const std::vector<double>& costs, int world_size) {
+  int64_t budget = kPartitionWork;
+  return PartitionByCost(costs, world_size, budget);
 }
 
 absl::StatusOr<Layout> PartitionWithinMemory(const std::vector<double>& costs,
                                              const std::vector<int64_t>& bytes, int world_size,
                                              int64_t max_rank_bytes) {
-  const Problem problem(costs, bytes, world_size, PartitionByCost(costs, world_size));
+  int64_t budget = kPartitionWork;
+  Layout cost_only = PartitionByCost(costs, world_size, budget);
+  Problem problem(costs, bytes, world_size, std::move(cost_only), budget);
   Placement best(world_size, costs.size());
   if (problem.Solve(max_rank_bytes, best)) return std::move(best.layout);
   const absl::Status status = CheckOwnedBytes(problem.least_bytes, bytes, max_rank_bytes);
@@ -285,11 +307,12 @@ absl::StatusOr<Layout> PartitionWithinMemory(const std::vector<double>& costs,
 Layout PartitionByCostAndMemory(const std::vector<double>& costs, const std::vector<int64_t>& bytes,
                                 int world_size) {
   if (world_size <= 1) return OneRank(costs.size());
-  Layout cost_only = PartitionByCost(costs, world_size);
+  int64_t budget = kPartitionWork;
+  Layout cost_only = PartitionByCost(costs, world_size, budget);
   const double floor = PeakLowerBound(AsWeights(bytes), world_size);
   const int64_t unconstrained = PeakBytesOf(cost_only, bytes);
   if (unconstrained <= floor * (1.0 + kMemoryBalanceCostSlack)) return cost_only;
-  const Problem problem(costs, bytes, world_size, std::move(cost_only));
+  Problem problem(costs, bytes, world_size, std::move(cost_only), budget);
   const std::vector<double> cost_loads = RankLoads(problem.cost_first, costs);
   const double cost_target =
       *std::max_element(cost_loads.begin(), cost_loads.end()) * (1.0 + kMemoryBalanceCostSlack);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/replica_state_dict.h"
@@ -63,11 +64,31 @@ TEST(ResolutionGateTest, SettlesOnceTheTargetResolutionsFinished) {
   EXPECT_THAT(gate.CheckSettled(1), IsOk());
 }
 
+TEST(ResolutionGateTest, AwaitFreeReturnsOnReleaseLeaseOrItsOwnDeadline) {
+  ResolutionGate gate("s", 0);
+  gate.AwaitFree(1, absl::InfiniteFuture());  // not held: at once
+  ASSERT_THAT(gate.Hold(1, absl::Seconds(30)).status(), IsOk());
+  gate.AwaitFree(1, absl::InfiniteFuture());  // held by the asker: at once
+  absl::Time start = absl::Now();
+  gate.AwaitFree(2, start + absl::Milliseconds(50));  // held by another: until the deadline
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  EXPECT_THAT(gate.Hold(2, absl::Seconds(30)).status(), StatusIs(absl::StatusCode::kAborted));
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    gate.Release(1);
+  });
+  gate.AwaitFree(2, absl::InfiniteFuture());  // released
+  release.join();
+  ASSERT_THAT(gate.Hold(2, absl::Milliseconds(50)).status(), IsOk());
+  gate.AwaitFree(3, absl::InfiniteFuture());  // 2's lease passes
+  EXPECT_THAT(gate.Hold(3, absl::Seconds(30)).status(), IsOk());
+}
+
 TEST(ResolutionGateTest, AnotherTokenWaitsUntilTheLeasePasses) {
   ResolutionGate gate("s", 0);
   ASSERT_THAT(gate.Hold(1, absl::Milliseconds(50)).status(), IsOk());
   EXPECT_THAT(gate.Hold(2, absl::Seconds(30)).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "(hold 1)"));
+              StatusIs(absl::StatusCode::kAborted, "(hold 1)"));
   absl::SleepFor(absl::Milliseconds(80));
   ASSERT_THAT(gate.Hold(2, absl::Seconds(30)).status(), IsOk());  // taken over
   EXPECT_THAT(gate.CheckHolder(1), StatusIs(absl::StatusCode::kFailedPrecondition, "not active"));

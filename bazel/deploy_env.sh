@@ -25,8 +25,7 @@ if [[ $(id -u) -eq 0 ]]; then
 fi
 
 VENV=${OPTSTEP_DEPLOY_VENV:-.venv-deploy}
-PYTHON=/usr/bin/python3
-[[ -x $PYTHON ]] || PYTHON=$(command -v python3)
+source bazel/venv_lib.sh
 
 REQUIREMENTS=(
   "pytest==8.4.2"
@@ -35,7 +34,7 @@ REQUIREMENTS=(
   "checkov==3.3.30"
 )
 
-want=$(cat bazel/deploy_env.sh | sha256sum | cut -c1-16)
+want=$(cat bazel/deploy_env.sh bazel/venv_lib.sh | sha256sum | cut -c1-16)
 stamp=$VENV/.optstep-deploy-env
 if [[ -f $stamp && $(cat "$stamp") == "$want" ]] &&
    "$VENV/bin/python" -c 'import yaml, kubernetes_validate, checkov, pytest' 2>/dev/null; then
@@ -43,16 +42,8 @@ if [[ -f $stamp && $(cat "$stamp") == "$want" ]] &&
   exit 0
 fi
 
-if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
-  echo "installing python3-venv" >&2
-  SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  $SUDO apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
-    python3-venv >&2
-fi
 rm -f "$stamp"
-[[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
+ensure_venv "$VENV"
 
 start=$SECONDS
 "$VENV/bin/python" -m pip install --disable-pip-version-check -q "${REQUIREMENTS[@]}" >&2

@@ -14,8 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${OPTSTEP_VENV:-.venv}
-PYTHON=/usr/bin/python3
-[[ -x $PYTHON ]] || PYTHON=$(command -v python3)
+source bazel/venv_lib.sh
 
 # The native data path of the client (optstep.native, client/python/native): built by Bazel
 # where Bazel is installed and copied into the package; without it the client keeps its
@@ -24,7 +23,7 @@ if command -v bazel >/dev/null && bazel build //client/python/native:liboptstep_
   install -m 0644 bazel-bin/client/python/native/liboptstep_native.so client/python/optstep/
 fi
 
-inputs=(bazel/python_env.sh client/python/pyproject.toml client/python/setup.py
+inputs=(bazel/python_env.sh bazel/venv_lib.sh client/python/pyproject.toml client/python/setup.py
         proto/optstep/v1/*.proto)
 want=$(cat "${inputs[@]}" | sha256sum | cut -c1-16)
 stamp=$VENV/.optstep-env
@@ -34,15 +33,7 @@ if [[ -f $stamp && $(cat "$stamp") == "$want" ]] &&
   exit 0
 fi
 
-if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
-  echo "installing python3-venv" >&2
-  SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  $SUDO apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
-    python3-venv >&2
-fi
-[[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
+ensure_venv "$VENV"
 
 pip=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 start=$SECONDS

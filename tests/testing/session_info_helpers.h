@@ -44,6 +44,23 @@ inline v1::SessionInfo MakeSessionInfo(const std::string& id, uint32_t world_siz
   return info;
 }
 
+// A SessionSpec of the given parameters (names and shapes; owners are not part of a spec) with
+// one AdamW sub-optimizer "adam" at its defaults, SHARDED, `num_trainers` trainers.
+inline v1::SessionSpec MakeAdamWSpec(const std::vector<TestParam>& params, uint32_t num_trainers) {
+  v1::SessionSpec spec;
+  for (const TestParam& p : params) {
+    v1::ParameterSpec* param = spec.add_parameters();
+    param->set_name(p.name);
+    for (uint64_t d : p.shape) param->add_shape(d);
+  }
+  spec.set_num_trainers(num_trainers);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  v1::SubOptimizer* sub = spec.mutable_optimizer()->add_sub_optimizers();
+  sub->set_name("adam");
+  sub->set_kind("adamw");
+  return spec;
+}
+
 }  // namespace testutil
 }  // namespace optstep
 

@@ -17,6 +17,7 @@
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/rpc/server.h"
+#include "tests/testing/session_info_helpers.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -52,19 +53,7 @@ class BadInputTest : public ::testing::Test {
 
     // A session with w [2, 3] and b [3], AdamW, 2 trainers, SHARDED.
     v1::CreateSessionRequest request;
-    v1::SessionSpec* spec = request.mutable_spec();
-    auto* w = spec->add_parameters();
-    w->set_name("w");
-    w->add_shape(2);
-    w->add_shape(3);
-    auto* b = spec->add_parameters();
-    b->set_name("b");
-    b->add_shape(3);
-    spec->set_num_trainers(2);
-    spec->set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
-    auto* sub = spec->mutable_optimizer()->add_sub_optimizers();
-    sub->set_name("adam");
-    sub->set_kind("adamw");
+    *request.mutable_spec() = testutil::MakeAdamWSpec({{"w", {2, 3}}, {"b", {3}}}, 2);
     v1::CreateSessionResponse response;
     grpc::ClientContext context;
     ASSERT_TRUE(stub_->CreateSession(&context, request, &response).ok());

@@ -20,6 +20,7 @@
 #include "server/rpc/server.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/fault_injecting_device.h"
+#include "tests/testing/session_info_helpers.h"
 
 namespace optstep {
 namespace {
@@ -61,19 +62,7 @@ class CheckpointSaveTest : public ::testing::Test {
 
     // A session with w [64, 64] and b [64], AdamW, one trainer.
     v1::CreateSessionRequest request;
-    v1::SessionSpec* spec = request.mutable_spec();
-    auto* w = spec->add_parameters();
-    w->set_name("w");
-    w->add_shape(64);
-    w->add_shape(64);
-    auto* b = spec->add_parameters();
-    b->set_name("b");
-    b->add_shape(64);
-    spec->set_num_trainers(1);
-    spec->set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
-    auto* sub = spec->mutable_optimizer()->add_sub_optimizers();
-    sub->set_name("adam");
-    sub->set_kind("adamw");
+    *request.mutable_spec() = testutil::MakeAdamWSpec({{"w", {64, 64}}, {"b", {64}}}, 1);
     v1::CreateSessionResponse response;
     grpc::ClientContext context;
     grpc::Status created =

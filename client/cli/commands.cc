@@ -14,7 +14,8 @@ const char kCommandUsage[] =
     "usage: optstep <command> [--server=host:port] [--timeout_ms=N]\n"
     "\n"
     "commands:\n"
-    "  health                     print SERVING or NOT_SERVING (grpc.health.v1)\n"
+    "  health [service]           print SERVING or NOT_SERVING (grpc.health.v1) of the server,\n"
+    "                             or of one service (optstep.liveness: the process alone)\n"
     "  session list               list the sessions: id, name, params, trainers, mode, step,\n"
     "                             skipped steps, bytes (fp32 masters + optimizer state)\n"
     "  session show <session_id>  one session: parameters (shape, owner, group), groups\n"
@@ -46,8 +47,9 @@ int Usage(std::ostream& err, const std::string& problem) {
   return kExitUsage;
 }
 
-int Health(Client& client, std::ostream& out, std::ostream& err, const std::string& target) {
-  absl::StatusOr<bool> serving = client.CheckHealth();
+int Health(Client& client, const std::string& service, std::ostream& out, std::ostream& err,
+           const std::string& target) {
+  absl::StatusOr<bool> serving = client.CheckHealth(service);
   if (!serving.ok()) {
     err << FormatError("health", target, serving.status());
     return kExitCallFailed;
@@ -96,8 +98,10 @@ int RunCommand(absl::Span<const std::string> args, const ClientOptions& options,
   if (args.empty()) return Usage(err, "no command");
   const std::string& command = args[0];
   std::string subcommand;
-  if (command == "health" || command == "shutdown") {
-    if (args.size() != 1) return Usage(err, command + " takes no arguments");
+  if (command == "health") {
+    if (args.size() > 2) return Usage(err, "health takes at most one service name");
+  } else if (command == "shutdown") {
+    if (args.size() != 1) return Usage(err, "shutdown takes no arguments");
   } else if (command == "session") {
     if (args.size() < 2) return Usage(err, "session needs a subcommand: list or show");
     subcommand = args[1];
@@ -119,7 +123,8 @@ int RunCommand(absl::Span<const std::string> args, const ClientOptions& options,
                        client.status());
     return kExitCallFailed;
   }
-  if (command == "health") return Health(**client, out, err, target);
+  if (command == "health")
+    return Health(**client, args.size() == 2 ? args[1] : "", out, err, target);
   if (command == "shutdown") return Shutdown(**client, out, err, target);
   if (subcommand == "list") return SessionList(**client, out, err, target);
   return SessionShow(**client, args[2], out, err, target);

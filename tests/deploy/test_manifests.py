@@ -136,7 +136,10 @@ def test_rank_contract(target):
         if "--tls_cert" in flags:  # native gRPC probes cannot speak TLS
             command = c[probe]["exec"]["command"]
             assert "grpc" not in c[probe], probe
-            assert command[:3] == ["optstep", "health", f"--server=127.0.0.1:{port}"], probe
+            # The liveness probe asks the process alone, not its peers (rejoin waits).
+            service = ["optstep.liveness"] if probe == "livenessProbe" else []
+            assert command[:3 + len(service)] == ["optstep", "health", *service,
+                                                  f"--server=127.0.0.1:{port}"], probe
             assert f"--tls_cert={flags['--tls_cert']}" in command, probe
             assert f"--tls_ca={flags['--tls_client_ca']}" in command, probe
             timeout_ms = int(next(a for a in command if a.startswith("--timeout_ms="))[13:])

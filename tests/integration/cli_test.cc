@@ -1,9 +1,8 @@
 // The `optstep` command line tool against the real server binary.
 
 #include <signal.h>
-#include <sys/wait.h>
-
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <string>
@@ -47,6 +46,14 @@ TEST(CliTest, HealthSessionListAndShow) {
   for (int i = 0; i < 50 && health.exit_code != 0; ++i) health = RunCli("health " + flag);
   EXPECT_EQ(health.exit_code, 0) << health.text;
   EXPECT_THAT(health.text, HasSubstr("SERVING"));
+  // One service: the process's own liveness (what the tls overlay's liveness probe asks), and a
+  // service the server does not know (NOT_FOUND: the call failed).
+  Output liveness = RunCli("health optstep.liveness " + flag);
+  EXPECT_EQ(liveness.exit_code, 0) << liveness.text;
+  EXPECT_THAT(liveness.text, HasSubstr("SERVING"));
+  Output unknown = RunCli("health no.such.service " + flag);
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.text;
+  EXPECT_THAT(unknown.text, HasSubstr("NOT_FOUND"));
 
   ClientOptions options;
   options.target = server->address();
@@ -112,8 +119,8 @@ TEST(CliTest, SaveAndLoadACheckpoint) {
   Output saved = RunCli("save " + session + " --name=first " + flag);
   EXPECT_EQ(saved.exit_code, 0) << saved.text;
   EXPECT_THAT(saved.text, HasSubstr("save: "));
-  EXPECT_THAT(saved.text, HasSubstr("saved checkpoint 'first' of session " + info.session_id() +
-                                    " at step 0"));
+  EXPECT_THAT(saved.text,
+              HasSubstr("saved checkpoint 'first' of session " + info.session_id() + " at step 0"));
   Output again = RunCli("save " + session + " --name=first " + flag);
   EXPECT_EQ(again.exit_code, 2) << again.text;
   EXPECT_THAT(again.text, HasSubstr("ALREADY_EXISTS"));

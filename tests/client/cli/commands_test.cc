@@ -31,9 +31,15 @@ Outcome RunTool(std::vector<std::string> args, const std::string& target = "loca
 }
 
 TEST(CommandsTest, UsageErrors) {
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {}, {"bogus"}, {"health", "extra"}, {"session"}, {"session", "drop"},
-           {"session", "list", "x"}, {"session", "show"}, {"session", "show", "a", "b"}}) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{},
+                                                                {"bogus"},
+                                                                {"health", "a", "b"},
+                                                                {"shutdown", "x"},
+                                                                {"session"},
+                                                                {"session", "drop"},
+                                                                {"session", "list", "x"},
+                                                                {"session", "show"},
+                                                                {"session", "show", "a", "b"}}) {
     const Outcome o = RunTool(args);
     EXPECT_EQ(o.exit_status, kExitUsage) << ::testing::PrintToString(args);
     EXPECT_THAT(o.err, HasSubstr("usage: optstep <command>"));

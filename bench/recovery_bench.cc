@@ -1,8 +1,10 @@
 // Recovery time of a healed rank (docs/deploy.md, "Rejoin"): a group of real server processes on
 // loopback (--ranks, 3 by default; each rank a separate optstep_server) holds a session of the
-// GPT-2-small layout (124M parameters, bench/gpt_layout.h); a trainer steps it, then one rank is
-// SIGKILLed and started again at once on its port with its ordinal, as its supervisor does. It
-// prints the time from the kill to the first step applied after it, and its phases:
+// GPT-2-small layout (124M parameters, bench/gpt_layout.h); a trainer steps it, then one rank
+// (--kill_rank: 1, or 0, which heals itself in) is SIGKILLed and started again at once on its
+// port with its ordinal, as its supervisor does. It prints the time from the kill to the first
+// step applied after it, and its phases:
+//   detection kill -> a survivor NOT_SERVING (the heartbeats, or the new process's incarnation),
 //   restart   kill -> the new process listens (process start, engine, server),
 //   rejoin    listening -> every rank SERVING (rank 0 heals it: a new generation, the sessions
 //             recreated, the communicators rebuilt, the masters and counters transferred),
@@ -36,7 +38,7 @@
 
 ABSL_FLAG(int, ranks, 3, "Ranks of the group (each a server process).");
 ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters).");
-ABSL_FLAG(int, kill_rank, 1, "The rank killed and restarted (not 0).");
+ABSL_FLAG(int, kill_rank, 1, "The rank killed and restarted (0: rank 0 heals itself in).");
 ABSL_FLAG(int, steps_before, 2, "Steps before the kill (the first warms up).");
 ABSL_FLAG(int64_t, peer_timeout_ms, 1000, "--peer_timeout_ms of the ranks.");
 ABSL_FLAG(bool, mid_step, false,
@@ -85,8 +87,8 @@ v1::SessionSpec GptSpec(int layers, std::vector<int64_t>* sizes) {
 int Run() {
   const int ranks = absl::GetFlag(FLAGS_ranks);
   const int dead = absl::GetFlag(FLAGS_kill_rank);
-  if (ranks < 2 || dead <= 0 || dead >= ranks) {
-    std::fprintf(stderr, "--ranks must be at least 2 and --kill_rank in [1, %d)\n", ranks);
+  if (ranks < 2 || dead < 0 || dead >= ranks) {
+    std::fprintf(stderr, "--ranks must be at least 2 and --kill_rank in [0, %d)\n", ranks);
     return 1;
   }
   const std::vector<std::string> flags = {
@@ -156,10 +158,26 @@ int Run() {
   restart.push_back(absl::StrCat("--port=", address.substr(address.rfind(':') + 1)));
   restart.push_back(absl::StrCat("--rank=", dead));
   restart.push_back(absl::StrCat("--world_size=", ranks));
-  restart.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
+  if (dead > 0) restart.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
   // Mid-step: the step runs meanwhile, its trainer waiting through the heal.
   std::thread interrupted;
   absl::Time killed = absl::Now();
+  // Detection: when a survivor stops serving (polled every 5 ms from the kill on).
+  absl::Time detected_at;
+  std::atomic<bool> abandoned{false};
+  const ServerProcess& survivor = *group[(dead + 1) % ranks];
+  std::thread detect([&] {
+    while (!abandoned && Serving(survivor)) absl::SleepFor(absl::Milliseconds(5));
+    detected_at = absl::Now();
+  });
+  // Before an early return: the threads end (a joinable one would terminate the bench), the
+  // interrupted step once the group is stopped under it (do_step exits on its error).
+  const auto abandon = [&] {
+    abandoned = true;
+    detect.join();
+    group.clear();
+    if (interrupted.joinable()) interrupted.join();
+  };
   if (mid_step) {
     interrupted = std::thread(do_step);
     group[dead]->Wait();
@@ -170,6 +188,7 @@ int Run() {
   absl::StatusOr<std::unique_ptr<ServerProcess>> again = ServerProcess::Start(restart);
   if (!again.ok()) {
     std::fprintf(stderr, "cannot restart rank %d: %s\n", dead, again.status().ToString().c_str());
+    abandon();
     return 1;
   }
   group[dead] = *std::move(again);
@@ -184,12 +203,15 @@ int Run() {
     do_step();
   }
   const absl::Time applied = absl::Now();
+  detect.join();
   std::printf(
       "recovery: %d ranks, %.1fM parameters (%zu tensors), Adam; rank %d SIGKILLed %s "
       "and restarted at once\n",
       ranks, elements / 1e6, sizes.size(), dead,
       mid_step ? "in a step, before its all-gather" : "between steps");
   std::printf("  step wall before the kill  %8.3f s\n", Seconds(step_wall));
+  std::printf("  detection (kill -> a survivor NOT_SERVING) %7.3f s\n",
+              Seconds(detected_at - killed));
   std::printf("  restart (kill -> listening) %7.3f s\n", Seconds(listening - killed));
   std::printf("  rejoin (-> every rank SERVING: rebuild + state transfer) %7.3f s\n",
               Seconds(serving - listening));

@@ -83,10 +83,10 @@ ABSL_FLAG(int, keep_auto_checkpoints, 2,
 ABSL_FLAG(bool, exit_on_peer_loss, true,
           "With several ranks: a rank that finds a peer lost, one of whose sessions lost its "
           "group, or whose group does not form, exits with status 75 one second later, for its "
-          "supervisor to restart the group (with --state_redundancy=1 a lost rank other than 0, "
-          "and a session it interrupted, are waited for first).");
+          "supervisor to restart the group (with --state_redundancy=1 a lost rank, rank 0 too once "
+          "the group formed, and a session it interrupted, are waited for first).");
 ABSL_FLAG(int, state_redundancy, -1,
-          "1: a lost rank other than 0 is waited for (--rejoin_timeout_ms) and, restarted with its "
+          "1: a lost rank (rank 0 too) is waited for (--rejoin_timeout_ms) and, restarted with its "
           "ordinal, healed back into the running group, which keeps its sessions; 0: any lost "
           "rank restarts the group; -1: 1 with several ranks.");
 ABSL_FLAG(int64_t, rejoin_timeout_ms, 60000,

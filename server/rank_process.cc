@@ -246,6 +246,9 @@ absl::Status RankProcess::Launch() {
 
   join_thread_ = std::thread([this, address] { JoinGroup(address, store()); });
   shutdown_thread_ = std::thread([this] { AwaitShutdownRequest(); });
+  if (options_.rank != 0 && heals()) {
+    publish_thread_ = std::thread([this, address] { PublishForRankZero(address); });
+  }
   return absl::OkStatus();
 }
 
@@ -387,8 +390,8 @@ bool RankProcess::heals() const {
 }
 
 bool RankProcess::AwaitsRejoin(int rank) const {
-  // Rank 0 serves the store and creates the sessions: its loss restarts the group.
-  return heals() && rank != 0 && group_->lost_peers() <= 1;
+  // Rank 0 too, once the group formed: its next process heals itself in (HealRankZero).
+  return heals() && group_->lost_peers() <= 1 && (rank != 0 || group_->formed());
 }
 
 bool RankProcess::RejoinGroup(const std::string& address) {
@@ -405,6 +408,47 @@ bool RankProcess::RejoinGroup(const std::string& address) {
   return true;
 }
 
+bool RankProcess::RejoinAsRankZero(bool* healed) {
+  const absl::Time started = absl::Now();
+  absl::StatusOr<std::optional<uint64_t>> generation = HealRankZero(engine_.get(), group_.get());
+  if (!generation.ok()) {
+    LOG(ERROR) << "event=rejoin_failed rank=0 error=\"" << generation.status().message() << "\"";
+    ExitForRestart("rank 0 could not heal itself into the running group",
+                   /*even_without_flag=*/true);
+    return false;
+  }
+  *healed = generation->has_value();
+  LOG_IF(WARNING, *healed) << "event=rejoined rank=0 generation=" << generation->value_or(0)
+                           << " took_s=" << absl::ToDoubleSeconds(absl::Now() - started);
+  return true;
+}
+
+void RankProcess::PublishForRankZero(const std::string& address) {
+  bool published = false;
+  while (!shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+    if (!joined_.HasBeenNotified()) continue;
+    // Rank 0 marks the group formed once it restored or healed its sessions: only a rank 0 lost
+    // after that is waited for.
+    if (!group_->formed()) {
+      if (store()->Get(kGroupFormedKey, absl::ZeroDuration()).ok()) group_->MarkFormed();
+      continue;
+    }
+    if (!group_->AwaitsRankZero()) {
+      published = false;
+      continue;
+    }
+    // Rank 0's next process serves a new, empty store: its Join waits for this rank's address
+    // there, then it heals itself into the group (HealRankZero). Set again at every interval:
+    // that process may be lost too before it heals.
+    absl::Status set =
+        store()->SetWithin(RankAddressKey(options_.rank), address, options_.heartbeat_interval);
+    LOG_IF(WARNING, set.ok() && !published)
+        << "event=awaiting_rank_zero rank=" << options_.rank
+        << " this rank's address is published to rank 0's new process";
+    published = published || set.ok();
+  }
+}
+
 void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store) {
   // A restarted rank finds its group formed (read before this rank publishes its address, which
   // the group's first formation waits for).
@@ -419,19 +463,29 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
     }
     return;
   }
-  if (rejoin && !RejoinGroup(address)) return;
+  if (rejoin) {
+    if (!RejoinGroup(address)) return;
+    group_->MarkFormed();
+  }
+  bool healed = false;
+  if (options_.rank == 0 && heals() && !RejoinAsRankZero(&healed)) return;
   joined_.Notify();
   group_->StartHeartbeats();
   if (options_.rank == 0) {
-    // Before SERVING: a trainer that sees SERVING finds its session.
-    for (const RestoredSession& restored : RestoreAutoCheckpoints(
-             options_.checkpoint_root, options_.checkpoint_temp_max_age, group_.get())) {
+    // Before SERVING: a trainer that sees SERVING finds its session. Sessions healed from the
+    // other ranks are not restored (the automatic checkpointer saves each of them at once, then
+    // on its schedule).
+    for (const RestoredSession& restored :
+         healed ? std::vector<RestoredSession>()
+                : RestoreAutoCheckpoints(options_.checkpoint_root, options_.checkpoint_temp_max_age,
+                                         group_.get())) {
       metrics_->CountSessionRestored();
       if (auto_checkpointer_ != nullptr) {
         auto_checkpointer_->Restored(restored.session_id, restored.step);
       }
     }
     if (auto_checkpointer_ != nullptr) auto_checkpointer_->Start();
+    group_->MarkFormed();  // creations are taken from now on
     if (options_.world_size > 1) {
       absl::Status formed = store->Set(kGroupFormedKey, "1");
       LOG_IF(WARNING, !formed.ok()) << "cannot mark the group formed: " << formed;
@@ -542,6 +596,7 @@ void RankProcess::WaitForShutdown() {
   server_->Wait();
   shutdown_thread_.join();
   join_thread_.join();
+  if (publish_thread_.joinable()) publish_thread_.join();
   Stop();
   stopped_ = true;
   LOG(INFO) << "stopped";

@@ -108,7 +108,7 @@ class RankProcess {
     // restart the group. A rank whose group does not form exits so whatever this says.
     bool exit_on_peer_loss = false;
     absl::Duration peer_loss_exit_grace = absl::Seconds(1);
-    // 1: one lost rank other than 0 is waited for, up to `rejoin_timeout`, and healed back into
+    // 1: one lost rank (rank 0 too) is waited for, up to `rejoin_timeout`, and healed back into
     // the running group when it restarts (heal.h); 0: any loss restarts the group; -1: 1 with
     // several ranks.
     int state_redundancy = -1;
@@ -169,7 +169,17 @@ class RankProcess {
   // A restarted rank > 0 whose group runs: asks rank 0 to heal it in. False when it could not
   // (it exits for a restart).
   bool RejoinGroup(const std::string& address);
-  // Whether the survivors wait for lost rank `rank` to rejoin rather than restart the group.
+  // Rank 0 of a group that heals, joined: heals itself into the group the other ranks kept
+  // (HealRankZero), setting `healed`, or finds the group new. False when it could not (it exits
+  // for a restart).
+  bool RejoinAsRankZero(bool* healed);
+  // A rank other than 0 of a group that heals, until the shutdown request (the publish thread):
+  // once joined, learns from the store that rank 0 formed the group (RankGroup::MarkFormed); from
+  // then on, while rank 0 is lost or gone, publishes `address` in the store again at every
+  // heartbeat interval, for rank 0's next process to find.
+  void PublishForRankZero(const std::string& address);
+  // Whether the survivors wait for lost rank `rank` to rejoin rather than restart the group (one
+  // rank lost in a group that heals; rank 0 only once the group formed).
   bool AwaitsRejoin(int rank) const;
   // Whether this group heals a restarted rank (`state_redundancy` resolved).
   bool heals() const;
@@ -211,6 +221,7 @@ class RankProcess {
   absl::Notification joined_;
   std::thread join_thread_;
   std::thread shutdown_thread_;
+  std::thread publish_thread_;  // ranks other than 0 of a group that heals
 
   absl::Mutex wait_mu_;
   bool stopped_ ABSL_GUARDED_BY(wait_mu_) = false;

@@ -12,29 +12,42 @@
 #include "base/status_macros.h"
 #include "checkpoint/state_dict.h"
 #include "glog/logging.h"
+#include "server/rpc/convert.h"
 #include "server/rpc/state_dict_stream.h"
 #include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
 
-// A session as rank 0 recreates it on the rejoining rank.
-struct SessionToHeal {
-  std::shared_ptr<Session> session;
-  v1::SessionSpec spec;
-  uint64_t resolutions = 0;
-};
-
-absl::StatusOr<SessionToHeal> Describe(const std::shared_ptr<Session>& session) {
-  SessionToHeal heal;
-  heal.session = session;
-  if (!heal.spec.ParseFromString(session->config().definition_key)) {
-    return absl::InternalError(absl::StrCat("session '", session->id(), "': bad definition"));
+// A session as a healed rank recreates it: its id, definition, name, owner, and the resolutions
+// this rank started (the group's count while no step runs: steps wait during a heal).
+absl::StatusOr<v1::CreateReplicaRequest> Describe(const Session& session) {
+  v1::CreateReplicaRequest replica;
+  replica.set_session_id(session.id());
+  if (!replica.mutable_spec()->ParseFromString(session.config().definition_key)) {
+    return absl::InternalError(absl::StrCat("session '", session.id(), "': bad definition"));
   }
-  heal.spec.set_name(session->config().name);
-  // The resolutions rank 0 started (the group's count while no step runs: steps wait).
-  heal.resolutions = session->resolutions_started();
-  return heal;
+  replica.mutable_spec()->set_name(session.config().name);
+  replica.set_owner(session.config().owner);
+  replica.set_resolutions(session.resolutions_started());
+  return replica;
+}
+
+std::vector<std::shared_ptr<Session>> SessionsById(Engine* engine) {
+  std::vector<std::shared_ptr<Session>> sessions = engine->ListSessions();
+  std::sort(sessions.begin(), sessions.end(),
+            [](const auto& a, const auto& b) { return a->id() < b->id(); });
+  return sessions;
+}
+
+// Every session of this rank, in id order, as Describe answers it.
+absl::StatusOr<std::vector<v1::CreateReplicaRequest>> DescribeAll(Engine* engine) {
+  std::vector<v1::CreateReplicaRequest> replicas;
+  for (const std::shared_ptr<Session>& session : SessionsById(engine)) {
+    OPTSTEP_ASSIGN_OR_RETURN(v1::CreateReplicaRequest replica, Describe(*session));
+    replicas.push_back(std::move(replica));
+  }
+  return replicas;
 }
 
 // Regroup phase `phase` of generation `generation` on rank `r` (rank 0: its own group).
@@ -59,8 +72,9 @@ v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& addre
 
 // The rejoining rank's replicas (in session id order) while every other rank rebuilds its
 // communicators for the generation: each session's rendezvous meets all of them.
-absl::Status RecreateEverywhere(RankGroup* group, int rank, const v1::RegroupRequest& rebuild,
-                                const std::vector<SessionToHeal>& sessions) {
+absl::Status RecreateEverywhere(Engine* engine, RankGroup* group, int rank,
+                                const v1::RegroupRequest& rebuild,
+                                const std::vector<v1::CreateReplicaRequest>& sessions) {
   std::vector<absl::Status> status(group->world_size());
   std::vector<std::thread> threads;
   for (int r = 0; r < group->world_size(); ++r) {
@@ -69,9 +83,10 @@ absl::Status RecreateEverywhere(RankGroup* group, int rank, const v1::RegroupReq
         status[r] = RegroupOn(group, r, rebuild);
         return;
       }
-      for (const SessionToHeal& heal : sessions) {
-        status[r] = group->CreateHealedReplica(rank, heal.session->id(), heal.spec,
-                                               heal.session->config().owner, heal.resolutions);
+      for (const v1::CreateReplicaRequest& replica : sessions) {
+        // Rank 0 healing itself makes its replicas here.
+        status[r] = rank == group->rank() ? CreateReplicaHere(engine, replica)
+                                          : group->CreateHealedReplica(rank, replica);
         if (!status[r].ok()) return;
       }
     });
@@ -100,27 +115,151 @@ absl::Status Named(const Session& session, absl::string_view what, const absl::S
 }
 
 absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
-                              const std::string& address, uint64_t generation) {
-  std::vector<std::shared_ptr<Session>> live = engine->ListSessions();
-  std::sort(live.begin(), live.end(),
-            [](const auto& a, const auto& b) { return a->id() < b->id(); });
-  std::vector<SessionToHeal> sessions;
-  for (const std::shared_ptr<Session>& session : live) {
-    OPTSTEP_ASSIGN_OR_RETURN(SessionToHeal heal, Describe(session));
-    sessions.push_back(std::move(heal));
-  }
+                              const std::string& address, uint64_t generation,
+                              const std::vector<v1::CreateReplicaRequest>& sessions) {
   const absl::Time started = absl::Now();
   OPTSTEP_RETURN_IF_ERROR(RecreateEverywhere(
-      group, rank, Phase(generation, rank, address, v1::RegroupRequest::PHASE_REBUILD), sessions));
+      engine, group, rank, Phase(generation, rank, address, v1::RegroupRequest::PHASE_REBUILD),
+      sessions));
   const absl::Time rebuilt = absl::Now();
   // The rank fetches each session's state from its peers itself.
-  OPTSTEP_RETURN_IF_ERROR(
-      RegroupOn(group, rank, Phase(generation, rank, address, v1::RegroupRequest::PHASE_TRANSFER)));
+  if (rank == group->rank()) {
+    OPTSTEP_RETURN_IF_ERROR(
+        TakeStateFromPeers(engine, rank, group->world_size(), PeerFetch(group)));
+  } else {
+    OPTSTEP_RETURN_IF_ERROR(RegroupOn(
+        group, rank, Phase(generation, rank, address, v1::RegroupRequest::PHASE_TRANSFER)));
+  }
   LOG(INFO) << "event=rank_healed rank=" << rank << " generation=" << generation
             << " sessions=" << sessions.size()
             << " rebuild_s=" << absl::ToDoubleSeconds(rebuilt - started)
             << " transfer_s=" << absl::ToDoubleSeconds(absl::Now() - rebuilt);
   return generation;
+}
+
+// The sessions rank `rank` is healed with (asked once every rank began the heal).
+using SessionsToHeal = std::function<absl::StatusOr<std::vector<v1::CreateReplicaRequest>>()>;
+
+// Rank 0, holding heal_mu: heals rank `rank` (itself too) into generation `generation`: every rank
+// begins (rank 0 first), the heal, every rank ends (rank 0 last), each session resumed.
+absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group, int rank,
+                                 const std::string& address, uint64_t generation,
+                                 const SessionsToHeal& sessions_to_heal) {
+  LOG(WARNING) << "event=rank_rejoining rank=" << rank << " address=" << address
+               << " generation=" << generation;
+  // Rank 0 learns the address first: it calls the rejoining rank through it.
+  v1::RegroupRequest begin = Phase(generation, rank, address, v1::RegroupRequest::PHASE_BEGIN);
+  if (rank == group->rank()) begin.set_incarnation(group->incarnation());
+  absl::Status begun = group->Regroup(begin);
+  if (begun.ok()) {
+    begun = group->ForEachRank(
+        [&](int r) { return r == 0 ? absl::OkStatus() : RegroupOn(group, r, begin); });
+  }
+  absl::StatusOr<uint64_t> healed = absl::UnknownError("not healed");
+  if (!begun.ok()) {
+    healed = begun;
+  } else {
+    absl::StatusOr<std::vector<v1::CreateReplicaRequest>> sessions = sessions_to_heal();
+    healed = sessions.ok() ? Heal(engine, group, rank, address, generation, *sessions)
+                           : sessions.status();
+  }
+  v1::RegroupRequest end = Phase(generation, rank, address, v1::RegroupRequest::PHASE_END);
+  end.set_failed(!healed.ok());
+  // Every other rank first, rank 0 last: trainers wait for rank 0 to serve before they redo a
+  // step, and by then every rank takes it (a rank still healing would refuse it while the others
+  // began resolving it, and wait for that rank in the collectives).
+  const auto end_on = [&](int r) {
+    absl::Status ended = RegroupOn(group, r, end);
+    LOG_IF(WARNING, !ended.ok()) << "ending the heal of rank " << rank << " on rank " << r << ": "
+                                 << ended;
+    return absl::OkStatus();
+  };
+  (void)group->ForEachRank([&](int r) { return r == 0 ? absl::OkStatus() : end_on(r); });
+  (void)end_on(0);
+  if (healed.ok()) ResumeSessions(engine);
+  if (!healed.ok()) {
+    LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\"" << healed.status().message()
+               << "\"";
+    if (group->options().on_heal_failed) group->options().on_heal_failed(healed.status());
+  }
+  return healed;
+}
+
+// PeerService.ListReplicas on rank `r`: its sessions' ids and resolutions, or with `session_id`
+// that session's whole description (one answer for every session could outgrow a peer message).
+// A rank not yet listening is waited for, up to the group's timeout: every rank published its
+// address only once it listened, but a connection may still be on its way.
+absl::StatusOr<v1::ListReplicasResponse> ListReplicasOn(RankGroup* group, int r,
+                                                        const std::string& session_id = "") {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(group->options().timeout));
+  v1::ListReplicasRequest request;
+  request.set_session_id(session_id);
+  v1::ListReplicasResponse response;
+  const grpc::Status status = group->Peer(r)->ListReplicas(&context, request, &response);
+  // A rank of an earlier release lists nothing: it cannot have survived a rank 0 that heals.
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) return v1::ListReplicasResponse();
+  OPTSTEP_RETURN_IF_ERROR(PeerStatus(r, status));
+  return response;
+}
+
+// Every survivor of `lists` (by rank, rank 0's empty) holds the same sessions at the same
+// resolutions: a creation or a close that the loss of rank 0 cut reached only some of them, and
+// a heal from one rank's list would wait in the others' rendezvous until the timeout.
+absl::Status SameSessions(const std::vector<v1::ListReplicasResponse>& lists) {
+  const auto& first = lists[1].replicas();
+  for (size_t r = 2; r < lists.size(); ++r) {
+    const auto& other = lists[r].replicas();
+    for (int i = 0; i < std::max(first.size(), other.size()); ++i) {
+      // Both lists are in id order: the first difference names a session one of them lacks, or
+      // one at another resolution.
+      const bool same_id =
+          i < first.size() && i < other.size() && first[i].session_id() == other[i].session_id();
+      if (same_id && first[i].resolutions() == other[i].resolutions()) continue;
+      std::string why;
+      if (same_id) {
+        why =
+            absl::StrCat("session '", first[i].session_id(), "' finished ", first[i].resolutions(),
+                         " resolutions on rank 1 and ", other[i].resolutions(), " on rank ", r);
+      } else {
+        const bool first_lacks =
+            i >= first.size() ||
+            (i < other.size() && other[i].session_id() < first[i].session_id());
+        const std::string& id = first_lacks ? other[i].session_id() : first[i].session_id();
+        why = absl::StrCat("session '", id, "' is on rank ", first_lacks ? r : 1,
+                           " but not on rank ", first_lacks ? 1 : r);
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank 0 cannot rejoin: ", why,
+          " (a creation or close cut by the loss of rank 0); the group restarts as a whole"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The sessions rank 0 heals itself in with, once every rank began the heal (no resolution starts
+// any more): every survivor's list, which must agree, then each session described by rank 1.
+absl::StatusOr<std::vector<v1::CreateReplicaRequest>> SessionsOfSurvivors(RankGroup* group) {
+  std::vector<v1::ListReplicasResponse> lists(group->world_size());
+  OPTSTEP_RETURN_IF_ERROR(group->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0) return absl::OkStatus();
+    OPTSTEP_ASSIGN_OR_RETURN(lists[r], ListReplicasOn(group, r));
+    return absl::OkStatus();
+  }));
+  OPTSTEP_RETURN_IF_ERROR(SameSessions(lists));
+  std::vector<v1::CreateReplicaRequest> sessions;
+  for (const v1::CreateReplicaRequest& listed : lists[1].replicas()) {
+    OPTSTEP_ASSIGN_OR_RETURN(v1::ListReplicasResponse described,
+                             ListReplicasOn(group, 1, listed.session_id()));
+    if (described.replicas_size() != 1) {
+      return absl::InternalError(absl::StrCat("rank 1 described session '", listed.session_id(),
+                                              "' ", described.replicas_size(), " times"));
+    }
+    sessions.push_back(std::move(*described.mutable_replicas(0)));
+  }
+  return sessions;
 }
 
 }  // namespace
@@ -149,49 +288,83 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int 
         absl::StrCat("rank ", rank, " cannot rejoin: another rank is lost too (",
                      group->MembersStatus().message(), "); the group restarts as a whole"));
   }
-  const uint64_t generation = group->generation() + 1;
-  LOG(WARNING) << "event=rank_rejoining rank=" << rank << " address=" << address
-               << " generation=" << generation;
-  // Rank 0 learns the address first: it calls the rejoining rank through it.
-  const v1::RegroupRequest begin =
-      Phase(generation, rank, address, v1::RegroupRequest::PHASE_BEGIN);
-  absl::Status begun = group->Regroup(begin);
-  if (begun.ok()) {
-    begun = group->ForEachRank(
-        [&](int r) { return r == 0 ? absl::OkStatus() : RegroupOn(group, r, begin); });
+  return RunHeal(engine, group, rank, address, group->generation() + 1,
+                 [engine] { return DescribeAll(engine); });
+}
+
+absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* group) {
+  const int world_size = group->world_size();
+  if (group->rank() != 0 || world_size == 1 || !group->options().heal ||
+      group->options().communicators == nullptr) {
+    return std::nullopt;
   }
-  absl::StatusOr<uint64_t> healed =
-      begun.ok() ? Heal(engine, group, rank, address, generation) : begun;
-  v1::RegroupRequest end = Phase(generation, rank, address, v1::RegroupRequest::PHASE_END);
-  end.set_failed(!healed.ok());
-  // Every other rank first, rank 0 last: trainers wait for rank 0 to serve before they redo a
-  // step, and by then every rank takes it (a rank still healing would refuse it while the others
-  // began resolving it, and wait for that rank in the collectives).
-  const auto end_on = [&](int r) {
-    absl::Status ended = RegroupOn(group, r, end);
-    LOG_IF(WARNING, !ended.ok()) << "ending the heal of rank " << rank << " on rank " << r << ": "
-                                 << ended;
+  std::vector<v1::ListReplicasResponse> answers(world_size);
+  OPTSTEP_RETURN_IF_ERROR(group->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0) return absl::OkStatus();
+    OPTSTEP_ASSIGN_OR_RETURN(answers[r], ListReplicasOn(group, r));
     return absl::OkStatus();
-  };
-  (void)group->ForEachRank([&](int r) { return r == 0 ? absl::OkStatus() : end_on(r); });
-  (void)end_on(0);
-  if (healed.ok()) ResumeSessions(engine);
-  if (!healed.ok()) {
-    LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\"" << healed.status().message()
-               << "\"";
-    if (group->options().on_heal_failed) group->options().on_heal_failed(healed.status());
+  }));
+  int survivors = 0;
+  int fresh = -1;
+  uint64_t generation = 0;
+  for (int r = 1; r < world_size; ++r) {
+    if (answers[r].awaits_rank_zero()) {
+      ++survivors;
+      generation = std::max(generation, answers[r].generation());
+    } else if (fresh < 0) {
+      fresh = r;
+    }
   }
-  return healed;
+  if (survivors == 0) return std::nullopt;  // a new group
+  if (fresh >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank 0 cannot rejoin: ", survivors, " rank(s) wait for it, but rank ", fresh,
+                     " was restarted too; the group restarts as a whole"));
+  }
+  absl::MutexLock heal_lock(&group->heal_mu());
+  OPTSTEP_ASSIGN_OR_RETURN(uint64_t healed,
+                           RunHeal(engine, group, 0, group->addresses()[0], generation + 1,
+                                   [group] { return SessionsOfSurvivors(group); }));
+  return std::optional<uint64_t>(healed);
+}
+
+absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const RankGroup& group,
+                                                      const v1::ListReplicasRequest& request) {
+  v1::ListReplicasResponse response;
+  response.set_awaits_rank_zero(group.AwaitsRankZero());
+  response.set_generation(group.generation());
+  if (!request.session_id().empty()) {
+    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
+                             engine->GetSession(request.session_id()));
+    OPTSTEP_ASSIGN_OR_RETURN(*response.add_replicas(), Describe(*session));
+    return response;
+  }
+  for (const std::shared_ptr<Session>& session : SessionsById(engine)) {
+    v1::CreateReplicaRequest* replica = response.add_replicas();
+    replica->set_session_id(session->id());
+    replica->set_resolutions(session->resolutions_started());
+  }
+  return response;
+}
+
+absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& request) {
+  OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(request.spec()));
+  config.owner = request.owner();
+  if (request.admission_only()) return engine->CheckAdmission(config);
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,
+                           engine->CreateReplica(request.session_id(), std::move(config)));
+  if (request.resolutions() == 0) return absl::OkStatus();
+  // A replica healed into a running group counts the group's resolutions as its own.
+  absl::Status adopted = created->AdoptResolutions(request.resolutions());
+  if (!adopted.ok()) (void)engine->CloseSession(request.session_id());
+  return adopted;
 }
 
 absl::Status TakeStateFromPeers(Engine* engine, int rank, int world_size, const HealFetch& fetch) {
   const int buddy = (rank + 1) % world_size;
   const int predecessor = (rank + world_size - 1) % world_size;
   const int any = rank == 0 ? 1 : 0;
-  std::vector<std::shared_ptr<Session>> sessions = engine->ListSessions();
-  std::sort(sessions.begin(), sessions.end(),
-            [](const auto& a, const auto& b) { return a->id() < b->id(); });
-  for (const std::shared_ptr<Session>& session : sessions) {
+  for (const std::shared_ptr<Session>& session : SessionsById(engine)) {
     Session* s = session.get();
     // The masters first: this rank's own state then overwrites its block with its own.
     OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> masters,

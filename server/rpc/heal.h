@@ -2,7 +2,8 @@
 #define OPTSTEP_SERVER_RPC_HEAL_H_
 
 // Healing a group from memory (docs/deploy.md, "Failure handling"): a rank restarted with its
-// ordinal rejoins the running group, which keeps its sessions.
+// ordinal rejoins the running group, which keeps its sessions. Rank 0 coordinates every heal,
+// its own too:
 //
 //   restarted rank r (r > 0)                 rank 0 (HealRejoinedRank)
 //   sees the group formed (store key),
@@ -12,11 +13,17 @@
 //                                            definition, owner; the group's resolutions) while
 //                                            every other rank rebuilds its communicator (kRebuild);
 //                                            each session's state: the rank fetches it
-//                                            (kTransfer: every master from a peer, its own
-//                                            from its buddy's shadow, its shadow duty from its
-//                                            predecessor);
+//                                            (kTransfer: the masters a peer holds, its own
+//                                            masters and state from its buddy's shadow, its
+//                                            shadow duty from its predecessor);
 //                                            every rank: Regroup kEnd (steps taken again)
 //   serves  <------------------------------  the generation
+//
+// A restarted rank 0 (HealRankZero) serves a new, empty rendezvous store: the survivors, which
+// wait for it, publish their addresses there again; it asks each of them whether it survived
+// (PeerService.ListReplicas), takes the sessions they all list (each described by rank 1) and
+// heals itself as above, in a generation above theirs (its replicas made on itself, its state
+// fetched by itself).
 //
 // The optimizer state a rank owns is kept on its buddy too (state redundancy, shadow_state.h):
 // the heal needs it, so only a group with --state_redundancy=1 heals. Every rank ends the heal
@@ -25,10 +32,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/state_dict.h"
+#include "optstep/v1/internal.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/rpc/rank_group.h"
 
@@ -44,6 +53,25 @@ inline constexpr char kGroupFormedKey[] = "optstep/group/formed";
 // the peers' errors name the rank. Blocks; one heal at a time.
 absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int rank,
                                           const std::string& address);
+
+// Rank 0 of a group that heals, once joined (every peer's address known), before it restores or
+// creates anything: asks every other rank whether it survived the loss of rank 0's earlier
+// process and waits for it (PeerService.ListReplicas; a rank that does not know the call did
+// not). None did: nullopt (a new group). All did: heals this rank into their group, as above (the
+// generation one above the highest of theirs), and answers that generation; the survivors must
+// all list the same sessions at the same resolutions (else FAILED_PRECONDITION naming a session:
+// the heal fails, and the group restarts as a whole). Some did: FAILED_PRECONDITION naming a rank
+// that did not (the group restarts as a whole); a peer's error names the rank.
+absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* group);
+
+// This rank's answer to PeerService.ListReplicas: whether it awaits rank 0's heal, its
+// generation, and its sessions in id order, each by id and resolutions; or, for a request naming
+// a session, that session as a healed rank recreates it.
+absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const RankGroup& group,
+                                                      const v1::ListReplicasRequest& request);
+// PeerService.CreateReplica's work on this rank (also rank 0's own replicas when it heals):
+// the admission check alone, or the replica built, counting the group's resolutions.
+absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& request);
 
 // What a healed rank fetches of a session from a peer (PeerService.FetchOwnedState,
 // FetchShadow, FetchMasters): a state dict.

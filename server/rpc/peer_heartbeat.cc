@@ -36,8 +36,8 @@ void PeerHeartbeat::AnnounceLeaving() {
   (void)PingAll(peers, /*leaving=*/true);
 }
 
-std::vector<bool> PeerHeartbeat::PingAll(const std::vector<v1::PeerService::Stub*>& peers,
-                                         bool leaving) const {
+std::vector<std::optional<uint64_t>> PeerHeartbeat::PingAll(
+    const std::vector<v1::PeerService::Stub*>& peers, bool leaving) const {
   struct Call {
     grpc::ClientContext context;
     v1::PingRequest request;
@@ -69,8 +69,11 @@ std::vector<bool> PeerHeartbeat::PingAll(const std::vector<v1::PeerService::Stub
   absl::MutexLock lock(&mu);
   mu.Await(absl::Condition(
       +[](size_t* left) { return *left == 0; }, &pending));
-  std::vector<bool> answered;
-  for (const auto& call : calls) answered.push_back(call->answered);
+  std::vector<std::optional<uint64_t>> answered;
+  for (const auto& call : calls) {
+    answered.push_back(call->answered ? std::optional<uint64_t>(call->response.incarnation())
+                                      : std::nullopt);
+  }
   return answered;
 }
 
@@ -92,9 +95,9 @@ void PeerHeartbeat::Run() {
       ranks.push_back(r);
       peers.push_back(peer);
     }
-    const std::vector<bool> answered = PingAll(peers, /*leaving=*/false);
+    const std::vector<std::optional<uint64_t>> answered = PingAll(peers, /*leaving=*/false);
     for (size_t i = 0; i < ranks.size(); ++i) {
-      if (answered[i]) liveness_->Answered(ranks[i], absl::Now());
+      if (answered[i].has_value()) liveness_->Answered(ranks[i], absl::Now(), *answered[i]);
     }
     for (const PeerLiveness::LostPeer& lost : liveness_->Check(absl::Now())) on_lost_(lost);
     // A round that overran starts the next one at once rather than catching up.

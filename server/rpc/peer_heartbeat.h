@@ -1,7 +1,9 @@
 #ifndef OPTSTEP_SERVER_RPC_PEER_HEARTBEAT_H_
 #define OPTSTEP_SERVER_RPC_PEER_HEARTBEAT_H_
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -17,8 +19,9 @@ namespace optstep {
 // One rank's heartbeats to the other ranks of its group, on a thread of its own: every
 // `interval`, one PeerService.Ping to every peer whose address is known, all at once, each with
 // `interval` as its deadline. The answers go to a PeerLiveness, which starts watching a peer when
-// its stub is first had; a peer it finds lost is reported to `on_lost` (on the heartbeat thread).
-// Thread-safe. The liveness and the stubs must outlive it.
+// its stub is first had, and learns the process behind each answer; a peer it finds lost is
+// reported to `on_lost` (on the heartbeat thread). Thread-safe. The liveness and the stubs must
+// outlive it.
 class PeerHeartbeat {
  public:
   struct Options {
@@ -47,8 +50,9 @@ class PeerHeartbeat {
 
  private:
   // Pings every peer of `peers` at once, each with deadline `interval`; answers, by position,
-  // whether each answered.
-  std::vector<bool> PingAll(const std::vector<v1::PeerService::Stub*>& peers, bool leaving) const;
+  // the incarnation of each that answered (PeerLiveness::Answered), nullopt for the others.
+  std::vector<std::optional<uint64_t>> PingAll(const std::vector<v1::PeerService::Stub*>& peers,
+                                               bool leaving) const;
   void Run();
 
   const Options options_;

@@ -9,8 +9,10 @@
 namespace optstep {
 namespace {
 
+// Both ways out: which one the group takes depends on its --state_redundancy, not known here.
 constexpr char kWhatToDo[] =
-    "restart the group (every rank) and resume the sessions from their last checkpoints";
+    "restart that rank with its ordinal (a group with state redundancy heals it in), or restart "
+    "the group (every rank) and resume the sessions from their last checkpoints";
 
 }  // namespace
 
@@ -29,9 +31,20 @@ bool PeerLiveness::watched(int peer) const {
   return peers_[peer].state != State::kUnwatched;
 }
 
-void PeerLiveness::Answered(int peer, absl::Time now) {
+void PeerLiveness::Answered(int peer, absl::Time now, uint64_t incarnation) {
   absl::MutexLock lock(&mu_);
-  if (peers_[peer].state == State::kAlive) peers_[peer].last_answer = now;
+  Peer& p = peers_[peer];
+  if (p.state != State::kAlive) return;
+  if (incarnation != 0 && p.incarnation != 0 && incarnation != p.incarnation) {
+    p.state = State::kLost;
+    p.why = absl::UnavailableError(
+        absl::StrCat("rank ", peer, " lost (it restarted: a new process answers); ", kWhatToDo));
+    p.failure = ++failures_;
+    unreported_.push_back({peer, p.why});
+    return;
+  }
+  if (incarnation != 0) p.incarnation = incarnation;
+  p.last_answer = now;
 }
 
 bool PeerLiveness::Left(int peer) {
@@ -46,10 +59,17 @@ bool PeerLiveness::Left(int peer) {
   return true;
 }
 
-void PeerLiveness::Rejoined(int peer, absl::Time now) {
+void PeerLiveness::Rejoined(int peer, absl::Time now, uint64_t incarnation) {
   absl::MutexLock lock(&mu_);
   if (peer == rank_) return;
+  // A loss not yet reported (unreported_) stays to be reported: it happened.
   peers_[peer] = Peer{State::kAlive, now, absl::OkStatus()};
+  peers_[peer].incarnation = incarnation;
+}
+
+bool PeerLiveness::failed(int peer) const {
+  absl::MutexLock lock(&mu_);
+  return peers_[peer].state == State::kLost || peers_[peer].state == State::kLeft;
 }
 
 int PeerLiveness::lost_count(int except) const {
@@ -64,6 +84,7 @@ int PeerLiveness::lost_count(int except) const {
 std::vector<PeerLiveness::LostPeer> PeerLiveness::Check(absl::Time now) {
   absl::MutexLock lock(&mu_);
   std::vector<LostPeer> lost;
+  lost.swap(unreported_);
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
     Peer& peer = peers_[r];
     const absl::Duration silent = now - peer.last_answer;
@@ -74,6 +95,8 @@ std::vector<PeerLiveness::LostPeer> PeerLiveness::Check(absl::Time now) {
     peer.failure = ++failures_;
     lost.push_back({r, peer.why});
   }
+  std::stable_sort(lost.begin(), lost.end(),
+                   [](const LostPeer& a, const LostPeer& b) { return a.rank < b.rank; });
   return lost;
 }
 

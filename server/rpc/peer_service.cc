@@ -19,26 +19,18 @@ grpc::ServerUnaryReactor* PeerServiceImpl::CreateReplica(grpc::CallbackServerCon
                                                          const v1::CreateReplicaRequest* request,
                                                          v1::CreateReplicaResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // A rank waiting for rank 0's next process keeps the sessions that process heals itself in
+  // with; one made meanwhile (a creation the new process took before it healed) would be made in
+  // this rank's old generation, beside them.
+  if (group_ != nullptr && group_->AwaitsRankZero()) {
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                     absl::StrCat("rank ", group_->rank(), " waits for rank 0 to heal itself in")));
+    return reactor;
+  }
   // Joining the group blocks until every rank arrives: not on the reaction.
   RunDetached([engine = engine_, request, reactor] {
-    absl::StatusOr<SessionConfig> config = SessionConfigFromProto(request->spec());
-    absl::Status status = config.status();
-    if (config.ok()) {
-      config->owner = request->owner();
-      if (request->admission_only()) {
-        status = engine->CheckAdmission(*config);
-      } else {
-        absl::StatusOr<std::shared_ptr<Session>> created =
-            engine->CreateReplica(request->session_id(), *std::move(config));
-        status = created.status();
-        // A replica healed into a running group counts the group's resolutions as its own.
-        if (created.ok() && request->resolutions() > 0) {
-          status = (*created)->AdoptResolutions(request->resolutions());
-          if (!status.ok()) (void)engine->CloseSession(request->session_id());
-        }
-      }
-    }
-    reactor->Finish(ToGrpcStatus(status));
+    reactor->Finish(ToGrpcStatus(CreateReplicaHere(engine, *request)));
   });
   return reactor;
 }
@@ -95,6 +87,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Ping(grpc::CallbackServerContext* con
                                                 v1::PingResponse* response) {
   if (group_ != nullptr) {
     response->set_rank(group_->rank());
+    response->set_incarnation(group_->incarnation());
     if (request->leaving()) group_->PeerLeft(static_cast<int>(request->rank()));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -140,6 +133,21 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* 
     }
     reactor->Finish(ToGrpcStatus(status));
   });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::ListReplicas(grpc::CallbackServerContext* context,
+                                                        const v1::ListReplicasRequest* request,
+                                                        v1::ListReplicasResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (group_ == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this rank has no group"));
+    return reactor;
+  }
+  absl::StatusOr<v1::ListReplicasResponse> listed =
+      optstep::ListReplicas(engine_, *group_, *request);
+  if (listed.ok()) *response = *std::move(listed);
+  reactor->Finish(ToGrpcStatus(listed.status()));
   return reactor;
 }
 

@@ -76,6 +76,10 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* Rejoin(grpc::CallbackServerContext* context,
                                    const v1::RejoinRequest* request,
                                    v1::RejoinResponse* response) override;
+  // Whether this rank waits for rank 0's heal, and its sessions (heal.h, ListReplicas).
+  grpc::ServerUnaryReactor* ListReplicas(grpc::CallbackServerContext* context,
+                                         const v1::ListReplicasRequest* request,
+                                         v1::ListReplicasResponse* response) override;
   // This rank's part of a heal (RankGroup::Regroup).
   grpc::ServerUnaryReactor* Regroup(grpc::CallbackServerContext* context,
                                     const v1::RegroupRequest* request,

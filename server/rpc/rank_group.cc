@@ -22,6 +22,7 @@ constexpr int kMaxPeerMessageBytes = (4 << 20) + (64 << 10);
 RankGroup::RankGroup(RankGroupOptions options, Engine* engine)
     : options_(std::move(options)),
       engine_(engine),
+      incarnation_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))),
       liveness_(options_.rank, options_.world_size, options_.peer_timeout) {
   {
     absl::MutexLock lock(&mu_);
@@ -109,6 +110,16 @@ absl::Status RankGroup::LostPeersStatus() const {
   return healing_;
 }
 
+void RankGroup::MarkFormed() {
+  absl::MutexLock lock(&mu_);
+  formed_ = true;
+}
+
+bool RankGroup::formed() const {
+  absl::MutexLock lock(&mu_);
+  return formed_;
+}
+
 uint64_t RankGroup::generation() const {
   absl::MutexLock lock(&mu_);
   return generation_;
@@ -116,7 +127,7 @@ uint64_t RankGroup::generation() const {
 
 absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
   const int rank = static_cast<int>(request.rank());
-  if (rank <= 0 || rank >= options_.world_size || options_.communicators == nullptr) {
+  if (rank < 0 || rank >= options_.world_size || options_.communicators == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", options_.rank, " cannot take rank ", rank, " back into its group of ",
         options_.world_size, options_.communicators == nullptr ? " (it does not heal)" : ""));
@@ -124,7 +135,7 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
   switch (request.phase()) {
     case v1::RegroupRequest::PHASE_BEGIN: {
       // Watched as alive from now on: the heal's held operations need it (steps wait for kEnd).
-      liveness_.Rejoined(rank, absl::Now());
+      liveness_.Rejoined(rank, absl::Now(), request.incarnation());
       {
         absl::MutexLock lock(&mu_);
         generation_ = request.generation();
@@ -143,6 +154,9 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
       const absl::Time deadline = absl::Now() + options_.timeout;
       for (const std::shared_ptr<Session>& session : Sessions()) {
         OPTSTEP_RETURN_IF_ERROR(session->PauseForHeal(deadline));
+        // Rank 0 held its sessions for its operations (a save): the process that held them is
+        // gone, and its successor holds nothing.
+        if (rank == 0) session->holds().ExpireHold(absl::InfiniteFuture());
       }
       return absl::OkStatus();
     }
@@ -159,6 +173,12 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
       // Healed: every rank's caller resumes the sessions (ResumeSessions).
       if (request.failed()) {
         for (const std::shared_ptr<Session>& session : Sessions()) session->CancelHealPause();
+        // Rank 0's own heal failed (its process exits for a restart): the survivors' sessions
+        // disagree, or its transfer failed; its next process would most likely fail the same way,
+        // so the group restarts as a whole at once rather than after the rejoin timeout.
+        if (rank == 0 && options_.rank != 0 && options_.on_heal_failed) {
+          options_.on_heal_failed(absl::AbortedError("rank 0 could not heal itself in"));
+        }
       }
       return absl::OkStatus();
     }
@@ -172,10 +192,9 @@ std::vector<std::shared_ptr<Session>> RankGroup::Sessions() const {
   return engine_ != nullptr ? engine_->ListSessions() : std::vector<std::shared_ptr<Session>>();
 }
 
-absl::Status RankGroup::CreateHealedReplica(int rank, const std::string& id,
-                                            const v1::SessionSpec& spec, const std::string& owner,
-                                            uint64_t resolutions) {
-  return CreateReplicaOn(rank, id, spec, owner, /*admission_only=*/false, resolutions);
+absl::Status RankGroup::CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica) {
+  return CreateReplicaOn(rank, replica.session_id(), replica.spec(), replica.owner(),
+                         /*admission_only=*/false, replica.resolutions());
 }
 
 absl::Status RankGroup::EnsureAddress(int rank, absl::Duration wait) {
@@ -225,6 +244,7 @@ v1::PeerService::Stub* RankGroup::Peer(int rank) {
     // backoff of the connections to its predecessor (grpc shares them between channels).
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    SetFastReconnect(args);  // a restarted peer is reached again at once
     // The state streamed between ranks comes in chunks of up to 4 MiB plus their envelope (the
     // default --max_message_bytes), over grpc's default 4 MiB.
     args.SetMaxReceiveMessageSize(kMaxPeerMessageBytes);
@@ -242,6 +262,13 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
     return absl::FailedPreconditionError(
         absl::StrCat("sessions are created on rank 0; this is rank ", options_.rank, " of ",
                      options_.world_size));
+  }
+  // A session made before a restarted rank 0 healed itself in would be made on the other ranks
+  // beside their own sessions, in the generation they had.
+  if (options_.heal && !formed()) {
+    return absl::UnavailableError(
+        "the group is forming (rank 0 heals itself in or restores the sessions); retry when rank "
+        "0 reports SERVING");
   }
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));

@@ -53,8 +53,8 @@ struct RankGroupOptions {
   GroupCommunicators* communicators = nullptr;
   // A restarted rank may rejoin the running group (heal.h): --state_redundancy=1.
   bool heal = false;
-  // Rank 0: told when a restarted rank could not be healed into the group (the group restarts
-  // instead); may be null.
+  // Told when a restarted rank could not be healed into the group (the group restarts instead):
+  // on rank 0, any rank; on the others, rank 0 itself (Regroup kEnd, failed). May be null.
   std::function<void(const absl::Status& why)> on_heal_failed;
 };
 
@@ -105,6 +105,20 @@ class RankGroup {
   absl::Status MembersStatus() const { return liveness_.status(); }
   // How many peers other than `except` are lost or gone now.
   int lost_peers(int except = -1) const { return liveness_.lost_count(except); }
+  // The group formed: on rank 0, once it restored or healed its sessions (it takes creations from
+  // then on); on another rank, once it saw rank 0 mark the group formed in its store, or
+  // rejoined the group. Before that a lost rank 0 restarts the group: its next process would find
+  // only some of the sessions that its automatic checkpoints hold.
+  void MarkFormed();
+  bool formed() const;
+  // A rank other than 0 of a formed group that heals, whose rank 0 is lost or gone: it waits for
+  // rank 0's next process, which heals itself into this rank's group (heal.h, HealRankZero).
+  bool AwaitsRankZero() const {
+    return options_.rank != 0 && options_.heal && formed() && liveness_.failed(0);
+  }
+  // This process among the rank's restarts (its start time in nanoseconds since the epoch): the
+  // heartbeats' answers carry it, so that a peer restarted within the peer timeout is noticed.
+  uint64_t incarnation() const { return incarnation_; }
 
   // ---- Healing (heal.h) ----
 
@@ -115,19 +129,19 @@ class RankGroup {
   // pauses every session's resolutions (Session::PauseForHeal);
   // kRebuild reconnects every session's communicator in the new generation (blocks until every
   // rank does); kEnd takes steps again (after a failed heal the heartbeats judge the rank, and the
-  // sessions' pause is cancelled).
+  // sessions' pause is cancelled; a failed heal of rank 0 itself is told to `on_heal_failed`).
   absl::Status Regroup(const v1::RegroupRequest& request);
-  // Rank 0: creates the replica of session `id` on rank `rank` rejoining the group, starting at
-  // `resolutions` finished resolutions (the other ranks' count).
-  absl::Status CreateHealedReplica(int rank, const std::string& id, const v1::SessionSpec& spec,
-                                   const std::string& owner, uint64_t resolutions);
+  // Rank 0: creates `replica` (its session id, definition, owner, and the resolutions the other
+  // ranks finished) on rank `rank` rejoining the group.
+  absl::Status CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica);
   // Serialises the heals on rank 0 (one restarted rank at a time).
   absl::Mutex& heal_mu() { return heal_mu_; }
 
   // Rank 0: creates (or attaches by name to) a session on every rank. FAILED_PRECONDITION on
-  // other ranks, UNAVAILABLE once a peer is lost (PeersStatus). On failure the replicas already
-  // made are closed again. The session belongs to `owner`, who attaches by name only to a
-  // session of its own.
+  // other ranks, UNAVAILABLE in a group that heals before it formed (a restarted rank 0 has yet
+  // to heal itself in or restore the sessions) and once a peer is lost (PeersStatus). On failure
+  // the replicas already made are closed again. The session belongs to `owner`, who attaches by
+  // name only to a session of its own.
   absl::StatusOr<Engine::Created> CreateSession(const v1::SessionSpec& spec,
                                                 const std::string& owner);
   // Rank 0: recreates a session with id `id` on every rank (automatic restore: the group
@@ -184,6 +198,7 @@ class RankGroup {
 
   const RankGroupOptions options_;
   Engine* const engine_;
+  const uint64_t incarnation_;
 
   // Serialises session creation on rank 0, so that two trainers creating the same named
   // session at once attach to one session with one id on every rank.
@@ -198,6 +213,7 @@ class RankGroup {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   // UNAVAILABLE while a rank rejoins (between Regroup's kBegin and kEnd).
   absl::Status healing_ ABSL_GUARDED_BY(mu_);
+  bool formed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex heal_mu_;
   PeerLiveness liveness_;
   absl::Mutex heartbeat_mu_;

@@ -13,9 +13,24 @@ std::chrono::system_clock::time_point After(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
 }
 
+// A channel to rank 0 that reconnects quickly to its next process.
+std::shared_ptr<grpc::Channel> StoreChannel(const std::string& target,
+                                            std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  grpc::ChannelArguments args;
+  SetFastReconnect(args);
+  return grpc::CreateCustomChannel(
+      target, credentials ? std::move(credentials) : grpc::InsecureChannelCredentials(), args);
+}
+
 }  // namespace
 
 std::string RankAddressKey(int rank) { return absl::StrCat("optstep/rank/", rank, "/address"); }
+
+void SetFastReconnect(grpc::ChannelArguments& args) {
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+}
 
 RendezvousServiceImpl::RendezvousServiceImpl() : store_(NewInMemoryKeyValueStore()) {}
 
@@ -43,13 +58,17 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
 
 GrpcKeyValueStore::GrpcKeyValueStore(const std::string& target,
                                      std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : stub_(v1::RendezvousService::NewStub(grpc::CreateChannel(
-          target, credentials ? std::move(credentials) : grpc::InsecureChannelCredentials()))) {}
+    : stub_(v1::RendezvousService::NewStub(StoreChannel(target, std::move(credentials)))) {}
 
 absl::Status GrpcKeyValueStore::Set(const std::string& key, const std::string& value) {
+  return SetWithin(key, value, absl::Seconds(60));
+}
+
+absl::Status GrpcKeyValueStore::SetWithin(const std::string& key, const std::string& value,
+                                          absl::Duration timeout) {
   grpc::ClientContext context;
   context.set_wait_for_ready(true);
-  context.set_deadline(After(absl::Seconds(60)));
+  context.set_deadline(After(timeout));
   v1::RendezvousSetRequest request;
   request.set_key(key);
   request.set_value(value);

@@ -5,10 +5,10 @@
 // (RendezvousServiceImpl); every rank reaches it through GrpcKeyValueStore, which is the
 // KeyValueStore its communicators connect through.
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "kernels/comm/key_value_store.h"
 #include "optstep/v1/internal.grpc.pb.h"
@@ -42,6 +42,8 @@ class GrpcKeyValueStore final : public KeyValueStore {
 
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override;
+  // Set, waiting at most `timeout` for rank 0 (DEADLINE_EXCEEDED while it is away).
+  absl::Status SetWithin(const std::string& key, const std::string& value, absl::Duration timeout);
 
  private:
   std::unique_ptr<v1::RendezvousService::Stub> stub_;
@@ -49,6 +51,10 @@ class GrpcKeyValueStore final : public KeyValueStore {
 
 // Store key under which rank `rank` publishes its gRPC address.
 std::string RankAddressKey(int rank);
+
+// Channel arguments of the calls between ranks: a peer that restarted is reconnected to within
+// a second of listening again (gRPC's default backoff grows to two minutes while it is away).
+void SetFastReconnect(grpc::ChannelArguments& args);
 
 }  // namespace optstep
 

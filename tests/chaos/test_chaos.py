@@ -3,11 +3,11 @@ supervisor (deploy/local/ranks.sh restarts a killed rank on its port), while the
 ranks at seeded moments: one rank at a time four times (rank 0 among them), while a step runs,
 while an automatic checkpoint is being written and between steps, then two ranks at once.
 
-With state redundancy (the default) a single rank other than 0 heals back into the running group
-(docs/deploy.md, "Rejoin"): the survivors keep their sessions, the trainer redoes the step that
-was cut, and is never rewound. Rank 0, or two ranks at once, take the restart path: every rank
-restarts, rank 0 restores each session from its newest automatic checkpoint, and the trainer
-rewinds its data (optstep.RewindRequired). The run finishes unattended and its final parameters
+With state redundancy (the default) a single rank, rank 0 included, heals back into the running
+group (docs/deploy.md, "Rejoin"): the survivors keep their sessions, the trainer redoes the step
+that was cut, and is never rewound. Two ranks at once take the restart path: every rank restarts,
+rank 0 restores each session from its newest automatic checkpoint, and the trainer rewinds its
+data (optstep.RewindRequired). The run finishes unattended and its final parameters
 and optimizer state are bit for bit those of an undisturbed run. The recovery time of each kill
 (kill -> the next applied step) is printed. The kills begin once the session's first automatic
 checkpoint is complete: a session lost before it has nothing to be restored from."""
@@ -52,8 +52,8 @@ class Kill:
 
     @property
     def heals(self) -> bool:
-        """Whether the group heals from it in place (no restart, no rewind)."""
-        return len(self.ranks) == 1 and self.ranks[0] != 0
+        """Whether the group heals from it in place (no restart, no rewind): one rank, any."""
+        return len(self.ranks) == 1
 
     def __repr__(self) -> str:
         return f"{self.kind} {self.ranks} at step {self.step}"
@@ -179,7 +179,7 @@ def test_the_plan_covers_every_moment() -> None:
     assert [len(k.ranks) for k in kills] == [1, 1, 1, 1, 2]
     assert {k.kind for k in kills if k.heals} == set(SINGLE_MOMENTS)
     assert sum(k.ranks == [0] for k in kills) == 1
-    assert {k.ranks[0] for k in kills if k.heals} == set(range(1, WORLD))
+    assert {k.ranks[0] for k in kills if k.heals} == set(range(WORLD))
     assert [k.step for k in kills] == sorted(k.step for k in kills)
 
 
@@ -209,11 +209,13 @@ def test_killed_ranks_heal_and_the_run_ends_bit_for_bit(server_binary: str, kind
         healed_in_place = group.log(0).count("event=rank_healed")
         assert not chaos._pending, f"kills not done: {chaos._pending}"
         assert all(k.recovery_s is not None for k in chaos.kills), report
-        # A single rank other than 0 heals in place: the trainer is never rewound for it.
+        # A single rank, rank 0 included, heals in place: the trainer is never rewound for it.
         for k in chaos.kills:
             if k.heals:
                 assert not k.rewound_to, f"{k}: rewound to {k.rewound_to}, expected a heal"
         assert healed_in_place >= sum(k.heals for k in chaos.kills), report
+        # Rank 0's kill too: its next process healed itself into the group the others kept.
+        assert "event=rejoined rank=0" in group.log(0), report
         assert sum(len(k.rewound_to) for k in chaos.kills) == len(rewinds)
         assert opt.next_step == STEPS + 1
         assert_bit_identical(parameters_of(model), expected_params, "parameters")

@@ -1,9 +1,10 @@
-// A rank of a real 3-rank group on loopback is SIGKILLed between steps and restarted with its
-// ordinal on its port (as its supervisor does): with --state_redundancy=1 the other ranks stay up
-// (NOT_SERVING while it is away, their liveness service SERVING), rank 0 heals it into the
-// running group (a new generation, the sessions' communicators rebuilt, its replicas created with
-// the same ids, the masters from a peer, its own Adam state from its buddy's shadow and its
-// shadow duty from its predecessor), the group turns SERVING again and training goes on, ending
+// A rank of a real 3-rank group on loopback (rank 1, and rank 0) is SIGKILLed between steps and
+// restarted with its ordinal on its port (as its supervisor does): with --state_redundancy=1 the
+// other ranks stay up (NOT_SERVING while it is away, their liveness service SERVING), rank 0 heals
+// it into the running group, or a restarted rank 0 heals itself into the group the others kept
+// (a new generation, the sessions' communicators rebuilt, its replicas created with the same ids,
+// the masters from a peer, its own Adam state from its buddy's shadow and its shadow duty from its
+// predecessor), the group turns SERVING again and training goes on without a rollback, ending
 // bit for bit with an undisturbed run. A rank killed while a step runs (after it and its peers
 // stepped their own parameters, before the all-gather) interrupts the step on the others, which
 // wait for it as well: once it is healed in, the trainer's step is redone without a rollback and
@@ -43,7 +44,7 @@ using ::optstep::testutil::StepSmall;
 using Group = std::vector<std::unique_ptr<ServerProcess>>;
 
 constexpr int kWorld = 3;
-constexpr int kDead = 1;
+constexpr int kDead = 1;  // the rank killed by the tests that are not run for each rank
 const std::vector<std::string> kFlags = {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000",
                                          "--state_redundancy=1", "--rejoin_timeout_ms=30000"};
 
@@ -84,25 +85,32 @@ bool Live(const ServerProcess& rank) {
          response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
+// Whether `rank`'s process still runs: not exited, nor a child exited and not yet reaped (which
+// kill(pid, 0) still reaches).
+bool Running(const ServerProcess& rank) {
+  int status = 0;
+  return rank.pid() > 0 && waitpid(rank.pid(), &status, WNOHANG) == 0;
+}
+
 // Restarts rank `rank` of `group` (killed) with its ordinal, on its port.
 absl::Status Restart(Group& group, int rank, std::vector<std::string> flags) {
   const std::string& address = group[rank]->address();
   flags.push_back(absl::StrCat("--port=", address.substr(address.rfind(':') + 1)));
   flags.push_back(absl::StrCat("--rank=", rank));
   flags.push_back(absl::StrCat("--world_size=", group.size()));
-  flags.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
+  if (rank > 0) flags.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
   OPTSTEP_ASSIGN_OR_RETURN(group[rank], ServerProcess::Start(flags));
   return absl::OkStatus();
 }
 
 // The parameters of an Adam session after steps 1..4 and of another after its steps 1..2 (made
-// after step 2 of the first), on `group`; with `kill`, rank kDead is killed after step 2 and
-// restarted before step 3.
+// after step 2 of the first), on `group`; with `dead` >= 0, rank `dead` is killed after step 2
+// and restarted before step 3.
 struct Trained {
   std::string stepped;
   std::string fresh;
 };
-absl::StatusOr<Trained> Train(Group& group, bool kill) {
+absl::StatusOr<Trained> Train(Group& group, int dead) {
   if (!AwaitHealth(*group[0], true, absl::Seconds(20))) return absl::InternalError("not serving");
   std::unique_ptr<Client> trainer = Trainer(group);
   if (trainer == nullptr) return absl::InternalError("no trainer");
@@ -118,18 +126,18 @@ absl::StatusOr<Trained> Train(Group& group, bool kill) {
   large_spec.mutable_parameters(0)->add_shape(1024);
   large_spec.mutable_parameters(0)->add_shape(1024);
   OPTSTEP_RETURN_IF_ERROR(trainer->CreateSession(large_spec).status());
-  if (kill) {
-    group[kDead]->SignalAndWait(SIGKILL);
+  if (dead >= 0) {
+    group[dead]->SignalAndWait(SIGKILL);
     for (int r = 0; r < kWorld; ++r) {
-      if (r != kDead && !AwaitHealth(*group[r], false, absl::Seconds(10))) {
+      if (r != dead && !AwaitHealth(*group[r], false, absl::Seconds(10))) {
         return absl::InternalError(absl::StrCat("rank ", r, " did not notice the loss"));
       }
       // Not ready, yet alive: a liveness probe leaves it running while it waits.
-      if (r != kDead && !Live(*group[r])) {
+      if (r != dead && !Live(*group[r])) {
         return absl::InternalError(absl::StrCat("rank ", r, " is not live while it waits"));
       }
     }
-    OPTSTEP_RETURN_IF_ERROR(Restart(group, kDead, kFlags));
+    OPTSTEP_RETURN_IF_ERROR(Restart(group, dead, kFlags));
     for (int r = 0; r < kWorld; ++r) {
       if (!AwaitHealth(*group[r], true, absl::Seconds(20))) {
         return absl::InternalError(absl::StrCat("rank ", r, " is not SERVING after the rejoin"));
@@ -148,17 +156,21 @@ absl::StatusOr<Trained> Train(Group& group, bool kill) {
   return run;
 }
 
-TEST(RejoinTest, ARankRestartedBetweenStepsRejoinsAndTrainingEndsBitIdentical) {
+// Run for rank 1 and for rank 0 (which heals itself in), the parameter: the rank killed.
+class KilledRankTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(KilledRankTest, ARankRestartedBetweenStepsRejoinsAndTrainingEndsBitIdentical) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group reference_group, testutil::StartGroup(kWorld, kFlags));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Trained reference, Train(reference_group, /*kill=*/false));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Trained reference, Train(reference_group, /*dead=*/-1));
   reference_group.clear();
 
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Trained healed, Train(group, /*kill=*/true));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Trained healed, Train(group, /*dead=*/GetParam()));
   EXPECT_EQ(healed.stepped, reference.stepped);
   EXPECT_EQ(healed.fresh, reference.fresh);
-  // The survivors never left: the same processes serve.
-  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(kill(group[r]->pid(), 0), 0) << "rank " << r;
+  // The survivors never left (an exit for a restart would have restarted nobody here): the same
+  // processes serve, and the restarted one with them.
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
 // An Adam session of kParams parameters: each of the kWorld ranks owns some.
@@ -205,16 +217,17 @@ absl::StatusOr<std::string> StateOf(Client& trainer, const std::string& session_
   return all;
 }
 
-TEST(RejoinTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
+TEST_P(KilledRankTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
+  const int dead = GetParam();
   constexpr uint64_t kSteps = 5;
   constexpr uint64_t kKilledStep = 3;
-  // Rank kDead kills itself in the kSteps + kKilledStep-th step it takes: step kKilledStep of
+  // Rank `dead` kills itself in the kSteps + kKilledStep-th step it takes: step kKilledStep of
   // the second session, after the first session's kSteps.
   std::vector<std::string> dying = kFlags;
   dying.push_back(absl::StrCat("--kill_before_allgather=", kSteps + kKilledStep));
   Group group;
   for (int r = 0; r < kWorld; ++r) {
-    std::vector<std::string> flags = r == kDead ? dying : kFlags;
+    std::vector<std::string> flags = r == dead ? dying : kFlags;
     flags.push_back(absl::StrCat("--rank=", r));
     flags.push_back(absl::StrCat("--world_size=", kWorld));
     if (r > 0) flags.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
@@ -235,23 +248,24 @@ TEST(RejoinTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   for (uint64_t step = 1; step < kKilledStep; ++step) {
     ASSERT_THAT(StepSpread(*trainer, killed.session_id(), step).status(), IsOk());
   }
-  // The trainer's step: its recovery waits for the group and redoes it.
+  // The trainer's step: its recovery waits for the group and redoes it (no rollback: a Step
+  // answers ABORTED with the step to rewind to after one).
   absl::StatusOr<StepReply> redone = absl::UnknownError("not run");
   std::thread step([&] { redone = StepSpread(*trainer, killed.session_id(), kKilledStep); });
-  const int status = group[kDead]->Wait();
+  const int status = group[dead]->Wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   for (int r = 0; r < kWorld; ++r) {
-    if (r == kDead) continue;
+    if (r == dead) continue;
     EXPECT_TRUE(AwaitHealth(*group[r], false, absl::Seconds(10))) << "rank " << r;
   }
   // Longer than a survivor takes to exit for a restart (--peer_loss_exit_grace_ms, 1 s): they
   // wait for the rank instead.
   absl::SleepFor(absl::Seconds(2));
   for (int r = 0; r < kWorld; ++r) {
-    if (r == kDead) continue;
+    if (r == dead) continue;
     EXPECT_TRUE(Live(*group[r])) << "rank " << r << " left the group";
   }
-  ASSERT_THAT(Restart(group, kDead, kFlags), IsOk());
+  ASSERT_THAT(Restart(group, dead, kFlags), IsOk());
   step.join();
   ASSERT_THAT(redone.status(), IsOk());
   EXPECT_EQ(redone->step, kKilledStep);
@@ -267,7 +281,13 @@ TEST(RejoinTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string healed_params,
                                testutil::Pulled(*trainer, killed.session_id()));
   EXPECT_TRUE(healed_params == expected_params);
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
+
+INSTANTIATE_TEST_SUITE_P(Rank, KilledRankTest, ::testing::Values(1, 0),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("Rank", info.param);
+                         });
 
 TEST(RejoinTest, ARankLostAfterAStateImportHeals) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));

@@ -1,7 +1,8 @@
 // PeerLiveness with the time passed in: a peer is lost only after the timeout without an answer,
 // counted from when it is first watched; an answer before the timeout keeps it alive; loss and
 // leaving last until the rank rejoins, are reported once, and the status names the first rank
-// and what to do.
+// and what to do. A peer whose answers come from a new process (it restarted within the timeout)
+// is lost at once; after a rejoin its new process is learnt afresh.
 
 #include "server/rpc/peer_liveness.h"
 
@@ -127,6 +128,66 @@ TEST(PeerLivenessTest, ARankThatRejoinedIsAliveAgainAndJudgedAfresh) {
   EXPECT_THAT(liveness.Check(kStart + absl::Seconds(12)), IsEmpty());
   EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(13))), ElementsAre(1, 2));
   EXPECT_THAT(liveness.status(), StatusIs(absl::StatusCode::kUnavailable, "rank 1 lost"));
+}
+
+TEST(PeerLivenessTest, AnAnswerFromANewProcessLosesThePeerAtOnce) {
+  PeerLiveness liveness(1, 3, kTimeout);
+  liveness.Watch(0, kStart);
+  liveness.Watch(2, kStart);
+  liveness.Answered(0, kStart + absl::Seconds(1), /*incarnation=*/111);
+  liveness.Answered(2, kStart + absl::Seconds(1), /*incarnation=*/222);
+  // The same processes, and an answer that carries none: nothing changes.
+  liveness.Answered(0, kStart + absl::Seconds(2), 111);
+  liveness.Answered(2, kStart + absl::Seconds(2), 0);
+  EXPECT_FALSE(liveness.failed(0));
+  EXPECT_THAT(liveness.Check(kStart + absl::Seconds(2)), IsEmpty());
+  // Rank 0 restarted well within the timeout.
+  liveness.Answered(0, kStart + absl::Seconds(3), 333);
+  EXPECT_TRUE(liveness.failed(0));
+  EXPECT_FALSE(liveness.failed(2));
+  const std::vector<PeerLiveness::LostPeer> lost = liveness.Check(kStart + absl::Seconds(3));
+  EXPECT_THAT(Ranks(lost), ElementsAre(0));
+  EXPECT_THAT(lost[0].why, StatusIs(absl::StatusCode::kUnavailable,
+                                    "rank 0 lost (it restarted: a new process answers)"));
+  EXPECT_THAT(liveness.Check(kStart + absl::Seconds(4)), IsEmpty());  // reported once
+  EXPECT_EQ(liveness.lost_count(), 1);
+  // Healed in: the new process is learnt at its first answer, and judged by it from then on.
+  liveness.Rejoined(0, kStart + absl::Seconds(5));
+  EXPECT_FALSE(liveness.failed(0));
+  liveness.Answered(0, kStart + absl::Seconds(6), 333);
+  liveness.Answered(0, kStart + absl::Seconds(7), 333);
+  EXPECT_THAT(liveness.Check(kStart + absl::Seconds(7)), IsEmpty());
+  liveness.Answered(2, kStart + absl::Seconds(8), 222);
+  liveness.Answered(0, kStart + absl::Seconds(8), 444);
+  EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(8))), ElementsAre(0));
+}
+
+TEST(PeerLivenessTest, ARestartSeenJustBeforeARejoinIsStillReported) {
+  PeerLiveness liveness(1, 3, kTimeout);
+  liveness.Watch(0, kStart);
+  liveness.Answered(0, kStart + absl::Seconds(1), 111);
+  liveness.Answered(0, kStart + absl::Seconds(2), 222);
+  // Healed in before the heartbeat thread checked: the loss happened, and is counted once.
+  liveness.Rejoined(0, kStart + absl::Seconds(2));
+  EXPECT_FALSE(liveness.failed(0));
+  const std::vector<PeerLiveness::LostPeer> lost = liveness.Check(kStart + absl::Seconds(2));
+  EXPECT_THAT(Ranks(lost), ElementsAre(0));
+  EXPECT_THAT(liveness.Check(kStart + absl::Seconds(3)), IsEmpty());
+  EXPECT_FALSE(liveness.failed(0));
+}
+
+TEST(PeerLivenessTest, ARankRejoinedAsAKnownProcessIsLostOnAnAnswerFromAnother) {
+  PeerLiveness liveness(1, 3, kTimeout);
+  liveness.Watch(0, kStart);
+  liveness.Answered(0, kStart + absl::Seconds(1), 111);
+  liveness.Answered(0, kStart + absl::Seconds(2), 222);
+  ASSERT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(2))), ElementsAre(0));
+  // Process 333 began its heal (Regroup kBegin carries it), failed and exited; its successor
+  // answers before any answer of 333 came.
+  liveness.Rejoined(0, kStart + absl::Seconds(3), /*incarnation=*/333);
+  liveness.Answered(0, kStart + absl::Seconds(4), 444);
+  EXPECT_TRUE(liveness.failed(0));
+  EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(4))), ElementsAre(0));
 }
 
 }  // namespace

@@ -1,0 +1,67 @@
+// RankGroup before and after its group formed, in a group that heals: rank 0 takes no session
+// creation before it (a restarted rank 0 has yet to heal itself in with the other ranks'
+// sessions), and a rank other than 0 waits for a lost rank 0 only after it (before it, rank 0's
+// next process would find only some of the sessions, and the group restarts instead).
+
+#include <memory>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "optstep/v1/session.pb.h"
+#include "server/engine/engine.h"
+#include "server/rpc/rank_group.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::StatusIs;
+using ::testing::Not;
+
+RankGroupOptions Healing(int rank) {
+  RankGroupOptions options;
+  options.rank = rank;
+  options.world_size = 3;
+  options.heal = true;
+  return options;
+}
+
+TEST(RankGroupFormingTest, RankZeroTakesCreationsOnlyOnceTheGroupFormed) {
+  EngineOptions engine_options;
+  engine_options.device.num_threads = 1;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(engine_options));
+  RankGroup group(Healing(0), engine.get());
+  v1::SessionSpec spec;
+  spec.set_name("s");
+  auto* param = spec.add_parameters();
+  param->set_name("w");
+  param->add_shape(4);
+  spec.mutable_optimizer()->add_sub_optimizers()->set_kind("adamw");
+  EXPECT_FALSE(group.formed());
+  EXPECT_THAT(group.CreateSession(spec, "owner").status(),
+              StatusIs(absl::StatusCode::kUnavailable, "the group is forming"));
+  group.MarkFormed();
+  EXPECT_TRUE(group.formed());
+  // Formed: the creation gets past that (to the ranks, which never joined here).
+  EXPECT_THAT(group.CreateSession(spec, "owner").status(),
+              Not(StatusIs(absl::StatusCode::kUnavailable, "the group is forming")));
+  EXPECT_EQ(engine->ListSessions().size(), 0u);
+}
+
+TEST(RankGroupFormingTest, ARankWaitsForALostRankZeroOnlyOnceTheGroupFormed) {
+  RankGroup group(Healing(1), nullptr);
+  group.PeerLeft(0);
+  EXPECT_FALSE(group.AwaitsRankZero());
+  group.MarkFormed();
+  EXPECT_TRUE(group.AwaitsRankZero());
+
+  RankGroupOptions restarting = Healing(1);
+  restarting.heal = false;
+  RankGroup no_heal(restarting, nullptr);
+  no_heal.MarkFormed();
+  no_heal.PeerLeft(0);
+  EXPECT_FALSE(no_heal.AwaitsRankZero());
+}
+
+}  // namespace
+}  // namespace optstep

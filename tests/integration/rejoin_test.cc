@@ -334,5 +334,50 @@ TEST(RejoinTest, TwoRanksLostAtOnceRestartTheGroup) {
   EXPECT_EQ(WEXITSTATUS(status), 75);
 }
 
+// Whether `rank`'s process exited within `wait` with status 75 (it is reaped then).
+bool ExitsForRestart(ServerProcess& rank, absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  siginfo_t info{};
+  while (absl::Now() < deadline) {
+    info.si_pid = 0;
+    if (waitid(P_PID, rank.pid(), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0) {
+      const int status = rank.Wait();
+      return WIFEXITED(status) && WEXITSTATUS(status) == 75;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+TEST(RejoinTest, RankZeroRestartedTogetherWithAnotherRankRestartsTheGroup) {
+  // A short group timeout: the new rank 0 waits that long at most for a rank that left.
+  std::vector<std::string> flags = kFlags;
+  flags.push_back("--comm_timeout_ms=5000");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_THAT(trainer->CreateSession(SmallSpec("kept")).status(), IsOk());
+  // The other ranks learn that the group formed (they would wait for rank 0 only then).
+  absl::SleepFor(absl::Seconds(1));
+  group[0]->SignalAndWait(SIGKILL);
+  group[2]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(Restart(group, 0, flags), IsOk());
+  ASSERT_THAT(Restart(group, 2, flags), IsOk());
+  // Rank 1 lost two ranks; rank 0 finds rank 1 waiting for it and rank 2 new (or rank 1 gone):
+  // it cannot heal itself in, and every rank exits for its supervisor to restart the group.
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(ExitsForRestart(*group[r], absl::Seconds(30))) << "rank " << r;
+  }
+  // As the supervisor does: every rank again, the group new.
+  for (int r = 0; r < kWorld; ++r) ASSERT_THAT(Restart(group, r, flags), IsOk());
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
+  }
+  trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  EXPECT_THAT(trainer->CreateSession(SmallSpec("new")).status(), IsOk());
+}
+
 }  // namespace
 }  // namespace optstep

@@ -205,40 +205,6 @@ absl::StatusOr<v1::ListReplicasResponse> ListReplicasOn(RankGroup* group, int r,
   return response;
 }
 
-// Every survivor of `lists` (by rank, rank 0's empty) holds the same sessions at the same
-// resolutions: a creation or a close that the loss of rank 0 cut reached only some of them, and
-// a heal from one rank's list would wait in the others' rendezvous until the timeout.
-absl::Status SameSessions(const std::vector<v1::ListReplicasResponse>& lists) {
-  const auto& first = lists[1].replicas();
-  for (size_t r = 2; r < lists.size(); ++r) {
-    const auto& other = lists[r].replicas();
-    for (int i = 0; i < std::max(first.size(), other.size()); ++i) {
-      // Both lists are in id order: the first difference names a session one of them lacks, or
-      // one at another resolution.
-      const bool same_id =
-          i < first.size() && i < other.size() && first[i].session_id() == other[i].session_id();
-      if (same_id && first[i].resolutions() == other[i].resolutions()) continue;
-      std::string why;
-      if (same_id) {
-        why =
-            absl::StrCat("session '", first[i].session_id(), "' finished ", first[i].resolutions(),
-                         " resolutions on rank 1 and ", other[i].resolutions(), " on rank ", r);
-      } else {
-        const bool first_lacks =
-            i >= first.size() ||
-            (i < other.size() && other[i].session_id() < first[i].session_id());
-        const std::string& id = first_lacks ? other[i].session_id() : first[i].session_id();
-        why = absl::StrCat("session '", id, "' is on rank ", first_lacks ? r : 1,
-                           " but not on rank ", first_lacks ? 1 : r);
-      }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank 0 cannot rejoin: ", why,
-          " (a creation or close cut by the loss of rank 0); the group restarts as a whole"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // The sessions rank 0 heals itself in with, once every rank began the heal (no resolution starts
 // any more): every survivor's list, which must agree, then each session described by rank 1.
 absl::StatusOr<std::vector<v1::CreateReplicaRequest>> SessionsOfSurvivors(RankGroup* group) {
@@ -248,7 +214,7 @@ absl::StatusOr<std::vector<v1::CreateReplicaRequest>> SessionsOfSurvivors(RankGr
     OPTSTEP_ASSIGN_OR_RETURN(lists[r], ListReplicasOn(group, r));
     return absl::OkStatus();
   }));
-  OPTSTEP_RETURN_IF_ERROR(SameSessions(lists));
+  OPTSTEP_RETURN_IF_ERROR(SameSessionsOnSurvivors(lists));
   std::vector<v1::CreateReplicaRequest> sessions;
   for (const v1::CreateReplicaRequest& listed : lists[1].replicas()) {
     OPTSTEP_ASSIGN_OR_RETURN(v1::ListReplicasResponse described,
@@ -326,6 +292,37 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
                            RunHeal(engine, group, 0, group->addresses()[0], generation + 1,
                                    [group] { return SessionsOfSurvivors(group); }));
   return std::optional<uint64_t>(healed);
+}
+
+absl::Status SameSessionsOnSurvivors(const std::vector<v1::ListReplicasResponse>& lists) {
+  const auto& first = lists[1].replicas();
+  for (size_t r = 2; r < lists.size(); ++r) {
+    const auto& other = lists[r].replicas();
+    for (int i = 0; i < std::max(first.size(), other.size()); ++i) {
+      // Both lists are in id order: the first difference names a session one of them lacks, or
+      // one at another resolution.
+      const bool same_id =
+          i < first.size() && i < other.size() && first[i].session_id() == other[i].session_id();
+      if (same_id && first[i].resolutions() == other[i].resolutions()) continue;
+      std::string why;
+      if (same_id) {
+        why =
+            absl::StrCat("session '", first[i].session_id(), "' finished ", first[i].resolutions(),
+                         " resolutions on rank 1 and ", other[i].resolutions(), " on rank ", r);
+      } else {
+        const bool first_lacks =
+            i >= first.size() ||
+            (i < other.size() && other[i].session_id() < first[i].session_id());
+        const std::string& id = first_lacks ? other[i].session_id() : first[i].session_id();
+        why = absl::StrCat("session '", id, "' is on rank ", first_lacks ? r : 1,
+                           " but not on rank ", first_lacks ? 1 : r);
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank 0 cannot rejoin: ", why,
+          " (a creation or close cut by the loss of rank 0); the group restarts as a whole"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const RankGroup& group,

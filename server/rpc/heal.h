@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "checkpoint/state_dict.h"
@@ -63,6 +64,13 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int 
 // the heal fails, and the group restarts as a whole). Some did: FAILED_PRECONDITION naming a rank
 // that did not (the group restarts as a whole); a peer's error names the rank.
 absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* group);
+
+// Rank 0 healing itself in: OK when every survivor's list of `lists` (by rank; rank 0's unused,
+// each in session id order, ListReplicas) names the same sessions at the same resolutions; else
+// FAILED_PRECONDITION naming the first session that differs. A creation or a close that the loss
+// of rank 0 cut reached only some of them, and a heal from one rank's list would wait in the
+// others' rendezvous until the timeout.
+absl::Status SameSessionsOnSurvivors(const std::vector<v1::ListReplicasResponse>& lists);
 
 // This rank's answer to PeerService.ListReplicas: whether it awaits rank 0's heal, its
 // generation, and its sessions in id order, each by id and resolutions; or, for a request naming

@@ -7,6 +7,7 @@
 //   bazel run -c opt //bench:step_bench -- --steps=6   (5 measured after a warm-up step)
 //   bazel run -c opt //bench:step_bench -- --replicated --trainers=4   (memory across trainers)
 //   bazel run -c opt //bench:step_bench -- --state_redundancy          (its step and memory cost)
+//   bazel run -c opt //bench:step_bench -- --owners   (OWNERS storage: no replica, no all-gather)
 //
 // Per step it prints the wall time of the trainers' Step calls, the server-side phases
 // (StepObserver, the longest over ranks and streams): ingest (first step header -> every
@@ -49,6 +50,10 @@ ABSL_FLAG(std::string, auto_checkpoint_dir, "",
           "Set: rank 0 saves the session as an automatic checkpoint after every step under this "
           "directory (in the background, from a snapshot), as --checkpoint_every_steps=1 does; "
           "compare the step wall with a run without.");
+ABSL_FLAG(bool, owners, false,
+          "OWNERS parameter storage: each rank keeps only the masters it owns, nothing is "
+          "all-gathered and trainer 0 gets each parameter from its owner (docs/design.md §4); "
+          "run once with and once without to compare.");
 ABSL_FLAG(bool, replicated, false,
           "REPLICATED: every trainer sends the whole gradient (the same buffer), instead of "
           "SHARDED halves.");
@@ -132,6 +137,7 @@ v1::SessionSpec GptSpec(const std::vector<ParamInfo>& params) {
   adamw->mutable_adamw()->set_weight_decay(0.01);
   spec.mutable_optimizer()->set_clip_grad(1.0);
   spec.set_step_deadline_ms(600000);
+  if (absl::GetFlag(FLAGS_owners)) spec.set_parameter_storage(v1::PARAMETER_STORAGE_OWNERS);
   return spec;
 }
 
@@ -204,14 +210,16 @@ int Run() {
     saver->Start();
   }
   const bool fp32 = absl::GetFlag(FLAGS_fp32_return);
+  const bool owners = absl::GetFlag(FLAGS_owners);
   std::printf(
       "%zu parameters, %.1fM elements; %d ranks, %d trainers (%s), AdamW; "
-      "%.0f MiB of fp32 gradients in, %s parameters back to trainer 0; state redundancy %s\n",
+      "%.0f MiB of fp32 gradients in, %s parameters back to trainer 0; state redundancy %s; "
+      "parameter storage %s\n",
       params.size(), numel / 1e6, kRanks, kTrainers, replicated ? "REPLICATED" : "SHARDED",
       numel * 4.0 * (replicated ? kTrainers : 1) / (1 << 20), fp32 ? "fp32" : "bf16",
-      absl::GetFlag(FLAGS_state_redundancy) ? "on" : "off");
-  std::printf("%-5s %9s %9s %9s %10s %9s %9s %9s %8s\n", "step", "wall ms", "ingest", "step",
-              "all-gather", "egress", "alone", "sum", "overlap");
+      absl::GetFlag(FLAGS_state_redundancy) ? "on" : "off", owners ? "OWNERS" : "REPLICATED");
+  std::printf("%-5s %9s %9s %9s %10s %9s %9s %9s %8s %9s\n", "step", "wall ms", "ingest", "step",
+              "all-gather", "egress", "alone", "sum", "overlap", "peak MiB");
   double total_wall = 0.0, total_sum = 0.0, total_overlap = 0.0;
   double total_phases[5] = {};  // ingest, step, all-gather, egress, egress alone
   int measured = 0;
@@ -253,9 +261,10 @@ int Run() {
     }
     recorder->Take();
     const double sum = Ms(phases[0]) + Ms(phases[1]) + Ms(phases[2]) + alone;
-    std::printf("%-5d %9.1f %9.1f %9.1f %10.1f %9.1f %9.1f %9.1f %8.2f%s\n", step, wall,
+    // The process's peak RSS so far: flat from step 1 on when nothing grows per step.
+    std::printf("%-5d %9.1f %9.1f %9.1f %10.1f %9.1f %9.1f %9.1f %8.2f %9.0f%s\n", step, wall,
                 Ms(phases[0]), Ms(phases[1]), Ms(phases[2]), Ms(phases[3]), alone, sum, wall / sum,
-                step == 1 ? "  (warm-up)" : "");
+                bench::PeakRssBytes() / 1048576.0, step == 1 ? "  (warm-up)" : "");
     if (step > 1) {
       total_wall += wall;
       total_sum += sum;
@@ -278,15 +287,34 @@ int Run() {
   // Memory: what the sessions hold (fp32 masters on every rank, AdamW state and one gradient
   // buffer per owned parameter) and the bench's own buffers (the one fp32 gradient every trainer
   // sends from, trainer 0's returned parameters, the ranks' reply snapshots), against peak RSS.
+  // Per step and rank: the all-gather's bytes each way (REPLICATED: the other rank's masters)
+  // and the parameters it sends trainer 0 (REPLICATED: rank 0 all of them; OWNERS: its own).
+  const int64_t element_out = fp32 ? 4 : 2;
   int64_t session_bytes = 0;
-  for (const Rank& rank : *ranks) {
-    auto held = rank.engine->GetSession(session->session_id());
+  for (int r = 0; r < kRanks; ++r) {
+    auto held = (*ranks)[r].engine->GetSession(session->session_id());
     if (!held.ok()) continue;
     const SessionStats stats = (*held)->stats();
     session_bytes += stats.param_bytes + stats.state_bytes + stats.buffer_bytes;
+    int64_t owned = 0;
+    for (size_t p = 0; p < params.size(); ++p) {
+      if ((*held)->layout().owner[p] == r) owned += params[p].numel();
+    }
+    const int64_t gathered = owners ? 0 : (numel - owned) * 4;
+    const int64_t out = owners ? owned * element_out : (r == 0 ? numel * element_out : 0);
+    std::printf(
+        "rank %d: owns %.1fM elements; per step all-gather %.0f MiB in and %.0f MiB out, "
+        "%.0f MiB of parameters to trainer 0; holds %.0f MiB (masters %.0f, state %.0f, "
+        "gradients %.0f)\n",
+        r, owned / 1e6, gathered / 1048576.0, (owners ? 0 : owned * 4) / 1048576.0, out / 1048576.0,
+        (stats.param_bytes + stats.state_bytes + stats.buffer_bytes) / 1048576.0,
+        stats.param_bytes / 1048576.0, stats.state_bytes / 1048576.0,
+        stats.buffer_bytes / 1048576.0);
   }
-  const int64_t returned = numel * (fp32 ? 4 : 2);
-  const int64_t bench_bytes = numel * 4 + returned + kRanks * returned;
+  const int64_t returned = numel * element_out;
+  // The ranks' reply snapshots: REPLICATED, every parameter on each rank; OWNERS, each rank its
+  // own.
+  const int64_t bench_bytes = numel * 4 + returned + (owners ? 1 : kRanks) * returned;
   std::printf(
       "memory: sessions hold %.0f MiB, bench buffers %.0f MiB, peak RSS %.0f MiB "
       "(%.2f x what is held)\n",

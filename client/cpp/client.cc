@@ -192,8 +192,8 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
                                                    " initial values, expected ",
                                                    param.num_elements));
   }
-  // Every rank holds every master (the ranks all-gather them after each step), so every rank
-  // gets the initial values.
+  // REPLICATED storage: every rank holds every master (the ranks all-gather them after each
+  // step), so every rank gets the initial values; OWNERS: the owner alone.
   const size_t world = layout->world_size();
   if (world > ranks_.size()) {
     return absl::FailedPreconditionError(
@@ -208,6 +208,7 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
   const std::vector<GradientSlice> pieces =
       client_internal::SplitIntoChunks({whole}, options_.max_chunk_bytes);
   for (size_t rank = 0; rank < world; ++rank) {
+    if (layout->owners_only() && rank != param.owner) continue;
     grpc::ClientContext context;
     Prepare(context, options_.stream_timeout, options_.wait_for_ready);
     v1::InitParametersResponse response;
@@ -248,33 +249,52 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
   OPTSTEP_RETURN_IF_ERROR(CheckReturnDType(dtype));
   OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(session_id));
   OPTSTEP_RETURN_IF_ERROR(client_internal::ValidateParamIds(*layout, param_ids));
-
-  grpc::ClientContext context;
-  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+  // REPLICATED storage: rank 0 holds every parameter; OWNERS: each owner answers its own, one
+  // rank after the other.
+  const std::vector<uint32_t> ranks =
+      layout->owners_only() ? layout->OwnersOf(param_ids) : std::vector<uint32_t>{0};
+  // Any one rank answers every parameter under REPLICATED storage (a client of one target too).
+  if (layout->owners_only() && layout->world_size() > ranks_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session '", session_id, "' is laid out over ", layout->world_size(),
+        " ranks but this client knows ", ranks_.size(), " (ClientOptions.rank_targets)"));
+  }
   v1::PullParametersRequest request;
   request.set_session_id(std::string(session_id));
   request.set_dtype(DTypeToProto(dtype));
   for (uint32_t id : param_ids) request.add_param_ids(id);
-  auto reader = ranks_[0]->service->PullParameters(&context, request);
 
   ParamAssembler assembler(*layout, dtype, param_ids);
   Parameters result;
-  absl::Status error;
-  v1::PullParametersResponse response;
-  for (bool first = true; reader->Read(&response); first = false) {
-    if (first) result.step = response.step();
-    if (!error.ok() || !response.has_parameter()) continue;
-    v1::TensorChunk* chunk = response.mutable_parameter();
-    absl::StatusOr<DType> chunk_dtype = DTypeFromProto(
-        chunk->dtype(), absl::StrCat("PullParameters: chunk of param_id ", chunk->param_id()));
-    error = chunk_dtype.ok()
-                ? assembler.Add(chunk->param_id(), chunk->offset(), *chunk_dtype, chunk->data())
-                : absl::InternalError(chunk_dtype.status().message());
-    if (!error.ok()) context.TryCancel();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    grpc::ClientContext context;
+    Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+    auto reader = ranks_[ranks[i]]->service->PullParameters(&context, request);
+    absl::Status error;
+    v1::PullParametersResponse response;
+    for (bool first = true; reader->Read(&response); first = false) {
+      if (first && i == 0) result.step = response.step();
+      if (first && i > 0 && response.step() != result.step && error.ok()) {
+        error = absl::AbortedError(absl::StrCat(
+            "PullParameters: rank ", ranks[i], " answered step ", response.step(), ", rank ",
+            ranks[0], " step ", result.step, " (a step ran during the pull); pull again"));
+      }
+      if (!error.ok() || !response.has_parameter()) {
+        if (!error.ok()) context.TryCancel();
+        continue;
+      }
+      v1::TensorChunk* chunk = response.mutable_parameter();
+      absl::StatusOr<DType> chunk_dtype = DTypeFromProto(
+          chunk->dtype(), absl::StrCat("PullParameters: chunk of param_id ", chunk->param_id()));
+      error = chunk_dtype.ok()
+                  ? assembler.Add(chunk->param_id(), chunk->offset(), *chunk_dtype, chunk->data())
+                  : absl::InternalError(chunk_dtype.status().message());
+      if (!error.ok()) context.TryCancel();
+    }
+    absl::Status status = FromGrpcStatus(reader->Finish());
+    OPTSTEP_RETURN_IF_ERROR(error);
+    OPTSTEP_RETURN_IF_ERROR(status);
   }
-  absl::Status status = FromGrpcStatus(reader->Finish());
-  OPTSTEP_RETURN_IF_ERROR(error);
-  OPTSTEP_RETURN_IF_ERROR(status);
   OPTSTEP_ASSIGN_OR_RETURN(result.params, assembler.Finish());
   return result;
 }
@@ -346,7 +366,8 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
   header.set_return_dtype(DTypeToProto(options.return_dtype));
   for (uint32_t id : options.return_param_ids) header.add_return_param_ids(id);
 
-  // One rank, spread over trainers, streams the parameters back.
+  // REPLICATED storage: one rank, spread over trainers, streams the parameters back; OWNERS:
+  // every rank streams those it owns.
   const uint32_t world_size = layout->world_size();
   const uint32_t return_rank = options.trainer_id % world_size;
   const absl::Time deadline = absl::Now() + options_.stream_timeout;
@@ -354,7 +375,7 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
   for (uint32_t r = 0; r < world_size; ++r) {
     calls.push_back(
         std::make_unique<StepCall>(ranks_[r]->channel, deadline, options_.wait_for_ready));
-    header.set_skip_return(options.skip_return || r != return_rank);
+    header.set_skip_return(options.skip_return || (!layout->owners_only() && r != return_rank));
     // A stream that broke while sending reports its status from Receive().
     calls.back()->Open(header);
   }

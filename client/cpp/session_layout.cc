@@ -8,15 +8,30 @@
 namespace optstep {
 namespace client_internal {
 
-SessionLayout::SessionLayout(std::string session_id, uint32_t world_size,
-                             std::vector<Param> params)
-    : session_id_(std::move(session_id)), world_size_(world_size), params_(std::move(params)) {}
+SessionLayout::SessionLayout(std::string session_id, uint32_t world_size, std::vector<Param> params,
+                             bool owners_only)
+    : session_id_(std::move(session_id)),
+      world_size_(world_size),
+      params_(std::move(params)),
+      owners_only_(owners_only) {}
+
+std::vector<uint32_t> SessionLayout::OwnersOf(absl::Span<const uint32_t> param_ids) const {
+  std::vector<bool> owns(world_size_, false);
+  if (param_ids.empty()) {
+    for (const Param& p : params_) owns[p.owner] = true;
+  }
+  for (uint32_t id : param_ids) owns[params_[id].owner] = true;
+  std::vector<uint32_t> ranks;
+  for (uint32_t r = 0; r < world_size_; ++r) {
+    if (owns[r]) ranks.push_back(r);
+  }
+  return ranks;
+}
 
 absl::Status SessionLayout::CheckParamId(uint32_t param_id) const {
   if (param_id >= params_.size()) {
     return absl::NotFoundError(absl::StrCat("param_id ", param_id, " not found: session '",
-                                            session_id_, "' has ", params_.size(),
-                                            " parameters"));
+                                            session_id_, "' has ", params_.size(), " parameters"));
   }
   return absl::OkStatus();
 }
@@ -62,7 +77,8 @@ absl::StatusOr<SessionLayout> SessionLayout::FromSessionInfo(const v1::SessionIn
     }
     params.push_back(std::move(param));
   }
-  return SessionLayout(info.session_id(), world_size, std::move(params));
+  return SessionLayout(info.session_id(), world_size, std::move(params),
+                       info.spec().parameter_storage() == v1::PARAMETER_STORAGE_OWNERS);
 }
 
 }  // namespace client_internal

@@ -2,8 +2,8 @@
 #define OPTSTEP_CLIENT_CPP_SESSION_LAYOUT_H_
 
 // What the client needs to know about a session to route and check tensors: each parameter's
-// name, element count and owner rank. Built once from a SessionInfo, then immutable (and so
-// safe to share between threads).
+// name, element count and owner rank, and where the masters live. Built once from a SessionInfo,
+// then immutable (and so safe to share between threads).
 
 #include <cstdint>
 #include <string>
@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "optstep/v1/session.pb.h"
 
 namespace optstep {
@@ -30,11 +31,17 @@ class SessionLayout final {
   static absl::StatusOr<SessionLayout> FromSessionInfo(const v1::SessionInfo& info);
 
   // For tests: parameters given directly. REQUIRES: every owner < world_size.
-  SessionLayout(std::string session_id, uint32_t world_size, std::vector<Param> params);
+  SessionLayout(std::string session_id, uint32_t world_size, std::vector<Param> params,
+                bool owners_only = false);
 
   const std::string& session_id() const { return session_id_; }
   uint32_t world_size() const { return world_size_; }
   uint32_t num_params() const { return static_cast<uint32_t>(params_.size()); }
+  // OWNERS storage: each rank holds (and returns) only the parameters it owns.
+  bool owners_only() const { return owners_only_; }
+  // The ranks that own any of `param_ids` (empty: every parameter), ascending.
+  // REQUIRES: every id < num_params().
+  std::vector<uint32_t> OwnersOf(absl::Span<const uint32_t> param_ids) const;
   // REQUIRES: param_id < num_params().
   const Param& param(uint32_t param_id) const { return params_[param_id]; }
 
@@ -45,6 +52,7 @@ class SessionLayout final {
   std::string session_id_;
   uint32_t world_size_;
   std::vector<Param> params_;
+  bool owners_only_;
 };
 
 }  // namespace client_internal

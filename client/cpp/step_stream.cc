@@ -91,11 +91,13 @@ absl::StatusOr<StepReply> StepStream::Finish() {
     }
   }
   // Every stream is half-closed by now, so reading them one after the other cannot deadlock.
+  // REPLICATED storage: one rank, spread over trainers, returns the parameters; OWNERS: each
+  // rank returns those it owns.
   const uint32_t return_rank = options_.trainer_id % calls.size();
   StepReply reply;
   for (uint32_t r = 0; r < calls.size(); ++r) {
     v1::StepResult result;
-    const bool returns = r == return_rank && !options_.skip_return;
+    const bool returns = !options_.skip_return && (layout_->owners_only() || r == return_rank);
     absl::Status status = calls[r]->Receive(&result, returns ? assembler.get() : nullptr);
     if (status.ok() && r > 0 && result.step() != reply.step) {
       status = absl::InternalError(

@@ -39,7 +39,12 @@ absl::StatusOr<SessionFootprint> ComputeFootprint(const SessionConfig& config, c
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<ParamGroup> groups,
                            RouteParameters(config.chain, config.params));
   SessionFootprint f;
-  for (const ParamInfo& param : config.params) f.masters = Add(f.masters, param.numel() * 4);
+  const bool all_masters = config.storage == ParameterStorage::kReplicated;
+  for (size_t p = 0; p < config.params.size(); ++p) {
+    if (all_masters || layout.owner[p] == rank) {
+      f.masters = Add(f.masters, config.params[p].numel() * 4);
+    }
+  }
   for (const ParamGroup& group : groups) {
     const SubOptimizerConfig& sub = config.chain.sub_optimizers[group.sub_optimizer];
     OPTSTEP_ASSIGN_OR_RETURN(

@@ -27,7 +27,9 @@ inline constexpr int64_t kSessionOverheadBytes = 256 << 10;
 
 // The bytes of one replica on one rank, by kind (docs/security.md "Limits").
 struct SessionFootprint {
-  int64_t masters = 0;    // every parameter's fp32 master (every rank holds all of them)
+  // The fp32 masters the rank holds: every parameter's (REPLICATED storage) or its owned ones'
+  // (OWNERS).
+  int64_t masters = 0;
   int64_t state = 0;      // the optimizer state of the parameters this rank owns
   int64_t gradients = 0;  // one fp32 gradient buffer per owned parameter
   int64_t overhead = 0;   // per-parameter and per-session host bytes; the ranks' vote buffer

@@ -67,7 +67,9 @@ class ParamReadiness {
 struct ParamSnapshot {
   uint64_t step = 0;
   DType dtype = DType::kF32;
-  std::vector<std::string> values;  // values[param_id]: raw little-endian bytes, whole tensor
+  // values[param_id]: raw little-endian bytes, whole tensor; empty for a parameter whose master
+  // the rank does not hold (OWNERS storage).
+  std::vector<std::string> values;
   // Null: every value is there. Set: only the parameters it has marked ready.
   std::shared_ptr<ParamReadiness> readiness;
 };

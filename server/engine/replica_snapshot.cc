@@ -22,12 +22,14 @@ std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType 
   snapshot->dtype = dtype;
   snapshot->values.resize(replica.num_params());
   for (int p = 0; p < replica.num_params(); ++p) {
+    if (!replica.holds(p)) continue;
     snapshot->values[p].resize(replica.numels()[p] * DTypeSize(dtype));
   }
   return snapshot;
 }
 
 absl::Status CopyToSnapshot(ReplicaState& replica, int param, ParamSnapshot& snapshot) {
+  if (!replica.holds(param)) return absl::OkStatus();
   const Tensor& master = replica.param(param);
   return replica.device().CopyToHost(master, 0, master.numel(), snapshot.dtype,
                                      snapshot.values[param].data());

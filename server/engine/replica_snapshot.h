@@ -16,13 +16,15 @@
 
 namespace optstep {
 
-// Every master of `replica`, converted to `dtype`. On the device worker.
+// Every master `replica` holds, converted to `dtype` (the values of the others stay empty). On
+// the device worker.
 absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState& replica,
                                                                    DType dtype, uint64_t step);
-// A snapshot of `dtype` with every value of `replica` sized and none written.
+// A snapshot of `dtype` with every value `replica` holds sized and none written.
 std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
                                              uint64_t step);
-// Writes the master of `param` into `snapshot`. On the device worker.
+// Writes the master of `param` into `snapshot` (nothing for one `replica` does not hold). On the
+// device worker.
 absl::Status CopyToSnapshot(ReplicaState& replica, int param, ParamSnapshot& snapshot);
 
 }  // namespace optstep

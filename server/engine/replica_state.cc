@@ -91,8 +91,9 @@ absl::StatusOr<std::unique_ptr<ReplicaState>> ReplicaState::Create(std::string s
                                                                    Layout layout, int rank,
                                                                    int64_t max_bytes,
                                                                    std::shared_ptr<Device> device) {
+  const bool all_masters = config.storage == ParameterStorage::kReplicated;
   return Build(std::move(session_id), std::move(config), std::move(layout), rank, max_bytes,
-               std::move(device), /*all_masters=*/true);
+               std::move(device), all_masters);
 }
 
 absl::StatusOr<std::unique_ptr<ReplicaState>> ReplicaState::CreateShadow(
@@ -108,10 +109,11 @@ absl::StatusOr<std::unique_ptr<ReplicaState>> ReplicaState::Build(
   std::unique_ptr<ReplicaState> replica(new ReplicaState(
       std::move(session_id), std::move(config), std::move(layout), rank, std::move(device)));
   ReplicaState& r = *replica;
+  r.all_masters_ = all_masters;
   OPTSTEP_RETURN_IF_ERROR(CreateGroups(r.config_, &r.groups_, &r.group_of_));
 
-  // Every rank holds every master (they are all-gathered); only owned parameters need state and
-  // a gradient buffer (one, whatever the number of trainers).
+  // REPLICATED storage: every rank holds every master (they are all-gathered); only owned
+  // parameters need state and a gradient buffer (one, whatever the number of trainers).
   int64_t total = 0;
   int64_t owned_numel = 0;
   for (int p = 0; p < r.num_params(); ++p) {
@@ -197,6 +199,7 @@ absl::StatusOr<int64_t> ReplicaState::ValueCount(int param_id, int64_t offset, D
 
 absl::Status ReplicaState::WriteValues(int param_id, int64_t offset, DType dtype, const void* data,
                                        int64_t count) {
+  if (!holds(param_id)) return absl::OkStatus();
   return device_->CopyFromHost(data, dtype, count, params_[param_id], offset);
 }
 

@@ -40,11 +40,11 @@ struct MasterBlocks {
   std::vector<int64_t> offsets;  // first element of each rank's block
 };
 
-// The tensors of one rank's replica: every fp32 master parameter (one flat buffer ordered by
-// owner rank, so that each rank's parameters are contiguous for the all-gather), and for the
-// parameters this rank owns the optimizer state and one gradient buffer; the groups and their
-// optimizers. replica_state_dict.h answers the state dict view of them (select, read, resolve,
-// write).
+// The tensors of one rank's replica: the fp32 masters it holds (under REPLICATED storage every
+// master, one flat buffer ordered by owner rank, so that each rank's parameters are contiguous
+// for the all-gather; under OWNERS storage only its owned ones), and for the parameters this rank
+// owns the optimizer state and one gradient buffer; the groups and their optimizers.
+// replica_state_dict.h answers the state dict view of them (select, read, resolve, write).
 //
 // Thread-compatible: the Session orders every access. Its structure (names, sizes, owners,
 // groups' definitions) is fixed at Create and may be read by any thread. Masters, optimizer
@@ -55,7 +55,8 @@ struct MasterBlocks {
 // coordinator only once no copy is in flight.
 class ReplicaState {
  public:
-  // Routes the parameters, creates the group optimizers and allocates every tensor of `rank`.
+  // Routes the parameters, creates the group optimizers and allocates every tensor of `rank`:
+  // every master, or (config.storage OWNERS) those `rank` owns.
   // INVALID_ARGUMENT for invalid chains (naming the parameter); RESOURCE_EXHAUSTED over
   // `max_bytes` (0: unlimited).
   static absl::StatusOr<std::unique_ptr<ReplicaState>> Create(std::string session_id,
@@ -83,6 +84,10 @@ class ReplicaState {
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<int64_t>& numels() const { return numels_; }
   bool owns(int param) const { return layout_.owner[param] == rank_; }
+  // Whether this replica keeps the master of `param` (param(p) is empty otherwise).
+  bool holds(int param) const { return all_masters_ || owns(param); }
+  // REPLICATED storage: every master, all-gathered after each step.
+  bool holds_every_master() const { return all_masters_; }
   const std::vector<int>& owned() const { return owned_; }  // ascending ids
   int group_of(int param) const { return group_of_[param]; }
   std::vector<GroupRuntime>& groups() { return groups_; }
@@ -117,7 +122,8 @@ class ReplicaState {
   absl::StatusOr<int64_t> ElementCount(int param_id, DType dtype, size_t bytes) const;
   // As ElementCount, and INVALID_ARGUMENT unless [offset, offset + count) lies in the parameter.
   absl::StatusOr<int64_t> ValueCount(int param_id, int64_t offset, DType dtype, size_t bytes) const;
-  // Writes `count` values of `dtype` into the master of `param_id` from `offset`.
+  // Writes `count` values of `dtype` into the master of `param_id` from `offset`; a master this
+  // replica does not hold (OWNERS storage) is left alone (OK: its owner keeps it).
   // REQUIRES: ValueCount answered `count`; no step has begun.
   absl::Status WriteValues(int param_id, int64_t offset, DType dtype, const void* data,
                            int64_t count);
@@ -142,7 +148,7 @@ class ReplicaState {
   std::vector<GroupRuntime> groups_;
   std::vector<int> group_of_;   // param -> group
   std::vector<int> owned_;      // ids of the parameters this rank owns, ascending
-  Tensor masters_;              // every master, flat, ordered by (owner rank, param id)
+  Tensor masters_;              // the masters held, flat, ordered by (owner rank, param id)
   MasterBlocks blocks_;         // masters_ by rank
   std::vector<Tensor> params_;  // views into masters_
   std::vector<ParamState> states_;
@@ -151,6 +157,7 @@ class ReplicaState {
   std::vector<Tensor> grads_;
   Tensor owned_grads_;  // every owned gradient buffer, flat, by parameter id
   uint64_t owned_applied_step_ = 0;
+  bool all_masters_ = true;  // set once by Build
 };
 
 }  // namespace optstep

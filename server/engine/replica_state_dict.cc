@@ -81,7 +81,7 @@ std::vector<HeldTensor> SelectState(ReplicaState& replica, const StateSelection&
   };
   std::vector<HeldTensor> tensors;
   for (int p = 0; p < replica.num_params(); ++p) {
-    if (!wanted(p) || selection.params == StateSelection::Params::kNone ||
+    if (!wanted(p) || !replica.holds(p) || selection.params == StateSelection::Params::kNone ||
         (selection.params == StateSelection::Params::kOwned && !replica.owns(p))) {
       continue;
     }
@@ -153,11 +153,12 @@ absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(
     if (absl::StartsWith(key, "param/")) {
       auto it = param_of.find(key.substr(6));
       if (it == param_of.end()) return fail(key, "no such parameter");
-      Tensor& param = replica.param(it->second);
-      if (counter || value.shape != param.shape()) {
-        return fail(key, absl::StrCat("expected fp32 of shape ", ShapeString(param.shape())));
+      const int p = it->second;
+      const Shape& shape = replica.config().params[p].shape;
+      if (counter || value.shape != shape) {
+        return fail(key, absl::StrCat("expected fp32 of shape ", ShapeString(shape)));
       }
-      resolved->targets.emplace_back(&value, &param);
+      if (replica.holds(p)) resolved->targets.emplace_back(&value, &replica.param(p));
       continue;
     }
     if (!absl::StartsWith(key, "state/")) return fail(key, "not a param/, state/ or meta/ key");

@@ -25,9 +25,11 @@ namespace optstep {
 struct StateSelection {
   std::vector<uint32_t> model_chunks;  // empty: every chunk
   enum class Params { kNone, kOwned, kAll };
-  Params params = Params::kAll;  // masters: every rank holds all of them after a step
-  bool owned_state = true;       // optimizer state of the parameters this rank owns
-  bool counters = true;          // "meta/..." and every group's step counter
+  // Masters: kAll is every one this rank holds (all of them under REPLICATED storage, its owned
+  // ones under OWNERS).
+  Params params = Params::kAll;
+  bool owned_state = true;  // optimizer state of the parameters this rank owns
+  bool counters = true;     // "meta/..." and every group's step counter
 };
 
 // One tensor of a held state: its key (checkpoint/state_dict.h), type and shape, and a reader of
@@ -63,7 +65,8 @@ std::vector<HeldTensor> SelectState(ReplicaState& replica, const StateSelection&
 absl::StatusOr<std::shared_ptr<const StateDict>> CopyStateToHost(
     const std::vector<HeldTensor>& tensors);
 // Checks every key of `state` against `replica`: INVALID_ARGUMENT names an unknown key or a
-// shape / type mismatch. Writes nothing.
+// shape / type mismatch. A master the replica does not hold (OWNERS storage) is checked and left
+// out. Writes nothing.
 absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(ReplicaState& replica,
                                                             std::shared_ptr<const StateDict> state);
 // Writes the tensors and group counters of `resolved` into `replica` (the caller sets the step

@@ -9,8 +9,9 @@
 //   Load: every rank StageCheckpoint -> when all succeeded, every rank SessionHolds::ApplyStaged
 //
 // Shard r holds the masters and optimizer state of the parameters rank r owns, and the counters
-// (every shard). A load reads by exact key whatever the checkpoint's world size was: every master
-// (every rank holds them all) and the state of the parameters this rank owns now.
+// (every shard). A load reads by exact key whatever the checkpoint's world size was: the masters
+// this rank holds (every one under REPLICATED storage, those it owns now under OWNERS) and the
+// state of the parameters this rank owns now.
 
 #include <cstdint>
 #include <functional>

@@ -17,6 +17,12 @@ enum class GradientMode {
   kReplicated,  // every trainer sends everything; averaged in trainer order
 };
 
+// Which fp32 masters each rank keeps (docs/design.md §4, "Parameter storage").
+enum class ParameterStorage {
+  kReplicated,  // every master on every rank, all-gathered after each step
+  kOwners,      // each rank only the masters it owns; trainers get each from its owner
+};
+
 // A validated session definition (server/rpc converts and validates the proto).
 struct SessionConfig {
   // The identity that created the session (docs/security.md): only it (and admins) may see or
@@ -32,6 +38,7 @@ struct SessionConfig {
   ChainConfig chain;
   int num_trainers = 1;
   GradientMode mode = GradientMode::kSharded;
+  ParameterStorage storage = ParameterStorage::kReplicated;
   absl::Duration step_deadline = absl::ZeroDuration();  // zero: the engine's default
 };
 

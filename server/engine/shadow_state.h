@@ -9,9 +9,12 @@
 // How a step keeps it current (StepCoordinator::Resolve): once the ranks agreed, each rank ships
 // its owned gradients (mean, before clipping) around the ring (Communicator::RingShift) into the
 // shadow's gradient buffers, steps its own parameters, then steps the shadow with the same code
-// (owned_update.h) and the same agreed clip scale and schedule, and only then all-gathers. A
-// trainer learns a step only after the all-gather, which no rank finishes before every rank
-// entered it: so once any trainer saw step k, every shadow reflects step k.
+// (owned_update.h) and the same agreed clip scale and schedule, and only then all-gathers
+// (REPLICATED storage) or meets every rank at a barrier (OWNERS storage, which gathers nothing).
+// A trainer learns a step only after that collective, which no rank finishes before every rank
+// entered it: so once any trainer saw step k, every shadow reflects step k. Step 1 first ships
+// each rank's owned masters into its buddy's shadow the same way: the initial values reach only
+// the replicas (under OWNERS only the owner's).
 //
 // Interface for the heal (the restarted rank r, its buddy b = r + 1 and predecessor p = r - 1):
 //   on b:  Session::ExportShadow        r's owned masters, state, group counters; meta/step is
@@ -19,7 +22,8 @@
 //   on r:  Session::ImportOwnedState    that state dict: r's own state, owned_applied_step
 //   on p:  Session::ExportOwnedState    p's owned masters, state and counters
 //   on r:  Session::ImportShadow        that state dict: r's shadow of p
-//   any peer: Session::ExportMasters    every master, the step counters (held at one step)
+//   any peer: Session::ExportMasters    the masters it holds (every one under REPLICATED
+//                                       storage), the step counters (held at one step)
 //   on r:  Session::ImportMasters       (before ImportOwnedState, which overwrites r's block)
 //   every rank: Session::ResumeAfterHeal   steps are taken again; an interrupted step is redone
 // A step redone after an interruption applies each update once: a rank (or shadow) whose

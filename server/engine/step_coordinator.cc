@@ -164,6 +164,12 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   StepOutcome outcome;
   outcome.skipped = agreement->skipped;
   outcome.grad_norm = agreement->grad_norm;
+  // Step 1, even skipped: every shadow starts from its owner's initial masters, which reached the
+  // owner alone (InitParameters under OWNERS storage) or were never written to the shadow.
+  if (options_.shadow != nullptr && pending.step == 1) {
+    absl::Status seeded = SeedShadowMasters();
+    if (!seeded.ok()) return LostPeer(pending.step, std::move(seeded));
+  }
   if (outcome.skipped) return FinishStep(std::move(outcome), /*aborted=*/false);
   const StepSchedule schedule = pending.schedule ? *pending.schedule : replica_->DefaultSchedule();
   // The result is known now: the trainers get it, and each parameter as soon as it is ready.
@@ -318,9 +324,24 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
   }
   const absl::Time gather_started = absl::Now();
   options_.observer->OnPhase(StepObserver::Phase::kStep, gather_started - started);
-  // 6. Every rank gets every updated parameter: each rank's block of the masters in place.
+  // 6. REPLICATED storage: every rank gets every updated parameter, each rank's block of the
+  // masters in place. OWNERS storage: nothing is gathered; each trainer gets each parameter from
+  // its owner's stream.
   const int rank = replica_->rank();
-  if (replica_->layout().world_size > 1) {
+  if (options_.shadow != nullptr && !replica_->holds_every_master()) {
+    // Without the all-gather the ring shift was the last collective, between neighbours only: a
+    // rank whose neighbours live could finish a step that the lost rank's neighbours are
+    // interrupted in, and the redone step would then wait for it in vain. No rank passes the
+    // barrier before every rank stepped its shadow: all finish the step, or none does.
+    absl::Status met = comm_->Barrier();
+    if (!met.ok()) {
+      *peer_lost = true;
+      return absl::UnavailableError(absl::StrCat("session '", options_.session_id, "': rank ", rank,
+                                                 " lost a peer after step ", step, ": ",
+                                                 met.message()));
+    }
+  }
+  if (replica_->layout().world_size > 1 && replica_->holds_every_master()) {
     const MasterBlocks& masters = replica_->masters();
     absl::Status gathered =
         comm_->AllGatherV(masters.data + masters.offsets[rank], masters.counts[rank], masters.data,
@@ -335,7 +356,7 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
   }
   std::vector<int> gathered;
   for (int p = 0; p < replica_->num_params(); ++p) {
-    if (!replica_->owns(p)) gathered.push_back(p);
+    if (!replica_->owns(p) && replica_->holds(p)) gathered.push_back(p);
   }
   if (!streaming.empty() && !gathered.empty()) {
     last_ids->insert(last_ids->end(), gathered.begin(), gathered.end());
@@ -355,6 +376,21 @@ absl::Status StepCoordinator::ShipGradients(uint64_t step) {
   return absl::UnavailableError(absl::StrCat("session '", options_.session_id, "': rank ",
                                              replica_->rank(), " lost a peer shipping step ", step,
                                              "'s gradients to its buddy: ", shipped.message()));
+}
+
+absl::Status StepCoordinator::SeedShadowMasters() {
+  const MasterBlocks& own = replica_->masters();
+  ReplicaState& shadow = options_.shadow->replica();
+  const MasterBlocks& copy = shadow.masters();
+  const int rank = replica_->rank();
+  absl::Status shifted = comm_->RingShift(own.data + own.offsets[rank], own.counts[rank],
+                                          copy.data + copy.offsets[shadow.rank()],
+                                          copy.counts[shadow.rank()], CommDType::kFloat32);
+  if (shifted.ok()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("session '", options_.session_id, "': rank ", rank,
+                                             " lost a peer shipping its initial masters to its "
+                                             "buddy: ",
+                                             shifted.message()));
 }
 
 absl::Status StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& schedule,

@@ -171,12 +171,12 @@ class StepCoordinator {
   // snapshots that ApplyStep fills; those waiters are not called again.
   StreamingSnapshots StreamEarly(const StepOutcome& outcome, uint64_t step);
   // Scales the gradients by `clip_scale` (when below 1), steps the owned parameters and
-  // all-gathers; fills `streaming` bucket by bucket (a parameter this rank owns once it is
-  // stepped, the others once gathered). The parameters written last are left for FinishStep to
-  // mark ready: `*last_ids`. `started`: when Resolve began (the step phase is reported up to the
-  // all-gather).
-  // A rank whose owned parameters already had this step's update (a step redone after an
-  // interruption) does not apply it again. With a shadow, steps it too before the all-gather.
+  // all-gathers (REPLICATED storage only); fills `streaming` bucket by bucket (a parameter this
+  // rank owns once it is stepped, the others once gathered). The parameters written last are left
+  // for FinishStep to mark ready: `*last_ids`. `started`: when Resolve began (the step phase is
+  // reported up to the all-gather). A rank whose owned parameters already had this step's update (a
+  // step redone after an interruption) does not apply it again. With a shadow, steps it too before
+  // the all-gather.
   // `*peer_lost`: the error is a lost peer's, not the device's.
   absl::Status ApplyStep(uint64_t step, const StepSchedule& schedule, double clip_scale,
                          absl::Time started, const StreamingSnapshots& streaming,
@@ -184,6 +184,10 @@ class StepCoordinator {
   // Ships this rank's owned gradients to its buddy and receives its predecessor's into the
   // shadow (Communicator::RingShift). UNAVAILABLE when a peer is lost.
   absl::Status ShipGradients(uint64_t step);
+  // Ships this rank's owned masters to its buddy and receives its predecessor's into the
+  // shadow, before the first update: the shadow then starts where its owner does, however the
+  // owner's masters were set. UNAVAILABLE when a peer is lost.
+  absl::Status SeedShadowMasters();
   // Steps the shadow as its owner stepped (unless it reflects `step` already, or is unusable).
   absl::Status UpdateShadow(uint64_t step, const StepSchedule& schedule, double clip_scale);
   // A peer was lost: with a shadow the step is interrupted (redone after the heal), otherwise

@@ -306,10 +306,31 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
                                                      static_cast<int>(spec.gradient_mode()),
                                                      " must be SHARDED or REPLICATED"));
   }
+  switch (spec.parameter_storage()) {
+    case v1::PARAMETER_STORAGE_UNSPECIFIED:
+    case v1::PARAMETER_STORAGE_REPLICATED:
+      config.storage = ParameterStorage::kReplicated;
+      break;
+    case v1::PARAMETER_STORAGE_OWNERS:
+      config.storage = ParameterStorage::kOwners;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("session: parameter_storage ",
+                                                     static_cast<int>(spec.parameter_storage()),
+                                                     " must be REPLICATED or OWNERS"));
+  }
   config.step_deadline = absl::Milliseconds(spec.step_deadline_ms());
   OPTSTEP_ASSIGN_OR_RETURN(config.chain, ChainConfigFromProto(spec.optimizer()));
   std::string key;
-  spec.SerializeToString(&key);  // deterministic enough for identical requests
+  if (spec.parameter_storage() == v1::PARAMETER_STORAGE_REPLICATED) {
+    // The default spelled out is the same definition: a trainer attaches by name either way, and
+    // a checkpoint saved without the field (or with it) loads either way.
+    v1::SessionSpec unspecified = spec;
+    unspecified.clear_parameter_storage();
+    unspecified.SerializeToString(&key);
+  } else {
+    spec.SerializeToString(&key);  // deterministic enough for identical requests
+  }
   config.definition_key = std::move(key);
   return config;
 }
@@ -351,6 +372,22 @@ absl::Status CheckParamIds(const Session& session,
     }
   }
   return absl::OkStatus();
+}
+
+std::optional<std::vector<uint32_t>> ServedParamIds(
+    const Session& session, const google::protobuf::RepeatedField<uint32_t>& requested) {
+  std::vector<uint32_t> ids(requested.begin(), requested.end());
+  if (session.config().storage == ParameterStorage::kReplicated) return ids;
+  const Layout& layout = session.layout();
+  if (ids.empty()) {
+    for (size_t p = 0; p < layout.owner.size(); ++p) ids.push_back(static_cast<uint32_t>(p));
+  }
+  std::vector<uint32_t> owned;
+  for (uint32_t id : ids) {
+    if (layout.owner[id] == session.rank()) owned.push_back(id);
+  }
+  if (owned.empty()) return std::nullopt;
+  return owned;
 }
 
 absl::StatusOr<std::string> DefinitionJson(const Session& session) {

@@ -6,7 +6,9 @@
 // values (UNIMPLEMENTED for parts of the v1 API this build does not provide).
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -19,8 +21,9 @@
 namespace optstep {
 
 // Validates names (non-empty parameter names, unique; a session, sub-optimizer or parameter name
-// of at most 255, 255 or 1024 bytes without control characters), shapes (every dim >= 1), QKV splits, trainer count,
-// gradient mode, deadline and the optimizer chain (presets, sub-optimizers, rules).
+// of at most 255, 255 or 1024 bytes without control characters), shapes (every dim >= 1), QKV
+// splits, trainer count, gradient mode, deadline and the optimizer chain (presets, sub-optimizers,
+// rules).
 absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec);
 absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& config);
 
@@ -32,6 +35,12 @@ absl::StatusOr<StepBegin> StepBeginFromProto(const v1::StepHeader& header);
 absl::Status CheckParamIds(const Session& session,
                            const google::protobuf::RepeatedField<uint32_t>& ids,
                            absl::string_view what);
+
+// The parameters of `requested` (empty: every parameter) that this rank sends back: all of them
+// under REPLICATED storage (`requested` as it is, empty meaning all), only those it owns under
+// OWNERS (then nullopt when it owns none of them). REQUIRES: CheckParamIds passed.
+std::optional<std::vector<uint32_t>> ServedParamIds(
+    const Session& session, const google::protobuf::RepeatedField<uint32_t>& requested);
 
 // The session's definition as JSON text (its SessionSpec without the name, which only serves
 // to attach): what a checkpoint records and compares by digest.

@@ -37,13 +37,19 @@ v1::HeldSessionRequest HeldRequest(const Session& session, uint64_t token, absl:
   return request;
 }
 
-// Which ranks hold `key`: masters and counters every rank, a parameter's optimizer state its
-// owner. A key naming no parameter goes to rank 0, which refuses it with the reason.
+// Which ranks hold `key`: counters every rank, masters every rank (REPLICATED storage) or their
+// owner (OWNERS), a parameter's optimizer state its owner. A key naming no parameter goes to
+// rank 0, which refuses it with the reason.
 std::vector<int> RanksOf(const std::string& key, const Session& session,
                          const std::map<std::string, int>& param_of) {
   const int world = session.layout().world_size;
   std::vector<int> all(world);
   for (int r = 0; r < world; ++r) all[r] = r;
+  if (absl::StartsWith(key, "param/") && session.config().storage == ParameterStorage::kOwners) {
+    auto it = param_of.find(key.substr(6));
+    if (it == param_of.end()) return {0};
+    return {session.layout().owner[it->second]};
+  }
   if (!absl::StartsWith(key, "state/")) return all;
   const std::optional<std::string> name = ParamNameOfKey(key);
   if (!name.has_value()) return {0};

@@ -36,11 +36,13 @@ class HeldOperations {
   absl::Status WithHeldSession(Session& session, const HeldOperation& op);
 
   // The state dict of `model_chunks` (all when empty) gathered from every rank at one step:
-  // every master from rank 0, each parameter's optimizer state from its owner.
+  // every master from rank 0 (REPLICATED storage) or from its owner (OWNERS), each parameter's
+  // optimizer state from its owner.
   absl::StatusOr<std::shared_ptr<const StateDict>> ExportStateDict(
       Session& session, const std::vector<uint32_t>& model_chunks);
-  // Routes each key to the ranks that hold it (masters and counters: every rank; state: the
-  // owner), has every rank validate and stage its part, and only then applies everywhere.
+  // Routes each key to the ranks that hold it (counters: every rank; masters: every rank, or
+  // their owner under OWNERS storage; state: the owner), has every rank validate and stage its
+  // part, and only then applies everywhere.
   absl::Status ImportStateDict(Session& session, std::shared_ptr<const StateDict> state);
   // Checkpoint `name` under every rank's checkpoint root. Answers the step saved.
   absl::StatusOr<uint64_t> SaveCheckpoint(Session& session, const std::string& name,

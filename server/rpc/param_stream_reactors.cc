@@ -51,7 +51,10 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
           "PullParameters: dtype ", static_cast<int>(request.dtype()), " must be fp32 or bf16"));
     }
     OPTSTEP_RETURN_IF_ERROR(CheckParamIds(*session_, request.param_ids(), "PullParameters"));
-    ids_.assign(request.param_ids().begin(), request.param_ids().end());
+    // OWNERS storage: the parameters this rank owns; none of them: the step alone.
+    std::optional<std::vector<uint32_t>> served = ServedParamIds(*session_, request.param_ids());
+    none_ = !served.has_value();
+    if (served.has_value()) ids_ = *std::move(served);
     return absl::OkStatus();
   }
 
@@ -66,15 +69,19 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
   void WriteNextLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     response_.Clear();
+    const bool first = first_;
     if (first_) response_.set_step(step_);
     first_ = false;
-    if (chunker_->Next(response_.mutable_parameter())) return StartWrite(&response_);
+    if (!none_ && chunker_->Next(response_.mutable_parameter())) return StartWrite(&response_);
+    // A rank that owns none of the parameters asked for still answers the step.
+    if (none_ && first) return StartWrite(&response_);
     FinishLocked(grpc::Status::OK);
   }
 
   std::shared_ptr<Session> session_;
   DType dtype_ = DType::kF32;
   std::vector<uint32_t> ids_;
+  bool none_ = false;  // this rank serves none of the parameters asked for
 
   std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
   v1::PullParametersResponse response_ ABSL_GUARDED_BY(mu_);

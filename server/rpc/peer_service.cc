@@ -208,7 +208,10 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::ExportHeldState(
       if (!session.ok()) return deliver(session.status());
       StateSelection owned;
       owned.model_chunks.assign(request.model_chunks().begin(), request.model_chunks().end());
-      owned.params = StateSelection::Params::kNone;  // rank 0 holds every master
+      // Rank 0 holds every master under REPLICATED storage; under OWNERS each rank sends its own.
+      owned.params = (*session)->config().storage == ParameterStorage::kReplicated
+                         ? StateSelection::Params::kNone
+                         : StateSelection::Params::kOwned;
       owned.counters = false;
       absl::StatusOr<std::shared_ptr<const StateDict>> dict =
           (*session)->holds().ExportHeld(request.token(), owned);

@@ -145,11 +145,15 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     begin->stream_params = true;  // the chunker follows the snapshot as the step fills it
     absl::Status ids = CheckParamIds(**session, header.return_param_ids(), "return_param_ids");
     if (!ids.ok()) return ids;
+    // OWNERS storage: this rank returns the parameters it owns (none: the result only).
+    std::optional<std::vector<uint32_t>> served =
+        ServedParamIds(**session, header.return_param_ids());
+    if (!served.has_value()) begin->return_params = false;
     auto contribution = (*session)->Begin(*begin);
     if (!contribution.ok()) return contribution.status();
     session_ = *std::move(session);
     contribution_ = *contribution;
-    return_ids_.assign(header.return_param_ids().begin(), header.return_param_ids().end());
+    if (served.has_value()) return_ids_ = *std::move(served);
     phase_ = Phase::kReceiving;
     return absl::OkStatus();
   }

@@ -23,6 +23,7 @@
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_session.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
@@ -132,29 +133,13 @@ absl::StatusOr<StepReply> Step(Running& run, int step) {
   return run.client->Step(options, full);
 }
 
-// Every parameter's fp32 bits, concatenated in id order.
-std::string Flat(const HostParameterMap& params) {
-  std::string all;
-  for (const auto& [id, param] : params) {
-    all.append(reinterpret_cast<const char*>(param.f32.data()), param.f32.size() * sizeof(float));
-  }
-  return all;
-}
-
 absl::StatusOr<std::string> Pulled(Running& run) {
-  OPTSTEP_ASSIGN_OR_RETURN(Parameters params, run.client->PullParameters(run.session, DType::kF32));
-  return Flat(params.params);
+  return testutil::Pulled(*run.client, run.session);
 }
 
 // key -> bytes of the merged state dict.
 absl::StatusOr<std::map<std::string, std::string>> Exported(Running& run) {
-  v1::ExportStateDictRequest request;
-  request.set_session_id(run.session);
-  OPTSTEP_ASSIGN_OR_RETURN(std::vector<Client::StateDictEntry> entries,
-                           run.client->ExportStateDict(request));
-  std::map<std::string, std::string> out;
-  for (const auto& e : entries) out[e.key] = e.bytes;
-  return out;
+  return testutil::ExportedState(*run.client, run.session);
 }
 
 class SaveLoadTest : public ::testing::TestWithParam<const char*> {};
@@ -397,7 +382,7 @@ TEST(CheckpointConsistencyTest, SaveWhileATrainerStepsCapturesOneStep) {
       auto reply = Step(run, step);
       if (!reply.ok()) break;
       absl::MutexLock lock(&mu);
-      params_of_step[reply->step] = Flat(reply->params);
+      params_of_step[reply->step] = testutil::FlatParams(reply->params);
     }
   });
   absl::SleepFor(absl::Milliseconds(300));

@@ -136,13 +136,28 @@ grpc::Status OpenStep::Finish() {
   return stream_->Finish();
 }
 
-absl::StatusOr<std::string> Pulled(Client& client, const std::string& session) {
-  OPTSTEP_ASSIGN_OR_RETURN(Parameters params, client.PullParameters(session, DType::kF32));
+std::string FlatParams(const HostParameterMap& params) {
   std::string all;
-  for (const auto& [id, param] : params.params) {
+  for (const auto& [id, param] : params) {
     all.append(reinterpret_cast<const char*>(param.f32.data()), param.f32.size() * sizeof(float));
   }
   return all;
+}
+
+absl::StatusOr<std::string> Pulled(Client& client, const std::string& session) {
+  OPTSTEP_ASSIGN_OR_RETURN(Parameters params, client.PullParameters(session, DType::kF32));
+  return FlatParams(params.params);
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ExportedState(Client& client,
+                                                                 const std::string& session) {
+  v1::ExportStateDictRequest request;
+  request.set_session_id(session);
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<Client::StateDictEntry> entries,
+                           client.ExportStateDict(request));
+  std::map<std::string, std::string> out;
+  for (const auto& e : entries) out[e.key] = e.bytes;
+  return out;
 }
 
 absl::Status AwaitAutoCheckpoint(const std::string& root, const std::string& session,

@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,9 +37,14 @@ absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_i
 // Waits (up to 10 s) for rank 0's health to turn SERVING.
 absl::Status WaitServing(Client& client);
 
-// Every parameter of `session` as fp32 bits, concatenated in id order: equal strings are
+// Every parameter of `params` as fp32 bits, concatenated in id order: equal strings are
 // bit-identical parameters.
+std::string FlatParams(const HostParameterMap& params);
+// Every parameter of `session` pulled, as FlatParams.
 absl::StatusOr<std::string> Pulled(Client& client, const std::string& session);
+// The merged state dict of `session`: key -> bytes.
+absl::StatusOr<std::map<std::string, std::string>> ExportedState(Client& client,
+                                                                 const std::string& session);
 
 // Waits (up to 20 s) until the automatic checkpoint of `step` of `session` under checkpoint root
 // `root` is complete (its manifest written); DEADLINE_EXCEEDED naming it otherwise.

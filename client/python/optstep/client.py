@@ -30,8 +30,8 @@ import numpy as np
 from optstep import dtypes, native, state_dicts
 from optstep.channel_credentials import channel_credentials
 from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
-from optstep.errors import (FailedPreconditionError, InternalError, InvalidArgumentError,
-                            OptstepError, OutOfRangeError, UnavailableError,
+from optstep.errors import (AbortedError, FailedPreconditionError, InternalError,
+                            InvalidArgumentError, OptstepError, OutOfRangeError, UnavailableError,
                             from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
 from optstep.recovery import StepRecovery
@@ -306,8 +306,9 @@ class Client:
     def init_parameters(self, session_id: str, values: Gradients) -> int:
         """Sets initial values (any dtype; whole tensors or slices) before the first step.
 
-        Every rank of the layout holds every master, so every rank receives all the values.
-        FailedPreconditionError after the first step. Answers the number of elements written.
+        Under REPLICATED storage every rank of the layout holds every master, so every rank
+        receives all the values; under OWNERS each rank those it owns. FailedPreconditionError
+        after the first step. Answers the number of elements written.
         """
         layout = self.layout(session_id)
         slices = as_slices(layout, values, "initial values")
@@ -315,11 +316,10 @@ class Client:
         chunks = [chunk for contribution in plan for chunk in contribution.chunks]
         total = sum(c.data.size for c in chunks)
 
-        tensors = len({c.param_id for c in chunks})
-
-        def requests() -> Iterator[svc_pb2.InitParametersRequest]:
+        def requests(chunks: List[Any]) -> Iterator[svc_pb2.InitParametersRequest]:
             # A transaction: the server writes the values only once the final message arrived.
             tally = StreamTally()
+            tensors = len({c.param_id for c in chunks})
             for chunk in chunks:
                 values = tensor_chunk(chunk)
                 tally.add(values.data)
@@ -327,11 +327,15 @@ class Client:
             yield svc_pb2.InitParametersRequest(session_id=session_id, end=tally.end(tensors))
 
         for r, rank in enumerate(self._ranks_for(layout)):
-            response = _call(rank.service.InitParameters, requests(),
+            mine = list(plan[r].chunks) if layout.owners_only else chunks
+            if not mine:
+                continue
+            expected = sum(c.data.size for c in mine)
+            response = _call(rank.service.InitParameters, requests(mine),
                              timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready)
-            if response.elements != total:
+            if response.elements != expected:
                 raise InternalError(f"session '{session_id}': rank {r} wrote "
-                                    f"{response.elements} of {total} initial values")
+                                    f"{response.elements} of {expected} initial values")
         return total
 
     def pull_parameters(self, session_id: str, dtype: dtypes.DTypeLike = "fp32",
@@ -342,22 +346,32 @@ class Client:
         ids = layout.param_ids(params or ())
         request = svc_pb2.PullParametersRequest(session_id=session_id, dtype=wire, param_ids=ids)
         assembler = ParamAssembler(layout, wire, ids)
-        step = 0
-        call = self._rank0().service.PullParameters(request, timeout=self._stream_timeout,
-                                                    wait_for_ready=self._wait_for_ready)
-        try:
-            for i, response in enumerate(call):
-                if i == 0:
-                    step = response.step
-                if response.HasField("parameter"):
-                    chunk = response.parameter
-                    assembler.add(chunk.param_id, chunk.offset, chunk.dtype, chunk.data)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        except OptstepError:
-            call.cancel()
-            raise
-        return Parameters(step, assembler.finish())
+        # REPLICATED storage: rank 0 holds every parameter (a client of one target asks it);
+        # OWNERS: each owner answers its own.
+        ranks = self._ranks_for(layout) if layout.owners_only else [self._rank0()]
+        owners = layout.owners_of(ids) if layout.owners_only else [0]
+        steps: List[int] = []
+        for r in owners:
+            call = ranks[r].service.PullParameters(request, timeout=self._stream_timeout,
+                                                   wait_for_ready=self._wait_for_ready)
+            try:
+                for i, response in enumerate(call):
+                    if i == 0:
+                        steps.append(response.step)
+                        if steps[0] != response.step:
+                            raise AbortedError(
+                                f"PullParameters: rank {r} answered step {response.step}, rank "
+                                f"{owners[0]} step {steps[0]} (a step ran during the pull); "
+                                "pull again")
+                    if response.HasField("parameter"):
+                        chunk = response.parameter
+                        assembler.add(chunk.param_id, chunk.offset, chunk.dtype, chunk.data)
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+            except OptstepError:
+                call.cancel()
+                raise
+        return Parameters(steps[0] if steps else 0, assembler.finish())
 
     # ---- steps
 
@@ -449,7 +463,8 @@ class Client:
 
         assembler = ParamAssembler(layout, wire, return_ids)
         results = exchange_steps([rank.service for rank in ranks], header, plan,
-                                 trainer_id % layout.world_size, skip_return, assembler,
+                                 None if layout.owners_only else trainer_id % layout.world_size,
+                                 skip_return, assembler,
                                  timeout=self._stream_timeout,
                                  wait_for_ready=self._wait_for_ready)
         first = results[0]

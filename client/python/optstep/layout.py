@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, Iterable, List, Tuple, Union
+from typing import Dict, Iterable, List, Sequence, Tuple, Union
 
 from optstep.errors import InternalError, InvalidArgumentError, NotFoundError
 from optstep.v1 import session_pb2
@@ -34,12 +34,15 @@ class SessionLayout:
     """The parameters of a session and the ranks that own them.
 
     ``rank_targets`` are the addresses the ranks advertise (empty when the server does not say).
+    ``owners_only``: OWNERS parameter storage, where each rank holds (and returns) only the
+    parameters it owns.
     """
 
     session_id: str
     world_size: int
     params: Tuple[ParamLayout, ...]
     rank_targets: Tuple[str, ...] = ()
+    owners_only: bool = False
     _ids: Dict[str, int] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
@@ -68,11 +71,17 @@ class SessionLayout:
             params.append(ParamLayout(i, spec.name, shape, math.prod(shape), owner))
         targets = tuple(getattr(info.layout, "rank_targets", ()))
         ids = {p.name: p.param_id for p in params}
-        return SessionLayout(sid, world, tuple(params), targets, ids)
+        owners_only = info.spec.parameter_storage == session_pb2.PARAMETER_STORAGE_OWNERS
+        return SessionLayout(sid, world, tuple(params), targets, owners_only, ids)
 
     @property
     def num_params(self) -> int:
         return len(self.params)
+
+    def owners_of(self, param_ids: Sequence[int]) -> List[int]:
+        """The ranks that own any of `param_ids` (empty: every parameter), ascending."""
+        ids = param_ids or range(len(self.params))
+        return sorted({self.params[i].owner for i in ids})
 
     def param(self, ref: ParamRef) -> ParamLayout:
         """The parameter with id or name `ref`; NotFoundError naming the session otherwise."""

@@ -19,9 +19,10 @@ from optstep.v1.optimizer_config_pb2 import (WEIGHT_DECAY_MODE_DECOUPLED,
 from optstep.v1.optimizer_service_pb2 import (GroupHyperparameters, StepCommit, StepHeader,
                                               StepRequest, StepResponse, StepResult)
 from optstep.v1.session_pb2 import (GRADIENT_MODE_REPLICATED, GRADIENT_MODE_SHARDED,
-                                    GRADIENT_MODE_UNSPECIFIED, GroupInfo, Layout,
-                                    ParameterSpec, QkvSplit, SessionInfo, SessionSpec,
-                                    SessionSummary)
+                                    GRADIENT_MODE_UNSPECIFIED, PARAMETER_STORAGE_OWNERS,
+                                    PARAMETER_STORAGE_REPLICATED, PARAMETER_STORAGE_UNSPECIFIED,
+                                    GroupInfo, Layout, ParameterSpec, QkvSplit, SessionInfo,
+                                    SessionSpec, SessionSummary)
 from optstep.v1.tensor_pb2 import (DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, DTYPE_INT64,
                                    DTYPE_UNSPECIFIED, TensorChunk)
 
@@ -35,6 +36,7 @@ __all__ = [
     "GroupHyperparameters", "StepCommit", "StepHeader", "StepRequest", "StepResponse",
     "StepResult",
     "GRADIENT_MODE_REPLICATED", "GRADIENT_MODE_SHARDED", "GRADIENT_MODE_UNSPECIFIED",
+    "PARAMETER_STORAGE_OWNERS", "PARAMETER_STORAGE_REPLICATED", "PARAMETER_STORAGE_UNSPECIFIED",
     "GroupInfo", "Layout", "ParameterSpec", "QkvSplit", "SessionInfo", "SessionSpec",
     "SessionSummary",
     "DTYPE_BF16", "DTYPE_FP16", "DTYPE_FP32", "DTYPE_INT64", "DTYPE_UNSPECIFIED", "TensorChunk",

@@ -2,7 +2,8 @@
 // the device's allocated bytes after creating a replica and stepping it through every branch
 // (projections, refreshes, the KL preconditioner, the Q/K/V split) are at most the footprint and
 // within a small margin of it; the host bytes per parameter bound what a session of many tiny
-// parameters adds to the process.
+// parameters adds to the process; under OWNERS storage a rank counts (and holds) only its own
+// masters, so that a session larger than one rank's budget is admitted by a group.
 
 #include "server/engine/footprint.h"
 
@@ -12,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "checkpoint/partition.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_device.h"
+#include "server/engine/admission.h"
 #include "server/engine/cost_model.h"
 #include "server/engine/engine.h"
 #include "server/engine/replica_state.h"
@@ -171,6 +174,59 @@ TEST(FootprintTest, RedundancyAddsTheShadowOfThePredecessorsOwnedPart) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint alone,
                                ComputeFootprint(config, one, 0, /*state_redundancy=*/true));
   EXPECT_EQ(alone.shadow, 0);
+}
+
+TEST(FootprintTest, OwnersStorageCountsOnlyTheOwnedMastersAsTheReplicaHoldsThem) {
+  SubOptimizerConfig adamw;
+  adamw.kind = "adamw";
+  SessionConfig config = ConfigOf(adamw, {Param("a", {100}), Param("b", {50})});
+  config.storage = ParameterStorage::kOwners;
+  Layout layout;
+  layout.world_size = 2;
+  layout.owner = {0, 1};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint rank1, ComputeFootprint(config, layout, 1));
+  EXPECT_EQ(rank1.masters, 50 * 4);  // "b" only
+  EXPECT_EQ(rank1.state, 2 * 50 * 4);
+  EXPECT_EQ(rank1.gradients, 50 * 4);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::shared_ptr<CpuDevice> device,
+                               CpuDevice::Create(CpuDevice::Options{}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ReplicaState> replica,
+                               ReplicaState::Create("s", config, layout, 1, 0, device));
+  EXPECT_EQ(replica->bytes().params, rank1.masters);
+  EXPECT_FALSE(replica->holds(0));
+  EXPECT_TRUE(replica->holds(1));
+  EXPECT_FALSE(replica->holds_every_master());
+  // A value for a master another rank holds is accepted and not kept.
+  const std::vector<float> values(100, 1.0f);
+  EXPECT_THAT(replica->WriteValues(0, 0, DType::kF32, values.data(), 100), IsOk());
+}
+
+// Four ranks, each owning one of four equal parameters: a budget below the model's masters
+// admits the session on every rank when each keeps only what it owns, and refuses the full
+// replica, naming its masters.
+TEST(AdmissionTest, OwnersStorageAdmitsASessionLargerThanOneRankWithinTheGroup) {
+  SubOptimizerConfig lion;  // 12 bytes per owned element: master, exp_avg, gradient
+  lion.kind = "lion";
+  SessionConfig replicated = ConfigOf(lion, {Param("a", {10, 100}), Param("b", {10, 100}),
+                                             Param("c", {10, 100}), Param("d", {10, 100})});
+  SessionConfig owners = replicated;
+  owners.storage = ParameterStorage::kOwners;
+  Layout layout;
+  layout.world_size = 4;
+  layout.owner = {0, 1, 2, 3};
+  const int64_t model_masters = 4 * 1000 * 4;
+  for (int rank = 0; rank < 4; ++rank) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint own, ComputeFootprint(owners, layout, rank));
+    const int64_t budget = own.total();
+    // What a rank must hold besides the fixed overhead is below the model's masters.
+    ASSERT_LT(budget - own.overhead, model_masters);
+    SessionAdmission admission(budget, 0, rank);
+    EXPECT_THAT(
+        admission.Admit(replicated, layout, "r").status(),
+        StatusIs(absl::StatusCode::kResourceExhausted, absl::StrCat("masters ", model_masters)));
+    auto admitted = admission.Admit(owners, layout, "o");
+    EXPECT_THAT(admitted.status(), IsOk()) << "rank " << rank;
+  }
 }
 
 TEST(FootprintTest, AHugeSoapFactorIsRefusedBeforeItIsCounted) {

@@ -61,6 +61,27 @@ TEST(ConvertTest, ValidSpecConverts) {
   EXPECT_FALSE(config.definition_key.empty());
 }
 
+// The storage is part of the definition; REPLICATED spelled out is the default's definition,
+// so that a trainer attaching by name, or a checkpoint saved before the field existed, matches
+// either spelling.
+TEST(ConvertTest, ParameterStorageConvertsAndTheDefaultSpelledOutIsTheSameDefinition) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionConfig unspecified, SessionConfigFromProto(Spec(kValid)));
+  EXPECT_EQ(unspecified.storage, ParameterStorage::kReplicated);
+  v1::SessionSpec spec = Spec(kValid);
+  spec.set_parameter_storage(v1::PARAMETER_STORAGE_REPLICATED);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionConfig replicated, SessionConfigFromProto(spec));
+  EXPECT_EQ(replicated.storage, ParameterStorage::kReplicated);
+  EXPECT_EQ(replicated.definition_key, unspecified.definition_key);
+  spec.set_parameter_storage(v1::PARAMETER_STORAGE_OWNERS);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionConfig owners, SessionConfigFromProto(spec));
+  EXPECT_EQ(owners.storage, ParameterStorage::kOwners);
+  EXPECT_NE(owners.definition_key, unspecified.definition_key);
+  spec.set_parameter_storage(static_cast<v1::ParameterStorage>(7));
+  EXPECT_THAT(SessionConfigFromProto(spec).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "parameter_storage 7 must be REPLICATED or OWNERS"));
+}
+
 TEST(ConvertTest, MalformedSessionsAreRefused) {
   struct Row {
     const char* text;

@@ -426,13 +426,6 @@ bool RankProcess::RejoinAsRankZero(bool* healed) {
 void RankProcess::PublishForRankZero(const std::string& address) {
   bool published = false;
   while (!shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
-    if (!joined_.HasBeenNotified()) continue;
-    // Rank 0 marks the group formed once it restored or healed its sessions: only a rank 0 lost
-    // after that is waited for.
-    if (!group_->formed()) {
-      if (store()->Get(kGroupFormedKey, absl::ZeroDuration()).ok()) group_->MarkFormed();
-      continue;
-    }
     if (!group_->AwaitsRankZero()) {
       published = false;
       continue;

@@ -174,9 +174,8 @@ class RankProcess {
   // for a restart).
   bool RejoinAsRankZero(bool* healed);
   // A rank other than 0 of a group that heals, until the shutdown request (the publish thread):
-  // once joined, learns from the store that rank 0 formed the group (RankGroup::MarkFormed); from
-  // then on, while rank 0 is lost or gone, publishes `address` in the store again at every
-  // heartbeat interval, for rank 0's next process to find.
+  // while rank 0 of the formed group is lost or gone (RankGroup::AwaitsRankZero), publishes
+  // `address` in the store again at every heartbeat interval, for rank 0's next process to find.
   void PublishForRankZero(const std::string& address);
   // Whether the survivors wait for lost rank `rank` to rejoin rather than restart the group (one
   // rank lost in a group that heals; rank 0 only once the group formed).

@@ -36,7 +36,7 @@ void PeerHeartbeat::AnnounceLeaving() {
   (void)PingAll(peers, /*leaving=*/true);
 }
 
-std::vector<std::optional<uint64_t>> PeerHeartbeat::PingAll(
+std::vector<std::optional<v1::PingResponse>> PeerHeartbeat::PingAll(
     const std::vector<v1::PeerService::Stub*>& peers, bool leaving) const {
   struct Call {
     grpc::ClientContext context;
@@ -69,9 +69,9 @@ std::vector<std::optional<uint64_t>> PeerHeartbeat::PingAll(
   absl::MutexLock lock(&mu);
   mu.Await(absl::Condition(
       +[](size_t* left) { return *left == 0; }, &pending));
-  std::vector<std::optional<uint64_t>> answered;
+  std::vector<std::optional<v1::PingResponse>> answered;
   for (const auto& call : calls) {
-    answered.push_back(call->answered ? std::optional<uint64_t>(call->response.incarnation())
+    answered.push_back(call->answered ? std::optional<v1::PingResponse>(std::move(call->response))
                                       : std::nullopt);
   }
   return answered;
@@ -95,9 +95,13 @@ void PeerHeartbeat::Run() {
       ranks.push_back(r);
       peers.push_back(peer);
     }
-    const std::vector<std::optional<uint64_t>> answered = PingAll(peers, /*leaving=*/false);
+    const std::vector<std::optional<v1::PingResponse>> answered = PingAll(peers, /*leaving=*/false);
     for (size_t i = 0; i < ranks.size(); ++i) {
-      if (answered[i].has_value()) liveness_->Answered(ranks[i], absl::Now(), *answered[i]);
+      if (!answered[i].has_value()) continue;
+      liveness_->Answered(ranks[i], absl::Now(), answered[i]->incarnation());
+      if (ranks[i] == 0 && answered[i]->group_formed() && options_.on_group_formed) {
+        options_.on_group_formed();
+      }
     }
     for (const PeerLiveness::LostPeer& lost : liveness_->Check(absl::Now())) on_lost_(lost);
     // A round that overran starts the next one at once rather than catching up.

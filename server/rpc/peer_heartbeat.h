@@ -28,6 +28,9 @@ class PeerHeartbeat {
     int rank = 0;
     int world_size = 1;
     absl::Duration interval = absl::Seconds(1);
+    // Told when an answer of rank 0 says that the group formed (on the heartbeat thread); may be
+    // null.
+    std::function<void()> on_group_formed;
   };
   // The stub that calls peer `peer`, or null while its address is unknown. Called on the
   // heartbeat thread; may block for about `interval`.
@@ -50,9 +53,9 @@ class PeerHeartbeat {
 
  private:
   // Pings every peer of `peers` at once, each with deadline `interval`; answers, by position,
-  // the incarnation of each that answered (PeerLiveness::Answered), nullopt for the others.
-  std::vector<std::optional<uint64_t>> PingAll(const std::vector<v1::PeerService::Stub*>& peers,
-                                               bool leaving) const;
+  // the answer of each that answered, nullopt for the others.
+  std::vector<std::optional<v1::PingResponse>> PingAll(
+      const std::vector<v1::PeerService::Stub*>& peers, bool leaving) const;
   void Run();
 
   const Options options_;

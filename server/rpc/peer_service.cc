@@ -88,6 +88,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Ping(grpc::CallbackServerContext* con
   if (group_ != nullptr) {
     response->set_rank(group_->rank());
     response->set_incarnation(group_->incarnation());
+    response->set_group_formed(group_->rank() == 0 && group_->formed());
     if (request->leaving()) group_->PeerLeft(static_cast<int>(request->rank()));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();

@@ -73,6 +73,7 @@ void RankGroup::StartHeartbeats() {
   options.rank = options_.rank;
   options.world_size = options_.world_size;
   options.interval = options_.heartbeat_interval;
+  if (options_.rank != 0) options.on_group_formed = [this] { MarkFormed(); };
   heartbeat_ = std::make_unique<PeerHeartbeat>(
       options, &liveness_,
       [this](int peer) -> v1::PeerService::Stub* {

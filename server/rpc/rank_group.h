@@ -106,8 +106,8 @@ class RankGroup {
   // How many peers other than `except` are lost or gone now.
   int lost_peers(int except = -1) const { return liveness_.lost_count(except); }
   // The group formed: on rank 0, once it restored or healed its sessions (it takes creations from
-  // then on); on another rank, once it saw rank 0 mark the group formed in its store, or
-  // rejoined the group. Before that a lost rank 0 restarts the group: its next process would find
+  // then on); on another rank, once a heartbeat answer of rank 0 said so, or it rejoined the
+  // group. Before that a lost rank 0 restarts the group: its next process would find
   // only some of the sessions that its automatic checkpoints hold.
   void MarkFormed();
   bool formed() const;

@@ -169,7 +169,8 @@ TEST_P(KilledRankTest, ARankRestartedBetweenStepsRejoinsAndTrainingEndsBitIdenti
   EXPECT_EQ(healed.stepped, reference.stepped);
   EXPECT_EQ(healed.fresh, reference.fresh);
   // The survivors never left (an exit for a restart would have restarted nobody here): the same
-  // processes serve, and the restarted one with them.
+  // processes serve, and the restarted one with them. The group has no --checkpoint_root, so a
+  // restarted rank 0 had its sessions from the heal alone.
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/matrix_types.h"
 #include "kernels/tensor.h"
 
@@ -25,6 +26,21 @@ class MatrixKernels {
   // C ← α·op(A)·op(B) + β·C (kernels/matrix_types.h). A, B, C are 2-D with matching shapes and
   // all fp32, or all bf16 (then args.precision must be kMedium). C may not alias A or B.
   virtual absl::Status Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) = 0;
+  // Gemm of a product that is symmetric in exact arithmetic (X·Xᵀ, A·A of a symmetric A,
+  // (G·S)·Gᵀ of a symmetric S): C {m, m} ← α·op(A)·op(B) + β·C, arguments and errors as Gemm, and
+  // INVALID_ARGUMENT when C is not square. REQUIRES: op(A)·op(B) symmetric in exact arithmetic; C
+  // symmetric when β ≠ 0; A symmetric when B is A and neither is transposed (A·A: a device may
+  // read A's rows for its columns). A device may compute only the entries on and above the diagonal
+  // and mirror them below (the CPU does, so its result is exactly symmetric); this default runs the
+  // full Gemm.
+  virtual absl::Status SymmetricGemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                                     Tensor& c) {
+    if (c.ndim() == 2 && c.dim(0) != c.dim(1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SymmetricGemm: c must be square, got shape ", ShapeString(c.shape())));
+    }
+    return Gemm(args, a, b, c);
+  }
   // dst ← srcᵀ. REQUIRES: src fp32 {m, n}, dst fp32 {n, m}.
   virtual absl::Status Transpose(const Tensor& src, Tensor& dst) = 0;
   // Strided row-block copy between fp32 matrices of the same width; every range inside.

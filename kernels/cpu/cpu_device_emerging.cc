@@ -20,9 +20,6 @@ namespace {
 
 using internal::ParallelFor;
 
-// Square tiles of the blocked transpose.
-constexpr int64_t kTile = 32;
-
 }  // namespace
 
 absl::Status CpuUpdateKernels::Lion(const math::LionArgs& args, const Tensor& grad, Tensor& param,
@@ -102,22 +99,8 @@ absl::Status CpuDevice::Convert(const Tensor& src, Tensor& dst) {
 
 absl::Status CpuMatrixKernels::Transpose(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckTranspose(src, dst));
-  const int64_t rows = src.dim(0);
-  const int64_t cols = src.dim(1);
-  const float* s = src.f32();
-  float* d = dst.f32();
-  const int64_t row_tiles = (rows + kTile - 1) / kTile;
-  const int threads = ctx_.ThreadsFor(src.numel());
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int64_t rt = 0; rt < row_tiles; ++rt) {
-    const int64_t r_end = std::min(rows, (rt + 1) * kTile);
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-      const int64_t c_end = std::min(cols, c0 + kTile);
-      for (int64_t r = rt * kTile; r < r_end; ++r) {
-        for (int64_t c = c0; c < c_end; ++c) d[c * rows + r] = s[r * cols + c];
-      }
-    }
-  }
+  internal::TransposeTiles(src.f32(), src.dim(0), src.dim(1), dst.f32(),
+                           ctx_.ThreadsFor(src.numel()));
   return absl::OkStatus();
 }
 

@@ -3,10 +3,13 @@
 
 #include <cblas.h>
 #include <lapacke.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -92,6 +95,71 @@ void Sgemm(int threads, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
   });
 }
 
+// Symmetric products (SymmetricGemm) are computed in panels of rows on and above the diagonal,
+// rows [r0, r1) of C against its columns [r0, m), then mirrored below it: (P + 1) / 2P of the
+// full product's work for P panels. Panel i is paired with panel P − 1 − i (every pair is about
+// the same work) and the pairs are dealt to the threads, each panel one single-threaded product:
+// P = 2 × threads (at least 4), panels of at least kMinPanelRows rows. Measured on 768 × 768 and
+// 768 × 3072 bf16 Newton–Schulz with oneDNN on 2 threads, this beat both the full product and 8
+// panels that each ran on both threads (whose small products parallelize poorly).
+constexpr int64_t kMinPanelRows = 16;
+
+// One panel of a symmetric C {m, m} = op(A)·op(B): its rows [r0, r1) (columns [r0, m)), and where
+// its operands start in the stored A and B: row r0 of op(A) (column r0 of a stored Aᵀ) and column
+// r0 of op(B) (row r0 of a stored Bᵀ).
+struct Panel {
+  int64_t r0, r1;
+  int64_t a_offset, b_offset;
+};
+
+std::vector<Panel> UpperPanels(const GemmArgs& args, const Tensor& a, const Tensor& b, int64_t m,
+                               int threads) {
+  const int64_t count = std::clamp<int64_t>(m / kMinPanelRows, 1, std::max(4, 2 * threads));
+  const int64_t step = (m + count - 1) / count;
+  std::vector<Panel> panels;
+  for (int64_t r0 = 0; r0 < m; r0 += step) {
+    panels.push_back({r0, std::min(m, r0 + step), args.transpose_a ? r0 : r0 * a.dim(1),
+                      args.transpose_b ? r0 * b.dim(1) : r0});
+  }
+  return panels;
+}
+
+// Calls fn(i) for every panel i in [0, n) on `threads` OpenMP threads: panel i and n − 1 − i go
+// to the same thread, pairs round-robin. Returns the first error of the lowest thread.
+template <typename Fn>
+absl::Status RunPanelPairs(int64_t n, int threads, const Fn& fn) {
+  std::vector<absl::Status> status(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    const int nt = omp_get_num_threads();
+    for (int64_t i = 0; i < n && status[t].ok(); ++i) {
+      if (std::min(i, n - 1 - i) % nt == t) status[t] = fn(i);
+    }
+  }
+  for (const absl::Status& s : status) OPTSTEP_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+// c[j][i] ← c[i][j] for every i < j: the upper triangle of the row-major {m, m} c mirrored below
+// the diagonal, in tiles.
+template <typename T>
+void MirrorUpper(T* c, int64_t m, int threads) {
+  constexpr int64_t kTile = 64;
+  const int64_t tiles = (m + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
+  for (int64_t jt = 0; jt < tiles; ++jt) {
+    const int64_t j0 = jt * kTile;
+    const int64_t j1 = std::min(m, j0 + kTile);
+    for (int64_t i0 = 0; i0 <= j0; i0 += kTile) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t i1 = std::min(j, i0 + kTile);
+        for (int64_t i = i0; i < i1; ++i) c[j * m + i] = c[i * m + j];
+      }
+    }
+  }
+}
+
 // OpenBLAS on `threads` threads for the scope of a LAPACK call (its blocked algorithms get their
 // parallelism from BLAS), back to one thread after.
 class BlasThreads {
@@ -116,9 +184,12 @@ bool IsDiagonal(const float* a, int64_t n) {
 
 void CpuDevice::SetBlasThreads(int num_threads) { openblas_set_num_threads(num_threads); }
 
-CpuMatrixKernels::CpuMatrixKernels(internal::CpuContext ctx, CpuGemmBackend backend)
+CpuMatrixKernels::CpuMatrixKernels(internal::CpuContext ctx, CpuGemmBackend backend,
+                                   size_t dnnl_max_primitives)
     : ctx_(ctx), backend_(backend) {
-  if (backend == CpuGemmBackend::kOneDnn) dnnl_ = std::make_unique<internal::DnnlGemm>();
+  if (backend == CpuGemmBackend::kOneDnn) {
+    dnnl_ = std::make_unique<internal::DnnlGemm>(dnnl_max_primitives);
+  }
 }
 
 std::vector<float>& CpuMatrixKernels::GemmScratch(int slot, int64_t n) {
@@ -127,40 +198,55 @@ std::vector<float>& CpuMatrixKernels::GemmScratch(int slot, int64_t n) {
   return buffer;
 }
 
+char* CpuMatrixKernels::BlockScratch(int64_t bytes) {
+  if (static_cast<int64_t>(block_scratch_.size()) < bytes) block_scratch_.resize(bytes);
+  return block_scratch_.data();
+}
+
 std::vector<uint16_t>& CpuMatrixKernels::Bf16Scratch(int slot, int64_t n) {
   std::vector<uint16_t>& buffer = bf16_scratch_[slot];
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
   return buffer;
 }
 
+const uint16_t* CpuMatrixKernels::Bf16Operand(const Tensor& t, int slot) {
+  if (t.dtype() == DType::kBF16) return static_cast<const uint16_t*>(t.data());
+  // fp32 inputs rounded to bf16 (to nearest even), as the OpenBLAS path rounds them.
+  uint16_t* rounded = Bf16Scratch(slot, t.numel()).data();
+  NarrowToBf16(t.f32(), t.numel(), rounded, ctx_.ThreadsFor(t.numel()));
+  return rounded;
+}
+
+std::pair<const float*, const float*> CpuMatrixKernels::Fp32Operands(const GemmArgs& args,
+                                                                     const Tensor& a,
+                                                                     const Tensor& b) {
+  if (args.precision != MatmulPrecision::kMedium) return {a.f32(), b.f32()};
+  float* ra = GemmScratch(0, a.numel()).data();
+  RoundToBf16(a.f32(), a.numel(), ra, ctx_.ThreadsFor(a.numel()));
+  if (b.data() == a.data()) return {ra, ra};
+  float* rb = GemmScratch(1, b.numel()).data();
+  RoundToBf16(b.f32(), b.numel(), rb, ctx_.ThreadsFor(b.numel()));
+  return {ra, rb};
+}
+
 absl::Status CpuMatrixKernels::OneDnnGemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
                                           Tensor& c) {
-  const int64_t m = c.dim(0);
-  const int64_t n = c.dim(1);
-  const int64_t k = args.transpose_a ? a.dim(0) : a.dim(1);
-  const bool bf16 = a.dtype() == DType::kBF16;
-  const uint16_t* pa = static_cast<const uint16_t*>(a.data());
-  const uint16_t* pb = static_cast<const uint16_t*>(b.data());
-  if (!bf16) {
-    // fp32 inputs rounded to bf16 (to nearest even), as the OpenBLAS path rounds them.
-    uint16_t* ra = Bf16Scratch(0, a.numel()).data();
-    NarrowToBf16(a.f32(), a.numel(), ra, ctx_.ThreadsFor(a.numel()));
-    pb = pa = ra;
-    if (b.data() != a.data()) {
-      uint16_t* rb = Bf16Scratch(1, b.numel()).data();
-      NarrowToBf16(b.f32(), b.numel(), rb, ctx_.ThreadsFor(b.numel()));
-      pb = rb;
-    }
-    OPTSTEP_RETURN_IF_ERROR(dnnl_->Run(ctx_.num_threads, args.transpose_a, args.transpose_b, m, n,
-                                       k, args.alpha, pa, pb, args.beta, c.f32()));
-  } else {
-    // bf16 in and out: fp32 result and epilogue, one rounding to bf16.
-    float* wc = GemmScratch(2, c.numel()).data();
-    if (args.beta != 0.0f) WidenBf16(c, wc, ctx_.ThreadsFor(c.numel()));
-    OPTSTEP_RETURN_IF_ERROR(dnnl_->Run(ctx_.num_threads, args.transpose_a, args.transpose_b, m, n,
-                                       k, args.alpha, pa, pb, args.beta, wc));
-    NarrowToBf16(wc, c.numel(), static_cast<uint16_t*>(c.data()), ctx_.ThreadsFor(c.numel()));
-  }
+  internal::DnnlProduct p;
+  p.ta = args.transpose_a;
+  p.tb = args.transpose_b;
+  p.m = c.dim(0);
+  p.n = c.dim(1);
+  p.k = args.transpose_a ? a.dim(0) : a.dim(1);
+  p.lda = a.dim(1);
+  p.ldb = b.dim(1);
+  p.ldc = p.n;
+  p.alpha = args.alpha;
+  p.beta = args.beta;
+  // bf16 tensors: fp32 products and epilogue, rounded to bf16 once, by oneDNN.
+  p.c_bf16 = c.dtype() == DType::kBF16;
+  const uint16_t* pa = Bf16Operand(a, 0);
+  const uint16_t* pb = b.data() == a.data() ? pa : Bf16Operand(b, 1);
+  OPTSTEP_RETURN_IF_ERROR(dnnl_->Run(ctx_.num_threads, p, pa, pb, c.data()));
   last_gemm_library_ = absl::StrCat("onednn:", dnnl_->last_implementation());
   return absl::OkStatus();
 }
@@ -194,22 +280,102 @@ absl::Status CpuMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a, const
     NarrowToBf16(wc, c.numel(), static_cast<uint16_t*>(c.data()), ctx_.ThreadsFor(c.numel()));
     return absl::OkStatus();
   }
-  const float* pa = a.f32();
-  const float* pb = b.f32();
-  if (args.precision == MatmulPrecision::kMedium) {
-    float* ra = GemmScratch(0, a.numel()).data();
-    RoundToBf16(pa, a.numel(), ra, ctx_.ThreadsFor(a.numel()));
-    pa = ra;
-    if (b.data() == a.data()) {
-      pb = ra;
-    } else {
-      float* rb = GemmScratch(1, b.numel()).data();
-      RoundToBf16(pb, b.numel(), rb, ctx_.ThreadsFor(b.numel()));
-      pb = rb;
-    }
-  }
+  const auto [pa, pb] = Fp32Operands(args, a, b);
   Sgemm(ctx_.num_threads, args.transpose_a, args.transpose_b, m, n, k, args.alpha, pa, lda, pb, ldb,
         args.beta, c.f32());
+  return absl::OkStatus();
+}
+
+absl::Status CpuMatrixKernels::SymmetricGemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                                             Tensor& c) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckGemm(args, a, b, c));
+  const int64_t m = c.dim(0);
+  const int64_t k = args.transpose_a ? a.dim(0) : a.dim(1);
+  if (m != c.dim(1)) return MatrixKernels::SymmetricGemm(args, a, b, c);  // the error
+  if (m == 0) return absl::OkStatus();
+  const bool bf16 = c.dtype() == DType::kBF16;
+  if (k == 0 || (bf16 && dnnl_ == nullptr)) {
+    // Nothing to multiply, or bf16 emulated on OpenBLAS (widened whole): the full product.
+    OPTSTEP_RETURN_IF_ERROR(Gemm(args, a, b, c));
+  } else {
+    const int threads = 2.0 * m * m * k < kMinParallelFlops ? 1 : ctx_.num_threads;
+    const std::vector<Panel> panels = UpperPanels(args, a, b, m, threads);
+    const int64_t n = static_cast<int64_t>(panels.size());
+    if (dnnl_ != nullptr && args.precision == MatmulPrecision::kMedium) {
+      // oneDNN 2.x's brgemm kernels take dense blocks only (else it falls back to gemm:jit, 2 to 3
+      // times slower): every panel runs as dense op(A) rows {rows, k} times the dense rows
+      // {m − r0, k} of op(B)ᵀ (tb), into a dense block copied into C. Transposed operands are
+      // transposed once (O(m·k) against the product's O(m²·k)); A·A of one symmetric A takes A's
+      // rows for its columns.
+      const uint16_t* pa = Bf16Operand(a, 0);
+      const uint16_t* pb = b.data() == a.data() ? pa : Bf16Operand(b, 1);
+      const uint16_t* rows_a = pa;  // op(A) {m, k}
+      if (args.transpose_a) {
+        uint16_t* transposed = Bf16Scratch(2, m * k).data();
+        internal::TransposeTiles(pa, k, m, transposed, ctx_.ThreadsFor(m * k));
+        rows_a = transposed;
+      }
+      const uint16_t* rows_b = pb;  // op(B)ᵀ {m, k}
+      if (!args.transpose_b && b.data() == a.data()) {
+        rows_b = rows_a;  // Aᵀ·A: op(B)ᵀ = op(A); A·A: Aᵀ = A
+      } else if (!args.transpose_b) {
+        uint16_t* transposed = Bf16Scratch(3, m * k).data();
+        internal::TransposeTiles(pb, k, m, transposed, ctx_.ThreadsFor(m * k));
+        rows_b = transposed;
+      }
+      const size_t c_bytes = bf16 ? sizeof(uint16_t) : sizeof(float);
+      std::vector<internal::DnnlProduct> products;
+      std::vector<int64_t> block_offset;  // of each panel's dense block in BlockScratch
+      int64_t block_bytes = 0;
+      for (const Panel& panel : panels) {
+        const int64_t cols = m - panel.r0;
+        products.push_back(
+            {false, true, panel.r1 - panel.r0, cols, k, k, k, cols, args.alpha, args.beta, bf16});
+        block_offset.push_back(block_bytes);
+        block_bytes += (panel.r1 - panel.r0) * cols * static_cast<int64_t>(c_bytes);
+      }
+      char* blocks = BlockScratch(block_bytes);
+      // Every panel's primitive before the region: the cache may be emptied only here.
+      OPTSTEP_ASSIGN_OR_RETURN(const auto prepared, dnnl_->PrepareSingleThreaded(products));
+      OPTSTEP_RETURN_IF_ERROR(RunPanelPairs(n, threads, [&](int64_t i) {
+        const Panel& panel = panels[i];
+        const int64_t rows = panel.r1 - panel.r0;
+        const size_t row_bytes = (m - panel.r0) * c_bytes;
+        char* block = blocks + block_offset[i];
+        char* target = static_cast<char*>(c.data()) + (panel.r0 * m + panel.r0) * c_bytes;
+        if (args.beta != 0.0f) {
+          for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(block + r * row_bytes, target + r * m * c_bytes, row_bytes);
+          }
+        }
+        OPTSTEP_RETURN_IF_ERROR(internal::DnnlGemm::RunOnThisThread(
+            *prepared[i], rows_a + panel.r0 * k, rows_b + panel.r0 * k, block));
+        for (int64_t r = 0; r < rows; ++r) {
+          std::memcpy(target + r * m * c_bytes, block + r * row_bytes, row_bytes);
+        }
+        return absl::OkStatus();
+      }));
+      last_gemm_library_ = absl::StrCat("onednn:", dnnl_->last_implementation());
+    } else {
+      const std::pair<const float*, const float*> operands = Fp32Operands(args, a, b);
+      const float* pa = operands.first;
+      const float* pb = operands.second;
+      OPTSTEP_RETURN_IF_ERROR(RunPanelPairs(n, threads, [&](int64_t i) {
+        const Panel& panel = panels[i];
+        SgemmBlock(args.transpose_a, args.transpose_b, panel.r1 - panel.r0, m - panel.r0, k,
+                   args.alpha, pa + panel.a_offset, a.dim(1), pb + panel.b_offset, b.dim(1),
+                   args.beta, c.f32() + panel.r0 * m + panel.r0, m);
+        return absl::OkStatus();
+      }));
+      last_gemm_library_ = "openblas";
+    }
+  }
+  const int threads = ctx_.ThreadsFor(m * m);
+  if (bf16) {
+    MirrorUpper(static_cast<uint16_t*>(c.data()), m, threads);
+  } else {
+    MirrorUpper(c.f32(), m, threads);
+  }
   return absl::OkStatus();
 }
 

@@ -2,7 +2,8 @@
 #define OPTSTEP_KERNELS_CPU_CPU_LOOPS_H_
 
 // Loop helpers of the CPU device (kernels/cpu), shared by its source files: the static OpenMP
-// partition and the element conversions between the host dtypes and fp32. Stateless.
+// partition, the tiled transpose and the element conversions between the host dtypes and fp32.
+// Stateless.
 
 #include <omp.h>
 
@@ -19,6 +20,24 @@ namespace internal {
 
 // Elements per 64-byte cache line of fp32: parallel ranges start on a line boundary.
 constexpr int64_t kLineFloats = 64 / sizeof(float);
+
+// dst {cols, rows} ← srcᵀ of the row-major src {rows, cols}, in square tiles of 32 (a tile of
+// either side stays in cache), rows of tiles split over `threads`.
+template <typename T>
+inline void TransposeTiles(const T* src, int64_t rows, int64_t cols, T* dst, int threads) {
+  constexpr int64_t kTile = 32;
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t rt = 0; rt < row_tiles; ++rt) {
+    const int64_t r_end = std::min(rows, (rt + 1) * kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c_end = std::min(cols, c0 + kTile);
+      for (int64_t r = rt * kTile; r < r_end; ++r) {
+        for (int64_t c = c0; c < c_end; ++c) dst[c * rows + r] = src[r * cols + c];
+      }
+    }
+  }
+}
 
 // Calls fn(begin, end) on `threads` contiguous ranges of [0, n), in parallel, each starting on a
 // multiple of `align`. Static partition: thread t always gets the same range.

@@ -75,7 +75,9 @@ absl::StatusOr<Tensor> SoapLinalg::KlPreconditioner(Device& device, MatmulPrecis
   OPTSTEP_RETURN_IF_ERROR(device.Copy(q, scaled));
   OPTSTEP_RETURN_IF_ERROR(device.matrix().AxisScale(lambda, scaled));  // Q·diag(w)
   OPTSTEP_ASSIGN_OR_RETURN(Tensor c, workspace_.Get(device, slot_out, DType::kF32, {n, n}));
-  OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, true), scaled, q, c));
+  // Q·diag(w)·Qᵀ is symmetric.
+  OPTSTEP_RETURN_IF_ERROR(
+      device.matrix().SymmetricGemm(Product(precision, false, true), scaled, q, c));
   return c;
 }
 
@@ -85,8 +87,9 @@ absl::Status SoapLinalg::UpdateFactors(Device& device, MatmulPrecision precision
   const float b = static_cast<float>(beta);
   if (!kl) {
     OPTSTEP_RETURN_IF_ERROR(
-        device.matrix().Gemm(Product(precision, false, true, a, b), grad, grad, *s.left));
-    return device.matrix().Gemm(Product(precision, true, false, a, b), grad, grad, *s.right);
+        device.matrix().SymmetricGemm(Product(precision, false, true, a, b), grad, grad, *s.left));
+    return device.matrix().SymmetricGemm(Product(precision, true, false, a, b), grad, grad,
+                                         *s.right);
   }
   // Both preconditioners from the pre-update factors and the current bases.
   OPTSTEP_ASSIGN_OR_RETURN(
@@ -96,11 +99,12 @@ absl::Status SoapLinalg::UpdateFactors(Device& device, MatmulPrecision precision
                            KlPreconditioner(device, precision, *s.right, *s.q_right, eps,
                                             SquareSlot(1, 0), kVector + 1, SquareSlot(1, 1)));
   OPTSTEP_ASSIGN_OR_RETURN(Tensor t, workspace_.Get(device, kMatrix, DType::kF32, grad.shape()));
+  // G·C_R·Gᵀ and Gᵀ·C_L·G are symmetric (C_L, C_R are).
   OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, false), grad, c_right, t));
   OPTSTEP_RETURN_IF_ERROR(
-      device.matrix().Gemm(Product(precision, false, true, a, b), t, grad, *s.left));
+      device.matrix().SymmetricGemm(Product(precision, false, true, a, b), t, grad, *s.left));
   OPTSTEP_RETURN_IF_ERROR(device.matrix().Gemm(Product(precision, false, false), c_left, grad, t));
-  return device.matrix().Gemm(Product(precision, true, false, a, b), grad, t, *s.right);
+  return device.matrix().SymmetricGemm(Product(precision, true, false, a, b), grad, t, *s.right);
 }
 
 absl::StatusOr<bool> SoapLinalg::NeedsRefresh(Device& device, MatmulPrecision precision,

@@ -1,10 +1,11 @@
-// Device conformance, part 4: the matrix primitives (Gemm in every precision and dtype, Convert,
-// Transpose, CopyRowBlocks, AxisDot, AxisScale, Permute, SymmetricEigh, Qr) against float64
-// plain-loop references written here, and their argument checks.
+// Device conformance, part 4: the matrix primitives (Gemm and SymmetricGemm in every precision and
+// dtype, Convert, Transpose, CopyRowBlocks, AxisDot, AxisScale, Permute, SymmetricEigh, Qr) against
+// float64 plain-loop references written here, and their argument checks.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -101,7 +102,8 @@ TEST_P(DeviceConformanceTest, GemmInEveryPrecisionAndLayout) {
          {std::pair<MatmulPrecision, double>{MatmulPrecision::kHighest, 1e-5},
           {MatmulPrecision::kHigh, 2e-3}}) {
       OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tc, Upload({c.m, c.n}, c0));
-      OPTSTEP_ASSERT_OK(device_->matrix().Gemm({precision, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
+      OPTSTEP_ASSERT_OK(
+          device_->matrix().Gemm({precision, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
       EXPECT_TRUE(exact.Within(*Download(tc), tolerance, 0.0)) << MatmulPrecisionName(precision);
     }
     // medium on fp32 tensors: bf16-class products. The CPU rounds the inputs to bf16 and
@@ -112,8 +114,8 @@ TEST_P(DeviceConformanceTest, GemmInEveryPrecisionAndLayout) {
     std::transform(b.begin(), b.end(), b16.begin(), Bf16);
     const GemmCheck rounded(c, a16, b16, c0);
     OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tc, Upload({c.m, c.n}, c0));
-    OPTSTEP_ASSERT_OK(
-        device_->matrix().Gemm({MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
+    OPTSTEP_ASSERT_OK(device_->matrix().Gemm(
+        {MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta}, ta, tb, tc));
     if (device_->name() == "cpu") {
       EXPECT_TRUE(rounded.Within(*Download(tc), 1e-5, 0.0)) << "medium fp32";
     } else {
@@ -130,13 +132,81 @@ TEST_P(DeviceConformanceTest, GemmInEveryPrecisionAndLayout) {
     OPTSTEP_ASSERT_OK(device_->Convert(ta, ha));
     OPTSTEP_ASSERT_OK(device_->Convert(tb, hb));
     OPTSTEP_ASSERT_OK(device_->Convert(fc, hc));
-    OPTSTEP_ASSERT_OK(
-        device_->matrix().Gemm({MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta}, ha, hb, hc));
+    OPTSTEP_ASSERT_OK(device_->matrix().Gemm(
+        {MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta}, ha, hb, hc));
     OPTSTEP_ASSERT_OK(device_->Convert(hc, fc));
     const std::vector<float> got = *Download(fc);
     for (float x : got) ASSERT_EQ(Bf16(x), x) << "bf16 output";
     EXPECT_TRUE(half.Within(got, 1e-4, 1.0 / 256)) << "bf16";
   }
+}
+
+// SymmetricGemm: C {m, m} ← α·op(A)·op(B) + β·C for symmetric products on a symmetric C (X·Xᵀ,
+// Xᵀ·X, S·S of a symmetric S), against the float64 product: the tolerances of
+// GemmInEveryPrecisionAndLayout. The CPU computes the upper triangle and mirrors it, so its result
+// is exactly symmetric.
+TEST_P(DeviceConformanceTest, SymmetricGemmInEveryPrecision) {
+  const GemmCase cases[] = {{200, 200, 65, false, true, 1.0f, 0.0f},
+                            {200, 200, 65, true, false, -0.5f, 2.0f},
+                            {70, 70, 70, false, false, 2.0315f, -4.775f},
+                            {1, 1, 7, true, false, 1.0f, 1.0f}};
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.k << " ta " << c.ta << " tb " << c.tb
+                                      << " alpha " << c.alpha << " beta " << c.beta);
+    // One operand for both sides: X (transposed on one side), or a symmetric S.
+    const Shape a_shape = c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k};
+    const std::vector<float> x = Normal(c.m * c.k, 1.0f, 7), s = Normal(c.m * c.m, 1.0f, 8);
+    std::vector<float> a(x), c0(c.m * c.m);
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.m; ++j) {
+        c0[i * c.m + j] = s[i * c.m + j] + s[j * c.m + i];
+        if (c.ta == c.tb) a[i * c.m + j] = x[i * c.m + j] + x[j * c.m + i];
+      }
+    }
+    std::vector<float> a16(a.size()), c16(c0.size());
+    std::transform(a.begin(), a.end(), a16.begin(), Bf16);
+    std::transform(c0.begin(), c0.end(), c16.begin(), Bf16);
+    const GemmCheck exact(c, a, a, c0), rounded(c, a16, a16, c0), half(c, a16, a16, c16);
+    const GemmArgs highest{MatmulPrecision::kHighest, c.ta, c.tb, c.alpha, c.beta};
+    const GemmArgs medium{MatmulPrecision::kMedium, c.ta, c.tb, c.alpha, c.beta};
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor ta, Upload(a_shape, a));
+    std::vector<std::pair<const char*, std::vector<float>>> results;
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor tc, Upload({c.m, c.m}, c0));
+    OPTSTEP_ASSERT_OK(device_->matrix().SymmetricGemm(highest, ta, ta, tc));
+    results.emplace_back("highest", *Download(tc));
+    EXPECT_TRUE(exact.Within(results.back().second, 1e-5, 0.0)) << "highest";
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(tc, Upload({c.m, c.m}, c0));
+    OPTSTEP_ASSERT_OK(device_->matrix().SymmetricGemm(medium, ta, ta, tc));
+    results.emplace_back("medium fp32", *Download(tc));
+    EXPECT_TRUE(device_->name() == "cpu" ? rounded.Within(results.back().second, 1e-5, 0.0)
+                                         : exact.Within(results.back().second, 1e-2, 0.0))
+        << "medium fp32";
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor ha, device_->Allocate(DType::kBF16, a_shape));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor hc, device_->Allocate(DType::kBF16, {c.m, c.m}));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(tc, Upload({c.m, c.m}, c0));
+    OPTSTEP_ASSERT_OK(device_->Convert(ta, ha));
+    OPTSTEP_ASSERT_OK(device_->Convert(tc, hc));
+    OPTSTEP_ASSERT_OK(device_->matrix().SymmetricGemm(medium, ha, ha, hc));
+    OPTSTEP_ASSERT_OK(device_->Convert(hc, tc));
+    results.emplace_back("bf16", *Download(tc));
+    EXPECT_TRUE(half.Within(results.back().second, 1e-4, 1.0 / 256)) << "bf16";
+    if (device_->name() != "cpu") continue;
+    for (const auto& [name, got] : results) {
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < i; ++j) {
+          ASSERT_EQ(got[i * c.m + j], got[j * c.m + i]) << name << " (" << i << ", " << j << ")";
+        }
+      }
+    }
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor a, device_->Allocate(DType::kF32, {4, 3}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor b, device_->Allocate(DType::kF32, {3, 5}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor c, device_->Allocate(DType::kF32, {4, 5}));
+  EXPECT_THAT(device_->matrix().SymmetricGemm({}, a, b, c),
+              StatusIs(kInvalid, "SymmetricGemm: c must be square, got shape [4, 5]"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor square, device_->Allocate(DType::kF32, {4, 4}));
+  EXPECT_THAT(device_->matrix().SymmetricGemm({}, a, a, square),
+              StatusIs(kInvalid, "Gemm: op(a) is [4, 3] but op(b) is [4, 3]"));
 }
 
 TEST_P(DeviceConformanceTest, GemmRefusesBadArguments) {
@@ -152,13 +222,15 @@ TEST_P(DeviceConformanceTest, GemmRefusesBadArguments) {
   EXPECT_THAT(device_->matrix().Gemm({}, a, h, c), StatusIs(kInvalid, "all fp32 or all bf16"));
   EXPECT_THAT(device_->matrix().Gemm({MatmulPrecision::kMedium, true, false, 1.0f, 0.0f}, a, sq, c),
               StatusIs(kInvalid, "c has shape [4, 2], expected [3, 4]"));
-  EXPECT_THAT(device_->matrix().Gemm({MatmulPrecision::kHighest, false, true, 1.0f, 0.0f}, sq, sq, sq),
-              StatusIs(kInvalid, "c and a are the same tensor"));
+  EXPECT_THAT(
+      device_->matrix().Gemm({MatmulPrecision::kHighest, false, true, 1.0f, 0.0f}, sq, sq, sq),
+      StatusIs(kInvalid, "c and a are the same tensor"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor h1, device_->Allocate(DType::kBF16, {2, 2}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor h2, device_->Allocate(DType::kBF16, {2, 2}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor h3, device_->Allocate(DType::kBF16, {2, 2}));
-  EXPECT_THAT(device_->matrix().Gemm({MatmulPrecision::kHigh, false, false, 1.0f, 0.0f}, h1, h2, h3),
-              StatusIs(kInvalid, "bf16 matrices need precision medium, got high"));
+  EXPECT_THAT(
+      device_->matrix().Gemm({MatmulPrecision::kHigh, false, false, 1.0f, 0.0f}, h1, h2, h3),
+      StatusIs(kInvalid, "bf16 matrices need precision medium, got high"));
 }
 
 TEST_P(DeviceConformanceTest, ConvertRoundsToNearestEven) {
@@ -265,7 +337,8 @@ TEST_P(DeviceConformanceTest, AxisDotAndAxisScale) {
   EXPECT_THAT(device_->matrix().AxisDot(ta, tb, bad),
               StatusIs(kInvalid,
                        "AxisDot: out has shape [37]; a [37, 70] matrix needs [37, 1] or [1, 70]"));
-  EXPECT_THAT(device_->matrix().AxisScale(bad, ta), StatusIs(kInvalid, "AxisScale: v has shape [37]"));
+  EXPECT_THAT(device_->matrix().AxisScale(bad, ta),
+              StatusIs(kInvalid, "AxisScale: v has shape [37]"));
 }
 
 TEST_P(DeviceConformanceTest, PermuteRowsAndColumns) {

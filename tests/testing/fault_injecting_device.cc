@@ -14,12 +14,15 @@ namespace {
 // The methods of Device, UpdateKernels and MatrixKernels that answer a status, and those of them
 // with an output to corrupt.
 std::vector<std::string> CorruptibleMethods() {
-  return {
-      "Allocate",      "Zero",      "CopyFromHost",         "AddFromHost", "CopyToHost", "Copy",
-      "Add",           "Scale",     "ComputeGradientStats", "AdamW",       "Sgd",        "Lion",
-      "MuonMomentum",  "Adamuon",   "NormuonMoment",        "SoapAdam",    "Axpby",      "Gemm",
-      "Convert",       "Transpose", "CopyRowBlocks",        "AxisDot",     "AxisScale",  "Permute",
-      "SymmetricEigh", "Qr"};
+  return {"Allocate",      "Zero",          "CopyFromHost",
+          "AddFromHost",   "CopyToHost",    "Copy",
+          "Add",           "Scale",         "ComputeGradientStats",
+          "AdamW",         "Sgd",           "Lion",
+          "MuonMomentum",  "Adamuon",       "NormuonMoment",
+          "SoapAdam",      "Axpby",         "Gemm",
+          "SymmetricGemm", "Convert",       "Transpose",
+          "CopyRowBlocks", "AxisDot",       "AxisScale",
+          "Permute",       "SymmetricEigh", "Qr"};
 }
 
 std::vector<std::string> CountedMethods() {
@@ -173,6 +176,11 @@ absl::Status FaultInjectingUpdateKernels::SoapAdam(const math::SoapAdamArgs& arg
 absl::Status FaultInjectingMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a,
                                                const Tensor& b, Tensor& c) {
   return device_.Run("Gemm", &c, [&] { return base_.Gemm(args, a, b, c); });
+}
+
+absl::Status FaultInjectingMatrixKernels::SymmetricGemm(const GemmArgs& args, const Tensor& a,
+                                                        const Tensor& b, Tensor& c) {
+  return device_.Run("SymmetricGemm", &c, [&] { return base_.SymmetricGemm(args, a, b, c); });
 }
 
 absl::Status FaultInjectingMatrixKernels::Transpose(const Tensor& src, Tensor& dst) {

@@ -59,6 +59,8 @@ class FaultInjectingMatrixKernels final : public MatrixKernels {
   FaultInjectingMatrixKernels& operator=(const FaultInjectingMatrixKernels&) = delete;
 
   absl::Status Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
+  absl::Status SymmetricGemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                             Tensor& c) override;
   absl::Status Transpose(const Tensor& src, Tensor& dst) override;
   absl::Status CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) override;
   absl::Status AxisDot(const Tensor& a, const Tensor& b, Tensor& out) override;
@@ -79,8 +81,9 @@ class FaultInjectingMatrixKernels final : public MatrixKernels {
 // engine's failure branches (LevelDB's ErrorEnv, for a device). The device's updates() and
 // matrix() wrap those of the wrapped device the same way. Methods are named as in
 // kernels/device.h, kernels/update_kernels.h and kernels/matrix_kernels.h ("CopyFromHost",
-// "ComputeGradientStats", "AdamW", "Gemm", ...); every method that answers a status is counted
-// and can be failed or delayed (name(), allocated_bytes() and memory_capacity() are only forwarded).
+// "ComputeGradientStats", "AdamW", "Gemm", "SymmetricGemm", ...); every method that answers a
+// status is counted and can be failed or delayed (name(), allocated_bytes() and memory_capacity()
+// are only forwarded).
 //
 // Corruption happens after a successful call: the first element of the method's output becomes
 // NaN (written through the wrapped device, so it works in any device memory); for CopyToHost

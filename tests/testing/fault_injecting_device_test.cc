@@ -156,6 +156,27 @@ TEST_F(FaultInjectingDeviceTest, CorruptsTheFirstElementOfTheOutput) {
   EXPECT_TRUE(std::isnan(stats->sum_squares));
 }
 
+// SymmetricGemm reaches the wrapped device's own (the CPU's panels, not its full Gemm) and is
+// counted, failed and corrupted under its own name.
+TEST_F(FaultInjectingDeviceTest, ForwardsSymmetricGemmUnderItsOwnName) {
+  // X {2, 3}; C = X·Xᵀ.
+  Tensor x = *device_->base().Allocate(DType::kF32, {2, 3});
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6};
+  ASSERT_THAT(device_->base().CopyFromHost(values.data(), DType::kF32, 6, x, 0), IsOk());
+  Tensor c = *device_->base().Allocate(DType::kF32, {2, 2});
+  const GemmArgs gram{MatmulPrecision::kHighest, false, true, 1.0f, 0.0f};
+  ASSERT_THAT(device_->matrix().SymmetricGemm(gram, x, x, c), IsOk());
+  EXPECT_EQ(Download(c), (std::vector<float>{14, 32, 32, 77}));
+  EXPECT_EQ(device_->faults().calls("SymmetricGemm"), 1);
+  EXPECT_EQ(device_->faults().calls("Gemm"), 0);
+  device_->faults().FailCall("SymmetricGemm", 2, absl::InternalError("injected"));
+  EXPECT_THAT(device_->matrix().SymmetricGemm(gram, x, x, c),
+              StatusIs(absl::StatusCode::kInternal, "injected"));
+  device_->faults().CorruptCall("SymmetricGemm", 3);
+  ASSERT_THAT(device_->matrix().SymmetricGemm(gram, x, x, c), IsOk());
+  EXPECT_TRUE(std::isnan(Download(c)[0]));
+}
+
 TEST_F(FaultInjectingDeviceTest, FailsExactlyOneCallAcrossThreads) {
   constexpr int kThreads = 4, kCallsEach = 50;
   Tensor src = Upload({1, 2, 3, 4});

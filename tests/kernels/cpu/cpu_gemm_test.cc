@@ -112,6 +112,28 @@ std::vector<float> Normal(int64_t n, uint32_t seed) {
   return v;
 }
 
+// A `dtype` tensor of `values` on `device` (rounded to nearest even for bf16).
+Tensor MakeTensor(CpuDevice& device, DType dtype, const Shape& shape,
+                  const std::vector<float>& values) {
+  Tensor f32 = *device.Allocate(DType::kF32, shape);
+  EXPECT_TRUE(device.CopyFromHost(values.data(), DType::kF32, f32.numel(), f32, 0).ok());
+  if (dtype == DType::kF32) return f32;
+  Tensor t = *device.Allocate(dtype, shape);
+  EXPECT_TRUE(device.Convert(f32, t).ok());
+  return t;
+}
+
+std::vector<float> ReadTensor(CpuDevice& device, const Tensor& t) {
+  if (t.dtype() != DType::kF32) {
+    Tensor f32 = *device.Allocate(DType::kF32, t.shape());
+    EXPECT_TRUE(device.Convert(t, f32).ok());
+    return ReadTensor(device, f32);
+  }
+  std::vector<float> out(t.numel());
+  EXPECT_TRUE(device.CopyToHost(t, 0, t.numel(), DType::kF32, out.data()).ok());
+  return out;
+}
+
 // Both backends on `c` with `dtype` tensors of random inputs, and the exact product of the inputs
 // as the tensors hold them (bf16-rounded; C too for bf16 tensors).
 struct Outcome {
@@ -131,26 +153,10 @@ class OneDnnGemmTest : public ::testing::Test {
     openblas_ = std::make_unique<CpuMatrixKernels>(ctx, CpuGemmBackend::kOpenBlas);
   }
 
-  // A `dtype` tensor of `values` (rounded to nearest even for bf16).
   Tensor Make(DType dtype, const Shape& shape, const std::vector<float>& values) {
-    Tensor f32 = *device_->Allocate(DType::kF32, shape);
-    EXPECT_TRUE(device_->CopyFromHost(values.data(), DType::kF32, f32.numel(), f32, 0).ok());
-    if (dtype == DType::kF32) return f32;
-    Tensor t = *device_->Allocate(dtype, shape);
-    EXPECT_TRUE(device_->Convert(f32, t).ok());
-    return t;
+    return MakeTensor(*device_, dtype, shape, values);
   }
-
-  std::vector<float> Read(const Tensor& t) {
-    if (t.dtype() != DType::kF32) {
-      Tensor f32 = *device_->Allocate(DType::kF32, t.shape());
-      EXPECT_TRUE(device_->Convert(t, f32).ok());
-      return Read(f32);
-    }
-    std::vector<float> out(t.numel());
-    EXPECT_TRUE(device_->CopyToHost(t, 0, t.numel(), DType::kF32, out.data()).ok());
-    return out;
-  }
+  std::vector<float> Read(const Tensor& t) { return ReadTensor(*device_, t); }
 
   // Runs `c` through both backends on `dtype` tensors; returns {oneDNN's C, OpenBLAS's C}.
   std::pair<std::vector<float>, std::vector<float>> RunBoth(const Case& c, DType dtype,
@@ -241,6 +247,152 @@ TEST_F(OneDnnGemmTest, MatchesTheReferencePathOnBf16Tensors) {
       ASSERT_LE(std::fabs(r.onednn[i] - r.openblas[i]), 2 * bound) << "element " << i;
     }
   }
+}
+
+// SymmetricGemm: C {m, m} ← α·op(A)·op(B) + β·C for symmetric products on a symmetric C.
+const Case kSymmetricCases[] = {
+    {200, 200, 300, false, true, 1.0f, 0.0f},      // X·Xᵀ: 4 panels on 2 threads
+    {100, 100, 40, true, false, 0.5f, 2.0f},       // Xᵀ·X
+    {96, 96, 96, false, false, 2.0315f, -4.775f},  // Newton–Schulz's B = b·A + c·A·A
+    {1, 1, 9, false, true, -0.5f, 2.0f},
+};
+
+// `c` through `kernels` on `dtype` tensors of `device`, one operand on both sides (X, or the
+// symmetric S = X + Xᵀ when neither side is transposed), from C = R + Rᵀ; returns {C, the exact
+// product of the inputs as the product sees them (bf16-rounded under `medium`)}.
+std::pair<std::vector<float>, Exact> RunSymmetric(CpuDevice& device, MatrixKernels& kernels,
+                                                  const Case& c, DType dtype,
+                                                  MatmulPrecision precision) {
+  const std::vector<float> x = Normal(c.m * c.k, 9), r = Normal(c.m * c.m, 10);
+  std::vector<float> a(x), c0(c.m * c.m);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.m; ++j) {
+      c0[i * c.m + j] = r[i * c.m + j] + r[j * c.m + i];
+      if (c.ta == c.tb) a[i * c.m + j] = x[i * c.m + j] + x[j * c.m + i];
+    }
+  }
+  const Tensor ta = MakeTensor(device, dtype, c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, a);
+  Tensor tc = MakeTensor(device, dtype, {c.m, c.m}, c0);
+  EXPECT_TRUE(kernels.SymmetricGemm({precision, c.ta, c.tb, c.alpha, c.beta}, ta, ta, tc).ok());
+  std::vector<float> a_used(a), c_start(c0);
+  if (precision == MatmulPrecision::kMedium) {
+    for (float& v : a_used) v = Bf16(v);
+  }
+  if (dtype == DType::kBF16) {
+    for (float& v : c_start) v = Bf16(v);
+  }
+  return {ReadTensor(device, tc), ExactProduct(c, a_used, a_used, c_start)};
+}
+
+// |got − exact| ≤ 1e-5 of Σ|α·a·b| + |β·c| (the conformance suite's bound), for bf16 tensors
+// 1e-4 of it plus one bf16 rounding of the value.
+::testing::AssertionResult WithinConformanceBounds(const std::vector<float>& got, const Exact& want,
+                                                   DType dtype) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = dtype == DType::kBF16
+                             ? 1e-4 * want.scale[i] + std::fabs(want.value[i]) / 256
+                             : 1e-5 * want.scale[i];
+    if (!(std::fabs(got[i] - want.value[i]) <= bound)) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << got[i] << ", want " << want.value[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult ExactlySymmetric(const std::vector<float>& c, int64_t m) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < i; ++j) {
+      if (c[i * m + j] != c[j * m + i]) {
+        return ::testing::AssertionFailure()
+               << "(" << i << ", " << j << ") " << c[i * m + j] << " != " << c[j * m + i];
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The OpenBLAS backend: fp32 tensors in panels of sgemm (bf16-rounded inputs under `medium`),
+// bf16 tensors as one emulated Gemm, all mirrored: exactly symmetric, and the exact product to the
+// conformance bounds (1e-5 of Σ|α·a·b| + |β·c|; one bf16 rounding of the result for bf16).
+TEST(CpuSymmetricGemmTest, OpenBlasPanelsMatchTheExactProduct) {
+  std::unique_ptr<CpuDevice> device = MakeCpu("openblas");
+  ASSERT_NE(device, nullptr);
+  auto& kernels = static_cast<CpuMatrixKernels&>(device->matrix());
+  for (const Case& c : kSymmetricCases) {
+    SCOPED_TRACE(Describe(c));
+    for (auto [dtype, precision] : {std::pair{DType::kF32, MatmulPrecision::kHighest},
+                                    {DType::kF32, MatmulPrecision::kMedium},
+                                    {DType::kBF16, MatmulPrecision::kMedium}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << DTypeName(dtype) << " " << MatmulPrecisionName(precision));
+      const auto [got, want] = RunSymmetric(*device, kernels, c, dtype, precision);
+      EXPECT_TRUE(ExactlySymmetric(got, c.m));
+      EXPECT_EQ(kernels.last_gemm_library(), "openblas");
+      EXPECT_TRUE(WithinConformanceBounds(got, want, dtype));
+    }
+  }
+}
+
+// oneDNN's bf16 panels: the same bounds, on its bf16 kernels.
+TEST_F(OneDnnGemmTest, SymmetricPanelsRunOnOneDnnAndMatchTheExactProduct) {
+  for (const Case& c : kSymmetricCases) {
+    SCOPED_TRACE(Describe(c));
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(DTypeName(dtype));
+      const auto [got, want] = RunSymmetric(*device_, *onednn_, c, dtype, MatmulPrecision::kMedium);
+      EXPECT_TRUE(ExactlySymmetric(got, c.m));
+      // Every panel (a block of C with ldc > n, weights from an offset into B) on oneDNN's
+      // brgemm kernels, not a reference or gemm-based fallback: one name, "brg:" and the ISA.
+      const std::string& library = onednn_->last_gemm_library();
+      if (c.m >= 16) {
+        EXPECT_TRUE(absl::StartsWith(library, "onednn:brg:")) << library;
+        EXPECT_FALSE(absl::StrContains(library, ",")) << library;
+      } else {
+        EXPECT_TRUE(absl::StartsWith(library, "onednn:")) << library;
+      }
+      EXPECT_TRUE(WithinConformanceBounds(got, want, dtype));
+    }
+  }
+}
+
+// A cache too small for one product's panels (4 on 2 threads) is emptied while shapes, α and β
+// change between calls: every panel still runs on the primitive prepared for it (the cache may
+// not free one in use), and the results stay exact to the bounds.
+TEST_F(OneDnnGemmTest, SymmetricPanelsSurviveTheirPrimitivesLeavingTheCache) {
+  internal::CpuContext ctx;
+  ctx.num_threads = 2;
+  CpuMatrixKernels small(ctx, CpuGemmBackend::kOneDnn, /*dnnl_max_primitives=*/3);
+  const Case cases[] = {{200, 200, 300, false, true, 1.0f, 0.0f},
+                        {96, 96, 96, false, false, 2.0315f, -4.775f},
+                        {120, 120, 40, true, false, 0.5f, 2.0f},
+                        {96, 96, 96, false, false, -1.5f, 1.25f}};
+  for (int round = 0; round < 2; ++round) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(Describe(c));
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        const auto [got, want] = RunSymmetric(*device_, small, c, dtype, MatmulPrecision::kMedium);
+        EXPECT_TRUE(ExactlySymmetric(got, c.m));
+        EXPECT_TRUE(WithinConformanceBounds(got, want, dtype));
+        EXPECT_LE(small.dnnl()->cached_primitives(), 4u);
+      }
+    }
+  }
+  // Every call created its panels anew: the cache never held them all.
+  EXPECT_GE(small.dnnl()->primitives_created(), 2 * 4 * 2 * 4);
+}
+
+// A product's primitives are kept: the same product again (Newton–Schulz's next step with the
+// same coefficients, the next optimizer step) creates none.
+TEST_F(OneDnnGemmTest, RepeatedSymmetricProductsReuseTheirPrimitives) {
+  const Case c{96, 96, 96, false, false, 2.0315f, -4.775f};
+  RunSymmetric(*device_, *onednn_, c, DType::kBF16, MatmulPrecision::kMedium);
+  const int64_t created = onednn_->dnnl()->primitives_created();
+  EXPECT_EQ(created, 4);  // one per panel
+  const auto [got, want] =
+      RunSymmetric(*device_, *onednn_, c, DType::kBF16, MatmulPrecision::kMedium);
+  EXPECT_TRUE(WithinConformanceBounds(got, want, DType::kBF16));
+  EXPECT_EQ(onednn_->dnnl()->primitives_created(), created);
 }
 
 }  // namespace

@@ -266,6 +266,7 @@ void BM_GptStep(benchmark::State& state, const std::string& preset,
   if (!stepper.ok()) return state.SkipWithError(stepper.status().ToString().c_str());
   Check(state, (*stepper)->Step());  // the first step (SOAP: eigh), untimed
   double total = 0.0;
+  const double cpu_start = bench::ProcessCpuSeconds();
   for (auto _ : state) {
     const Clock::time_point start = Clock::now();
     Check(state, (*stepper)->Step());
@@ -274,6 +275,8 @@ void BM_GptStep(benchmark::State& state, const std::string& preset,
     total += s;
   }
   state.counters["step_s"] = total / state.iterations();
+  // CPU seconds of the process per step: what a loaded machine distorts least.
+  state.counters["cpu_s"] = (bench::ProcessCpuSeconds() - cpu_start) / state.iterations();
   state.counters["Mparams"] = static_cast<double>(elements) / 1e6;
   ReportMemory(state, *device);
 }

@@ -217,40 +217,45 @@ absl::StatusOr<Reference> OneRank() {
   return reference;
 }
 
-class KilledMidStepTest : public ::testing::TestWithParam<v1::ParameterStorage> {};
+struct KilledMidStep {
+  v1::ParameterStorage storage;
+  int dead;  // the rank killed (rank 0 heals itself in)
+};
+class KilledMidStepTest : public ::testing::TestWithParam<KilledMidStep> {};
 
-// Four ranks with state redundancy; rank 2 kills itself in step 2, after every rank stepped its
-// own parameters and its shadow, before the step's last collective (the all-gather, or under
-// OWNERS the barrier): the others are interrupted, rank 2 is healed in and the step redone. The
-// masters rank 2 takes back come from its buddy's shadow, which must start from the initial
-// values (sent to rank 2 alone under OWNERS). state_redundancy_test covers a loss in the ring
+// Four ranks with state redundancy; rank 2 (or rank 0) kills itself in step 2, after every rank
+// stepped its own parameters and its shadow, before the step's last collective (the all-gather,
+// or under OWNERS the barrier): the others are interrupted, the rank is healed in and the step
+// redone. The masters it takes back come from its buddy's shadow, which must start from the
+// initial values (sent to it alone under OWNERS). state_redundancy_test covers a loss in the ring
 // itself, which under OWNERS only the barrier makes every rank see.
 TEST_P(KilledMidStepTest, ARankKilledInAStepIsHealedInAndTheRedoneStepIsBitIdentical) {
-  constexpr int kWorld = 4, kDead = 2, kKilledStep = 2;
+  constexpr int kWorld = 4, kKilledStep = 2;
+  const int dead = GetParam().dead;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Reference reference, OneRank());
   const std::vector<std::string> flags = {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000",
                                           "--state_redundancy=1", "--rejoin_timeout_ms=30000"};
   Running run;
   for (int r = 0; r < kWorld; ++r) {
     std::vector<std::string> args = flags;
-    if (r == kDead) args.push_back(absl::StrCat("--kill_before_allgather=", kKilledStep));
+    if (r == dead) args.push_back(absl::StrCat("--kill_before_allgather=", kKilledStep));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ServerProcess> rank,
                                  StartRank(run, r, kWorld, args));
     run.group.push_back(std::move(rank));
   }
   ASSERT_THAT(Connect(run), IsOk());
-  ASSERT_THAT(Create(run, GetParam()), IsOk());
+  ASSERT_THAT(Create(run, GetParam().storage), IsOk());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string first, Step(run, 1));
   EXPECT_TRUE(first == reference.params[1]);
   // The trainer's recovery waits for the group to heal and redoes the step.
   absl::StatusOr<std::string> redone = absl::UnknownError("not run");
   std::thread step([&] { redone = Step(run, kKilledStep); });
-  const int status = run.group[kDead]->Wait();
+  const int status = run.group[dead]->Wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
-  const std::string& address = run.group[kDead]->address();
-  auto restarted = StartRank(run, kDead, kWorld, flags, address.substr(address.rfind(':') + 1));
+  const std::string& address = run.group[dead]->address();
+  auto restarted = StartRank(run, dead, kWorld, flags, address.substr(address.rfind(':') + 1));
   ASSERT_THAT(restarted.status(), IsOk());
-  run.group[kDead] = *std::move(restarted);
+  run.group[dead] = *std::move(restarted);
   step.join();
   ASSERT_THAT(redone.status(), IsOk());
   EXPECT_TRUE(*redone == reference.params[kKilledStep]);
@@ -262,12 +267,15 @@ TEST_P(KilledMidStepTest, ARankKilledInAStepIsHealedInAndTheRedoneStepIsBitIdent
   EXPECT_TRUE(state == reference.state) << "the state after the heal differs";
 }
 
-INSTANTIATE_TEST_SUITE_P(Storage, KilledMidStepTest,
-                         ::testing::Values(v1::PARAMETER_STORAGE_OWNERS,
-                                           v1::PARAMETER_STORAGE_REPLICATED),
-                         [](const ::testing::TestParamInfo<v1::ParameterStorage>& info) {
-                           return info.param == v1::PARAMETER_STORAGE_OWNERS ? "Owners"
-                                                                             : "Replicated";
+INSTANTIATE_TEST_SUITE_P(StorageAndRank, KilledMidStepTest,
+                         ::testing::Values(KilledMidStep{v1::PARAMETER_STORAGE_OWNERS, 2},
+                                           KilledMidStep{v1::PARAMETER_STORAGE_REPLICATED, 2},
+                                           KilledMidStep{v1::PARAMETER_STORAGE_OWNERS, 0}),
+                         [](const ::testing::TestParamInfo<KilledMidStep>& info) {
+                           return absl::StrCat(info.param.storage == v1::PARAMETER_STORAGE_OWNERS
+                                                   ? "Owners"
+                                                   : "Replicated",
+                                               "Rank", info.param.dead);
                          });
 
 }  // namespace

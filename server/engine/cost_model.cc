@@ -11,7 +11,9 @@
 namespace optstep {
 namespace {
 
-// Calls `fn(optimizer, param id)` for every parameter with its group's optimizer.
+// Calls `fn(optimizer, param id)` for every parameter with its group's optimizer, once that
+// optimizer accepted the parameter (Optimizer::CheckParam): the estimates may read any dimension
+// the optimizer needs.
 absl::Status ForEachParam(const ChainConfig& chain, const std::vector<ParamInfo>& params,
                           const std::function<void(const Optimizer&, int)>& fn) {
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<ParamGroup> groups, RouteParameters(chain, params));
@@ -21,7 +23,10 @@ absl::Status ForEachParam(const ChainConfig& chain, const std::vector<ParamInfo>
         std::unique_ptr<Optimizer> optimizer,
         CreateOptimizer(absl::StrCat("sub_optimizer '", sub.name, "' (group ", group.id, ")"), sub,
                         group.overrides));
-    for (int p : group.param_ids) fn(*optimizer, p);
+    for (int p : group.param_ids) {
+      OPTSTEP_RETURN_IF_ERROR(optimizer->CheckParam(params[p]));
+      fn(*optimizer, p);
+    }
   }
   return absl::OkStatus();
 }

@@ -12,7 +12,8 @@ namespace optstep {
 
 // The estimated step cost of every parameter under `chain` (routing of spec §4, then each
 // group's Optimizer::EstimateStepCost): what the layer-wise partitioner balances.
-// INVALID_ARGUMENT as RouteParameters / CreateOptimizer for invalid chains.
+// INVALID_ARGUMENT as RouteParameters / CreateOptimizer for invalid chains, and as
+// Optimizer::CheckParam, naming the parameter, for one its optimizer cannot handle.
 absl::StatusOr<std::vector<double>> EstimateStepCosts(const ChainConfig& chain,
                                                       const std::vector<ParamInfo>& params);
 

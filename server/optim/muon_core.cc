@@ -197,8 +197,8 @@ void MuonCore::PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const 
 }
 
 double MuonCore::EstimateStepCost(const ParamInfo& param) const {
-  const int64_t rows = param.ndim() == 2 ? param.shape[0] : param.numel();
-  const int64_t cols = param.ndim() == 2 ? param.shape[1] : 1;
+  const int64_t rows = param.shape[0];
+  const int64_t cols = param.shape[1];
   double flops = 0.0;
   if (config_.split_qkv && param.qkv.num_query_groups > 0 && GroupRows(param.qkv) > 0) {
     const int64_t groups = rows / GroupRows(param.qkv);

@@ -62,6 +62,7 @@ class Optimizer {
   virtual absl::Status InitState(Device& device, const ParamInfo& param,
                                  ParamState& state) const = 0;
   // Bytes of the state InitState allocates for `param` (what ParamState::bytes() then answers).
+  // REQUIRES: CheckParam(param) is OK.
   virtual int64_t StateBytes(const ParamInfo& param) const = 0;
   // Records in `plan` the scratch a step of `param` may ask of this optimizer's workspaces, over
   // every branch a step can take. Planned for every parameter of the group, plan.bytes() is the
@@ -86,6 +87,7 @@ class Optimizer {
   // floating-point operations divided by kFlopsPerByte (a CPU core does roughly ten flops in
   // the time it streams one byte), e.g. Muon's Newton–Schulz k·(4·r²·c + 2·r³) flops for
   // r = min(m, n), c = max(m, n), per Q/K/V component when split. Deterministic, > 0.
+  // REQUIRES: CheckParam(param) is OK.
   virtual double EstimateStepCost(const ParamInfo& param) const = 0;
 
   // The flop-to-byte exchange rate of EstimateStepCost.

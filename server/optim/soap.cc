@@ -83,9 +83,6 @@ absl::Status Soap::InitState(Device& device, const ParamInfo& param, ParamState&
 }
 
 int64_t Soap::StateBytes(const ParamInfo& param) const {
-  // The layout is estimated before the chain is validated: a parameter SOAP refuses (not 2-D)
-  // holds nothing here, and the validation names it.
-  if (param.shape.size() != 2) return 0;
   const int64_t m = param.shape[0];
   const int64_t n = param.shape[1];
   return (2 * m * n + 2 * m * m + 2 * n * n) * 4;  // exp_avg, exp_avg_sq, L, Q_L, R, Q_R
@@ -176,7 +173,6 @@ absl::Status Soap::Step(Device& device, const StepArgs& args, const Tensor& grad
 
 double Soap::EstimateStepCost(const ParamInfo& param) const {
   const double numel = static_cast<double>(param.numel());
-  if (param.ndim() != 2) return 40.0 * numel;
   const double m = static_cast<double>(param.shape[0]);
   const double n = static_cast<double>(param.shape[1]);
   const double mixed = m * m * n + m * n * n;

@@ -240,6 +240,28 @@ TEST(FootprintTest, AHugeSoapFactorIsRefusedBeforeItIsCounted) {
                        "param 'emb': soap takes dimensions up to 1048576"));
 }
 
+// The partition's estimates read a parameter's shape only once its optimizer accepted it: a 1-D
+// parameter routed to SOAP or Muon is refused by name, before any cost or state size is read
+// from a second dimension it does not have.
+TEST(FootprintTest, TheLayoutEstimatesRefuseAParameterTheOptimizerCannotHandle) {
+  for (const char* kind : {"soap", "muon"}) {
+    SessionConfig config;
+    config.params = {Param("w", {8, 8}), Param("bias", {8})};
+    SubOptimizerConfig matrix;
+    matrix.name = "matrix";
+    matrix.kind = kind;
+    config.chain.sub_optimizers = {matrix};
+    RoutingRule every;
+    every.sub_optimizer = "matrix";
+    config.chain.rules = {every};
+    const std::string refused = absl::StrCat("param 'bias': ", kind, " needs a 2-D parameter");
+    EXPECT_THAT(EstimateOwnedBytes(config.chain, config.params).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, refused));
+    EXPECT_THAT(EstimateStepCosts(config.chain, config.params).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, refused));
+  }
+}
+
 // Resident set size of this process, from /proc/self/statm.
 int64_t ResidentBytes() {
   FILE* f = std::fopen("/proc/self/statm", "r");

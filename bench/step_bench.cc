@@ -167,6 +167,9 @@ int Run() {
     if (!client.ok()) return 1;
     trainers.push_back(*std::move(client));
   }
+  // What the process holds before the session (code, the ranks' servers and threads, the
+  // clients): the fixed overhead, which does not grow with the model.
+  const int64_t before_session = bench::PeakRssBytes();
   auto session = trainers[0]->CreateSession(GptSpec(params));
   if (!session.ok()) {
     std::fprintf(stderr, "cannot create the session: %s\n", session.status().ToString().c_str());
@@ -320,6 +323,12 @@ int Run() {
       "(%.2f x what is held)\n",
       session_bytes / 1048576.0, bench_bytes / 1048576.0, bench::PeakRssBytes() / 1048576.0,
       static_cast<double>(bench::PeakRssBytes()) / (session_bytes + bench_bytes));
+  const int64_t grown = bench::PeakRssBytes() - before_session;
+  std::printf(
+      "memory above the %.0f MiB the process held before the session: %.0f MiB, %.2f x what is "
+      "held\n",
+      before_session / 1048576.0, grown / 1048576.0,
+      static_cast<double>(grown) / (session_bytes + bench_bytes));
   saver.reset();
   for (Rank& rank : *ranks) rank.server->Shutdown(absl::Now() + absl::Seconds(1));
   return 0;

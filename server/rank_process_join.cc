@@ -1,0 +1,124 @@
+// RankProcess (rank_process.h): joining the group, and rejoining a running group after a restart
+// (a rank other than 0 asks rank 0 to heal it in; a restarted rank 0 heals itself in; heal.h).
+
+#include "server/rank_process.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "server/rpc/auto_restore.h"
+#include "server/rpc/heal.h"
+
+namespace optstep {
+
+bool RankProcess::heals() const {
+  return options_.world_size > 1 &&
+         (options_.state_redundancy < 0 ? options_.world_size >= 2
+                                        : options_.state_redundancy == 1);
+}
+
+bool RankProcess::AwaitsRejoin(int rank) const {
+  // Rank 0 too, once the group formed: its next process heals itself in (HealRankZero).
+  return heals() && group_->lost_peers() <= 1 && (rank != 0 || group_->formed());
+}
+
+bool RankProcess::RejoinGroup(const std::string& address) {
+  const absl::Time started = absl::Now();
+  absl::StatusOr<uint64_t> generation = RequestRejoin(group_.get(), address, options_.comm_timeout);
+  if (!generation.ok()) {
+    LOG(ERROR) << "event=rejoin_failed rank=" << options_.rank << " error=\""
+               << generation.status().message() << "\"";
+    ExitForRestart("rank 0 could not heal this rank into the running group");
+    return false;
+  }
+  LOG(WARNING) << "event=rejoined rank=" << options_.rank << " generation=" << *generation
+               << " took_s=" << absl::ToDoubleSeconds(absl::Now() - started);
+  return true;
+}
+
+bool RankProcess::RejoinAsRankZero(bool* healed) {
+  const absl::Time started = absl::Now();
+  absl::StatusOr<std::optional<uint64_t>> generation = HealRankZero(engine_.get(), group_.get());
+  if (!generation.ok()) {
+    LOG(ERROR) << "event=rejoin_failed rank=0 error=\"" << generation.status().message() << "\"";
+    ExitForRestart("rank 0 could not heal itself into the running group",
+                   /*even_without_flag=*/true);
+    return false;
+  }
+  *healed = generation->has_value();
+  LOG_IF(WARNING, *healed) << "event=rejoined rank=0 generation=" << generation->value_or(0)
+                           << " took_s=" << absl::ToDoubleSeconds(absl::Now() - started);
+  return true;
+}
+
+void RankProcess::PublishForRankZero(const std::string& address) {
+  bool published = false;
+  while (!shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+    if (!group_->AwaitsRankZero()) {
+      published = false;
+      continue;
+    }
+    // Rank 0's next process serves a new, empty store: its Join waits for this rank's address
+    // there, then it heals itself into the group (HealRankZero). Set again at every interval:
+    // that process may be lost too before it heals.
+    absl::Status set =
+        store()->SetWithin(RankAddressKey(options_.rank), address, options_.heartbeat_interval);
+    LOG_IF(WARNING, set.ok() && !published)
+        << "event=awaiting_rank_zero rank=" << options_.rank
+        << " this rank's address is published to rank 0's new process";
+    published = published || set.ok();
+  }
+}
+
+void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store) {
+  // A restarted rank finds its group formed (read before this rank publishes its address, which
+  // the group's first formation waits for).
+  const bool rejoin =
+      heals() && options_.rank != 0 && store->Get(kGroupFormedKey, absl::ZeroDuration()).ok();
+  absl::Status joined = group_->Join(address, store);
+  if (!joined.ok()) {
+    LOG(ERROR) << "rank " << options_.rank << " could not join its group: " << joined;
+    // A rank that never joined serves nothing: it ends (unless it is shutting down anyway).
+    if (options_.world_size > 1 && !shutdown_requested_.HasBeenNotified()) {
+      ExitForRestart("the group did not form", /*even_without_flag=*/true);
+    }
+    return;
+  }
+  if (rejoin) {
+    if (!RejoinGroup(address)) return;
+    group_->MarkFormed();
+  }
+  bool healed = false;
+  if (options_.rank == 0 && heals() && !RejoinAsRankZero(&healed)) return;
+  joined_.Notify();
+  group_->StartHeartbeats();
+  if (options_.rank == 0) {
+    // Before SERVING: a trainer that sees SERVING finds its session. Sessions healed from the
+    // other ranks are not restored (the automatic checkpointer saves each of them at once, then
+    // on its schedule).
+    for (const RestoredSession& restored :
+         healed ? std::vector<RestoredSession>()
+                : RestoreAutoCheckpoints(options_.checkpoint_root, options_.checkpoint_temp_max_age,
+                                         group_.get())) {
+      metrics_->CountSessionRestored();
+      if (auto_checkpointer_ != nullptr) {
+        auto_checkpointer_->Restored(restored.session_id, restored.step);
+      }
+    }
+    if (auto_checkpointer_ != nullptr) auto_checkpointer_->Start();
+    group_->MarkFormed();  // creations are taken from now on
+    if (options_.world_size > 1) {
+      absl::Status formed = store->Set(kGroupFormedKey, "1");
+      LOG_IF(WARNING, !formed.ok()) << "cannot mark the group formed: " << formed;
+    }
+  }
+  LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
+  server_->SetReady(true);
+  if (options_.world_size > 1 && options_.exit_on_peer_loss) WatchSessionGroups();
+}
+
+}  // namespace optstep

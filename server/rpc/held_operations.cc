@@ -118,14 +118,18 @@ absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperati
   }
   // c. The operation.
   if (status.ok()) status = op(token, points[0]);
-  // d. Release, whatever happened (a rank that missed it lets go when its lease passes).
+  // d. Release, whatever happened (a rank that missed it lets go when its lease passes): the
+  // other ranks first and rank 0 last, so that an operation waiting for this one on rank 0 (a.)
+  // finds the other ranks free when it gets rank 0.
   (void)group_->ForEachRank([&](int r) -> absl::Status {
-    if (r == 0) return session.holds().Release(token);
+    if (r == 0) return absl::OkStatus();
     absl::StatusOr<v1::HeldSessionResponse> released =
         group_->CallPeer(r, &v1::PeerService::Stub::ReleaseSession, base, call_timeout);
     if (!released.ok()) LOG(WARNING) << "releasing hold: " << released.status();
     return absl::OkStatus();
   });
+  absl::Status released = session.holds().Release(token);
+  LOG_IF(WARNING, !released.ok()) << "releasing hold on rank 0: " << released;
   return status;
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/run_detached.h"
 #include "base/status_macros.h"
 #include "server/engine/session_checkpoint.h"
@@ -14,6 +15,13 @@
 #include "wire/grpc_status.h"
 
 namespace optstep {
+namespace {
+
+// How long a rank other than 0 waits for another operation's hold to be released before it
+// refuses a new one (ABORTED): the release follows the operation's end by one call.
+constexpr absl::Duration kPeerHoldWait = absl::Seconds(10);
+
+}  // namespace
 
 grpc::ServerUnaryReactor* PeerServiceImpl::CreateReplica(grpc::CallbackServerContext* context,
                                                          const v1::CreateReplicaRequest* request,
@@ -165,7 +173,11 @@ grpc::ServerUnaryReactor* PeerServiceImpl::HoldSession(grpc::CallbackServerConte
                                                        const v1::HeldSessionRequest* request,
                                                        v1::HeldSessionResponse* response) {
   return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
-    OPTSTEP_ASSIGN_OR_RETURN(uint64_t started, s.holds().Hold(request->token(), Lease(*request)));
+    // Rank 0 holds first (HeldOperations::WithHeldSession), so another operation's hold here is
+    // one whose release is still on its way: waited for, briefly, as rank 0 waited.
+    OPTSTEP_ASSIGN_OR_RETURN(
+        uint64_t started,
+        s.holds().HoldWhenFree(request->token(), Lease(*request), absl::Now() + kPeerHoldWait));
     response->set_resolutions(started);
     return absl::OkStatus();
   });

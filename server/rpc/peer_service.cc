@@ -17,6 +17,12 @@
 namespace optstep {
 namespace {
 
+// A heal call to a rank that has no group (one rank alone, or a test's bare service).
+grpc::ServerUnaryReactor* FinishWithoutGroup(grpc::ServerUnaryReactor* reactor) {
+  reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this rank has no group"));
+  return reactor;
+}
+
 // How long a rank other than 0 waits for another operation's hold to be released before it
 // refuses a new one (ABORTED): the release follows the operation's end by one call.
 constexpr absl::Duration kPeerHoldWait = absl::Seconds(10);
@@ -108,10 +114,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Rejoin(grpc::CallbackServerContext* c
                                                   const v1::RejoinRequest* request,
                                                   v1::RejoinResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (group_ == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this rank has no group"));
-    return reactor;
-  }
+  if (group_ == nullptr) return FinishWithoutGroup(reactor);
   // The heal blocks on every rank's communicators and the state transfer: not on the reaction.
   RunDetached([engine = engine_, group = group_, request, response, reactor] {
     absl::StatusOr<uint64_t> generation =
@@ -126,10 +129,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* 
                                                    const v1::RegroupRequest* request,
                                                    v1::RegroupResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (group_ == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this rank has no group"));
-    return reactor;
-  }
+  if (group_ == nullptr) return FinishWithoutGroup(reactor);
   // Rebuilding the communicators blocks until every rank arrives; the transfer reads peers.
   RunDetached([engine = engine_, group = group_, request, reactor] {
     absl::Status status;
@@ -149,10 +149,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::ListReplicas(grpc::CallbackServerCont
                                                         const v1::ListReplicasRequest* request,
                                                         v1::ListReplicasResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (group_ == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this rank has no group"));
-    return reactor;
-  }
+  if (group_ == nullptr) return FinishWithoutGroup(reactor);
   absl::StatusOr<v1::ListReplicasResponse> listed =
       optstep::ListReplicas(engine_, *group_, *request);
   if (listed.ok()) *response = *std::move(listed);

@@ -61,6 +61,11 @@ double TriadGbps();
 // machine wall time includes time slices lost to other processes; CPU time does not.
 double ProcessCpuSeconds();
 
+// Voluntary context switches of the whole process so far (getrusage ru_nvcsw): each is a thread
+// going to sleep, such as an OpenMP worker waiting for the next parallel region under
+// OMP_WAIT_POLICY=passive. Unlike wall time, a loaded machine barely changes the count.
+int64_t ProcessSleeps();
+
 // The process's peak resident set (getrusage ru_maxrss), in bytes.
 int64_t PeakRssBytes();
 // Resets the peak to the current resident set (Linux: /proc/self/clear_refs "5"), so that the

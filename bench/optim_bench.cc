@@ -200,6 +200,7 @@ void BM_NewtonSchulz(benchmark::State& state) {
   Check(state, ns.Run(*device, x, out));  // warm up (workspace)
   double total = 0.0;
   const double cpu_start = bench::ProcessCpuSeconds();
+  const int64_t sleeps_start = bench::ProcessSleeps();
   for (auto _ : state) {
     const Clock::time_point start = Clock::now();
     Check(state, ns.Run(*device, x, out));
@@ -209,6 +210,8 @@ void BM_NewtonSchulz(benchmark::State& state) {
     total += s;
   }
   state.counters["cpu_s"] = (bench::ProcessCpuSeconds() - cpu_start) / state.iterations();
+  state.counters["sleeps"] =
+      static_cast<double>(bench::ProcessSleeps() - sleeps_start) / state.iterations();
   state.counters["GFLOP/s"] = NewtonSchulz::Flops(rows, cols, 5) * state.iterations() / total / 1e9;
   ReportMemory(state, *device);
 }
@@ -267,6 +270,7 @@ void BM_GptStep(benchmark::State& state, const std::string& preset,
   Check(state, (*stepper)->Step());  // the first step (SOAP: eigh), untimed
   double total = 0.0;
   const double cpu_start = bench::ProcessCpuSeconds();
+  const int64_t sleeps_start = bench::ProcessSleeps();
   for (auto _ : state) {
     const Clock::time_point start = Clock::now();
     Check(state, (*stepper)->Step());
@@ -277,6 +281,9 @@ void BM_GptStep(benchmark::State& state, const std::string& preset,
   state.counters["step_s"] = total / state.iterations();
   // CPU seconds of the process per step: what a loaded machine distorts least.
   state.counters["cpu_s"] = (bench::ProcessCpuSeconds() - cpu_start) / state.iterations();
+  // Threads put to sleep per step: the synchronisations that cost wall time on an idle machine.
+  state.counters["sleeps"] =
+      static_cast<double>(bench::ProcessSleeps() - sleeps_start) / state.iterations();
   state.counters["Mparams"] = static_cast<double>(elements) / 1e6;
   ReportMemory(state, *device);
 }
@@ -403,8 +410,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   optstep::RegisterAll();
-  optstep::bench::SummaryReporter reporter(
-      {"GB/s", "ratio", "GFLOP/s", "cpu_s", "step_s", "Mparams", "held_MB", "peak_RSS_MB"});
+  optstep::bench::SummaryReporter reporter({"GB/s", "ratio", "GFLOP/s", "cpu_s", "sleeps", "step_s",
+                                            "Mparams", "held_MB", "peak_RSS_MB"});
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.PrintSummary("Summary (" + optstep::g_device_kind + "; ratio = GB/s / " +
                         (optstep::g_device_kind == "cpu" ? "streaming triad" : "device copy") +

@@ -141,8 +141,24 @@ absl::Status RunPanelPairs(int64_t n, int threads, const Fn& fn) {
   return absl::OkStatus();
 }
 
+// c[j][i] ← c[i][j] for i in [r0, r1) and j in (i, m): the rows [r0, r1) of the upper triangle of
+// the row-major {m, m} c mirrored into its columns [r0, r1) below the diagonal. A panel's thread
+// mirrors its own rows as soon as they are computed, inside the panels' parallel region: those
+// entries below the diagonal are read and written by no other panel (each reads and writes only
+// its rows on and above the diagonal), so no barrier and no second region (under
+// OMP_WAIT_POLICY=passive, one more sleep and wake-up of every thread) is needed. The columns
+// [r0, r1) of a row j are contiguous and the rows [r0, r1) of a column stay in L1 while j moves
+// along them.
+template <typename T>
+void MirrorPanel(T* c, int64_t m, int64_t r0, int64_t r1) {
+  for (int64_t j = r0 + 1; j < m; ++j) {
+    const int64_t i1 = std::min(r1, j);
+    for (int64_t i = r0; i < i1; ++i) c[j * m + i] = c[i * m + j];
+  }
+}
+
 // c[j][i] ← c[i][j] for every i < j: the upper triangle of the row-major {m, m} c mirrored below
-// the diagonal, in tiles.
+// the diagonal, in tiles (after a full product).
 template <typename T>
 void MirrorUpper(T* c, int64_t m, int threads) {
   constexpr int64_t kTile = 64;
@@ -297,86 +313,92 @@ absl::Status CpuMatrixKernels::SymmetricGemm(const GemmArgs& args, const Tensor&
   if (k == 0 || (bf16 && dnnl_ == nullptr)) {
     // Nothing to multiply, or bf16 emulated on OpenBLAS (widened whole): the full product.
     OPTSTEP_RETURN_IF_ERROR(Gemm(args, a, b, c));
-  } else {
-    const int threads = 2.0 * m * m * k < kMinParallelFlops ? 1 : ctx_.num_threads;
-    const std::vector<Panel> panels = UpperPanels(args, a, b, m, threads);
-    const int64_t n = static_cast<int64_t>(panels.size());
-    if (dnnl_ != nullptr && args.precision == MatmulPrecision::kMedium) {
-      // oneDNN 2.x's brgemm kernels take dense blocks only (else it falls back to gemm:jit, 2 to 3
-      // times slower): every panel runs as dense op(A) rows {rows, k} times the dense rows
-      // {m − r0, k} of op(B)ᵀ (tb), into a dense block copied into C. Transposed operands are
-      // transposed once (O(m·k) against the product's O(m²·k)); A·A of one symmetric A takes A's
-      // rows for its columns.
-      const uint16_t* pa = Bf16Operand(a, 0);
-      const uint16_t* pb = b.data() == a.data() ? pa : Bf16Operand(b, 1);
-      const uint16_t* rows_a = pa;  // op(A) {m, k}
-      if (args.transpose_a) {
-        uint16_t* transposed = Bf16Scratch(2, m * k).data();
-        internal::TransposeTiles(pa, k, m, transposed, ctx_.ThreadsFor(m * k));
-        rows_a = transposed;
-      }
-      const uint16_t* rows_b = pb;  // op(B)ᵀ {m, k}
-      if (!args.transpose_b && b.data() == a.data()) {
-        rows_b = rows_a;  // Aᵀ·A: op(B)ᵀ = op(A); A·A: Aᵀ = A
-      } else if (!args.transpose_b) {
-        uint16_t* transposed = Bf16Scratch(3, m * k).data();
-        internal::TransposeTiles(pb, k, m, transposed, ctx_.ThreadsFor(m * k));
-        rows_b = transposed;
-      }
-      const size_t c_bytes = bf16 ? sizeof(uint16_t) : sizeof(float);
-      std::vector<internal::DnnlProduct> products;
-      std::vector<int64_t> block_offset;  // of each panel's dense block in BlockScratch
-      int64_t block_bytes = 0;
-      for (const Panel& panel : panels) {
-        const int64_t cols = m - panel.r0;
-        products.push_back(
-            {false, true, panel.r1 - panel.r0, cols, k, k, k, cols, args.alpha, args.beta, bf16});
-        block_offset.push_back(block_bytes);
-        block_bytes += (panel.r1 - panel.r0) * cols * static_cast<int64_t>(c_bytes);
-      }
-      char* blocks = BlockScratch(block_bytes);
-      // Every panel's primitive before the region: the cache may be emptied only here.
-      OPTSTEP_ASSIGN_OR_RETURN(const auto prepared, dnnl_->PrepareSingleThreaded(products));
-      OPTSTEP_RETURN_IF_ERROR(RunPanelPairs(n, threads, [&](int64_t i) {
-        const Panel& panel = panels[i];
-        const int64_t rows = panel.r1 - panel.r0;
-        const size_t row_bytes = (m - panel.r0) * c_bytes;
-        char* block = blocks + block_offset[i];
-        char* target = static_cast<char*>(c.data()) + (panel.r0 * m + panel.r0) * c_bytes;
-        if (args.beta != 0.0f) {
-          for (int64_t r = 0; r < rows; ++r) {
-            std::memcpy(block + r * row_bytes, target + r * m * c_bytes, row_bytes);
-          }
-        }
-        OPTSTEP_RETURN_IF_ERROR(internal::DnnlGemm::RunOnThisThread(
-            *prepared[i], rows_a + panel.r0 * k, rows_b + panel.r0 * k, block));
-        for (int64_t r = 0; r < rows; ++r) {
-          std::memcpy(target + r * m * c_bytes, block + r * row_bytes, row_bytes);
-        }
-        return absl::OkStatus();
-      }));
-      last_gemm_library_ = absl::StrCat("onednn:", dnnl_->last_implementation());
+    const int threads = ctx_.ThreadsFor(m * m);
+    if (bf16) {
+      MirrorUpper(static_cast<uint16_t*>(c.data()), m, threads);
     } else {
-      const std::pair<const float*, const float*> operands = Fp32Operands(args, a, b);
-      const float* pa = operands.first;
-      const float* pb = operands.second;
-      OPTSTEP_RETURN_IF_ERROR(RunPanelPairs(n, threads, [&](int64_t i) {
-        const Panel& panel = panels[i];
-        SgemmBlock(args.transpose_a, args.transpose_b, panel.r1 - panel.r0, m - panel.r0, k,
-                   args.alpha, pa + panel.a_offset, a.dim(1), pb + panel.b_offset, b.dim(1),
-                   args.beta, c.f32() + panel.r0 * m + panel.r0, m);
-        return absl::OkStatus();
-      }));
-      last_gemm_library_ = "openblas";
+      MirrorUpper(c.f32(), m, threads);
     }
+    return absl::OkStatus();
   }
-  const int threads = ctx_.ThreadsFor(m * m);
-  if (bf16) {
-    MirrorUpper(static_cast<uint16_t*>(c.data()), m, threads);
+  const int threads = 2.0 * m * m * k < kMinParallelFlops ? 1 : ctx_.num_threads;
+  const std::vector<Panel> panels = UpperPanels(args, a, b, m, threads);
+  const int64_t n = static_cast<int64_t>(panels.size());
+  if (dnnl_ != nullptr && args.precision == MatmulPrecision::kMedium) {
+    // oneDNN 2.x's brgemm kernels take dense blocks only (else it falls back to gemm:jit, 2 to 3
+    // times slower): every panel runs as dense op(A) rows {rows, k} times the dense rows
+    // {m − r0, k} of op(B)ᵀ (tb), into a dense block copied into C. Transposed operands are
+    // transposed once (O(m·k) against the product's O(m²·k)); A·A of one symmetric A takes A's
+    // rows for its columns.
+    const uint16_t* pa = Bf16Operand(a, 0);
+    const uint16_t* pb = b.data() == a.data() ? pa : Bf16Operand(b, 1);
+    const uint16_t* rows_a = pa;  // op(A) {m, k}
+    if (args.transpose_a) {
+      uint16_t* transposed = Bf16Scratch(2, m * k).data();
+      internal::TransposeTiles(pa, k, m, transposed, ctx_.ThreadsFor(m * k));
+      rows_a = transposed;
+    }
+    const uint16_t* rows_b = pb;  // op(B)ᵀ {m, k}
+    if (!args.transpose_b && b.data() == a.data()) {
+      rows_b = rows_a;  // Aᵀ·A: op(B)ᵀ = op(A); A·A: Aᵀ = A
+    } else if (!args.transpose_b) {
+      uint16_t* transposed = Bf16Scratch(3, m * k).data();
+      internal::TransposeTiles(pb, k, m, transposed, ctx_.ThreadsFor(m * k));
+      rows_b = transposed;
+    }
+    const size_t c_bytes = bf16 ? sizeof(uint16_t) : sizeof(float);
+    std::vector<internal::DnnlProduct> products;
+    std::vector<int64_t> block_offset;  // of each panel's dense block in BlockScratch
+    int64_t block_bytes = 0;
+    for (const Panel& panel : panels) {
+      const int64_t cols = m - panel.r0;
+      products.push_back(
+          {false, true, panel.r1 - panel.r0, cols, k, k, k, cols, args.alpha, args.beta, bf16});
+      block_offset.push_back(block_bytes);
+      block_bytes += (panel.r1 - panel.r0) * cols * static_cast<int64_t>(c_bytes);
+    }
+    char* blocks = BlockScratch(block_bytes);
+    // Every panel's primitive before the region: the cache may be emptied only here.
+    OPTSTEP_ASSIGN_OR_RETURN(const auto prepared, dnnl_->PrepareSingleThreaded(products));
+    OPTSTEP_RETURN_IF_ERROR(RunPanelPairs(n, threads, [&](int64_t i) {
+      const Panel& panel = panels[i];
+      const int64_t rows = panel.r1 - panel.r0;
+      const size_t row_bytes = (m - panel.r0) * c_bytes;
+      char* block = blocks + block_offset[i];
+      char* target = static_cast<char*>(c.data()) + (panel.r0 * m + panel.r0) * c_bytes;
+      if (args.beta != 0.0f) {
+        for (int64_t r = 0; r < rows; ++r) {
+          std::memcpy(block + r * row_bytes, target + r * m * c_bytes, row_bytes);
+        }
+      }
+      OPTSTEP_RETURN_IF_ERROR(internal::DnnlGemm::RunOnThisThread(
+          *prepared[i], rows_a + panel.r0 * k, rows_b + panel.r0 * k, block));
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(target + r * m * c_bytes, block + r * row_bytes, row_bytes);
+      }
+      if (bf16) {
+        MirrorPanel(static_cast<uint16_t*>(c.data()), m, panel.r0, panel.r1);
+      } else {
+        MirrorPanel(c.f32(), m, panel.r0, panel.r1);
+      }
+      return absl::OkStatus();
+    }));
+    last_gemm_library_ = absl::StrCat("onednn:", dnnl_->last_implementation());
   } else {
-    MirrorUpper(c.f32(), m, threads);
+    const std::pair<const float*, const float*> operands = Fp32Operands(args, a, b);
+    const float* pa = operands.first;
+    const float* pb = operands.second;
+    OPTSTEP_RETURN_IF_ERROR(RunPanelPairs(n, threads, [&](int64_t i) {
+      const Panel& panel = panels[i];
+      SgemmBlock(args.transpose_a, args.transpose_b, panel.r1 - panel.r0, m - panel.r0, k,
+                 args.alpha, pa + panel.a_offset, a.dim(1), pb + panel.b_offset, b.dim(1),
+                 args.beta, c.f32() + panel.r0 * m + panel.r0, m);
+      MirrorPanel(c.f32(), m, panel.r0, panel.r1);
+      return absl::OkStatus();
+    }));
+    last_gemm_library_ = "openblas";
   }
-  return absl::OkStatus();
+  return absl::OkStatus();  // every panel mirrored its own rows
 }
 
 absl::Status CpuMatrixKernels::SymmetricEigh(const Tensor& a, float shift, Tensor& eigenvalues,

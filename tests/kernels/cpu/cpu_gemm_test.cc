@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -352,6 +353,50 @@ TEST_F(OneDnnGemmTest, SymmetricPanelsRunOnOneDnnAndMatchTheExactProduct) {
         EXPECT_TRUE(absl::StartsWith(library, "onednn:")) << library;
       }
       EXPECT_TRUE(WithinConformanceBounds(got, want, dtype));
+    }
+  }
+}
+
+// Each panel mirrors its own rows below the diagonal inside the panels' parallel region: on two
+// threads the result equals, bit for bit, the same panels run one after another on one thread, for
+// odd sizes whose panels do not end on cache lines, with C starting non-symmetric (so an entry
+// below the diagonal that no panel mirrored keeps its old value and breaks the symmetry).
+TEST(CpuSymmetricGemmTest, PanelsOnTwoThreadsEqualOneThreadBitForBit) {
+  std::unique_ptr<CpuDevice> device = MakeCpu("openblas");
+  ASSERT_NE(device, nullptr);
+  std::vector<CpuGemmBackend> backends = {CpuGemmBackend::kOpenBlas};
+  if (OneDnnHasBf16Isa()) backends.push_back(CpuGemmBackend::kOneDnn);
+  // Above the product size that SymmetricGemm splits over threads (2·m²·k ≥ 2^24 flops).
+  const Case cases[] = {{131, 131, 509, false, true, 1.0f, 0.0f},
+                        {157, 157, 389, true, false, 0.5f, 2.0f},
+                        {211, 211, 211, false, false, 2.0315f, -4.775f}};
+  for (CpuGemmBackend backend : backends) {
+    internal::CpuContext two, one;
+    two.num_threads = 2;
+    CpuMatrixKernels parallel(two, backend), serial(one, backend);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(Describe(c) << " " << CpuGemmBackendName(backend));
+      const std::vector<float> a = Normal(c.m * c.k, 21), c0 = Normal(c.m * c.m, 22);
+      for (auto [dtype, precision] : {std::pair{DType::kF32, MatmulPrecision::kHighest},
+                                      {DType::kF32, MatmulPrecision::kMedium},
+                                      {DType::kBF16, MatmulPrecision::kMedium}}) {
+        if (dtype == DType::kBF16 && backend == CpuGemmBackend::kOpenBlas) continue;  // full Gemm
+        SCOPED_TRACE(::testing::Message()
+                     << DTypeName(dtype) << " " << MatmulPrecisionName(precision));
+        const Tensor x = MakeTensor(*device, dtype, c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, a);
+        Tensor on_two = MakeTensor(*device, dtype, {c.m, c.m}, c0);
+        Tensor on_one = MakeTensor(*device, dtype, {c.m, c.m}, c0);
+        const GemmArgs args{precision, c.ta, c.tb, c.alpha, c.beta};
+        OPTSTEP_ASSERT_OK(parallel.SymmetricGemm(args, x, x, on_two));
+        OPTSTEP_ASSERT_OK(serial.SymmetricGemm(args, x, x, on_one));
+        const std::vector<float> got = ReadTensor(*device, on_two);
+        const std::vector<float> want = ReadTensor(*device, on_one);
+        EXPECT_TRUE(ExactlySymmetric(got, c.m));
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+              << "element " << i << ": " << got[i] << " on two threads, " << want[i] << " on one";
+        }
+      }
     }
   }
 }

@@ -95,6 +95,9 @@ ABSL_FLAG(int64_t, rejoin_timeout_ms, 60000,
 ABSL_FLAG(int, kill_before_allgather, 0,
           "Testing only: this rank SIGKILLs itself in its N-th step (of any session), after it "
           "stepped its own parameters and before the all-gather (a rank lost mid-step); 0: never.");
+ABSL_FLAG(bool, kill_during_restore, false,
+          "Testing only: rank 0 SIGKILLs itself while it restores its automatic checkpoints, once "
+          "the first session is recreated on every rank and before it loads.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
@@ -208,6 +211,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.state_redundancy = absl::GetFlag(FLAGS_state_redundancy);
   options.rejoin_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rejoin_timeout_ms));
   options.kill_before_allgather = absl::GetFlag(FLAGS_kill_before_allgather);
+  options.kill_during_restore = absl::GetFlag(FLAGS_kill_during_restore);
   return options;
 }
 

@@ -117,6 +117,9 @@ class RankProcess {
     // stepped its own parameters (and its shadow) in its `kill_before_allgather`-th step of
     // any session, before that step's all-gather. 0: never.
     int kill_before_allgather = 0;
+    // Testing only (rank 0 lost while it restores the group): rank 0 SIGKILLs itself once the
+    // first session of its automatic checkpoints is recreated on every rank, before it loads.
+    bool kill_during_restore = false;
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.

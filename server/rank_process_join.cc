@@ -1,8 +1,9 @@
 // RankProcess (rank_process.h): joining the group, and rejoining a running group after a restart
 // (a rank other than 0 asks rank 0 to heal it in; a restarted rank 0 heals itself in; heal.h).
 
-#include "server/rank_process.h"
+#include <signal.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -10,10 +11,26 @@
 
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "server/rank_process.h"
 #include "server/rpc/auto_restore.h"
 #include "server/rpc/heal.h"
 
 namespace optstep {
+namespace {
+
+// Testing only (Options::kill_during_restore): SIGKILLs this process once the first restored
+// session is recreated on every rank, before its checkpoint loads; null when not `enabled`.
+std::function<void(const std::string&)> KillDuringRestore(bool enabled) {
+  if (!enabled) return nullptr;
+  return [](const std::string& session_id) {
+    LOG(ERROR) << "event=killed_during_restore session=" << session_id
+               << " --kill_during_restore: this rank kills itself";
+    google::FlushLogFiles(google::GLOG_INFO);
+    raise(SIGKILL);
+  };
+}
+
+}  // namespace
 
 bool RankProcess::heals() const {
   return options_.world_size > 1 &&
@@ -103,7 +120,8 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
     for (const RestoredSession& restored :
          healed ? std::vector<RestoredSession>()
                 : RestoreAutoCheckpoints(options_.checkpoint_root, options_.checkpoint_temp_max_age,
-                                         group_.get())) {
+                                         group_.get(),
+                                         KillDuringRestore(options_.kill_during_restore))) {
       metrics_->CountSessionRestored();
       if (auto_checkpointer_ != nullptr) {
         auto_checkpointer_->Restored(restored.session_id, restored.step);

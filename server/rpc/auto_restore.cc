@@ -59,8 +59,9 @@ void OrderByStep(std::vector<std::string>& checkpoints) {
 }
 
 // Recreates the session of `dir` and loads it from its newest automatic checkpoint that loads.
-absl::StatusOr<RestoredSession> RestoreOne(const std::string& dir, absl::Duration temp_max_age,
-                                           RankGroup* group) {
+absl::StatusOr<RestoredSession> RestoreOne(
+    const std::string& dir, absl::Duration temp_max_age, RankGroup* group,
+    const std::function<void(const std::string& session_id)>& before_load) {
   OPTSTEP_ASSIGN_OR_RETURN(SessionRecord record, ReadSessionRecord(dir));
   if (record.session_id != fs::path(dir).filename().string()) {
     return absl::DataLossError(
@@ -86,6 +87,7 @@ absl::StatusOr<RestoredSession> RestoreOne(const std::string& dir, absl::Duratio
       }
       OPTSTEP_ASSIGN_OR_RETURN(session,
                                group->RestoreSession(record.session_id, *spec, record.owner));
+      if (before_load) before_load(record.session_id);
     }
     absl::StatusOr<uint64_t> step = HeldOperations(group).LoadCheckpoint(*session, name, nullptr);
     if (step.ok()) return RestoredSession{record.session_id, *step, name};
@@ -99,8 +101,9 @@ absl::StatusOr<RestoredSession> RestoreOne(const std::string& dir, absl::Duratio
 
 }  // namespace
 
-std::vector<RestoredSession> RestoreAutoCheckpoints(const std::string& checkpoint_root,
-                                                    absl::Duration temp_max_age, RankGroup* group) {
+std::vector<RestoredSession> RestoreAutoCheckpoints(
+    const std::string& checkpoint_root, absl::Duration temp_max_age, RankGroup* group,
+    const std::function<void(const std::string& session_id)>& before_load) {
   std::vector<RestoredSession> restored;
   const fs::path auto_root = fs::path(checkpoint_root) / kAutoCheckpointDir;
   std::error_code error;
@@ -114,7 +117,7 @@ std::vector<RestoredSession> RestoreAutoCheckpoints(const std::string& checkpoin
   }
   std::sort(dirs.begin(), dirs.end());
   for (const std::string& dir : dirs) {
-    absl::StatusOr<RestoredSession> one = RestoreOne(dir, temp_max_age, group);
+    absl::StatusOr<RestoredSession> one = RestoreOne(dir, temp_max_age, group, before_load);
     if (!one.ok()) {
       LOG(ERROR) << "event=session_restore_failed dir=" << dir << " error=\""
                  << one.status().message() << "\"";

@@ -2,6 +2,7 @@
 #define OPTSTEP_SERVER_RPC_AUTO_RESTORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,11 @@ struct RestoredSession {
 // `temp_max_age` are removed (zero: none are). A session that cannot be restored is logged
 // (event=session_restore_failed) and left out; its checkpoints stay. Each session restored is
 // logged as event=session_restored. Blocks; answers the sessions restored.
-std::vector<RestoredSession> RestoreAutoCheckpoints(const std::string& checkpoint_root,
-                                                    absl::Duration temp_max_age, RankGroup* group);
+// `before_load` (testing only; may be null) is called with each session's id once it is recreated
+// on every rank, before its checkpoint loads.
+std::vector<RestoredSession> RestoreAutoCheckpoints(
+    const std::string& checkpoint_root, absl::Duration temp_max_age, RankGroup* group,
+    const std::function<void(const std::string& session_id)>& before_load = nullptr);
 
 }  // namespace optstep
 

@@ -4,7 +4,8 @@
 // SERVING, and stepping on ends bit for bit where an undisturbed group ends, also when the group
 // comes back with another number of ranks (one, two or three). A session closed by its owner loses
 // its automatic checkpoints; a user's Save may not take the reserved name. A rank whose peer is
-// SIGKILLed exits with status 75 for its supervisor to restart the group.
+// SIGKILLed exits with status 75 for its supervisor to restart the group, also when rank 0 dies
+// while it restores the group.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,6 +98,37 @@ std::string Reference() {
   return pulled.ok() ? *pulled : "";
 }
 
+// Two ranks saving every step: a session "auto" steps kBefore times, each step's checkpoint
+// awaited so that every step is saved; `before_kill` (may be null) sees the session, then the
+// group is SIGKILLed whole. Answers the session's id.
+absl::StatusOr<std::string> SaveEachStepThenKill(
+    const std::string& root,
+    const std::function<void(const std::string& session)>& before_kill = nullptr) {
+  OPTSTEP_ASSIGN_OR_RETURN(Running run, Start(2, AutoFlags(root)));
+  OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("auto")));
+  const std::string session = info.session_id();
+  for (uint64_t step = 1; step <= kBefore; ++step) {
+    OPTSTEP_RETURN_IF_ERROR(StepSmall(*run.client, session, step).status());
+    OPTSTEP_RETURN_IF_ERROR(AwaitAutoCheckpoint(root, session, step));
+  }
+  if (before_kill) before_kill(session);
+  for (auto& rank : run.group) ::kill(rank->pid(), SIGKILL);
+  for (auto& rank : run.group) rank->Wait();
+  return session;
+}
+
+// Waits (up to `bound`) for `rank` to exit; answers its status as waitpid reports it, or -1.
+int AwaitExit(ServerProcess& rank, absl::Duration bound) {
+  const absl::Time start = absl::Now();
+  int status = 0;
+  pid_t done = 0;
+  while (done == 0 && absl::Now() - start < bound) {
+    done = waitpid(rank.pid(), &status, WNOHANG);
+    if (done == 0) absl::SleepFor(absl::Milliseconds(50));
+  }
+  return done == rank.pid() ? status : -1;
+}
+
 class AutoRestoreTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitForBit) {
@@ -103,30 +136,19 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
   const std::string reference = Reference();
   ASSERT_FALSE(reference.empty());
   TempDir root;
-  std::string session;
-  {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(2, AutoFlags(root.path())));
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
-                                 run.client->CreateSession(SmallSpec("auto")));
-    session = info.session_id();
-    // Each step's checkpoint is awaited, so that every step is saved.
-    for (uint64_t step = 1; step <= kBefore; ++step) {
-      ASSERT_THAT(StepSmall(*run.client, session, step).status(), IsOk());
-      ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, step), IsOk());
-    }
-    // Only the newest two (--keep_auto_checkpoints' default) are kept: the older ones go once
-    // the newest is committed.
-    const fs::path saved = fs::path(root.path()) / "auto" / session;
-    for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
-         fs::exists(saved / "step-2") && absl::Now() < give_up;) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    EXPECT_FALSE(fs::exists(saved / "step-1"));
-    EXPECT_FALSE(fs::exists(saved / "step-2"));
-    EXPECT_TRUE(fs::exists(saved / "step-3" / "manifest.json"));
-    for (auto& rank : run.group) ::kill(rank->pid(), SIGKILL);
-    for (auto& rank : run.group) rank->Wait();
-  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::string session,
+                               SaveEachStepThenKill(root.path(), [&](const std::string& session) {
+                                 // Only the newest two (--keep_auto_checkpoints' default) are kept:
+                                 // the older ones go once the newest is committed.
+                                 const fs::path saved = fs::path(root.path()) / "auto" / session;
+                                 for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
+                                      fs::exists(saved / "step-2") && absl::Now() < give_up;) {
+                                   absl::SleepFor(absl::Milliseconds(20));
+                                 }
+                                 EXPECT_FALSE(fs::exists(saved / "step-1"));
+                                 EXPECT_FALSE(fs::exists(saved / "step-2"));
+                                 EXPECT_TRUE(fs::exists(saved / "step-3" / "manifest.json"));
+                               }));
 
   // Restarted without automatic checkpoints: the session comes back all the same.
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run,
@@ -154,6 +176,37 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
 
 INSTANTIATE_TEST_SUITE_P(RestartedOn, AutoRestoreTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
+
+// Rank 0 lost while it restores the group (its first session recreated on every rank, not yet
+// loaded): the group had not formed, so rank 1 does not wait for rank 0's next process but exits
+// for a restart of the whole group; started again, the group restores the session from the same
+// checkpoints, untouched, and steps on bit for bit.
+TEST(InterruptedRestoreTest, RankZeroKilledWhileItRestoresRestartsTheGroupAndLosesNothing) {
+  const std::string reference = Reference();
+  ASSERT_FALSE(reference.empty());
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::string session, SaveEachStepThenKill(root.path()));
+  {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(
+        Group group,
+        StartGroup(2, {"--checkpoint_root=" + root.path(), "--heartbeat_interval_ms=100",
+                       "--peer_timeout_ms=1000", "--kill_during_restore"}));
+    const int rank0 = AwaitExit(*group[0], absl::Seconds(30));
+    ASSERT_NE(rank0, -1) << "rank 0 did not die in its restore";
+    EXPECT_TRUE(WIFSIGNALED(rank0) && WTERMSIG(rank0) == SIGKILL);
+    // The peer timeout, the grace of one second, and room for a loaded machine.
+    const int rank1 = AwaitExit(*group[1], absl::Seconds(15));
+    ASSERT_NE(rank1, -1) << "rank 1 waits for a rank 0 that never formed the group";
+    ASSERT_TRUE(WIFEXITED(rank1));
+    EXPECT_EQ(WEXITSTATUS(rank1), 75);
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(2, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
+  EXPECT_EQ(info.step(), kBefore);
+  ASSERT_THAT(StepRange(*run.client, session, kBefore + 1, kBefore + kAfter), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string pulled, Pulled(*run.client, session));
+  EXPECT_TRUE(pulled == reference) << "parameters differ from the undisturbed run";
+}
 
 // The newest checkpoint is the one of the highest step, not the one written last: a copy or a
 // restore of the files may leave an older step's manifest with the later modification time.
@@ -238,17 +291,7 @@ grpc::Status StepOnRank0(const ServerProcess& rank0, const v1::SessionInfo& info
   return stream->Finish();
 }
 
-// Waits (up to `bound`) for rank 0 to exit; answers its status as waitpid reports it, or -1.
-int AwaitExitOfRank0(Running& run, absl::Duration bound) {
-  const absl::Time start = absl::Now();
-  int status = 0;
-  pid_t done = 0;
-  while (done == 0 && absl::Now() - start < bound) {
-    done = waitpid(run.group[0]->pid(), &status, WNOHANG);
-    if (done == 0) absl::SleepFor(absl::Milliseconds(50));
-  }
-  return done == run.group[0]->pid() ? status : -1;
-}
+int AwaitExitOfRank0(Running& run, absl::Duration bound) { return AwaitExit(*run.group[0], bound); }
 
 TEST(ExitOnPeerLossTest, ARankWhosePeerIsKilledExitsWithStatus75) {
   // Without redundancy nothing waits for the rank to rejoin (rejoin_test has the other case).

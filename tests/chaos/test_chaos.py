@@ -199,24 +199,41 @@ def test_killed_ranks_heal_and_the_run_ends_bit_for_bit(server_binary: str, kind
         model = make_mlp(SEED)
         opt = RemoteOptimizer(model, client, optimizer=_optimizer(kind))
         chaos = Chaos(group, opt.session_id, SEED)
-        rewinds = _train(model, opt, chaos)
-        report = "; ".join(f"{k}: {k.recovery_s:.2f} s" + (" healed" if k.heals else "") +
-                           (f", rewound to {k.rewound_to}" if k.rewound_to else "") +
-                           ("" if k.during_step is None else f", during the step: {k.during_step}")
-                           for k in chaos.kills if k.recovery_s is not None)
-        print(f"\nchaos {kind}: kill -> next applied step: {report}; "
-              f"{time.monotonic() - began:.1f} s in all")
-        healed_in_place = group.log(0).count("event=rank_healed")
-        assert not chaos._pending, f"kills not done: {chaos._pending}"
-        assert all(k.recovery_s is not None for k in chaos.kills), report
-        # A single rank, rank 0 included, heals in place: the trainer is never rewound for it.
-        for k in chaos.kills:
-            if k.heals:
-                assert not k.rewound_to, f"{k}: rewound to {k.rewound_to}, expected a heal"
-        assert healed_in_place >= sum(k.heals for k in chaos.kills), report
-        # Rank 0's kill too: its next process healed itself into the group the others kept.
-        assert "event=rejoined rank=0" in group.log(0), report
-        assert sum(len(k.rewound_to) for k in chaos.kills) == len(rewinds)
-        assert opt.next_step == STEPS + 1
+        try:
+            rewinds = _train(model, opt, chaos)
+            _check(group, chaos, opt, rewinds, kind, began)
+        except BaseException:
+            # What a failure on a loaded machine needs to be understood: the plan, how far each
+            # kill got, and every rank's events.
+            print(f"\nchaos {kind} failed; kills: "
+                  + "; ".join(f"{k} killed_at={k.killed_at} recovery_s={k.recovery_s} "
+                              f"rewound_to={k.rewound_to}" for k in chaos.kills))
+            for rank in range(WORLD):
+                events = [line for line in group.log(rank).splitlines() if "event=" in line]
+                print(f"rank {rank} events:\n" + "\n".join(events[-60:]))
+            raise
         assert_bit_identical(parameters_of(model), expected_params, "parameters")
         assert_bit_identical(state_of(opt), expected_state, "optimizer state")
+
+
+def _check(group: SupervisedGroup, chaos: Chaos, opt: RemoteOptimizer, rewinds: List[int],
+           kind: str, began: float) -> None:
+    """The run's recoveries: every kill recovered from, single kills healed in place."""
+    report = "; ".join(f"{k}: {k.recovery_s:.2f} s" + (" healed" if k.heals else "") +
+                       (f", rewound to {k.rewound_to}" if k.rewound_to else "") +
+                       ("" if k.during_step is None else f", during the step: {k.during_step}")
+                       for k in chaos.kills if k.recovery_s is not None)
+    print(f"\nchaos {kind}: kill -> next applied step: {report}; "
+          f"{time.monotonic() - began:.1f} s in all")
+    healed_in_place = group.log(0).count("event=rank_healed")
+    assert not chaos._pending, f"kills not done: {chaos._pending}"
+    assert all(k.recovery_s is not None for k in chaos.kills), report
+    # A single rank, rank 0 included, heals in place: the trainer is never rewound for it.
+    for k in chaos.kills:
+        if k.heals:
+            assert not k.rewound_to, f"{k}: rewound to {k.rewound_to}, expected a heal"
+    assert healed_in_place >= sum(k.heals for k in chaos.kills), report
+    # Rank 0's kill too: its next process healed itself into the group the others kept.
+    assert "event=rejoined rank=0" in group.log(0), report
+    assert sum(len(k.rewound_to) for k in chaos.kills) == len(rewinds)
+    assert opt.next_step == STEPS + 1

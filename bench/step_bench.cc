@@ -20,13 +20,17 @@
 // means over the measured steps (every step after the first) and the overlap of those means.
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
 #include "bench/gpt_layout.h"
@@ -143,6 +147,64 @@ v1::SessionSpec GptSpec(const std::vector<ParamInfo>& params) {
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
 
+// One trainer's thread for the whole run, as a training loop is, running `step(n)` when told.
+// (A thread per step allocated each reply in another malloc arena than the step before, and the
+// arenas kept the freed replies: a peak RSS that grew over the steps.) Thread-safe.
+class TrainerThread {
+ public:
+  explicit TrainerThread(std::function<absl::Status(int)> step)
+      : step_(std::move(step)), thread_([this] { Loop(); }) {}
+  ~TrainerThread() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  // Starts step `n`. REQUIRES: the last step started was waited for.
+  void Start(int n) {
+    absl::MutexLock lock(&mu_);
+    next_ = n;
+  }
+  // Waits for the step last started; answers its status.
+  absl::Status Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](TrainerThread* t) ABSL_NO_THREAD_SAFETY_ANALYSIS { return t->done_ == t->next_; },
+        this));
+    return status_;
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      int n;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](TrainerThread* t)
+                 ABSL_NO_THREAD_SAFETY_ANALYSIS { return t->stop_ || t->next_ != t->done_; },
+            this));
+        if (stop_) return;
+        n = next_;
+      }
+      absl::Status status = step_(n);
+      absl::MutexLock lock(&mu_);
+      status_ = std::move(status);
+      done_ = n;
+    }
+  }
+
+  const std::function<absl::Status(int)> step_;
+  absl::Mutex mu_;
+  int next_ ABSL_GUARDED_BY(mu_) = 0;
+  int done_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts once the rest is set
+};
+
 int Run() {
   const int kTrainers = absl::GetFlag(FLAGS_trainers);
   const bool replicated = absl::GetFlag(FLAGS_replicated);
@@ -226,23 +288,24 @@ int Run() {
   double total_wall = 0.0, total_sum = 0.0, total_overlap = 0.0;
   double total_phases[5] = {};  // ingest, step, all-gather, egress, egress alone
   int measured = 0;
+  std::vector<std::unique_ptr<TrainerThread>> trainer_threads;
+  for (int t = 0; t < kTrainers; ++t) {
+    trainer_threads.push_back(std::make_unique<TrainerThread>([&, t](int step) {
+      StepOptions options;
+      options.session_id = session->session_id();
+      options.step = step;
+      options.trainer_id = t;
+      options.return_dtype = fp32 ? DType::kF32 : DType::kBF16;
+      options.skip_return = t != 0;  // the client memory stays that of one trainer
+      return trainers[t]->Step(options, slices[t]).status();
+    }));
+  }
   for (int step = 1; step <= absl::GetFlag(FLAGS_steps); ++step) {
     recorder->Take();
-    std::vector<std::thread> threads;
-    std::vector<absl::Status> results(kTrainers);
     const absl::Time start = absl::Now();
-    for (int t = 0; t < kTrainers; ++t) {
-      threads.emplace_back([&, t] {
-        StepOptions options;
-        options.session_id = session->session_id();
-        options.step = step;
-        options.trainer_id = t;
-        options.return_dtype = fp32 ? DType::kF32 : DType::kBF16;
-        options.skip_return = t != 0;  // the client memory stays that of one trainer
-        results[t] = trainers[t]->Step(options, slices[t]).status();
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
+    for (auto& trainer : trainer_threads) trainer->Start(step);
+    std::vector<absl::Status> results;
+    for (auto& trainer : trainer_threads) results.push_back(trainer->Wait());
     const double wall = Ms(absl::Now() - start);
     for (const absl::Status& status : results) {
       if (!status.ok()) {
@@ -289,7 +352,7 @@ int Run() {
   }
   // Memory: what the sessions hold (fp32 masters on every rank, AdamW state and one gradient
   // buffer per owned parameter) and the bench's own buffers (the one fp32 gradient every trainer
-  // sends from, trainer 0's returned parameters, the ranks' reply snapshots), against peak RSS.
+  // sends from, trainer 0's returned parameters, the ranks' reply snapshot), against peak RSS.
   // Per step and rank: the all-gather's bytes each way (REPLICATED: the other rank's masters)
   // and the parameters it sends trainer 0 (REPLICATED: rank 0 all of them; OWNERS: its own).
   const int64_t element_out = fp32 ? 4 : 2;
@@ -315,9 +378,11 @@ int Run() {
         stats.buffer_bytes / 1048576.0);
   }
   const int64_t returned = numel * element_out;
-  // The ranks' reply snapshots: REPLICATED, every parameter on each rank; OWNERS, each rank its
-  // own.
-  const int64_t bench_bytes = numel * 4 + returned + (owners ? 1 : kRanks) * returned;
+  // The ranks' reply snapshot: one copy of the model between them, in the dtype returned
+  // (REPLICATED: all of it on rank 0, trainer 0's home rank, and none on rank 1, whose trainers
+  // ask for nothing; OWNERS: each rank its own). A rank releases the last step's snapshot once the
+  // next step applies, before it makes that step's, so the two are never kept together.
+  const int64_t bench_bytes = numel * 4 + returned + returned;
   std::printf(
       "memory: sessions hold %.0f MiB, bench buffers %.0f MiB, peak RSS %.0f MiB "
       "(%.2f x what is held)\n",

@@ -371,16 +371,17 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
   const uint32_t world_size = layout->world_size();
   const uint32_t return_rank = options.trainer_id % world_size;
   const absl::Time deadline = absl::Now() + options_.stream_timeout;
+  auto arrivals = std::make_shared<client_internal::Arrivals>();
   std::vector<std::unique_ptr<StepCall>> calls;
   for (uint32_t r = 0; r < world_size; ++r) {
-    calls.push_back(
-        std::make_unique<StepCall>(ranks_[r]->channel, deadline, options_.wait_for_ready));
+    calls.push_back(std::make_unique<StepCall>(ranks_[r]->channel, deadline,
+                                               options_.wait_for_ready, arrivals));
     header.set_skip_return(options.skip_return || (!layout->owners_only() && r != return_rank));
     // A stream that broke while sending reports its status from Receive().
     calls.back()->Open(header);
   }
-  return std::make_unique<StepStream>(std::move(layout), std::move(calls), options,
-                                      options_.max_chunk_bytes);
+  return std::make_unique<StepStream>(std::move(layout), std::move(calls), std::move(arrivals),
+                                      options, options_.max_chunk_bytes);
 }
 
 absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStep(const StepOptions& options) {

@@ -53,8 +53,10 @@ struct ClientOptions {
   // Transport tuning (docs/design.md §4). Defaults are the measured throughput settings.
   // Largest message sent or received: a 4 MiB chunk plus its envelope fits easily.
   int max_message_bytes = 8 << 20;
-  // HTTP/2 per-stream flow-control window.
-  int stream_lookahead_bytes = 256 << 20;
+  // HTTP/2 per-stream flow-control window of what this client receives: the most a rank sends
+  // on a stream (parameters returned or pulled) ahead of what the client has read. What a
+  // rank receives (the gradients) follows the server's own window.
+  int stream_lookahead_bytes = 16 << 20;
   // HTTP/2 SETTINGS_MAX_FRAME_SIZE; 16 MiB - 1 is the protocol's largest value (gRPC ignores
   // anything above it with an error log).
   int max_frame_bytes = (16 << 20) - 1;

@@ -14,6 +14,10 @@ namespace {
 
 constexpr char kStepMethod[] = "/optstep.v1.OptimizerService/Step";
 
+// Responses taken from gRPC and not yet read; the stream's flow-control window
+// (ClientOptions::stream_lookahead_bytes) bounds what waits in the transport beyond them.
+constexpr size_t kReadAhead = 2;
+
 grpc::ByteBuffer Serialise(const v1::StepRequest& request) {
   grpc::ByteBuffer buffer;
   bool own = false;
@@ -24,8 +28,27 @@ grpc::ByteBuffer Serialise(const v1::StepRequest& request) {
 
 }  // namespace
 
-StepCall::StepCall(std::shared_ptr<grpc::Channel> channel, absl::Time deadline, bool wait_for_ready)
-    : context_(std::make_unique<grpc::ClientContext>()), stub_(std::move(channel)) {
+uint64_t Arrivals::count() const {
+  absl::MutexLock lock(&mu_);
+  return count_;
+}
+
+void Arrivals::Add() {
+  absl::MutexLock lock(&mu_);
+  ++count_;
+}
+
+void Arrivals::AwaitAfter(uint64_t seen) const {
+  absl::MutexLock lock(&mu_);
+  auto changed = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ != seen; };
+  mu_.Await(absl::Condition(&changed));
+}
+
+StepCall::StepCall(std::shared_ptr<grpc::Channel> channel, absl::Time deadline, bool wait_for_ready,
+                   std::shared_ptr<Arrivals> arrivals)
+    : context_(std::make_unique<grpc::ClientContext>()),
+      stub_(std::move(channel)),
+      arrivals_(std::move(arrivals)) {
   context_->set_deadline(absl::ToChronoTime(deadline));
   context_->set_wait_for_ready(wait_for_ready);
 }
@@ -123,13 +146,31 @@ void StepCall::OnReadDone(bool ok) {
   if (!ok) return;  // no more responses; OnDone follows
   responses_.push_back(std::make_unique<grpc::ByteBuffer>(std::move(read_)));
   read_.Clear();
+  if (responses_.size() < kReadAhead || cancelled_) {
+    StartRead(&read_);
+  } else {
+    // The reader is behind: the next read starts once it takes a response, so that the rank
+    // waits on the stream's flow control instead of filling this process. The hold keeps the
+    // call alive for that read, which starts outside a reaction.
+    paused_ = true;
+    AddHold();
+  }
+  if (arrivals_ != nullptr) arrivals_->Add();
+}
+
+bool StepCall::ResumeReadingLocked() {
+  if (!paused_) return false;
+  paused_ = false;
   StartRead(&read_);
+  return true;
 }
 
 void StepCall::OnDone(const grpc::Status& status) {
   absl::MutexLock lock(&mu_);
   final_status_ = FromGrpcStatus(status);
   done_ = true;
+  // Under mu_: once done_ is seen, the owner may destroy this call.
+  if (arrivals_ != nullptr) arrivals_->Add();
 }
 
 bool StepCall::AwaitAnswer(absl::Duration wait) {
@@ -147,57 +188,73 @@ absl::Status StepCall::EndedWith() {
   return done_ ? final_status_ : absl::OkStatus();
 }
 
-std::unique_ptr<grpc::ByteBuffer> StepCall::NextResponse() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](StepCall* self)
-           ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->done_ || !self->responses_.empty(); },
-      this));
-  if (responses_.empty()) return nullptr;
-  std::unique_ptr<grpc::ByteBuffer> next = std::move(responses_.front());
-  responses_.pop_front();
+std::unique_ptr<grpc::ByteBuffer> StepCall::TakeResponse(bool* ended) {
+  std::unique_ptr<grpc::ByteBuffer> next;
+  bool resumed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    *ended = done_ && responses_.empty();
+    if (responses_.empty()) return nullptr;
+    next = std::move(responses_.front());
+    responses_.pop_front();
+    resumed = ResumeReadingLocked();
+  }
+  if (resumed) RemoveHold();  // outside mu_: the call may end within
   return next;
 }
 
 absl::Status StepCall::Receive(v1::StepResult* result, ParamAssembler* assembler) {
-  v1::StepResponse response;
-  // Parses the next response; false once the call ended.
-  auto read = [&]() -> absl::StatusOr<bool> {
-    std::unique_ptr<grpc::ByteBuffer> next = NextResponse();
-    if (next == nullptr) return false;
-    if (!grpc::SerializationTraits<v1::StepResponse>::Deserialize(next.get(), &response).ok()) {
-      return absl::InternalError("Step stream sent a message that is not a StepResponse");
-    }
-    return true;
-  };
+  while (true) {
+    OPTSTEP_ASSIGN_OR_RETURN(bool ended, ReceiveAvailable(result, assembler));
+    if (ended) return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](StepCall* self)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->done_ || !self->responses_.empty(); },
+        this));
+  }
+}
+
+absl::StatusOr<bool> StepCall::ReceiveAvailable(v1::StepResult* result, ParamAssembler* assembler) {
   auto broken = [&](absl::Status status) {
     Cancel();
     return status;
   };
-  absl::StatusOr<bool> more = read();
-  if (!more.ok()) return broken(more.status());
-  if (!*more) {
-    OPTSTEP_RETURN_IF_ERROR(Finish());
-    return absl::InternalError("Step stream ended OK without a StepResult");
-  }
-  if (!response.has_result()) {
-    return broken(
-        absl::InternalError("Step stream began with a parameter chunk, not a StepResult"));
-  }
-  *result = response.result();
-  uint64_t chunks = 0;
   while (true) {
-    more = read();
-    if (!more.ok()) return broken(more.status());
-    if (!*more) break;
-    if (!response.has_parameter()) {
+    bool ended = false;
+    std::unique_ptr<grpc::ByteBuffer> next = TakeResponse(&ended);
+    if (next == nullptr) {
+      if (!ended) return false;
+      OPTSTEP_RETURN_IF_ERROR(Finish());
+      if (!got_result_) return absl::InternalError("Step stream ended OK without a StepResult");
+      if (chunks_received_ != params_to_follow_) {
+        return absl::InternalError(absl::StrCat("Step stream announced ", params_to_follow_,
+                                                " parameter chunks and sent ", chunks_received_));
+      }
+      return true;
+    }
+    if (!grpc::SerializationTraits<v1::StepResponse>::Deserialize(next.get(), &response_).ok()) {
+      return broken(absl::InternalError("Step stream sent a message that is not a StepResponse"));
+    }
+    next.reset();
+    if (!got_result_) {
+      if (!response_.has_result()) {
+        return broken(
+            absl::InternalError("Step stream began with a parameter chunk, not a StepResult"));
+      }
+      *result = response_.result();
+      got_result_ = true;
+      params_to_follow_ = result->params_to_follow();
+      continue;
+    }
+    if (!response_.has_parameter()) {
       return broken(absl::InternalError("Step stream sent a second StepResult"));
     }
-    ++chunks;
+    ++chunks_received_;
     if (assembler == nullptr) {
       return broken(absl::InternalError("Step stream sent parameters that were not asked for"));
     }
-    const v1::TensorChunk& chunk = response.parameter();
+    const v1::TensorChunk& chunk = response_.parameter();
     absl::StatusOr<DType> dtype = DTypeFromProto(
         chunk.dtype(), absl::StrCat("Step stream: parameter chunk of param_id ", chunk.param_id()));
     absl::Status added =
@@ -205,17 +262,18 @@ absl::Status StepCall::Receive(v1::StepResult* result, ParamAssembler* assembler
                    : absl::InternalError(dtype.status().message());
     if (!added.ok()) return broken(added);
   }
-  OPTSTEP_RETURN_IF_ERROR(Finish());
-  if (chunks != result->params_to_follow()) {
-    return absl::InternalError(absl::StrCat("Step stream announced ", result->params_to_follow(),
-                                            " parameter chunks and sent ", chunks));
-  }
-  return absl::OkStatus();
 }
 
 void StepCall::Cancel() {
   if (!started_) return;
   context_->TryCancel();
+  bool resumed;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;  // reads go on to the end, none paused, so that the call can end
+    resumed = ResumeReadingLocked();
+  }
+  if (resumed) RemoveHold();
   Finish().IgnoreError();
 }
 

@@ -31,10 +31,28 @@
 namespace optstep {
 namespace client_internal {
 
+// Counts what arrives on the calls that share it (a response or a call's end), so that one thread
+// reads several calls as their responses come instead of one call to its end while the others'
+// responses pile up. Thread-safe.
+class Arrivals final {
+ public:
+  uint64_t count() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Something arrived: wakes the waiter.
+  void Add() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until count() is no longer `seen`.
+  void AwaitAfter(uint64_t seen) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  // Prepares the call on `channel`; Send starts it.
-  StepCall(std::shared_ptr<grpc::Channel> channel, absl::Time deadline, bool wait_for_ready);
+  // Prepares the call on `channel`; Send starts it. Each response and the call's end count in
+  // `arrivals` (may be null).
+  StepCall(std::shared_ptr<grpc::Channel> channel, absl::Time deadline, bool wait_for_ready,
+           std::shared_ptr<Arrivals> arrivals = nullptr);
   // Cancels a call still running and waits until gRPC has released the caller's gradient bytes.
   ~StepCall() override;
 
@@ -61,6 +79,13 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   // stream's protocol.
   absl::Status Receive(v1::StepResult* result, ParamAssembler* assembler);
 
+  // Receive without waiting, for reading several calls on one thread: takes the responses that
+  // have arrived (the StepResult into `*result`, the parameter chunks into `assembler`) and
+  // answers true once the call ended and every response was taken (its status as Receive
+  // answers it), false while more may come. An error cancels the call. REQUIRES: the same
+  // `result` and `assembler` at every call for this call object; not mixed with Receive.
+  absl::StatusOr<bool> ReceiveAvailable(v1::StepResult* result, ParamAssembler* assembler);
+
   // Waits up to `wait` for the call's first response or its end; true once either came.
   bool AwaitAnswer(absl::Duration wait);
   // The error the call ended with; OK while it runs or when it ended well.
@@ -80,8 +105,12 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the next write unless one is in flight.
   void WakeWriterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next response, or null once the call is done and every response was taken.
-  std::unique_ptr<grpc::ByteBuffer> NextResponse();
+  // The next response that has arrived, or null when none has; `*ended` says then whether the
+  // call is done (nothing more will come).
+  std::unique_ptr<grpc::ByteBuffer> TakeResponse(bool* ended);
+  // Starts the read that OnReadDone left paused, if it did; true then, and the caller removes
+  // the hold (RemoveHold) once it has released mu_.
+  bool ResumeReadingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for OnDone and answers the call's status.
   absl::Status Finish();
   // gRPC released a slice of gradient bytes.
@@ -89,7 +118,13 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
 
   std::unique_ptr<grpc::ClientContext> context_;  // reset once the call is done
   grpc::GenericStub stub_;
+  const std::shared_ptr<Arrivals> arrivals_;
   bool started_ = false;
+  // The reading side (ReceiveAvailable's thread).
+  v1::StepResponse response_;  // reused: the chunks' bytes keep one buffer
+  bool got_result_ = false;
+  uint64_t params_to_follow_ = 0;
+  uint64_t chunks_received_ = 0;
 
   absl::Mutex mu_;
   std::vector<GradientSlice> chunks_ ABSL_GUARDED_BY(mu_);  // queued and written, in order
@@ -99,7 +134,11 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a write is in flight
   grpc::ByteBuffer write_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer read_ ABSL_GUARDED_BY(mu_);
+  // Responses read from gRPC, at most kReadAhead; when full, no read is started (paused_)
+  // until the reader takes one.
   std::deque<std::unique_ptr<grpc::ByteBuffer>> responses_ ABSL_GUARDED_BY(mu_);
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;  // holds the call (AddHold) while set
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status final_status_ ABSL_GUARDED_BY(mu_);
 

@@ -16,8 +16,10 @@ using client_internal::RankContribution;
 using client_internal::StepCall;
 
 StepStream::StepStream(LayoutPtr layout, std::vector<std::unique_ptr<StepCall>> calls,
-                       StepOptions options, size_t max_chunk_bytes)
+                       std::shared_ptr<client_internal::Arrivals> arrivals, StepOptions options,
+                       size_t max_chunk_bytes)
     : layout_(std::move(layout)),
+      arrivals_(std::move(arrivals)),
       options_(std::move(options)),
       max_chunk_bytes_(max_chunk_bytes),
       calls_(std::move(calls)),
@@ -90,30 +92,42 @@ absl::StatusOr<StepReply> StepStream::Finish() {
       }
     }
   }
-  // Every stream is half-closed by now, so reading them one after the other cannot deadlock.
-  // REPLICATED storage: one rank, spread over trainers, returns the parameters; OWNERS: each
-  // rank returns those it owns.
+  // Every stream is half-closed by now. They are read together, each response taken as it
+  // arrives: read one after the other, a rank's parameters (OWNERS storage: every rank returns
+  // those it owns) would pile up in this process while another rank's are read to their end.
+  // REPLICATED storage: one rank, spread over trainers, returns the parameters.
   const uint32_t return_rank = options_.trainer_id % calls.size();
-  StepReply reply;
-  for (uint32_t r = 0; r < calls.size(); ++r) {
-    v1::StepResult result;
-    const bool returns = !options_.skip_return && (layout_->owners_only() || r == return_rank);
-    absl::Status status = calls[r]->Receive(&result, returns ? assembler.get() : nullptr);
-    if (status.ok() && r > 0 && result.step() != reply.step) {
-      status = absl::InternalError(
-          absl::StrCat("rank ", r, " answered step ", result.step(), ", rank 0 step ", reply.step));
+  std::vector<v1::StepResult> results(calls.size());
+  std::vector<bool> ended(calls.size(), false);
+  for (size_t open = calls.size(); open > 0;) {
+    const uint64_t seen = arrivals_->count();
+    for (uint32_t r = 0; r < calls.size(); ++r) {
+      if (ended[r]) continue;
+      const bool returns = !options_.skip_return && (layout_->owners_only() || r == return_rank);
+      absl::StatusOr<bool> end =
+          calls[r]->ReceiveAvailable(&results[r], returns ? assembler.get() : nullptr);
+      if (!end.ok()) {
+        for (const auto& call : calls) call->Cancel();
+        return end.status();
+      }
+      if (*end) {
+        ended[r] = true;
+        --open;
+      }
     }
-    if (!status.ok()) {
-      for (const auto& call : calls) call->Cancel();
-      return status;
-    }
-    if (r == 0) {
-      reply.step = result.step();
-      reply.skipped = result.skipped();
-      reply.grad_norm = result.grad_norm();
-      reply.clipped = result.clipped();
+    if (open > 0) arrivals_->AwaitAfter(seen);
+  }
+  for (uint32_t r = 1; r < calls.size(); ++r) {
+    if (results[r].step() != results[0].step()) {
+      return absl::InternalError(absl::StrCat("rank ", r, " answered step ", results[r].step(),
+                                              ", rank 0 step ", results[0].step()));
     }
   }
+  StepReply reply;
+  reply.step = results[0].step();
+  reply.skipped = results[0].skipped();
+  reply.grad_norm = results[0].grad_norm();
+  reply.clipped = results[0].clipped();
   // A skipped step may come back without parameters: nothing changed.
   const bool nothing_changed = reply.skipped && assembler->chunks_added() == 0;
   if (!options_.skip_return && !nothing_changed) {

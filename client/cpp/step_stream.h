@@ -28,6 +28,7 @@
 
 namespace optstep {
 namespace client_internal {
+class Arrivals;
 class ParamAssembler;
 class SessionLayout;
 class StepCall;
@@ -38,9 +39,11 @@ class StepStream final {
  public:
   using LayoutPtr = std::shared_ptr<const client_internal::SessionLayout>;
 
-  // Takes the opened calls, one per rank of `layout` (header sent). Made by Client.
+  // Takes the opened calls, one per rank of `layout` (header sent), which count what arrives
+  // in `arrivals`. Made by Client.
   StepStream(LayoutPtr layout, std::vector<std::unique_ptr<client_internal::StepCall>> calls,
-             StepOptions options, size_t max_chunk_bytes);
+             std::shared_ptr<client_internal::Arrivals> arrivals, StepOptions options,
+             size_t max_chunk_bytes);
   // Cancels the calls unless Finish has run, and waits until gRPC has released the gradients.
   ~StepStream();
 
@@ -76,6 +79,7 @@ class StepStream final {
   absl::Status AlreadyFinished() const;
 
   const LayoutPtr layout_;
+  const std::shared_ptr<client_internal::Arrivals> arrivals_;
   const StepOptions options_;
   const size_t max_chunk_bytes_;
 

@@ -301,10 +301,15 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
   // are those of one step.
   coordinator_->Post([self = shared_from_this(), dtype, done = std::move(done)] {
     uint64_t step;
+    std::shared_ptr<const ParamSnapshot> published;
     {
       absl::MutexLock lock(&self->mu_);
       step = self->book_.counters().step;
+      // A step that resolved before this task (ReleaseSnapshots) may have published its own.
+      auto it = self->book_.snapshots().find(dtype);
+      if (it != self->book_.snapshots().end()) published = it->second;
     }
+    if (published != nullptr) return done(std::move(published));
     absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot;
     absl::Status status = self->coordinator_->OnDevice([&] {
       snapshot = BuildSnapshot(*self->replica_, dtype, step);
@@ -408,6 +413,15 @@ StepLedger::Pending Session::BeginResolution() {
 std::vector<StepWaiter> Session::TakeStreamingWaiters() {
   absl::MutexLock lock(&mu_);
   return book_.TakeStreamingWaiters();
+}
+
+void Session::ReleaseSnapshots() {
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> released;
+  {
+    absl::MutexLock lock(&mu_);
+    released.swap(book_.snapshots());
+  }
+  // Freed here, outside the lock, unless a stream still sends from one.
 }
 
 void Session::MarkBroken() {

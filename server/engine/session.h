@@ -245,6 +245,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // StepLedger, for the coordinator.
   Pending BeginResolution() override ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<StepWaiter> TakeStreamingWaiters() override ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseSnapshots() override ABSL_LOCKS_EXCLUDED(mu_);
   void MarkBroken() override ABSL_LOCKS_EXCLUDED(mu_);
   void MarkInterrupted(uint64_t step) override ABSL_LOCKS_EXCLUDED(mu_);
   Ended EndStep(absl::StatusOr<StepOutcome>& outcome) override ABSL_LOCKS_EXCLUDED(mu_);

@@ -218,6 +218,9 @@ absl::Status StepCoordinator::LocalStatistics(uint64_t step, std::vector<double>
 
 StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutcome& outcome,
                                                                  uint64_t step) {
+  // Before this step's snapshots are made: the last step's would otherwise stay beside them
+  // until the resolution ends (one more copy of the returned parameters per dtype).
+  ledger_->ReleaseSnapshots();
   std::vector<StepWaiter> early = ledger_->TakeStreamingWaiters();
   StreamingSnapshots streaming;
   for (const StepWaiter& w : early) {

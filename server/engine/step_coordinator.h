@@ -77,6 +77,10 @@ class StepLedger {
   virtual Pending BeginResolution() = 0;
   // Takes the waiters that stream parameters (StepWaiter::stream with parameters wanted).
   virtual std::vector<StepWaiter> TakeStreamingWaiters() = 0;
+  // The step applies (its result is agreed): the last step's snapshots are no longer served, so
+  // that they are not kept beside this step's while it fills them; a reader that asks now waits
+  // for this step's (Session::GetSnapshot builds on the coordinator, after the resolution).
+  virtual void ReleaseSnapshots() = 0;
   // The replica cannot be trusted any more (a collective or the optimizer failed).
   virtual void MarkBroken() = 0;
   // A peer was lost during `step` while the group keeps redundant state: the step is refused
@@ -167,8 +171,9 @@ class StepCoordinator {
   // One all-reduce carries the sums of squares and the skip, abort and failure votes.
   absl::StatusOr<Agreement> Agree(bool abort, bool failed, const std::vector<double>& sum_squares,
                                   bool finite);
-  // Hands `outcome` (known once the ranks agreed) to the waiters that stream parameters, with
-  // snapshots that ApplyStep fills; those waiters are not called again.
+  // Releases the last step's snapshots (StepLedger::ReleaseSnapshots), then hands `outcome`
+  // (known once the ranks agreed) to the waiters that stream parameters, with snapshots that
+  // ApplyStep fills; those waiters are not called again.
   StreamingSnapshots StreamEarly(const StepOutcome& outcome, uint64_t step);
   // Scales the gradients by `clip_scale` (when below 1), steps the owned parameters and
   // all-gathers (REPLICATED storage only); fills `streaming` bucket by bucket (a parameter this

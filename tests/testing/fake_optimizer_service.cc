@@ -43,6 +43,11 @@ int FakeOptimizerService::step_streams() const {
   return step_streams_;
 }
 
+bool FakeOptimizerService::resume_timed_out() const {
+  absl::MutexLock lock(&mu_);
+  return resume_timed_out_;
+}
+
 grpc::Status FakeOptimizerService::CheckSession(const std::string& id) const {
   if (id != session_.session_id()) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("session '", id, "' not found"));
@@ -164,7 +169,9 @@ grpc::Status FakeOptimizerService::Step(
   std::vector<v1::TensorChunk> chunks;
   if (!header.skip_return() && !behaviour.skipped) {
     chunks = ParameterChunks(
-        {header.return_param_ids().begin(), header.return_param_ids().end()},
+        !behaviour.step_returns.empty() ? behaviour.step_returns
+                                        : std::vector<uint32_t>(header.return_param_ids().begin(),
+                                                                header.return_param_ids().end()),
         header.return_dtype() == v1::DTYPE_UNSPECIFIED ? v1::DTYPE_FP32 : header.return_dtype(),
         behaviour);
   }
@@ -176,9 +183,14 @@ grpc::Status FakeOptimizerService::Step(
   result->set_clipped(!behaviour.skipped);
   result->set_params_to_follow(chunks.size() + (behaviour.miscount_chunks ? 1 : 0));
   stream->Write(response);
-  for (v1::TensorChunk& chunk : chunks) {
-    *response.mutable_parameter() = std::move(chunk);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    *response.mutable_parameter() = std::move(chunks[i]);
     stream->Write(response);
+    if (i == 0 && behaviour.resume != nullptr &&
+        !behaviour.resume->WaitForNotificationWithTimeout(absl::Seconds(5))) {
+      absl::MutexLock lock(&mu_);
+      resume_timed_out_ = true;
+    }
   }
   return grpc::Status::OK;
 }

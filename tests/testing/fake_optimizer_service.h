@@ -15,6 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 
 namespace optstep {
@@ -34,6 +35,12 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
     bool skipped = false;           // StepResult.skipped, and no parameters follow
     bool miscount_chunks = false;   // announce one chunk more than is sent
     bool leave_out_last_chunk = false;  // leave a hole in the last parameter
+    // Step returns these parameters (as their owner does under OWNERS storage) instead of those
+    // the header asks for; empty: as asked.
+    std::vector<uint32_t> step_returns;
+    // Set: Step waits after its first parameter chunk until this is notified, at most 5 s
+    // (resume_timed_out() tells whether it was not).
+    absl::Notification* resume = nullptr;
   };
 
   explicit FakeOptimizerService(v1::SessionInfo session);
@@ -45,6 +52,7 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
   std::vector<v1::InitParametersRequest> init_requests() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::string> closed_sessions() const ABSL_LOCKS_EXCLUDED(mu_);
   int step_streams() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool resume_timed_out() const ABSL_LOCKS_EXCLUDED(mu_);
 
   grpc::Status CreateSession(grpc::ServerContext* context, const v1::CreateSessionRequest* request,
                              v1::CreateSessionResponse* response) override;
@@ -76,6 +84,7 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
   std::vector<v1::InitParametersRequest> init_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> closed_ ABSL_GUARDED_BY(mu_);
   int step_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  bool resume_timed_out_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A gRPC server on localhost:0 with `service` and gRPC's default health service.

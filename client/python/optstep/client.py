@@ -141,7 +141,7 @@ class Client:
                  connect_timeout: float = 10.0, rpc_timeout: float = 30.0,
                  stream_timeout: float = 600.0, wait_for_ready: bool = False,
                  max_chunk_bytes: int = MAX_CHUNK_BYTES, max_message_bytes: int = 8 << 20,
-                 stream_lookahead_bytes: int = 256 << 20,
+                 stream_lookahead_bytes: int = 16 << 20,
                  max_frame_bytes: int = (16 << 20) - 1, bdp_probe: bool = False,
                  tls: bool = False, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,

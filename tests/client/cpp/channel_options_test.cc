@@ -38,7 +38,7 @@ TEST(ChannelOptionsTest, DefaultsAreValidAndTuned) {
   ASSERT_THAT(ValidateClientOptions(options), IsOk());
   const grpc::ChannelArguments args = MakeChannelArguments(options);
   EXPECT_EQ(IntArg(args, GRPC_ARG_HTTP2_BDP_PROBE), 0);
-  EXPECT_EQ(IntArg(args, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES), 256 << 20);
+  EXPECT_EQ(IntArg(args, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES), 16 << 20);
   EXPECT_EQ(IntArg(args, GRPC_ARG_HTTP2_MAX_FRAME_SIZE), (16 << 20) - 1);
   EXPECT_EQ(IntArg(args, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH), 8 << 20);
   EXPECT_EQ(IntArg(args, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH), 8 << 20);

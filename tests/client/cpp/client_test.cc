@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "client/cpp/step_stream.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -353,6 +355,41 @@ TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndReturnsFromOneRank) {
   ASSERT_THAT(again1, SizeIs(6));
   EXPECT_TRUE(again1[4].has_header());
   EXPECT_EQ(again1[5].commit().num_elements(), 0u);
+}
+
+// OWNERS storage: every rank returns the parameters it owns, and the client reads the ranks'
+// streams together. Rank 0 holds b's second chunk back until w (all of rank 1's reply) has
+// arrived: read one after the other, rank 1's reply would wait in the client until rank 0's
+// ended (so rank 0 would wait out its 5 s and b would be ready first).
+TEST_F(TwoRankClientTest, OwnersRepliesAreReadTogether) {
+  info_.mutable_spec()->set_parameter_storage(v1::PARAMETER_STORAGE_OWNERS);
+  FakeOptimizerService owner0(info_), owner1(info_);
+  FakeServer server0 = testutil::StartFakeServer(&owner0);
+  FakeServer server1 = testutil::StartFakeServer(&owner1);
+  absl::Notification w_arrived;
+  FakeOptimizerService::Behaviour behaviour;
+  behaviour.reply_chunk_elements = 2;
+  behaviour.step_returns = {1};  // b, in two chunks
+  behaviour.resume = &w_arrived;
+  owner0.set_behaviour(behaviour);
+  behaviour.step_returns = {0};  // w, in three
+  behaviour.resume = nullptr;
+  owner1.set_behaviour(behaviour);
+
+  ClientOptions options;
+  options.rank_targets = {server0.target, server1.target};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<StepStream> stream, client->OpenStep(FirstStep()));
+  std::vector<uint32_t> ready;
+  stream->OnParamReady([&](uint32_t id) {
+    ready.push_back(id);
+    if (id == 0) w_arrived.Notify();
+  });
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, stream->Finish());
+  EXPECT_THAT(ready, ElementsAre(0, 1));
+  EXPECT_FALSE(owner0.resume_timed_out());
+  EXPECT_EQ(reply.params.at(0).f32, Expected(0, 6));
+  EXPECT_EQ(reply.params.at(1).f32, Expected(1, 4));
 }
 
 TEST_F(TwoRankClientTest, TooFewRankTargetsIsFailedPrecondition) {

@@ -108,5 +108,58 @@ TEST(SessionStreamingTest, ResultFirstThenParametersAsTheyAreStepped) {
   EXPECT_EQ(Floats(out0->params->values[1]), std::vector<float>({1, 0, -1}));
 }
 
+// The last step's snapshot is released once the next step applies, before that step's snapshot
+// is made, so that a rank does not keep two copies of the parameters it returns while it fills
+// the new one; a reader that asks during the step gets the new step's parameters.
+TEST(SessionStreamingTest, LastSnapshotReleasedOnceTheNextStepApplies) {
+  std::unique_ptr<Engine> engine = testutil::MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  SessionConfig config = testutil::TwoParamConfig(testutil::Sgd(0.5));
+  config.chain.clip_grad = 0.0;
+  std::shared_ptr<Session> created = testutil::MakeSession(*engine, config);
+  ASSERT_NE(created, nullptr);
+  Session& session = *created;
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6}, b = {-2, 0, 2};
+  std::weak_ptr<const ParamSnapshot> last;
+  bool last_released = false;
+  absl::Notification pulled;  // asked during step 2
+  std::shared_ptr<const ParamSnapshot> during;
+  for (uint64_t step = 1; step <= 2; ++step) {
+    StepBegin begin;
+    begin.step = step;
+    begin.stream_params = true;
+    auto c = session.Begin(begin);
+    ASSERT_THAT(c.status(), IsOk());
+    ASSERT_THAT(session.AddGradient(*c, 0, 0, DType::kF32, w.data(), w.size() * 4), IsOk());
+    ASSERT_THAT(session.AddGradient(*c, 1, 0, DType::kF32, b.data(), b.size() * 4), IsOk());
+    absl::Notification got;
+    std::shared_ptr<const ParamSnapshot> params;
+    // Called once the result is agreed, with the snapshot this step fills.
+    ASSERT_THAT(session.Commit(*c, 9,
+                               [&](absl::StatusOr<StepOutcome> o) {
+                                 ASSERT_THAT(o.status(), IsOk());
+                                 last_released = last.expired();
+                                 params = o->params;
+                                 if (step == 2) {
+                                   session.GetSnapshot(DType::kF32, [&](auto s) {
+                                     if (s.ok()) during = *s;
+                                     pulled.Notify();
+                                   });
+                                 }
+                                 got.Notify();
+                               }),
+                IsOk());
+    got.WaitForNotification();
+    ASSERT_NE(params, nullptr);
+    WaitForAll(*params, 2);
+    last = params;
+  }
+  EXPECT_TRUE(last_released);
+  pulled.WaitForNotification();
+  ASSERT_NE(during, nullptr);
+  EXPECT_EQ(during->step, 2u);
+  EXPECT_EQ(Floats(during->values[1]), std::vector<float>({2, 0, -2}));
+}
+
 }  // namespace
 }  // namespace optstep

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/dtype.h"
 #include "kernels/matrix_kernels.h"
+#include "kernels/matrix_validation.h"
 #include "kernels/tensor.h"
 #include "kernels/update_kernels.h"
 
@@ -87,6 +88,23 @@ class Device {
   // dst ← src converted element-wise (round to nearest even into bf16/fp16). One of the two is
   // fp32, the other any dtype; equal sizes.
   virtual absl::Status Convert(const Tensor& src, Tensor& dst) = 0;
+
+  // C ← α·op(A)·op(B) + β·D: matrix().Gemm, or with `symmetric` matrix().SymmetricGemm, whose
+  // β term is read from `d` instead of C, with the bits of Copy(d, c) followed by that product.
+  // D has C's shape and dtype and may be C (then it is the product alone); A and B must not be C.
+  // With β == 0, D is not read. The default runs the two; a device that can fold the copy into the
+  // product's own pass overrides it (the CPU: one parallel region instead of two, which saves its
+  // threads a sleep and a wake-up each; Newton–Schulz runs two such copies per step).
+  virtual absl::Status GemmFrom(const GemmArgs& args, bool symmetric, const Tensor& a,
+                                const Tensor& b, const Tensor& d, Tensor& c) {
+    const absl::Status valid = internal::CheckGemmFrom(args, symmetric, a, b, d, c);
+    if (!valid.ok()) return valid;  // before the copy: an invalid call changes nothing
+    if (args.beta != 0.0f && d.data() != c.data()) {
+      const absl::Status copied = Copy(d, c);
+      if (!copied.ok()) return copied;
+    }
+    return symmetric ? matrix().SymmetricGemm(args, a, b, c) : matrix().Gemm(args, a, b, c);
+  }
 
   // The optimizer updates of this device (kernels/update_kernels.h), owned by it.
   virtual UpdateKernels& updates() = 0;

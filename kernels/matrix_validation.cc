@@ -103,6 +103,21 @@ absl::Status CheckGemm(const GemmArgs& args, const Tensor& a, const Tensor& b, c
   return CheckDistinct(kOp, "c", c, "b", b);
 }
 
+absl::Status CheckGemmFrom(const GemmArgs& args, bool symmetric, const Tensor& a, const Tensor& b,
+                           const Tensor& d, const Tensor& c) {
+  OPTSTEP_RETURN_IF_ERROR(CheckGemm(args, a, b, c));
+  if (symmetric && c.dim(0) != c.dim(1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SymmetricGemm: c must be square, got shape ", ShapeString(c.shape())));
+  }
+  if (!d.defined() || d.shape() != c.shape() || d.dtype() != c.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GemmFrom: d must have c's shape and dtype, got ", ShapeString(d.shape()), " ",
+        DTypeName(d.dtype()), " and ", ShapeString(c.shape()), " ", DTypeName(c.dtype())));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckConvert(const Tensor& src, const Tensor& dst) {
   if (!src.defined() || !dst.defined()) {
     return absl::InvalidArgumentError("Convert: tensor is not allocated");

@@ -17,6 +17,9 @@ namespace optstep {
 namespace internal {
 
 absl::Status CheckGemm(const GemmArgs& args, const Tensor& a, const Tensor& b, const Tensor& c);
+// Device::GemmFrom: CheckGemm, c square when `symmetric`, and d of c's shape and dtype.
+absl::Status CheckGemmFrom(const GemmArgs& args, bool symmetric, const Tensor& a, const Tensor& b,
+                           const Tensor& d, const Tensor& c);
 absl::Status CheckConvert(const Tensor& src, const Tensor& dst);
 absl::Status CheckTranspose(const Tensor& src, const Tensor& dst);
 absl::Status CheckRowBlockCopy(const RowBlockCopy& copy, const Tensor& src, const Tensor& dst);

@@ -110,6 +110,9 @@ class CpuDevice final : public Device {
 
   absl::Status Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
   absl::Status Convert(const Tensor& src, Tensor& dst) override;
+  // CpuMatrixKernels::GemmFrom / SymmetricGemmFrom: the copy inside the product's region.
+  absl::Status GemmFrom(const GemmArgs& args, bool symmetric, const Tensor& a, const Tensor& b,
+                        const Tensor& d, Tensor& c) override;
 
   UpdateKernels& updates() override { return updates_; }
   MatrixKernels& matrix() override { return matrix_; }

@@ -124,21 +124,38 @@ std::vector<Panel> UpperPanels(const GemmArgs& args, const Tensor& a, const Tens
   return panels;
 }
 
-// Calls fn(i) for every panel i in [0, n) on `threads` OpenMP threads: panel i and n − 1 − i go
-// to the same thread, pairs round-robin. Returns the first error of the lowest thread.
-template <typename Fn>
-absl::Status RunPanelPairs(int64_t n, int threads, const Fn& fn) {
+// Calls fn(i) for every i in [0, n) on `threads` OpenMP threads, i on thread owner(i, team size).
+// Returns the first error of the lowest thread.
+template <typename Owner, typename Fn>
+absl::Status RunOwned(int64_t n, int threads, const Owner& owner, const Fn& fn) {
   std::vector<absl::Status> status(threads);
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
     const int nt = omp_get_num_threads();
     for (int64_t i = 0; i < n && status[t].ok(); ++i) {
-      if (std::min(i, n - 1 - i) % nt == t) status[t] = fn(i);
+      if (owner(i, nt) == t) status[t] = fn(i);
     }
   }
   for (const absl::Status& s : status) OPTSTEP_RETURN_IF_ERROR(s);
   return absl::OkStatus();
+}
+
+// RunOwned for panels: panel i and n − 1 − i go to the same thread, pairs round-robin.
+template <typename Fn>
+absl::Status RunPanelPairs(int64_t n, int threads, const Fn& fn) {
+  return RunOwned(
+      n, threads, [n](int64_t i, int nt) { return static_cast<int>(std::min(i, n - 1 - i) % nt); },
+      fn);
+}
+
+// dst ← src, byte for byte, on `threads` threads. REQUIRES: the same number of bytes.
+void CopyBytes(const Tensor& src, Tensor& dst, int threads) {
+  const char* s = static_cast<const char*>(src.data());
+  char* d = static_cast<char*>(dst.data());
+  internal::ParallelFor(
+      static_cast<int64_t>(src.bytes()), threads,
+      [s, d](int64_t begin, int64_t end) { std::memcpy(d + begin, s + begin, end - begin); });
 }
 
 // c[j][i] ← c[i][j] for i in [r0, r1) and j in (i, m): the rows [r0, r1) of the upper triangle of
@@ -199,6 +216,13 @@ bool IsDiagonal(const float* a, int64_t n) {
 }  // namespace
 
 void CpuDevice::SetBlasThreads(int num_threads) { openblas_set_num_threads(num_threads); }
+
+absl::Status CpuDevice::GemmFrom(const GemmArgs& args, bool symmetric, const Tensor& a,
+                                 const Tensor& b, const Tensor& d, Tensor& c) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckGemmFrom(args, symmetric, a, b, d, c));
+  return symmetric ? matrix_.SymmetricGemmFrom(args, a, b, d, c)
+                   : matrix_.GemmFrom(args, a, b, d, c);
+}
 
 CpuMatrixKernels::CpuMatrixKernels(internal::CpuContext ctx, CpuGemmBackend backend,
                                    size_t dnnl_max_primitives)
@@ -302,8 +326,70 @@ absl::Status CpuMatrixKernels::Gemm(const GemmArgs& args, const Tensor& a, const
   return absl::OkStatus();
 }
 
+absl::Status CpuMatrixKernels::OneDnnGemmRowsFrom(const GemmArgs& args, const Tensor& a,
+                                                  const Tensor& b, const Tensor& d, Tensor& c) {
+  const int64_t m = c.dim(0);
+  const int64_t n = c.dim(1);
+  const int64_t k = a.dim(1);
+  const bool c_bf16 = c.dtype() == DType::kBF16;
+  const int64_t row_bytes = n * static_cast<int64_t>(c_bf16 ? sizeof(uint16_t) : sizeof(float));
+  const uint16_t* pa = Bf16Operand(a, 0);
+  const uint16_t* pb = b.data() == a.data() ? pa : Bf16Operand(b, 1);
+  // One block of rows per thread, each a dense product (oneDNN's brg kernels); every row of C
+  // sums its k products in the order oneDNN's own split over the threads sums them
+  // (cpu_gemm_test compares the two bit for bit).
+  const int threads = ctx_.num_threads;
+  const int64_t rows = ((m + threads - 1) / threads + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+  std::vector<internal::DnnlProduct> products;
+  for (int64_t r0 = 0; r0 < m; r0 += rows) {
+    products.push_back({false, args.transpose_b, std::min(rows, m - r0), n, k, k, b.dim(1), n,
+                        args.alpha, args.beta, c_bf16});
+  }
+  OPTSTEP_ASSIGN_OR_RETURN(const auto prepared, dnnl_->PrepareSingleThreaded(products));
+  const char* source = static_cast<const char*>(d.data());
+  char* target = static_cast<char*>(c.data());
+  OPTSTEP_RETURN_IF_ERROR(RunOwned(
+      static_cast<int64_t>(products.size()), threads,
+      [](int64_t i, int nt) { return static_cast<int>(i % nt); },
+      [&](int64_t i) {
+        const int64_t r0 = i * rows;
+        std::memcpy(target + r0 * row_bytes, source + r0 * row_bytes, products[i].m * row_bytes);
+        return internal::DnnlGemm::RunOnThisThread(*prepared[i], pa + r0 * k, pb,
+                                                   target + r0 * row_bytes);
+      }));
+  last_gemm_library_ = absl::StrCat("onednn:", dnnl_->last_implementation());
+  return absl::OkStatus();
+}
+
+absl::Status CpuMatrixKernels::GemmFrom(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                                        const Tensor& d, Tensor& c) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckGemm(args, a, b, c));
+  if (args.beta == 0.0f || d.data() == c.data()) return Gemm(args, a, b, c);
+  const int64_t m = c.dim(0);
+  const int64_t n = c.dim(1);
+  const int64_t k = args.transpose_a ? a.dim(0) : a.dim(1);
+  if (dnnl_ != nullptr && args.precision == MatmulPrecision::kMedium && !args.transpose_a &&
+      ctx_.num_threads > 1 && m >= 2 * kBlockAlign && n > 0 && k > 0 &&
+      2.0 * m * n * k >= kMinParallelFlops) {
+    return OneDnnGemmRowsFrom(args, a, b, d, c);
+  }
+  CopyBytes(d, c, ctx_.ThreadsFor(c.numel()));
+  return Gemm(args, a, b, c);
+}
+
 absl::Status CpuMatrixKernels::SymmetricGemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
                                              Tensor& c) {
+  return Symmetric(args, a, b, nullptr, c);
+}
+
+absl::Status CpuMatrixKernels::SymmetricGemmFrom(const GemmArgs& args, const Tensor& a,
+                                                 const Tensor& b, const Tensor& d, Tensor& c) {
+  const bool reads_d = args.beta != 0.0f && d.data() != c.data();
+  return Symmetric(args, a, b, reads_d ? &d : nullptr, c);
+}
+
+absl::Status CpuMatrixKernels::Symmetric(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                                         const Tensor* d, Tensor& c) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckGemm(args, a, b, c));
   const int64_t m = c.dim(0);
   const int64_t k = args.transpose_a ? a.dim(0) : a.dim(1);
@@ -312,6 +398,7 @@ absl::Status CpuMatrixKernels::SymmetricGemm(const GemmArgs& args, const Tensor&
   const bool bf16 = c.dtype() == DType::kBF16;
   if (k == 0 || (bf16 && dnnl_ == nullptr)) {
     // Nothing to multiply, or bf16 emulated on OpenBLAS (widened whole): the full product.
+    if (d != nullptr) CopyBytes(*d, c, ctx_.ThreadsFor(c.numel()));
     OPTSTEP_RETURN_IF_ERROR(Gemm(args, a, b, c));
     const int threads = ctx_.ThreadsFor(m * m);
     if (bf16) {
@@ -365,10 +452,12 @@ absl::Status CpuMatrixKernels::SymmetricGemm(const GemmArgs& args, const Tensor&
       const int64_t rows = panel.r1 - panel.r0;
       const size_t row_bytes = (m - panel.r0) * c_bytes;
       char* block = blocks + block_offset[i];
-      char* target = static_cast<char*>(c.data()) + (panel.r0 * m + panel.r0) * c_bytes;
-      if (args.beta != 0.0f) {
+      const size_t offset = (panel.r0 * m + panel.r0) * c_bytes;
+      char* target = static_cast<char*>(c.data()) + offset;
+      if (args.beta != 0.0f) {  // the β term: the panel's rows of C, or of D
+        const char* source = d == nullptr ? target : static_cast<const char*>(d->data()) + offset;
         for (int64_t r = 0; r < rows; ++r) {
-          std::memcpy(block + r * row_bytes, target + r * m * c_bytes, row_bytes);
+          std::memcpy(block + r * row_bytes, source + r * m * c_bytes, row_bytes);
         }
       }
       OPTSTEP_RETURN_IF_ERROR(internal::DnnlGemm::RunOnThisThread(
@@ -390,6 +479,12 @@ absl::Status CpuMatrixKernels::SymmetricGemm(const GemmArgs& args, const Tensor&
     const float* pb = operands.second;
     OPTSTEP_RETURN_IF_ERROR(RunPanelPairs(n, threads, [&](int64_t i) {
       const Panel& panel = panels[i];
+      if (d != nullptr) {  // the β term: the panel's rows of D, on and above the diagonal
+        for (int64_t r = panel.r0; r < panel.r1; ++r) {
+          std::memcpy(c.f32() + r * m + panel.r0, d->f32() + r * m + panel.r0,
+                      (m - panel.r0) * sizeof(float));
+        }
+      }
       SgemmBlock(args.transpose_a, args.transpose_b, panel.r1 - panel.r0, m - panel.r0, k,
                  args.alpha, pa + panel.a_offset, a.dim(1), pb + panel.b_offset, b.dim(1),
                  args.beta, c.f32() + panel.r0 * m + panel.r0, m);

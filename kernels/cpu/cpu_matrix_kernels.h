@@ -42,6 +42,15 @@ class CpuMatrixKernels final : public MatrixKernels {
   absl::Status Gemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c) override;
   absl::Status SymmetricGemm(const GemmArgs& args, const Tensor& a, const Tensor& b,
                              Tensor& c) override;
+  // Device::GemmFrom on this device: C ← α·op(A)·op(B) + β·D with the bits of Copy(d, c) and
+  // then Gemm / SymmetricGemm. Where this class splits the product itself (SymmetricGemm's panels;
+  // kMedium products of an untransposed A on oneDNN, in blocks of rows of C), every thread copies
+  // the part of D that its own rows of C read, inside the product's parallel region; elsewhere D
+  // is copied first. REQUIRES: d of c's shape and dtype (the caller checks).
+  absl::Status GemmFrom(const GemmArgs& args, const Tensor& a, const Tensor& b, const Tensor& d,
+                        Tensor& c);
+  absl::Status SymmetricGemmFrom(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                                 const Tensor& d, Tensor& c);
   absl::Status Transpose(const Tensor& src, Tensor& dst) override;
   absl::Status CopyRowBlocks(const RowBlockCopy& copy, const Tensor& src, Tensor& dst) override;
   absl::Status AxisDot(const Tensor& a, const Tensor& b, Tensor& out) override;
@@ -64,6 +73,13 @@ class CpuMatrixKernels final : public MatrixKernels {
   // kMedium through oneDNN: C{m, n} ← α·op(A)·op(B) + β·C for fp32 or bf16 tensors.
   // REQUIRES: dnnl_ set; m, n, k >= 1.
   absl::Status OneDnnGemm(const GemmArgs& args, const Tensor& a, const Tensor& b, Tensor& c);
+  // OneDnnGemm with β·D, in blocks of rows of C on the device's threads, each one single-threaded
+  // product after the copy of its rows of D. REQUIRES: as OneDnnGemm; A not transposed.
+  absl::Status OneDnnGemmRowsFrom(const GemmArgs& args, const Tensor& a, const Tensor& b,
+                                  const Tensor& d, Tensor& c);
+  // SymmetricGemm with β·D (`d` set) or β·C (`d` null).
+  absl::Status Symmetric(const GemmArgs& args, const Tensor& a, const Tensor& b, const Tensor* d,
+                         Tensor& c);
   // t's elements as bf16: t's own data, or t rounded to nearest even into Bf16Scratch(slot).
   // REQUIRES: t fp32 or bf16.
   const uint16_t* Bf16Operand(const Tensor& t, int slot);

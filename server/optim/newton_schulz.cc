@@ -143,18 +143,18 @@ absl::Status NewtonSchulz::Run(Device& device, const Tensor& x, Tensor& out) {
   OPTSTEP_ASSIGN_OR_RETURN(Tensor A, workspace_.Get(device, kA, work, {r, r}));
   OPTSTEP_ASSIGN_OR_RETURN(Tensor B, workspace_.Get(device, kB, work, {r, r}));
 
-  // 4. The iteration. X·Xᵀ and A·A (A symmetric) are symmetric: SymmetricGemm.
+  // 4. The iteration. X·Xᵀ and A·A (A symmetric) are symmetric: SymmetricGemm. The β terms b·A
+  // and a·X are read from A and X (GemmFrom), so that a device folds their copies into B and Y
+  // into the products' own passes.
   const MatmulPrecision precision = options_.precision;
   for (int64_t k = 0; k < options_.num_steps; ++k) {
     const NsCoefficients co = CoefficientsForStep(options_, k);
     OPTSTEP_RETURN_IF_ERROR(
         device.matrix().SymmetricGemm({precision, false, true, 1.0f, 0.0f}, X, X, A));  // X·Xᵀ
-    OPTSTEP_RETURN_IF_ERROR(device.Copy(A, B));
-    OPTSTEP_RETURN_IF_ERROR(device.matrix().SymmetricGemm({precision, false, false, co.c, co.b}, A,
-                                                          A, B));  // B = b·A + c·A·A
-    OPTSTEP_RETURN_IF_ERROR(device.Copy(X, Y));
-    OPTSTEP_RETURN_IF_ERROR(
-        device.matrix().Gemm({precision, false, false, 1.0f, co.a}, B, X, Y));  // a·X + B·X
+    OPTSTEP_RETURN_IF_ERROR(device.GemmFrom({precision, false, false, co.c, co.b},
+                                            /*symmetric=*/true, A, A, A, B));  // b·A + c·A·A
+    OPTSTEP_RETURN_IF_ERROR(device.GemmFrom({precision, false, false, 1.0f, co.a},
+                                            /*symmetric=*/false, B, X, X, Y));  // a·X + B·X
     std::swap(X, Y);
   }
 

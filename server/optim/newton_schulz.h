@@ -5,7 +5,8 @@
 //
 //   transpose iff rows > cols; X ← X / max(‖X‖_F, eps); under kMedium cast X to bf16 and run the
 //   whole loop on bf16 tensors; per step (a, b, c): A ← X·Xᵀ; B ← b·A + c·A·A; X ← a·X + B·X
-//   (the b·A and a·X terms are the GEMMs' β epilogues); cast to fp32; undo the transpose.
+//   (the b·A and a·X terms are the GEMMs' β epilogues, read from A and X by Device::GemmFrom);
+//   cast to fp32; undo the transpose.
 //   A and B are symmetric: MatrixKernels::SymmetricGemm (on the CPU, only the entries on and above
 //   the diagonal are multiplied, then mirrored).
 

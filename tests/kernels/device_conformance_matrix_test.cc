@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -207,6 +208,70 @@ TEST_P(DeviceConformanceTest, SymmetricGemmInEveryPrecision) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor square, device_->Allocate(DType::kF32, {4, 4}));
   EXPECT_THAT(device_->matrix().SymmetricGemm({}, a, a, square),
               StatusIs(kInvalid, "Gemm: op(a) is [4, 3] but op(b) is [4, 3]"));
+}
+
+// GemmFrom: C ← α·op(A)·op(B) + β·D has the bits of Copy(d, c) followed by Gemm (or
+// SymmetricGemm), in every precision and dtype, from a C whose old values must not show; sizes
+// above those the CPU splits over its threads, where it copies D inside the product's region.
+TEST_P(DeviceConformanceTest, GemmFromEqualsCopyThenTheProduct) {
+  const GemmCase cases[] = {{131, 257, 251, false, false, 1.0f, 2.0315f},  // Y = a·X + B·X
+                            {131, 257, 251, false, true, -0.5f, 1.5f},
+                            {33, 17, 65, true, false, 2.0f, -1.0f},
+                            {211, 211, 211, false, false, 2.0315f, -4.775f},  // b·A + c·A·A
+                            {157, 157, 389, true, false, 0.5f, 2.0f}};
+  for (const GemmCase& c : cases) {
+    const bool symmetric = c.m == c.n;
+    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " ta " << c.ta << " tb "
+                                      << c.tb << " symmetric " << symmetric);
+    std::vector<float> a = Normal(c.m * c.k, 1.0f, 31), b = Normal(c.k * c.n, 1.0f, 32);
+    if (symmetric && c.ta == c.tb) {  // S·S of a symmetric S
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < i; ++j) a[i * c.m + j] = a[j * c.m + i];
+      }
+    }
+    if (symmetric) b = a;
+    const std::vector<float> d0 = Normal(c.m * c.n, 1.0f, 33), c0 = Normal(c.m * c.n, 1.0f, 34);
+    for (const auto& [held, precision] : {std::pair{DType::kF32, MatmulPrecision::kHighest},
+                                          {DType::kF32, MatmulPrecision::kMedium},
+                                          {DType::kBF16, MatmulPrecision::kMedium}}) {
+      const DType dtype = held;  // named for the lambdas below (C++17 cannot capture a binding)
+      SCOPED_TRACE(::testing::Message()
+                   << DTypeName(dtype) << " " << MatmulPrecisionName(precision));
+      auto make = [&](const Shape& shape, const std::vector<float>& values) -> Tensor {
+        Tensor f32 = *Upload(shape, values);
+        if (dtype == DType::kF32) return f32;
+        Tensor t = *device_->Allocate(dtype, shape);
+        EXPECT_TRUE(device_->Convert(f32, t).ok());
+        return t;
+      };
+      auto read = [&](const Tensor& t) {
+        Tensor f32 = *device_->Allocate(DType::kF32, t.shape());
+        EXPECT_TRUE(dtype == DType::kF32 ? device_->Copy(t, f32).ok()
+                                         : device_->Convert(t, f32).ok());
+        return *Download(f32);
+      };
+      const Tensor ta = make(c.ta ? Shape{c.k, c.m} : Shape{c.m, c.k}, a);
+      const Tensor tb = make(c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, b);
+      const Tensor& rhs = symmetric ? ta : tb;
+      const Tensor td = make({c.m, c.n}, d0);
+      Tensor fused = make({c.m, c.n}, c0), apart = make({c.m, c.n}, c0);
+      const GemmArgs args{precision, c.ta, c.tb, c.alpha, c.beta};
+      OPTSTEP_ASSERT_OK(device_->GemmFrom(args, symmetric, ta, rhs, td, fused));
+      OPTSTEP_ASSERT_OK(device_->Copy(td, apart));
+      OPTSTEP_ASSERT_OK(symmetric ? device_->matrix().SymmetricGemm(args, ta, rhs, apart)
+                                  : device_->matrix().Gemm(args, ta, rhs, apart));
+      const std::vector<float> got = read(fused), want = read(apart);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+            << "element " << i << ": " << got[i] << " from d, " << want[i] << " after the copy";
+      }
+    }
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor a, device_->Allocate(DType::kF32, {4, 4}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor d, device_->Allocate(DType::kF32, {2, 8}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor c, device_->Allocate(DType::kF32, {4, 4}));
+  EXPECT_THAT(device_->GemmFrom({}, false, a, a, d, c),
+              StatusIs(kInvalid, "GemmFrom: d must have c's shape and dtype, got [2, 8] fp32"));
 }
 
 TEST_P(DeviceConformanceTest, GemmRefusesBadArguments) {

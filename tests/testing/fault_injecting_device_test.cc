@@ -177,6 +177,28 @@ TEST_F(FaultInjectingDeviceTest, ForwardsSymmetricGemmUnderItsOwnName) {
   EXPECT_TRUE(std::isnan(Download(c)[0]));
 }
 
+// Device::GemmFrom's default, which FaultInjectingDevice keeps: Copy(d, c), then the product,
+// each counted under its own name (so faults reach Newton–Schulz's copies there); an invalid d
+// is refused before anything is copied.
+TEST_F(FaultInjectingDeviceTest, GemmFromIsTheCopyThenTheProduct) {
+  // X {2, 3}; C = X·Xᵀ + 2·D.
+  Tensor x = *device_->base().Allocate(DType::kF32, {2, 3});
+  const std::vector<float> values = {1, 2, 3, 4, 5, 6}, ones = {1, 1, 1, 1};
+  ASSERT_THAT(device_->base().CopyFromHost(values.data(), DType::kF32, 6, x, 0), IsOk());
+  Tensor d = *device_->base().Allocate(DType::kF32, {2, 2});
+  ASSERT_THAT(device_->base().CopyFromHost(ones.data(), DType::kF32, 4, d, 0), IsOk());
+  Tensor c = *device_->base().Allocate(DType::kF32, {2, 2});
+  const GemmArgs gram{MatmulPrecision::kHighest, false, true, 1.0f, 2.0f};
+  ASSERT_THAT(device_->GemmFrom(gram, /*symmetric=*/true, x, x, d, c), IsOk());
+  EXPECT_EQ(Download(c), (std::vector<float>{16, 34, 34, 79}));
+  EXPECT_EQ(device_->faults().calls("Copy"), 1);
+  EXPECT_EQ(device_->faults().calls("SymmetricGemm"), 1);
+  Tensor flat = *device_->base().Allocate(DType::kF32, {4});
+  EXPECT_THAT(device_->GemmFrom(gram, /*symmetric=*/true, x, x, flat, c),
+              StatusIs(absl::StatusCode::kInvalidArgument, "GemmFrom: d must have c's shape"));
+  EXPECT_EQ(device_->faults().calls("Copy"), 1);
+}
+
 TEST_F(FaultInjectingDeviceTest, FailsExactlyOneCallAcrossThreads) {
   constexpr int kThreads = 4, kCallsEach = 50;
   Tensor src = Upload({1, 2, 3, 4});

@@ -357,6 +357,24 @@ TEST_F(OneDnnGemmTest, SymmetricPanelsRunOnOneDnnAndMatchTheExactProduct) {
   }
 }
 
+// OpenBLAS, and oneDNN where it finds bf16 instructions.
+std::vector<CpuGemmBackend> Backends() {
+  std::vector<CpuGemmBackend> backends = {CpuGemmBackend::kOpenBlas};
+  if (OneDnnHasBf16Isa()) backends.push_back(CpuGemmBackend::kOneDnn);
+  return backends;
+}
+
+// Whether `got` holds the bits of `want`, element for element.
+::testing::AssertionResult SameBits(const std::vector<float>& got, const std::vector<float>& want) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << got[i] << ", want " << want[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // Each panel mirrors its own rows below the diagonal inside the panels' parallel region: on two
 // threads the result equals, bit for bit, the same panels run one after another on one thread, for
 // odd sizes whose panels do not end on cache lines, with C starting non-symmetric (so an entry
@@ -364,13 +382,11 @@ TEST_F(OneDnnGemmTest, SymmetricPanelsRunOnOneDnnAndMatchTheExactProduct) {
 TEST(CpuSymmetricGemmTest, PanelsOnTwoThreadsEqualOneThreadBitForBit) {
   std::unique_ptr<CpuDevice> device = MakeCpu("openblas");
   ASSERT_NE(device, nullptr);
-  std::vector<CpuGemmBackend> backends = {CpuGemmBackend::kOpenBlas};
-  if (OneDnnHasBf16Isa()) backends.push_back(CpuGemmBackend::kOneDnn);
   // Above the product size that SymmetricGemm splits over threads (2·m²·k ≥ 2^24 flops).
   const Case cases[] = {{131, 131, 509, false, true, 1.0f, 0.0f},
                         {157, 157, 389, true, false, 0.5f, 2.0f},
                         {211, 211, 211, false, false, 2.0315f, -4.775f}};
-  for (CpuGemmBackend backend : backends) {
+  for (CpuGemmBackend backend : Backends()) {
     internal::CpuContext two, one;
     two.num_threads = 2;
     CpuMatrixKernels parallel(two, backend), serial(one, backend);
@@ -390,12 +406,64 @@ TEST(CpuSymmetricGemmTest, PanelsOnTwoThreadsEqualOneThreadBitForBit) {
         OPTSTEP_ASSERT_OK(parallel.SymmetricGemm(args, x, x, on_two));
         OPTSTEP_ASSERT_OK(serial.SymmetricGemm(args, x, x, on_one));
         const std::vector<float> got = ReadTensor(*device, on_two);
-        const std::vector<float> want = ReadTensor(*device, on_one);
         EXPECT_TRUE(ExactlySymmetric(got, c.m));
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
-              << "element " << i << ": " << got[i] << " on two threads, " << want[i] << " on one";
+        EXPECT_TRUE(SameBits(got, ReadTensor(*device, on_one)));
+      }
+    }
+  }
+}
+
+// GemmFrom (C ← α·op(A)·op(B) + β·D) on both backends: every thread copies its rows of D inside
+// the product's region (oneDNN: blocks of rows, one single-threaded product each; both: the
+// symmetric panels), with the bits of Copy(d, c) followed by the product; C starts from other
+// values, so a row the split left out shows. Newton–Schulz's products of the GPT layer's matrices
+// (768 × 768 and 768 × 3072, bf16) and odd sizes.
+TEST(CpuGemmFromTest, EqualsCopyThenTheProductBitForBit) {
+  std::unique_ptr<CpuDevice> device = MakeCpu("openblas");
+  ASSERT_NE(device, nullptr);
+  const Case cases[] = {{768, 768, 768, false, false, 1.0f, 3.7418f},
+                        {768, 3072, 768, false, false, 1.0f, 2.8769f},
+                        {768, 768, 768, false, false, 2.3037f, -5.5913f},  // symmetric A·A
+                        {97, 301, 583, false, false, 1.0f, 2.5f},
+                        {255, 1000, 255, false, true, -0.5f, 1.5f},
+                        {211, 211, 211, false, false, 2.0315f, -4.775f}};  // symmetric
+  for (CpuGemmBackend backend : Backends()) {
+    internal::CpuContext ctx;
+    ctx.num_threads = 2;
+    CpuMatrixKernels kernels(ctx, backend);
+    for (const Case& c : cases) {
+      const bool symmetric = c.m == c.n && c.alpha != 1.0f;
+      SCOPED_TRACE(Describe(c) << " " << CpuGemmBackendName(backend) << " symmetric " << symmetric);
+      std::vector<float> a = Normal(c.m * c.k, 41);
+      if (symmetric) {
+        for (int64_t i = 0; i < c.m; ++i) {
+          for (int64_t j = 0; j < i; ++j) a[i * c.m + j] = a[j * c.m + i];
         }
+      }
+      const std::vector<float> b = Normal(c.k * c.n, 42), d0 = Normal(c.m * c.n, 43),
+                               c0 = Normal(c.m * c.n, 44);
+      for (auto [dtype, precision] : {std::pair{DType::kF32, MatmulPrecision::kHighest},
+                                      {DType::kF32, MatmulPrecision::kMedium},
+                                      {DType::kBF16, MatmulPrecision::kMedium}}) {
+        // The GPT layer's sizes only as Newton–Schulz runs them (bf16), to keep the test short.
+        if (c.m == 768 && dtype != DType::kBF16) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << DTypeName(dtype) << " " << MatmulPrecisionName(precision));
+        const Tensor ta = MakeTensor(*device, dtype, {c.m, c.k}, a);
+        const Tensor tb = MakeTensor(*device, dtype, c.tb ? Shape{c.n, c.k} : Shape{c.k, c.n}, b);
+        const Tensor& rhs = symmetric ? ta : tb;
+        const Tensor td = MakeTensor(*device, dtype, {c.m, c.n}, d0);
+        Tensor fused = MakeTensor(*device, dtype, {c.m, c.n}, c0);
+        Tensor apart = MakeTensor(*device, dtype, {c.m, c.n}, d0);
+        const GemmArgs args{precision, c.ta, c.tb, c.alpha, c.beta};
+        if (symmetric) {
+          OPTSTEP_ASSERT_OK(kernels.SymmetricGemmFrom(args, ta, rhs, td, fused));
+          OPTSTEP_ASSERT_OK(kernels.SymmetricGemm(args, ta, rhs, apart));
+        } else {
+          OPTSTEP_ASSERT_OK(kernels.GemmFrom(args, ta, rhs, td, fused));
+          OPTSTEP_ASSERT_OK(kernels.Gemm(args, ta, rhs, apart));
+        }
+        EXPECT_TRUE(SameBits(ReadTensor(*device, fused), ReadTensor(*device, apart)));
       }
     }
   }

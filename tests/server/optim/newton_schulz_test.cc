@@ -4,7 +4,9 @@
 #include "server/optim/newton_schulz.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -13,6 +15,7 @@
 #include "tests/server/optim/optim_test_util.h"
 #include "tests/server/optim/reference/matrix64.h"
 #include "tests/server/optim/reference/muon64.h"
+#include "tests/testing/fault_injecting_device.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -247,6 +250,40 @@ TEST_F(NewtonSchulzTest, ZeroAndTinyInputs) {
   const Matrix tiny = Matrix::FromFloats(8, 12, testutil::Normal(96, 1e-10, 7));
   EXPECT_TRUE(AllClose(Run(Options(CoefficientType::kQuintic, 5), tiny),
                        ref::NewtonSchulz(tiny, ref::SpecTable("quintic"), false, 5), 0.0, 1e-6));
+}
+
+// The β terms read in place (Device::GemmFrom, which the CPU folds into the products' parallel
+// regions) give the bits of copying them first (the default, kept by FaultInjectingDevice), on
+// the GPT layer's shapes (Q, K, V and the projection, both FFN matrices, the position embedding)
+// and an odd one.
+TEST_F(NewtonSchulzTest, FoldedCopiesKeepTheBitsOfCopyingFirst) {
+  testutil::FaultInjectingDevice copying(testutil::TestDevice());
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {768, 768}, {3072, 768}, {768, 3072}, {1024, 768}, {97, 300}};
+  for (const auto& [rows, cols] : shapes) {
+    for (MatmulPrecision precision : {MatmulPrecision::kHighest, MatmulPrecision::kMedium}) {
+      if (rows > 1024 && precision == MatmulPrecision::kHighest) continue;  // keep it short
+      SCOPED_TRACE(::testing::Message()
+                   << rows << "x" << cols << " " << MatmulPrecisionName(precision));
+      const std::vector<float> x = testutil::Normal(rows * cols, 1.0, 5);
+      std::vector<float> results[2];
+      Device* devices[2] = {device_.get(), &copying};
+      for (int i = 0; i < 2; ++i) {
+        NewtonSchulz ns(Options(CoefficientType::kQuintic, 5, precision));
+        Tensor in = Upload(*devices[i], {rows, cols}, x);
+        Tensor out = Upload(*devices[i], {rows, cols}, std::vector<float>(x.size(), 0.0f));
+        ASSERT_THAT(ns.Run(*devices[i], in, out), IsOk());
+        results[i] = Download(*devices[i], out);
+      }
+      ASSERT_EQ(results[0].size(), results[1].size());
+      for (size_t i = 0; i < results[0].size(); ++i) {
+        ASSERT_EQ(std::memcmp(&results[0][i], &results[1][i], sizeof(float)), 0)
+            << "element " << i << ": " << results[0][i] << " folded, " << results[1][i]
+            << " copied first";
+      }
+    }
+  }
+  EXPECT_GT(copying.faults().calls("Copy"), 0);  // the copies ran apart there
 }
 
 TEST_F(NewtonSchulzTest, RefusesMismatchedTensors) {

@@ -96,7 +96,9 @@ void RankGroup::Leave() {
 void RankGroup::PeerLeft(int rank) {
   if (rank < 0 || rank >= options_.world_size || !liveness_.Left(rank)) return;
   LOG(WARNING) << "event=peer_left rank=" << rank << " rank " << rank
-               << " shuts down on purpose; this rank stops serving until the group is restarted";
+               << " shuts down on purpose; this rank stops serving until "
+               << (options_.heal ? "it rejoins or the group is restarted"
+                                 : "the group is restarted");
 }
 
 absl::Status RankGroup::PeersStatus() const {

@@ -11,8 +11,9 @@
 // the parameters and optimizer state end bit for bit with an undisturbed session. A state import
 // (a checkpoint load, an automatic restore, a state dict) replaces each rank's state on its own
 // rank: the shadows are fetched again under the import's hold, so that a rank lost afterwards
-// still heals. Two ranks lost at once are not waited for: the survivor exits for a restart of the
-// group (status 75).
+// still heals. A rolling restart (each rank shut down on purpose and started again in turn, rank 0
+// last) loses no step. Two ranks lost at once are not waited for: the survivor exits for a restart
+// of the group (status 75).
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -289,6 +290,53 @@ INSTANTIATE_TEST_SUITE_P(Rank, KilledRankTest, ::testing::Values(1, 0),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return absl::StrCat("Rank", info.param);
                          });
+
+// A rolling restart, as a StatefulSet's RollingUpdate runs it: each rank in turn, the highest
+// ordinal first and rank 0 last, is shut down on purpose (SIGTERM: it leaves the group, and the
+// others count it as gone) and started again with its ordinal on its port, once the group serves
+// again. Each comes back healed into the running group: the trainer steps between the restarts,
+// never rewinds, and the run ends with the parameters and optimizer state of an undisturbed
+// session, bit for bit; no survivor ever exits.
+TEST(RejoinTest, ARollingRestartOfEveryRankLosesNoStep) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  constexpr uint64_t kSteps = kWorld + 2;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference,
+                               trainer->CreateSession(SpreadSpec("reference")));
+  for (uint64_t step = 1; step <= kSteps; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, reference.session_id(), step).status(), IsOk());
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo rolled,
+                               trainer->CreateSession(SpreadSpec("rolled")));
+  ASSERT_THAT(StepSpread(*trainer, rolled.session_id(), 1).status(), IsOk());
+  uint64_t step = 2;
+  for (int rank = kWorld - 1; rank >= 0; --rank) {
+    EXPECT_EQ(group[rank]->SignalAndWait(SIGTERM), 0) << "rank " << rank;
+    ASSERT_THAT(Restart(group, rank, kFlags), IsOk());
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(30)))
+          << "rank " << r << " is not SERVING after rank " << rank << " restarted";
+    }
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, StepSpread(*trainer, rolled.session_id(), step));
+    EXPECT_EQ(reply.step, step) << "after rank " << rank << " restarted";
+    ++step;
+  }
+  for (; step <= kSteps; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, rolled.session_id(), step).status(), IsOk());
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string expected, StateOf(*trainer, reference.session_id()));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string after, StateOf(*trainer, rolled.session_id()));
+  EXPECT_FALSE(expected.empty());
+  EXPECT_TRUE(after == expected) << "the state after the rolling restart differs";
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string expected_params,
+                               testutil::Pulled(*trainer, reference.session_id()));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string after_params,
+                               testutil::Pulled(*trainer, rolled.session_id()));
+  EXPECT_TRUE(after_params == expected_params);
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
 
 TEST(RejoinTest, ARankLostAfterAStateImportHeals) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));

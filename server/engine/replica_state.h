@@ -51,8 +51,10 @@ struct MasterBlocks {
 // state and group counters are written only by tasks of the session's coordinator (on the
 // device worker it waits for), and by InitValues before the first step; held operations read
 // them only while the session is settled, when no resolution runs. A gradient buffer is written
-// by the stream threads in the disjoint ranges StepContributions admits, and read by the
-// coordinator only once no copy is in flight.
+// by the stream threads in the disjoint ranges StepContributions admits; once complete, it is
+// read (and averaged) by the session's statistics task on the device worker while no copy of it
+// is in flight and none starts (GradientStatistics), and by the coordinator only once no copy
+// is in flight.
 class ReplicaState {
  public:
   // Routes the parameters, creates the group optimizers and allocates every tensor of `rank`:

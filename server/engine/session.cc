@@ -167,6 +167,14 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
   std::vector<ElementRange> fresh;
   {
     absl::MutexLock lock(&mu_);
+    // Not while a statistics task reads the buffer (a SHARDED trainer that began again, or the
+    // next step after an abort): that one task, a read of one gradient, ends first.
+    struct Reading {
+      const GradientStatistics* statistics;
+      int param;
+    } reading{&book_.statistics(), param_id};
+    mu_.Await(absl::Condition(
+        +[](Reading* r) { return !r->statistics->reading(r->param); }, &reading));
     OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));  // so c.generation is the book's now
     OPTSTEP_RETURN_IF_ERROR(
         book_.contributions().AddRange(c.trainer, param_id, offset, count, &fresh));
@@ -182,6 +190,7 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
       }
       book_.contributions().AddDigests(c.trainer, digest, written);
     }
+    book_.statistics().BeginWrite(param_id, !fresh.empty());
     ++inflight_copies_;
   }
   // Trainer 0 (and SHARDED) writes the buffer; later trainers add to it, in turn.
@@ -199,6 +208,12 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
   std::vector<WaitingChunk> released;
   {
     absl::MutexLock lock(&mu_);
+    if (c.generation == book_.generation()) {
+      // Posted before the last copy is counted out, so before the resolution's device work.
+      const std::optional<uint64_t> version = book_.statistics().EndWrite(
+          param_id, status.ok() && book_.contributions().complete(param_id));
+      if (version) PostStatisticsLocked(param_id, *version);
+    }
     --inflight_copies_;
     if (!status.ok()) {
       // Recorded but not (all) written: the step cannot be trusted on this rank any more.
@@ -218,6 +233,28 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
         WriteChunk(chunk.contribution, chunk.param, chunk.offset, chunk.dtype, chunk.pieces));
   }
   return status;
+}
+
+void Session::PostStatisticsLocked(int param, uint64_t version) {
+  const uint64_t generation = book_.generation();
+  coordinator_->PostDevice(absl::StrCat("step ", book_.counters().step + 1,
+                                        " gradient statistics of '", replica_->names()[param], "'"),
+                           [weak = weak_from_this(), param, generation, version] {
+                             std::shared_ptr<Session> self = weak.lock();
+                             if (self != nullptr)
+                               self->ComputeStatistics(param, generation, version);
+                           });
+}
+
+void Session::ComputeStatistics(int param, uint64_t generation, uint64_t version) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (generation != book_.generation() || !book_.statistics().Claim(param, version)) return;
+  }
+  GradientStatistics::Result stats =
+      MeanAndStatistics(replica_->config(), replica_->device(), replica_->grad(param));
+  absl::MutexLock lock(&mu_);
+  book_.statistics().Release(param, version, generation == book_.generation(), std::move(stats));
 }
 
 absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepCallback done) {
@@ -408,6 +445,11 @@ StepLedger::Pending Session::BeginResolution() {
   mu_.Await(absl::Condition(
       +[](int* inflight) { return *inflight == 0; }, &inflight_copies_));
   return book_.pending();
+}
+
+std::vector<std::optional<GradientStatistics::Result>> Session::IngestStatistics() {
+  absl::MutexLock lock(&mu_);
+  return book_.statistics().Current();
 }
 
 std::vector<StepWaiter> Session::TakeStreamingWaiters() {

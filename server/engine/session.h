@@ -21,6 +21,7 @@
 #include "checkpoint/state_dict.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
+#include "server/engine/gradient_statistics.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/replica_state.h"
 #include "server/engine/resolution_gate.h"
@@ -231,6 +232,13 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // of the next trainer that waited for it, telling each its status.
   absl::Status WriteChunk(const Contribution& c, int param_id, int64_t offset, DType dtype,
                           absl::Span<const absl::string_view> pieces) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues the statistics of `version` of `param`'s gradient, complete now, on the device worker
+  // (ComputeStatistics), while the ingest of the others goes on.
+  void PostStatisticsLocked(int param, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The statistics task: MeanAndStatistics of the buffer unless it changed since it was posted
+  // in `generation` (or is being written), recorded unless the step ended meanwhile. On the
+  // device worker.
+  void ComputeStatistics(int param, uint64_t generation, uint64_t version) ABSL_LOCKS_EXCLUDED(mu_);
   // Starts a resolution of `kind` on the coordinator unless a hold forbids it, and kApply only
   // when the book is ready_to_apply (every trainer committed, none runs); returns whether it did.
   bool StartResolutionLocked(ResolutionKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -244,6 +252,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
 
   // StepLedger, for the coordinator.
   Pending BeginResolution() override ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::optional<GradientStatistics::Result>> IngestStatistics() override
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<StepWaiter> TakeStreamingWaiters() override ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseSnapshots() override ABSL_LOCKS_EXCLUDED(mu_);
   void MarkBroken() override ABSL_LOCKS_EXCLUDED(mu_);

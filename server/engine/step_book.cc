@@ -30,7 +30,8 @@ StepBook::StepBook(std::string session_id, int rank, const SessionConfig& config
     : id_(std::move(session_id)),
       rank_(rank),
       contributions_(config.mode, config.num_trainers, owned_numels, names),
-      order_(config.num_trainers, std::move(owned_numels)),
+      order_(config.num_trainers, owned_numels),
+      statistics_(static_cast<int>(owned_numels.size())),
       attempts_(config.num_trainers, 0),
       began_(config.num_trainers, false),
       applied_digests_(config.num_trainers) {}
@@ -221,6 +222,7 @@ void StepBook::WriteCounters(const ResolvedState& resolved) {
   snapshots_.clear();
   last_outcome_.reset();
   applied_digests_.assign(applied_digests_.size(), ContributionDigest());
+  statistics_.Reset();
   ++generation_;
 }
 
@@ -239,6 +241,7 @@ void StepBook::StartClock(absl::Time now) {
 std::vector<WaitingChunk> StepBook::ResetStep() {
   ++generation_;
   contributions_.Reset();
+  statistics_.Reset();
   schedule_.reset();
   step_began_.reset();
   began_.assign(began_.size(), false);

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "kernels/dtype.h"
 #include "server/engine/contribution_digest.h"
+#include "server/engine/gradient_statistics.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/replica_state_dict.h"
 #include "server/engine/session_config.h"
@@ -134,6 +135,9 @@ class StepBook {
   uint64_t generation() const { return generation_; }
   StepContributions& contributions() { return contributions_; }
   TrainerOrder& order() { return order_; }
+  // The writes into the gradient buffers and the statistics computed during ingest; forgotten
+  // with the pending step (a new generation).
+  GradientStatistics& statistics() { return statistics_; }
   // The parameters published for the last step, by dtype; cleared when the step or the state
   // changes.
   std::map<DType, std::shared_ptr<const ParamSnapshot>>& snapshots() { return snapshots_; }
@@ -152,6 +156,7 @@ class StepBook {
   const int rank_;
   StepContributions contributions_;
   TrainerOrder order_;
+  GradientStatistics statistics_;
   std::optional<StepSchedule> schedule_;
   std::vector<uint64_t> attempts_;  // each trainer's last Begin
   std::vector<bool> began_;         // the trainers that began the pending step

@@ -15,20 +15,23 @@ StepContributions::StepContributions(GradientMode mode, int num_trainers,
   const size_t maps =
       mode_ == GradientMode::kSharded ? numels_.size() : numels_.size() * num_trainers_;
   ranges_.resize(maps);
+  covered_.assign(maps, 0);
   committed_.assign(num_trainers_, false);
   elements_.assign(num_trainers_, 0);
   sent_.resize(num_trainers_);
   written_.resize(num_trainers_);
 }
 
+size_t StepContributions::MapIndex(int trainer, int param) const {
+  return mode_ == GradientMode::kSharded ? param : trainer * numels_.size() + param;
+}
+
 StepContributions::RangeMap& StepContributions::MapFor(int trainer, int param) {
-  return mode_ == GradientMode::kSharded ? ranges_[param]
-                                         : ranges_[trainer * numels_.size() + param];
+  return ranges_[MapIndex(trainer, param)];
 }
 
 const StepContributions::RangeMap& StepContributions::MapFor(int trainer, int param) const {
-  return mode_ == GradientMode::kSharded ? ranges_[param]
-                                         : ranges_[trainer * numels_.size() + param];
+  return ranges_[MapIndex(trainer, param)];
 }
 
 absl::Status StepContributions::CheckBounds(int param, int64_t offset, int64_t count) const {
@@ -52,7 +55,8 @@ absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
   if (!bounds.ok()) return bounds;
   const std::string& name = (*names_)[param];
   const int64_t end = offset + count;
-  RangeMap& ranges = MapFor(trainer, param);
+  const size_t map = MapIndex(trainer, param);
+  RangeMap& ranges = ranges_[map];
   // The ranges overlapping [offset, end): from the one before offset (if it reaches past it).
   // Only ranges carried over from an earlier attempt may overlap.
   auto first = ranges.lower_bound(offset);
@@ -65,7 +69,10 @@ absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
                      duplicate ? " duplicates" : " overlaps", " chunk [", it->first, ", ",
                      it->second.end, ") from trainer ", it->second.trainer));
   }
-  Claim(ranges, first, trainer, offset, end, fresh);
+  std::vector<ElementRange> gaps;
+  Claim(ranges, first, trainer, offset, end, &gaps);
+  for (const ElementRange& gap : gaps) covered_[map] += gap.end - gap.begin;
+  if (fresh != nullptr) fresh->insert(fresh->end(), gaps.begin(), gaps.end());
   elements_[trainer] += count;
   started_ = true;
   return absl::OkStatus();
@@ -90,6 +97,14 @@ void StepContributions::Claim(RangeMap& ranges, RangeMap::iterator it, int train
   for (const auto& [start, range] : pieces) ranges.emplace(start, range);
   for (const ElementRange& gap : gaps) ranges.emplace(gap.begin, Range{gap.end, trainer});
   if (fresh != nullptr) fresh->insert(fresh->end(), gaps.begin(), gaps.end());
+}
+
+bool StepContributions::complete(int param) const {
+  const int trainers = mode_ == GradientMode::kSharded ? 1 : num_trainers_;
+  for (int t = 0; t < trainers; ++t) {
+    if (covered_[MapIndex(t, param)] != numels_[param]) return false;
+  }
+  return true;
 }
 
 absl::Status StepContributions::CheckCovered(const RangeMap& ranges, int param, const char* who,
@@ -144,9 +159,15 @@ void StepContributions::DropTrainer(int trainer) {
       for (auto& [start, range] : MapFor(trainer, static_cast<int>(p))) range.carried = true;
     }
   } else {
-    for (RangeMap& ranges : ranges_) {
+    for (size_t m = 0; m < ranges_.size(); ++m) {
+      RangeMap& ranges = ranges_[m];
       for (auto it = ranges.begin(); it != ranges.end();) {
-        it = it->second.trainer == trainer ? ranges.erase(it) : std::next(it);
+        if (it->second.trainer != trainer) {
+          ++it;
+          continue;
+        }
+        covered_[m] -= it->second.end - it->first;
+        it = ranges.erase(it);
       }
     }
     written_[trainer] = ContributionDigest();  // overwritten by the next attempt
@@ -161,6 +182,7 @@ void StepContributions::DropTrainer(int trainer) {
 
 void StepContributions::Reset() {
   for (RangeMap& ranges : ranges_) ranges.clear();
+  covered_.assign(ranges_.size(), 0);
   committed_.assign(num_trainers_, false);
   elements_.assign(num_trainers_, 0);
   sent_.assign(num_trainers_, ContributionDigest());

@@ -77,6 +77,9 @@ class StepContributions {
   absl::Status CheckTrainerComplete(int trainer) const;
   // SHARDED: the trainers together covered every element of every parameter.
   absl::Status CheckAllComplete() const;
+  // Whether every element of `param` was recorded: SHARDED, by the trainers together;
+  // REPLICATED, by every trainer (ranges carried over from an earlier attempt count).
+  bool complete(int param) const;
 
   // Records the digests of a chunk `trainer` sent in its current attempt (`sent`: all of it) and
   // of the part of it that was written to the gradient buffer (`written`: its fresh ranges).
@@ -110,6 +113,7 @@ class StepContributions {
   using RangeMap = std::map<int64_t, Range>;  // start -> range
 
   // SHARDED: one map per parameter; REPLICATED: one per (trainer, parameter).
+  size_t MapIndex(int trainer, int param) const;
   RangeMap& MapFor(int trainer, int param);
   const RangeMap& MapFor(int trainer, int param) const;
   // Records [offset, end) for this attempt: the carried ranges inside it (from `it`, the first
@@ -124,6 +128,7 @@ class StepContributions {
   const std::vector<int64_t> numels_;
   const std::vector<std::string>* const names_;
   std::vector<RangeMap> ranges_;
+  std::vector<int64_t> covered_;  // per map: the elements its ranges cover
   std::vector<bool> committed_;
   std::vector<int64_t> elements_;
   std::vector<ContributionDigest> sent_;     // per trainer, its current attempt

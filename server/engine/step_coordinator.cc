@@ -98,6 +98,10 @@ absl::Status StepCoordinator::OnDevice(const std::function<absl::Status()>& task
   return status;
 }
 
+void StepCoordinator::PostDevice(std::string what, std::function<void()> task) {
+  device_queue_.Post({std::move(what), std::move(task), [] {}});
+}
+
 absl::Status StepCoordinator::OnDeviceSliced(absl::string_view what, int count,
                                              const std::function<absl::Status(int)>& item) {
   int next = 0;
@@ -197,23 +201,34 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
 
 absl::Status StepCoordinator::LocalStatistics(uint64_t step, std::vector<double>& sums,
                                               bool& finite) {
-  Device& device = replica_->device();
-  const bool ordered = SumsInTrainerOrder(replica_->config());
-  const int n = replica_->config().num_trainers;
-  const std::vector<int>& owned = replica_->owned();
-  return OnDeviceSliced(
-      absl::StrCat("step ", step, " gradient statistics"), static_cast<int>(owned.size()),
-      [&](int i) -> absl::Status {
-        const int p = owned[i];
-        if (ordered) {
-          OPTSTEP_RETURN_IF_ERROR(device.Scale(1.0f / static_cast<float>(n), replica_->grad(p)));
-        }
-        OPTSTEP_ASSIGN_OR_RETURN(GradientStats stats,
-                                 device.ComputeGradientStats(replica_->grad(p)));
-        finite = finite && stats.all_finite;
-        sums[p] = stats.sum_squares;
+  // After the statistics tasks posted during ingest, on the device worker.
+  std::vector<std::optional<GradientStatistics::Result>> early;
+  OPTSTEP_RETURN_IF_ERROR(OnDevice(
+      [&] {
+        early = ledger_->IngestStatistics();
         return absl::OkStatus();
-      });
+      },
+      absl::StrCat("step ", step, " gradient statistics")));
+  std::vector<int> rest;  // the owned gradients whose statistics are computed now
+  auto take = [&](int p, const GradientStatistics::Result& stats) -> absl::Status {
+    OPTSTEP_RETURN_IF_ERROR(stats.status());
+    finite = finite && stats->all_finite;
+    sums[p] = stats->sum_squares;
+    return absl::OkStatus();
+  };
+  for (int p : replica_->owned()) {
+    if (!early[p]) {
+      rest.push_back(p);
+      continue;
+    }
+    OPTSTEP_RETURN_IF_ERROR(take(p, *early[p]));
+  }
+  return OnDeviceSliced(absl::StrCat("step ", step, " gradient statistics"),
+                        static_cast<int>(rest.size()), [&](int i) {
+                          const int p = rest[i];
+                          return take(p, MeanAndStatistics(replica_->config(), replica_->device(),
+                                                           replica_->grad(p)));
+                        });
 }
 
 StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutcome& outcome,

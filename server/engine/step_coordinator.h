@@ -21,6 +21,7 @@
 #include "base/serial_executor.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
+#include "server/engine/gradient_statistics.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/replica_state.h"
 #include "server/engine/shadow_state.h"
@@ -75,6 +76,10 @@ class StepLedger {
   virtual ~StepLedger() = default;
   // Waits until no gradient copy is in flight, then answers the pending step.
   virtual Pending BeginResolution() = 0;
+  // The statistics computed during ingest of each gradient as it is now (GradientStatistics),
+  // by parameter; unset where none were. REQUIRES: called from a task of the device worker
+  // after BeginResolution, so that every statistics task posted during ingest has run.
+  virtual std::vector<std::optional<GradientStatistics::Result>> IngestStatistics() = 0;
   // Takes the waiters that stream parameters (StepWaiter::stream with parameters wanted).
   virtual std::vector<StepWaiter> TakeStreamingWaiters() = 0;
   // The step applies (its result is agreed): the last step's snapshots are no longer served, so
@@ -140,6 +145,9 @@ class StepCoordinator {
   // coordinator.
   absl::Status OnDevice(const std::function<absl::Status()>& task,
                         absl::string_view what = "device work");
+  // Queues `task` on the session's device work without waiting for it; `what` names it for the
+  // watchdog. Dropped (never run) once the device work is cancelled. Any thread.
+  void PostDevice(std::string what, std::function<void()> task);
   // Drops the session's device work not yet started and refuses any later (OnDevice answers
   // UNAVAILABLE): a resolution that runs ends at its next slice. For Session::Close; any thread.
   void CancelDeviceWork() { device_queue_.Close(); }
@@ -166,7 +174,8 @@ class StepCoordinator {
   // REQUIRES: on the coordinator.
   absl::Status OnDeviceSliced(absl::string_view what, int count,
                               const std::function<absl::Status(int)>& item);
-  // This rank's part: the REPLICATED mean, per-parameter sums of squares and finiteness.
+  // This rank's part: the REPLICATED mean, per-parameter sums of squares and finiteness; those
+  // computed during ingest (IngestStatistics) are taken as they are.
   absl::Status LocalStatistics(uint64_t step, std::vector<double>& sums, bool& finite);
   // One all-reduce carries the sums of squares and the skip, abort and failure votes.
   absl::StatusOr<Agreement> Agree(bool abort, bool failed, const std::vector<double>& sum_squares,

@@ -11,7 +11,6 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "kernels/device_factory.h"
 #include "server/engine/engine.h"
 #include "tests/server/engine/session_test_util.h"
 #include "tests/testing/fault_injecting_device.h"
@@ -21,6 +20,7 @@ namespace optstep {
 namespace {
 
 using ::optstep::testutil::BeginStep;
+using ::optstep::testutil::Eventually;
 using ::optstep::testutil::FaultInjectingDevice;
 using ::optstep::testutil::FaultInjector;
 using ::optstep::testutil::IsOk;
@@ -44,31 +44,15 @@ SessionConfig LionConfig(int count) {
   return config;
 }
 
-// Polls `condition` every millisecond for at most `timeout`; answers its last value.
-template <typename Condition>
-bool Eventually(Condition condition, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!condition()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
-
 class DeviceSharingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    DeviceOptions cpu;
-    cpu.num_threads = 1;
-    absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(cpu);
-    ASSERT_THAT(device.status(), IsOk());
-    device_ = std::make_shared<FaultInjectingDevice>(*std::move(device));
+    device_ = testutil::FaultInjectingCpuDevice();
+    ASSERT_NE(device_, nullptr);
     EngineOptions options;
-    options.injected_device = device_;
     options.device_watchdog = absl::Milliseconds(300);
-    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
-    ASSERT_THAT(engine.status(), IsOk());
-    engine_ = *std::move(engine);
+    engine_ = testutil::MakeEngineOn(device_, options);
+    ASSERT_NE(engine_, nullptr);
   }
 
   std::shared_ptr<Session> Create(const SessionConfig& config) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "gtest/gtest.h"
+#include "kernels/device_factory.h"
 
 namespace optstep {
 namespace testutil {
@@ -33,6 +34,27 @@ std::vector<float> Floats(const std::string& bytes) {
 std::unique_ptr<Engine> MakeEngine(int num_threads) {
   EngineOptions options;
   if (num_threads > 0) options.device.num_threads = num_threads;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
+  if (!engine.ok()) {
+    ADD_FAILURE() << engine.status();
+    return nullptr;
+  }
+  return *std::move(engine);
+}
+
+std::shared_ptr<FaultInjectingDevice> FaultInjectingCpuDevice() {
+  DeviceOptions cpu;
+  cpu.num_threads = 1;
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(cpu);
+  if (!device.ok()) {
+    ADD_FAILURE() << device.status();
+    return nullptr;
+  }
+  return std::make_shared<FaultInjectingDevice>(*std::move(device));
+}
+
+std::unique_ptr<Engine> MakeEngineOn(std::shared_ptr<Device> device, EngineOptions options) {
+  options.injected_device = std::move(device);
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
   if (!engine.ok()) {
     ADD_FAILURE() << engine.status();

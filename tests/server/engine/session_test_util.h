@@ -11,8 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
+#include "tests/testing/fault_injecting_device.h"
 
 namespace optstep {
 namespace testutil {
@@ -40,6 +42,22 @@ std::vector<float> Floats(const std::string& bytes);
 // An engine of one rank on the CPU device (0 threads: the device's default). Fails the test (and
 // answers null) when it cannot be created.
 std::unique_ptr<Engine> MakeEngine(int num_threads = 0);
+// A fault-injecting device over the CPU device with one thread, and an engine of one rank with
+// `options` on `device`. Fail the test (and answer null) when they cannot be created.
+std::shared_ptr<FaultInjectingDevice> FaultInjectingCpuDevice();
+std::unique_ptr<Engine> MakeEngineOn(std::shared_ptr<Device> device,
+                                     EngineOptions options = EngineOptions());
+
+// Polls `condition` every millisecond for at most `timeout`; answers its last value.
+template <typename Condition>
+bool Eventually(Condition condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
 
 SubOptimizerConfig AdamW(double lr, double weight_decay);
 SubOptimizerConfig Sgd(double lr);

@@ -118,7 +118,9 @@ absl::Status CheckAdamWArgs(const math::AdamWArgs& a) {
   OPTSTEP_RETURN_IF_ERROR(CheckArgNonNegative(kOp, "weight_decay", a.weight_decay));
   OPTSTEP_RETURN_IF_ERROR(
       CheckArgRange(kOp, "bias_correction1", a.bias_correction1, 0.0f, false, 1.0f, true));
-  return CheckArgRange(kOp, "bias_correction2", a.bias_correction2, 0.0f, false, 1.0f, true);
+  OPTSTEP_RETURN_IF_ERROR(
+      CheckArgRange(kOp, "bias_correction2", a.bias_correction2, 0.0f, false, 1.0f, true));
+  return CheckArgRange(kOp, "grad_scale", a.grad_scale, 0.0f, false, 1.0f, true);
 }
 
 absl::Status CheckSgdArgs(const math::SgdArgs& a) {

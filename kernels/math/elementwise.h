@@ -27,6 +27,9 @@ struct AdamWArgs {
   bool decoupled = true;  // AdamW: decay fused into the update; false: L2 into the gradient.
   float bias_correction1 = 1.0f;  // 1 - beta1^t (1 when bias correction is off)
   float bias_correction2 = 1.0f;  // 1 - beta2^t
+  // The gradient is used as g · grad_scale, the product in fp32 as ScaleElement forms it: the
+  // global clip coefficient folded into the update (1: none), in (0, 1].
+  float grad_scale = 1.0f;
 };
 
 // Host-side constructor: derives 1 - beta and the bias corrections 1 - beta^t in double.
@@ -51,6 +54,7 @@ inline AdamWArgs MakeAdamWArgs(double lr, double beta1, double beta2, double eps
 }
 
 OPTSTEP_HD void AdamWElement(const AdamWArgs& a, float g, float& p, float& m, float& v) {
+  g = g * a.grad_scale;
   if (!a.decoupled) g = g + a.weight_decay * p;
   m = a.beta1 * m + a.one_minus_beta1 * g;
   v = a.beta2 * v + a.one_minus_beta2 * g * g;

@@ -37,16 +37,19 @@ absl::Status ApplyOwnedItem(ReplicaState& replica, const OwnedUpdate& update, in
                             double clip_scale) {
   Device& device = replica.device();
   const OwnedBatch& batch = update.work[i];
+  Optimizer& optimizer = *replica.groups()[batch.group].optimizer;
+  StepArgs args = update.args[batch.group];
+  const float scale = static_cast<float>(clip_scale);
+  // Clipped in the optimizer's update where it can (no pass of its own over the gradient).
+  const bool folded = clip_scale < 1.0 && optimizer.scales_gradient();
+  if (folded) args.grad_scale = scale;
   std::vector<StepOperands> operands;
   operands.reserve(batch.params.size());
   for (int p : batch.params) {
-    if (clip_scale < 1.0) {
-      OPTSTEP_RETURN_IF_ERROR(device.Scale(static_cast<float>(clip_scale), replica.grad(p)));
-    }
+    if (clip_scale < 1.0 && !folded) OPTSTEP_RETURN_IF_ERROR(device.Scale(scale, replica.grad(p)));
     operands.push_back({&replica.grad(p), &replica.param(p), &replica.state(p)});
   }
-  return replica.groups()[batch.group].optimizer->StepBatch(device, update.args[batch.group],
-                                                            operands);
+  return optimizer.StepBatch(device, args, operands);
 }
 
 void CountOwnedUpdate(ReplicaState& replica) {

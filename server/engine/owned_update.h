@@ -35,8 +35,9 @@ struct OwnedUpdate {
 OwnedUpdate PlanOwnedUpdate(ReplicaState& replica, const StepSchedule& schedule,
                             int64_t batch_bytes = kStepBatchBytes);
 
-// Runs batch `i` of `update`: scales each gradient by `clip_scale` when below 1, then steps the
-// parameters and their state. On the device worker.
+// Runs batch `i` of `update`: clips each gradient by `clip_scale` when below 1 (in the update
+// itself where the optimizer scales_gradient(), else by scaling the gradient buffer first), then
+// steps the parameters and their state. On the device worker.
 absl::Status ApplyOwnedItem(ReplicaState& replica, const OwnedUpdate& update, int i,
                             double clip_scale);
 

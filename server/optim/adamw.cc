@@ -47,8 +47,11 @@ absl::Status FindMoments(ParamState& state, Tensor** exp_avg, Tensor** exp_avg_s
 }  // namespace
 
 math::AdamWArgs AdamW::KernelArgs(const StepArgs& args) const {
-  return math::MakeAdamWArgs(args.lr, config_.beta1, config_.beta2, config_.eps, args.weight_decay,
-                             config_.decoupled, config_.bias_correction, args.group_step);
+  math::AdamWArgs a =
+      math::MakeAdamWArgs(args.lr, config_.beta1, config_.beta2, config_.eps, args.weight_decay,
+                          config_.decoupled, config_.bias_correction, args.group_step);
+  a.grad_scale = args.grad_scale;
+  return a;
 }
 
 absl::Status AdamW::Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,

@@ -33,6 +33,8 @@ class AdamW final : public Optimizer {
   absl::Status StepBatch(Device& device, const StepArgs& args,
                          absl::Span<const StepOperands> batch) override;
   bool batches() const override { return true; }
+  // The clip coefficient goes into the update (math::AdamWArgs::grad_scale).
+  bool scales_gradient() const override { return true; }
   // 28 bytes per element: reads g, p, m, v and writes p, m, v.
   double EstimateStepCost(const ParamInfo& param) const override;
 

@@ -33,6 +33,9 @@ struct StepArgs {
   double lr = 0.0;
   double weight_decay = 0.0;  // effective λ = wd · wd_mult
   int64_t group_step = 1;     // 1-based count of applied steps of the group (Adam's t)
+  // The gradient is used as g · grad_scale (fp32), the global clip coefficient: below 1 only
+  // for an optimizer that scales_gradient(); the engine scales the others' gradients first.
+  float grad_scale = 1.0f;
 };
 
 // One parameter of Optimizer::StepBatch: as the arguments of Optimizer::Step.
@@ -68,7 +71,8 @@ class Optimizer {
   // every branch a step can take. Planned for every parameter of the group, plan.bytes() is the
   // most the workspaces hold (what admission control counts before anything is allocated).
   virtual void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const = 0;
-  // Applies one step to `param` in place. `grad` is already averaged and clipped (spec §5).
+  // Applies one step to `param` in place. `grad` is already averaged, and clipped unless
+  // scales_gradient() (spec §5).
   virtual absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                             ParamState& state) = 0;
   // Step on every parameter of `batch` with the same `args`, with the bits of Step on each in
@@ -80,6 +84,10 @@ class Optimizer {
   // Whether StepBatch runs a batch as one device loop: the engine hands such an optimizer
   // batches of parameters (server/engine/owned_update.h), the others one parameter at a time.
   virtual bool batches() const { return false; }
+  // Whether Step and StepBatch clip the gradient themselves, using g · StepArgs::grad_scale in
+  // the element-wise update with the bits of scaling the gradient first (Device::Scale): the
+  // engine then skips that pass over the gradient. Otherwise grad_scale must be 1.
+  virtual bool scales_gradient() const { return false; }
 
   // Relative cost of one step of `param`, for the layer-wise partitioner (spec §6). The unit is
   // a byte of memory traffic on a CPU: an element-wise optimizer costs the bytes it moves per

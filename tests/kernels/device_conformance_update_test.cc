@@ -255,6 +255,42 @@ TEST_P(DeviceConformanceTest, AdamWBatchIsBitwiseTheSharedFormulaOnEachTensor) {
   }
 }
 
+// Global clipping folded into the update (grad_scale) has the bits of scaling the gradient first
+// (Device::Scale) and stepping with the scaled one, with the decay in the gradient (L2) too; the
+// gradient itself is left as it was.
+TEST_P(DeviceConformanceTest, AdamWGradScaleIsBitwiseScalingTheGradientFirst) {
+  const int64_t n = 65540;
+  const float scale = 0.3721f;
+  for (bool decoupled : {true, false}) {
+    AdamHyper h;
+    h.decoupled = decoupled;
+    h.weight_decay = 0.05;
+    const std::vector<float> p = Uniform(n, -1.0f, 1.0f, 61), m = Normal(n, 0.1f, 62);
+    const std::vector<float> v = Uniform(n, 0.0f, 0.01f, 63), g = Normal(n, 3.0f, 64);
+    Tensor t[2][4];  // folded, scaled first: g, p, m, v
+    for (Tensor* x : {t[0], t[1]}) {
+      for (int k = 0; k < 4; ++k) {
+        OPTSTEP_ASSERT_OK_AND_ASSIGN(x[k], Upload(k == 0 ? g : k == 1 ? p : k == 2 ? m : v));
+      }
+    }
+    math::AdamWArgs folded = KernelArgs(h, 4);
+    folded.grad_scale = scale;
+    const std::vector<AdamWOperands> batch = {{&t[0][0], &t[0][1], &t[0][2], &t[0][3]}};
+    OPTSTEP_ASSERT_OK(device_->updates().AdamWBatch(folded, batch));
+    OPTSTEP_ASSERT_OK(device_->Scale(scale, t[1][0]));
+    OPTSTEP_ASSERT_OK(
+        device_->updates().AdamW(KernelArgs(h, 4), t[1][0], t[1][1], t[1][2], t[1][3]));
+    for (int k = 1; k < 4; ++k) {
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> got, Download(t[0][k]));
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> want, Download(t[1][k]));
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
+          << "tensor " << k << " decoupled " << decoupled;
+    }
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> grad, Download(t[0][0]));
+    EXPECT_EQ(grad, g);
+  }
+}
+
 TEST_P(DeviceConformanceTest, AdamWValidates) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor g, device_->Allocate(DType::kF32, {8}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor p, device_->Allocate(DType::kF32, {8}));
@@ -278,6 +314,9 @@ TEST_P(DeviceConformanceTest, AdamWValidates) {
   bad = a;
   bad.bias_correction2 = 0.0f;
   EXPECT_THAT(device_->updates().AdamW(bad, g, p, m, v), StatusIs(kInvalid, "bias_correction2"));
+  bad = a;
+  bad.grad_scale = 0.0f;
+  EXPECT_THAT(device_->updates().AdamW(bad, g, p, m, v), StatusIs(kInvalid, "grad_scale"));
   bad = a;
   bad.eps = std::nanf("");
   EXPECT_THAT(device_->updates().AdamW(bad, g, p, m, v), StatusIs(kInvalid, "eps"));

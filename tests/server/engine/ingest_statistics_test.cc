@@ -2,7 +2,7 @@
 // complete, while the others are still coming in (server/engine/gradient_statistics.h): before
 // the next parameter's chunks and the commit, once per gradient, with the same results as when
 // they were computed after the last commit (the REPLICATED mean taken once, a gradient that was
-// written again computed again).
+// written again computed again). And AdamW is clipped in its update, without a pass of its own.
 
 #include <cmath>
 #include <cstdint>
@@ -163,6 +163,23 @@ TEST_F(IngestStatisticsTest, TheReplicatedMeanIsTakenOnceAsTheHostMeanWouldBe) {
   for (int p = 0; p < 2; ++p) {
     EXPECT_EQ(ParamValues(*replicated, p), ParamValues(*sharded, p)) << "param " << p;
   }
+}
+
+// Clipping AdamW's gradients takes no pass of its own over them: the coefficient goes into the
+// update (math::AdamWArgs::grad_scale), with the bits of scaling the gradient first.
+TEST_F(IngestStatisticsTest, AdamWIsClippedInItsUpdateWithoutAScalePass) {
+  std::shared_ptr<Session> session =
+      testutil::MakeSession(*engine_, Config(GradientMode::kSharded, 1));
+  ASSERT_NE(session, nullptr);
+  const int64_t scales = device_->faults().calls("Scale");
+  const Contribution c = BeginStep(*session, 1, 0);
+  for (int p = 0; p < 2; ++p)
+    ASSERT_THAT(SendGradient(*session, c, p, 0, Gradient(p, 4.0f)), IsOk());
+  Outcome outcome;
+  ASSERT_THAT(session->Commit(c, 9, outcome.Callback()), IsOk());
+  ASSERT_THAT(outcome.Wait().status(), IsOk());
+  EXPECT_TRUE(outcome.result()->clipped);
+  EXPECT_EQ(device_->faults().calls("Scale"), scales);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // cuts each group's parameters into batches of at most the given bytes (a larger parameter
 // alone, never across groups; one parameter per batch for an optimizer without a batched loop),
 // and applying every batch with a clip scale gives the bits of the per-parameter update (scale,
-// then Optimizer::Step), for AdamW (one device loop per batch) and Lion (one at a time).
+// then Optimizer::Step), for AdamW (one device loop per batch, the clip folded into it) and Lion
+// (one at a time, its gradient scaled first).
 
 #include "server/engine/owned_update.h"
 
@@ -126,7 +127,16 @@ TEST_F(OwnedUpdateTest, BatchedStepsGiveThePerParameterBits) {
   constexpr double kClip = 0.5;
   std::unique_ptr<ReplicaState> batched = MakeReplica(2);
   std::unique_ptr<ReplicaState> reference = MakeReplica(2);
+  std::vector<std::vector<float>> grads;  // each step's gradients, as the trainers send them
+  for (int p : batched->owned()) grads.push_back(Host(batched->grad(p)));
   for (int step = 1; step <= 2; ++step) {
+    for (ReplicaState* replica : {batched.get(), reference.get()}) {
+      for (size_t i = 0; i < grads.size(); ++i) {
+        ASSERT_THAT(device_->CopyFromHost(grads[i].data(), DType::kF32, grads[i].size(),
+                                          replica->grad(replica->owned()[i]), 0),
+                    IsOk());
+      }
+    }
     const OwnedUpdate update = PlanOwnedUpdate(*batched, batched->DefaultSchedule(), kBatchBytes);
     for (int i = 0; i < static_cast<int>(update.work.size()); ++i) {
       ASSERT_THAT(ApplyOwnedItem(*batched, update, i, kClip), IsOk());

@@ -339,14 +339,17 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
   coordinator_->Post([self = shared_from_this(), dtype, done = std::move(done)] {
     uint64_t step;
     std::shared_ptr<const ParamSnapshot> published;
+    absl::Status refused;
     {
       absl::MutexLock lock(&self->mu_);
       step = self->book_.counters().step;
       // A step that resolved before this task (ReleaseSnapshots) may have published its own.
       auto it = self->book_.snapshots().find(dtype);
       if (it != self->book_.snapshots().end()) published = it->second;
+      refused = self->MastersBehindLocked(step);
     }
     if (published != nullptr) return done(std::move(published));
+    if (!refused.ok()) return done(refused);
     absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot;
     absl::Status status = self->coordinator_->OnDevice([&] {
       snapshot = BuildSnapshot(*self->replica_, dtype, step);
@@ -358,6 +361,17 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
     }
     done(std::move(snapshot));
   });
+}
+
+absl::Status Session::MastersBehindLocked(uint64_t step) const {
+  // Steps that failed part way (broken) or were interrupted after this rank's update (the redo
+  // skips it) leave masters that are not those of `step`: built now, a snapshot would answer
+  // them as that step's parameters.
+  if (book_.broken()) return book_.CheckUsable();
+  if (replica_->owned_applied_step() <= step) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "session '", id_, "': rank ", rank(), " stepped its parameters in step ", step + 1,
+      ", which a lost peer interrupted; pull again once the step is taken again"));
 }
 
 // --- Ending steps ---

@@ -161,7 +161,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // The checks InitValues makes of one piece, without writing: its element count, or the error.
   absl::StatusOr<int64_t> CheckInitPiece(const InitPiece& piece) const;
 
-  // The parameters after the last step, in `dtype`. `done` is called exactly once.
+  // The parameters after the last step, in `dtype`. `done` is called exactly once. UNAVAILABLE
+  // while this rank's masters are not those of the last step: a step failed part way (broken),
+  // or one interrupted by a lost peer after this rank's update awaits its redo.
   void GetSnapshot(DType dtype, SnapshotCallback done);
 
   // The hold and the state dict: Hold / Settle / Release, the held tensors, and state dicts
@@ -242,6 +244,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // Starts a resolution of `kind` on the coordinator unless a hold forbids it, and kApply only
   // when the book is ready_to_apply (every trainer committed, none runs); returns whether it did.
   bool StartResolutionLocked(ResolutionKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when a snapshot built now holds the parameters of `step` (the counters' step); else why
+  // not (GetSnapshot). On the coordinator, which alone writes the masters and their step.
+  absl::Status MastersBehindLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `read` on the coordinator's device work and answers its state dict.
   void ExportOnCoordinator(std::function<absl::StatusOr<std::shared_ptr<const StateDict>>()> read,
                            StateCallback done);

@@ -6,6 +6,8 @@
 // undisturbed one, also after initial values (under both parameter storages). Ranks are engines
 // in this process joined by gloo.
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -286,6 +288,87 @@ TEST(StateRedundancyTest, UnderOwnersStorageALossInTheRingInterruptsTheStepOnEve
   for (int r = 0; r < 4; ++r) group.session(r).ResumeAfterHeal();
   for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
   ExpectSameState(group, reference);
+}
+
+// The fp32 parameters rank r of `group` answers a pull (Session::GetSnapshot).
+absl::StatusOr<std::shared_ptr<const ParamSnapshot>> Pull(RedundancyGroup& group, int r) {
+  absl::Notification done;
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> pulled;
+  group.session(r).GetSnapshot(DType::kF32, [&](auto s) {
+    pulled = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return pulled;
+}
+
+// A pull on rank 0 during step 2 (asked once the result is agreed, as a trainer's streamed step
+// goes on, after the rank released step 1's snapshot), which a lost rank then interrupts after
+// the update: the pull must not answer the half-applied masters (rank 0's own parameters
+// stepped, the others not gathered) as step 1's, nor may one after the heal before the redo.
+TEST(StateRedundancyTest, APullDuringAnInterruptedStepIsNotAnsweredHalfApplied) {
+  const SessionConfig config = ConfigOf("adamw");
+  RedundancyGroup group(2, config);
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> at_one = Pull(group, 0);
+  ASSERT_THAT(at_one.status(), IsOk());
+  ASSERT_EQ((*at_one)->step, 1u);
+
+  group.comm(1).faults().FailCall("AllGatherV", group.comm(1).faults().calls("AllGatherV") + 1,
+                                  absl::UnavailableError("injected: peer lost"));
+  absl::Notification pulled;
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> during = absl::UnknownError("not pulled");
+  absl::Notification answered[2];
+  for (int r = 0; r < 2; ++r) {
+    Session& s = group.session(r);
+    StepBegin begin;
+    begin.step = 2;
+    begin.return_params = r == 0;
+    begin.stream_params = r == 0;
+    absl::StatusOr<Contribution> c = s.Begin(begin);
+    ASSERT_THAT(c.status(), IsOk());
+    for (int p = 0; p < static_cast<int>(config.params.size()); ++p) {
+      if (s.layout().owner[p] != r) continue;
+      std::vector<float> grad(config.params[p].numel());
+      for (size_t i = 0; i < grad.size(); ++i) grad[i] = RedundancyGroup::Gradient(2, p, i);
+      ASSERT_THAT(s.AddGradient(*c, p, 0, DType::kF32, grad.data(), grad.size() * 4), IsOk());
+    }
+    ASSERT_THAT(s.Commit(*c, 0,
+                         [&, r](absl::StatusOr<StepOutcome> o) {
+                           if (r == 0 && o.ok()) {
+                             group.session(0).GetSnapshot(DType::kF32, [&](auto snapshot) {
+                               during = std::move(snapshot);
+                               pulled.Notify();
+                             });
+                           }
+                           answered[r].Notify();
+                         }),
+                IsOk());
+  }
+  for (int r = 0; r < 2; ++r)
+    ASSERT_TRUE(answered[r].WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(pulled.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_EQ(group.session(0).interrupted_step(), std::optional<uint64_t>(2));
+  // Refused (the step is taken again once the group heals), or step 1's parameters.
+  if (during.ok()) {
+    EXPECT_EQ((*during)->step, 1u);
+    for (size_t p = 0; p < config.params.size(); ++p) {
+      EXPECT_TRUE((*during)->values[p] == (*at_one)->values[p])
+          << "param " << config.params[p].name << " (owner " << group.session(0).layout().owner[p]
+          << ") is not step 1's";
+    }
+  }
+  // Healed, the step not yet redone: the masters are still ahead of step 1. Redone: step 2's.
+  group.Regroup();
+  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal();
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> healed = Pull(group, 0);
+  if (healed.ok()) {
+    EXPECT_EQ((*healed)->values, (*at_one)->values);
+  }
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(2));
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> at_two = Pull(group, 0);
+  ASSERT_THAT(at_two.status(), IsOk());
+  EXPECT_EQ((*at_two)->step, 2u);
 }
 
 TEST(StateRedundancyTest, ShadowOfARankWithoutOneIsRefused) {

@@ -219,6 +219,20 @@ absl::StatusOr<std::string> StateOf(Client& trainer, const std::string& session_
   return all;
 }
 
+// OK when session `other` holds the optimizer state and the parameters of session `reference`
+// bit for bit; else which of them differs.
+absl::Status SameStateAndParameters(Client& trainer, const std::string& reference,
+                                    const std::string& other) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::string expected, StateOf(trainer, reference));
+  OPTSTEP_ASSIGN_OR_RETURN(std::string got, StateOf(trainer, other));
+  if (expected.empty()) return absl::InternalError("the reference session exports no state");
+  if (got != expected) return absl::InternalError("the optimizer state differs");
+  OPTSTEP_ASSIGN_OR_RETURN(std::string expected_params, testutil::Pulled(trainer, reference));
+  OPTSTEP_ASSIGN_OR_RETURN(std::string got_params, testutil::Pulled(trainer, other));
+  if (got_params != expected_params) return absl::InternalError("the parameters differ");
+  return absl::OkStatus();
+}
+
 TEST_P(KilledRankTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   const int dead = GetParam();
   constexpr uint64_t kSteps = 5;
@@ -274,15 +288,8 @@ TEST_P(KilledRankTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   for (uint64_t s = kKilledStep + 1; s <= kSteps; ++s) {
     ASSERT_THAT(StepSpread(*trainer, killed.session_id(), s).status(), IsOk());
   }
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string expected, StateOf(*trainer, reference.session_id()));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string healed, StateOf(*trainer, killed.session_id()));
-  EXPECT_FALSE(expected.empty());
-  EXPECT_TRUE(healed == expected) << "the state after the redone step differs";
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string expected_params,
-                               testutil::Pulled(*trainer, reference.session_id()));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string healed_params,
-                               testutil::Pulled(*trainer, killed.session_id()));
-  EXPECT_TRUE(healed_params == expected_params);
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), killed.session_id()), IsOk())
+      << "after the redone step";
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
@@ -326,15 +333,8 @@ TEST(RejoinTest, ARollingRestartOfEveryRankLosesNoStep) {
   for (; step <= kSteps; ++step) {
     ASSERT_THAT(StepSpread(*trainer, rolled.session_id(), step).status(), IsOk());
   }
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string expected, StateOf(*trainer, reference.session_id()));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string after, StateOf(*trainer, rolled.session_id()));
-  EXPECT_FALSE(expected.empty());
-  EXPECT_TRUE(after == expected) << "the state after the rolling restart differs";
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string expected_params,
-                               testutil::Pulled(*trainer, reference.session_id()));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string after_params,
-                               testutil::Pulled(*trainer, rolled.session_id()));
-  EXPECT_TRUE(after_params == expected_params);
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), rolled.session_id()), IsOk())
+      << "after the rolling restart";
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 

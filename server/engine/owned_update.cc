@@ -41,12 +41,13 @@ absl::Status ApplyOwnedItem(ReplicaState& replica, const OwnedUpdate& update, in
   StepArgs args = update.args[batch.group];
   const float scale = static_cast<float>(clip_scale);
   // Clipped in the optimizer's update where it can (no pass of its own over the gradient).
-  const bool folded = clip_scale < 1.0 && optimizer.scales_gradient();
+  const bool clip = clip_scale < 1.0;
+  const bool folded = clip && optimizer.scales_gradient();
   if (folded) args.grad_scale = scale;
   std::vector<StepOperands> operands;
   operands.reserve(batch.params.size());
   for (int p : batch.params) {
-    if (clip_scale < 1.0 && !folded) OPTSTEP_RETURN_IF_ERROR(device.Scale(scale, replica.grad(p)));
+    if (clip && !folded) OPTSTEP_RETURN_IF_ERROR(device.Scale(scale, replica.grad(p)));
     operands.push_back({&replica.grad(p), &replica.param(p), &replica.state(p)});
   }
   return optimizer.StepBatch(device, args, operands);

@@ -330,8 +330,7 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
   std::shared_ptr<const ParamSnapshot> published;
   {
     absl::MutexLock lock(&mu_);
-    auto it = book_.snapshots().find(dtype);
-    if (it != book_.snapshots().end()) published = it->second;
+    published = PublishedLocked(dtype);
   }
   if (published != nullptr) return done(std::move(published));
   // Read the masters on the coordinator, which alone writes them during a step, so the values
@@ -344,9 +343,8 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
       absl::MutexLock lock(&self->mu_);
       step = self->book_.counters().step;
       // A step that resolved before this task (ReleaseSnapshots) may have published its own.
-      auto it = self->book_.snapshots().find(dtype);
-      if (it != self->book_.snapshots().end()) published = it->second;
-      refused = self->MastersBehindLocked(step);
+      published = self->PublishedLocked(dtype);
+      if (published == nullptr) refused = self->CheckMastersAtStepLocked(step);
     }
     if (published != nullptr) return done(std::move(published));
     if (!refused.ok()) return done(refused);
@@ -363,7 +361,12 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
   });
 }
 
-absl::Status Session::MastersBehindLocked(uint64_t step) const {
+std::shared_ptr<const ParamSnapshot> Session::PublishedLocked(DType dtype) {
+  auto it = book_.snapshots().find(dtype);
+  return it == book_.snapshots().end() ? nullptr : it->second;
+}
+
+absl::Status Session::CheckMastersAtStepLocked(uint64_t step) const {
   // Steps that failed part way (broken) or were interrupted after this rank's update (the redo
   // skips it) leave masters that are not those of `step`: built now, a snapshot would answer
   // them as that step's parameters.

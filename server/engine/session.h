@@ -246,7 +246,10 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   bool StartResolutionLocked(ResolutionKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when a snapshot built now holds the parameters of `step` (the counters' step); else why
   // not (GetSnapshot). On the coordinator, which alone writes the masters and their step.
-  absl::Status MastersBehindLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckMastersAtStepLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The snapshot of `dtype` the last step published, or null.
+  std::shared_ptr<const ParamSnapshot> PublishedLocked(DType dtype)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `read` on the coordinator's device work and answers its state dict.
   void ExportOnCoordinator(std::function<absl::StatusOr<std::shared_ptr<const StateDict>>()> read,
                            StateCallback done);

@@ -69,17 +69,14 @@ absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
                      duplicate ? " duplicates" : " overlaps", " chunk [", it->first, ", ",
                      it->second.end, ") from trainer ", it->second.trainer));
   }
-  std::vector<ElementRange> gaps;
-  Claim(ranges, first, trainer, offset, end, &gaps);
-  for (const ElementRange& gap : gaps) covered_[map] += gap.end - gap.begin;
-  if (fresh != nullptr) fresh->insert(fresh->end(), gaps.begin(), gaps.end());
+  covered_[map] += Claim(ranges, first, trainer, offset, end, fresh);
   elements_[trainer] += count;
   started_ = true;
   return absl::OkStatus();
 }
 
-void StepContributions::Claim(RangeMap& ranges, RangeMap::iterator it, int trainer, int64_t offset,
-                              int64_t end, std::vector<ElementRange>* fresh) {
+int64_t StepContributions::Claim(RangeMap& ranges, RangeMap::iterator it, int trainer,
+                                 int64_t offset, int64_t end, std::vector<ElementRange>* fresh) {
   std::vector<ElementRange> gaps;
   std::vector<std::pair<int64_t, Range>> pieces;  // what replaces the carried ranges
   int64_t cursor = offset;
@@ -95,8 +92,13 @@ void StepContributions::Claim(RangeMap& ranges, RangeMap::iterator it, int train
   }
   if (cursor < end) gaps.push_back(ElementRange{cursor, end});
   for (const auto& [start, range] : pieces) ranges.emplace(start, range);
-  for (const ElementRange& gap : gaps) ranges.emplace(gap.begin, Range{gap.end, trainer});
+  int64_t claimed = 0;
+  for (const ElementRange& gap : gaps) {
+    ranges.emplace(gap.begin, Range{gap.end, trainer});
+    claimed += gap.end - gap.begin;
+  }
   if (fresh != nullptr) fresh->insert(fresh->end(), gaps.begin(), gaps.end());
+  return claimed;
 }
 
 bool StepContributions::complete(int param) const {

@@ -118,9 +118,10 @@ class StepContributions {
   const RangeMap& MapFor(int trainer, int param) const;
   // Records [offset, end) for this attempt: the carried ranges inside it (from `it`, the first
   // range overlapping it, or where it would go) are claimed and the gaps between them recorded
-  // and appended to `fresh`. REQUIRES: every range overlapping it is carried.
-  void Claim(RangeMap& ranges, RangeMap::iterator it, int trainer, int64_t offset, int64_t end,
-             std::vector<ElementRange>* fresh);
+  // and appended to `fresh` (may be null); answers how many elements those gaps hold. REQUIRES:
+  // every range overlapping it is carried.
+  int64_t Claim(RangeMap& ranges, RangeMap::iterator it, int trainer, int64_t offset, int64_t end,
+                std::vector<ElementRange>* fresh);
   absl::Status CheckCovered(const RangeMap& ranges, int param, const char* who, int trainer) const;
 
   const GradientMode mode_;

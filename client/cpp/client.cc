@@ -377,7 +377,7 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
     calls.push_back(std::make_unique<StepCall>(ranks_[r]->channel, deadline,
                                                options_.wait_for_ready, arrivals));
     header.set_skip_return(options.skip_return || (!layout->owners_only() && r != return_rank));
-    // A stream that broke while sending reports its status from Receive().
+    // A stream that broke while sending reports its status from ReceiveAvailable().
     calls.back()->Open(header);
   }
   return std::make_unique<StepStream>(std::move(layout), std::move(calls), std::move(arrivals),

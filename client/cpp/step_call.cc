@@ -203,18 +203,6 @@ std::unique_ptr<grpc::ByteBuffer> StepCall::TakeResponse(bool* ended) {
   return next;
 }
 
-absl::Status StepCall::Receive(v1::StepResult* result, ParamAssembler* assembler) {
-  while (true) {
-    OPTSTEP_ASSIGN_OR_RETURN(bool ended, ReceiveAvailable(result, assembler));
-    if (ended) return absl::OkStatus();
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](StepCall* self)
-             ABSL_NO_THREAD_SAFETY_ANALYSIS { return self->done_ || !self->responses_.empty(); },
-        this));
-  }
-}
-
 absl::StatusOr<bool> StepCall::ReceiveAvailable(v1::StepResult* result, ParamAssembler* assembler) {
   auto broken = [&](absl::Status status) {
     Cancel();

@@ -73,17 +73,12 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   void Append(absl::Span<const GradientSlice> chunks);
   void Commit(uint64_t num_elements);
 
-  // Reads the StepResult into `*result` and the parameter chunks that follow it into
-  // `assembler` (null: none may follow) as they arrive, then waits for the call's end. Answers
-  // the call's status (the server's code and message) or INTERNAL when the server broke the
-  // stream's protocol.
-  absl::Status Receive(v1::StepResult* result, ParamAssembler* assembler);
-
-  // Receive without waiting, for reading several calls on one thread: takes the responses that
-  // have arrived (the StepResult into `*result`, the parameter chunks into `assembler`) and
-  // answers true once the call ended and every response was taken (its status as Receive
-  // answers it), false while more may come. An error cancels the call. REQUIRES: the same
-  // `result` and `assembler` at every call for this call object; not mixed with Receive.
+  // Reads without waiting, for reading several calls on one thread: takes the responses that
+  // have arrived (the StepResult into `*result`, the parameter chunks that follow it into
+  // `assembler`; null: none may follow) and answers true once the call ended and every response
+  // was taken, false while more may come. An error is the call's status (the server's code and
+  // message) or INTERNAL when the server broke the stream's protocol, and cancels the call.
+  // REQUIRES: the same `result` and `assembler` at every call for this call object.
   absl::StatusOr<bool> ReceiveAvailable(v1::StepResult* result, ParamAssembler* assembler);
 
   // Waits up to `wait` for the call's first response or its end; true once either came.

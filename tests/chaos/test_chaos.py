@@ -202,6 +202,8 @@ def test_killed_ranks_heal_and_the_run_ends_bit_for_bit(server_binary: str, kind
         try:
             rewinds = _train(model, opt, chaos)
             _check(group, chaos, opt, rewinds, kind, began)
+            assert_bit_identical(parameters_of(model), expected_params, "parameters")
+            assert_bit_identical(state_of(opt), expected_state, "optimizer state")
         except BaseException:
             # What a failure on a loaded machine needs to be understood: the plan, how far each
             # kill got, and every rank's events.
@@ -212,8 +214,6 @@ def test_killed_ranks_heal_and_the_run_ends_bit_for_bit(server_binary: str, kind
                 events = [line for line in group.log(rank).splitlines() if "event=" in line]
                 print(f"rank {rank} events:\n" + "\n".join(events[-60:]))
             raise
-        assert_bit_identical(parameters_of(model), expected_params, "parameters")
-        assert_bit_identical(state_of(opt), expected_state, "optimizer state")
 
 
 def _check(group: SupervisedGroup, chaos: Chaos, opt: RemoteOptimizer, rewinds: List[int],

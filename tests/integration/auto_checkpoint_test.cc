@@ -112,21 +112,9 @@ absl::StatusOr<std::string> SaveEachStepThenKill(
     OPTSTEP_RETURN_IF_ERROR(AwaitAutoCheckpoint(root, session, step));
   }
   if (before_kill) before_kill(session);
-  for (auto& rank : run.group) ::kill(rank->pid(), SIGKILL);
+  for (auto& rank : run.group) rank->Signal(SIGKILL);
   for (auto& rank : run.group) rank->Wait();
   return session;
-}
-
-// Waits (up to `bound`) for `rank` to exit; answers its status as waitpid reports it, or -1.
-int AwaitExit(ServerProcess& rank, absl::Duration bound) {
-  const absl::Time start = absl::Now();
-  int status = 0;
-  pid_t done = 0;
-  while (done == 0 && absl::Now() - start < bound) {
-    done = waitpid(rank.pid(), &status, WNOHANG);
-    if (done == 0) absl::SleepFor(absl::Milliseconds(50));
-  }
-  return done == rank.pid() ? status : -1;
 }
 
 class AutoRestoreTest : public ::testing::TestWithParam<int> {};
@@ -191,11 +179,11 @@ TEST(InterruptedRestoreTest, RankZeroKilledWhileItRestoresRestartsTheGroupAndLos
         Group group,
         StartGroup(2, {"--checkpoint_root=" + root.path(), "--heartbeat_interval_ms=100",
                        "--peer_timeout_ms=1000", "--kill_during_restore"}));
-    const int rank0 = AwaitExit(*group[0], absl::Seconds(30));
+    const int rank0 = group[0]->WaitFor(absl::Seconds(30));
     ASSERT_NE(rank0, -1) << "rank 0 did not die in its restore";
     EXPECT_TRUE(WIFSIGNALED(rank0) && WTERMSIG(rank0) == SIGKILL);
     // The peer timeout, the grace of one second, and room for a loaded machine.
-    const int rank1 = AwaitExit(*group[1], absl::Seconds(15));
+    const int rank1 = group[1]->WaitFor(absl::Seconds(15));
     ASSERT_NE(rank1, -1) << "rank 1 waits for a rank 0 that never formed the group";
     ASSERT_TRUE(WIFEXITED(rank1));
     EXPECT_EQ(WEXITSTATUS(rank1), 75);
@@ -291,8 +279,6 @@ grpc::Status StepOnRank0(const ServerProcess& rank0, const v1::SessionInfo& info
   return stream->Finish();
 }
 
-int AwaitExitOfRank0(Running& run, absl::Duration bound) { return AwaitExit(*run.group[0], bound); }
-
 TEST(ExitOnPeerLossTest, ARankWhosePeerIsKilledExitsWithStatus75) {
   // Without redundancy nothing waits for the rank to rejoin (rejoin_test has the other case).
   OPTSTEP_ASSERT_OK_AND_ASSIGN(
@@ -301,7 +287,7 @@ TEST(ExitOnPeerLossTest, ARankWhosePeerIsKilledExitsWithStatus75) {
   const absl::Time killed = absl::Now();
   run.group[1]->SignalAndWait(SIGKILL);
   // The timeout, the grace of one second, and room for a loaded machine.
-  const int status = AwaitExitOfRank0(run, absl::Seconds(15));
+  const int status = run.group[0]->WaitFor(absl::Seconds(15));
   ASSERT_NE(status, -1) << "rank 0 still runs";
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 75);
@@ -319,7 +305,7 @@ TEST(ExitOnPeerLossTest, ARankWhoseSessionLostItsGroupExitsWithStatus75) {
   run.group[1]->SignalAndWait(SIGKILL);
   // Rank 0's part of step 2 arrives; its collectives with the dead rank fail.
   (void)StepOnRank0(*run.group[0], info, 2);
-  const int status = AwaitExitOfRank0(run, absl::Seconds(15));
+  const int status = run.group[0]->WaitFor(absl::Seconds(15));
   ASSERT_NE(status, -1) << "rank 0 still runs";
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 75);

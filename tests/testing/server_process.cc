@@ -61,7 +61,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
   process->address_ = rest.substr(0, rest.find(' '));
   const std::string metrics = "metrics port ";
   const size_t at = rest.find(metrics);
-  if (at != std::string::npos) process->metrics_port_ = std::atoi(rest.c_str() + at + metrics.size());
+  if (at != std::string::npos)
+    process->metrics_port_ = std::atoi(rest.c_str() + at + metrics.size());
   return process;
 }
 
@@ -95,6 +96,20 @@ int ServerProcess::Wait() {
   waitpid(pid_, &status, 0);
   pid_ = -1;
   return status;
+}
+
+int ServerProcess::WaitFor(absl::Duration bound) {
+  const absl::Time give_up = absl::Now() + bound;
+  int status = 0;
+  while (pid_ > 0) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return status;
+    }
+    if (absl::Now() >= give_up) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return -1;
 }
 
 ServerProcess::~ServerProcess() {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace optstep {
 namespace testutil {
@@ -31,6 +32,9 @@ class ServerProcess {
   void Signal(int signal);
   // Waits for the exit; answers the exit status as waitpid reports it.
   int Wait();
+  // Waits up to `bound` for the exit; answers its status as waitpid reports it, or -1 while the
+  // process still runs.
+  int WaitFor(absl::Duration bound);
   // The port of /metrics that the server printed ("metrics port N"); 0 when it serves none.
   int metrics_port() const { return metrics_port_; }
 

@@ -205,6 +205,17 @@ absl::StatusOr<StepReply> StepSpread(Client& trainer, const std::string& session
   return trainer.Step(options, full);
 }
 
+// A SpreadSpec session named "reference" stepped `steps` times before any loss: the run a
+// disturbed session of the same definition must end as.
+absl::StatusOr<v1::SessionInfo> SteppedReference(Client& trainer, uint64_t steps) {
+  OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo reference,
+                           trainer.CreateSession(SpreadSpec("reference")));
+  for (uint64_t step = 1; step <= steps; ++step) {
+    OPTSTEP_RETURN_IF_ERROR(StepSpread(trainer, reference.session_id(), step).status());
+  }
+  return reference;
+}
+
 // The session's parameters and optimizer state, key by key (the masters' bits included).
 absl::StatusOr<std::string> StateOf(Client& trainer, const std::string& session_id) {
   v1::ExportStateDictRequest request;
@@ -253,12 +264,7 @@ TEST_P(KilledRankTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
   std::unique_ptr<Client> trainer = Trainer(group);
   ASSERT_NE(trainer, nullptr);
-  // The undisturbed reference: a session of the same definition, stepped before any loss.
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference,
-                               trainer->CreateSession(SpreadSpec("reference")));
-  for (uint64_t step = 1; step <= kSteps; ++step) {
-    ASSERT_THAT(StepSpread(*trainer, reference.session_id(), step).status(), IsOk());
-  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo killed,
                                trainer->CreateSession(SpreadSpec("killed")));
   for (uint64_t step = 1; step < kKilledStep; ++step) {
@@ -310,11 +316,7 @@ TEST(RejoinTest, ARollingRestartOfEveryRankLosesNoStep) {
   std::unique_ptr<Client> trainer = Trainer(group);
   ASSERT_NE(trainer, nullptr);
   constexpr uint64_t kSteps = kWorld + 2;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference,
-                               trainer->CreateSession(SpreadSpec("reference")));
-  for (uint64_t step = 1; step <= kSteps; ++step) {
-    ASSERT_THAT(StepSpread(*trainer, reference.session_id(), step).status(), IsOk());
-  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo rolled,
                                trainer->CreateSession(SpreadSpec("rolled")));
   ASSERT_THAT(StepSpread(*trainer, rolled.session_id(), 1).status(), IsOk());

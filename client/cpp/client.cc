@@ -4,6 +4,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -301,6 +302,12 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
 
 absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
                                        absl::Span<const GradientSlice> gradients) {
+  return Step(options, gradients, ParamDestinations());
+}
+
+absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
+                                       absl::Span<const GradientSlice> gradients,
+                                       const ParamDestinations& into) {
   client_internal::GroupProbe probe{[this] { return CheckHealth(); },
                                     [this](absl::string_view id) -> absl::StatusOr<uint64_t> {
                                       OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info,
@@ -312,12 +319,13 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
       options.session_id, options.step, probe,
       [&]() -> absl::StatusOr<StepReply> {
         OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
-        return StepWithLayout(options, std::move(layout), gradients);
+        return StepWithLayout(options, std::move(layout), gradients, into);
       },
-      [&] { return AppliedStep(options); });
+      [&] { return AppliedStep(options, into); });
 }
 
-absl::StatusOr<StepReply> Client::AppliedStep(const StepOptions& options) {
+absl::StatusOr<StepReply> Client::AppliedStep(const StepOptions& options,
+                                              const ParamDestinations& into) {
   StepReply reply;
   reply.step = options.step;
   reply.grad_norm = std::numeric_limits<double>::quiet_NaN();  // not kept by a checkpoint
@@ -326,6 +334,22 @@ absl::StatusOr<StepReply> Client::AppliedStep(const StepOptions& options) {
       Parameters pulled,
       PullParameters(options.session_id, options.return_dtype, options.return_param_ids));
   reply.params = std::move(pulled.params);
+  // The pulled values go where the step's would have gone (their sizes checked by the step).
+  for (const auto& [id, bytes] : into) {
+    auto param = reply.params.find(id);
+    if (param == reply.params.end()) continue;
+    const HostParameter& value = param->second;
+    const void* data = value.dtype == DType::kF32 ? static_cast<const void*>(value.f32.data())
+                                                  : static_cast<const void*>(value.bf16.data());
+    if (bytes.size() != value.size() * DTypeSize(value.dtype)) {
+      return absl::InternalError(absl::StrCat("pulled param_id ", id, " has ", value.size(),
+                                              " elements; its destination ", bytes.size(),
+                                              " bytes"));
+    }
+    std::memcpy(bytes.data(), data, bytes.size());
+    reply.params.erase(param);
+    ++reply.destinations_filled;
+  }
   return reply;
 }
 
@@ -391,13 +415,16 @@ absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStep(const StepOptions& 
 }
 
 absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options, LayoutPtr layout,
-                                                 absl::Span<const GradientSlice> gradients) {
+                                                 absl::Span<const GradientSlice> gradients,
+                                                 const ParamDestinations& into) {
   OPTSTEP_RETURN_IF_ERROR(CheckStep(options, *layout));
   // Every gradient is checked before anything is sent.
   OPTSTEP_ASSIGN_OR_RETURN(
       std::vector<RankContribution> plan,
       client_internal::PlanContributions(*layout, gradients, options_.max_chunk_bytes));
   std::unique_ptr<StepStream> stream = OpenStepCalls(options, std::move(layout));
+  // A refused destination cancels the streams, which carry the header alone so far.
+  for (const auto& [id, bytes] : into) OPTSTEP_RETURN_IF_ERROR(stream->WriteInto(id, bytes));
   OPTSTEP_RETURN_IF_ERROR(stream->Queue(plan));
   return stream->Finish();
 }

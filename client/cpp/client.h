@@ -106,6 +106,15 @@ class Client final {
   // The bytes the slices point to must stay valid during the call.
   absl::StatusOr<StepReply> Step(const StepOptions& options,
                                  absl::Span<const GradientSlice> gradients);
+  // As Step, but each returned parameter with a destination in `into` is written there as its
+  // chunks arrive (no copy beside it) and left out of StepReply.params (counted in
+  // destinations_filled). INVALID_ARGUMENT, before any gradient is sent, for a destination
+  // that is not a returned parameter or not its size. A reply that fails part way may have written some
+  // destinations: the step's redo after a recovery, or the caller's retry, writes them all.
+  // `into`'s memory must stay valid during the call.
+  absl::StatusOr<StepReply> Step(const StepOptions& options,
+                                 absl::Span<const GradientSlice> gradients,
+                                 const ParamDestinations& into);
   // A step whose gradients are sent as they are produced (step_stream.h): opens one Step stream
   // per rank of the session's layout and sends the header; the stream's Add queues gradients,
   // its Finish answers as Step. Codes as Step's checks before sending; no recovery wait.
@@ -169,7 +178,8 @@ class Client final {
   absl::StatusOr<LayoutPtr> Remember(const v1::SessionInfo& info);
 
   absl::StatusOr<StepReply> StepWithLayout(const StepOptions& options, LayoutPtr layout,
-                                           absl::Span<const GradientSlice> gradients);
+                                           absl::Span<const GradientSlice> gradients,
+                                           const ParamDestinations& into);
   // The checks of a step before anything is sent.
   absl::Status CheckStep(const StepOptions& options,
                          const client_internal::SessionLayout& layout) const;
@@ -177,7 +187,7 @@ class Client final {
   std::unique_ptr<StepStream> OpenStepCalls(const StepOptions& options, LayoutPtr layout);
 
   // The reply of step `options` that the session applied and restored: its parameters.
-  absl::StatusOr<StepReply> AppliedStep(const StepOptions& options);
+  absl::StatusOr<StepReply> AppliedStep(const StepOptions& options, const ParamDestinations& into);
 
   const ClientOptions options_;
   const std::vector<std::unique_ptr<Rank>> ranks_;

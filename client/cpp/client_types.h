@@ -68,12 +68,19 @@ struct HostParameter {
 // Parameters keyed (and ordered) by param id.
 using HostParameterMap = std::map<uint32_t, HostParameter>;
 
+// Where returned parameters are written instead of StepReply.params, by param id: the caller's
+// memory for every element of the parameter in the return dtype (e.g. the model's own tensor).
+// Does not own the memory.
+using ParamDestinations = std::map<uint32_t, absl::Span<uint8_t>>;
+
 struct StepReply {
   uint64_t step = 0;       // the step just applied (or skipped)
   bool skipped = false;    // non-finite gradients: nothing changed
   double grad_norm = 0.0;  // pre-clip global L2 norm; 0 when skipped
   bool clipped = false;
   HostParameterMap params;  // empty when StepOptions.skip_return
+  // Parameters written into their ParamDestinations (and so not in `params`).
+  uint32_t destinations_filled = 0;
 };
 
 struct Parameters {

@@ -44,6 +44,13 @@ absl::Status ParamAssembler::SetDestination(uint32_t param_id, absl::Span<uint8_
 
 absl::Status ParamAssembler::Add(uint32_t param_id, uint64_t offset, DType dtype,
                                  absl::string_view data) {
+  return Add(param_id, offset, dtype, absl::MakeConstSpan(&data, 1));
+}
+
+absl::Status ParamAssembler::Add(uint32_t param_id, uint64_t offset, DType dtype,
+                                 absl::Span<const absl::string_view> pieces) {
+  size_t bytes = 0;
+  for (absl::string_view piece : pieces) bytes += piece.size();
   if (param_id >= layout_.num_params()) {
     return absl::InternalError(absl::StrCat("server sent param_id ", param_id, " but session '",
                                             layout_.session_id(), "' has ", layout_.num_params(),
@@ -59,11 +66,11 @@ absl::Status ParamAssembler::Add(uint32_t param_id, uint64_t offset, DType dtype
                                             DTypeName(dtype), ", asked for ", DTypeName(dtype_)));
   }
   const size_t size = DTypeSize(dtype);
-  const uint64_t count = data.size() / size;
-  if (data.size() % size != 0 || offset > param.num_elements ||
+  const uint64_t count = bytes / size;
+  if (bytes % size != 0 || offset > param.num_elements ||
       count > param.num_elements - offset) {
     return absl::InternalError(absl::StrCat(
-        "server sent param '", param.name, "' chunk of ", data.size(), " bytes at element ", offset,
+        "server sent param '", param.name, "' chunk of ", bytes, " bytes at element ", offset,
         ", which does not fit its ", param.num_elements, " ", DTypeName(dtype), " elements"));
   }
   Pending& pending = pending_[param_id];
@@ -86,7 +93,12 @@ absl::Status ParamAssembler::Add(uint32_t param_id, uint64_t offset, DType dtype
                    ? reinterpret_cast<char*>(pending.destination.data())
                    : (dtype_ == DType::kF32 ? reinterpret_cast<char*>(value.f32.data())
                                             : reinterpret_cast<char*>(value.bf16.data()));
-  if (count > 0) std::memcpy(base + offset * size, data.data(), data.size());
+  char* at = base + offset * size;
+  for (absl::string_view piece : pieces) {
+    if (piece.empty()) continue;
+    std::memcpy(at, piece.data(), piece.size());
+    at += piece.size();
+  }
   pending.ranges.emplace_back(offset, offset + count);
   ++chunks_added_;
   const bool was_complete = pending.received >= param.num_elements;

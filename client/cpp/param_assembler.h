@@ -54,6 +54,9 @@ class ParamAssembler final {
   // Copies `data` (raw little-endian elements of `dtype`) into the parameter's buffer at element
   // `offset`, allocating the buffer on the parameter's first chunk.
   absl::Status Add(uint32_t param_id, uint64_t offset, DType dtype, absl::string_view data);
+  // The same for data in `pieces` (views of received slices, split anywhere), copied once.
+  absl::Status Add(uint32_t param_id, uint64_t offset, DType dtype,
+                   absl::Span<const absl::string_view> pieces);
 
   // Checks coverage and hands over the buffers. INTERNAL when an expected parameter is missing
   // or incomplete, or two chunks overlap. Call once.

@@ -7,6 +7,7 @@
 #include "client/cpp/gradient_wire.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_dtype.h"
+#include "wire/raw_step_codec.h"
 
 namespace optstep {
 namespace client_internal {
@@ -221,32 +222,33 @@ absl::StatusOr<bool> StepCall::ReceiveAvailable(v1::StepResult* result, ParamAss
       }
       return true;
     }
-    if (!grpc::SerializationTraits<v1::StepResponse>::Deserialize(next.get(), &response_).ok()) {
-      return broken(absl::InternalError("Step stream sent a message that is not a StepResponse"));
+    // The chunk's data stays in `next`'s slices until the assembler copies it.
+    if (absl::Status decoded = DecodeStepResponse(*next, response_); !decoded.ok()) {
+      return broken(absl::InternalError(decoded.message()));
     }
-    next.reset();
     if (!got_result_) {
-      if (!response_.has_result()) {
+      if (response_.kind != v1::StepResponse::kResult) {
         return broken(
             absl::InternalError("Step stream began with a parameter chunk, not a StepResult"));
       }
-      *result = response_.result();
+      *result = response_.result;
       got_result_ = true;
       params_to_follow_ = result->params_to_follow();
       continue;
     }
-    if (!response_.has_parameter()) {
+    if (response_.kind != v1::StepResponse::kParameter) {
       return broken(absl::InternalError("Step stream sent a second StepResult"));
     }
     ++chunks_received_;
     if (assembler == nullptr) {
       return broken(absl::InternalError("Step stream sent parameters that were not asked for"));
     }
-    const v1::TensorChunk& chunk = response_.parameter();
+    const TensorChunkView& chunk = response_.parameter;
     absl::StatusOr<DType> dtype = DTypeFromProto(
-        chunk.dtype(), absl::StrCat("Step stream: parameter chunk of param_id ", chunk.param_id()));
+        static_cast<v1::DType>(chunk.dtype),
+        absl::StrCat("Step stream: parameter chunk of param_id ", chunk.param_id));
     absl::Status added =
-        dtype.ok() ? assembler->Add(chunk.param_id(), chunk.offset(), *dtype, chunk.data())
+        dtype.ok() ? assembler->Add(chunk.param_id, chunk.offset, *dtype, chunk.data)
                    : absl::InternalError(dtype.status().message());
     if (!added.ok()) return broken(added);
   }

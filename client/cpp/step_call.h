@@ -27,6 +27,7 @@
 #include "client/cpp/chunking.h"
 #include "client/cpp/param_assembler.h"
 #include "optstep/v1/optimizer_service.pb.h"
+#include "wire/raw_step_codec.h"
 
 namespace optstep {
 namespace client_internal {
@@ -116,7 +117,8 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   const std::shared_ptr<Arrivals> arrivals_;
   bool started_ = false;
   // The reading side (ReceiveAvailable's thread).
-  v1::StepResponse response_;  // reused: the chunks' bytes keep one buffer
+  // The response being read (reused); its views are valid while its buffer is read.
+  StepResponseView response_;
   bool got_result_ = false;
   uint64_t params_to_follow_ = 0;
   uint64_t chunks_received_ = 0;

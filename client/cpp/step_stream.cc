@@ -132,7 +132,7 @@ absl::StatusOr<StepReply> StepStream::Finish() {
   const bool nothing_changed = reply.skipped && assembler->chunks_added() == 0;
   if (!options_.skip_return && !nothing_changed) {
     OPTSTEP_ASSIGN_OR_RETURN(reply.params, assembler->Finish());
-    destinations_filled_ = assembler->destinations_filled();
+    reply.destinations_filled = assembler->destinations_filled();
   }
   return reply;
 }

@@ -61,8 +61,9 @@ class StepStream final {
 
   // Returned parameter `param_id` is written straight into `bytes` (every element, in the return
   // dtype: e.g. the model's own tensor) as its chunks arrive, and is left out of
-  // StepReply.params (ParamAssembler::SetDestination). A reply that fails may have written part
-  // of it. REQUIRES: before Finish; `bytes` stays valid until Finish has returned.
+  // StepReply.params (counted in StepReply.destinations_filled; ParamAssembler::SetDestination).
+  // A reply that fails may have written part of it. REQUIRES: before Finish; `bytes` stays valid
+  // until Finish has returned.
   absl::Status WriteInto(uint32_t param_id, absl::Span<uint8_t> bytes);
   // `ready(param_id)` runs on Finish's thread as soon as each returned parameter has arrived,
   // before the reply is complete (ParamAssembler::OnReady). REQUIRES: before Finish.
@@ -71,9 +72,6 @@ class StepStream final {
   // Commits everything added on every rank and answers the step's result and parameters, as
   // Client::Step. FAILED_PRECONDITION when called twice.
   absl::StatusOr<StepReply> Finish();
-
-  // After Finish: how many parameters WriteInto's destinations received.
-  uint32_t destinations_filled() const { return destinations_filled_; }
 
  private:
   absl::Status AlreadyFinished() const;
@@ -90,7 +88,6 @@ class StepStream final {
   // Moved out by Finish.
   std::unique_ptr<client_internal::ParamAssembler> assembler_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  uint32_t destinations_filled_ = 0;  // written by Finish
 };
 
 }  // namespace optstep

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "server/rpc/raw_step_codec.h"
+#include "wire/raw_step_codec.h"
 #include "wire/proto_dtype.h"
 
 namespace optstep {

@@ -14,7 +14,7 @@
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/param_chunker.h"
-#include "server/rpc/raw_step_codec.h"
+#include "wire/raw_step_codec.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
 

@@ -1,4 +1,4 @@
-// Fuzz target for the Step stream's hand-written codec (server/rpc/raw_step_codec.h), which reads
+// Fuzz target for the Step stream's hand-written codec (wire/raw_step_codec.h), which reads
 // bytes straight from the network. The first input byte picks what is fuzzed:
 // - high bit clear: DecodeStepRequest on the rest, cut into slices of (byte & 0x7f) bytes (0: one
 //   slice), as the network may deliver it. Besides "no crash, no sanitizer report": every error
@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "optstep/v1/optimizer_service.pb.h"
-#include "server/rpc/raw_step_codec.h"
+#include "wire/raw_step_codec.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace optstep {

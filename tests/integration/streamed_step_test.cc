@@ -1,6 +1,8 @@
 // Client::OpenStep through the real server: gradients added piece by piece (from two threads, in
 // small chunks) give the same step as Client::Step with all of them at once, bit for bit; bad
 // slices are refused without harming the stream; a stream dropped before Finish applies nothing.
+// Client::Step with destinations writes the returned parameters into them, and refuses a
+// destination of the wrong size before any gradient is sent.
 
 #include <cstdint>
 #include <memory>
@@ -93,7 +95,7 @@ TEST(StreamedStepTest, PiecesFromTwoThreadsMatchOneStep) {
     EXPECT_EQ(reply.step, step);
     EXPECT_EQ(reply.grad_norm, expected.grad_norm);
     EXPECT_THAT(ready, ::testing::UnorderedElementsAre(0u, 1u));
-    EXPECT_EQ(stream->destinations_filled(), 1u);
+    EXPECT_EQ(reply.destinations_filled, 1u);
     ASSERT_EQ(reply.params.size(), 1u);
     EXPECT_EQ(weight_out, expected.params[0].f32);
     EXPECT_EQ(reply.params[1].f32, expected.params[1].f32);
@@ -145,6 +147,43 @@ TEST(StreamedStepTest, AStreamDroppedBeforeFinishAppliesNothing) {
   EXPECT_EQ(before, after);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, testutil::StepSmall(*client, info.session_id(), 1));
   EXPECT_EQ(reply.step, 1u);
+}
+
+TEST(StreamedStepTest, StepWritesReturnedParametersIntoTheirDestinations) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Connect(*server, 12));
+  ASSERT_THAT(testutil::WaitServing(*client), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo plain, client->CreateSession(SmallSpec("plain")));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo into, client->CreateSession(SmallSpec("into")));
+  std::vector<float> weight_out(32);
+  auto bytes_of = [](std::vector<float>& values) {
+    return absl::MakeSpan(reinterpret_cast<uint8_t*>(values.data()), values.size() * 4);
+  };
+  for (uint64_t step = 1; step <= 2; ++step) {
+    const std::vector<std::vector<float>> grads = Gradients(step);
+    const FullGradient full[] = {{0, grads[0]}, {1, grads[1]}};
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply expected,
+                                 client->Step(Options(plain.session_id(), step), full));
+    EXPECT_EQ(expected.destinations_filled, 0u);
+    const GradientSlice all[] = {Slice(0, grads[0], 0), Slice(1, grads[1], 0)};
+
+    // A destination one element short is refused, and the step is not applied.
+    std::vector<float> short_out(31);
+    EXPECT_THAT(client->Step(Options(into.session_id(), step), all, {{0, bytes_of(short_out)}}),
+                StatusIs(absl::StatusCode::kInvalidArgument, "has 124 bytes, expected 128"));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo now, client->GetSession(into.session_id()));
+    EXPECT_EQ(now.step(), step - 1);
+
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(
+        StepReply reply,
+        client->Step(Options(into.session_id(), step), all, {{0, bytes_of(weight_out)}}));
+    EXPECT_EQ(reply.step, step);
+    EXPECT_EQ(reply.destinations_filled, 1u);
+    ASSERT_EQ(reply.params.size(), 1u);
+    EXPECT_EQ(reply.params.count(0), 0u);
+    EXPECT_EQ(weight_out, expected.params[0].f32);
+    EXPECT_EQ(reply.params[1].f32, expected.params[1].f32);
+  }
 }
 
 }  // namespace

@@ -81,38 +81,6 @@ ClientOptions ToClientOptions(const OptstepNativeOptions& o) {
   return options;
 }
 
-// Copies the reply's parameters into the caller's buffers, after checking every one has its
-// buffer of the right size and dtype.
-absl::Status WriteParams(const HostParameterMap& params, DType dtype,
-                         absl::Span<const OptstepNativeOut> outs) {
-  absl::flat_hash_map<uint32_t, const OptstepNativeOut*> by_id;
-  for (const OptstepNativeOut& out : outs) by_id[out.param_id] = &out;
-  for (const auto& [id, param] : params) {
-    auto it = by_id.find(id);
-    if (it == by_id.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no output buffer for returned param_id ", id));
-    }
-    const OptstepNativeOut& out = *it->second;
-    DType out_dtype;
-    if (!DTypeOf(out.dtype, "output buffer", &out_dtype).ok() || out_dtype != dtype ||
-        out.count != param.size() || out.data == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output buffer of param_id ", id, ": ", out.count, " elements of dtype ",
-                       out.dtype, ", expected ", param.size(), " of ", DTypeName(dtype)));
-    }
-  }
-  for (const auto& [id, param] : params) {
-    void* dst = by_id[id]->data;
-    if (param.dtype == DType::kF32) {
-      std::memcpy(dst, param.f32.data(), param.f32.size() * sizeof(float));
-    } else {
-      std::memcpy(dst, param.bf16.data(), param.bf16.size() * sizeof(uint16_t));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<GradientSlice>> ToGradients(
     absl::Span<const OptstepNativeSlice> slices) {
   std::vector<GradientSlice> gradients;
@@ -133,9 +101,9 @@ absl::StatusOr<std::vector<GradientSlice>> ToGradients(
   return gradients;
 }
 
-// The step's reply (or its error) into `result` and the caller's buffers.
-absl::Status Answer(const absl::StatusOr<StepReply>& reply, DType return_dtype,
-                    absl::Span<const OptstepNativeOut> outs, OptstepNativeResult* result) {
+// The step's reply (or its error) into `result`; its parameters went into the outs
+// (ToDestinations), and a returned parameter left in the reply had none: INVALID_ARGUMENT.
+absl::Status Answer(const absl::StatusOr<StepReply>& reply, OptstepNativeResult* result) {
   if (!reply.ok()) {
     if (std::optional<uint64_t> restored = RewindStep(reply.status())) {
       result->rewind = 1;
@@ -147,13 +115,19 @@ absl::Status Answer(const absl::StatusOr<StepReply>& reply, DType return_dtype,
   result->skipped = reply->skipped ? 1 : 0;
   result->clipped = reply->clipped ? 1 : 0;
   result->grad_norm = reply->grad_norm;
-  result->params_written = static_cast<uint32_t>(reply->params.size());
-  return WriteParams(reply->params, return_dtype, outs);
+  result->params_written = reply->destinations_filled;
+  if (!reply->params.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no output buffer for returned param_id ", reply->params.begin()->first));
+  }
+  return absl::OkStatus();
 }
 
-// The outs of a streamed step become its destinations: written as their chunks arrive.
-absl::Status SetDestinations(StepStream& stream, DType return_dtype,
-                             absl::Span<const OptstepNativeOut> outs) {
+// The outs as the step's destinations: each returned parameter is written into its out as its
+// chunks arrive. INVALID_ARGUMENT for an out of another dtype than the step returns.
+absl::StatusOr<ParamDestinations> ToDestinations(DType return_dtype,
+                                                 absl::Span<const OptstepNativeOut> outs) {
+  ParamDestinations destinations;
   for (const OptstepNativeOut& out : outs) {
     DType dtype;
     OPTSTEP_RETURN_IF_ERROR(DTypeOf(out.dtype, "output buffer", &dtype));
@@ -162,11 +136,10 @@ absl::Status SetDestinations(StepStream& stream, DType return_dtype,
                                                      ": dtype ", out.dtype, ", expected ",
                                                      DTypeName(return_dtype)));
     }
-    OPTSTEP_RETURN_IF_ERROR(stream.WriteInto(
-        out.param_id,
-        absl::MakeSpan(static_cast<uint8_t*>(out.data), out.count * DTypeSize(dtype))));
+    destinations[out.param_id] =
+        absl::MakeSpan(static_cast<uint8_t*>(out.data), out.count * DTypeSize(dtype));
   }
-  return absl::OkStatus();
+  return destinations;
 }
 
 absl::StatusOr<StepOptions> MakeStepOptions(const char* session_id, uint64_t step,
@@ -210,7 +183,8 @@ using optstep::Fail;
 using optstep::GradientSlice;
 using optstep::MakeStepOptions;
 using optstep::NativeStream;
-using optstep::SetDestinations;
+using optstep::ParamDestinations;
+using optstep::ToDestinations;
 using optstep::StepOptions;
 using optstep::StepStream;
 using optstep::ToGradients;
@@ -244,9 +218,11 @@ int32_t optstep_native_step(void* client, const char* session_id, uint64_t step,
   absl::StatusOr<std::vector<GradientSlice>> gradients =
       ToGradients(absl::MakeConstSpan(slices, num_slices));
   if (!gradients.ok()) return Fail(gradients.status(), error, error_len);
+  absl::StatusOr<ParamDestinations> into =
+      ToDestinations(options->return_dtype, absl::MakeConstSpan(outs, num_outs));
+  if (!into.ok()) return Fail(into.status(), error, error_len);
   const absl::Status status =
-      Answer(static_cast<Client*>(client)->Step(*options, *gradients), options->return_dtype,
-             absl::MakeConstSpan(outs, num_outs), result);
+      Answer(static_cast<Client*>(client)->Step(*options, *gradients, *into), result);
   return status.ok() ? 0 : Fail(status, error, error_len);
 }
 
@@ -285,15 +261,16 @@ int32_t optstep_native_step_finish(void* stream, const OptstepNativeOut* outs, s
   *result = OptstepNativeResult{};
   auto* native = static_cast<NativeStream*>(stream);
   StepStream& step = *native->stream;
-  if (absl::Status status =
-          SetDestinations(step, native->return_dtype, absl::MakeConstSpan(outs, num_outs));
-      !status.ok()) {
-    return Fail(status, error, error_len);
+  absl::StatusOr<ParamDestinations> into =
+      ToDestinations(native->return_dtype, absl::MakeConstSpan(outs, num_outs));
+  if (!into.ok()) return Fail(into.status(), error, error_len);
+  for (const auto& [id, bytes] : *into) {
+    if (absl::Status status = step.WriteInto(id, bytes); !status.ok()) {
+      return Fail(status, error, error_len);
+    }
   }
   if (ready != nullptr) step.OnParamReady([ready](uint32_t param_id) { ready(param_id); });
-  // Every out is a destination: the reply's own parameters are those without one (none).
-  const absl::Status status = Answer(step.Finish(), native->return_dtype, {}, result);
-  result->params_written += step.destinations_filled();
+  const absl::Status status = Answer(step.Finish(), result);
   return status.ok() ? 0 : Fail(status, error, error_len);
 }
 

@@ -83,10 +83,11 @@ OPTSTEP_NATIVE_API void* optstep_native_connect(const OptstepNativeOptions* opti
                                                 char* error, size_t error_len);
 OPTSTEP_NATIVE_API void optstep_native_close(void* client);
 
-// One optimizer step (Client::Step). Every returned parameter is copied into its `outs` entry,
-// which must have its element count and the return dtype (INVALID_ARGUMENT otherwise; the step
-// has then been applied on the server); `outs` are written only once the whole reply has arrived
-// and was checked.
+// One optimizer step (Client::Step). Every returned parameter is written into its `outs` entry
+// as its chunks arrive, with no copy beside it; each out must have the parameter's element count
+// and the return dtype (INVALID_ARGUMENT otherwise, before any gradient is sent). A step that
+// fails may have written some outs; its redo (the client's recovery, or the caller's retry of
+// the same step) writes them all.
 // REQUIRES: the slices' and the outs' memory stays valid (and the outs unread) during the call.
 OPTSTEP_NATIVE_API int32_t optstep_native_step(
     void* client, const char* session_id, uint64_t step, uint32_t trainer_id,

@@ -48,6 +48,26 @@ TEST(ParamAssemblerTest, AssemblesChunksInAnyOrder) {
   EXPECT_THAT(params[1].f32, ElementsAre(-1, -2));
 }
 
+TEST(ParamAssemblerTest, AssemblesAChunkFromPiecesCutInsideElements) {
+  const SessionLayout layout = Layout();
+  ParamAssembler assembler(layout, DType::kF32, std::vector<uint32_t>{0});
+  const std::string bytes = F32Bytes({5, 6, 7});
+  // Cut as received slices may be: inside the first and the third element, and an empty piece.
+  const absl::string_view pieces[] = {absl::string_view(bytes).substr(0, 3),
+                                      absl::string_view(bytes).substr(3, 6), absl::string_view(),
+                                      absl::string_view(bytes).substr(9)};
+  EXPECT_THAT(assembler.Add(0, 2, DType::kF32, pieces), IsOk());
+  EXPECT_THAT(assembler.Add(0, 0, DType::kF32, F32Bytes({1, 2})), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(HostParameterMap params, assembler.Finish());
+  EXPECT_THAT(params[0].f32, ElementsAre(1, 2, 5, 6, 7));
+  // The pieces' sum is what is checked: 3 bytes are not an element.
+  const absl::string_view odd[] = {absl::string_view(bytes).substr(0, 1),
+                                   absl::string_view(bytes).substr(1, 2)};
+  ParamAssembler again(layout, DType::kF32, std::vector<uint32_t>{0});
+  EXPECT_THAT(again.Add(0, 0, DType::kF32, odd),
+              StatusIs(absl::StatusCode::kInternal, "chunk of 3 bytes at element 0"));
+}
+
 TEST(ParamAssemblerTest, WritesIntoDestinationsAndTellsWhenEachIsWhole) {
   const SessionLayout layout = Layout();
   ParamAssembler assembler(layout, DType::kF32, {});

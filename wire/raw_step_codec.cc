@@ -1,24 +1,31 @@
-#include "server/rpc/raw_step_codec.h"
-
-#include <algorithm>
+#include "wire/raw_step_codec.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
+
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
 namespace optstep {
 namespace {
 
+using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
 using google::protobuf::io::CodedOutputStream;
-using google::protobuf::internal::WireFormatLite;
 
-absl::Status Malformed(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("step stream: malformed StepRequest: ", what));
+// What is wrong with a message; the public functions name the message (Named).
+absl::Status Malformed(absl::string_view what) { return absl::InvalidArgumentError(what); }
+
+// `status` (from Malformed) as "step stream: malformed <message>: <what>".
+absl::Status Named(const absl::Status& status, absl::string_view message) {
+  if (!absl::IsInvalidArgument(status)) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat("step stream: malformed ", message, ": ", status.message()));
 }
 
 // Reads one tag inside the current limit: false at the limit (the message ended), an error for
@@ -121,11 +128,12 @@ absl::Status MergeMessage(CodedInputStream& in, uint32_t tag, absl::string_view 
 }
 
 // The fields of a TensorChunk, merged into `chunk` (inside a limit set to its length).
-absl::Status MergeTensorChunk(CodedInputStream& in, TensorChunkView& chunk) {
-  constexpr absl::string_view kMessage = "gradient (field 2)";
+// `field` names it in errors.
+absl::Status MergeTensorChunk(CodedInputStream& in, absl::string_view field,
+                              TensorChunkView& chunk) {
   uint32_t tag = 0;
   while (true) {
-    OPTSTEP_ASSIGN_OR_RETURN(const bool more, NextTag(in, kMessage, tag));
+    OPTSTEP_ASSIGN_OR_RETURN(const bool more, NextTag(in, field, tag));
     if (!more) return absl::OkStatus();
     uint64_t value = 0;
     switch (WireFormatLite::GetTagFieldNumber(tag)) {
@@ -159,15 +167,27 @@ absl::Status MergeTensorChunk(CodedInputStream& in, TensorChunkView& chunk) {
         break;
       }
       default:
-        OPTSTEP_RETURN_IF_ERROR(SkipUnknown(in, tag, kMessage));
+        OPTSTEP_RETURN_IF_ERROR(SkipUnknown(in, tag, field));
     }
   }
 }
 
-}  // namespace
+// A TensorChunk field (after its tag), merged into `chunk`.
+absl::Status MergeChunkField(CodedInputStream& in, uint32_t tag, absl::string_view field,
+                             TensorChunkView& chunk) {
+  OPTSTEP_ASSIGN_OR_RETURN(const int length, ReadLength(in, tag, field));
+  const CodedInputStream::Limit limit = in.PushLimit(length);
+  OPTSTEP_RETURN_IF_ERROR(MergeTensorChunk(in, field, chunk));
+  in.PopLimit(limit);
+  return absl::OkStatus();
+}
 
-absl::Status DecodeStepRequest(grpc::ByteBuffer& buffer, StepRequestView& out) {
-  out.kind = v1::StepRequest::KIND_NOT_SET;
+// Reads the fields of the message in `buffer` in order: `read_field(in, tag)` reads the field
+// after its tag and answers true, or answers false for a field it does not know, which is
+// skipped as protobuf skips it. `message` names it in errors.
+absl::Status ReadFields(
+    grpc::ByteBuffer& buffer, absl::string_view message,
+    absl::FunctionRef<absl::StatusOr<bool>(CodedInputStream& in, uint32_t tag)> read_field) {
   const size_t total = buffer.Length();
   if (total > static_cast<size_t>(INT32_MAX)) {
     return Malformed(absl::StrCat(total, " bytes is over the 2 GiB message limit"));
@@ -178,36 +198,67 @@ absl::Status DecodeStepRequest(grpc::ByteBuffer& buffer, StepRequestView& out) {
   in.PushLimit(static_cast<int>(total));
   uint32_t tag = 0;
   while (true) {
-    OPTSTEP_ASSIGN_OR_RETURN(const bool more, NextTag(in, "StepRequest", tag));
+    OPTSTEP_ASSIGN_OR_RETURN(const bool more, NextTag(in, message, tag));
     if (!more) return absl::OkStatus();
-    const int field = WireFormatLite::GetTagFieldNumber(tag);
-    // A oneof member replaces another kind, and merges into itself when repeated.
-    const auto kind = static_cast<v1::StepRequest::KindCase>(field);
-    if ((field >= 1 && field <= 3) && out.kind != kind) {
-      out.header.Clear();
-      out.commit.Clear();
-      out.gradient = TensorChunkView();
-    }
-    switch (field) {
-      case 1:
-        OPTSTEP_RETURN_IF_ERROR(MergeMessage(in, tag, "header (field 1)", out.header));
-        break;
-      case 2: {
-        OPTSTEP_ASSIGN_OR_RETURN(const int length, ReadLength(in, tag, "gradient (field 2)"));
-        const CodedInputStream::Limit limit = in.PushLimit(length);
-        OPTSTEP_RETURN_IF_ERROR(MergeTensorChunk(in, out.gradient));
-        in.PopLimit(limit);
-        break;
-      }
-      case 3:
-        OPTSTEP_RETURN_IF_ERROR(MergeMessage(in, tag, "commit (field 3)", out.commit));
-        break;
-      default:
-        OPTSTEP_RETURN_IF_ERROR(SkipUnknown(in, tag, "StepRequest"));
-        continue;
-    }
-    out.kind = kind;
+    OPTSTEP_ASSIGN_OR_RETURN(const bool known, read_field(in, tag));
+    if (!known) OPTSTEP_RETURN_IF_ERROR(SkipUnknown(in, tag, message));
   }
+}
+
+// One field of a StepRequest (after its tag) into `out`; false for an unknown field. A oneof
+// member replaces another kind, and merges into itself when repeated.
+absl::StatusOr<bool> ReadRequestField(CodedInputStream& in, uint32_t tag, StepRequestView& out) {
+  const int field = WireFormatLite::GetTagFieldNumber(tag);
+  if (field < 1 || field > 3) return false;
+  const auto kind = static_cast<v1::StepRequest::KindCase>(field);
+  if (out.kind != kind) {
+    out.header.Clear();
+    out.commit.Clear();
+    out.gradient = TensorChunkView();
+  }
+  if (field == 1) {
+    OPTSTEP_RETURN_IF_ERROR(MergeMessage(in, tag, "header (field 1)", out.header));
+  } else if (field == 2) {
+    OPTSTEP_RETURN_IF_ERROR(MergeChunkField(in, tag, "gradient (field 2)", out.gradient));
+  } else {
+    OPTSTEP_RETURN_IF_ERROR(MergeMessage(in, tag, "commit (field 3)", out.commit));
+  }
+  out.kind = kind;
+  return true;
+}
+
+// The same for a StepResponse.
+absl::StatusOr<bool> ReadResponseField(CodedInputStream& in, uint32_t tag, StepResponseView& out) {
+  const int field = WireFormatLite::GetTagFieldNumber(tag);
+  if (field < 1 || field > 2) return false;
+  const auto kind = static_cast<v1::StepResponse::KindCase>(field);
+  if (out.kind != kind) {
+    out.result.Clear();
+    out.parameter = TensorChunkView();
+  }
+  if (field == 1) {
+    OPTSTEP_RETURN_IF_ERROR(MergeMessage(in, tag, "result (field 1)", out.result));
+  } else {
+    OPTSTEP_RETURN_IF_ERROR(MergeChunkField(in, tag, "parameter (field 2)", out.parameter));
+  }
+  out.kind = kind;
+  return true;
+}
+
+}  // namespace
+
+absl::Status DecodeStepRequest(grpc::ByteBuffer& buffer, StepRequestView& out) {
+  out.kind = v1::StepRequest::KIND_NOT_SET;
+  auto read = [&out](CodedInputStream& in, uint32_t tag) { return ReadRequestField(in, tag, out); };
+  return Named(ReadFields(buffer, "StepRequest", read), "StepRequest");
+}
+
+absl::Status DecodeStepResponse(grpc::ByteBuffer& buffer, StepResponseView& out) {
+  out.kind = v1::StepResponse::KIND_NOT_SET;
+  auto read = [&out](CodedInputStream& in, uint32_t tag) {
+    return ReadResponseField(in, tag, out);
+  };
+  return Named(ReadFields(buffer, "StepResponse", read), "StepResponse");
 }
 
 std::string EncodeParameterChunkHeader(uint32_t param_id, uint64_t offset, int dtype,

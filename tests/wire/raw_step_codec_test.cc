@@ -1,4 +1,4 @@
-#include "server/rpc/raw_step_codec.h"
+#include "wire/raw_step_codec.h"
 
 #include <random>
 #include <string>
@@ -251,6 +251,124 @@ TEST(RawStepCodecTest, ParameterChunkRefersToThePayloadUntilReleased) {
     EXPECT_EQ(released, 0);
   }
   EXPECT_EQ(released, 1);
+}
+
+// ---- StepResponse (the clients' side)
+
+// Asserts that `view` holds what protobuf parses from `wire`.
+void ExpectSameResponseAsProtobuf(const std::string& wire, const StepResponseView& view) {
+  v1::StepResponse expected;
+  ASSERT_TRUE(expected.ParseFromString(wire));
+  ASSERT_EQ(view.kind, expected.kind_case());
+  if (view.kind == v1::StepResponse::kResult) {
+    EXPECT_EQ(view.result.SerializeAsString(), expected.result().SerializeAsString());
+  } else if (view.kind == v1::StepResponse::kParameter) {
+    const v1::TensorChunk& chunk = expected.parameter();
+    EXPECT_EQ(view.parameter.param_id, chunk.param_id());
+    EXPECT_EQ(view.parameter.offset, chunk.offset());
+    EXPECT_EQ(view.parameter.dtype, static_cast<int>(chunk.dtype()));
+    EXPECT_EQ(view.parameter.data_bytes, chunk.data().size());
+    EXPECT_EQ(Joined(view.parameter), chunk.data());
+  }
+}
+
+std::vector<std::string> ResponseSamples() {
+  v1::StepResponse result;
+  result.mutable_result()->set_step(12);
+  result.mutable_result()->set_grad_norm(0.5);
+  result.mutable_result()->set_clipped(true);
+  result.mutable_result()->set_params_to_follow(148);
+  v1::StepResponse parameter;
+  parameter.mutable_parameter()->set_param_id(3);
+  parameter.mutable_parameter()->set_offset(uint64_t{1} << 33);
+  parameter.mutable_parameter()->set_dtype(v1::DTYPE_BF16);
+  for (int i = 0; i < 999; ++i) parameter.mutable_parameter()->mutable_data()->push_back(i * 5);
+  v1::StepResponse defaults;
+  defaults.mutable_parameter();  // every field at its default
+  return {result.SerializeAsString(),
+          parameter.SerializeAsString(),
+          defaults.SerializeAsString(),
+          std::string(),
+          parameter.SerializeAsString() + result.SerializeAsString(),  // the result replaces it
+          result.SerializeAsString() + parameter.SerializeAsString(),
+          // Unknown fields (varint 9, length 11) are skipped.
+          std::string("\x48\x01\x5a\x02yz", 6) + parameter.SerializeAsString()};
+}
+
+TEST(RawStepCodecTest, DecodesStepResponsesAsProtobufDoesWhereverTheSlicesAreCut) {
+  for (const std::string& wire : ResponseSamples()) {
+    for (size_t slice_bytes : {size_t{1}, size_t{3}, size_t{64}, wire.size() + 1}) {
+      SCOPED_TRACE(absl::StrCat(absl::CEscape(wire.substr(0, 24)), " in slices of ", slice_bytes));
+      grpc::ByteBuffer buffer = Buffer(wire, slice_bytes);
+      StepResponseView view;
+      ASSERT_THAT(DecodeStepResponse(buffer, view), IsOk());
+      ExpectSameResponseAsProtobuf(wire, view);
+    }
+  }
+}
+
+TEST(RawStepCodecTest, AnEncodedParameterChunkDecodesToViewsOfItsPayload) {
+  std::string payload(64 << 10, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 13);
+  grpc::ByteBuffer message = EncodeParameterChunk(
+      7, 4096, v1::DTYPE_FP32, payload, [](void*) {}, nullptr);
+  StepResponseView view;
+  ASSERT_THAT(DecodeStepResponse(message, view), IsOk());
+  ASSERT_EQ(view.kind, v1::StepResponse::kParameter);
+  EXPECT_EQ(view.parameter.param_id, 7u);
+  EXPECT_EQ(view.parameter.offset, 4096u);
+  EXPECT_EQ(view.parameter.dtype, v1::DTYPE_FP32);
+  EXPECT_EQ(Joined(view.parameter), payload);
+  ASSERT_EQ(view.parameter.data.size(), 1u);
+  EXPECT_EQ(view.parameter.data[0].data(), payload.data()) << "the payload was copied";
+}
+
+TEST(RawStepCodecTest, MalformedResponseIsInvalidArgumentNamingStepResponse) {
+  const struct {
+    std::string wire;
+    std::string message;
+  } cases[] = {
+      {std::string("\x0a\x02\x08\x80", 4),
+       "malformed StepResponse: result (field 1) does not parse as optstep.v1.StepResult"},
+      {std::string("\x12\x05\x08\x01", 4),
+       "malformed StepResponse: parameter (field 2): length 5 runs past the end (2 bytes"},
+      {std::string("\x12\x03\x22\x09\x01", 5),
+       "malformed StepResponse: data: length 9 runs past the end (1 bytes left)"},
+      {std::string("\x10\x01", 2), "parameter (field 2) has wire type 0, expected 2"},
+      {std::string("\x80", 1), "malformed StepResponse: StepResponse: truncated or invalid tag"},
+  };
+  for (const auto& c : cases) {
+    grpc::ByteBuffer buffer = Buffer(c.wire, 1);
+    StepResponseView view;
+    EXPECT_THAT(DecodeStepResponse(buffer, view),
+                StatusIs(absl::StatusCode::kInvalidArgument, c.message))
+        << absl::CEscape(c.wire);
+  }
+}
+
+// Every prefix and random corruptions of valid responses: OK only for what protobuf reads the
+// same way, else INVALID_ARGUMENT.
+TEST(RawStepCodecTest, TruncatedAndCorruptedResponsesNeverCrash) {
+  std::mt19937 rng(7);
+  for (const std::string& wire : ResponseSamples()) {
+    std::vector<std::string> inputs;
+    for (size_t n = 0; n < wire.size(); ++n) inputs.push_back(wire.substr(0, n));
+    for (int i = 0; i < 200 && !wire.empty(); ++i) {
+      std::string corrupted = wire;
+      corrupted[rng() % std::min<size_t>(corrupted.size(), 24)] = static_cast<char>(rng());
+      inputs.push_back(corrupted);
+    }
+    for (const std::string& input : inputs) {
+      grpc::ByteBuffer buffer = Buffer(input, 1 + rng() % 5);
+      StepResponseView view;
+      const absl::Status status = DecodeStepResponse(buffer, view);
+      if (status.ok()) {
+        ExpectSameResponseAsProtobuf(input, view);
+      } else {
+        EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+      }
+    }
+  }
 }
 
 }  // namespace

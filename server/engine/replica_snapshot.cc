@@ -28,6 +28,25 @@ std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType 
   return snapshot;
 }
 
+std::shared_ptr<ParamSnapshot> ReuseOrEmptySnapshot(std::shared_ptr<const ParamSnapshot> released,
+                                                    const ReplicaState& replica, DType dtype,
+                                                    uint64_t step) {
+  // The only reference left is `released`: no stream or pull can reach it any more, so it may
+  // be written. (Every snapshot is made as a ParamSnapshot, never a const object.)
+  if (released == nullptr || released.use_count() != 1 || released->dtype != dtype ||
+      released->values.size() != static_cast<size_t>(replica.num_params())) {
+    return EmptySnapshot(replica, dtype, step);
+  }
+  for (int p = 0; p < replica.num_params(); ++p) {
+    const size_t size = replica.holds(p) ? replica.numels()[p] * DTypeSize(dtype) : 0;
+    if (released->values[p].size() != size) return EmptySnapshot(replica, dtype, step);
+  }
+  std::shared_ptr<ParamSnapshot> snapshot = std::const_pointer_cast<ParamSnapshot>(released);
+  snapshot->step = step;
+  snapshot->readiness = nullptr;
+  return snapshot;
+}
+
 absl::Status CopyToSnapshot(ReplicaState& replica, int param, ParamSnapshot& snapshot) {
   if (!replica.holds(param)) return absl::OkStatus();
   const Tensor& master = replica.param(param);

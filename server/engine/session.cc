@@ -474,13 +474,11 @@ std::vector<StepWaiter> Session::TakeStreamingWaiters() {
   return book_.TakeStreamingWaiters();
 }
 
-void Session::ReleaseSnapshots() {
+std::map<DType, std::shared_ptr<const ParamSnapshot>> Session::ReleaseSnapshots() {
   std::map<DType, std::shared_ptr<const ParamSnapshot>> released;
-  {
-    absl::MutexLock lock(&mu_);
-    released.swap(book_.snapshots());
-  }
-  // Freed here, outside the lock, unless a stream still sends from one.
+  absl::MutexLock lock(&mu_);
+  released.swap(book_.snapshots());
+  return released;  // freed by the caller, outside the lock, unless reused or still sent from
 }
 
 void Session::MarkBroken() {

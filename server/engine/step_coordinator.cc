@@ -235,13 +235,15 @@ StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutco
                                                                  uint64_t step) {
   // Before this step's snapshots are made: the last step's would otherwise stay beside them
   // until the resolution ends (one more copy of the returned parameters per dtype).
-  ledger_->ReleaseSnapshots();
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> released = ledger_->ReleaseSnapshots();
   std::vector<StepWaiter> early = ledger_->TakeStreamingWaiters();
   StreamingSnapshots streaming;
   for (const StepWaiter& w : early) {
     std::shared_ptr<ParamSnapshot>& snapshot = streaming[w.dtype];
     if (snapshot != nullptr) continue;
-    snapshot = EmptySnapshot(*replica_, w.dtype, step);
+    auto last = released.find(w.dtype);
+    snapshot = ReuseOrEmptySnapshot(last == released.end() ? nullptr : std::move(last->second),
+                                    *replica_, w.dtype, step);
     snapshot->readiness = std::make_shared<ParamReadiness>();
   }
   for (StepWaiter& w : early) {

@@ -85,7 +85,8 @@ class StepLedger {
   // The step applies (its result is agreed): the last step's snapshots are no longer served, so
   // that they are not kept beside this step's while it fills them; a reader that asks now waits
   // for this step's (Session::GetSnapshot builds on the coordinator, after the resolution).
-  virtual void ReleaseSnapshots() = 0;
+  // Answers them by dtype: this step's may reuse their storage (ReuseOrEmptySnapshot).
+  virtual std::map<DType, std::shared_ptr<const ParamSnapshot>> ReleaseSnapshots() = 0;
   // The replica cannot be trusted any more (a collective or the optimizer failed).
   virtual void MarkBroken() = 0;
   // A peer was lost during `step` while the group keeps redundant state: the step is refused
@@ -182,7 +183,8 @@ class StepCoordinator {
                                   bool finite);
   // Releases the last step's snapshots (StepLedger::ReleaseSnapshots), then hands `outcome`
   // (known once the ranks agreed) to the waiters that stream parameters, with snapshots that
-  // ApplyStep fills; those waiters are not called again.
+  // ApplyStep fills, in the storage of the released ones where no stream still reads those;
+  // those waiters are not called again.
   StreamingSnapshots StreamEarly(const StepOutcome& outcome, uint64_t step);
   // Scales the gradients by `clip_scale` (when below 1), steps the owned parameters and
   // all-gathers (REPLICATED storage only); fills `streaming` bucket by bucket (a parameter this

@@ -1,7 +1,8 @@
 // One whole optimizer step, end to end: a GPT-2-small-like model (124M parameters,
 // bench/gpt_layout.h) on two ranks (two servers in this process, Gloo between them), two
 // trainers (SHARDED: each sends half of every parameter's gradient, fp32; or --replicated: each
-// sends all of it) and AdamW; trainer 0 gets every parameter back (bf16 by default) from one rank.
+// sends all of it) and AdamW; trainer 0 gets every parameter back (bf16 by default) from its
+// owner, as soon as it is stepped.
 // At the end it prints the peak RSS next to the bytes the sessions and the bench's buffers hold.
 //
 //   bazel run -c opt //bench:step_bench -- --steps=6   (5 measured after a warm-up step)
@@ -54,10 +55,11 @@ ABSL_FLAG(std::string, auto_checkpoint_dir, "",
           "Set: rank 0 saves the session as an automatic checkpoint after every step under this "
           "directory (in the background, from a snapshot), as --checkpoint_every_steps=1 does; "
           "compare the step wall with a run without.");
-ABSL_FLAG(bool, owners, false,
-          "OWNERS parameter storage: each rank keeps only the masters it owns, nothing is "
-          "all-gathered and trainer 0 gets each parameter from its owner (docs/design.md §4); "
-          "run once with and once without to compare.");
+ABSL_FLAG(
+    bool, owners, false,
+    "OWNERS parameter storage: each rank keeps only the masters it owns, nothing is "
+    "all-gathered (trainer 0 gets each parameter from its owner either way; docs/design.md §4); "
+    "run once with and once without to compare.");
 ABSL_FLAG(bool, replicated, false,
           "REPLICATED: every trainer sends the whole gradient (the same buffer), instead of "
           "SHARDED halves.");
@@ -314,12 +316,17 @@ int Run() {
       }
     }
     const bench::PhaseRecorder::Durations phases = recorder->Take();
-    // The egress alone: the trainer that got them pulls the parameters the step returned.
+    // The egress alone: the trainer that got them pulls the parameters the step returned, a
+    // second time (the first makes the ranks' snapshot where the step's streams were sent from
+    // partial ones, of each rank's own parameters), so that only the sending is timed.
+    const auto pull = [&] {
+      return trainers[0]
+          ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
+          .status();
+    };
+    absl::Status pulled = pull();
     const absl::Time pull_start = absl::Now();
-    const absl::Status pulled =
-        trainers[0]
-            ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
-            .status();
+    if (pulled.ok()) pulled = pull();
     const double alone = Ms(absl::Now() - pull_start);
     if (!pulled.ok()) {
       std::fprintf(stderr, "pull after step %d: %s\n", step, pulled.ToString().c_str());
@@ -354,7 +361,7 @@ int Run() {
   // buffer per owned parameter) and the bench's own buffers (the one fp32 gradient every trainer
   // sends from, trainer 0's returned parameters, the ranks' reply snapshot), against peak RSS.
   // Per step and rank: the all-gather's bytes each way (REPLICATED: the other rank's masters)
-  // and the parameters it sends trainer 0 (REPLICATED: rank 0 all of them; OWNERS: its own).
+  // and the parameters it sends trainer 0 (its own, under either storage).
   const int64_t element_out = fp32 ? 4 : 2;
   int64_t session_bytes = 0;
   for (int r = 0; r < kRanks; ++r) {
@@ -367,7 +374,7 @@ int Run() {
       if ((*held)->layout().owner[p] == r) owned += params[p].numel();
     }
     const int64_t gathered = owners ? 0 : (numel - owned) * 4;
-    const int64_t out = owners ? owned * element_out : (r == 0 ? numel * element_out : 0);
+    const int64_t out = owned * element_out;
     std::printf(
         "rank %d: owns %.1fM elements; per step all-gather %.0f MiB in and %.0f MiB out, "
         "%.0f MiB of parameters to trainer 0; holds %.0f MiB (masters %.0f, state %.0f, "
@@ -378,11 +385,13 @@ int Run() {
         stats.buffer_bytes / 1048576.0);
   }
   const int64_t returned = numel * element_out;
-  // The ranks' reply snapshot: one copy of the model between them, in the dtype returned
-  // (REPLICATED: all of it on rank 0, trainer 0's home rank, and none on rank 1, whose trainers
-  // ask for nothing; OWNERS: each rank its own). A rank releases the last step's snapshot once the
-  // next step applies, before it makes that step's, so the two are never kept together.
-  const int64_t bench_bytes = numel * 4 + returned + returned;
+  // The ranks' reply snapshots: one copy of the model between them, in the dtype returned (each
+  // rank its own parameters; a rank reuses the last step's snapshot for the next step, or frees
+  // it before it makes that step's, so the two are never kept together). Under REPLICATED those
+  // are partial (never published), so the pulls after each step make rank 0 build a whole one
+  // beside them: one more copy.
+  const int64_t snapshots = owners ? returned : 2 * returned;
+  const int64_t bench_bytes = numel * 4 + returned + snapshots;
   std::printf(
       "memory: sessions hold %.0f MiB, bench buffers %.0f MiB, peak RSS %.0f MiB "
       "(%.2f x what is held)\n",

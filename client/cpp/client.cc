@@ -389,18 +389,18 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
   }
   header.set_return_dtype(DTypeToProto(options.return_dtype));
   for (uint32_t id : options.return_param_ids) header.add_return_param_ids(id);
+  header.set_skip_return(options.skip_return);
+  // Every rank streams back the parameters it owns, each as soon as it is stepped (REPLICATED
+  // storage too: not after the all-gather, nor all of them from one rank).
+  header.set_return_owned(true);
 
-  // REPLICATED storage: one rank, spread over trainers, streams the parameters back; OWNERS:
-  // every rank streams those it owns.
   const uint32_t world_size = layout->world_size();
-  const uint32_t return_rank = options.trainer_id % world_size;
   const absl::Time deadline = absl::Now() + options_.stream_timeout;
   auto arrivals = std::make_shared<client_internal::Arrivals>();
   std::vector<std::unique_ptr<StepCall>> calls;
   for (uint32_t r = 0; r < world_size; ++r) {
     calls.push_back(std::make_unique<StepCall>(ranks_[r]->channel, deadline,
                                                options_.wait_for_ready, arrivals));
-    header.set_skip_return(options.skip_return || (!layout->owners_only() && r != return_rank));
     // A stream that broke while sending reports its status from ReceiveAvailable().
     calls.back()->Open(header);
   }

@@ -109,8 +109,8 @@ class Client final {
   // As Step, but each returned parameter with a destination in `into` is written there as its
   // chunks arrive (no copy beside it) and left out of StepReply.params (counted in
   // destinations_filled). INVALID_ARGUMENT, before any gradient is sent, for a destination
-  // that is not a returned parameter or not its size. A reply that fails part way may have written some
-  // destinations: the step's redo after a recovery, or the caller's retry, writes them all.
+  // that is not a returned parameter or not its size. A reply that fails part way may have written
+  // some destinations: the step's redo after a recovery, or the caller's retry, writes them all.
   // `into`'s memory must stay valid during the call.
   absl::StatusOr<StepReply> Step(const StepOptions& options,
                                  absl::Span<const GradientSlice> gradients,

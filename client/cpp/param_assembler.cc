@@ -67,8 +67,7 @@ absl::Status ParamAssembler::Add(uint32_t param_id, uint64_t offset, DType dtype
   }
   const size_t size = DTypeSize(dtype);
   const uint64_t count = bytes / size;
-  if (bytes % size != 0 || offset > param.num_elements ||
-      count > param.num_elements - offset) {
+  if (bytes % size != 0 || offset > param.num_elements || count > param.num_elements - offset) {
     return absl::InternalError(absl::StrCat(
         "server sent param '", param.name, "' chunk of ", bytes, " bytes at element ", offset,
         ", which does not fit its ", param.num_elements, " ", DTypeName(dtype), " elements"));

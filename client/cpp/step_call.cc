@@ -244,12 +244,12 @@ absl::StatusOr<bool> StepCall::ReceiveAvailable(v1::StepResult* result, ParamAss
       return broken(absl::InternalError("Step stream sent parameters that were not asked for"));
     }
     const TensorChunkView& chunk = response_.parameter;
-    absl::StatusOr<DType> dtype = DTypeFromProto(
-        static_cast<v1::DType>(chunk.dtype),
-        absl::StrCat("Step stream: parameter chunk of param_id ", chunk.param_id));
-    absl::Status added =
-        dtype.ok() ? assembler->Add(chunk.param_id, chunk.offset, *dtype, chunk.data)
-                   : absl::InternalError(dtype.status().message());
+    absl::StatusOr<DType> dtype =
+        DTypeFromProto(static_cast<v1::DType>(chunk.dtype),
+                       absl::StrCat("Step stream: parameter chunk of param_id ", chunk.param_id));
+    absl::Status added = dtype.ok()
+                             ? assembler->Add(chunk.param_id, chunk.offset, *dtype, chunk.data)
+                             : absl::InternalError(dtype.status().message());
     if (!added.ok()) return broken(added);
   }
 }

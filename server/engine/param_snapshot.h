@@ -72,6 +72,10 @@ struct ParamSnapshot {
   std::vector<std::string> values;
   // Null: every value is there. Set: only the parameters it has marked ready.
   std::shared_ptr<ParamReadiness> readiness;
+  // Only the parameters this rank owns, though it holds every master (REPLICATED storage, a step
+  // whose streams return owned parameters only: StepBegin::return_owned); the others' values are
+  // empty. Never published for pulls.
+  bool partial = false;
 };
 
 }  // namespace optstep

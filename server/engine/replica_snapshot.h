@@ -20,18 +20,19 @@ namespace optstep {
 // the device worker.
 absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState& replica,
                                                                    DType dtype, uint64_t step);
-// A snapshot of `dtype` with every value `replica` holds sized and none written.
+// A snapshot of `dtype` with every value `replica` holds sized and none written; with `partial`,
+// only the values of the parameters it owns (ParamSnapshot::partial).
 std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
-                                             uint64_t step);
+                                             uint64_t step, bool partial = false);
 // EmptySnapshot in the storage of `released` (the last step's snapshot of `dtype`, or null) when
 // nothing else holds it any more and its values have the sizes EmptySnapshot gives them (their
 // old bytes stay until the step overwrites them), so that a step neither allocates nor faults
 // in the pages of the parameters it returns; else EmptySnapshot. Its readiness is reset.
 std::shared_ptr<ParamSnapshot> ReuseOrEmptySnapshot(std::shared_ptr<const ParamSnapshot> released,
                                                     const ReplicaState& replica, DType dtype,
-                                                    uint64_t step);
-// Writes the master of `param` into `snapshot` (nothing for one `replica` does not hold). On the
-// device worker.
+                                                    uint64_t step, bool partial = false);
+// Writes the master of `param` into `snapshot` (nothing for one `replica` does not hold, or that
+// a partial snapshot leaves out). On the device worker.
 absl::Status CopyToSnapshot(ReplicaState& replica, int param, ParamSnapshot& snapshot);
 
 }  // namespace optstep

@@ -69,6 +69,7 @@ absl::StatusOr<Contribution> StepBook::Begin(const StepBegin& begin, StepSchedul
   c.return_dtype = begin.return_dtype;
   c.return_params = begin.return_params;
   c.stream_params = begin.stream_params;
+  c.return_owned = begin.return_owned;
   c.generation = generation_;
   const uint64_t step = counters_.step;
   if (begin.step == step && step > 0 && last_outcome_) {
@@ -130,7 +131,8 @@ absl::Status StepBook::Commit(const Contribution& c, uint64_t num_elements, Step
       return complete;
     }
   }
-  waiters_.push_back(StepWaiter{c.return_dtype, c.return_params, std::move(done), c.stream_params});
+  waiters_.push_back(StepWaiter{c.return_dtype, c.return_params, std::move(done), c.stream_params,
+                                c.return_owned});
   return absl::OkStatus();
 }
 

@@ -36,6 +36,9 @@ struct StepBegin {
   // (ParamSnapshot::readiness): its commit's callback comes as soon as the ranks agree on the
   // result, before the optimizer runs. Otherwise it comes once the step is applied.
   bool stream_params = false;
+  // REPLICATED storage: the caller is returned the parameters this rank owns only (the Step
+  // header's return_owned), so its snapshot needs no others (ParamSnapshot::partial).
+  bool return_owned = false;
 };
 
 // The record of one session's steps on one rank (docs/design.md §3): the pending step (the

@@ -24,6 +24,7 @@ struct Contribution {
   DType return_dtype = DType::kF32;
   bool return_params = true;
   bool stream_params = false;
+  bool return_owned = false;  // StepBegin::return_owned
   // The trainer already committed this step (a retry after a broken stream), or the step was
   // already applied (replay): chunks are not applied but digested into `resent`, and the commit
   // waits for / returns the result when they are the bytes the trainer committed before

@@ -237,13 +237,26 @@ StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutco
   // until the resolution ends (one more copy of the returned parameters per dtype).
   std::map<DType, std::shared_ptr<const ParamSnapshot>> released = ledger_->ReleaseSnapshots();
   std::vector<StepWaiter> early = ledger_->TakeStreamingWaiters();
-  StreamingSnapshots streaming;
+  // REPLICATED storage on several ranks: a dtype whose every stream returns owned parameters
+  // only needs those.
+  const bool holds_others = replica_->config().storage == ParameterStorage::kReplicated &&
+                            replica_->layout().world_size > 1;
+  std::map<DType, bool> partial;
   for (const StepWaiter& w : early) {
-    std::shared_ptr<ParamSnapshot>& snapshot = streaming[w.dtype];
-    if (snapshot != nullptr) continue;
-    auto last = released.find(w.dtype);
-    snapshot = ReuseOrEmptySnapshot(last == released.end() ? nullptr : std::move(last->second),
-                                    *replica_, w.dtype, step);
+    const bool owned_only = w.owned_only && holds_others;
+    partial.emplace(w.dtype, true).first->second &= owned_only;
+  }
+  // The last step's snapshot of the same kind lends its storage: a published one (whole), or
+  // the partial one the coordinator kept. What is not reused is freed below, before the step.
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> unpublished;
+  unpublished.swap(unpublished_);
+  StreamingSnapshots streaming;
+  for (const auto& [dtype, owned_only] : partial) {
+    auto& last = owned_only ? unpublished : released;
+    auto found = last.find(dtype);
+    std::shared_ptr<ParamSnapshot>& snapshot = streaming[dtype];
+    snapshot = ReuseOrEmptySnapshot(found == last.end() ? nullptr : std::move(found->second),
+                                    *replica_, dtype, step, owned_only);
     snapshot->readiness = std::make_shared<ParamReadiness>();
   }
   for (StepWaiter& w : early) {
@@ -454,7 +467,12 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
     absl::Status built = OnDevice(
         [&]() -> absl::Status {
           for (const StepWaiter& w : ended.waiters) {
-            if (!w.want_params || snapshots.count(w.dtype) > 0) continue;
+            auto made = snapshots.find(w.dtype);
+            // A partial snapshot (streamed) serves only the waiters of owned parameters.
+            if (!w.want_params ||
+                (made != snapshots.end() && (!made->second->partial || w.owned_only))) {
+              continue;
+            }
             OPTSTEP_ASSIGN_OR_RETURN(snapshots[w.dtype], BuildSnapshot(*replica_, w.dtype, step));
           }
           return absl::OkStatus();
@@ -476,7 +494,17 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
                                : outcome->skipped ? End::kSkipped
                                                   : End::kApplied,
                                outcome.ok() ? "" : outcome.status().message());
-  ledger_->EndResolution(outcome.ok() ? &snapshots : nullptr);
+  // Published for pulls (and replays): the whole snapshots only; the partial ones are kept for
+  // the next step's storage.
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> published;
+  for (const auto& [dtype, snapshot] : snapshots) {
+    if (!snapshot->partial) {
+      published.emplace(dtype, snapshot);
+    } else if (outcome.ok()) {
+      unpublished_[dtype] = snapshot;
+    }
+  }
+  ledger_->EndResolution(outcome.ok() ? &published : nullptr);
   for (const auto& entry : streamed) {
     if (outcome.ok()) {
       entry.second->readiness->MarkReady(last_ids);

@@ -45,7 +45,8 @@ struct StepWaiter {
   DType dtype = DType::kF32;
   bool want_params = true;
   StepCallback done;
-  bool stream = false;  // StepBegin::stream_params
+  bool stream = false;      // StepBegin::stream_params
+  bool owned_only = false;  // StepBegin::return_owned
 };
 
 // What one run of the coordinator does with the pending step.
@@ -227,6 +228,9 @@ class StepCoordinator {
   FairQueue device_queue_;
   StepLedger* const ledger_;
   Tensor votes_;  // Agree's all-reduce buffer, in device memory (several ranks only)
+  // The last step's partial snapshots (ParamSnapshot::partial: never published), by dtype, for
+  // the next step to reuse (StreamEarly). On the coordinator's thread only.
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> unpublished_;
   // Declared last: destroyed (and joined) first, while what its tasks use still exists.
   SerialExecutor executor_;
 };

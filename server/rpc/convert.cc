@@ -358,6 +358,7 @@ absl::StatusOr<StepBegin> StepBeginFromProto(const v1::StepHeader& header) {
                                                    " must be fp32 or bf16"));
   }
   begin.return_params = !header.skip_return();
+  begin.return_owned = header.return_owned();
   return begin;
 }
 
@@ -375,9 +376,10 @@ absl::Status CheckParamIds(const Session& session,
 }
 
 std::optional<std::vector<uint32_t>> ServedParamIds(
-    const Session& session, const google::protobuf::RepeatedField<uint32_t>& requested) {
+    const Session& session, const google::protobuf::RepeatedField<uint32_t>& requested,
+    bool owned_only) {
   std::vector<uint32_t> ids(requested.begin(), requested.end());
-  if (session.config().storage == ParameterStorage::kReplicated) return ids;
+  if (session.config().storage == ParameterStorage::kReplicated && !owned_only) return ids;
   const Layout& layout = session.layout();
   if (ids.empty()) {
     for (size_t p = 0; p < layout.owner.size(); ++p) ids.push_back(static_cast<uint32_t>(p));

@@ -37,10 +37,12 @@ absl::Status CheckParamIds(const Session& session,
                            absl::string_view what);
 
 // The parameters of `requested` (empty: every parameter) that this rank sends back: all of them
-// under REPLICATED storage (`requested` as it is, empty meaning all), only those it owns under
-// OWNERS (then nullopt when it owns none of them). REQUIRES: CheckParamIds passed.
+// under REPLICATED storage (`requested` as it is, empty meaning all) unless `owned_only` (a Step
+// header's return_owned), only those it owns under OWNERS storage or with `owned_only` (then
+// nullopt when it owns none of them). REQUIRES: CheckParamIds passed.
 std::optional<std::vector<uint32_t>> ServedParamIds(
-    const Session& session, const google::protobuf::RepeatedField<uint32_t>& requested);
+    const Session& session, const google::protobuf::RepeatedField<uint32_t>& requested,
+    bool owned_only = false);
 
 // The session's definition as JSON text (its SessionSpec without the name, which only serves
 // to attach): what a checkpoint records and compares by digest.

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
-#include "wire/raw_step_codec.h"
 #include "wire/proto_dtype.h"
+#include "wire/raw_step_codec.h"
 
 namespace optstep {
 namespace {

@@ -14,9 +14,9 @@
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/param_chunker.h"
-#include "wire/raw_step_codec.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
+#include "wire/raw_step_codec.h"
 
 namespace optstep {
 namespace {
@@ -145,9 +145,10 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     begin->stream_params = true;  // the chunker follows the snapshot as the step fills it
     absl::Status ids = CheckParamIds(**session, header.return_param_ids(), "return_param_ids");
     if (!ids.ok()) return ids;
-    // OWNERS storage: this rank returns the parameters it owns (none: the result only).
+    // OWNERS storage, or return_owned: this rank returns the parameters it owns (none: the
+    // result only).
     std::optional<std::vector<uint32_t>> served =
-        ServedParamIds(**session, header.return_param_ids());
+        ServedParamIds(**session, header.return_param_ids(), header.return_owned());
     if (!served.has_value()) begin->return_params = false;
     auto contribution = (*session)->Begin(*begin);
     if (!contribution.ok()) return contribution.status();

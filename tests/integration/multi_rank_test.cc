@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -283,10 +284,16 @@ void ExpectEveryRankAt(const Group& group, const std::string& session_id, uint64
 
 // A Step stream by hand, to break it where the client library would not: the header, then the
 // fp32 `slices` of parameters owned by `rank` (of trainer `trainer`) to that rank, no commit.
+// The Step header's fields that say what a RawStep gets back (fp32 parameters).
+struct RawReturns {
+  bool skip_return = false;
+  bool return_owned = false;
+};
+
 class RawStep {
  public:
   RawStep(const Group& group, const v1::SessionInfo& session, int rank, uint64_t step, int trainer,
-          const std::vector<GradientSlice>& slices) {
+          const std::vector<GradientSlice>& slices, RawReturns returns = RawReturns()) {
     stub_ = v1::OptimizerService::NewStub(
         grpc::CreateChannel(group[rank]->address(), grpc::InsecureChannelCredentials()));
     stream_ = stub_->Step(&context_);
@@ -294,6 +301,8 @@ class RawStep {
     header.mutable_header()->set_session_id(session.session_id());
     header.mutable_header()->set_step(step);
     header.mutable_header()->set_trainer_id(trainer);
+    header.mutable_header()->set_skip_return(returns.skip_return);
+    header.mutable_header()->set_return_owned(returns.return_owned);
     EXPECT_TRUE(stream_->Write(header));
     for (const GradientSlice& slice : slices) {
       if (session.layout().owner(slice.param_id) != static_cast<uint32_t>(rank)) continue;
@@ -304,6 +313,32 @@ class RawStep {
       chunk.mutable_gradient()->set_data(slice.bytes.data(), slice.bytes.size());
       EXPECT_TRUE(stream_->Write(chunk));
     }
+  }
+  // Commits and half-closes.
+  void Commit() {
+    v1::StepRequest commit;
+    commit.mutable_commit();
+    EXPECT_TRUE(stream_->Write(commit));
+    stream_->WritesDone();
+  }
+  // Reads the reply (once every rank's stream committed): the returned parameters' fp32 values
+  // by id.
+  absl::StatusOr<std::map<uint32_t, std::vector<float>>> Reply() {
+    std::map<uint32_t, std::vector<float>> params;
+    v1::StepResponse response;
+    while (stream_->Read(&response)) {
+      if (!response.has_parameter()) continue;
+      const v1::TensorChunk& chunk = response.parameter();
+      std::vector<float>& values = params[chunk.param_id()];
+      values.resize(std::max<size_t>(values.size(), chunk.offset() + chunk.data().size() / 4));
+      std::memcpy(values.data() + chunk.offset(), chunk.data().data(), chunk.data().size());
+    }
+    const grpc::Status status = stream_->Finish();
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    return params;
   }
   // Waits for the server to end the stream.
   grpc::Status Finish() {
@@ -507,6 +542,57 @@ TEST(MultiRankRetryTest, TrainerThatDisconnectsAfterCommitResendsSafely) {
   }
   ASSERT_FALSE(runs[0].empty());
   EXPECT_EQ(runs[0], runs[1]);
+}
+
+// What each rank returns: with return_owned (today's clients) the parameters it owns, under
+// REPLICATED storage too, so that a trainer gets each from its owner as soon as it is stepped;
+// without it (clients before return_owned) the trainer's home rank returns all of them and the
+// others none (skip_return). Either way the values are those a pull answers after the step.
+TEST(MultiRankReturnTest, EachRankReturnsItsOwnOrTheHomeRankEveryParameter) {
+  const Group& group = SharedGroup(2);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(Options(group)));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo session,
+                               client->CreateSession(Spec(1, v1::GRADIENT_MODE_SHARDED, "adam")));
+  for (uint64_t step = 1; step <= 2; ++step) {
+    const bool owned = step == 1;
+    SCOPED_TRACE(owned ? "return_owned" : "from the home rank");
+    std::vector<std::vector<float>> grads;
+    std::vector<GradientSlice> slices;
+    for (uint32_t p = 0; p < kShapes.size(); ++p) {
+      grads.emplace_back(Numel(kShapes[p]));
+      for (uint64_t i = 0; i < grads[p].size(); ++i) grads[p][i] = GradientValue(step, 0, p, i);
+    }
+    for (uint32_t p = 0; p < kShapes.size(); ++p) {
+      GradientSlice all;
+      all.param_id = p;
+      all.bytes = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(grads[p].data()),
+                                            grads[p].size() * sizeof(float));
+      slices.push_back(all);
+    }
+    std::vector<std::unique_ptr<RawStep>> streams;
+    for (int r = 0; r < 2; ++r) {
+      RawReturns returns;
+      returns.return_owned = owned;
+      returns.skip_return = !owned && r != 0;  // trainer 0's home rank is rank 0
+      streams.push_back(std::make_unique<RawStep>(group, session, r, step, 0, slices, returns));
+    }
+    for (auto& stream : streams) stream->Commit();
+    std::map<uint32_t, std::vector<float>> by_rank[2];
+    for (int r = 0; r < 2; ++r) {
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(by_rank[r], streams[r]->Reply());
+    }
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters pulled,
+                                 client->PullParameters(session.session_id(), DType::kF32));
+    for (uint32_t p = 0; p < kShapes.size(); ++p) {
+      const int owner = static_cast<int>(session.layout().owner(p));
+      const int from = owned ? owner : 0;
+      SCOPED_TRACE(absl::StrCat("param ", p, " owned by rank ", owner));
+      ASSERT_EQ(by_rank[from].count(p), 1u);
+      EXPECT_EQ(by_rank[1 - from].count(p), 0u) << "returned twice";
+      EXPECT_EQ(by_rank[from][p], pulled.params[p].f32);
+    }
+  }
+  EXPECT_THAT(client->CloseSession(session.session_id()), IsOk());
 }
 
 }  // namespace

@@ -174,9 +174,8 @@ TEST(StreamedStepTest, StepWritesReturnedParametersIntoTheirDestinations) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo now, client->GetSession(into.session_id()));
     EXPECT_EQ(now.step(), step - 1);
 
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(
-        StepReply reply,
-        client->Step(Options(into.session_id(), step), all, {{0, bytes_of(weight_out)}}));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, client->Step(Options(into.session_id(), step),
+                                                               all, {{0, bytes_of(weight_out)}}));
     EXPECT_EQ(reply.step, step);
     EXPECT_EQ(reply.destinations_filled, 1u);
     ASSERT_EQ(reply.params.size(), 1u);

@@ -68,11 +68,13 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
             if not context.is_active():
                 return
         header = requests[0].header
+        # As a server does: with return_owned, the parameters this rank owns; without, all.
         chunks = [] if header.skip_return else [
             pb.TensorChunk(param_id=i, offset=0, dtype=pb.DTYPE_FP32,
                            data=np.full(int(np.prod(s)), 100 * self.rank + i,
                                         np.float32).tobytes())
-            for i, s in enumerate(SHAPES.values())]
+            for i, s in enumerate(SHAPES.values())
+            if not header.return_owned or OWNERS[i] == self.rank]
         yield svc.StepResponse(result=pb.StepResult(step=header.step, grad_norm=1.5,
                                                     params_to_follow=len(chunks)))
         for chunk in chunks:
@@ -128,7 +130,7 @@ def test_chunks_go_to_their_owners(ranks: List[FakeRank], trainer: int) -> None:
         (requests,) = rank.steps
         header, commit = requests[0].header, requests[-1].commit
         assert header.step == 3 and header.trainer_id == trainer
-        assert header.skip_return == (rank.rank != trainer % 2)
+        assert not header.skip_return and header.return_owned
         owned = [i for i, owner in enumerate(OWNERS) if owner == rank.rank]
         chunks = _chunks(requests)
         assert sorted({c.param_id for c in chunks}) == owned
@@ -139,9 +141,9 @@ def test_chunks_go_to_their_owners(ranks: List[FakeRank], trainer: int) -> None:
                                      for c in chunks if c.param_id == i])
             np.testing.assert_array_equal(values, np.full(values.size, i + 1))
     assert reply.step == 3 and reply.grad_norm == 1.5
-    for i in range(3):
+    for i in range(3):  # each from its owner
         np.testing.assert_array_equal(reply.params[i], np.full(SHAPES[list(SHAPES)[i]],
-                                                               100 * (trainer % 2) + i))
+                                                               100 * OWNERS[i] + i))
 
 
 def test_initial_values_go_to_every_rank(ranks: List[FakeRank]) -> None:

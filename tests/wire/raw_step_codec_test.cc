@@ -96,9 +96,10 @@ std::vector<v1::StepRequest> Samples() {
 TEST(RawStepCodecTest, DecodesWhatProtobufSerialisesWhereverTheSlicesAreCut) {
   for (const v1::StepRequest& request : Samples()) {
     const std::string wire = request.SerializeAsString();
-    for (size_t slice_bytes : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{64}, wire.size() + 1}) {
-      SCOPED_TRACE(absl::StrCat(request.ShortDebugString().substr(0, 80), " in slices of ",
-                                slice_bytes));
+    for (size_t slice_bytes :
+         {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{64}, wire.size() + 1}) {
+      SCOPED_TRACE(
+          absl::StrCat(request.ShortDebugString().substr(0, 80), " in slices of ", slice_bytes));
       StepRequestView view;
       const Decoded decoded = Decode(wire, view, slice_bytes);
       ASSERT_THAT(decoded.status, IsOk());
@@ -120,7 +121,8 @@ TEST(RawStepCodecTest, GradientDataPointsIntoTheSlices) {
     if (piece.size() <= GRPC_SLICE_INLINED_SIZE) continue;
     const auto* p = reinterpret_cast<const uint8_t*>(piece.data());
     bool inside = false;
-    for (const grpc::Slice& s : slices) inside = inside || (p >= s.begin() && p + piece.size() <= s.end());
+    for (const grpc::Slice& s : slices)
+      inside = inside || (p >= s.begin() && p + piece.size() <= s.end());
     EXPECT_TRUE(inside) << "a piece of " << piece.size() << " bytes is a copy";
   }
 }
@@ -156,10 +158,13 @@ TEST(RawStepCodecTest, MalformedInputIsInvalidArgument) {
       {std::string("\x10\x01", 2), "gradient (field 2) has wire type 0, expected 2"},
       {std::string("\x12\x02\x0a\x00", 4), "param_id has wire type 2, expected 0"},
       {std::string("\x12\x03\x1d\x00\x00", 5), "dtype has wire type 5, expected 0"},
-      {std::string("\x12\x05\x08\x01", 4), "gradient (field 2): length 5 runs past the end (2 bytes"},
+      {std::string("\x12\x05\x08\x01", 4),
+       "gradient (field 2): length 5 runs past the end (2 bytes"},
       {std::string("\x12\x03\x22\x09\x01", 5), "data: length 9 runs past the end (1 bytes left)"},
-      {std::string("\x12\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 10), "length 9223372036854775807 runs"},
-      {std::string("\x0a\x02\x08\x80", 4), "header (field 1) does not parse as optstep.v1.StepHeader"},
+      {std::string("\x12\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 10),
+       "length 9223372036854775807 runs"},
+      {std::string("\x0a\x02\x08\x80", 4),
+       "header (field 1) does not parse as optstep.v1.StepHeader"},
       {std::string("\x1a\x01\xff", 3), "commit (field 3) does not parse as optstep.v1.StepCommit"},
       {std::string("\x00\x01", 2), "truncated or invalid tag"},
       {std::string("\x80", 1), "truncated or invalid tag"},
@@ -176,7 +181,8 @@ TEST(RawStepCodecTest, MalformedInputIsInvalidArgument) {
   };
   for (const auto& c : cases) {
     StepRequestView view;
-    EXPECT_THAT(Decode(c.wire, view, 1).status, StatusIs(absl::StatusCode::kInvalidArgument, c.message))
+    EXPECT_THAT(Decode(c.wire, view, 1).status,
+                StatusIs(absl::StatusCode::kInvalidArgument, c.message))
         << absl::CEscape(c.wire);
   }
 }
@@ -243,7 +249,8 @@ TEST(RawStepCodecTest, ParameterChunkRefersToThePayloadUntilReleased) {
     EXPECT_EQ(reinterpret_cast<const char*>(slices[1].begin()), payload.data());
     v1::StepResponse parsed;
     std::string wire;
-    for (const grpc::Slice& s : slices) wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
     ASSERT_TRUE(parsed.ParseFromString(wire));
     EXPECT_EQ(parsed.parameter().param_id(), 2u);
     EXPECT_EQ(parsed.parameter().offset(), 8u);
@@ -285,9 +292,7 @@ std::vector<std::string> ResponseSamples() {
   for (int i = 0; i < 999; ++i) parameter.mutable_parameter()->mutable_data()->push_back(i * 5);
   v1::StepResponse defaults;
   defaults.mutable_parameter();  // every field at its default
-  return {result.SerializeAsString(),
-          parameter.SerializeAsString(),
-          defaults.SerializeAsString(),
+  return {result.SerializeAsString(), parameter.SerializeAsString(), defaults.SerializeAsString(),
           std::string(),
           parameter.SerializeAsString() + result.SerializeAsString(),  // the result replaces it
           result.SerializeAsString() + parameter.SerializeAsString(),

@@ -184,9 +184,9 @@ using optstep::GradientSlice;
 using optstep::MakeStepOptions;
 using optstep::NativeStream;
 using optstep::ParamDestinations;
-using optstep::ToDestinations;
 using optstep::StepOptions;
 using optstep::StepStream;
+using optstep::ToDestinations;
 using optstep::ToGradients;
 
 void* optstep_native_connect(const OptstepNativeOptions* options, int32_t* code, char* error,

@@ -325,7 +325,14 @@ class TwoRankClientTest : public ::testing::Test {
   FakeServer fake0_, fake1_;
 };
 
-TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndReturnsFromOneRank) {
+// REPLICATED storage too: each rank is asked for the parameters it owns (return_owned), which
+// it sends as soon as it stepped them, and the reply is assembled from both.
+TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndAsksEveryRankForItsOwn) {
+  FakeOptimizerService::Behaviour behaviour;
+  behaviour.step_returns = {1};  // what a rank answers to return_owned: b on rank 0
+  rank0_.set_behaviour(behaviour);
+  behaviour.step_returns = {0};  // w on rank 1
+  rank1_.set_behaviour(behaviour);
   ClientOptions options;
   options.rank_targets = {fake0_.target, fake1_.target};
   options.max_chunk_bytes = kChunkBytes;
@@ -333,17 +340,20 @@ TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndReturnsFromOneRank) {
   EXPECT_EQ(client->num_ranks(), 2);
   const std::vector<float> w = {1, 2, 3, 4, 5, 6}, b = {-1, -2, -3, -4};
   StepOptions step = FirstStep();
-  step.trainer_id = 1;  // returns from rank 1 % 2 = 1
+  step.trainer_id = 1;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply,
                                client->Step(step, {FullGradient{0, w}, FullGradient{1, b}}));
   EXPECT_EQ(reply.params.at(0).f32, Expected(0, 6));
+  EXPECT_EQ(reply.params.at(1).f32, Expected(1, 4));
 
   const std::vector<v1::StepRequest> at0 = rank0_.step_requests();
   const std::vector<v1::StepRequest> at1 = rank1_.step_requests();
   ASSERT_THAT(at0, SizeIs(3));  // header, b, commit
   ASSERT_THAT(at1, SizeIs(4));  // header, w in 4 + 2, commit
-  EXPECT_TRUE(at0.front().header().skip_return());
-  EXPECT_FALSE(at1.front().header().skip_return());
+  for (const auto* at : {&at0, &at1}) {
+    EXPECT_FALSE(at->front().header().skip_return());
+    EXPECT_TRUE(at->front().header().return_owned());
+  }
   EXPECT_EQ(at0.back().commit().num_elements(), 4u);
   EXPECT_EQ(at1.back().commit().num_elements(), 6u);
   EXPECT_EQ(ReceivedFp32(at0, 1, 4), b);

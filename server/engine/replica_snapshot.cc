@@ -32,31 +32,13 @@ std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType 
   snapshot->partial = partial;
   snapshot->values.resize(replica.num_params());
   for (int p = 0; p < replica.num_params(); ++p) {
-    if (!InSnapshot(replica, partial, p)) continue;
-    snapshot->values[p].resize(replica.numels()[p] * DTypeSize(dtype));
+    snapshot->values[p].resize(SnapshotValueBytes(replica, dtype, partial, p));
   }
   return snapshot;
 }
 
-std::shared_ptr<ParamSnapshot> ReuseOrEmptySnapshot(std::shared_ptr<const ParamSnapshot> released,
-                                                    const ReplicaState& replica, DType dtype,
-                                                    uint64_t step, bool partial) {
-  // The only reference left is `released`: no stream or pull can reach it any more, so it may
-  // be written. (Every snapshot is made as a ParamSnapshot, never a const object.)
-  if (released == nullptr || released.use_count() != 1 || released->dtype != dtype ||
-      released->partial != partial ||
-      released->values.size() != static_cast<size_t>(replica.num_params())) {
-    return EmptySnapshot(replica, dtype, step, partial);
-  }
-  for (int p = 0; p < replica.num_params(); ++p) {
-    const size_t size =
-        InSnapshot(replica, partial, p) ? replica.numels()[p] * DTypeSize(dtype) : 0;
-    if (released->values[p].size() != size) return EmptySnapshot(replica, dtype, step, partial);
-  }
-  std::shared_ptr<ParamSnapshot> snapshot = std::const_pointer_cast<ParamSnapshot>(released);
-  snapshot->step = step;
-  snapshot->readiness = nullptr;
-  return snapshot;
+size_t SnapshotValueBytes(const ReplicaState& replica, DType dtype, bool partial, int param) {
+  return InSnapshot(replica, partial, param) ? replica.numels()[param] * DTypeSize(dtype) : 0;
 }
 
 absl::Status CopyToSnapshot(ReplicaState& replica, int param, ParamSnapshot& snapshot) {

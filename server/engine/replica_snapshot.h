@@ -5,6 +5,7 @@
 // asked for (ParamSnapshot). They read the masters, so they run where ReplicaState allows that:
 // on the device worker, for the session's coordinator.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -24,13 +25,9 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState&
 // only the values of the parameters it owns (ParamSnapshot::partial).
 std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
                                              uint64_t step, bool partial = false);
-// EmptySnapshot in the storage of `released` (the last step's snapshot of `dtype`, or null) when
-// nothing else holds it any more and its values have the sizes EmptySnapshot gives them (their
-// old bytes stay until the step overwrites them), so that a step neither allocates nor faults
-// in the pages of the parameters it returns; else EmptySnapshot. Its readiness is reset.
-std::shared_ptr<ParamSnapshot> ReuseOrEmptySnapshot(std::shared_ptr<const ParamSnapshot> released,
-                                                    const ReplicaState& replica, DType dtype,
-                                                    uint64_t step, bool partial = false);
+// The bytes of `param`'s value in a snapshot of `dtype` (0 for one it leaves out: a master the
+// replica does not hold, or, `partial`, one it does not own).
+size_t SnapshotValueBytes(const ReplicaState& replica, DType dtype, bool partial, int param);
 // Writes the master of `param` into `snapshot` (nothing for one `replica` does not hold, or that
 // a partial snapshot leaves out). On the device worker.
 absl::Status CopyToSnapshot(ReplicaState& replica, int param, ParamSnapshot& snapshot);

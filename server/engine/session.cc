@@ -474,11 +474,14 @@ std::vector<StepWaiter> Session::TakeStreamingWaiters() {
   return book_.TakeStreamingWaiters();
 }
 
-std::map<DType, std::shared_ptr<const ParamSnapshot>> Session::ReleaseSnapshots() {
+void Session::ReleaseSnapshots() {
   std::map<DType, std::shared_ptr<const ParamSnapshot>> released;
-  absl::MutexLock lock(&mu_);
-  released.swap(book_.snapshots());
-  return released;  // freed by the caller, outside the lock, unless reused or still sent from
+  {
+    absl::MutexLock lock(&mu_);
+    released.swap(book_.snapshots());
+  }
+  // Dropped here, outside the lock: freed, or back to the pool they came from, unless a stream
+  // still sends from one.
 }
 
 void Session::MarkBroken() {

@@ -263,8 +263,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   std::vector<std::optional<GradientStatistics::Result>> IngestStatistics() override
       ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<StepWaiter> TakeStreamingWaiters() override ABSL_LOCKS_EXCLUDED(mu_);
-  std::map<DType, std::shared_ptr<const ParamSnapshot>> ReleaseSnapshots() override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseSnapshots() override ABSL_LOCKS_EXCLUDED(mu_);
   void MarkBroken() override ABSL_LOCKS_EXCLUDED(mu_);
   void MarkInterrupted(uint64_t step) override ABSL_LOCKS_EXCLUDED(mu_);
   Ended EndStep(absl::StatusOr<StepOutcome>& outcome) override ABSL_LOCKS_EXCLUDED(mu_);

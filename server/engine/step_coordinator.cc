@@ -235,7 +235,7 @@ StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutco
                                                                  uint64_t step) {
   // Before this step's snapshots are made: the last step's would otherwise stay beside them
   // until the resolution ends (one more copy of the returned parameters per dtype).
-  std::map<DType, std::shared_ptr<const ParamSnapshot>> released = ledger_->ReleaseSnapshots();
+  ledger_->ReleaseSnapshots();
   std::vector<StepWaiter> early = ledger_->TakeStreamingWaiters();
   // REPLICATED storage on several ranks: a dtype whose every stream returns owned parameters
   // only needs those.
@@ -246,19 +246,14 @@ StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutco
     const bool owned_only = w.owned_only && holds_others;
     partial.emplace(w.dtype, true).first->second &= owned_only;
   }
-  // The last step's snapshot of the same kind lends its storage: a published one (whole), or
-  // the partial one the coordinator kept. What is not reused is freed below, before the step.
-  std::map<DType, std::shared_ptr<const ParamSnapshot>> unpublished;
-  unpublished.swap(unpublished_);
+  // In the storage of the last step's of the same kind; what is not reused is not kept.
   StreamingSnapshots streaming;
   for (const auto& [dtype, owned_only] : partial) {
-    auto& last = owned_only ? unpublished : released;
-    auto found = last.find(dtype);
     std::shared_ptr<ParamSnapshot>& snapshot = streaming[dtype];
-    snapshot = ReuseOrEmptySnapshot(found == last.end() ? nullptr : std::move(found->second),
-                                    *replica_, dtype, step, owned_only);
+    snapshot = snapshots_.Make(*replica_, dtype, step, owned_only);
     snapshot->readiness = std::make_shared<ParamReadiness>();
   }
+  snapshots_.Trim();
   for (StepWaiter& w : early) {
     StepOutcome mine = outcome;
     mine.step = step;
@@ -494,15 +489,11 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
                                : outcome->skipped ? End::kSkipped
                                                   : End::kApplied,
                                outcome.ok() ? "" : outcome.status().message());
-  // Published for pulls (and replays): the whole snapshots only; the partial ones are kept for
-  // the next step's storage.
+  // Published for pulls (and replays): the whole snapshots only (a partial one goes back to the
+  // pool once its streams end).
   std::map<DType, std::shared_ptr<const ParamSnapshot>> published;
   for (const auto& [dtype, snapshot] : snapshots) {
-    if (!snapshot->partial) {
-      published.emplace(dtype, snapshot);
-    } else if (outcome.ok()) {
-      unpublished_[dtype] = snapshot;
-    }
+    if (!snapshot->partial) published.emplace(dtype, snapshot);
   }
   ledger_->EndResolution(outcome.ok() ? &published : nullptr);
   for (const auto& entry : streamed) {

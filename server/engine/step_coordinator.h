@@ -25,6 +25,7 @@
 #include "server/engine/param_snapshot.h"
 #include "server/engine/replica_state.h"
 #include "server/engine/shadow_state.h"
+#include "server/engine/snapshot_pool.h"
 #include "server/engine/step_observer.h"
 #include "server/engine/step_schedule.h"
 
@@ -86,8 +87,8 @@ class StepLedger {
   // The step applies (its result is agreed): the last step's snapshots are no longer served, so
   // that they are not kept beside this step's while it fills them; a reader that asks now waits
   // for this step's (Session::GetSnapshot builds on the coordinator, after the resolution).
-  // Answers them by dtype: this step's may reuse their storage (ReuseOrEmptySnapshot).
-  virtual std::map<DType, std::shared_ptr<const ParamSnapshot>> ReleaseSnapshots() = 0;
+  // Their storage goes back to the coordinator's SnapshotPool unless a stream still sends them.
+  virtual void ReleaseSnapshots() = 0;
   // The replica cannot be trusted any more (a collective or the optimizer failed).
   virtual void MarkBroken() = 0;
   // A peer was lost during `step` while the group keeps redundant state: the step is refused
@@ -184,8 +185,8 @@ class StepCoordinator {
                                   bool finite);
   // Releases the last step's snapshots (StepLedger::ReleaseSnapshots), then hands `outcome`
   // (known once the ranks agreed) to the waiters that stream parameters, with snapshots that
-  // ApplyStep fills, in the storage of the released ones where no stream still reads those;
-  // those waiters are not called again.
+  // ApplyStep fills, made by the pool (in the storage of the last step's, where no stream still
+  // reads those); those waiters are not called again.
   StreamingSnapshots StreamEarly(const StepOutcome& outcome, uint64_t step);
   // Scales the gradients by `clip_scale` (when below 1), steps the owned parameters and
   // all-gathers (REPLICATED storage only); fills `streaming` bucket by bucket (a parameter this
@@ -228,9 +229,8 @@ class StepCoordinator {
   FairQueue device_queue_;
   StepLedger* const ledger_;
   Tensor votes_;  // Agree's all-reduce buffer, in device memory (several ranks only)
-  // The last step's partial snapshots (ParamSnapshot::partial: never published), by dtype, for
-  // the next step to reuse (StreamEarly). On the coordinator's thread only.
-  std::map<DType, std::shared_ptr<const ParamSnapshot>> unpublished_;
+  // The storage of the snapshots StreamEarly makes, recycled from step to step.
+  SnapshotPool snapshots_;
   // Declared last: destroyed (and joined) first, while what its tasks use still exists.
   SerialExecutor executor_;
 };

@@ -308,6 +308,13 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
 absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
                                        absl::Span<const GradientSlice> gradients,
                                        const ParamDestinations& into) {
+  if (!into.empty()) {
+    // Checked once, before any attempt: the same checks as each attempt's (WriteInto).
+    OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
+    OPTSTEP_RETURN_IF_ERROR(CheckStep(options, *layout));
+    client_internal::ParamAssembler check(*layout, options.return_dtype, options.return_param_ids);
+    for (const auto& [id, bytes] : into) OPTSTEP_RETURN_IF_ERROR(check.SetDestination(id, bytes));
+  }
   client_internal::GroupProbe probe{[this] { return CheckHealth(); },
                                     [this](absl::string_view id) -> absl::StatusOr<uint64_t> {
                                       OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info,
@@ -389,18 +396,20 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
   }
   header.set_return_dtype(DTypeToProto(options.return_dtype));
   for (uint32_t id : options.return_param_ids) header.add_return_param_ids(id);
-  header.set_skip_return(options.skip_return);
-  // Every rank streams back the parameters it owns, each as soon as it is stepped (REPLICATED
-  // storage too: not after the all-gather, nor all of them from one rank).
-  header.set_return_owned(true);
-
+  // Every rank streams back the parameters it owns, as they are stepped (REPLICATED storage too,
+  // where the ranks honour return_owned: not after the all-gather, nor all from one rank); else
+  // the trainer's home rank streams back every parameter.
+  header.set_return_owned(layout->returns_owned());
   const uint32_t world_size = layout->world_size();
+  const uint32_t return_rank = options.trainer_id % world_size;
   const absl::Time deadline = absl::Now() + options_.stream_timeout;
   auto arrivals = std::make_shared<client_internal::Arrivals>();
   std::vector<std::unique_ptr<StepCall>> calls;
   for (uint32_t r = 0; r < world_size; ++r) {
     calls.push_back(std::make_unique<StepCall>(ranks_[r]->channel, deadline,
                                                options_.wait_for_ready, arrivals));
+    header.set_skip_return(options.skip_return ||
+                           (!layout->every_rank_returns() && r != return_rank));
     // A stream that broke while sending reports its status from ReceiveAvailable().
     calls.back()->Open(header);
   }

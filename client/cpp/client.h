@@ -108,10 +108,10 @@ class Client final {
                                  absl::Span<const GradientSlice> gradients);
   // As Step, but each returned parameter with a destination in `into` is written there as its
   // chunks arrive (no copy beside it) and left out of StepReply.params (counted in
-  // destinations_filled). INVALID_ARGUMENT, before any gradient is sent, for a destination
-  // that is not a returned parameter or not its size. A reply that fails part way may have written
-  // some destinations: the step's redo after a recovery, or the caller's retry, writes them all.
-  // `into`'s memory must stay valid during the call.
+  // destinations_filled). INVALID_ARGUMENT (NOT_FOUND for an unknown id), before anything is
+  // sent, for a destination that is not a returned parameter or not its size. A reply that fails
+  // part way may have written some destinations: the step's redo after a recovery, or the caller's
+  // retry, writes them all. `into`'s memory must stay valid during the call.
   absl::StatusOr<StepReply> Step(const StepOptions& options,
                                  absl::Span<const GradientSlice> gradients,
                                  const ParamDestinations& into);
@@ -186,7 +186,8 @@ class Client final {
   // Opens the Step streams of `options` over `layout`'s ranks (header sent).
   std::unique_ptr<StepStream> OpenStepCalls(const StepOptions& options, LayoutPtr layout);
 
-  // The reply of step `options` that the session applied and restored: its parameters.
+  // The reply of step `options` that the session applied and restored: its parameters, pulled,
+  // those with a destination in `into` written there.
   absl::StatusOr<StepReply> AppliedStep(const StepOptions& options, const ParamDestinations& into);
 
   const ClientOptions options_;

@@ -9,11 +9,12 @@ namespace optstep {
 namespace client_internal {
 
 SessionLayout::SessionLayout(std::string session_id, uint32_t world_size, std::vector<Param> params,
-                             bool owners_only)
+                             bool owners_only, bool returns_owned)
     : session_id_(std::move(session_id)),
       world_size_(world_size),
       params_(std::move(params)),
-      owners_only_(owners_only) {}
+      owners_only_(owners_only),
+      returns_owned_(returns_owned) {}
 
 std::vector<uint32_t> SessionLayout::OwnersOf(absl::Span<const uint32_t> param_ids) const {
   std::vector<bool> owns(world_size_, false);
@@ -78,7 +79,8 @@ absl::StatusOr<SessionLayout> SessionLayout::FromSessionInfo(const v1::SessionIn
     params.push_back(std::move(param));
   }
   return SessionLayout(info.session_id(), world_size, std::move(params),
-                       info.spec().parameter_storage() == v1::PARAMETER_STORAGE_OWNERS);
+                       info.spec().parameter_storage() == v1::PARAMETER_STORAGE_OWNERS,
+                       info.layout().returns_owned());
 }
 
 }  // namespace client_internal

@@ -32,13 +32,17 @@ class SessionLayout final {
 
   // For tests: parameters given directly. REQUIRES: every owner < world_size.
   SessionLayout(std::string session_id, uint32_t world_size, std::vector<Param> params,
-                bool owners_only = false);
+                bool owners_only = false, bool returns_owned = false);
 
   const std::string& session_id() const { return session_id_; }
   uint32_t world_size() const { return world_size_; }
   uint32_t num_params() const { return static_cast<uint32_t>(params_.size()); }
   // OWNERS storage: each rank holds (and returns) only the parameters it owns.
   bool owners_only() const { return owners_only_; }
+  // The ranks honour StepHeader.return_owned (Layout.returns_owned), or hold only their own
+  // parameters anyway (OWNERS): every rank returns those it owns.
+  bool every_rank_returns() const { return owners_only_ || returns_owned_; }
+  bool returns_owned() const { return returns_owned_; }
   // The ranks that own any of `param_ids` (empty: every parameter), ascending.
   // REQUIRES: every id < num_params().
   std::vector<uint32_t> OwnersOf(absl::Span<const uint32_t> param_ids) const;
@@ -53,6 +57,7 @@ class SessionLayout final {
   uint32_t world_size_;
   std::vector<Param> params_;
   bool owners_only_;
+  bool returns_owned_;
 };
 
 }  // namespace client_internal

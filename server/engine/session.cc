@@ -301,13 +301,14 @@ absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
     OPTSTEP_ASSIGN_OR_RETURN(const int64_t count, CheckInitPiece(piece));
     counts.push_back(count);
   }
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> stale;  // dropped after the lock
   absl::MutexLock lock(&mu_);
   if (book_.counters().step > 0 || !book_.between_steps()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session '", id_, "': initial values can only be set before the first step (at step ",
         book_.counters().step, ")"));
   }
-  book_.snapshots().clear();
+  stale.swap(book_.snapshots());
   for (size_t i = 0; i < pieces.size(); ++i) {
     const InitPiece& piece = pieces[i];
     OPTSTEP_RETURN_IF_ERROR(replica_->WriteValues(piece.param_id, piece.offset, piece.dtype,
@@ -506,8 +507,12 @@ StepLedger::Ended Session::EndStep(absl::StatusOr<StepOutcome>& outcome) {
 
 void Session::EndResolution(
     const std::map<DType, std::shared_ptr<const ParamSnapshot>>* snapshots) {
+  std::map<DType, std::shared_ptr<const ParamSnapshot>> replaced;  // dropped after the lock
   absl::MutexLock lock(&mu_);
-  if (snapshots != nullptr) book_.snapshots() = *snapshots;
+  if (snapshots != nullptr) {
+    replaced.swap(book_.snapshots());
+    book_.snapshots() = *snapshots;
+  }
   book_.set_running(false);
 }
 

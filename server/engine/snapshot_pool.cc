@@ -14,14 +14,18 @@ struct SnapshotPool::Shelf {
   bool open ABSL_GUARDED_BY(mu) = true;
   std::vector<std::unique_ptr<ParamSnapshot>> kept ABSL_GUARDED_BY(mu);
 
-  // A snapshot's last reference went: kept in place of one of its kind (freed, outside the lock,
-  // once the pool is gone).
-  void Keep(std::unique_ptr<ParamSnapshot> snapshot) {
+  // A snapshot's last reference went: kept in place of one of its kind (freed instead once the
+  // pool is gone). What is freed is freed outside the lock.
+  void Keep(std::unique_ptr<ParamSnapshot> snapshot) ABSL_LOCKS_EXCLUDED(mu) {
+    std::unique_ptr<ParamSnapshot> freed;  // declared before the lock: destroyed after it
     absl::MutexLock lock(&mu);
-    if (!open) return;
+    if (!open) {
+      freed = std::move(snapshot);
+      return;
+    }
     for (std::unique_ptr<ParamSnapshot>& k : kept) {
       if (k->dtype == snapshot->dtype && k->partial == snapshot->partial) {
-        std::swap(k, snapshot);  // the older one is freed on return
+        freed = std::exchange(k, std::move(snapshot));
         return;
       }
     }

@@ -241,14 +241,13 @@ StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutco
   // only needs those.
   const bool holds_others = replica_->config().storage == ParameterStorage::kReplicated &&
                             replica_->layout().world_size > 1;
-  std::map<DType, bool> partial;
+  std::map<DType, bool> owned_only_by_dtype;
   for (const StepWaiter& w : early) {
-    const bool owned_only = w.owned_only && holds_others;
-    partial.emplace(w.dtype, true).first->second &= owned_only;
+    owned_only_by_dtype.emplace(w.dtype, true).first->second &= w.owned_only && holds_others;
   }
   // In the storage of the last step's of the same kind; what is not reused is not kept.
   StreamingSnapshots streaming;
-  for (const auto& [dtype, owned_only] : partial) {
+  for (const auto& [dtype, owned_only] : owned_only_by_dtype) {
     std::shared_ptr<ParamSnapshot>& snapshot = streaming[dtype];
     snapshot = snapshots_.Make(*replica_, dtype, step, owned_only);
     snapshot->readiness = std::make_shared<ParamReadiness>();

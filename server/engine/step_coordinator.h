@@ -87,7 +87,8 @@ class StepLedger {
   // The step applies (its result is agreed): the last step's snapshots are no longer served, so
   // that they are not kept beside this step's while it fills them; a reader that asks now waits
   // for this step's (Session::GetSnapshot builds on the coordinator, after the resolution).
-  // Their storage goes back to the coordinator's SnapshotPool unless a stream still sends them.
+  // Dropped outside the session's lock: a snapshot the coordinator's SnapshotPool made goes back
+  // to it (others are freed) once no stream sends from it any more.
   virtual void ReleaseSnapshots() = 0;
   // The replica cannot be trusted any more (a collective or the optimizer failed).
   virtual void MarkBroken() = 0;

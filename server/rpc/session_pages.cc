@@ -29,6 +29,7 @@ void FixedPartToProto(const Session& session, const std::vector<std::string>& ra
   const SessionConfig& config = session.config();
   page->set_session_id(session.id());
   page->mutable_layout()->set_world_size(session.layout().world_size);
+  page->mutable_layout()->set_returns_owned(true);
   for (const std::string& target : rank_targets) page->mutable_layout()->add_rank_targets(target);
   for (const GroupRuntime& g : session.groups()) {
     v1::GroupInfo* group = page->add_groups();

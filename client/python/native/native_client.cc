@@ -131,10 +131,15 @@ absl::StatusOr<ParamDestinations> ToDestinations(DType return_dtype,
   for (const OptstepNativeOut& out : outs) {
     DType dtype;
     OPTSTEP_RETURN_IF_ERROR(DTypeOf(out.dtype, "output buffer", &dtype));
-    if (dtype != return_dtype || out.data == nullptr) {
+    if (dtype != return_dtype) {
       return absl::InvalidArgumentError(absl::StrCat("output buffer of param_id ", out.param_id,
                                                      ": dtype ", out.dtype, ", expected ",
                                                      DTypeName(return_dtype)));
+    }
+    if (out.data == nullptr && out.count > 0) {
+      return absl::InvalidArgumentError(absl::StrCat("output buffer of param_id ", out.param_id,
+                                                     ": null pointer for ", out.count,
+                                                     " elements"));
     }
     destinations[out.param_id] =
         absl::MakeSpan(static_cast<uint8_t*>(out.data), out.count * DTypeSize(dtype));

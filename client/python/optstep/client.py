@@ -3,8 +3,8 @@
 The Python counterpart of the C++ ``optstep::Client`` (client/cpp/client.h), and it behaves the
 same way: one channel per rank; sessions are asked of rank 0; a step sends this trainer's
 gradient chunks to the ranks that own their parameters (SessionInfo.layout), one Step stream per
-rank of the layout (header, chunks, commit), and each rank sends back the updated parameters it
-owns as soon as it has stepped them. Every error is an :class:`optstep.OptstepError` carrying the
+rank of the layout (header, chunks, commit), and the updated parameters come back from rank
+``trainer_id % world_size`` only. Every error is an :class:`optstep.OptstepError` carrying the
 gRPC code and message, whether the server answered it or the client found it first::
 
     with optstep.Client("localhost:50051") as client:
@@ -462,8 +462,9 @@ class Client:
                               weight_decay=group.weight_decay)
 
         assembler = ParamAssembler(layout, wire, return_ids)
-        results = exchange_steps([rank.service for rank in ranks], header, plan, skip_return,
-                                 assembler,
+        results = exchange_steps([rank.service for rank in ranks], header, plan,
+                                 None if layout.owners_only else trainer_id % layout.world_size,
+                                 skip_return, assembler,
                                  timeout=self._stream_timeout,
                                  wait_for_ready=self._wait_for_ready)
         first = results[0]

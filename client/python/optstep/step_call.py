@@ -56,16 +56,17 @@ def receive_step(call: Any, assembler: Optional[ParamAssembler]) -> svc_pb2.Step
 
 
 def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
-                   plan: Sequence[RankContribution], skip_return: bool,
+                   plan: Sequence[RankContribution], return_rank: Optional[int],
+                   skip_return: bool,
                    assembler: ParamAssembler, *, timeout: float,
                    wait_for_ready: bool) -> List[svc_pb2.StepResult]:
     """One step of one trainer over every rank of the layout (`services`, by rank): answers each
-    rank's StepResult; the parameters every rank returns (those it owns, under either storage:
-    ``return_owned``) go into `assembler`.
+    rank's StepResult; the parameters from `return_rank` (None: from every rank, each sending
+    those it owns under OWNERS storage) go into `assembler`.
 
-    Every rank gets this trainer's commit (with its share of the chunks, possibly none) and
-    streams back the parameters it owns as soon as it has stepped them. gRPC consumes each
-    request iterator on its own thread, so the streams are sent concurrently.
+    Every rank gets this trainer's commit (with its share of the chunks, possibly none); one
+    rank, spread over trainers, streams the parameters back (or every rank its own). gRPC
+    consumes each request iterator on its own thread, so the streams are sent concurrently.
     """
     calls: List[Any] = []
     # The first rank whose stream failed: every stream is cancelled at once, so that a rank that
@@ -84,8 +85,7 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
     for r, service in enumerate(services):
         rank_header = svc_pb2.StepHeader()
         rank_header.CopyFrom(header)
-        rank_header.skip_return = skip_return
-        rank_header.return_owned = True
+        rank_header.skip_return = skip_return or return_rank not in (None, r)
         calls.append(service.Step(step_requests(rank_header, plan[r]), timeout=timeout,
                                   wait_for_ready=wait_for_ready))
     for call in list(calls):
@@ -93,7 +93,8 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
     results: List[svc_pb2.StepResult] = []
     try:
         for r, call in enumerate(calls):
-            result = receive_step(call, None if skip_return else assembler)
+            returns = return_rank in (None, r) and not skip_return
+            result = receive_step(call, assembler if returns else None)
             if results and result.step != results[0].step:
                 raise InternalError(f"rank {r} answered step {result.step}, rank 0 step "
                                     f"{results[0].step}")

@@ -325,16 +325,44 @@ class TwoRankClientTest : public ::testing::Test {
   FakeServer fake0_, fake1_;
 };
 
-// REPLICATED storage too: each rank is asked for the parameters it owns (return_owned), which
-// it sends as soon as it stepped them, and the reply is assembled from both.
-TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndAsksEveryRankForItsOwn) {
-  FakeOptimizerService::Behaviour behaviour;
-  behaviour.step_returns = {1};  // what a rank answers to return_owned: b on rank 0
-  rank0_.set_behaviour(behaviour);
-  behaviour.step_returns = {0};  // w on rank 1
-  rank1_.set_behaviour(behaviour);
+// Ranks that do not advertise Layout.returns_owned (servers before it): the trainer's home rank
+// returns every parameter, the others are told skip_return.
+TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndReturnsFromTheHomeRank) {
   ClientOptions options;
   options.rank_targets = {fake0_.target, fake1_.target};
+  options.max_chunk_bytes = kChunkBytes;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6}, b = {-1, -2, -3, -4};
+  StepOptions step = FirstStep();
+  step.trainer_id = 1;  // returns from rank 1 % 2 = 1
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply,
+                               client->Step(step, {FullGradient{0, w}, FullGradient{1, b}}));
+  EXPECT_EQ(reply.params.at(0).f32, Expected(0, 6));
+  const std::vector<v1::StepRequest> at0 = rank0_.step_requests();
+  const std::vector<v1::StepRequest> at1 = rank1_.step_requests();
+  ASSERT_FALSE(at0.empty());
+  ASSERT_FALSE(at1.empty());
+  EXPECT_TRUE(at0.front().header().skip_return());
+  EXPECT_FALSE(at1.front().header().skip_return());
+  EXPECT_FALSE(at0.front().header().return_owned());
+  EXPECT_FALSE(at1.front().header().return_owned());
+}
+
+// Ranks that advertise Layout.returns_owned, REPLICATED storage: each rank is asked for the
+// parameters it owns (return_owned), which it sends as it steps them, and the reply is assembled
+// from both.
+TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndAsksEveryRankForItsOwn) {
+  info_.mutable_layout()->set_returns_owned(true);
+  FakeOptimizerService owner0(info_), owner1(info_);
+  FakeServer server0 = testutil::StartFakeServer(&owner0);
+  FakeServer server1 = testutil::StartFakeServer(&owner1);
+  FakeOptimizerService::Behaviour behaviour;
+  behaviour.step_returns = {1};  // what a rank answers to return_owned: b on rank 0
+  owner0.set_behaviour(behaviour);
+  behaviour.step_returns = {0};  // w on rank 1
+  owner1.set_behaviour(behaviour);
+  ClientOptions options;
+  options.rank_targets = {server0.target, server1.target};
   options.max_chunk_bytes = kChunkBytes;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
   EXPECT_EQ(client->num_ranks(), 2);
@@ -346,8 +374,8 @@ TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndAsksEveryRankForItsOwn) {
   EXPECT_EQ(reply.params.at(0).f32, Expected(0, 6));
   EXPECT_EQ(reply.params.at(1).f32, Expected(1, 4));
 
-  const std::vector<v1::StepRequest> at0 = rank0_.step_requests();
-  const std::vector<v1::StepRequest> at1 = rank1_.step_requests();
+  const std::vector<v1::StepRequest> at0 = owner0.step_requests();
+  const std::vector<v1::StepRequest> at1 = owner1.step_requests();
   ASSERT_THAT(at0, SizeIs(3));  // header, b, commit
   ASSERT_THAT(at1, SizeIs(4));  // header, w in 4 + 2, commit
   for (const auto* at : {&at0, &at1}) {
@@ -361,7 +389,7 @@ TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndAsksEveryRankForItsOwn) {
 
   // A rank that owns nothing this trainer pushes still gets the header and a commit.
   OPTSTEP_ASSERT_OK_AND_ASSIGN(reply, client->Step(FirstStep(), {FullGradient{1, b}}));
-  const std::vector<v1::StepRequest> again1 = rank1_.step_requests();
+  const std::vector<v1::StepRequest> again1 = owner1.step_requests();
   ASSERT_THAT(again1, SizeIs(6));
   EXPECT_TRUE(again1[4].has_header());
   EXPECT_EQ(again1[5].commit().num_elements(), 0u);

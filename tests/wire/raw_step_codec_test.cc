@@ -189,18 +189,24 @@ TEST(RawStepCodecTest, MalformedInputIsInvalidArgument) {
 
 // Every prefix and many random corruptions of valid messages: never a crash, only OK or
 // INVALID_ARGUMENT, and what is accepted is what protobuf reads from the same bytes.
+// Every prefix of `wire` and `corruptions` copies with one of its first 24 bytes replaced at
+// random.
+std::vector<std::string> TruncatedAndCorrupted(const std::string& wire, int corruptions,
+                                               std::mt19937& rng) {
+  std::vector<std::string> inputs;
+  for (size_t n = 0; n < wire.size(); ++n) inputs.push_back(wire.substr(0, n));
+  for (int i = 0; i < corruptions && !wire.empty(); ++i) {
+    std::string corrupted = wire;
+    corrupted[rng() % std::min<size_t>(corrupted.size(), 24)] = static_cast<char>(rng());
+    inputs.push_back(corrupted);
+  }
+  return inputs;
+}
+
 TEST(RawStepCodecTest, TruncatedAndCorruptedMessagesNeverCrash) {
   std::mt19937 rng(42);
   for (const v1::StepRequest& request : Samples()) {
-    const std::string wire = request.SerializeAsString();
-    std::vector<std::string> inputs;
-    for (size_t n = 0; n < wire.size(); ++n) inputs.push_back(wire.substr(0, n));
-    for (int i = 0; i < 300 && !wire.empty(); ++i) {
-      std::string corrupted = wire;
-      corrupted[rng() % std::min<size_t>(corrupted.size(), 24)] = static_cast<char>(rng());
-      inputs.push_back(corrupted);
-    }
-    for (const std::string& input : inputs) {
+    for (const std::string& input : TruncatedAndCorrupted(request.SerializeAsString(), 300, rng)) {
       StepRequestView view;
       const Decoded decoded = Decode(input, view, 1 + rng() % 5);
       const absl::Status& status = decoded.status;
@@ -356,14 +362,7 @@ TEST(RawStepCodecTest, MalformedResponseIsInvalidArgumentNamingStepResponse) {
 TEST(RawStepCodecTest, TruncatedAndCorruptedResponsesNeverCrash) {
   std::mt19937 rng(7);
   for (const std::string& wire : ResponseSamples()) {
-    std::vector<std::string> inputs;
-    for (size_t n = 0; n < wire.size(); ++n) inputs.push_back(wire.substr(0, n));
-    for (int i = 0; i < 200 && !wire.empty(); ++i) {
-      std::string corrupted = wire;
-      corrupted[rng() % std::min<size_t>(corrupted.size(), 24)] = static_cast<char>(rng());
-      inputs.push_back(corrupted);
-    }
-    for (const std::string& input : inputs) {
+    for (const std::string& input : TruncatedAndCorrupted(wire, 200, rng)) {
       grpc::ByteBuffer buffer = Buffer(input, 1 + rng() % 5);
       StepResponseView view;
       const absl::Status status = DecodeStepResponse(buffer, view);

@@ -17,16 +17,16 @@ bool InSnapshot(const ReplicaState& replica, bool partial, int param) {
 
 absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState& replica,
                                                                    DType dtype, uint64_t step) {
-  std::shared_ptr<ParamSnapshot> snapshot = EmptySnapshot(replica, dtype, step);
+  std::unique_ptr<ParamSnapshot> snapshot = EmptySnapshot(replica, dtype, step);
   for (int p = 0; p < replica.num_params(); ++p) {
     OPTSTEP_RETURN_IF_ERROR(CopyToSnapshot(replica, p, *snapshot));
   }
   return std::shared_ptr<const ParamSnapshot>(std::move(snapshot));
 }
 
-std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
+std::unique_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
                                              uint64_t step, bool partial) {
-  auto snapshot = std::make_shared<ParamSnapshot>();
+  auto snapshot = std::make_unique<ParamSnapshot>();
   snapshot->step = step;
   snapshot->dtype = dtype;
   snapshot->partial = partial;

@@ -23,7 +23,7 @@ absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState&
                                                                    DType dtype, uint64_t step);
 // A snapshot of `dtype` with every value `replica` holds sized and none written; with `partial`,
 // only the values of the parameters it owns (ParamSnapshot::partial).
-std::shared_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
+std::unique_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
                                              uint64_t step, bool partial = false);
 // The bytes of `param`'s value in a snapshot of `dtype` (0 for one it leaves out: a master the
 // replica does not hold, or, `partial`, one it does not own).

@@ -72,10 +72,7 @@ std::shared_ptr<ParamSnapshot> SnapshotPool::Make(const ReplicaState& replica, D
       }
     }
   }
-  if (storage == nullptr) {
-    std::shared_ptr<ParamSnapshot> empty = EmptySnapshot(replica, dtype, step, partial);
-    storage = std::make_unique<ParamSnapshot>(std::move(*empty));
-  }
+  if (storage == nullptr) storage = EmptySnapshot(replica, dtype, step, partial);
   storage->step = step;
   storage->readiness = nullptr;
   std::weak_ptr<Shelf> shelf = shelf_;

@@ -45,6 +45,15 @@ std::string Joined(const TensorChunkView& chunk) {
   return data;
 }
 
+// Asserts that the decoded chunk holds what protobuf parsed.
+void ExpectSameChunk(const TensorChunkView& view, const v1::TensorChunk& chunk) {
+  EXPECT_EQ(view.param_id, chunk.param_id());
+  EXPECT_EQ(view.offset, chunk.offset());
+  EXPECT_EQ(view.dtype, static_cast<int>(chunk.dtype()));
+  EXPECT_EQ(view.data_bytes, chunk.data().size());
+  EXPECT_EQ(Joined(view), chunk.data());
+}
+
 // Asserts that `view` holds what protobuf parses from the same bytes.
 void ExpectSameAsProtobuf(const std::string& wire, const StepRequestView& view) {
   v1::StepRequest expected;
@@ -57,15 +66,9 @@ void ExpectSameAsProtobuf(const std::string& wire, const StepRequestView& view) 
     case v1::StepRequest::kCommit:
       EXPECT_EQ(view.commit.num_elements(), expected.commit().num_elements());
       break;
-    case v1::StepRequest::kGradient: {
-      const v1::TensorChunk& chunk = expected.gradient();
-      EXPECT_EQ(view.gradient.param_id, chunk.param_id());
-      EXPECT_EQ(view.gradient.offset, chunk.offset());
-      EXPECT_EQ(view.gradient.dtype, static_cast<int>(chunk.dtype()));
-      EXPECT_EQ(view.gradient.data_bytes, chunk.data().size());
-      EXPECT_EQ(Joined(view.gradient), chunk.data());
+    case v1::StepRequest::kGradient:
+      ExpectSameChunk(view.gradient, expected.gradient());
       break;
-    }
     case v1::StepRequest::KIND_NOT_SET:
       break;
   }
@@ -276,12 +279,7 @@ void ExpectSameResponseAsProtobuf(const std::string& wire, const StepResponseVie
   if (view.kind == v1::StepResponse::kResult) {
     EXPECT_EQ(view.result.SerializeAsString(), expected.result().SerializeAsString());
   } else if (view.kind == v1::StepResponse::kParameter) {
-    const v1::TensorChunk& chunk = expected.parameter();
-    EXPECT_EQ(view.parameter.param_id, chunk.param_id());
-    EXPECT_EQ(view.parameter.offset, chunk.offset());
-    EXPECT_EQ(view.parameter.dtype, static_cast<int>(chunk.dtype()));
-    EXPECT_EQ(view.parameter.data_bytes, chunk.data().size());
-    EXPECT_EQ(Joined(view.parameter), chunk.data());
+    ExpectSameChunk(view.parameter, expected.parameter());
   }
 }
 

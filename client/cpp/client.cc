@@ -401,15 +401,13 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
   // the trainer's home rank streams back every parameter.
   header.set_return_owned(layout->returns_owned());
   const uint32_t world_size = layout->world_size();
-  const uint32_t return_rank = options.trainer_id % world_size;
   const absl::Time deadline = absl::Now() + options_.stream_timeout;
   auto arrivals = std::make_shared<client_internal::Arrivals>();
   std::vector<std::unique_ptr<StepCall>> calls;
   for (uint32_t r = 0; r < world_size; ++r) {
     calls.push_back(std::make_unique<StepCall>(ranks_[r]->channel, deadline,
                                                options_.wait_for_ready, arrivals));
-    header.set_skip_return(options.skip_return ||
-                           (!layout->every_rank_returns() && r != return_rank));
+    header.set_skip_return(options.skip_return || !layout->ReturnsFrom(r, options.trainer_id));
     // A stream that broke while sending reports its status from ReceiveAvailable().
     calls.back()->Open(header);
   }

@@ -39,10 +39,14 @@ class SessionLayout final {
   uint32_t num_params() const { return static_cast<uint32_t>(params_.size()); }
   // OWNERS storage: each rank holds (and returns) only the parameters it owns.
   bool owners_only() const { return owners_only_; }
-  // The ranks honour StepHeader.return_owned (Layout.returns_owned), or hold only their own
-  // parameters anyway (OWNERS): every rank returns those it owns.
-  bool every_rank_returns() const { return owners_only_ || returns_owned_; }
+  // The ranks honour StepHeader.return_owned (Layout.returns_owned).
   bool returns_owned() const { return returns_owned_; }
+  // Whether rank `rank` streams parameters back to trainer `trainer_id`: every rank (its own
+  // parameters) where the ranks honour return_owned or hold only their own (OWNERS); else the
+  // trainer's home rank, trainer_id % world_size (all of them).
+  bool ReturnsFrom(uint32_t rank, uint32_t trainer_id) const {
+    return owners_only_ || returns_owned_ || rank == trainer_id % world_size_;
+  }
   // The ranks that own any of `param_ids` (empty: every parameter), ascending.
   // REQUIRES: every id < num_params().
   std::vector<uint32_t> OwnersOf(absl::Span<const uint32_t> param_ids) const;

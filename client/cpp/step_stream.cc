@@ -94,17 +94,15 @@ absl::StatusOr<StepReply> StepStream::Finish() {
   }
   // Every stream is half-closed by now. They are read together, each response taken as it
   // arrives: read one after the other, a rank's parameters (every rank returns those it owns)
-  // would pile up in this process while another rank's are read to their end. Before
-  // Layout.returns_owned (REPLICATED), one rank, spread over trainers, returns them all.
-  const uint32_t return_rank = options_.trainer_id % calls.size();
+  // would pile up in this process while another rank's are read to their end (or, before
+  // Layout.returns_owned, one rank returns them all: SessionLayout::ReturnsFrom).
   std::vector<v1::StepResult> results(calls.size());
   std::vector<bool> ended(calls.size(), false);
   for (size_t open = calls.size(); open > 0;) {
     const uint64_t seen = arrivals_->count();
     for (uint32_t r = 0; r < calls.size(); ++r) {
       if (ended[r]) continue;
-      const bool returns =
-          !options_.skip_return && (layout_->every_rank_returns() || r == return_rank);
+      const bool returns = !options_.skip_return && layout_->ReturnsFrom(r, options_.trainer_id);
       absl::StatusOr<bool> end =
           calls[r]->ReceiveAvailable(&results[r], returns ? assembler.get() : nullptr);
       if (!end.ok()) {

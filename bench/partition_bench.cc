@@ -16,11 +16,14 @@
 //
 //   partition_bench --scale --layers=126 --hidden=16384 --ffn=53248 --vocab=128256
 //       --kv_hidden=2048 --gated --nobias --preset=adam --worlds=8,64,1024
+//   partition_bench --scale --preset=sgd --preset_args=sgd_momentum=0 --worlds=2
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -31,67 +34,21 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/gpt_like_layout.h"
 #include "checkpoint/partition.h"
 #include "server/engine/cost_model.h"
 #include "server/optim/presets.h"
 
 ABSL_FLAG(bool, scale, false, "Print the scale mode's JSON lines for the layout of the flags.");
-ABSL_FLAG(int, layers, 24, "Scale mode: transformer layers.");
-ABSL_FLAG(int64_t, hidden, 2048, "Scale mode: hidden size.");
-ABSL_FLAG(int64_t, ffn, 8192, "Scale mode: FFN size.");
-ABSL_FLAG(int64_t, vocab, 50257, "Scale mode: vocabulary (untied embedding and output layer).");
-ABSL_FLAG(int64_t, kv_hidden, 0, "Scale mode: width of K and of V (grouped-query); 0: hidden.");
-ABSL_FLAG(bool, gated, false, "Scale mode: gated FFN (fused gate and up projection, SwiGLU).");
-ABSL_FLAG(bool, bias, true, "Scale mode: biases and layer-norm biases.");
+ABSL_FLAG(int, layers, 24,
+          "Scale mode: transformer layers (the layout's other flags: bench/gpt_like_layout.h).");
 ABSL_FLAG(std::string, preset, "adam", "Scale mode: the optimizer preset.");
+ABSL_FLAG(std::string, preset_args, "",
+          "Scale mode: the preset's arguments, key=value[,key=value] (e.g. sgd_momentum=0).");
 ABSL_FLAG(std::string, worlds, "8,16,32,64,128,256,512,1024", "Scale mode: world sizes.");
 
 namespace optstep {
 namespace {
-
-struct Gpt {
-  const char* name;
-  int layers;
-  int64_t hidden;
-  int64_t ffn;
-  int64_t vocab;
-  int64_t kv_hidden = 0;  // 0: hidden
-  bool gated = false;
-  bool bias = true;
-};
-
-std::vector<ParamInfo> Layout(const Gpt& g) {
-  std::vector<ParamInfo> params;
-  auto add = [&params](std::string name, Shape shape, bool embedding = false) {
-    ParamInfo p;
-    p.name = std::move(name);
-    p.shape = std::move(shape);
-    p.embedding_or_output = embedding;
-    params.push_back(std::move(p));
-  };
-  const int64_t qkv = g.hidden + 2 * (g.kv_hidden > 0 ? g.kv_hidden : g.hidden);
-  const int64_t fc1 = g.gated ? 2 * g.ffn : g.ffn;
-  add("embedding.word_embeddings.weight", {g.vocab, g.hidden}, true);
-  if (g.bias) add("embedding.position_embeddings.weight", {2048, g.hidden});
-  for (int l = 0; l < g.layers; ++l) {
-    const std::string prefix = absl::StrCat("layers.", l, ".");
-    add(prefix + "input_layernorm.weight", {g.hidden});
-    if (g.bias) add(prefix + "input_layernorm.bias", {g.hidden});
-    add(prefix + "attention.qkv.weight", {qkv, g.hidden});
-    if (g.bias) add(prefix + "attention.qkv.bias", {qkv});
-    add(prefix + "attention.proj.weight", {g.hidden, g.hidden});
-    if (g.bias) add(prefix + "attention.proj.bias", {g.hidden});
-    add(prefix + "post_attention_layernorm.weight", {g.hidden});
-    if (g.bias) add(prefix + "post_attention_layernorm.bias", {g.hidden});
-    add(prefix + "mlp.fc1.weight", {fc1, g.hidden});
-    if (g.bias) add(prefix + "mlp.fc1.bias", {fc1});
-    add(prefix + "mlp.fc2.weight", {g.hidden, g.ffn});
-    if (g.bias) add(prefix + "mlp.fc2.bias", {g.hidden});
-  }
-  add("final_layernorm.weight", {g.hidden});
-  add("output_layer.weight", {g.vocab, g.hidden}, true);
-  return params;
-}
 
 // A layout's per-parameter loads under a preset.
 struct Loads {
@@ -101,8 +58,9 @@ struct Loads {
   int64_t numel = 0;
 };
 
-bool LoadsOf(const std::string& preset, const std::vector<ParamInfo>& params, Loads& out) {
-  auto chain = ExpandPreset(preset, {});
+bool LoadsOf(const std::string& preset, const std::map<std::string, std::string>& preset_args,
+             const std::vector<ParamInfo>& params, Loads& out) {
+  auto chain = ExpandPreset(preset, preset_args);
   absl::StatusOr<std::vector<double>> costs =
       chain.ok() ? EstimateStepCosts(*chain, params) : chain.status();
   absl::StatusOr<std::vector<int64_t>> bytes =
@@ -128,9 +86,13 @@ double Peak(const optstep::Layout& layout, const std::vector<double>& weights) {
 }
 
 int Table() {
-  const Gpt models[] = {{"125M", 12, 768, 3072, 50257},
-                        {"1.3B", 24, 2048, 8192, 50257},
-                        {"7B", 32, 4096, 11008, 32000}};
+  struct Named {
+    const char* name;
+    bench::GptLike layout;
+  };
+  const Named models[] = {{"125M", {12, 768, 3072, 50257}},
+                          {"1.3B", {24, 2048, 8192, 50257}},
+                          {"7B", {32, 4096, 11008, 32000}}};
   std::printf(
       "cost and owned bytes, max/mean over ranks: now = cost and memory, cost = cost only, "
       "base = Megatron's ping-pong; bound = lower bound of any partition / mean; n/b = now's "
@@ -138,11 +100,12 @@ int Table() {
   std::printf("%-5s %5s %7s | %5s %5s %5s %5s | %5s %5s %5s %5s %5s | %s\n", "model", "ranks",
               "params", "now", "cost", "base", "bound", "now", "cost", "base", "bound", "n/b",
               "cost at memory cap x1, x1.05, x1.1, x1.25 of the bound");
-  for (const Gpt& g : models) {
+  for (const Named& g : models) {
+    const std::vector<ParamInfo> params = bench::GptLikeLayout(g.layout);
     Loads loads;
-    if (!LoadsOf("muon", Layout(g), loads)) return 1;
+    if (!LoadsOf("muon", {}, params, loads)) return 1;
     std::vector<int64_t> numels;
-    for (const ParamInfo& p : Layout(g)) numels.push_back(p.numel());
+    for (const ParamInfo& p : params) numels.push_back(p.numel());
     for (int world : {2, 4, 8, 16, 64}) {
       const optstep::Layout now = PartitionByCostAndMemory(loads.costs, loads.bytes, world);
       const optstep::Layout cost = PartitionByCost(loads.costs, world);
@@ -169,17 +132,16 @@ int Table() {
 }
 
 int Scale() {
-  Gpt g{"scale",
-        absl::GetFlag(FLAGS_layers),
-        absl::GetFlag(FLAGS_hidden),
-        absl::GetFlag(FLAGS_ffn),
-        absl::GetFlag(FLAGS_vocab),
-        absl::GetFlag(FLAGS_kv_hidden),
-        absl::GetFlag(FLAGS_gated),
-        absl::GetFlag(FLAGS_bias)};
-  const std::vector<ParamInfo> params = Layout(g);
+  const std::vector<ParamInfo> params =
+      bench::GptLikeLayout(bench::GptLikeFromFlags(absl::GetFlag(FLAGS_layers)));
+  std::map<std::string, std::string> preset_args;
+  for (absl::string_view arg :
+       absl::StrSplit(absl::GetFlag(FLAGS_preset_args), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
+    preset_args.insert(std::move(kv));
+  }
   Loads loads;
-  if (!LoadsOf(absl::GetFlag(FLAGS_preset), params, loads)) return 1;
+  if (!LoadsOf(absl::GetFlag(FLAGS_preset), preset_args, params, loads)) return 1;
   int64_t largest = 0;
   for (const ParamInfo& p : params) largest = std::max(largest, p.numel());
   for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_worlds), ',')) {

@@ -17,6 +17,13 @@ PartitionByCostAndMemory on the layout. Build it first:
 
 ($OPTSTEP_PARTITION_BENCH names another partition_bench binary.)
 
+With --check it runs step_bench here instead ($OPTSTEP_STEP_BENCH names another binary) and
+prints the model against measured steps of 1.3B on 2 and 4 ranks, its rates taken from a smaller
+run of the same kind (about two minutes per world size, 19 GB of memory):
+
+    bazel build -c opt //bench:step_bench //bench:partition_bench
+    python3 bench/scale_model.py --check
+
 Every rate is a constant below with the benchmark it comes from (docs/benchmarks.md).
 """
 
@@ -30,6 +37,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 from typing import Any, Dict, Iterable, List, Optional
 
 Row = Dict[str, Any]  # one JSON object of partition_bench --scale
@@ -78,10 +86,10 @@ class Model:
     bias: bool = True
 
     def flags(self) -> List[str]:
+        """The layout's flags (bench/gpt_like_layout.h), for partition_bench and step_bench."""
         return [f"--layers={self.layers}", f"--hidden={self.hidden}", f"--ffn={self.ffn}",
                 f"--vocab={self.vocab}", f"--kv_hidden={self.kv_hidden}",
-                "--gated" if self.gated else "--nogated", "--bias" if self.bias else "--nobias",
-                "--preset=adam"]
+                "--gated" if self.gated else "--nogated", "--bias" if self.bias else "--nobias"]
 
 
 MODELS = [
@@ -93,15 +101,16 @@ MODELS = [
 WORLDS = [8, 16, 32, 64, 128, 256, 512, 1024]
 
 
-def partition(model: Model, worlds: Iterable[int],
-              binary: Optional[pathlib.Path] = None) -> Dict[int, Row]:
+def partition(model: Model, worlds: Iterable[int], binary: Optional[pathlib.Path] = None,
+              preset: Iterable[str] = ("--preset=adam",)) -> Dict[int, Row]:
     """partition_bench --scale's JSON object per world size: the layout's counts and the
-    partition's peaks (owned_bytes_max, owned_with_shadow_max, peak_rank_numel, ...). `binary`:
-    $OPTSTEP_PARTITION_BENCH, else bazel-bin/bench/partition_bench."""
+    partition's peaks (owned_bytes_max, owned_with_shadow_max, peak_rank_numel, ...) under the
+    optimizer `preset` (its flags; AdamW by default). `binary`: $OPTSTEP_PARTITION_BENCH, else
+    bazel-bin/bench/partition_bench."""
     binary = binary or pathlib.Path(os.environ.get("OPTSTEP_PARTITION_BENCH", PARTITION_BENCH))
     if not binary.is_file():
         sys.exit(f"no {binary}: bazel build //bench:partition_bench")
-    out = subprocess.run([str(binary), "--scale", *model.flags(),
+    out = subprocess.run([str(binary), "--scale", *model.flags(), *preset,
                           "--worlds=" + ",".join(str(w) for w in worlds)],
                          check=True, capture_output=True, text=True).stdout
     return {row["world"]: row for row in map(json.loads, out.splitlines())}
@@ -121,17 +130,19 @@ class RankBytes:
         return self.masters + self.state + self.gradients + self.buffers + self.shadow
 
 
-def rank_bytes(p: Row, owner_only: bool, redundancy: bool, snapshot: bool = True) -> RankBytes:
+def rank_bytes(p: Row, owner_only: bool, redundancy: bool, snapshot: bool = True,
+               state_bytes: int = STATE_BYTES) -> RankBytes:
     """Today every rank keeps every fp32 master and a bf16 snapshot of every parameter; owner-only
     keeps the owned masters, a bf16 snapshot of them (`snapshot`; without it each parameter is
-    converted into the staging buffers as it goes out) and the staging buffers."""
+    converted into the staging buffers as it goes out) and the staging buffers. `state_bytes`:
+    the optimizer state per owned parameter (AdamW's two fp32 moments by default)."""
     n, total = p["peak_rank_numel"], p["numel"]
     overhead = PARAM_OVERHEAD_BYTES * p["params"] + SESSION_OVERHEAD_BYTES
     shadow = p["owned_with_shadow_max"] - p["owned_bytes_max"] if redundancy else 0.0
     if owner_only:
-        return RankBytes(MASTER_BYTES * n, STATE_BYTES * n, GRADIENT_BYTES * n,
+        return RankBytes(MASTER_BYTES * n, state_bytes * n, GRADIENT_BYTES * n,
                          (2 * n if snapshot else 0) + STAGING_BYTES + overhead, shadow)
-    return RankBytes(MASTER_BYTES * total, STATE_BYTES * n, GRADIENT_BYTES * n,
+    return RankBytes(MASTER_BYTES * total, state_bytes * n, GRADIENT_BYTES * n,
                      2 * total + overhead, shadow)
 
 
@@ -299,6 +310,104 @@ def tables(models: List[Model], worlds: List[int], link_bytes_per_s: float,
     return "\n".join(lines) + "\n"
 
 
+# --check: the model against runs measured here (docs/scale.md, "Checks against measurements").
+STEP_BENCH = ROOT / "bazel-bin" / "bench" / "step_bench"
+# The run whose rates the check takes: GPT-2 small's shapes in the GPT-like layout (164M).
+CALIBRATION = Model("164M", 12, 768, 3072, 50257)
+# What fits this machine's 24 GiB at 1.3B: SGD without momentum (no optimizer state; AdamW's 8
+# bytes per parameter would need 11 GB more), OWNERS storage (no replica), one trainer sending
+# bf16 gradients and getting bf16 parameters written into its own buffers.
+CHECK_RUN_FLAGS = ["--gpt_like", "--optimizer=sgd", "--owners", "--trainers=1",
+                   "--bf16_gradients", "--destinations", "--nopull_alone"]
+CHECK_PRESET = ["--preset=sgd", "--preset_args=sgd_momentum=0"]
+CHECK_STATE_BYTES = 0
+CHECK_TOLERANCE = 0.25
+
+
+def run_step_bench(model: Model, world: int, steps: int,
+                   binary: Optional[pathlib.Path] = None) -> Row:
+    """step_bench's --json figures for `model` on `world` ranks with CHECK_RUN_FLAGS. `binary`:
+    $OPTSTEP_STEP_BENCH, else bazel-bin/bench/step_bench (build it with -c opt)."""
+    binary = binary or pathlib.Path(os.environ.get("OPTSTEP_STEP_BENCH", STEP_BENCH))
+    if not binary.is_file():
+        sys.exit(f"no {binary}: bazel build -c opt //bench:step_bench")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "run.json"
+        subprocess.run([str(binary), *model.flags(), *CHECK_RUN_FLAGS, f"--ranks={world}",
+                        f"--steps={steps}", f"--json={out}"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        figures: Row = json.loads(out.read_text())
+        return figures
+
+
+def measured_step(run: Row) -> StepTime:
+    """A step_bench run's mean phases as the model's terms, in seconds: ingest, the step phase
+    (statistics, agreement and the update), the egress to the trainer, and the wall."""
+    return StepTime(run["ingest_ms"] / 1e3, run["step_ms"] / 1e3, run["egress_ms"] / 1e3,
+                    run["wall_ms"] / 1e3)
+
+
+def predict_step(calibration: Row, target: Row) -> StepTime:
+    """The model's step (ingest + max(compute, network)) for the target run, from the rates of a
+    calibration run of the same flags on the same host: seconds per gradient byte in, per
+    parameter stepped and per parameter byte out. On one host the ranks share the cores and the
+    loopback, so the host is the busiest rank, with the whole model."""
+    cal = measured_step(calibration)
+    ingest = cal.ingest * target["gradient_bytes_in"] / calibration["gradient_bytes_in"]
+    compute = cal.compute * target["numel"] / calibration["numel"]
+    network = cal.network * target["parameter_bytes_out"] / calibration["parameter_bytes_out"]
+    return StepTime(ingest, compute, network, ingest + max(compute, network))
+
+
+def predict_host_bytes(p: Row, run: Row) -> float:
+    """What the host holds by the model: every rank's owned masters, state and gradient buffers
+    (the partition's total), the ranks' bf16 snapshots of their parameters (one copy of the
+    model) and the trainer's gradient and parameter buffers."""
+    return float(p["owned_bytes_total"] + 2 * p["numel"] + run["gradient_bytes_in"] +
+                 run["parameter_bytes_out"])
+
+
+def held_max(run: Row) -> int:
+    """The busiest rank's masters, state and gradient buffers as its session counts them."""
+    return max(int(r["param_bytes"] + r["state_bytes"] + r["buffer_bytes"])
+               for r in run["ranks_held"])
+
+
+def check_rows(model: Model, world: int, calibration: Row, target: Row, p: Row) -> List[str]:
+    """Markdown rows: predicted, measured and their error for each phase, the step wall, the
+    busiest rank's owned bytes and the host's peak RSS."""
+    predicted, measured = predict_step(calibration, target), measured_step(target)
+    owned = rank_bytes(p, owner_only=True, redundancy=False, state_bytes=CHECK_STATE_BYTES)
+    pairs = [("ingest", predicted.ingest, measured.ingest, seconds),
+             ("step (compute)", predicted.compute, measured.compute, seconds),
+             ("egress (network)", predicted.network, measured.network, seconds),
+             ("**step wall**", predicted.total, measured.total, seconds),
+             ("busiest rank: masters, state, gradients, GB",
+              owned.masters + owned.state + owned.gradients, held_max(target), gb),
+             ("host peak RSS, GB", predict_host_bytes(p, target), target["peak_rss_bytes"], gb)]
+    return [f"| {model.name} | {world} | {name} | {fmt(x)} | {fmt(y)} | {(x - y) / y:+.0%} |"
+            for name, x, y, fmt in pairs]
+
+
+def check(models: List[Model], worlds: List[int], steps: int) -> int:
+    """Runs step_bench for CALIBRATION and each model on each world size; prints the model's
+    figures against the measured ones. Fails when a predicted step wall is more than
+    CHECK_TOLERANCE off."""
+    lines = ["| model | ranks | figure | predicted | measured | error |",
+             "|---|---|---|---|---|---|"]
+    worst = 0.0
+    for world in worlds:
+        calibration = run_step_bench(CALIBRATION, world, steps)
+        for model in models:
+            target = run_step_bench(model, world, steps)
+            p = partition(model, [world], preset=CHECK_PRESET)[world]
+            lines += check_rows(model, world, calibration, target, p)
+            predicted, measured = predict_step(calibration, target), measured_step(target)
+            worst = max(worst, abs(predicted.total - measured.total) / measured.total)
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0 if worst <= CHECK_TOLERANCE else 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--link_gbps", type=float, default=400.0,
@@ -307,11 +416,20 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="device memory bandwidth, TB/s, for the device AdamW rate")
     parser.add_argument("--device_gb", type=float, default=H200_BYTES / 1e9,
                         help="device memory, GB (the budget is 80%% of it)")
-    parser.add_argument("--models", default=",".join(m.name for m in MODELS))
-    parser.add_argument("--worlds", default=",".join(str(w) for w in WORLDS))
+    parser.add_argument("--models", help="default: every model (--check: 1.3B)")
+    parser.add_argument("--worlds", help="default: 8 to 1024 (--check: 2,4)")
+    parser.add_argument("--check", action="store_true",
+                        help="run step_bench here instead (--models, default 1.3B, on --worlds, "
+                        "default 2,4) and print the model against the measured step")
+    parser.add_argument("--steps", type=int, default=5,
+                        help="--check: steps per run, the first a warm-up")
     args = parser.parse_args(argv)
-    chosen = [m for m in MODELS if m.name in args.models.split(",")]
-    worlds = [int(w) for w in args.worlds.split(",")]
+    names = (args.models or ("1.3B" if args.check else ",".join(m.name for m in MODELS)))
+    chosen = [m for m in MODELS if m.name in names.split(",")]
+    worlds = [int(w) for w in (args.worlds or ("2,4" if args.check else
+                                               ",".join(str(w) for w in WORLDS))).split(",")]
+    if args.check:
+        return check(chosen, worlds, args.steps)
     sys.stdout.write(tables(chosen, worlds, args.link_gbps * 1e9 / 8, args.hbm_tbps * 1e12,
                             args.device_gb * 1e9))
     return 0

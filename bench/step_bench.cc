@@ -9,6 +9,9 @@
 //   bazel run -c opt //bench:step_bench -- --replicated --trainers=4   (memory across trainers)
 //   bazel run -c opt //bench:step_bench -- --state_redundancy          (its step and memory cost)
 //   bazel run -c opt //bench:step_bench -- --owners   (OWNERS storage: no replica, no all-gather)
+//   step_bench --gpt_like --layers=24 --optimizer=sgd --owners --trainers=1 --bf16_gradients
+//       --destinations --nopull_alone --ranks=4 --json=F   (1.3B, as scale_model.py --check runs
+//       it)
 //
 // Per step it prints the wall time of the trainers' Step calls, the server-side phases
 // (StepObserver, the longest over ranks and streams): ingest (first step header -> every
@@ -20,7 +23,9 @@
 // about 1 without a pipeline, below 1 as far as the phases overlap. The last lines give the
 // means over the measured steps (every step after the first) and the overlap of those means.
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -35,10 +40,12 @@
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
 #include "bench/gpt_layout.h"
+#include "bench/gpt_like_layout.h"
 #include "bench/phase_recorder.h"
 #include "client/cpp/client.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/comm/key_value_store.h"
+#include "kernels/math/half.h"
 #include "server/engine/engine.h"
 #include "server/rpc/auto_checkpoint.h"
 #include "server/rpc/rank_group.h"
@@ -46,6 +53,24 @@
 
 ABSL_FLAG(int, steps, 6, "Steps to run; the first one warms up and is not averaged.");
 ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters).");
+ABSL_FLAG(bool, gpt_like, false,
+          "The scale model's GPT-like layout of --layers and the flags of "
+          "bench/gpt_like_layout.h (1.3B by default) instead of the GPT-2-small one.");
+ABSL_FLAG(int, ranks, 2, "Ranks (in this process, Gloo between them).");
+ABSL_FLAG(std::string, optimizer, "adamw",
+          "adamw, or sgd (no momentum: no optimizer state, for models whose AdamW state does not "
+          "fit this machine).");
+ABSL_FLAG(bool, bf16_gradients, false, "The trainers send bf16 gradients instead of fp32.");
+ABSL_FLAG(bool, pull_alone, true,
+          "Time the egress alone after each step (a pull; under REPLICATED storage it makes rank "
+          "0 build a whole snapshot: one more copy of the model).");
+ABSL_FLAG(bool, destinations, false,
+          "Trainer 0 has each returned parameter written into its own buffer, allocated once "
+          "(as the Python client writes into the model's tensors), instead of a new reply each "
+          "step.");
+ABSL_FLAG(std::string, json, "",
+          "Set: also write the run's figures as one JSON object to this file "
+          "(bench/scale_model.py --check reads it).");
 ABSL_FLAG(bool, fp32_return, false, "Return the parameters as fp32 instead of bf16.");
 ABSL_FLAG(int, trainers, 2, "Trainers (threads, each with its own client).");
 ABSL_FLAG(bool, state_redundancy, false,
@@ -67,8 +92,6 @@ ABSL_FLAG(bool, replicated, false,
 namespace optstep {
 namespace {
 
-constexpr int kRanks = 2;
-
 // One rank: engine, group membership and gRPC server on 127.0.0.1.
 struct Rank {
   std::unique_ptr<Engine> engine;
@@ -79,6 +102,7 @@ struct Rank {
 
 absl::StatusOr<std::vector<Rank>> StartRanks(std::shared_ptr<KeyValueStore> store,
                                              std::shared_ptr<StepObserver> observer) {
+  const int kRanks = absl::GetFlag(FLAGS_ranks);
   std::vector<Rank> ranks(kRanks);
   for (int r = 0; r < kRanks; ++r) {
     EngineOptions options;
@@ -87,7 +111,7 @@ absl::StatusOr<std::vector<Rank>> StartRanks(std::shared_ptr<KeyValueStore> stor
     options.max_params_per_session = 1 << 20;
     options.step_observer = observer;
     options.state_redundancy = absl::GetFlag(FLAGS_state_redundancy);
-    options.make_communicator = [store, r](const std::string& session_id) {
+    options.make_communicator = [store, r, kRanks](const std::string& session_id) {
       CommunicatorOptions comm;
       comm.kind = "gloo";
       comm.rank = r;
@@ -136,11 +160,18 @@ v1::SessionSpec GptSpec(const std::vector<ParamInfo>& params) {
   spec.set_num_trainers(absl::GetFlag(FLAGS_trainers));
   spec.set_gradient_mode(absl::GetFlag(FLAGS_replicated) ? v1::GRADIENT_MODE_REPLICATED
                                                          : v1::GRADIENT_MODE_SHARDED);
-  v1::SubOptimizer* adamw = spec.mutable_optimizer()->add_sub_optimizers();
-  adamw->set_name("adamw");
-  adamw->set_kind("adamw");
-  adamw->mutable_adamw()->set_lr(1e-4);
-  adamw->mutable_adamw()->set_weight_decay(0.01);
+  v1::SubOptimizer* optimizer = spec.mutable_optimizer()->add_sub_optimizers();
+  if (absl::GetFlag(FLAGS_optimizer) == "sgd") {
+    optimizer->set_name("sgd");
+    optimizer->set_kind("sgd");
+    optimizer->mutable_sgd()->set_lr(1e-4);
+    optimizer->mutable_sgd()->set_weight_decay(0.01);
+  } else {
+    optimizer->set_name("adamw");
+    optimizer->set_kind("adamw");
+    optimizer->mutable_adamw()->set_lr(1e-4);
+    optimizer->mutable_adamw()->set_weight_decay(0.01);
+  }
   spec.mutable_optimizer()->set_clip_grad(1.0);
   spec.set_step_deadline_ms(600000);
   if (absl::GetFlag(FLAGS_owners)) spec.set_parameter_storage(v1::PARAMETER_STORAGE_OWNERS);
@@ -148,6 +179,19 @@ v1::SessionSpec GptSpec(const std::vector<ParamInfo>& params) {
 }
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
+
+// The model of the flags: the GPT-2-small-like layout of --layers, or with --gpt_like the scale
+// model's GPT-like one.
+std::vector<ParamInfo> Layout() {
+  const int layers = absl::GetFlag(FLAGS_layers);
+  if (absl::GetFlag(FLAGS_gpt_like)) return bench::GptLikeLayout(bench::GptLikeFromFlags(layers));
+  std::vector<ParamInfo> params = bench::GptRest(bench::GptShape());
+  for (int l = 0; l < layers; ++l) {
+    std::vector<ParamInfo> layer = bench::GptLayer(bench::GptShape(), l);
+    params.insert(params.end(), layer.begin(), layer.end());
+  }
+  return params;
+}
 
 // One trainer's thread for the whole run, as a training loop is, running `step(n)` when told.
 // (A thread per step allocated each reply in another malloc arena than the step before, and the
@@ -209,12 +253,9 @@ class TrainerThread {
 
 int Run() {
   const int kTrainers = absl::GetFlag(FLAGS_trainers);
+  const int kRanks = absl::GetFlag(FLAGS_ranks);
   const bool replicated = absl::GetFlag(FLAGS_replicated);
-  std::vector<ParamInfo> params = bench::GptRest(bench::GptShape());
-  for (int l = 0; l < absl::GetFlag(FLAGS_layers); ++l) {
-    std::vector<ParamInfo> layer = bench::GptLayer(bench::GptShape(), l);
-    params.insert(params.end(), layer.begin(), layer.end());
-  }
+  const std::vector<ParamInfo> params = Layout();
   const int64_t numel = bench::CountElements(params);
 
   auto recorder = std::make_shared<bench::PhaseRecorder>();
@@ -240,10 +281,20 @@ int Run() {
     return 1;
   }
 
-  // One fp32 gradient for the whole model; SHARDED: trainer t sends the t-th part of every
-  // parameter; REPLICATED: every trainer sends all of it (the same bytes).
-  std::vector<float> gradient(numel);
-  for (int64_t i = 0; i < numel; ++i) gradient[i] = 1e-4f * static_cast<float>(i % 2001 - 1000);
+  // One gradient for the whole model (fp32, or bf16); SHARDED: trainer t sends the t-th part of
+  // every parameter; REPLICATED: every trainer sends all of it (the same bytes).
+  const bool bf16_gradients = absl::GetFlag(FLAGS_bf16_gradients);
+  const int64_t element_in = bf16_gradients ? 2 : 4;
+  std::vector<uint8_t> gradient(numel * element_in);
+  for (int64_t i = 0; i < numel; ++i) {
+    const float value = 1e-4f * static_cast<float>(i % 2001 - 1000);
+    if (bf16_gradients) {
+      const uint16_t bits = math::FloatToBf16(value);
+      std::memcpy(gradient.data() + 2 * i, &bits, 2);
+    } else {
+      std::memcpy(gradient.data() + 4 * i, &value, 4);
+    }
+  }
   std::vector<std::vector<GradientSlice>> slices(kTrainers);
   int64_t at = 0;
   for (size_t p = 0; p < params.size(); ++p) {
@@ -254,8 +305,9 @@ int Run() {
       GradientSlice slice;
       slice.param_id = static_cast<uint32_t>(p);
       slice.offset = static_cast<uint64_t>(begin);
-      slice.bytes = absl::Span<const uint8_t>(
-          reinterpret_cast<const uint8_t*>(gradient.data() + at + begin), (end - begin) * 4);
+      slice.dtype = bf16_gradients ? DType::kBF16 : DType::kF32;
+      slice.bytes = absl::Span<const uint8_t>(gradient.data() + (at + begin) * element_in,
+                                              (end - begin) * element_in);
       slices[t].push_back(slice);
     }
     at += n;
@@ -278,18 +330,34 @@ int Run() {
   }
   const bool fp32 = absl::GetFlag(FLAGS_fp32_return);
   const bool owners = absl::GetFlag(FLAGS_owners);
+  const std::string optimizer = absl::GetFlag(FLAGS_optimizer);
   std::printf(
-      "%zu parameters, %.1fM elements; %d ranks, %d trainers (%s), AdamW; "
-      "%.0f MiB of fp32 gradients in, %s parameters back to trainer 0; state redundancy %s; "
+      "%zu parameters, %.1fM elements; %d ranks, %d trainers (%s), %s; "
+      "%.0f MiB of %s gradients in, %s parameters back to trainer 0; state redundancy %s; "
       "parameter storage %s\n",
       params.size(), numel / 1e6, kRanks, kTrainers, replicated ? "REPLICATED" : "SHARDED",
-      numel * 4.0 * (replicated ? kTrainers : 1) / (1 << 20), fp32 ? "fp32" : "bf16",
+      optimizer.c_str(), numel * element_in * (replicated ? kTrainers : 1.0) / (1 << 20),
+      bf16_gradients ? "bf16" : "fp32", fp32 ? "fp32" : "bf16",
       absl::GetFlag(FLAGS_state_redundancy) ? "on" : "off", owners ? "OWNERS" : "REPLICATED");
   std::printf("%-5s %9s %9s %9s %10s %9s %9s %9s %8s %9s\n", "step", "wall ms", "ingest", "step",
               "all-gather", "egress", "alone", "sum", "overlap", "peak MiB");
   double total_wall = 0.0, total_sum = 0.0, total_overlap = 0.0;
   double total_phases[5] = {};  // ingest, step, all-gather, egress, egress alone
   int measured = 0;
+  // --destinations: trainer 0's parameters, written in place each step.
+  std::vector<uint8_t> returned_params;
+  ParamDestinations destinations;
+  if (absl::GetFlag(FLAGS_destinations)) {
+    const int64_t element = fp32 ? 4 : 2;
+    returned_params.resize(numel * element);
+    int64_t offset = 0;
+    for (size_t p = 0; p < params.size(); ++p) {
+      const int64_t bytes = params[p].numel() * element;
+      destinations[static_cast<uint32_t>(p)] =
+          absl::Span<uint8_t>(returned_params.data() + offset, bytes);
+      offset += bytes;
+    }
+  }
   std::vector<std::unique_ptr<TrainerThread>> trainer_threads;
   for (int t = 0; t < kTrainers; ++t) {
     trainer_threads.push_back(std::make_unique<TrainerThread>([&, t](int step) {
@@ -299,6 +367,9 @@ int Run() {
       options.trainer_id = t;
       options.return_dtype = fp32 ? DType::kF32 : DType::kBF16;
       options.skip_return = t != 0;  // the client memory stays that of one trainer
+      if (t == 0 && !destinations.empty()) {
+        return trainers[t]->Step(options, slices[t], destinations).status();
+      }
       return trainers[t]->Step(options, slices[t]).status();
     }));
   }
@@ -316,23 +387,26 @@ int Run() {
       }
     }
     const bench::PhaseRecorder::Durations phases = recorder->Take();
-    // The egress alone: the trainer that got them pulls the parameters the step returned, a
-    // second time (the first makes the ranks' snapshot where the step's streams were sent from
-    // partial ones, of each rank's own parameters), so that only the sending is timed.
-    const auto pull = [&] {
-      return trainers[0]
-          ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
-          .status();
-    };
-    absl::Status pulled = pull();
-    const absl::Time pull_start = absl::Now();
-    if (pulled.ok()) pulled = pull();
-    const double alone = Ms(absl::Now() - pull_start);
-    if (!pulled.ok()) {
-      std::fprintf(stderr, "pull after step %d: %s\n", step, pulled.ToString().c_str());
-      return 1;
+    double alone = 0.0;  // without --pull_alone
+    if (absl::GetFlag(FLAGS_pull_alone)) {
+      // The egress alone: the trainer that got them pulls the parameters the step returned, a
+      // second time (the first makes the ranks' snapshot where the step's streams were sent from
+      // partial ones, of each rank's own parameters), so that only the sending is timed.
+      const auto pull = [&] {
+        return trainers[0]
+            ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
+            .status();
+      };
+      absl::Status pulled = pull();
+      const absl::Time pull_start = absl::Now();
+      if (pulled.ok()) pulled = pull();
+      alone = Ms(absl::Now() - pull_start);
+      if (!pulled.ok()) {
+        std::fprintf(stderr, "pull after step %d: %s\n", step, pulled.ToString().c_str());
+        return 1;
+      }
+      recorder->Take();
     }
-    recorder->Take();
     const double sum = Ms(phases[0]) + Ms(phases[1]) + Ms(phases[2]) + alone;
     // The process's peak RSS so far: flat from step 1 on when nothing grows per step.
     std::printf("%-5d %9.1f %9.1f %9.1f %10.1f %9.1f %9.1f %9.1f %8.2f %9.0f%s\n", step, wall,
@@ -364,6 +438,7 @@ int Run() {
   // and the parameters it sends trainer 0 (its own, under either storage).
   const int64_t element_out = fp32 ? 4 : 2;
   int64_t session_bytes = 0;
+  std::string json_ranks;  // --json: each rank's owned elements and held bytes
   for (int r = 0; r < kRanks; ++r) {
     auto held = (*ranks)[r].engine->GetSession(session->session_id());
     if (!held.ok()) continue;
@@ -383,6 +458,10 @@ int Run() {
         (stats.param_bytes + stats.state_bytes + stats.buffer_bytes) / 1048576.0,
         stats.param_bytes / 1048576.0, stats.state_bytes / 1048576.0,
         stats.buffer_bytes / 1048576.0);
+    absl::StrAppend(&json_ranks, r == 0 ? "" : ", ", "{\"owned_numel\": ", owned,
+                    ", \"param_bytes\": ", stats.param_bytes,
+                    ", \"state_bytes\": ", stats.state_bytes,
+                    ", \"buffer_bytes\": ", stats.buffer_bytes, "}");
   }
   const int64_t returned = numel * element_out;
   // The ranks' reply snapshots: one copy of the model between them, in the dtype returned (each
@@ -390,8 +469,8 @@ int Run() {
   // it before it makes that step's, so the two are never kept together). Under REPLICATED those
   // are partial (never published), so the pulls after each step make rank 0 build a whole one
   // beside them: one more copy.
-  const int64_t snapshots = owners ? returned : 2 * returned;
-  const int64_t bench_bytes = numel * 4 + returned + snapshots;
+  const int64_t snapshots = owners || !absl::GetFlag(FLAGS_pull_alone) ? returned : 2 * returned;
+  const int64_t bench_bytes = numel * element_in + returned + snapshots;
   std::printf(
       "memory: sessions hold %.0f MiB, bench buffers %.0f MiB, peak RSS %.0f MiB "
       "(%.2f x what is held)\n",
@@ -403,6 +482,26 @@ int Run() {
       "held\n",
       before_session / 1048576.0, grown / 1048576.0,
       static_cast<double>(grown) / (session_bytes + bench_bytes));
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    const double n = std::max(measured, 1);
+    const std::string json = absl::StrCat(
+        "{\"params\": ", params.size(), ", \"numel\": ", numel, ", \"ranks\": ", kRanks,
+        ", \"trainers\": ", kTrainers, ", \"optimizer\": \"", optimizer, "\"",
+        ", \"owners\": ", owners ? "true" : "false",
+        ", \"gradient_bytes_in\": ", numel * element_in * (replicated ? kTrainers : 1),
+        ", \"parameter_bytes_out\": ", returned, ", \"measured_steps\": ", measured,
+        ", \"wall_ms\": ", total_wall / n, ", \"ingest_ms\": ", total_phases[0] / n,
+        ", \"step_ms\": ", total_phases[1] / n, ", \"all_gather_ms\": ", total_phases[2] / n,
+        ", \"egress_ms\": ", total_phases[3] / n, ", \"egress_alone_ms\": ", total_phases[4] / n,
+        ", \"peak_rss_bytes\": ", bench::PeakRssBytes(),
+        ", \"before_session_bytes\": ", before_session, ", \"bench_bytes\": ", bench_bytes,
+        ", \"ranks_held\": [", json_ranks, "]}\n");
+    FILE* out = std::fopen(absl::GetFlag(FLAGS_json).c_str(), "w");
+    if (out == nullptr || std::fputs(json.c_str(), out) < 0 || std::fclose(out) != 0) {
+      std::fprintf(stderr, "cannot write %s\n", absl::GetFlag(FLAGS_json).c_str());
+      return 1;
+    }
+  }
   saver.reset();
   for (Rank& rank : *ranks) rank.server->Shutdown(absl::Now() + absl::Seconds(1));
   return 0;

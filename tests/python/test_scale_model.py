@@ -121,3 +121,45 @@ def test_tables_print_every_model_and_the_fewest_ranks(binary: pathlib.Path,
                      device_bytes=1e9)
     assert "### tiny" in text and "Fewest ranks within 0.8 GB" in text
     assert "| tiny | 1 | 1 | 1 | 2 | 2 |" in text
+
+
+def test_check_preset_holds_no_state(binary: pathlib.Path) -> None:
+    # SGD without momentum: a master and a gradient buffer per parameter (8 bytes), as the
+    # check's runs hold; with the preset's default momentum it would be 12.
+    row = sm.partition(TINY, [2], binary, preset=sm.CHECK_PRESET)[2]
+    assert row["owned_bytes_total"] == 8 * sum(_tiny_numels())
+    adam = sm.partition(TINY, [2], binary)[2]
+    assert adam["owned_bytes_total"] == 16 * sum(_tiny_numels())
+
+
+CALIBRATION_RUN: Dict[str, Any] = {
+    "numel": 100, "gradient_bytes_in": 200, "parameter_bytes_out": 200,
+    "ingest_ms": 10.0, "step_ms": 8.0, "egress_ms": 12.0, "wall_ms": 25.0}
+TARGET_RUN: Dict[str, Any] = {
+    "numel": 1000, "gradient_bytes_in": 2000, "parameter_bytes_out": 4000,
+    "ingest_ms": 110.0, "step_ms": 70.0, "egress_ms": 250.0, "wall_ms": 300.0,
+    "peak_rss_bytes": 20000,
+    "ranks_held": [{"param_bytes": 2000, "state_bytes": 0, "buffer_bytes": 2000},
+                   {"param_bytes": 1990, "state_bytes": 0, "buffer_bytes": 1990}]}
+
+
+def test_predict_step_scales_the_calibration_rates_by_hand() -> None:
+    predicted = sm.predict_step(CALIBRATION_RUN, TARGET_RUN)
+    # 10 ms per 200 bytes in, 8 ms per 100 parameters, 12 ms per 200 bytes out.
+    assert predicted.ingest == pytest.approx(0.100)
+    assert predicted.compute == pytest.approx(0.080)
+    assert predicted.network == pytest.approx(0.240)
+    assert predicted.total == pytest.approx(0.100 + 0.240)
+    measured = sm.measured_step(TARGET_RUN)
+    assert (measured.ingest, measured.compute, measured.network, measured.total) == \
+        pytest.approx((0.110, 0.070, 0.250, 0.300))
+
+
+def test_check_rows_give_each_figure_and_its_error() -> None:
+    p = {"numel": 1000, "peak_rank_numel": 500, "params": 10, "owned_bytes_total": 8000}
+    rows = sm.check_rows(TINY, 2, CALIBRATION_RUN, TARGET_RUN, p)
+    assert rows[3] == "| tiny | 2 | **step wall** | 340 ms | 300 ms | +13% |"
+    # 4 + 4 bytes per owned parameter (no state) against the busiest session's 4000.
+    assert rows[4].endswith("| 0.0 | 0.0 | +0% |")
+    # 8000 owned + 2000 of snapshots + 2000 in + 4000 out = 16000 against 20000.
+    assert rows[5].endswith("| -20% |")

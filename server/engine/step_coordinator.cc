@@ -182,6 +182,9 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   if (options_.shadow != nullptr) {
     absl::Status shipped = ShipGradients(pending.step);
     if (!shipped.ok()) return LostPeer(pending.step, std::move(shipped));
+    // The predecessor's gradients are here: the shadow takes them once this resolution ended,
+    // however it ends, while the next step's gradients come in.
+    StepShadowLater(pending.step, schedule, clip_scale);
   }
   const StreamingSnapshots streaming = StreamEarly(outcome, pending.step);
   std::vector<int> last_ids;
@@ -345,10 +348,6 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
         OnDevice([&] { return PublishParams(bucket, streaming, /*mark=*/false); },
                  absl::StrCat("step ", step, " parameters out")));
   }
-  // The buddy's copy is current before any rank can finish the all-gather.
-  if (options_.shadow != nullptr) {
-    OPTSTEP_RETURN_IF_ERROR(UpdateShadow(step, schedule, clip_scale));
-  }
   const absl::Time gather_started = absl::Now();
   options_.observer->OnPhase(StepObserver::Phase::kStep, gather_started - started);
   // 6. REPLICATED storage: every rank gets every updated parameter, each rank's block of the
@@ -359,7 +358,8 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
     // Without the all-gather the ring shift was the last collective, between neighbours only: a
     // rank whose neighbours live could finish a step that the lost rank's neighbours are
     // interrupted in, and the redone step would then wait for it in vain. No rank passes the
-    // barrier before every rank stepped its shadow: all finish the step, or none does.
+    // barrier before every rank holds its predecessor's gradients: all finish the step, or none
+    // does.
     absl::Status met = comm_->Barrier();
     if (!met.ok()) {
       *peer_lost = true;
@@ -418,6 +418,17 @@ absl::Status StepCoordinator::SeedShadowMasters() {
                                              " lost a peer shipping its initial masters to its "
                                              "buddy: ",
                                              shifted.message()));
+}
+
+void StepCoordinator::StepShadowLater(uint64_t step, StepSchedule schedule, double clip_scale) {
+  executor_.Post([this, step, schedule = std::move(schedule), clip_scale] {
+    const absl::Status stepped = UpdateShadow(step, schedule, clip_scale);
+    if (!stepped.ok()) {
+      LOG(WARNING) << "session " << options_.session_id << " rank " << replica_->rank()
+                   << ": the shadow of rank " << options_.shadow->owner() << " missed step " << step
+                   << ": " << stepped;
+    }
+  });
 }
 
 absl::Status StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& schedule,

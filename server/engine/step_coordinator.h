@@ -194,8 +194,7 @@ class StepCoordinator {
   // rank owns once it is stepped, the others once gathered). The parameters written last are left
   // for FinishStep to mark ready: `*last_ids`. `started`: when Resolve began (the step phase is
   // reported up to the all-gather). A rank whose owned parameters already had this step's update (a
-  // step redone after an interruption) does not apply it again. With a shadow, steps it too before
-  // the all-gather.
+  // step redone after an interruption) does not apply it again.
   // `*peer_lost`: the error is a lost peer's, not the device's.
   absl::Status ApplyStep(uint64_t step, const StepSchedule& schedule, double clip_scale,
                          absl::Time started, const StreamingSnapshots& streaming,
@@ -207,6 +206,11 @@ class StepCoordinator {
   // shadow, before the first update: the shadow then starts where its owner does, however the
   // owner's masters were set. UNAVAILABLE when a peer is lost.
   absl::Status SeedShadowMasters();
+  // Posts UpdateShadow to the coordinator, after the resolution that runs: it steps the shadow
+  // off the step's path (the trainers get the step first), yet before anything the coordinator
+  // runs later reads the shadow (an export for a heal) or ships the next step's gradients into
+  // it. A failure leaves the shadow unusable (logged).
+  void StepShadowLater(uint64_t step, StepSchedule schedule, double clip_scale);
   // Steps the shadow as its owner stepped (unless it reflects `step` already, or is unusable).
   absl::Status UpdateShadow(uint64_t step, const StepSchedule& schedule, double clip_scale);
   // A peer was lost: with a shadow the step is interrupted (redone after the heal), otherwise

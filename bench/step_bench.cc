@@ -65,9 +65,9 @@ ABSL_FLAG(bool, pull_alone, true,
           "Time the egress alone after each step (a pull; under REPLICATED storage it makes rank "
           "0 build a whole snapshot: one more copy of the model).");
 ABSL_FLAG(bool, destinations, false,
-          "Trainer 0 has each returned parameter written into its own buffer, allocated once "
-          "(as the Python client writes into the model's tensors), instead of a new reply each "
-          "step.");
+          "Trainer 0 has each returned (and pulled) parameter written into its own buffer, "
+          "allocated once (as the Python client writes into the model's tensors), instead of a "
+          "new reply each step.");
 ABSL_FLAG(std::string, json, "",
           "Set: also write the run's figures as one JSON object to this file "
           "(bench/scale_model.py --check reads it).");
@@ -394,7 +394,8 @@ int Run() {
       // partial ones, of each rank's own parameters), so that only the sending is timed.
       const auto pull = [&] {
         return trainers[0]
-            ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16)
+            ->PullParameters(session->session_id(), fp32 ? DType::kF32 : DType::kBF16, {},
+                             destinations)
             .status();
       };
       absl::Status pulled = pull();

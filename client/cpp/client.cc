@@ -4,7 +4,6 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -247,6 +246,12 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
 
 absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, DType dtype,
                                                   absl::Span<const uint32_t> param_ids) {
+  return PullParameters(session_id, dtype, param_ids, ParamDestinations());
+}
+
+absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, DType dtype,
+                                                  absl::Span<const uint32_t> param_ids,
+                                                  const ParamDestinations& into) {
   OPTSTEP_RETURN_IF_ERROR(CheckReturnDType(dtype));
   OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(session_id));
   OPTSTEP_RETURN_IF_ERROR(client_internal::ValidateParamIds(*layout, param_ids));
@@ -266,6 +271,7 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
   for (uint32_t id : param_ids) request.add_param_ids(id);
 
   ParamAssembler assembler(*layout, dtype, param_ids);
+  for (const auto& [id, bytes] : into) OPTSTEP_RETURN_IF_ERROR(assembler.SetDestination(id, bytes));
   Parameters result;
   for (size_t i = 0; i < ranks.size(); ++i) {
     grpc::ClientContext context;
@@ -297,6 +303,7 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
     OPTSTEP_RETURN_IF_ERROR(status);
   }
   OPTSTEP_ASSIGN_OR_RETURN(result.params, assembler.Finish());
+  result.destinations_filled = assembler.destinations_filled();
   return result;
 }
 
@@ -337,26 +344,12 @@ absl::StatusOr<StepReply> Client::AppliedStep(const StepOptions& options,
   reply.step = options.step;
   reply.grad_norm = std::numeric_limits<double>::quiet_NaN();  // not kept by a checkpoint
   if (options.skip_return) return reply;
+  // The pulled values go where the step's would have gone.
   OPTSTEP_ASSIGN_OR_RETURN(
       Parameters pulled,
-      PullParameters(options.session_id, options.return_dtype, options.return_param_ids));
+      PullParameters(options.session_id, options.return_dtype, options.return_param_ids, into));
   reply.params = std::move(pulled.params);
-  // The pulled values go where the step's would have gone (their sizes checked by the step).
-  for (const auto& [id, bytes] : into) {
-    auto param = reply.params.find(id);
-    if (param == reply.params.end()) continue;
-    const HostParameter& value = param->second;
-    const void* data = value.dtype == DType::kF32 ? static_cast<const void*>(value.f32.data())
-                                                  : static_cast<const void*>(value.bf16.data());
-    if (bytes.size() != value.size() * DTypeSize(value.dtype)) {
-      return absl::InternalError(absl::StrCat("pulled param_id ", id, " has ", value.size(),
-                                              " elements; its destination ", bytes.size(),
-                                              " bytes"));
-    }
-    std::memcpy(bytes.data(), data, bytes.size());
-    reply.params.erase(param);
-    ++reply.destinations_filled;
-  }
+  reply.destinations_filled = pulled.destinations_filled;
   return reply;
 }
 

@@ -89,6 +89,15 @@ class Client final {
   // were after the last step.
   absl::StatusOr<Parameters> PullParameters(absl::string_view session_id, DType dtype,
                                             absl::Span<const uint32_t> param_ids = {});
+  // As above, but each parameter with a destination in `into` is written there as its chunks
+  // arrive (no copy beside it) and left out of Parameters.params (counted in
+  // destinations_filled). INVALID_ARGUMENT (NOT_FOUND for an unknown id), before anything is
+  // asked, for a destination that is not a parameter pulled or not its size in `dtype`. A pull
+  // that fails part way may have written some destinations. `into`'s memory must stay valid
+  // during the call.
+  absl::StatusOr<Parameters> PullParameters(absl::string_view session_id, DType dtype,
+                                            absl::Span<const uint32_t> param_ids,
+                                            const ParamDestinations& into);
 
   // ---- Steps
 

@@ -86,6 +86,8 @@ struct StepReply {
 struct Parameters {
   uint64_t step = 0;  // the step the values belong to
   HostParameterMap params;
+  // Parameters written into their ParamDestinations (and so not in `params`).
+  uint32_t destinations_filled = 0;
 };
 
 }  // namespace optstep

@@ -300,6 +300,34 @@ TEST_F(ClientTest, PullParameters) {
               StatusIs(absl::StatusCode::kNotFound, "'nope'"));
 }
 
+TEST_F(ClientTest, PullParametersWritesIntoDestinations) {
+  std::unique_ptr<Client> client = Connect();
+  std::vector<float> w(6, -1.0f);
+  ParamDestinations into;
+  into[0] = absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(w.data()), w.size() * 4);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters pulled,
+                               client->PullParameters("s", DType::kF32, {}, into));
+  EXPECT_EQ(w, Expected(0, 6));
+  EXPECT_EQ(pulled.destinations_filled, 1u);
+  ASSERT_THAT(pulled.params, SizeIs(1));  // b, which has no destination
+  EXPECT_EQ(pulled.params[1].f32, Expected(1, 4));
+
+  // Refused before anything is asked: the wrong size, a parameter not pulled, an unknown id.
+  std::vector<float> small(5);
+  ParamDestinations wrong;
+  wrong[0] = absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(small.data()), small.size() * 4);
+  EXPECT_THAT(client->PullParameters("s", DType::kF32, {}, wrong),
+              StatusIs(absl::StatusCode::kInvalidArgument, "has 20 bytes, expected 24"));
+  const std::vector<uint32_t> only_b = {1};
+  EXPECT_THAT(client->PullParameters("s", DType::kF32, only_b, into),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not among the parameters returned"));
+  ParamDestinations unknown;
+  unknown[7] = into[0];
+  EXPECT_THAT(client->PullParameters("s", DType::kF32, {}, unknown),
+              StatusIs(absl::StatusCode::kNotFound, "7"));
+  EXPECT_EQ(w, Expected(0, 6));
+}
+
 TEST_F(ClientTest, Health) {
   std::unique_ptr<Client> client = Connect();
   OPTSTEP_ASSERT_OK_AND_ASSIGN(bool serving, client->CheckHealth());

@@ -131,7 +131,7 @@ absl::Status CheckSgdArgs(const math::SgdArgs& a) {
   if (a.nesterov && a.momentum == 0.0f) {
     return absl::InvalidArgumentError("Sgd: nesterov needs momentum > 0");
   }
-  return absl::OkStatus();
+  return CheckArgRange(kOp, "grad_scale", a.grad_scale, 0.0f, false, 1.0f, true);
 }
 
 absl::Status CheckAdamW(const math::AdamWArgs& args, const Tensor& grad, const Tensor& param,

@@ -51,6 +51,7 @@ absl::Status CheckLion(const math::LionArgs& a, const Tensor& grad, const Tensor
   OPTSTEP_RETURN_IF_ERROR(CheckBeta(kOp, "beta1", a.beta1, "one_minus_beta1", a.one_minus_beta1));
   OPTSTEP_RETURN_IF_ERROR(CheckBeta(kOp, "beta2", a.beta2, "one_minus_beta2", a.one_minus_beta2));
   OPTSTEP_RETURN_IF_ERROR(CheckFinite(kOp, "decay coefficient", a.decay.coef));
+  OPTSTEP_RETURN_IF_ERROR(CheckArgRange(kOp, "grad_scale", a.grad_scale, 0.0f, false, 1.0f, true));
   return CheckTensors(kOp, {{"grad", &grad}, {"param", &param}, {"exp_avg", &exp_avg}});
 }
 

@@ -70,10 +70,13 @@ struct SgdArgs {
   float weight_decay = 0.0f;  // effective λ
   bool nesterov = false;
   bool first_step = false;  // the momentum buffer is absent: b <- d
+  // The gradient is used as g · grad_scale, as in AdamWArgs: the clip coefficient, in (0, 1].
+  float grad_scale = 1.0f;
 };
 
 // With momentum == 0 the buffer is unused and may alias anything.
 OPTSTEP_HD void SgdElement(const SgdArgs& a, float g, float& p, float& b) {
+  g = g * a.grad_scale;
   float d = g + a.weight_decay * p;
   float u = d;
   if (a.momentum != 0.0f) {

@@ -27,6 +27,8 @@ struct LionArgs {
   float beta2 = 0.99f;
   float one_minus_beta2 = 0.01f;
   WeightDecay decay;
+  // The gradient is used as g · grad_scale, as in AdamWArgs: the clip coefficient, in (0, 1].
+  float grad_scale = 1.0f;
 };
 
 inline LionArgs MakeLionArgs(double lr, double beta1, double beta2, WeightDecayMode mode,
@@ -43,6 +45,7 @@ inline LionArgs MakeLionArgs(double lr, double beta1, double beta2, WeightDecayM
 
 // Decay first; the sign of the β1 interpolation moves p; the state is updated with β2.
 OPTSTEP_HD void LionElement(const LionArgs& a, float g, float& p, float& m) {
+  g = g * a.grad_scale;
   g = DecayedGradient(a.decay, g, p);
   DecayParam(a.decay, p);
   const float c = a.beta1 * m + a.one_minus_beta1 * g;

@@ -32,8 +32,9 @@ absl::Status Lion::Step(Device& device, const StepArgs& args, const Tensor& grad
                         ParamState& state) {
   Tensor* exp_avg = state.Find("exp_avg");
   if (exp_avg == nullptr) return absl::InternalError("lion: state is missing exp_avg");
-  const math::LionArgs a = math::MakeLionArgs(args.lr, config_.beta1, config_.beta2,
-                                              config_.weight_decay_mode, args.weight_decay);
+  math::LionArgs a = math::MakeLionArgs(args.lr, config_.beta1, config_.beta2,
+                                        config_.weight_decay_mode, args.weight_decay);
+  a.grad_scale = args.grad_scale;
   return device.updates().Lion(a, grad, param, *exp_avg);
 }
 

@@ -28,6 +28,8 @@ class Lion final : public Optimizer {
   void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const override;
   absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                     ParamState& state) override;
+  // The clip coefficient goes into the update (math::LionArgs::grad_scale).
+  bool scales_gradient() const override { return true; }
   // 20 bytes per element: reads g, p, m and writes p, m.
   double EstimateStepCost(const ParamInfo& param) const override;
 

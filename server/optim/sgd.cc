@@ -41,6 +41,7 @@ absl::Status Sgd::Step(Device& device, const StepArgs& args, const Tensor& grad,
   a.weight_decay = static_cast<float>(args.weight_decay);
   a.nesterov = config_.nesterov;
   a.first_step = args.group_step == 1;
+  a.grad_scale = args.grad_scale;
   Tensor* buffer = state.Find("momentum_buffer");
   if (config_.momentum != 0.0 && buffer == nullptr) {
     return absl::InternalError("sgd: state is missing momentum_buffer");

@@ -27,6 +27,8 @@ class Sgd final : public Optimizer {
   void PlanWorkspace(const ParamInfo& param, WorkspacePlan& plan) const override;
   absl::Status Step(Device& device, const StepArgs& args, const Tensor& grad, Tensor& param,
                     ParamState& state) override;
+  // The clip coefficient goes into the update (math::SgdArgs::grad_scale).
+  bool scales_gradient() const override { return true; }
   // Bytes per element: 20 with momentum (reads g, p, b; writes p, b), 12 without.
   double EstimateStepCost(const ParamInfo& param) const override;
 

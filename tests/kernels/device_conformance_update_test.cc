@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/device.h"
 #include "kernels/math/elementwise.h"
+#include "kernels/math/emerging.h"
 #include "kernels/tensor.h"
 #include "tests/kernels/device_conformance.h"
 #include "tests/testing/status_matchers.h"
@@ -288,6 +290,56 @@ TEST_P(DeviceConformanceTest, AdamWGradScaleIsBitwiseScalingTheGradientFirst) {
     }
     OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> grad, Download(t[0][0]));
     EXPECT_EQ(grad, g);
+  }
+}
+
+// SGD and Lion take the clip coefficient into their update as AdamW does: the bits of scaling the
+// gradient first and stepping with the scaled one (L2 decay, where the scaled gradient meets the
+// decay, included), the gradient left as it was.
+TEST_P(DeviceConformanceTest, SgdAndLionGradScaleIsBitwiseScalingTheGradientFirst) {
+  const int64_t n = 65540;
+  const float scale = 0.3721f;
+  const std::vector<float> p = Uniform(n, -1.0f, 1.0f, 71), b = Normal(n, 0.1f, 72);
+  const std::vector<float> g = Normal(n, 3.0f, 73);
+  for (const char* op : {"sgd", "lion"}) {
+    Tensor t[2][3];  // folded, scaled first: g, p, momentum buffer or exp_avg
+    for (Tensor* x : {t[0], t[1]}) {
+      for (int k = 0; k < 3; ++k) {
+        OPTSTEP_ASSERT_OK_AND_ASSIGN(x[k], Upload(k == 0 ? g : k == 1 ? p : b));
+      }
+    }
+    OPTSTEP_ASSERT_OK(device_->Scale(scale, t[1][0]));
+    if (std::string(op) == "sgd") {
+      math::SgdArgs a;
+      a.lr = 0.01f;
+      a.momentum = 0.9f;
+      a.weight_decay = 0.05f;
+      math::SgdArgs folded = a;
+      folded.grad_scale = scale;
+      OPTSTEP_ASSERT_OK(device_->updates().Sgd(folded, t[0][0], t[0][1], &t[0][2]));
+      OPTSTEP_ASSERT_OK(device_->updates().Sgd(a, t[1][0], t[1][1], &t[1][2]));
+      folded.grad_scale = 0.0f;
+      EXPECT_THAT(device_->updates().Sgd(folded, t[0][0], t[0][1], &t[0][2]),
+                  StatusIs(kInvalid, "Sgd: grad_scale"));
+    } else {
+      const math::LionArgs a =
+          math::MakeLionArgs(1e-3, 0.9, 0.99, math::WeightDecayMode::kL2, 0.05);
+      math::LionArgs folded = a;
+      folded.grad_scale = scale;
+      OPTSTEP_ASSERT_OK(device_->updates().Lion(folded, t[0][0], t[0][1], t[0][2]));
+      OPTSTEP_ASSERT_OK(device_->updates().Lion(a, t[1][0], t[1][1], t[1][2]));
+      folded.grad_scale = 1.5f;
+      EXPECT_THAT(device_->updates().Lion(folded, t[0][0], t[0][1], t[0][2]),
+                  StatusIs(kInvalid, "Lion: grad_scale"));
+    }
+    for (int k = 1; k < 3; ++k) {
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> got, Download(t[0][k]));
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> want, Download(t[1][k]));
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
+          << op << " tensor " << k;
+    }
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<float> grad, Download(t[0][0]));
+    EXPECT_EQ(grad, g) << op;
   }
 }
 

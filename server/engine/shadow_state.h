@@ -12,12 +12,13 @@
 // meets every rank at a barrier (OWNERS storage, which gathers nothing). A trainer learns a step
 // only after that collective, which no rank finishes before every rank entered it: so once any
 // trainer saw step k, every buddy holds step k's gradients. It steps the shadow with them (the
-// same code, owned_update.h, and the same agreed clip scale and schedule) in a task of the
-// session's coordinator queued right after the ring shift: after the trainers have the step, while
-// the next step's gradients come in, and before anything the coordinator runs later: the next
-// ring shift, which overwrites the gradients, or an export for a heal, which so always sees step
-// k. Step 1 first ships each rank's owned masters into its buddy's shadow the same way: the
-// initial values reach only the replicas (under OWNERS only the owner's).
+// same code, owned_update.h, and the same agreed clip scale and schedule) right after the step's
+// resolution, in the same task of the session's coordinator (StepCoordinator::StepPendingShadow):
+// after the trainers have the step, while the next step's gradients come in, and before anything
+// the coordinator runs later: the next ring shift, which overwrites the gradients, or an export
+// for a heal, which so always sees step k. Step 1 first ships each rank's owned masters into its
+// buddy's shadow the same way: the initial values reach only the replicas (under OWNERS only the
+// owner's).
 //
 // Interface for the heal (the restarted rank r, its buddy b = r + 1 and predecessor p = r - 1):
 //   on b:  Session::ExportShadow        r's owned masters, state, group counters; meta/step is

@@ -183,8 +183,8 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
     absl::Status shipped = ShipGradients(pending.step);
     if (!shipped.ok()) return LostPeer(pending.step, std::move(shipped));
     // The predecessor's gradients are here: the shadow takes them once this resolution ended,
-    // however it ends, while the next step's gradients come in.
-    StepShadowLater(pending.step, schedule, clip_scale);
+    // however it ends (StepPendingShadow), while the next step's gradients come in.
+    pending_shadow_ = PendingShadow{pending.step, schedule, clip_scale};
   }
   const StreamingSnapshots streaming = StreamEarly(outcome, pending.step);
   std::vector<int> last_ids;
@@ -420,15 +420,16 @@ absl::Status StepCoordinator::SeedShadowMasters() {
                                              shifted.message()));
 }
 
-void StepCoordinator::StepShadowLater(uint64_t step, StepSchedule schedule, double clip_scale) {
-  executor_.Post([this, step, schedule = std::move(schedule), clip_scale] {
-    const absl::Status stepped = UpdateShadow(step, schedule, clip_scale);
-    if (!stepped.ok()) {
-      LOG(WARNING) << "session " << options_.session_id << " rank " << replica_->rank()
-                   << ": the shadow of rank " << options_.shadow->owner() << " missed step " << step
-                   << ": " << stepped;
-    }
-  });
+void StepCoordinator::StepPendingShadow() {
+  if (!pending_shadow_.has_value()) return;
+  const PendingShadow pending = *std::move(pending_shadow_);
+  pending_shadow_.reset();
+  const absl::Status stepped = UpdateShadow(pending.step, pending.schedule, pending.clip_scale);
+  if (!stepped.ok()) {
+    LOG(WARNING) << "session " << options_.session_id << " rank " << replica_->rank()
+                 << ": the shadow of rank " << options_.shadow->owner() << " missed step "
+                 << pending.step << ": " << stepped;
+  }
 }
 
 absl::Status StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& schedule,

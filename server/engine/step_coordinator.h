@@ -159,6 +159,12 @@ class StepCoordinator {
   // clips, steps and all-gathers; with kAbort, votes to abort it. Tells every waiter.
   // REQUIRES: on the coordinator.
   void Resolve(ResolutionKind kind);
+  // State redundancy: steps the shadow with the predecessor's gradients that the last Resolve
+  // received (however it ended), if it received any. Call it right after Resolve in the same
+  // coordinator task: off the step's path (the trainers have the step), yet before any later task
+  // reads the shadow (an export for a heal) or ships the next step's gradients into it. A failure
+  // leaves the shadow unusable (logged). REQUIRES: on the coordinator.
+  void StepPendingShadow();
 
  private:
   // The ranks' common decision after the local statistics.
@@ -206,11 +212,6 @@ class StepCoordinator {
   // shadow, before the first update: the shadow then starts where its owner does, however the
   // owner's masters were set. UNAVAILABLE when a peer is lost.
   absl::Status SeedShadowMasters();
-  // Posts UpdateShadow to the coordinator, after the resolution that runs: it steps the shadow
-  // off the step's path (the trainers get the step first), yet before anything the coordinator
-  // runs later reads the shadow (an export for a heal) or ships the next step's gradients into
-  // it. A failure leaves the shadow unusable (logged).
-  void StepShadowLater(uint64_t step, StepSchedule schedule, double clip_scale);
   // Steps the shadow as its owner stepped (unless it reflects `step` already, or is unusable).
   absl::Status UpdateShadow(uint64_t step, const StepSchedule& schedule, double clip_scale);
   // A peer was lost: with a shadow the step is interrupted (redone after the heal), otherwise
@@ -236,6 +237,13 @@ class StepCoordinator {
   Tensor votes_;  // Agree's all-reduce buffer, in device memory (several ranks only)
   // The storage of the snapshots StreamEarly makes, recycled from step to step.
   SnapshotPool snapshots_;
+  // The shadow's update that StepPendingShadow owes, set once Resolve shipped the gradients.
+  struct PendingShadow {
+    uint64_t step = 0;
+    StepSchedule schedule;
+    double clip_scale = 1.0;
+  };
+  std::optional<PendingShadow> pending_shadow_;
   // Declared last: destroyed (and joined) first, while what its tasks use still exists.
   SerialExecutor executor_;
 };

@@ -147,6 +147,11 @@ float RedundancyGroup::Gradient(uint64_t step, int p, int64_t i) {
 }
 
 std::vector<absl::StatusOr<StepOutcome>> RedundancyGroup::Step(uint64_t step) {
+  return StepThen(step, nullptr);
+}
+
+std::vector<absl::StatusOr<StepOutcome>> RedundancyGroup::StepThen(
+    uint64_t step, const std::function<void(int rank)>& then) {
   std::vector<Outcome> outcomes(world());
   std::vector<absl::StatusOr<StepOutcome>> results(world(), absl::UnknownError("not committed"));
   std::vector<bool> committed(world(), false);
@@ -166,7 +171,14 @@ std::vector<absl::StatusOr<StepOutcome>> RedundancyGroup::Step(uint64_t step) {
       for (size_t i = 0; i < grad.size(); ++i) grad[i] = Gradient(step, p, i);
       EXPECT_THAT(SendGradient(s, *c, p, 0, grad), IsOk());
     }
-    const absl::Status status = s.Commit(*c, 0, outcomes[r].Callback());
+    StepCallback told = outcomes[r].Callback();
+    if (then) {
+      told = [told = std::move(told), then, r](absl::StatusOr<StepOutcome> outcome) {
+        then(r);
+        told(std::move(outcome));
+      };
+    }
+    const absl::Status status = s.Commit(*c, 0, std::move(told));
     committed[r] = status.ok();
     if (!status.ok()) results[r] = status;
   }
@@ -179,6 +191,16 @@ std::vector<absl::StatusOr<StepOutcome>> RedundancyGroup::Step(uint64_t step) {
     }
   }
   return results;
+}
+
+void RedundancyGroup::StepAndLetGo(uint64_t step) {
+  // Runs on rank r's coordinator, inside the resolution; the test's thread only waits.
+  const auto let_go = [this](int r) {
+    EXPECT_THAT(ranks_[r].engine->CloseSession(ranks_[r].session->id()), IsOk());
+    ranks_[r].session.reset();
+  };
+  const std::vector<absl::StatusOr<StepOutcome>> results = StepThen(step, let_go);
+  for (int r = 0; r < world(); ++r) EXPECT_THAT(results[r].status(), IsOk()) << "rank " << r;
 }
 
 void RedundancyGroup::StepOk(uint64_t step) {

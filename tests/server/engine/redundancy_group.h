@@ -70,6 +70,11 @@ class RedundancyGroup {
   std::vector<absl::StatusOr<StepOutcome>> Step(uint64_t step);
   // Step, failing the test unless every rank applied it.
   void StepOk(uint64_t step);
+  // Step `step` on every rank, each rank's session let go from within its step's callback: closed
+  // (its engine's reference dropped) and released by the group. The coordinator task that
+  // resolved the step then holds the last reference and frees the session on its own thread as it
+  // ends. Fails the test unless every rank applied the step. The group has no session afterwards.
+  void StepAndLetGo(uint64_t step);
 
   // A new generation: every rank but `replaced` reconnects its communicator while rank
   // `replaced` (if >= 0) is dropped and created afresh (a restarted process, nothing imported).
@@ -97,6 +102,10 @@ class RedundancyGroup {
     std::shared_ptr<Session> session;
     SwappableCommunicator* comm = nullptr;
   };
+  // Step, with then(r) run inside rank r's step callback (on its coordinator) before the
+  // outcome is told.
+  std::vector<absl::StatusOr<StepOutcome>> StepThen(uint64_t step,
+                                                    const std::function<void(int rank)>& then);
   // A connected communicator of rank r in the current generation.
   absl::StatusOr<std::unique_ptr<FaultInjectingCommunicator>> Connect(int r, const std::string& id);
   std::unique_ptr<Engine> MakeEngine(int r);

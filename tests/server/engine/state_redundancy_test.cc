@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
 #include "tests/server/engine/redundancy_group.h"
@@ -369,6 +370,21 @@ TEST(StateRedundancyTest, APullDuringAnInterruptedStepIsNotAnsweredHalfApplied) 
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> at_two = Pull(group, 0);
   ASSERT_THAT(at_two.status(), IsOk());
   EXPECT_EQ((*at_two)->step, 2u);
+}
+
+// The shadow's update runs after the step's resolution, in the coordinator task that resolved it.
+// A session closed and released while that task runs (here from the step's own callback) is freed
+// by the task, on the coordinator's thread, as it ends: the update must have run by then, never on
+// the freed session (ASan: the first version queued the update as a task of its own, which the
+// coordinator's thread, detached from the session it freed, then ran on freed memory). The
+// shadow's update finds the session's device work cancelled.
+TEST(StateRedundancyTest, ASessionLetGoDuringItsStepOutlivesTheShadowsUpdate) {
+  RedundancyGroup group(2, ConfigOf("adamw"));
+  group.StepOk(1);
+  group.StepAndLetGo(2);
+  // The coordinator's thread outlives the session it freed (it detaches from itself) and would
+  // run whatever was queued behind the step: give it the time to, before the process ends.
+  absl::SleepFor(absl::Milliseconds(200));
 }
 
 TEST(StateRedundancyTest, ShadowOfARankWithoutOneIsRefused) {

@@ -333,9 +333,12 @@ def run_step_bench(model: Model, world: int, steps: int,
         sys.exit(f"no {binary}: bazel build -c opt //bench:step_bench")
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "run.json"
-        subprocess.run([str(binary), *model.flags(), *CHECK_RUN_FLAGS, f"--ranks={world}",
-                        f"--steps={steps}", f"--json={out}"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run = subprocess.run([str(binary), *model.flags(), *CHECK_RUN_FLAGS, f"--ranks={world}",
+                              f"--steps={steps}", f"--json={out}"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if run.returncode != 0:
+            sys.exit(f"step_bench for {model.name} on {world} ranks failed ({run.returncode}):\n"
+                     + "\n".join(run.stderr.splitlines()[-20:]))
         figures: Row = json.loads(out.read_text())
         return figures
 
@@ -362,9 +365,10 @@ def predict_step(calibration: Row, target: Row) -> StepTime:
 def predict_host_bytes(p: Row, run: Row) -> float:
     """What the host holds by the model: every rank's owned masters, state and gradient buffers
     (the partition's total), the ranks' bf16 snapshots of their parameters (one copy of the
-    model) and the trainer's gradient and parameter buffers."""
+    model), the trainer's gradient and parameter buffers, and the process's fixed part (what it
+    held before the session, measured)."""
     return float(p["owned_bytes_total"] + 2 * p["numel"] + run["gradient_bytes_in"] +
-                 run["parameter_bytes_out"])
+                 run["parameter_bytes_out"] + run["before_session_bytes"])
 
 
 def held_max(run: Row) -> int:
@@ -429,6 +433,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     worlds = [int(w) for w in (args.worlds or ("2,4" if args.check else
                                                ",".join(str(w) for w in WORLDS))).split(",")]
     if args.check:
+        if args.steps < 2:
+            parser.error("--check needs --steps >= 2 (the first step warms up)")
         return check(chosen, worlds, args.steps)
     sys.stdout.write(tables(chosen, worlds, args.link_gbps * 1e9 / 8, args.hbm_tbps * 1e12,
                             args.device_gb * 1e9))

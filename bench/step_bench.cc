@@ -68,6 +68,9 @@ ABSL_FLAG(bool, destinations, false,
           "Trainer 0 has each returned (and pulled) parameter written into its own buffer, "
           "allocated once (as the Python client writes into the model's tensors), instead of a "
           "new reply each step.");
+ABSL_FLAG(int, think_ms, 0,
+          "Pause this long before each step, as a trainer's forward and backward pass would: "
+          "the ranks are idle meanwhile (not counted in the step's wall time).");
 ABSL_FLAG(std::string, json, "",
           "Set: also write the run's figures as one JSON object to this file "
           "(bench/scale_model.py --check reads it).");
@@ -252,6 +255,11 @@ class TrainerThread {
 };
 
 int Run() {
+  if (absl::GetFlag(FLAGS_optimizer) != "adamw" && absl::GetFlag(FLAGS_optimizer) != "sgd") {
+    std::fprintf(stderr, "--optimizer: '%s' is neither adamw nor sgd\n",
+                 absl::GetFlag(FLAGS_optimizer).c_str());
+    return 1;
+  }
   const int kTrainers = absl::GetFlag(FLAGS_trainers);
   const int kRanks = absl::GetFlag(FLAGS_ranks);
   const bool replicated = absl::GetFlag(FLAGS_replicated);
@@ -374,6 +382,7 @@ int Run() {
     }));
   }
   for (int step = 1; step <= absl::GetFlag(FLAGS_steps); ++step) {
+    absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_think_ms)));
     recorder->Take();
     const absl::Time start = absl::Now();
     for (auto& trainer : trainer_threads) trainer->Start(step);
@@ -432,9 +441,10 @@ int Run() {
         "the steps' overlaps %.2f)\n",
         measured, total_wall / n, total_wall / total_sum, total_overlap / n);
   }
-  // Memory: what the sessions hold (fp32 masters on every rank, AdamW state and one gradient
-  // buffer per owned parameter) and the bench's own buffers (the one fp32 gradient every trainer
-  // sends from, trainer 0's returned parameters, the ranks' reply snapshot), against peak RSS.
+  // Memory: what the sessions hold (fp32 masters on every rank, or under OWNERS the owned ones,
+  // the optimizer's state and one gradient buffer per owned parameter) and the bench's own
+  // buffers (the one gradient every trainer sends from, trainer 0's returned parameters, the
+  // ranks' reply snapshots), against peak RSS.
   // Per step and rank: the all-gather's bytes each way (REPLICATED: the other rank's masters)
   // and the parameters it sends trainer 0 (its own, under either storage).
   const int64_t element_out = fp32 ? 4 : 2;

@@ -182,15 +182,17 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   if (options_.shadow != nullptr) {
     absl::Status shipped = ShipGradients(pending.step);
     if (!shipped.ok()) return LostPeer(pending.step, std::move(shipped));
-    // The predecessor's gradients are here: the shadow takes them once this resolution ended,
-    // however it ends (StepPendingShadow), while the next step's gradients come in.
-    pending_shadow_ = PendingShadow{pending.step, schedule, clip_scale};
   }
   const StreamingSnapshots streaming = StreamEarly(outcome, pending.step);
   std::vector<int> last_ids;
   bool peer_lost = false;
   absl::Status applied =
       ApplyStep(pending.step, schedule, clip_scale, started, streaming, &last_ids, &peer_lost);
+  // The predecessor's gradients are here: the shadow takes them once this resolution ended
+  // (StepPendingShadow), while the next step's gradients come in; not when this rank broke.
+  if (options_.shadow != nullptr && (applied.ok() || peer_lost)) {
+    pending_shadow_ = PendingShadow{pending.step, schedule, clip_scale};
+  }
   if (!applied.ok()) {
     for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
     // A peer lost in the all-gather: the step is redone once the group heals, if it can.
@@ -425,11 +427,14 @@ void StepCoordinator::StepPendingShadow() {
   const PendingShadow pending = *std::move(pending_shadow_);
   pending_shadow_.reset();
   const absl::Status stepped = UpdateShadow(pending.step, pending.schedule, pending.clip_scale);
-  if (!stepped.ok()) {
-    LOG(WARNING) << "session " << options_.session_id << " rank " << replica_->rank()
-                 << ": the shadow of rank " << options_.shadow->owner() << " missed step "
-                 << pending.step << ": " << stepped;
-  }
+  if (stepped.ok()) return;
+  // UNAVAILABLE: the session's device work was cancelled, it closes; nothing is lost with it.
+  if (absl::IsUnavailable(stepped)) return;
+  // The rank's state has no second copy until a state import refreshes the shadow: a heal that
+  // needs it is refused (ShadowState::CheckUsable), and the group restarts instead.
+  LOG(ERROR) << "event=shadow_update_failed session=" << options_.session_id
+             << " rank=" << replica_->rank() << " owner=" << options_.shadow->owner()
+             << " step=" << pending.step << " error=\"" << stepped.message() << "\"";
 }
 
 absl::Status StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& schedule,

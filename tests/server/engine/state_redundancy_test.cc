@@ -267,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(Storage, InitialValuesTest,
 // OWNERS storage on 4 ranks: rank 2 fails the shipping of the gradients around the ring, so its
 // neighbours (1, 3) fail theirs, while rank 0, which exchanges with 1 and 3 only, steps on. With
 // no all-gather after the ring, rank 0 would end step 2 alone and the redone step would wait for
-// it in vain; the barrier after the shadows' update interrupts it with the others instead, and
+// it in vain; the barrier after the ranks' own update interrupts it with the others instead, and
 // the step redone on every rank ends as an undisturbed run.
 TEST(StateRedundancyTest, UnderOwnersStorageALossInTheRingInterruptsTheStepOnEveryRank) {
   SessionConfig config = ConfigOf("adamw");

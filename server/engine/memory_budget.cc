@@ -62,7 +62,22 @@ MemoryLimit ResolveMemoryBudget(int64_t configured, int64_t device_capacity) {
   return limit;
 }
 
-void ReturnFreedMemoryToSystem() { malloc_trim(0); }
+// Under ASan and TSan the sanitizer's allocator serves malloc, and glibc's own arenas may never
+// have been set up: trimming them then reads a null arena (a SEGV in malloc_trim, or a broken
+// arena count when a thread exits). There is nothing of glibc's to give back either.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define OPTSTEP_SANITIZER_ALLOCATOR 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define OPTSTEP_SANITIZER_ALLOCATOR 1
+#endif
+#endif
+
+void ReturnFreedMemoryToSystem() {
+#ifndef OPTSTEP_SANITIZER_ALLOCATOR
+  malloc_trim(0);
+#endif
+}
 
 absl::StatusOr<int64_t> ParseByteCount(absl::string_view flag, absl::string_view text) {
   absl::string_view digits = absl::StripAsciiWhitespace(text);

@@ -293,6 +293,7 @@ int Run() {
   // every parameter; REPLICATED: every trainer sends all of it (the same bytes).
   const bool bf16_gradients = absl::GetFlag(FLAGS_bf16_gradients);
   const int64_t element_in = bf16_gradients ? 2 : 4;
+  const int64_t element_out = absl::GetFlag(FLAGS_fp32_return) ? 4 : 2;
   std::vector<uint8_t> gradient(numel * element_in);
   for (int64_t i = 0; i < numel; ++i) {
     const float value = 1e-4f * static_cast<float>(i % 2001 - 1000);
@@ -356,11 +357,10 @@ int Run() {
   std::vector<uint8_t> returned_params;
   ParamDestinations destinations;
   if (absl::GetFlag(FLAGS_destinations)) {
-    const int64_t element = fp32 ? 4 : 2;
-    returned_params.resize(numel * element);
+    returned_params.resize(numel * element_out);
     int64_t offset = 0;
     for (size_t p = 0; p < params.size(); ++p) {
-      const int64_t bytes = params[p].numel() * element;
+      const int64_t bytes = params[p].numel() * element_out;
       destinations[static_cast<uint32_t>(p)] =
           absl::Span<uint8_t>(returned_params.data() + offset, bytes);
       offset += bytes;
@@ -447,7 +447,6 @@ int Run() {
   // ranks' reply snapshots), against peak RSS.
   // Per step and rank: the all-gather's bytes each way (REPLICATED: the other rank's masters)
   // and the parameters it sends trainer 0 (its own, under either storage).
-  const int64_t element_out = fp32 ? 4 : 2;
   int64_t session_bytes = 0;
   std::string json_ranks;  // --json: each rank's owned elements and held bytes
   for (int r = 0; r < kRanks; ++r) {

@@ -388,8 +388,6 @@ bool Session::StartResolutionLocked(ResolutionKind kind) {
   coordinator_->Post([self = shared_from_this(), kind] {
     self->coordinator_->Resolve(kind);
     self->gate_.Finish();
-    // In the same task, so that nothing posted meanwhile reads the shadow before it.
-    self->coordinator_->StepPendingShadow();
   });
   return true;
 }

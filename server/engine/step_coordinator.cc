@@ -122,6 +122,12 @@ absl::Status StepCoordinator::OnDeviceSliced(absl::string_view what, int count,
 }
 
 void StepCoordinator::Resolve(ResolutionKind kind) {
+  ResolveStep(kind);
+  // In the same task: nothing posted meanwhile reads the shadow before its update.
+  StepPendingShadow();
+}
+
+void StepCoordinator::ResolveStep(ResolutionKind kind) {
   const bool abort = kind == ResolutionKind::kAbort;
   const StepLedger::Pending pending = ledger_->BeginResolution();
   const std::string& id = options_.session_id;

@@ -156,15 +156,10 @@ class StepCoordinator {
   // UNAVAILABLE): a resolution that runs ends at its next slice. For Session::Close; any thread.
   void CancelDeviceWork() { device_queue_.Close(); }
   // Resolves the pending step: with kApply, averages, checks, agrees with the other ranks,
-  // clips, steps and all-gathers; with kAbort, votes to abort it. Tells every waiter.
+  // clips, steps and all-gathers; with kAbort, votes to abort it. Tells every waiter. Then,
+  // with state redundancy, steps the shadow (StepPendingShadow), once the trainers have the step.
   // REQUIRES: on the coordinator.
   void Resolve(ResolutionKind kind);
-  // State redundancy: steps the shadow with the predecessor's gradients that the last Resolve
-  // received (however it ended), if it received any. Call it right after Resolve in the same
-  // coordinator task: off the step's path (the trainers have the step), yet before any later task
-  // reads the shadow (an export for a heal) or ships the next step's gradients into it. A failure
-  // leaves the shadow unusable (logged). REQUIRES: on the coordinator.
-  void StepPendingShadow();
 
  private:
   // The ranks' common decision after the local statistics.
@@ -205,6 +200,13 @@ class StepCoordinator {
   absl::Status ApplyStep(uint64_t step, const StepSchedule& schedule, double clip_scale,
                          absl::Time started, const StreamingSnapshots& streaming,
                          std::vector<int>* last_ids, bool* peer_lost);
+  // Resolve's step: everything but the shadow's update, which it leaves in pending_shadow_.
+  void ResolveStep(ResolutionKind kind);
+  // State redundancy: steps the shadow with the predecessor's gradients that ResolveStep
+  // received (however it ended), if it received any: off the step's path (the trainers have the
+  // step), yet in the same task, before any later task reads the shadow (an export for a heal)
+  // or ships the next step's gradients into it. A failure leaves the shadow unusable (logged).
+  void StepPendingShadow();
   // Ships this rank's owned gradients to its buddy and receives its predecessor's into the
   // shadow (Communicator::RingShift). UNAVAILABLE when a peer is lost.
   absl::Status ShipGradients(uint64_t step);

@@ -8,17 +8,13 @@
 //
 // How a step keeps it current (StepCoordinator::Resolve): once the ranks agreed, each rank ships
 // its owned gradients (mean, before clipping) around the ring (Communicator::RingShift) into the
-// shadow's gradient buffers, steps its own parameters, and all-gathers (REPLICATED storage) or
-// meets every rank at a barrier (OWNERS storage, which gathers nothing). A trainer learns a step
-// only after that collective, which no rank finishes before every rank entered it: so once any
-// trainer saw step k, every buddy holds step k's gradients. It steps the shadow with them (the
-// same code, owned_update.h, and the same agreed clip scale and schedule) right after the step's
-// resolution, in the same task of the session's coordinator (StepCoordinator::StepPendingShadow):
-// after the trainers have the step, while the next step's gradients come in, and before anything
-// the coordinator runs later: the next ring shift, which overwrites the gradients, or an export
-// for a heal, which so always sees step k. Step 1 first ships each rank's owned masters into its
-// buddy's shadow the same way: the initial values reach only the replicas (under OWNERS only the
-// owner's).
+// shadow's gradient buffers, steps its own parameters, then steps the shadow with the same code
+// (owned_update.h) and the same agreed clip scale and schedule, and only then all-gathers
+// (REPLICATED storage) or meets every rank at a barrier (OWNERS storage, which gathers nothing).
+// A trainer learns a step only after that collective, which no rank finishes before every rank
+// entered it: so once any trainer saw step k, every shadow reflects step k. Step 1 first ships
+// each rank's owned masters into its buddy's shadow the same way: the initial values reach only
+// the replicas (under OWNERS only the owner's).
 //
 // Interface for the heal (the restarted rank r, its buddy b = r + 1 and predecessor p = r - 1):
 //   on b:  Session::ExportShadow        r's owned masters, state, group counters; meta/step is

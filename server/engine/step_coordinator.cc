@@ -122,12 +122,6 @@ absl::Status StepCoordinator::OnDeviceSliced(absl::string_view what, int count,
 }
 
 void StepCoordinator::Resolve(ResolutionKind kind) {
-  ResolveStep(kind);
-  // In the same task: nothing posted meanwhile reads the shadow before its update.
-  StepPendingShadow();
-}
-
-void StepCoordinator::ResolveStep(ResolutionKind kind) {
   const bool abort = kind == ResolutionKind::kAbort;
   const StepLedger::Pending pending = ledger_->BeginResolution();
   const std::string& id = options_.session_id;
@@ -194,11 +188,6 @@ void StepCoordinator::ResolveStep(ResolutionKind kind) {
   bool peer_lost = false;
   absl::Status applied =
       ApplyStep(pending.step, schedule, clip_scale, started, streaming, &last_ids, &peer_lost);
-  // The predecessor's gradients are here: the shadow takes them once this resolution ended
-  // (StepPendingShadow), while the next step's gradients come in; not when this rank broke.
-  if (options_.shadow != nullptr && (applied.ok() || peer_lost)) {
-    pending_shadow_ = PendingShadow{pending.step, schedule, clip_scale};
-  }
   if (!applied.ok()) {
     for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
     // A peer lost in the all-gather: the step is redone once the group heals, if it can.
@@ -356,6 +345,10 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
         OnDevice([&] { return PublishParams(bucket, streaming, /*mark=*/false); },
                  absl::StrCat("step ", step, " parameters out")));
   }
+  // The buddy's copy is current before any rank can finish the all-gather.
+  if (options_.shadow != nullptr) {
+    OPTSTEP_RETURN_IF_ERROR(UpdateShadow(step, schedule, clip_scale));
+  }
   const absl::Time gather_started = absl::Now();
   options_.observer->OnPhase(StepObserver::Phase::kStep, gather_started - started);
   // 6. REPLICATED storage: every rank gets every updated parameter, each rank's block of the
@@ -366,8 +359,7 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
     // Without the all-gather the ring shift was the last collective, between neighbours only: a
     // rank whose neighbours live could finish a step that the lost rank's neighbours are
     // interrupted in, and the redone step would then wait for it in vain. No rank passes the
-    // barrier before every rank holds its predecessor's gradients: all finish the step, or none
-    // does.
+    // barrier before every rank stepped its shadow: all finish the step, or none does.
     absl::Status met = comm_->Barrier();
     if (!met.ok()) {
       *peer_lost = true;
@@ -426,21 +418,6 @@ absl::Status StepCoordinator::SeedShadowMasters() {
                                              " lost a peer shipping its initial masters to its "
                                              "buddy: ",
                                              shifted.message()));
-}
-
-void StepCoordinator::StepPendingShadow() {
-  if (!pending_shadow_.has_value()) return;
-  const PendingShadow pending = *std::move(pending_shadow_);
-  pending_shadow_.reset();
-  const absl::Status stepped = UpdateShadow(pending.step, pending.schedule, pending.clip_scale);
-  if (stepped.ok()) return;
-  // UNAVAILABLE: the session's device work was cancelled, it closes; nothing is lost with it.
-  if (absl::IsUnavailable(stepped)) return;
-  // The rank's state has no second copy until a state import refreshes the shadow: a heal that
-  // needs it is refused (ShadowState::CheckUsable), and the group restarts instead.
-  LOG(ERROR) << "event=shadow_update_failed session=" << options_.session_id
-             << " rank=" << replica_->rank() << " owner=" << options_.shadow->owner()
-             << " step=" << pending.step << " error=\"" << stepped.message() << "\"";
 }
 
 absl::Status StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& schedule,

@@ -156,8 +156,7 @@ class StepCoordinator {
   // UNAVAILABLE): a resolution that runs ends at its next slice. For Session::Close; any thread.
   void CancelDeviceWork() { device_queue_.Close(); }
   // Resolves the pending step: with kApply, averages, checks, agrees with the other ranks,
-  // clips, steps and all-gathers; with kAbort, votes to abort it. Tells every waiter. Then,
-  // with state redundancy, steps the shadow (StepPendingShadow), once the trainers have the step.
+  // clips, steps and all-gathers; with kAbort, votes to abort it. Tells every waiter.
   // REQUIRES: on the coordinator.
   void Resolve(ResolutionKind kind);
 
@@ -195,18 +194,12 @@ class StepCoordinator {
   // rank owns once it is stepped, the others once gathered). The parameters written last are left
   // for FinishStep to mark ready: `*last_ids`. `started`: when Resolve began (the step phase is
   // reported up to the all-gather). A rank whose owned parameters already had this step's update (a
-  // step redone after an interruption) does not apply it again.
+  // step redone after an interruption) does not apply it again. With a shadow, steps it too before
+  // the all-gather.
   // `*peer_lost`: the error is a lost peer's, not the device's.
   absl::Status ApplyStep(uint64_t step, const StepSchedule& schedule, double clip_scale,
                          absl::Time started, const StreamingSnapshots& streaming,
                          std::vector<int>* last_ids, bool* peer_lost);
-  // Resolve's step: everything but the shadow's update, which it leaves in pending_shadow_.
-  void ResolveStep(ResolutionKind kind);
-  // State redundancy: steps the shadow with the predecessor's gradients that ResolveStep
-  // received (however it ended), if it received any: off the step's path (the trainers have the
-  // step), yet in the same task, before any later task reads the shadow (an export for a heal)
-  // or ships the next step's gradients into it. A failure leaves the shadow unusable (logged).
-  void StepPendingShadow();
   // Ships this rank's owned gradients to its buddy and receives its predecessor's into the
   // shadow (Communicator::RingShift). UNAVAILABLE when a peer is lost.
   absl::Status ShipGradients(uint64_t step);
@@ -239,13 +232,6 @@ class StepCoordinator {
   Tensor votes_;  // Agree's all-reduce buffer, in device memory (several ranks only)
   // The storage of the snapshots StreamEarly makes, recycled from step to step.
   SnapshotPool snapshots_;
-  // The shadow's update that StepPendingShadow owes, set once Resolve shipped the gradients.
-  struct PendingShadow {
-    uint64_t step = 0;
-    StepSchedule schedule;
-    double clip_scale = 1.0;
-  };
-  std::optional<PendingShadow> pending_shadow_;
   // Declared last: destroyed (and joined) first, while what its tasks use still exists.
   SerialExecutor executor_;
 };

@@ -267,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(Storage, InitialValuesTest,
 // OWNERS storage on 4 ranks: rank 2 fails the shipping of the gradients around the ring, so its
 // neighbours (1, 3) fail theirs, while rank 0, which exchanges with 1 and 3 only, steps on. With
 // no all-gather after the ring, rank 0 would end step 2 alone and the redone step would wait for
-// it in vain; the barrier after the ranks' own update interrupts it with the others instead, and
+// it in vain; the barrier after the shadows' update interrupts it with the others instead, and
 // the step redone on every rank ends as an undisturbed run.
 TEST(StateRedundancyTest, UnderOwnersStorageALossInTheRingInterruptsTheStepOnEveryRank) {
   SessionConfig config = ConfigOf("adamw");
@@ -372,12 +372,10 @@ TEST(StateRedundancyTest, APullDuringAnInterruptedStepIsNotAnsweredHalfApplied) 
   EXPECT_EQ((*at_two)->step, 2u);
 }
 
-// The shadow's update runs after the step's resolution, in the coordinator task that resolved it.
-// A session closed and released while that task runs (here from the step's own callback) is freed
-// by the task, on the coordinator's thread, as it ends: the update must have run by then, never on
-// the freed session (ASan: the first version queued the update as a task of its own, which the
-// coordinator's thread, detached from the session it freed, then ran on freed memory). The
-// shadow's update finds the session's device work cancelled.
+// A session closed and released while its step's coordinator task runs (here from the step's
+// own callback) is freed by that task, on the coordinator's thread, as it ends: nothing may run on
+// it afterwards (ASan: a version that stepped the shadow in a task of its own, queued behind the
+// step, ran it on freed memory).
 TEST(StateRedundancyTest, ASessionLetGoDuringItsStepOutlivesTheShadowsUpdate) {
   RedundancyGroup group(2, ConfigOf("adamw"));
   group.StepOk(1);

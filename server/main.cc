@@ -92,6 +92,13 @@ ABSL_FLAG(int, state_redundancy, -1,
 ABSL_FLAG(int64_t, rejoin_timeout_ms, 60000,
           "With --state_redundancy=1: how long the other ranks wait for a lost rank to rejoin "
           "before they exit for a restart of the group.");
+ABSL_FLAG(bool, stand_in, true,
+          "With --state_redundancy=1: a rank other than 0 still lost after --rejoin_timeout_ms is "
+          "stood in for by its buddy (the next rank), in the buddy's process, until its own "
+          "process returns; the other ranks wait as long again for that before they exit.");
+ABSL_FLAG(int, stand_in_port, 0,
+          "Port a stand-in this rank runs for its predecessor listens on (--stand_in); 0: any "
+          "free port.");
 ABSL_FLAG(int, kill_before_allgather, 0,
           "Testing only: this rank SIGKILLs itself in its N-th step (of any session), after it "
           "stepped its own parameters and before the all-gather (a rank lost mid-step); 0: never.");
@@ -210,6 +217,8 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.exit_on_peer_loss = absl::GetFlag(FLAGS_exit_on_peer_loss);
   options.state_redundancy = absl::GetFlag(FLAGS_state_redundancy);
   options.rejoin_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_rejoin_timeout_ms));
+  options.stand_ins = absl::GetFlag(FLAGS_stand_in);
+  options.stand_in_port = absl::GetFlag(FLAGS_stand_in_port);
   options.kill_before_allgather = absl::GetFlag(FLAGS_kill_before_allgather);
   options.kill_during_restore = absl::GetFlag(FLAGS_kill_during_restore);
   return options;

@@ -184,8 +184,9 @@ void RankProcess::HandleSignals() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-RankProcess::RankProcess(Options options) : options_(std::move(options)) {
-  if (signal_pipe[0] >= 0 && !signal_pipe_taken.exchange(true)) {
+RankProcess::RankProcess(Options options, bool stand_in)
+    : options_(std::move(options)), is_stand_in_(stand_in) {
+  if (!stand_in && signal_pipe[0] >= 0 && !signal_pipe_taken.exchange(true)) {
     request_pipe_[0] = signal_pipe[0];
     request_pipe_[1] = signal_pipe[1];
   } else if (pipe(request_pipe_) == 0) {
@@ -194,9 +195,14 @@ RankProcess::RankProcess(Options options) : options_(std::move(options)) {
 }
 
 absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(Options options) {
+  return StartProcess(std::move(options), /*stand_in=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::StartProcess(Options options,
+                                                                       bool stand_in) {
   OPTSTEP_RETURN_IF_ERROR(CheckOptions(options));
   if (options.advertise_host.empty()) options.advertise_host = DefaultAdvertiseHost(options.host);
-  std::unique_ptr<RankProcess> process(new RankProcess(std::move(options)));
+  std::unique_ptr<RankProcess> process(new RankProcess(std::move(options), stand_in));
   if (process->request_pipe_[0] < 0) {
     return absl::InternalError(absl::StrCat("cannot create a pipe: errno ", errno));
   }
@@ -236,8 +242,8 @@ absl::Status RankProcess::Launch() {
     store_ = std::make_shared<GrpcKeyValueStore>(target, peer_credentials);
   }
   OPTSTEP_RETURN_IF_ERROR(StartMetrics());
-  std::cout << "listening on " << options_.host << ":" << port_ << " (device "
-            << engine_->device().name() << ", rank " << options_.rank << " of "
+  std::cout << (is_stand_in_ ? "stand-in " : "") << "listening on " << options_.host << ":" << port_
+            << " (device " << engine_->device().name() << ", rank " << options_.rank << " of "
             << options_.world_size
             << (metrics_port_ > 0 ? absl::StrCat(", metrics port ", metrics_port_) : "")
             << (options_.tls.enabled() ? ", tls" : "") << ")" << std::endl;
@@ -323,6 +329,7 @@ absl::Status RankProcess::StartEngine(
   group_options.peer_timeout = options_.peer_timeout;
   group_options.communicators = communicators_.get();
   group_options.heal = heals();
+  group_options.stand_in = is_stand_in_;
   group_options.on_heal_failed = [this](const absl::Status& why) {
     ExitForRestart(absl::StrCat("a restarted rank could not be healed in: ", why.message()));
   };
@@ -384,7 +391,9 @@ std::shared_ptr<GrpcKeyValueStore> RankProcess::store() const {
 void RankProcess::WatchSessionGroups() {
   // Since when a peer has been lost or a session interrupted (and awaited to heal).
   std::optional<absl::Time> unwell_since;
+  bool members_were_well = true;
   while (!shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+    EndStandInOnceReplaced();
     // A session whose collectives failed has lost its group even while the heartbeats still pass;
     // one only interrupted by a lost peer (state redundancy) is healed with the rank, its step
     // redone.
@@ -402,11 +411,29 @@ void RankProcess::WatchSessionGroups() {
     const absl::Status members = group_->MembersStatus();
     if (members.ok() && interrupted.empty()) {
       unwell_since.reset();
+      if (stand_in_ == nullptr) stand_in_started_ = false;
+      members_were_well = true;
       continue;
     }
-    if (!unwell_since.has_value()) unwell_since = absl::Now();
+    // Once the lost rank healed in (its own process or a stand-in), the trainers get a rejoin
+    // timeout of their own to redo the step it interrupted.
+    if (!unwell_since.has_value() || (members.ok() && !members_were_well)) {
+      unwell_since = absl::Now();
+    }
+    members_were_well = members.ok();
     if (group_->lost_peers() > 1) return ExitForRestart("two ranks lost");
-    if (absl::Now() - *unwell_since > options_.rejoin_timeout) {
+    const absl::Duration waited = absl::Now() - *unwell_since;
+    const int lost = LostPeer();
+    if (waited > options_.rejoin_timeout && lost >= 0 && StoodInWhenLost(lost) &&
+        waited <= 2 * options_.rejoin_timeout) {
+      // Its own process did not return: its buddy stands in for it, the others wait for that.
+      if (lost == (options_.rank + options_.world_size - 1) % options_.world_size &&
+          !stand_in_started_) {
+        StartStandIn(lost);
+      }
+      continue;
+    }
+    if (waited > options_.rejoin_timeout) {
       return ExitForRestart(absl::StrCat(members.ok() ? interrupted : members.message(),
                                          "; the group did not heal within ",
                                          absl::FormatDuration(options_.rejoin_timeout)));
@@ -415,6 +442,11 @@ void RankProcess::WatchSessionGroups() {
 }
 
 void RankProcess::ExitForRestart(const std::string& why, bool even_without_flag) {
+  if (is_stand_in_) {
+    // Its buddy's process ends the group's wait (WatchSessionGroups), not the stand-in.
+    LOG(ERROR) << "event=stand_in_failed rank=" << options_.rank << " why=\"" << why << "\"";
+    return;
+  }
   static std::atomic<bool> exiting{false};
   if (!(options_.exit_on_peer_loss || even_without_flag) || exiting.exchange(true)) return;
   std::thread([why, grace = options_.peer_loss_exit_grace] {
@@ -453,7 +485,7 @@ void RankProcess::AwaitShutdownRequest() {
   // A rank that shuts down judges its peers no more (they may be shutting down too) and tells
   // them it leaves on purpose, before its server stops answering their heartbeats.
   shutdown_requested_.Notify();
-  group_->Leave();
+  group_->Leave(/*announce=*/announce_leave_.load());
   if (auto_checkpointer_ != nullptr) auto_checkpointer_->Stop();
   server_->Shutdown(absl::Now() + options_.shutdown_grace);
   if (options_.rank == 0) SaveOnShutdown();
@@ -488,6 +520,8 @@ void RankProcess::WaitForShutdown() {
 }
 
 void RankProcess::Stop() {
+  stand_in_.reset();  // shuts it down and waits
+  stand_in_budget_.Release();
   server_.reset();
   if (metrics_ != nullptr) metrics_->StopServing();
   auto_checkpointer_.reset();

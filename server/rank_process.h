@@ -1,6 +1,7 @@
 #ifndef OPTSTEP_SERVER_RANK_PROCESS_H_
 #define OPTSTEP_SERVER_RANK_PROCESS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,8 +33,10 @@ namespace optstep {
 //   auto process = RankProcess::Start(options);   // serving; joins the group in the background
 //   (*process)->WaitForShutdown();                // SIGTERM, SIGINT or AdminService.Shutdown
 //
-// A rank that loses a peer exits with kPeerLossExitCode (docs/deploy.md, "Failure handling");
-// rank 0 restores the sessions of its automatic checkpoints before it serves.
+// A rank that loses a peer exits with kPeerLossExitCode (docs/deploy.md, "Failure handling")
+// unless the group heals it: a restarted rank rejoins, and a rank other than 0 that does not
+// return is stood in for by its buddy, in the buddy's process (rank_process_stand_in.cc); rank 0
+// restores the sessions of its automatic checkpoints before it serves.
 //
 // Shutdown: health turns NOT_SERVING, running calls get `shutdown_grace` to finish, then (rank 0,
 // with `checkpoint_on_shutdown`) every session is saved, and the engine stops.
@@ -113,6 +116,13 @@ class RankProcess {
     // several ranks.
     int state_redundancy = -1;
     absl::Duration rejoin_timeout = absl::Seconds(60);
+    // With state redundancy: a rank other than 0 still lost after `rejoin_timeout` is stood in
+    // for by its buddy (rank + 1), in the buddy's process, until its own process rejoins
+    // (docs/deploy.md, "A rank that does not return"); every survivor then waits another
+    // `rejoin_timeout` for the stand-in's heal before it exits. The stand-in listens on
+    // `stand_in_port` (0: any free port).
+    bool stand_ins = true;
+    int stand_in_port = 0;
     // Testing only (a rank lost while a step runs): this rank SIGKILLs itself once it has
     // stepped its own parameters (and its shadow) in its `kill_before_allgather`-th step of
     // any session, before that step's all-gather. 0: never.
@@ -153,7 +163,9 @@ class RankProcess {
   void WaitForShutdown();
 
  private:
-  explicit RankProcess(Options options);
+  // `stand_in`: a stand-in for a lost rank, in its buddy's process (StartStandIn).
+  RankProcess(Options options, bool stand_in);
+  static absl::StatusOr<std::unique_ptr<RankProcess>> StartProcess(Options options, bool stand_in);
 
   // Everything Start does once the object exists.
   absl::Status Launch();
@@ -167,7 +179,11 @@ class RankProcess {
   // Until the shutdown request: exits for a restart (ExitForRestart) once a session's
   // collectives failed (a broken session; with a heal, one interrupted by a lost peer waits for
   // the heal), two peers are lost, or a lost peer or an interrupted session has not healed within
-  // `rejoin_timeout` (the join thread, `exit_on_peer_loss` with several ranks).
+  // `rejoin_timeout` (an interrupted step gets another one once the peer healed in). With stand-ins
+  // a rank other than 0 lost that long is stood in for by its buddy (StartStandIn) and the
+  // survivors wait as long again; the buddy stops the stand-in once the rank's own process is
+  // back (EndStandInOnceReplaced). The join thread, several ranks, `exit_on_peer_loss` or
+  // stand-ins.
   void WatchSessionGroups();
   // A restarted rank > 0 whose group runs: asks rank 0 to heal it in. False when it could not
   // (it exits for a restart).
@@ -185,6 +201,20 @@ class RankProcess {
   bool AwaitsRejoin(int rank) const;
   // Whether this group heals a restarted rank (`state_redundancy` resolved).
   bool heals() const;
+
+  // ---- Standing in for a lost rank (rank_process_stand_in.cc) ----
+
+  // Whether lost rank `rank` (the only one lost) is stood in for once `rejoin_timeout` passed.
+  bool StoodInWhenLost(int rank) const;
+  // The only lost peer, or -1.
+  int LostPeer() const;
+  // This rank, buddy of lost rank `rank`: starts a stand-in for it in this process, with the
+  // free part of this rank's memory budget, which heals itself into the group as a restarted
+  // rank does. A failure is logged (the survivors' wait then ends in a restart of the group).
+  void StartStandIn(int rank);
+  // Once the stood-in rank's own process has rejoined (the group knows it at another address
+  // than the stand-in's), stops the stand-in without telling the peers, and frees its budget.
+  void EndStandInOnceReplaced();
   // `exit_on_peer_loss` (or `even_without_flag`): the process exits with kPeerLossExitCode after
   // the grace. Once.
   void ExitForRestart(const std::string& why, bool even_without_flag = false);
@@ -224,6 +254,19 @@ class RankProcess {
   std::thread join_thread_;
   std::thread shutdown_thread_;
   std::thread publish_thread_;  // ranks other than 0 of a group that heals
+
+  // This process is a stand-in (in its buddy's process): it never ends the process, takes no
+  // signal, serves no /metrics, and leaves without telling its peers when its rank's own process
+  // took its place (`announce_leave_` false).
+  const bool is_stand_in_ = false;
+  std::atomic<bool> announce_leave_{true};
+  // The stand-in this rank runs for its predecessor, its address and the budget it took, and
+  // whether one was started since the predecessor was lost. Touched by the join thread (the
+  // watch loop), then by Stop once it ended.
+  std::unique_ptr<RankProcess> stand_in_;
+  std::string stand_in_address_;
+  MemoryBudget::Reservation stand_in_budget_;
+  bool stand_in_started_ = false;
 
   absl::Mutex wait_mu_;
   bool stopped_ ABSL_GUARDED_BY(wait_mu_) = false;

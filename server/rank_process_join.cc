@@ -136,7 +136,10 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
   }
   LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
   server_->SetReady(true);
-  if (options_.world_size > 1 && options_.exit_on_peer_loss) WatchSessionGroups();
+  if (options_.world_size > 1 && !is_stand_in_ &&
+      (options_.exit_on_peer_loss || (heals() && options_.stand_ins))) {
+    WatchSessionGroups();
+  }
 }
 
 }  // namespace optstep

@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "client/cpp/channel_options.h"
@@ -58,15 +59,16 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   const grpc::ChannelArguments args = client_internal::MakeChannelArguments(options);
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                            client_internal::MakeChannelCredentials(options));
-  std::vector<std::unique_ptr<Rank>> ranks;
-  for (const std::string& target : targets) {
+  RankOpener open_rank = [credentials, args](const std::string& target) {
     auto rank = std::make_unique<Rank>();
     rank->target = target;
     rank->channel = grpc::CreateCustomChannel(target, credentials, args);
     rank->service = v1::OptimizerService::NewStub(rank->channel);
     rank->health = grpc::health::v1::Health::NewStub(rank->channel);
-    ranks.push_back(std::move(rank));
-  }
+    return rank;
+  };
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (const std::string& target : targets) ranks.push_back(open_rank(target));
   if (options.connect_timeout > absl::ZeroDuration()) {
     const absl::Time deadline = absl::Now() + options.connect_timeout;
     for (size_t r = 0; r < ranks.size(); ++r) {
@@ -77,13 +79,44 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
       }
     }
   }
-  return std::unique_ptr<Client>(new Client(options, std::move(ranks)));
+  return std::unique_ptr<Client>(new Client(options, std::move(ranks), std::move(open_rank)));
 }
 
-Client::Client(ClientOptions options, std::vector<std::unique_ptr<Rank>> ranks)
+Client::Client(ClientOptions options, std::vector<std::unique_ptr<Rank>> ranks,
+               RankOpener open_rank)
     : options_(std::move(options)),
       ranks_(std::move(ranks)),
+      open_rank_(std::move(open_rank)),
       recovery_(options_.recovery_timeout) {}
+
+std::shared_ptr<grpc::Channel> Client::ChannelOf(size_t rank) {
+  absl::MutexLock lock(&mu_);
+  auto it = stand_ins_.find(static_cast<uint32_t>(rank));
+  return it != stand_ins_.end() ? it->second->channel : ranks_[rank]->channel;
+}
+
+void Client::FollowStandIns(const v1::SessionInfo& info) {
+  const v1::Layout& layout = info.layout();
+  absl::flat_hash_map<uint32_t, std::string> told;
+  for (uint32_t rank : layout.stood_in_ranks()) {
+    if (rank > 0 && rank < ranks_.size() &&
+        rank < static_cast<uint32_t>(layout.rank_targets_size())) {
+      told[rank] = layout.rank_targets(static_cast<int>(rank));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (auto it = stand_ins_.begin(); it != stand_ins_.end();) {
+    auto now = told.find(it->first);
+    if (now == told.end() || now->second != it->second->target) {
+      stand_ins_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [rank, target] : told) {
+    if (!stand_ins_.contains(rank)) stand_ins_[rank] = open_rank_(target);
+  }
+}
 
 Client::~Client() = default;
 
@@ -148,7 +181,7 @@ absl::Status Client::Shutdown(int rank, absl::string_view reason) {
   request.set_reason(std::string(reason));
   v1::ShutdownResponse response;
   return FromGrpcStatus(
-      v1::AdminService::NewStub(ranks_[rank]->channel)->Shutdown(&context, request, &response));
+      v1::AdminService::NewStub(ChannelOf(rank))->Shutdown(&context, request, &response));
 }
 
 absl::Status Client::CloseSession(absl::string_view session_id) {
@@ -166,6 +199,7 @@ absl::Status Client::CloseSession(absl::string_view session_id) {
 
 absl::StatusOr<Client::LayoutPtr> Client::Remember(const v1::SessionInfo& info) {
   OPTSTEP_ASSIGN_OR_RETURN(SessionLayout layout, SessionLayout::FromSessionInfo(info));
+  FollowStandIns(info);
   auto shared = std::make_shared<const SessionLayout>(std::move(layout));
   absl::MutexLock lock(&mu_);
   layouts_[info.session_id()] = shared;
@@ -212,7 +246,8 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
     grpc::ClientContext context;
     Prepare(context, options_.stream_timeout, options_.wait_for_ready);
     v1::InitParametersResponse response;
-    auto writer = ranks_[rank]->service->InitParameters(&context, &response);
+    auto writer =
+        v1::OptimizerService::NewStub(ChannelOf(rank))->InitParameters(&context, &response);
     v1::InitParametersRequest request;
     request.set_session_id(std::string(session_id));
     v1::TensorChunk* chunk = request.mutable_values();
@@ -276,7 +311,8 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
   for (size_t i = 0; i < ranks.size(); ++i) {
     grpc::ClientContext context;
     Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-    auto reader = ranks_[ranks[i]]->service->PullParameters(&context, request);
+    auto reader =
+        v1::OptimizerService::NewStub(ChannelOf(ranks[i]))->PullParameters(&context, request);
     absl::Status error;
     v1::PullParametersResponse response;
     for (bool first = true; reader->Read(&response); first = false) {
@@ -398,8 +434,8 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
   auto arrivals = std::make_shared<client_internal::Arrivals>();
   std::vector<std::unique_ptr<StepCall>> calls;
   for (uint32_t r = 0; r < world_size; ++r) {
-    calls.push_back(std::make_unique<StepCall>(ranks_[r]->channel, deadline,
-                                               options_.wait_for_ready, arrivals));
+    calls.push_back(
+        std::make_unique<StepCall>(ChannelOf(r), deadline, options_.wait_for_ready, arrivals));
     header.set_skip_return(options.skip_return || !layout->ReturnsFrom(r, options.trainer_id));
     // A stream that broke while sending reports its status from ReceiveAvailable().
     calls.back()->Open(header);

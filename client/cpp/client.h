@@ -38,6 +38,10 @@
 #include "optstep/v1/optimizer_service.pb.h"
 #include "optstep/v1/session.pb.h"
 
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
 namespace optstep {
 namespace client_internal {
 class SessionLayout;
@@ -179,7 +183,15 @@ class Client final {
   struct Rank;  // channel and stubs of one rank (client.cc)
   using LayoutPtr = std::shared_ptr<const client_internal::SessionLayout>;
 
-  Client(ClientOptions options, std::vector<std::unique_ptr<Rank>> ranks);
+  // Opens a channel to a target, and its stubs, with the client's credentials and arguments.
+  using RankOpener = std::function<std::unique_ptr<Rank>(const std::string& target)>;
+
+  Client(ClientOptions options, std::vector<std::unique_ptr<Rank>> ranks, RankOpener open_rank);
+  // The channel that reaches rank `rank` now: its stand-in's while the group says one stands in
+  // for it (SessionInfo.layout.stood_in_ranks), else the one of ClientOptions.
+  std::shared_ptr<grpc::Channel> ChannelOf(size_t rank);
+  // Follows `info`'s stand-ins: opens a channel to each new one, drops those of ranks back.
+  void FollowStandIns(const v1::SessionInfo& info);
 
   // The cached layout of `session_id`, fetched with GetSession on first use.
   absl::StatusOr<LayoutPtr> Layout(absl::string_view session_id);
@@ -201,10 +213,14 @@ class Client final {
 
   const ClientOptions options_;
   const std::vector<std::unique_ptr<Rank>> ranks_;
+  const RankOpener open_rank_;
   client_internal::StepRecovery recovery_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, LayoutPtr> layouts_ ABSL_GUARDED_BY(mu_);
+  // The stand-ins the group last told of, by rank (docs/deploy.md, "A rank that does not
+  // return"); a rank's own process back, its entry goes.
+  absl::flat_hash_map<uint32_t, std::shared_ptr<Rank>> stand_ins_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

@@ -37,6 +37,7 @@ class SessionAdmission {
   absl::Status Check(const SessionConfig& config, const Layout& layout, absl::string_view id);
 
   const MemoryBudget& budget() const { return budget_; }
+  MemoryBudget& budget() { return budget_; }
 
  private:
   const int64_t max_session_bytes_;

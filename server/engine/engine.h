@@ -101,6 +101,12 @@ class Engine {
   absl::Status CheckAdmission(const SessionConfig& config);
   // The rank's memory budget and what it has admitted.
   const MemoryBudget& memory_budget() const { return admission_->budget(); }
+  // Takes `bytes` of the rank's budget for something other than a session (a stand-in for a lost
+  // rank run in this process), as MemoryBudget::TryReserve.
+  absl::StatusOr<MemoryBudget::Reservation> ReserveMemory(int64_t bytes, absl::string_view asker,
+                                                          absl::string_view detail) {
+    return admission_->budget().TryReserve(bytes, asker, detail);
+  }
 
   // False once a session lost its group (a peer rank died), or while the device worker is
   // stalled (a task has run longer than options().device_watchdog): the rank should stop

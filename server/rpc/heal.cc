@@ -231,7 +231,7 @@ absl::StatusOr<std::vector<v1::CreateReplicaRequest>> SessionsOfSurvivors(RankGr
 }  // namespace
 
 absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int rank,
-                                          const std::string& address) {
+                                          const std::string& address, bool stand_in) {
   if (group->rank() != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank 0 heals the group; this is rank ", group->rank()));
@@ -248,14 +248,22 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int 
         "rank ", rank, " is not a rank that can rejoin a group of ", group->world_size()));
   }
   absl::MutexLock heal_lock(&group->heal_mu());
+  // A stand-in takes the place of a lost rank only: the rank's own process may have returned
+  // while the stand-in started.
+  if (stand_in && !group->peer_failed(rank)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a stand-in for rank ", rank, " cannot rejoin: the rank is not lost (it returned)"));
+  }
   // The rank rejoining may be counted lost (or not yet): any other lost peer means two are lost.
   if (group->lost_peers(/*except=*/rank) > 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", rank, " cannot rejoin: another rank is lost too (",
                      group->MembersStatus().message(), "); the group restarts as a whole"));
   }
-  return RunHeal(engine, group, rank, address, group->generation() + 1,
-                 [engine] { return DescribeAll(engine); });
+  absl::StatusOr<uint64_t> healed = RunHeal(engine, group, rank, address, group->generation() + 1,
+                                            [engine] { return DescribeAll(engine); });
+  if (healed.ok()) group->SetStoodIn(rank, stand_in);
+  return healed;
 }
 
 absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* group) {
@@ -291,6 +299,7 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
   OPTSTEP_ASSIGN_OR_RETURN(uint64_t healed,
                            RunHeal(engine, group, 0, group->addresses()[0], generation + 1,
                                    [group] { return SessionsOfSurvivors(group); }));
+  for (int r = 1; r < world_size; ++r) group->SetStoodIn(r, answers[r].stand_in());
   return std::optional<uint64_t>(healed);
 }
 
@@ -330,6 +339,7 @@ absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const Rank
   v1::ListReplicasResponse response;
   response.set_awaits_rank_zero(group.AwaitsRankZero());
   response.set_generation(group.generation());
+  response.set_stand_in(group.options().stand_in);
   if (!request.session_id().empty()) {
     OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
                              engine->GetSession(request.session_id()));
@@ -421,6 +431,7 @@ absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& addr
   v1::RejoinRequest request;
   request.set_rank(group->rank());
   request.set_address(address);
+  request.set_stand_in(group->options().stand_in);
   v1::RejoinResponse response;
   grpc::ClientContext context;
   context.set_wait_for_ready(true);

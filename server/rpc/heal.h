@@ -52,8 +52,10 @@ inline constexpr char kGroupFormedKey[] = "optstep/group/formed";
 // Answers the new generation. FAILED_PRECONDITION on other ranks, when the group does not heal
 // (--state_redundancy=0), when another peer is lost too, or when a session cannot be healed;
 // the peers' errors name the rank. Blocks; one heal at a time.
+// A `stand_in` for the rank (RejoinRequest.stand_in) is recorded as such (RankGroup::SetStoodIn)
+// once healed in, the rank's own process as not.
 absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int rank,
-                                          const std::string& address);
+                                          const std::string& address, bool stand_in = false);
 
 // Rank 0 of a group that heals, once joined (every peer's address known), before it restores or
 // creates anything: asks every other rank whether it survived the loss of rank 0's earlier
@@ -104,8 +106,9 @@ HealFetch PeerFetch(RankGroup* group);
 // interrupted step redone.
 void ResumeSessions(Engine* engine);
 
-// Rank r > 0, restarted: asks rank 0 (`group`'s peer 0) to heal it into the group, waiting up to
-// `timeout`. Answers the generation joined.
+// Rank r > 0, restarted (or a stand-in for it, RankGroupOptions::stand_in): asks rank 0
+// (`group`'s peer 0) to heal it into the group, waiting up to `timeout`. Answers the generation
+// joined.
 absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& address,
                                        absl::Duration timeout);
 

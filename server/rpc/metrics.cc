@@ -133,6 +133,13 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                      .Help("Peer ranks found lost: no heartbeat answered for --peer_timeout_ms.")
                      .Register(*registry_)
                      .Add({});
+  stand_ins_ = &prometheus::BuildGauge()
+                    .Name("optstep_stand_ins")
+                    .Help(
+                        "Stand-ins this rank runs in its process for lost ranks that did not "
+                        "return within --rejoin_timeout_ms.")
+                    .Register(*registry_)
+                    .Add({});
   sessions_restored_ =
       &prometheus::BuildCounter()
            .Name("optstep_sessions_restored_total")
@@ -208,6 +215,8 @@ void ServerMetrics::StreamStarted() { active_streams_->Increment(); }
 void ServerMetrics::StreamEnded() { active_streams_->Decrement(); }
 
 void ServerMetrics::CountPeerLost() { peers_lost_->Increment(); }
+
+void ServerMetrics::StandInsChanged(int delta) { stand_ins_->Increment(delta); }
 
 void ServerMetrics::CountSessionRestored() { sessions_restored_->Increment(); }
 

@@ -14,6 +14,7 @@
 //                                            checkpoints at start (rank 0)
 //   optstep_auto_checkpoints_total           counter: automatic checkpoints committed (rank 0)
 //   optstep_active_streams                   gauge: streaming calls in progress
+//   optstep_stand_ins                        gauge: stand-ins this rank runs for lost ranks
 //   optstep_sessions                         gauge: sessions this rank holds
 //   optstep_device_memory_bytes              gauge: masters, optimizer state and gradient
 //                                            buffers of every session
@@ -77,6 +78,8 @@ class ServerMetrics final : public StepObserver {
   void CountRpcError(absl::string_view method, absl::string_view code_name);
   // From the rank group: a peer rank was found lost (RankGroupOptions::on_peer_lost).
   void CountPeerLost();
+  // From the rank process: it started (+1) or stopped (-1) a stand-in for a lost rank.
+  void StandInsChanged(int delta);
   // From rank 0's automatic checkpoints: a session restored at start, a checkpoint committed.
   void CountSessionRestored();
   void CountAutoCheckpoint();
@@ -91,6 +94,7 @@ class ServerMetrics final : public StepObserver {
   prometheus::Family<prometheus::Counter>* rpc_errors_;
   prometheus::Gauge* active_streams_;
   prometheus::Counter* peers_lost_;
+  prometheus::Gauge* stand_ins_;
   prometheus::Counter* sessions_restored_;
   prometheus::Counter* auto_checkpoints_;
 

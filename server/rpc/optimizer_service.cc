@@ -60,6 +60,8 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::GetSession(grpc::CallbackServerC
   if (!session.ok()) return Done(context, session.status());
   absl::Status status = SessionPageToProto(**session, group_->addresses(), request->layout_offset(),
                                            request->layout_limit(), max_answer_bytes_, response);
+  for (uint32_t rank : group_->stood_in_ranks())
+    response->mutable_layout()->add_stood_in_ranks(rank);
   if (status.ok()) {
     status =
         CheckAnswerSize(*response, max_answer_bytes_,

@@ -117,8 +117,8 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Rejoin(grpc::CallbackServerContext* c
   if (group_ == nullptr) return FinishWithoutGroup(reactor);
   // The heal blocks on every rank's communicators and the state transfer: not on the reaction.
   RunDetached([engine = engine_, group = group_, request, response, reactor] {
-    absl::StatusOr<uint64_t> generation =
-        HealRejoinedRank(engine, group, static_cast<int>(request->rank()), request->address());
+    absl::StatusOr<uint64_t> generation = HealRejoinedRank(
+        engine, group, static_cast<int>(request->rank()), request->address(), request->stand_in());
     if (generation.ok()) response->set_generation(*generation);
     reactor->Finish(ToGrpcStatus(generation.status()));
   });

@@ -86,10 +86,10 @@ void RankGroup::StartHeartbeats() {
       });
 }
 
-void RankGroup::Leave() {
+void RankGroup::Leave(bool announce) {
   absl::MutexLock lock(&heartbeat_mu_);
   left_ = true;
-  if (heartbeat_ != nullptr) heartbeat_->AnnounceLeaving();
+  if (heartbeat_ != nullptr && announce) heartbeat_->AnnounceLeaving();
   heartbeat_.reset();
 }
 
@@ -238,6 +238,21 @@ absl::Status RankGroup::Join(const std::string& advertise_address,
 std::vector<std::string> RankGroup::addresses() const {
   absl::MutexLock lock(&mu_);
   return addresses_;
+}
+
+void RankGroup::SetStoodIn(int rank, bool stood_in) {
+  absl::MutexLock lock(&mu_);
+  stood_in_.resize(options_.world_size, false);
+  stood_in_[rank] = stood_in;
+}
+
+std::vector<uint32_t> RankGroup::stood_in_ranks() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint32_t> ranks;
+  for (size_t r = 0; r < stood_in_.size(); ++r) {
+    if (stood_in_[r]) ranks.push_back(static_cast<uint32_t>(r));
+  }
+  return ranks;
 }
 
 v1::PeerService::Stub* RankGroup::Peer(int rank) {

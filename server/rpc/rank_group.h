@@ -56,6 +56,9 @@ struct RankGroupOptions {
   // Told when a restarted rank could not be healed into the group (the group restarts instead):
   // on rank 0, any rank; on the others, rank 0 itself (Regroup kEnd, failed). May be null.
   std::function<void(const absl::Status& why)> on_heal_failed;
+  // This rank is a stand-in for a lost rank, run in its buddy's process (docs/deploy.md, "A rank
+  // that does not return"): it says so when it rejoins and when rank 0 asks who survived.
+  bool stand_in = false;
 };
 
 // The ranks of a group as seen from one of them: their addresses and the stubs that call them,
@@ -90,8 +93,9 @@ class RankGroup {
   void StartHeartbeats();
   // This rank shuts down on purpose: its heartbeats stop (it judges no peer any more), and the
   // peers it watched are told, so that they count it as gone rather than lost (they stop serving:
-  // the group is no longer whole). Idempotent.
-  void Leave();
+  // the group is no longer whole). Without `announce` (a stand-in whose rank's own process took
+  // its place) the peers are not told. Idempotent.
+  void Leave(bool announce = true);
   // Peer `rank` said it shuts down on purpose (PeerService.Ping with `leaving`).
   void PeerLeft(int rank);
   // OK while every peer is there and no rank is rejoining; else UNAVAILABLE naming the first
@@ -103,8 +107,9 @@ class RankGroup {
   absl::Status LostPeersStatus() const;
   // PeersStatus without the heal: the held operations of the heal itself run under it.
   absl::Status MembersStatus() const { return liveness_.status(); }
-  // How many peers other than `except` are lost or gone now.
+  // How many peers other than `except` are lost or gone now; whether peer `rank` is.
   int lost_peers(int except = -1) const { return liveness_.lost_count(except); }
+  bool peer_failed(int rank) const { return liveness_.failed(rank); }
   // The group formed: on rank 0, once it restored or healed its sessions (it takes creations from
   // then on); on another rank, once a heartbeat answer of rank 0 said so, or it rejoined the
   // group. Before that a lost rank 0 restarts the group: its next process would find
@@ -134,6 +139,10 @@ class RankGroup {
   // Rank 0: creates `replica` (its session id, definition, owner, and the resolutions the other
   // ranks finished) on rank `rank` rejoining the group.
   absl::Status CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica);
+  // Rank 0: whether rank `rank`, as healed in last, is a stand-in (RejoinRequest.stand_in); and
+  // the ranks that are, in rank order (SessionInfo.layout.stood_in_ranks).
+  void SetStoodIn(int rank, bool stood_in);
+  std::vector<uint32_t> stood_in_ranks() const;
   // Serialises the heals on rank 0 (one restarted rank at a time).
   absl::Mutex& heal_mu() { return heal_mu_; }
 
@@ -214,6 +223,7 @@ class RankGroup {
   // UNAVAILABLE while a rank rejoins (between Regroup's kBegin and kEnd).
   absl::Status healing_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<bool> stood_in_ ABSL_GUARDED_BY(mu_);  // by rank
   absl::Mutex heal_mu_;
   PeerLiveness liveness_;
   absl::Mutex heartbeat_mu_;

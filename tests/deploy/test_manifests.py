@@ -269,12 +269,27 @@ def test_network_policy_admits_only_trainers_and_peers(target):
         assert len(rules) == 1, label
         return [p["port"] for p in rules[0]["ports"]]
 
-    assert ports_open_to("optstep.io/trainer") == [grpc_port(c)]
+    assert ports_open_to("optstep.io/trainer") == [grpc_port(c), stand_in_port(c)]
     assert ports_open_to("optstep.io/metrics-scraper") == [metrics_port(c)]
 
 
 def metrics_port(c):
     return next(p["containerPort"] for p in c["ports"] if p["name"] == "metrics")
+
+
+def stand_in_port(c):
+    return next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc-stand-in")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_stand_in_listens_where_trainers_may_reach_it(target):
+    """The stand-in a rank runs for a lost predecessor listens on the port the container
+    declares, which is not the rank's own (docs/deploy.md, "A rank that does not return")."""
+    objects = objects_of(target)
+    _, _, c = container(objects)
+    flags = server_flags(objects)
+    assert int(flags["--stand_in_port"]) == stand_in_port(c) != grpc_port(c)
+    assert flags.get("--stand_in", "true") == "true"
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -194,6 +194,9 @@ class Client:
             bdp_probe=bdp_probe, max_chunk_bytes=max_chunk_bytes, tls=tls, tls_ca=tls_ca,
             tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name, token=token)
         self._ranks: List[_Rank] = [self._open(t) for t in targets]
+        # The stand-ins the group last told of, by rank (docs/deploy.md, "A rank that does not
+        # return"): each replaces the rank's channel until the rank's own process is back.
+        self._stand_ins: Dict[int, _Rank] = {}
         if connect_timeout > 0:
             deadline = time.monotonic() + connect_timeout
             for r, rank in enumerate(self._ranks):
@@ -211,6 +214,8 @@ class Client:
         """Closes every channel. The client cannot be used afterwards."""
         with self._lock:
             ranks, self._ranks = self._ranks, []
+            ranks += self._stand_ins.values()
+            self._stand_ins = {}
         for rank in ranks:
             rank.channel.close()
         self._native.close()
@@ -240,8 +245,28 @@ class Client:
             raise FailedPreconditionError("Client: closed")
         return self._ranks[0]
 
+    def _reach(self, layout: SessionLayout) -> List[_Rank]:
+        """The channels that reach every rank of `layout` now: a stand-in's where one stands
+        in for the rank, else as :meth:`_ranks_for`."""
+        ranks = self._ranks_for(layout)
+        with self._lock:
+            return [self._stand_ins.get(r, rank) for r, rank in enumerate(ranks)]
+
+    def _follow_stand_ins(self, layout: SessionLayout) -> None:
+        """Opens a channel to each stand-in `layout` tells of; drops those of ranks back."""
+        told = {r: layout.rank_targets[r] for r in layout.stood_in_ranks
+                if 0 < r < len(layout.rank_targets)}
+        with self._lock:
+            gone = [r for r, rank in self._stand_ins.items() if told.get(r) != rank.target]
+            for r in gone:
+                del self._stand_ins[r]  # its channel closes once no call uses it
+            for r, target in told.items():
+                if r not in self._stand_ins:
+                    self._stand_ins[r] = self._open(target)
+
     def _ranks_for(self, layout: SessionLayout) -> List[_Rank]:
-        """The channels of every rank of `layout`, opening advertised ones on first use."""
+        """The channels of every rank of `layout` as configured, opening advertised ones on
+        first use."""
         with self._lock:
             have = len(self._ranks)
             if have < layout.world_size and not self._explicit_ranks and \
@@ -297,6 +322,7 @@ class Client:
 
     def _remember(self, info: session_pb2.SessionInfo) -> SessionLayout:
         layout = SessionLayout.from_session_info(info)
+        self._follow_stand_ins(layout)
         with self._lock:
             self._layouts[info.session_id] = layout
         return layout
@@ -326,7 +352,7 @@ class Client:
                 yield svc_pb2.InitParametersRequest(session_id=session_id, values=values)
             yield svc_pb2.InitParametersRequest(session_id=session_id, end=tally.end(tensors))
 
-        for r, rank in enumerate(self._ranks_for(layout)):
+        for r, rank in enumerate(self._reach(layout)):
             mine = list(plan[r].chunks) if layout.owners_only else chunks
             if not mine:
                 continue
@@ -348,7 +374,7 @@ class Client:
         assembler = ParamAssembler(layout, wire, ids)
         # REPLICATED storage: rank 0 holds every parameter (a client of one target asks it);
         # OWNERS: each owner answers its own.
-        ranks = self._ranks_for(layout) if layout.owners_only else [self._rank0()]
+        ranks = self._reach(layout) if layout.owners_only else [self._rank0()]
         owners = layout.owners_of(ids) if layout.owners_only else [0]
         steps: List[int] = []
         for r in owners:
@@ -444,6 +470,7 @@ class Client:
 
     def _native_client(self, session_id: str) -> Optional[native.NativeClient]:
         layout = self.layout(session_id)  # the C++ client over its ranks; None without the library
+        # As configured: the C++ client follows the stand-ins itself.
         return self._native.get(lambda: [rank.target for rank in self._ranks_for(layout)])
 
     def _step_once(self, session_id: str, step: int, slices: List[GradientSlice],
@@ -454,7 +481,7 @@ class Client:
         layout = self.layout(session_id)
         return_ids = layout.param_ids(return_params or ())
         plan = plan_contributions(layout, slices, self._max_chunk_bytes)
-        ranks = self._ranks_for(layout)
+        ranks = self._reach(layout)
         header = svc_pb2.StepHeader(session_id=session_id, step=step, trainer_id=trainer_id,
                                     return_dtype=wire, return_param_ids=return_ids)
         for group in groups:

@@ -34,6 +34,8 @@ class SessionLayout:
     """The parameters of a session and the ranks that own them.
 
     ``rank_targets`` are the addresses the ranks advertise (empty when the server does not say).
+    ``stood_in_ranks``: the ranks whose own process was lost for good and that a stand-in in
+    another rank's process serves meanwhile, at its ``rank_targets`` entry.
     ``owners_only``: OWNERS parameter storage, where each rank holds (and returns) only the
     parameters it owns.
     """
@@ -43,6 +45,7 @@ class SessionLayout:
     params: Tuple[ParamLayout, ...]
     rank_targets: Tuple[str, ...] = ()
     owners_only: bool = False
+    stood_in_ranks: Tuple[int, ...] = ()
     _ids: Dict[str, int] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @staticmethod
@@ -72,7 +75,8 @@ class SessionLayout:
         targets = tuple(getattr(info.layout, "rank_targets", ()))
         ids = {p.name: p.param_id for p in params}
         owners_only = info.spec.parameter_storage == session_pb2.PARAMETER_STORAGE_OWNERS
-        return SessionLayout(sid, world, tuple(params), targets, owners_only, ids)
+        stood_in = tuple(int(r) for r in getattr(info.layout, "stood_in_ranks", ()))
+        return SessionLayout(sid, world, tuple(params), targets, owners_only, stood_in, ids)
 
     @property
     def num_params(self) -> int:

@@ -142,6 +142,12 @@ class LocalServer:
             raise RuntimeError("optstep server not started")
         return self._process.wait(timeout=timeout)
 
+    def kill(self) -> None:
+        """SIGKILLs the server (a rank lost as to a crash) and waits for it; its log stays."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()

@@ -1,0 +1,97 @@
+// RankProcess (rank_process.h): standing in for a lost rank that does not return. Its buddy (the
+// next rank, which holds the shadow of its optimizer state) runs a second RankProcess with the
+// lost rank's ordinal in its own process, which heals itself into the group as a restarted rank
+// does (heal.h). The partition, the communicators' size and every step stay as they were, so the
+// results stay bit-identical. When the rank's own process rejoins, it takes the stand-in's place
+// in a heal of its own, and the buddy stops the stand-in without telling the peers.
+// docs/deploy.md, "A rank that does not return".
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "server/rank_process.h"
+
+namespace optstep {
+
+bool RankProcess::StoodInWhenLost(int rank) const {
+  // Rank 0 serves the rendezvous store and the session calls at its configured address.
+  return heals() && options_.stand_ins && rank != 0 && group_->lost_peers() == 1;
+}
+
+int RankProcess::LostPeer() const {
+  if (group_->lost_peers() != 1) return -1;
+  for (int r = 0; r < options_.world_size; ++r) {
+    if (r != options_.rank && group_->peer_failed(r)) return r;
+  }
+  return -1;
+}
+
+void RankProcess::StartStandIn(int rank) {
+  stand_in_started_ = true;
+  // The stand-in's budget is the part of this rank's that is free, taken from it meanwhile.
+  const MemoryBudget& budget = engine_->memory_budget();
+  const int64_t free = budget.budget() - budget.admitted();
+  absl::StatusOr<MemoryBudget::Reservation> reserved =
+      free > 0 ? engine_->ReserveMemory(free, absl::StrCat("a stand-in for rank ", rank),
+                                        "the free part of this rank's budget")
+               : absl::ResourceExhaustedError("no part of this rank's budget is free");
+  if (!reserved.ok()) {
+    LOG(ERROR) << "event=stand_in_failed rank=" << rank << " error=\""
+               << reserved.status().message() << "\"";
+    return;
+  }
+  Options options = options_;
+  options.rank = rank;
+  options.port = options_.stand_in_port;
+  options.memory_budget = free;
+  // Rank 0's store, which a buddy of rank 0 serves itself.
+  if (options_.rank == 0) options.rendezvous = absl::StrCat(options_.advertise_host, ":", port_);
+  options.metrics_port = 0;
+  options.metrics_port_file.clear();
+  options.checkpoint_on_shutdown.clear();
+  options.checkpoint_every_steps = 0;
+  options.checkpoint_every = absl::ZeroDuration();
+  options.checkpoint_temp_max_age = absl::ZeroDuration();
+  options.exit_on_peer_loss = false;
+  options.stand_ins = false;
+  options.kill_before_allgather = 0;
+  options.kill_during_restore = false;
+  absl::StatusOr<std::unique_ptr<RankProcess>> started =
+      StartProcess(std::move(options), /*stand_in=*/true);
+  if (!started.ok()) {
+    LOG(ERROR) << "event=stand_in_failed rank=" << rank << " error=\"" << started.status().message()
+               << "\"";
+    return;
+  }
+  stand_in_ = *std::move(started);
+  stand_in_address_ = absl::StrCat(options_.advertise_host, ":", stand_in_->port());
+  stand_in_budget_ = *std::move(reserved);
+  metrics_->StandInsChanged(+1);
+  LOG(WARNING) << "event=stand_in_started rank=" << rank << " address=" << stand_in_address_
+               << " budget_bytes=" << free << " rank " << rank << " did not return within "
+               << absl::FormatDuration(options_.rejoin_timeout)
+               << "; this rank, its buddy, stands in for it until it does";
+}
+
+void RankProcess::EndStandInOnceReplaced() {
+  if (stand_in_ == nullptr) return;
+  const int rank = stand_in_->options_.rank;
+  const std::vector<std::string> addresses = group_->addresses();
+  // Before the stand-in is healed in, the group is not whole; after, the rank is at its address.
+  if (!group_->MembersStatus().ok() || rank >= static_cast<int>(addresses.size()) ||
+      addresses[rank] == stand_in_address_) {
+    return;
+  }
+  LOG(WARNING) << "event=stand_in_ended rank=" << rank << " address=" << addresses[rank] << " rank "
+               << rank << "'s own process is back in the group; its stand-in stops";
+  // The peers watch the rank's own process now: they must not count the rank as gone.
+  stand_in_->announce_leave_ = false;
+  stand_in_.reset();  // shuts it down and waits
+  stand_in_budget_.Release();
+  metrics_->StandInsChanged(-1);
+}
+
+}  // namespace optstep

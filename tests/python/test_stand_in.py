@@ -1,0 +1,113 @@
+"""A rank whose process does not return is stood in for by its buddy, in the buddy's process
+(docs/deploy.md, "A rank that does not return"). The Python client's steps, on the native and on
+the pure-Python data path, wait for that, follow the stand-in's address by themselves and are
+never rewound; once the rank's own process is back the client reaches it again, and the run ends
+bit for bit with an undisturbed session of the same group."""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, Iterator
+
+import numpy as np
+import pytest
+
+import optstep
+from optstep import config, native, pb
+from repository import native_library_path
+
+# Rank 1 is lost for good after 2 s; its buddy, rank 2, stands in for it.
+FLAGS = ["--heartbeat_interval_ms=100", "--peer_timeout_ms=1000", "--state_redundancy=1",
+         "--rejoin_timeout_ms=2000"]
+WORLD = 3
+DEAD = 1
+STEPS = 6
+KILLED_AFTER = 2
+
+
+@pytest.fixture(autouse=True)
+def library(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not native.library_path().is_file():
+        monkeypatch.setenv("OPTSTEP_NATIVE_LIB", native_library_path())
+
+
+@pytest.fixture
+def group(server_binary: str) -> Iterator[optstep.LocalGroup]:
+    with optstep.LocalGroup(WORLD, server_binary, flags=FLAGS) as local:
+        yield local
+
+
+def _spec(name: str) -> pb.SessionSpec:
+    # Six tensors: each rank owns some.
+    return pb.SessionSpec(name=name, num_trainers=1,
+                          gradient_mode=pb.GRADIENT_MODE_REPLICATED,
+                          parameters=[pb.ParameterSpec(name=f"w{i}", shape=[32 + 8 * i, 5])
+                                      for i in range(6)],
+                          optimizer=config.chain(config.adamw(lr=1e-2, weight_decay=0.1)))
+
+
+def _gradients(step: int) -> Dict[str, np.ndarray]:
+    rng = np.random.default_rng(step)
+    return {f"w{i}": rng.standard_normal((32 + 8 * i, 5), dtype=np.float32) for i in range(6)}
+
+
+def _session(client: optstep.Client, name: str) -> str:
+    info, _ = client.create_session(_spec(name))
+    owners = set(client.layout(info.session_id).owners_of(range(6)))
+    assert owners == set(range(WORLD)), owners
+    return info.session_id
+
+
+def _parameters(client: optstep.Client, session_id: str) -> Dict[int, np.ndarray]:
+    return dict(client.pull_parameters(session_id).params)
+
+
+@pytest.mark.parametrize("path", ["native", "python"])
+def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
+        group: optstep.LocalGroup, server_binary: str, monkeypatch: pytest.MonkeyPatch,
+        path: str) -> None:
+    monkeypatch.setenv("OPTSTEP_NATIVE", "1" if path == "native" else "0")
+    assert native.available() == (path == "native")
+    with optstep.Client(rank_targets=group.targets, recovery_timeout=60) as client:
+        reference = _session(client, "reference")
+        for step in range(1, STEPS + 1):
+            client.step(reference, step, _gradients(step))
+        sid = _session(client, "stood-in")
+        for step in range(1, KILLED_AFTER + 1):
+            client.step(sid, step, _gradients(step))
+
+        lost = group.ranks[DEAD]
+        own_address = lost.address
+        assert own_address is not None
+        lost.kill()
+        # Waits out the rejoin timeout and the stand-in's heal, then is redone on the stand-in.
+        reply = client.step(sid, KILLED_AFTER + 1, _gradients(KILLED_AFTER + 1))
+        assert reply.step == KILLED_AFTER + 1
+        layout = client.layout(sid, refresh=True)
+        assert layout.stood_in_ranks == (DEAD,)
+        assert layout.rank_targets[DEAD] != own_address
+        client.step(sid, KILLED_AFTER + 2, _gradients(KILLED_AFTER + 2))
+
+        # The rank's own process, on its port, takes its place back.
+        port = own_address.rsplit(":", 1)[1]
+        group.ranks[DEAD] = optstep.LocalServer(
+            server_binary, [f"--rank={DEAD}", f"--world_size={WORLD}",
+                            f"--rendezvous={group.ranks[0].address}", *FLAGS, f"--port={port}"],
+            wait_serving=False)
+        group.ranks[DEAD].start()
+        lost.close()
+        deadline = time.monotonic() + 30
+        while True:
+            layout = client.layout(sid, refresh=True)
+            if layout.stood_in_ranks == () and layout.rank_targets[DEAD] == own_address:
+                break
+            assert time.monotonic() < deadline, "the rank's own process did not come back"
+            time.sleep(0.1)
+        for step in range(KILLED_AFTER + 3, STEPS + 1):
+            assert client.step(sid, step, _gradients(step)).step == step
+
+        expected = _parameters(client, reference)
+        got = _parameters(client, sid)
+        assert list(got) == list(expected)
+        for pid, values in expected.items():
+            np.testing.assert_array_equal(got[pid], values)

@@ -149,7 +149,8 @@ TEST_F(IngestStatisticsTest, TheReplicatedMeanIsTakenOnceAsTheHostMeanWouldBe) {
   Outcome outcomes[2];
   ASSERT_THAT(replicated->Commit(c0, 9, outcomes[0].Callback()), IsOk());
   ASSERT_THAT(replicated->Commit(c1, 9, outcomes[1].Callback()), IsOk());
-  ASSERT_THAT(outcomes[0].Wait().status(), IsOk());
+  // Both: a callback must not outlive its Outcome.
+  for (Outcome& outcome : outcomes) ASSERT_THAT(outcome.Wait().status(), IsOk());
   EXPECT_EQ(stats_calls(), before + 2);
 
   const Contribution s = BeginStep(*sharded, 1, 0);

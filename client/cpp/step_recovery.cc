@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 
 namespace optstep {
 
@@ -26,6 +27,12 @@ constexpr absl::Duration kLongestWait = absl::Seconds(1);
 
 absl::Duration Doubled(absl::Duration wait) { return std::min(2 * wait, kLongestWait); }
 
+// How long a session may take to reach the step a client saw applied: a step's parameters come
+// back as each rank has stepped its own, before the ranks' all-gather ends it.
+constexpr absl::Duration kStepEndWait = absl::Seconds(30);
+constexpr absl::Duration kFirstStepEndPoll = absl::Milliseconds(5);
+constexpr absl::Duration kLongestStepEndPoll = absl::Milliseconds(100);
+
 }  // namespace
 
 StepRecovery::StepRecovery(absl::Duration timeout, std::function<void(absl::Duration)> sleep)
@@ -39,6 +46,7 @@ absl::StatusOr<StepReply> StepRecovery::Run(
   std::optional<absl::Time> deadline;
   absl::Duration wait = kFirstWait;
   bool was_applied = false;
+  bool retried_in_turn = false;
   while (true) {
     absl::StatusOr<StepReply> reply = attempt();
     if (reply.ok()) {
@@ -47,20 +55,30 @@ absl::StatusOr<StepReply> StepRecovery::Run(
     }
     const absl::Status error = reply.status();
     if (error.code() == absl::StatusCode::kFailedPrecondition) {
-      // Out of sequence: the session's step moved back, or the applied step is not replayable
-      // after a restore, or a mistake of the caller.
+      // Out of sequence: the last step is still ending on the ranks, the session's step moved
+      // back, or the applied step is not replayable after a restore, or a mistake of the caller.
       absl::StatusOr<uint64_t> now = probe.session_step(session_id);
+      if (!now.ok()) return error;
+      const bool ending = *now < AppliedStep(session_id);
+      now = AwaitSeenStep(probe, session_id, *now);
       if (!now.ok()) return error;
       if (*now < AppliedStep(session_id)) return Rewind(session_id, *now, step);
       if (was_applied && *now >= step) {
         Note(session_id, step);
         return applied();
       }
+      // The last step ended meanwhile: this one's turn (once; then the caller's error).
+      if (ending && *now + 1 == step && !retried_in_turn) {
+        retried_in_turn = true;
+        continue;
+      }
       return error;
     }
     if (!Recovering(probe, error)) return error;
     if (!deadline) deadline = absl::Now() + timeout_;
     absl::StatusOr<uint64_t> now = AwaitGroup(probe, session_id, *deadline, &wait, error);
+    if (!now.ok()) return now.status();
+    now = AwaitSeenStep(probe, session_id, *now);
     if (!now.ok()) return now.status();
     wait = Doubled(wait);
     if (*now + 1 < step) return Rewind(session_id, *now, step);
@@ -109,6 +127,18 @@ absl::StatusOr<uint64_t> StepRecovery::AwaitGroup(const GroupProbe& probe,
     }
     *wait = Doubled(*wait);
   }
+}
+
+absl::StatusOr<uint64_t> StepRecovery::AwaitSeenStep(const GroupProbe& probe,
+                                                     absl::string_view session_id, uint64_t now) {
+  const uint64_t seen = AppliedStep(session_id);
+  absl::Duration poll = kFirstStepEndPoll;
+  for (absl::Duration waited; now < seen && waited < kStepEndWait; waited += poll) {
+    sleep_(poll);
+    poll = std::min(2 * poll, kLongestStepEndPoll);
+    OPTSTEP_ASSIGN_OR_RETURN(now, probe.session_step(session_id));
+  }
+  return now;
 }
 
 void StepRecovery::Note(absl::string_view session_id, uint64_t step) {

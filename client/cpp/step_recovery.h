@@ -66,6 +66,11 @@ class StepRecovery {
   absl::StatusOr<uint64_t> AwaitGroup(const GroupProbe& probe, absl::string_view session_id,
                                       absl::Time deadline, absl::Duration* wait,
                                       const absl::Status& error) const;
+  // The session's step `now`, or, while it is below the last step this client saw applied (whose
+  // parameters come back before every rank ended it), the step once it reached it, polling for
+  // at most 30 s: a session restored to an older step stays below it.
+  absl::StatusOr<uint64_t> AwaitSeenStep(const GroupProbe& probe, absl::string_view session_id,
+                                         uint64_t now);
   void Note(absl::string_view session_id, uint64_t step);
   uint64_t AppliedStep(absl::string_view session_id);
   absl::Status Rewind(absl::string_view session_id, uint64_t restored, uint64_t step);

@@ -6,7 +6,9 @@ step that fails meanwhile (UNAVAILABLE, a broken stream, a rank that is not serv
 :class:`StepRecovery` keeps the step's gradients, waits for the group with exponential backoff
 for at most ``recovery_timeout`` seconds, reads the session again (GetSession by id) and then
 
-- redoes the step with the same bytes when the session is at the step before it;
+- redoes the step with the same bytes when the session is at the step before it (also once the
+  last step ended, when the step was sent before the ranks had ended the last one: its
+  parameters come back before that);
 - answers the step's result when the session has applied it (the server's replay, else the
   restored parameters);
 - raises :class:`RewindRequired` when the session was rolled back further: older steps need the
@@ -41,6 +43,11 @@ _WHEN_NOT_SERVING = (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
 # Backoff between looks at the group: the first wait and the longest one, in seconds.
 _FIRST_WAIT = 0.05
 _LONGEST_WAIT = 1.0
+# How long a session may take to reach the step this client saw applied (a step's parameters
+# come back as each rank stepped its own, before the ranks' all-gather ends it), and the polls.
+_STEP_END_WAIT = 30.0
+_FIRST_STEP_END_POLL = 0.005
+_LONGEST_STEP_END_POLL = 0.1
 
 
 class RewindRequired(AbortedError):
@@ -106,6 +113,7 @@ class StepRecovery:
         deadline: Optional[float] = None
         wait = _FIRST_WAIT
         was_applied = False
+        retried_in_turn = False
         while True:
             try:
                 reply = attempt()
@@ -113,24 +121,48 @@ class StepRecovery:
                 return reply
             except OptstepError as error:
                 if isinstance(error, FailedPreconditionError):
-                    # Out of sequence: the session's step moved back, or the applied step is
-                    # not replayable after a restore, or a mistake of the caller.
+                    # Out of sequence: the last step is still ending on the ranks, the
+                    # session's step moved back, or the applied step is not replayable after a
+                    # restore, or a mistake of the caller.
                     info = self._session_now(group, session_id, error)
+                    ending = info.step < self._applied_step(session_id)
+                    info = self._await_seen_step(group, session_id, info, error)
                     if info.step < self._applied_step(session_id):
                         raise self._rewind(session_id, info.step, step) from None
                     if was_applied and info.step >= step:
                         self._note(session_id, step)
                         return applied()
+                    # The last step ended meanwhile: this one's turn (once).
+                    if ending and info.step + 1 == step and not retried_in_turn:
+                        retried_in_turn = True
+                        continue
                     raise
                 if not self._recovering(group, error):
                     raise
                 if deadline is None:
                     deadline = self._clock() + self.timeout
                 info = self._await_group(group, session_id, deadline, wait, error)
+                info = self._await_seen_step(group, session_id, info, error)
                 wait = min(2 * wait, _LONGEST_WAIT)
                 if info.step < step - 1:
                     raise self._rewind(session_id, info.step, step) from None
                 was_applied = info.step >= step
+
+    def _await_seen_step(self, group: GroupView, session_id: str,
+                         info: session_pb2.SessionInfo,
+                         error: OptstepError) -> session_pb2.SessionInfo:
+        """`info`, or while its step is below the last step this client saw applied (whose
+        parameters come back before every rank ended it), the session once it reached it,
+        polling for at most _STEP_END_WAIT seconds: a session restored to an older step stays
+        below it."""
+        seen = self._applied_step(session_id)
+        poll, waited = _FIRST_STEP_END_POLL, 0.0
+        while info.step < seen and waited < _STEP_END_WAIT:
+            self._sleep(poll)
+            waited += poll
+            poll = min(2 * poll, _LONGEST_STEP_END_POLL)
+            info = self._session_now(group, session_id, error)
+        return info
 
     def _note(self, session_id: str, step: int) -> None:
         with self._lock:

@@ -1,13 +1,16 @@
 // StepRecovery: a step that meets a recovering group waits for it and redoes itself with the
 // same attempt; a step the restored session already applied answers its restored result; a
 // session restored further back answers ABORTED carrying the restored step (RewindStep); an
-// out-of-sequence step below the last step seen applied is a rewind too, one at or above it the
-// caller's error; a session gone from a serving group answers the step's own error; a group that
-// does not come back within the timeout answers the first error, naming the timeout; zero timeout
-// answers every error at once; other errors while rank 0 serves are answered as they are.
+// out-of-sequence step below the last step seen applied is a rewind too (once the session stays
+// below it: a step's parameters come back before the ranks ended it, and a step sent meanwhile
+// is sent again in its turn), one at or above it the caller's error; a session gone from a serving
+// group answers the step's own error; a group that does not come back within the timeout answers
+// the first error, naming the timeout; zero timeout answers every error at once; other errors while
+// rank 0 serves are answered as they are.
 
 #include "client/cpp/step_recovery.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -115,6 +118,48 @@ TEST(StepRecoveryTest, OutOfSequenceBelowTheLastAppliedStepIsARewindAndAtItTheCa
       recovery.Run("s", 4, group.probe(), std::ref(again), Restored);
   EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kFailedPrecondition, "expected step 2"));
   EXPECT_EQ(RewindStep(refused.status()), std::nullopt);
+}
+
+// A group whose rank 0 serves, with the session's step read from `steps` in turn (the last one
+// repeated): a step still ending on the ranks after its parameters came back.
+struct EndingGroup {
+  std::vector<uint64_t> steps;
+  size_t reads = 0;
+  GroupProbe probe() {
+    return GroupProbe{[]() -> absl::StatusOr<bool> { return true; },
+                      [this](absl::string_view) -> absl::StatusOr<uint64_t> {
+                        return steps[std::min(reads++, steps.size() - 1)];
+                      }};
+  }
+};
+
+// The trainer had step 3's parameters before the ranks ended it (they come back as each rank
+// stepped its own, before the all-gather) and sent step 4 at once: out of sequence, then sent
+// again in its turn, never a rewind. So is one that met a recovery while step 3 still ended.
+TEST(StepRecoveryTest, AStepSentWhileTheLastOneStillEndsIsSentAgainInItsTurn) {
+  StepRecovery recovery = Recovery();
+  EndingGroup group{{3}};
+  Attempts third{{}, 3};
+  ASSERT_THAT(recovery.Run("s", 3, group.probe(), std::ref(third), Restored).status(), IsOk());
+
+  group = EndingGroup{{2, 2, 2, 3}};
+  Attempts fourth{{absl::FailedPreconditionError("step 4 out of sequence; expected step 3")}, 4};
+  absl::StatusOr<StepReply> reply = recovery.Run("s", 4, group.probe(), std::ref(fourth), Restored);
+  ASSERT_THAT(reply.status(), IsOk());
+  EXPECT_EQ(reply->step, 4u);
+  EXPECT_EQ(fourth.calls, 2);
+  EXPECT_EQ(group.reads, 4u);
+
+  group = EndingGroup{{5}};
+  Attempts fifth{{}, 5};
+  ASSERT_THAT(recovery.Run("s", 5, group.probe(), std::ref(fifth), Restored).status(), IsOk());
+  group = EndingGroup{{4, 4, 5}};
+  Attempts sixth{{absl::UnavailableError("reset")}, 6};
+  reply = recovery.Run("s", 6, group.probe(), std::ref(sixth), Restored);
+  ASSERT_THAT(reply.status(), IsOk());
+  EXPECT_EQ(reply->step, 6u);
+  EXPECT_EQ(sixth.calls, 2);
+  EXPECT_EQ(group.reads, 3u);
 }
 
 TEST(StepRecoveryTest, AGroupThatDoesNotComeBackAnswersTheErrorNamingTheTimeout) {

@@ -1,0 +1,74 @@
+"""optstep.recovery.StepRecovery against a scripted group: a step's parameters come back as each
+rank stepped its own, before the ranks' all-gather ends the step, so a trainer may send the next
+step while the session still reads the step before. That step is sent again in its turn (an
+out-of-sequence answer) or redone after a recovery, never rewound; a session that stays below the
+step seen applied (restored to an older one) is still a rewind."""
+
+from __future__ import annotations
+
+from typing import Callable, List
+
+import pytest
+
+from optstep.errors import FailedPreconditionError, UnavailableError
+from optstep.recovery import RewindRequired, StepRecovery
+from optstep.v1 import session_pb2
+
+
+class EndingGroup:
+    """Rank 0 serves; the session's step is read from `steps` in turn (the last repeated)."""
+
+    def __init__(self, steps: List[int]) -> None:
+        self.steps = steps
+        self.reads = 0
+
+    def check_health(self, service: str = "") -> bool:
+        return True
+
+    def get_session(self, session_id: str) -> session_pb2.SessionInfo:
+        step = self.steps[min(self.reads, len(self.steps) - 1)]
+        self.reads += 1
+        return session_pb2.SessionInfo(session_id=session_id, step=step)
+
+
+def attempts(failures: List[Exception], reply: int) -> Callable[[], int]:
+    """Raises `failures` in turn, then answers `reply`."""
+    calls = iter(failures)
+
+    def attempt() -> int:
+        failure = next(calls, None)
+        if failure is not None:
+            raise failure
+        return reply
+
+    return attempt
+
+
+def restored() -> int:
+    return 99
+
+
+def recovery() -> StepRecovery:
+    return StepRecovery(10.0, sleep=lambda seconds: None)
+
+
+def test_a_step_sent_while_the_last_one_still_ends_is_sent_again_in_its_turn() -> None:
+    steps = recovery()
+    assert steps.run(EndingGroup([3]), "s", 3, attempts([], 3), restored) == 3
+    group = EndingGroup([2, 2, 2, 3])
+    out_of_turn = FailedPreconditionError("step 4 out of sequence; expected step 3")
+    assert steps.run(group, "s", 4, attempts([out_of_turn], 4), restored) == 4
+    assert group.reads == 4
+    # A recovery that finds the session still ending the last step waits for it, then redoes.
+    group = EndingGroup([3, 3, 4])
+    assert steps.run(group, "s", 5, attempts([UnavailableError("reset")], 5), restored) == 5
+    assert group.reads == 3
+
+
+def test_a_session_that_stays_below_the_step_seen_applied_is_a_rewind() -> None:
+    steps = recovery()
+    assert steps.run(EndingGroup([3]), "s", 3, attempts([], 3), restored) == 3
+    out_of_turn = FailedPreconditionError("step 4 out of sequence; expected step 2")
+    with pytest.raises(RewindRequired) as rewind:
+        steps.run(EndingGroup([1]), "s", 4, attempts([out_of_turn], 4), restored)
+    assert rewind.value.step == 1

@@ -17,7 +17,12 @@
 // interrupted on the others, and the trainer's own recovery redoes it after the heal: "resume"
 // then ends when that step is applied.
 //
+// With --stand_in_after_ms the rank does not come back at once: after that long its buddy
+// stands in for it; the bench prints the stand-in's heal, the steps on the stand-in, and the
+// rank's own process taking its place back when it is restarted after them.
+//
 //   bazel run //bench:recovery_bench -- --ranks=3 --layers=12 [--mid_step]
+//       [--stand_in_after_ms=2000]
 
 #include <signal.h>
 
@@ -41,6 +46,11 @@ ABSL_FLAG(int, layers, 12, "Transformer layers of the model (12: 124M parameters
 ABSL_FLAG(int, kill_rank, 1, "The rank killed and restarted (0: rank 0 heals itself in).");
 ABSL_FLAG(int, steps_before, 2, "Steps before the kill (the first warms up).");
 ABSL_FLAG(int64_t, peer_timeout_ms, 1000, "--peer_timeout_ms of the ranks.");
+ABSL_FLAG(int64_t, stand_in_after_ms, 0,
+          "0: the killed rank is restarted at once. Else it stays away: the ranks run with "
+          "--rejoin_timeout_ms of this, the killed rank's buddy stands in for it (docs/deploy.md, "
+          "\"A rank that does not return\"), and the rank is restarted after two steps on the "
+          "stand-in, taking its place back.");
 ABSL_FLAG(bool, mid_step, false,
           "Kill the rank inside the step after --steps_before (before its all-gather), not "
           "between steps.");
@@ -91,10 +101,13 @@ int Run() {
     std::fprintf(stderr, "--ranks must be at least 2 and --kill_rank in [0, %d)\n", ranks);
     return 1;
   }
+  const int64_t stand_in_after_ms = absl::GetFlag(FLAGS_stand_in_after_ms);
   const std::vector<std::string> flags = {
       "--heartbeat_interval_ms=100",
       absl::StrCat("--peer_timeout_ms=", absl::GetFlag(FLAGS_peer_timeout_ms)),
-      "--state_redundancy=1", "--rejoin_timeout_ms=300000", "--num_threads=2"};
+      "--state_redundancy=1",
+      absl::StrCat("--rejoin_timeout_ms=", stand_in_after_ms > 0 ? stand_in_after_ms : 300000),
+      "--num_threads=2"};
   const bool mid_step = absl::GetFlag(FLAGS_mid_step);
   Group group;
   for (int r = 0; r < ranks; ++r) {
@@ -184,6 +197,60 @@ int Run() {
     killed = absl::Now();  // within a few ms of its death (the waitpid wakes at once)
   } else {
     group[dead]->SignalAndWait(SIGKILL);
+  }
+  if (stand_in_after_ms > 0) {
+    detect.join();
+    const absl::Time detected = detected_at;
+    for (int r = 0; r < ranks; ++r) {
+      while (r != dead && !Serving(*group[r])) absl::SleepFor(absl::Milliseconds(20));
+    }
+    const absl::Time stood_in = absl::Now();
+    if (mid_step) {
+      interrupted.join();
+    } else {
+      do_step();
+    }
+    const absl::Time resumed = absl::Now();
+    const absl::Duration on_stand_in = do_step();
+    // The rank's own process takes its place back.
+    const absl::Time restarted = absl::Now();
+    absl::StatusOr<std::unique_ptr<ServerProcess>> back = ServerProcess::Start(restart);
+    if (!back.ok()) {
+      std::fprintf(stderr, "cannot restart rank %d: %s\n", dead, back.status().ToString().c_str());
+      group.clear();
+      return 1;
+    }
+    group[dead] = *std::move(back);
+    for (bool standing = true; standing; absl::SleepFor(absl::Milliseconds(20))) {
+      absl::StatusOr<v1::SessionInfo> now = (*trainer)->GetSession(info->session_id());
+      standing = !now.ok() || now->layout().stood_in_ranks_size() > 0;
+    }
+    for (const auto& rank : group) {
+      while (!Serving(*rank)) absl::SleepFor(absl::Milliseconds(20));
+    }
+    const absl::Time healed_back = absl::Now();
+    const absl::Duration after = do_step();
+    std::printf(
+        "recovery: %d ranks, %.1fM parameters (%zu tensors), Adam; rank %d SIGKILLed %s, "
+        "stood in for by rank %d after --rejoin_timeout_ms=%lld\n",
+        ranks, elements / 1e6, sizes.size(), dead,
+        mid_step ? "in a step, before its all-gather" : "between steps", (dead + 1) % ranks,
+        static_cast<long long>(stand_in_after_ms));
+    std::printf("  step wall before the kill  %8.3f s\n", Seconds(step_wall));
+    std::printf("  detection (kill -> a survivor NOT_SERVING) %7.3f s\n",
+                Seconds(detected - killed));
+    std::printf("  stand-in (-> every survivor SERVING; the wait included) %7.3f s\n",
+                Seconds(stood_in - detected));
+    std::printf("  - of which the stand-in's start and heal (the wait taken off) %7.3f s\n",
+                Seconds(stood_in - detected - absl::Milliseconds(stand_in_after_ms)));
+    std::printf("  resume (-> %s step applied on the stand-in) %7.3f s\n",
+                mid_step ? "the interrupted" : "next", Seconds(resumed - stood_in));
+    std::printf("  kill -> first applied step  %7.3f s\n", Seconds(resumed - killed));
+    std::printf("  step wall on the stand-in  %8.3f s\n", Seconds(on_stand_in));
+    std::printf("  back (restart -> the rank's own process in place, every rank SERVING) %7.3f s\n",
+                Seconds(healed_back - restarted));
+    std::printf("  step wall after it is back  %8.3f s\n", Seconds(after));
+    return 0;
   }
   absl::StatusOr<std::unique_ptr<ServerProcess>> again = ServerProcess::Start(restart);
   if (!again.ok()) {

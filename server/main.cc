@@ -95,7 +95,8 @@ ABSL_FLAG(int64_t, rejoin_timeout_ms, 60000,
 ABSL_FLAG(bool, stand_in, true,
           "With --state_redundancy=1: a rank other than 0 still lost after --rejoin_timeout_ms is "
           "stood in for by its buddy (the next rank), in the buddy's process, until its own "
-          "process returns; the other ranks wait as long again for that before they exit.");
+          "process returns; the other ranks wait as long again (at least 30 s) for that before "
+          "they exit.");
 ABSL_FLAG(int, stand_in_port, 0,
           "Port a stand-in this rank runs for its predecessor listens on (--stand_in); 0: any "
           "free port.");

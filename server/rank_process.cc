@@ -415,17 +415,19 @@ void RankProcess::WatchSessionGroups() {
       members_were_well = true;
       continue;
     }
-    // Once the lost rank healed in (its own process or a stand-in), the trainers get a rejoin
-    // timeout of their own to redo the step it interrupted.
-    if (!unwell_since.has_value() || (members.ok() && !members_were_well)) {
+    // While a rank heals in, the heal's own bounds (--comm_timeout_ms) apply; once it healed in
+    // (its own process or a stand-in), the trainers get a rejoin timeout of their own to redo
+    // the step it interrupted.
+    const bool healing = members.ok() && !group_->PeersStatus().ok();
+    if (!unwell_since.has_value() || healing || (members.ok() && !members_were_well)) {
       unwell_since = absl::Now();
     }
-    members_were_well = members.ok();
+    members_were_well = members.ok() && !healing;
     if (group_->lost_peers() > 1) return ExitForRestart("two ranks lost");
     const absl::Duration waited = absl::Now() - *unwell_since;
     const int lost = LostPeer();
     if (waited > options_.rejoin_timeout && lost >= 0 && StoodInWhenLost(lost) &&
-        waited <= 2 * options_.rejoin_timeout) {
+        waited <= options_.rejoin_timeout + StandInWait()) {
       // Its own process did not return: its buddy stands in for it, the others wait for that.
       if (lost == (options_.rank + options_.world_size - 1) % options_.world_size &&
           !stand_in_started_) {

@@ -119,7 +119,7 @@ class RankProcess {
     // With state redundancy: a rank other than 0 still lost after `rejoin_timeout` is stood in
     // for by its buddy (rank + 1), in the buddy's process, until its own process rejoins
     // (docs/deploy.md, "A rank that does not return"); every survivor then waits another
-    // `rejoin_timeout` for the stand-in's heal before it exits. The stand-in listens on
+    // `rejoin_timeout` (at least 30 s) for the stand-in's heal before it exits. It listens on
     // `stand_in_port` (0: any free port).
     bool stand_ins = true;
     int stand_in_port = 0;
@@ -206,6 +206,10 @@ class RankProcess {
 
   // Whether lost rank `rank` (the only one lost) is stood in for once `rejoin_timeout` passed.
   bool StoodInWhenLost(int rank) const;
+  // How long the survivors then wait for the stand-in to start and heal in: `rejoin_timeout`
+  // again, and at least kMinStandInWait (a heal of large sessions on a loaded host).
+  absl::Duration StandInWait() const;
+  static constexpr absl::Duration kMinStandInWait = absl::Seconds(30);
   // The only lost peer, or -1.
   int LostPeer() const;
   // This rank, buddy of lost rank `rank`: starts a stand-in for it in this process, with the

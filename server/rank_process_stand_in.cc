@@ -6,6 +6,7 @@
 // in a heal of its own, and the buddy stops the stand-in without telling the peers.
 // docs/deploy.md, "A rank that does not return".
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +20,10 @@ namespace optstep {
 bool RankProcess::StoodInWhenLost(int rank) const {
   // Rank 0 serves the rendezvous store and the session calls at its configured address.
   return heals() && options_.stand_ins && rank != 0 && group_->lost_peers() == 1;
+}
+
+absl::Duration RankProcess::StandInWait() const {
+  return std::max(options_.rejoin_timeout, kMinStandInWait);
 }
 
 int RankProcess::LostPeer() const {

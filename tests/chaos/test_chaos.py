@@ -1,7 +1,9 @@
 """Chaos: a Python trainer runs a small model for STEPS steps on a 3-rank group under its
 supervisor (deploy/local/ranks.sh restarts a killed rank on its port), while the test SIGKILLs
 ranks at seeded moments: one rank at a time four times (rank 0 among them), while a step runs,
-while an automatic checkpoint is being written and between steps, then two ranks at once.
+while an automatic checkpoint is being written and between steps; one rank kept away (its
+supervisor held) past the rejoin timeout, which its buddy stands in for until it is let back
+AWAY_STEPS steps later (docs/deploy.md, "A rank that does not return"); then two ranks at once.
 
 With state redundancy (the default) a single rank, rank 0 included, heals back into the running
 group (docs/deploy.md, "Rejoin"): the survivors keep their sessions, the trainer redoes the step
@@ -38,6 +40,10 @@ SINGLE_MOMENTS = ("mid-step", "mid-save", "idle")
 # An idle kill leaves the group alone this long before the trainer's next step (the survivors
 # notice the loss on their heartbeats meanwhile).
 IDLE_PAUSE_S = 1.5
+# A rank kept away returns this many steps after its kill; the group waits this long for it
+# before its buddy stands in for it (--rejoin_timeout_ms; a restarted rank is back within it).
+AWAY_STEPS = 5
+REJOIN_TIMEOUT_MS = 6000
 
 
 class Kill:
@@ -45,6 +51,7 @@ class Kill:
 
     def __init__(self, step: int, kind: str, ranks: List[int]) -> None:
         self.step, self.kind, self.ranks = step, kind, ranks
+        self.returns_at = step + AWAY_STEPS if kind == "away" else None
         self.killed_at: Optional[float] = None
         self.recovery_s: Optional[float] = None
         self.rewound_to: List[int] = []
@@ -61,14 +68,18 @@ class Kill:
 
 def plan_kills(seed: int) -> List[Kill]:
     """Four single kills at seeded steps (each moment once with a rank other than 0, each of
-    them at least once; rank 0 once at a random moment), in a seeded order, then two ranks at
-    once."""
+    them at least once; rank 0 once at a random moment) and a rank other than 0 kept away, in a
+    seeded order, then two ranks at once; each kill more than AWAY_STEPS + 2 steps after the
+    last (a rank kept away is back by then)."""
     rng = random.Random(seed)
-    steps = sorted(rng.sample(range(10, STEPS - 10), 5))
+    steps: List[int] = []
+    while not steps or min(b - a for a, b in zip(steps, steps[1:])) <= AWAY_STEPS + 2:
+        steps = sorted(rng.sample(range(10, STEPS - 10), 6))
     others = [1, 2, rng.choice([1, 2])]
     rng.shuffle(others)
     singles = [(kind, [rank]) for kind, rank in zip(SINGLE_MOMENTS, others)]
     singles.append((rng.choice(SINGLE_MOMENTS), [0]))
+    singles.append(("away", [rng.choice([1, 2])]))
     rng.shuffle(singles)
     plan = singles + [("mid-step", sorted(rng.sample(range(WORLD), 2)))]
     return [Kill(step, kind, ranks) for step, (kind, ranks) in zip(steps, plan)]
@@ -89,6 +100,7 @@ class Chaos:
         self.session_id = session_id
         self.kills = plan_kills(seed)
         self._pending = {kill.step: kill for kill in self.kills}
+        self._returns = {kill.returns_at: kill for kill in self.kills if kill.returns_at}
         self._current: Optional[Kill] = None  # killed, not recovered yet
         self._last: Optional[Kill] = None  # the latest kill (a late rewind is its)
         self.in_step = False
@@ -110,6 +122,9 @@ class Chaos:
                 self.step_began > current.killed_at:
             current.recovery_s = time.monotonic() - current.killed_at
             self._current = None
+        away = self._returns.pop(step, None)
+        if away is not None:
+            self.group.release(*away.ranks)
         kill = self._pending.get(step)
         if kill is None or kill.kind == "mid-step":
             return
@@ -130,6 +145,8 @@ class Chaos:
         del self._pending[kill.step]
         if kill.kind == "mid-step":
             kill.during_step = self.in_step
+        if kill.kind == "away":
+            self.group.hold(*kill.ranks)
         self._current = self._last = kill
         kill.killed_at = self.group.kill(*kill.ranks)
 
@@ -176,11 +193,14 @@ def _train(model: torch.nn.Module, opt: RemoteOptimizer, chaos: Optional[Chaos])
 
 def test_the_plan_covers_every_moment() -> None:
     kills = plan_kills(SEED)
-    assert [len(k.ranks) for k in kills] == [1, 1, 1, 1, 2]
-    assert {k.kind for k in kills if k.heals} == set(SINGLE_MOMENTS)
+    assert [len(k.ranks) for k in kills] == [1, 1, 1, 1, 1, 2]
+    assert {k.kind for k in kills if k.heals} == {*SINGLE_MOMENTS, "away"}
     assert sum(k.ranks == [0] for k in kills) == 1
+    assert [k.ranks[0] != 0 for k in kills if k.kind == "away"] == [True]
     assert {k.ranks[0] for k in kills if k.heals} == set(range(WORLD))
     assert [k.step for k in kills] == sorted(k.step for k in kills)
+    for k, later in zip(kills, kills[1:]):
+        assert later.step - k.step > AWAY_STEPS + 2
 
 
 @pytest.mark.parametrize("kind", ["muon", "soap"])
@@ -194,7 +214,8 @@ def test_killed_ranks_heal_and_the_run_ends_bit_for_bit(server_binary: str, kind
         expected_params, expected_state = parameters_of(model), state_of(opt)
 
     began = time.monotonic()
-    with SupervisedGroup(server_binary, WORLD, tmp_path) as group, \
+    with SupervisedGroup(server_binary, WORLD, tmp_path,
+                         flags=[f"--rejoin_timeout_ms={REJOIN_TIMEOUT_MS}"]) as group, \
             optstep.Client(rank_targets=group.targets, recovery_timeout=60) as client:
         model = make_mlp(SEED)
         opt = RemoteOptimizer(model, client, optimizer=_optimizer(kind))
@@ -235,5 +256,11 @@ def _check(group: SupervisedGroup, chaos: Chaos, opt: RemoteOptimizer, rewinds: 
     assert healed_in_place >= sum(k.heals for k in chaos.kills), report
     # Rank 0's kill too: its next process healed itself into the group the others kept.
     assert "event=rejoined rank=0" in group.log(0), report
+    # The rank kept away: its buddy stood in for it, then stopped once it was back.
+    for k in chaos.kills:
+        if k.kind == "away":
+            buddy = group.log((k.ranks[0] + 1) % WORLD)
+            assert f"event=stand_in_started rank={k.ranks[0]}" in buddy, report
+            assert f"event=stand_in_ended rank={k.ranks[0]}" in buddy, report
     assert sum(len(k.rewound_to) for k in chaos.kills) == len(rewinds)
     assert opt.next_step == STEPS + 1

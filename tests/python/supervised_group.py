@@ -66,6 +66,18 @@ class SupervisedGroup:
             os.kill(pid, signal.SIGKILL)
         return killed
 
+    def hold(self, rank: int) -> None:
+        """Stops rank `rank`'s supervisor (SIGSTOP): a rank killed now stays away until
+        :meth:`release`."""
+        os.kill(self._supervisor(rank), signal.SIGSTOP)
+
+    def release(self, rank: int) -> None:
+        """Lets rank `rank`'s supervisor go on (SIGCONT): it restarts the rank if it died."""
+        os.kill(self._supervisor(rank), signal.SIGCONT)
+
+    def _supervisor(self, rank: int) -> int:
+        return int((self.directory / "pids").read_text().split()[rank])
+
     def log(self, rank: int) -> str:
         return (self.directory / f"rank-{rank}.log").read_text(errors="replace")
 

@@ -358,12 +358,12 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
     client_internal::ParamAssembler check(*layout, options.return_dtype, options.return_param_ids);
     for (const auto& [id, bytes] : into) OPTSTEP_RETURN_IF_ERROR(check.SetDestination(id, bytes));
   }
-  client_internal::GroupProbe probe{[this] { return CheckHealth(); },
-                                    [this](absl::string_view id) -> absl::StatusOr<uint64_t> {
-                                      OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info,
-                                                               GetSession(id));
-                                      return info.step();
-                                    }};
+  client_internal::GroupProbe probe{
+      [this] { return CheckHealth(); },
+      [this](absl::string_view id) -> absl::StatusOr<client_internal::SessionStep> {
+        OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, GetSession(id));
+        return client_internal::SessionStep{info.step(), info.step_running()};
+      }};
   // Each attempt lays the same gradients out on the session's current layout.
   return recovery_.Run(
       options.session_id, options.step, probe,

@@ -57,10 +57,10 @@ absl::StatusOr<StepReply> StepRecovery::Run(
     if (error.code() == absl::StatusCode::kFailedPrecondition) {
       // Out of sequence: the last step is still ending on the ranks, the session's step moved
       // back, or the applied step is not replayable after a restore, or a mistake of the caller.
-      absl::StatusOr<uint64_t> now = probe.session_step(session_id);
-      if (!now.ok()) return error;
-      const bool ending = *now < AppliedStep(session_id);
-      now = AwaitSeenStep(probe, session_id, *now);
+      absl::StatusOr<SessionStep> read = probe.session_step(session_id);
+      if (!read.ok()) return error;
+      const bool ending = read->running && read->step < AppliedStep(session_id);
+      absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, session_id, *read);
       if (!now.ok()) return error;
       if (*now < AppliedStep(session_id)) return Rewind(session_id, *now, step);
       if (was_applied && *now >= step) {
@@ -76,9 +76,9 @@ absl::StatusOr<StepReply> StepRecovery::Run(
     }
     if (!Recovering(probe, error)) return error;
     if (!deadline) deadline = absl::Now() + timeout_;
-    absl::StatusOr<uint64_t> now = AwaitGroup(probe, session_id, *deadline, &wait, error);
-    if (!now.ok()) return now.status();
-    now = AwaitSeenStep(probe, session_id, *now);
+    absl::StatusOr<SessionStep> read = AwaitGroup(probe, session_id, *deadline, &wait, error);
+    if (!read.ok()) return read.status();
+    absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, session_id, *read);
     if (!now.ok()) return now.status();
     wait = Doubled(wait);
     if (*now + 1 < step) return Rewind(session_id, *now, step);
@@ -106,15 +106,15 @@ bool StepRecovery::Recovering(const GroupProbe& probe, const absl::Status& error
   }
 }
 
-absl::StatusOr<uint64_t> StepRecovery::AwaitGroup(const GroupProbe& probe,
-                                                  absl::string_view session_id, absl::Time deadline,
-                                                  absl::Duration* wait,
-                                                  const absl::Status& error) const {
+absl::StatusOr<SessionStep> StepRecovery::AwaitGroup(const GroupProbe& probe,
+                                                     absl::string_view session_id,
+                                                     absl::Time deadline, absl::Duration* wait,
+                                                     const absl::Status& error) const {
   while (true) {
     sleep_(std::min(*wait, std::max(absl::ZeroDuration(), deadline - absl::Now())));
     absl::StatusOr<bool> serving = probe.serving();
     if (serving.ok() && *serving) {
-      absl::StatusOr<uint64_t> now = probe.session_step(session_id);
+      absl::StatusOr<SessionStep> now = probe.session_step(session_id);
       if (now.ok()) return now;
       // Serving without the session (closed, or not restored): the step's own error.
       if (now.status().code() == absl::StatusCode::kNotFound) return error;
@@ -130,15 +130,17 @@ absl::StatusOr<uint64_t> StepRecovery::AwaitGroup(const GroupProbe& probe,
 }
 
 absl::StatusOr<uint64_t> StepRecovery::AwaitSeenStep(const GroupProbe& probe,
-                                                     absl::string_view session_id, uint64_t now) {
+                                                     absl::string_view session_id,
+                                                     SessionStep now) {
   const uint64_t seen = AppliedStep(session_id);
   absl::Duration poll = kFirstStepEndPoll;
-  for (absl::Duration waited; now < seen && waited < kStepEndWait; waited += poll) {
+  for (absl::Duration waited; now.running && now.step < seen && waited < kStepEndWait;
+       waited += poll) {
     sleep_(poll);
     poll = std::min(2 * poll, kLongestStepEndPoll);
     OPTSTEP_ASSIGN_OR_RETURN(now, probe.session_step(session_id));
   }
-  return now;
+  return now.step;
 }
 
 void StepRecovery::Note(absl::string_view session_id, uint64_t step) {

@@ -38,10 +38,17 @@ inline constexpr absl::string_view kRewindPayload = "type.optstep.dev/optstep.Re
 
 namespace client_internal {
 
+// A session's step as rank 0 reads it, and whether a step is being resolved there (its
+// parameters may be back with the trainers before it ends and `step` counts it).
+struct SessionStep {
+  uint64_t step = 0;
+  bool running = false;
+};
+
 // What recovery asks of the group: whether rank 0 serves, and a session's current step.
 struct GroupProbe {
   std::function<absl::StatusOr<bool>()> serving;
-  std::function<absl::StatusOr<uint64_t>(absl::string_view session_id)> session_step;
+  std::function<absl::StatusOr<SessionStep>(absl::string_view session_id)> session_step;
 };
 
 // Thread-safe: Run may be called from several threads at once.
@@ -63,14 +70,14 @@ class StepRecovery {
   bool Recovering(const GroupProbe& probe, const absl::Status& error) const;
   // Waits, backing off from `*wait`, until rank 0 serves; answers the session's step, or
   // `error` (naming the timeout) past `deadline`.
-  absl::StatusOr<uint64_t> AwaitGroup(const GroupProbe& probe, absl::string_view session_id,
-                                      absl::Time deadline, absl::Duration* wait,
-                                      const absl::Status& error) const;
-  // The session's step `now`, or, while it is below the last step this client saw applied (whose
-  // parameters come back before every rank ended it), the step once it reached it, polling for
-  // at most 30 s: a session restored to an older step stays below it.
+  absl::StatusOr<SessionStep> AwaitGroup(const GroupProbe& probe, absl::string_view session_id,
+                                         absl::Time deadline, absl::Duration* wait,
+                                         const absl::Status& error) const;
+  // The session's step `now`, or, while it is below the last step this client saw applied and a
+  // step runs (that step's parameters come back before the ranks ended it), the step once that
+  // ended, polling for at most 30 s. A session restored to an older step runs none.
   absl::StatusOr<uint64_t> AwaitSeenStep(const GroupProbe& probe, absl::string_view session_id,
-                                         uint64_t now);
+                                         SessionStep now);
   void Note(absl::string_view session_id, uint64_t step);
   uint64_t AppliedStep(absl::string_view session_id);
   absl::Status Rewind(absl::string_view session_id, uint64_t restored, uint64_t step);

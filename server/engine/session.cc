@@ -66,6 +66,7 @@ SessionStats Session::stats() const {
     absl::MutexLock lock(&mu_);
     stats.step = book_.counters().step;
     stats.skipped_steps = book_.counters().skipped_steps;
+    stats.step_running = book_.running();
   }
   const ReplicaState::Bytes bytes = replica_->bytes();
   stats.param_bytes = bytes.params;

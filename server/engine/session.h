@@ -45,6 +45,8 @@ struct SessionStats {
   int64_t param_bytes = 0;
   int64_t state_bytes = 0;
   int64_t buffer_bytes = 0;  // gradient buffers and staging
+  // A step (or a state replacement) is being resolved: `step` does not count it yet.
+  bool step_running = false;
 };
 
 // One rank's part of a registered model and the step contract of docs/design.md §3 across the

@@ -18,6 +18,7 @@ void CountersToProto(const Session& session, v1::SessionInfo* info) {
   const SessionStats stats = session.stats();
   info->set_step(stats.step);
   info->set_skipped_steps(stats.skipped_steps);
+  info->set_step_running(stats.step_running);
   info->set_param_bytes(stats.param_bytes);
   info->set_state_bytes(stats.state_bytes);
   info->set_num_parameters(session.config().params.size());

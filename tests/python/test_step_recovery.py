@@ -16,7 +16,8 @@ from optstep.v1 import session_pb2
 
 
 class EndingGroup:
-    """Rank 0 serves; the session's step is read from `steps` in turn (the last repeated)."""
+    """Rank 0 serves; the session's step is read from `steps` in turn (the last repeated, and
+    running a step before it)."""
 
     def __init__(self, steps: List[int]) -> None:
         self.steps = steps
@@ -26,9 +27,10 @@ class EndingGroup:
         return True
 
     def get_session(self, session_id: str) -> session_pb2.SessionInfo:
-        step = self.steps[min(self.reads, len(self.steps) - 1)]
+        read = min(self.reads, len(self.steps) - 1)
         self.reads += 1
-        return session_pb2.SessionInfo(session_id=session_id, step=step)
+        return session_pb2.SessionInfo(session_id=session_id, step=self.steps[read],
+                                       step_running=read + 1 < len(self.steps))
 
 
 def attempts(failures: List[Exception], reply: int) -> Callable[[], int]:
@@ -65,10 +67,12 @@ def test_a_step_sent_while_the_last_one_still_ends_is_sent_again_in_its_turn() -
     assert group.reads == 3
 
 
-def test_a_session_that_stays_below_the_step_seen_applied_is_a_rewind() -> None:
+def test_a_session_below_the_step_seen_applied_running_none_is_a_rewind_at_once() -> None:
     steps = recovery()
     assert steps.run(EndingGroup([3]), "s", 3, attempts([], 3), restored) == 3
     out_of_turn = FailedPreconditionError("step 4 out of sequence; expected step 2")
+    group = EndingGroup([1])
     with pytest.raises(RewindRequired) as rewind:
-        steps.run(EndingGroup([1]), "s", 4, attempts([out_of_turn], 4), restored)
+        steps.run(group, "s", 4, attempts([out_of_turn], 4), restored)
     assert rewind.value.step == 1
+    assert group.reads == 1  # restored: no step runs, nothing to wait for

@@ -125,7 +125,7 @@ class StepRecovery:
                     # session's step moved back, or the applied step is not replayable after a
                     # restore, or a mistake of the caller.
                     info = self._session_now(group, session_id, error)
-                    ending = info.step < self._applied_step(session_id)
+                    ending = info.step_running and info.step < self._applied_step(session_id)
                     info = self._await_seen_step(group, session_id, info, error)
                     if info.step < self._applied_step(session_id):
                         raise self._rewind(session_id, info.step, step) from None
@@ -151,13 +151,13 @@ class StepRecovery:
     def _await_seen_step(self, group: GroupView, session_id: str,
                          info: session_pb2.SessionInfo,
                          error: OptstepError) -> session_pb2.SessionInfo:
-        """`info`, or while its step is below the last step this client saw applied (whose
-        parameters come back before every rank ended it), the session once it reached it,
-        polling for at most _STEP_END_WAIT seconds: a session restored to an older step stays
-        below it."""
+        """`info`, or while its step is below the last step this client saw applied and a step
+        runs (that step's parameters come back before the ranks ended it), the session once
+        that ended, polling for at most _STEP_END_WAIT seconds. A session restored to an older
+        step runs none."""
         seen = self._applied_step(session_id)
         poll, waited = _FIRST_STEP_END_POLL, 0.0
-        while info.step < seen and waited < _STEP_END_WAIT:
+        while info.step_running and info.step < seen and waited < _STEP_END_WAIT:
             self._sleep(poll)
             waited += poll
             poll = min(2 * poll, _LONGEST_STEP_END_POLL)

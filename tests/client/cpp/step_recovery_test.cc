@@ -38,7 +38,9 @@ struct FakeGroup {
                         if (looks++ < down) return absl::UnavailableError("connection refused");
                         return true;
                       },
-                      [this](absl::string_view) -> absl::StatusOr<uint64_t> { return step; }};
+                      [this](absl::string_view) -> absl::StatusOr<SessionStep> {
+                        return SessionStep{step, /*running=*/false};
+                      }};
   }
 };
 
@@ -121,14 +123,16 @@ TEST(StepRecoveryTest, OutOfSequenceBelowTheLastAppliedStepIsARewindAndAtItTheCa
 }
 
 // A group whose rank 0 serves, with the session's step read from `steps` in turn (the last one
-// repeated): a step still ending on the ranks after its parameters came back.
+// repeated, and running a step before it): a step still ending on the ranks after its
+// parameters came back.
 struct EndingGroup {
   std::vector<uint64_t> steps;
   size_t reads = 0;
   GroupProbe probe() {
     return GroupProbe{[]() -> absl::StatusOr<bool> { return true; },
-                      [this](absl::string_view) -> absl::StatusOr<uint64_t> {
-                        return steps[std::min(reads++, steps.size() - 1)];
+                      [this](absl::string_view) -> absl::StatusOr<SessionStep> {
+                        const size_t read = std::min(reads++, steps.size() - 1);
+                        return SessionStep{steps[read], read + 1 < steps.size()};
                       }};
   }
 };
@@ -174,7 +178,7 @@ TEST(StepRecoveryTest, AGroupThatDoesNotComeBackAnswersTheErrorNamingTheTimeout)
 TEST(StepRecoveryTest, ASessionGoneFromAServingGroupAnswersTheStepsError) {
   StepRecovery recovery = Recovery();
   GroupProbe probe{[]() -> absl::StatusOr<bool> { return true; },
-                   [](absl::string_view) -> absl::StatusOr<uint64_t> {
+                   [](absl::string_view) -> absl::StatusOr<SessionStep> {
                      return absl::NotFoundError("session 's' not found");
                    }};
   Attempts attempt{{absl::UnavailableError("session closed while the step waited")}, 1};

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -178,8 +179,10 @@ TEST_P(KilledRankTest, ARankRestartedBetweenStepsRejoinsAndTrainingEndsBitIdenti
 
 // An Adam session of kParams parameters: each of the kWorld ranks owns some.
 constexpr int kParams = 6;
-v1::SessionSpec SpreadSpec(const std::string& name) {
+v1::SessionSpec SpreadSpec(const std::string& name,
+                           v1::ParameterStorage storage = v1::PARAMETER_STORAGE_REPLICATED) {
   v1::SessionSpec spec = SmallSpec(name);
+  spec.set_parameter_storage(storage);
   spec.clear_parameters();
   for (int p = 0; p < kParams; ++p) {
     auto* param = spec.add_parameters();
@@ -208,9 +211,11 @@ absl::StatusOr<StepReply> StepSpread(Client& trainer, const std::string& session
 
 // A SpreadSpec session named "reference" stepped `steps` times before any loss: the run a
 // disturbed session of the same definition must end as.
-absl::StatusOr<v1::SessionInfo> SteppedReference(Client& trainer, uint64_t steps) {
+absl::StatusOr<v1::SessionInfo> SteppedReference(
+    Client& trainer, uint64_t steps,
+    v1::ParameterStorage storage = v1::PARAMETER_STORAGE_REPLICATED) {
   OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo reference,
-                           trainer.CreateSession(SpreadSpec("reference")));
+                           trainer.CreateSession(SpreadSpec("reference", storage)));
   for (uint64_t step = 1; step <= steps; ++step) {
     OPTSTEP_RETURN_IF_ERROR(StepSpread(trainer, reference.session_id(), step).status());
   }
@@ -348,10 +353,12 @@ TEST(RejoinTest, ARollingRestartOfEveryRankLosesNoStep) {
 // is redone, never rewound. When the rank's own process returns it takes its place back, the
 // stand-in stops without the group counting the rank gone, and the trainer goes back to the
 // rank's own address. Training ends bit for bit with an undisturbed session.
-class StoodInRankTest : public ::testing::TestWithParam<int> {};
+// Run for the rank lost (its buddy stands in for it) and the parameter storage (under OWNERS the
+// stand-in alone holds the rank's masters, and the trainer pulls them from it).
+class StoodInRankTest : public ::testing::TestWithParam<std::tuple<int, v1::ParameterStorage>> {};
 
 TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
-  const int dead = GetParam();
+  const auto [dead, storage] = GetParam();
   const int buddy = (dead + 1) % kWorld;
   std::vector<std::string> flags = kFlags;
   flags.back() = "--rejoin_timeout_ms=2000";
@@ -361,9 +368,10 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
   std::unique_ptr<Client> trainer = Trainer(group);
   ASSERT_NE(trainer, nullptr);
   constexpr uint64_t kSteps = 6;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference,
+                               SteppedReference(*trainer, kSteps, storage));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo stood_in,
-                               trainer->CreateSession(SpreadSpec("stood-in")));
+                               trainer->CreateSession(SpreadSpec("stood-in", storage)));
   const std::string& id = stood_in.session_id();
   for (uint64_t step = 1; step <= 2; ++step) {
     ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
@@ -405,10 +413,16 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Rank, StoodInRankTest, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return absl::StrCat("Rank", info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    RankAndStorage, StoodInRankTest,
+    ::testing::Combine(::testing::Values(1, 2),
+                       ::testing::Values(v1::PARAMETER_STORAGE_REPLICATED,
+                                         v1::PARAMETER_STORAGE_OWNERS)),
+    [](const ::testing::TestParamInfo<std::tuple<int, v1::ParameterStorage>>& info) {
+      return absl::StrCat("Rank", std::get<0>(info.param),
+                          std::get<1>(info.param) == v1::PARAMETER_STORAGE_OWNERS ? "Owners"
+                                                                                  : "Replicated");
+    });
 
 TEST(RejoinTest, ARankLostAfterAStateImportHeals) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));

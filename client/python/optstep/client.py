@@ -30,19 +30,17 @@ import numpy as np
 from optstep import dtypes, native, state_dicts
 from optstep.channel_credentials import channel_credentials
 from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
-from optstep.errors import (AbortedError, FailedPreconditionError, InternalError,
-                            InvalidArgumentError, OptstepError, OutOfRangeError, UnavailableError,
-                            from_rpc_error)
+from optstep.errors import (AbortedError, InternalError, InvalidArgumentError, OptstepError,
+                            OutOfRangeError, UnavailableError, from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
+from optstep.rank_channels import RankChannel, RankChannels
 from optstep.recovery import StepRecovery
 from optstep.session_pages import list_all_sessions, read_session
 from optstep.step_call import exchange_steps, tensor_chunk
 from optstep.stream_end import StreamTally
 from optstep.streamed_step import StreamedStep
-from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2,
-                        checkpoint_service_pb2_grpc as ckpt_grpc,
-                        optimizer_service_pb2 as svc_pb2,
-                        optimizer_service_pb2_grpc as svc_grpc, session_pb2)
+from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2, optimizer_service_pb2 as svc_pb2,
+                        session_pb2)
 
 __all__ = ["Client", "CreatedSession", "GroupSchedule", "StepReply", "Parameters",
            "Gradients", "MAX_CHUNK_BYTES"]
@@ -89,14 +87,6 @@ class StepReply:
 class Parameters:
     step: int  # the step the values belong to
     params: Dict[int, np.ndarray]
-
-
-@dataclasses.dataclass
-class _Rank:
-    target: str
-    channel: grpc.Channel
-    service: svc_grpc.OptimizerServiceStub
-    checkpoint: ckpt_grpc.CheckpointServiceStub
 
 
 def _call(fn: Callable[..., _Response], *args: Any, **kwargs: Any) -> _Response:
@@ -163,7 +153,6 @@ class Client:
                 f"Client: max_message_bytes {max_message_bytes} cannot hold a chunk of "
                 f"{max_chunk_bytes} bytes plus its envelope")
         self._recovery = StepRecovery(recovery_timeout)
-        self._explicit_ranks = rank_targets is not None
         self._rpc_timeout = rpc_timeout
         self._stream_timeout = stream_timeout
         self._wait_for_ready = wait_for_ready
@@ -193,13 +182,11 @@ class Client:
             stream_lookahead_bytes=stream_lookahead_bytes, max_frame_bytes=max_frame_bytes,
             bdp_probe=bdp_probe, max_chunk_bytes=max_chunk_bytes, tls=tls, tls_ca=tls_ca,
             tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name, token=token)
-        self._ranks: List[_Rank] = [self._open(t) for t in targets]
-        # The stand-ins the group last told of, by rank (docs/deploy.md, "A rank that does not
-        # return"): each replaces the rank's channel until the rank's own process is back.
-        self._stand_ins: Dict[int, _Rank] = {}
+        self._ranks = RankChannels(targets, explicit=rank_targets is not None,
+                                   open_channel=self._open_channel)
         if connect_timeout > 0:
             deadline = time.monotonic() + connect_timeout
-            for r, rank in enumerate(self._ranks):
+            for r, rank in enumerate(self._ranks.given()):
                 try:
                     grpc.channel_ready_future(rank.channel).result(
                         timeout=max(0.0, deadline - time.monotonic()))
@@ -212,12 +199,7 @@ class Client:
 
     def close(self) -> None:
         """Closes every channel. The client cannot be used afterwards."""
-        with self._lock:
-            ranks, self._ranks = self._ranks, []
-            ranks += self._stand_ins.values()
-            self._stand_ins = {}
-        for rank in ranks:
-            rank.channel.close()
+        self._ranks.close()
         self._native.close()
 
     def __enter__(self) -> "Client":
@@ -229,54 +211,15 @@ class Client:
     @property
     def num_ranks(self) -> int:
         """Number of ranks this client has a channel to."""
-        return len(self._ranks)
+        return len(self._ranks.given())
 
-    def _open(self, target: str) -> _Rank:
+    def _open_channel(self, target: str) -> grpc.Channel:
         if self._credentials is not None:
-            channel = grpc.secure_channel(target, self._credentials,
-                                          options=self._channel_options)
-        else:
-            channel = grpc.insecure_channel(target, options=self._channel_options)
-        return _Rank(target, channel, svc_grpc.OptimizerServiceStub(channel),
-                     ckpt_grpc.CheckpointServiceStub(channel))
+            return grpc.secure_channel(target, self._credentials, options=self._channel_options)
+        return grpc.insecure_channel(target, options=self._channel_options)
 
-    def _rank0(self) -> _Rank:
-        if not self._ranks:
-            raise FailedPreconditionError("Client: closed")
-        return self._ranks[0]
-
-    def _reach(self, layout: SessionLayout) -> List[_Rank]:
-        """The channels that reach every rank of `layout` now: a stand-in's where one stands
-        in for the rank, else as :meth:`_ranks_for`."""
-        ranks = self._ranks_for(layout)
-        with self._lock:
-            return [self._stand_ins.get(r, rank) for r, rank in enumerate(ranks)]
-
-    def _follow_stand_ins(self, layout: SessionLayout) -> None:
-        """Opens a channel to each stand-in `layout` tells of; drops those of ranks back."""
-        told = {r: layout.rank_targets[r] for r in layout.stood_in_ranks
-                if 0 < r < len(layout.rank_targets)}
-        with self._lock:
-            gone = [r for r, rank in self._stand_ins.items() if told.get(r) != rank.target]
-            for r in gone:
-                del self._stand_ins[r]  # its channel closes once no call uses it
-            for r, target in told.items():
-                if r not in self._stand_ins:
-                    self._stand_ins[r] = self._open(target)
-
-    def _ranks_for(self, layout: SessionLayout) -> List[_Rank]:
-        """The channels of every rank of `layout` as configured, opening advertised ones on
-        first use."""
-        with self._lock:
-            have = len(self._ranks)
-            if have < layout.world_size and not self._explicit_ranks and \
-                    len(layout.rank_targets) >= layout.world_size:
-                self._ranks += [self._open(t) for t in layout.rank_targets[have:layout.world_size]]
-            if len(self._ranks) < layout.world_size:
-                raise FailedPreconditionError(
-                    f"session '{layout.session_id}' is laid out over {layout.world_size} ranks "
-                    f"but this client knows {len(self._ranks)} (rank_targets)")
-            return self._ranks[:layout.world_size]
+    def _rank0(self) -> RankChannel:
+        return self._ranks.rank0()
 
     def _unary_kwargs(self) -> Dict[str, Any]:
         return {"timeout": self._rpc_timeout, "wait_for_ready": self._wait_for_ready}
@@ -322,7 +265,7 @@ class Client:
 
     def _remember(self, info: session_pb2.SessionInfo) -> SessionLayout:
         layout = SessionLayout.from_session_info(info)
-        self._follow_stand_ins(layout)
+        self._ranks.follow_stand_ins(layout)
         with self._lock:
             self._layouts[info.session_id] = layout
         return layout
@@ -352,7 +295,7 @@ class Client:
                 yield svc_pb2.InitParametersRequest(session_id=session_id, values=values)
             yield svc_pb2.InitParametersRequest(session_id=session_id, end=tally.end(tensors))
 
-        for r, rank in enumerate(self._reach(layout)):
+        for r, rank in enumerate(self._ranks.reach(layout)):
             mine = list(plan[r].chunks) if layout.owners_only else chunks
             if not mine:
                 continue
@@ -374,7 +317,7 @@ class Client:
         assembler = ParamAssembler(layout, wire, ids)
         # REPLICATED storage: rank 0 holds every parameter (a client of one target asks it);
         # OWNERS: each owner answers its own.
-        ranks = self._reach(layout) if layout.owners_only else [self._rank0()]
+        ranks = self._ranks.reach(layout) if layout.owners_only else [self._rank0()]
         owners = layout.owners_of(ids) if layout.owners_only else [0]
         steps: List[int] = []
         for r in owners:
@@ -471,7 +414,7 @@ class Client:
     def _native_client(self, session_id: str) -> Optional[native.NativeClient]:
         layout = self.layout(session_id)  # the C++ client over its ranks; None without the library
         # As configured: the C++ client follows the stand-ins itself.
-        return self._native.get(lambda: [rank.target for rank in self._ranks_for(layout)])
+        return self._native.get(lambda: [rank.target for rank in self._ranks.of(layout)])
 
     def _step_once(self, session_id: str, step: int, slices: List[GradientSlice],
                    trainer_id: int, groups: List[GroupSchedule], wire: dtypes.WireDType,
@@ -481,7 +424,7 @@ class Client:
         layout = self.layout(session_id)
         return_ids = layout.param_ids(return_params or ())
         plan = plan_contributions(layout, slices, self._max_chunk_bytes)
-        ranks = self._reach(layout)
+        ranks = self._ranks.reach(layout)
         header = svc_pb2.StepHeader(session_id=session_id, step=step, trainer_id=trainer_id,
                                     return_dtype=wire, return_param_ids=return_ids)
         for group in groups:
@@ -576,8 +519,7 @@ class Client:
         """Shuts rank `rank` down as SIGTERM does: it takes no new steps, the running step
         finishes or is cut at its grace period, and the process exits. OutOfRangeError for a
         rank this client has no channel to."""
-        with self._lock:
-            ranks = list(self._ranks)
+        ranks = self._ranks.given()
         if not 0 <= rank < len(ranks):
             raise OutOfRangeError(f"rank {rank} is not one of the {len(ranks)} ranks of this "
                                   "client")

@@ -1,0 +1,101 @@
+"""The channels of a client to the ranks of its group: those it was given (or the ranks
+advertise, when it was given rank 0's only), and the stand-ins the group tells of
+(docs/deploy.md, "A rank that does not return"). Internal to the client. Thread-safe."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Callable, Dict, List, Sequence
+
+import grpc
+
+from optstep.errors import FailedPreconditionError
+from optstep.layout import SessionLayout
+from optstep.v1 import checkpoint_service_pb2_grpc as ckpt_grpc
+from optstep.v1 import optimizer_service_pb2_grpc as svc_grpc
+
+
+@dataclasses.dataclass
+class RankChannel:
+    """One channel to one rank, and its stubs."""
+
+    target: str
+    channel: grpc.Channel
+    service: svc_grpc.OptimizerServiceStub
+    checkpoint: ckpt_grpc.CheckpointServiceStub
+
+
+class RankChannels:
+    """The ranks' channels, opened by `open_channel` (the client's credentials and options).
+
+    `explicit`: the targets name every rank; otherwise ranks beyond them are reached at the
+    addresses the layouts advertise, opened on first use."""
+
+    def __init__(self, targets: Sequence[str], explicit: bool,
+                 open_channel: Callable[[str], grpc.Channel]) -> None:
+        self._open_channel = open_channel
+        self._explicit = explicit
+        self._lock = threading.Lock()
+        self._ranks: List[RankChannel] = [self._open(t) for t in targets]
+        # The stand-ins the group last told of, by rank: each replaces the rank's channel until
+        # the rank's own process is back.
+        self._stand_ins: Dict[int, RankChannel] = {}
+
+    def _open(self, target: str) -> RankChannel:
+        channel = self._open_channel(target)
+        return RankChannel(target, channel, svc_grpc.OptimizerServiceStub(channel),
+                           ckpt_grpc.CheckpointServiceStub(channel))
+
+    def close(self) -> None:
+        """Closes every channel; no rank is reached afterwards."""
+        with self._lock:
+            ranks, self._ranks = self._ranks, []
+            ranks += self._stand_ins.values()
+            self._stand_ins = {}
+        for rank in ranks:
+            rank.channel.close()
+
+    def given(self) -> List[RankChannel]:
+        """The channels of the ranks as given or opened so far, by rank."""
+        with self._lock:
+            return list(self._ranks)
+
+    def rank0(self) -> RankChannel:
+        with self._lock:
+            if not self._ranks:
+                raise FailedPreconditionError("Client: closed")
+            return self._ranks[0]
+
+    def of(self, layout: SessionLayout) -> List[RankChannel]:
+        """The channels of every rank of `layout` as given, opening advertised ones on first
+        use."""
+        with self._lock:
+            have = len(self._ranks)
+            if have < layout.world_size and not self._explicit and \
+                    len(layout.rank_targets) >= layout.world_size:
+                self._ranks += [self._open(t) for t in layout.rank_targets[have:layout.world_size]]
+            if len(self._ranks) < layout.world_size:
+                raise FailedPreconditionError(
+                    f"session '{layout.session_id}' is laid out over {layout.world_size} ranks "
+                    f"but this client knows {len(self._ranks)} (rank_targets)")
+            return self._ranks[:layout.world_size]
+
+    def reach(self, layout: SessionLayout) -> List[RankChannel]:
+        """The channels that reach every rank of `layout` now: a stand-in's where one stands in
+        for the rank, else as :meth:`of`."""
+        ranks = self.of(layout)
+        with self._lock:
+            return [self._stand_ins.get(r, rank) for r, rank in enumerate(ranks)]
+
+    def follow_stand_ins(self, layout: SessionLayout) -> None:
+        """Opens a channel to each stand-in `layout` tells of; drops those of ranks back."""
+        told = {r: layout.rank_targets[r] for r in layout.stood_in_ranks
+                if 0 < r < len(layout.rank_targets)}
+        with self._lock:
+            gone = [r for r, rank in self._stand_ins.items() if told.get(r) != rank.target]
+            for r in gone:
+                del self._stand_ins[r]  # its channel closes once no call uses it
+            for r, target in told.items():
+                if r not in self._stand_ins:
+                    self._stand_ins[r] = self._open(target)

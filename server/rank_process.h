@@ -204,7 +204,8 @@ class RankProcess {
 
   // ---- Standing in for a lost rank (rank_process_stand_in.cc) ----
 
-  // Whether lost rank `rank` (the only one lost) is stood in for once `rejoin_timeout` passed.
+  // Whether lost rank `rank` (the only one lost: LostPeer) is stood in for once `rejoin_timeout`
+  // passed.
   bool StoodInWhenLost(int rank) const;
   // How long the survivors then wait for the stand-in to start and heal in: `rejoin_timeout`
   // again, and at least kMinStandInWait (a heal of large sessions on a loaded host).

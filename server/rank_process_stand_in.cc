@@ -19,7 +19,7 @@ namespace optstep {
 
 bool RankProcess::StoodInWhenLost(int rank) const {
   // Rank 0 serves the rendezvous store and the session calls at its configured address.
-  return heals() && options_.stand_ins && rank != 0 && group_->lost_peers() == 1;
+  return heals() && options_.stand_ins && rank > 0;
 }
 
 absl::Duration RankProcess::StandInWait() const {

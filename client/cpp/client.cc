@@ -60,14 +60,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                            client_internal::MakeChannelCredentials(options));
   RankOpener open_rank = [credentials, args](const std::string& target) {
-    auto rank = std::make_unique<Rank>();
+    auto rank = std::make_shared<Rank>();
     rank->target = target;
     rank->channel = grpc::CreateCustomChannel(target, credentials, args);
     rank->service = v1::OptimizerService::NewStub(rank->channel);
     rank->health = grpc::health::v1::Health::NewStub(rank->channel);
     return rank;
   };
-  std::vector<std::unique_ptr<Rank>> ranks;
+  std::vector<std::shared_ptr<Rank>> ranks;
   for (const std::string& target : targets) ranks.push_back(open_rank(target));
   if (options.connect_timeout > absl::ZeroDuration()) {
     const absl::Time deadline = absl::Now() + options.connect_timeout;
@@ -82,17 +82,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   return std::unique_ptr<Client>(new Client(options, std::move(ranks), std::move(open_rank)));
 }
 
-Client::Client(ClientOptions options, std::vector<std::unique_ptr<Rank>> ranks,
+Client::Client(ClientOptions options, std::vector<std::shared_ptr<Rank>> ranks,
                RankOpener open_rank)
     : options_(std::move(options)),
       ranks_(std::move(ranks)),
       open_rank_(std::move(open_rank)),
       recovery_(options_.recovery_timeout) {}
 
-std::shared_ptr<grpc::Channel> Client::ChannelOf(size_t rank) {
+std::shared_ptr<Client::Rank> Client::Reach(size_t rank) {
   absl::MutexLock lock(&mu_);
   auto it = stand_ins_.find(static_cast<uint32_t>(rank));
-  return it != stand_ins_.end() ? it->second->channel : ranks_[rank]->channel;
+  return it != stand_ins_.end() ? it->second : ranks_[rank];
 }
 
 void Client::FollowStandIns(const v1::SessionInfo& info) {
@@ -181,7 +181,7 @@ absl::Status Client::Shutdown(int rank, absl::string_view reason) {
   request.set_reason(std::string(reason));
   v1::ShutdownResponse response;
   return FromGrpcStatus(
-      v1::AdminService::NewStub(ChannelOf(rank))->Shutdown(&context, request, &response));
+      v1::AdminService::NewStub(Reach(rank)->channel)->Shutdown(&context, request, &response));
 }
 
 absl::Status Client::CloseSession(absl::string_view session_id) {
@@ -246,8 +246,7 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
     grpc::ClientContext context;
     Prepare(context, options_.stream_timeout, options_.wait_for_ready);
     v1::InitParametersResponse response;
-    auto writer =
-        v1::OptimizerService::NewStub(ChannelOf(rank))->InitParameters(&context, &response);
+    auto writer = Reach(rank)->service->InitParameters(&context, &response);
     v1::InitParametersRequest request;
     request.set_session_id(std::string(session_id));
     v1::TensorChunk* chunk = request.mutable_values();
@@ -311,8 +310,7 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
   for (size_t i = 0; i < ranks.size(); ++i) {
     grpc::ClientContext context;
     Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-    auto reader =
-        v1::OptimizerService::NewStub(ChannelOf(ranks[i]))->PullParameters(&context, request);
+    auto reader = Reach(ranks[i])->service->PullParameters(&context, request);
     absl::Status error;
     v1::PullParametersResponse response;
     for (bool first = true; reader->Read(&response); first = false) {
@@ -435,7 +433,7 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
   std::vector<std::unique_ptr<StepCall>> calls;
   for (uint32_t r = 0; r < world_size; ++r) {
     calls.push_back(
-        std::make_unique<StepCall>(ChannelOf(r), deadline, options_.wait_for_ready, arrivals));
+        std::make_unique<StepCall>(Reach(r)->channel, deadline, options_.wait_for_ready, arrivals));
     header.set_skip_return(options.skip_return || !layout->ReturnsFrom(r, options.trainer_id));
     // A stream that broke while sending reports its status from ReceiveAvailable().
     calls.back()->Open(header);

@@ -38,10 +38,6 @@
 #include "optstep/v1/optimizer_service.pb.h"
 #include "optstep/v1/session.pb.h"
 
-namespace grpc {
-class Channel;
-}  // namespace grpc
-
 namespace optstep {
 namespace client_internal {
 class SessionLayout;
@@ -184,12 +180,12 @@ class Client final {
   using LayoutPtr = std::shared_ptr<const client_internal::SessionLayout>;
 
   // Opens a channel to a target, and its stubs, with the client's credentials and arguments.
-  using RankOpener = std::function<std::unique_ptr<Rank>(const std::string& target)>;
+  using RankOpener = std::function<std::shared_ptr<Rank>(const std::string& target)>;
 
-  Client(ClientOptions options, std::vector<std::unique_ptr<Rank>> ranks, RankOpener open_rank);
-  // The channel that reaches rank `rank` now: its stand-in's while the group says one stands in
-  // for it (SessionInfo.layout.stood_in_ranks), else the one of ClientOptions.
-  std::shared_ptr<grpc::Channel> ChannelOf(size_t rank);
+  Client(ClientOptions options, std::vector<std::shared_ptr<Rank>> ranks, RankOpener open_rank);
+  // What reaches rank `rank` now: its stand-in while the group says one stands in for it
+  // (SessionInfo.layout.stood_in_ranks), else the rank of ClientOptions.
+  std::shared_ptr<Rank> Reach(size_t rank);
   // Follows `info`'s stand-ins: opens a channel to each new one, drops those of ranks back.
   void FollowStandIns(const v1::SessionInfo& info);
 
@@ -212,7 +208,7 @@ class Client final {
   absl::StatusOr<StepReply> AppliedStep(const StepOptions& options, const ParamDestinations& into);
 
   const ClientOptions options_;
-  const std::vector<std::unique_ptr<Rank>> ranks_;
+  const std::vector<std::shared_ptr<Rank>> ranks_;
   const RankOpener open_rank_;
   client_internal::StepRecovery recovery_;
 

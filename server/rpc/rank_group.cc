@@ -27,6 +27,7 @@ RankGroup::RankGroup(RankGroupOptions options, Engine* engine)
   {
     absl::MutexLock lock(&mu_);
     addresses_.assign(options_.world_size, "");
+    stood_in_.assign(options_.world_size, false);
     peers_.resize(options_.world_size);
   }
   if (options_.world_size > 1 && engine_ != nullptr) {
@@ -242,7 +243,6 @@ std::vector<std::string> RankGroup::addresses() const {
 
 void RankGroup::SetStoodIn(int rank, bool stood_in) {
   absl::MutexLock lock(&mu_);
-  stood_in_.resize(options_.world_size, false);
   stood_in_[rank] = stood_in;
 }
 

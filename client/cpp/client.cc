@@ -69,17 +69,50 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   };
   std::vector<std::shared_ptr<Rank>> ranks;
   for (const std::string& target : targets) ranks.push_back(open_rank(target));
+  std::vector<size_t> unreachable;
   if (options.connect_timeout > absl::ZeroDuration()) {
+    for (const auto& rank : ranks) rank->channel->GetState(/*try_to_connect=*/true);
     const absl::Time deadline = absl::Now() + options.connect_timeout;
     for (size_t r = 0; r < ranks.size(); ++r) {
       if (!ranks[r]->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
-        return absl::UnavailableError(absl::StrCat("cannot connect to rank ", r, " at '",
-                                                   ranks[r]->target, "' within ",
-                                                   absl::FormatDuration(options.connect_timeout)));
+        unreachable.push_back(r);
       }
     }
   }
-  return std::unique_ptr<Client>(new Client(options, std::move(ranks), std::move(open_rank)));
+  std::unique_ptr<Client> client(new Client(options, std::move(ranks), std::move(open_rank)));
+  if (!unreachable.empty()) OPTSTEP_RETURN_IF_ERROR(client->ConnectStandIns(unreachable));
+  return client;
+}
+
+absl::Status Client::ConnectStandIns(const std::vector<size_t>& unreachable) {
+  auto not_reached = [this](size_t r, absl::string_view why) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to rank ", r, " at '", ranks_[r]->target, "' within ",
+                     absl::FormatDuration(options_.connect_timeout), why));
+  };
+  if (unreachable.front() == 0) return not_reached(0, "");
+  // Rank 0 knows whether the group serves the rank elsewhere.
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::ListSessionsRequest request;
+  request.set_page_size(1);
+  v1::ListSessionsResponse response;
+  absl::Status asked =
+      FromGrpcStatus(ranks_[0]->service->ListSessions(&context, request, &response));
+  if (!asked.ok()) {
+    return not_reached(unreachable.front(),
+                       absl::StrCat(", and rank 0 could not say where it is: ", asked.message()));
+  }
+  FollowStandIns(response.rank_targets(), response.stood_in_ranks());
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  for (size_t r : unreachable) {
+    std::shared_ptr<Rank> rank = Reach(r);
+    if (rank == ranks_[r]) return not_reached(r, ", and no stand-in serves it");
+    if (!rank->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+      return not_reached(r, absl::StrCat(", nor its stand-in at '", rank->target, "'"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 Client::Client(ClientOptions options, std::vector<std::shared_ptr<Rank>> ranks,
@@ -95,13 +128,12 @@ std::shared_ptr<Client::Rank> Client::Reach(size_t rank) {
   return it != stand_ins_.end() ? it->second : ranks_[rank];
 }
 
-void Client::FollowStandIns(const v1::SessionInfo& info) {
-  const v1::Layout& layout = info.layout();
+void Client::FollowStandIns(const google::protobuf::RepeatedPtrField<std::string>& rank_targets,
+                            const google::protobuf::RepeatedField<uint32_t>& stood_in_ranks) {
   absl::flat_hash_map<uint32_t, std::string> told;
-  for (uint32_t rank : layout.stood_in_ranks()) {
-    if (rank > 0 && rank < ranks_.size() &&
-        rank < static_cast<uint32_t>(layout.rank_targets_size())) {
-      told[rank] = layout.rank_targets(static_cast<int>(rank));
+  for (uint32_t rank : stood_in_ranks) {
+    if (rank > 0 && rank < ranks_.size() && rank < static_cast<uint32_t>(rank_targets.size())) {
+      told[rank] = rank_targets.Get(static_cast<int>(rank));
     }
   }
   absl::MutexLock lock(&mu_);
@@ -199,7 +231,7 @@ absl::Status Client::CloseSession(absl::string_view session_id) {
 
 absl::StatusOr<Client::LayoutPtr> Client::Remember(const v1::SessionInfo& info) {
   OPTSTEP_ASSIGN_OR_RETURN(SessionLayout layout, SessionLayout::FromSessionInfo(info));
-  FollowStandIns(info);
+  FollowStandIns(info.layout().rank_targets(), info.layout().stood_in_ranks());
   auto shared = std::make_shared<const SessionLayout>(std::move(layout));
   absl::MutexLock lock(&mu_);
   layouts_[info.session_id()] = shared;

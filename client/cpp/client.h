@@ -50,7 +50,9 @@ class SessionLayout;
 class Client final {
  public:
   // Validates `options` (INVALID_ARGUMENT), opens one channel per rank and, unless
-  // options.connect_timeout is zero, waits for every rank to be reachable (UNAVAILABLE).
+  // options.connect_timeout is zero, waits for every rank to be reachable (UNAVAILABLE). A rank
+  // other than 0 that cannot be reached may be stood in for (docs/deploy.md, "A rank that does not
+  // return"): rank 0 then says where, and the client waits for the stand-in instead.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
   ~Client();
@@ -186,8 +188,13 @@ class Client final {
   // What reaches rank `rank` now: its stand-in while the group says one stands in for it
   // (SessionInfo.layout.stood_in_ranks), else the rank of ClientOptions.
   std::shared_ptr<Rank> Reach(size_t rank);
-  // Follows `info`'s stand-ins: opens a channel to each new one, drops those of ranks back.
-  void FollowStandIns(const v1::SessionInfo& info);
+  // Follows the stand-ins the group tells of (Layout, ListSessionsResponse): opens a channel to
+  // each new one, drops those of ranks back.
+  void FollowStandIns(const google::protobuf::RepeatedPtrField<std::string>& rank_targets,
+                      const google::protobuf::RepeatedField<uint32_t>& stood_in_ranks);
+  // After Connect could not reach `unreachable` (ascending) within the connect timeout: asks rank
+  // 0 for stand-ins and waits for theirs. UNAVAILABLE naming the first rank not reached.
+  absl::Status ConnectStandIns(const std::vector<size_t>& unreachable);
 
   // The cached layout of `session_id`, fetched with GetSession on first use.
   absl::StatusOr<LayoutPtr> Layout(absl::string_view session_id);

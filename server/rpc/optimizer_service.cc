@@ -38,7 +38,7 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
     absl::Status status = created.status();
     if (status.ok()) {
       const std::string& id = created->session->id();
-      SessionSummaryToProto(*created->session, group_->addresses(), response->mutable_summary());
+      SessionSummaryToProto(*created->session, Directory(), response->mutable_summary());
       response->set_attached(created->attached);
       status = CheckAnswerSize(*response, max_answer_bytes_,
                                absl::StrCat("the CreateSession answer of session '", id, "'"));
@@ -58,10 +58,8 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::GetSession(grpc::CallbackServerC
                                                            v1::SessionInfo* response) {
   auto session = FindSession(*engine_, CallerOf(*context), request->session_id());
   if (!session.ok()) return Done(context, session.status());
-  absl::Status status = SessionPageToProto(**session, group_->addresses(), request->layout_offset(),
+  absl::Status status = SessionPageToProto(**session, Directory(), request->layout_offset(),
                                            request->layout_limit(), max_answer_bytes_, response);
-  for (uint32_t rank : group_->stood_in_ranks())
-    response->mutable_layout()->add_stood_in_ranks(rank);
   if (status.ok()) {
     status =
         CheckAnswerSize(*response, max_answer_bytes_,
@@ -74,8 +72,7 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::GetSession(grpc::CallbackServerC
 grpc::ServerUnaryReactor* OptimizerServiceImpl::ListSessions(grpc::CallbackServerContext* context,
                                                              const v1::ListSessionsRequest* request,
                                                              v1::ListSessionsResponse* response) {
-  SessionsPageToProto(engine_->ListSessions(), CallerOf(*context), *request, group_->addresses(),
-                      response);
+  SessionsPageToProto(engine_->ListSessions(), CallerOf(*context), *request, Directory(), response);
   return Done(context, CheckAnswerSize(*response, max_answer_bytes_, "the ListSessions page"));
 }
 
@@ -103,6 +100,10 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* OptimizerServiceImp
   if (!lost.ok()) return new RefusedStepReactor(lost);
   return StartStepReactor(engine_, CallerOf(*context), step_limits_,
                           [this] { return NewStepsStatus(); });
+}
+
+RankDirectory OptimizerServiceImpl::Directory() const {
+  return RankDirectory{group_->addresses(), group_->stood_in_ranks()};
 }
 
 absl::Status OptimizerServiceImpl::NewStepsStatus() const {

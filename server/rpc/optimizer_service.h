@@ -6,6 +6,7 @@
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/rpc/rank_group.h"
+#include "server/rpc/session_pages.h"
 #include "server/rpc/step_reactor.h"
 
 namespace optstep {
@@ -55,6 +56,8 @@ class OptimizerServiceImpl final : public OptimizerServiceBase {
  private:
   // Why a step that has not begun is refused: this rank shuts down, or a peer left or is lost.
   absl::Status NewStepsStatus() const;
+  // Where trainers reach each rank now, as the group knows it.
+  RankDirectory Directory() const;
 
   Engine* const engine_;
   RankGroup* const group_;

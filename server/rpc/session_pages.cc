@@ -25,13 +25,12 @@ void CountersToProto(const Session& session, v1::SessionInfo* info) {
 }
 
 // The page without parameters: everything that is whole on every page.
-void FixedPartToProto(const Session& session, const std::vector<std::string>& rank_targets,
-                      v1::SessionInfo* page) {
+void FixedPartToProto(const Session& session, const RankDirectory& ranks, v1::SessionInfo* page) {
   const SessionConfig& config = session.config();
   page->set_session_id(session.id());
   page->mutable_layout()->set_world_size(session.layout().world_size);
   page->mutable_layout()->set_returns_owned(true);
-  for (const std::string& target : rank_targets) page->mutable_layout()->add_rank_targets(target);
+  RankDirectoryToProto(ranks, page->mutable_layout());
   for (const GroupRuntime& g : session.groups()) {
     v1::GroupInfo* group = page->add_groups();
     group->set_id(g.def.id);
@@ -45,7 +44,7 @@ void FixedPartToProto(const Session& session, const std::vector<std::string>& ra
 
 }  // namespace
 
-void SessionSummaryToProto(const Session& session, const std::vector<std::string>& rank_targets,
+void SessionSummaryToProto(const Session& session, const RankDirectory& ranks,
                            v1::SessionSummary* summary) {
   const SessionConfig& config = session.config();
   const SessionStats stats = session.stats();
@@ -58,14 +57,13 @@ void SessionSummaryToProto(const Session& session, const std::vector<std::string
   summary->set_param_bytes(stats.param_bytes);
   summary->set_state_bytes(stats.state_bytes);
   summary->set_world_size(session.layout().world_size);
-  for (const std::string& target : rank_targets) summary->add_rank_targets(target);
+  RankDirectoryToProto(ranks, summary);
   summary->set_num_trainers(config.num_trainers);
   summary->set_gradient_mode(config.mode == GradientMode::kReplicated ? v1::GRADIENT_MODE_REPLICATED
                                                                       : v1::GRADIENT_MODE_SHARDED);
 }
 
-absl::Status SessionPageToProto(const Session& session,
-                                const std::vector<std::string>& rank_targets, uint64_t offset,
+absl::Status SessionPageToProto(const Session& session, const RankDirectory& ranks, uint64_t offset,
                                 uint32_t limit, size_t max_bytes, v1::SessionInfo* page) {
   const size_t count = session.config().params.size();
   if (offset > count) {
@@ -77,7 +75,7 @@ absl::Status SessionPageToProto(const Session& session,
   if (!spec.ParseFromString(session.config().definition_key)) {
     return absl::InternalError(absl::StrCat("session '", session.id(), "': bad definition"));
   }
-  FixedPartToProto(session, rank_targets, page);
+  FixedPartToProto(session, ranks, page);
   page->set_layout_offset(offset);
   v1::SessionSpec* page_spec = page->mutable_spec();
   page_spec->Swap(&spec);
@@ -109,8 +107,7 @@ absl::Status SessionPageToProto(const Session& session,
 
 void SessionsPageToProto(const std::vector<std::shared_ptr<Session>>& sessions,
                          const Caller& caller, const v1::ListSessionsRequest& request,
-                         const std::vector<std::string>& rank_targets,
-                         v1::ListSessionsResponse* page) {
+                         const RankDirectory& ranks, v1::ListSessionsResponse* page) {
   uint32_t size = request.page_size();
   if (size == 0) size = kDefaultSessionsPage;
   size = std::min(size, kMaxSessionsPage);
@@ -124,9 +121,10 @@ void SessionsPageToProto(const std::vector<std::shared_ptr<Session>>& sessions,
             [](const Session* a, const Session* b) { return a->id() < b->id(); });
   const size_t n = std::min<size_t>(size, after.size());
   for (size_t i = 0; i < n; ++i) {
-    SessionSummaryToProto(*after[i], rank_targets, page->add_sessions());
+    SessionSummaryToProto(*after[i], ranks, page->add_sessions());
   }
   if (n < after.size()) page->set_next_page_token(after[n - 1]->id());
+  RankDirectoryToProto(ranks, page);
 }
 
 absl::Status CheckAnswerSize(const google::protobuf::Message& answer, size_t max_bytes,

@@ -385,7 +385,12 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
   ASSERT_EQ(info.layout().stood_in_ranks_size(), 1);
   EXPECT_EQ(info.layout().stood_in_ranks(0), static_cast<uint32_t>(dead));
   EXPECT_NE(info.layout().rank_targets(dead), own_address);
-  ASSERT_THAT(StepSpread(*trainer, id, 4).status(), IsOk());
+  // A trainer that connects now, given the lost rank's own address, is led to the stand-in.
+  ClientOptions late_options;
+  for (const auto& rank : group) late_options.rank_targets.push_back(rank->address());
+  late_options.connect_timeout = absl::Seconds(1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> late, Client::Connect(late_options));
+  ASSERT_THAT(StepSpread(*late, id, 4).status(), IsOk());
   EXPECT_EQ(testutil::ScrapeMetrics(group[buddy]->metrics_port())["optstep_stand_ins"], 1);
   for (int r = 0; r < kWorld; ++r) {
     if (r == dead) continue;

@@ -86,7 +86,10 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         layout = client.layout(sid, refresh=True)
         assert layout.stood_in_ranks == (DEAD,)
         assert layout.rank_targets[DEAD] != own_address
-        client.step(sid, KILLED_AFTER + 2, _gradients(KILLED_AFTER + 2))
+        # A client that connects now, given the lost rank's own address, is led to the
+        # stand-in (its native data path connects on its first step, the same way).
+        with optstep.Client(rank_targets=group.targets, connect_timeout=1) as late:
+            late.step(sid, KILLED_AFTER + 2, _gradients(KILLED_AFTER + 2))
 
         # The rank's own process, on its port, takes its place back.
         port = own_address.rsplit(":", 1)[1]

@@ -105,7 +105,8 @@ class Client:
       rank_targets: target of every rank, by rank; overrides `target`. Without it, ranks beyond
         0 are reached at the addresses the server advertises in the session layout.
       connect_timeout: seconds to wait for every given rank to be reachable (UnavailableError
-        otherwise); 0 connects lazily on the first call.
+        otherwise; a rank that a stand-in serves is waited for there); 0 connects lazily on
+        the first call.
       rpc_timeout: deadline of unary calls (sessions, health), seconds.
       stream_timeout: deadline of streaming calls (steps, parameters, state dicts), seconds. A
         step waits for every trainer's contribution, so this bounds the slowest trainer too.
@@ -185,15 +186,51 @@ class Client:
         self._ranks = RankChannels(targets, explicit=rank_targets is not None,
                                    open_channel=self._open_channel)
         if connect_timeout > 0:
-            deadline = time.monotonic() + connect_timeout
-            for r, rank in enumerate(self._ranks.given()):
-                try:
-                    grpc.channel_ready_future(rank.channel).result(
-                        timeout=max(0.0, deadline - time.monotonic()))
-                except grpc.FutureTimeoutError:
-                    self.close()
-                    raise UnavailableError(f"cannot connect to rank {r} at '{rank.target}' "
-                                           f"within {connect_timeout:g} s") from None
+            try:
+                self._connect(connect_timeout)
+            except UnavailableError:
+                self.close()
+                raise
+
+    def _connect(self, timeout: float) -> None:
+        """Waits for every given rank; a rank other than 0 not reached within `timeout` may be
+        stood in for (docs/deploy.md, "A rank that does not return"): rank 0 then says where,
+        and the client waits for the stand-in instead."""
+        ranks = self._ranks.given()
+        futures = [grpc.channel_ready_future(rank.channel) for rank in ranks]
+        deadline = time.monotonic() + timeout
+        unreachable = []
+        for r, future in enumerate(futures):
+            try:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except grpc.FutureTimeoutError:
+                unreachable.append(r)
+        if not unreachable:
+            return
+
+        def not_reached(r: int, why: str = "") -> UnavailableError:
+            return UnavailableError(f"cannot connect to rank {r} at '{ranks[r].target}' "
+                                    f"within {timeout:g} s{why}")
+
+        if unreachable[0] == 0:
+            raise not_reached(0)
+        try:  # rank 0 knows whether the group serves the rank elsewhere
+            told = ranks[0].service.ListSessions(svc_pb2.ListSessionsRequest(page_size=1),
+                                                 timeout=self._rpc_timeout)
+        except grpc.RpcError as e:
+            raise not_reached(unreachable[0], ", and rank 0 could not say where it is: "
+                              f"{e.details()}") from None
+        self._ranks.follow(list(told.rank_targets), told.stood_in_ranks)
+        deadline = time.monotonic() + timeout
+        for r in unreachable:
+            stand_in = self._ranks.stand_in(r)
+            if stand_in is None:
+                raise not_reached(r, ", and no stand-in serves it")
+            try:
+                grpc.channel_ready_future(stand_in.channel).result(
+                    timeout=max(0.0, deadline - time.monotonic()))
+            except grpc.FutureTimeoutError:
+                raise not_reached(r, f", nor its stand-in at '{stand_in.target}'") from None
 
     # ---- lifetime
 

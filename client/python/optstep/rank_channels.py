@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import grpc
 
@@ -90,8 +90,17 @@ class RankChannels:
 
     def follow_stand_ins(self, layout: SessionLayout) -> None:
         """Opens a channel to each stand-in `layout` tells of; drops those of ranks back."""
-        told = {r: layout.rank_targets[r] for r in layout.stood_in_ranks
-                if 0 < r < len(layout.rank_targets)}
+        self.follow(layout.rank_targets, layout.stood_in_ranks)
+
+    def stand_in(self, rank: int) -> Optional[RankChannel]:
+        """The channel of the stand-in serving `rank` now, if the group told of one."""
+        with self._lock:
+            return self._stand_ins.get(rank)
+
+    def follow(self, rank_targets: Sequence[str], stood_in_ranks: Iterable[int]) -> None:
+        """Follows the stand-ins the group tells of (a layout, a ListSessions answer): opens a
+        channel to each new one, drops those of ranks back."""
+        told = {r: rank_targets[r] for r in stood_in_ranks if 0 < r < len(rank_targets)}
         with self._lock:
             gone = [r for r, rank in self._stand_ins.items() if told.get(r) != rank.target]
             for r in gone:

@@ -46,6 +46,14 @@ absl::Status ResolutionGate::Adopt(uint64_t resolutions) {
   return absl::OkStatus();
 }
 
+void ResolutionGate::Rebase(uint64_t resolutions) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t running = started_ - done_;
+  if (hold_) hold_->limit = hold_->limit + resolutions - started_;  // modulo 2^64, as a shift
+  started_ = resolutions;
+  done_ = resolutions - running;
+}
+
 void ResolutionGate::Finish() {
   absl::MutexLock lock(&mu_);
   ++done_;

@@ -53,6 +53,11 @@ class ResolutionGate {
   // A replica healed into a running group counts `resolutions` as started and finished, the
   // other ranks' count. FAILED_PRECONDITION once a resolution started or while held.
   absl::Status Adopt(uint64_t resolutions);
+  // A heal ended: counts `resolutions` as started (and finished), the group's common count. The
+  // ranks' counts drift apart when a loss cuts a resolution on some ranks and not on others, and
+  // a hold settles every rank at one count. A resolution running here or a hold keep their
+  // places relative to it.
+  void Rebase(uint64_t resolutions);
 
   bool held() const;
   // Takes the hold for `token` (or renews it) until now + `lease`, with the resolutions started

@@ -452,6 +452,11 @@ absl::Status Session::AdoptResolutions(uint64_t resolutions) {
   return gate_.Adopt(resolutions);
 }
 
+void Session::RebaseResolutions(uint64_t resolutions) {
+  absl::MutexLock lock(&mu_);
+  gate_.Rebase(resolutions);
+}
+
 bool Session::healthy() const {
   absl::MutexLock lock(&mu_);
   return !book_.broken() && !book_.interrupted();

@@ -223,6 +223,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // A replica healed into a running group (its state is imported next, under a hold): counts
   // `resolutions` as done, the other ranks' count. FAILED_PRECONDITION once a step began here.
   absl::Status AdoptResolutions(uint64_t resolutions);
+  // The heal ended (RankGroup::Regroup kEnd): counts the group's `resolutions`, rank 0's, as its
+  // own (ResolutionGate::Rebase).
+  void RebaseResolutions(uint64_t resolutions);
   // The resolutions this rank started (what a healed replica adopts).
   uint64_t resolutions_started() const { return gate_.started(); }
 

@@ -165,6 +165,9 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group, int rank,
   }
   v1::RegroupRequest end = Phase(generation, rank, address, v1::RegroupRequest::PHASE_END);
   end.set_failed(!healed.ok());
+  for (const std::shared_ptr<Session>& session : engine->ListSessions()) {
+    (*end.mutable_resolutions())[session->id()] = session->resolutions_started();
+  }
   // Every other rank first, rank 0 last: trainers wait for rank 0 to serve before they redo a
   // step, and by then every rank takes it (a rank still healing would refuse it while the others
   // began resolving it, and wait for that rank in the collectives).

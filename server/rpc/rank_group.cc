@@ -174,7 +174,14 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
         LOG(WARNING) << "event=regroup_end rank=" << rank << " generation=" << generation_
                      << (request.failed() ? " failed=true" : " failed=false");
       }
-      // Healed: every rank's caller resumes the sessions (ResumeSessions).
+      // Healed: every rank's caller resumes the sessions (ResumeSessions), each at the group's
+      // count of resolutions.
+      for (const std::shared_ptr<Session>& session : Sessions()) {
+        auto common = request.resolutions().find(session->id());
+        if (!request.failed() && common != request.resolutions().end()) {
+          session->RebaseResolutions(common->second);
+        }
+      }
       if (request.failed()) {
         for (const std::shared_ptr<Session>& session : Sessions()) session->CancelHealPause();
         // Rank 0's own heal failed (its process exits for a restart): the survivors' sessions

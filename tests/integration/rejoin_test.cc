@@ -13,12 +13,14 @@
 // rank: the shadows are fetched again under the import's hold, so that a rank lost afterwards
 // still heals. A rolling restart (each rank shut down on purpose and started again in turn, rank 0
 // last) loses no step. Two ranks lost at once are not waited for: the survivor exits for a restart
-// of the group (status 75).
+// of the group (status 75). After every heal each session counts as many resolutions on every
+// rank, which a checkpoint's hold settles the ranks by.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,6 +33,8 @@
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "optstep/v1/internal.grpc.pb.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "tests/integration/test_metrics.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
@@ -95,6 +99,32 @@ bool Running(const ServerProcess& rank) {
   return rank.pid() > 0 && waitpid(rank.pid(), &status, WNOHANG) == 0;
 }
 
+// OK when every session counts as many resolutions on every rank of `group` (PeerService.
+// ListReplicas): the heal transfers state through resolutions on some ranks only, and a hold
+// (checkpoint, state dict) settles every rank at one count.
+absl::Status SameResolutionsEverywhere(const Group& group) {
+  std::map<std::string, uint64_t> on_rank0;
+  for (size_t r = 0; r < group.size(); ++r) {
+    auto peer = v1::PeerService::NewStub(
+        grpc::CreateChannel(group[r]->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::ListReplicasResponse listed;
+    const grpc::Status status = peer->ListReplicas(&context, v1::ListReplicasRequest(), &listed);
+    if (!status.ok()) return absl::InternalError(status.error_message());
+    for (const v1::CreateReplicaRequest& replica : listed.replicas()) {
+      if (r == 0) {
+        on_rank0[replica.session_id()] = replica.resolutions();
+      } else if (on_rank0[replica.session_id()] != replica.resolutions()) {
+        return absl::InternalError(absl::StrCat(
+            "session '", replica.session_id(), "': ", replica.resolutions(),
+            " resolutions on rank ", r, ", ", on_rank0[replica.session_id()], " on rank 0"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Restarts rank `rank` of `group` (killed) with its ordinal, on its port.
 absl::Status Restart(Group& group, int rank, std::vector<std::string> flags) {
   const std::string& address = group[rank]->address();
@@ -153,6 +183,7 @@ absl::StatusOr<Trained> Train(Group& group, int dead) {
   for (uint64_t step = 1; step <= 2; ++step) {
     OPTSTEP_RETURN_IF_ERROR(StepSmall(*trainer, fresh.session_id(), step).status());
   }
+  OPTSTEP_RETURN_IF_ERROR(SameResolutionsEverywhere(group));
   Trained run;
   OPTSTEP_ASSIGN_OR_RETURN(run.stepped, testutil::Pulled(*trainer, stepped.session_id()));
   OPTSTEP_ASSIGN_OR_RETURN(run.fresh, testutil::Pulled(*trainer, fresh.session_id()));
@@ -192,17 +223,23 @@ v1::SessionSpec SpreadSpec(const std::string& name,
   return spec;
 }
 
-absl::StatusOr<StepReply> StepSpread(Client& trainer, const std::string& session_id,
-                                     uint64_t step) {
+// The gradients of a SpreadSpec session's step `step`, by parameter.
+std::vector<std::vector<float>> SpreadGradients(uint64_t step) {
   std::vector<std::vector<float>> grads(kParams);
-  std::vector<FullGradient> full;
   for (int p = 0; p < kParams; ++p) {
     for (int i = 0; i < 16 + 8 * p; ++i) {
       grads[p].push_back(0.01f * static_cast<float>((i * 7 + p * 3) % 11 - 5) +
                          0.002f * static_cast<float>(step));
     }
-    full.push_back({static_cast<uint32_t>(p), grads[p]});
   }
+  return grads;
+}
+
+absl::StatusOr<StepReply> StepSpread(Client& trainer, const std::string& session_id,
+                                     uint64_t step) {
+  const std::vector<std::vector<float>> grads = SpreadGradients(step);
+  std::vector<FullGradient> full;
+  for (int p = 0; p < kParams; ++p) full.push_back({static_cast<uint32_t>(p), grads[p]});
   StepOptions options;
   options.session_id = session_id;
   options.step = step;
@@ -302,6 +339,7 @@ TEST_P(KilledRankTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   }
   EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), killed.session_id()), IsOk())
       << "after the redone step";
+  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
@@ -415,6 +453,7 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
     EXPECT_EQ(later.step, step);
   }
   EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
+  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
@@ -428,6 +467,53 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param) == v1::PARAMETER_STORAGE_OWNERS ? "Owners"
                                                                                   : "Replicated");
     });
+
+TEST(RejoinTest, ALossThatCutsAStepOnSomeRanksOnlyLeavesOneCountOfResolutions) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->CreateSession(SpreadSpec("cut")));
+  const std::string& id = info.session_id();
+  ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
+  // Step 2 reaches rank 0 alone: rank 0 begins resolving it (and waits for the others in the
+  // collectives); the other ranks never begin it before rank 1 is lost.
+  auto rank0 = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(group[0]->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto stream = rank0->Step(&context);
+  v1::StepRequest request;
+  request.mutable_header()->set_session_id(id);
+  request.mutable_header()->set_step(2);
+  ASSERT_TRUE(stream->Write(request));
+  const std::vector<std::vector<float>> grads = SpreadGradients(2);
+  for (int p = 0; p < kParams; ++p) {
+    if (info.layout().owner(p) != 0) continue;
+    request.Clear();
+    v1::TensorChunk* chunk = request.mutable_gradient();
+    chunk->set_param_id(p);
+    chunk->set_dtype(v1::DTYPE_FP32);
+    chunk->set_data(grads[p].data(), grads[p].size() * sizeof(float));
+    ASSERT_TRUE(stream->Write(request));
+  }
+  request.Clear();
+  request.mutable_commit();
+  ASSERT_TRUE(stream->Write(request));
+  absl::SleepFor(absl::Milliseconds(500));
+  group[1]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(Restart(group, 1, kFlags), IsOk());
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
+  }
+  context.TryCancel();
+  // The trainer redoes step 2 on every rank; the ranks count one number of resolutions, so a
+  // hold settles them all (before, rank 0 counted the cut resolution twice and a checkpoint
+  // waited for the others to reach its count).
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply redone, StepSpread(*trainer, id, 2));
+  EXPECT_EQ(redone.step, 2u);
+  ASSERT_THAT(StepSpread(*trainer, id, 3).status(), IsOk());
+  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
+}
 
 TEST(RejoinTest, ARankLostAfterAStateImportHeals) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));

@@ -1,6 +1,7 @@
 // ResolutionGate on its own: a hold stops resolutions at its limit, settles once the resolutions
 // up to its target finished, keeps one staged state, and ends on release, on a passed lease, or
-// when another token takes over a passed lease; Stop ends the waits.
+// when another token takes over a passed lease; Stop ends the waits; a rebase (after a heal) takes
+// the group's count with what runs and the hold in place.
 
 #include "server/engine/resolution_gate.h"
 
@@ -42,6 +43,28 @@ TEST(ResolutionGateTest, AHoldStopsResolutionsAtItsLimitUntilRaised) {
   EXPECT_FALSE(gate.TryStart());
   EXPECT_THAT(gate.Raise(7, 1, absl::Now(), absl::Seconds(30)),
               StatusIs(absl::StatusCode::kInvalidArgument, "already started 2"));
+}
+
+TEST(ResolutionGateTest, ARebaseTakesTheGroupsCountKeepingWhatRunsAndTheHoldInPlace) {
+  ResolutionGate gate("s", 0);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(gate.TryStart());
+  for (int i = 0; i < 4; ++i) gate.Finish();  // one resolution still runs
+  gate.Rebase(9);
+  EXPECT_EQ(gate.started(), 9u);
+  // The running one ends at 9: a hold settled at 9 waits for it, and no further.
+  auto held = gate.Hold(3, absl::Seconds(30));
+  ASSERT_THAT(held.status(), IsOk());
+  EXPECT_EQ(*held, 9u);
+  EXPECT_THAT(gate.AwaitSettled(3, 9, absl::Now() + absl::Milliseconds(20)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, "finished 8"));
+  gate.Finish();
+  EXPECT_THAT(gate.AwaitSettled(3, 9, absl::Now() + absl::Seconds(10)), IsOk());
+  // A hold keeps its limit relative to the count: none more starts until it rises.
+  gate.Rebase(4);
+  EXPECT_FALSE(gate.TryStart());
+  ASSERT_THAT(gate.Raise(3, 5, absl::Now(), absl::Seconds(30)), IsOk());
+  EXPECT_TRUE(gate.TryStart());
+  EXPECT_FALSE(gate.TryStart());
 }
 
 TEST(ResolutionGateTest, SettlesOnceTheTargetResolutionsFinished) {

@@ -86,7 +86,9 @@ void RankProcess::EndStandInOnceReplaced() {
   const int rank = stand_in_->options_.rank;
   const std::vector<std::string> addresses = group_->addresses();
   // Before the stand-in is healed in, the group is not whole; after, the rank is at its address.
-  if (!group_->MembersStatus().ok() || rank >= static_cast<int>(addresses.size()) ||
+  // Only once the heal of the rank's own process has ended (PeersStatus): until its PauseForHeal
+  // returned, a peer may still run a step that the stand-in takes part in.
+  if (!group_->PeersStatus().ok() || rank >= static_cast<int>(addresses.size()) ||
       addresses[rank] == stand_in_address_) {
     return;
   }

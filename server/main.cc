@@ -58,6 +58,9 @@ ABSL_FLAG(int64_t, stream_idle_timeout_ms, 60000,
 ABSL_FLAG(int64_t, device_watchdog_ms, 300000,
           "A device task (one slice of a session's device work) running longer than this turns "
           "health NOT_SERVING until it ends; 0: no watchdog.");
+ABSL_FLAG(bool, shared_memory, true,
+          "Trainers on this host (same user) may share a memory segment with this rank, so that "
+          "their steps move no tensor bytes through the socket (AttachSharedMemory).");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 10000, "Time running calls get to finish on SIGTERM.");
 ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000,
           "Each rank pings every other rank this often (several ranks).");
@@ -202,6 +205,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.max_stream_bytes = absl::GetFlag(FLAGS_max_stream_bytes);
   options.stream_idle_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_stream_idle_timeout_ms));
   options.device_watchdog = absl::Milliseconds(absl::GetFlag(FLAGS_device_watchdog_ms));
+  options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

@@ -82,6 +82,9 @@ class RankProcess {
     absl::Duration stream_idle_timeout = absl::Minutes(1);
     // A device task running longer than this turns health NOT_SERVING (zero: no watchdog).
     absl::Duration device_watchdog = absl::Minutes(5);
+    // Trainers on this host may share a memory segment with the rank for their steps
+    // (AttachSharedMemory).
+    bool shared_memory = true;
     // Heartbeats between the ranks: each pings the others every `heartbeat_interval`; a rank
     // that has not answered for `peer_timeout` is lost (health NOT_SERVING, calls UNAVAILABLE).
     absl::Duration heartbeat_interval = absl::Seconds(1);

@@ -6,8 +6,9 @@ server against local torch AdamW, as docs/benchmarks.md reports it.
     .venv/bin/python bench/compare/e2e_python.py [--steps 5] [--seq 128] [--json out.json]
 
 Measured, each the median of --steps steps after one warm-up step:
-- optimizer step alone: RemoteOptimizer.step() on the native path and on the pure-Python path
-  (OPTSTEP_NATIVE=0), torch.optim.AdamW(foreach=True) and (fused=True);
+- optimizer step alone: RemoteOptimizer.step() through shared memory (the default with a server
+  on this host), on the native path and on the pure-Python path (OPTSTEP_NATIVE=0) with shared
+  memory off, torch.optim.AdamW(foreach=True) and (fused=True);
 - a whole training step (forward, backward, optimizer) of batch 1 x --seq tokens: overlap=True
   through the server vs the same step with local foreach AdamW;
 - bytes moved per step (gradients out, parameters back) and the time raw loopback TCP needs for
@@ -157,16 +158,16 @@ def main() -> None:
     results["torch_fused_step_s"] = local_step(fused=True)
 
     with optstep.LocalServer(args.server, flags=["--max_sessions=16"]) as server:
-        with optstep.Client(server.address) as client:
-            chain = config.chain(config.adamw(**adamw), clip_grad=0)
-            for path in ("native", "python"):
-                os.environ["OPTSTEP_NATIVE"] = "1" if path == "native" else "0"
+        chain = config.chain(config.adamw(**adamw), clip_grad=0)
+        for path in ("shared", "native", "python"):
+            os.environ["OPTSTEP_NATIVE"] = "0" if path == "python" else "1"
+            with optstep.Client(server.address, shared_memory=path == "shared") as client:
                 opt = RemoteOptimizer(model, client, optimizer=chain)
                 random_grads(model)
                 results[f"remote_{path}_step_s"] = median_time(opt.step, args.steps)
                 opt.close_session()
-            os.environ["OPTSTEP_NATIVE"] = "1"
-
+        os.environ["OPTSTEP_NATIVE"] = "1"
+        with optstep.Client(server.address) as client:
             idx = torch.randint(0, 50257, (1, args.seq))
             target = torch.randint(0, 50257, (1, args.seq))
 
@@ -200,6 +201,7 @@ def main() -> None:
     print(f"124M GPT ({n_params / 1e6:.1f}M params), {threads} threads, native library "
           f"{'on' if r['native_library'] else 'OFF'}")
     rows = [
+        ("RemoteOptimizer.step(), shared memory", r["remote_shared_step_s"]),
         ("RemoteOptimizer.step(), native", r["remote_native_step_s"]),
         ("RemoteOptimizer.step(), pure Python", r["remote_python_step_s"]),
         ("torch AdamW foreach", r["torch_foreach_step_s"]),
@@ -210,6 +212,9 @@ def main() -> None:
     ]
     for name, seconds in rows:
         print(f"| {name} | {seconds:.3f} s |")
+    print(f"shared memory step vs foreach: "
+          f"{r['torch_foreach_step_s'] / r['remote_shared_step_s']:.2f}x; vs fused: "
+          f"{r['torch_fused_step_s'] / r['remote_shared_step_s']:.2f}x")
     print(f"native step vs foreach: {r['torch_foreach_step_s'] / r['remote_native_step_s']:.2f}x;"
           f" vs fused: {r['torch_fused_step_s'] / r['remote_native_step_s']:.2f}x; overlap "
           f"training step / local foreach: "

@@ -56,6 +56,7 @@ Engine::Engine(EngineOptions options, std::shared_ptr<Device> device)
       device_(std::move(device)),
       device_worker_(std::make_shared<FairExecutor>()),
       admission_(CreateAdmission(options_, *device_)),
+      shared_segments_(&admission_->budget(), options_.rank),
       deadline_thread_([this] { WatchDeadlines(); }) {}
 
 Engine::~Engine() {
@@ -297,6 +298,26 @@ std::vector<std::shared_ptr<Session>> Engine::ListSessions() const {
   return sessions;
 }
 
+absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
+    const Session& session, int trainer) {
+  if (!options_.shared_memory) {
+    return absl::FailedPreconditionError(
+        "this rank shares no memory with trainers (--shared_memory=false)");
+  }
+  const SessionConfig& config = session.config();
+  if (config.mode != GradientMode::kReplicated) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session '", session.id(),
+        "' has SHARDED gradients; shared memory carries whole gradients (REPLICATED) only"));
+  }
+  if (trainer < 0 || trainer >= config.num_trainers) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer_id ", trainer, " of session '",
+                                                   session.id(), "' is out of range [0, ",
+                                                   config.num_trainers, ")"));
+  }
+  return shared_segments_.Attach(session.id(), trainer, config.params, session.layout());
+}
+
 absl::Status Engine::CloseSession(const std::string& id) {
   std::shared_ptr<Session> session;
   MemoryBudget::Reservation reservation;
@@ -313,6 +334,7 @@ absl::Status Engine::CloseSession(const std::string& id) {
     }
   }
   session->Close();
+  shared_segments_.DropSession(id);
   if (options_.step_observer) options_.step_observer->OnSessionClosed(id, options_.rank);
   session.reset();  // the last reference, unless a call in progress still holds one
   reservation.Release();

@@ -21,6 +21,7 @@
 #include "server/engine/memory_budget.h"
 #include "server/engine/session.h"
 #include "server/engine/session_config.h"
+#include "server/engine/shared_segments.h"
 #include "server/engine/step_observer.h"
 
 namespace optstep {
@@ -57,6 +58,9 @@ struct EngineOptions {
   // keeps a shadow of the predecessor rank's owned state, counted by admission, and a peer lost
   // in a step interrupts the session (Session::interrupted_step) instead of breaking it.
   bool state_redundancy = false;
+  // --shared_memory: trainers on this host may share a segment with the rank for their steps
+  // (AttachSharedMemory; shared_segments.h).
+  bool shared_memory = true;
 };
 
 // The optimizer engine of one rank: its device, its device worker and its sessions. Knows nothing
@@ -107,6 +111,15 @@ class Engine {
                                                           absl::string_view detail) {
     return admission_->budget().TryReserve(bytes, asker, detail);
   }
+
+  // A new shared memory segment for `trainer` of `session` (shared_segments.h).
+  // FAILED_PRECONDITION when options().shared_memory is off or the session's gradients are
+  // SHARDED (a segment holds every owned gradient whole); INVALID_ARGUMENT for a trainer out of
+  // range; as SharedSegments::Attach otherwise.
+  absl::StatusOr<std::shared_ptr<const SharedSegment>> AttachSharedMemory(const Session& session,
+                                                                          int trainer);
+  // The segments trainers share with this rank.
+  const SharedSegments& shared_segments() const { return shared_segments_; }
 
   // False once a session lost its group (a peer rank died), or while the device worker is
   // stalled (a task has run longer than options().device_watchdog): the rank should stop
@@ -172,6 +185,7 @@ class Engine {
   std::shared_ptr<FairExecutor> device_worker_;
   const std::shared_ptr<AbortVoteRelay> abort_relay_ = std::make_shared<AbortVoteRelay>();
   const std::unique_ptr<SessionAdmission> admission_;
+  SharedSegments shared_segments_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);

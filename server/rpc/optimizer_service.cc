@@ -119,4 +119,21 @@ grpc::ServerWriteReactor<v1::PullParametersResponse>* OptimizerServiceImpl::Pull
   return StartPullReactor(engine_, CallerOf(*context), request);
 }
 
+grpc::ServerUnaryReactor* OptimizerServiceImpl::AttachSharedMemory(
+    grpc::CallbackServerContext* context, const v1::AttachSharedMemoryRequest* request,
+    v1::AttachSharedMemoryResponse* response) {
+  auto session = FindSession(*engine_, CallerOf(*context), request->session_id());
+  if (!session.ok()) return Done(context, session.status());
+  auto segment = engine_->AttachSharedMemory(**session, static_cast<int>(request->trainer_id()));
+  if (!segment.ok()) return Done(context, segment.status());
+  const SharedSegment& s = **segment;
+  response->set_segment_id(s.id);
+  response->set_path(s.memory->path());
+  response->set_token(s.token);
+  response->set_bytes(s.memory->size());
+  response->set_gradients_offset(s.gradients_offset);
+  response->set_parameters_offset(s.parameters_offset);
+  return Done(context, absl::OkStatus());
+}
+
 }  // namespace optstep

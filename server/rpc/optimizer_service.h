@@ -19,7 +19,8 @@ using OptimizerServiceBase = v1::OptimizerService::WithCallbackMethod_CreateSess
                 v1::OptimizerService::WithCallbackMethod_InitParameters<
                     v1::OptimizerService::WithRawCallbackMethod_Step<
                         v1::OptimizerService::WithCallbackMethod_PullParameters<
-                            v1::OptimizerService::Service>>>>>>>;
+                            v1::OptimizerService::WithCallbackMethod_AttachSharedMemory<
+                                v1::OptimizerService::Service>>>>>>>>;
 
 // The trainer-facing service (callback API). Each handler converts and validates the request
 // (server/rpc/convert), calls the engine and converts back; no math here. Thread-safe.
@@ -52,6 +53,9 @@ class OptimizerServiceImpl final : public OptimizerServiceBase {
       grpc::CallbackServerContext* context) override;
   grpc::ServerWriteReactor<v1::PullParametersResponse>* PullParameters(
       grpc::CallbackServerContext* context, const v1::PullParametersRequest* request) override;
+  grpc::ServerUnaryReactor* AttachSharedMemory(grpc::CallbackServerContext* context,
+                                               const v1::AttachSharedMemoryRequest* request,
+                                               v1::AttachSharedMemoryResponse* response) override;
 
  private:
   // Why a step that has not begun is refused: this rank shuts down, or a peer left or is lost.

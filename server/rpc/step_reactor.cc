@@ -14,6 +14,7 @@
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/param_chunker.h"
+#include "server/rpc/shared_step.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
 #include "wire/raw_step_codec.h"
@@ -145,10 +146,15 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     begin->stream_params = true;  // the chunker follows the snapshot as the step fills it
     absl::Status ids = CheckParamIds(**session, header.return_param_ids(), "return_param_ids");
     if (!ids.ok()) return ids;
+    if (header.shared_memory_segment() != 0) {
+      auto segment = SharedSegmentOf(**session, header, *begin);
+      if (!segment.ok()) return segment.status();
+      shared_.emplace(*std::move(segment));
+    }
     // OWNERS storage, or return_owned: this rank returns the parameters it owns (none: the
     // result only).
-    std::optional<std::vector<uint32_t>> served =
-        ServedParamIds(**session, header.return_param_ids(), header.return_owned());
+    std::optional<std::vector<uint32_t>> served = ServedParamIds(
+        **session, header.return_param_ids(), header.return_owned() || shared_.has_value());
     if (!served.has_value()) begin->return_params = false;
     auto contribution = (*session)->Begin(*begin);
     if (!contribution.ok()) return contribution.status();
@@ -156,12 +162,46 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     contribution_ = *contribution;
     if (served.has_value()) return_ids_ = *std::move(served);
     phase_ = Phase::kReceiving;
+    return shared_.has_value() ? AddSharedGradientsLocked() : absl::OkStatus();
+  }
+
+  // The segment a step header names, checked against the session, the trainer and the header;
+  // sets `begin` for it.
+  absl::StatusOr<std::shared_ptr<const SharedSegment>> SharedSegmentOf(const Session& session,
+                                                                       const v1::StepHeader& header,
+                                                                       StepBegin& begin) {
+    if (begin.return_dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step of session '", session.id(), "' with shared_memory_segment ",
+          header.shared_memory_segment(), ": return_dtype must be FP32, the segment's, not ",
+          DTypeName(begin.return_dtype)));
+    }
+    begin.return_owned = true;
+    return engine_->shared_segments().Find(session.id(), static_cast<int>(header.trainer_id()),
+                                           header.shared_memory_segment());
+  }
+
+  // Adds the shared segment's gradients until one waits for its trainer's turn (OnChunkAdded
+  // calls again) or all are added.
+  absl::Status AddSharedGradientsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::weak_ptr<StepReactor> weak = weak_from_this();
+    auto all = shared_->AddGradients(*session_, contribution_, [weak](absl::Status added) {
+      if (auto self = weak.lock()) self->OnChunkAdded(std::move(added));
+    });
+    if (!all.ok()) return all.status();
+    waiting_for_turn_ = !*all;
     return absl::OkStatus();
   }
 
   absl::Status HandleGradient(const TensorChunkView& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ != Phase::kReceiving) {
       return absl::InvalidArgumentError("step stream: gradient chunk before the StepHeader");
+    }
+    if (shared_.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step stream: a gradient chunk of param_id ", chunk.param_id,
+                       " in a step that reads its gradients from shared_memory_segment ",
+                       shared_->segment_id()));
     }
     absl::StatusOr<ChunkHeader> checked = CheckChunkHeader(
         chunk.param_id, chunk.offset, static_cast<v1::DType>(chunk.dtype), chunk.data_bytes,
@@ -187,6 +227,11 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     waiting_for_turn_ = false;
     request_.Clear();
     if (!added.ok()) return FinishLocked(ToGrpcStatus(added));
+    if (shared_.has_value()) {
+      absl::Status more = AddSharedGradientsLocked();
+      if (!more.ok()) return FinishLocked(ToGrpcStatus(more));
+      if (waiting_for_turn_) return;
+    }
     ReadLocked();
   }
 
@@ -197,19 +242,49 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (finished_) return;
     if (!outcome.ok()) return FinishLocked(ToGrpcStatus(outcome.status()));
     const StepOutcome& o = *outcome;
-    if (o.params != nullptr) chunker_.emplace(o.params, return_ids_, kMaxChunkBytes);
-    v1::StepResponse response;
-    v1::StepResult* result = response.mutable_result();
+    if (o.params != nullptr && !shared_.has_value()) {
+      chunker_.emplace(o.params, return_ids_, kMaxChunkBytes);
+    }
+    v1::StepResult* result = result_.mutable_result();
     result->set_step(o.step);
     result->set_skipped(o.skipped);
     result->set_grad_norm(o.grad_norm);
     result->set_clipped(o.clipped);
     result->set_params_to_follow(chunker_ ? chunker_->num_chunks() : 0);
+    if (shared_.has_value() && o.params != nullptr) {
+      shared_params_ = o.params;
+      result->set_params_in_shared_memory(true);
+      return WriteSharedParamsLocked();
+    }
+    WriteResultLocked();
+  }
+
+  // The StepResult goes out (after the parameters, when they go through shared memory).
+  void WriteResultLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     bool own = false;
     grpc::Status serialised =
-        grpc::SerializationTraits<v1::StepResponse>::Serialize(response, &response_, &own);
+        grpc::SerializationTraits<v1::StepResponse>::Serialize(result_, &response_, &own);
     if (!serialised.ok()) return FinishLocked(serialised);
     WriteLocked();
+  }
+
+  // Writes the returned parameters into the shared segment as the step makes them ready, then
+  // the result.
+  void WriteSharedParamsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::weak_ptr<StepReactor> weak = weak_from_this();
+    auto all = shared_->WriteParams(*shared_params_, return_ids_, [weak] {
+      if (auto self = weak.lock()) self->OnSharedParamsReady();
+    });
+    if (!all.ok()) return FinishLocked(ToGrpcStatus(all.status()));
+    if (!*all) return;  // OnSharedParamsReady calls again
+    shared_params_.reset();
+    WriteResultLocked();
+  }
+
+  void OnSharedParamsReady() {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || shared_params_ == nullptr) return;
+    WriteSharedParamsLocked();
   }
 
   // Reads and writes wait on the trainer: the idle bound runs while one is outstanding.
@@ -346,6 +421,11 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
   Contribution contribution_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> return_ids_ ABSL_GUARDED_BY(mu_);
+  // StepHeader.shared_memory_segment: its gradients in, its parameters out; the snapshot the
+  // parameters are written from while they are.
+  std::optional<SharedStepIo> shared_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const ParamSnapshot> shared_params_ ABSL_GUARDED_BY(mu_);
+  v1::StepResponse result_ ABSL_GUARDED_BY(mu_);
   std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
   bool waiting_for_params_ ABSL_GUARDED_BY(mu_) = false;
   bool waiting_for_turn_ ABSL_GUARDED_BY(mu_) = false;  // a chunk waits in the session

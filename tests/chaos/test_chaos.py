@@ -216,7 +216,8 @@ def test_killed_ranks_heal_and_the_run_ends_bit_for_bit(server_binary: str, kind
     began = time.monotonic()
     with SupervisedGroup(server_binary, WORLD, tmp_path,
                          flags=[f"--rejoin_timeout_ms={REJOIN_TIMEOUT_MS}"]) as group, \
-            optstep.Client(rank_targets=group.targets, recovery_timeout=60) as client:
+            optstep.Client(rank_targets=group.targets, recovery_timeout=60,
+                           shared_memory=True) as client:  # against the streams' run above
         model = make_mlp(SEED)
         opt = RemoteOptimizer(model, client, optimizer=_optimizer(kind))
         chaos = Chaos(group, opt.session_id, SEED)

@@ -7,12 +7,18 @@ The server binary is $OPTSTEP_SERVER, else bazel-bin/server/optstep_server, whic
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import pytest
 
 import optstep
 from repository import server_binary_path
+
+
+# The tests of the streams' data paths (native and pure Python) keep to them: steps through shared
+# memory are what tests/python/test_shared_memory.py asks for (Client(shared_memory=True)).
+os.environ.setdefault("OPTSTEP_SHARED_MEMORY", "0")
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """A rank whose process does not return is stood in for by its buddy, in the buddy's process
 (docs/deploy.md, "A rank that does not return"). The Python client's steps, on the native and on
-the pure-Python data path, wait for that, follow the stand-in's address by themselves and are
-never rewound; once the rank's own process is back the client reaches it again, and the run ends
-bit for bit with an undisturbed session of the same group."""
+the pure-Python data path and through shared memory, wait for that, follow the stand-in's
+address by themselves and are never rewound; once the rank's own process is back the client
+reaches it again, and the run ends bit for bit with an undisturbed session of the same group."""
 
 from __future__ import annotations
 
@@ -62,13 +62,16 @@ def _parameters(client: optstep.Client, session_id: str) -> Dict[int, np.ndarray
     return dict(client.pull_parameters(session_id).params)
 
 
-@pytest.mark.parametrize("path", ["native", "python"])
+@pytest.mark.parametrize("path", ["native", "python", "shared"])
 def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         group: optstep.LocalGroup, server_binary: str, monkeypatch: pytest.MonkeyPatch,
         path: str) -> None:
-    monkeypatch.setenv("OPTSTEP_NATIVE", "1" if path == "native" else "0")
-    assert native.available() == (path == "native")
-    with optstep.Client(rank_targets=group.targets, recovery_timeout=60) as client:
+    monkeypatch.setenv("OPTSTEP_NATIVE", "0" if path == "python" else "1")
+    assert native.available() == (path != "python")
+    # "shared": through memory shared with the ranks, each (the stand-in, the rank back) giving
+    # the client a new segment.
+    with optstep.Client(rank_targets=group.targets, recovery_timeout=60,
+                        shared_memory=path == "shared") as client:
         reference = _session(client, "reference")
         for step in range(1, STEPS + 1):
             client.step(reference, step, _gradients(step))
@@ -109,6 +112,7 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         for step in range(KILLED_AFTER + 3, STEPS + 1):
             assert client.step(sid, step, _gradients(step)).step == step
 
+        assert (sid, 0) in client._shared._segments or path != "shared"  # noqa: SLF001
         expected = _parameters(client, reference)
         got = _parameters(client, sid)
         assert list(got) == list(expected)

@@ -19,6 +19,7 @@ Thread-safe: calls may run from several threads at once (each has its own gRPC c
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
@@ -27,7 +28,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Name
 import grpc
 import numpy as np
 
-from optstep import dtypes, native, state_dicts
+from optstep import dtypes, native, shared_memory, state_dicts
 from optstep.channel_credentials import channel_credentials
 from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
 from optstep.errors import (AbortedError, InternalError, InvalidArgumentError, OptstepError,
@@ -36,6 +37,7 @@ from optstep.layout import ParamRef, SessionLayout
 from optstep.rank_channels import RankChannel, RankChannels
 from optstep.recovery import StepRecovery
 from optstep.session_pages import list_all_sessions, read_session
+from optstep.shared_memory import SharedSegments
 from optstep.step_call import exchange_steps, tensor_chunk
 from optstep.stream_end import StreamTally
 from optstep.streamed_step import StreamedStep
@@ -125,6 +127,9 @@ class Client:
       recovery_timeout: seconds a step waits for a recovering group (a failed rank, the group
         restarting and restoring its sessions) before it fails; it then redoes itself or raises
         RewindRequired (optstep.recovery). 0: a step fails at once, as any call.
+      shared_memory: steps with ranks on this host go through memory shared with them
+        (optstep.shared_memory) where the step allows it; None: unless $OPTSTEP_SHARED_MEMORY
+        is 0.
     """
 
     def __init__(self, target: Optional[str] = None, *,
@@ -137,7 +142,8 @@ class Client:
                  tls: bool = False, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None, token: Optional[str] = None,
-                 recovery_timeout: float = 300.0) -> None:
+                 recovery_timeout: float = 300.0,
+                 shared_memory: Optional[bool] = None) -> None:
         targets = list(rank_targets or ([target] if target else []))
         if not targets or any(not t for t in targets):
             raise InvalidArgumentError("Client: no target (expected \"host:port\"), or an empty "
@@ -154,6 +160,9 @@ class Client:
                 f"Client: max_message_bytes {max_message_bytes} cannot hold a chunk of "
                 f"{max_chunk_bytes} bytes plus its envelope")
         self._recovery = StepRecovery(recovery_timeout)
+        if shared_memory is None:
+            shared_memory = os.environ.get("OPTSTEP_SHARED_MEMORY", "1") != "0"
+        self._shared = SharedSegments(shared_memory)
         self._rpc_timeout = rpc_timeout
         self._stream_timeout = stream_timeout
         self._wait_for_ready = wait_for_ready
@@ -238,6 +247,7 @@ class Client:
         """Closes every channel. The client cannot be used afterwards."""
         self._ranks.close()
         self._native.close()
+        self._shared.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -290,6 +300,7 @@ class Client:
               svc_pb2.CloseSessionRequest(session_id=session_id), **self._unary_kwargs())
         with self._lock:
             self._layouts.pop(session_id, None)
+        self._shared.drop(session_id)
 
     def layout(self, session_id: str, refresh: bool = False) -> SessionLayout:
         """The session's parameters and owner ranks (cached; `refresh` asks again)."""
@@ -415,6 +426,11 @@ class Client:
         slices = as_slices(self.layout(session_id), gradients, "gradient")
         groups = list(groups or ())
         outs = param_out or {}
+        if shared_memory.eligible(self.layout(session_id), slices, wire):
+            shared = self._step_shared(session_id, step, slices, trainer_id, groups,
+                                       return_params, skip_return, outs)
+            if shared is not None:
+                return shared
         native_client = self._native_client(session_id)
         if native_client is not None:
             return StepReply(*native.run_step(
@@ -426,6 +442,13 @@ class Client:
             return self._step_once(session_id, step, slices, trainer_id, groups, wire,
                                    return_params, skip_return)
 
+        return self._recover(session_id, step, attempt, wire, return_params, skip_return, outs)
+
+    def _recover(self, session_id: str, step: int, attempt: Callable[[], StepReply],
+                 wire: dtypes.WireDType, return_params: Optional[Sequence[ParamRef]],
+                 skip_return: bool, outs: Mapping[int, Any]) -> StepReply:
+        """Runs `attempt` until the step is applied, through a recovery of the group."""
+
         def applied() -> StepReply:
             params = {} if skip_return else self.pull_parameters(session_id, wire,
                                                                  return_params).params
@@ -434,6 +457,39 @@ class Client:
         reply: StepReply = self._recovery.run(self, session_id, step, attempt, applied)
         native.write_params(reply.params, outs)
         return reply
+
+    def _step_shared(self, session_id: str, step: int, slices: List[GradientSlice],
+                     trainer_id: int, groups: List[GroupSchedule],
+                     return_params: Optional[Sequence[ParamRef]], skip_return: bool,
+                     outs: Mapping[int, Any]) -> Optional[StepReply]:
+        """:meth:`step` through shared memory; None when the session's ranks cannot share
+        memory with this process (nothing was sent)."""
+        layout = self.layout(session_id)
+        ranks = self._ranks.reach(layout)
+        if not all(shared_memory.on_loopback(rank.target) for rank in ranks):
+            return None
+        services = [rank.service for rank in ranks]
+        if self._shared.get(layout, trainer_id, services, self._rpc_timeout) is None:
+            return None
+        return_ids = layout.param_ids(return_params or ())
+
+        def attempt() -> StepReply:
+            now = self.layout(session_id)
+            header = _step_header(session_id, step, trainer_id, groups, dtypes.FP32, return_ids)
+            done = self._shared.step(now, [rank.service for rank in self._ranks.reach(now)],
+                                     header, slices, skip_return, outs,
+                                     rpc_timeout=self._rpc_timeout,
+                                     stream_timeout=self._stream_timeout,
+                                     wait_for_ready=self._wait_for_ready)
+            if done is None:  # a rank that replaced its segment no longer shares memory
+                return self._step_once(session_id, step, slices, trainer_id, groups,
+                                       dtypes.FP32, return_params, skip_return)
+            result, params = done
+            return StepReply(result.step, result.skipped, result.grad_norm, result.clipped,
+                             params)
+
+        return self._recover(session_id, step, attempt, dtypes.FP32, return_params,
+                             skip_return, outs)
 
     def open_step(self, session_id: str, step: int, *, trainer_id: int = 0,
                   groups: Optional[Iterable[GroupSchedule]] = None,
@@ -462,11 +518,7 @@ class Client:
         return_ids = layout.param_ids(return_params or ())
         plan = plan_contributions(layout, slices, self._max_chunk_bytes)
         ranks = self._ranks.reach(layout)
-        header = svc_pb2.StepHeader(session_id=session_id, step=step, trainer_id=trainer_id,
-                                    return_dtype=wire, return_param_ids=return_ids)
-        for group in groups:
-            header.groups.add(group_id=group.group_id, lr=group.lr,
-                              weight_decay=group.weight_decay)
+        header = _step_header(session_id, step, trainer_id, groups, wire, return_ids)
 
         assembler = ParamAssembler(layout, wire, return_ids)
         results = exchange_steps([rank.service for rank in ranks], header, plan,
@@ -585,6 +637,15 @@ def _varint(value: int) -> bytes:
         out.append(byte | (0x80 if value else 0))
         if not value:
             return bytes(out)
+
+
+def _step_header(session_id: str, step: int, trainer_id: int, groups: List[GroupSchedule],
+                 wire: dtypes.WireDType, return_ids: Sequence[int]) -> svc_pb2.StepHeader:
+    header = svc_pb2.StepHeader(session_id=session_id, step=step, trainer_id=trainer_id,
+                                return_dtype=wire, return_param_ids=return_ids)
+    for group in groups:
+        header.groups.add(group_id=group.group_id, lr=group.lr, weight_decay=group.weight_decay)
+    return header
 
 
 def _check_step(session_id: str, step: int) -> None:

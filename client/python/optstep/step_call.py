@@ -58,11 +58,14 @@ def receive_step(call: Any, assembler: Optional[ParamAssembler]) -> svc_pb2.Step
 def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
                    plan: Sequence[RankContribution], return_rank: Optional[int],
                    skip_return: bool,
-                   assembler: ParamAssembler, *, timeout: float,
-                   wait_for_ready: bool) -> List[svc_pb2.StepResult]:
+                   assembler: Optional[ParamAssembler], *, timeout: float,
+                   wait_for_ready: bool,
+                   segments: Optional[Sequence[int]] = None) -> List[svc_pb2.StepResult]:
     """One step of one trainer over every rank of the layout (`services`, by rank): answers each
     rank's StepResult; the parameters from `return_rank` (None: from every rank, each sending
-    those it owns under OWNERS storage) go into `assembler`.
+    those it owns under OWNERS storage) go into `assembler`. With `segments` (by rank: the
+    shared memory segments, optstep.shared_memory) the streams carry no chunks and no
+    parameters: the ranks read and write the segments.
 
     Every rank gets this trainer's commit (with its share of the chunks, possibly none); one
     rank, spread over trainers, streams the parameters back (or every rank its own). gRPC
@@ -86,6 +89,8 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
         rank_header = svc_pb2.StepHeader()
         rank_header.CopyFrom(header)
         rank_header.skip_return = skip_return or return_rank not in (None, r)
+        if segments is not None:
+            rank_header.shared_memory_segment = segments[r]
         calls.append(service.Step(step_requests(rank_header, plan[r]), timeout=timeout,
                                   wait_for_ready=wait_for_ready))
     for call in list(calls):

@@ -1,0 +1,88 @@
+#ifndef OPTSTEP_SERVER_ENGINE_SHARED_SEGMENTS_H_
+#define OPTSTEP_SERVER_ENGINE_SHARED_SEGMENTS_H_
+
+// The memory a rank shares with the trainers on its host (AttachSharedMemory; docs/api.md,
+// "Shared memory"), so that a step moves no tensor bytes through its stream: one segment per
+// session and trainer, laid out over the parameters the rank owns, each gradient and each value
+// in fp32 at a 64-byte boundary. A segment's bytes are taken from the rank's memory budget and
+// given back when the session closes or the trainer attaches again (a step still reading the
+// old segment keeps it mapped until it ends). Thread-safe.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/shared_memory.h"
+#include "checkpoint/layout.h"
+#include "server/engine/memory_budget.h"
+#include "server/optim/param_info.h"
+
+namespace optstep {
+
+// One trainer's segment of one session on this rank. Immutable but for the shared bytes.
+struct SharedSegment {
+  static constexpr size_t kTokenBytes = 16;
+  static constexpr int64_t kAlignment = 64;
+
+  uint64_t id = 0;  // random, never 0
+  std::string session_id;
+  int trainer = 0;
+  std::vector<int> params;       // the parameters this rank owns, ascending
+  std::vector<int64_t> numels;   // by entry of `params`
+  std::vector<int64_t> offsets;  // S(p): from gradients_offset or parameters_offset, by entry
+  int64_t gradients_offset = kAlignment;
+  int64_t parameters_offset = 0;
+  std::string token;  // kTokenBytes, also the segment's first bytes
+  std::unique_ptr<SharedMemory> memory;
+  MemoryBudget::Reservation reservation;
+
+  const char* gradient(size_t entry) const {
+    return memory->data() + gradients_offset + offsets[entry];
+  }
+  char* value(size_t entry) const { return memory->data() + parameters_offset + offsets[entry]; }
+};
+
+class SharedSegments {
+ public:
+  // `budget` must outlive this; `rank` names the rank in the segments' names.
+  SharedSegments(MemoryBudget* budget, int rank) : budget_(budget), rank_(rank) {}
+
+  SharedSegments(const SharedSegments&) = delete;
+  SharedSegments& operator=(const SharedSegments&) = delete;
+
+  // A new segment for `trainer` of session `session_id` (`params` and `layout` its definition,
+  // `rank` this rank), replacing the trainer's last one. RESOURCE_EXHAUSTED when it does not fit
+  // the budget (naming the session and the bytes), or as SharedMemory::Create.
+  absl::StatusOr<std::shared_ptr<const SharedSegment>> Attach(const std::string& session_id,
+                                                              int trainer,
+                                                              const std::vector<ParamInfo>& params,
+                                                              const Layout& layout);
+  // Segment `id` if it is the current one of `session_id`'s `trainer`; NOT_FOUND naming the id,
+  // the session and the trainer otherwise (a replaced one, one of another session or trainer).
+  absl::StatusOr<std::shared_ptr<const SharedSegment>> Find(const std::string& session_id,
+                                                            int trainer, uint64_t id) const;
+  // Drops the session's segments (closed): their budget is given back once no step maps them.
+  void DropSession(const std::string& session_id);
+
+  // Bytes of the segments held now.
+  int64_t bytes() const;
+
+ private:
+  MemoryBudget* const budget_;
+  const int rank_;
+  mutable absl::Mutex mu_;
+  // By (session id, trainer).
+  std::map<std::pair<std::string, int>, std::shared_ptr<const SharedSegment>> segments_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_ENGINE_SHARED_SEGMENTS_H_

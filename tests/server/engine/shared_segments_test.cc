@@ -1,0 +1,88 @@
+// SharedSegments: a segment is laid out over the rank's own parameters only (gradients, then
+// values, each at a 64-byte boundary, after the token), takes its bytes from the rank's budget and
+// gives them back when replaced or dropped with its session; a step may name only the current
+// segment of its own session and trainer.
+
+#include "server/engine/shared_segments.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+
+std::vector<ParamInfo> Params(const std::vector<int64_t>& numels) {
+  std::vector<ParamInfo> params;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    params.push_back(ParamInfo{"p" + std::to_string(i), {numels[i]}});
+  }
+  return params;
+}
+
+TEST(SharedSegmentsTest, LaysOutTheRanksOwnParametersAlignedAfterTheToken) {
+  MemoryBudget budget(1 << 20, 1);
+  SharedSegments segments(&budget, /*rank=*/1);
+  const Layout layout{2, {0, 1, 1, 0, 1}};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto segment,
+                               segments.Attach("s", 0, Params({5, 3, 17, 9, 16}), layout));
+  EXPECT_EQ(segment->params, (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(segment->numels, (std::vector<int64_t>{3, 17, 16}));
+  EXPECT_EQ(segment->offsets, (std::vector<int64_t>{0, 64, 192}));  // 12 -> 64, 68 -> 128, 64
+  EXPECT_EQ(segment->gradients_offset, 64);
+  EXPECT_EQ(segment->parameters_offset, 64 + 256);
+  EXPECT_EQ(segment->memory->size(), 64u + 2 * 256);
+  ASSERT_EQ(segment->token.size(), SharedSegment::kTokenBytes);
+  EXPECT_EQ(std::memcmp(segment->memory->data(), segment->token.data(), 16), 0);
+  EXPECT_EQ(segment->gradient(2), segment->memory->data() + 64 + 192);
+  EXPECT_EQ(segment->value(1), segment->memory->data() + 320 + 64);
+  EXPECT_EQ(budget.admitted(), 64 + 2 * 256);
+}
+
+TEST(SharedSegmentsTest, TakesItsBytesFromTheBudgetAndGivesThemBack) {
+  MemoryBudget budget(4096, 0);
+  SharedSegments segments(&budget, 0);
+  const Layout layout{1, {0}};
+  EXPECT_THAT(segments.Attach("big", 0, Params({1000}), layout).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "session 'big'"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto first, segments.Attach("s", 0, Params({400}), layout));
+  EXPECT_EQ(budget.admitted(), 64 + 2 * 1600);
+  first.reset();
+  // Attaching again replaces the segment: the old one's bytes come back once nothing maps it.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto second, segments.Attach("s", 0, Params({400}), layout));
+  EXPECT_EQ(budget.admitted(), 64 + 2 * 1600);
+  EXPECT_EQ(segments.bytes(), 64 + 2 * 1600);
+  segments.DropSession("s");
+  EXPECT_EQ(budget.admitted(), 64 + 2 * 1600);  // a step still holds it
+  second.reset();
+  EXPECT_EQ(budget.admitted(), 0);
+  EXPECT_EQ(segments.bytes(), 0);
+}
+
+TEST(SharedSegmentsTest, AStepFindsOnlyTheCurrentSegmentOfItsSessionAndTrainer) {
+  MemoryBudget budget(1 << 20, 0);
+  SharedSegments segments(&budget, 0);
+  const Layout layout{1, {0, 0}};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto mine, segments.Attach("s", 1, Params({8, 8}), layout));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto other, segments.Attach("t", 1, Params({8, 8}), layout));
+  EXPECT_THAT(segments.Find("s", 1, mine->id), IsOk());
+  EXPECT_THAT(segments.Find("s", 0, mine->id).status(),
+              StatusIs(absl::StatusCode::kNotFound, "not the segment of trainer 0 of session 's'"));
+  EXPECT_THAT(segments.Find("s", 1, other->id).status(), StatusIs(absl::StatusCode::kNotFound));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto again, segments.Attach("s", 1, Params({8, 8}), layout));
+  EXPECT_NE(again->id, mine->id);
+  EXPECT_THAT(segments.Find("s", 1, mine->id).status(), StatusIs(absl::StatusCode::kNotFound));
+  segments.DropSession("s");
+  EXPECT_THAT(segments.Find("s", 1, again->id).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(segments.Find("t", 1, other->id), IsOk());
+}
+
+}  // namespace
+}  // namespace optstep

@@ -10,7 +10,8 @@ Measured, each the median of --steps steps after one warm-up step:
   on this host), on the native path and on the pure-Python path (OPTSTEP_NATIVE=0) with shared
   memory off, torch.optim.AdamW(foreach=True) and (fused=True);
 - a whole training step (forward, backward, optimizer) of batch 1 x --seq tokens: overlap=True
-  through the server vs the same step with local foreach AdamW;
+  through the server (through shared memory, and on the native stream path) vs the same step
+  with local foreach AdamW;
 - bytes moved per step (gradients out, parameters back) and the time raw loopback TCP needs for
   them (two threads, one socket, 4 MiB sends);
 - peak RSS of this process and of the server next to what must be held (parameters and
@@ -167,29 +168,30 @@ def main() -> None:
                 results[f"remote_{path}_step_s"] = median_time(opt.step, args.steps)
                 opt.close_session()
         os.environ["OPTSTEP_NATIVE"] = "1"
-        with optstep.Client(server.address) as client:
-            idx = torch.randint(0, 50257, (1, args.seq))
-            target = torch.randint(0, 50257, (1, args.seq))
+        idx = torch.randint(0, 50257, (1, args.seq))
+        target = torch.randint(0, 50257, (1, args.seq))
 
-            def train_step(opt: torch.optim.Optimizer) -> None:
-                opt.zero_grad()
-                logits = model(idx)
-                nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]),
-                                            target.view(-1)).backward()
-                opt.step()
+        def train_step(opt: torch.optim.Optimizer) -> None:
+            opt.zero_grad()
+            logits = model(idx)
+            nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]),
+                                        target.view(-1)).backward()
+            opt.step()
 
-            local = torch.optim.AdamW(model.parameters(), **adamw, foreach=True)
-            results["train_step_local_foreach_s"] = median_time(lambda: train_step(local), 3)
-            del local
-            remote = RemoteOptimizer(model, client, optimizer=chain, overlap=True)
+        local = torch.optim.AdamW(model.parameters(), **adamw, foreach=True)
+        results["train_step_local_foreach_s"] = median_time(lambda: train_step(local), 3)
+        del local
+        for path in ("shared", "native"):
+            with optstep.Client(server.address, shared_memory=path == "shared") as client:
+                remote = RemoteOptimizer(model, client, optimizer=chain, overlap=True)
 
-            def overlapped() -> None:
-                train_step(remote)
-                remote.synchronize()  # the next forward would wait for the same
+                def overlapped() -> None:
+                    train_step(remote)
+                    remote.synchronize()  # the next forward would wait for the same
 
-            results["train_step_overlap_s"] = median_time(overlapped, 3)
-            remote.close_session()
-            results["server_peak_rss_mib"] = rss_peak_mib(server._process.pid)  # noqa: SLF001
+                results[f"train_step_overlap_{path}_s"] = median_time(overlapped, 3)
+                remote.close_session()
+        results["server_peak_rss_mib"] = rss_peak_mib(server._process.pid)  # noqa: SLF001
 
     step_bytes = 2 * 4 * n_params  # fp32 gradients out, fp32 parameters back
     results["bytes_per_step"] = step_bytes
@@ -206,7 +208,8 @@ def main() -> None:
         ("RemoteOptimizer.step(), pure Python", r["remote_python_step_s"]),
         ("torch AdamW foreach", r["torch_foreach_step_s"]),
         ("torch AdamW fused", r["torch_fused_step_s"]),
-        ("training step, overlap=True", r["train_step_overlap_s"]),
+        ("training step, overlap=True, shared memory", r["train_step_overlap_shared_s"]),
+        ("training step, overlap=True, native stream path", r["train_step_overlap_native_s"]),
         ("training step, local foreach", r["train_step_local_foreach_s"]),
         (f"raw loopback TCP, {step_bytes / 1e9:.2f} GB", r["raw_tcp_s"]),
     ]
@@ -218,7 +221,9 @@ def main() -> None:
     print(f"native step vs foreach: {r['torch_foreach_step_s'] / r['remote_native_step_s']:.2f}x;"
           f" vs fused: {r['torch_fused_step_s'] / r['remote_native_step_s']:.2f}x; overlap "
           f"training step / local foreach: "
-          f"{r['train_step_overlap_s'] / r['train_step_local_foreach_s']:.2f}; native step / raw "
+          f"{r['train_step_overlap_native_s'] / r['train_step_local_foreach_s']:.2f} (shared "
+          f"memory: {r['train_step_overlap_shared_s'] / r['train_step_local_foreach_s']:.2f});"
+          f" native step / raw "
           f"TCP: {r['remote_native_step_s'] / r['raw_tcp_s']:.2f}")
     print(f"peak RSS: trainer {r['trainer_peak_rss_mib']:.0f} MiB (holds "
           f"{r['trainer_must_hold_mib']:.0f}), server {r['server_peak_rss_mib']:.0f} MiB (holds "

@@ -76,6 +76,19 @@ def test_overlap_is_bit_identical(client: optstep.Client, path: str,
     _assert_identical(models[True], models[False], start)
 
 
+def test_a_closed_session_leaves_the_model_to_another_optimizer(client: optstep.Client,
+                                                                path: str) -> None:
+    x, y = make_data(5, n=16)
+    model = make_mlp(3)
+    first = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True)
+    _train(model, first, x, y)
+    first.close_session()  # its hooks go with it: they would step the closed session
+    second = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True)
+    _train(model, second, x, y)
+    assert second.last_step is not None and second.last_step.step == STEPS
+    second.close_session()
+
+
 def test_gradients_leave_during_backward(client: optstep.Client, path: str) -> None:
     """Every complete bucket is added to the step's stream by the backward pass itself; with
     the native library its bytes are on their way before step() is called."""

@@ -102,20 +102,23 @@ class _Net(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 def test_remote_optimizer_through_shared_memory_trains_as_through_the_stream(
-        server: optstep.LocalServer) -> None:
+        server: optstep.LocalServer, overlap: bool) -> None:
     weights = []
     for shared in (False, True):
         torch.manual_seed(0)
         model = _Net()
         with optstep.Client(server.address, shared_memory=shared) as client:
-            opt = RemoteOptimizer(model, client, optimizer=config.chain(config.adamw(lr=1e-2)))
+            opt = RemoteOptimizer(model, client, optimizer=config.chain(config.adamw(lr=1e-2)),
+                                  overlap=overlap)
             generator = torch.Generator().manual_seed(1)
             for _ in range(3):
                 opt.zero_grad()
                 x = torch.randn(8, 12, generator=generator)
                 model(x).square().mean().backward()
                 opt.step()
+            opt.synchronize()
             assert _shares(client, opt.session_id) == shared
             opt.close_session()
         weights.append([p.detach().clone() for p in model.parameters()])

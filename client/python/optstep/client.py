@@ -458,20 +458,25 @@ class Client:
         native.write_params(reply.params, outs)
         return reply
 
+    def _shares_memory(self, session_id: str, trainer_id: int) -> bool:
+        """Whether the session's ranks share memory with this process for `trainer_id`'s steps
+        (attaching their segments on first use): ranks on loopback that agreed."""
+        layout = self.layout(session_id)
+        ranks = self._ranks.reach(layout)
+        if not all(shared_memory.on_loopback(rank.target) for rank in ranks):
+            return False
+        services = [rank.service for rank in ranks]
+        return self._shared.get(layout, trainer_id, services, self._rpc_timeout) is not None
+
     def _step_shared(self, session_id: str, step: int, slices: List[GradientSlice],
                      trainer_id: int, groups: List[GroupSchedule],
                      return_params: Optional[Sequence[ParamRef]], skip_return: bool,
                      outs: Mapping[int, Any]) -> Optional[StepReply]:
         """:meth:`step` through shared memory; None when the session's ranks cannot share
         memory with this process (nothing was sent)."""
-        layout = self.layout(session_id)
-        ranks = self._ranks.reach(layout)
-        if not all(shared_memory.on_loopback(rank.target) for rank in ranks):
+        if not self._shares_memory(session_id, trainer_id):
             return None
-        services = [rank.service for rank in ranks]
-        if self._shared.get(layout, trainer_id, services, self._rpc_timeout) is None:
-            return None
-        return_ids = layout.param_ids(return_params or ())
+        return_ids = self.layout(session_id).param_ids(return_params or ())
 
         def attempt() -> StepReply:
             now = self.layout(session_id)
@@ -499,10 +504,14 @@ class Client:
         """Step `step` of :meth:`step`, its gradients added while they are produced (e.g. by
         backward hooks): see :class:`optstep.streamed_step.StreamedStep`."""
         _check_step(session_id, step)
+        # Through shared memory the gradients are kept and written into the segment by finish:
+        # a copy that takes less than sending them while they are produced.
+        shared = dtypes.return_dtype(return_dtype) == dtypes.FP32 and \
+            self._shares_memory(session_id, trainer_id)
         return StreamedStep(self, session_id, step, trainer_id=trainer_id,
                             groups=list(groups or ()), return_dtype=return_dtype,
                             return_params=return_params, skip_return=skip_return,
-                            native_client=self._native_client(session_id))
+                            native_client=None if shared else self._native_client(session_id))
 
     def _native_client(self, session_id: str) -> Optional[native.NativeClient]:
         layout = self.layout(session_id)  # the C++ client over its ranks; None without the library

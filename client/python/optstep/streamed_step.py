@@ -3,8 +3,9 @@
 With the native library (optstep.native) each :meth:`StreamedStep.add` queues its gradients on
 the ranks' Step streams at once, and gRPC sends them while the caller goes on (e.g. while
 backward computes the next gradients); :meth:`StreamedStep.finish` commits and waits for the
-step. Without the library the gradients are kept and sent by ``finish`` as one
-:meth:`optstep.Client.step`. Both give the same step.
+step. Without the library, or where the step goes through memory shared with the ranks
+(optstep.shared_memory, which copies them faster than a stream sends them), the gradients are
+kept and sent by ``finish`` as one :meth:`optstep.Client.step`. All give the same step.
 
 A streamed step does not wait for a recovering group by itself: when its streams fail on the
 way (the group lost a rank, a stream was cut), ``finish`` redoes the step with

@@ -399,5 +399,8 @@ class RemoteOptimizer(torch.optim.Optimizer):
             self._pull()
 
     def close_session(self) -> None:
-        """Drops the session on the server (for the last trainer of a job)."""
+        """Drops the session on the server (for the last trainer of a job); with
+        ``overlap=True``, takes the hooks off the model first (another optimizer may train it)."""
+        if self._overlap is not None:
+            self._overlap.remove()
         self._client.close_session(self.session_id)

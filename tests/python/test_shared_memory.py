@@ -1,11 +1,13 @@
 """Steps through memory shared with the ranks of this host (docs/api.md, "Shared memory"): the
 same results, bit for bit, as the streams, over several ranks and both parameter storages, from
 Client.step and from RemoteOptimizer; a rank that restarts gets a new segment by itself; and
-every misuse of a segment is refused with a precise status, while a client that cannot share
+every misuse of a segment is refused with a precise status, several trainers sum in their order
+as through the streams, while a client that cannot share
 memory falls back to the stream by itself."""
 
 from __future__ import annotations
 
+import threading
 from typing import Dict, Iterator, List
 
 import grpc
@@ -227,3 +229,31 @@ def test_misused_segments_are_refused_naming_what_is_wrong(server: optstep.Local
     ("optstep-0.optstep:50051", False), ("10.0.0.1:50051", False), ("[2001:db8::1]:1", False)])
 def test_segments_are_asked_of_loopback_ranks_only(target: str, local: bool) -> None:
     assert shared_memory.on_loopback(target) == local
+
+
+def test_two_trainers_sum_in_trainer_order_as_through_the_streams(
+        server: optstep.LocalServer) -> None:
+    # Trainer 1's gradients wait for trainer 0's on the rank (REPLICATED sums in trainer order):
+    # read from its segment a chunk at a time, as streamed chunks are.
+    results: List[Dict[int, np.ndarray]] = []
+    for shared in (False, True):
+        with optstep.Client(server.address, shared_memory=shared) as client:
+            sid = client.create_session(_spec(f"two-trainers-{shared}", trainers=2))[0].session_id
+            replies: Dict[int, Dict[int, np.ndarray]] = {}
+
+            def trainer(t: int) -> None:
+                for step in range(1, 4):
+                    grads = {k: v * (t + 1) for k, v in _gradients(10 * step + t).items()}
+                    replies[t] = client.step(sid, step, grads, trainer_id=t).params
+
+            threads = [threading.Thread(target=trainer, args=(t,)) for t in (1, 0)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert _shares(client, sid) == shared
+            for pid, values in replies[0].items():
+                np.testing.assert_array_equal(replies[1][pid], values)
+            results.append(replies[0])
+    for pid, values in results[0].items():
+        np.testing.assert_array_equal(results[1][pid], values)

@@ -2,8 +2,8 @@
 same results, bit for bit, as the streams, over several ranks and both parameter storages, from
 Client.step and from RemoteOptimizer; a rank that restarts gets a new segment by itself; and
 every misuse of a segment is refused with a precise status, several trainers sum in their order
-as through the streams, while a client that cannot share
-memory falls back to the stream by itself."""
+as through the streams, while a client that cannot share memory falls back to the stream by
+itself."""
 
 from __future__ import annotations
 

@@ -120,6 +120,10 @@ class Engine {
                                                                           int trainer);
   // The segments trainers share with this rank.
   const SharedSegments& shared_segments() const { return shared_segments_; }
+  // Drops `trainer`'s segment of `session` (AttachSharedMemoryRequest.release).
+  void ReleaseSharedMemory(const Session& session, int trainer) {
+    shared_segments_.Drop(session.id(), trainer);
+  }
 
   // False once a session lost its group (a peer rank died), or while the device worker is
   // stalled (a task has run longer than options().device_watchdog): the rank should stop

@@ -105,6 +105,15 @@ void SharedSegments::DropSession(const std::string& session_id) {
   }
 }
 
+void SharedSegments::Drop(const std::string& session_id, int trainer) {
+  std::shared_ptr<const SharedSegment> dropped;  // released without the lock
+  absl::MutexLock lock(&mu_);
+  auto it = segments_.find({session_id, trainer});
+  if (it == segments_.end()) return;
+  dropped = std::move(it->second);
+  segments_.erase(it);
+}
+
 int64_t SharedSegments::bytes() const {
   absl::MutexLock lock(&mu_);
   int64_t total = 0;

@@ -70,6 +70,8 @@ class SharedSegments {
                                                             int trainer, uint64_t id) const;
   // Drops the session's segments (closed): their budget is given back once no step maps them.
   void DropSession(const std::string& session_id);
+  // Drops `trainer`'s segment of the session, if any, the same way.
+  void Drop(const std::string& session_id, int trainer);
 
   // Bytes of the segments held now.
   int64_t bytes() const;

@@ -78,7 +78,11 @@ std::vector<prometheus::MetricFamily> EngineGauges(Engine& engine) {
                   static_cast<double>(engine.memory_budget().budget())),
       GaugeFamily("optstep_memory_admitted_bytes",
                   "The footprints of the sessions this rank admitted, out of its budget.",
-                  static_cast<double>(engine.memory_budget().admitted()))};
+                  static_cast<double>(engine.memory_budget().admitted())),
+      GaugeFamily("optstep_shared_memory_bytes",
+                  "Bytes of the segments trainers on this host share with the rank (counted in "
+                  "optstep_memory_admitted_bytes).",
+                  static_cast<double>(engine.shared_segments().bytes()))};
   // Facts about the device, as a gauge of 1 labelled with the value; none where it is empty.
   const auto add_info = [&families](const char* name, const char* help, const char* label,
                                     const std::string& value) {

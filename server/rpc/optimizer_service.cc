@@ -124,6 +124,10 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::AttachSharedMemory(
     v1::AttachSharedMemoryResponse* response) {
   auto session = FindSession(*engine_, CallerOf(*context), request->session_id());
   if (!session.ok()) return Done(context, session.status());
+  if (request->release()) {
+    engine_->ReleaseSharedMemory(**session, static_cast<int>(request->trainer_id()));
+    return Done(context, absl::OkStatus());
+  }
   auto segment = engine_->AttachSharedMemory(**session, static_cast<int>(request->trainer_id()));
   if (!segment.ok()) return Done(context, segment.status());
   const SharedSegment& s = **segment;

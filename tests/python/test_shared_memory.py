@@ -7,7 +7,10 @@ itself."""
 
 from __future__ import annotations
 
+import os
+import pathlib
 import threading
+import urllib.request
 from typing import Dict, Iterator, List
 
 import grpc
@@ -257,3 +260,35 @@ def test_two_trainers_sum_in_trainer_order_as_through_the_streams(
             results.append(replies[0])
     for pid, values in results[0].items():
         np.testing.assert_array_equal(results[1][pid], values)
+
+
+def _shared_bytes(metrics_port_file: pathlib.Path) -> float:
+    port = int(metrics_port_file.read_text())
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("optstep_shared_memory_bytes "):
+                return float(line.split()[1])
+    raise AssertionError("no optstep_shared_memory_bytes")
+
+
+def test_a_segment_the_client_cannot_open_goes_back_to_the_rank(
+        server_binary: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    port_file = tmp_path / "metrics_port"
+    flags = ["--metrics_port=-1", f"--metrics_port_file={port_file}"]
+    with optstep.LocalServer(server_binary, flags=flags) as local:
+        with optstep.Client(local.address, shared_memory=True) as client:
+            sid = client.create_session(_spec("unopenable"))[0].session_id
+            assert client.step(sid, 1, _gradients(1)).step == 1  # attached and used
+            assert _shared_bytes(port_file) > 0
+        real_open = os.open
+
+        def no_proc(path: str, flags: int, *args: int) -> int:
+            if str(path).startswith("/proc/"):  # as from another pid namespace
+                raise PermissionError(13, "Permission denied", path)
+            return real_open(path, flags, *args)
+
+        monkeypatch.setattr(shared_memory.os, "open", no_proc)
+        with optstep.Client(local.address, shared_memory=True) as client:
+            assert client.step(sid, 2, _gradients(2)).step == 2  # through the stream
+            assert not _shares(client, sid)
+        assert _shared_bytes(port_file) == 0  # released, not held until the session closes

@@ -173,10 +173,11 @@ class SharedSegments:
                 self._refuse(sid, e.details() or str(e.code()))
                 return None
             raise
-        except OSError as e:  # a rank on another host, or another user's process
+        except OSError as e:  # another pid namespace, or another user's process
             for segment in attached:
                 segment.close()
             self._refuse(sid, str(e))
+            self._release(sid, trainer_id, services, timeout)
             return None
         with self._lock:
             replaced = self._segments.get(key, [])
@@ -184,6 +185,17 @@ class SharedSegments:
         for segment in replaced:
             segment.close()
         return attached
+
+    @staticmethod
+    def _release(session_id: str, trainer_id: int, services: Sequence[Any],
+                 timeout: float) -> None:
+        """Gives the segments back to the ranks (their bytes count against the budget)."""
+        for service in services:
+            try:
+                service.AttachSharedMemory(svc_pb2.AttachSharedMemoryRequest(
+                    session_id=session_id, trainer_id=trainer_id, release=True), timeout=timeout)
+            except grpc.RpcError:
+                pass  # dropped with the session at the latest
 
     def _refuse(self, session_id: str, why: str) -> None:
         with self._lock:

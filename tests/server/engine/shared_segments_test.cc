@@ -59,11 +59,17 @@ TEST(SharedSegmentsTest, TakesItsBytesFromTheBudgetAndGivesThemBack) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto second, segments.Attach("s", 0, Params({400}), layout));
   EXPECT_EQ(budget.admitted(), 64 + 2 * 1600);
   EXPECT_EQ(segments.bytes(), 64 + 2 * 1600);
+  segments.Drop("s", 1);  // another trainer's: nothing
+  EXPECT_EQ(segments.bytes(), 64 + 2 * 1600);
   segments.DropSession("s");
   EXPECT_EQ(budget.admitted(), 64 + 2 * 1600);  // a step still holds it
   second.reset();
   EXPECT_EQ(budget.admitted(), 0);
   EXPECT_EQ(segments.bytes(), 0);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto third, segments.Attach("s", 2, Params({400}), layout));
+  third.reset();
+  segments.Drop("s", 2);  // a client that could not open it
+  EXPECT_EQ(budget.admitted(), 0);
 }
 
 TEST(SharedSegmentsTest, AStepFindsOnlyTheCurrentSegmentOfItsSessionAndTrainer) {

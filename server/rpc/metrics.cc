@@ -111,12 +111,16 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
   }
   bytes_in_ = &prometheus::BuildCounter()
                    .Name("optstep_gradient_bytes_received_total")
-                   .Help("Raw gradient bytes accepted from trainers.")
+                   .Help(
+                       "Raw gradient bytes accepted from trainers (streamed, or read from "
+                       "shared memory).")
                    .Register(*registry_)
                    .Add({});
   bytes_out_ = &prometheus::BuildCounter()
                     .Name("optstep_parameter_bytes_sent_total")
-                    .Help("Raw parameter bytes streamed back to trainers.")
+                    .Help(
+                        "Raw parameter bytes streamed back to trainers (or written into "
+                        "shared memory).")
                     .Register(*registry_)
                     .Add({});
   steps_ = &prometheus::BuildCounter()

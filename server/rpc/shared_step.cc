@@ -84,6 +84,7 @@ absl::Status SharedStepIo::WriteOne(const ParamSnapshot& params, int id) {
                                             " for shared_memory_segment ", segment_->id));
   }
   std::memcpy(segment_->value(entry), value.data(), value.size());
+  bytes_written_ += static_cast<int64_t>(value.size());
   to_write_[entry] = false;
   --left_to_write_;
   return absl::OkStatus();

@@ -27,6 +27,8 @@ class SharedStepIo {
       : segment_(std::move(segment)) {}
 
   uint64_t segment_id() const { return segment_->id; }
+  // Bytes written into the segment so far (the session counts those it adds).
+  int64_t bytes_written() const { return bytes_written_; }
 
   // Adds the segment's gradients to contribution `c` of `session`, from where the last call left
   // off. True once all are added; false when a chunk waits for its trainer's turn: `added` is
@@ -51,6 +53,7 @@ class SharedStepIo {
   // The next gradient piece to add: entry of segment_->params, element offset.
   size_t next_entry_ = 0;
   int64_t next_offset_ = 0;
+  int64_t bytes_written_ = 0;
   // The parameters to write back (entries of segment_->params), and how far the snapshot's
   // readiness has been followed.
   std::vector<bool> to_write_;

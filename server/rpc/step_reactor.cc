@@ -278,6 +278,8 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (!all.ok()) return FinishLocked(ToGrpcStatus(all.status()));
     if (!*all) return;  // OnSharedParamsReady calls again
     shared_params_.reset();
+    StepObserver* observer = engine_->options().step_observer.get();
+    if (observer != nullptr) observer->OnBytesOut(shared_->bytes_written());
     WriteResultLocked();
   }
 

@@ -262,13 +262,17 @@ def test_two_trainers_sum_in_trainer_order_as_through_the_streams(
         np.testing.assert_array_equal(results[1][pid], values)
 
 
-def _shared_bytes(metrics_port_file: pathlib.Path) -> float:
+def _metric(metrics_port_file: pathlib.Path, name: str) -> float:
     port = int(metrics_port_file.read_text())
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
         for line in answer.read().decode().splitlines():
-            if line.startswith("optstep_shared_memory_bytes "):
+            if line.startswith(name + " "):
                 return float(line.split()[1])
-    raise AssertionError("no optstep_shared_memory_bytes")
+    raise AssertionError(f"no {name}")
+
+
+def _shared_bytes(metrics_port_file: pathlib.Path) -> float:
+    return _metric(metrics_port_file, "optstep_shared_memory_bytes")
 
 
 def test_a_segment_the_client_cannot_open_goes_back_to_the_rank(
@@ -280,6 +284,10 @@ def test_a_segment_the_client_cannot_open_goes_back_to_the_rank(
             sid = client.create_session(_spec("unopenable"))[0].session_id
             assert client.step(sid, 1, _gradients(1)).step == 1  # attached and used
             assert _shared_bytes(port_file) > 0
+            # Counted as the streams' bytes are: every gradient in, every value out.
+            step_bytes = 4 * sum(int(np.prod(s)) for s in SHAPES)
+            assert _metric(port_file, "optstep_gradient_bytes_received_total") == step_bytes
+            assert _metric(port_file, "optstep_parameter_bytes_sent_total") == step_bytes
         real_open = os.open
 
         def no_proc(path: str, flags: int, *args: int) -> int:

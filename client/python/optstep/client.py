@@ -18,19 +18,17 @@ Thread-safe: calls may run from several threads at once (each has its own gRPC c
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
-import time
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple,
-                    Optional, Sequence, Tuple, TypeVar, Union)
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, TypeVar, Union)
 
 import grpc
-import numpy as np
 
 from optstep import dtypes, native, shared_memory, state_dicts
 from optstep.channel_credentials import channel_credentials
 from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
+from optstep.client_types import CreatedSession, Gradients, GroupSchedule, Parameters, StepReply
 from optstep.errors import (AbortedError, InternalError, InvalidArgumentError, OptstepError,
                             OutOfRangeError, UnavailableError, from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
@@ -55,41 +53,6 @@ _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 _Response = TypeVar("_Response")
 _ADMIN_SHUTDOWN = "/optstep.v1.AdminService/Shutdown"
 _SERVING = 1
-
-#: A step's gradients: whole tensors by parameter id or name, or slices (any ranges).
-Gradients = Union[Mapping[int, Any], Mapping[str, Any], Iterable[GradientSlice]]
-
-
-class CreatedSession(NamedTuple):
-    info: session_pb2.SessionInfo
-    attached: bool  # True when an existing session of the same name and definition answered
-
-
-@dataclasses.dataclass
-class GroupSchedule:
-    """This step's schedule values for one hyperparameter group (SessionInfo.groups[].id)."""
-
-    group_id: int
-    lr: Optional[float] = None
-    weight_decay: Optional[float] = None
-
-
-@dataclasses.dataclass
-class StepReply:
-    step: int            # the step just applied (or skipped)
-    skipped: bool        # non-finite gradients: nothing changed
-    grad_norm: float     # pre-clip global L2 norm; 0 when skipped
-    clipped: bool
-    #: Updated parameters by id, shaped: float32 arrays, or uint16 bf16 bits for bf16. Empty
-    #: with skip_return (and for a skipped step the server sends none).
-    params: Dict[int, np.ndarray]
-
-
-@dataclasses.dataclass
-class Parameters:
-    step: int  # the step the values belong to
-    params: Dict[int, np.ndarray]
-
 
 def _call(fn: Callable[..., _Response], *args: Any, **kwargs: Any) -> _Response:
     """Runs a unary gRPC call, converting its error."""
@@ -196,50 +159,10 @@ class Client:
                                    open_channel=self._open_channel)
         if connect_timeout > 0:
             try:
-                self._connect(connect_timeout)
+                self._ranks.connect(connect_timeout, self._rpc_timeout)
             except UnavailableError:
                 self.close()
                 raise
-
-    def _connect(self, timeout: float) -> None:
-        """Waits for every given rank; a rank other than 0 not reached within `timeout` may be
-        stood in for (docs/deploy.md, "A rank that does not return"): rank 0 then says where,
-        and the client waits for the stand-in instead."""
-        ranks = self._ranks.given()
-        futures = [grpc.channel_ready_future(rank.channel) for rank in ranks]
-        deadline = time.monotonic() + timeout
-        unreachable = []
-        for r, future in enumerate(futures):
-            try:
-                future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except grpc.FutureTimeoutError:
-                unreachable.append(r)
-        if not unreachable:
-            return
-
-        def not_reached(r: int, why: str = "") -> UnavailableError:
-            return UnavailableError(f"cannot connect to rank {r} at '{ranks[r].target}' "
-                                    f"within {timeout:g} s{why}")
-
-        if unreachable[0] == 0:
-            raise not_reached(0)
-        try:  # rank 0 knows whether the group serves the rank elsewhere
-            told = ranks[0].service.ListSessions(svc_pb2.ListSessionsRequest(page_size=1),
-                                                 timeout=self._rpc_timeout)
-        except grpc.RpcError as e:
-            raise not_reached(unreachable[0], ", and rank 0 could not say where it is: "
-                              f"{e.details()}") from None
-        self._ranks.follow(list(told.rank_targets), told.stood_in_ranks)
-        deadline = time.monotonic() + timeout
-        for r in unreachable:
-            stand_in = self._ranks.stand_in(r)
-            if stand_in is None:
-                raise not_reached(r, ", and no stand-in serves it")
-            try:
-                grpc.channel_ready_future(stand_in.channel).result(
-                    timeout=max(0.0, deadline - time.monotonic()))
-            except grpc.FutureTimeoutError:
-                raise not_reached(r, f", nor its stand-in at '{stand_in.target}'") from None
 
     # ---- lifetime
 

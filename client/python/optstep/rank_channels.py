@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import grpc
 
-from optstep.errors import FailedPreconditionError
+from optstep.errors import FailedPreconditionError, UnavailableError
 from optstep.layout import SessionLayout
 from optstep.v1 import checkpoint_service_pb2_grpc as ckpt_grpc
+from optstep.v1 import optimizer_service_pb2 as svc_pb2
 from optstep.v1 import optimizer_service_pb2_grpc as svc_grpc
 
 
@@ -55,6 +57,46 @@ class RankChannels:
             self._stand_ins = {}
         for rank in ranks:
             rank.channel.close()
+
+    def connect(self, timeout: float, rpc_timeout: float) -> None:
+        """Waits for every given rank (UnavailableError naming the first not reached); a rank other than 0 not reached within `timeout` may be
+        stood in for (docs/deploy.md, "A rank that does not return"): rank 0 then says where,
+        and the client waits for the stand-in instead."""
+        ranks = self.given()
+        futures = [grpc.channel_ready_future(rank.channel) for rank in ranks]
+        deadline = time.monotonic() + timeout
+        unreachable = []
+        for r, future in enumerate(futures):
+            try:
+                future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except grpc.FutureTimeoutError:
+                unreachable.append(r)
+        if not unreachable:
+            return
+
+        def not_reached(r: int, why: str = "") -> UnavailableError:
+            return UnavailableError(f"cannot connect to rank {r} at '{ranks[r].target}' "
+                                    f"within {timeout:g} s{why}")
+
+        if unreachable[0] == 0:
+            raise not_reached(0)
+        try:  # rank 0 knows whether the group serves the rank elsewhere
+            told = ranks[0].service.ListSessions(svc_pb2.ListSessionsRequest(page_size=1),
+                                                 timeout=rpc_timeout)
+        except grpc.RpcError as e:
+            raise not_reached(unreachable[0], ", and rank 0 could not say where it is: "
+                              f"{e.details()}") from None
+        self.follow(list(told.rank_targets), told.stood_in_ranks)
+        deadline = time.monotonic() + timeout
+        for r in unreachable:
+            stand_in = self.stand_in(r)
+            if stand_in is None:
+                raise not_reached(r, ", and no stand-in serves it")
+            try:
+                grpc.channel_ready_future(stand_in.channel).result(
+                    timeout=max(0.0, deadline - time.monotonic()))
+            except grpc.FutureTimeoutError:
+                raise not_reached(r, f", nor its stand-in at '{stand_in.target}'") from None
 
     def given(self) -> List[RankChannel]:
         """The channels of the ranks as given or opened so far, by rank."""

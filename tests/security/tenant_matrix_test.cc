@@ -164,6 +164,16 @@ TEST_F(TenantMatrixTest, EveryRpcAnswersEachCallerAsTheTableSaysAndNoTenantSeesA
              testutil::OpenStep::TryBegin(channels_[who][1], id, 5).error_code());
        },
        {FP, NF, FP, PD, UN}},
+      // A segment of the owner's session (SHARDED: refused as such): only the owner and an
+      // admin get past the owner check to the session's own answer.
+      {"AttachSharedMemory",
+       [&](int who) {
+         v1::AttachSharedMemoryRequest request;
+         request.set_session_id(id);
+         return Unary(channels_[who][1], "/optstep.v1.OptimizerService/AttachSharedMemory",
+                      request);
+       },
+       {FP, NF, FP, PD, UN}},
       {"Save",
        [&](int who) { return clients_[who]->Save(id, "stolen").status().code(); },
        {PD, PD, FP, PD, UN}},

@@ -20,7 +20,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -33,7 +32,6 @@
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "optstep/v1/internal.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "tests/integration/test_metrics.h"
 #include "tests/integration/test_session.h"
@@ -44,6 +42,7 @@ namespace optstep {
 namespace {
 
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::SameResolutionsEverywhere;
 using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
 using ::optstep::testutil::StepSmall;
@@ -97,32 +96,6 @@ bool Live(const ServerProcess& rank) {
 bool Running(const ServerProcess& rank) {
   int status = 0;
   return rank.pid() > 0 && waitpid(rank.pid(), &status, WNOHANG) == 0;
-}
-
-// OK when every session counts as many resolutions on every rank of `group` (PeerService.
-// ListReplicas): the heal transfers state through resolutions on some ranks only, and a hold
-// (checkpoint, state dict) settles every rank at one count.
-absl::Status SameResolutionsEverywhere(const Group& group) {
-  std::map<std::string, uint64_t> on_rank0;
-  for (size_t r = 0; r < group.size(); ++r) {
-    auto peer = v1::PeerService::NewStub(
-        grpc::CreateChannel(group[r]->address(), grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    v1::ListReplicasResponse listed;
-    const grpc::Status status = peer->ListReplicas(&context, v1::ListReplicasRequest(), &listed);
-    if (!status.ok()) return absl::InternalError(status.error_message());
-    for (const v1::CreateReplicaRequest& replica : listed.replicas()) {
-      if (r == 0) {
-        on_rank0[replica.session_id()] = replica.resolutions();
-      } else if (on_rank0[replica.session_id()] != replica.resolutions()) {
-        return absl::InternalError(absl::StrCat(
-            "session '", replica.session_id(), "': ", replica.resolutions(),
-            " resolutions on rank ", r, ", ", on_rank0[replica.session_id()], " on rank 0"));
-      }
-    }
-  }
-  return absl::OkStatus();
 }
 
 // Restarts rank `rank` of `group` (killed) with its ordinal, on its port.

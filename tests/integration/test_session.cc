@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "optstep/v1/internal.grpc.pb.h"
 
 namespace optstep {
 namespace testutil {
@@ -169,6 +170,32 @@ absl::Status AwaitAutoCheckpoint(const std::string& root, const std::string& ses
     absl::SleepFor(absl::Milliseconds(20));
   }
   return absl::DeadlineExceededError(absl::StrCat(manifest.string(), " never appeared"));
+}
+
+// OK when every session counts as many resolutions on every rank of `group` (PeerService.
+// ListReplicas): the heal transfers state through resolutions on some ranks only, and a hold
+// (checkpoint, state dict) settles every rank at one count.
+absl::Status SameResolutionsEverywhere(const std::vector<std::unique_ptr<ServerProcess>>& group) {
+  std::map<std::string, uint64_t> on_rank0;
+  for (size_t r = 0; r < group.size(); ++r) {
+    auto peer = v1::PeerService::NewStub(
+        grpc::CreateChannel(group[r]->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::ListReplicasResponse listed;
+    const grpc::Status status = peer->ListReplicas(&context, v1::ListReplicasRequest(), &listed);
+    if (!status.ok()) return absl::InternalError(status.error_message());
+    for (const v1::CreateReplicaRequest& replica : listed.replicas()) {
+      if (r == 0) {
+        on_rank0[replica.session_id()] = replica.resolutions();
+      } else if (on_rank0[replica.session_id()] != replica.resolutions()) {
+        return absl::InternalError(absl::StrCat(
+            "session '", replica.session_id(), "': ", replica.resolutions(),
+            " resolutions on rank ", r, ", ", on_rank0[replica.session_id()], " on rank 0"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace testutil

@@ -72,6 +72,11 @@ class OpenStep {
   std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream_;
 };
 
+// OK when every session counts as many resolutions on every rank of `group` (PeerService.
+// ListReplicas): the heal transfers state through resolutions on some ranks only, and a hold
+// (checkpoint, state dict) settles every rank at one count.
+absl::Status SameResolutionsEverywhere(const std::vector<std::unique_ptr<ServerProcess>>& group);
+
 }  // namespace testutil
 }  // namespace optstep
 

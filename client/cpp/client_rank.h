@@ -1,0 +1,27 @@
+#ifndef OPTSTEP_CLIENT_CPP_CLIENT_RANK_H_
+#define OPTSTEP_CLIENT_CPP_CLIENT_RANK_H_
+
+// The channel and stubs of one rank, private to the Client's own files (client.cc,
+// client_stand_ins.cc).
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "client/cpp/client.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
+
+namespace optstep {
+
+struct Client::Rank {
+  std::string target;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::OptimizerService::Stub> service;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_CLIENT_CPP_CLIENT_RANK_H_

@@ -1,0 +1,78 @@
+// The Client's part in a group that stands in for a lost rank (docs/deploy.md, "A rank that does
+// not return"): which channel reaches a rank now, following the stand-ins the group tells of, and
+// the connect that looks a rank up with rank 0 when its own address does not answer.
+
+#include <grpcpp/client_context.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "client/cpp/client.h"
+#include "client/cpp/client_rank.h"
+#include "wire/grpc_status.h"
+
+namespace optstep {
+
+absl::Status Client::ConnectStandIns(const std::vector<size_t>& unreachable) {
+  auto not_reached = [this](size_t r, absl::string_view why) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to rank ", r, " at '", ranks_[r]->target, "' within ",
+                     absl::FormatDuration(options_.connect_timeout), why));
+  };
+  if (unreachable.front() == 0) return not_reached(0, "");
+  // Rank 0 knows whether the group serves the rank elsewhere.
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::ListSessionsRequest request;
+  request.set_page_size(1);
+  v1::ListSessionsResponse response;
+  absl::Status asked =
+      FromGrpcStatus(ranks_[0]->service->ListSessions(&context, request, &response));
+  if (!asked.ok()) {
+    return not_reached(unreachable.front(),
+                       absl::StrCat(", and rank 0 could not say where it is: ", asked.message()));
+  }
+  FollowStandIns(response.rank_targets(), response.stood_in_ranks());
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  for (size_t r : unreachable) {
+    std::shared_ptr<Rank> rank = Reach(r);
+    if (rank == ranks_[r]) return not_reached(r, ", and no stand-in serves it");
+    if (!rank->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+      return not_reached(r, absl::StrCat(", nor its stand-in at '", rank->target, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<Client::Rank> Client::Reach(size_t rank) {
+  absl::MutexLock lock(&mu_);
+  auto it = stand_ins_.find(static_cast<uint32_t>(rank));
+  return it != stand_ins_.end() ? it->second : ranks_[rank];
+}
+
+void Client::FollowStandIns(const google::protobuf::RepeatedPtrField<std::string>& rank_targets,
+                            const google::protobuf::RepeatedField<uint32_t>& stood_in_ranks) {
+  absl::flat_hash_map<uint32_t, std::string> told;
+  for (uint32_t rank : stood_in_ranks) {
+    if (rank > 0 && rank < ranks_.size() && rank < static_cast<uint32_t>(rank_targets.size())) {
+      told[rank] = rank_targets.Get(static_cast<int>(rank));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (auto it = stand_ins_.begin(); it != stand_ins_.end();) {
+    auto now = told.find(it->first);
+    if (now == told.end() || now->second != it->second->target) {
+      stand_ins_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [rank, target] : told) {
+    if (!stand_ins_.contains(rank)) stand_ins_[rank] = open_rank_(target);
+  }
+}
+
+}  // namespace optstep

@@ -88,7 +88,7 @@ absl::Status CheckOptions(const RankProcess::Options& options) {
 
 // Testing only (Options::kill_before_allgather): reports to `inner`, and SIGKILLs this process
 // at the `kill_at`-th step phase it is told of, which ends after the rank stepped its own
-// parameters and its shadow and before the step's all-gather.
+// parameters and shipped its gradients to its buddy, and before the step's all-gather.
 class KillBeforeAllGather final : public StepObserver {
  public:
   KillBeforeAllGather(std::shared_ptr<StepObserver> inner, int kill_at)

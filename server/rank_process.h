@@ -127,8 +127,8 @@ class RankProcess {
     bool stand_ins = true;
     int stand_in_port = 0;
     // Testing only (a rank lost while a step runs): this rank SIGKILLs itself once it has
-    // stepped its own parameters (and its shadow) in its `kill_before_allgather`-th step of
-    // any session, before that step's all-gather. 0: never.
+    // stepped its own parameters (and shipped their gradients to its buddy) in its
+    // `kill_before_allgather`-th step of any session, before that step's all-gather. 0: never.
     int kill_before_allgather = 0;
     // Testing only (rank 0 lost while it restores the group): rank 0 SIGKILLs itself once the
     // first session of its automatic checkpoints is recreated on every rank, before it loads.

@@ -3,18 +3,21 @@
 
 // State redundancy (docs/design.md, "State redundancy"): with it, rank r keeps a ShadowState of
 // its predecessor's replica of each session, (r + N - 1) % N: a copy of the masters that rank
-// owns and their optimizer state, kept current inside every step, so that a lost rank's own
+// owns and their optimizer state, kept current with every step, so that a lost rank's own
 // state survives it on its buddy (rank (owner + 1) % N).
 //
 // How a step keeps it current (StepCoordinator::Resolve): once the ranks agreed, each rank ships
-// its owned gradients (mean, before clipping) around the ring (Communicator::RingShift) into the
-// shadow's gradient buffers, steps its own parameters, then steps the shadow with the same code
-// (owned_update.h) and the same agreed clip scale and schedule, and only then all-gathers
-// (REPLICATED storage) or meets every rank at a barrier (OWNERS storage, which gathers nothing).
-// A trainer learns a step only after that collective, which no rank finishes before every rank
-// entered it: so once any trainer saw step k, every shadow reflects step k. Step 1 first ships
-// each rank's owned masters into its buddy's shadow the same way: the initial values reach only
-// the replicas (under OWNERS only the owner's).
+// its owned gradients (mean, before clipping) around the ring into the shadow's gradient buffers
+// (GradientShipment, in rounds on a thread of its own) while it steps its own parameters, each
+// once its gradient is out; the shipment ends before the all-gather (REPLICATED storage) or a
+// barrier of every rank (OWNERS storage, which gathers nothing). A trainer learns a step only
+// after that collective, which no rank finishes before every rank entered it: so once any
+// trainer saw step k, every buddy holds step k's gradients. The shadow is stepped with them once
+// the step ended (the trainers have it), with the same code (owned_update.h) and the same agreed
+// clip scale and schedule, by the coordinator, before any later task of it: the next step, and
+// every export of the shadow, come after. Step 1 first ships each rank's owned masters into its
+// buddy's shadow the same way: the initial values reach only the replicas (under OWNERS only the
+// owner's).
 //
 // Interface for the heal (the restarted rank r, its buddy b = r + 1 and predecessor p = r - 1):
 //   on b:  Session::ExportShadow        r's owned masters, state, group counters; meta/step is

@@ -103,16 +103,22 @@ void StepCoordinator::PostDevice(std::string what, std::function<void()> task) {
 }
 
 absl::Status StepCoordinator::OnDeviceSliced(absl::string_view what, int count,
-                                             const std::function<absl::Status(int)>& item) {
+                                             const std::function<absl::Status(int)>& item,
+                                             const SliceLimit& limit) {
   int next = 0;
   while (next < count) {
+    int bound = count;
+    if (limit) {
+      OPTSTEP_ASSIGN_OR_RETURN(bound, limit(next));
+      bound = std::min(bound, count);
+    }
     OPTSTEP_RETURN_IF_ERROR(OnDevice(
         [&]() -> absl::Status {
           const absl::Time end = absl::Now() + kDeviceSlice;
           do {
             OPTSTEP_RETURN_IF_ERROR(item(next));
             ++next;
-          } while (next < count && absl::Now() < end);
+          } while (next < bound && absl::Now() < end);
           // A device that queues its kernels (CUDA) finishes them within the slice.
           return replica_->device().Synchronize();
         },
@@ -179,15 +185,14 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   // The result is known now: the trainers get it, and each parameter as soon as it is ready.
   const double clip_scale = ClipScale(replica_->config().chain.clip_grad, agreement->grad_norm);
   outcome.clipped = clip_scale < 1.0;
-  if (options_.shadow != nullptr) {
-    absl::Status shipped = ShipGradients(pending.step);
-    if (!shipped.ok()) return LostPeer(pending.step, std::move(shipped));
-  }
+  // The owned gradients go to the buddy while the owned update runs.
+  std::unique_ptr<GradientShipment> shipment;
+  if (options_.shadow != nullptr) shipment = StartShipment();
   const StreamingSnapshots streaming = StreamEarly(outcome, pending.step);
   std::vector<int> last_ids;
   bool peer_lost = false;
-  absl::Status applied =
-      ApplyStep(pending.step, schedule, clip_scale, started, streaming, &last_ids, &peer_lost);
+  absl::Status applied = ApplyStep(pending.step, schedule, clip_scale, started, streaming,
+                                   shipment.get(), &last_ids, &peer_lost);
   if (!applied.ok()) {
     for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
     // A peer lost in the all-gather: the step is redone once the group heals, if it can.
@@ -197,6 +202,9 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
     return FinishStep(applied, /*aborted=*/false);
   }
   FinishStep(std::move(outcome), /*aborted=*/false, streaming, last_ids);
+  // The buddy's copy of the predecessor's state follows once the trainers have the step: the
+  // gradients it needs are in, and nothing reads the shadow but the coordinator's later tasks.
+  if (options_.shadow != nullptr) UpdateShadow(pending.step, schedule, clip_scale);
 }
 
 absl::Status StepCoordinator::LocalStatistics(uint64_t step, std::vector<double>& sums,
@@ -306,48 +314,60 @@ absl::StatusOr<StepCoordinator::Agreement> StepCoordinator::Agree(bool abort, bo
 absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& schedule,
                                         double clip_scale, absl::Time started,
                                         const StreamingSnapshots& streaming,
-                                        std::vector<int>* last_ids, bool* peer_lost) {
+                                        GradientShipment* shipment, std::vector<int>* last_ids,
+                                        bool* peer_lost) {
   // 5. Each group steps the parameters this rank owns, in group order; every rank advances every
   // group's counter, so they agree. Every kStreamBucketBytes of stepped parameters go out to the
   // streaming snapshots while the next bucket steps.
   constexpr int64_t kStreamBucketBytes = 16 << 20;
   std::vector<int> bucket;
+  absl::Status updated;
   if (replica_->owned_applied_step() >= step) {
     // Applied before the step was interrupted: the parameters are this step's already.
     if (!streaming.empty()) bucket = replica_->owned();
   } else {
     const OwnedUpdate update = PlanOwnedUpdate(*replica_, schedule);
     int64_t bucket_bytes = 0;
-    OPTSTEP_RETURN_IF_ERROR(
-        OnDeviceSliced(absl::StrCat("step ", step, " optimizer"),
-                       static_cast<int>(update.work.size()), [&](int i) -> absl::Status {
-                         // 4. Clip (ClipScale), then step.
-                         OPTSTEP_RETURN_IF_ERROR(ApplyOwnedItem(*replica_, update, i, clip_scale));
-                         if (streaming.empty()) return absl::OkStatus();
-                         for (int p : update.work[i].params) {
-                           bucket.push_back(p);
-                           bucket_bytes += replica_->numels()[p] * 4;
-                         }
-                         if (bucket_bytes < kStreamBucketBytes) return absl::OkStatus();
-                         OPTSTEP_RETURN_IF_ERROR(replica_->device().Synchronize());
-                         OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
-                         bucket.clear();
-                         bucket_bytes = 0;
-                         return absl::OkStatus();
-                       }));
-    CountOwnedUpdate(*replica_);
-    replica_->set_owned_applied_step(step);
+    updated = OnDeviceSliced(
+        absl::StrCat("step ", step, " optimizer"), static_cast<int>(update.work.size()),
+        [&](int i) -> absl::Status {
+          // 4. Clip (ClipScale), then step.
+          OPTSTEP_RETURN_IF_ERROR(ApplyOwnedItem(*replica_, update, i, clip_scale));
+          if (streaming.empty()) return absl::OkStatus();
+          for (int p : update.work[i].params) {
+            bucket.push_back(p);
+            bucket_bytes += replica_->numels()[p] * 4;
+          }
+          if (bucket_bytes < kStreamBucketBytes) return absl::OkStatus();
+          OPTSTEP_RETURN_IF_ERROR(replica_->device().Synchronize());
+          OPTSTEP_RETURN_IF_ERROR(PublishParams(bucket, streaming));
+          bucket.clear();
+          bucket_bytes = 0;
+          return absl::OkStatus();
+        },
+        shipment != nullptr ? ShippedBatches(update, shipment) : SliceLimit());
+    if (updated.ok()) {
+      CountOwnedUpdate(*replica_);
+      replica_->set_owned_applied_step(step);
+    }
   }
+  // The buddy has this step's gradients before any rank can finish the all-gather.
+  if (shipment != nullptr) {
+    absl::Status shipped = shipment->Wait();
+    if (!shipped.ok()) {
+      *peer_lost = true;
+      return absl::UnavailableError(absl::StrCat(
+          "session '", options_.session_id, "': rank ", replica_->rank(),
+          " lost a peer shipping step ", step, "'s gradients to its buddy: ", shipped.message()));
+    }
+  }
+  OPTSTEP_RETURN_IF_ERROR(updated);
   // The last bucket (and the gathered parameters) is marked ready by FinishStep.
   *last_ids = bucket;
   if (!bucket.empty()) {
     OPTSTEP_RETURN_IF_ERROR(
         OnDevice([&] { return PublishParams(bucket, streaming, /*mark=*/false); },
                  absl::StrCat("step ", step, " parameters out")));
-  }
-  // The buddy's copy is current before any rank can finish the all-gather.
-  if (options_.shadow != nullptr) {
-    OPTSTEP_RETURN_IF_ERROR(UpdateShadow(step, schedule, clip_scale));
   }
   const absl::Time gather_started = absl::Now();
   options_.observer->OnPhase(StepObserver::Phase::kStep, gather_started - started);
@@ -359,7 +379,8 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
     // Without the all-gather the ring shift was the last collective, between neighbours only: a
     // rank whose neighbours live could finish a step that the lost rank's neighbours are
     // interrupted in, and the redone step would then wait for it in vain. No rank passes the
-    // barrier before every rank stepped its shadow: all finish the step, or none does.
+    // barrier before every rank's shadow has the step's gradients: all finish the step, or none
+    // does.
     absl::Status met = comm_->Barrier();
     if (!met.ok()) {
       *peer_lost = true;
@@ -394,15 +415,32 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
   return absl::OkStatus();
 }
 
-absl::Status StepCoordinator::ShipGradients(uint64_t step) {
+std::unique_ptr<GradientShipment> StepCoordinator::StartShipment() {
+  if (shipper_ == nullptr) shipper_ = std::make_unique<SerialExecutor>();
   ReplicaState& shadow = options_.shadow->replica();
-  absl::Status shipped =
-      comm_->RingShift(replica_->owned_grads(), replica_->owned_numel(), shadow.owned_grads(),
-                       shadow.owned_numel(), CommDType::kFloat32);
-  if (shipped.ok()) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat("session '", options_.session_id, "': rank ",
-                                             replica_->rank(), " lost a peer shipping step ", step,
-                                             "'s gradients to its buddy: ", shipped.message()));
+  return std::make_unique<GradientShipment>(
+      comm_.get(), replica_->owned_grads(), replica_->owned_numel(), shadow.owned_grads(),
+      shadow.owned_numel(), replica_->masters().counts, shipper_.get());
+}
+
+StepCoordinator::SliceLimit StepCoordinator::ShippedBatches(const OwnedUpdate& update,
+                                                            GradientShipment* shipment) {
+  // needs[i]: how much of the owned gradients batches 0..i read (their views' furthest end).
+  auto needs = std::make_shared<std::vector<int64_t>>();
+  needs->reserve(update.work.size());
+  const float* base = replica_->owned_grads();
+  int64_t need = 0;
+  for (const OwnedBatch& batch : update.work) {
+    for (int p : batch.params) {
+      const Tensor& grad = replica_->grad(p);
+      need = std::max(need, (grad.f32() - base) + grad.numel());
+    }
+    needs->push_back(need);
+  }
+  return [needs, shipment](int next) -> absl::StatusOr<int> {
+    OPTSTEP_ASSIGN_OR_RETURN(const int64_t sent, shipment->WaitSent((*needs)[next]));
+    return static_cast<int>(std::upper_bound(needs->begin(), needs->end(), sent) - needs->begin());
+  };
 }
 
 absl::Status StepCoordinator::SeedShadowMasters() {
@@ -420,10 +458,9 @@ absl::Status StepCoordinator::SeedShadowMasters() {
                                              shifted.message()));
 }
 
-absl::Status StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& schedule,
-                                           double clip_scale) {
+void StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& schedule, double clip_scale) {
   ShadowState& shadow = *options_.shadow;
-  if (!shadow.CheckUsable().ok() || shadow.step() >= step) return absl::OkStatus();
+  if (!shadow.CheckUsable().ok() || shadow.step() >= step) return;
   ReplicaState& owner = shadow.replica();
   const OwnedUpdate update = PlanOwnedUpdate(owner, schedule);
   absl::Status stepped =
@@ -431,14 +468,18 @@ absl::Status StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& sc
                      static_cast<int>(update.work.size()),
                      [&](int i) { return ApplyOwnedItem(owner, update, i, clip_scale); });
   if (!stepped.ok()) {
+    // The step stands (the owner has it); a heal of the owner finds no copy here and falls back
+    // to the automatic checkpoints.
+    LOG(ERROR) << "session " << options_.session_id << " rank " << replica_->rank()
+               << ": the shadow of rank " << owner.rank() << " failed in step " << step << ": "
+               << stepped;
     shadow.Invalidate(absl::FailedPreconditionError(
         absl::StrCat("session '", options_.session_id, "': the shadow of rank ", owner.rank(),
                      "'s state failed in step ", step, ": ", stepped.message())));
-    return stepped;
+    return;
   }
   CountOwnedUpdate(owner);
   owner.set_owned_applied_step(step);
-  return absl::OkStatus();
 }
 
 void StepCoordinator::LostPeer(uint64_t step, absl::Status error) {

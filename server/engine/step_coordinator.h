@@ -21,7 +21,9 @@
 #include "base/serial_executor.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
+#include "server/engine/gradient_shipment.h"
 #include "server/engine/gradient_statistics.h"
+#include "server/engine/owned_update.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/replica_state.h"
 #include "server/engine/shadow_state.h"
@@ -173,11 +175,15 @@ class StepCoordinator {
 
   StepCoordinator(Options options, ReplicaState* replica, std::unique_ptr<Communicator> comm,
                   std::shared_ptr<FairExecutor> device_worker, StepLedger* ledger);
+  // Items whose inputs come in meanwhile: limit(next) blocks until item `next` may run and
+  // answers how many items (from item 0) may run now; an error ends the run with it.
+  using SliceLimit = std::function<absl::StatusOr<int>(int next)>;
   // Runs item(0) .. item(count - 1) in order on the device worker, as tasks of about
-  // kDeviceSlice each (at least one item), and waits for them; stops at the first error.
-  // REQUIRES: on the coordinator.
+  // kDeviceSlice each (at least one item; none past `limit`, when set), and waits for them;
+  // stops at the first error. REQUIRES: on the coordinator.
   absl::Status OnDeviceSliced(absl::string_view what, int count,
-                              const std::function<absl::Status(int)>& item);
+                              const std::function<absl::Status(int)>& item,
+                              const SliceLimit& limit = SliceLimit());
   // This rank's part: the REPLICATED mean, per-parameter sums of squares and finiteness; those
   // computed during ingest (IngestStatistics) are taken as they are.
   absl::Status LocalStatistics(uint64_t step, std::vector<double>& sums, bool& finite);
@@ -194,21 +200,25 @@ class StepCoordinator {
   // rank owns once it is stepped, the others once gathered). The parameters written last are left
   // for FinishStep to mark ready: `*last_ids`. `started`: when Resolve began (the step phase is
   // reported up to the all-gather). A rank whose owned parameters already had this step's update (a
-  // step redone after an interruption) does not apply it again. With a shadow, steps it too before
-  // the all-gather.
-  // `*peer_lost`: the error is a lost peer's, not the device's.
+  // step redone after an interruption) does not apply it again. `shipment` (state redundancy,
+  // else null): each batch steps once its gradients are out, and the shipment ends before the
+  // all-gather. `*peer_lost`: the error is a lost peer's, not the device's.
   absl::Status ApplyStep(uint64_t step, const StepSchedule& schedule, double clip_scale,
                          absl::Time started, const StreamingSnapshots& streaming,
-                         std::vector<int>* last_ids, bool* peer_lost);
-  // Ships this rank's owned gradients to its buddy and receives its predecessor's into the
-  // shadow (Communicator::RingShift). UNAVAILABLE when a peer is lost.
-  absl::Status ShipGradients(uint64_t step);
+                         GradientShipment* shipment, std::vector<int>* last_ids, bool* peer_lost);
+  // Starts shipping this rank's owned gradients to its buddy and receiving its predecessor's
+  // into the shadow (GradientShipment), on shipper_.
+  std::unique_ptr<GradientShipment> StartShipment();
+  // The limit of `update`'s batches by what `shipment` sent (a batch reads its gradients only
+  // once they are out).
+  SliceLimit ShippedBatches(const OwnedUpdate& update, GradientShipment* shipment);
   // Ships this rank's owned masters to its buddy and receives its predecessor's into the
   // shadow, before the first update: the shadow then starts where its owner does, however the
   // owner's masters were set. UNAVAILABLE when a peer is lost.
   absl::Status SeedShadowMasters();
-  // Steps the shadow as its owner stepped (unless it reflects `step` already, or is unusable).
-  absl::Status UpdateShadow(uint64_t step, const StepSchedule& schedule, double clip_scale);
+  // Steps the shadow as its owner stepped (unless it reflects `step` already, or is unusable),
+  // once the step ended. A failure leaves the shadow unusable (ShadowState::Invalidate), logged.
+  void UpdateShadow(uint64_t step, const StepSchedule& schedule, double clip_scale);
   // A peer was lost: with a shadow the step is interrupted (redone after the heal), otherwise
   // the replica is broken. Ends the step with `error`.
   void LostPeer(uint64_t step, absl::Status error);
@@ -232,6 +242,9 @@ class StepCoordinator {
   Tensor votes_;  // Agree's all-reduce buffer, in device memory (several ranks only)
   // The storage of the snapshots StreamEarly makes, recycled from step to step.
   SnapshotPool snapshots_;
+  // The thread of the gradient shipments (state redundancy only, made at the first): each is
+  // waited for within its step.
+  std::unique_ptr<SerialExecutor> shipper_;
   // Declared last: destroyed (and joined) first, while what its tasks use still exists.
   SerialExecutor executor_;
 };

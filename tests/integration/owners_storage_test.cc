@@ -224,11 +224,11 @@ struct KilledMidStep {
 class KilledMidStepTest : public ::testing::TestWithParam<KilledMidStep> {};
 
 // Four ranks with state redundancy; rank 2 (or rank 0) kills itself in step 2, after every rank
-// stepped its own parameters and its shadow, before the step's last collective (the all-gather,
-// or under OWNERS the barrier): the others are interrupted, the rank is healed in and the step
-// redone. The masters it takes back come from its buddy's shadow, which must start from the
-// initial values (sent to it alone under OWNERS). state_redundancy_test covers a loss in the ring
-// itself, which under OWNERS only the barrier makes every rank see.
+// stepped its own parameters and shipped their gradients to its buddy, before the step's last
+// collective (the all-gather, or under OWNERS the barrier): the others are interrupted, the rank
+// is healed in and the step redone. The masters it takes back come from its buddy's shadow, which
+// must start from the initial values (sent to it alone under OWNERS). state_redundancy_test covers
+// a loss in the ring itself, which under OWNERS only the barrier makes every rank see.
 TEST_P(KilledMidStepTest, ARankKilledInAStepIsHealedInAndTheRedoneStepIsBitIdentical) {
   constexpr int kWorld = 4, kKilledStep = 2;
   const int dead = GetParam().dead;

@@ -188,12 +188,8 @@ absl::Status CpuDevice::CopyToHost(const Tensor& src, int64_t offset, int64_t co
 absl::Status CpuDevice::Copy(const Tensor& src, Tensor& dst) {
   OPTSTEP_RETURN_IF_ERROR(internal::CheckCopy(src, dst));
   if (src.data() == dst.data()) return absl::OkStatus();
-  const char* s = static_cast<const char*>(src.data());
-  char* d = static_cast<char*>(dst.data());
   const int64_t bytes = static_cast<int64_t>(src.bytes());
-  ParallelFor(bytes, ctx_.ThreadsFor(bytes / sizeof(float)), [s, d](int64_t begin, int64_t end) {
-    std::memcpy(d + begin, s + begin, end - begin);
-  });
+  internal::CopyBytes(src.data(), dst.data(), bytes, ctx_.ThreadsFor(bytes / sizeof(float)));
   return absl::OkStatus();
 }
 

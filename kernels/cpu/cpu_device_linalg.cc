@@ -149,15 +149,6 @@ absl::Status RunPanelPairs(int64_t n, int threads, const Fn& fn) {
       fn);
 }
 
-// dst ← src, byte for byte, on `threads` threads. REQUIRES: the same number of bytes.
-void CopyBytes(const Tensor& src, Tensor& dst, int threads) {
-  const char* s = static_cast<const char*>(src.data());
-  char* d = static_cast<char*>(dst.data());
-  internal::ParallelFor(
-      static_cast<int64_t>(src.bytes()), threads,
-      [s, d](int64_t begin, int64_t end) { std::memcpy(d + begin, s + begin, end - begin); });
-}
-
 // c[j][i] ← c[i][j] for i in [r0, r1) and j in (i, m): the rows [r0, r1) of the upper triangle of
 // the row-major {m, m} c mirrored into its columns [r0, r1) below the diagonal. A panel's thread
 // mirrors its own rows as soon as they are computed, inside the panels' parallel region: those
@@ -373,7 +364,7 @@ absl::Status CpuMatrixKernels::GemmFrom(const GemmArgs& args, const Tensor& a, c
       2.0 * m * n * k >= kMinParallelFlops) {
     return OneDnnGemmRowsFrom(args, a, b, d, c);
   }
-  CopyBytes(d, c, ctx_.ThreadsFor(c.numel()));
+  internal::CopyBytes(d.data(), c.data(), static_cast<int64_t>(c.bytes()), ctx_.ThreadsFor(c.numel()));
   return Gemm(args, a, b, c);
 }
 
@@ -398,7 +389,10 @@ absl::Status CpuMatrixKernels::Symmetric(const GemmArgs& args, const Tensor& a, 
   const bool bf16 = c.dtype() == DType::kBF16;
   if (k == 0 || (bf16 && dnnl_ == nullptr)) {
     // Nothing to multiply, or bf16 emulated on OpenBLAS (widened whole): the full product.
-    if (d != nullptr) CopyBytes(*d, c, ctx_.ThreadsFor(c.numel()));
+    if (d != nullptr) {
+      internal::CopyBytes(d->data(), c.data(), static_cast<int64_t>(c.bytes()),
+                          ctx_.ThreadsFor(c.numel()));
+    }
     OPTSTEP_RETURN_IF_ERROR(Gemm(args, a, b, c));
     const int threads = ctx_.ThreadsFor(m * m);
     if (bf16) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -62,6 +63,14 @@ inline void ParallelBlocks(int64_t n, int threads, int64_t align, const Fn& fn) 
 template <typename Fn>
 inline void ParallelFor(int64_t n, int threads, const Fn& fn) {
   ParallelBlocks(n, threads, kLineFloats, fn);
+}
+
+// dst ← src, `bytes` bytes, split over `threads`. REQUIRES: the ranges do not overlap.
+inline void CopyBytes(const void* src, void* dst, int64_t bytes, int threads) {
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  ParallelFor(bytes, threads,
+              [s, d](int64_t begin, int64_t end) { std::memcpy(d + begin, s + begin, end - begin); });
 }
 
 // One parallel region over several arrays (multi-tensor apply): calls fn(k, begin, end) on ranges

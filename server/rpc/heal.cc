@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -370,24 +371,57 @@ absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& r
   return adopted;
 }
 
+namespace {
+
+using FetchedState = absl::StatusOr<std::shared_ptr<const StateDict>>;
+
+// `fetch` of one part, run on a thread of its own; get() waits for it.
+std::future<FetchedState> FetchAsync(const HealFetch& fetch, int peer, std::string session_id,
+                                     HealPart part) {
+  return std::async(std::launch::async, [&fetch, peer, id = std::move(session_id), part] {
+    return fetch(peer, id, part);
+  });
+}
+
+absl::Status ImportShadowOf(Session& session, int predecessor,
+                            std::shared_ptr<const StateDict> shadow) {
+  return Named(session, absl::StrCat("importing its shadow of rank ", predecessor),
+               Imported([&](Session::DoneCallback done) {
+                 session.ImportShadow(std::move(shadow), std::move(done));
+               }));
+}
+
+}  // namespace
+
 absl::Status TakeStateFromPeers(Engine* engine, int rank, int world_size, const HealFetch& fetch) {
   const int buddy = (rank + 1) % world_size;
   const int predecessor = (rank + world_size - 1) % world_size;
   const int any = rank == 0 ? 1 : 0;
   for (const std::shared_ptr<Session>& session : SessionsById(engine)) {
     Session* s = session.get();
-    // The masters first: this rank's own state then overwrites its block with its own.
-    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> masters,
-                             fetch(any, s->id(), HealPart::kMasters));
-    OPTSTEP_RETURN_IF_ERROR(Named(
-        *s, "importing the masters",
-        Imported([&](Session::DoneCallback done) { s->ImportMasters(masters, std::move(done)); })));
-    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> own,
-                             fetch(buddy, s->id(), HealPart::kShadow));
-    OPTSTEP_RETURN_IF_ERROR(Named(
-        *s, absl::StrCat("importing its own state from rank ", buddy, "'s shadow"),
-        Imported([&](Session::DoneCallback done) { s->ImportOwnedState(own, std::move(done)); })));
-    OPTSTEP_RETURN_IF_ERROR(RefreshShadow(*s, rank, world_size, fetch));
+    // Each part is fetched while the one before is fetched or imported, so that the peers'
+    // exports, the streams and the imports overlap; at most two state dicts are staged here at
+    // once. The masters are imported first: the own state then overwrites this rank's block.
+    std::future<FetchedState> own = FetchAsync(fetch, buddy, s->id(), HealPart::kShadow);
+    {
+      OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> masters,
+                               fetch(any, s->id(), HealPart::kMasters));
+      OPTSTEP_RETURN_IF_ERROR(
+          Named(*s, "importing the masters", Imported([&](Session::DoneCallback done) {
+            s->ImportMasters(std::move(masters), std::move(done));
+          })));
+    }
+    std::future<FetchedState> shadow = FetchAsync(fetch, predecessor, s->id(), HealPart::kOwned);
+    {
+      OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> own_state, own.get());
+      OPTSTEP_RETURN_IF_ERROR(
+          Named(*s, absl::StrCat("importing its own state from rank ", buddy, "'s shadow"),
+                Imported([&](Session::DoneCallback done) {
+                  s->ImportOwnedState(std::move(own_state), std::move(done));
+                })));
+    }
+    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> shadow_state, shadow.get());
+    OPTSTEP_RETURN_IF_ERROR(ImportShadowOf(*s, predecessor, std::move(shadow_state)));
     LOG(INFO) << "event=session_state_fetched session=" << s->id() << " rank=" << rank
               << " buddy=" << buddy << " predecessor=" << predecessor;
   }
@@ -398,9 +432,7 @@ absl::Status RefreshShadow(Session& session, int rank, int world_size, const Hea
   const int predecessor = (rank + world_size - 1) % world_size;
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> shadow,
                            fetch(predecessor, session.id(), HealPart::kOwned));
-  return Named(
-      session, absl::StrCat("importing its shadow of rank ", predecessor),
-      Imported([&](Session::DoneCallback done) { session.ImportShadow(shadow, std::move(done)); }));
+  return ImportShadowOf(session, predecessor, std::move(shadow));
 }
 
 HealFetch PeerFetch(RankGroup* group) {

@@ -196,7 +196,14 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   if (!applied.ok()) {
     for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
     // A peer lost in the all-gather: the step is redone once the group heals, if it can.
-    if (peer_lost) return LostPeer(pending.step, std::move(applied));
+    if (peer_lost) {
+      // Another rank may have ended the all-gather and answered the step: the buddy's copy
+      // follows it wherever the owner's gradients all arrived (the redo then skips it).
+      if (shipment != nullptr && shipment->Wait().ok()) {
+        UpdateShadow(pending.step, schedule, clip_scale);
+      }
+      return LostPeer(pending.step, std::move(applied));
+    }
     // Part of the state may be stepped: this replica cannot be trusted any more.
     ledger_->MarkBroken();
     return FinishStep(applied, /*aborted=*/false);
@@ -438,8 +445,12 @@ StepCoordinator::SliceLimit StepCoordinator::ShippedBatches(const OwnedUpdate& u
     needs->push_back(need);
   }
   return [needs, shipment](int next) -> absl::StatusOr<int> {
-    OPTSTEP_ASSIGN_OR_RETURN(const int64_t sent, shipment->WaitSent((*needs)[next]));
-    return static_cast<int>(std::upper_bound(needs->begin(), needs->end(), sent) - needs->begin());
+    const absl::StatusOr<int64_t> sent = shipment->WaitSent((*needs)[next]);
+    // A failed shipment reads the gradients no more: the update ends, so that the step, which
+    // the loss interrupts after it (as one in the all-gather), is not applied in part; its redo
+    // skips this rank's update.
+    if (!sent.ok()) return static_cast<int>(needs->size());
+    return static_cast<int>(std::upper_bound(needs->begin(), needs->end(), *sent) - needs->begin());
   };
 }
 
@@ -469,10 +480,10 @@ void StepCoordinator::UpdateShadow(uint64_t step, const StepSchedule& schedule, 
                      [&](int i) { return ApplyOwnedItem(owner, update, i, clip_scale); });
   if (!stepped.ok()) {
     // The step stands (the owner has it); a heal of the owner finds no copy here and falls back
-    // to the automatic checkpoints.
-    LOG(ERROR) << "session " << options_.session_id << " rank " << replica_->rank()
-               << ": the shadow of rank " << owner.rank() << " failed in step " << step << ": "
-               << stepped;
+    // to the automatic checkpoints. (UNAVAILABLE: the session closed meanwhile.)
+    LOG_IF(ERROR, !absl::IsUnavailable(stepped))
+        << "session " << options_.session_id << " rank " << replica_->rank()
+        << ": the shadow of rank " << owner.rank() << " failed in step " << step << ": " << stepped;
     shadow.Invalidate(absl::FailedPreconditionError(
         absl::StrCat("session '", options_.session_id, "': the shadow of rank ", owner.rank(),
                      "'s state failed in step ", step, ": ", stepped.message())));

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
+#include "server/engine/gradient_shipment.h"
 #include "tests/server/engine/redundancy_group.h"
 #include "tests/testing/status_matchers.h"
 
@@ -23,6 +25,7 @@ namespace optstep {
 namespace {
 
 using ::optstep::testutil::Difference;
+using ::optstep::testutil::FaultInjector;
 using ::optstep::testutil::IsOk;
 using ::optstep::testutil::RedundancyGroup;
 using ::optstep::testutil::StatusIs;
@@ -94,8 +97,10 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, ShadowTest,
                          });
 
 // Rank 1 fails `method` in step 2: every rank is interrupted at step 2 (not broken) and refuses
-// steps; after the heal the step is redone and the run ends as an undisturbed one.
-void InterruptAndRedo(const char* method) {
+// steps; after the heal the step is redone and the run ends as an undisturbed one. When the
+// gradients had all reached the buddies (`shipped`), each shadow equals its owner's state at
+// step 2 at once: another rank could have ended the step, and a heal then needs the copy at 2.
+void InterruptAndRedo(const char* method, bool shipped) {
   const SessionConfig config = ConfigOf("muon");
   RedundancyGroup reference(2, config);
   for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
@@ -115,6 +120,9 @@ void InterruptAndRedo(const char* method) {
     begin.step = 2;
     EXPECT_THAT(group.session(r).Begin(begin).status(),
                 StatusIs(absl::StatusCode::kUnavailable, "once the group heals"));
+    if (shipped) {
+      EXPECT_EQ(Difference(group.Shadow((r + 1) % 2), group.OwnedState(r)), "");
+    }
   }
   group.Regroup();
   for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal();
@@ -125,11 +133,42 @@ void InterruptAndRedo(const char* method) {
 }
 
 TEST(StateRedundancyTest, StepInterruptedAfterTheUpdateIsNotAppliedTwice) {
-  InterruptAndRedo("AllGatherV");  // both ranks had stepped their parameters and shadows
+  InterruptAndRedo("AllGatherV", /*shipped=*/true);  // both ranks had stepped their parameters
 }
 
 TEST(StateRedundancyTest, StepInterruptedBeforeTheUpdateIsApplied) {
-  InterruptAndRedo("AllReduce");  // the ranks' agreement failed: nothing was stepped
+  InterruptAndRedo("AllReduce", /*shipped=*/false);  // the agreement failed: nothing stepped
+}
+
+// Each rank owns a small vector, stepped first (the AdamW group comes first in the chain), and a
+// matrix above GradientShipment::kRoundElements, whose gradients go to the buddy in a second
+// round. Rank 0's second round of step 2 fails (its buddy is lost) while its update waits for
+// it, the vector already stepped: the step is interrupted and redone after the heal, and the
+// vector's update must be applied once, not again by the redo.
+TEST(StateRedundancyTest, AShipmentCutInItsSecondRoundAppliesEachUpdateOnce) {
+  SessionConfig config = ConfigOf("adamw");
+  const int64_t rows = GradientShipment::kRoundElements / 1024 + 64;  // past one round
+  config.params = {Param("a", {256}), Param("b", {256}), Param("w0", {rows, 1024}),
+                   Param("w1", {rows, 1024})};
+  std::swap(config.chain.sub_optimizers[0], config.chain.sub_optimizers[1]);  // vectors first
+  RedundancyGroup reference(2, config);
+  for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+
+  RedundancyGroup group(2, config);
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+  FaultInjector& faults = group.comm(0).faults();
+  faults.FailCall("RingShift", faults.calls("RingShift") + 2,
+                  absl::UnavailableError("injected: the buddy is lost"));
+  for (const absl::StatusOr<StepOutcome>& outcome : group.Step(2)) {
+    EXPECT_THAT(outcome.status(), StatusIs(absl::StatusCode::kUnavailable));
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(2)) << "rank " << r;
+  }
+  group.Regroup();
+  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal();
+  for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  ExpectSameState(group, reference);
 }
 
 TEST(StateRedundancyTest, WithoutRedundancyALostPeerBreaksTheSession) {
@@ -267,7 +306,7 @@ INSTANTIATE_TEST_SUITE_P(Storage, InitialValuesTest,
 // OWNERS storage on 4 ranks: rank 2 fails the shipping of the gradients around the ring, so its
 // neighbours (1, 3) fail theirs, while rank 0, which exchanges with 1 and 3 only, steps on. With
 // no all-gather after the ring, rank 0 would end step 2 alone and the redone step would wait for
-// it in vain; the barrier after the shadows' update interrupts it with the others instead, and
+// it in vain; the barrier after the shipment interrupts it with the others instead, and
 // the step redone on every rank ends as an undisturbed run.
 TEST(StateRedundancyTest, UnderOwnersStorageALossInTheRingInterruptsTheStepOnEveryRank) {
   SessionConfig config = ConfigOf("adamw");

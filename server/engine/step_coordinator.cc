@@ -358,10 +358,11 @@ absl::Status StepCoordinator::ApplyStep(uint64_t step, const StepSchedule& sched
       replica_->set_owned_applied_step(step);
     }
   }
-  // The buddy has this step's gradients before any rank can finish the all-gather.
+  // The buddy has this step's gradients before any rank can finish the all-gather. (An update
+  // that failed on the device breaks the replica, lost peer or not: part of it may be applied.)
   if (shipment != nullptr) {
     absl::Status shipped = shipment->Wait();
-    if (!shipped.ok()) {
+    if (!shipped.ok() && updated.ok()) {
       *peer_lost = true;
       return absl::UnavailableError(absl::StrCat(
           "session '", options_.session_id, "': rank ", replica_->rank(),

@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "kernels/device_factory.h"
 #include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
 
@@ -125,6 +126,11 @@ absl::StatusOr<std::unique_ptr<FaultInjectingCommunicator>> RedundancyGroup::Con
 std::unique_ptr<Engine> RedundancyGroup::MakeEngine(int r) {
   EngineOptions options;
   options.device.num_threads = 1;
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(options.device);
+  EXPECT_THAT(device.status(), IsOk());
+  if (!device.ok()) return nullptr;
+  ranks_[r].device = std::make_shared<FaultInjectingDevice>(*std::move(device));
+  options.injected_device = ranks_[r].device;
   options.rank = r;
   options.world_size = world();
   options.state_redundancy = redundancy_;

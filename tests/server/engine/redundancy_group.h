@@ -21,6 +21,7 @@
 #include "kernels/comm/key_value_store.h"
 #include "server/engine/engine.h"
 #include "tests/testing/fault_injecting_communicator.h"
+#include "tests/testing/fault_injecting_device.h"
 
 namespace optstep {
 namespace testutil {
@@ -64,6 +65,8 @@ class RedundancyGroup {
   int world() const { return static_cast<int>(ranks_.size()); }
   Session& session(int r) { return *ranks_[r].session; }
   SwappableCommunicator& comm(int r) { return *ranks_[r].comm; }
+  // The faults of rank r's device (a CPU device of one thread).
+  FaultInjector& device_faults(int r) { return ranks_[r].device->faults(); }
 
   // Every rank takes step `step` (trainer 0 sends Gradient(step, p, i) of the parameters each
   // owns); answers each rank's outcome.
@@ -98,6 +101,7 @@ class RedundancyGroup {
 
  private:
   struct Rank {
+    std::shared_ptr<FaultInjectingDevice> device;
     std::unique_ptr<Engine> engine;
     std::shared_ptr<Session> session;
     SwappableCommunicator* comm = nullptr;

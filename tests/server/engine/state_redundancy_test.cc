@@ -6,6 +6,7 @@
 // undisturbed one, also after initial values (under both parameter storages). Ranks are engines
 // in this process joined by gloo.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -140,6 +141,29 @@ TEST(StateRedundancyTest, StepInterruptedBeforeTheUpdateIsApplied) {
   InterruptAndRedo("AllReduce", /*shipped=*/false);  // the agreement failed: nothing stepped
 }
 
+// Steps `world` ranks of `config` once, injects `fault` into their communicators, and takes
+// step 2: every rank must answer UNAVAILABLE and be interrupted at step 2; healed in place, the
+// group's steps 2 and 3 must end as an undisturbed run's.
+void CutStepTwoAndRedo(int world, const SessionConfig& config,
+                       const std::function<void(RedundancyGroup&)>& fault) {
+  RedundancyGroup reference(world, config);
+  for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+
+  RedundancyGroup group(world, config);
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+  fault(group);
+  for (const absl::StatusOr<StepOutcome>& outcome : group.Step(2)) {
+    EXPECT_THAT(outcome.status(), StatusIs(absl::StatusCode::kUnavailable));
+  }
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(2)) << "rank " << r;
+  }
+  group.Regroup();
+  for (int r = 0; r < world; ++r) group.session(r).ResumeAfterHeal();
+  for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  ExpectSameState(group, reference);
+}
+
 // Each rank owns a small vector, stepped first (the AdamW group comes first in the chain), and a
 // matrix above GradientShipment::kRoundElements, whose gradients go to the buddy in a second
 // round. Rank 0's second round of step 2 fails (its buddy is lost) while its update waits for
@@ -151,24 +175,31 @@ TEST(StateRedundancyTest, AShipmentCutInItsSecondRoundAppliesEachUpdateOnce) {
   config.params = {Param("a", {256}), Param("b", {256}), Param("w0", {rows, 1024}),
                    Param("w1", {rows, 1024})};
   std::swap(config.chain.sub_optimizers[0], config.chain.sub_optimizers[1]);  // vectors first
-  RedundancyGroup reference(2, config);
-  for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+  CutStepTwoAndRedo(2, config, [](RedundancyGroup& group) {
+    FaultInjector& faults = group.comm(0).faults();
+    faults.FailCall("RingShift", faults.calls("RingShift") + 2,
+                    absl::UnavailableError("injected: the buddy is lost"));
+  });
+}
 
-  RedundancyGroup group(2, config);
+// Rank 0's update fails on its device in step 2 while its shipment fails too (its buddy is
+// lost): part of the update may be applied, so rank 0 is broken, not interrupted, where a redo
+// after the heal would apply that part again. Rank 1 only lost its peer: interrupted.
+TEST(StateRedundancyTest, AnUpdateFailedOnTheDeviceBreaksTheRankThoughAPeerIsLostToo) {
+  RedundancyGroup group(2, ConfigOf("adamw"));
   ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
-  FaultInjector& faults = group.comm(0).faults();
-  faults.FailCall("RingShift", faults.calls("RingShift") + 2,
-                  absl::UnavailableError("injected: the buddy is lost"));
-  for (const absl::StatusOr<StepOutcome>& outcome : group.Step(2)) {
-    EXPECT_THAT(outcome.status(), StatusIs(absl::StatusCode::kUnavailable));
-  }
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(2)) << "rank " << r;
-  }
-  group.Regroup();
-  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal();
-  for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
-  ExpectSameState(group, reference);
+  FaultInjector& comm = group.comm(0).faults();
+  comm.FailCall("RingShift", comm.calls("RingShift") + 1,
+                absl::UnavailableError("injected: the buddy is lost"));
+  FaultInjector& device = group.device_faults(0);
+  device.FailCall("AdamW", device.calls("AdamW") + 1,
+                  absl::InternalError("injected: the device fails"));
+  const std::vector<absl::StatusOr<StepOutcome>> outcomes = group.Step(2);
+  EXPECT_THAT(outcomes[0].status(), StatusIs(absl::StatusCode::kInternal, "the device fails"));
+  EXPECT_THAT(outcomes[1].status(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(group.session(0).interrupted_step(), std::nullopt);
+  EXPECT_FALSE(group.session(0).healthy());
+  EXPECT_EQ(group.session(1).interrupted_step(), std::optional<uint64_t>(2));
 }
 
 TEST(StateRedundancyTest, WithoutRedundancyALostPeerBreaksTheSession) {
@@ -311,23 +342,11 @@ INSTANTIATE_TEST_SUITE_P(Storage, InitialValuesTest,
 TEST(StateRedundancyTest, UnderOwnersStorageALossInTheRingInterruptsTheStepOnEveryRank) {
   SessionConfig config = ConfigOf("adamw");
   config.storage = ParameterStorage::kOwners;
-  RedundancyGroup reference(4, config);
-  for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
-
-  RedundancyGroup group(4, config);
-  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
-  group.comm(2).faults().FailCall("RingShift", group.comm(2).faults().calls("RingShift") + 1,
-                                  absl::UnavailableError("injected: rank 2 dies"));
-  for (const absl::StatusOr<StepOutcome>& outcome : group.Step(2)) {
-    EXPECT_THAT(outcome.status(), StatusIs(absl::StatusCode::kUnavailable));
-  }
-  for (int r = 0; r < 4; ++r) {
-    EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(2)) << "rank " << r;
-  }
-  group.Regroup();
-  for (int r = 0; r < 4; ++r) group.session(r).ResumeAfterHeal();
-  for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
-  ExpectSameState(group, reference);
+  CutStepTwoAndRedo(4, config, [](RedundancyGroup& group) {
+    FaultInjector& faults = group.comm(2).faults();
+    faults.FailCall("RingShift", faults.calls("RingShift") + 1,
+                    absl::UnavailableError("injected: rank 2 dies"));
+  });
 }
 
 // The fp32 parameters rank r of `group` answers a pull (Session::GetSnapshot).

@@ -95,10 +95,11 @@ void PeerHeartbeat::Run() {
       ranks.push_back(r);
       peers.push_back(peer);
     }
+    const absl::Time asked = absl::Now();
     const std::vector<std::optional<v1::PingResponse>> answered = PingAll(peers, /*leaving=*/false);
     for (size_t i = 0; i < ranks.size(); ++i) {
       if (!answered[i].has_value()) continue;
-      liveness_->Answered(ranks[i], absl::Now(), answered[i]->incarnation());
+      liveness_->Answered(ranks[i], absl::Now(), answered[i]->incarnation(), asked);
       if (ranks[i] == 0 && answered[i]->group_formed() && options_.on_group_formed) {
         options_.on_group_formed();
       }

@@ -31,10 +31,10 @@ bool PeerLiveness::watched(int peer) const {
   return peers_[peer].state != State::kUnwatched;
 }
 
-void PeerLiveness::Answered(int peer, absl::Time now, uint64_t incarnation) {
+void PeerLiveness::Answered(int peer, absl::Time now, uint64_t incarnation, absl::Time asked) {
   absl::MutexLock lock(&mu_);
   Peer& p = peers_[peer];
-  if (p.state != State::kAlive) return;
+  if (p.state != State::kAlive || asked < p.rejoined) return;
   if (incarnation != 0 && p.incarnation != 0 && incarnation != p.incarnation) {
     p.state = State::kLost;
     p.why = absl::UnavailableError(
@@ -65,6 +65,7 @@ void PeerLiveness::Rejoined(int peer, absl::Time now, uint64_t incarnation) {
   // A loss not yet reported (unreported_) stays to be reported: it happened.
   peers_[peer] = Peer{State::kAlive, now, absl::OkStatus()};
   peers_[peer].incarnation = incarnation;
+  peers_[peer].rejoined = now;
 }
 
 bool PeerLiveness::failed(int peer) const {

@@ -30,8 +30,11 @@ class PeerLiveness {
   bool watched(int peer) const;
   // Peer `peer` answered a heartbeat at `now`, from its process `incarnation` (0: unknown). An
   // answer from another process than the earlier answers makes the peer lost (reported by the
-  // next Check).
-  void Answered(int peer, absl::Time now, uint64_t incarnation = 0);
+  // next Check). `asked`: when the heartbeat was sent; an answer to one sent before the peer
+  // last rejoined is ignored, since the process it replaced may have sent it (a stand-in serves
+  // until its rank's own process has healed in).
+  void Answered(int peer, absl::Time now, uint64_t incarnation = 0,
+                absl::Time asked = absl::InfiniteFuture());
   // Peer `peer` said it shuts down on purpose. True the first time.
   bool Left(int peer);
   // Peer `peer` (restarted) rejoined the group at `now`, as its process `incarnation` (0: learnt
@@ -65,6 +68,7 @@ class PeerLiveness {
     absl::Status why;          // kLost, kLeft: what status() answers
     uint64_t failure = 0;      // kLost, kLeft: the order of the failure, the first one answered
     uint64_t incarnation = 0;  // of the process that answered (0: none known yet)
+    absl::Time rejoined = absl::InfinitePast();  // when it last rejoined
   };
 
   // The status of the first failed peer of `states`, by the order of the failures; OK for none.

@@ -190,5 +190,23 @@ TEST(PeerLivenessTest, ARankRejoinedAsAKnownProcessIsLostOnAnAnswerFromAnother) 
   EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(4))), ElementsAre(0));
 }
 
+// A rank's own process heals in while its stand-in (another process, at another address) still
+// serves: a heartbeat sent to the stand-in before the heal began may be answered after it. That
+// answer is not the new process's, and loses nothing; answers to later heartbeats are judged.
+TEST(PeerLivenessTest, AnAnswerToAHeartbeatSentBeforeARejoinIsNotTheNewProcesss) {
+  PeerLiveness liveness(0, 3, kTimeout);
+  liveness.Watch(1, kStart);
+  liveness.Answered(1, kStart + absl::Seconds(1), /*incarnation=*/111);  // the stand-in
+  liveness.Rejoined(1, kStart + absl::Seconds(3), /*incarnation=*/222);  // the own process
+  liveness.Answered(1, kStart + absl::Seconds(4), 111, /*asked=*/kStart + absl::Seconds(2));
+  EXPECT_FALSE(liveness.failed(1));
+  EXPECT_THAT(liveness.Check(kStart + absl::Seconds(4)), IsEmpty());
+  liveness.Answered(1, kStart + absl::Seconds(5), 222, kStart + absl::Seconds(5));
+  EXPECT_FALSE(liveness.failed(1));
+  liveness.Answered(1, kStart + absl::Seconds(6), 111, kStart + absl::Seconds(6));
+  EXPECT_TRUE(liveness.failed(1));
+  EXPECT_THAT(Ranks(liveness.Check(kStart + absl::Seconds(6))), ElementsAre(1));
+}
+
 }  // namespace
 }  // namespace optstep

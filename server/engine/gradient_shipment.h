@@ -5,7 +5,8 @@
 // rank sends its owned gradients to its buddy and receives its predecessor's into its shadow,
 // in rounds of at most kRoundElements, on a thread of its own. The owned update runs meanwhile
 // and steps each parameter once its gradient is out (WaitSent): the update may scale a gradient
-// in place, and the buddy must get it unscaled.
+// in place, and the buddy must get it unscaled. Once a round failed nothing reads the gradients
+// any more, and the update goes on to its end (StepCoordinator::ShippedBatches).
 //
 // Every rank runs the same rounds (as many as the largest owned block needs; a rank with less
 // sends nothing in the last ones), so the rounds pair up around the ring whatever each rank owns.

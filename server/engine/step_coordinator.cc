@@ -107,11 +107,7 @@ absl::Status StepCoordinator::OnDeviceSliced(absl::string_view what, int count,
                                              const SliceLimit& limit) {
   int next = 0;
   while (next < count) {
-    int bound = count;
-    if (limit) {
-      OPTSTEP_ASSIGN_OR_RETURN(bound, limit(next));
-      bound = std::min(bound, count);
-    }
+    const int bound = limit ? std::min(limit(next), count) : count;
     OPTSTEP_RETURN_IF_ERROR(OnDevice(
         [&]() -> absl::Status {
           const absl::Time end = absl::Now() + kDeviceSlice;
@@ -445,7 +441,7 @@ StepCoordinator::SliceLimit StepCoordinator::ShippedBatches(const OwnedUpdate& u
     }
     needs->push_back(need);
   }
-  return [needs, shipment](int next) -> absl::StatusOr<int> {
+  return [needs, shipment](int next) {
     const absl::StatusOr<int64_t> sent = shipment->WaitSent((*needs)[next]);
     // A failed shipment reads the gradients no more: the update ends, so that the step, which
     // the loss interrupts after it (as one in the all-gather), is not applied in part; its redo

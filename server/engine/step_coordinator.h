@@ -176,8 +176,8 @@ class StepCoordinator {
   StepCoordinator(Options options, ReplicaState* replica, std::unique_ptr<Communicator> comm,
                   std::shared_ptr<FairExecutor> device_worker, StepLedger* ledger);
   // Items whose inputs come in meanwhile: limit(next) blocks until item `next` may run and
-  // answers how many items (from item 0) may run now; an error ends the run with it.
-  using SliceLimit = std::function<absl::StatusOr<int>(int next)>;
+  // answers how many items (from item 0) may run now.
+  using SliceLimit = std::function<int(int next)>;
   // Runs item(0) .. item(count - 1) in order on the device worker, as tasks of about
   // kDeviceSlice each (at least one item; none past `limit`, when set), and waits for them;
   // stops at the first error. REQUIRES: on the coordinator.

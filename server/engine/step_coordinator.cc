@@ -192,14 +192,7 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   if (!applied.ok()) {
     for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
     // A peer lost in the all-gather: the step is redone once the group heals, if it can.
-    if (peer_lost) {
-      // Another rank may have ended the all-gather and answered the step: the buddy's copy
-      // follows it wherever the owner's gradients all arrived (the redo then skips it).
-      if (shipment != nullptr && shipment->Wait().ok()) {
-        UpdateShadow(pending.step, schedule, clip_scale);
-      }
-      return LostPeer(pending.step, std::move(applied));
-    }
+    if (peer_lost) return LostPeer(pending.step, std::move(applied));
     // Part of the state may be stepped: this replica cannot be trusted any more.
     ledger_->MarkBroken();
     return FinishStep(applied, /*aborted=*/false);

@@ -217,8 +217,7 @@ class StepCoordinator {
   // owner's masters were set. UNAVAILABLE when a peer is lost.
   absl::Status SeedShadowMasters();
   // Steps the shadow as its owner stepped (unless it reflects `step` already, or is unusable),
-  // once the step ended, or was interrupted after the shipment. A failure leaves the shadow
-  // unusable (ShadowState::Invalidate), logged.
+  // once the step ended. A failure leaves the shadow unusable (ShadowState::Invalidate), logged.
   void UpdateShadow(uint64_t step, const StepSchedule& schedule, double clip_scale);
   // A peer was lost: with a shadow the step is interrupted (redone after the heal), otherwise
   // the replica is broken. Ends the step with `error`.

@@ -439,17 +439,20 @@ HealFetch PeerFetch(RankGroup* group) {
   return [group](int peer, const std::string& session_id,
                  HealPart part) -> absl::StatusOr<std::shared_ptr<const StateDict>> {
     OPTSTEP_RETURN_IF_ERROR(group->EnsureAddress(peer));  // a rank knows few of them at first
-    v1::PeerService::Stub& stub = *group->Peer(peer);
     v1::FetchStateRequest request;
     request.set_session_id(session_id);
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader =
-        part == HealPart::kOwned    ? stub.FetchOwnedState(&context, request)
-        : part == HealPart::kShadow ? stub.FetchShadow(&context, request)
-                                    : stub.FetchMasters(&context, request);
+    const char* what = part == HealPart::kOwned    ? "its own state"
+                       : part == HealPart::kShadow ? "its shadow"
+                                                   : "its masters";
     StateDictAssembler assembler;
-    OPTSTEP_RETURN_IF_ERROR(assembler.AddAll(
-        *reader, [peer](const grpc::Status& end) { return PeerStatus(peer, end); }));
+    OPTSTEP_RETURN_IF_ERROR(group->ReadState(
+        peer, absl::StrCat("fetching ", what, " of session '", session_id, "'"),
+        [&](v1::PeerService::Stub& stub, grpc::ClientContext* context) {
+          return part == HealPart::kOwned    ? stub.FetchOwnedState(context, request)
+                 : part == HealPart::kShadow ? stub.FetchShadow(context, request)
+                                             : stub.FetchMasters(context, request);
+        },
+        assembler));
     return assembler.BuildPlain();
   };
 }

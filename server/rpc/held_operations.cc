@@ -16,6 +16,7 @@
 #include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/heal.h"
+#include "server/rpc/stall_watch.h"
 #include "server/rpc/state_dict_stream.h"
 #include "wire/stream_end.h"
 
@@ -178,18 +179,20 @@ absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportFrom(
     int rank, const Session& session, uint64_t token, const std::vector<uint32_t>& model_chunks) {
   v1::HeldSessionRequest request = HeldRequest(session, token, options().hold_lease);
   for (uint32_t chunk : model_chunks) request.add_model_chunks(chunk);
-  grpc::ClientContext context;
-  std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader =
-      group_->Peer(rank)->ExportHeldState(&context, request);
   StateDictAssembler assembler;
-  OPTSTEP_RETURN_IF_ERROR(
-      assembler.AddAll(*reader, [rank](const grpc::Status& end) { return PeerStatus(rank, end); }));
+  OPTSTEP_RETURN_IF_ERROR(group_->ReadState(
+      rank, absl::StrCat("exporting the state of session '", session.id(), "'"),
+      [&](v1::PeerService::Stub& stub, grpc::ClientContext* context) {
+        return stub.ExportHeldState(context, request);
+      },
+      assembler));
   return assembler.Build(session);
 }
 
 absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t token,
                                      const StateDict& part) {
   grpc::ClientContext context;
+  StallWatch watch(&context, options().timeout);  // a peer that stops reading (it hangs)
   v1::HeldSessionResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::HeldStateChunk>> writer =
       group_->Peer(rank)->StageHeldState(&context, &response);
@@ -203,7 +206,9 @@ absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t 
   for (auto it = part.begin(); open && it != part.end(); ++it) {
     open = ForEachStateChunk({"", "", it->first, &it->second}, message.mutable_chunk(), [&] {
       tally.Add(message.chunk().data());
-      return writer->Write(message);
+      if (!writer->Write(message)) return false;
+      watch.Progressed();
+      return true;
     });
   }
   if (open) {
@@ -212,7 +217,8 @@ absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t 
     writer->Write(message);
   }
   writer->WritesDone();
-  return PeerStatus(rank, writer->Finish());
+  return watch.Explain(PeerStatus(rank, writer->Finish()), rank,
+                       absl::StrCat("staging the state of session '", session.id(), "'"));
 }
 
 absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {

@@ -10,6 +10,7 @@
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/rendezvous.h"
+#include "server/rpc/stall_watch.h"
 #include "wire/grpc_status.h"
 
 namespace optstep {
@@ -424,6 +425,16 @@ absl::StatusOr<v1::HeldSessionResponse> RankGroup::CallPeer(int rank, HeldMethod
   v1::HeldSessionResponse response;
   OPTSTEP_RETURN_IF_ERROR(PeerStatus(rank, (Peer(rank)->*method)(&context, request, &response)));
   return response;
+}
+
+absl::Status RankGroup::ReadState(int rank, absl::string_view what, const StateStreamStart& start,
+                                  StateDictAssembler& assembler) {
+  grpc::ClientContext context;
+  StallWatch watch(&context, options_.timeout);  // after the context: destroyed first
+  std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader = start(*Peer(rank), &context);
+  const absl::Status read = assembler.AddAll(
+      *reader, [rank](const grpc::Status& end) { return PeerStatus(rank, end); }, &watch);
+  return watch.Explain(read, rank, what);
 }
 
 absl::Status PeerStatus(int rank, const grpc::Status& status) {

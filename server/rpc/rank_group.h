@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/serial_executor.h"
@@ -20,13 +21,15 @@
 #include "server/rpc/group_communicators.h"
 #include "server/rpc/peer_heartbeat.h"
 #include "server/rpc/peer_liveness.h"
+#include "server/rpc/state_dict_stream.h"
 
 namespace optstep {
 
 struct RankGroupOptions {
   int rank = 0;
   int world_size = 1;
-  // Rendezvous and replica creation give up after this.
+  // Rendezvous and replica creation give up after this, and a peer's stream of state that
+  // pauses this long is cancelled (RankGroup::ReadState).
   absl::Duration timeout = absl::Seconds(120);
   // Checkpoint directories of Save / Load (a shared file system); empty: Save and Load answer
   // FAILED_PRECONDITION. keep_checkpoints: how many complete checkpoints Save keeps (0: all).
@@ -188,6 +191,15 @@ class RankGroup {
   absl::StatusOr<v1::HeldSessionResponse> CallPeer(int rank, HeldMethod method,
                                                    const v1::HeldSessionRequest& request,
                                                    absl::Duration timeout);
+  // Reads a stream of state dict chunks from rank `rank` into `assembler`; `start` begins the
+  // call (PeerService.FetchOwnedState, ExportHeldState, ...) on the stub and context given. Once
+  // no chunk came for the group's `timeout`, the call is cancelled (a peer that hangs, StallWatch)
+  // and the error says so, naming `what` ("fetching ..."). The peer's errors prefixed with its
+  // rank. REQUIRES: the rank's address known (EnsureAddress).
+  using StateStreamStart = std::function<std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>>(
+      v1::PeerService::Stub& stub, grpc::ClientContext* context)>;
+  absl::Status ReadState(int rank, absl::string_view what, const StateStreamStart& start,
+                         StateDictAssembler& assembler);
 
  private:
   // REQUIRES: several ranks. Creates the replica `id` on every rank at once; closes those made

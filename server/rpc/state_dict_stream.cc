@@ -96,10 +96,11 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
 
 absl::Status StateDictAssembler::AddAll(
     grpc::ClientReaderInterface<v1::StateDictChunk>& reader,
-    const std::function<absl::Status(const grpc::Status&)>& finished) {
+    const std::function<absl::Status(const grpc::Status&)>& finished, StallWatch* watch) {
   v1::StateDictChunk chunk;
   absl::Status added = absl::OkStatus();
   while (reader.Read(&chunk)) {
+    if (watch != nullptr) watch->Progressed();
     if (added.ok()) added = Add(chunk);
   }
   const grpc::Status end = reader.Finish();

@@ -22,6 +22,7 @@
 #include "server/engine/engine.h"
 #include "server/engine/session.h"
 #include "server/rpc/caller.h"
+#include "server/rpc/stall_watch.h"
 
 namespace optstep {
 
@@ -79,10 +80,12 @@ class StateDictAssembler {
   // a tensor over it is RESOURCE_EXHAUSTED. No limit by default.
   void set_byte_limit(uint64_t limit) { byte_limit_ = limit; }
   absl::Status Add(const v1::StateDictChunk& chunk);
-  // Reads a client stream of chunks to its end, adding each one: the stream's end turned into a
-  // status by `finished` when it is not OK, else the first chunk refused, else OK.
+  // Reads a client stream of chunks to its end, adding each one (and marking it on `watch`, when
+  // given): the stream's end turned into a status by `finished` when it is not OK, else the
+  // first chunk refused, else OK.
   absl::Status AddAll(grpc::ClientReaderInterface<v1::StateDictChunk>& reader,
-                      const std::function<absl::Status(const grpc::Status&)>& finished);
+                      const std::function<absl::Status(const grpc::Status&)>& finished,
+                      StallWatch* watch = nullptr);
   // The merged dict: a plain dict as sent; chunk-keyed parts flattened; per-sub-optimizer parts
   // merged (spec §7.2, with `session`'s chunk lists) and flattened. INVALID_ARGUMENT naming an
   // unknown sub-optimizer or the conflict.

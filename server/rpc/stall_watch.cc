@@ -1,0 +1,50 @@
+#include "server/rpc/stall_watch.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace optstep {
+
+StallWatch::StallWatch(grpc::ClientContext* context, absl::Duration limit)
+    : context_(context), limit_(limit), last_progress_(absl::Now()), thread_([this] { Watch(); }) {}
+
+StallWatch::~StallWatch() {
+  {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+  }
+  thread_.join();
+}
+
+void StallWatch::Progressed() {
+  absl::MutexLock lock(&mu_);
+  last_progress_ = absl::Now();
+}
+
+bool StallWatch::stalled() const {
+  absl::MutexLock lock(&mu_);
+  return stalled_;
+}
+
+absl::Status StallWatch::Explain(absl::Status status, int rank, absl::string_view what) const {
+  if (status.ok() || !stalled()) return status;
+  return absl::DeadlineExceededError(absl::StrCat("rank ", rank, ": no progress for ",
+                                                  absl::FormatDuration(limit_), " while ", what,
+                                                  "; the call was cancelled (the peer hangs)"));
+}
+
+void StallWatch::Watch() {
+  {
+    absl::MutexLock lock(&mu_);
+    // Each wait ends at the limit counted from the last progress, which may have moved meanwhile.
+    while (!mu_.AwaitWithDeadline(absl::Condition(&done_), last_progress_ + limit_)) {
+      if (absl::Now() >= last_progress_ + limit_) {
+        stalled_ = true;
+        break;
+      }
+    }
+    if (!stalled_) return;
+  }
+  context_->TryCancel();  // thread-safe; the caller's next Read or Write fails
+}
+
+}  // namespace optstep

@@ -106,6 +106,13 @@ ABSL_FLAG(int, stand_in_port, 0,
 ABSL_FLAG(int, kill_before_allgather, 0,
           "Testing only: this rank SIGKILLs itself in its N-th step (of any session), after it "
           "stepped its own parameters and before the all-gather (a rank lost mid-step); 0: never.");
+ABSL_FLAG(int, kill_after_allgather, 0,
+          "Testing only: this rank SIGKILLs itself in its N-th step (of any session), once the "
+          "step's all-gather completed here and before its trainers are answered; 0: never.");
+ABSL_FLAG(int, fail_allgather_after, 0,
+          "Testing only: this rank answers its N-th all-gather (of any session) as failed once it "
+          "completed, as when its send to a rank that died broke after the data went out; 0: "
+          "never.");
 ABSL_FLAG(bool, kill_during_restore, false,
           "Testing only: rank 0 SIGKILLs itself while it restores its automatic checkpoints, once "
           "the first session is recreated on every rank and before it loads.");
@@ -225,6 +232,8 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.stand_ins = absl::GetFlag(FLAGS_stand_in);
   options.stand_in_port = absl::GetFlag(FLAGS_stand_in_port);
   options.kill_before_allgather = absl::GetFlag(FLAGS_kill_before_allgather);
+  options.kill_after_allgather = absl::GetFlag(FLAGS_kill_after_allgather);
+  options.fail_allgather_after = absl::GetFlag(FLAGS_fail_allgather_after);
   options.kill_during_restore = absl::GetFlag(FLAGS_kill_during_restore);
   return options;
 }

@@ -21,6 +21,7 @@
 #include "server/engine/step_observer.h"
 #include "server/rpc/auth.h"
 #include "server/rpc/held_operations.h"
+#include "server/testing_faults.h"
 
 namespace optstep {
 namespace {
@@ -85,41 +86,6 @@ absl::Status CheckOptions(const RankProcess::Options& options) {
   }
   return absl::OkStatus();
 }
-
-// Testing only (Options::kill_before_allgather): reports to `inner`, and SIGKILLs this process
-// at the `kill_at`-th step phase it is told of, which ends after the rank stepped its own
-// parameters and shipped its gradients to its buddy, and before the step's all-gather.
-class KillBeforeAllGather final : public StepObserver {
- public:
-  KillBeforeAllGather(std::shared_ptr<StepObserver> inner, int kill_at)
-      : inner_(std::move(inner)), kill_at_(kill_at) {}
-
-  void OnPhase(Phase phase, absl::Duration duration) override {
-    inner_->OnPhase(phase, duration);
-    if (phase != Phase::kStep || ++steps_ != kill_at_) return;
-    LOG(ERROR) << "event=killed_before_allgather step_phase=" << kill_at_
-               << " --kill_before_allgather: this rank kills itself";
-    google::FlushLogFiles(google::GLOG_INFO);
-    raise(SIGKILL);
-  }
-  void OnBytesIn(int64_t bytes) override { inner_->OnBytesIn(bytes); }
-  void OnBytesOut(int64_t bytes) override { inner_->OnBytesOut(bytes); }
-  void OnStepEnd(const std::string& session, uint64_t step, int rank, StepEnd end,
-                 absl::string_view error) override {
-    inner_->OnStepEnd(session, step, rank, end, error);
-  }
-  void OnSessionCreated(const std::string& session, int rank, int64_t params) override {
-    inner_->OnSessionCreated(session, rank, params);
-  }
-  void OnSessionClosed(const std::string& session, int rank) override {
-    inner_->OnSessionClosed(session, rank);
-  }
-
- private:
-  const std::shared_ptr<StepObserver> inner_;
-  const int kill_at_;
-  std::atomic<int> steps_{0};
-};
 
 // `status` with `context` in front of its message (and its code kept).
 absl::Status WithContext(const std::string& context, const absl::Status& status) {
@@ -288,21 +254,31 @@ absl::Status RankProcess::StartEngine(
   engine_options.step_observer = metrics_;
   if (options_.kill_before_allgather > 0) {
     engine_options.step_observer =
-        std::make_shared<KillBeforeAllGather>(metrics_, options_.kill_before_allgather);
+        std::make_shared<KillAtPhase>(engine_options.step_observer, StepObserver::Phase::kStep,
+                                      options_.kill_before_allgather, "--kill_before_allgather");
+  }
+  if (options_.kill_after_allgather > 0) {
+    engine_options.step_observer =
+        std::make_shared<KillAtPhase>(engine_options.step_observer, StepObserver::Phase::kAllGather,
+                                      options_.kill_after_allgather, "--kill_after_allgather");
   }
   engine_options.state_redundancy = heals();  // a shadow of the predecessor's state, every step
   if (options_.world_size > 1) {
     // Each session's communicator rendezvous under the group's generation (rebuilt by a heal).
-    communicators_ = std::make_unique<GroupCommunicators>([this](const std::string& prefix) {
-      CommunicatorOptions options = comm_template_;
-      options.rank = options_.rank;
-      options.world_size = options_.world_size;
-      options.prefix = prefix;
-      options.store = store();
-      options.hostname = options_.advertise_host;
-      options.timeout = options_.comm_timeout;
-      return CreateCommunicator(options);
-    });
+    communicators_ = std::make_unique<GroupCommunicators>(
+        [this](const std::string& prefix) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+          CommunicatorOptions options = comm_template_;
+          options.rank = options_.rank;
+          options.world_size = options_.world_size;
+          options.prefix = prefix;
+          options.store = store();
+          options.hostname = options_.advertise_host;
+          options.timeout = options_.comm_timeout;
+          absl::StatusOr<std::unique_ptr<Communicator>> made = CreateCommunicator(options);
+          if (!made.ok() || options_.fail_allgather_after <= 0) return made;
+          return std::make_unique<FailAllGatherAfter>(*std::move(made), allgathers_,
+                                                      options_.fail_allgather_after);
+        });
     engine_options.make_communicator = [this](const std::string& session_id) {
       return communicators_->Make(session_id);
     };

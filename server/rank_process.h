@@ -130,6 +130,12 @@ class RankProcess {
     // stepped its own parameters (and shipped their gradients to its buddy) in its
     // `kill_before_allgather`-th step of any session, before that step's all-gather. 0: never.
     int kill_before_allgather = 0;
+    // Testing only (a rank lost once a step's all-gather completed on it): as above, once the
+    // all-gather of that step completed here, before its trainers are answered. 0: never.
+    int kill_after_allgather = 0;
+    // Testing only (a collective cut on this rank alone): the `fail_allgather_after`-th
+    // all-gather of any session completes and is answered as failed here (FailAllGatherAfter).
+    int fail_allgather_after = 0;
     // Testing only (rank 0 lost while it restores the group): rank 0 SIGKILLs itself once the
     // first session of its automatic checkpoints is recreated on every rank, before it loads.
     bool kill_during_restore = false;
@@ -246,6 +252,8 @@ class RankProcess {
   std::shared_ptr<GrpcKeyValueStore> store_ ABSL_GUARDED_BY(store_mu_);
   // The collectives' kind and device, known once the engine (and so its device) exists.
   CommunicatorOptions comm_template_;
+  // The all-gathers every session's communicator completed (--fail_allgather_after).
+  const std::shared_ptr<std::atomic<int>> allgathers_ = std::make_shared<std::atomic<int>>(0);
 
   // Declared in the order they start; stopped in reverse.
   std::shared_ptr<ServerMetrics> metrics_;

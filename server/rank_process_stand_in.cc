@@ -63,6 +63,8 @@ void RankProcess::StartStandIn(int rank) {
   options.exit_on_peer_loss = false;
   options.stand_ins = false;
   options.kill_before_allgather = 0;
+  options.kill_after_allgather = 0;
+  options.fail_allgather_after = 0;
   options.kill_during_restore = false;
   absl::StatusOr<std::unique_ptr<RankProcess>> started =
       StartProcess(std::move(options), /*stand_in=*/true);

@@ -15,9 +15,10 @@
 // trainer saw step k, every buddy holds step k's gradients. The shadow is stepped with them once
 // the step ended (the trainers have it), with the same code (owned_update.h) and the same agreed
 // clip scale and schedule, by the coordinator, before any later task of it: the next step, and
-// every export of the shadow, come after. Step 1 first ships each rank's owned masters into its
-// buddy's shadow the same way: the initial values reach only the replicas (under OWNERS only the
-// owner's).
+// every export of the shadow, come after. So is it when the all-gather (or barrier) fails after
+// the shipment ended: another rank may have finished the step. Step 1 first ships each rank's owned
+// masters into its buddy's shadow the same way: the initial values reach only the replicas (under
+// OWNERS only the owner's).
 //
 // Interface for the heal (the restarted rank r, its buddy b = r + 1 and predecessor p = r - 1):
 //   on b:  Session::ExportShadow        r's owned masters, state, group counters; meta/step is

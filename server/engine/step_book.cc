@@ -221,6 +221,8 @@ std::vector<StepCallback> StepBook::Abort() {
 void StepBook::WriteCounters(const ResolvedState& resolved) {
   if (resolved.step) counters_.step = *resolved.step;
   if (resolved.skipped_steps) counters_.skipped_steps = *resolved.skipped_steps;
+  // A step interrupted here that the state written has applied (a heal's catch-up) is not redone.
+  if (interrupted_ && *interrupted_ <= counters_.step) interrupted_.reset();
   snapshots_.clear();
   last_outcome_.reset();
   applied_digests_.assign(applied_digests_.size(), ContributionDigest());

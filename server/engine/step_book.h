@@ -110,7 +110,8 @@ class StepBook {
   // among them).
   std::vector<StepCallback> Abort();
   // The counters of a state just written (WriteResolvedState): a new generation, and no
-  // published parameters or replay of the state before.
+  // published parameters or replay of the state before; an interrupted step it includes is no
+  // longer redone.
   void WriteCounters(const ResolvedState& resolved);
 
   // Refuses further steps; false when already closed. The pending step stays to be aborted.

@@ -191,8 +191,18 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
                                    shipment.get(), &last_ids, &peer_lost);
   if (!applied.ok()) {
     for (const auto& entry : streaming) entry.second->readiness->Fail(applied);
-    // A peer lost in the all-gather: the step is redone once the group heals, if it can.
-    if (peer_lost) return LostPeer(pending.step, std::move(applied));
+    if (peer_lost) {
+      // Lost after the shipment ended (in the all-gather or the barrier): the shadow has this
+      // step's gradients, and another rank may have finished the step, since a collective cut by
+      // a rank's death can complete on some ranks and fail on others. The shadow takes the step
+      // as the buddies of those ranks did (a redo skips it); the heal brings this rank's
+      // counters up to theirs (heal.h, kCatchUp).
+      if (shipment != nullptr && shipment->Wait().ok()) {
+        UpdateShadow(pending.step, schedule, clip_scale);
+      }
+      // The step is redone once the group heals, if it can.
+      return LostPeer(pending.step, std::move(applied));
+    }
     // Part of the state may be stepped: this replica cannot be trusted any more.
     ledger_->MarkBroken();
     return FinishStep(applied, /*aborted=*/false);

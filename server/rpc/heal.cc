@@ -115,6 +115,28 @@ absl::Status Named(const Session& session, absl::string_view what, const absl::S
                       absl::StrCat("session '", session.id(), "': ", what, ": ", status.message()));
 }
 
+absl::StatusOr<v1::ListReplicasResponse> ListReplicasOn(RankGroup* group, int r,
+                                                        const std::string& session_id = "");
+
+// Once the rank healed in has its state: every rank whose sessions are a step behind another
+// rank's takes that step (Regroup kCatchUp; rank 0's own part here).
+absl::Status CatchUp(Engine* engine, RankGroup* group, v1::RegroupRequest catch_up) {
+  std::vector<v1::ListReplicasResponse> lists(group->world_size());
+  OPTSTEP_RETURN_IF_ERROR(group->ForEachRank([&](int r) -> absl::Status {
+    OPTSTEP_ASSIGN_OR_RETURN(lists[r],
+                             r == 0 ? ListReplicas(engine, *group, {}) : ListReplicasOn(group, r));
+    return absl::OkStatus();
+  }));
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<CatchUpSources> plan, PlanCatchUp(lists));
+  return group->ForEachRank([&](int r) -> absl::Status {
+    if (plan[r].empty()) return absl::OkStatus();
+    if (r == 0) return CatchUpFromPeers(engine, group, plan[0]);
+    v1::RegroupRequest request = catch_up;
+    request.mutable_catch_up_from()->insert(plan[r].begin(), plan[r].end());
+    return RegroupOn(group, r, request);
+  });
+}
+
 absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
                               const std::string& address, uint64_t generation,
                               const std::vector<v1::CreateReplicaRequest>& sessions) {
@@ -131,6 +153,8 @@ absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
     OPTSTEP_RETURN_IF_ERROR(RegroupOn(
         group, rank, Phase(generation, rank, address, v1::RegroupRequest::PHASE_TRANSFER)));
   }
+  OPTSTEP_RETURN_IF_ERROR(
+      CatchUp(engine, group, Phase(generation, rank, address, v1::RegroupRequest::PHASE_CATCH_UP)));
   LOG(INFO) << "event=rank_healed rank=" << rank << " generation=" << generation
             << " sessions=" << sessions.size()
             << " rebuild_s=" << absl::ToDoubleSeconds(rebuilt - started)
@@ -194,7 +218,7 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group, int rank,
 // A rank not yet listening is waited for, up to the group's timeout: every rank published its
 // address only once it listened, but a connection may still be on its way.
 absl::StatusOr<v1::ListReplicasResponse> ListReplicasOn(RankGroup* group, int r,
-                                                        const std::string& session_id = "") {
+                                                        const std::string& session_id) {
   grpc::ClientContext context;
   context.set_wait_for_ready(true);
   context.set_deadline(std::chrono::system_clock::now() +
@@ -354,6 +378,7 @@ absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const Rank
     v1::CreateReplicaRequest* replica = response.add_replicas();
     replica->set_session_id(session->id());
     replica->set_resolutions(session->resolutions_started());
+    replica->set_step(session->stats().step);
   }
   return response;
 }
@@ -433,6 +458,52 @@ absl::Status RefreshShadow(Session& session, int rank, int world_size, const Hea
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> shadow,
                            fetch(predecessor, session.id(), HealPart::kOwned));
   return ImportShadowOf(session, predecessor, std::move(shadow));
+}
+
+absl::StatusOr<std::vector<CatchUpSources>> PlanCatchUp(
+    const std::vector<v1::ListReplicasResponse>& lists) {
+  // Each session's latest step, and the lowest rank at it.
+  std::map<std::string, std::pair<uint64_t, int>> latest;
+  for (size_t r = 0; r < lists.size(); ++r) {
+    for (const v1::CreateReplicaRequest& listed : lists[r].replicas()) {
+      auto [it, added] = latest.try_emplace(listed.session_id(), listed.step(), r);
+      if (!added && listed.step() > it->second.first) it->second = {listed.step(), r};
+    }
+  }
+  std::vector<CatchUpSources> plan(lists.size());
+  for (size_t r = 0; r < lists.size(); ++r) {
+    for (const v1::CreateReplicaRequest& listed : lists[r].replicas()) {
+      const auto& [step, from] = latest.at(listed.session_id());
+      if (listed.step() == step) continue;
+      if (listed.step() + 1 != step) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("session '", listed.session_id(), "' is at step ", listed.step(),
+                         " on rank ", r, " and at step ", step, " on rank ", from,
+                         ": a lost peer leaves a rank at most one step behind"));
+      }
+      plan[r][listed.session_id()] = static_cast<uint32_t>(from);
+    }
+  }
+  return plan;
+}
+
+absl::Status CatchUpFromPeers(Engine* engine, RankGroup* group, const CatchUpSources& sources) {
+  const HealFetch fetch = PeerFetch(group);
+  for (const auto& [id, from] : sources) {
+    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, engine->GetSession(id));
+    const uint64_t behind = session->stats().step;
+    OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> masters,
+                             fetch(static_cast<int>(from), id, HealPart::kMasters));
+    OPTSTEP_RETURN_IF_ERROR(Named(*session, absl::StrCat("taking the masters of rank ", from),
+                                  Imported([&](Session::DoneCallback done) {
+                                    session->ImportMasters(std::move(masters), std::move(done));
+                                  })));
+    LOG(WARNING) << "event=session_caught_up session=" << id << " rank=" << group->rank()
+                 << " from=" << from << " step=" << behind << "->" << session->stats().step
+                 << " a lost peer cut this rank's step alone; it takes the step rank " << from
+                 << " finished";
+  }
+  return absl::OkStatus();
 }
 
 HealFetch PeerFetch(RankGroup* group) {

@@ -16,6 +16,8 @@
 //                                            (kTransfer: the masters a peer holds, its own
 //                                            masters and state from its buddy's shadow, its
 //                                            shadow duty from its predecessor);
+//                                            every rank a step behind another (a lost peer cut
+//                                            its all-gather alone): that step (kCatchUp);
 //                                            every rank: Regroup kEnd (steps taken again)
 //   serves  <------------------------------  the generation
 //
@@ -31,6 +33,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -79,6 +82,23 @@ absl::Status SameSessionsOnSurvivors(const std::vector<v1::ListReplicasResponse>
 // a session, that session as a healed rank recreates it.
 absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const RankGroup& group,
                                                       const v1::ListReplicasRequest& request);
+// Whom each rank takes a later step of a session from as a heal ends (Regroup kCatchUp), by
+// session id: the rank to fetch it from.
+using CatchUpSources = std::map<std::string, uint32_t>;
+// From every rank's list (`lists`, by rank; ListReplicas, each session with its step): for each
+// rank, the sessions it is a step behind in and, for each, the lowest rank that finished that
+// step. A ring all-gather cut by a rank's death can complete on some ranks and fail on others,
+// which then wait to redo a step their trainers may never send again (the ranks that completed
+// it answer it as applied). FAILED_PRECONDITION naming the session and the ranks when a rank is
+// further behind.
+absl::StatusOr<std::vector<CatchUpSources>> PlanCatchUp(
+    const std::vector<v1::ListReplicasResponse>& lists);
+// This rank's part of Regroup kCatchUp: each session of `sources` takes the masters and step
+// counters of the rank named (its own block and state, already at that step, are the same
+// there; the interrupted step is then no longer redone). The error names the session and the
+// rank.
+absl::Status CatchUpFromPeers(Engine* engine, RankGroup* group, const CatchUpSources& sources);
+
 // PeerService.CreateReplica's work on this rank (also rank 0's own replicas when it heals):
 // the admission check alone, or the replica built, counting the group's resolutions.
 absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& request);

@@ -130,11 +130,16 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* 
                                                    v1::RegroupResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (group_ == nullptr) return FinishWithoutGroup(reactor);
-  // Rebuilding the communicators blocks until every rank arrives; the transfer reads peers.
+  // Rebuilding the communicators blocks until every rank arrives; the transfer and the catch-up
+  // read peers.
   RunDetached([engine = engine_, group = group_, request, reactor] {
     absl::Status status;
     if (request->phase() == v1::RegroupRequest::PHASE_TRANSFER) {
       status = TakeStateFromPeers(engine, group->rank(), group->world_size(), PeerFetch(group));
+    } else if (request->phase() == v1::RegroupRequest::PHASE_CATCH_UP) {
+      status = CatchUpFromPeers(
+          engine, group,
+          CatchUpSources(request->catch_up_from().begin(), request->catch_up_from().end()));
     } else {
       status = group->Regroup(*request);
       const bool healed = request->phase() == v1::RegroupRequest::PHASE_END && !request->failed();

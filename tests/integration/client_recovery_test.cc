@@ -39,17 +39,11 @@ constexpr uint64_t kSteps = 5;
 
 // Ranks 0..kWorld-1 with `flags`, on `ports` (0: free ones).
 absl::StatusOr<Group> StartOn(const std::vector<std::string>& flags, std::vector<int> ports) {
-  Group group;
-  for (int rank = 0; rank < kWorld; ++rank) {
+  return testutil::StartGroup(kWorld, [&](int rank) {
     std::vector<std::string> args = flags;
     args.push_back(absl::StrCat("--port=", ports[rank]));
-    args.push_back(absl::StrCat("--rank=", rank));
-    args.push_back(absl::StrCat("--world_size=", kWorld));
-    if (rank > 0) args.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
-    OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<ServerProcess> process, ServerProcess::Start(args));
-    group.push_back(std::move(process));
-  }
-  return group;
+    return args;
+  });
 }
 
 int PortOf(const ServerProcess& rank) {

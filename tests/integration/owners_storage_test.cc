@@ -21,6 +21,7 @@
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/healing_group.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/server_process.h"
@@ -233,8 +234,7 @@ TEST_P(KilledMidStepTest, ARankKilledInAStepIsHealedInAndTheRedoneStepIsBitIdent
   constexpr int kWorld = 4, kKilledStep = 2;
   const int dead = GetParam().dead;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Reference reference, OneRank());
-  const std::vector<std::string> flags = {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000",
-                                          "--state_redundancy=1", "--rejoin_timeout_ms=30000"};
+  const std::vector<std::string> flags = testutil::HealingFlags();
   Running run;
   for (int r = 0; r < kWorld; ++r) {
     std::vector<std::string> args = flags;

@@ -30,9 +30,9 @@
 #include "absl/time/clock.h"
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "tests/integration/healing_group.h"
 #include "tests/integration/test_metrics.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
@@ -41,73 +41,28 @@
 namespace optstep {
 namespace {
 
+using ::optstep::testutil::AwaitHealth;
+using ::optstep::testutil::Group;
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::kSpreadParams;
+using ::optstep::testutil::Live;
+using ::optstep::testutil::Restart;
+using ::optstep::testutil::Running;
 using ::optstep::testutil::SameResolutionsEverywhere;
+using ::optstep::testutil::SameStateAndParameters;
 using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
+using ::optstep::testutil::SpreadGradients;
+using ::optstep::testutil::SpreadSpec;
+using ::optstep::testutil::StateOf;
+using ::optstep::testutil::SteppedReference;
 using ::optstep::testutil::StepSmall;
-
-using Group = std::vector<std::unique_ptr<ServerProcess>>;
+using ::optstep::testutil::StepSpread;
+using ::optstep::testutil::Trainer;
 
 constexpr int kWorld = 3;
 constexpr int kDead = 1;  // the rank killed by the tests that are not run for each rank
-const std::vector<std::string> kFlags = {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000",
-                                         "--state_redundancy=1", "--rejoin_timeout_ms=30000"};
-
-std::unique_ptr<Client> Trainer(const Group& group) {
-  ClientOptions options;
-  for (const auto& rank : group) options.rank_targets.push_back(rank->address());
-  options.connect_timeout = absl::Seconds(20);
-  options.recovery_timeout = absl::Seconds(30);
-  auto client = Client::Connect(options);
-  EXPECT_THAT(client.status(), IsOk());
-  return client.ok() ? *std::move(client) : nullptr;
-}
-
-// Whether rank `rank`'s health answers `serving` within `bound`.
-bool AwaitHealth(const ServerProcess& rank, bool serving, absl::Duration bound) {
-  ClientOptions options;
-  options.target = rank.address();
-  auto client = Client::Connect(options);
-  if (!client.ok()) return false;
-  for (const absl::Time end = absl::Now() + bound; absl::Now() < end;) {
-    absl::StatusOr<bool> health = (*client)->CheckHealth();
-    if (health.ok() && *health == serving) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
-}
-
-// Whether rank `rank`'s liveness service (what a liveness probe asks) answers SERVING.
-bool Live(const ServerProcess& rank) {
-  auto health = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(rank.address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  grpc::health::v1::HealthCheckRequest request;
-  request.set_service("optstep.liveness");
-  grpc::health::v1::HealthCheckResponse response;
-  return health->Check(&context, request, &response).ok() &&
-         response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-}
-
-// Whether `rank`'s process still runs: not exited, nor a child exited and not yet reaped (which
-// kill(pid, 0) still reaches).
-bool Running(const ServerProcess& rank) {
-  int status = 0;
-  return rank.pid() > 0 && waitpid(rank.pid(), &status, WNOHANG) == 0;
-}
-
-// Restarts rank `rank` of `group` (killed) with its ordinal, on its port.
-absl::Status Restart(Group& group, int rank, std::vector<std::string> flags) {
-  const std::string& address = group[rank]->address();
-  flags.push_back(absl::StrCat("--port=", address.substr(address.rfind(':') + 1)));
-  flags.push_back(absl::StrCat("--rank=", rank));
-  flags.push_back(absl::StrCat("--world_size=", group.size()));
-  if (rank > 0) flags.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
-  OPTSTEP_ASSIGN_OR_RETURN(group[rank], ServerProcess::Start(flags));
-  return absl::OkStatus();
-}
+const std::vector<std::string> kFlags = testutil::HealingFlags();
 
 // The parameters of an Adam session after steps 1..4 and of another after its steps 1..2 (made
 // after step 2 of the first), on `group`; with `dead` >= 0, rank `dead` is killed after step 2
@@ -181,85 +136,6 @@ TEST_P(KilledRankTest, ARankRestartedBetweenStepsRejoinsAndTrainingEndsBitIdenti
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
-// An Adam session of kParams parameters: each of the kWorld ranks owns some.
-constexpr int kParams = 6;
-v1::SessionSpec SpreadSpec(const std::string& name,
-                           v1::ParameterStorage storage = v1::PARAMETER_STORAGE_REPLICATED) {
-  v1::SessionSpec spec = SmallSpec(name);
-  spec.set_parameter_storage(storage);
-  spec.clear_parameters();
-  for (int p = 0; p < kParams; ++p) {
-    auto* param = spec.add_parameters();
-    param->set_name(absl::StrCat("layer", p, ".weight"));
-    param->add_shape(16 + 8 * p);
-  }
-  return spec;
-}
-
-// The gradients of a SpreadSpec session's step `step`, by parameter.
-std::vector<std::vector<float>> SpreadGradients(uint64_t step) {
-  std::vector<std::vector<float>> grads(kParams);
-  for (int p = 0; p < kParams; ++p) {
-    for (int i = 0; i < 16 + 8 * p; ++i) {
-      grads[p].push_back(0.01f * static_cast<float>((i * 7 + p * 3) % 11 - 5) +
-                         0.002f * static_cast<float>(step));
-    }
-  }
-  return grads;
-}
-
-absl::StatusOr<StepReply> StepSpread(Client& trainer, const std::string& session_id,
-                                     uint64_t step) {
-  const std::vector<std::vector<float>> grads = SpreadGradients(step);
-  std::vector<FullGradient> full;
-  for (int p = 0; p < kParams; ++p) full.push_back({static_cast<uint32_t>(p), grads[p]});
-  StepOptions options;
-  options.session_id = session_id;
-  options.step = step;
-  return trainer.Step(options, full);
-}
-
-// A SpreadSpec session named "reference" stepped `steps` times before any loss: the run a
-// disturbed session of the same definition must end as.
-absl::StatusOr<v1::SessionInfo> SteppedReference(
-    Client& trainer, uint64_t steps,
-    v1::ParameterStorage storage = v1::PARAMETER_STORAGE_REPLICATED) {
-  OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo reference,
-                           trainer.CreateSession(SpreadSpec("reference", storage)));
-  for (uint64_t step = 1; step <= steps; ++step) {
-    OPTSTEP_RETURN_IF_ERROR(StepSpread(trainer, reference.session_id(), step).status());
-  }
-  return reference;
-}
-
-// The session's parameters and optimizer state, key by key (the masters' bits included).
-absl::StatusOr<std::string> StateOf(Client& trainer, const std::string& session_id) {
-  v1::ExportStateDictRequest request;
-  request.set_session_id(session_id);
-  OPTSTEP_ASSIGN_OR_RETURN(std::vector<Client::StateDictEntry> entries,
-                           trainer.ExportStateDict(request));
-  std::string all;
-  for (const Client::StateDictEntry& entry : entries) {
-    absl::StrAppend(&all, entry.chunk_key, "/", entry.key, ":", entry.bytes.size(), ":",
-                    entry.bytes, ";");
-  }
-  return all;
-}
-
-// OK when session `other` holds the optimizer state and the parameters of session `reference`
-// bit for bit; else which of them differs.
-absl::Status SameStateAndParameters(Client& trainer, const std::string& reference,
-                                    const std::string& other) {
-  OPTSTEP_ASSIGN_OR_RETURN(std::string expected, StateOf(trainer, reference));
-  OPTSTEP_ASSIGN_OR_RETURN(std::string got, StateOf(trainer, other));
-  if (expected.empty()) return absl::InternalError("the reference session exports no state");
-  if (got != expected) return absl::InternalError("the optimizer state differs");
-  OPTSTEP_ASSIGN_OR_RETURN(std::string expected_params, testutil::Pulled(trainer, reference));
-  OPTSTEP_ASSIGN_OR_RETURN(std::string got_params, testutil::Pulled(trainer, other));
-  if (got_params != expected_params) return absl::InternalError("the parameters differ");
-  return absl::OkStatus();
-}
-
 TEST_P(KilledRankTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   const int dead = GetParam();
   constexpr uint64_t kSteps = 5;
@@ -268,15 +144,8 @@ TEST_P(KilledRankTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   // the second session, after the first session's kSteps.
   std::vector<std::string> dying = kFlags;
   dying.push_back(absl::StrCat("--kill_before_allgather=", kSteps + kKilledStep));
-  Group group;
-  for (int r = 0; r < kWorld; ++r) {
-    std::vector<std::string> flags = r == dead ? dying : kFlags;
-    flags.push_back(absl::StrCat("--rank=", r));
-    flags.push_back(absl::StrCat("--world_size=", kWorld));
-    if (r > 0) flags.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ServerProcess> rank, ServerProcess::Start(flags));
-    group.push_back(std::move(rank));
-  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      Group group, testutil::StartGroup(kWorld, [&](int r) { return r == dead ? dying : kFlags; }));
   ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
   std::unique_ptr<Client> trainer = Trainer(group);
   ASSERT_NE(trainer, nullptr);
@@ -432,13 +301,12 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
 
 INSTANTIATE_TEST_SUITE_P(
     RankAndStorage, StoodInRankTest,
-    ::testing::Combine(::testing::Values(1, 2),
-                       ::testing::Values(v1::PARAMETER_STORAGE_REPLICATED,
-                                         v1::PARAMETER_STORAGE_OWNERS)),
+    ::testing::Combine(::testing::Values(1, 2), ::testing::Values(v1::PARAMETER_STORAGE_REPLICATED,
+                                                                  v1::PARAMETER_STORAGE_OWNERS)),
     [](const ::testing::TestParamInfo<std::tuple<int, v1::ParameterStorage>>& info) {
-      return absl::StrCat("Rank", std::get<0>(info.param),
-                          std::get<1>(info.param) == v1::PARAMETER_STORAGE_OWNERS ? "Owners"
-                                                                                  : "Replicated");
+      return absl::StrCat(
+          "Rank", std::get<0>(info.param),
+          std::get<1>(info.param) == v1::PARAMETER_STORAGE_OWNERS ? "Owners" : "Replicated");
     });
 
 TEST(RejoinTest, ALossThatCutsAStepOnSomeRanksOnlyLeavesOneCountOfResolutions) {
@@ -460,7 +328,7 @@ TEST(RejoinTest, ALossThatCutsAStepOnSomeRanksOnlyLeavesOneCountOfResolutions) {
   request.mutable_header()->set_step(2);
   ASSERT_TRUE(stream->Write(request));
   const std::vector<std::vector<float>> grads = SpreadGradients(2);
-  for (int p = 0; p < kParams; ++p) {
+  for (int p = 0; p < kSpreadParams; ++p) {
     if (info.layout().owner(p) != 0) continue;
     request.Clear();
     v1::TensorChunk* chunk = request.mutable_gradient();

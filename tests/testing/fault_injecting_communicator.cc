@@ -41,10 +41,11 @@ template <typename Forward>
 absl::Status FaultInjectingCommunicator::Run(const char* method, void* result, int64_t count,
                                              CommDType dtype, Forward forward) {
   bool corrupt = false;
-  OPTSTEP_RETURN_IF_ERROR(faults_.OnCall(method, &corrupt));
+  absl::Status after;
+  OPTSTEP_RETURN_IF_ERROR(faults_.OnCall(method, &corrupt, &after));
   OPTSTEP_RETURN_IF_ERROR(forward());
   if (corrupt && count > 0) CorruptFirst(result, dtype);
-  return absl::OkStatus();
+  return after;
 }
 
 int FaultInjectingCommunicator::rank() const { return base_->rank(); }

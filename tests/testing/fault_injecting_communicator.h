@@ -15,7 +15,9 @@ namespace testutil {
 // A Communicator that forwards every collective to another one and injects the faults set in
 // faults(): fail the n-th call of "AllReduce", "AllGatherV", "Broadcast", "RingShift" or
 // "Barrier" with a given status (the call is then not forwarded: this rank leaves its peers waiting
-// in the collective, as a rank that lost its connection does), delay it, or corrupt its result.
+// in the collective, as a rank that lost its connection does), fail it after it was forwarded
+// (FailAfterCall: the peers completed it, this rank alone sees it fail), delay it, or corrupt its
+// result.
 // rank() and world_size() are only forwarded.
 //
 // Corruption happens after a successful collective, in host memory (the "local" and "gloo"

@@ -1,6 +1,6 @@
 // FaultInjectingCommunicator: forwards each collective to the same collective of the wrapped
 // communicator with the same arguments, fails exactly the calls it was told to (without
-// forwarding them), and corrupts the first element of a result.
+// forwarding them, or after), and corrupts the first element of a result.
 
 #include "tests/testing/fault_injecting_communicator.h"
 
@@ -99,6 +99,17 @@ TEST_F(LocalFaultInjectingCommunicatorTest, FailsExactlyTheNthCallWithoutForward
   // The wrapped communicator's own answers come through unchanged.
   EXPECT_THAT(comm_->AllReduce(recv, -1, CommDType::kFloat32, ReduceOp::kSum),
               StatusIs(absl::StatusCode::kInvalidArgument, "data count -1 is negative"));
+}
+
+TEST_F(LocalFaultInjectingCommunicatorTest, FailsTheNthCallAfterForwardingIt) {
+  comm_->faults().FailAfterCall("AllGatherV", 1, absl::UnavailableError("injected: send broke"));
+  const float send[2] = {1, 2};
+  float recv[2] = {0, 0};
+  EXPECT_EQ(comm_->AllGatherV(send, 2, recv, {2}, CommDType::kFloat32),
+            absl::UnavailableError("injected: send broke"));
+  EXPECT_EQ(recv[0], 1);  // forwarded: the collective ran
+  EXPECT_EQ(recv[1], 2);
+  ASSERT_THAT(comm_->AllGatherV(send, 2, recv, {2}, CommDType::kFloat32), IsOk());
 }
 
 TEST_F(LocalFaultInjectingCommunicatorTest, CorruptsTheFirstElementOfTheResult) {

@@ -36,6 +36,11 @@ void FaultInjector::FailCalls(absl::string_view method, int64_t n, int64_t last,
   Add(method, Fault{Kind::kFail, n, last, std::move(status), absl::ZeroDuration()});
 }
 
+void FaultInjector::FailAfterCall(absl::string_view method, int64_t n, absl::Status status) {
+  CHECK(!status.ok()) << "a failure of '" << method << "' needs an error status";
+  Add(method, Fault{Kind::kFailAfter, n, n, std::move(status), absl::ZeroDuration()});
+}
+
 void FaultInjector::DelayCalls(absl::string_view method, int64_t n, int64_t last,
                                absl::Duration delay) {
   Add(method, Fault{Kind::kDelay, n, last, absl::OkStatus(), delay});
@@ -57,10 +62,11 @@ int64_t FaultInjector::calls(absl::string_view method) const {
   return it == calls_.end() ? 0 : it->second;
 }
 
-absl::Status FaultInjector::OnCall(absl::string_view method, bool* corrupt) {
+absl::Status FaultInjector::OnCall(absl::string_view method, bool* corrupt, absl::Status* after) {
   absl::Status status;
   absl::Duration delay;
   *corrupt = false;
+  if (after != nullptr) *after = absl::OkStatus();
   {
     absl::MutexLock lock(&mu_);
     auto count = calls_.find(method);
@@ -73,6 +79,10 @@ absl::Status FaultInjector::OnCall(absl::string_view method, bool* corrupt) {
       switch (fault.kind) {
         case Kind::kFail:
           if (status.ok()) status = fault.status;
+          break;
+        case Kind::kFailAfter:
+          CHECK(after != nullptr) << "'" << method << "' cannot fail after it was forwarded";
+          if (after->ok()) *after = fault.status;
           break;
         case Kind::kDelay:
           delay += fault.delay;

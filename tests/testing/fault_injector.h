@@ -48,6 +48,11 @@ class FaultInjector {
   void FailCall(absl::string_view method, int64_t n, absl::Status status) {
     FailCalls(method, n, n, std::move(status));
   }
+  // The n-th call of `method` is forwarded, and then answers `status` whatever it did: a failure
+  // this side alone sees, its peers having seen the call complete (a collective whose part went
+  // out before this rank's connection broke). Only wrappers that pass OnCall an `after` have it.
+  // REQUIRES: !status.ok().
+  void FailAfterCall(absl::string_view method, int64_t n, absl::Status status);
   // Calls n .. last of `method` sleep for `delay` before they go on (to a failure, or forwarded).
   void DelayCalls(absl::string_view method, int64_t n, int64_t last, absl::Duration delay);
   // The n-th call of `method` is forwarded and, when it succeeds, its output is corrupted (what
@@ -60,11 +65,12 @@ class FaultInjector {
   int64_t calls(absl::string_view method) const;
 
   // For the wrappers: counts a call of `method` and sleeps for its delays. Answers the status
-  // the call must fail with (OK: forward it) and, in *corrupt, whether its output is corrupted.
-  absl::Status OnCall(absl::string_view method, bool* corrupt);
+  // the call must fail with (OK: forward it), in *corrupt whether its output is corrupted and, in
+  // *after (when given), the status to answer once it was forwarded (FailAfterCall).
+  absl::Status OnCall(absl::string_view method, bool* corrupt, absl::Status* after = nullptr);
 
  private:
-  enum class Kind { kFail, kDelay, kCorrupt };
+  enum class Kind { kFail, kFailAfter, kDelay, kCorrupt };
   struct Fault {
     Kind kind;
     int64_t first;

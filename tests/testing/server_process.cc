@@ -68,9 +68,14 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
 
 absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
     int world_size, const std::vector<std::string>& args) {
+  return StartGroup(world_size, [&args](int) { return args; });
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
+    int world_size, const std::function<std::vector<std::string>(int rank)>& args_of) {
   std::vector<std::unique_ptr<ServerProcess>> group;
   for (int rank = 0; rank < world_size; ++rank) {
-    std::vector<std::string> rank_args = args;
+    std::vector<std::string> rank_args = args_of(rank);
     rank_args.push_back(absl::StrCat("--rank=", rank));
     rank_args.push_back(absl::StrCat("--world_size=", world_size));
     if (rank > 0) rank_args.push_back(absl::StrCat("--rendezvous=", group[0]->address()));

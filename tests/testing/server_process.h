@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,9 @@ class ServerProcess {
 // it), each with `args`. The processes are in rank order.
 absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
     int world_size, const std::vector<std::string>& args = {});
+// The same, rank r with `args_of(r)`.
+absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
+    int world_size, const std::function<std::vector<std::string>(int rank)>& args_of);
 
 // Path of a binary of this workspace in the test's runfiles, e.g. "server/optstep_server".
 std::string RunfilePath(const std::string& workspace_relative);

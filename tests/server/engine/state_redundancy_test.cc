@@ -250,6 +250,41 @@ TEST(StateRedundancyTest, RankLostAfterItsUpdateIsHealedAndTheStepRedone) {
   LoseAndHealRankOne(true);
 }
 
+// Rank 2 dies in step 3's all-gather once its part went out, and rank 1's all-gather fails with
+// it while rank 0's completes (a ring all-gather cut by a death can end so): rank 0 finished
+// step 3 and its trainers may have seen it; rank 1 is interrupted in it. Rank 1's shadow of rank
+// 0 takes step 3 all the same. Rank 2 is healed (from rank 0: its buddy and a rank that finished
+// the step), rank 1 takes rank 0's masters and counters (the heal's catch-up, heal.h), and the
+// run ends as an undisturbed one.
+TEST(StateRedundancyTest, AnAllGatherCompletedOnSomeRanksOnlyIsCaughtUpByTheOthers) {
+  const SessionConfig config = ConfigOf("muon");
+  RedundancyGroup reference(3, config);
+  for (uint64_t step = 1; step <= 5; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+
+  RedundancyGroup group(3, config);
+  for (uint64_t step = 1; step <= 2; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  for (int r : {1, 2}) {
+    FaultInjector& faults = group.comm(r).faults();
+    faults.FailAfterCall("AllGatherV", faults.calls("AllGatherV") + 1,
+                         absl::UnavailableError("injected: rank 2 dies"));
+  }
+  const std::vector<absl::StatusOr<StepOutcome>> outcomes = group.Step(3);
+  OPTSTEP_EXPECT_OK(outcomes[0].status());
+  EXPECT_THAT(outcomes[1].status(), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(group.session(1).interrupted_step(), std::optional<uint64_t>(3));
+  EXPECT_EQ(Difference(group.Shadow(1), group.OwnedState(0)), "");
+
+  group.Regroup(/*replaced=*/2);
+  OPTSTEP_ASSERT_OK(group.ImportMasters(2, group.Masters(0)));
+  OPTSTEP_ASSERT_OK(group.ImportOwnedState(2, group.Shadow(0)));
+  OPTSTEP_ASSERT_OK(group.ImportShadow(2, group.OwnedState(1)));
+  OPTSTEP_ASSERT_OK(group.ImportMasters(1, group.Masters(0)));   // the catch-up
+  EXPECT_EQ(group.session(1).interrupted_step(), std::nullopt);  // nothing left to redo
+  for (int r = 0; r < 3; ++r) group.session(r).ResumeAfterHeal();
+  for (uint64_t step = 4; step <= 5; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  ExpectSameState(group, reference);
+}
+
 TEST(StateRedundancyTest, AnImportedStateIsSteppedAgainAndMakesTheShadowStale) {
   const SessionConfig config = ConfigOf("adamw");
   RedundancyGroup reference(2, config);

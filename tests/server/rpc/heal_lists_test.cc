@@ -60,5 +60,43 @@ TEST(HealListsTest, ASessionAtAnotherResolutionIsNamed) {
                        "session 'b' finished 2 resolutions on rank 1 and 3 on rank 2"));
 }
 
+// A rank's list for the catch-up: sessions (id, step) in id order.
+v1::ListReplicasResponse AtSteps(const std::vector<std::pair<std::string, uint64_t>>& sessions) {
+  v1::ListReplicasResponse list;
+  for (const auto& [id, step] : sessions) {
+    v1::CreateReplicaRequest* replica = list.add_replicas();
+    replica->set_session_id(id);
+    replica->set_step(step);
+  }
+  return list;
+}
+
+TEST(HealListsTest, EveryRankAtOneStepCatchesUpNothing) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      std::vector<CatchUpSources> plan,
+      PlanCatchUp({AtSteps({{"a", 3}, {"b", 0}}), AtSteps({{"a", 3}, {"b", 0}}),
+                   AtSteps({{"a", 3}, {"b", 0}})}));
+  ASSERT_EQ(plan.size(), 3u);
+  for (const CatchUpSources& sources : plan) EXPECT_TRUE(sources.empty());
+}
+
+TEST(HealListsTest, ARankAStepBehindTakesItFromTheLowestRankThatFinishedIt) {
+  // Session a: ranks 0 and 2 finished step 3 where rank 1's all-gather failed. Session b: rank 2
+  // alone finished step 8 (rank 0, healed in, imported rank 1's masters, a step behind).
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      std::vector<CatchUpSources> plan,
+      PlanCatchUp({AtSteps({{"a", 3}, {"b", 7}}), AtSteps({{"a", 2}, {"b", 7}}),
+                   AtSteps({{"a", 3}, {"b", 8}})}));
+  EXPECT_EQ(plan[0], (CatchUpSources{{"b", 2}}));
+  EXPECT_EQ(plan[1], (CatchUpSources{{"a", 0}, {"b", 2}}));
+  EXPECT_EQ(plan[2], CatchUpSources());
+}
+
+TEST(HealListsTest, ARankFurtherBehindIsNamed) {
+  EXPECT_THAT(PlanCatchUp({AtSteps({{"a", 5}}), AtSteps({{"a", 3}})}),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "session 'a' is at step 3 on rank 1 and at step 5 on rank 0"));
+}
+
 }  // namespace
 }  // namespace optstep

@@ -1,0 +1,40 @@
+#include "server/testing_faults.h"
+
+#include <signal.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace optstep {
+
+KillAtPhase::KillAtPhase(std::shared_ptr<StepObserver> inner, Phase phase, int kill_at,
+                         std::string flag)
+    : inner_(std::move(inner)), phase_(phase), kill_at_(kill_at), flag_(std::move(flag)) {}
+
+void KillAtPhase::OnPhase(Phase phase, absl::Duration duration) {
+  inner_->OnPhase(phase, duration);
+  if (phase != phase_ || ++seen_ != kill_at_) return;
+  LOG(ERROR) << "event=killed_by_flag flag=" << flag_ << " at=" << kill_at_
+             << " this rank kills itself";
+  google::FlushLogFiles(google::GLOG_INFO);
+  raise(SIGKILL);
+}
+
+FailAllGatherAfter::FailAllGatherAfter(std::unique_ptr<Communicator> base,
+                                       std::shared_ptr<std::atomic<int>> count, int fail_at)
+    : base_(std::move(base)), count_(std::move(count)), fail_at_(fail_at) {}
+
+absl::Status FailAllGatherAfter::AllGatherV(const void* send, int64_t send_count, void* recv,
+                                            const std::vector<int64_t>& recv_counts,
+                                            CommDType dtype) {
+  absl::Status gathered = base_->AllGatherV(send, send_count, recv, recv_counts, dtype);
+  if (!gathered.ok() || ++*count_ != fail_at_) return gathered;
+  LOG(ERROR) << "event=allgather_failed_by_flag at=" << fail_at_
+             << " --fail_allgather_after: this rank answers a completed all-gather as failed";
+  return absl::UnavailableError(absl::StrCat("--fail_allgather_after=", fail_at_, ": all-gather ",
+                                             fail_at_, " completed and is answered as failed"));
+}
+
+}  // namespace optstep

@@ -1,0 +1,82 @@
+#ifndef OPTSTEP_SERVER_TESTING_FAULTS_H_
+#define OPTSTEP_SERVER_TESTING_FAULTS_H_
+
+// Testing only: the faults a rank injects into itself on its testing flags (RankProcess::Options,
+// --kill_before_allgather, --kill_after_allgather, --fail_allgather_after), so that the
+// integration tests can lose a rank, or cut a collective, at a moment of their choosing.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/comm/communicator.h"
+#include "server/engine/step_observer.h"
+
+namespace optstep {
+
+// Reports to `inner`, and SIGKILLs this process at the `kill_at`-th step phase `phase` it is told
+// of: kStep ends after the rank stepped its own parameters and shipped their gradients to its
+// buddy, before the all-gather; kAllGather ends once the all-gather completed here, before the
+// trainers are answered.
+class KillAtPhase final : public StepObserver {
+ public:
+  KillAtPhase(std::shared_ptr<StepObserver> inner, Phase phase, int kill_at, std::string flag);
+
+  void OnPhase(Phase phase, absl::Duration duration) override;
+  void OnBytesIn(int64_t bytes) override { inner_->OnBytesIn(bytes); }
+  void OnBytesOut(int64_t bytes) override { inner_->OnBytesOut(bytes); }
+  void OnStepEnd(const std::string& session, uint64_t step, int rank, StepEnd end,
+                 absl::string_view error) override {
+    inner_->OnStepEnd(session, step, rank, end, error);
+  }
+  void OnSessionCreated(const std::string& session, int rank, int64_t params) override {
+    inner_->OnSessionCreated(session, rank, params);
+  }
+  void OnSessionClosed(const std::string& session, int rank) override {
+    inner_->OnSessionClosed(session, rank);
+  }
+
+ private:
+  const std::shared_ptr<StepObserver> inner_;
+  const Phase phase_;
+  const int kill_at_;
+  const std::string flag_;
+  std::atomic<int> seen_{0};
+};
+
+// Forwards every collective to `base`; the `fail_at`-th AllGatherV counted on `count` (shared by
+// the communicators of every session of the process) is forwarded and then answers UNAVAILABLE:
+// the peers completed it, this rank alone sees it fail, as when its send to a rank that died
+// broke after the data went out.
+class FailAllGatherAfter final : public Communicator {
+ public:
+  FailAllGatherAfter(std::unique_ptr<Communicator> base, std::shared_ptr<std::atomic<int>> count,
+                     int fail_at);
+
+  int rank() const override { return base_->rank(); }
+  int world_size() const override { return base_->world_size(); }
+  absl::Status AllReduce(void* data, int64_t count, CommDType dtype, ReduceOp op) override {
+    return base_->AllReduce(data, count, dtype, op);
+  }
+  absl::Status AllGatherV(const void* send, int64_t send_count, void* recv,
+                          const std::vector<int64_t>& recv_counts, CommDType dtype) override;
+  absl::Status Broadcast(void* data, int64_t count, CommDType dtype, int root) override {
+    return base_->Broadcast(data, count, dtype, root);
+  }
+  absl::Status RingShift(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                         CommDType dtype) override {
+    return base_->RingShift(send, send_count, recv, recv_count, dtype);
+  }
+  absl::Status Barrier() override { return base_->Barrier(); }
+
+ private:
+  const std::unique_ptr<Communicator> base_;
+  const std::shared_ptr<std::atomic<int>> count_;
+  const int fail_at_;
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_TESTING_FAULTS_H_

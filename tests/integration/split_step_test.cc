@@ -1,0 +1,83 @@
+// A rank killed inside a step's all-gather can leave the survivors apart: the ring all-gather
+// completes on a rank that had every block and fails on one whose send to the dying rank broke.
+// Here, on a real 3-rank group on loopback, rank 2 kills itself in step 3 of a session once the
+// all-gather completed on it (--kill_after_allgather) and rank 1 answers that all-gather as failed
+// (--fail_allgather_after): rank 0 finished step 3 and answered it, rank 1 is interrupted in it.
+// Rank 2, restarted, heals in; rank 1 takes step 3 from rank 0 (the heal's catch-up, heal.h); the
+// trainer, which sees step 3 applied, goes on without a rollback, and the run ends bit for bit
+// with an undisturbed session, every process still the one it started as.
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/cpp/client.h"
+#include "gtest/gtest.h"
+#include "tests/integration/healing_group.h"
+#include "tests/integration/test_session.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::AwaitHealth;
+using ::optstep::testutil::Group;
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::Restart;
+using ::optstep::testutil::Running;
+using ::optstep::testutil::SameResolutionsEverywhere;
+using ::optstep::testutil::SameStateAndParameters;
+using ::optstep::testutil::SpreadSpec;
+using ::optstep::testutil::SteppedReference;
+using ::optstep::testutil::StepSpread;
+using ::optstep::testutil::Trainer;
+
+constexpr int kWorld = 3;
+const std::vector<std::string> kFlags = testutil::HealingFlags();
+
+TEST(SplitStepTest, ASurvivorWhoseAllGatherFailedTakesTheStepAnotherFinished) {
+  constexpr uint64_t kSteps = 5;
+  constexpr uint64_t kCutStep = 3;
+  // The all-gather of step kCutStep of the second session, after the first session's kSteps.
+  const uint64_t cut = kSteps + kCutStep;
+  const auto flags_of = [&](int r) {
+    std::vector<std::string> flags = kFlags;
+    if (r == 1) flags.push_back(absl::StrCat("--fail_allgather_after=", cut));
+    if (r == 2) flags.push_back(absl::StrCat("--kill_after_allgather=", cut));
+    return flags;
+  };
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags_of));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo split, trainer->CreateSession(SpreadSpec("split")));
+  for (uint64_t step = 1; step < kCutStep; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, split.session_id(), step).status(), IsOk());
+  }
+  absl::StatusOr<StepReply> stepped = absl::UnknownError("not run");
+  std::thread step([&] { stepped = StepSpread(*trainer, split.session_id(), kCutStep); });
+  const int status = group[2]->Wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  ASSERT_THAT(Restart(group, 2, kFlags), IsOk());
+  step.join();
+  // Applied, not rolled back: the trainer gets step kCutStep's parameters.
+  ASSERT_THAT(stepped.status(), IsOk());
+  EXPECT_EQ(stepped->step, kCutStep);
+  for (uint64_t s = kCutStep + 1; s <= kSteps; ++s) {
+    ASSERT_THAT(StepSpread(*trainer, split.session_id(), s).status(), IsOk()) << "step " << s;
+  }
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), split.session_id()), IsOk());
+  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace optstep

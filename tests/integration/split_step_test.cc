@@ -1,11 +1,13 @@
 // A rank killed inside a step's all-gather can leave the survivors apart: the ring all-gather
 // completes on a rank that had every block and fails on one whose send to the dying rank broke.
-// Here, on a real 3-rank group on loopback, rank 2 kills itself in step 3 of a session once the
-// all-gather completed on it (--kill_after_allgather) and rank 1 answers that all-gather as failed
-// (--fail_allgather_after): rank 0 finished step 3 and answered it, rank 1 is interrupted in it.
-// Rank 2, restarted, heals in; rank 1 takes step 3 from rank 0 (the heal's catch-up, heal.h); the
-// trainer, which sees step 3 applied, goes on without a rollback, and the run ends bit for bit
-// with an undisturbed session, every process still the one it started as.
+// Here, on a real 3-rank group on loopback, one rank kills itself in step 3 of a session once the
+// all-gather completed on it (--kill_after_allgather) and another answers that all-gather as
+// failed (--fail_allgather_after): the third finished step 3 and answered it, the failing one is
+// interrupted in it. The dead rank, restarted, heals in (rank 0 coordinating, or healing itself
+// in when it is the one); the interrupted rank takes step 3 from one that finished it (the heal's
+// catch-up, heal.h); the trainer, which sees step 3 applied, goes on without a rollback, and the
+// run ends bit for bit with an undisturbed session, every survivor still the process it started
+// as.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -42,15 +44,24 @@ using ::optstep::testutil::Trainer;
 constexpr int kWorld = 3;
 const std::vector<std::string> kFlags = testutil::HealingFlags();
 
-TEST(SplitStepTest, ASurvivorWhoseAllGatherFailedTakesTheStepAnotherFinished) {
+struct Split {
+  int dead;    // killed once its all-gather completed
+  int behind;  // its all-gather answered as failed
+};
+
+class SplitStepTest : public ::testing::TestWithParam<Split> {};
+
+TEST_P(SplitStepTest, ASurvivorWhoseAllGatherFailedTakesTheStepAnotherFinished) {
+  const int dead = GetParam().dead;
+  const int behind = GetParam().behind;
   constexpr uint64_t kSteps = 5;
   constexpr uint64_t kCutStep = 3;
   // The all-gather of step kCutStep of the second session, after the first session's kSteps.
   const uint64_t cut = kSteps + kCutStep;
   const auto flags_of = [&](int r) {
     std::vector<std::string> flags = kFlags;
-    if (r == 1) flags.push_back(absl::StrCat("--fail_allgather_after=", cut));
-    if (r == 2) flags.push_back(absl::StrCat("--kill_after_allgather=", cut));
+    if (r == behind) flags.push_back(absl::StrCat("--fail_allgather_after=", cut));
+    if (r == dead) flags.push_back(absl::StrCat("--kill_after_allgather=", cut));
     return flags;
   };
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags_of));
@@ -64,9 +75,9 @@ TEST(SplitStepTest, ASurvivorWhoseAllGatherFailedTakesTheStepAnotherFinished) {
   }
   absl::StatusOr<StepReply> stepped = absl::UnknownError("not run");
   std::thread step([&] { stepped = StepSpread(*trainer, split.session_id(), kCutStep); });
-  const int status = group[2]->Wait();
+  const int status = group[dead]->Wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
-  ASSERT_THAT(Restart(group, 2, kFlags), IsOk());
+  ASSERT_THAT(Restart(group, dead, kFlags), IsOk());
   step.join();
   // Applied, not rolled back: the trainer gets step kCutStep's parameters.
   ASSERT_THAT(stepped.status(), IsOk());
@@ -78,6 +89,12 @@ TEST(SplitStepTest, ASurvivorWhoseAllGatherFailedTakesTheStepAnotherFinished) {
   EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, SplitStepTest, ::testing::Values(Split{2, 1}, Split{0, 2}),
+                         [](const ::testing::TestParamInfo<Split>& info) {
+                           return absl::StrCat("Rank", info.param.dead, "Dies_Rank",
+                                               info.param.behind, "Behind");
+                         });
 
 }  // namespace
 }  // namespace optstep

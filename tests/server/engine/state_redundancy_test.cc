@@ -3,8 +3,9 @@
 // interrupted by a lost peer is redone after the heal and applied exactly once, whether the ranks
 // had applied it or not; a rank lost and restarted gets its state from its buddy, its shadow
 // from its predecessor and the masters from a peer, and the run ends bit for bit as an
-// undisturbed one, also after initial values (under both parameter storages). Ranks are engines
-// in this process joined by gloo.
+// undisturbed one, also after initial values (under both parameter storages); a rank whose last
+// collective failed where another's completed takes the step from it. Ranks are engines in this
+// process joined by gloo.
 
 #include <functional>
 #include <memory>
@@ -250,14 +251,18 @@ TEST(StateRedundancyTest, RankLostAfterItsUpdateIsHealedAndTheStepRedone) {
   LoseAndHealRankOne(true);
 }
 
-// Rank 2 dies in step 3's all-gather once its part went out, and rank 1's all-gather fails with
-// it while rank 0's completes (a ring all-gather cut by a death can end so): rank 0 finished
-// step 3 and its trainers may have seen it; rank 1 is interrupted in it. Rank 1's shadow of rank
-// 0 takes step 3 all the same. Rank 2 is healed (from rank 0: its buddy and a rank that finished
-// the step), rank 1 takes rank 0's masters and counters (the heal's catch-up, heal.h), and the
-// run ends as an undisturbed one.
-TEST(StateRedundancyTest, AnAllGatherCompletedOnSomeRanksOnlyIsCaughtUpByTheOthers) {
-  const SessionConfig config = ConfigOf("muon");
+// Rank 2 dies in step 3's last collective (the all-gather; the barrier under OWNERS storage) once
+// its part went out, and rank 1's fails with it while rank 0's completes (a ring collective cut
+// by a death can end so): rank 0 finished step 3 and its trainers may have seen it; rank 1 is
+// interrupted in it. Rank 1's shadow of rank 0 takes step 3 all the same. Rank 2 is healed (from
+// rank 0: its buddy and a rank that finished the step), rank 1 takes rank 0's masters and
+// counters (the heal's catch-up, heal.h), and the run ends as an undisturbed one.
+class SplitStepTest : public testing::TestWithParam<ParameterStorage> {};
+
+TEST_P(SplitStepTest, ACollectiveCompletedOnSomeRanksOnlyIsCaughtUpByTheOthers) {
+  SessionConfig config = ConfigOf("muon");
+  config.storage = GetParam();
+  const char* last = GetParam() == ParameterStorage::kOwners ? "Barrier" : "AllGatherV";
   RedundancyGroup reference(3, config);
   for (uint64_t step = 1; step <= 5; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
 
@@ -265,7 +270,7 @@ TEST(StateRedundancyTest, AnAllGatherCompletedOnSomeRanksOnlyIsCaughtUpByTheOthe
   for (uint64_t step = 1; step <= 2; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
   for (int r : {1, 2}) {
     FaultInjector& faults = group.comm(r).faults();
-    faults.FailAfterCall("AllGatherV", faults.calls("AllGatherV") + 1,
+    faults.FailAfterCall(last, faults.calls(last) + 1,
                          absl::UnavailableError("injected: rank 2 dies"));
   }
   const std::vector<absl::StatusOr<StepOutcome>> outcomes = group.Step(3);
@@ -284,6 +289,12 @@ TEST(StateRedundancyTest, AnAllGatherCompletedOnSomeRanksOnlyIsCaughtUpByTheOthe
   for (uint64_t step = 4; step <= 5; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
   ExpectSameState(group, reference);
 }
+
+INSTANTIATE_TEST_SUITE_P(Storage, SplitStepTest,
+                         testing::Values(ParameterStorage::kReplicated, ParameterStorage::kOwners),
+                         [](const testing::TestParamInfo<ParameterStorage>& info) {
+                           return info.param == ParameterStorage::kOwners ? "Owners" : "Replicated";
+                         });
 
 TEST(StateRedundancyTest, AnImportedStateIsSteppedAgainAndMakesTheShadowStale) {
   const SessionConfig config = ConfigOf("adamw");

@@ -490,6 +490,12 @@ absl::StatusOr<std::vector<CatchUpSources>> PlanCatchUp(
 absl::Status CatchUpFromPeers(Engine* engine, RankGroup* group, const CatchUpSources& sources) {
   const HealFetch fetch = PeerFetch(group);
   for (const auto& [id, from] : sources) {
+    if (from >= static_cast<uint32_t>(group->world_size()) ||
+        from == static_cast<uint32_t>(group->rank())) {
+      return absl::InvalidArgumentError(absl::StrCat("session '", id, "': rank ", group->rank(),
+                                                     " of ", group->world_size(),
+                                                     " cannot take a step from rank ", from));
+    }
     OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, engine->GetSession(id));
     const uint64_t behind = session->stats().step;
     OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> masters,

@@ -96,7 +96,7 @@ absl::StatusOr<std::vector<CatchUpSources>> PlanCatchUp(
 // This rank's part of Regroup kCatchUp: each session of `sources` takes the masters and step
 // counters of the rank named (its own block and state, already at that step, are the same
 // there; the interrupted step is then no longer redone). The error names the session and the
-// rank.
+// rank; INVALID_ARGUMENT for a rank that is not a peer.
 absl::Status CatchUpFromPeers(Engine* engine, RankGroup* group, const CatchUpSources& sources);
 
 // PeerService.CreateReplica's work on this rank (also rank 0's own replicas when it heals):

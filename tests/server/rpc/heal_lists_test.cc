@@ -3,12 +3,15 @@
 // only some of them, and a heal from one rank's list would leave the others waiting in the
 // rendezvous until the timeout. The first session that differs is named.
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/engine/engine.h"
 #include "server/rpc/heal.h"
+#include "server/rpc/rank_group.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -96,6 +99,22 @@ TEST(HealListsTest, ARankFurtherBehindIsNamed) {
   EXPECT_THAT(PlanCatchUp({AtSteps({{"a", 5}}), AtSteps({{"a", 3}})}),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        "session 'a' is at step 3 on rank 1 and at step 5 on rank 0"));
+}
+
+TEST(HealListsTest, ACatchUpFromARankThatIsNotAPeerIsRefused) {
+  EngineOptions engine_options;
+  engine_options.device.num_threads = 1;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(engine_options));
+  RankGroupOptions options;
+  options.rank = 1;
+  options.world_size = 3;
+  RankGroup group(options, engine.get());
+  EXPECT_THAT(CatchUpFromPeers(engine.get(), &group, {{"s", 3}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "cannot take a step from rank 3"));
+  EXPECT_THAT(CatchUpFromPeers(engine.get(), &group, {{"s", 1}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "cannot take a step from rank 1"));
+  EXPECT_THAT(CatchUpFromPeers(engine.get(), &group, {{"s", 0}}),
+              StatusIs(absl::StatusCode::kNotFound));  // a peer, but no such session
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ constexpr uint64_t kSteps = 5;
 
 // Ranks 0..kWorld-1 with `flags`, on `ports` (0: free ones).
 absl::StatusOr<Group> StartOn(const std::vector<std::string>& flags, std::vector<int> ports) {
-  return testutil::StartGroup(kWorld, [&](int rank) {
+  return testutil::StartGroupWith(kWorld, [&](int rank) {
     std::vector<std::string> args = flags;
     args.push_back(absl::StrCat("--port=", ports[rank]));
     return args;

@@ -144,8 +144,9 @@ TEST_P(KilledRankTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
   // the second session, after the first session's kSteps.
   std::vector<std::string> dying = kFlags;
   dying.push_back(absl::StrCat("--kill_before_allgather=", kSteps + kKilledStep));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(
-      Group group, testutil::StartGroup(kWorld, [&](int r) { return r == dead ? dying : kFlags; }));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroupWith(kWorld, [&](int r) {
+                                 return r == dead ? dying : kFlags;
+                               }));
   ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
   std::unique_ptr<Client> trainer = Trainer(group);
   ASSERT_NE(trainer, nullptr);

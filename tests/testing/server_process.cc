@@ -68,10 +68,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(std::vector<
 
 absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
     int world_size, const std::vector<std::string>& args) {
-  return StartGroup(world_size, [&args](int) { return args; });
+  return StartGroupWith(world_size, [&args](int) { return args; });
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
+absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroupWith(
     int world_size, const std::function<std::vector<std::string>(int rank)>& args_of) {
   std::vector<std::unique_ptr<ServerProcess>> group;
   for (int rank = 0; rank < world_size; ++rank) {

@@ -52,7 +52,7 @@ class ServerProcess {
 absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
     int world_size, const std::vector<std::string>& args = {});
 // The same, rank r with `args_of(r)`.
-absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroup(
+absl::StatusOr<std::vector<std::unique_ptr<ServerProcess>>> StartGroupWith(
     int world_size, const std::function<std::vector<std::string>(int rank)>& args_of);
 
 // Path of a binary of this workspace in the test's runfiles, e.g. "server/optstep_server".

@@ -466,6 +466,7 @@ absl::StatusOr<std::vector<CatchUpSources>> PlanCatchUp(
   std::map<std::string, std::pair<uint64_t, int>> latest;
   for (size_t r = 0; r < lists.size(); ++r) {
     for (const v1::CreateReplicaRequest& listed : lists[r].replicas()) {
+      if (!listed.has_step()) continue;  // an earlier release's rank
       auto [it, added] = latest.try_emplace(listed.session_id(), listed.step(), r);
       if (!added && listed.step() > it->second.first) it->second = {listed.step(), r};
     }
@@ -473,6 +474,7 @@ absl::StatusOr<std::vector<CatchUpSources>> PlanCatchUp(
   std::vector<CatchUpSources> plan(lists.size());
   for (size_t r = 0; r < lists.size(); ++r) {
     for (const v1::CreateReplicaRequest& listed : lists[r].replicas()) {
+      if (!listed.has_step()) continue;
       const auto& [step, from] = latest.at(listed.session_id());
       if (listed.step() == step) continue;
       if (listed.step() + 1 != step) {

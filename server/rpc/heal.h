@@ -89,8 +89,8 @@ using CatchUpSources = std::map<std::string, uint32_t>;
 // rank, the sessions it is a step behind in and, for each, the lowest rank that finished that
 // step. A ring all-gather cut by a rank's death can complete on some ranks and fail on others,
 // which then wait to redo a step their trainers may never send again (the ranks that completed
-// it answer it as applied). FAILED_PRECONDITION naming the session and the ranks when a rank is
-// further behind.
+// it answer it as applied). A rank that lists no step (an earlier release) is left out.
+// FAILED_PRECONDITION naming the session and the ranks when a rank is further behind.
 absl::StatusOr<std::vector<CatchUpSources>> PlanCatchUp(
     const std::vector<v1::ListReplicasResponse>& lists);
 // This rank's part of Regroup kCatchUp: each session of `sources` takes the masters and step

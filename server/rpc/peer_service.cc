@@ -135,11 +135,17 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* 
   RunDetached([engine = engine_, group = group_, request, reactor] {
     absl::Status status;
     if (request->phase() == v1::RegroupRequest::PHASE_TRANSFER) {
-      status = TakeStateFromPeers(engine, group->rank(), group->world_size(), PeerFetch(group));
+      status = group->CheckHealing(request->generation());
+      if (status.ok()) {
+        status = TakeStateFromPeers(engine, group->rank(), group->world_size(), PeerFetch(group));
+      }
     } else if (request->phase() == v1::RegroupRequest::PHASE_CATCH_UP) {
-      status = CatchUpFromPeers(
-          engine, group,
-          CatchUpSources(request->catch_up_from().begin(), request->catch_up_from().end()));
+      status = group->CheckHealing(request->generation());
+      if (status.ok()) {
+        status = CatchUpFromPeers(
+            engine, group,
+            CatchUpSources(request->catch_up_from().begin(), request->catch_up_from().end()));
+      }
     } else {
       status = group->Regroup(*request);
       const bool healed = request->phase() == v1::RegroupRequest::PHASE_END && !request->failed();

@@ -200,6 +200,16 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
   }
 }
 
+absl::Status RankGroup::CheckHealing(uint64_t generation) const {
+  absl::MutexLock lock(&mu_);
+  if (healing_.ok() || generation != generation_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", options_.rank, " is ", healing_.ok() ? "not healing" : "healing",
+                     " generation ", generation_, ", not in a heal into generation ", generation));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::shared_ptr<Session>> RankGroup::Sessions() const {
   return engine_ != nullptr ? engine_->ListSessions() : std::vector<std::shared_ptr<Session>>();
 }

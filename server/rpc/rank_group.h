@@ -139,6 +139,9 @@ class RankGroup {
   // rank does); kEnd takes steps again (after a failed heal the heartbeats judge the rank, and the
   // sessions' pause is cancelled; a failed heal of rank 0 itself is told to `on_heal_failed`).
   absl::Status Regroup(const v1::RegroupRequest& request);
+  // OK while a heal into generation `generation` runs here (between kBegin and kEnd): the phases
+  // that move state (kTransfer, kCatchUp) run only then; else FAILED_PRECONDITION saying why.
+  absl::Status CheckHealing(uint64_t generation) const;
   // Rank 0: creates `replica` (its session id, definition, owner, and the resolutions the other
   // ranks finished) on rank `rank` rejoining the group.
   absl::Status CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica);

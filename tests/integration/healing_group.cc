@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "optstep/v1/internal.grpc.pb.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/status_matchers.h"
 
@@ -58,6 +59,26 @@ bool Live(const ServerProcess& rank) {
 bool Running(const ServerProcess& rank) {
   int status = 0;
   return rank.pid() > 0 && waitpid(rank.pid(), &status, WNOHANG) == 0;
+}
+
+absl::StatusOr<uint64_t> AwaitListedStep(const ServerProcess& rank, const std::string& session_id,
+                                         uint64_t step, absl::Duration bound) {
+  auto peer = v1::PeerService::NewStub(
+      grpc::CreateChannel(rank.address(), grpc::InsecureChannelCredentials()));
+  const absl::Time end = absl::Now() + bound;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::ListReplicasResponse listed;
+    const grpc::Status status = peer->ListReplicas(&context, v1::ListReplicasRequest(), &listed);
+    if (!status.ok()) return absl::InternalError(status.error_message());
+    uint64_t now = 0;
+    for (const v1::CreateReplicaRequest& replica : listed.replicas()) {
+      if (replica.session_id() == session_id) now = replica.step();
+    }
+    if (now == step || absl::Now() >= end) return now;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 }
 
 absl::Status Restart(Group& group, int rank, std::vector<std::string> flags) {

@@ -36,6 +36,10 @@ bool Live(const ServerProcess& rank);
 // Whether `rank`'s process still runs: not exited, nor a child exited and not yet reaped (which
 // kill(pid, 0) still reaches).
 bool Running(const ServerProcess& rank);
+// The step of session `session_id` on rank `rank` (PeerService.ListReplicas) once it is `step`,
+// waiting up to `bound`; else the step it has then, or the error.
+absl::StatusOr<uint64_t> AwaitListedStep(const ServerProcess& rank, const std::string& session_id,
+                                         uint64_t step, absl::Duration bound);
 // Restarts rank `rank` of `group` (killed) with its ordinal, on its port.
 absl::Status Restart(Group& group, int rank, std::vector<std::string> flags);
 

@@ -30,6 +30,7 @@ namespace optstep {
 namespace {
 
 using ::optstep::testutil::AwaitHealth;
+using ::optstep::testutil::AwaitListedStep;
 using ::optstep::testutil::Group;
 using ::optstep::testutil::IsOk;
 using ::optstep::testutil::Restart;
@@ -64,7 +65,7 @@ TEST_P(SplitStepTest, ASurvivorWhoseAllGatherFailedTakesTheStepAnotherFinished) 
     if (r == dead) flags.push_back(absl::StrCat("--kill_after_allgather=", cut));
     return flags;
   };
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags_of));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroupWith(kWorld, flags_of));
   ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
   std::unique_ptr<Client> trainer = Trainer(group);
   ASSERT_NE(trainer, nullptr);
@@ -77,6 +78,15 @@ TEST_P(SplitStepTest, ASurvivorWhoseAllGatherFailedTakesTheStepAnotherFinished) 
   std::thread step([&] { stepped = StepSpread(*trainer, split.session_id(), kCutStep); });
   const int status = group[dead]->Wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  // The split: the third rank finished the step, the one behind did not.
+  const int finished = 3 - dead - behind;
+  absl::StatusOr<uint64_t> at =
+      AwaitListedStep(*group[finished], split.session_id(), kCutStep, absl::Seconds(10));
+  ASSERT_THAT(at.status(), IsOk());
+  EXPECT_EQ(*at, kCutStep) << "rank " << finished;
+  at = AwaitListedStep(*group[behind], split.session_id(), kCutStep - 1, absl::Seconds(1));
+  ASSERT_THAT(at.status(), IsOk());
+  EXPECT_EQ(*at, kCutStep - 1) << "rank " << behind;
   ASSERT_THAT(Restart(group, dead, kFlags), IsOk());
   step.join();
   // Applied, not rolled back: the trainer gets step kCutStep's parameters.

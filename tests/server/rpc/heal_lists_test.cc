@@ -95,6 +95,16 @@ TEST(HealListsTest, ARankAStepBehindTakesItFromTheLowestRankThatFinishedIt) {
   EXPECT_EQ(plan[2], CatchUpSources());
 }
 
+TEST(HealListsTest, ARankOfAnEarlierReleaseIsLeftOut) {
+  // Its list carries no steps: neither a source nor behind.
+  v1::ListReplicasResponse earlier = AtSteps({{"a", 0}});
+  earlier.mutable_replicas(0)->clear_step();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<CatchUpSources> plan,
+                               PlanCatchUp({AtSteps({{"a", 5}}), earlier, AtSteps({{"a", 4}})}));
+  EXPECT_EQ(plan[1], CatchUpSources());
+  EXPECT_EQ(plan[2], (CatchUpSources{{"a", 0}}));
+}
+
 TEST(HealListsTest, ARankFurtherBehindIsNamed) {
   EXPECT_THAT(PlanCatchUp({AtSteps({{"a", 5}}), AtSteps({{"a", 3}})}),
               StatusIs(absl::StatusCode::kFailedPrecondition,

@@ -25,7 +25,7 @@ namespace {
 
 using ::optstep::testutil::StatusIs;
 
-constexpr int kElements = 4;
+constexpr int kElements = 12;
 
 // One fp32 element of tensor "w" (kElements long) at `offset`.
 v1::StateDictChunk Element(int offset) {
@@ -112,8 +112,8 @@ TEST_F(PeerStallTest, AFetchFromAPeerThatHangsMidStreamIsCancelledNamingIt) {
 }
 
 TEST_F(PeerStallTest, ASlowPeerWhoseStreamKeepsMovingIsNotCut) {
-  // The whole fetch takes three pauses, longer than the limit; no single pause does.
-  Serve(absl::Milliseconds(150), /*hang=*/false, absl::Milliseconds(400));
+  // The whole fetch takes eleven pauses, longer than the limit; no single pause comes near it.
+  Serve(absl::Milliseconds(100), /*hang=*/false, absl::Seconds(1));
   absl::StatusOr<std::shared_ptr<const StateDict>> fetched =
       PeerFetch(group_.get())(0, "s", HealPart::kOwned);
   ASSERT_TRUE(fetched.ok()) << fetched.status();

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "optstep/v1/session.pb.h"
 #include "server/engine/engine.h"
+#include "server/rpc/group_communicators.h"
 #include "server/rpc/rank_group.h"
 #include "tests/testing/status_matchers.h"
 
@@ -61,6 +62,31 @@ TEST(RankGroupFormingTest, ARankWaitsForALostRankZeroOnlyOnceTheGroupFormed) {
   no_heal.MarkFormed();
   no_heal.PeerLeft(0);
   EXPECT_FALSE(no_heal.AwaitsRankZero());
+}
+
+TEST(RankGroupFormingTest, StateMovesOnlyInTheHealOfItsGeneration) {
+  RankGroupOptions options = Healing(1);
+  GroupCommunicators communicators(
+      [](const std::string&) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        return absl::UnavailableError("no communicator in this test");
+      });
+  options.communicators = &communicators;
+  RankGroup group(options, nullptr);
+  EXPECT_THAT(group.CheckHealing(1),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is not healing generation 0"));
+  v1::RegroupRequest begin;
+  begin.set_generation(1);
+  begin.set_rank(2);
+  begin.set_address("127.0.0.1:1");
+  begin.set_phase(v1::RegroupRequest::PHASE_BEGIN);
+  OPTSTEP_ASSERT_OK(group.Regroup(begin));
+  OPTSTEP_EXPECT_OK(group.CheckHealing(1));
+  EXPECT_THAT(group.CheckHealing(2),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "not in a heal into generation 2"));
+  v1::RegroupRequest end = begin;
+  end.set_phase(v1::RegroupRequest::PHASE_END);
+  OPTSTEP_ASSERT_OK(group.Regroup(end));
+  EXPECT_THAT(group.CheckHealing(1), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 }  // namespace

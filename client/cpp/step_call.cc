@@ -86,32 +86,61 @@ void StepCall::Open(const v1::StepHeader& header) {
     write_ = Serialise(request);
     StartWrite(&write_);
     StartRead(&read_);
+    // Append and Commit start writes from the caller's thread, outside any reaction: gRPC must
+    // not end the call (OnDone) while one may still come, or the write would run on a call that
+    // is gone. Held until the writer can start none (ReleaseWriterHold).
+    writer_hold_ = true;
   }
+  AddHold();
   StartCall();
 }
 
 void StepCall::Append(absl::Span<const GradientSlice> chunks) {
-  absl::MutexLock lock(&mu_);
-  chunks_.insert(chunks_.end(), chunks.begin(), chunks.end());
-  WakeWriterLocked();
+  {
+    absl::MutexLock lock(&mu_);
+    chunks_.insert(chunks_.end(), chunks.begin(), chunks.end());
+    WakeWriterLocked();
+  }
+  ReleaseWriterHold();
 }
 
 void StepCall::Commit(uint64_t num_elements) {
-  absl::MutexLock lock(&mu_);
-  num_elements_ = num_elements;
-  WakeWriterLocked();
+  {
+    absl::MutexLock lock(&mu_);
+    num_elements_ = num_elements;
+    WakeWriterLocked();
+  }
+  ReleaseWriterHold();
+}
+
+void StepCall::ReleaseWriterHold() {
+  {
+    absl::MutexLock lock(&mu_);
+    // The writer starts nothing more once the half-close is out, a write failed (the writer stays
+    // busy for good) or the call was cancelled.
+    if (!writer_hold_ || !(writes_done_ || write_failed_ || cancelled_)) return;
+    writer_hold_ = false;
+  }
+  RemoveHold();  // without mu_: it may end the call, and OnDone takes mu_
 }
 
 void StepCall::WakeWriterLocked() {
-  if (writing_) return;
+  if (writing_ || cancelled_) return;  // after a cancel the writer's hold may be gone
   writing_ = true;
   WriteNextLocked();
 }
 
 void StepCall::OnWriteDone(bool ok) {
-  absl::MutexLock lock(&mu_);
-  // A failed write means the stream broke: OnDone tells why. The writer stays busy for good.
-  if (ok) WriteNextLocked();
+  {
+    absl::MutexLock lock(&mu_);
+    // A failed write means the stream broke: OnDone tells why. The writer stays busy for good.
+    if (ok) {
+      WriteNextLocked();
+    } else {
+      write_failed_ = true;
+    }
+  }
+  ReleaseWriterHold();
 }
 
 void StepCall::WriteNextLocked() {
@@ -132,6 +161,7 @@ void StepCall::WriteNextLocked() {
     write_ = Serialise(request);
     StartWrite(&write_);
   } else {
+    writes_done_ = true;
     StartWritesDone();
   }
 }
@@ -264,6 +294,7 @@ void StepCall::Cancel() {
     resumed = ResumeReadingLocked();
   }
   if (resumed) RemoveHold();
+  ReleaseWriterHold();
   Finish().IgnoreError();
 }
 

@@ -101,6 +101,8 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the next write unless one is in flight.
   void WakeWriterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the writer's hold on the call once the writer can start no more writes.
+  void ReleaseWriterHold() ABSL_LOCKS_EXCLUDED(mu_);
   // The next response that has arrived, or null when none has; `*ended` says then whether the
   // call is done (nothing more will come).
   std::unique_ptr<grpc::ByteBuffer> TakeResponse(bool* ended);
@@ -128,7 +130,12 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   size_t next_chunk_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<uint64_t> num_elements_ ABSL_GUARDED_BY(mu_);  // set by Commit
   bool committed_ ABSL_GUARDED_BY(mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a write is in flight
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;       // a write is in flight
+  bool writes_done_ ABSL_GUARDED_BY(mu_) = false;   // the half-close was started
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;  // the stream broke under a write
+  // The call is held (AddHold) for writes started outside a reaction, from Open until
+  // ReleaseWriterHold.
+  bool writer_hold_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ByteBuffer write_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer read_ ABSL_GUARDED_BY(mu_);
   // Responses read from gRPC, at most kReadAhead; when full, no read is started (paused_)

@@ -161,8 +161,11 @@ grpc::Status FakeOptimizerService::Step(
   v1::StepHeader header;
   while (stream->Read(&request)) {
     if (request.has_header()) header = request.header();
-    absl::MutexLock lock(&mu_);
-    step_requests_.push_back(request);
+    {
+      absl::MutexLock lock(&mu_);
+      step_requests_.push_back(request);
+    }
+    if (behaviour.error_at_header && !behaviour.step_error.ok()) return behaviour.step_error;
   }
   if (!behaviour.step_error.ok()) return behaviour.step_error;
 

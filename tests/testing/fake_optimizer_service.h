@@ -6,12 +6,12 @@
 // PullParameters with deterministic parameter values, FakeValue(param_id, element), in chunks of
 // `reply_chunk_elements`. No optimizer math. Thread-safe (gRPC calls handlers concurrently).
 
+#include <grpcpp/server.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/server.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -30,10 +30,13 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
  public:
   struct Behaviour {
     uint64_t reply_chunk_elements = 3;
-    // Step: end the stream with this status after reading every request (when not OK).
+    // Step: end the stream with this status after reading every request (when not OK), or
+    // right after the header with `error_at_header` (a rank that refuses the step, or dies, while
+    // the trainer still sends).
     grpc::Status step_error = grpc::Status::OK;
-    bool skipped = false;           // StepResult.skipped, and no parameters follow
-    bool miscount_chunks = false;   // announce one chunk more than is sent
+    bool error_at_header = false;
+    bool skipped = false;               // StepResult.skipped, and no parameters follow
+    bool miscount_chunks = false;       // announce one chunk more than is sent
     bool leave_out_last_chunk = false;  // leave a hole in the last parameter
     // Step returns these parameters (as their owner does under OWNERS storage) instead of those
     // the header asks for; empty: as asked.

@@ -90,6 +90,28 @@ class ClientTest : public ::testing::Test {
   FakeServer fake_;
 };
 
+// A rank that ends the step's stream while the trainer still sends (it refused the step, or
+// died): the commit that follows must not start a write on the ended call, which gRPC would run
+// after the call was released (a use-after-free under ASan, first seen with a rank lost
+// mid-step). The stream answers the rank's error.
+TEST_F(ClientTest, ACommitAfterTheRankEndedTheStreamAnswersItsError) {
+  FakeOptimizerService::Behaviour behaviour;
+  behaviour.step_error = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "step 1 refused");
+  behaviour.error_at_header = true;
+  service_.set_behaviour(behaviour);
+  std::unique_ptr<Client> client = Connect();
+  for (int round = 0; round < 5; ++round) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<StepStream> stream, client->OpenStep(FirstStep()));
+    const absl::Time end = absl::Now() + absl::Seconds(5);
+    while (service_.step_requests().size() < static_cast<size_t>(round + 1) && absl::Now() < end) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    absl::SleepFor(absl::Milliseconds(50));  // the call's end reaches the client
+    EXPECT_THAT(stream->Finish().status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "step 1 refused"));
+  }
+}
+
 TEST_F(ClientTest, ConnectValidatesOptionsAndReach) {
   ClientOptions options;
   EXPECT_THAT(Client::Connect(options), StatusIs(absl::StatusCode::kInvalidArgument, "target"));

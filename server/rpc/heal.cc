@@ -117,16 +117,14 @@ absl::Status Named(const Session& session, absl::string_view what, const absl::S
 
 absl::StatusOr<v1::ListReplicasResponse> ListReplicasOn(RankGroup* group, int r,
                                                         const std::string& session_id = "");
+absl::StatusOr<std::vector<v1::ListReplicasResponse>> ListEveryRank(RankGroup* group,
+                                                                    Engine* engine);
 
 // Once the rank healed in has its state: every rank whose sessions are a step behind another
 // rank's takes that step (Regroup kCatchUp; rank 0's own part here).
 absl::Status CatchUp(Engine* engine, RankGroup* group, v1::RegroupRequest catch_up) {
-  std::vector<v1::ListReplicasResponse> lists(group->world_size());
-  OPTSTEP_RETURN_IF_ERROR(group->ForEachRank([&](int r) -> absl::Status {
-    OPTSTEP_ASSIGN_OR_RETURN(lists[r],
-                             r == 0 ? ListReplicas(engine, *group, {}) : ListReplicasOn(group, r));
-    return absl::OkStatus();
-  }));
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<v1::ListReplicasResponse> lists,
+                           ListEveryRank(group, engine));
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<CatchUpSources> plan, PlanCatchUp(lists));
   return group->ForEachRank([&](int r) -> absl::Status {
     if (plan[r].empty()) return absl::OkStatus();
@@ -233,15 +231,25 @@ absl::StatusOr<v1::ListReplicasResponse> ListReplicasOn(RankGroup* group, int r,
   return response;
 }
 
+// Every rank's answer to ListReplicas, by rank, asked at once; rank 0's own from `engine`, or
+// left empty without one (rank 0 healing itself in has nothing to list yet).
+absl::StatusOr<std::vector<v1::ListReplicasResponse>> ListEveryRank(RankGroup* group,
+                                                                    Engine* engine) {
+  std::vector<v1::ListReplicasResponse> lists(group->world_size());
+  OPTSTEP_RETURN_IF_ERROR(group->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0 && engine == nullptr) return absl::OkStatus();
+    OPTSTEP_ASSIGN_OR_RETURN(lists[r],
+                             r == 0 ? ListReplicas(engine, *group, {}) : ListReplicasOn(group, r));
+    return absl::OkStatus();
+  }));
+  return lists;
+}
+
 // The sessions rank 0 heals itself in with, once every rank began the heal (no resolution starts
 // any more): every survivor's list, which must agree, then each session described by rank 1.
 absl::StatusOr<std::vector<v1::CreateReplicaRequest>> SessionsOfSurvivors(RankGroup* group) {
-  std::vector<v1::ListReplicasResponse> lists(group->world_size());
-  OPTSTEP_RETURN_IF_ERROR(group->ForEachRank([&](int r) -> absl::Status {
-    if (r == 0) return absl::OkStatus();
-    OPTSTEP_ASSIGN_OR_RETURN(lists[r], ListReplicasOn(group, r));
-    return absl::OkStatus();
-  }));
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<v1::ListReplicasResponse> lists,
+                           ListEveryRank(group, /*engine=*/nullptr));
   OPTSTEP_RETURN_IF_ERROR(SameSessionsOnSurvivors(lists));
   std::vector<v1::CreateReplicaRequest> sessions;
   for (const v1::CreateReplicaRequest& listed : lists[1].replicas()) {
@@ -300,12 +308,8 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
       group->options().communicators == nullptr) {
     return std::nullopt;
   }
-  std::vector<v1::ListReplicasResponse> answers(world_size);
-  OPTSTEP_RETURN_IF_ERROR(group->ForEachRank([&](int r) -> absl::Status {
-    if (r == 0) return absl::OkStatus();
-    OPTSTEP_ASSIGN_OR_RETURN(answers[r], ListReplicasOn(group, r));
-    return absl::OkStatus();
-  }));
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<v1::ListReplicasResponse> answers,
+                           ListEveryRank(group, /*engine=*/nullptr));
   int survivors = 0;
   int fresh = -1;
   uint64_t generation = 0;
@@ -490,7 +494,7 @@ absl::StatusOr<std::vector<CatchUpSources>> PlanCatchUp(
 }
 
 absl::Status CatchUpFromPeers(Engine* engine, RankGroup* group, const CatchUpSources& sources) {
-  const HealFetch fetch = PeerFetch(group);
+  // Every source checked before any session changes.
   for (const auto& [id, from] : sources) {
     if (from >= static_cast<uint32_t>(group->world_size()) ||
         from == static_cast<uint32_t>(group->rank())) {
@@ -498,6 +502,9 @@ absl::Status CatchUpFromPeers(Engine* engine, RankGroup* group, const CatchUpSou
                                                      " of ", group->world_size(),
                                                      " cannot take a step from rank ", from));
     }
+  }
+  const HealFetch fetch = PeerFetch(group);
+  for (const auto& [id, from] : sources) {
     OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, engine->GetSession(id));
     const uint64_t behind = session->stats().step;
     OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const StateDict> masters,

@@ -134,14 +134,13 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* 
   // read peers.
   RunDetached([engine = engine_, group = group_, request, reactor] {
     absl::Status status;
-    if (request->phase() == v1::RegroupRequest::PHASE_TRANSFER) {
+    const v1::RegroupRequest::Phase phase = request->phase();
+    if (phase == v1::RegroupRequest::PHASE_TRANSFER ||
+        phase == v1::RegroupRequest::PHASE_CATCH_UP) {
       status = group->CheckHealing(request->generation());
-      if (status.ok()) {
+      if (status.ok() && phase == v1::RegroupRequest::PHASE_TRANSFER) {
         status = TakeStateFromPeers(engine, group->rank(), group->world_size(), PeerFetch(group));
-      }
-    } else if (request->phase() == v1::RegroupRequest::PHASE_CATCH_UP) {
-      status = group->CheckHealing(request->generation());
-      if (status.ok()) {
+      } else if (status.ok()) {
         status = CatchUpFromPeers(
             engine, group,
             CatchUpSources(request->catch_up_from().begin(), request->catch_up_from().end()));

@@ -125,6 +125,9 @@ TEST(HealListsTest, ACatchUpFromARankThatIsNotAPeerIsRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, "cannot take a step from rank 1"));
   EXPECT_THAT(CatchUpFromPeers(engine.get(), &group, {{"s", 0}}),
               StatusIs(absl::StatusCode::kNotFound));  // a peer, but no such session
+  // Every source is checked before any session is touched.
+  EXPECT_THAT(CatchUpFromPeers(engine.get(), &group, {{"a", 0}, {"b", 3}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "session 'b'"));
 }
 
 }  // namespace

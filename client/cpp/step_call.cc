@@ -88,7 +88,7 @@ void StepCall::Open(const v1::StepHeader& header) {
     StartRead(&read_);
     // Append and Commit start writes from the caller's thread, outside any reaction: gRPC must
     // not end the call (OnDone) while one may still come, or the write would run on a call that
-    // is gone. Held until the writer can start none (ReleaseWriterHold).
+    // is gone. Held until the writer can start none (EndWriterHoldLocked).
     writer_hold_ = true;
   }
   AddHold();
@@ -96,32 +96,33 @@ void StepCall::Open(const v1::StepHeader& header) {
 }
 
 void StepCall::Append(absl::Span<const GradientSlice> chunks) {
+  bool release;
   {
     absl::MutexLock lock(&mu_);
     chunks_.insert(chunks_.end(), chunks.begin(), chunks.end());
     WakeWriterLocked();
+    release = EndWriterHoldLocked();
   }
-  ReleaseWriterHold();
+  if (release) RemoveHold();  // without mu_: it may end the call, and OnDone takes mu_
 }
 
 void StepCall::Commit(uint64_t num_elements) {
+  bool release;
   {
     absl::MutexLock lock(&mu_);
     num_elements_ = num_elements;
     WakeWriterLocked();
+    release = EndWriterHoldLocked();
   }
-  ReleaseWriterHold();
+  if (release) RemoveHold();
 }
 
-void StepCall::ReleaseWriterHold() {
-  {
-    absl::MutexLock lock(&mu_);
-    // The writer starts nothing more once the half-close is out, a write failed (the writer stays
-    // busy for good) or the call was cancelled.
-    if (!writer_hold_ || !(writes_done_ || write_failed_ || cancelled_)) return;
-    writer_hold_ = false;
-  }
-  RemoveHold();  // without mu_: it may end the call, and OnDone takes mu_
+bool StepCall::EndWriterHoldLocked() {
+  // The writer starts nothing more once the half-close is out, a write failed (the writer stays
+  // busy for good) or the call was cancelled.
+  if (!writer_hold_ || !(writes_done_ || write_failed_ || cancelled_)) return false;
+  writer_hold_ = false;
+  return true;
 }
 
 void StepCall::WakeWriterLocked() {
@@ -131,6 +132,7 @@ void StepCall::WakeWriterLocked() {
 }
 
 void StepCall::OnWriteDone(bool ok) {
+  bool release;
   {
     absl::MutexLock lock(&mu_);
     // A failed write means the stream broke: OnDone tells why. The writer stays busy for good.
@@ -139,8 +141,9 @@ void StepCall::OnWriteDone(bool ok) {
     } else {
       write_failed_ = true;
     }
+    release = EndWriterHoldLocked();
   }
-  ReleaseWriterHold();
+  if (release) RemoveHold();
 }
 
 void StepCall::WriteNextLocked() {
@@ -288,13 +291,15 @@ void StepCall::Cancel() {
   if (!started_) return;
   context_->TryCancel();
   bool resumed;
+  bool release;
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;  // reads go on to the end, none paused, so that the call can end
     resumed = ResumeReadingLocked();
+    release = EndWriterHoldLocked();
   }
   if (resumed) RemoveHold();
-  ReleaseWriterHold();
+  if (release) RemoveHold();
   Finish().IgnoreError();
 }
 

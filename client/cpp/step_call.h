@@ -101,8 +101,9 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the next write unless one is in flight.
   void WakeWriterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the writer's hold on the call once the writer can start no more writes.
-  void ReleaseWriterHold() ABSL_LOCKS_EXCLUDED(mu_);
+  // Once the writer can start no more writes: ends its hold on the call and answers true; the
+  // caller then removes the hold (RemoveHold) once it has released mu_.
+  bool EndWriterHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next response that has arrived, or null when none has; `*ended` says then whether the
   // call is done (nothing more will come).
   std::unique_ptr<grpc::ByteBuffer> TakeResponse(bool* ended);
@@ -134,7 +135,7 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   bool writes_done_ ABSL_GUARDED_BY(mu_) = false;   // the half-close was started
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;  // the stream broke under a write
   // The call is held (AddHold) for writes started outside a reaction, from Open until
-  // ReleaseWriterHold.
+  // EndWriterHoldLocked.
   bool writer_hold_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ByteBuffer write_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer read_ ABSL_GUARDED_BY(mu_);

@@ -336,30 +336,23 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
 }
 
 absl::Status SameSessionsOnSurvivors(const std::vector<v1::ListReplicasResponse>& lists) {
+  // Only the sessions must agree. Their counts of resolutions may not: a resolution the loss of
+  // rank 0 cut began on some survivors only, and the heal's end rebases every rank at one count
+  // (RankGroup::Regroup kEnd).
   const auto& first = lists[1].replicas();
   for (size_t r = 2; r < lists.size(); ++r) {
     const auto& other = lists[r].replicas();
     for (int i = 0; i < std::max(first.size(), other.size()); ++i) {
-      // Both lists are in id order: the first difference names a session one of them lacks, or
-      // one at another resolution.
-      const bool same_id =
-          i < first.size() && i < other.size() && first[i].session_id() == other[i].session_id();
-      if (same_id && first[i].resolutions() == other[i].resolutions()) continue;
-      std::string why;
-      if (same_id) {
-        why =
-            absl::StrCat("session '", first[i].session_id(), "' finished ", first[i].resolutions(),
-                         " resolutions on rank 1 and ", other[i].resolutions(), " on rank ", r);
-      } else {
-        const bool first_lacks =
-            i >= first.size() ||
-            (i < other.size() && other[i].session_id() < first[i].session_id());
-        const std::string& id = first_lacks ? other[i].session_id() : first[i].session_id();
-        why = absl::StrCat("session '", id, "' is on rank ", first_lacks ? r : 1,
-                           " but not on rank ", first_lacks ? 1 : r);
+      // Both lists are in id order: the first difference names a session one of them lacks.
+      if (i < first.size() && i < other.size() && first[i].session_id() == other[i].session_id()) {
+        continue;
       }
+      const bool first_lacks =
+          i >= first.size() || (i < other.size() && other[i].session_id() < first[i].session_id());
+      const std::string& id = first_lacks ? other[i].session_id() : first[i].session_id();
       return absl::FailedPreconditionError(absl::StrCat(
-          "rank 0 cannot rejoin: ", why,
+          "rank 0 cannot rejoin: session '", id, "' is on rank ", first_lacks ? r : 1,
+          " but not on rank ", first_lacks ? 1 : r,
           " (a creation or close cut by the loss of rank 0); the group restarts as a whole"));
     }
   }

@@ -16,6 +16,7 @@ checkpoint is complete: a session lost before it has nothing to be restored from
 
 from __future__ import annotations
 
+import os
 import pathlib
 import random
 import threading
@@ -34,7 +35,8 @@ from support import make_mlp
 
 WORLD = 3
 STEPS = 200
-SEED = 15
+# The plan's seed; OPTSTEP_CHAOS_SEED runs another plan (a soak over several seeds).
+SEED = int(os.environ.get("OPTSTEP_CHAOS_SEED", "15"))
 # What each single rank's kill is timed to; rank 0 takes one of them.
 SINGLE_MOMENTS = ("mid-step", "mid-save", "idle")
 # An idle kill leaves the group alone this long before the trainer's next step (the survivors
@@ -111,6 +113,7 @@ class Chaos:
         kill = self._pending.get(step)
         if kill is not None and kill.kind == "mid-step" and self._current is None:
             self._await_first_checkpoint()
+            self._await_returned()
             # The step is on the wire when this fires: it waits for the other trainer of
             # none, so it is killed within the step's few milliseconds or just after.
             threading.Timer(0.002, self._kill, args=(kill,)).start()
@@ -129,6 +132,7 @@ class Chaos:
         if kill is None or kill.kind == "mid-step":
             return
         self._await_first_checkpoint()
+        self._await_returned()
         if kill.kind == "mid-save":
             self._await_save_in_progress(step)
         self._kill(kill)
@@ -158,6 +162,19 @@ class Chaos:
         while not list(saved.glob("step-*/manifest.json")):
             assert time.monotonic() < deadline, "no automatic checkpoint within 20 s"
             time.sleep(0.01)
+
+    def _await_returned(self) -> None:
+        """A rank kept away is back once its own process took its stand-in's place (its buddy
+        logs the stand-in's end). Until then its stand-in runs in its buddy's process, so a kill
+        of the buddy would lose two ranks at once: the next kill waits for the return."""
+        for kill in self.kills:
+            if kill.kind != "away" or kill.returns_at in self._returns or kill.killed_at is None:
+                continue
+            rank = kill.ranks[0]
+            deadline = time.monotonic() + 30.0
+            while f"event=stand_in_ended rank={rank}" not in self.group.log((rank + 1) % WORLD):
+                assert time.monotonic() < deadline, f"rank {rank} not back within 30 s"
+                time.sleep(0.01)
 
     def _await_save_in_progress(self, step: int) -> None:
         """Returns once the automatic checkpoint of `step` has begun and not ended (or after a

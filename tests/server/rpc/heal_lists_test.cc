@@ -1,7 +1,9 @@
-// A restarted rank 0 heals itself in only from survivors that list the same sessions at the same
-// resolutions (SameSessionsOnSurvivors): a creation or a close cut by the loss of rank 0 reached
-// only some of them, and a heal from one rank's list would leave the others waiting in the
-// rendezvous until the timeout. The first session that differs is named.
+// A restarted rank 0 heals itself in only from survivors that list the same sessions
+// (SameSessionsOnSurvivors): a creation or a close cut by the loss of rank 0 reached only some of
+// them, and a heal from one rank's list would leave the others waiting in the rendezvous until
+// the timeout. The first session that differs is named. Their resolutions may differ: a
+// resolution the loss cut began on some survivors only, and the heal's end rebases every rank.
+// The catch-up of a step some ranks finished (PlanCatchUp) is covered here too.
 
 #include <memory>
 #include <string>
@@ -32,7 +34,7 @@ v1::ListReplicasResponse Listed(const std::vector<std::pair<std::string, uint64_
   return list;
 }
 
-TEST(HealListsTest, TheSameSessionsAtTheSameResolutionsHeal) {
+TEST(HealListsTest, TheSameSessionsHeal) {
   const v1::ListReplicasResponse list = Listed({{"a", 4}, {"b", 0}});
   EXPECT_THAT(SameSessionsOnSurvivors({v1::ListReplicasResponse(), list, list, list}), IsOk());
   EXPECT_THAT(SameSessionsOnSurvivors({v1::ListReplicasResponse(), Listed({}), Listed({})}),
@@ -56,11 +58,20 @@ TEST(HealListsTest, ASessionOnlySomeSurvivorsHoldIsNamed) {
                        "session 'c' is on rank 3 but not on rank 1"));
 }
 
-TEST(HealListsTest, ASessionAtAnotherResolutionIsNamed) {
+TEST(HealListsTest, SurvivorsAResolutionApartHeal) {
+  // Rank 0 was lost after rank 1 began resolving a step of 'b' (which the loss interrupted) and
+  // before rank 2 did: the heal's end rebases both, and the step is redone.
+  EXPECT_THAT(SameSessionsOnSurvivors({v1::ListReplicasResponse(), Listed({{"a", 4}, {"b", 3}}),
+                                       Listed({{"a", 4}, {"b", 2}})}),
+              IsOk());
   EXPECT_THAT(SameSessionsOnSurvivors({v1::ListReplicasResponse(), Listed({{"a", 4}, {"b", 2}}),
-                                       Listed({{"a", 4}, {"b", 3}})}),
+                                       Listed({{"a", 4}, {"b", 3}}), Listed({{"a", 5}, {"b", 3}})}),
+              IsOk());
+  // Not the sessions, though.
+  EXPECT_THAT(SameSessionsOnSurvivors(
+                  {v1::ListReplicasResponse(), Listed({{"a", 4}}), Listed({{"a", 5}, {"b", 0}})}),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       "session 'b' finished 2 resolutions on rank 1 and 3 on rank 2"));
+                       "session 'b' is on rank 2 but not on rank 1"));
 }
 
 // A rank's list for the catch-up: sessions (id, step) in id order.

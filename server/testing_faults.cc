@@ -24,12 +24,12 @@ void KillAtPhase::OnPhase(Phase phase, absl::Duration duration) {
 
 FailAllGatherAfter::FailAllGatherAfter(std::unique_ptr<Communicator> base,
                                        std::shared_ptr<std::atomic<int>> count, int fail_at)
-    : base_(std::move(base)), count_(std::move(count)), fail_at_(fail_at) {}
+    : ForwardingCommunicator(std::move(base)), count_(std::move(count)), fail_at_(fail_at) {}
 
 absl::Status FailAllGatherAfter::AllGatherV(const void* send, int64_t send_count, void* recv,
                                             const std::vector<int64_t>& recv_counts,
                                             CommDType dtype) {
-  absl::Status gathered = base_->AllGatherV(send, send_count, recv, recv_counts, dtype);
+  absl::Status gathered = base().AllGatherV(send, send_count, recv, recv_counts, dtype);
   if (!gathered.ok() || ++*count_ != fail_at_) return gathered;
   LOG(ERROR) << "event=allgather_failed_by_flag at=" << fail_at_
              << " --fail_allgather_after: this rank answers a completed all-gather as failed";

@@ -50,29 +50,15 @@ class KillAtPhase final : public StepObserver {
 // the communicators of every session of the process) is forwarded and then answers UNAVAILABLE:
 // the peers completed it, this rank alone sees it fail, as when its send to a rank that died
 // broke after the data went out.
-class FailAllGatherAfter final : public Communicator {
+class FailAllGatherAfter final : public ForwardingCommunicator {
  public:
   FailAllGatherAfter(std::unique_ptr<Communicator> base, std::shared_ptr<std::atomic<int>> count,
                      int fail_at);
 
-  int rank() const override { return base_->rank(); }
-  int world_size() const override { return base_->world_size(); }
-  absl::Status AllReduce(void* data, int64_t count, CommDType dtype, ReduceOp op) override {
-    return base_->AllReduce(data, count, dtype, op);
-  }
   absl::Status AllGatherV(const void* send, int64_t send_count, void* recv,
                           const std::vector<int64_t>& recv_counts, CommDType dtype) override;
-  absl::Status Broadcast(void* data, int64_t count, CommDType dtype, int root) override {
-    return base_->Broadcast(data, count, dtype, root);
-  }
-  absl::Status RingShift(const void* send, int64_t send_count, void* recv, int64_t recv_count,
-                         CommDType dtype) override {
-    return base_->RingShift(send, send_count, recv, recv_count, dtype);
-  }
-  absl::Status Barrier() override { return base_->Barrier(); }
 
  private:
-  const std::unique_ptr<Communicator> base_;
   const std::shared_ptr<std::atomic<int>> count_;
   const int fail_at_;
 };

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -51,6 +52,37 @@ class Communicator {
   virtual absl::Status RingShift(const void* send, int64_t send_count, void* recv,
                                  int64_t recv_count, CommDType dtype) = 0;
   virtual absl::Status Barrier() = 0;
+};
+
+// Forwards every call to `base` (owned): a wrapper overrides only what it changes (a fault to
+// inject, a count to keep).
+class ForwardingCommunicator : public Communicator {
+ public:
+  explicit ForwardingCommunicator(std::unique_ptr<Communicator> base) : base_(std::move(base)) {}
+
+  int rank() const override { return base_->rank(); }
+  int world_size() const override { return base_->world_size(); }
+  absl::Status AllReduce(void* data, int64_t count, CommDType dtype, ReduceOp op) override {
+    return base_->AllReduce(data, count, dtype, op);
+  }
+  absl::Status AllGatherV(const void* send, int64_t send_count, void* recv,
+                          const std::vector<int64_t>& recv_counts, CommDType dtype) override {
+    return base_->AllGatherV(send, send_count, recv, recv_counts, dtype);
+  }
+  absl::Status Broadcast(void* data, int64_t count, CommDType dtype, int root) override {
+    return base_->Broadcast(data, count, dtype, root);
+  }
+  absl::Status RingShift(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                         CommDType dtype) override {
+    return base_->RingShift(send, send_count, recv, recv_count, dtype);
+  }
+  absl::Status Barrier() override { return base_->Barrier(); }
+
+ protected:
+  Communicator& base() { return *base_; }
+
+ private:
+  const std::unique_ptr<Communicator> base_;
 };
 
 struct CommunicatorOptions {

@@ -1,6 +1,7 @@
 #include "server/rpc/group_communicators.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -14,21 +15,32 @@ std::string CommunicatorPrefix(uint64_t generation, const std::string& session_i
 
 absl::Status CommunicatorLink::With(const std::function<absl::Status(Communicator&)>& call) {
   absl::MutexLock lock(&mu_);
+  if (inner_ == nullptr) return closed_;
   return call(*inner_);
 }
 
 absl::Status CommunicatorLink::Replace(std::unique_ptr<Communicator> inner) {
+  if (inner->rank() != rank_ || inner->world_size() != world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("a rebuilt communicator is rank ", inner->rank(),
+                                                   " of ", inner->world_size(), ", not rank ",
+                                                   rank_, " of ", world_size_));
+  }
   std::unique_ptr<Communicator> old;
   {
     absl::MutexLock lock(&mu_);
-    if (inner->rank() != inner_->rank() || inner->world_size() != inner_->world_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a rebuilt communicator is rank ", inner->rank(), " of ", inner->world_size(),
-          ", not rank ", inner_->rank(), " of ", inner_->world_size()));
-    }
     old = std::exchange(inner_, std::move(inner));
   }
   return absl::OkStatus();  // `old` (its sockets to a lost peer) closes outside the lock
+}
+
+void CommunicatorLink::Close(absl::Status why) {
+  std::unique_ptr<Communicator> old;
+  {
+    absl::MutexLock lock(&mu_);
+    old = std::exchange(inner_, nullptr);
+    closed_ = std::move(why);
+  }
+  // `old` closes its sockets outside the lock.
 }
 
 absl::Status RebuildableCommunicator::AllReduce(void* data, int64_t count, CommDType dtype,
@@ -81,6 +93,17 @@ void GroupCommunicators::SetGeneration(uint64_t generation) {
 uint64_t GroupCommunicators::generation() const {
   absl::MutexLock lock(&mu_);
   return generation_;
+}
+
+void GroupCommunicators::CloseAll(const absl::Status& why) {
+  std::vector<std::shared_ptr<CommunicatorLink>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, weak] : made_) {
+      if (std::shared_ptr<CommunicatorLink> link = weak.lock()) live.push_back(std::move(link));
+    }
+  }
+  for (const std::shared_ptr<CommunicatorLink>& link : live) link->Close(why);
 }
 
 absl::Status GroupCommunicators::RebuildAll(uint64_t generation) {

@@ -31,15 +31,23 @@ std::string CommunicatorPrefix(uint64_t generation, const std::string& session_i
 // the connection. Thread-safe.
 class CommunicatorLink {
  public:
-  explicit CommunicatorLink(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
-  // Runs `call` on the current connection, holding it.
+  explicit CommunicatorLink(std::unique_ptr<Communicator> inner)
+      : rank_(inner->rank()), world_size_(inner->world_size()), inner_(std::move(inner)) {}
+  // Runs `call` on the current connection, holding it; once closed, answers why.
   absl::Status With(const std::function<absl::Status(Communicator&)>& call);
   // Replaces the connection with `inner` (same rank and world size: INVALID_ARGUMENT otherwise).
   absl::Status Replace(std::unique_ptr<Communicator> inner);
+  // Closes the connection (after a running collective ended): its sockets close, so that a peer
+  // still waiting for this rank in a collective fails there. Collectives answer `why` until
+  // Replace.
+  void Close(absl::Status why);
 
  private:
+  const int rank_;
+  const int world_size_;
   absl::Mutex mu_;
-  std::unique_ptr<Communicator> inner_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Communicator> inner_ ABSL_GUARDED_BY(mu_);  // null once closed
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);
 };
 
 // A communicator whose connection can be replaced between collectives (CommunicatorLink): the
@@ -83,6 +91,11 @@ class GroupCommunicators {
   // id order (every rank rebuilds the same sessions in the same order: each rendezvous waits for
   // all ranks). The first error, naming the session.
   absl::Status RebuildAll(uint64_t generation);
+  // Closes every session's connection (CommunicatorLink::Close) until RebuildAll: a heal's first
+  // phase, once no resolution runs here. A collective that the loss cut can wait on a rank that
+  // survived, not on the lost one (a ring waits on its neighbours only); without this it would
+  // wait until the collective timeout, and the heal with it.
+  void CloseAll(const absl::Status& why);
 
  private:
   const Connect connect_;

@@ -163,6 +163,11 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
         // gone, and its successor holds nothing.
         if (rank == 0) session->holds().ExpireHold(absl::InfiniteFuture());
       }
+      // Nothing runs on the old connections here any more: closing them ends a collective the
+      // loss cut on a peer that still waits for this rank in it, rather than at its timeout.
+      options_.communicators->CloseAll(absl::UnavailableError(
+          absl::StrCat("the session's communicator is closed while rank ", rank,
+                       " heals into generation ", request.generation())));
       return absl::OkStatus();
     }
     case v1::RegroupRequest::PHASE_REBUILD:

@@ -14,7 +14,9 @@
 // still heals. A rolling restart (each rank shut down on purpose and started again in turn, rank 0
 // last) loses no step. Two ranks lost at once are not waited for: the survivor exits for a restart
 // of the group (status 75). After every heal each session counts as many resolutions on every
-// rank, which a checkpoint's hold settles the ranks by.
+// rank, which a checkpoint's hold settles the ranks by, also when the loss cut a step that one
+// rank alone had begun (rank 0 lost too: it heals itself in, and the waiting rank's collective
+// ends when the survivors close their connections).
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -310,7 +312,16 @@ INSTANTIATE_TEST_SUITE_P(
           std::get<1>(info.param) == v1::PARAMETER_STORAGE_OWNERS ? "Owners" : "Replicated");
     });
 
-TEST(RejoinTest, ALossThatCutsAStepOnSomeRanksOnlyLeavesOneCountOfResolutions) {
+// A step's resolution begun on one rank alone (`begun_on`, which waits for the others in the
+// collectives) when rank `dead` is lost: the ranks' counts of resolutions differ.
+struct CutResolution {
+  int begun_on;
+  int dead;
+};
+class CutResolutionTest : public ::testing::TestWithParam<CutResolution> {};
+
+TEST_P(CutResolutionTest, ALossThatCutsAStepOnSomeRanksOnlyLeavesOneCountOfResolutions) {
+  const auto [begun_on, dead] = GetParam();
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));
   ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
   std::unique_ptr<Client> trainer = Trainer(group);
@@ -318,19 +329,19 @@ TEST(RejoinTest, ALossThatCutsAStepOnSomeRanksOnlyLeavesOneCountOfResolutions) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->CreateSession(SpreadSpec("cut")));
   const std::string& id = info.session_id();
   ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
-  // Step 2 reaches rank 0 alone: rank 0 begins resolving it (and waits for the others in the
-  // collectives); the other ranks never begin it before rank 1 is lost.
-  auto rank0 = v1::OptimizerService::NewStub(
-      grpc::CreateChannel(group[0]->address(), grpc::InsecureChannelCredentials()));
+  // Step 2 reaches one rank alone: it begins resolving it; the other ranks never begin it
+  // before the loss.
+  auto stub = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(group[begun_on]->address(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
-  auto stream = rank0->Step(&context);
+  auto stream = stub->Step(&context);
   v1::StepRequest request;
   request.mutable_header()->set_session_id(id);
   request.mutable_header()->set_step(2);
   ASSERT_TRUE(stream->Write(request));
   const std::vector<std::vector<float>> grads = SpreadGradients(2);
   for (int p = 0; p < kSpreadParams; ++p) {
-    if (info.layout().owner(p) != 0) continue;
+    if (info.layout().owner(p) != static_cast<uint32_t>(begun_on)) continue;
     request.Clear();
     v1::TensorChunk* chunk = request.mutable_gradient();
     chunk->set_param_id(p);
@@ -342,10 +353,20 @@ TEST(RejoinTest, ALossThatCutsAStepOnSomeRanksOnlyLeavesOneCountOfResolutions) {
   request.mutable_commit();
   ASSERT_TRUE(stream->Write(request));
   absl::SleepFor(absl::Milliseconds(500));
-  group[1]->SignalAndWait(SIGKILL);
-  ASSERT_THAT(Restart(group, 1, kFlags), IsOk());
+  std::vector<pid_t> survivors;
+  for (int r = 0; r < kWorld; ++r) {
+    if (r != dead) survivors.push_back(group[r]->pid());
+  }
+  group[dead]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(Restart(group, dead, kFlags), IsOk());
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
+  }
+  // Healed in, not restarted as a group: the survivors' processes still run (a restarted rank 0
+  // used to refuse survivors whose counts differed).
+  for (int r = 0, s = 0; r < kWorld; ++r) {
+    if (r == dead) continue;
+    EXPECT_EQ(group[r]->pid(), survivors[s++]) << "rank " << r;
   }
   context.TryCancel();
   // The trainer redoes step 2 on every rank; the ranks count one number of resolutions, so a
@@ -356,6 +377,13 @@ TEST(RejoinTest, ALossThatCutsAStepOnSomeRanksOnlyLeavesOneCountOfResolutions) {
   ASSERT_THAT(StepSpread(*trainer, id, 3).status(), IsOk());
   EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
 }
+
+INSTANTIATE_TEST_SUITE_P(Loss, CutResolutionTest,
+                         ::testing::Values(CutResolution{0, 1}, CutResolution{1, 0}),
+                         [](const ::testing::TestParamInfo<CutResolution>& info) {
+                           return absl::StrCat("BegunOnRank", info.param.begun_on, "_Rank",
+                                               info.param.dead, "Lost");
+                         });
 
 TEST(RejoinTest, ARankLostAfterAStateImportHeals) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));

@@ -1,14 +1,17 @@
 // GroupCommunicators: a session's communicator rendezvous under the group's generation ("g<g>/"
 // before the session id; none in generation 0), RebuildAll reconnects every session still in
 // use, in id order, under the new generation, and the session's communicator goes on working
-// through the new connection; a session that closed is not rebuilt.
+// through the new connection; a session that closed is not rebuilt. CloseAll (a heal's first
+// phase) releases every connection at once, and the collectives answer why until the rebuild.
 
 #include "server/rpc/group_communicators.h"
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -51,6 +54,45 @@ TEST(GroupCommunicatorsTest, RebuildAllReconnectsTheLiveSessionsUnderTheNewGener
   EXPECT_EQ(value, 3.0f);
   EXPECT_EQ(a->rank(), 0);
   EXPECT_EQ(a->world_size(), 1);
+}
+
+// A local communicator that counts its connections alive.
+class Counted final : public ForwardingCommunicator {
+ public:
+  Counted(std::unique_ptr<Communicator> base, int* alive)
+      : ForwardingCommunicator(std::move(base)), alive_(alive) {
+    ++*alive_;
+  }
+  ~Counted() override { --*alive_; }
+
+ private:
+  int* const alive_;
+};
+
+TEST(GroupCommunicatorsTest, CloseAllReleasesEveryConnectionUntilTheRebuild) {
+  int alive = 0;
+  GroupCommunicators communicators(
+      [&alive](const std::string& prefix) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        CommunicatorOptions options;
+        options.prefix = prefix;
+        OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> inner, CreateCommunicator(options));
+        return std::unique_ptr<Communicator>(std::make_unique<Counted>(std::move(inner), &alive));
+      });
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> a, communicators.Make("sa"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> b, communicators.Make("sb"));
+  ASSERT_EQ(alive, 2);
+  communicators.CloseAll(absl::UnavailableError("closed for a heal"));
+  // The connections are gone (their sockets closed), not only refused.
+  EXPECT_EQ(alive, 0);
+  float value = 3.0f;
+  EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum),
+              StatusIs(absl::StatusCode::kUnavailable, "closed for a heal"));
+  EXPECT_THAT(b->Barrier(), StatusIs(absl::StatusCode::kUnavailable, "closed for a heal"));
+  EXPECT_EQ(a->rank(), 0);
+  ASSERT_THAT(communicators.RebuildAll(1), IsOk());
+  EXPECT_EQ(alive, 2);
+  EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum), IsOk());
+  EXPECT_EQ(value, 3.0f);
 }
 
 TEST(GroupCommunicatorsTest, AFailedReconnectNamesTheSessionAndTheGeneration) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 
 namespace optstep {
 
@@ -79,6 +80,7 @@ std::vector<std::optional<v1::PingResponse>> PeerHeartbeat::PingAll(
 
 void PeerHeartbeat::Run() {
   absl::Time next = absl::Now();
+  bool stalled_before = false;
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -91,22 +93,33 @@ void PeerHeartbeat::Run() {
       if (r == options_.rank) continue;
       v1::PeerService::Stub* peer = stub_of_(r);
       if (peer == nullptr) continue;  // not yet known: not yet watched
-      liveness_->Watch(r, absl::Now());
+      liveness_->Watch(r, Now());
       ranks.push_back(r);
       peers.push_back(peer);
     }
-    const absl::Time asked = absl::Now();
+    const absl::Time asked = Now();
     const std::vector<std::optional<v1::PingResponse>> answered = PingAll(peers, /*leaving=*/false);
+    const absl::Time now = Now();
     for (size_t i = 0; i < ranks.size(); ++i) {
       if (!answered[i].has_value()) continue;
-      liveness_->Answered(ranks[i], absl::Now(), answered[i]->incarnation(), asked);
+      liveness_->Answered(ranks[i], now, answered[i]->incarnation(), asked);
       if (ranks[i] == 0 && answered[i]->group_formed() && options_.on_group_formed) {
         options_.on_group_formed();
       }
     }
-    for (const PeerLiveness::LostPeer& lost : liveness_->Check(absl::Now())) on_lost_(lost);
+    // The calls' deadlines end a round within about the interval: one that took much longer
+    // stalled here, the peers' answers waiting unread. Judged at the next round, which then
+    // starts at once (a dead peer is lost one round later), unless that one stalls too.
+    const bool stalled = now - asked > 2 * options_.interval && !stalled_before;
+    stalled_before = stalled;
     // A round that overran starts the next one at once rather than catching up.
     next = std::max(next, absl::Now());
+    if (stalled) {
+      LOG(WARNING) << "event=heartbeat_stalled took_s=" << absl::ToDoubleSeconds(now - asked)
+                   << " this rank's heartbeat round stalled; no peer is judged on it";
+      continue;
+    }
+    for (const PeerLiveness::LostPeer& lost : liveness_->Check(now)) on_lost_(lost);
   }
 }
 

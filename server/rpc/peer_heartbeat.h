@@ -20,8 +20,10 @@ namespace optstep {
 // `interval`, one PeerService.Ping to every peer whose address is known, all at once, each with
 // `interval` as its deadline. The answers go to a PeerLiveness, which starts watching a peer when
 // its stub is first had, and learns the process behind each answer; a peer it finds lost is
-// reported to `on_lost` (on the heartbeat thread). Thread-safe. The liveness and the stubs must
-// outlive it.
+// reported to `on_lost` (on the heartbeat thread). A round that ended well past its deadline
+// (twice the interval) was this process's own stall (a paused machine or container, a starved
+// thread): its missing answers say nothing of the peers, and no peer is judged on it unless the
+// round before stalled too. Thread-safe. The liveness and the stubs must outlive it.
 class PeerHeartbeat {
  public:
   struct Options {
@@ -31,6 +33,8 @@ class PeerHeartbeat {
     // Told when an answer of rank 0 says that the group formed (on the heartbeat thread); may be
     // null.
     std::function<void()> on_group_formed;
+    // The time (absl::Now when null; tests pass a clock of their own).
+    std::function<absl::Time()> clock;
   };
   // The stub that calls peer `peer`, or null while its address is unknown. Called on the
   // heartbeat thread; may block for about `interval`.
@@ -57,6 +61,7 @@ class PeerHeartbeat {
   std::vector<std::optional<v1::PingResponse>> PingAll(
       const std::vector<v1::PeerService::Stub*>& peers, bool leaving) const;
   void Run();
+  absl::Time Now() const { return options_.clock ? options_.clock() : absl::Now(); }
 
   const Options options_;
   PeerLiveness* const liveness_;

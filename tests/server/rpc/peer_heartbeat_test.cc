@@ -1,0 +1,174 @@
+// PeerHeartbeat judges a peer only on rounds this rank ran on time: a round that ended well past
+// its deadline was this rank's own stall (a paused machine or container), and the answers it
+// missed say nothing of the peer. A peer that stops answering is still lost, also when a stall
+// comes first. A fake peer answers the pings, and a clock of the test's own stands for the time
+// a stall takes.
+
+#include "server/rpc/peer_heartbeat.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "optstep/v1/internal.grpc.pb.h"
+
+namespace optstep {
+namespace {
+
+constexpr absl::Duration kInterval = absl::Milliseconds(50);
+constexpr absl::Duration kTimeout = absl::Seconds(1);
+
+// The test's clock: the real one plus what the stalls added.
+class StallClock {
+ public:
+  absl::Time Now() const { return absl::Now() + absl::Nanoseconds(skipped_ns_.load()); }
+  void Skip(absl::Duration d) { skipped_ns_ += absl::ToInt64Nanoseconds(d); }
+
+ private:
+  std::atomic<int64_t> skipped_ns_{0};
+};
+
+// Rank 1: answers every ping at once, except the pings it is told to stall (the clock jumps by
+// `stall` as if this rank's heartbeat had been paused, and the answer comes after the deadline)
+// and, once told, no ping at all.
+class FakePeer final : public v1::PeerService::CallbackService {
+ public:
+  explicit FakePeer(StallClock* clock) : clock_(clock) {}
+  ~FakePeer() override {
+    for (std::thread& t : late_) t.join();
+  }
+
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context, const v1::PingRequest*,
+                                 v1::PingResponse* response) override {
+    response->set_rank(1);
+    response->set_incarnation(7);
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    absl::MutexLock lock(&mu_);
+    ++pings_;
+    if (stalls_ > 0 || silent_) {
+      if (stalls_ > 0) {
+        --stalls_;
+        clock_->Skip(absl::Milliseconds(1500));
+      }
+      late_.emplace_back([reactor] {
+        absl::SleepFor(3 * kInterval);
+        reactor->Finish(grpc::Status::OK);
+      });
+      return reactor;
+    }
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  // The next `n` pings stall.
+  void Stall(int n) {
+    absl::MutexLock lock(&mu_);
+    stalls_ = n;
+  }
+  void GoSilent() {
+    absl::MutexLock lock(&mu_);
+    silent_ = true;
+  }
+  int pings() {
+    absl::MutexLock lock(&mu_);
+    return pings_;
+  }
+
+ private:
+  StallClock* const clock_;
+  absl::Mutex mu_;
+  int stalls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool silent_ ABSL_GUARDED_BY(mu_) = false;
+  int pings_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::thread> late_ ABSL_GUARDED_BY(mu_);
+};
+
+class PeerHeartbeatTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&peer_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::PeerService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                         grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    heartbeat_.reset();
+    server_->Shutdown();
+  }
+
+  void Start() {
+    PeerHeartbeat::Options options;
+    options.rank = 0;
+    options.world_size = 2;
+    options.interval = kInterval;
+    options.clock = [this] { return clock_.Now(); };
+    heartbeat_ = std::make_unique<PeerHeartbeat>(
+        options, &liveness_, [this](int) { return stub_.get(); },
+        [this](const PeerLiveness::LostPeer&) { ++lost_; });
+  }
+  // Waits until the peer got `n` more pings.
+  void AwaitPings(int n) {
+    const int until = peer_.pings() + n;
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (peer_.pings() < until && absl::Now() < deadline) absl::SleepFor(kInterval / 5);
+    ASSERT_GE(peer_.pings(), until);
+  }
+
+  StallClock clock_;
+  FakePeer peer_{&clock_};
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::PeerService::Stub> stub_;
+  PeerLiveness liveness_{0, 2, kTimeout};
+  std::atomic<int> lost_{0};
+  std::unique_ptr<PeerHeartbeat> heartbeat_;
+};
+
+TEST_F(PeerHeartbeatTest, AStallOfThisRankLosesNoPeer) {
+  Start();
+  AwaitPings(3);
+  // One round stalls here for 1.5 s, past the peer timeout: its missing answer is not judged.
+  peer_.Stall(1);
+  AwaitPings(5);
+  EXPECT_EQ(lost_.load(), 0);
+  EXPECT_FALSE(liveness_.failed(1));
+  // And again later: each stall alone is forgiven.
+  peer_.Stall(1);
+  AwaitPings(5);
+  EXPECT_EQ(lost_.load(), 0);
+  EXPECT_FALSE(liveness_.failed(1));
+}
+
+TEST_F(PeerHeartbeatTest, APeerThatStopsAnsweringIsLost) {
+  Start();
+  AwaitPings(3);
+  peer_.GoSilent();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (lost_.load() == 0 && absl::Now() < deadline) absl::SleepFor(kInterval);
+  EXPECT_EQ(lost_.load(), 1);
+  EXPECT_TRUE(liveness_.failed(1));
+}
+
+TEST_F(PeerHeartbeatTest, StallsInARowAreJudged) {
+  Start();
+  AwaitPings(3);
+  // Every round stalls: the first is forgiven, the next one judged (a rank always this slow
+  // still loses a peer that does not answer).
+  peer_.Stall(2);
+  AwaitPings(2);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (lost_.load() == 0 && absl::Now() < deadline) absl::SleepFor(kInterval);
+  EXPECT_EQ(lost_.load(), 1);
+}
+
+}  // namespace
+}  // namespace optstep

@@ -307,6 +307,12 @@ absl::Status RankProcess::StartEngine(
   group_options.communicators = communicators_.get();
   group_options.heal = heals();
   group_options.stand_in = is_stand_in_;
+  group_options.retarget_store = [this](const std::string& target) {
+    // Rank 0 (a stand-in too) serves its own store.
+    if (options_.rank != 0 && store() != nullptr) {
+      store()->Retarget(target.empty() ? options_.rendezvous : target);
+    }
+  };
   group_options.on_heal_failed = [this](const absl::Status& why) {
     ExitForRestart(absl::StrCat("a restarted rank could not be healed in: ", why.message()));
   };

@@ -119,11 +119,11 @@ class RankProcess {
     // several ranks.
     int state_redundancy = -1;
     absl::Duration rejoin_timeout = absl::Seconds(60);
-    // With state redundancy: a rank other than 0 still lost after `rejoin_timeout` is stood in
-    // for by its buddy (rank + 1), in the buddy's process, until its own process rejoins
-    // (docs/deploy.md, "A rank that does not return"); every survivor then waits another
-    // `rejoin_timeout` (at least 30 s) for the stand-in's heal before it exits. It listens on
-    // `stand_in_port` (0: any free port).
+    // With state redundancy: a rank still lost after `rejoin_timeout` is stood in for by its
+    // buddy (rank + 1), in the buddy's process, until its own process rejoins (rank 0 only in
+    // groups of three ranks or more; docs/deploy.md, "A rank that does not return"); every
+    // survivor then waits another `rejoin_timeout` (at least 30 s) for the stand-in's heal
+    // before it exits. It listens on `stand_in_port` (0: any free port).
     bool stand_ins = true;
     int stand_in_port = 0;
     // Testing only (a rank lost while a step runs): this rank SIGKILLs itself once it has
@@ -227,8 +227,11 @@ class RankProcess {
   // rank does. A failure is logged (the survivors' wait then ends in a restart of the group).
   void StartStandIn(int rank);
   // Once the stood-in rank's own process has rejoined (the group knows it at another address
-  // than the stand-in's), stops the stand-in without telling the peers, and frees its budget.
+  // than the stand-in's), stops the stand-in (EndStandIn). For rank 0, once its own process
+  // serves its store: that process heals itself in after the stand-in stopped.
   void EndStandInOnceReplaced();
+  // Stops the stand-in without telling the peers, and frees its budget.
+  void EndStandIn();
   // `exit_on_peer_loss` (or `even_without_flag`): the process exits with kPeerLossExitCode after
   // the grace. Once.
   void ExitForRestart(const std::string& why, bool even_without_flag = false);
@@ -279,6 +282,8 @@ class RankProcess {
   // The stand-in this rank runs for its predecessor, its address and the budget it took, and
   // whether one was started since the predecessor was lost. Touched by the join thread (the
   // watch loop), then by Stop once it ended.
+  // Rank 1 standing in for rank 0: rank 0's configured store, where its own process returns.
+  std::unique_ptr<GrpcKeyValueStore> rank_zero_probe_;
   std::unique_ptr<RankProcess> stand_in_;
   std::string stand_in_address_;
   MemoryBudget::Reservation stand_in_budget_;

@@ -67,6 +67,12 @@ bool RankProcess::RejoinAsRankZero(bool* healed) {
     return false;
   }
   *healed = generation->has_value();
+  if (is_stand_in_ && !*healed) {
+    // A stand-in for rank 0 heals itself into the survivors' group or nothing: it never starts a
+    // group of its own.
+    LOG(ERROR) << "event=stand_in_failed rank=0 why=\"no rank waits for rank 0\"";
+    return false;
+  }
   LOG_IF(WARNING, *healed) << "event=rejoined rank=0 generation=" << generation->value_or(0)
                            << " took_s=" << absl::ToDoubleSeconds(absl::Now() - started);
   return true;
@@ -81,7 +87,10 @@ void RankProcess::PublishForRankZero(const std::string& address) {
     }
     // Rank 0's next process serves a new, empty store: its Join waits for this rank's address
     // there, then it heals itself into the group (HealRankZero). Set again at every interval:
-    // that process may be lost too before it heals.
+    // that process may be lost too before it heals. A stand-in for rank 0 serves its own, at
+    // the address rank 1 tells of (its heartbeat answers; rank 1 knows it itself).
+    const std::string stand_in = group_->rank_zero_stand_in();
+    store()->Retarget(stand_in.empty() ? options_.rendezvous : stand_in);
     absl::Status set =
         store()->SetWithin(RankAddressKey(options_.rank), address, options_.heartbeat_interval);
     LOG_IF(WARNING, set.ok() && !published)

@@ -18,8 +18,9 @@
 namespace optstep {
 
 bool RankProcess::StoodInWhenLost(int rank) const {
-  // Rank 0 serves the rendezvous store and the session calls at its configured address.
-  return heals() && options_.stand_ins && rank > 0;
+  // Rank 0 only with two survivors or more: a survivor alone could not tell a lost rank 0 from
+  // being cut off itself, and rank 0 would be stood in for while it still serves.
+  return heals() && options_.stand_ins && (rank > 0 || options_.world_size >= 3);
 }
 
 absl::Duration RankProcess::StandInWait() const {
@@ -77,6 +78,13 @@ void RankProcess::StartStandIn(int rank) {
   stand_in_address_ = absl::StrCat(options_.advertise_host, ":", stand_in_->port());
   stand_in_budget_ = *std::move(reserved);
   metrics_->StandInsChanged(+1);
+  if (rank == 0) {
+    // The other ranks learn the stand-in's store from this rank's heartbeat answers; this rank
+    // watches for rank 0's own process at the configured store.
+    rank_zero_probe_ = std::make_unique<GrpcKeyValueStore>(options_.rendezvous,
+                                                           group_->options().peer_credentials);
+    group_->SetRankZeroStandIn(stand_in_address_);
+  }
   LOG(WARNING) << "event=stand_in_started rank=" << rank << " address=" << stand_in_address_
                << " budget_bytes=" << free << " rank " << rank << " did not return within "
                << absl::FormatDuration(options_.rejoin_timeout)
@@ -86,6 +94,17 @@ void RankProcess::StartStandIn(int rank) {
 void RankProcess::EndStandInOnceReplaced() {
   if (stand_in_ == nullptr) return;
   const int rank = stand_in_->options_.rank;
+  if (rank == 0) {
+    // Rank 0's own process heals itself in from the survivors, this rank among them: the
+    // stand-in gives way as soon as that process serves its store (it published its address
+    // there), and the peers lose rank 0 again and publish theirs.
+    if (!rank_zero_probe_->Peek(RankAddressKey(0), options_.heartbeat_interval).ok()) return;
+    LOG(WARNING) << "event=stand_in_ended rank=0 address=" << options_.rendezvous
+                 << " rank 0's own process is back; its stand-in stops for it to heal itself in";
+    group_->SetRankZeroStandIn("");
+    EndStandIn();
+    return;
+  }
   const std::vector<std::string> addresses = group_->addresses();
   // Before the stand-in is healed in, the group is not whole; after, the rank is at its address.
   // Only once the heal of the rank's own process has ended (PeersStatus): until its PauseForHeal
@@ -96,7 +115,12 @@ void RankProcess::EndStandInOnceReplaced() {
   }
   LOG(WARNING) << "event=stand_in_ended rank=" << rank << " address=" << addresses[rank] << " rank "
                << rank << "'s own process is back in the group; its stand-in stops";
-  // The peers watch the rank's own process now: they must not count the rank as gone.
+  EndStandIn();
+}
+
+void RankProcess::EndStandIn() {
+  // The peers watch the rank's own process now (rank 0: they wait for it): they must not count
+  // the rank as gone.
   stand_in_->announce_leave_ = false;
   stand_in_.reset();  // shuts it down and waits
   stand_in_budget_.Release();

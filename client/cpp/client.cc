@@ -97,13 +97,14 @@ void Prepare(grpc::ClientContext& context, absl::Duration timeout, bool wait_for
 }  // namespace
 
 absl::StatusOr<v1::SessionInfo> Client::CreateSession(const v1::SessionSpec& spec, bool* attached) {
-  grpc::ClientContext context;
-  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
   v1::CreateSessionRequest request;
   *request.mutable_spec() = spec;
   v1::CreateSessionResponse response;
-  OPTSTEP_RETURN_IF_ERROR(
-      FromGrpcStatus(ranks_[0]->service->CreateSession(&context, request, &response)));
+  OPTSTEP_RETURN_IF_ERROR(OnRankZero([&](Rank& rank) {
+    grpc::ClientContext context;
+    Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+    return FromGrpcStatus(rank.service->CreateSession(&context, request, &response));
+  }));
   if (attached != nullptr) *attached = response.attached();
   // The answer is a summary: the layout comes in GetSession's pages.
   return GetSession(response.summary().session_id());
@@ -114,9 +115,11 @@ absl::StatusOr<v1::SessionInfo> Client::GetSession(absl::string_view session_id)
       v1::SessionInfo info,
       client_internal::ReadSession(
           session_id, [this](const v1::GetSessionRequest& request, v1::SessionInfo* page) {
-            grpc::ClientContext context;
-            Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
-            return FromGrpcStatus(ranks_[0]->service->GetSession(&context, request, page));
+            return OnRankZero([&](Rank& rank) {
+              grpc::ClientContext context;
+              Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+              return FromGrpcStatus(rank.service->GetSession(&context, request, page));
+            });
           }));
   OPTSTEP_RETURN_IF_ERROR(Remember(info).status());
   return info;
@@ -131,9 +134,11 @@ absl::StatusOr<std::vector<v1::SessionSummary>> Client::ListSessions(uint32_t pa
 
 absl::Status Client::ListSessionsPage(const v1::ListSessionsRequest& request,
                                       v1::ListSessionsResponse* page) {
-  grpc::ClientContext context;
-  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
-  return FromGrpcStatus(ranks_[0]->service->ListSessions(&context, request, page));
+  return OnRankZero([&](Rank& rank) {
+    grpc::ClientContext context;
+    Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+    return FromGrpcStatus(rank.service->ListSessions(&context, request, page));
+  });
 }
 
 absl::Status Client::Shutdown(int rank, absl::string_view reason) {
@@ -151,13 +156,14 @@ absl::Status Client::Shutdown(int rank, absl::string_view reason) {
 }
 
 absl::Status Client::CloseSession(absl::string_view session_id) {
-  grpc::ClientContext context;
-  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
   v1::CloseSessionRequest request;
   request.set_session_id(std::string(session_id));
   v1::CloseSessionResponse response;
-  OPTSTEP_RETURN_IF_ERROR(
-      FromGrpcStatus(ranks_[0]->service->CloseSession(&context, request, &response)));
+  OPTSTEP_RETURN_IF_ERROR(OnRankZero([&](Rank& rank) {
+    grpc::ClientContext context;
+    Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+    return FromGrpcStatus(rank.service->CloseSession(&context, request, &response));
+  }));
   absl::MutexLock lock(&mu_);
   layouts_.erase(std::string(session_id));
   return absl::OkStatus();
@@ -435,7 +441,18 @@ absl::StatusOr<bool> Client::CheckHealth(absl::string_view service) {
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(std::string(service));
   grpc::health::v1::HealthCheckResponse response;
-  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(ranks_[0]->health->Check(&context, request, &response)));
+  absl::Status checked = FromGrpcStatus(Reach(0)->health->Check(&context, request, &response));
+  if (!checked.ok() || response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    // Rank 0 may be served elsewhere now (a stand-in), or back at its own address: the other
+    // ranks say which.
+    if (!LookUpRankZero().ok()) {
+      OPTSTEP_RETURN_IF_ERROR(checked);
+      return false;
+    }
+    grpc::ClientContext again;
+    Prepare(again, options_.rpc_timeout, /*wait_for_ready=*/false);
+    OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(Reach(0)->health->Check(&again, request, &response)));
+  }
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
@@ -466,7 +483,7 @@ absl::StatusOr<v1::CheckpointProgress> Client::Save(absl::string_view session_id
   v1::SaveRequest request;
   request.set_session_id(std::string(session_id));
   request.set_name(std::string(name));
-  auto stub = v1::CheckpointService::NewStub(ranks_[0]->channel);
+  auto stub = v1::CheckpointService::NewStub(Reach(0)->channel);
   auto reader = stub->Save(&context, request);
   return DrainProgress(context, *reader, progress);
 }
@@ -479,7 +496,7 @@ absl::StatusOr<v1::CheckpointProgress> Client::Load(absl::string_view session_id
   v1::LoadRequest request;
   request.set_session_id(std::string(session_id));
   request.set_name(std::string(name));
-  auto stub = v1::CheckpointService::NewStub(ranks_[0]->channel);
+  auto stub = v1::CheckpointService::NewStub(Reach(0)->channel);
   auto reader = stub->Load(&context, request);
   OPTSTEP_ASSIGN_OR_RETURN(v1::CheckpointProgress last, DrainProgress(context, *reader, progress));
   absl::MutexLock lock(&mu_);
@@ -491,7 +508,7 @@ absl::StatusOr<std::vector<Client::StateDictEntry>> Client::ExportStateDict(
     const v1::ExportStateDictRequest& request) {
   grpc::ClientContext context;
   Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-  auto stub = v1::CheckpointService::NewStub(ranks_[0]->channel);
+  auto stub = v1::CheckpointService::NewStub(Reach(0)->channel);
   auto reader = stub->ExportStateDict(&context, request);
   std::vector<StateDictEntry> entries;
   v1::StateDictChunk chunk;
@@ -517,7 +534,7 @@ absl::Status Client::ImportStateDict(absl::string_view session_id,
                                      absl::Span<const StateDictEntry> entries) {
   grpc::ClientContext context;
   Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-  auto stub = v1::CheckpointService::NewStub(ranks_[0]->channel);
+  auto stub = v1::CheckpointService::NewStub(Reach(0)->channel);
   v1::ImportStateDictResponse response;
   auto writer = stub->ImportStateDict(&context, &response);
   v1::StateDictChunk chunk;

@@ -51,8 +51,9 @@ class Client final {
  public:
   // Validates `options` (INVALID_ARGUMENT), opens one channel per rank and, unless
   // options.connect_timeout is zero, waits for every rank to be reachable (UNAVAILABLE). A rank
-  // other than 0 that cannot be reached may be stood in for (docs/deploy.md, "A rank that does not
-  // return"): rank 0 then says where, and the client waits for the stand-in instead.
+  // that cannot be reached may be stood in for (docs/deploy.md, "A rank that does not return"):
+  // rank 0 then says where (for rank 0, another rank does), and the client waits for the stand-in
+  // instead.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
   ~Client();
@@ -62,7 +63,8 @@ class Client final {
   // Number of ranks this client has a channel to.
   int num_ranks() const { return static_cast<int>(ranks_.size()); }
 
-  // ---- Sessions (asked of rank 0). The answers also refresh the client's cached layouts.
+  // ---- Sessions (asked of rank 0, or of its stand-in). The answers also refresh the client's
+  // cached layouts.
 
   // Registers a model, or attaches to the existing session of the same name and definition;
   // `*attached` (if given) tells which. Answers the whole SessionInfo, as GetSession.
@@ -174,7 +176,9 @@ class Client final {
   // ---- Health (grpc.health.v1 on rank 0)
 
   // true when `service` ("" = the whole server) is SERVING, false when NOT_SERVING (or
-  // UNKNOWN); the status code when the check itself fails (e.g. UNAVAILABLE).
+  // UNKNOWN); the status code when the check itself fails (e.g. UNAVAILABLE). When rank 0 does
+  // not answer SERVING, the other ranks are asked where it is served (LookUpRankZero) and that
+  // one is checked.
   absl::StatusOr<bool> CheckHealth(absl::string_view service = "");
 
  private:
@@ -193,8 +197,18 @@ class Client final {
   void FollowStandIns(const google::protobuf::RepeatedPtrField<std::string>& rank_targets,
                       const google::protobuf::RepeatedField<uint32_t>& stood_in_ranks);
   // After Connect could not reach `unreachable` (ascending) within the connect timeout: asks rank
-  // 0 for stand-ins and waits for theirs. UNAVAILABLE naming the first rank not reached.
+  // 0 for stand-ins (or, rank 0 not reached, the first rank reached) and waits for theirs.
+  // UNAVAILABLE naming the first rank not reached.
   absl::Status ConnectStandIns(const std::vector<size_t>& unreachable);
+  // The first page of `rank`'s ListSessions: the group's directory as that rank knows it.
+  absl::StatusOr<v1::ListSessionsResponse> AskDirectory(Rank& rank);
+  // Rank 0 does not answer, or is not serving: asks rank 0's own address, then every other rank,
+  // where rank 0 is served (its stand-in, or its own process back) and follows the first
+  // answer. The last error when none answered.
+  absl::Status LookUpRankZero();
+  // Runs `call` on rank 0 (Reach); when it answers UNAVAILABLE and the other ranks say rank 0 is
+  // served elsewhere now (LookUpRankZero), runs it there once more.
+  absl::Status OnRankZero(const std::function<absl::Status(Rank& rank)>& call);
 
   // The cached layout of `session_id`, fetched with GetSession on first use.
   absl::StatusOr<LayoutPtr> Layout(absl::string_view session_id);

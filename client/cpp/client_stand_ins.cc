@@ -1,15 +1,18 @@
 // The Client's part in a group that stands in for a lost rank (docs/deploy.md, "A rank that does
 // not return"): which channel reaches a rank now, following the stand-ins the group tells of, and
-// the connect that looks a rank up with rank 0 when its own address does not answer.
+// the connect that looks a rank up with another rank when its own address does not answer (rank
+// 0, or any other for rank 0).
 
 #include <grpcpp/client_context.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "client/cpp/client.h"
 #include "client/cpp/client_rank.h"
 #include "wire/grpc_status.h"
@@ -22,20 +25,20 @@ absl::Status Client::ConnectStandIns(const std::vector<size_t>& unreachable) {
         absl::StrCat("cannot connect to rank ", r, " at '", ranks_[r]->target, "' within ",
                      absl::FormatDuration(options_.connect_timeout), why));
   };
-  if (unreachable.front() == 0) return not_reached(0, "");
-  // Rank 0 knows whether the group serves the rank elsewhere.
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
-  v1::ListSessionsRequest request;
-  request.set_page_size(1);
-  v1::ListSessionsResponse response;
-  absl::Status asked =
-      FromGrpcStatus(ranks_[0]->service->ListSessions(&context, request, &response));
-  if (!asked.ok()) {
-    return not_reached(unreachable.front(),
-                       absl::StrCat(", and rank 0 could not say where it is: ", asked.message()));
+  // Rank 0 knows whether the group serves a rank elsewhere; any other rank knows it of rank 0.
+  size_t asked = 0;
+  while (asked < ranks_.size() &&
+         std::find(unreachable.begin(), unreachable.end(), asked) != unreachable.end()) {
+    ++asked;
   }
-  FollowStandIns(response.rank_targets(), response.stood_in_ranks());
+  if (asked == ranks_.size()) return not_reached(0, "");
+  absl::StatusOr<v1::ListSessionsResponse> told = AskDirectory(*ranks_[asked]);
+  if (!told.ok()) {
+    return not_reached(unreachable.front(),
+                       absl::StrCat(", and rank ", asked,
+                                    " could not say where it is: ", told.status().message()));
+  }
+  FollowStandIns(told->rank_targets(), told->stood_in_ranks());
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   for (size_t r : unreachable) {
     std::shared_ptr<Rank> rank = Reach(r);
@@ -45,6 +48,40 @@ absl::Status Client::ConnectStandIns(const std::vector<size_t>& unreachable) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ListSessionsResponse> Client::AskDirectory(Rank& rank) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  v1::ListSessionsRequest request;
+  request.set_page_size(1);
+  v1::ListSessionsResponse response;
+  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(rank.service->ListSessions(&context, request, &response)));
+  return response;
+}
+
+absl::Status Client::OnRankZero(const std::function<absl::Status(Rank& rank)>& call) {
+  std::shared_ptr<Rank> rank = Reach(0);
+  absl::Status status = call(*rank);
+  // Once more where the other ranks say rank 0 is served now, if that is elsewhere.
+  if (!absl::IsUnavailable(status) || !LookUpRankZero().ok() || Reach(0) == rank) return status;
+  return call(*Reach(0));
+}
+
+absl::Status Client::LookUpRankZero() {
+  // Rank 0's own process first (it may be back), then the others, each at its own address or
+  // at its stand-in's: the first answer says where rank 0 is served.
+  absl::Status last = absl::UnavailableError("no rank answered");
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    absl::StatusOr<v1::ListSessionsResponse> told = AskDirectory(r == 0 ? *ranks_[0] : *Reach(r));
+    if (!told.ok()) {
+      last = told.status();
+      continue;
+    }
+    FollowStandIns(told->rank_targets(), told->stood_in_ranks());
+    return absl::OkStatus();
+  }
+  return last;
 }
 
 std::shared_ptr<Client::Rank> Client::Reach(size_t rank) {
@@ -57,7 +94,7 @@ void Client::FollowStandIns(const google::protobuf::RepeatedPtrField<std::string
                             const google::protobuf::RepeatedField<uint32_t>& stood_in_ranks) {
   absl::flat_hash_map<uint32_t, std::string> told;
   for (uint32_t rank : stood_in_ranks) {
-    if (rank > 0 && rank < ranks_.size() && rank < static_cast<uint32_t>(rank_targets.size())) {
+    if (rank < ranks_.size() && rank < static_cast<uint32_t>(rank_targets.size())) {
       told[rank] = rank_targets.Get(static_cast<int>(rank));
     }
   }

@@ -163,16 +163,21 @@ absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
 // The sessions rank `rank` is healed with (asked once every rank began the heal).
 using SessionsToHeal = std::function<absl::StatusOr<std::vector<v1::CreateReplicaRequest>>()>;
 
-// Rank 0, holding heal_mu: heals rank `rank` (itself too) into generation `generation`: every rank
-// begins (rank 0 first), the heal, every rank ends (rank 0 last), each session resumed.
+// Rank 0, holding heal_mu: heals rank `rank` (itself too; a `stand_in` for it) into generation
+// `generation`: every rank begins (rank 0 first), the heal, every rank ends (rank 0 last), each
+// session resumed.
 absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group, int rank,
-                                 const std::string& address, uint64_t generation,
+                                 const std::string& address, uint64_t generation, bool stand_in,
                                  const SessionsToHeal& sessions_to_heal) {
   LOG(WARNING) << "event=rank_rejoining rank=" << rank << " address=" << address
                << " generation=" << generation;
   // Rank 0 learns the address first: it calls the rejoining rank through it.
   v1::RegroupRequest begin = Phase(generation, rank, address, v1::RegroupRequest::PHASE_BEGIN);
   if (rank == group->rank()) begin.set_incarnation(group->incarnation());
+  begin.set_stand_in(stand_in);
+  // A stand-in for rank 0 serves the group's store at its own address (the configured one is
+  // rank 0's lost process); a rank 0 of its own, at the configured one.
+  if (group->options().stand_in) begin.set_rendezvous(group->addresses()[0]);
   absl::Status begun = group->Regroup(begin);
   if (begun.ok()) {
     begun = group->ForEachRank(
@@ -296,10 +301,8 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int 
         absl::StrCat("rank ", rank, " cannot rejoin: another rank is lost too (",
                      group->MembersStatus().message(), "); the group restarts as a whole"));
   }
-  absl::StatusOr<uint64_t> healed = RunHeal(engine, group, rank, address, group->generation() + 1,
-                                            [engine] { return DescribeAll(engine); });
-  if (healed.ok()) group->SetStoodIn(rank, stand_in);
-  return healed;
+  return RunHeal(engine, group, rank, address, group->generation() + 1, stand_in,
+                 [engine] { return DescribeAll(engine); });
 }
 
 absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* group) {
@@ -328,9 +331,10 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
                      " was restarted too; the group restarts as a whole"));
   }
   absl::MutexLock heal_lock(&group->heal_mu());
-  OPTSTEP_ASSIGN_OR_RETURN(uint64_t healed,
-                           RunHeal(engine, group, 0, group->addresses()[0], generation + 1,
-                                   [group] { return SessionsOfSurvivors(group); }));
+  OPTSTEP_ASSIGN_OR_RETURN(
+      uint64_t healed,
+      RunHeal(engine, group, 0, group->addresses()[0], generation + 1, group->options().stand_in,
+              [group] { return SessionsOfSurvivors(group); }));
   for (int r = 1; r < world_size; ++r) group->SetStoodIn(r, answers[r].stand_in());
   return std::optional<uint64_t>(healed);
 }

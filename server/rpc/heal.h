@@ -55,8 +55,8 @@ inline constexpr char kGroupFormedKey[] = "optstep/group/formed";
 // Answers the new generation. FAILED_PRECONDITION on other ranks, when the group does not heal
 // (--state_redundancy=0), when another peer is lost too, or when a session cannot be healed;
 // the peers' errors name the rank. Blocks; one heal at a time.
-// A `stand_in` for the rank (RejoinRequest.stand_in) is recorded as such (RankGroup::SetStoodIn)
-// once healed in, the rank's own process as not.
+// A `stand_in` for the rank (RejoinRequest.stand_in) is recorded as such on every rank
+// (Regroup kBegin, RankGroup::stood_in_ranks), the rank's own process as not.
 absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int rank,
                                           const std::string& address, bool stand_in = false);
 

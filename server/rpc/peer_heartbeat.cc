@@ -106,6 +106,9 @@ void PeerHeartbeat::Run() {
       if (ranks[i] == 0 && answered[i]->group_formed() && options_.on_group_formed) {
         options_.on_group_formed();
       }
+      if (ranks[i] == 1 && options_.on_rank_zero_stand_in) {
+        options_.on_rank_zero_stand_in(answered[i]->rank_zero_stand_in());
+      }
     }
     // The calls' deadlines end a round within about the interval: one that took much longer
     // stalled here, the peers' answers waiting unread. Judged at the next round, which then

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -33,6 +34,9 @@ class PeerHeartbeat {
     // Told when an answer of rank 0 says that the group formed (on the heartbeat thread); may be
     // null.
     std::function<void()> on_group_formed;
+    // Told of each answer of rank 1: where it stands in for a lost rank 0 (empty: nowhere), on the
+    // heartbeat thread; may be null.
+    std::function<void(const std::string& address)> on_rank_zero_stand_in;
     // The time (absl::Now when null; tests pass a clock of their own).
     std::function<absl::Time()> clock;
   };

@@ -76,6 +76,11 @@ void RankGroup::StartHeartbeats() {
   options.world_size = options_.world_size;
   options.interval = options_.heartbeat_interval;
   if (options_.rank != 0) options.on_group_formed = [this] { MarkFormed(); };
+  if (options_.rank > 1) {
+    options.on_rank_zero_stand_in = [this](const std::string& address) {
+      SetRankZeroStandIn(address);
+    };
+  }
   heartbeat_ = std::make_unique<PeerHeartbeat>(
       options, &liveness_,
       [this](int peer) -> v1::PeerService::Stub* {
@@ -149,11 +154,14 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
                          "); retry when rank 0 reports SERVING"));
         // A new stub (a new channel) for the new process, also at the same address.
         addresses_[rank] = request.address();
+        stood_in_[rank] = request.stand_in();
         if (peers_[rank] != nullptr) retired_peers_.push_back(std::move(peers_[rank]));
         options_.communicators->SetGeneration(generation_);
         LOG(WARNING) << "event=regroup_begin rank=" << rank << " generation=" << generation_
                      << " address=" << request.address();
       }
+      // The communicators rebuild in the coordinating rank 0's store (a stand-in's own).
+      if (options_.retarget_store) options_.retarget_store(request.rendezvous());
       // No resolution starts until the heal ends, and one that runs (a step the lost rank cut,
       // not yet failed here) ends on the communicator it began on, before the rebuild.
       const absl::Time deadline = absl::Now() + options_.timeout;
@@ -262,6 +270,19 @@ absl::Status RankGroup::Join(const std::string& advertise_address,
 std::vector<std::string> RankGroup::addresses() const {
   absl::MutexLock lock(&mu_);
   return addresses_;
+}
+
+void RankGroup::SetRankZeroStandIn(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  if (address != rank_zero_stand_in_) {
+    LOG(WARNING) << "event=rank_zero_stand_in address=" << (address.empty() ? "-" : address);
+  }
+  rank_zero_stand_in_ = address;
+}
+
+std::string RankGroup::rank_zero_stand_in() const {
+  absl::MutexLock lock(&mu_);
+  return rank_zero_stand_in_;
 }
 
 void RankGroup::SetStoodIn(int rank, bool stood_in) {

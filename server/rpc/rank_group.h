@@ -59,6 +59,10 @@ struct RankGroupOptions {
   // Told when a restarted rank could not be healed into the group (the group restarts instead):
   // on rank 0, any rank; on the others, rank 0 itself (Regroup kEnd, failed). May be null.
   std::function<void(const absl::Status& why)> on_heal_failed;
+  // Points this rank's rendezvous store (the one its communicators rebuild in) at `target`, the
+  // store of the rank 0 coordinating a heal (Regroup kBegin); empty: the configured one
+  // (--rendezvous). May be null (the store never moves).
+  std::function<void(const std::string& target)> retarget_store;
   // This rank is a stand-in for a lost rank, run in its buddy's process (docs/deploy.md, "A rank
   // that does not return"): it says so when it rejoins and when rank 0 asks who survived.
   bool stand_in = false;
@@ -145,10 +149,17 @@ class RankGroup {
   // Rank 0: creates `replica` (its session id, definition, owner, and the resolutions the other
   // ranks finished) on rank `rank` rejoining the group.
   absl::Status CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica);
-  // Rank 0: whether rank `rank`, as healed in last, is a stand-in (RejoinRequest.stand_in); and
-  // the ranks that are, in rank order (SessionInfo.layout.stood_in_ranks).
+  // Whether rank `rank`, as healed in last, is a stand-in (RejoinRequest.stand_in; every rank
+  // learns it at Regroup kBegin, a restarted rank 0 from the survivors' lists); and the ranks that
+  // are, in rank order (SessionInfo.layout.stood_in_ranks).
   void SetStoodIn(int rank, bool stood_in);
   std::vector<uint32_t> stood_in_ranks() const;
+  // Where a stand-in for a lost rank 0 runs, as this rank knows it (empty: none): rank 1 sets it
+  // when it starts or stops one in its process, the others learn it from rank 1's heartbeat
+  // answers. The ranks publish their addresses into the stand-in's store, as for a restarted
+  // rank 0 (RankProcess::PublishForRankZero).
+  void SetRankZeroStandIn(const std::string& address);
+  std::string rank_zero_stand_in() const;
   // Serialises the heals on rank 0 (one restarted rank at a time).
   absl::Mutex& heal_mu() { return heal_mu_; }
 
@@ -237,6 +248,7 @@ class RankGroup {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   // UNAVAILABLE while a rank rejoins (between Regroup's kBegin and kEnd).
   absl::Status healing_ ABSL_GUARDED_BY(mu_);
+  std::string rank_zero_stand_in_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> stood_in_ ABSL_GUARDED_BY(mu_);  // by rank
   absl::Mutex heal_mu_;

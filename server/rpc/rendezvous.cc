@@ -58,7 +58,26 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
 
 GrpcKeyValueStore::GrpcKeyValueStore(const std::string& target,
                                      std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : stub_(v1::RendezvousService::NewStub(StoreChannel(target, std::move(credentials)))) {}
+    : credentials_(std::move(credentials)),
+      target_(target),
+      stub_(v1::RendezvousService::NewStub(StoreChannel(target, credentials_))) {}
+
+std::string GrpcKeyValueStore::target() const {
+  absl::MutexLock lock(&mu_);
+  return target_;
+}
+
+void GrpcKeyValueStore::Retarget(const std::string& target) {
+  absl::MutexLock lock(&mu_);
+  if (target == target_) return;
+  target_ = target;
+  stub_ = v1::RendezvousService::NewStub(StoreChannel(target, credentials_));
+}
+
+std::shared_ptr<v1::RendezvousService::Stub> GrpcKeyValueStore::stub() const {
+  absl::MutexLock lock(&mu_);
+  return stub_;
+}
 
 absl::Status GrpcKeyValueStore::Set(const std::string& key, const std::string& value) {
   return SetWithin(key, value, absl::Seconds(60));
@@ -73,7 +92,7 @@ absl::Status GrpcKeyValueStore::SetWithin(const std::string& key, const std::str
   request.set_key(key);
   request.set_value(value);
   v1::RendezvousSetResponse response;
-  return FromGrpcStatus(stub_->Set(&context, request, &response));
+  return FromGrpcStatus(stub()->Set(&context, request, &response));
 }
 
 absl::StatusOr<std::string> GrpcKeyValueStore::Get(const std::string& key, absl::Duration timeout) {
@@ -84,7 +103,18 @@ absl::StatusOr<std::string> GrpcKeyValueStore::Get(const std::string& key, absl:
   request.set_key(key);
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   v1::RendezvousGetResponse response;
-  grpc::Status status = stub_->Get(&context, request, &response);
+  grpc::Status status = stub()->Get(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return std::move(*response.mutable_value());
+}
+
+absl::StatusOr<std::string> GrpcKeyValueStore::Peek(const std::string& key, absl::Duration within) {
+  grpc::ClientContext context;
+  context.set_deadline(After(within));
+  v1::RendezvousGetRequest request;
+  request.set_key(key);
+  v1::RendezvousGetResponse response;
+  grpc::Status status = stub()->Get(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
   return std::move(*response.mutable_value());
 }

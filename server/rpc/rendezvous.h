@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/comm/key_value_store.h"
 #include "optstep/v1/internal.grpc.pb.h"
 
@@ -45,8 +47,22 @@ class GrpcKeyValueStore final : public KeyValueStore {
   // Set, waiting at most `timeout` for rank 0 (DEADLINE_EXCEEDED while it is away).
   absl::Status SetWithin(const std::string& key, const std::string& value, absl::Duration timeout);
 
+  // The value of `key` if set, asked of a store that may not be there: no wait for the channel,
+  // an answer within `within` (UNAVAILABLE or DEADLINE_EXCEEDED while nothing serves it).
+  absl::StatusOr<std::string> Peek(const std::string& key, absl::Duration within);
+
+  // The store served at `target` from now on: a stand-in for rank 0 serves its own (calls under
+  // way finish on the earlier one).
+  void Retarget(const std::string& target);
+  std::string target() const;
+
  private:
-  std::unique_ptr<v1::RendezvousService::Stub> stub_;
+  std::shared_ptr<v1::RendezvousService::Stub> stub() const;
+
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  mutable absl::Mutex mu_;
+  std::string target_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<v1::RendezvousService::Stub> stub_ ABSL_GUARDED_BY(mu_);
 };
 
 // Store key under which rank `rank` publishes its gRPC address.

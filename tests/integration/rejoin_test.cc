@@ -230,12 +230,14 @@ TEST(RejoinTest, ARollingRestartOfEveryRankLosesNoStep) {
 }
 
 // A rank that does not return within --rejoin_timeout_ms is stood in for by its buddy (rank 2
-// for rank 1; rank 0, which serves the rendezvous, for rank 2) in the buddy's process: the
-// survivors wait for that instead of exiting, the
-// trainer's step waits, follows the stand-in's address (SessionInfo.layout.stood_in_ranks) and
-// is redone, never rewound. When the rank's own process returns it takes its place back, the
-// stand-in stops without the group counting the rank gone, and the trainer goes back to the
-// rank's own address. Training ends bit for bit with an undisturbed session.
+// for rank 1; rank 0, which serves the rendezvous, for rank 2; rank 1 for rank 0, its stand-in
+// serving a rendezvous store of its own) in the buddy's process: the survivors wait for that
+// instead of exiting, the trainer's step waits, follows the stand-in's address
+// (SessionInfo.layout.stood_in_ranks, from another rank for rank 0) and is redone, never rewound.
+// When the rank's own process returns it takes its place back (rank 0: the stand-in gives way and
+// rank 0 heals itself in), the stand-in stops without the group counting the rank gone, and the
+// trainer goes back to the rank's own address. Training ends bit for bit with an undisturbed
+// session.
 // Run for the rank lost (its buddy stands in for it) and the parameter storage (under OWNERS the
 // stand-in alone holds the rank's masters, and the trainer pulls them from it).
 class StoodInRankTest : public ::testing::TestWithParam<std::tuple<int, v1::ParameterStorage>> {};
@@ -304,8 +306,9 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
 
 INSTANTIATE_TEST_SUITE_P(
     RankAndStorage, StoodInRankTest,
-    ::testing::Combine(::testing::Values(1, 2), ::testing::Values(v1::PARAMETER_STORAGE_REPLICATED,
-                                                                  v1::PARAMETER_STORAGE_OWNERS)),
+    ::testing::Combine(::testing::Values(0, 1, 2),
+                       ::testing::Values(v1::PARAMETER_STORAGE_REPLICATED,
+                                         v1::PARAMETER_STORAGE_OWNERS)),
     [](const ::testing::TestParamInfo<std::tuple<int, v1::ParameterStorage>>& info) {
       return absl::StrCat(
           "Rank", std::get<0>(info.param),

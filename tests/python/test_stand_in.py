@@ -2,7 +2,8 @@
 (docs/deploy.md, "A rank that does not return"). The Python client's steps, on the native and on
 the pure-Python data path and through shared memory, wait for that, follow the stand-in's
 address by themselves and are never rewound; once the rank's own process is back the client
-reaches it again, and the run ends bit for bit with an undisturbed session of the same group."""
+reaches it again, and the run ends bit for bit with an undisturbed session of the same group.
+Rank 0 too: rank 1 stands in for it, and the client learns where from the other ranks."""
 
 from __future__ import annotations
 
@@ -16,11 +17,10 @@ import optstep
 from optstep import config, native, pb
 from repository import native_library_path
 
-# Rank 1 is lost for good after 2 s; its buddy, rank 2, stands in for it.
+# The rank lost (1, or 0) is lost for good after 2 s; its buddy (2, or 1) stands in for it.
 FLAGS = ["--heartbeat_interval_ms=100", "--peer_timeout_ms=1000", "--state_redundancy=1",
          "--rejoin_timeout_ms=2000"]
 WORLD = 3
-DEAD = 1
 STEPS = 6
 KILLED_AFTER = 2
 
@@ -62,10 +62,11 @@ def _parameters(client: optstep.Client, session_id: str) -> Dict[int, np.ndarray
     return dict(client.pull_parameters(session_id).params)
 
 
-@pytest.mark.parametrize("path", ["native", "python", "shared"])
+@pytest.mark.parametrize("dead,path", [(1, "native"), (1, "python"), (1, "shared"),
+                                       (0, "native"), (0, "python")])
 def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         group: optstep.LocalGroup, server_binary: str, monkeypatch: pytest.MonkeyPatch,
-        path: str) -> None:
+        dead: int, path: str) -> None:
     monkeypatch.setenv("OPTSTEP_NATIVE", "0" if path == "python" else "1")
     assert native.available() == (path != "python")
     # "shared": through memory shared with the ranks, each (the stand-in, the rank back) giving
@@ -79,7 +80,7 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         for step in range(1, KILLED_AFTER + 1):
             client.step(sid, step, _gradients(step))
 
-        lost = group.ranks[DEAD]
+        lost = group.ranks[dead]
         own_address = lost.address
         assert own_address is not None
         lost.kill()
@@ -87,8 +88,8 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         reply = client.step(sid, KILLED_AFTER + 1, _gradients(KILLED_AFTER + 1))
         assert reply.step == KILLED_AFTER + 1
         layout = client.layout(sid, refresh=True)
-        assert layout.stood_in_ranks == (DEAD,)
-        assert layout.rank_targets[DEAD] != own_address
+        assert layout.stood_in_ranks == (dead,)
+        assert layout.rank_targets[dead] != own_address
         # A client that connects now, given the lost rank's own address, is led to the
         # stand-in (its native data path connects on its first step, the same way).
         with optstep.Client(rank_targets=group.targets, connect_timeout=1) as late:
@@ -96,17 +97,25 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
 
         # The rank's own process, on its port, takes its place back.
         port = own_address.rsplit(":", 1)[1]
-        group.ranks[DEAD] = optstep.LocalServer(
-            server_binary, [f"--rank={DEAD}", f"--world_size={WORLD}",
+        group.ranks[dead] = optstep.LocalServer(
+            server_binary, [f"--rank={dead}", f"--world_size={WORLD}",
                             f"--rendezvous={group.ranks[0].address}", *FLAGS, f"--port={port}"],
             wait_serving=False)
-        group.ranks[DEAD].start()
+        group.ranks[dead].start()
         lost.close()
         deadline = time.monotonic() + 30
         while True:
-            layout = client.layout(sid, refresh=True)
-            if layout.stood_in_ranks == () and layout.rank_targets[DEAD] == own_address:
-                break
+            # Rank 0 is away while its stand-in gives way and its own process heals itself in
+            # (that process answers before, knowing no session yet): the health check waits for
+            # it, as a trainer's recovery does.
+            try:
+                serving = client.check_health()
+            except optstep.UnavailableError:
+                serving = False
+            if serving:
+                layout = client.layout(sid, refresh=True)
+                if layout.stood_in_ranks == () and layout.rank_targets[dead] == own_address:
+                    break
             assert time.monotonic() < deadline, "the rank's own process did not come back"
             time.sleep(0.1)
         for step in range(KILLED_AFTER + 3, STEPS + 1):

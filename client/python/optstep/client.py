@@ -191,6 +191,17 @@ class Client:
     def _rank0(self) -> RankChannel:
         return self._ranks.rank0()
 
+    def _on_rank0(self, call: Callable[[RankChannel], _Response]) -> _Response:
+        """`call` on rank 0 (or its stand-in); when it is unavailable and the other ranks say
+        rank 0 is served elsewhere now, once more there."""
+        rank = self._rank0()
+        try:
+            return call(rank)
+        except UnavailableError:
+            if not self._ranks.look_up_rank0(self._rpc_timeout) or self._rank0() is rank:
+                raise
+        return call(self._rank0())
+
     def _unary_kwargs(self) -> Dict[str, Any]:
         return {"timeout": self._rpc_timeout, "wait_for_ready": self._wait_for_ready}
 
@@ -199,28 +210,30 @@ class Client:
     def create_session(self, spec: session_pb2.SessionSpec) -> CreatedSession:
         """Registers a model, or attaches to the existing session of the same name and
         definition."""
-        response = _call(self._rank0().service.CreateSession,
-                         svc_pb2.CreateSessionRequest(spec=spec), **self._unary_kwargs())
+        request = svc_pb2.CreateSessionRequest(spec=spec)
+        response = self._on_rank0(lambda rank: _call(rank.service.CreateSession, request,
+                                                     **self._unary_kwargs()))
         # The answer is a summary: the layout comes in GetSession's pages.
         return CreatedSession(self.get_session(response.summary.session_id), response.attached)
 
     def get_session(self, session_id: str) -> session_pb2.SessionInfo:
         """The whole SessionInfo (every parameter and owner), read in GetSession's pages."""
-        info = read_session(session_id, lambda request: _call(
-            self._rank0().service.GetSession, request, **self._unary_kwargs()))
+        info = read_session(session_id, lambda request: self._on_rank0(lambda rank: _call(
+            rank.service.GetSession, request, **self._unary_kwargs())))
         self._remember(info)
         return info
 
     def list_sessions(self, page_size: int = 0) -> List[session_pb2.SessionSummary]:
         """The summaries of every session the caller may see, by id, read `page_size` (0: the
         server's default) at a time."""
-        return list_all_sessions(lambda request: _call(
-            self._rank0().service.ListSessions, request, **self._unary_kwargs()), page_size)
+        return list_all_sessions(lambda request: self._on_rank0(lambda rank: _call(
+            rank.service.ListSessions, request, **self._unary_kwargs())), page_size)
 
     def close_session(self, session_id: str) -> None:
         """Drops the session, its parameters and state on the server."""
-        _call(self._rank0().service.CloseSession,
-              svc_pb2.CloseSessionRequest(session_id=session_id), **self._unary_kwargs())
+        request = svc_pb2.CloseSessionRequest(session_id=session_id)
+        self._on_rank0(lambda rank: _call(rank.service.CloseSession, request,
+                                          **self._unary_kwargs()))
         with self._lock:
             self._layouts.pop(session_id, None)
         self._shared.drop(session_id)
@@ -553,13 +566,25 @@ class Client:
     # ---- health
 
     def check_health(self, service: str = "") -> bool:
-        """True when `service` ("" = the whole server) on rank 0 is SERVING, False when not."""
+        """True when `service` ("" = the whole server) on rank 0 is SERVING, False when not.
+        When rank 0 does not answer SERVING, the other ranks are asked where it is served now
+        (a stand-in, or its own process back) and that one is checked."""
         encoded = service.encode()
         request = (b"\x0a" + _varint(len(encoded)) + encoded) if encoded else b""
-        check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self._rank0().channel.unary_unary(
-            _HEALTH_CHECK)
-        response = _call(check, request, timeout=self._rpc_timeout)
-        return response == b"\x08" + _varint(_SERVING)
+
+        def check(rank: RankChannel) -> bool:
+            call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = rank.channel.unary_unary(
+                _HEALTH_CHECK)
+            return _call(call, request, timeout=self._rpc_timeout) == b"\x08" + _varint(_SERVING)
+
+        try:
+            if check(self._rank0()):
+                return True
+        except UnavailableError:
+            if not self._ranks.look_up_rank0(self._rpc_timeout):
+                raise
+            return check(self._rank0())
+        return self._ranks.look_up_rank0(self._rpc_timeout) and check(self._rank0())
 
 
 def _varint(value: int) -> bytes:

@@ -59,9 +59,10 @@ class RankChannels:
             rank.channel.close()
 
     def connect(self, timeout: float, rpc_timeout: float) -> None:
-        """Waits for every given rank (UnavailableError naming the first not reached); a rank other than 0 not reached within `timeout` may be
-        stood in for (docs/deploy.md, "A rank that does not return"): rank 0 then says where,
-        and the client waits for the stand-in instead."""
+        """Waits for every given rank (UnavailableError naming the first not reached); a rank
+        not reached within `timeout` may be stood in for (docs/deploy.md, "A rank that does not
+        return"): rank 0 then says where (for rank 0, the first rank reached does), and the
+        client waits for the stand-in instead."""
         ranks = self.given()
         futures = [grpc.channel_ready_future(rank.channel) for rank in ranks]
         deadline = time.monotonic() + timeout
@@ -78,13 +79,16 @@ class RankChannels:
             return UnavailableError(f"cannot connect to rank {r} at '{ranks[r].target}' "
                                     f"within {timeout:g} s{why}")
 
-        if unreachable[0] == 0:
+        # Rank 0 knows whether the group serves a rank elsewhere; any other rank knows it of
+        # rank 0.
+        asked = next((r for r in range(len(ranks)) if r not in unreachable), None)
+        if asked is None:
             raise not_reached(0)
-        try:  # rank 0 knows whether the group serves the rank elsewhere
-            told = ranks[0].service.ListSessions(svc_pb2.ListSessionsRequest(page_size=1),
-                                                 timeout=rpc_timeout)
+        try:
+            told = ranks[asked].service.ListSessions(svc_pb2.ListSessionsRequest(page_size=1),
+                                                     timeout=rpc_timeout)
         except grpc.RpcError as e:
-            raise not_reached(unreachable[0], ", and rank 0 could not say where it is: "
+            raise not_reached(unreachable[0], f", and rank {asked} could not say where it is: "
                               f"{e.details()}") from None
         self.follow(list(told.rank_targets), told.stood_in_ranks)
         deadline = time.monotonic() + timeout
@@ -104,10 +108,29 @@ class RankChannels:
             return list(self._ranks)
 
     def rank0(self) -> RankChannel:
+        """The channel that reaches rank 0 now: its stand-in's while one serves it."""
         with self._lock:
             if not self._ranks:
                 raise FailedPreconditionError("Client: closed")
-            return self._ranks[0]
+            return self._stand_ins.get(0, self._ranks[0])
+
+    def look_up_rank0(self, rpc_timeout: float) -> bool:
+        """Rank 0 does not answer, or is not serving: asks rank 0's own address, then every
+        other rank, where rank 0 is served now (a stand-in, or its own process back) and follows
+        the first answer. False when none answered."""
+        ranks = self.given()
+        with self._lock:
+            ranks = [ranks[0]] + [self._stand_ins.get(r, rank) for r, rank in enumerate(ranks)
+                                  if r > 0]
+        for rank in ranks:
+            try:
+                told = rank.service.ListSessions(svc_pb2.ListSessionsRequest(page_size=1),
+                                                 timeout=rpc_timeout)
+            except grpc.RpcError:
+                continue
+            self.follow(list(told.rank_targets), told.stood_in_ranks)
+            return True
+        return False
 
     def of(self, layout: SessionLayout) -> List[RankChannel]:
         """The channels of every rank of `layout` as given, opening advertised ones on first
@@ -142,7 +165,7 @@ class RankChannels:
     def follow(self, rank_targets: Sequence[str], stood_in_ranks: Iterable[int]) -> None:
         """Follows the stand-ins the group tells of (a layout, a ListSessions answer): opens a
         channel to each new one, drops those of ranks back."""
-        told = {r: rank_targets[r] for r in stood_in_ranks if 0 < r < len(rank_targets)}
+        told = {r: rank_targets[r] for r in stood_in_ranks if 0 <= r < len(rank_targets)}
         with self._lock:
             gone = [r for r, rank in self._stand_ins.items() if told.get(r) != rank.target]
             for r in gone:

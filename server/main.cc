@@ -96,10 +96,10 @@ ABSL_FLAG(int64_t, rejoin_timeout_ms, 60000,
           "With --state_redundancy=1: how long the other ranks wait for a lost rank to rejoin "
           "before they exit for a restart of the group.");
 ABSL_FLAG(bool, stand_in, true,
-          "With --state_redundancy=1: a rank other than 0 still lost after --rejoin_timeout_ms is "
-          "stood in for by its buddy (the next rank), in the buddy's process, until its own "
-          "process returns; the other ranks wait as long again (at least 30 s) for that before "
-          "they exit.");
+          "With --state_redundancy=1: a rank still lost after --rejoin_timeout_ms is stood in "
+          "for by its buddy (the next rank; rank 0 only with three ranks or more), in the "
+          "buddy's process, until its own process returns; the other ranks wait as long again "
+          "(at least 30 s) for that before they exit.");
 ABSL_FLAG(int, stand_in_port, 0,
           "Port a stand-in this rank runs for its predecessor listens on (--stand_in); 0: any "
           "free port.");

@@ -300,3 +300,16 @@ def test_a_segment_the_client_cannot_open_goes_back_to_the_rank(
             assert client.step(sid, 2, _gradients(2)).step == 2  # through the stream
             assert not _shares(client, sid)
         assert _shared_bytes(port_file) == 0  # released, not held until the session closes
+
+
+def test_a_rank_away_when_a_segment_is_attached_is_unavailable(server: optstep.LocalServer) -> None:
+    """A rank that does not answer while the client attaches its segment (it restarted, or its
+    stand-in gave way) is UNAVAILABLE as for any other call, which the step's recovery waits out,
+    rather than a raw gRPC error that ends the training loop."""
+    with optstep.Client(server.address, shared_memory=True) as client:
+        sid = client.create_session(_spec("away"))[0].session_id
+        layout = client.layout(sid)
+        with grpc.insecure_channel("127.0.0.1:1") as nowhere:  # nothing listens there
+            with pytest.raises(optstep.UnavailableError):
+                client._shared.get(layout, 0, [svc_grpc.OptimizerServiceStub(nowhere)],  # noqa: SLF001
+                                   1.0)

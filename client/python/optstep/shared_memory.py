@@ -19,7 +19,7 @@ import numpy as np
 
 from optstep import dtypes, native
 from optstep.chunks import GradientSlice, RankContribution
-from optstep.errors import NotFoundError
+from optstep.errors import NotFoundError, from_rpc_error
 from optstep.layout import SessionLayout
 from optstep.step_call import exchange_steps
 from optstep.v1 import optimizer_service_pb2 as svc_pb2
@@ -172,7 +172,9 @@ class SharedSegments:
                             grpc.StatusCode.RESOURCE_EXHAUSTED):
                 self._refuse(sid, e.details() or str(e.code()))
                 return None
-            raise
+            # As every other call's error: a rank away (UNAVAILABLE) is waited for by the
+            # step's recovery.
+            raise from_rpc_error(e) from None
         except OSError as e:  # another pid namespace, or another user's process
             for segment in attached:
                 segment.close()

@@ -232,6 +232,9 @@ class RankProcess {
   void EndStandInOnceReplaced();
   // Stops the stand-in without telling the peers, and frees its budget.
   void EndStandIn();
+  // Rank 1: whether a new process of rank 0 serves rank 0's configured store (it published its
+  // address and formed no group yet): it heals itself in, and no stand-in may run beside it.
+  bool RankZeroProcessBack();
   // `exit_on_peer_loss` (or `even_without_flag`): the process exits with kPeerLossExitCode after
   // the grace. Once.
   void ExitForRestart(const std::string& why, bool even_without_flag = false);
@@ -279,11 +282,11 @@ class RankProcess {
   // took its place (`announce_leave_` false).
   const bool is_stand_in_ = false;
   std::atomic<bool> announce_leave_{true};
+  // Rank 1 standing in for rank 0: rank 0's configured store, where its own process returns.
+  std::unique_ptr<GrpcKeyValueStore> rank_zero_probe_;
   // The stand-in this rank runs for its predecessor, its address and the budget it took, and
   // whether one was started since the predecessor was lost. Touched by the join thread (the
   // watch loop), then by Stop once it ended.
-  // Rank 1 standing in for rank 0: rank 0's configured store, where its own process returns.
-  std::unique_ptr<GrpcKeyValueStore> rank_zero_probe_;
   std::unique_ptr<RankProcess> stand_in_;
   std::string stand_in_address_;
   MemoryBudget::Reservation stand_in_budget_;

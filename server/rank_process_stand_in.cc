@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "server/rank_process.h"
+#include "server/rpc/heal.h"
 
 namespace optstep {
 
@@ -35,7 +36,20 @@ int RankProcess::LostPeer() const {
   return -1;
 }
 
+bool RankProcess::RankZeroProcessBack() {
+  if (rank_zero_probe_ == nullptr) {
+    rank_zero_probe_ = std::make_unique<GrpcKeyValueStore>(options_.rendezvous,
+                                                           group_->options().peer_credentials);
+  }
+  // A new process of rank 0 published its address in its own store and has formed no group
+  // yet (an old one cut off and reachable again has).
+  return rank_zero_probe_->Peek(RankAddressKey(0), options_.heartbeat_interval).ok() &&
+         !rank_zero_probe_->Peek(kGroupFormedKey, options_.heartbeat_interval).ok();
+}
+
 void RankProcess::StartStandIn(int rank) {
+  // Rank 0's own process is back, and heals itself in: no second rank 0.
+  if (rank == 0 && RankZeroProcessBack()) return;
   stand_in_started_ = true;
   // The stand-in's budget is the part of this rank's that is free, taken from it meanwhile.
   const MemoryBudget& budget = engine_->memory_budget();
@@ -78,13 +92,9 @@ void RankProcess::StartStandIn(int rank) {
   stand_in_address_ = absl::StrCat(options_.advertise_host, ":", stand_in_->port());
   stand_in_budget_ = *std::move(reserved);
   metrics_->StandInsChanged(+1);
-  if (rank == 0) {
-    // The other ranks learn the stand-in's store from this rank's heartbeat answers; this rank
-    // watches for rank 0's own process at the configured store.
-    rank_zero_probe_ = std::make_unique<GrpcKeyValueStore>(options_.rendezvous,
-                                                           group_->options().peer_credentials);
-    group_->SetRankZeroStandIn(stand_in_address_);
-  }
+  // The other ranks learn the store of a stand-in for rank 0 from this rank's heartbeat
+  // answers; this rank watches for rank 0's own process at the configured store.
+  if (rank == 0) group_->SetRankZeroStandIn(stand_in_address_);
   LOG(WARNING) << "event=stand_in_started rank=" << rank << " address=" << stand_in_address_
                << " budget_bytes=" << free << " rank " << rank << " did not return within "
                << absl::FormatDuration(options_.rejoin_timeout)
@@ -97,8 +107,12 @@ void RankProcess::EndStandInOnceReplaced() {
   if (rank == 0) {
     // Rank 0's own process heals itself in from the survivors, this rank among them: the
     // stand-in gives way as soon as that process serves its store (it published its address
-    // there), and the peers lose rank 0 again and publish theirs.
-    if (!rank_zero_probe_->Peek(RankAddressKey(0), options_.heartbeat_interval).ok()) return;
+    // there), and the peers lose rank 0 again and publish theirs. Not in the middle of a heal,
+    // which would leave the survivors paused.
+    if (!group_->PeersStatus().ok() || !stand_in_->group_->PeersStatus().ok() ||
+        !RankZeroProcessBack()) {
+      return;
+    }
     LOG(WARNING) << "event=stand_in_ended rank=0 address=" << options_.rendezvous
                  << " rank 0's own process is back; its stand-in stops for it to heal itself in";
     group_->SetRankZeroStandIn("");
@@ -123,6 +137,7 @@ void RankProcess::EndStandIn() {
   // the rank as gone.
   stand_in_->announce_leave_ = false;
   stand_in_.reset();  // shuts it down and waits
+  stand_in_address_.clear();
   stand_in_budget_.Release();
   metrics_->StandInsChanged(-1);
 }

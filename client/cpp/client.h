@@ -202,12 +202,14 @@ class Client final {
   absl::Status ConnectStandIns(const std::vector<size_t>& unreachable);
   // The first page of `rank`'s ListSessions: the group's directory as that rank knows it.
   absl::StatusOr<v1::ListSessionsResponse> AskDirectory(Rank& rank);
-  // Rank 0 does not answer, or is not serving: asks rank 0's own address, then every other rank,
+  // Rank 0 does not answer, or is not serving: asks every other rank, then rank 0's own address,
   // where rank 0 is served (its stand-in, or its own process back) and follows the first
   // answer. The last error when none answered.
   absl::Status LookUpRankZero();
-  // Runs `call` on rank 0 (Reach); when it answers UNAVAILABLE and the other ranks say rank 0 is
-  // served elsewhere now (LookUpRankZero), runs it there once more.
+  // Runs `call` on rank 0 (Reach); when it answers UNAVAILABLE (DEADLINE_EXCEEDED with
+  // wait_for_ready) and the other ranks say rank 0 is served elsewhere now (LookUpRankZero), runs
+  // it there once more: a creation then attaches to the session the first try made, a close
+  // finds none (NOT_FOUND) if the first try's answer was lost.
   absl::Status OnRankZero(const std::function<absl::Status(Rank& rank)>& call);
 
   // The cached layout of `session_id`, fetched with GetSession on first use.

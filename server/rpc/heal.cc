@@ -175,6 +175,10 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group, int rank,
   v1::RegroupRequest begin = Phase(generation, rank, address, v1::RegroupRequest::PHASE_BEGIN);
   if (rank == group->rank()) begin.set_incarnation(group->incarnation());
   begin.set_stand_in(stand_in);
+  for (uint32_t r : group->stood_in_ranks()) {
+    if (static_cast<int>(r) != rank) begin.add_stood_in_ranks(r);
+  }
+  if (stand_in) begin.add_stood_in_ranks(rank);
   // A stand-in for rank 0 serves the group's store at its own address (the configured one is
   // rank 0's lost process); a rank 0 of its own, at the configured one.
   if (group->options().stand_in) begin.set_rendezvous(group->addresses()[0]);
@@ -331,11 +335,12 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
                      " was restarted too; the group restarts as a whole"));
   }
   absl::MutexLock heal_lock(&group->heal_mu());
+  // The survivors that are stand-ins, told to every rank at the heal's first phase.
+  for (int r = 1; r < world_size; ++r) group->SetStoodIn(r, answers[r].stand_in());
   OPTSTEP_ASSIGN_OR_RETURN(
       uint64_t healed,
       RunHeal(engine, group, 0, group->addresses()[0], generation + 1, group->options().stand_in,
               [group] { return SessionsOfSurvivors(group); }));
-  for (int r = 1; r < world_size; ++r) group->SetStoodIn(r, answers[r].stand_in());
   return std::optional<uint64_t>(healed);
 }
 

@@ -144,6 +144,17 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
   }
   switch (request.phase()) {
     case v1::RegroupRequest::PHASE_BEGIN: {
+      {
+        // Two heals of one generation: two processes of rank 0 (its stand-in and its own) each
+        // heal themselves in from the same survivors; the later is refused, and fails.
+        absl::MutexLock lock(&mu_);
+        if (request.generation() <= generation_) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("rank ", options_.rank, " is at generation ", generation_,
+                           "; a heal into generation ", request.generation(), " of rank ", rank,
+                           " at ", request.address(), " comes too late"));
+        }
+      }
       // Watched as alive from now on: the heal's held operations need it (steps wait for kEnd).
       liveness_.Rejoined(rank, absl::Now(), request.incarnation());
       {
@@ -154,6 +165,12 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
                          "); retry when rank 0 reports SERVING"));
         // A new stub (a new channel) for the new process, also at the same address.
         addresses_[rank] = request.address();
+        // The stand-ins once this rank is healed in (an earlier release lists none: the
+        // rejoining rank's alone).
+        if (!request.stood_in_ranks().empty()) stood_in_.assign(stood_in_.size(), false);
+        for (uint32_t r : request.stood_in_ranks()) {
+          if (r < stood_in_.size()) stood_in_[r] = true;
+        }
         stood_in_[rank] = request.stand_in();
         if (peers_[rank] != nullptr) retired_peers_.push_back(std::move(peers_[rank]));
         options_.communicators->SetGeneration(generation_);

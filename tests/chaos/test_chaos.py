@@ -3,8 +3,8 @@ supervisor (deploy/local/ranks.sh restarts a killed rank on its port), while the
 ranks at seeded moments: one rank at a time four times (rank 0 among them), while a step runs,
 while an automatic checkpoint is being written and between steps; one rank (rank 0 too) kept
 away (its supervisor held) past the rejoin timeout, which its buddy stands in for until it is let
-back
-AWAY_STEPS steps later (docs/deploy.md, "A rank that does not return"); then two ranks at once.
+back AWAY_STEPS steps later (docs/deploy.md, "A rank that does not return"); then two ranks at
+once.
 
 With state redundancy (the default) a single rank, rank 0 included, heals back into the running
 group (docs/deploy.md, "Rejoin"): the survivors keep their sessions, the trainer redoes the step

@@ -310,6 +310,6 @@ def test_a_rank_away_when_a_segment_is_attached_is_unavailable(server: optstep.L
         sid = client.create_session(_spec("away"))[0].session_id
         layout = client.layout(sid)
         with grpc.insecure_channel("127.0.0.1:1") as nowhere:  # nothing listens there
+            stubs = [svc_grpc.OptimizerServiceStub(nowhere)]
             with pytest.raises(optstep.UnavailableError):
-                client._shared.get(layout, 0, [svc_grpc.OptimizerServiceStub(nowhere)],  # noqa: SLF001
-                                   1.0)
+                client._shared.get(layout, 0, stubs, 1.0)  # noqa: SLF001

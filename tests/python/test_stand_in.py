@@ -63,7 +63,7 @@ def _parameters(client: optstep.Client, session_id: str) -> Dict[int, np.ndarray
 
 
 @pytest.mark.parametrize("dead,path", [(1, "native"), (1, "python"), (1, "shared"),
-                                       (0, "native"), (0, "python")])
+                                       (0, "native"), (0, "python"), (0, "shared")])
 def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         group: optstep.LocalGroup, server_binary: str, monkeypatch: pytest.MonkeyPatch,
         dead: int, path: str) -> None:

@@ -29,8 +29,9 @@ from optstep import dtypes, native, shared_memory, state_dicts
 from optstep.channel_credentials import channel_credentials
 from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
 from optstep.client_types import CreatedSession, Gradients, GroupSchedule, Parameters, StepReply
-from optstep.errors import (AbortedError, InternalError, InvalidArgumentError, OptstepError,
-                            OutOfRangeError, UnavailableError, from_rpc_error)
+from optstep.errors import (AbortedError, DeadlineExceededError, InternalError,
+                            InvalidArgumentError, OptstepError, OutOfRangeError, UnavailableError,
+                            from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
 from optstep.rank_channels import RankChannel, RankChannels
 from optstep.recovery import StepRecovery
@@ -192,12 +193,14 @@ class Client:
         return self._ranks.rank0()
 
     def _on_rank0(self, call: Callable[[RankChannel], _Response]) -> _Response:
-        """`call` on rank 0 (or its stand-in); when it is unavailable and the other ranks say
-        rank 0 is served elsewhere now, once more there."""
+        """`call` on rank 0 (or its stand-in); when it is unavailable (past its deadline with
+        wait_for_ready) and the other ranks say rank 0 is served elsewhere now, once more there."""
         rank = self._rank0()
         try:
             return call(rank)
-        except UnavailableError:
+        except (UnavailableError, DeadlineExceededError) as e:
+            if isinstance(e, DeadlineExceededError) and not self._wait_for_ready:
+                raise
             if not self._ranks.look_up_rank0(self._rpc_timeout) or self._rank0() is rank:
                 raise
         return call(self._rank0())

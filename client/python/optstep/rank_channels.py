@@ -115,13 +115,15 @@ class RankChannels:
             return self._stand_ins.get(0, self._ranks[0])
 
     def look_up_rank0(self, rpc_timeout: float) -> bool:
-        """Rank 0 does not answer, or is not serving: asks rank 0's own address, then every
-        other rank, where rank 0 is served now (a stand-in, or its own process back) and follows
-        the first answer. False when none answered."""
+        """Rank 0 does not answer, or is not serving: asks every other rank, then rank 0's own
+        address, where rank 0 is served now (a stand-in, or its own process back) and follows the
+        first answer. False when none answered. (A process of rank 0 that is back but has not
+        healed itself in yet knows no stand-in: it is asked last.)"""
+        self.rank0()  # FailedPreconditionError once closed
         ranks = self.given()
         with self._lock:
-            ranks = [ranks[0]] + [self._stand_ins.get(r, rank) for r, rank in enumerate(ranks)
-                                  if r > 0]
+            ranks = [self._stand_ins.get(r, rank) for r, rank in enumerate(ranks) if r > 0] + \
+                [ranks[0]]
         for rank in ranks:
             try:
                 told = rank.service.ListSessions(svc_pb2.ListSessionsRequest(page_size=1),

@@ -89,5 +89,39 @@ TEST(RankGroupFormingTest, StateMovesOnlyInTheHealOfItsGeneration) {
   EXPECT_THAT(group.CheckHealing(1), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
+TEST(RankGroupFormingTest, AHealOfAGenerationBegunAlreadyIsRefused) {
+  // Two processes of rank 0 (its stand-in and its own) heal themselves in from the same
+  // survivors, each into the generation above theirs: the later one is refused.
+  RankGroupOptions options = Healing(1);
+  GroupCommunicators communicators(
+      [](const std::string&) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        return absl::UnavailableError("no communicator in this test");
+      });
+  options.communicators = &communicators;
+  RankGroup group(options, nullptr);
+  v1::RegroupRequest begin;
+  begin.set_generation(3);
+  begin.set_rank(0);
+  begin.set_address("127.0.0.1:1");
+  begin.set_phase(v1::RegroupRequest::PHASE_BEGIN);
+  begin.set_stand_in(true);
+  OPTSTEP_ASSERT_OK(group.Regroup(begin));
+  EXPECT_EQ(group.stood_in_ranks(), std::vector<uint32_t>{0});
+  v1::RegroupRequest other = begin;
+  other.set_address("127.0.0.1:2");
+  other.set_stand_in(false);
+  EXPECT_THAT(group.Regroup(other),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "is at generation 3; a heal into generation 3 of rank 0 at 127.0.0.1:2 "
+                       "comes too late"));
+  EXPECT_EQ(group.addresses()[0], "127.0.0.1:1");
+  // The next generation is taken, with the whole set of stand-ins it tells of.
+  other.set_generation(4);
+  other.add_stood_in_ranks(2);
+  OPTSTEP_ASSERT_OK(group.Regroup(other));
+  EXPECT_EQ(group.addresses()[0], "127.0.0.1:2");
+  EXPECT_EQ(group.stood_in_ranks(), std::vector<uint32_t>{2});
+}
+
 }  // namespace
 }  // namespace optstep

@@ -25,7 +25,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Opti
 
 import grpc
 
-from optstep import dtypes, native, shared_memory, state_dicts
+from optstep import dtypes, native, raw_messages, shared_memory, state_dicts
 from optstep.channel_credentials import channel_credentials
 from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
 from optstep.client_types import CreatedSession, Gradients, GroupSchedule, Parameters, StepReply
@@ -49,11 +49,9 @@ __all__ = ["Client", "CreatedSession", "GroupSchedule", "StepReply", "Parameters
 #: The server's limit on one chunk's payload.
 MAX_CHUNK_BYTES = 4 << 20
 _CHUNK_ENVELOPE_BYTES = 1024
-_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 # What a unary call answers (_call).
 _Response = TypeVar("_Response")
-_ADMIN_SHUTDOWN = "/optstep.v1.AdminService/Shutdown"
-_SERVING = 1
+
 
 def _call(fn: Callable[..., _Response], *args: Any, **kwargs: Any) -> _Response:
     """Runs a unary gRPC call, converting its error."""
@@ -560,11 +558,9 @@ class Client:
         if not 0 <= rank < len(ranks):
             raise OutOfRangeError(f"rank {rank} is not one of the {len(ranks)} ranks of this "
                                   "client")
-        encoded = reason.encode()
-        request = (b"\x0a" + _varint(len(encoded)) + encoded) if encoded else b""
         call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = ranks[rank].channel.unary_unary(
-            _ADMIN_SHUTDOWN)
-        _call(call, request, **self._unary_kwargs())
+            raw_messages.ADMIN_SHUTDOWN)
+        _call(call, raw_messages.string_message(reason), **self._unary_kwargs())
 
     # ---- health
 
@@ -572,13 +568,12 @@ class Client:
         """True when `service` ("" = the whole server) on rank 0 is SERVING, False when not.
         When rank 0 does not answer SERVING, the other ranks are asked where it is served now
         (a stand-in, or its own process back) and that one is checked."""
-        encoded = service.encode()
-        request = (b"\x0a" + _varint(len(encoded)) + encoded) if encoded else b""
+        request = raw_messages.string_message(service)
 
         def check(rank: RankChannel) -> bool:
             call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = rank.channel.unary_unary(
-                _HEALTH_CHECK)
-            return _call(call, request, timeout=self._rpc_timeout) == b"\x08" + _varint(_SERVING)
+                raw_messages.HEALTH_CHECK)
+            return raw_messages.serving(_call(call, request, timeout=self._rpc_timeout))
 
         try:
             if check(self._rank0()):
@@ -588,15 +583,6 @@ class Client:
                 raise
             return check(self._rank0())
         return self._ranks.look_up_rank0(self._rpc_timeout) and check(self._rank0())
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def _step_header(session_id: str, step: int, trainer_id: int, groups: List[GroupSchedule],

@@ -85,8 +85,7 @@ class RankChannels:
         if asked is None:
             raise not_reached(0)
         try:
-            told = ranks[asked].service.ListSessions(svc_pb2.ListSessionsRequest(page_size=1),
-                                                     timeout=rpc_timeout)
+            told = _directory(ranks[asked], rpc_timeout)
         except grpc.RpcError as e:
             raise not_reached(unreachable[0], f", and rank {asked} could not say where it is: "
                               f"{e.details()}") from None
@@ -126,8 +125,7 @@ class RankChannels:
                 [ranks[0]]
         for rank in ranks:
             try:
-                told = rank.service.ListSessions(svc_pb2.ListSessionsRequest(page_size=1),
-                                                 timeout=rpc_timeout)
+                told = _directory(rank, rpc_timeout)
             except grpc.RpcError:
                 continue
             self.follow(list(told.rank_targets), told.stood_in_ranks)
@@ -175,3 +173,11 @@ class RankChannels:
             for r, target in told.items():
                 if r not in self._stand_ins:
                     self._stand_ins[r] = self._open(target)
+
+
+def _directory(rank: RankChannel, rpc_timeout: float) -> svc_pb2.ListSessionsResponse:
+    """The group's directory as `rank` knows it (where every rank is served): the first page of
+    its ListSessions."""
+    response: svc_pb2.ListSessionsResponse = rank.service.ListSessions(
+        svc_pb2.ListSessionsRequest(page_size=1), timeout=rpc_timeout)
+    return response

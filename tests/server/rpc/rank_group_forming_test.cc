@@ -64,12 +64,17 @@ TEST(RankGroupFormingTest, ARankWaitsForALostRankZeroOnlyOnceTheGroupFormed) {
   EXPECT_FALSE(no_heal.AwaitsRankZero());
 }
 
-TEST(RankGroupFormingTest, StateMovesOnlyInTheHealOfItsGeneration) {
-  RankGroupOptions options = Healing(1);
-  GroupCommunicators communicators(
+// The communicators of a group whose heals never rebuild one here.
+GroupCommunicators NoCommunicators() {
+  return GroupCommunicators(
       [](const std::string&) -> absl::StatusOr<std::unique_ptr<Communicator>> {
         return absl::UnavailableError("no communicator in this test");
       });
+}
+
+TEST(RankGroupFormingTest, StateMovesOnlyInTheHealOfItsGeneration) {
+  GroupCommunicators communicators = NoCommunicators();
+  RankGroupOptions options = Healing(1);
   options.communicators = &communicators;
   RankGroup group(options, nullptr);
   EXPECT_THAT(group.CheckHealing(1),
@@ -92,11 +97,8 @@ TEST(RankGroupFormingTest, StateMovesOnlyInTheHealOfItsGeneration) {
 TEST(RankGroupFormingTest, AHealOfAGenerationBegunAlreadyIsRefused) {
   // Two processes of rank 0 (its stand-in and its own) heal themselves in from the same
   // survivors, each into the generation above theirs: the later one is refused.
+  GroupCommunicators communicators = NoCommunicators();
   RankGroupOptions options = Healing(1);
-  GroupCommunicators communicators(
-      [](const std::string&) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-        return absl::UnavailableError("no communicator in this test");
-      });
   options.communicators = &communicators;
   RankGroup group(options, nullptr);
   v1::RegroupRequest begin;

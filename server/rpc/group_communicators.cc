@@ -14,9 +14,18 @@ std::string CommunicatorPrefix(uint64_t generation, const std::string& session_i
 }
 
 absl::Status CommunicatorLink::With(const std::function<absl::Status(Communicator&)>& call) {
+  std::unique_ptr<Communicator> broken;
   absl::MutexLock lock(&mu_);
   if (inner_ == nullptr) return closed_;
-  return call(*inner_);
+  absl::Status status = call(*inner_);
+  // A peer lost (or a collective past its timeout) leaves the connection unusable: it closes at
+  // once, so that a peer waiting for this rank in a collective fails there too, rather than at
+  // its own timeout. The next collectives answer this error until the rebuild.
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+    broken = std::exchange(inner_, nullptr);
+    closed_ = status;
+  }
+  return status;
 }
 
 absl::Status CommunicatorLink::Replace(std::unique_ptr<Communicator> inner) {

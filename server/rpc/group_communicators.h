@@ -33,7 +33,8 @@ class CommunicatorLink {
  public:
   explicit CommunicatorLink(std::unique_ptr<Communicator> inner)
       : rank_(inner->rank()), world_size_(inner->world_size()), inner_(std::move(inner)) {}
-  // Runs `call` on the current connection, holding it; once closed, answers why.
+  // Runs `call` on the current connection, holding it; once closed, answers why. A call that
+  // fails UNAVAILABLE (a peer lost) or DEADLINE_EXCEEDED closes the connection (Close).
   absl::Status With(const std::function<absl::Status(Communicator&)>& call);
   // Replaces the connection with `inner` (same rank and world size: INVALID_ARGUMENT otherwise).
   absl::Status Replace(std::unique_ptr<Communicator> inner);

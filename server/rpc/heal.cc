@@ -182,10 +182,10 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group, int rank,
   // A stand-in for rank 0 serves the group's store at its own address (the configured one is
   // rank 0's lost process); a rank 0 of its own, at the configured one.
   if (group->options().stand_in) begin.set_rendezvous(group->addresses()[0]);
-  absl::Status begun = group->Regroup(begin);
+  absl::Status begun = group->BeginRegroup(begin);
   if (begun.ok()) {
     begun = group->ForEachRank(
-        [&](int r) { return r == 0 ? absl::OkStatus() : RegroupOn(group, r, begin); });
+        [&](int r) { return r == 0 ? group->PauseForRegroup(begin) : RegroupOn(group, r, begin); });
   }
   absl::StatusOr<uint64_t> healed = absl::UnknownError("not healed");
   if (!begun.ok()) {

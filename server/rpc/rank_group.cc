@@ -135,6 +135,64 @@ uint64_t RankGroup::generation() const {
   return generation_;
 }
 
+absl::Status RankGroup::BeginRegroup(const v1::RegroupRequest& request) {
+  const int rank = static_cast<int>(request.rank());
+  {
+    // Two heals of one generation: two processes of rank 0 (its stand-in and its own) each heal
+    // themselves in from the same survivors; the later is refused, and fails.
+    absl::MutexLock lock(&mu_);
+    if (request.generation() <= generation_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", options_.rank, " is at generation ", generation_, "; a heal into generation ",
+          request.generation(), " of rank ", rank, " at ", request.address(), " comes too late"));
+    }
+  }
+  // Watched as alive from now on: the heal's held operations need it (steps wait for kEnd).
+  liveness_.Rejoined(rank, absl::Now(), request.incarnation());
+  {
+    absl::MutexLock lock(&mu_);
+    generation_ = request.generation();
+    healing_ =
+        absl::UnavailableError(absl::StrCat("rank ", rank, " is rejoining the group (generation ",
+                                            generation_, "); retry when rank 0 reports SERVING"));
+    // A new stub (a new channel) for the new process, also at the same address.
+    addresses_[rank] = request.address();
+    // The stand-ins once this rank is healed in (an earlier release lists none: the rejoining
+    // rank's alone).
+    if (!request.stood_in_ranks().empty()) stood_in_.assign(stood_in_.size(), false);
+    for (uint32_t r : request.stood_in_ranks()) {
+      if (r < stood_in_.size()) stood_in_[r] = true;
+    }
+    stood_in_[rank] = request.stand_in();
+    if (peers_[rank] != nullptr) retired_peers_.push_back(std::move(peers_[rank]));
+    options_.communicators->SetGeneration(generation_);
+    LOG(WARNING) << "event=regroup_begin rank=" << rank << " generation=" << generation_
+                 << " address=" << request.address();
+  }
+  // The communicators rebuild in the coordinating rank 0's store (a stand-in's own).
+  if (options_.retarget_store) options_.retarget_store(request.rendezvous());
+  return absl::OkStatus();
+}
+
+absl::Status RankGroup::PauseForRegroup(const v1::RegroupRequest& request) {
+  const int rank = static_cast<int>(request.rank());
+  // No resolution starts until the heal ends, and one that runs (a step the lost rank cut, not
+  // yet failed here) ends on the communicator it began on, before the rebuild.
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  for (const std::shared_ptr<Session>& session : Sessions()) {
+    OPTSTEP_RETURN_IF_ERROR(session->PauseForHeal(deadline));
+    // Rank 0 held its sessions for its operations (a save): the process that held them is gone,
+    // and its successor holds nothing.
+    if (rank == 0) session->holds().ExpireHold(absl::InfiniteFuture());
+  }
+  // Nothing runs on the old connections here any more: closing them ends a collective the loss
+  // cut on a peer that still waits for this rank in it, rather than at its timeout.
+  options_.communicators->CloseAll(
+      absl::UnavailableError(absl::StrCat("the session's communicator is closed while rank ", rank,
+                                          " heals into generation ", request.generation())));
+  return absl::OkStatus();
+}
+
 absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
   const int rank = static_cast<int>(request.rank());
   if (rank < 0 || rank >= options_.world_size || options_.communicators == nullptr) {
@@ -143,58 +201,9 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
         options_.world_size, options_.communicators == nullptr ? " (it does not heal)" : ""));
   }
   switch (request.phase()) {
-    case v1::RegroupRequest::PHASE_BEGIN: {
-      {
-        // Two heals of one generation: two processes of rank 0 (its stand-in and its own) each
-        // heal themselves in from the same survivors; the later is refused, and fails.
-        absl::MutexLock lock(&mu_);
-        if (request.generation() <= generation_) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("rank ", options_.rank, " is at generation ", generation_,
-                           "; a heal into generation ", request.generation(), " of rank ", rank,
-                           " at ", request.address(), " comes too late"));
-        }
-      }
-      // Watched as alive from now on: the heal's held operations need it (steps wait for kEnd).
-      liveness_.Rejoined(rank, absl::Now(), request.incarnation());
-      {
-        absl::MutexLock lock(&mu_);
-        generation_ = request.generation();
-        healing_ = absl::UnavailableError(
-            absl::StrCat("rank ", rank, " is rejoining the group (generation ", generation_,
-                         "); retry when rank 0 reports SERVING"));
-        // A new stub (a new channel) for the new process, also at the same address.
-        addresses_[rank] = request.address();
-        // The stand-ins once this rank is healed in (an earlier release lists none: the
-        // rejoining rank's alone).
-        if (!request.stood_in_ranks().empty()) stood_in_.assign(stood_in_.size(), false);
-        for (uint32_t r : request.stood_in_ranks()) {
-          if (r < stood_in_.size()) stood_in_[r] = true;
-        }
-        stood_in_[rank] = request.stand_in();
-        if (peers_[rank] != nullptr) retired_peers_.push_back(std::move(peers_[rank]));
-        options_.communicators->SetGeneration(generation_);
-        LOG(WARNING) << "event=regroup_begin rank=" << rank << " generation=" << generation_
-                     << " address=" << request.address();
-      }
-      // The communicators rebuild in the coordinating rank 0's store (a stand-in's own).
-      if (options_.retarget_store) options_.retarget_store(request.rendezvous());
-      // No resolution starts until the heal ends, and one that runs (a step the lost rank cut,
-      // not yet failed here) ends on the communicator it began on, before the rebuild.
-      const absl::Time deadline = absl::Now() + options_.timeout;
-      for (const std::shared_ptr<Session>& session : Sessions()) {
-        OPTSTEP_RETURN_IF_ERROR(session->PauseForHeal(deadline));
-        // Rank 0 held its sessions for its operations (a save): the process that held them is
-        // gone, and its successor holds nothing.
-        if (rank == 0) session->holds().ExpireHold(absl::InfiniteFuture());
-      }
-      // Nothing runs on the old connections here any more: closing them ends a collective the
-      // loss cut on a peer that still waits for this rank in it, rather than at its timeout.
-      options_.communicators->CloseAll(absl::UnavailableError(
-          absl::StrCat("the session's communicator is closed while rank ", rank,
-                       " heals into generation ", request.generation())));
-      return absl::OkStatus();
-    }
+    case v1::RegroupRequest::PHASE_BEGIN:
+      OPTSTEP_RETURN_IF_ERROR(BeginRegroup(request));
+      return PauseForRegroup(request);
     case v1::RegroupRequest::PHASE_REBUILD:
       return options_.communicators->RebuildAll(request.generation());
     case v1::RegroupRequest::PHASE_END: {

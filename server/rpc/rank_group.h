@@ -143,6 +143,12 @@ class RankGroup {
   // rank does); kEnd takes steps again (after a failed heal the heartbeats judge the rank, and the
   // sessions' pause is cancelled; a failed heal of rank 0 itself is told to `on_heal_failed`).
   absl::Status Regroup(const v1::RegroupRequest& request);
+  // kBegin in its two parts, which rank 0 runs apart when it coordinates: the heal begins here
+  // (the generation, the rank's address, the store), then the sessions pause and the old
+  // connections close. Rank 0 pauses beside the other ranks, not before them: a step it runs can
+  // wait in a collective on a peer that ends its own only once it closed its connections.
+  absl::Status BeginRegroup(const v1::RegroupRequest& request);
+  absl::Status PauseForRegroup(const v1::RegroupRequest& request);
   // OK while a heal into generation `generation` runs here (between kBegin and kEnd): the phases
   // that move state (kTransfer, kCatchUp) run only then; else FAILED_PRECONDITION saying why.
   absl::Status CheckHealing(uint64_t generation) const;

@@ -382,7 +382,10 @@ TEST_P(CutResolutionTest, ALossThatCutsAStepOnSomeRanksOnlyLeavesOneCountOfResol
 }
 
 INSTANTIATE_TEST_SUITE_P(Loss, CutResolutionTest,
-                         ::testing::Values(CutResolution{0, 1}, CutResolution{1, 0}),
+                         // {0, 2}: rank 0, which coordinates the heal, waits in the
+                         // collective on rank 1, which never began the step.
+                         ::testing::Values(CutResolution{0, 1}, CutResolution{1, 0},
+                                           CutResolution{0, 2}),
                          [](const ::testing::TestParamInfo<CutResolution>& info) {
                            return absl::StrCat("BegunOnRank", info.param.begun_on, "_Rank",
                                                info.param.dead, "Lost");

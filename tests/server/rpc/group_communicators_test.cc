@@ -2,7 +2,8 @@
 // before the session id; none in generation 0), RebuildAll reconnects every session still in
 // use, in id order, under the new generation, and the session's communicator goes on working
 // through the new connection; a session that closed is not rebuilt. CloseAll (a heal's first
-// phase) releases every connection at once, and the collectives answer why until the rebuild.
+// phase) releases every connection at once, and the collectives answer why until the rebuild;
+// so does a collective that lost a peer, for its own connection.
 
 #include "server/rpc/group_communicators.h"
 
@@ -93,6 +94,40 @@ TEST(GroupCommunicatorsTest, CloseAllReleasesEveryConnectionUntilTheRebuild) {
   EXPECT_EQ(alive, 2);
   EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum), IsOk());
   EXPECT_EQ(value, 3.0f);
+}
+
+// Counted, whose collectives fail as when a peer is lost.
+class LosesAPeer final : public ForwardingCommunicator {
+ public:
+  using ForwardingCommunicator::ForwardingCommunicator;
+  absl::Status AllReduce(void*, int64_t, CommDType, ReduceOp) override {
+    return absl::UnavailableError("peer lost");
+  }
+};
+
+TEST(GroupCommunicatorsTest, ACollectiveThatLostAPeerReleasesTheConnection) {
+  int alive = 0;
+  bool lose = true;
+  GroupCommunicators communicators(
+      [&](const std::string& prefix) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        CommunicatorOptions options;
+        options.prefix = prefix;
+        OPTSTEP_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> inner, CreateCommunicator(options));
+        auto counted = std::make_unique<Counted>(std::move(inner), &alive);
+        if (!lose) return std::unique_ptr<Communicator>(std::move(counted));
+        return std::unique_ptr<Communicator>(std::make_unique<LosesAPeer>(std::move(counted)));
+      });
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> a, communicators.Make("sa"));
+  ASSERT_EQ(alive, 1);
+  float value = 3.0f;
+  EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum),
+              StatusIs(absl::StatusCode::kUnavailable, "peer lost"));
+  // Released at once (a peer waiting for this rank fails too), and refused until the rebuild.
+  EXPECT_EQ(alive, 0);
+  EXPECT_THAT(a->Barrier(), StatusIs(absl::StatusCode::kUnavailable, "peer lost"));
+  lose = false;
+  ASSERT_THAT(communicators.RebuildAll(1), IsOk());
+  EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum), IsOk());
 }
 
 TEST(GroupCommunicatorsTest, AFailedReconnectNamesTheSessionAndTheGeneration) {

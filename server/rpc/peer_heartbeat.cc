@@ -87,6 +87,10 @@ void PeerHeartbeat::Run() {
       if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), next)) return;
     }
     next += options_.interval;
+    // Before the stubs are chosen: a ping through a stub chosen before a rank rejoined reaches
+    // the process it replaced, and must count as asked before the rejoin (PeerLiveness::Answered
+    // ignores its answer).
+    const absl::Time asked = Now();
     std::vector<int> ranks;
     std::vector<v1::PeerService::Stub*> peers;
     for (int r = 0; r < options_.world_size; ++r) {
@@ -97,7 +101,6 @@ void PeerHeartbeat::Run() {
       ranks.push_back(r);
       peers.push_back(peer);
     }
-    const absl::Time asked = Now();
     const std::vector<std::optional<v1::PingResponse>> answered = PingAll(peers, /*leaving=*/false);
     const absl::Time now = Now();
     for (size_t i = 0; i < ranks.size(); ++i) {

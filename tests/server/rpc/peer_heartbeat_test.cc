@@ -11,6 +11,7 @@
 #include <atomic>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -39,7 +40,8 @@ class StallClock {
 // and, once told, no ping at all.
 class FakePeer final : public v1::PeerService::CallbackService {
  public:
-  explicit FakePeer(StallClock* clock) : clock_(clock) {}
+  explicit FakePeer(StallClock* clock, uint64_t incarnation = 7)
+      : clock_(clock), incarnation_(incarnation) {}
   ~FakePeer() override {
     for (std::thread& t : late_) t.join();
   }
@@ -47,7 +49,7 @@ class FakePeer final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context, const v1::PingRequest*,
                                  v1::PingResponse* response) override {
     response->set_rank(1);
-    response->set_incarnation(7);
+    response->set_incarnation(incarnation_);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     absl::MutexLock lock(&mu_);
     ++pings_;
@@ -82,6 +84,7 @@ class FakePeer final : public v1::PeerService::CallbackService {
 
  private:
   StallClock* const clock_;
+  const uint64_t incarnation_;
   absl::Mutex mu_;
   int stalls_ ABSL_GUARDED_BY(mu_) = 0;
   bool silent_ ABSL_GUARDED_BY(mu_) = false;
@@ -92,29 +95,39 @@ class FakePeer final : public v1::PeerService::CallbackService {
 class PeerHeartbeatTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&peer_);
-    server_ = builder.BuildAndStart();
+    server_ = Serve(&peer_, &stub_);
     ASSERT_NE(server_, nullptr);
-    stub_ = v1::PeerService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                         grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     heartbeat_.reset();
     server_->Shutdown();
+    if (replacement_server_ != nullptr) replacement_server_->Shutdown();
   }
 
-  void Start() {
+  // Serves `peer` on a port of its own; `stub` calls it.
+  static std::unique_ptr<grpc::Server> Serve(FakePeer* peer,
+                                             std::unique_ptr<v1::PeerService::Stub>* stub) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(peer);
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    *stub = v1::PeerService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                         grpc::InsecureChannelCredentials()));
+    return server;
+  }
+
+  // `stub_of` (the stub of rank 1 at each round): the fake peer's by default.
+  void Start(PeerHeartbeat::StubOf stub_of = nullptr) {
     PeerHeartbeat::Options options;
     options.rank = 0;
     options.world_size = 2;
     options.interval = kInterval;
     options.clock = [this] { return clock_.Now(); };
-    heartbeat_ = std::make_unique<PeerHeartbeat>(
-        options, &liveness_, [this](int) { return stub_.get(); },
-        [this](const PeerLiveness::LostPeer&) { ++lost_; });
+    if (stub_of == nullptr) stub_of = [this](int) { return stub_.get(); };
+    heartbeat_ =
+        std::make_unique<PeerHeartbeat>(options, &liveness_, std::move(stub_of),
+                                        [this](const PeerLiveness::LostPeer&) { ++lost_; });
   }
   // Waits until the peer got `n` more pings.
   void AwaitPings(int n) {
@@ -128,6 +141,9 @@ class PeerHeartbeatTest : public ::testing::Test {
   FakePeer peer_{&clock_};
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::PeerService::Stub> stub_;
+  FakePeer replacement_{&clock_, /*incarnation=*/8};
+  std::unique_ptr<grpc::Server> replacement_server_;
+  std::unique_ptr<v1::PeerService::Stub> replacement_stub_;
   PeerLiveness liveness_{0, 2, kTimeout};
   std::atomic<int> lost_{0};
   std::unique_ptr<PeerHeartbeat> heartbeat_;
@@ -168,6 +184,30 @@ TEST_F(PeerHeartbeatTest, StallsInARowAreJudged) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (lost_.load() == 0 && absl::Now() < deadline) absl::SleepFor(kInterval);
   EXPECT_EQ(lost_.load(), 1);
+}
+
+TEST_F(PeerHeartbeatTest, APingToTheProcessARejoinReplacedIsNotCounted) {
+  // Rank 1 (a stand-in, incarnation 7) is replaced by its own process (incarnation 8) in a heal
+  // that begins right after a round chose rank 1's stub: that round's ping still reaches the
+  // stand-in. Its answer must not count as the rank's new process, whose next answers would then
+  // look like yet another process (the rank lost at once).
+  replacement_server_ = Serve(&replacement_, &replacement_stub_);
+  ASSERT_NE(replacement_server_, nullptr);
+  std::atomic<int> rounds{0};
+  Start([&](int) -> v1::PeerService::Stub* {
+    const int round = ++rounds;
+    if (round < 3) return stub_.get();
+    if (round == 3) {
+      liveness_.Rejoined(1, absl::Now());  // the heal's first phase, just after the choice
+      return stub_.get();
+    }
+    return replacement_stub_.get();
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (replacement_.pings() < 5 && absl::Now() < deadline) absl::SleepFor(kInterval / 5);
+  ASSERT_GE(replacement_.pings(), 5);
+  EXPECT_EQ(lost_.load(), 0);
+  EXPECT_FALSE(liveness_.failed(1));
 }
 
 }  // namespace

@@ -21,10 +21,7 @@ absl::Status CommunicatorLink::With(const std::function<absl::Status(Communicato
   // A peer lost (or a collective past its timeout) leaves the connection unusable: it closes at
   // once, so that a peer waiting for this rank in a collective fails there too, rather than at
   // its own timeout. The next collectives answer this error until the rebuild.
-  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
-    broken = std::exchange(inner_, nullptr);
-    closed_ = status;
-  }
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) broken = CloseLocked(status);
   return status;
 }
 
@@ -46,10 +43,14 @@ void CommunicatorLink::Close(absl::Status why) {
   std::unique_ptr<Communicator> old;
   {
     absl::MutexLock lock(&mu_);
-    old = std::exchange(inner_, nullptr);
-    closed_ = std::move(why);
+    old = CloseLocked(std::move(why));
   }
   // `old` closes its sockets outside the lock.
+}
+
+std::unique_ptr<Communicator> CommunicatorLink::CloseLocked(absl::Status why) {
+  closed_ = std::move(why);
+  return std::exchange(inner_, nullptr);
 }
 
 absl::Status RebuildableCommunicator::AllReduce(void* data, int64_t count, CommDType dtype,

@@ -44,6 +44,10 @@ class CommunicatorLink {
   void Close(absl::Status why);
 
  private:
+  // Answers the connection (for the caller to destroy outside the lock); collectives answer
+  // `why` from now on.
+  std::unique_ptr<Communicator> CloseLocked(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int rank_;
   const int world_size_;
   absl::Mutex mu_;

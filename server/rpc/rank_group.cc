@@ -140,18 +140,19 @@ absl::Status RankGroup::BeginRegroup(const v1::RegroupRequest& request) {
   {
     // Two heals of one generation: two processes of rank 0 (its stand-in and its own) each heal
     // themselves in from the same survivors; the later is refused, and fails.
+    // The check and the claim in one lock scope: two such heals at once cannot both pass.
     absl::MutexLock lock(&mu_);
     if (request.generation() <= generation_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "rank ", options_.rank, " is at generation ", generation_, "; a heal into generation ",
           request.generation(), " of rank ", rank, " at ", request.address(), " comes too late"));
     }
+    generation_ = request.generation();
   }
   // Watched as alive from now on: the heal's held operations need it (steps wait for kEnd).
   liveness_.Rejoined(rank, absl::Now(), request.incarnation());
   {
     absl::MutexLock lock(&mu_);
-    generation_ = request.generation();
     healing_ =
         absl::UnavailableError(absl::StrCat("rank ", rank, " is rejoining the group (generation ",
                                             generation_, "); retry when rank 0 reports SERVING"));

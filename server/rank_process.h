@@ -194,6 +194,12 @@ class RankProcess {
   // back (EndStandInOnceReplaced). The join thread, several ranks, `exit_on_peer_loss` or
   // stand-ins.
   void WatchSessionGroups();
+  // A rank other than 0 of a group that heals, before it joins: whether its group formed
+  // already (it restarted, and rejoins), at rank 0's configured store or, while a stand-in serves
+  // for a lost rank 0, at the stand-in's, which the survivors' heartbeats tell of
+  // (RankGroup::heard_rendezvous; `store` then points there). Polls every heartbeat interval,
+  // at most `comm_timeout`, until one of them answers. False for a group yet to form.
+  bool FindsRunningGroup(GrpcKeyValueStore* store);
   // A restarted rank > 0 whose group runs: asks rank 0 to heal it in. False when it could not
   // (it exits for a restart).
   bool RejoinGroup(const std::string& address);

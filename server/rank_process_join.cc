@@ -43,6 +43,30 @@ bool RankProcess::AwaitsRejoin(int rank) const {
   return heals() && group_->lost_peers() <= 1 && (rank != 0 || group_->formed());
 }
 
+bool RankProcess::FindsRunningGroup(GrpcKeyValueStore* store) {
+  // Each look gets a few heartbeat intervals: a store that serves answers well within that.
+  const absl::Duration look = 5 * options_.heartbeat_interval;
+  const absl::Time deadline = absl::Now() + options_.comm_timeout;
+  do {
+    // Rank 0's own process serves its configured store (it publishes its address there first).
+    if (store->Peek(RankAddressKey(0), look).ok()) {
+      return store->Get(kGroupFormedKey, absl::ZeroDuration()).ok();
+    }
+    const std::string told = group_->heard_rendezvous();
+    if (!told.empty()) {
+      store->Retarget(told);
+      if (store->Peek(kGroupFormedKey, look).ok()) {
+        LOG(WARNING) << "event=rendezvous_found rank=" << options_.rank << " address=" << told
+                     << " rank 0 is stood in for: this rank rejoins at its stand-in's store";
+        return true;
+      }
+      store->Retarget(options_.rendezvous);
+    }
+  } while (absl::Now() < deadline &&
+           !shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval));
+  return false;
+}
+
 bool RankProcess::RejoinGroup(const std::string& address) {
   const absl::Time started = absl::Now();
   absl::StatusOr<uint64_t> generation = RequestRejoin(group_.get(), address, options_.comm_timeout);
@@ -103,8 +127,7 @@ void RankProcess::PublishForRankZero(const std::string& address) {
 void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyValueStore> store) {
   // A restarted rank finds its group formed (read before this rank publishes its address, which
   // the group's first formation waits for).
-  const bool rejoin =
-      heals() && options_.rank != 0 && store->Get(kGroupFormedKey, absl::ZeroDuration()).ok();
+  const bool rejoin = heals() && options_.rank != 0 && FindsRunningGroup(store.get());
   absl::Status joined = group_->Join(address, store);
   if (!joined.ok()) {
     LOG(ERROR) << "rank " << options_.rank << " could not join its group: " << joined;

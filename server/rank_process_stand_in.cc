@@ -72,8 +72,13 @@ void RankProcess::StartStandIn(int rank) {
   options.metrics_port = 0;
   options.metrics_port_file.clear();
   options.checkpoint_on_shutdown.clear();
-  options.checkpoint_every_steps = 0;
-  options.checkpoint_every = absl::ZeroDuration();
+  // A stand-in for rank 0 writes the group's automatic checkpoints, as rank 0 did (the root is a
+  // shared file system): the fallback of a second loss then loses no more than it would have.
+  // Its host sweeps the root's stale temporaries, not the stand-in.
+  if (rank != 0) {
+    options.checkpoint_every_steps = 0;
+    options.checkpoint_every = absl::ZeroDuration();
+  }
   options.checkpoint_temp_max_age = absl::ZeroDuration();
   options.exit_on_peer_loss = false;
   options.stand_ins = false;

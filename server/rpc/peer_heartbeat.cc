@@ -48,11 +48,13 @@ std::vector<std::optional<v1::PingResponse>> PeerHeartbeat::PingAll(
   std::vector<std::unique_ptr<Call>> calls;
   absl::Mutex mu;
   size_t pending = 0;
+  const std::string rendezvous = options_.rendezvous ? options_.rendezvous() : std::string();
   for (v1::PeerService::Stub* peer : peers) {
     auto call = std::make_unique<Call>();
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.interval));
     call->request.set_rank(options_.rank);
     call->request.set_leaving(leaving);
+    call->request.set_rendezvous(rendezvous);
     {
       absl::MutexLock lock(&mu);
       ++pending;

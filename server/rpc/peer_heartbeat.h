@@ -37,6 +37,10 @@ class PeerHeartbeat {
     // Told of each answer of rank 1: where it stands in for a lost rank 0 (empty: nowhere), on the
     // heartbeat thread; may be null.
     std::function<void(const std::string& address)> on_rank_zero_stand_in;
+    // Where this rank's group keeps its rendezvous store now, when not at the configured address
+    // (a stand-in for rank 0 serves it; empty otherwise), told in every ping
+    // (PingRequest.rendezvous); may be null.
+    std::function<std::string()> rendezvous;
     // The time (absl::Now when null; tests pass a clock of their own).
     std::function<absl::Time()> clock;
   };

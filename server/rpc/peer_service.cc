@@ -105,6 +105,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Ping(grpc::CallbackServerContext* con
     response->set_group_formed(group_->rank() == 0 && group_->formed());
     if (group_->rank() == 1) response->set_rank_zero_stand_in(group_->rank_zero_stand_in());
     if (request->leaving()) group_->PeerLeft(static_cast<int>(request->rank()));
+    if (!request->rendezvous().empty()) group_->HearOfRendezvous(request->rendezvous());
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -81,6 +81,7 @@ void RankGroup::StartHeartbeats() {
       SetRankZeroStandIn(address);
     };
   }
+  options.rendezvous = [this] { return rank_zero_stand_in(); };
   heartbeat_ = std::make_unique<PeerHeartbeat>(
       options, &liveness_,
       [this](int peer) -> v1::PeerService::Stub* {
@@ -310,6 +311,16 @@ void RankGroup::SetRankZeroStandIn(const std::string& address) {
 std::string RankGroup::rank_zero_stand_in() const {
   absl::MutexLock lock(&mu_);
   return rank_zero_stand_in_;
+}
+
+void RankGroup::HearOfRendezvous(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  heard_rendezvous_ = address;
+}
+
+std::string RankGroup::heard_rendezvous() const {
+  absl::MutexLock lock(&mu_);
+  return heard_rendezvous_;
 }
 
 void RankGroup::SetStoodIn(int rank, bool stood_in) {

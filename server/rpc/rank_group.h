@@ -166,6 +166,11 @@ class RankGroup {
   // rank 0 (RankProcess::PublishForRankZero).
   void SetRankZeroStandIn(const std::string& address);
   std::string rank_zero_stand_in() const;
+  // Where a peer's heartbeat said the group keeps its rendezvous store while rank 0 is stood in
+  // (PingRequest.rendezvous; empty: told of none). A restarted rank whose configured store does
+  // not answer looks for its group there (RankProcess::FindsRunningGroup).
+  void HearOfRendezvous(const std::string& address);
+  std::string heard_rendezvous() const;
   // Serialises the heals on rank 0 (one restarted rank at a time).
   absl::Mutex& heal_mu() { return heal_mu_; }
 
@@ -255,6 +260,7 @@ class RankGroup {
   // UNAVAILABLE while a rank rejoins (between Regroup's kBegin and kEnd).
   absl::Status healing_ ABSL_GUARDED_BY(mu_);
   std::string rank_zero_stand_in_ ABSL_GUARDED_BY(mu_);
+  std::string heard_rendezvous_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> stood_in_ ABSL_GUARDED_BY(mu_);  // by rank
   absl::Mutex heal_mu_;

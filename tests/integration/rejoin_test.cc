@@ -25,7 +25,6 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -35,7 +34,6 @@
 #include "gtest/gtest.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "tests/integration/healing_group.h"
-#include "tests/integration/test_metrics.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
@@ -228,92 +226,6 @@ TEST(RejoinTest, ARollingRestartOfEveryRankLosesNoStep) {
       << "after the rolling restart";
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
-
-// A rank that does not return within --rejoin_timeout_ms is stood in for by its buddy (rank 2
-// for rank 1; rank 0, which serves the rendezvous, for rank 2; rank 1 for rank 0, its stand-in
-// serving a rendezvous store of its own) in the buddy's process: the survivors wait for that
-// instead of exiting, the trainer's step waits, follows the stand-in's address
-// (SessionInfo.layout.stood_in_ranks, from another rank for rank 0) and is redone, never rewound.
-// When the rank's own process returns it takes its place back (rank 0: the stand-in gives way and
-// rank 0 heals itself in), the stand-in stops without the group counting the rank gone, and the
-// trainer goes back to the rank's own address. Training ends bit for bit with an undisturbed
-// session.
-// Run for the rank lost (its buddy stands in for it) and the parameter storage (under OWNERS the
-// stand-in alone holds the rank's masters, and the trainer pulls them from it).
-class StoodInRankTest : public ::testing::TestWithParam<std::tuple<int, v1::ParameterStorage>> {};
-
-TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
-  const auto [dead, storage] = GetParam();
-  const int buddy = (dead + 1) % kWorld;
-  std::vector<std::string> flags = kFlags;
-  flags.back() = "--rejoin_timeout_ms=2000";
-  flags.push_back("--metrics_port=-1");
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
-  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
-  std::unique_ptr<Client> trainer = Trainer(group);
-  ASSERT_NE(trainer, nullptr);
-  constexpr uint64_t kSteps = 6;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference,
-                               SteppedReference(*trainer, kSteps, storage));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo stood_in,
-                               trainer->CreateSession(SpreadSpec("stood-in", storage)));
-  const std::string& id = stood_in.session_id();
-  for (uint64_t step = 1; step <= 2; ++step) {
-    ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
-  }
-  const std::string own_address = group[dead]->address();
-  group[dead]->SignalAndWait(SIGKILL);
-  // Waits out the rejoin timeout and the stand-in's heal, then is redone on the stand-in.
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, StepSpread(*trainer, id, 3));
-  EXPECT_EQ(reply.step, 3u);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->GetSession(id));
-  ASSERT_EQ(info.layout().stood_in_ranks_size(), 1);
-  EXPECT_EQ(info.layout().stood_in_ranks(0), static_cast<uint32_t>(dead));
-  EXPECT_NE(info.layout().rank_targets(dead), own_address);
-  // A trainer that connects now, given the lost rank's own address, is led to the stand-in.
-  ClientOptions late_options;
-  for (const auto& rank : group) late_options.rank_targets.push_back(rank->address());
-  late_options.connect_timeout = absl::Seconds(1);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> late, Client::Connect(late_options));
-  ASSERT_THAT(StepSpread(*late, id, 4).status(), IsOk());
-  EXPECT_EQ(testutil::ScrapeMetrics(group[buddy]->metrics_port())["optstep_stand_ins"], 1);
-  for (int r = 0; r < kWorld; ++r) {
-    if (r == dead) continue;
-    EXPECT_TRUE(Running(*group[r])) << "rank " << r << " exited";
-  }
-
-  ASSERT_THAT(Restart(group, dead, flags), IsOk());
-  bool back = false;
-  for (const absl::Time end = absl::Now() + absl::Seconds(30); !back && absl::Now() < end;) {
-    absl::SleepFor(absl::Milliseconds(100));
-    absl::StatusOr<v1::SessionInfo> now = trainer->GetSession(id);
-    back = now.ok() && now->layout().stood_in_ranks_size() == 0 &&
-           now->layout().rank_targets(dead) == own_address;
-  }
-  ASSERT_TRUE(back) << "rank " << dead << "'s own process did not take its place back";
-  EXPECT_THAT(testutil::AwaitMetric(group[buddy]->metrics_port(), "optstep_stand_ins", 0), IsOk());
-  for (int r = 0; r < kWorld; ++r) {
-    ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
-  }
-  for (uint64_t step = 5; step <= kSteps; ++step) {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply later, StepSpread(*trainer, id, step));
-    EXPECT_EQ(later.step, step);
-  }
-  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
-  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
-  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    RankAndStorage, StoodInRankTest,
-    ::testing::Combine(::testing::Values(0, 1, 2),
-                       ::testing::Values(v1::PARAMETER_STORAGE_REPLICATED,
-                                         v1::PARAMETER_STORAGE_OWNERS)),
-    [](const ::testing::TestParamInfo<std::tuple<int, v1::ParameterStorage>>& info) {
-      return absl::StrCat(
-          "Rank", std::get<0>(info.param),
-          std::get<1>(info.param) == v1::PARAMETER_STORAGE_OWNERS ? "Owners" : "Replicated");
-    });
 
 // A step's resolution begun on one rank alone (`begun_on`, which waits for the others in the
 // collectives) when rank `dead` is lost: the ranks' counts of resolutions differ.

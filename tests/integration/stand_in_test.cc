@@ -1,0 +1,197 @@
+// A rank of a real 3-rank group on loopback that does not return within --rejoin_timeout_ms is
+// stood in for by its buddy, in the buddy's process (docs/deploy.md, "A rank that does not
+// return"): training goes on through the stand-in, bit for bit, until the rank's own process
+// takes its place back. While rank 0 is stood in, another rank restarted finds the group at the
+// stand-in's store and is healed in there, and the stand-in writes the automatic checkpoints.
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/cpp/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/healing_group.h"
+#include "tests/integration/test_metrics.h"
+#include "tests/integration/test_session.h"
+#include "tests/testing/directory_listing.h"
+#include "tests/testing/server_process.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::AwaitHealth;
+using ::optstep::testutil::Group;
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::Restart;
+using ::optstep::testutil::Running;
+using ::optstep::testutil::SameResolutionsEverywhere;
+using ::optstep::testutil::SameStateAndParameters;
+using ::optstep::testutil::SpreadSpec;
+using ::optstep::testutil::SteppedReference;
+using ::optstep::testutil::StepSpread;
+using ::optstep::testutil::Trainer;
+
+constexpr int kWorld = 3;
+
+// The healing flags, with a rejoin timeout short enough for a test.
+std::vector<std::string> StandInFlags() {
+  std::vector<std::string> flags = testutil::HealingFlags();
+  flags.back() = "--rejoin_timeout_ms=2000";
+  flags.push_back("--metrics_port=-1");
+  return flags;
+}
+
+// Waits until rank `rank`'s own process took its place back from its stand-in (the session's
+// layout lists no stand-in, and the rank at `own_address`).
+bool AwaitOwnProcess(Client& trainer, const std::string& id, int rank,
+                     const std::string& own_address) {
+  for (const absl::Time end = absl::Now() + absl::Seconds(30); absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(100));
+    absl::StatusOr<v1::SessionInfo> now = trainer.GetSession(id);
+    if (now.ok() && now->layout().stood_in_ranks_size() == 0 &&
+        now->layout().rank_targets(rank) == own_address) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A rank that does not return within --rejoin_timeout_ms is stood in for by its buddy (rank 2
+// for rank 1; rank 0, which serves the rendezvous, for rank 2; rank 1 for rank 0, its stand-in
+// serving a rendezvous store of its own) in the buddy's process: the survivors wait for that
+// instead of exiting, the trainer's step waits, follows the stand-in's address
+// (SessionInfo.layout.stood_in_ranks, from another rank for rank 0) and is redone, never rewound.
+// When the rank's own process returns it takes its place back (rank 0: the stand-in gives way and
+// rank 0 heals itself in), the stand-in stops without the group counting the rank gone, and the
+// trainer goes back to the rank's own address. Training ends bit for bit with an undisturbed
+// session.
+// Run for the rank lost (its buddy stands in for it) and the parameter storage (under OWNERS the
+// stand-in alone holds the rank's masters, and the trainer pulls them from it).
+class StoodInRankTest : public ::testing::TestWithParam<std::tuple<int, v1::ParameterStorage>> {};
+
+TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
+  const auto [dead, storage] = GetParam();
+  const int buddy = (dead + 1) % kWorld;
+  const std::vector<std::string> flags = StandInFlags();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  constexpr uint64_t kSteps = 6;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference,
+                               SteppedReference(*trainer, kSteps, storage));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo stood_in,
+                               trainer->CreateSession(SpreadSpec("stood-in", storage)));
+  const std::string& id = stood_in.session_id();
+  for (uint64_t step = 1; step <= 2; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
+  }
+  const std::string own_address = group[dead]->address();
+  group[dead]->SignalAndWait(SIGKILL);
+  // Waits out the rejoin timeout and the stand-in's heal, then is redone on the stand-in.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, StepSpread(*trainer, id, 3));
+  EXPECT_EQ(reply.step, 3u);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->GetSession(id));
+  ASSERT_EQ(info.layout().stood_in_ranks_size(), 1);
+  EXPECT_EQ(info.layout().stood_in_ranks(0), static_cast<uint32_t>(dead));
+  EXPECT_NE(info.layout().rank_targets(dead), own_address);
+  // A trainer that connects now, given the lost rank's own address, is led to the stand-in.
+  ClientOptions late_options;
+  for (const auto& rank : group) late_options.rank_targets.push_back(rank->address());
+  late_options.connect_timeout = absl::Seconds(1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> late, Client::Connect(late_options));
+  ASSERT_THAT(StepSpread(*late, id, 4).status(), IsOk());
+  EXPECT_EQ(testutil::ScrapeMetrics(group[buddy]->metrics_port())["optstep_stand_ins"], 1);
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == dead) continue;
+    EXPECT_TRUE(Running(*group[r])) << "rank " << r << " exited";
+  }
+
+  ASSERT_THAT(Restart(group, dead, flags), IsOk());
+  ASSERT_TRUE(AwaitOwnProcess(*trainer, id, dead, own_address))
+      << "rank " << dead << "'s own process did not take its place back";
+  EXPECT_THAT(testutil::AwaitMetric(group[buddy]->metrics_port(), "optstep_stand_ins", 0), IsOk());
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
+  }
+  for (uint64_t step = 5; step <= kSteps; ++step) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply later, StepSpread(*trainer, id, step));
+    EXPECT_EQ(later.step, step);
+  }
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
+  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RankAndStorage, StoodInRankTest,
+    ::testing::Combine(::testing::Values(0, 1, 2),
+                       ::testing::Values(v1::PARAMETER_STORAGE_REPLICATED,
+                                         v1::PARAMETER_STORAGE_OWNERS)),
+    [](const ::testing::TestParamInfo<std::tuple<int, v1::ParameterStorage>>& info) {
+      return absl::StrCat(
+          "Rank", std::get<0>(info.param),
+          std::get<1>(info.param) == v1::PARAMETER_STORAGE_OWNERS ? "Owners" : "Replicated");
+    });
+
+// While rank 0 is stood in for by rank 1 (its own process away), rank 2 is killed and restarted:
+// its configured store (rank 0's own) does not answer, and it finds the group at the stand-in's
+// store, which the survivors' heartbeats tell it of (PingRequest.rendezvous). The stand-in heals it
+// in (its state from the stand-in's copy) and writes the automatic checkpoints meanwhile, and the
+// run ends bit for bit with an undisturbed session once rank 0's own process is back.
+TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
+  testutil::ScopedTempDir root("optstep-stand-in");
+  std::vector<std::string> flags = StandInFlags();
+  flags.push_back("--checkpoint_root=" + root.path());
+  flags.push_back("--checkpoint_every_steps=1");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  constexpr uint64_t kSteps = 6;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
+                               trainer->CreateSession(SpreadSpec("rank-0-away")));
+  const std::string& id = info.session_id();
+  ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
+  const std::string rank_zero_address = group[0]->address();
+  group[0]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());  // through the stand-in
+
+  group[2]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(Restart(group, 2, flags), IsOk());
+  ASSERT_TRUE(AwaitHealth(*group[2], true, absl::Seconds(30)))
+      << "rank 2 did not rejoin the group while rank 0 is stood in for";
+  EXPECT_TRUE(Running(*group[1])) << "rank 1, which hosts the stand-in, exited";
+  ASSERT_THAT(StepSpread(*trainer, id, 3).status(), IsOk());
+  const std::string saved = absl::StrCat(root.path(), "/auto/", id, "/step-3/manifest.json");
+  for (const absl::Time end = absl::Now() + absl::Seconds(20);
+       !testutil::PathExists(saved) && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(testutil::PathExists(saved)) << "no automatic checkpoint while rank 0 is stood in";
+
+  ASSERT_THAT(Restart(group, 0, flags), IsOk());
+  ASSERT_TRUE(AwaitOwnProcess(*trainer, id, 0, rank_zero_address))
+      << "rank 0's own process did not take its place back";
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
+  }
+  for (uint64_t step = 4; step <= kSteps; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
+  }
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
+  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace optstep

@@ -302,6 +302,41 @@ def test_a_segment_the_client_cannot_open_goes_back_to_the_rank(
         assert _shared_bytes(port_file) == 0  # released, not held until the session closes
 
 
+class _Refused(grpc.RpcError):
+    """What a rank that cannot share memory answers an attach."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.FAILED_PRECONDITION
+
+    def details(self) -> str:
+        return "shared memory is off on this rank (--shared_memory=false)"
+
+
+class _RefusingRank:
+    """A rank's service that refuses every segment."""
+
+    def AttachSharedMemory(self, request: svc_pb2.AttachSharedMemoryRequest,  # noqa: N802
+                           timeout: float = 0.0) -> svc_pb2.AttachSharedMemoryResponse:
+        raise _Refused()
+
+
+def test_segments_attached_before_a_rank_refuses_go_back(
+        server_binary: str, tmp_path: pathlib.Path) -> None:
+    """A session whose later rank refuses shared memory steps through the streams: the segments
+    that the ranks before it attached go back to them at once, rather than counting against their
+    budgets until the session closes."""
+    port_file = tmp_path / "metrics_port"
+    flags = ["--metrics_port=-1", f"--metrics_port_file={port_file}"]
+    with optstep.LocalServer(server_binary, flags=flags) as local:
+        with optstep.Client(local.address, shared_memory=True) as client:
+            sid = client.create_session(_spec("refused-later"))[0].session_id
+            layout = client.layout(sid)
+            with grpc.insecure_channel(local.address) as channel:
+                ranks = [svc_grpc.OptimizerServiceStub(channel), _RefusingRank()]
+                assert client._shared.get(layout, 0, ranks, 10.0) is None  # noqa: SLF001
+            assert _shared_bytes(port_file) == 0
+
+
 def test_a_rank_away_when_a_segment_is_attached_is_unavailable(server: optstep.LocalServer) -> None:
     """A rank that does not answer while the client attaches its segment (it restarted, or its
     stand-in gave way) is UNAVAILABLE as for any other call, which the step's recovery waits out,

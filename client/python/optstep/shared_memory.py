@@ -171,6 +171,9 @@ class SharedSegments:
             if e.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNIMPLEMENTED,
                             grpc.StatusCode.RESOURCE_EXHAUSTED):
                 self._refuse(sid, e.details() or str(e.code()))
+                # The ranks that attached before this one refused hold their segments (and
+                # count them against their budgets) until they are given back.
+                self._release(sid, trainer_id, services[:len(attached)], timeout)
                 return None
             # As every other call's error: a rank away (UNAVAILABLE) is waited for by the
             # step's recovery.

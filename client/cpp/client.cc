@@ -475,30 +475,45 @@ absl::StatusOr<v1::CheckpointProgress> DrainProgress(
 
 }  // namespace
 
+template <typename Start>
+absl::StatusOr<v1::CheckpointProgress> Client::OnRankZeroProgress(
+    Start start, const CheckpointProgressFn& progress) {
+  v1::CheckpointProgress last;
+  OPTSTEP_RETURN_IF_ERROR(OnRankZero([&](Rank& rank) -> absl::Status {
+    grpc::ClientContext context;
+    Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+    auto stub = v1::CheckpointService::NewStub(rank.channel);
+    auto reader = start(*stub, &context);
+    OPTSTEP_ASSIGN_OR_RETURN(last, DrainProgress(context, *reader, progress));
+    return absl::OkStatus();
+  }));
+  return last;
+}
+
 absl::StatusOr<v1::CheckpointProgress> Client::Save(absl::string_view session_id,
                                                     absl::string_view name,
                                                     const CheckpointProgressFn& progress) {
-  grpc::ClientContext context;
-  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
   v1::SaveRequest request;
   request.set_session_id(std::string(session_id));
   request.set_name(std::string(name));
-  auto stub = v1::CheckpointService::NewStub(Reach(0)->channel);
-  auto reader = stub->Save(&context, request);
-  return DrainProgress(context, *reader, progress);
+  return OnRankZeroProgress(
+      [&](v1::CheckpointService::Stub& stub, grpc::ClientContext* context) {
+        return stub.Save(context, request);
+      },
+      progress);
 }
 
 absl::StatusOr<v1::CheckpointProgress> Client::Load(absl::string_view session_id,
                                                     absl::string_view name,
                                                     const CheckpointProgressFn& progress) {
-  grpc::ClientContext context;
-  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
   v1::LoadRequest request;
   request.set_session_id(std::string(session_id));
   request.set_name(std::string(name));
-  auto stub = v1::CheckpointService::NewStub(Reach(0)->channel);
-  auto reader = stub->Load(&context, request);
-  OPTSTEP_ASSIGN_OR_RETURN(v1::CheckpointProgress last, DrainProgress(context, *reader, progress));
+  OPTSTEP_ASSIGN_OR_RETURN(
+      v1::CheckpointProgress last,
+      OnRankZeroProgress([&](v1::CheckpointService::Stub& stub,
+                             grpc::ClientContext* context) { return stub.Load(context, request); },
+                         progress));
   absl::MutexLock lock(&mu_);
   layouts_.erase(std::string(session_id));  // counters changed; the layout may be asked again
   return last;
@@ -506,11 +521,18 @@ absl::StatusOr<v1::CheckpointProgress> Client::Load(absl::string_view session_id
 
 absl::StatusOr<std::vector<Client::StateDictEntry>> Client::ExportStateDict(
     const v1::ExportStateDictRequest& request) {
+  std::vector<StateDictEntry> entries;
+  OPTSTEP_RETURN_IF_ERROR(
+      OnRankZero([&](Rank& rank) { return ReadStateDict(rank, request, entries); }));
+  return entries;
+}
+
+absl::Status Client::ReadStateDict(Rank& rank, const v1::ExportStateDictRequest& request,
+                                   std::vector<StateDictEntry>& entries) {
   grpc::ClientContext context;
   Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-  auto stub = v1::CheckpointService::NewStub(Reach(0)->channel);
-  auto reader = stub->ExportStateDict(&context, request);
-  std::vector<StateDictEntry> entries;
+  auto reader = v1::CheckpointService::NewStub(rank.channel)->ExportStateDict(&context, request);
+  entries.clear();
   v1::StateDictChunk chunk;
   while (reader->Read(&chunk)) {
     if (entries.empty() || entries.back().key != chunk.key() ||
@@ -526,17 +548,20 @@ absl::StatusOr<std::vector<Client::StateDictEntry>> Client::ExportStateDict(
     }
     entries.back().bytes += chunk.data();  // chunks of a tensor arrive in order
   }
-  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
-  return entries;
+  return FromGrpcStatus(reader->Finish());
 }
 
 absl::Status Client::ImportStateDict(absl::string_view session_id,
                                      absl::Span<const StateDictEntry> entries) {
+  return OnRankZero([&](Rank& rank) { return WriteStateDict(rank, session_id, entries); });
+}
+
+absl::Status Client::WriteStateDict(Rank& rank, absl::string_view session_id,
+                                    absl::Span<const StateDictEntry> entries) {
   grpc::ClientContext context;
   Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-  auto stub = v1::CheckpointService::NewStub(Reach(0)->channel);
   v1::ImportStateDictResponse response;
-  auto writer = stub->ImportStateDict(&context, &response);
+  auto writer = v1::CheckpointService::NewStub(rank.channel)->ImportStateDict(&context, &response);
   v1::StateDictChunk chunk;
   bool first = true;
   bool open = true;

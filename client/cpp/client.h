@@ -142,6 +142,7 @@ class Client final {
   // Saves the session as checkpoint `name` under the servers' --checkpoint_root (FAILED_
   // PRECONDITION when unset; INVALID_ARGUMENT for a name that escapes it; ALREADY_EXISTS).
   // `progress` (optional) sees each report; the answer is the last one, with the step saved.
+  // These four calls go to rank 0 where it is served now, as the session calls do (OnRankZero).
   using CheckpointProgressFn = std::function<void(const v1::CheckpointProgress&)>;
   absl::StatusOr<v1::CheckpointProgress> Save(absl::string_view session_id, absl::string_view name,
                                               const CheckpointProgressFn& progress = nullptr);
@@ -211,6 +212,16 @@ class Client final {
   // it there once more: a creation then attaches to the session the first try made, a close
   // finds none (NOT_FOUND) if the first try's answer was lost.
   absl::Status OnRankZero(const std::function<absl::Status(Rank& rank)>& call);
+  // Runs the checkpoint progress stream that `start(stub, context)` begins on rank 0 where it is
+  // served now (OnRankZero); answers its last report, `progress` seeing each (client.cc).
+  template <typename Start>
+  absl::StatusOr<v1::CheckpointProgress> OnRankZeroProgress(Start start,
+                                                            const CheckpointProgressFn& progress);
+  // One ExportStateDict (into `entries`, cleared first) and one ImportStateDict on `rank`.
+  absl::Status ReadStateDict(Rank& rank, const v1::ExportStateDictRequest& request,
+                             std::vector<StateDictEntry>& entries);
+  absl::Status WriteStateDict(Rank& rank, absl::string_view session_id,
+                              absl::Span<const StateDictEntry> entries);
 
   // The cached layout of `session_id`, fetched with GetSession on first use.
   absl::StatusOr<LayoutPtr> Layout(absl::string_view session_id);

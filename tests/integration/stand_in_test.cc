@@ -145,8 +145,9 @@ INSTANTIATE_TEST_SUITE_P(
 // While rank 0 is stood in for by rank 1 (its own process away), rank 2 is killed and restarted:
 // its configured store (rank 0's own) does not answer, and it finds the group at the stand-in's
 // store, which the survivors' heartbeats tell it of (PingRequest.rendezvous). The stand-in heals it
-// in (its state from the stand-in's copy) and writes the automatic checkpoints meanwhile, and the
-// run ends bit for bit with an undisturbed session once rank 0's own process is back.
+// in (its state from the stand-in's copy) and writes the automatic checkpoints meanwhile. Once
+// rank 0's own process is back, a client that still knows the stopped stand-in follows rank 0
+// there, and the run ends bit for bit with an undisturbed session.
 TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   testutil::ScopedTempDir root("optstep-stand-in");
   std::vector<std::string> flags = StandInFlags();
@@ -180,11 +181,17 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   EXPECT_TRUE(testutil::PathExists(saved)) << "no automatic checkpoint while rank 0 is stood in";
 
   ASSERT_THAT(Restart(group, 0, flags), IsOk());
-  ASSERT_TRUE(AwaitOwnProcess(*trainer, id, 0, rank_zero_address))
+  // Watched by another client: the trainer still knows the stand-in, which stopped.
+  std::unique_ptr<Client> watcher = Trainer(group);
+  ASSERT_NE(watcher, nullptr);
+  ASSERT_TRUE(AwaitOwnProcess(*watcher, id, 0, rank_zero_address))
       << "rank 0's own process did not take its place back";
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
   }
+  // A checkpoint call finds the stand-in gone and asks where rank 0 is served now.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::CheckpointProgress saved_back, trainer->Save(id, "rank-0-back"));
+  EXPECT_EQ(saved_back.step(), 3u);
   for (uint64_t step = 4; step <= kSteps; ++step) {
     ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
   }

@@ -7,6 +7,7 @@ Rank 0 too: rank 1 stands in for it, and the client learns where from the other 
 
 from __future__ import annotations
 
+import pathlib
 import time
 from typing import Dict, Iterator
 
@@ -127,3 +128,36 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         assert list(got) == list(expected)
         for pid, values in expected.items():
             np.testing.assert_array_equal(got[pid], values)
+
+
+CALLS_ON_RANK0 = ["pull", "export", "import", "save", "load"]
+
+
+@pytest.mark.parametrize("call", CALLS_ON_RANK0)
+def test_calls_on_rank0_follow_it_when_its_stand_in_is_gone(
+        server_binary: str, tmp_path: pathlib.Path, call: str) -> None:
+    """A stand-in for rank 0 that the client last heard of and that stopped since (rank 0's own
+    process took its place back, or the group restarted): the parameters, state dict and
+    checkpoint calls, as the session calls, find it gone, ask where rank 0 is served now and
+    are made there once more."""
+    with optstep.LocalServer(server_binary, flags=[f"--checkpoint_root={tmp_path}"]) as local:
+        with optstep.Client(local.address) as client:
+            info, _ = client.create_session(_spec("rank0-back"))
+            sid = info.session_id
+            client.step(sid, 1, _gradients(1))
+            client.save_checkpoint(sid, "first")
+            state = client.export_state_dict(sid)
+            # Nothing listens there: as a stand-in that stopped.
+            client._ranks.follow(["127.0.0.1:1"], [0])  # noqa: SLF001
+            assert client._ranks.rank0().target == "127.0.0.1:1"  # noqa: SLF001
+            if call == "pull":
+                assert client.pull_parameters(sid).step == 1
+            elif call == "export":
+                assert sorted(client.export_state_dict(sid)) == sorted(state)
+            elif call == "import":
+                assert client.import_state_dict(sid, state).tensors == len(state)
+            elif call == "save":
+                assert client.save_checkpoint(sid, "second").step == 1
+            else:
+                assert client.load_checkpoint(sid, "first").step == 1
+            assert client._ranks.rank0().target == local.address  # noqa: SLF001

@@ -37,7 +37,8 @@ from optstep.rank_channels import RankChannel, RankChannels
 from optstep.recovery import StepRecovery
 from optstep.session_pages import list_all_sessions, read_session
 from optstep.shared_memory import SharedSegments
-from optstep.step_call import exchange_steps, tensor_chunk
+from optstep.step_call import (check_step, exchange_steps, pull_from, step_header,
+                               tensor_chunk)
 from optstep.stream_end import StreamTally
 from optstep.streamed_step import StreamedStep
 from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2, optimizer_service_pb2 as svc_pb2,
@@ -299,32 +300,27 @@ class Client:
         layout = self.layout(session_id)
         ids = layout.param_ids(params or ())
         request = svc_pb2.PullParametersRequest(session_id=session_id, dtype=wire, param_ids=ids)
+        timeout, ready = self._stream_timeout, self._wait_for_ready
+        if not layout.owners_only:
+            # REPLICATED storage: rank 0 holds every parameter (a client of one target asks it).
+            def from_rank0(rank: RankChannel) -> Parameters:
+                assembler = ParamAssembler(layout, wire, ids)
+                step = pull_from(rank.service, request, assembler, timeout=timeout,
+                                 wait_for_ready=ready)
+                return Parameters(step, assembler.finish())
+
+            return self._on_rank0(from_rank0)
+        # OWNERS: each owner answers its own, all of one step.
         assembler = ParamAssembler(layout, wire, ids)
-        # REPLICATED storage: rank 0 holds every parameter (a client of one target asks it);
-        # OWNERS: each owner answers its own.
-        ranks = self._ranks.reach(layout) if layout.owners_only else [self._rank0()]
-        owners = layout.owners_of(ids) if layout.owners_only else [0]
-        steps: List[int] = []
-        for r in owners:
-            call = ranks[r].service.PullParameters(request, timeout=self._stream_timeout,
-                                                   wait_for_ready=self._wait_for_ready)
-            try:
-                for i, response in enumerate(call):
-                    if i == 0:
-                        steps.append(response.step)
-                        if steps[0] != response.step:
-                            raise AbortedError(
-                                f"PullParameters: rank {r} answered step {response.step}, rank "
-                                f"{owners[0]} step {steps[0]} (a step ran during the pull); "
-                                "pull again")
-                    if response.HasField("parameter"):
-                        chunk = response.parameter
-                        assembler.add(chunk.param_id, chunk.offset, chunk.dtype, chunk.data)
-            except grpc.RpcError as e:
-                raise from_rpc_error(e) from None
-            except OptstepError:
-                call.cancel()
-                raise
+        ranks = self._ranks.reach(layout)
+        owners = layout.owners_of(ids)
+        steps = [pull_from(ranks[r].service, request, assembler, timeout=timeout,
+                           wait_for_ready=ready) for r in owners]
+        for r, step in zip(owners, steps):
+            if step != steps[0]:
+                raise AbortedError(f"PullParameters: rank {r} answered step {step}, rank "
+                                   f"{owners[0]} step {steps[0]} (a step ran during the pull); "
+                                   "pull again")
         return Parameters(steps[0] if steps else 0, assembler.finish())
 
     # ---- steps
@@ -357,7 +353,7 @@ class Client:
         `recovery_timeout`) and redoes itself with the same bytes; RewindRequired when the
         session came back at an older step than `step` - 1.
         """
-        _check_step(session_id, step)
+        check_step(session_id, step)
         wire = dtypes.return_dtype(return_dtype)
         # Kept until the step is applied: every attempt sends the same bytes.
         slices = as_slices(self.layout(session_id), gradients, "gradient")
@@ -417,7 +413,7 @@ class Client:
 
         def attempt() -> StepReply:
             now = self.layout(session_id)
-            header = _step_header(session_id, step, trainer_id, groups, dtypes.FP32, return_ids)
+            header = step_header(session_id, step, trainer_id, groups, dtypes.FP32, return_ids)
             done = self._shared.step(now, [rank.service for rank in self._ranks.reach(now)],
                                      header, slices, skip_return, outs,
                                      rpc_timeout=self._rpc_timeout,
@@ -440,7 +436,7 @@ class Client:
                   skip_return: bool = False) -> StreamedStep:
         """Step `step` of :meth:`step`, its gradients added while they are produced (e.g. by
         backward hooks): see :class:`optstep.streamed_step.StreamedStep`."""
-        _check_step(session_id, step)
+        check_step(session_id, step)
         # Through shared memory the gradients are kept and written into the segment by finish:
         # a copy that takes less than sending them while they are produced.
         shared = dtypes.return_dtype(return_dtype) == dtypes.FP32 and \
@@ -464,7 +460,7 @@ class Client:
         return_ids = layout.param_ids(return_params or ())
         plan = plan_contributions(layout, slices, self._max_chunk_bytes)
         ranks = self._ranks.reach(layout)
-        header = _step_header(session_id, step, trainer_id, groups, wire, return_ids)
+        header = step_header(session_id, step, trainer_id, groups, wire, return_ids)
 
         assembler = ParamAssembler(layout, wire, return_ids)
         results = exchange_steps([rank.service for rank in ranks], header, plan,
@@ -478,22 +474,22 @@ class Client:
         params = {} if skip_return or nothing_changed else assembler.finish()
         return StepReply(first.step, first.skipped, first.grad_norm, first.clipped, params)
 
-    # ---- checkpoints and state dicts (CheckpointService on rank 0)
+    # ---- checkpoints and state dicts (CheckpointService on rank 0, where it is served now)
 
     def save_checkpoint(self, session_id: str, name: str,
                         on_progress: Optional[Callable[[Any], None]] = None
                         ) -> ckpt_pb2.CheckpointProgress:
         """Saves the session's state under the server's checkpoint root as `name`; answers the
         last progress message (its `step` is the step captured)."""
-        return self._follow(self._rank0().checkpoint.Save,
-                            ckpt_pb2.SaveRequest(session_id=session_id, name=name), on_progress)
+        request = ckpt_pb2.SaveRequest(session_id=session_id, name=name)
+        return self._on_rank0(lambda rank: self._follow(rank.checkpoint.Save, request, on_progress))
 
     def load_checkpoint(self, session_id: str, name: str,
                         on_progress: Optional[Callable[[Any], None]] = None
                         ) -> ckpt_pb2.CheckpointProgress:
         """Restores checkpoint `name` into the session (re-partitioned onto the current ranks)."""
-        last = self._follow(self._rank0().checkpoint.Load,
-                            ckpt_pb2.LoadRequest(session_id=session_id, name=name), on_progress)
+        request = ckpt_pb2.LoadRequest(session_id=session_id, name=name)
+        last = self._on_rank0(lambda rank: self._follow(rank.checkpoint.Load, request, on_progress))
         self.layout(session_id, refresh=True)
         return last
 
@@ -524,15 +520,19 @@ class Client:
         request = ckpt_pb2.ExportStateDictRequest(
             session_id=session_id, model_chunks=list(model_chunks or ()),
             layout=state_dicts.layout_of(layout), chunk_prefix=chunk_prefix)
-        call = self._rank0().checkpoint.ExportStateDict(request, timeout=self._stream_timeout,
-                                                        wait_for_ready=self._wait_for_ready)
-        try:
-            return state_dicts.assemble(call, layout)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        except OptstepError:
-            call.cancel()
-            raise
+
+        def export(rank: RankChannel) -> Dict[str, Any]:
+            call = rank.checkpoint.ExportStateDict(request, timeout=self._stream_timeout,
+                                                   wait_for_ready=self._wait_for_ready)
+            try:
+                return state_dicts.assemble(call, layout)
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+            except OptstepError:
+                call.cancel()
+                raise
+
+        return self._on_rank0(export)
 
     def import_state_dict(self, session_id: str,
                           state: Mapping[str, Any]) -> ckpt_pb2.ImportStateDictResponse:
@@ -541,10 +541,10 @@ class Client:
         torch tensors; uint16 arrays are bf16 bits, other integers int64 counters). Answers the
         number of tensors and bytes the server took.
         """
-        requests = state_dicts.import_chunks(session_id, state, self._max_chunk_bytes)
-        response: ckpt_pb2.ImportStateDictResponse = _call(
-            self._rank0().checkpoint.ImportStateDict, requests, timeout=self._stream_timeout,
-            wait_for_ready=self._wait_for_ready)
+        response: ckpt_pb2.ImportStateDictResponse = self._on_rank0(lambda rank: _call(
+            rank.checkpoint.ImportStateDict,
+            state_dicts.import_chunks(session_id, state, self._max_chunk_bytes),
+            timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready))
         self.layout(session_id, refresh=True)
         return response
 
@@ -584,17 +584,3 @@ class Client:
             return check(self._rank0())
         return self._ranks.look_up_rank0(self._rpc_timeout) and check(self._rank0())
 
-
-def _step_header(session_id: str, step: int, trainer_id: int, groups: List[GroupSchedule],
-                 wire: dtypes.WireDType, return_ids: Sequence[int]) -> svc_pb2.StepHeader:
-    header = svc_pb2.StepHeader(session_id=session_id, step=step, trainer_id=trainer_id,
-                                return_dtype=wire, return_param_ids=return_ids)
-    for group in groups:
-        header.groups.add(group_id=group.group_id, lr=group.lr, weight_decay=group.weight_decay)
-    return header
-
-
-def _check_step(session_id: str, step: int) -> None:
-    if step <= 0:
-        raise InvalidArgumentError(f"session '{session_id}': step {step} is not a step; "
-                                   "steps are numbered from 1")

@@ -10,11 +10,51 @@ from typing import Any, Iterator, List, Optional, Sequence
 
 import grpc
 
+from optstep import dtypes
 from optstep.chunks import ParamAssembler, RankContribution, WireChunk
-from optstep.errors import InternalError, OptstepError, from_rpc_error
+from optstep.client_types import GroupSchedule
+from optstep.errors import InternalError, InvalidArgumentError, OptstepError, from_rpc_error
 from optstep.v1 import optimizer_service_pb2 as svc_pb2, tensor_pb2
 
 __all__ = ["tensor_chunk", "step_requests", "receive_step", "exchange_steps"]
+
+
+def check_step(session_id: str, step: int) -> None:
+    """InvalidArgumentError unless `step` is a step number."""
+    if step <= 0:
+        raise InvalidArgumentError(f"session '{session_id}': step {step} is not a step; "
+                                   "steps are numbered from 1")
+
+
+def step_header(session_id: str, step: int, trainer_id: int, groups: Sequence[GroupSchedule],
+                wire: dtypes.WireDType, return_ids: Sequence[int]) -> svc_pb2.StepHeader:
+    """The header of one trainer's Step stream."""
+    header = svc_pb2.StepHeader(session_id=session_id, step=step, trainer_id=trainer_id,
+                                return_dtype=wire, return_param_ids=return_ids)
+    for group in groups:
+        header.groups.add(group_id=group.group_id, lr=group.lr, weight_decay=group.weight_decay)
+    return header
+
+
+def pull_from(service: Any, request: svc_pb2.PullParametersRequest, assembler: ParamAssembler,
+              *, timeout: float, wait_for_ready: bool) -> int:
+    """Reads one rank's PullParameters answer into `assembler`; answers the step it is of (0
+    when the rank sent nothing)."""
+    call = service.PullParameters(request, timeout=timeout, wait_for_ready=wait_for_ready)
+    step = 0
+    try:
+        for i, response in enumerate(call):
+            if i == 0:
+                step = response.step
+            if response.HasField("parameter"):
+                chunk = response.parameter
+                assembler.add(chunk.param_id, chunk.offset, chunk.dtype, chunk.data)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e) from None
+    except OptstepError:
+        call.cancel()
+        raise
+    return step
 
 
 def tensor_chunk(chunk: WireChunk) -> tensor_pb2.TensorChunk:

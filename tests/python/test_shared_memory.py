@@ -21,6 +21,7 @@ from torch import nn
 
 import optstep
 from optstep import config, pb, shared_memory
+from optstep.rank_channels import RankChannel
 from optstep.torch import RemoteOptimizer
 from optstep.v1 import optimizer_service_pb2 as svc_pb2
 from optstep.v1 import optimizer_service_pb2_grpc as svc_grpc
@@ -313,10 +314,14 @@ class _Refused(grpc.RpcError):
 
 
 class _RefusingRank:
-    """A rank's service that refuses every segment."""
+    """A rank's service that refuses every segment, counting the attaches asked of it."""
+
+    def __init__(self) -> None:
+        self.asked = 0
 
     def AttachSharedMemory(self, request: svc_pb2.AttachSharedMemoryRequest,  # noqa: N802
                            timeout: float = 0.0) -> svc_pb2.AttachSharedMemoryResponse:
+        self.asked += not request.release
         raise _Refused()
 
 
@@ -335,6 +340,30 @@ def test_segments_attached_before_a_rank_refuses_go_back(
                 ranks = [svc_grpc.OptimizerServiceStub(channel), _RefusingRank()]
                 assert client._shared.get(layout, 0, ranks, 10.0) is None  # noqa: SLF001
             assert _shared_bytes(port_file) == 0
+
+
+def test_a_refusal_holds_while_the_same_targets_serve_the_session(
+        server: optstep.LocalServer) -> None:
+    """A session refused shared memory by one of its ranks (a stand-in over its share of its
+    host's budget) is not asked again while the same targets serve it, and is asked again once
+    they change (the rank's own process back at its address): its steps get the fast path
+    back."""
+    with optstep.Client(server.address, shared_memory=True) as client:
+        sid = client.create_session(_spec("refused-then-back"))[0].session_id
+        ranks = client._ranks  # noqa: SLF001
+        stand_in_target = f"localhost:{server.address.rsplit(':', 1)[1]}"
+        ranks.follow([stand_in_target], [0])
+        stand_in = _RefusingRank()
+        with grpc.insecure_channel(stand_in_target) as channel:
+            ranks._stand_ins[0] = RankChannel(stand_in_target, channel, stand_in,  # noqa: SLF001
+                                              None)
+            assert not client._shares_memory(sid, 0)  # noqa: SLF001
+            assert not client._shares_memory(sid, 0)  # noqa: SLF001
+            assert stand_in.asked == 1
+        ranks.follow([server.address], [])  # rank 0's own process is back
+        assert client._shares_memory(sid, 0)  # noqa: SLF001
+        assert client.step(sid, 1, _gradients(1)).step == 1
+        assert _shares(client, sid)
 
 
 def test_a_rank_away_when_a_segment_is_attached_is_unavailable(server: optstep.LocalServer) -> None:

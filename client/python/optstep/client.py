@@ -399,7 +399,9 @@ class Client:
         if not all(shared_memory.on_loopback(rank.target) for rank in ranks):
             return False
         services = [rank.service for rank in ranks]
-        return self._shared.get(layout, trainer_id, services, self._rpc_timeout) is not None
+        targets = [rank.target for rank in ranks]
+        return self._shared.get(layout, trainer_id, services, self._rpc_timeout,
+                                targets) is not None
 
     def _step_shared(self, session_id: str, step: int, slices: List[GradientSlice],
                      trainer_id: int, groups: List[GroupSchedule],
@@ -414,11 +416,13 @@ class Client:
         def attempt() -> StepReply:
             now = self.layout(session_id)
             header = step_header(session_id, step, trainer_id, groups, dtypes.FP32, return_ids)
-            done = self._shared.step(now, [rank.service for rank in self._ranks.reach(now)],
+            ranks = self._ranks.reach(now)
+            done = self._shared.step(now, [rank.service for rank in ranks],
                                      header, slices, skip_return, outs,
                                      rpc_timeout=self._rpc_timeout,
                                      stream_timeout=self._stream_timeout,
-                                     wait_for_ready=self._wait_for_ready)
+                                     wait_for_ready=self._wait_for_ready,
+                                     targets=[rank.target for rank in ranks])
             if done is None:  # a rank that replaced its segment no longer shares memory
                 return self._step_once(session_id, step, slices, trainer_id, groups,
                                        dtypes.FP32, return_params, skip_return)

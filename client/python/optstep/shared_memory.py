@@ -138,22 +138,26 @@ def _numel(values: Any) -> int:
 class SharedSegments:
     """The segments of one client, by (session, trainer): one per rank of the layout, attached
     on first use. A session whose ranks cannot all share memory with this process is
-    remembered and not tried again."""
+    remembered and not tried again while the same targets serve it (a stand-in that refused is
+    not asked again; the rank's own process back is)."""
 
     def __init__(self, enabled: bool) -> None:
         self._enabled = enabled
         self._lock = threading.Lock()
         self._segments: Dict[Tuple[str, int], List[Segment]] = {}
-        self._refused: Dict[str, str] = {}  # session id -> why
+        # session id -> the targets of its ranks when it was refused, and why
+        self._refused: Dict[str, Tuple[Tuple[str, ...], str]] = {}
 
-    def get(self, layout: SessionLayout, trainer_id: int,
-            services: Sequence[Any], timeout: float) -> Optional[List[Segment]]:
+    def get(self, layout: SessionLayout, trainer_id: int, services: Sequence[Any],
+            timeout: float, targets: Sequence[str] = ()) -> Optional[List[Segment]]:
         """Every rank's segment (attaching those missing), or None where shared memory is off or
-        cannot be used for this session (then the step goes through the stream)."""
+        cannot be used for this session by the ranks at `targets` (then the step goes through
+        the stream)."""
         sid = layout.session_id
         key = (sid, trainer_id)
         with self._lock:
-            if not self._enabled or sid in self._refused:
+            refused = self._refused.get(sid)
+            if not self._enabled or (refused is not None and refused[0] == tuple(targets)):
                 return None
             segments = self._segments.get(key)
         if segments is not None and len(segments) == len(services):
@@ -170,7 +174,7 @@ class SharedSegments:
                 segment.close()
             if e.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNIMPLEMENTED,
                             grpc.StatusCode.RESOURCE_EXHAUSTED):
-                self._refuse(sid, e.details() or str(e.code()))
+                self._refuse(sid, targets, e.details() or str(e.code()))
                 # The ranks that attached before this one refused hold their segments (and
                 # count them against their budgets) until they are given back.
                 self._release(sid, trainer_id, services[:len(attached)], timeout)
@@ -181,7 +185,7 @@ class SharedSegments:
         except OSError as e:  # another pid namespace, or another user's process
             for segment in attached:
                 segment.close()
-            self._refuse(sid, str(e))
+            self._refuse(sid, targets, str(e))
             self._release(sid, trainer_id, services, timeout)
             return None
         with self._lock:
@@ -202,21 +206,22 @@ class SharedSegments:
             except grpc.RpcError:
                 pass  # dropped with the session at the latest
 
-    def _refuse(self, session_id: str, why: str) -> None:
+    def _refuse(self, session_id: str, targets: Sequence[str], why: str) -> None:
         with self._lock:
-            self._refused[session_id] = why
+            self._refused[session_id] = (tuple(targets), why)
 
     def step(self, layout: SessionLayout, services: Sequence[Any], header: svc_pb2.StepHeader,
              slices: Sequence[GradientSlice], skip_return: bool, param_out: Mapping[int, Any],
-             *, rpc_timeout: float, stream_timeout: float,
-             wait_for_ready: bool) -> Optional[Tuple[svc_pb2.StepResult, Dict[int, np.ndarray]]]:
+             *, rpc_timeout: float, stream_timeout: float, wait_for_ready: bool,
+             targets: Sequence[str] = ()
+             ) -> Optional[Tuple[svc_pb2.StepResult, Dict[int, np.ndarray]]]:
         """One attempt of a step through the segments: the first rank's StepResult and the
         returned values not written into `param_out`. None when the session cannot use shared
         memory (the caller sends the step through the stream). A segment a rank no longer has
         (the rank restarted, or a stand-in serves it) is attached again, once."""
         key = (layout.session_id, header.trainer_id)
         for again in (False, True):
-            segments = self.get(layout, header.trainer_id, services, rpc_timeout)
+            segments = self.get(layout, header.trainer_id, services, rpc_timeout, targets)
             if segments is None:
                 return None
             write_gradients(layout, segments, slices)

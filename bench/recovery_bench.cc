@@ -19,10 +19,13 @@
 //
 // With --stand_in_after_ms the rank does not come back at once: after that long its buddy
 // stands in for it; the bench prints the stand-in's heal, the steps on the stand-in, and the
-// rank's own process taking its place back when it is restarted after them.
+// rank's own process taking its place back when it is restarted after them. With
+// --restart_while_stood_in=R as well, rank R (neither the lost rank nor its buddy) is SIGKILLed
+// and restarted at once while the stand-in runs, and the bench prints its kill -> first applied
+// step (with rank 0 stood in, R finds the group at the stand-in's store).
 //
 //   bazel run //bench:recovery_bench -- --ranks=3 --layers=12 [--mid_step]
-//       [--stand_in_after_ms=2000]
+//       [--stand_in_after_ms=2000 [--restart_while_stood_in=2]]
 
 #include <signal.h>
 
@@ -51,6 +54,9 @@ ABSL_FLAG(int64_t, stand_in_after_ms, 0,
           "--rejoin_timeout_ms of this, the killed rank's buddy stands in for it (docs/deploy.md, "
           "\"A rank that does not return\"), and the rank is restarted after two steps on the "
           "stand-in, taking its place back.");
+ABSL_FLAG(int, restart_while_stood_in, -1,
+          "With --stand_in_after_ms: this rank (neither the lost rank nor its buddy) is "
+          "SIGKILLed and restarted at once while the stand-in runs; -1: none.");
 ABSL_FLAG(bool, mid_step, false,
           "Kill the rank inside the step after --steps_before (before its all-gather), not "
           "between steps.");
@@ -102,6 +108,14 @@ int Run() {
     return 1;
   }
   const int64_t stand_in_after_ms = absl::GetFlag(FLAGS_stand_in_after_ms);
+  const int other = absl::GetFlag(FLAGS_restart_while_stood_in);
+  if (other >= 0 &&
+      (stand_in_after_ms <= 0 || other >= ranks || other == dead || other == (dead + 1) % ranks)) {
+    std::fprintf(stderr,
+                 "--restart_while_stood_in needs --stand_in_after_ms and a rank other than "
+                 "--kill_rank and its buddy\n");
+    return 1;
+  }
   const std::vector<std::string> flags = {
       "--heartbeat_interval_ms=100",
       absl::StrCat("--peer_timeout_ms=", absl::GetFlag(FLAGS_peer_timeout_ms)),
@@ -166,12 +180,17 @@ int Run() {
   absl::Duration step_wall;
   for (int s = 0; s < absl::GetFlag(FLAGS_steps_before); ++s) step_wall = do_step();
 
-  const std::string& address = group[dead]->address();
-  std::vector<std::string> restart = flags;
-  restart.push_back(absl::StrCat("--port=", address.substr(address.rfind(':') + 1)));
-  restart.push_back(absl::StrCat("--rank=", dead));
-  restart.push_back(absl::StrCat("--world_size=", ranks));
-  if (dead > 0) restart.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
+  // Rank r started again on its port with its ordinal, as its supervisor does.
+  const auto restart_flags = [&](int r) {
+    const std::string& address = group[r]->address();
+    std::vector<std::string> again = flags;
+    again.push_back(absl::StrCat("--port=", address.substr(address.rfind(':') + 1)));
+    again.push_back(absl::StrCat("--rank=", r));
+    again.push_back(absl::StrCat("--world_size=", ranks));
+    if (r > 0) again.push_back(absl::StrCat("--rendezvous=", group[0]->address()));
+    return again;
+  };
+  const std::vector<std::string> restart = restart_flags(dead);
   // Mid-step: the step runs meanwhile, its trainer waiting through the heal.
   std::thread interrupted;
   absl::Time killed = absl::Now();
@@ -212,6 +231,24 @@ int Run() {
     }
     const absl::Time resumed = absl::Now();
     const absl::Duration on_stand_in = do_step();
+    // Another rank lost meanwhile, and restarted at once.
+    absl::Duration other_recovery;
+    if (other >= 0) {
+      const absl::Time other_killed = absl::Now();
+      group[other]->SignalAndWait(SIGKILL);
+      absl::StatusOr<std::unique_ptr<ServerProcess>> other_back =
+          ServerProcess::Start(restart_flags(other));
+      if (!other_back.ok()) {
+        std::fprintf(stderr, "cannot restart rank %d: %s\n", other,
+                     other_back.status().ToString().c_str());
+        group.clear();
+        return 1;
+      }
+      group[other] = *std::move(other_back);
+      while (!Serving(*group[other])) absl::SleepFor(absl::Milliseconds(20));
+      do_step();
+      other_recovery = absl::Now() - other_killed;
+    }
     // The rank's own process takes its place back.
     const absl::Time restarted = absl::Now();
     absl::StatusOr<std::unique_ptr<ServerProcess>> back = ServerProcess::Start(restart);
@@ -247,6 +284,10 @@ int Run() {
                 mid_step ? "the interrupted" : "next", Seconds(resumed - stood_in));
     std::printf("  kill -> first applied step  %7.3f s\n", Seconds(resumed - killed));
     std::printf("  step wall on the stand-in  %8.3f s\n", Seconds(on_stand_in));
+    if (other >= 0) {
+      std::printf("  rank %d killed and restarted meanwhile: kill -> first applied step %7.3f s\n",
+                  other, Seconds(other_recovery));
+    }
     std::printf("  back (restart -> the rank's own process in place, every rank SERVING) %7.3f s\n",
                 Seconds(healed_back - restarted));
     std::printf("  step wall after it is back  %8.3f s\n", Seconds(after));

@@ -1,15 +1,17 @@
 // PeerHeartbeat judges a peer only on rounds this rank ran on time: a round that ended well past
 // its deadline was this rank's own stall (a paused machine or container), and the answers it
 // missed say nothing of the peer. A peer that stops answering is still lost, also when a stall
-// comes first. A fake peer answers the pings, and a clock of the test's own stands for the time
-// a stall takes.
+// comes first. Every ping tells where the group keeps its store while rank 0 is stood in. A fake
+// peer answers the pings, and a clock of the test's own stands for the time a stall takes.
 
 #include "server/rpc/peer_heartbeat.h"
 
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -46,13 +48,15 @@ class FakePeer final : public v1::PeerService::CallbackService {
     for (std::thread& t : late_) t.join();
   }
 
-  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context, const v1::PingRequest*,
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
+                                 const v1::PingRequest* request,
                                  v1::PingResponse* response) override {
     response->set_rank(1);
     response->set_incarnation(incarnation_);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     absl::MutexLock lock(&mu_);
     ++pings_;
+    rendezvous_ = request->rendezvous();
     if (stalls_ > 0 || silent_) {
       if (stalls_ > 0) {
         --stalls_;
@@ -81,6 +85,11 @@ class FakePeer final : public v1::PeerService::CallbackService {
     absl::MutexLock lock(&mu_);
     return pings_;
   }
+  // What the last ping said of the group's store (PingRequest.rendezvous).
+  std::string rendezvous() {
+    absl::MutexLock lock(&mu_);
+    return rendezvous_;
+  }
 
  private:
   StallClock* const clock_;
@@ -89,6 +98,7 @@ class FakePeer final : public v1::PeerService::CallbackService {
   int stalls_ ABSL_GUARDED_BY(mu_) = 0;
   bool silent_ ABSL_GUARDED_BY(mu_) = false;
   int pings_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string rendezvous_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> late_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -117,13 +127,16 @@ class PeerHeartbeatTest : public ::testing::Test {
     return server;
   }
 
-  // `stub_of` (the stub of rank 1 at each round): the fake peer's by default.
-  void Start(PeerHeartbeat::StubOf stub_of = nullptr) {
+  // `stub_of` (the stub of rank 1 at each round): the fake peer's by default. `rendezvous`: the
+  // store each ping tells of (null: none).
+  void Start(PeerHeartbeat::StubOf stub_of = nullptr,
+             std::function<std::string()> rendezvous = nullptr) {
     PeerHeartbeat::Options options;
     options.rank = 0;
     options.world_size = 2;
     options.interval = kInterval;
     options.clock = [this] { return clock_.Now(); };
+    options.rendezvous = std::move(rendezvous);
     if (stub_of == nullptr) stub_of = [this](int) { return stub_.get(); };
     heartbeat_ =
         std::make_unique<PeerHeartbeat>(options, &liveness_, std::move(stub_of),
@@ -162,6 +175,25 @@ TEST_F(PeerHeartbeatTest, AStallOfThisRankLosesNoPeer) {
   AwaitPings(5);
   EXPECT_EQ(lost_.load(), 0);
   EXPECT_FALSE(liveness_.failed(1));
+}
+
+TEST_F(PeerHeartbeatTest, PingsTellWhereTheGroupKeepsItsStoreNow) {
+  // A restarted peer whose configured store (rank 0's own) does not answer learns from them
+  // where a stand-in for rank 0 serves it; they tell of the current one at every round.
+  absl::Mutex mu;
+  std::string stand_in = "127.0.0.1:4100";
+  Start(nullptr, [&] {
+    absl::MutexLock lock(&mu);
+    return stand_in;
+  });
+  AwaitPings(2);
+  EXPECT_EQ(peer_.rendezvous(), "127.0.0.1:4100");
+  {
+    absl::MutexLock lock(&mu);
+    stand_in.clear();  // rank 0's own process is back
+  }
+  AwaitPings(2);
+  EXPECT_EQ(peer_.rendezvous(), "");
 }
 
 TEST_F(PeerHeartbeatTest, APeerThatStopsAnsweringIsLost) {

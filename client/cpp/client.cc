@@ -5,6 +5,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +20,6 @@
 #include "client/cpp/step_stream.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "optstep/v1/admin_service.grpc.pb.h"
-#include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "wire/grpc_status.h"
 #include "wire/proto_dtype.h"
@@ -85,16 +85,6 @@ Client::Client(ClientOptions options, std::vector<std::shared_ptr<Rank>> ranks,
       recovery_(options_.recovery_timeout) {}
 
 Client::~Client() = default;
-
-namespace {
-
-// A context for one call with the given timeout.
-void Prepare(grpc::ClientContext& context, absl::Duration timeout, bool wait_for_ready) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  context.set_wait_for_ready(wait_for_ready);
-}
-
-}  // namespace
 
 absl::StatusOr<v1::SessionInfo> Client::CreateSession(const v1::SessionSpec& spec, bool* attached) {
   v1::CreateSessionRequest request;
@@ -276,13 +266,20 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
   request.set_dtype(DTypeToProto(dtype));
   for (uint32_t id : param_ids) request.add_param_ids(id);
 
-  ParamAssembler assembler(*layout, dtype, param_ids);
-  for (const auto& [id, bytes] : into) OPTSTEP_RETURN_IF_ERROR(assembler.SetDestination(id, bytes));
   Parameters result;
-  for (size_t i = 0; i < ranks.size(); ++i) {
+  std::optional<ParamAssembler> assembler;
+  const auto begin = [&]() -> absl::Status {
+    assembler.emplace(*layout, dtype, param_ids);
+    for (const auto& [id, bytes] : into) {
+      OPTSTEP_RETURN_IF_ERROR(assembler->SetDestination(id, bytes));
+    }
+    return absl::OkStatus();
+  };
+  // The answer of `rank`, the i-th of `ranks`, into the assembler.
+  const auto read = [&](Rank& rank, size_t i) -> absl::Status {
     grpc::ClientContext context;
     Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-    auto reader = Reach(ranks[i])->service->PullParameters(&context, request);
+    auto reader = rank.service->PullParameters(&context, request);
     absl::Status error;
     v1::PullParametersResponse response;
     for (bool first = true; reader->Read(&response); first = false) {
@@ -300,16 +297,26 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
       absl::StatusOr<DType> chunk_dtype = DTypeFromProto(
           chunk->dtype(), absl::StrCat("PullParameters: chunk of param_id ", chunk->param_id()));
       error = chunk_dtype.ok()
-                  ? assembler.Add(chunk->param_id(), chunk->offset(), *chunk_dtype, chunk->data())
+                  ? assembler->Add(chunk->param_id(), chunk->offset(), *chunk_dtype, chunk->data())
                   : absl::InternalError(chunk_dtype.status().message());
       if (!error.ok()) context.TryCancel();
     }
     absl::Status status = FromGrpcStatus(reader->Finish());
     OPTSTEP_RETURN_IF_ERROR(error);
-    OPTSTEP_RETURN_IF_ERROR(status);
+    return status;
+  };
+  if (!layout->owners_only()) {
+    // Rank 0 where it is served now, each try into a fresh assembler.
+    OPTSTEP_RETURN_IF_ERROR(OnRankZero([&](Rank& rank) -> absl::Status {
+      OPTSTEP_RETURN_IF_ERROR(begin());
+      return read(rank, 0);
+    }));
+  } else {
+    OPTSTEP_RETURN_IF_ERROR(begin());
+    for (size_t i = 0; i < ranks.size(); ++i) OPTSTEP_RETURN_IF_ERROR(read(*Reach(ranks[i]), i));
   }
-  OPTSTEP_ASSIGN_OR_RETURN(result.params, assembler.Finish());
-  result.destinations_filled = assembler.destinations_filled();
+  OPTSTEP_ASSIGN_OR_RETURN(result.params, assembler->Finish());
+  result.destinations_filled = assembler->destinations_filled();
   return result;
 }
 
@@ -454,146 +461,6 @@ absl::StatusOr<bool> Client::CheckHealth(absl::string_view service) {
     OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(Reach(0)->health->Check(&again, request, &response)));
   }
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-}
-
-// ---- Checkpoints and state dicts
-
-namespace {
-
-absl::StatusOr<v1::CheckpointProgress> DrainProgress(
-    grpc::ClientContext& context, grpc::ClientReader<v1::CheckpointProgress>& reader,
-    const Client::CheckpointProgressFn& progress) {
-  v1::CheckpointProgress last;
-  v1::CheckpointProgress report;
-  while (reader.Read(&report)) {
-    last = report;
-    if (progress) progress(report);
-  }
-  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(reader.Finish()));
-  return last;
-}
-
-}  // namespace
-
-template <typename Start>
-absl::StatusOr<v1::CheckpointProgress> Client::OnRankZeroProgress(
-    Start start, const CheckpointProgressFn& progress) {
-  v1::CheckpointProgress last;
-  OPTSTEP_RETURN_IF_ERROR(OnRankZero([&](Rank& rank) -> absl::Status {
-    grpc::ClientContext context;
-    Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-    auto stub = v1::CheckpointService::NewStub(rank.channel);
-    auto reader = start(*stub, &context);
-    OPTSTEP_ASSIGN_OR_RETURN(last, DrainProgress(context, *reader, progress));
-    return absl::OkStatus();
-  }));
-  return last;
-}
-
-absl::StatusOr<v1::CheckpointProgress> Client::Save(absl::string_view session_id,
-                                                    absl::string_view name,
-                                                    const CheckpointProgressFn& progress) {
-  v1::SaveRequest request;
-  request.set_session_id(std::string(session_id));
-  request.set_name(std::string(name));
-  return OnRankZeroProgress(
-      [&](v1::CheckpointService::Stub& stub, grpc::ClientContext* context) {
-        return stub.Save(context, request);
-      },
-      progress);
-}
-
-absl::StatusOr<v1::CheckpointProgress> Client::Load(absl::string_view session_id,
-                                                    absl::string_view name,
-                                                    const CheckpointProgressFn& progress) {
-  v1::LoadRequest request;
-  request.set_session_id(std::string(session_id));
-  request.set_name(std::string(name));
-  OPTSTEP_ASSIGN_OR_RETURN(
-      v1::CheckpointProgress last,
-      OnRankZeroProgress([&](v1::CheckpointService::Stub& stub,
-                             grpc::ClientContext* context) { return stub.Load(context, request); },
-                         progress));
-  absl::MutexLock lock(&mu_);
-  layouts_.erase(std::string(session_id));  // counters changed; the layout may be asked again
-  return last;
-}
-
-absl::StatusOr<std::vector<Client::StateDictEntry>> Client::ExportStateDict(
-    const v1::ExportStateDictRequest& request) {
-  std::vector<StateDictEntry> entries;
-  OPTSTEP_RETURN_IF_ERROR(
-      OnRankZero([&](Rank& rank) { return ReadStateDict(rank, request, entries); }));
-  return entries;
-}
-
-absl::Status Client::ReadStateDict(Rank& rank, const v1::ExportStateDictRequest& request,
-                                   std::vector<StateDictEntry>& entries) {
-  grpc::ClientContext context;
-  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-  auto reader = v1::CheckpointService::NewStub(rank.channel)->ExportStateDict(&context, request);
-  entries.clear();
-  v1::StateDictChunk chunk;
-  while (reader->Read(&chunk)) {
-    if (entries.empty() || entries.back().key != chunk.key() ||
-        entries.back().chunk_key != chunk.chunk_key() ||
-        entries.back().sub_optimizer != chunk.sub_optimizer()) {
-      StateDictEntry entry;
-      entry.sub_optimizer = chunk.sub_optimizer();
-      entry.chunk_key = chunk.chunk_key();
-      entry.key = chunk.key();
-      entry.dtype = chunk.dtype();
-      entry.shape.assign(chunk.shape().begin(), chunk.shape().end());
-      entries.push_back(std::move(entry));
-    }
-    entries.back().bytes += chunk.data();  // chunks of a tensor arrive in order
-  }
-  return FromGrpcStatus(reader->Finish());
-}
-
-absl::Status Client::ImportStateDict(absl::string_view session_id,
-                                     absl::Span<const StateDictEntry> entries) {
-  return OnRankZero([&](Rank& rank) { return WriteStateDict(rank, session_id, entries); });
-}
-
-absl::Status Client::WriteStateDict(Rank& rank, absl::string_view session_id,
-                                    absl::Span<const StateDictEntry> entries) {
-  grpc::ClientContext context;
-  Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-  v1::ImportStateDictResponse response;
-  auto writer = v1::CheckpointService::NewStub(rank.channel)->ImportStateDict(&context, &response);
-  v1::StateDictChunk chunk;
-  bool first = true;
-  bool open = true;
-  StreamTally tally;
-  for (const StateDictEntry& entry : entries) {
-    if (!open) break;
-    const size_t element = entry.dtype == v1::DTYPE_INT64 ? 8 : 4;
-    const size_t piece = options_.max_chunk_bytes / element * element;
-    for (size_t offset = 0; offset == 0 || offset < entry.bytes.size(); offset += piece) {
-      chunk.Clear();
-      if (first) chunk.set_session_id(std::string(session_id));
-      first = false;
-      chunk.set_key(entry.key);
-      chunk.set_chunk_key(entry.chunk_key);
-      chunk.set_sub_optimizer(entry.sub_optimizer);
-      for (uint64_t d : entry.shape) chunk.add_shape(d);
-      chunk.set_offset(offset / element);
-      chunk.set_dtype(entry.dtype);
-      chunk.set_data(entry.bytes.substr(offset, piece));
-      tally.Add(chunk.data());
-      if (!(open = writer->Write(chunk))) break;  // Finish() tells why
-    }
-  }
-  // The final message: the server applies the dict only once it arrived and agrees.
-  if (open) {
-    chunk.Clear();
-    if (first) chunk.set_session_id(std::string(session_id));
-    *chunk.mutable_end() = tally.End(entries.size());
-    writer->Write(chunk);
-  }
-  writer->WritesDone();
-  return FromGrpcStatus(writer->Finish());
 }
 
 }  // namespace optstep

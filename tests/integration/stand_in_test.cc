@@ -147,7 +147,7 @@ INSTANTIATE_TEST_SUITE_P(
 // store, which the survivors' heartbeats tell it of (PingRequest.rendezvous). The stand-in heals it
 // in (its state from the stand-in's copy) and writes the automatic checkpoints meanwhile. Once
 // rank 0's own process is back, a client that still knows the stopped stand-in follows rank 0
-// there, and the run ends bit for bit with an undisturbed session.
+// there (a checkpoint, a pull), and the run ends bit for bit with an undisturbed session.
 TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   testutil::ScopedTempDir root("optstep-stand-in");
   std::vector<std::string> flags = StandInFlags();
@@ -166,6 +166,12 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   const std::string rank_zero_address = group[0]->address();
   group[0]->SignalAndWait(SIGKILL);
   ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());  // through the stand-in
+  // Connected while rank 0 is stood in: it knows the stand-in (and pulls only once it stopped).
+  ClientOptions puller_options;
+  for (const auto& rank : group) puller_options.rank_targets.push_back(rank->address());
+  puller_options.connect_timeout = absl::Seconds(1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> puller, Client::Connect(puller_options));
+  ASSERT_THAT(puller->GetSession(id).status(), IsOk());  // the layout, cached
 
   group[2]->SignalAndWait(SIGKILL);
   ASSERT_THAT(Restart(group, 2, flags), IsOk());
@@ -189,9 +195,11 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
   }
-  // A checkpoint call finds the stand-in gone and asks where rank 0 is served now.
+  // A checkpoint call and a pull find the stand-in gone and ask where rank 0 is served now.
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::CheckpointProgress saved_back, trainer->Save(id, "rank-0-back"));
   EXPECT_EQ(saved_back.step(), 3u);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters pulled, puller->PullParameters(id, DType::kF32, {}));
+  EXPECT_EQ(pulled.step, 3u);
   for (uint64_t step = 4; step <= kSteps; ++step) {
     ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
   }

@@ -52,7 +52,8 @@ absl::Status Client::ConnectStandIns(const std::vector<size_t>& unreachable) {
 
 absl::StatusOr<v1::ListSessionsResponse> Client::AskDirectory(Rank& rank) {
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
+  // Not waiting for a channel that is not ready: the rank asked may be the one away.
+  Prepare(context, options_.rpc_timeout, /*wait_for_ready=*/false);
   v1::ListSessionsRequest request;
   request.set_page_size(1);
   v1::ListSessionsResponse response;

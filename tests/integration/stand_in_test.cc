@@ -49,6 +49,15 @@ std::vector<std::string> StandInFlags() {
   return flags;
 }
 
+// A trainer that connects now, given every rank's own address: it waits a second for each, then
+// asks the others where a rank that does not answer is served (its stand-in).
+absl::StatusOr<std::unique_ptr<Client>> ConnectNow(const Group& group) {
+  ClientOptions options;
+  for (const auto& rank : group) options.rank_targets.push_back(rank->address());
+  options.connect_timeout = absl::Seconds(1);
+  return Client::Connect(options);
+}
+
 // Waits until rank `rank`'s own process took its place back from its stand-in (the session's
 // layout lists no stand-in, and the rank at `own_address`).
 bool AwaitOwnProcess(Client& trainer, const std::string& id, int rank,
@@ -104,10 +113,7 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
   EXPECT_EQ(info.layout().stood_in_ranks(0), static_cast<uint32_t>(dead));
   EXPECT_NE(info.layout().rank_targets(dead), own_address);
   // A trainer that connects now, given the lost rank's own address, is led to the stand-in.
-  ClientOptions late_options;
-  for (const auto& rank : group) late_options.rank_targets.push_back(rank->address());
-  late_options.connect_timeout = absl::Seconds(1);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> late, Client::Connect(late_options));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> late, ConnectNow(group));
   ASSERT_THAT(StepSpread(*late, id, 4).status(), IsOk());
   EXPECT_EQ(testutil::ScrapeMetrics(group[buddy]->metrics_port())["optstep_stand_ins"], 1);
   for (int r = 0; r < kWorld; ++r) {
@@ -167,10 +173,7 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   group[0]->SignalAndWait(SIGKILL);
   ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());  // through the stand-in
   // Connected while rank 0 is stood in: it knows the stand-in (and pulls only once it stopped).
-  ClientOptions puller_options;
-  for (const auto& rank : group) puller_options.rank_targets.push_back(rank->address());
-  puller_options.connect_timeout = absl::Seconds(1);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> puller, Client::Connect(puller_options));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> puller, ConnectNow(group));
   ASSERT_THAT(puller->GetSession(id).status(), IsOk());  // the layout, cached
 
   group[2]->SignalAndWait(SIGKILL);

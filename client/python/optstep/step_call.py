@@ -1,6 +1,7 @@
 """One trainer's Step stream to one rank: the requests (header, gradient chunks, commit) and the
-reading of the answer (a StepResult, then the parameter chunks from the rank that returns them).
-Mirrors client/cpp/step_call.cc. Internal to the client.
+reading of the answer (a StepResult, then the parameter chunks from the rank that returns them);
+and one rank's PullParameters answer, read into the same assembler. Mirrors
+client/cpp/step_call.cc. Internal to the client.
 """
 
 from __future__ import annotations

@@ -226,13 +226,15 @@ FakeServer StartFakeServer(grpc::Service* service) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("localhost:0", grpc::InsecureServerCredentials(), &port);
+  // 127.0.0.1 only: "localhost" may bind ::1 to another port, or not at all, and a client that
+  // resolves it to ::1 first may reach another process's server there.
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(service);
   FakeServer fake;
   fake.server = builder.BuildAndStart();
   CHECK(fake.server != nullptr) << "cannot start the fake server";
   CHECK_GT(port, 0);
-  fake.target = absl::StrCat("localhost:", port);
+  fake.target = absl::StrCat("127.0.0.1:", port);
   return fake;
 }
 

@@ -131,7 +131,11 @@ TEST_F(NewtonSchulzTest, MapsEverySingularValueThroughTheComposedPolynomial) {
       }
     }
     const Matrix want = ref::MatMul(scaled_u, ref::Transpose(v));
-    EXPECT_TRUE(AllClose(Run(Options(TypeOf(table), steps), x), want, 0.0, 2e-5));
+    // fp32 rounding grows with the table's coefficients: Polar Express's first rows (|a|+|b|+|c|
+    // up to 49, against 10.5 for the quintic) over 8 steps left 2.2e-5 on cuBLAS (H100), above
+    // the 2e-5 that holds for every table on the CPU. A wrong coefficient or step is off by 1e-2.
+    const double atol = repeat_last ? 4e-5 : 2e-5;
+    EXPECT_TRUE(AllClose(Run(Options(TypeOf(table), steps), x), want, 0.0, atol));
     // The float64 iteration is the same map up to float64 rounding.
     EXPECT_TRUE(
         AllClose(ref::NewtonSchulz(x, ref::SpecTable(table), repeat_last, steps), want, 0.0, 1e-6));

@@ -132,8 +132,11 @@ class SoapTest : public ::testing::Test {
       const Matrix qr = Matrix::FromFloats(n, n, h.state("Q_R"));
       EXPECT_LE(Orthonormality(ql), 1e-5);
       EXPECT_LE(Orthonormality(qr), 1e-5);
+      // Well-posed runs stay near 1. Ill-posed ones amplify whatever their solver leaves in the
+      // zero eigenspace (an arbitrary basis, spec §8.1 (b)): below 20 with LAPACK, up to 61 with
+      // cuSOLVER (H100, 64x16, step 2). A moment divided by ε instead of √v̂ would be ~1e7.
       const double rms = ref::FrobeniusNorm(got) / std::sqrt(static_cast<double>(m * n));
-      EXPECT_LT(rms, 20.0);
+      EXPECT_LT(rms, atol >= 0.0 ? 20.0 : 1e3);
       if (atol >= 0.0) {
         // atol as spec §9.5 plus the same rtol: the first projected step after a warm-up mixes
         // the parameter-space V with G'², and where v̂ is small the large entries of U carry

@@ -82,6 +82,13 @@ class Device {
   // Σ x² accumulated in float64 over fixed-size blocks added in order, so the result does not
   // depend on the number of threads; and whether every element is finite.
   virtual absl::StatusOr<GradientStats> ComputeGradientStats(const Tensor& grad) = 0;
+  // out ← f·x with f = fp32(1 / max(√s, eps)), s the Σ norm_of² of ComputeGradientStats (f
+  // computed in float64 and rounded once; a NaN s gives a NaN f, an infinite one 0): the bits of
+  // Axpby(f, x, 0, out) with f computed on the host, which this default does. A device overrides
+  // it to keep s on the device, so that its queue need not wait for the host. `norm_of` may be
+  // `x`, and `x` may be `out`. REQUIRES: fp32 tensors, x and out of one size, eps > 0.
+  virtual absl::Status ScaleByInverseNorm(const Tensor& norm_of, float eps, const Tensor& x,
+                                          Tensor& out);
 
   // y ← α·x + β·y (fp32, equal sizes). `x` may be `y`. With β == 0, y is not read.
   virtual absl::Status Axpby(float alpha, const Tensor& x, float beta, Tensor& y) = 0;

@@ -74,6 +74,16 @@ absl::Status CheckSameSize(absl::string_view op, absl::string_view name_a, const
                                                  " elements but ", name_b, " has ", b.numel()));
 }
 
+absl::Status CheckScaleByInverseNorm(const Tensor& norm_of, float eps, const Tensor& x,
+                                     const Tensor& out) {
+  constexpr absl::string_view kOp = "ScaleByInverseNorm";
+  OPTSTEP_RETURN_IF_ERROR(CheckF32(kOp, "norm_of", norm_of));
+  OPTSTEP_RETURN_IF_ERROR(CheckF32(kOp, "x", x));
+  OPTSTEP_RETURN_IF_ERROR(CheckF32(kOp, "out", out));
+  OPTSTEP_RETURN_IF_ERROR(CheckSameSize(kOp, "out", out, "x", x));
+  return CheckArgRange(kOp, "eps", eps, 0.0f, false, std::numeric_limits<float>::infinity(), false);
+}
+
 absl::Status CheckDistinct(absl::string_view op, absl::string_view name_a, const Tensor& a,
                            absl::string_view name_b, const Tensor& b) {
   if (&a != &b && a.data() != b.data()) return absl::OkStatus();

@@ -39,6 +39,10 @@ absl::Status CheckF32(absl::string_view op, absl::string_view name, const Tensor
 absl::Status CheckSameSize(absl::string_view op, absl::string_view name_a, const Tensor& a,
                            absl::string_view name_b, const Tensor& b);
 
+// Device::ScaleByInverseNorm: every tensor fp32, x and out of one size, eps finite and > 0.
+absl::Status CheckScaleByInverseNorm(const Tensor& norm_of, float eps, const Tensor& x,
+                                     const Tensor& out);
+
 // Copy: both tensors allocated, same dtype, same number of elements.
 absl::Status CheckCopy(const Tensor& src, const Tensor& dst);
 

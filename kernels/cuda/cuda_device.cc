@@ -43,6 +43,15 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(Options options) 
   int threads_per_sm = 0;
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(
       &threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, options.ordinal));
+  // The stream-ordered scratch (internal::StreamScratch) comes from the device's default pool,
+  // which by default hands freed memory back at every synchronization, so that the next
+  // cudaMallocAsync maps it again and holds the host before it can queue anything. The pool keeps
+  // up to kScratchPoolBytes instead: small scratch is reused, large scratch still goes back.
+  cudaMemPool_t pool = nullptr;
+  OPTSTEP_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, options.ordinal));
+  uint64_t keep = kScratchPoolBytes;
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   cudaStream_t stream = nullptr;
   OPTSTEP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int max_blocks = std::max(1, sms * std::max(1, threads_per_sm / gpu::kThreadsPerBlock));
@@ -247,6 +256,23 @@ absl::StatusOr<GradientStats> CudaDevice::ComputeGradientStats(const Tensor& gra
   // exactly when every element is.
   stats.all_finite = std::isfinite(stats.sum_squares);
   return stats;
+}
+
+absl::Status CudaDevice::ScaleByInverseNorm(const Tensor& norm_of, float eps, const Tensor& x,
+                                            Tensor& out) {
+  OPTSTEP_RETURN_IF_ERROR(internal::CheckScaleByInverseNorm(norm_of, eps, x, out));
+  OPTSTEP_RETURN_IF_ERROR(ctx_->Activate());
+  cudaStream_t stream = ctx_->stream->get();
+  const int64_t slots = gpu::SumSquaresScratchSize(norm_of.numel());
+  internal::StreamScratch scratch(stream);  // freed in stream order, after the scale reads it
+  OPTSTEP_RETURN_IF_ERROR(scratch.Allocate((slots + 1) * sizeof(double)));
+  double* sum_squares = scratch.as<double>() + slots;
+  const gpu::Launch launch = ctx_->launch();
+  OPTSTEP_CUDA_RETURN_IF_ERROR(gpu::LaunchSumSquares(norm_of.f32(), norm_of.numel(),
+                                                     scratch.as<double>(), sum_squares, launch));
+  OPTSTEP_CUDA_RETURN_IF_ERROR(
+      gpu::LaunchScaleByInverseNorm(sum_squares, eps, x.f32(), out.f32(), x.numel(), launch));
+  return absl::OkStatus();
 }
 
 absl::Status CudaUpdateKernels::AdamW(const math::AdamWArgs& args, const Tensor& grad,

@@ -45,6 +45,9 @@ class CudaDevice final : public Device {
   struct Options {
     int ordinal = 0;  // CUDA device number
   };
+  // Freed stream-ordered scratch that the GPU's default memory pool keeps for reuse instead of
+  // handing it back at each synchronization (cudaMemPoolAttrReleaseThreshold).
+  static constexpr uint64_t kScratchPoolBytes = uint64_t{64} << 20;
 
   // FAILED_PRECONDITION when no CUDA device can be used (no driver, no GPU); INVALID_ARGUMENT
   // for an ordinal out of range; INTERNAL for other CUDA errors.
@@ -78,6 +81,9 @@ class CudaDevice final : public Device {
   absl::Status Scale(float scale, Tensor& x) override;
 
   absl::StatusOr<GradientStats> ComputeGradientStats(const Tensor& grad) override;
+  // The norm stays on the device: nothing waits for the host.
+  absl::Status ScaleByInverseNorm(const Tensor& norm_of, float eps, const Tensor& x,
+                                  Tensor& out) override;
 
   absl::Status Axpby(float alpha, const Tensor& x, float beta, Tensor& y) override;
   absl::Status Convert(const Tensor& src, Tensor& dst) override;

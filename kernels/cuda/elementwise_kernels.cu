@@ -14,11 +14,10 @@ namespace optstep {
 namespace gpu {
 namespace {
 
+using internal::Aligned16;
 using internal::Blocks;
 using internal::FirstIndex;
 using internal::Stride;
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // ---- conversions and arithmetic --------------------------------------------------------------
 
@@ -132,8 +131,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   for (int64_t b = blockIdx.x; b < num_blocks; b += gridDim.x) {
     const int64_t begin = b * kStatsBlockElements;
     const int64_t end = min(n, begin + kStatsBlockElements);
+    // Loads go out kInFlight at a time; their squares are still added one by one, in order.
+    constexpr int kInFlight = 4;
     double acc = 0.0;
-    for (int64_t i = begin + threadIdx.x; i < end; i += kThreadsPerBlock) {
+    int64_t i = begin + threadIdx.x;
+    for (; i + (kInFlight - 1) * kThreadsPerBlock < end; i += kInFlight * kThreadsPerBlock) {
+      float v[kInFlight];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) v[k] = x[i + k * kThreadsPerBlock];
+#pragma unroll
+      for (int k = 0; k < kInFlight; ++k) acc += static_cast<double>(v[k]) * v[k];
+    }
+    for (; i < end; i += kThreadsPerBlock) {
       const double v = x[i];
       acc += v * v;
     }
@@ -152,7 +161,25 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   if (threadIdx.x == 0) *result = total;
 }
 
+__global__ void ScaleByInverseNormKernel(const double* __restrict__ sum_squares, float eps,
+                                         const float* x, float* out, int64_t n) {
+  // As the host computes it (Device::ScaleByInverseNorm): IEEE float64 sqrt and division,
+  // std::max's order (a NaN norm stays NaN), one rounding to fp32.
+  const double norm = sqrt(*sum_squares);
+  const double eps64 = eps;
+  const float factor = static_cast<float>(1.0 / (norm < eps64 ? eps64 : norm));
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) out[i] = factor * x[i];
+}
+
 }  // namespace
+
+cudaError_t LaunchScaleByInverseNorm(const double* sum_squares, float eps, const float* x,
+                                     float* out, int64_t n, const Launch& launch) {
+  if (n == 0) return cudaSuccess;
+  ScaleByInverseNormKernel<<<Blocks(n, launch), kThreadsPerBlock, 0, launch.stream>>>(
+      sum_squares, eps, x, out, n);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchBf16ToF32(const uint16_t* src, float* dst, int64_t n, const Launch& launch) {
   if (n == 0) return cudaSuccess;

@@ -20,8 +20,9 @@ namespace gpu {
 
 // Threads per block of every kernel; the reductions rely on it.
 constexpr int kThreadsPerBlock = 256;
-// LaunchSumSquares reduces blocks of this many elements, one CUDA block each.
-constexpr int64_t kStatsBlockElements = int64_t{1} << 16;
+// LaunchSumSquares reduces blocks of this many elements, one CUDA block each: 32 per thread,
+// so that a 1M-element matrix already spreads over 128 blocks (the whole GPU, not 16 SMs).
+constexpr int64_t kStatsBlockElements = int64_t{1} << 13;
 
 struct Launch {
   cudaStream_t stream = nullptr;
@@ -55,6 +56,10 @@ int64_t SumSquaresScratchSize(int64_t n);
 // run and for any grid size.
 cudaError_t LaunchSumSquares(const float* x, int64_t n, double* scratch, double* result,
                              const Launch& launch);
+// out[i] <- fp32(1 / max(√s, eps)) · x[i] with s = *sum_squares (device, float64, as
+// LaunchSumSquares leaves it), the factor computed in float64 and rounded once. `out` may be `x`.
+cudaError_t LaunchScaleByInverseNorm(const double* sum_squares, float eps, const float* x,
+                                     float* out, int64_t n, const Launch& launch);
 
 }  // namespace gpu
 }  // namespace optstep

@@ -13,95 +13,112 @@ namespace optstep {
 namespace gpu {
 namespace {
 
-using internal::Blocks;
-using internal::FirstIndex;
-using internal::Stride;
+using internal::Aligned16;
+using internal::ForEachElement;
+using internal::LaunchElementwise;
 
-__global__ void LionKernel(math::LionArgs a, const float* __restrict__ g, float* __restrict__ p,
-                           float* __restrict__ m, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) math::LionElement(a, g[i], p[i], m[i]);
+// Inputs go into ForEachElement's pointer list too; it never writes them.
+__device__ __forceinline__ float* In(const float* p) { return const_cast<float*>(p); }
+
+template <bool kVector>
+__global__ void LionKernel(math::LionArgs a, const float* g, float* p, float* m, int64_t n) {
+  float* const ptrs[] = {In(g), p, m};
+  ForEachElement<1, 2, 0, kVector>(n, ptrs,
+                                   [&a](float(&v)[3]) { math::LionElement(a, v[0], v[1], v[2]); });
 }
 
-__global__ void MuonMomentumKernel(math::MuonMomentumArgs a, const float* __restrict__ g,
-                                   float* __restrict__ p, float* __restrict__ b,
-                                   float* __restrict__ u, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    math::MuonMomentumElement(a, g[i], p[i], b[i], u[i]);
-  }
+template <bool kVector>
+__global__ void MuonMomentumKernel(math::MuonMomentumArgs a, const float* g, float* p, float* b,
+                                   float* u, int64_t n) {
+  float* const ptrs[] = {In(g), p, b, u};
+  ForEachElement<1, 2, 1, kVector>(
+      n, ptrs, [&a](float(&v)[4]) { math::MuonMomentumElement(a, v[0], v[1], v[2], v[3]); });
 }
 
-__global__ void AdamuonKernel(math::Moment2Args a, const float* __restrict__ o,
-                              float* __restrict__ p, float* __restrict__ v, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) math::AdamuonElement(a, o[i], p[i], v[i]);
+template <bool kVector>
+__global__ void AdamuonKernel(math::Moment2Args a, const float* o, float* p, float* v2, int64_t n) {
+  float* const ptrs[] = {In(o), p, v2};
+  ForEachElement<1, 2, 0, kVector>(
+      n, ptrs, [&a](float(&v)[3]) { math::AdamuonElement(a, v[0], v[1], v[2]); });
 }
 
-__global__ void NormuonMomentKernel(math::Moment2Args a, const float* __restrict__ s,
-                                    float* __restrict__ v, float* __restrict__ w, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    math::NormuonMomentElement(a, s[i], v[i], w[i]);
-  }
+template <bool kVector>
+__global__ void NormuonMomentKernel(math::Moment2Args a, const float* s, float* v2, float* w,
+                                    int64_t n) {
+  float* const ptrs[] = {In(s), v2, w};
+  ForEachElement<1, 1, 1, kVector>(
+      n, ptrs, [&a](float(&v)[3]) { math::NormuonMomentElement(a, v[0], v[1], v[2]); });
 }
 
-__global__ void SoapAdamKernel(math::SoapAdamArgs a, const float* __restrict__ g,
-                               float* __restrict__ m, float* __restrict__ v,
-                               float* __restrict__ d, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    math::SoapAdamElement(a, g[i], m[i], v[i], d[i]);
-  }
+template <bool kVector>
+__global__ void SoapAdamKernel(math::SoapAdamArgs a, const float* g, float* m, float* v2, float* d,
+                               int64_t n) {
+  float* const ptrs[] = {In(g), m, v2, d};
+  ForEachElement<1, 2, 1, kVector>(
+      n, ptrs, [&a](float(&v)[4]) { math::SoapAdamElement(a, v[0], v[1], v[2], v[3]); });
 }
 
+// With β == 0, y is written and never read (math::AxpbyElement).
+template <bool kVector, bool kReadY>
 __global__ void AxpbyKernel(float alpha, const float* x, float beta, float* y, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) math::AxpbyElement(alpha, x[i], beta, y[i]);
+  float* const ptrs[] = {In(x), y};
+  auto element = [alpha, beta](float(&v)[2]) { math::AxpbyElement(alpha, v[0], beta, v[1]); };
+  if (kReadY) {
+    ForEachElement<1, 1, 0, kVector>(n, ptrs, element);
+  } else {
+    ForEachElement<1, 0, 1, kVector>(n, ptrs, element);
+  }
 }
 
 }  // namespace
 
 cudaError_t LaunchLion(const math::LionArgs& args, const float* grad, float* param,
                        float* exp_avg, int64_t n, const Launch& launch) {
-  if (n == 0) return cudaSuccess;
-  LionKernel<<<Blocks(n, launch), kThreadsPerBlock, 0, launch.stream>>>(args, grad, param,
-                                                                        exp_avg, n);
-  return cudaGetLastError();
+  return LaunchElementwise(LionKernel<true>, LionKernel<false>,
+                           Aligned16(grad) && Aligned16(param) && Aligned16(exp_avg), n, launch,
+                           args, grad, param, exp_avg);
 }
 
 cudaError_t LaunchMuonMomentum(const math::MuonMomentumArgs& args, const float* grad,
                                float* param, float* momentum, float* update, int64_t n,
                                const Launch& launch) {
-  if (n == 0) return cudaSuccess;
-  MuonMomentumKernel<<<Blocks(n, launch), kThreadsPerBlock, 0, launch.stream>>>(
-      args, grad, param, momentum, update, n);
-  return cudaGetLastError();
+  const bool aligned =
+      Aligned16(grad) && Aligned16(param) && Aligned16(momentum) && Aligned16(update);
+  return LaunchElementwise(MuonMomentumKernel<true>, MuonMomentumKernel<false>, aligned, n, launch,
+                           args, grad, param, momentum, update);
 }
 
 cudaError_t LaunchAdamuon(const math::Moment2Args& args, const float* update, float* param,
                           float* moment, int64_t n, const Launch& launch) {
-  if (n == 0) return cudaSuccess;
-  AdamuonKernel<<<Blocks(n, launch), kThreadsPerBlock, 0, launch.stream>>>(args, update, param,
-                                                                           moment, n);
-  return cudaGetLastError();
+  return LaunchElementwise(AdamuonKernel<true>, AdamuonKernel<false>,
+                           Aligned16(update) && Aligned16(param) && Aligned16(moment), n, launch,
+                           args, update, param, moment);
 }
 
 cudaError_t LaunchNormuonMoment(const math::Moment2Args& args, const float* sum_squares,
                                 float* moment, float* scale, int64_t n, const Launch& launch) {
-  if (n == 0) return cudaSuccess;
-  NormuonMomentKernel<<<Blocks(n, launch), kThreadsPerBlock, 0, launch.stream>>>(
-      args, sum_squares, moment, scale, n);
-  return cudaGetLastError();
+  return LaunchElementwise(NormuonMomentKernel<true>, NormuonMomentKernel<false>,
+                           Aligned16(sum_squares) && Aligned16(moment) && Aligned16(scale), n,
+                           launch, args, sum_squares, moment, scale);
 }
 
 cudaError_t LaunchSoapAdam(const math::SoapAdamArgs& args, const float* grad, float* exp_avg,
                            float* exp_avg_sq, float* direction, int64_t n, const Launch& launch) {
-  if (n == 0) return cudaSuccess;
-  SoapAdamKernel<<<Blocks(n, launch), kThreadsPerBlock, 0, launch.stream>>>(
-      args, grad, exp_avg, exp_avg_sq, direction, n);
-  return cudaGetLastError();
+  const bool aligned =
+      Aligned16(grad) && Aligned16(exp_avg) && Aligned16(exp_avg_sq) && Aligned16(direction);
+  return LaunchElementwise(SoapAdamKernel<true>, SoapAdamKernel<false>, aligned, n, launch, args,
+                           grad, exp_avg, exp_avg_sq, direction);
 }
 
 cudaError_t LaunchAxpby(float alpha, const float* x, float beta, float* y, int64_t n,
                         const Launch& launch) {
-  if (n == 0) return cudaSuccess;
-  AxpbyKernel<<<Blocks(n, launch), kThreadsPerBlock, 0, launch.stream>>>(alpha, x, beta, y, n);
-  return cudaGetLastError();
+  const bool aligned = Aligned16(x) && Aligned16(y);
+  if (beta == 0.0f) {
+    return LaunchElementwise(AxpbyKernel<true, false>, AxpbyKernel<false, false>, aligned, n,
+                             launch, alpha, x, beta, y);
+  }
+  return LaunchElementwise(AxpbyKernel<true, true>, AxpbyKernel<false, true>, aligned, n, launch,
+                           alpha, x, beta, y);
 }
 
 }  // namespace gpu

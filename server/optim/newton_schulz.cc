@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <map>
 #include <utility>
 
@@ -118,18 +117,15 @@ absl::Status NewtonSchulz::Run(Device& device, const Tensor& x, Tensor& out) {
   const bool medium = options_.precision == MatmulPrecision::kMedium;
   const DType work = medium ? DType::kBF16 : DType::kF32;
 
-  // 1-2. Transpose rule and normalization (fp32).
-  OPTSTEP_ASSIGN_OR_RETURN(GradientStats stats, device.ComputeGradientStats(x));
-  const double norm = std::sqrt(stats.sum_squares);
-  const float inv_norm =
-      static_cast<float>(1.0 / std::max(norm, static_cast<double>(options_.eps)));
+  // 1-2. Transpose rule and normalization (fp32) by 1 / max(‖x‖_F, eps); the norm stays on the
+  // device (a GPU's queue does not wait for the host).
   OPTSTEP_ASSIGN_OR_RETURN(Tensor normalized,
                            workspace_.Get(device, kNormalized, DType::kF32, {r, c}));
   if (transpose) {
     OPTSTEP_RETURN_IF_ERROR(device.matrix().Transpose(x, normalized));
-    OPTSTEP_RETURN_IF_ERROR(device.Scale(inv_norm, normalized));
+    OPTSTEP_RETURN_IF_ERROR(device.ScaleByInverseNorm(x, options_.eps, normalized, normalized));
   } else {
-    OPTSTEP_RETURN_IF_ERROR(device.Axpby(inv_norm, x, 0.0f, normalized));
+    OPTSTEP_RETURN_IF_ERROR(device.ScaleByInverseNorm(x, options_.eps, x, normalized));
   }
   // 3. kMedium: the loop runs on bf16 tensors.
   Tensor X;

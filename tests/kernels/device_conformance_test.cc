@@ -3,6 +3,7 @@
 
 #include "tests/kernels/device_conformance.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -406,6 +407,65 @@ TEST_P(DeviceConformanceTest, GradientStatsIndependentOfThreadCount) {
     }
   }
   EXPECT_NEAR(first, ReferenceSumSquares(g), 1e-12 * first);
+}
+
+// The factor computed on the device is the one the host computes from ComputeGradientStats,
+// bit for bit (Newton–Schulz's results must not depend on where its norm is taken).
+TEST_P(DeviceConformanceTest, ScaleByInverseNormIsTheHostFactorBitForBit) {
+  const float eps = 1e-7f;
+  auto host_factor = [&](const Tensor& norm_of) -> absl::StatusOr<float> {
+    OPTSTEP_ASSIGN_OR_RETURN(const GradientStats stats, device_->ComputeGradientStats(norm_of));
+    return static_cast<float>(1.0 / std::max(std::sqrt(stats.sum_squares), double{eps}));
+  };
+  auto expect_scaled = [&](const Tensor& out, float factor, const std::vector<float>& x) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::vector<float> got, Download(out));
+    ASSERT_EQ(got.size(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(Bits(got[i]), Bits(factor * x[i])) << "element " << i << " of " << x.size();
+    }
+  };
+  for (int64_t n : {int64_t{1}, int64_t{4097}, int64_t{3} * 8192 + 5, int64_t{65540}}) {
+    SCOPED_TRACE(::testing::Message() << "n = " << n);
+    const std::vector<float> values = Normal(n, 0.3f, static_cast<uint32_t>(n));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor x, Upload(values));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor norm_of, Upload(Normal(n + 3, 2.0f, 7)));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor out, device_->Allocate(DType::kF32, {n}));
+    ASSERT_THAT(device_->ScaleByInverseNorm(norm_of, eps, x, out), testutil::IsOk());
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(const float factor, host_factor(norm_of));
+    expect_scaled(out, factor, values);
+    // In place, by its own norm.
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(const float own, host_factor(x));
+    ASSERT_THAT(device_->ScaleByInverseNorm(x, eps, x, x), testutil::IsOk());
+    expect_scaled(x, own, values);
+  }
+  // A zero norm divides by eps; a NaN in norm_of makes every element NaN, an Inf every one 0.
+  const std::vector<float> values = Normal(100, 1.0f, 3);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor x, Upload(values));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor out, device_->Allocate(DType::kF32, {100}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor zeros, Upload(std::vector<float>(9, 0.0f)));
+  ASSERT_THAT(device_->ScaleByInverseNorm(zeros, eps, x, out), testutil::IsOk());
+  expect_scaled(out, static_cast<float>(1.0 / double{eps}), values);
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor norm_of, Upload({1.0f, bad, 2.0f}));
+    ASSERT_THAT(device_->ScaleByInverseNorm(norm_of, eps, x, out), testutil::IsOk());
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::vector<float> got, Download(out));
+    for (float v : got) {
+      if (std::isnan(bad)) {
+        ASSERT_TRUE(std::isnan(v)) << v;
+      } else {
+        ASSERT_EQ(std::fabs(v), 0.0f);
+      }
+    }
+  }
+  // Errors name the operation, the argument and its value.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor half, device_->Allocate(DType::kBF16, {100}));
+  EXPECT_THAT(device_->ScaleByInverseNorm(x, eps, half, out),
+              StatusIs(kInvalid, "ScaleByInverseNorm: x is bf16"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Tensor short_out, device_->Allocate(DType::kF32, {99}));
+  EXPECT_THAT(device_->ScaleByInverseNorm(x, eps, x, short_out),
+              StatusIs(kInvalid, "ScaleByInverseNorm: out has 99 elements but x has 100"));
+  EXPECT_THAT(device_->ScaleByInverseNorm(x, 0.0f, x, out),
+              StatusIs(kInvalid, "ScaleByInverseNorm: eps must be finite and > 0, got 0"));
 }
 
 }  // namespace

@@ -7,6 +7,11 @@ its peak RSS), and prints one table with ratio = optstep speed / the faster refe
 
 The tests never run this; it needs torch (and Emerging-Optimizers 0.3.0, which needs Python
 >= 3.12: without it those columns read "skipped" and say why).
+
+With --device=cuda (tests/gpu/run_bundle.sh, against `optim_bench --device=cuda`) every reference
+runs on the GPU, in this process, timed with the device synchronised; the table adds the device
+copy and AdamW (torch's fused AdamW on one 16M tensor, in GB/s over the copy's, and on the 124M
+GPT layout), and its memory column is the GPU's peak allocation instead of the RSS.
 """
 
 import argparse
@@ -21,6 +26,7 @@ HIDDEN, FFN, VOCAB, POSITIONS, LAYERS = 768, 3072, 50257, 1024, 12
 NS_SHAPES = [(1024, 1024), (1024, 4096), (4096, 1024)]
 NS_STEPS = 5
 PRECISIONS = {"highest": 0, "medium": 2}  # optim_bench's prec argument
+M = 1 << 20
 
 
 def ns_flops(rows, cols, steps=NS_STEPS):
@@ -51,20 +57,22 @@ def layer_shapes():
             ("fc1.bias", (FFN,)), ("fc2.weight", (h, FFN)), ("fc2.bias", (h,))]
 
 
-def model_params(torch, layers):
-    """Parameters with random gradients: (matrix params, the rest), as the muon preset routes
-    them (the word embedding and 1-D parameters to AdamW, the position embedding to Muon)."""
+def model_params(torch, layers, device="cpu"):
+    """Parameters with random gradients on `device`: (matrix params, the rest), as the muon
+    preset routes them (the word embedding and 1-D parameters to AdamW, the position embedding
+    to Muon)."""
     gen = torch.Generator().manual_seed(0)
     matrices, rest = [], []
     shapes = [s for _ in range(layers) for _, s in layer_shapes()]
     if layers == LAYERS:
         shapes += [(POSITIONS, HIDDEN), (HIDDEN,), (HIDDEN,)]
-        rest.append(torch.nn.Parameter(torch.randn(VOCAB, HIDDEN, generator=gen) * 0.02))
+        rest.append(torch.nn.Parameter(
+            (torch.randn(VOCAB, HIDDEN, generator=gen) * 0.02).to(device)))
     for shape in shapes:
-        p = torch.nn.Parameter(torch.randn(*shape, generator=gen) * 0.02)
+        p = torch.nn.Parameter((torch.randn(*shape, generator=gen) * 0.02).to(device))
         (matrices if len(shape) == 2 else rest).append(p)
     for p in matrices + rest:
-        p.grad = torch.randn(p.shape, generator=gen) * 1e-3
+        p.grad = (torch.randn(p.shape, generator=gen) * 1e-3).to(device)
     return matrices, rest
 
 
@@ -86,9 +94,20 @@ def torch_ns(torch, x, dtype):
 def make_runner(torch, case):
     """A function that runs `case` once."""
     kind, impl, prec = case["kind"], case["impl"], case["prec"]
+    device = case.get("device", "cpu")
     torch.set_float32_matmul_precision("medium" if prec == "medium" else "highest")
+    if kind == "copy":  # the device's usable bandwidth: 256M fp32 copied
+        src = torch.ones(256 * M, device=device)
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+    if kind == "adamw16m":  # torch's fused AdamW on one tensor of 16M
+        p = torch.nn.Parameter(torch.ones(16 * M, device=device))
+        p.grad = torch.full_like(p, 1e-3)
+        opt = torch.optim.AdamW([p], lr=1e-4, weight_decay=0.01, fused=True)
+        return opt.step
     if kind == "ns":
         x = torch.randn(case["rows"], case["cols"], generator=torch.Generator().manual_seed(0))
+        x = x.to(device)
         if impl == "eo":
             from emerging_optimizers.orthogonalized_optimizers.muon_utils import newton_schulz
             return lambda: newton_schulz(x, NS_STEPS, coefficient_type="simple")
@@ -97,8 +116,12 @@ def make_runner(torch, case):
             return lambda: _zeropower_via_newtonschulz(x, (3.4445, -4.7750, 2.0315), NS_STEPS, 1e-7)
         dtype = torch.bfloat16 if prec == "medium" else torch.float32
         return lambda: torch_ns(torch, x, dtype)
-    layers = LAYERS if kind == "muon" else 1
-    matrices, rest = model_params(torch, layers)
+    layers = LAYERS if kind in ("muon", "adam") else 1
+    matrices, rest = model_params(torch, layers, device)
+    if kind == "adam":  # the adam preset: AdamW on every parameter, fused where it can be
+        opt = torch.optim.AdamW(matrices + rest, lr=1e-4, weight_decay=0.01,
+                                fused=device != "cpu")
+        return opt.step
     if kind in ("muon", "muon_layer") and impl == "torch_muon":
         matrix_opt = torch.optim.Muon(matrices, lr=1e-4, weight_decay=0.01)
     elif kind in ("muon", "muon_layer"):
@@ -108,7 +131,8 @@ def make_runner(torch, case):
         from emerging_optimizers.soap import SOAP
         matrix_opt = eo_optimizer(SOAP, matrices, fp32_matmul_prec=prec, qr_fp32_matmul_prec=prec,
                                   precondition_frequency=1, use_kl_shampoo=True)
-    rest_opt = torch.optim.AdamW(rest, lr=1e-4, weight_decay=0.01) if rest else None
+    rest_opt = (torch.optim.AdamW(rest, lr=1e-4, weight_decay=0.01, fused=device != "cpu")
+                if rest else None)
 
     def step():
         matrix_opt.step()
@@ -125,25 +149,44 @@ def eo_optimizer(cls, params, **wanted):
     return cls(params, **kwargs)
 
 
-def run_case(case):
-    """Times `case` in this process; prints one JSON line."""
+def time_case(case):
+    """Times `case` in this process: {seconds (the fastest repeat), mean, cpu_s, rss_mb}; on a GPU
+    the device is synchronised around each repeat and rss_mb is the GPU's peak allocation."""
     import torch
     torch.set_num_threads(case["threads"])
+    cuda = case.get("device", "cpu") != "cpu"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     with torch.no_grad():
         run = make_runner(torch, case)
         run()  # warm up (SOAP: its first step factors)
+        sync()
         times, cpu = [], []
         for _ in range(case["repeats"]):
             start, cpu_start = time.perf_counter(), time.process_time()
             run()
+            sync()
             times.append(time.perf_counter() - start)
             cpu.append(time.process_time() - cpu_start)
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
-    print(json.dumps({"seconds": min(times), "mean": sum(times) / len(times), "cpu_s": min(cpu),
-                      "rss_mb": rss_mb}))
+    rss_mb = (torch.cuda.max_memory_allocated() / 1e6 if cuda else
+              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3)
+    return {"seconds": min(times), "mean": sum(times) / len(times), "cpu_s": min(cpu),
+            "rss_mb": rss_mb}
+
+
+def run_case(case):
+    """Times `case` in this process; prints one JSON line."""
+    print(json.dumps(time_case(case)))
 
 
 def measure(case):
+    if case.get("device", "cpu") != "cpu":  # one process: the GPU's context is made once
+        try:
+            return time_case(case)
+        except Exception as e:  # a reference that fails is a cell of the table, not the end
+            return {"error": "%s: %s" % (type(e).__name__, e)}
     proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -169,7 +212,26 @@ def fmt(result, flops=None):
         return "%.1f GFLOP/s (%.0f MB)" % (flops / result["seconds"] / 1e9, result["rss_mb"])
     # CPU seconds where known: what other load on the machine distorts least.
     cpu = ", cpu %.3f s" % result["cpu_s"] if result.get("cpu_s") is not None else ""
-    return "%.3f s%s (%.0f MB)" % (result["seconds"], cpu, result["rss_mb"])
+    return "%.4g s%s (%.0f MB)" % (result["seconds"], cpu, result["rss_mb"])
+
+
+def device_rows(ours, ref):
+    """The GPU's own rows: the device copy, AdamW on one 16M tensor and the adam step of the 124M
+    GPT layout, against torch's fused AdamW."""
+    def find(prefix):
+        return next((v for k, v in ours.items() if k.startswith(prefix)), None)
+
+    copy, adamw = find("DeviceCopy/"), find("Elementwise/adamw/")
+    rows = [("device copy, 256M fp32", 8.0 * 256 * M / (copy["GB/s"] * 1e9) if copy else None,
+             None, {"torch copy_": ref(kind="copy", impl="torch", prec="highest")}, None),
+            ("AdamW, one 16M tensor", 28.0 * 16 * M / (adamw["GB/s"] * 1e9) if adamw else None,
+             None, {"torch fused AdamW": ref(kind="adamw16m", impl="torch", prec="highest")},
+             None)]
+    layer, rest = find("GptStep/adam/one_layer/"), find("GptStep/adam/rest/")
+    rows.append(("AdamW step, 124M GPT", rest["step_s"] + LAYERS * layer["step_s"]
+                 if layer and rest else None, None,
+                 {"torch fused AdamW": ref(kind="adam", impl="torch", prec="highest")}, None))
+    return rows
 
 
 def main():
@@ -178,6 +240,7 @@ def main():
     parser.add_argument("--optstep_json", help="optim_bench --benchmark_out file")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (optim_bench --device=cuda)")
     args = parser.parse_args()
     if args.case:
         return run_case(json.loads(args.case))
@@ -185,11 +248,15 @@ def main():
     import torch
     print("torch %s, %d threads; Python %d.%d" % ((torch.__version__, args.threads) +
                                                  sys.version_info[:2]))
+    if args.device != "cpu":
+        print("device %s: %s" % (args.device, torch.cuda.get_device_name(args.device)))
     why_no_eo = eo_missing()
     if why_no_eo:
         print("Emerging-Optimizers columns skipped: " + why_no_eo)
     ours = optstep_figures(args.optstep_json)
-    base = {"threads": args.threads, "repeats": args.repeats}
+    # optstep's memory: its peak RSS on the CPU, the bytes its tensors hold on a GPU.
+    mem_key = "peak_RSS_MB" if args.device == "cpu" else "held_MB"
+    base = {"threads": args.threads, "repeats": args.repeats, "device": args.device}
 
     def ref(**case):
         if case["impl"] == "eo" and why_no_eo:
@@ -197,6 +264,8 @@ def main():
         return measure(dict(base, **case))
 
     rows = []
+    if args.device != "cpu":
+        rows += device_rows(ours, ref)
     for prec, code in PRECISIONS.items():
         for r, c in NS_SHAPES:
             mine = ours.get("NewtonSchulz/rows:%d/cols:%d/prec:%d/manual_time" % (r, c, code))
@@ -207,7 +276,7 @@ def main():
                                                cols=c)
             ours_s = ns_flops(r, c) / (mine["GFLOP/s"] * 1e9) if mine else None
             rows.append(("Newton–Schulz %dx%d %s" % (r, c, prec), ours_s,
-                         mine.get("peak_RSS_MB") if mine else None, refs, ns_flops(r, c)))
+                         mine.get(mem_key) if mine else None, refs, ns_flops(r, c)))
     for prec, label in (("medium", "muon"), ("highest", "muon_highest")):
         layer = ours.get("GptStep/%s/one_layer/iterations:2/manual_time" % label)
         rest = ours.get("GptStep/%s/rest/iterations:2/manual_time" % label)
@@ -216,12 +285,12 @@ def main():
         refs = {"Emerging-Optimizers": ref(kind="muon", impl="eo", prec=prec)}
         if prec == "medium":
             refs["torch.optim.Muon"] = ref(kind="muon", impl="torch_muon", prec=prec)
-        rss = max(layer["peak_RSS_MB"], rest["peak_RSS_MB"]) if layer and rest else None
+        rss = max(layer[mem_key], rest[mem_key]) if layer and rest else None
         rows.append(("Muon step, 124M GPT, %s" % prec, ours_s, rss, refs, None, cpu_s))
     # One layer: the figure that optim_bench measures directly (the whole step extrapolates it).
     layer = ours.get("GptStep/muon/one_layer/iterations:2/manual_time")
     rows.append(("Muon step, one GPT layer, medium", layer["step_s"] if layer else None,
-                 layer["peak_RSS_MB"] if layer else None,
+                 layer[mem_key] if layer else None,
                  {"Emerging-Optimizers": ref(kind="muon_layer", impl="eo", prec="medium"),
                   "torch.optim.Muon": ref(kind="muon_layer", impl="torch_muon", prec="medium")},
                  None, layer["cpu_s"] if layer else None))
@@ -229,7 +298,7 @@ def main():
         layer = ours.get("GptStep/%s/one_layer/iterations:2/manual_time" % label)
         refs = {"Emerging-Optimizers": ref(kind="soap", impl="eo", prec=prec)}
         rows.append(("SOAP step, one GPT layer, %s" % prec, layer["step_s"] if layer else None,
-                     layer["peak_RSS_MB"] if layer else None, refs, None,
+                     layer[mem_key] if layer else None, refs, None,
                      layer["cpu_s"] if layer else None))
 
     print("\n%-36s %-28s %-62s %s" % ("work", "optstep", "references", "ratio"))
@@ -241,7 +310,9 @@ def main():
         text = "; ".join("%s %s" % (k, fmt(v, flops)) for k, v in refs.items())
         print("%-36s %-28s %-62s %s" % (name, fmt(mine, flops), text, ratio))
     print("\nratio = optstep speed / the fastest reference (> 1: optstep is faster); cpu: CPU "
-          "seconds of the process per step; MB: peak RSS")
+          "seconds of the process per step; MB: %s" % ("peak RSS" if args.device == "cpu" else
+                                                        "GPU memory held (optstep) or "
+                                                        "allocated at peak (torch)"))
 
 
 if __name__ == "__main__":

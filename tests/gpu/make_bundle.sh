@@ -53,7 +53,7 @@ for label in $tests "${binaries[@]}"; do
 done
 
 # The gpu tests: NAME TIMEOUT_S [VAR=VALUE...], the timeout from the test's size (small 60 s,
-# medium 120 s: the runner's whole budget is 6 minutes) and the environment its BUILD rule gives it
+# medium 120 s: the runner's whole budget is 7 minutes) and the environment its BUILD rule gives it
 # (optim_test's *_gpu variants: OPTSTEP_TEST_DEVICE=cuda).
 bazel --output_base="$base" query --output=xml "$gpu_tests" 2>/dev/null | python3 -c '
 import sys, xml.etree.ElementTree as ET

@@ -2,7 +2,7 @@
 # Runs the GPU bundle of tests/gpu/make_bundle.sh on a GPU machine that has no Bazel and none of
 # the project's build dependencies: only the NVIDIA driver, and the CUDA libraries (cuBLAS,
 # cuSOLVER, NCCL) from a CUDA 13 toolkit or NVIDIA wheels in a Python's site-packages. Under
-# 6 minutes in all; exits non-zero when anything fails (docs/gpu.md says what each figure means).
+# 7 minutes in all; exits non-zero when anything fails (docs/gpu.md says what each figure means).
 #
 #   tests/gpu/run_bundle.sh [BUNDLE_DIR]     # from the repository root; default build/gpu-bundle
 #
@@ -20,12 +20,13 @@
 # shellcheck disable=SC2317
 set -uo pipefail
 bundle=$(realpath "${1:-build/gpu-bundle}")
-budget_s=${BUNDLE_BUDGET_S:-345}
+bundle_script=$(realpath "$0")
+budget_s=${BUNDLE_BUDGET_S:-420}
 start=$(date +%s)
 out_dir=${OUT:+$(realpath -m "$OUT")}
 [[ -n "$out_dir" ]] && mkdir -p "$out_dir/tests"
 work=$(mktemp -d -t optstep-gpu.XXXXXX)
-export bundle work
+export bundle work bundle_script
 trap 'rm -rf "$work"' EXIT
 failures=()
 summary=()
@@ -165,8 +166,23 @@ done <"$bundle/tests.txt"
 # ---- 3. benchmarks ---------------------------------------------------------------------------
 # DeviceCopy runs first (registration order): every ratio divides by its GB/s.
 step optim_bench 150 "$bundle/optim_bench" --device=cuda --benchmark_min_time=0.2 \
-  --benchmark_color=false \
-  '--benchmark_filter=DeviceCopy|Elementwise/|NewtonSchulz/.*prec:0|NsCublas|GptStep/(adam|muon|adaptive_muon|soap)/'
+  --benchmark_color=false --benchmark_out="$work/optim_bench.json" \
+  '--benchmark_filter=DeviceCopy|Elementwise/|NewtonSchulz/|NsCublas|GptStep/(adam|muon|muon_highest|adaptive_muon|soap)/'
+[[ -n "$out_dir" && -f "$work/optim_bench.json" ]] && cp "$work/optim_bench.json" "$out_dir/"
+
+# The references on the same GPU, where python3 has torch with CUDA: torch's copy and fused
+# AdamW, torch.optim.Muon and its Newton–Schulz, against optim_bench's figures above. A machine
+# without them skips this step (it is no check of the bundle).
+torch_reference() {
+  if ! python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "skipped: python3 has no torch with CUDA"
+    return 0
+  fi
+  python3 "$(dirname "$bundle_script")/../../bench/compare/matrix_reference.py" --device=cuda \
+    --threads="$(nproc)" --repeats=10 --optstep_json="$work/optim_bench.json"
+}
+export -f torch_reference
+[[ -f "$work/optim_bench.json" ]] && step torch_reference 90 torch_reference
 step kernels_bench 60 "$bundle/kernels_bench" --benchmark_min_time=0.1 --benchmark_color=false \
   '--benchmark_filter=Triad|AdamW'
 

@@ -78,6 +78,8 @@ class Client final {
   // One ListSessions page, as the server answers it.
   absl::Status ListSessionsPage(const v1::ListSessionsRequest& request,
                                 v1::ListSessionsResponse* page);
+  // Closes the session; NOT_FOUND when there is none. A close retried where rank 0 is served now,
+  // after an attempt that got no answer, answers OK on NOT_FOUND: that attempt closed it.
   absl::Status CloseSession(absl::string_view session_id);
 
   // ---- Parameters

@@ -161,3 +161,19 @@ def test_calls_on_rank0_follow_it_when_its_stand_in_is_gone(
             else:
                 assert client.load_checkpoint(sid, "first").step == 1
             assert client._ranks.rank0().target == local.address  # noqa: SLF001
+
+
+def test_a_close_retried_after_its_answer_was_lost_is_done(server_binary: str) -> None:
+    """A close whose answer was lost with a stand-in for rank 0 that stopped right after it
+    closed the session is made once more where rank 0 is served now, which knows the session no
+    more: it is closed, and the client says so. A close answered at its first attempt still says
+    NOT_FOUND."""
+    with optstep.LocalServer(server_binary) as local:
+        with optstep.Client(local.address) as first, optstep.Client(local.address) as client:
+            info, _ = client.create_session(_spec("closed-once"))
+            first.close_session(info.session_id)  # what the attempt whose answer was lost did
+            client._ranks.follow(["127.0.0.1:1"], [0])  # noqa: SLF001
+            client.close_session(info.session_id)
+            assert client._ranks.rank0().target == local.address  # noqa: SLF001
+            with pytest.raises(optstep.NotFoundError):
+                client.close_session(info.session_id)

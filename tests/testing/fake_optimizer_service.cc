@@ -90,6 +90,9 @@ grpc::Status FakeOptimizerService::ListSessions(grpc::ServerContext*,
   summary->set_num_trainers(session_.spec().num_trainers());
   summary->set_gradient_mode(session_.spec().gradient_mode());
   summary->set_step(session_.step());
+  absl::MutexLock lock(&mu_);
+  for (const std::string& target : behaviour_.rank_targets) response->add_rank_targets(target);
+  for (uint32_t rank : behaviour_.stood_in_ranks) response->add_stood_in_ranks(rank);
   return grpc::Status::OK;
 }
 
@@ -98,7 +101,9 @@ grpc::Status FakeOptimizerService::CloseSession(grpc::ServerContext*,
                                                 v1::CloseSessionResponse*) {
   grpc::Status status = CheckSession(request->session_id());
   absl::MutexLock lock(&mu_);
+  if (!behaviour_.close_error.ok() && !behaviour_.close_then_error) return behaviour_.close_error;
   if (status.ok()) closed_.push_back(request->session_id());
+  if (!behaviour_.close_error.ok()) return behaviour_.close_error;
   return status;
 }
 

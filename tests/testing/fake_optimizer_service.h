@@ -44,6 +44,14 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
     // Set: Step waits after its first parameter chunk until this is notified, at most 5 s
     // (resume_timed_out() tells whether it was not).
     absl::Notification* resume = nullptr;
+    // CloseSession answers this status when not OK, after closing the session when
+    // `close_then_error` (a rank whose answer was lost after it closed it).
+    grpc::Status close_error = grpc::Status::OK;
+    bool close_then_error = false;
+    // ListSessions tells where each rank is served and which are stood in for (as a rank does
+    // while a stand-in runs); empty: nothing.
+    std::vector<std::string> rank_targets;
+    std::vector<uint32_t> stood_in_ranks;
   };
 
   explicit FakeOptimizerService(v1::SessionInfo session);

@@ -30,8 +30,8 @@ from optstep.channel_credentials import channel_credentials
 from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
 from optstep.client_types import CreatedSession, Gradients, GroupSchedule, Parameters, StepReply
 from optstep.errors import (AbortedError, DeadlineExceededError, InternalError,
-                            InvalidArgumentError, OptstepError, OutOfRangeError, UnavailableError,
-                            from_rpc_error)
+                            InvalidArgumentError, NotFoundError, OptstepError, OutOfRangeError,
+                            UnavailableError, from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
 from optstep.rank_channels import RankChannel, RankChannels
 from optstep.recovery import StepRecovery
@@ -232,10 +232,19 @@ class Client:
             rank.service.ListSessions, request, **self._unary_kwargs())), page_size)
 
     def close_session(self, session_id: str) -> None:
-        """Drops the session, its parameters and state on the server."""
+        """Drops the session, its parameters and state on the server. Made once more where rank 0
+        is served now after an attempt that got no answer, NOT_FOUND means that one closed it."""
         request = svc_pb2.CloseSessionRequest(session_id=session_id)
-        self._on_rank0(lambda rank: _call(rank.service.CloseSession, request,
-                                          **self._unary_kwargs()))
+        tried: List[RankChannel] = []
+
+        def close(rank: RankChannel) -> Any:
+            tried.append(rank)
+            return _call(rank.service.CloseSession, request, **self._unary_kwargs())
+        try:
+            self._on_rank0(close)
+        except NotFoundError:
+            if len(tried) < 2:
+                raise
         with self._lock:
             self._layouts.pop(session_id, None)
         self._shared.drop(session_id)

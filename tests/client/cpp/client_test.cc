@@ -375,6 +375,30 @@ class TwoRankClientTest : public ::testing::Test {
   FakeServer fake0_, fake1_;
 };
 
+// A close whose answer was lost with rank 0 (its process gone after it closed the session) is
+// made again where the other ranks say rank 0 is served now, which no longer knows the session:
+// the session is closed, and the client says so.
+TEST_F(TwoRankClientTest, ACloseRetriedAfterItsAnswerWasLostIsDone) {
+  FakeOptimizerService::Behaviour lost;
+  lost.close_error = grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection reset");
+  lost.close_then_error = true;
+  rank0_.set_behaviour(lost);
+  // Rank 0 is served by a stand-in now, which knows no session "s" any more.
+  FakeOptimizerService stand_in(MakeSessionInfo("other", 2, {{"w", {2, 3}, 1}, {"b", {4}, 0}}));
+  FakeServer stand_in_server = testutil::StartFakeServer(&stand_in);
+  FakeOptimizerService::Behaviour told;
+  told.rank_targets = {stand_in_server.target, fake1_.target};
+  told.stood_in_ranks = {0};
+  rank1_.set_behaviour(told);
+  ClientOptions options;
+  options.rank_targets = {fake0_.target, fake1_.target};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  EXPECT_THAT(client->CloseSession("s"), IsOk());
+  EXPECT_THAT(rank0_.closed_sessions(), ElementsAre("s"));
+  // A close that reached a rank 0 at the first attempt still says when there is no such session.
+  EXPECT_THAT(client->CloseSession("nope"), StatusIs(absl::StatusCode::kNotFound));
+}
+
 // Ranks that do not advertise Layout.returns_owned (servers before it): the trainer's home rank
 // returns every parameter, the others are told skip_return.
 TEST_F(TwoRankClientTest, RoutesChunksToOwnersAndReturnsFromTheHomeRank) {

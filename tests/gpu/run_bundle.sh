@@ -172,11 +172,17 @@ step optim_bench 150 "$bundle/optim_bench" --device=cuda --benchmark_min_time=0.
 
 # The references on the same GPU, where python3 has torch with CUDA: torch's copy and fused
 # AdamW, torch.optim.Muon and its Newton–Schulz, against optim_bench's figures above. A machine
-# without them skips this step (it is no check of the bundle).
+# without them skips this step (it is no check of the bundle). REFERENCE_WHEELS: a folder of
+# pure-Python wheels (Emerging-Optimizers 0.3.0) installed for this step alone.
 torch_reference() {
   if ! python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
     echo "skipped: python3 has no torch with CUDA"
     return 0
+  fi
+  if [[ -n "${REFERENCE_WHEELS:-}" ]]; then
+    python3 -m pip install --quiet --no-index --no-deps --no-compile --target "$work/site" \
+      "$REFERENCE_WHEELS"/*.whl || return 1
+    export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
   fi
   python3 "$(dirname "$bundle_script")/../../bench/compare/matrix_reference.py" --device=cuda \
     --threads="$(nproc)" --repeats=10 --optstep_json="$work/optim_bench.json"

@@ -16,9 +16,9 @@
 namespace optstep {
 namespace testutil {
 
-std::vector<std::string> HealingFlags() {
+std::vector<std::string> HealingFlags(absl::Duration rejoin_timeout) {
   return {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000", "--state_redundancy=1",
-          "--rejoin_timeout_ms=30000"};
+          absl::StrCat("--rejoin_timeout_ms=", absl::ToInt64Milliseconds(rejoin_timeout))};
 }
 
 std::unique_ptr<Client> Trainer(const Group& group) {

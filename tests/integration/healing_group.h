@@ -23,8 +23,8 @@ namespace testutil {
 using Group = std::vector<std::unique_ptr<ServerProcess>>;
 
 // The flags of a group that heals on loopback within about a second: heartbeats every 100 ms, a
-// peer lost after 1 s, state redundancy, and 30 s for a lost rank to come back.
-std::vector<std::string> HealingFlags();
+// peer lost after 1 s, state redundancy, and `rejoin_timeout` for a lost rank to come back.
+std::vector<std::string> HealingFlags(absl::Duration rejoin_timeout = absl::Seconds(30));
 
 // A trainer of `group` (every rank's address) that waits out a heal for up to 30 s; null (and a
 // test failure) when it cannot connect.

@@ -43,8 +43,7 @@ constexpr int kWorld = 3;
 
 // The healing flags, with a rejoin timeout short enough for a test.
 std::vector<std::string> StandInFlags() {
-  std::vector<std::string> flags = testutil::HealingFlags();
-  flags.back() = "--rejoin_timeout_ms=2000";
+  std::vector<std::string> flags = testutil::HealingFlags(absl::Seconds(2));
   flags.push_back("--metrics_port=-1");
   return flags;
 }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/random_bytes.h"
 #include "base/status_macros.h"
 #include "client/cpp/channel_options.h"
 #include "client/cpp/chunking.h"
@@ -89,6 +90,9 @@ Client::~Client() = default;
 absl::StatusOr<v1::SessionInfo> Client::CreateSession(const v1::SessionSpec& spec, bool* attached) {
   v1::CreateSessionRequest request;
   *request.mutable_spec() = spec;
+  // One id for the call and its retry where rank 0 is served now: a retry after a lost answer
+  // gets the session the first attempt made.
+  request.set_request_id(RandomHex(16));
   v1::CreateSessionResponse response;
   OPTSTEP_RETURN_IF_ERROR(OnRankZero([&](Rank& rank) {
     grpc::ClientContext context;

@@ -67,7 +67,9 @@ class Client final {
   // cached layouts.
 
   // Registers a model, or attaches to the existing session of the same name and definition;
-  // `*attached` (if given) tells which. Answers the whole SessionInfo, as GetSession.
+  // `*attached` (if given) tells which. Answers the whole SessionInfo, as GetSession. Sends a
+  // random request_id, the same when the call is made again where rank 0 is served now, so that
+  // a retry after a lost answer never leaves a second session.
   absl::StatusOr<v1::SessionInfo> CreateSession(const v1::SessionSpec& spec,
                                                 bool* attached = nullptr);
   // The whole SessionInfo (every parameter and owner), read in GetSession's pages.

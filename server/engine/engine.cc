@@ -1,17 +1,13 @@
 #include "server/engine/engine.h"
 
-#include <sys/random.h>
-
-#include <cerrno>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/caller_text.h"
+#include "base/random_bytes.h"
 #include "base/status_macros.h"
 #include "checkpoint/partition.h"
 #include "glog/logging.h"
@@ -96,23 +92,27 @@ absl::Status SessionNotFoundError(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("session '", CallerText(id), "' not found"));
 }
 
-std::string Engine::NextSessionId() {
-  unsigned char bytes[16];
-  size_t filled = 0;
-  while (filled < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
-    // getrandom blocks until the CSPRNG is seeded and fails only on EINTR (retried) or a kernel
-    // without it, where the service cannot hand out ids that are safe to share.
-    if (n < 0 && errno == EINTR) continue;
-    CHECK_GT(n, 0) << "getrandom failed: " << strerror(errno);
-    filled += static_cast<size_t>(n);
-  }
-  return absl::StrCat("s", absl::BytesToHexString(absl::string_view(
-                               reinterpret_cast<const char*>(bytes), sizeof(bytes))));
+std::string Engine::NextSessionId() { return absl::StrCat("s", RandomHex(16)); }
+
+absl::StatusOr<Engine::Created> Engine::FindExisting(const SessionConfig& config) const {
+  absl::MutexLock lock(&mu_);
+  return FindExistingLocked(config);
 }
 
-absl::StatusOr<std::shared_ptr<Session>> Engine::FindByName(const SessionConfig& config) const {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<Engine::Created> Engine::FindExistingLocked(const SessionConfig& config) const {
+  // A retried creation comes first: its session may also carry the name of another's.
+  if (!config.request_id.empty()) {
+    for (auto& [id, session] : sessions_) {
+      const SessionConfig& existing = session->config();
+      if (existing.owner != config.owner || existing.request_id != config.request_id) continue;
+      if (existing.definition_key != config.definition_key) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("request_id '", CallerText(config.request_id), "' created session ", id,
+                         " with a different definition; a new session needs a new request_id"));
+      }
+      return Created{session, false};
+    }
+  }
   if (!config.name.empty()) {
     for (auto& [id, session] : sessions_) {
       if (session->config().name != config.name || session->config().owner != config.owner) {
@@ -123,10 +123,10 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::FindByName(const SessionConfig&
             absl::StrCat("session '", config.name, "' (", id,
                          ") exists with a different definition; close it or use another name"));
       }
-      return session;
+      return Created{session, true};
     }
   }
-  return std::shared_ptr<Session>();
+  return Created{};
 }
 
 absl::StatusOr<Layout> Engine::LayoutOf(const SessionConfig& config) const {
@@ -193,17 +193,9 @@ absl::StatusOr<Engine::Built> Engine::BuildSession(const std::string& id, Sessio
 absl::StatusOr<Engine::Created> Engine::Register(Built built, bool by_name) {
   const std::shared_ptr<Session>& session = built.session;
   absl::MutexLock lock(&mu_);
-  const std::string& name = session->config().name;
-  if (by_name && !name.empty()) {  // another trainer may have created it meanwhile
-    for (auto& [id, existing] : sessions_) {
-      if (existing->config().name == name && existing->config().owner == session->config().owner) {
-        if (existing->config().definition_key != session->config().definition_key) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("session '", name, "' exists with a different definition"));
-        }
-        return Created{existing, true};
-      }
-    }
+  if (by_name) {  // another trainer, or a retry of this call, may have created it meanwhile
+    OPTSTEP_ASSIGN_OR_RETURN(Created existing, FindExistingLocked(session->config()));
+    if (existing.session != nullptr) return existing;
   }
   if (!sessions_.emplace(session->id(), session).second) {
     return absl::AlreadyExistsError(absl::StrCat("session '", session->id(), "' exists"));
@@ -213,11 +205,12 @@ absl::StatusOr<Engine::Created> Engine::Register(Built built, bool by_name) {
 }
 
 absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
-  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> existing, FindByName(config));
-  if (existing != nullptr) return Created{existing, true};
+  OPTSTEP_ASSIGN_OR_RETURN(Created existing, FindExisting(config));
+  if (existing.session != nullptr) return existing;
   OPTSTEP_ASSIGN_OR_RETURN(Built built, BuildSession(NextSessionId(), std::move(config)));
+  const std::shared_ptr<Session> built_session = built.session;
   OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(std::move(built), /*by_name=*/true));
-  if (!created.attached) ReportCreated(*created.session);
+  if (created.session == built_session) ReportCreated(*created.session);
   return created;
 }
 

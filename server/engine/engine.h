@@ -78,8 +78,10 @@ class Engine {
     std::shared_ptr<Session> session;
     bool attached = false;
   };
-  // Creates a session, or attaches to the session of the same non-empty name when its definition
-  // is identical (FAILED_PRECONDITION names the session when it differs).
+  // Creates a session; answers the owner's session created with the same non-empty request_id
+  // (a retried creation: `attached` false), or attaches to the owner's session of the same
+  // non-empty name, when its definition is identical (FAILED_PRECONDITION names the session when
+  // it differs).
   // RESOURCE_EXHAUSTED beyond max_sessions / max_params_per_session / max_session_bytes, and when
   // its footprint does not fit beside what is admitted (SessionAdmission), before anything is
   // allocated.
@@ -92,8 +94,9 @@ class Engine {
   // A new session id (rank 0): "s" and 32 hex digits of 128 random bits read from the kernel's
   // CSPRNG, so ids are neither guessed nor reused, across restarts too.
   static std::string NextSessionId();
-  // Whether the owner of `config` has a session of its name (rank 0 attaches instead of creating).
-  absl::StatusOr<std::shared_ptr<Session>> FindByName(const SessionConfig& config) const;
+  // The owner's session that CreateSession(config) answers without creating one (rank 0 asks
+  // before it creates a session everywhere): `session` null when there is none.
+  absl::StatusOr<Created> FindExisting(const SessionConfig& config) const;
   // NOT_FOUND naming the id.
   absl::StatusOr<std::shared_ptr<Session>> GetSession(const std::string& id) const;
   std::vector<std::shared_ptr<Session>> ListSessions() const;
@@ -166,8 +169,10 @@ class Engine {
   absl::StatusOr<Layout> LayoutOf(const SessionConfig& config) const;
   // Builds the replica: layout, admission, communicator, tensors. Does not register it.
   absl::StatusOr<Built> BuildSession(const std::string& id, SessionConfig config);
-  // Registers the session built unless one of the same id (or, with `by_name`, of the same name)
-  // appeared meanwhile; its reservation is kept until it closes.
+  absl::StatusOr<Created> FindExistingLocked(const SessionConfig& config) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers the session built unless one of the same id (or, with `by_name`, one FindExisting
+  // answers) appeared meanwhile; its reservation is kept until it closes.
   absl::StatusOr<Created> Register(Built built, bool by_name);
   void WatchDeadlines();
   // Marks the device worker stalled while its running task has passed the watchdog, logging the

@@ -31,6 +31,9 @@ struct SessionConfig {
   // Optional; CreateSession attaches to the owner's existing session of this name (names are
   // scoped per owner).
   std::string name;
+  // Optional; CreateSessionRequest.request_id of the call that created the session: a retry of
+  // that call (same owner and request_id) answers this session instead of creating another.
+  std::string request_id;
   // Canonical serialisation of the definition: two CreateSession calls with the same name attach
   // only when these are equal.
   std::string definition_key;

@@ -1,10 +1,9 @@
 #include "server/engine/shared_segments.h"
 
-#include <sys/random.h>
-
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/random_bytes.h"
 #include "base/status_macros.h"
 
 namespace optstep {
@@ -15,17 +14,9 @@ int64_t Aligned(int64_t bytes) {
          SharedSegment::kAlignment;
 }
 
-void FillRandom(char* data, size_t size) {
-  size_t filled = 0;
-  while (filled < size) {
-    const ssize_t got = getrandom(data + filled, size - filled, 0);
-    if (got > 0) filled += static_cast<size_t>(got);
-  }
-}
-
 std::string RandomToken() {
   std::string token(SharedSegment::kTokenBytes, '\0');
-  FillRandom(token.data(), token.size());
+  FillRandomBytes(token.data(), token.size());
   return token;
 }
 
@@ -33,7 +24,7 @@ std::string RandomToken() {
 // names a segment of the process that replaced it.
 uint64_t RandomId() {
   uint64_t id = 0;
-  while (id == 0) FillRandom(reinterpret_cast<char*>(&id), sizeof(id));
+  while (id == 0) FillRandomBytes(&id, sizeof(id));
   return id;
 }
 

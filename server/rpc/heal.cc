@@ -20,8 +20,9 @@
 namespace optstep {
 namespace {
 
-// A session as a healed rank recreates it: its id, definition, name, owner, and the resolutions
-// this rank started (the group's count while no step runs: steps wait during a heal).
+// A session as a healed rank recreates it: its id, definition, name, owner, the request id that
+// created it, and the resolutions this rank started (the group's count while no step runs: steps
+// wait during a heal).
 absl::StatusOr<v1::CreateReplicaRequest> Describe(const Session& session) {
   v1::CreateReplicaRequest replica;
   replica.set_session_id(session.id());
@@ -30,6 +31,7 @@ absl::StatusOr<v1::CreateReplicaRequest> Describe(const Session& session) {
   }
   replica.mutable_spec()->set_name(session.config().name);
   replica.set_owner(session.config().owner);
+  replica.set_request_id(session.config().request_id);
   replica.set_resolutions(session.resolutions_started());
   return replica;
 }
@@ -392,6 +394,7 @@ absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const Rank
 absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& request) {
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(request.spec()));
   config.owner = request.owner();
+  config.request_id = request.request_id();
   if (request.admission_only()) return engine->CheckAdmission(config);
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,
                            engine->CreateReplica(request.session_id(), std::move(config)));

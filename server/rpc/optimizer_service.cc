@@ -34,7 +34,7 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Allocating the state and connecting the ranks' group take a while: not on the reaction.
   RunDetached([this, owner = CallerOf(*context).identity, request, response, reactor] {
-    auto created = group_->CreateSession(request->spec(), owner);
+    auto created = group_->CreateSession(request->spec(), owner, request->request_id());
     absl::Status status = created.status();
     if (status.ok()) {
       const std::string& id = created->session->id();

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
@@ -256,8 +257,10 @@ std::vector<std::shared_ptr<Session>> RankGroup::Sessions() const {
 }
 
 absl::Status RankGroup::CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica) {
-  return CreateReplicaOn(rank, replica.session_id(), replica.spec(), replica.owner(),
-                         /*admission_only=*/false, replica.resolutions());
+  v1::CreateReplicaRequest request = replica;
+  request.set_admission_only(false);
+  request.clear_step();
+  return CreateReplicaOn(rank, request);
 }
 
 absl::Status RankGroup::EnsureAddress(int rank, absl::Duration wait) {
@@ -357,7 +360,8 @@ v1::PeerService::Stub* RankGroup::Peer(int rank) {
 }
 
 absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& spec,
-                                                         const std::string& owner) {
+                                                         const std::string& owner,
+                                                         const std::string& request_id) {
   if (options_.rank != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("sessions are created on rank 0; this is rank ", options_.rank, " of ",
@@ -372,15 +376,16 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
   }
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));
+  OPTSTEP_RETURN_IF_ERROR(CheckCallerName("request_id", request_id, kMaxRequestIdBytes));
   config.owner = owner;
+  config.request_id = request_id;
   absl::MutexLock create_lock(&create_mu_);
-  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> existing, engine_->FindByName(config));
-  if (existing != nullptr) return Engine::Created{existing, true};
+  OPTSTEP_ASSIGN_OR_RETURN(Engine::Created existing, engine_->FindExisting(config));
+  if (existing.session != nullptr) return existing;
   if (options_.world_size == 1) return engine_->CreateSession(std::move(config));
 
-  OPTSTEP_ASSIGN_OR_RETURN(
-      std::shared_ptr<Session> created,
-      CreateEverywhere(engine_->NextSessionId(), spec, owner, std::move(config)));
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,
+                           CreateEverywhere(engine_->NextSessionId(), spec, std::move(config)));
   return Engine::Created{std::move(created), false};
 }
 
@@ -396,12 +401,11 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::RestoreSession(const std::st
   config.owner = owner;
   absl::MutexLock create_lock(&create_mu_);
   if (options_.world_size == 1) return engine_->CreateReplica(id, std::move(config));
-  return CreateEverywhere(id, spec, owner, std::move(config));
+  return CreateEverywhere(id, spec, std::move(config));
 }
 
 absl::StatusOr<std::shared_ptr<Session>> RankGroup::CreateEverywhere(const std::string& id,
                                                                      const v1::SessionSpec& spec,
-                                                                     const std::string& owner,
                                                                      SessionConfig config) {
   for (int r = 1; r < options_.world_size; ++r) {
     absl::MutexLock lock(&mu_);
@@ -411,20 +415,25 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::CreateEverywhere(const std::
                                                  "rank 0 reports SERVING"));
     }
   }
+  v1::CreateReplicaRequest replica;
+  replica.set_session_id(id);
+  *replica.mutable_spec() = spec;
+  replica.set_owner(config.owner);
+  replica.set_request_id(config.request_id);
   // Every rank is asked first whether it admits the session (each checks its own part again as
   // it builds): a replica refused on one rank would leave the others waiting for it in the
   // communicator's rendezvous until the timeout.
+  v1::CreateReplicaRequest admission = replica;
+  admission.set_admission_only(true);
   OPTSTEP_RETURN_IF_ERROR(ForEachRank([&](int r) {
-    return r == 0 ? engine_->CheckAdmission(config)
-                  : CreateReplicaOn(r, id, spec, owner, /*admission_only=*/true);
+    return r == 0 ? engine_->CheckAdmission(config) : CreateReplicaOn(r, admission);
   }));
   // Every rank creates its replica at once: they meet in the communicator's rendezvous.
   std::vector<absl::Status> peer_status(options_.world_size);
   std::vector<std::thread> calls;
   for (int r = 1; r < options_.world_size; ++r) {
-    calls.emplace_back([this, r, &id, &spec, &owner, &peer_status] {
-      peer_status[r] = CreateReplicaOn(r, id, spec, owner, /*admission_only=*/false);
-    });
+    calls.emplace_back(
+        [this, r, &replica, &peer_status] { peer_status[r] = CreateReplicaOn(r, replica); });
   }
   absl::StatusOr<std::shared_ptr<Session>> local = engine_->CreateReplica(id, std::move(config));
   for (std::thread& t : calls) t.join();
@@ -439,15 +448,7 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::CreateEverywhere(const std::
   return *local;
 }
 
-absl::Status RankGroup::CreateReplicaOn(int rank, const std::string& id,
-                                        const v1::SessionSpec& spec, const std::string& owner,
-                                        bool admission_only, uint64_t resolutions) {
-  v1::CreateReplicaRequest request;
-  request.set_resolutions(resolutions);
-  request.set_session_id(id);
-  request.set_owner(owner);
-  request.set_admission_only(admission_only);
-  *request.mutable_spec() = spec;
+absl::Status RankGroup::CreateReplicaOn(int rank, const v1::CreateReplicaRequest& request) {
   v1::CreateReplicaResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +

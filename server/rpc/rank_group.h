@@ -178,9 +178,13 @@ class RankGroup {
   // other ranks, UNAVAILABLE in a group that heals before it formed (a restarted rank 0 has yet
   // to heal itself in or restore the sessions) and once a peer is lost (PeersStatus). On failure
   // the replicas already made are closed again. The session belongs to `owner`, who attaches by
-  // name only to a session of its own.
+  // name only to a session of its own. A non-empty `request_id` (CreateSessionRequest's: at most
+  // kMaxRequestIdBytes, else INVALID_ARGUMENT) is kept with the session on every rank, and a
+  // call of the same owner and request_id answers that session (Engine::FindExisting).
   absl::StatusOr<Engine::Created> CreateSession(const v1::SessionSpec& spec,
-                                                const std::string& owner);
+                                                const std::string& owner,
+                                                const std::string& request_id);
+  static constexpr size_t kMaxRequestIdBytes = 128;
   // Rank 0: recreates a session with id `id` on every rank (automatic restore: the group
   // restarted), belonging to `owner`. As CreateSession, but never attaches by name.
   absl::StatusOr<std::shared_ptr<Session>> RestoreSession(const std::string& id,
@@ -231,16 +235,13 @@ class RankGroup {
   // when one fails.
   absl::StatusOr<std::shared_ptr<Session>> CreateEverywhere(const std::string& id,
                                                             const v1::SessionSpec& spec,
-                                                            const std::string& owner,
                                                             SessionConfig config)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   // This rank's sessions (none without an engine).
   std::vector<std::shared_ptr<Session>> Sessions() const;
-  // PeerService.CreateReplica on `rank` (a peer): builds its replica, or with `admission_only`
-  // only answers whether it would admit it. The error names the rank.
-  absl::Status CreateReplicaOn(int rank, const std::string& id, const v1::SessionSpec& spec,
-                               const std::string& owner, bool admission_only,
-                               uint64_t resolutions = 0);
+  // PeerService.CreateReplica on `rank` (a peer): builds its replica, or with
+  // `request.admission_only` only answers whether it would admit it. The error names the rank.
+  absl::Status CreateReplicaOn(int rank, const v1::CreateReplicaRequest& request);
 
   const RankGroupOptions options_;
   Engine* const engine_;

@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +38,7 @@
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
@@ -64,6 +66,22 @@ constexpr int kWorld = 3;
 constexpr int kDead = 1;  // the rank killed by the tests that are not run for each rank
 const std::vector<std::string> kFlags = testutil::HealingFlags();
 
+// CreateSession of an unnamed session with one request id, as a client retries it: the id of the
+// session answered, which the call did not attach to.
+absl::StatusOr<std::string> CreateUnnamed(const ServerProcess& rank0) {
+  auto stub = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(rank0.address(), grpc::InsecureChannelCredentials()));
+  v1::CreateSessionRequest request;
+  *request.mutable_spec() = SmallSpec("");
+  request.set_request_id("rejoin-test-unnamed");
+  v1::CreateSessionResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(stub->CreateSession(&context, request, &response)));
+  if (response.attached()) return absl::InternalError("a retried creation attached");
+  return response.summary().session_id();
+}
+
 // The parameters of an Adam session after steps 1..4 and of another after its steps 1..2 (made
 // after step 2 of the first), on `group`; with `dead` >= 0, rank `dead` is killed after step 2
 // and restarted before step 3.
@@ -87,6 +105,8 @@ absl::StatusOr<Trained> Train(Group& group, int dead) {
   large_spec.mutable_parameters(0)->add_shape(1024);
   large_spec.mutable_parameters(0)->add_shape(1024);
   OPTSTEP_RETURN_IF_ERROR(trainer->CreateSession(large_spec).status());
+  // An unnamed creation whose answer is taken for lost, retried after the heal below.
+  OPTSTEP_ASSIGN_OR_RETURN(const std::string unnamed, CreateUnnamed(*group[0]));
   if (dead >= 0) {
     group[dead]->SignalAndWait(SIGKILL);
     for (int r = 0; r < kWorld; ++r) {
@@ -104,6 +124,12 @@ absl::StatusOr<Trained> Train(Group& group, int dead) {
         return absl::InternalError(absl::StrCat("rank ", r, " is not SERVING after the rejoin"));
       }
     }
+  }
+  // The retry answers the session its first call made, also from a rank 0 healed from its peers.
+  OPTSTEP_ASSIGN_OR_RETURN(const std::string retried, CreateUnnamed(*group[0]));
+  if (retried != unnamed) {
+    return absl::InternalError(
+        absl::StrCat("the retried creation made session ", retried, " beside ", unnamed));
   }
   for (uint64_t step = 3; step <= 4; ++step) {
     OPTSTEP_RETURN_IF_ERROR(StepSmall(*trainer, stepped.session_id(), step).status());

@@ -50,6 +50,21 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         # Set: Step answers only once this is set (or the call ends), as a rank whose step waits
         # in the collectives for another rank.
         self.hold_steps: threading.Event | None = None
+        self.creates: List[svc.CreateSessionRequest] = []
+        self.lose_creates = False  # CreateSession takes the request, then its answer is lost
+        # Set: ListSessions tells where the ranks are served (else UNIMPLEMENTED, as before).
+        self.directory: svc.ListSessionsResponse | None = None
+
+    def CreateSession(self, request, context):
+        self.creates.append(request)
+        if self.lose_creates:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"rank {self.rank}: connection reset")
+        return svc.CreateSessionResponse(summary=pb.SessionSummary(session_id="fake"))
+
+    def ListSessions(self, request, context):
+        if self.directory is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "no directory")
+        return self.directory
 
     def GetSession(self, request, context):
         return self.info
@@ -240,3 +255,21 @@ def test_state_dict_element_types(ranks: List[FakeRank]) -> None:
     assert sent["t"] == (pb.DTYPE_BF16, np.full(2, 0x3F80, np.uint16).tobytes())
     assert sent["bits"] == (pb.DTYPE_BF16, np.ones(2, np.uint16).tobytes())
     assert sent["half"][0] == pb.DTYPE_FP16 and sent["f"][0] == pb.DTYPE_FP32
+
+
+def test_a_creation_retried_after_its_answer_was_lost_keeps_its_request_id(
+        ranks: List[FakeRank]) -> None:
+    """Rank 0 made the session and its answer was lost; rank 1 serves rank 0 now (a stand-in).
+    The retry there carries the same request id, so the server answers the session the first
+    attempt made instead of making a second one; another call is another creation."""
+    ranks[0].lose_creates = True
+    ranks[1].directory = svc.ListSessionsResponse(rank_targets=[ranks[1].target] * 2,
+                                                  stood_in_ranks=[0])
+    with optstep.Client(rank_targets=[r.target for r in ranks]) as client:
+        info, _ = client.create_session(_session_info([]).spec)
+        assert info.session_id == "fake"
+        (first,), (retried,) = ranks[0].creates, ranks[1].creates
+        assert len(first.request_id) == 32 and int(first.request_id, 16) >= 0
+        assert retried.request_id == first.request_id
+        client.create_session(_session_info([]).spec)
+    assert ranks[1].creates[1].request_id != first.request_id

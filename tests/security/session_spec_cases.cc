@@ -39,6 +39,18 @@ BadInput Shape(std::string name, std::vector<uint64_t> shape, std::string messag
 
 const char kCreate[] = "/optstep.v1.OptimizerService/CreateSession";
 
+// A CreateSession of SmallSpec("") with `request_id`.
+BadInput RequestId(std::string name, std::string request_id, std::string message) {
+  return {std::move(name),
+          [request_id](const Target& t) {
+            v1::CreateSessionRequest request;
+            *request.mutable_spec() = SmallSpec("");
+            request.set_request_id(request_id);
+            return CallUnary(t.channel, kCreate, request);
+          },
+          Code::INVALID_ARGUMENT, std::move(message)};
+}
+
 }  // namespace
 
 std::vector<BadInput> SessionSpecCases() {
@@ -64,6 +76,10 @@ std::vector<BadInput> SessionSpecCases() {
           "create: session name with a control character",
           [](v1::SessionSpec& s) { s.set_name("bad\x1b[2J"); }, Code::INVALID_ARGUMENT,
           "session name 'bad\\x1b[2J' contains the control character '\\x1b' at byte 3"),
+      RequestId("create: request_id with a control character", "retry\n1",
+                "request_id 'retry\\n1' contains the control character '\\n' at byte 5"),
+      RequestId("create: request_id of 129 bytes", std::string(129, 'r'),
+                "has 129 bytes (at most 128)"),
       Create(
           "create: session name of 256 bytes",
           [](v1::SessionSpec& s) { s.set_name(std::string(256, 'n')); }, Code::INVALID_ARGUMENT,

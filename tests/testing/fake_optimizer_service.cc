@@ -38,6 +38,11 @@ std::vector<std::string> FakeOptimizerService::closed_sessions() const {
   return closed_;
 }
 
+std::vector<v1::CreateSessionRequest> FakeOptimizerService::create_requests() const {
+  absl::MutexLock lock(&mu_);
+  return create_requests_;
+}
+
 int FakeOptimizerService::step_streams() const {
   absl::MutexLock lock(&mu_);
   return step_streams_;
@@ -61,6 +66,9 @@ grpc::Status FakeOptimizerService::CreateSession(grpc::ServerContext*,
   if (request->spec().name() != session_.spec().name()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "fake: unexpected spec");
   }
+  absl::MutexLock lock(&mu_);
+  create_requests_.push_back(*request);
+  if (!behaviour_.create_error.ok()) return behaviour_.create_error;
   response->mutable_summary()->set_session_id(session_.session_id());
   response->mutable_summary()->set_name(session_.spec().name());
   response->set_attached(true);

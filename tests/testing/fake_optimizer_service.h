@@ -48,6 +48,9 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
     // `close_then_error` (a rank whose answer was lost after it closed it).
     grpc::Status close_error = grpc::Status::OK;
     bool close_then_error = false;
+    // CreateSession answers this status when not OK, after taking the request (a rank whose
+    // answer was lost).
+    grpc::Status create_error = grpc::Status::OK;
     // ListSessions tells where each rank is served and which are stood in for (as a rank does
     // while a stand-in runs); empty: nothing.
     std::vector<std::string> rank_targets;
@@ -62,6 +65,7 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
   std::vector<v1::StepRequest> step_requests() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<v1::InitParametersRequest> init_requests() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::string> closed_sessions() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<v1::CreateSessionRequest> create_requests() const ABSL_LOCKS_EXCLUDED(mu_);
   int step_streams() const ABSL_LOCKS_EXCLUDED(mu_);
   bool resume_timed_out() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -94,6 +98,7 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
   std::vector<v1::StepRequest> step_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::InitParametersRequest> init_requests_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> closed_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::CreateSessionRequest> create_requests_ ABSL_GUARDED_BY(mu_);
   int step_streams_ ABSL_GUARDED_BY(mu_) = 0;
   bool resume_timed_out_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -211,8 +211,8 @@ class Client:
 
     def create_session(self, spec: session_pb2.SessionSpec) -> CreatedSession:
         """Registers a model, or attaches to the existing session of the same name and
-        definition."""
-        request = svc_pb2.CreateSessionRequest(spec=spec)
+        definition. A retry after a lost answer sends the same random request id: no 2nd session."""
+        request = svc_pb2.CreateSessionRequest(spec=spec, request_id=os.urandom(16).hex())
         response = self._on_rank0(lambda rank: _call(rank.service.CreateSession, request,
                                                      **self._unary_kwargs()))
         # The answer is a summary: the layout comes in GetSession's pages.

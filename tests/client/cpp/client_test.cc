@@ -32,6 +32,7 @@ using ::optstep::testutil::IsOk;
 using ::optstep::testutil::MakeSessionInfo;
 using ::optstep::testutil::StatusIs;
 using ::testing::ElementsAre;
+using ::testing::MatchesRegex;
 using ::testing::SizeIs;
 
 constexpr size_t kChunkBytes = 16;  // 4 fp32 elements per wire chunk
@@ -370,6 +371,18 @@ class TwoRankClientTest : public ::testing::Test {
         fake0_(testutil::StartFakeServer(&rank0_)),
         fake1_(testutil::StartFakeServer(&rank1_)) {}
 
+  // Rank 1 says that rank 0 is served at `stand_in` now; answers a client of both ranks' own
+  // targets.
+  absl::StatusOr<std::unique_ptr<Client>> ConnectWithRankZeroAt(const FakeServer& stand_in) {
+    FakeOptimizerService::Behaviour told;
+    told.rank_targets = {stand_in.target, fake1_.target};
+    told.stood_in_ranks = {0};
+    rank1_.set_behaviour(told);
+    ClientOptions options;
+    options.rank_targets = {fake0_.target, fake1_.target};
+    return Client::Connect(options);
+  }
+
   v1::SessionInfo info_;
   FakeOptimizerService rank0_, rank1_;
   FakeServer fake0_, fake1_;
@@ -386,17 +399,38 @@ TEST_F(TwoRankClientTest, ACloseRetriedAfterItsAnswerWasLostIsDone) {
   // Rank 0 is served by a stand-in now, which knows no session "s" any more.
   FakeOptimizerService stand_in(MakeSessionInfo("other", 2, {{"w", {2, 3}, 1}, {"b", {4}, 0}}));
   FakeServer stand_in_server = testutil::StartFakeServer(&stand_in);
-  FakeOptimizerService::Behaviour told;
-  told.rank_targets = {stand_in_server.target, fake1_.target};
-  told.stood_in_ranks = {0};
-  rank1_.set_behaviour(told);
-  ClientOptions options;
-  options.rank_targets = {fake0_.target, fake1_.target};
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                               ConnectWithRankZeroAt(stand_in_server));
   EXPECT_THAT(client->CloseSession("s"), IsOk());
   EXPECT_THAT(rank0_.closed_sessions(), ElementsAre("s"));
   // A close that reached a rank 0 at the first attempt still says when there is no such session.
   EXPECT_THAT(client->CloseSession("nope"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+// A creation whose answer was lost with rank 0 is made again where the other ranks say rank 0 is
+// served now, with the same request id: the server answers the session the first attempt made
+// instead of making a second one. Another call is another creation.
+TEST_F(TwoRankClientTest, ACreationRetriedAfterItsAnswerWasLostKeepsItsRequestId) {
+  FakeOptimizerService::Behaviour lost;
+  lost.create_error = grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection reset");
+  rank0_.set_behaviour(lost);
+  FakeOptimizerService stand_in(info_);
+  FakeServer stand_in_server = testutil::StartFakeServer(&stand_in);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                               ConnectWithRankZeroAt(stand_in_server));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo created, client->CreateSession(info_.spec()));
+  EXPECT_EQ(created.session_id(), "s");
+  const std::vector<v1::CreateSessionRequest> first = rank0_.create_requests();
+  std::vector<v1::CreateSessionRequest> retried = stand_in.create_requests();
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(retried.size(), 1u);
+  EXPECT_THAT(first[0].request_id(), MatchesRegex("[0-9a-f]{32}"));
+  EXPECT_EQ(retried[0].request_id(), first[0].request_id());
+
+  OPTSTEP_ASSERT_OK(client->CreateSession(info_.spec()).status());
+  retried = stand_in.create_requests();
+  ASSERT_EQ(retried.size(), 2u);
+  EXPECT_NE(retried[1].request_id(), first[0].request_id());
 }
 
 // Ranks that do not advertise Layout.returns_owned (servers before it): the trainer's home rank

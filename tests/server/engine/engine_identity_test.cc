@@ -1,10 +1,13 @@
 // Session ids and names as the engine hands them out: ids are 128 random bits (never the
 // sequence s000001, s000002, ... that restarted at 1 with every process), and a name is scoped
 // to its owner: two owners may each have "run1", and attaching by name finds only the caller's.
+// A creation retried with its request id (a client's retry after a lost answer) answers the
+// session it made, never a second one.
 
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
@@ -72,6 +75,53 @@ TEST(EngineIdentityTest, NamesAreScopedPerOwner) {
   alice.definition_key = "another definition";
   EXPECT_THAT(engine->CreateSession(alice).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(EngineIdentityTest, ARetriedCreationAnswersTheSessionItMade) {
+  auto engine = testutil::MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  SessionConfig alice = testutil::TwoParamConfig(testutil::Sgd(0.1));
+  alice.owner = "alice";
+  alice.request_id = "r1";  // unnamed: only the request id tells the retry from a new session
+
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created first, engine->CreateSession(alice));
+  EXPECT_FALSE(first.attached);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created retried, engine->CreateSession(alice));
+  EXPECT_EQ(retried.session->id(), first.session->id());
+  EXPECT_FALSE(retried.attached) << "a retry answers as the call that created the session";
+  EXPECT_EQ(engine->ListSessions().size(), 1u);
+
+  // Another request id is another session; Bob's "r1" is not Alice's.
+  SessionConfig again = alice;
+  again.request_id = "r2";
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created second, engine->CreateSession(again));
+  EXPECT_NE(second.session->id(), first.session->id());
+  SessionConfig bob = alice;
+  bob.owner = "bob";
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created bobs, engine->CreateSession(bob));
+  EXPECT_NE(bobs.session->id(), first.session->id());
+  EXPECT_FALSE(bobs.attached);
+  EXPECT_EQ(engine->ListSessions().size(), 3u);
+
+  // The request id comes before the name: a retry of a named creation is not an attachment.
+  SessionConfig named = alice;
+  named.name = "run";
+  named.request_id = "r3";
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created made, engine->CreateSession(named));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created remade, engine->CreateSession(named));
+  EXPECT_EQ(remade.session->id(), made.session->id());
+  EXPECT_FALSE(remade.attached);
+  named.request_id = "r4";  // another trainer of the job
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created joined, engine->CreateSession(named));
+  EXPECT_EQ(joined.session->id(), made.session->id());
+  EXPECT_TRUE(joined.attached);
+
+  // A request id reused for another definition is refused, naming it and the session.
+  alice.definition_key = "another definition";
+  EXPECT_THAT(engine->CreateSession(alice).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       absl::StrCat("request_id 'r1' created session ", first.session->id())));
+  EXPECT_EQ(engine->ListSessions().size(), 4u);
 }
 
 }  // namespace

@@ -39,12 +39,12 @@ TEST(RankGroupFormingTest, RankZeroTakesCreationsOnlyOnceTheGroupFormed) {
   param->add_shape(4);
   spec.mutable_optimizer()->add_sub_optimizers()->set_kind("adamw");
   EXPECT_FALSE(group.formed());
-  EXPECT_THAT(group.CreateSession(spec, "owner").status(),
+  EXPECT_THAT(group.CreateSession(spec, "owner", "").status(),
               StatusIs(absl::StatusCode::kUnavailable, "the group is forming"));
   group.MarkFormed();
   EXPECT_TRUE(group.formed());
   // Formed: the creation gets past that (to the ranks, which never joined here).
-  EXPECT_THAT(group.CreateSession(spec, "owner").status(),
+  EXPECT_THAT(group.CreateSession(spec, "owner", "").status(),
               Not(StatusIs(absl::StatusCode::kUnavailable, "the group is forming")));
   EXPECT_EQ(engine->ListSessions().size(), 0u);
 }

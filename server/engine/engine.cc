@@ -201,16 +201,15 @@ absl::StatusOr<Engine::Created> Engine::Register(Built built, bool by_name) {
     return absl::AlreadyExistsError(absl::StrCat("session '", session->id(), "' exists"));
   }
   reservations_[session->id()] = std::move(built.reservation);
-  return Created{session, false};
+  return Created{session, false, true};
 }
 
 absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
   OPTSTEP_ASSIGN_OR_RETURN(Created existing, FindExisting(config));
   if (existing.session != nullptr) return existing;
   OPTSTEP_ASSIGN_OR_RETURN(Built built, BuildSession(NextSessionId(), std::move(config)));
-  const std::shared_ptr<Session> built_session = built.session;
   OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(std::move(built), /*by_name=*/true));
-  if (created.session == built_session) ReportCreated(*created.session);
+  if (created.made) ReportCreated(*created.session);
   return created;
 }
 

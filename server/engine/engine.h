@@ -1,6 +1,9 @@
 #ifndef OPTSTEP_SERVER_ENGINE_ENGINE_H_
 #define OPTSTEP_SERVER_ENGINE_ENGINE_H_
 
+// The optimizer engine of one rank (Engine): its device and device worker, its sessions and the
+// admission of their memory, configured by EngineOptions. Knows nothing of gRPC or protos.
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -76,7 +79,8 @@ class Engine {
 
   struct Created {
     std::shared_ptr<Session> session;
-    bool attached = false;
+    bool attached = false;  // the session of the same name (CreateSessionResponse.attached)
+    bool made = false;      // made by this call (not attached to, nor answered to a retry)
   };
   // Creates a session; answers the owner's session created with the same non-empty request_id
   // (a retried creation: `attached` false), or attaches to the owner's session of the same

@@ -33,7 +33,8 @@ absl::Status EnsureSessionRecord(const std::string& dir, const Session& session)
   if (fs::exists(path, error)) return absl::OkStatus();
   const nlohmann::json record = {{"session_id", session.id()},
                                  {"name", session.config().name},
-                                 {"owner", session.config().owner}};
+                                 {"owner", session.config().owner},
+                                 {"request_id", session.config().request_id}};
   const fs::path temporary = fs::path(dir) / ".session.json.tmp";
   {
     std::ofstream out(temporary, std::ios::trunc);
@@ -63,13 +64,15 @@ absl::StatusOr<SessionRecord> ReadSessionRecord(const std::string& dir) {
       nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (!record.is_object() || !record.contains("session_id") || !record["session_id"].is_string() ||
       !record.value("name", nlohmann::json()).is_string() ||
-      !record.value("owner", nlohmann::json()).is_string()) {
+      !record.value("owner", nlohmann::json()).is_string() ||
+      !record.value("request_id", nlohmann::json("")).is_string()) {
     return absl::DataLossError(absl::StrCat("session record '", path,
                                             "' is not an object with string fields session_id, "
-                                            "name and owner"));
+                                            "name and owner (and request_id)"));
   }
   return SessionRecord{record["session_id"].get<std::string>(), record["name"].get<std::string>(),
-                       record["owner"].get<std::string>()};
+                       record["owner"].get<std::string>(),
+                       record.value("request_id", std::string())};
 }
 
 AutoCheckpointer::AutoCheckpointer(AutoCheckpointOptions options, Engine* engine, RankGroup* group)

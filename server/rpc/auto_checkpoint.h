@@ -58,6 +58,7 @@ struct SessionRecord {
   std::string session_id;
   std::string name;
   std::string owner;
+  std::string request_id;  // CreateSessionRequest.request_id; absent in older records: empty
 };
 // Reads the record of the automatic checkpoints in `dir`: NOT_FOUND when there is none,
 // DATA_LOSS naming the file when it does not parse.

@@ -85,8 +85,8 @@ absl::StatusOr<RestoredSession> RestoreOne(
         failed = spec.status();
         continue;
       }
-      OPTSTEP_ASSIGN_OR_RETURN(session,
-                               group->RestoreSession(record.session_id, *spec, record.owner));
+      OPTSTEP_ASSIGN_OR_RETURN(session, group->RestoreSession(record.session_id, *spec,
+                                                              record.owner, record.request_id));
       if (before_load) before_load(record.session_id);
     }
     absl::StatusOr<uint64_t> step = HeldOperations(group).LoadCheckpoint(*session, name, nullptr);

@@ -43,7 +43,7 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
       status = CheckAnswerSize(*response, max_answer_bytes_,
                                absl::StrCat("the CreateSession answer of session '", id, "'"));
       // Creation is atomic with its answer: a session the caller cannot learn of is not kept.
-      if (!status.ok() && !created->attached) {
+      if (!status.ok() && created->made) {
         const absl::Status closed = group_->CloseSession(id);
         if (!closed.ok()) LOG(WARNING) << "closing session '" << id << "': " << closed;
       }

@@ -386,12 +386,13 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
 
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,
                            CreateEverywhere(engine_->NextSessionId(), spec, std::move(config)));
-  return Engine::Created{std::move(created), false};
+  return Engine::Created{std::move(created), false, true};
 }
 
 absl::StatusOr<std::shared_ptr<Session>> RankGroup::RestoreSession(const std::string& id,
                                                                    const v1::SessionSpec& spec,
-                                                                   const std::string& owner) {
+                                                                   const std::string& owner,
+                                                                   const std::string& request_id) {
   if (options_.rank != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("sessions are restored on rank 0; this is rank ", options_.rank));
@@ -399,6 +400,7 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::RestoreSession(const std::st
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));
   config.owner = owner;
+  config.request_id = request_id;
   absl::MutexLock create_lock(&create_mu_);
   if (options_.world_size == 1) return engine_->CreateReplica(id, std::move(config));
   return CreateEverywhere(id, spec, std::move(config));

@@ -1,6 +1,10 @@
 #ifndef OPTSTEP_SERVER_RPC_RANK_GROUP_H_
 #define OPTSTEP_SERVER_RPC_RANK_GROUP_H_
 
+// The ranks of a group as seen from one of them (RankGroup): their addresses and stubs, the
+// session lifecycle across them (rank 0 creates every session everywhere), the heals of lost
+// ranks (generations, Regroup) and the abort relay, configured by RankGroupOptions.
+
 #include <grpcpp/grpcpp.h>
 
 #include <functional>
@@ -186,10 +190,12 @@ class RankGroup {
                                                 const std::string& request_id);
   static constexpr size_t kMaxRequestIdBytes = 128;
   // Rank 0: recreates a session with id `id` on every rank (automatic restore: the group
-  // restarted), belonging to `owner`. As CreateSession, but never attaches by name.
+  // restarted), belonging to `owner` and made by `request_id` (may be empty). As CreateSession,
+  // but never attaches.
   absl::StatusOr<std::shared_ptr<Session>> RestoreSession(const std::string& id,
                                                           const v1::SessionSpec& spec,
-                                                          const std::string& owner);
+                                                          const std::string& owner,
+                                                          const std::string& request_id);
   // Rank 0: closes the session on every rank (the peers' errors are logged, not returned), then
   // tells `on_session_closed`.
   absl::Status CloseSession(const std::string& id);

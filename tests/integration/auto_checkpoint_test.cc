@@ -35,6 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::optstep::testutil::AwaitAutoCheckpoint;
+using ::optstep::testutil::CreateWithRequestId;
 using ::optstep::testutil::IsOk;
 using ::optstep::testutil::Pulled;
 using ::optstep::testutil::ServerProcess;
@@ -98,15 +99,19 @@ std::string Reference() {
   return pulled.ok() ? *pulled : "";
 }
 
-// Two ranks saving every step: a session "auto" steps kBefore times, each step's checkpoint
-// awaited so that every step is saved; `before_kill` (may be null) sees the session, then the
-// group is SIGKILLed whole. Answers the session's id.
+constexpr char kAutoRequestId[] = "auto-checkpoint-test";
+
+// Two ranks saving every step: a session "auto" (made with kAutoRequestId) steps kBefore times,
+// each step's checkpoint awaited so that every step is saved; `before_kill` (may be null) sees the
+// session, then the group is SIGKILLed whole. Answers the session's id.
 absl::StatusOr<std::string> SaveEachStepThenKill(
     const std::string& root,
     const std::function<void(const std::string& session)>& before_kill = nullptr) {
   OPTSTEP_ASSIGN_OR_RETURN(Running run, Start(2, AutoFlags(root)));
-  OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("auto")));
-  const std::string session = info.session_id();
+  OPTSTEP_ASSIGN_OR_RETURN(
+      v1::CreateSessionResponse created,
+      CreateWithRequestId(run.group[0]->address(), SmallSpec("auto"), kAutoRequestId));
+  const std::string session = created.summary().session_id();
   for (uint64_t step = 1; step <= kBefore; ++step) {
     OPTSTEP_RETURN_IF_ERROR(StepSmall(*run.client, session, step).status());
     OPTSTEP_RETURN_IF_ERROR(AwaitAutoCheckpoint(root, session, step));
@@ -145,9 +150,15 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
   EXPECT_EQ(info.step(), kBefore);
   EXPECT_EQ(info.spec().name(), "auto");
-  // Creating it by name attaches to the restored session.
+  // Creating it by name attaches to the restored session; the creation that made it, retried with
+  // its request id, is answered as it was (the record keeps the request id).
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo again, run.client->CreateSession(SmallSpec("auto")));
   EXPECT_EQ(again.session_id(), session);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      v1::CreateSessionResponse retried,
+      CreateWithRequestId(run.group[0]->address(), SmallSpec("auto"), kAutoRequestId));
+  EXPECT_EQ(retried.summary().session_id(), session);
+  EXPECT_FALSE(retried.attached());
   ASSERT_THAT(StepRange(*run.client, session, kBefore + 1, kBefore + kAfter), IsOk());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string pulled, Pulled(*run.client, session));
   EXPECT_TRUE(pulled == reference) << "parameters differ from the undisturbed run";

@@ -22,7 +22,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,7 +37,6 @@
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
-#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace {
@@ -69,15 +67,9 @@ const std::vector<std::string> kFlags = testutil::HealingFlags();
 // CreateSession of an unnamed session with one request id, as a client retries it: the id of the
 // session answered, which the call did not attach to.
 absl::StatusOr<std::string> CreateUnnamed(const ServerProcess& rank0) {
-  auto stub = v1::OptimizerService::NewStub(
-      grpc::CreateChannel(rank0.address(), grpc::InsecureChannelCredentials()));
-  v1::CreateSessionRequest request;
-  *request.mutable_spec() = SmallSpec("");
-  request.set_request_id("rejoin-test-unnamed");
-  v1::CreateSessionResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(stub->CreateSession(&context, request, &response)));
+  OPTSTEP_ASSIGN_OR_RETURN(
+      v1::CreateSessionResponse response,
+      testutil::CreateWithRequestId(rank0.address(), SmallSpec(""), "rejoin-test-unnamed"));
   if (response.attached()) return absl::InternalError("a retried creation attached");
   return response.summary().session_id();
 }

@@ -1,5 +1,6 @@
 #include "tests/integration/test_session.h"
 
+#include <chrono>
 #include <filesystem>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "optstep/v1/internal.grpc.pb.h"
+#include "wire/grpc_status.h"
 
 namespace optstep {
 namespace testutil {
@@ -64,6 +66,21 @@ absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_i
   options.trainer_id = trainer;
   const FullGradient grads[] = {{0, gw}, {1, gb}};
   return client.Step(options, grads);
+}
+
+absl::StatusOr<v1::CreateSessionResponse> CreateWithRequestId(const std::string& target,
+                                                              const v1::SessionSpec& spec,
+                                                              const std::string& request_id) {
+  auto stub = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  v1::CreateSessionRequest request;
+  *request.mutable_spec() = spec;
+  request.set_request_id(request_id);
+  v1::CreateSessionResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(stub->CreateSession(&context, request, &response)));
+  return response;
 }
 
 absl::Status WaitServing(Client& client) {

@@ -34,6 +34,12 @@ inline constexpr int kSmallElements = 40;
 absl::StatusOr<StepReply> StepSmall(Client& client, const std::string& session_id, uint64_t step,
                                     uint32_t trainer = 0);
 
+// CreateSession of `spec` at `target` (rank 0) with `request_id`, as a client makes the call and
+// its retry; waits up to 20 s.
+absl::StatusOr<v1::CreateSessionResponse> CreateWithRequestId(const std::string& target,
+                                                              const v1::SessionSpec& spec,
+                                                              const std::string& request_id);
+
 // Waits (up to 10 s) for rank 0's health to turn SERVING.
 absl::Status WaitServing(Client& client);
 

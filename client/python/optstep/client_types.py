@@ -18,7 +18,9 @@ Gradients = Union[Mapping[int, Any], Mapping[str, Any], Iterable[GradientSlice]]
 
 class CreatedSession(NamedTuple):
     info: session_pb2.SessionInfo
-    attached: bool  # True when an existing session of the same name and definition answered
+    # True when the session of the same name and definition answered (another trainer made it);
+    # False for a session this call made, also when a retry of it found the session.
+    attached: bool
 
 
 @dataclasses.dataclass

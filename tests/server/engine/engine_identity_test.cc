@@ -86,9 +86,12 @@ TEST(EngineIdentityTest, ARetriedCreationAnswersTheSessionItMade) {
 
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created first, engine->CreateSession(alice));
   EXPECT_FALSE(first.attached);
+  EXPECT_TRUE(first.made);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created retried, engine->CreateSession(alice));
   EXPECT_EQ(retried.session->id(), first.session->id());
   EXPECT_FALSE(retried.attached) << "a retry answers as the call that created the session";
+  // ... but did not make it: an answer too large for the retry must not close it.
+  EXPECT_FALSE(retried.made);
   EXPECT_EQ(engine->ListSessions().size(), 1u);
 
   // Another request id is another session; Bob's "r1" is not Alice's.
@@ -115,6 +118,7 @@ TEST(EngineIdentityTest, ARetriedCreationAnswersTheSessionItMade) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created joined, engine->CreateSession(named));
   EXPECT_EQ(joined.session->id(), made.session->id());
   EXPECT_TRUE(joined.attached);
+  EXPECT_FALSE(joined.made);
 
   // A request id reused for another definition is refused, naming it and the session.
   alice.definition_key = "another definition";

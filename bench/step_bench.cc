@@ -41,9 +41,9 @@
 #include "bench/bench_util.h"
 #include "bench/gpt_layout.h"
 #include "bench/gpt_like_layout.h"
+#include "bench/in_process_ranks.h"
 #include "bench/phase_recorder.h"
 #include "client/cpp/client.h"
-#include "kernels/comm/communicator.h"
 #include "kernels/comm/key_value_store.h"
 #include "kernels/math/half.h"
 #include "server/engine/engine.h"
@@ -94,62 +94,6 @@ ABSL_FLAG(bool, replicated, false,
 
 namespace optstep {
 namespace {
-
-// One rank: engine, group membership and gRPC server on 127.0.0.1.
-struct Rank {
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<RankGroup> group;
-  std::unique_ptr<Server> server;
-  std::string address;
-};
-
-absl::StatusOr<std::vector<Rank>> StartRanks(std::shared_ptr<KeyValueStore> store,
-                                             std::shared_ptr<StepObserver> observer) {
-  const int kRanks = absl::GetFlag(FLAGS_ranks);
-  std::vector<Rank> ranks(kRanks);
-  for (int r = 0; r < kRanks; ++r) {
-    EngineOptions options;
-    options.rank = r;
-    options.world_size = kRanks;
-    options.max_params_per_session = 1 << 20;
-    options.step_observer = observer;
-    options.state_redundancy = absl::GetFlag(FLAGS_state_redundancy);
-    options.make_communicator = [store, r, kRanks](const std::string& session_id) {
-      CommunicatorOptions comm;
-      comm.kind = "gloo";
-      comm.rank = r;
-      comm.world_size = kRanks;
-      comm.prefix = session_id;
-      comm.store = store;
-      return CreateCommunicator(comm);
-    };
-    auto engine = Engine::Create(options);
-    if (!engine.ok()) return engine.status();
-    ranks[r].engine = *std::move(engine);
-    RankGroupOptions group;
-    group.rank = r;
-    group.world_size = kRanks;
-    group.checkpoint_root = absl::GetFlag(FLAGS_auto_checkpoint_dir);
-    ranks[r].group = std::make_unique<RankGroup>(group, ranks[r].engine.get());
-    ServerOptions server;
-    server.host = "127.0.0.1";
-    auto started = Server::Start(server, ranks[r].engine.get(), ranks[r].group.get());
-    if (!started.ok()) return started.status();
-    ranks[r].server = *std::move(started);
-    ranks[r].address = absl::StrCat("127.0.0.1:", ranks[r].server->port());
-  }
-  std::vector<std::thread> joins;
-  std::vector<absl::Status> joined(kRanks);
-  for (int r = 0; r < kRanks; ++r) {
-    joins.emplace_back([&, r] { joined[r] = ranks[r].group->Join(ranks[r].address, store); });
-  }
-  for (std::thread& t : joins) t.join();
-  for (int r = 0; r < kRanks; ++r) {
-    if (!joined[r].ok()) return joined[r];
-    ranks[r].server->SetReady(true);
-  }
-  return ranks;
-}
 
 v1::SessionSpec GptSpec(const std::vector<ParamInfo>& params) {
   v1::SessionSpec spec;
@@ -267,13 +211,19 @@ int Run() {
   const int64_t numel = bench::CountElements(params);
 
   auto recorder = std::make_shared<bench::PhaseRecorder>();
-  auto ranks = StartRanks(NewInMemoryKeyValueStore(), recorder);
+  bench::InProcessRankOptions rank_options;
+  rank_options.world_size = absl::GetFlag(FLAGS_ranks);
+  rank_options.observer = recorder;
+  rank_options.state_redundancy = absl::GetFlag(FLAGS_state_redundancy);
+  rank_options.checkpoint_root = absl::GetFlag(FLAGS_auto_checkpoint_dir);
+  auto ranks = bench::StartInProcessRanks(rank_options, NewInMemoryKeyValueStore());
   if (!ranks.ok()) {
     std::fprintf(stderr, "cannot start the ranks: %s\n", ranks.status().ToString().c_str());
     return 1;
   }
   ClientOptions client_options;
-  for (const Rank& rank : *ranks) client_options.rank_targets.push_back(rank.address);
+  for (const bench::InProcessRank& rank : *ranks)
+    client_options.rank_targets.push_back(rank.address);
   std::vector<std::unique_ptr<Client>> trainers;
   for (int t = 0; t < kTrainers; ++t) {
     auto client = Client::Connect(client_options);
@@ -513,7 +463,7 @@ int Run() {
     }
   }
   saver.reset();
-  for (Rank& rank : *ranks) rank.server->Shutdown(absl::Now() + absl::Seconds(1));
+  for (bench::InProcessRank& rank : *ranks) rank.server->Shutdown(absl::Now() + absl::Seconds(1));
   return 0;
 }
 

@@ -26,11 +26,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench/in_process_ranks.h"
 #include "bench/phase_recorder.h"
 #include "client/cpp/client.h"
 #include "server/engine/engine.h"
-#include "server/rpc/rank_group.h"
-#include "server/rpc/server.h"
 
 ABSL_FLAG(int, megabytes, 256, "Gradient bytes per step (all connections together), MiB.");
 ABSL_FLAG(int, repeats, 3, "Measured repetitions; the best is reported.");
@@ -94,18 +93,11 @@ int Run() {
   const uint64_t numel = total / sizeof(float);
 
   auto recorder = std::make_shared<bench::PhaseRecorder>();
-  EngineOptions engine_options;
-  engine_options.step_observer = recorder;
-  auto engine = Engine::Create(engine_options);
-  if (!engine.ok()) return 1;
-  RankGroup group(RankGroupOptions{}, engine->get());
-  ServerOptions server_options;
-  server_options.host = "127.0.0.1";
-  auto server = Server::Start(server_options, engine->get(), &group);
-  if (!server.ok()) return 1;
-  const std::string target = absl::StrCat("127.0.0.1:", (*server)->port());
-  (void)group.Join(target, nullptr);
-  (*server)->SetReady(true);
+  bench::InProcessRankOptions rank_options;
+  rank_options.observer = recorder;
+  auto ranks = bench::StartInProcessRanks(rank_options, nullptr);
+  if (!ranks.ok()) return 1;
+  const std::string target = (*ranks)[0].address;
 
   std::vector<float> gradient(numel, 1e-3f);
   std::printf("%-12s %10s %12s %12s %12s %12s   (%d MiB per step; best of %d)\n", "connections",
@@ -174,7 +166,7 @@ int Run() {
   std::printf("peak RSS %.0f MiB (server + clients in one process; the session holds %.0f MiB "
               "of masters and gradients)\n",
               usage.ru_maxrss / 1024.0, 2.0 * total / (1 << 20));
-  (*server)->Shutdown(absl::Now() + absl::Seconds(1));
+  (*ranks)[0].server->Shutdown(absl::Now() + absl::Seconds(1));
   return 0;
 }
 

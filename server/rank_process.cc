@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/run_detached.h"
 #include "base/status_macros.h"
 #include "checkpoint/temporaries.h"
 #include "glog/logging.h"
@@ -434,14 +435,14 @@ void RankProcess::ExitForRestart(const std::string& why, bool even_without_flag)
   }
   static std::atomic<bool> exiting{false};
   if (!(options_.exit_on_peer_loss || even_without_flag) || exiting.exchange(true)) return;
-  std::thread([why, grace = options_.peer_loss_exit_grace] {
+  RunDetached([why, grace = options_.peer_loss_exit_grace] {
     absl::SleepFor(grace);
     LOG(ERROR) << "event=exit_on_peer_loss code=" << kPeerLossExitCode << " why=\"" << why
                << "\" this rank exits for its supervisor to restart the group";
     google::FlushLogFiles(google::GLOG_INFO);
     std::cout.flush();
     _exit(kPeerLossExitCode);
-  }).detach();
+  });
 }
 
 void RankProcess::Shutdown() {

@@ -1,6 +1,10 @@
 #ifndef OPTSTEP_SERVER_ENGINE_SESSION_H_
 #define OPTSTEP_SERVER_ENGINE_SESSION_H_
 
+// One rank's part of a registered model (Session): the trainers' contributions to each step, the
+// step contract of docs/design.md §3 and the collaborators that keep the tensors and resolve the
+// steps; SessionStats are its counters.
+
 #include <cstdint>
 #include <functional>
 #include <map>

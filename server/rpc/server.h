@@ -1,6 +1,10 @@
 #ifndef OPTSTEP_SERVER_RPC_SERVER_H_
 #define OPTSTEP_SERVER_RPC_SERVER_H_
 
+// The gRPC server of one rank (Server): it binds the port and serves the optimizer, checkpoint,
+// admin and peer services, grpc.health.v1 (readiness, and liveness as kLivenessService) and
+// reflection over the rank's Engine and RankGroup, as ServerOptions say.
+
 #include <grpcpp/grpcpp.h>
 
 #include <memory>

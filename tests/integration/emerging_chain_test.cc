@@ -28,18 +28,6 @@ using ::optstep::testutil::StatusIs;
 constexpr double kLr = 0.01;
 constexpr double kWd = 0.1;
 
-v1::SessionSpec MlpSpec(const examples::MlpShape& shape) {
-  v1::SessionSpec spec;
-  for (const auto& p : examples::MlpParams(shape)) {
-    v1::ParameterSpec* param = spec.add_parameters();
-    param->set_name(p.name);
-    for (uint64_t d : p.shape) param->add_shape(d);
-  }
-  spec.set_num_trainers(1);
-  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
-  return spec;
-}
-
 // The chain: Muon (exact fp32 Newton–Schulz, so that float64 is a fair reference) and AdamW.
 void AddMuonAdamChain(v1::OptimizerConfig* optimizer) {
   v1::SubOptimizer* muon = optimizer->add_sub_optimizers();
@@ -74,7 +62,7 @@ TEST_F(ServerTest, ChainedMuonAndAdamWTrainAnMlpLikeTheFloat64Reference) {
   const examples::MlpShape shape;
   const examples::Dataset data = examples::MakeBlobs(shape, 256, 3);
   std::vector<std::vector<float>> params = examples::InitMlp(shape, 4);
-  v1::SessionSpec spec = MlpSpec(shape);
+  v1::SessionSpec spec = examples::MlpSessionSpec(shape);
   AddMuonAdamChain(spec.mutable_optimizer());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo session, client_->CreateSession(spec));
   // Routing: weights (0, 2) to Muon with wd_mult 1, biases (1, 3) to AdamW with wd_mult 0.
@@ -236,14 +224,14 @@ TEST_F(ServerTest, InvalidChainsAreRefusedAtSessionCreation) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    v1::SessionSpec spec = MlpSpec(shape);
+    v1::SessionSpec spec = examples::MlpSessionSpec(shape);
     c.build(spec.mutable_optimizer());
     EXPECT_THAT(client_->CreateSession(spec).status(),
                 StatusIs(absl::StatusCode::kInvalidArgument, c.message));
   }
   // The Megatron presets are accepted as they are.
   for (const char* preset : {"muon", "dist_muon", "adaptive_muon", "soap", "lion"}) {
-    v1::SessionSpec spec = MlpSpec(shape);
+    v1::SessionSpec spec = examples::MlpSessionSpec(shape);
     spec.mutable_optimizer()->set_preset(preset);
     EXPECT_THAT(client_->CreateSession(spec).status(), IsOk()) << preset;
   }

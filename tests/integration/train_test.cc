@@ -101,14 +101,7 @@ TEST_P(TrainTest, FiftyStepsMatchTheFloat64Reference) {
   const examples::MlpShape shape;
   const examples::Dataset data = examples::MakeBlobs(shape, 256, 3);
   std::vector<std::vector<float>> params = examples::InitMlp(shape, 4);
-  v1::SessionSpec spec;
-  for (const auto& p : examples::MlpParams(shape)) {
-    v1::ParameterSpec* param = spec.add_parameters();
-    param->set_name(p.name);
-    for (uint64_t d : p.shape) param->add_shape(d);
-  }
-  spec.set_num_trainers(1);
-  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  v1::SessionSpec spec = examples::MlpSessionSpec(shape);
   v1::SubOptimizer* sub = spec.mutable_optimizer()->add_sub_optimizers();
   sub->set_name(kind);
   sub->set_kind(kind);

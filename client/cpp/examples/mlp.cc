@@ -32,6 +32,18 @@ std::vector<ParamDecl> MlpParams(const MlpShape& s) {
           {"fc2.bias", {uint64_t(s.classes)}}};
 }
 
+v1::SessionSpec MlpSessionSpec(const MlpShape& shape) {
+  v1::SessionSpec spec;
+  for (const ParamDecl& p : MlpParams(shape)) {
+    v1::ParameterSpec* param = spec.add_parameters();
+    param->set_name(p.name);
+    for (uint64_t d : p.shape) param->add_shape(d);
+  }
+  spec.set_num_trainers(1);
+  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  return spec;
+}
+
 std::vector<std::vector<float>> InitMlp(const MlpShape& s, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "optstep/v1/session.pb.h"
+
 namespace optstep {
 namespace examples {
 
@@ -32,6 +34,9 @@ struct ParamDecl {
   std::vector<uint64_t> shape;
 };
 std::vector<ParamDecl> MlpParams(const MlpShape& shape);
+
+// A session of MlpParams(shape): one trainer, SHARDED gradients, no optimizer chosen yet.
+v1::SessionSpec MlpSessionSpec(const MlpShape& shape);
 
 // Deterministic small random initial values, one vector per parameter.
 std::vector<std::vector<float>> InitMlp(const MlpShape& shape, uint64_t seed);

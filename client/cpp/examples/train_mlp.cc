@@ -41,14 +41,7 @@ int Run() {
   double lr = absl::GetFlag(FLAGS_lr);
   if (lr == 0.0) lr = optimizer == "sgd" ? 0.1 : 1e-2;
 
-  v1::SessionSpec spec;
-  for (const examples::ParamDecl& p : examples::MlpParams(shape)) {
-    v1::ParameterSpec* param = spec.add_parameters();
-    param->set_name(p.name);
-    for (uint64_t d : p.shape) param->add_shape(d);
-  }
-  spec.set_num_trainers(1);
-  spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+  v1::SessionSpec spec = examples::MlpSessionSpec(shape);
   spec.mutable_optimizer()->set_preset(optimizer);
   (*spec.mutable_optimizer()->mutable_megatron_args())["lr"] = absl::StrFormat("%g", lr);
   auto session = (*client)->CreateSession(spec);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv with what the Python client, its tests, its type check and the demo need, from
 # PyPI: grpcio, grpcio-tools, protobuf, numpy, pytest, torch, scikit-learn, matplotlib, mypy (with
-# the protobuf and grpcio type stubs), transformers, accelerate and lightning (the trainer
+# the protobuf and grpcio type stubs), ruff, transformers, accelerate and lightning (the trainer
 # examples), and the package itself (client/python, editable, stubs generated from proto/).
 # Idempotent: does nothing when .venv was built from the same inputs (this script, the package's
 # build files, the protos). The system Python stays untouched. Prints the

@@ -10,7 +10,8 @@
 #                                  its completeness check (tests/gpu/check_bundle.sh, docs/gpu.md)
 #   5. pytest tests/python tests/chaos   (the Python client; ranks killed under their supervisor
 #                                  while a trainer runs; bazel/python_env.sh makes .venv first),
-#                                  and mypy --strict over client/python/optstep
+#                                  mypy --strict over client/python/optstep, and ruff over the
+#                                  repository's Python (ruff.toml)
 #   6. pytest tests/deploy         (deploy/k8s and deploy/docker: kubernetes-validate, checkov,
 #                                   the rank contract; the CPU image around the binaries built
 #                                   here, run by podman as a rank and a 2-rank group;
@@ -105,6 +106,14 @@ if [[ -d tests/python ]]; then
       add "1 passed, 0 failed"
     else
       echo "mypy FAILED"
+      add "0 passed, 1 failed"
+    fi
+    # Pyflakes' findings over every Python file (configuration: ruff.toml).
+    echo "== ruff check"
+    if .venv/bin/python -m ruff check . 2>&1 | tail -20; [[ ${PIPESTATUS[0]} -eq 0 ]]; then
+      add "1 passed, 0 failed"
+    else
+      echo "ruff FAILED"
       add "0 passed, 1 failed"
     fi
   fi

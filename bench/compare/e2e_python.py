@@ -21,6 +21,7 @@ Measured, each the median of --steps steps after one warm-up step:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -30,7 +31,7 @@ import socket
 import statistics
 import threading
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict
 
 import torch
 from torch import nn
@@ -178,9 +179,9 @@ def main() -> None:
                                         target.view(-1)).backward()
             opt.step()
 
-        local = torch.optim.AdamW(model.parameters(), **adamw, foreach=True)
-        results["train_step_local_foreach_s"] = median_time(lambda: train_step(local), 3)
-        del local
+        results["train_step_local_foreach_s"] = median_time(
+            functools.partial(train_step, torch.optim.AdamW(model.parameters(), **adamw,
+                                                            foreach=True)), 3)
         for path in ("shared", "native"):
             with optstep.Client(server.address, shared_memory=path == "shared") as client:
                 remote = RemoteOptimizer(model, client, optimizer=chain, overlap=True)

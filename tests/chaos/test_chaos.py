@@ -22,7 +22,7 @@ import pathlib
 import random
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
 import pytest
 import torch

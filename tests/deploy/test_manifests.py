@@ -154,7 +154,7 @@ def test_rank_contract(target):
         int(flags["--comm_timeout_ms"])
     assert int(flags["--port"]) == port
     assert flags["--host"] == "0.0.0.0"
-    assert f"--flagfile=/etc/optstep/server.flags" in c["args"]
+    assert "--flagfile=/etc/optstep/server.flags" in c["args"]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -5,7 +5,7 @@ and the native path writes the returned parameters straight into the caller's bu
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, List
 
 import numpy as np
 import pytest

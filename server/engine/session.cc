@@ -77,7 +77,7 @@ SessionStats Session::stats() const {
 
 // --- Contributions ---
 
-absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
+absl::StatusOr<StepHandle> Session::Begin(const StepBegin& begin) {
   const int trainers = config().num_trainers;
   if (begin.trainer < 0 || begin.trainer >= trainers) {
     return absl::InvalidArgumentError(absl::StrCat("trainer_id ", begin.trainer,
@@ -87,7 +87,7 @@ absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
   OPTSTEP_ASSIGN_OR_RETURN(StepSchedule schedule, ResolveSchedule(replica_->DefaultSchedule(),
                                                                   begin.step, begin.schedules));
   std::vector<WaitingChunk> superseded;
-  absl::StatusOr<Contribution> c;
+  absl::StatusOr<StepHandle> c;
   {
     absl::MutexLock lock(&mu_);
     c = book_.Begin(begin, std::move(schedule), absl::Now(), &superseded);
@@ -99,13 +99,13 @@ absl::StatusOr<Contribution> Session::Begin(const StepBegin& begin) {
   return c;
 }
 
-absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
+absl::Status Session::AddGradient(const StepHandle& c, int param_id, int64_t offset, DType dtype,
                                   const void* data, size_t bytes) {
   const absl::string_view piece(static_cast<const char*>(data), bytes);
   return AddGradient(c, param_id, offset, dtype, absl::MakeConstSpan(&piece, 1));
 }
 
-absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
+absl::Status Session::AddGradient(const StepHandle& c, int param_id, int64_t offset, DType dtype,
                                   absl::Span<const absl::string_view> pieces) {
   // A chunk of a later trainer may have to wait for its turn: it waits as a copy.
   std::shared_ptr<std::string> copy;
@@ -122,7 +122,7 @@ absl::Status Session::AddGradient(const Contribution& c, int param_id, int64_t o
   return AddGradient(c, param_id, offset, dtype, views, std::move(copy), std::move(added)).status();
 }
 
-absl::StatusOr<Session::ChunkFate> Session::AddGradient(const Contribution& c, int param_id,
+absl::StatusOr<Session::ChunkFate> Session::AddGradient(const StepHandle& c, int param_id,
                                                         int64_t offset, DType dtype,
                                                         absl::Span<const absl::string_view> pieces,
                                                         std::shared_ptr<const void> keep,
@@ -159,7 +159,7 @@ absl::StatusOr<Session::ChunkFate> Session::AddGradient(const Contribution& c, i
   return ChunkFate::kAdded;
 }
 
-absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t offset, DType dtype,
+absl::Status Session::WriteChunk(const StepHandle& c, int param_id, int64_t offset, DType dtype,
                                  absl::Span<const absl::string_view> pieces) {
   const size_t size = DTypeSize(dtype);
   const int64_t count = static_cast<int64_t>(TotalBytes(pieces) / size);
@@ -230,8 +230,7 @@ absl::Status Session::WriteChunk(const Contribution& c, int param_id, int64_t of
   }
   if (status.ok()) observer_->OnBytesIn(static_cast<int64_t>(written * size));
   for (WaitingChunk& chunk : released) {
-    chunk.added(
-        WriteChunk(chunk.contribution, chunk.param, chunk.offset, chunk.dtype, chunk.pieces));
+    chunk.added(WriteChunk(chunk.handle, chunk.param, chunk.offset, chunk.dtype, chunk.pieces));
   }
   return status;
 }
@@ -258,7 +257,7 @@ void Session::ComputeStatistics(int param, uint64_t generation, uint64_t version
   book_.statistics().Release(param, version, generation == book_.generation(), std::move(stats));
 }
 
-absl::Status Session::Commit(const Contribution& c, uint64_t num_elements, StepCallback done) {
+absl::Status Session::Commit(const StepHandle& c, uint64_t num_elements, StepCallback done) {
   std::optional<StepOutcome> replay;
   {
     absl::MutexLock lock(&mu_);

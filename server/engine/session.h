@@ -119,7 +119,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // INVALID_ARGUMENT: trainer out of range, unknown group, invalid lr/weight decay, schedule
   // differing from another trainer's; FAILED_PRECONDITION: step out of sequence (names the
   // expected step); UNAVAILABLE: session closed.
-  absl::StatusOr<Contribution> Begin(const StepBegin& begin);
+  absl::StatusOr<StepHandle> Begin(const StepBegin& begin);
 
   // Where AddGradient put a chunk.
   enum class ChunkFate { kAdded, kWaiting };
@@ -133,15 +133,15 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // first). The caller sends nothing more for the contribution until then.
   // NOT_FOUND: unknown param_id; INVALID_ARGUMENT: byte length, range, overlap, duplicate;
   // ABORTED: the contribution is stale.
-  absl::StatusOr<ChunkFate> AddGradient(const Contribution& c, int param_id, int64_t offset,
+  absl::StatusOr<ChunkFate> AddGradient(const StepHandle& c, int param_id, int64_t offset,
                                         DType dtype, absl::Span<const absl::string_view> pieces,
                                         std::shared_ptr<const void> keep,
                                         std::function<void(absl::Status)> added);
   // In-process forms, for callers that cannot pause: a chunk that must wait is copied and kept
   // by the session (an error in adding it later shows at Commit as elements missing).
-  absl::Status AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
+  absl::Status AddGradient(const StepHandle& c, int param_id, int64_t offset, DType dtype,
                            const void* data, size_t bytes);
-  absl::Status AddGradient(const Contribution& c, int param_id, int64_t offset, DType dtype,
+  absl::Status AddGradient(const StepHandle& c, int param_id, int64_t offset, DType dtype,
                            absl::Span<const absl::string_view> pieces);
 
   // Commits the contribution. On OK, `done` is called exactly once (possibly on another thread,
@@ -149,7 +149,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // aborted. On error `done` is never called: INVALID_ARGUMENT for missing coverage (a chunk that
   // still waits for its turn is missing) or an element count mismatch (the trainer's
   // contribution is dropped; it should resend), ABORTED when stale.
-  absl::Status Commit(const Contribution& c, uint64_t num_elements, StepCallback done);
+  absl::Status Commit(const StepHandle& c, uint64_t num_elements, StepCallback done);
 
   // Sets initial values of a parameter range. FAILED_PRECONDITION once a step has begun.
   absl::Status InitValues(int param_id, int64_t offset, DType dtype, const void* data,
@@ -241,7 +241,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // Records a chunk's ranges and writes (trainer 0, SHARDED) or adds (REPLICATED trainers > 0)
   // its fresh elements; when that completes the trainer's part of the parameter, adds the chunks
   // of the next trainer that waited for it, telling each its status.
-  absl::Status WriteChunk(const Contribution& c, int param_id, int64_t offset, DType dtype,
+  absl::Status WriteChunk(const StepHandle& c, int param_id, int64_t offset, DType dtype,
                           absl::Span<const absl::string_view> pieces) ABSL_LOCKS_EXCLUDED(mu_);
   // Queues the statistics of `version` of `param`'s gradient, complete now, on the device worker
   // (ComputeStatistics), while the ingest of the others goes on.

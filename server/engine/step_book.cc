@@ -50,7 +50,7 @@ absl::Status StepBook::CheckUsable() const {
   return absl::OkStatus();
 }
 
-absl::Status StepBook::CheckFresh(const Contribution& c) const {
+absl::Status StepBook::CheckFresh(const StepHandle& c) const {
   OPTSTEP_RETURN_IF_ERROR(CheckUsable());
   if (c.generation != generation_ || (!c.retry && !c.replay && c.attempt != attempts_[c.trainer])) {
     return absl::AbortedError(absl::StrCat("session '", id_, "': step ", c.step, " of trainer ",
@@ -59,11 +59,10 @@ absl::Status StepBook::CheckFresh(const Contribution& c) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Contribution> StepBook::Begin(const StepBegin& begin, StepSchedule schedule,
-                                             absl::Time now,
-                                             std::vector<WaitingChunk>* superseded) {
+absl::StatusOr<StepHandle> StepBook::Begin(const StepBegin& begin, StepSchedule schedule,
+                                           absl::Time now, std::vector<WaitingChunk>* superseded) {
   OPTSTEP_RETURN_IF_ERROR(CheckUsable());
-  Contribution c;
+  StepHandle c;
   c.trainer = begin.trainer;
   c.step = begin.step;
   c.return_dtype = begin.return_dtype;
@@ -106,7 +105,7 @@ absl::StatusOr<Contribution> StepBook::Begin(const StepBegin& begin, StepSchedul
   return c;
 }
 
-absl::Status StepBook::Commit(const Contribution& c, uint64_t num_elements, StepCallback done) {
+absl::Status StepBook::Commit(const StepHandle& c, uint64_t num_elements, StepCallback done) {
   if (!c.retry) {
     const int64_t received = contributions_.elements_from(c.trainer);
     if (num_elements != 0 && static_cast<int64_t>(num_elements) != received) {
@@ -136,7 +135,7 @@ absl::Status StepBook::Commit(const Contribution& c, uint64_t num_elements, Step
   return absl::OkStatus();
 }
 
-absl::Status StepBook::CheckResent(const Contribution& c) const {
+absl::Status StepBook::CheckResent(const StepHandle& c) const {
   if (c.replay) {
     return applied_digests_[c.trainer].SameAs(*c.resent)
                ? absl::OkStatus()
@@ -150,7 +149,7 @@ absl::Status StepBook::CheckResent(const Contribution& c) const {
              : DifferentContribution(c, "committed", "other gradient bytes");
 }
 
-absl::Status StepBook::DifferentContribution(const Contribution& c, absl::string_view done,
+absl::Status StepBook::DifferentContribution(const StepHandle& c, absl::string_view done,
                                              const std::string& difference) const {
   if (difference.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(

@@ -64,32 +64,32 @@ class StepBook {
   absl::Status CheckUsable() const;
   // CheckUsable; ABORTED when the step `c` belongs to was aborted or superseded since (a new
   // generation), or its trainer began the step again.
-  absl::Status CheckFresh(const Contribution& c) const;
+  absl::Status CheckFresh(const StepHandle& c) const;
 
   // The contribution `begin` starts, with `schedule` (begin's values over the defaults): a replay
   // of the last applied step; a retry while a resolution runs or once the trainer committed; or
   // a new attempt of the pending step, which forgets what the trainer sent before (see
   // StepContributions::DropTrainer), starts the step's clock at `now` when it is the first, and
   // appends the trainer's waiting chunks to `superseded` (to tell outside the lock). A replay or
-  // retry digests its chunks (Contribution::resent) for CheckResent.
+  // retry digests its chunks (StepHandle::resent) for CheckResent.
   // INVALID_ARGUMENT: a schedule differing from another trainer's; FAILED_PRECONDITION: step out
   // of sequence (names the expected step), a replay or retry with a schedule other than the one
   // the step was (or is to be) applied with; UNAVAILABLE (CheckUsable).
   // REQUIRES: 0 <= begin.trainer < num_trainers.
-  absl::StatusOr<Contribution> Begin(const StepBegin& begin, StepSchedule schedule, absl::Time now,
-                                     std::vector<WaitingChunk>* superseded);
+  absl::StatusOr<StepHandle> Begin(const StepBegin& begin, StepSchedule schedule, absl::Time now,
+                                   std::vector<WaitingChunk>* superseded);
   // Commits `c` (unless it is a retry, which committed before) and keeps `done` to tell the
   // outcome. INVALID_ARGUMENT for an element count other than `num_elements` (0: unchecked) or
   // missing coverage, FAILED_PRECONDITION for a REPLICATED resend whose elements carried over
   // from an earlier attempt have other values (SameResend): the trainer's contribution is
   // dropped and `done` with it. A retry is checked with CheckResent.
   // REQUIRES: CheckFresh(c) is OK and c is no replay.
-  absl::Status Commit(const Contribution& c, uint64_t num_elements, StepCallback done);
+  absl::Status Commit(const StepHandle& c, uint64_t num_elements, StepCallback done);
   // A replay or retry is honoured only for the same contribution: OK when what `c` sent again
   // (c.resent) is what its trainer sent to the step that was applied (replay) or that it
   // committed (retry); FAILED_PRECONDITION naming the step and the trainer otherwise.
   // REQUIRES: c.replay or c.retry, CheckFresh(c) is OK.
-  absl::Status CheckResent(const Contribution& c) const;
+  absl::Status CheckResent(const StepHandle& c) const;
   // Whether the pending step can be applied: every trainer committed, no resolution runs, and
   // the session is neither closed nor broken.
   bool ready_to_apply() const;
@@ -150,7 +150,7 @@ class StepBook {
   // OK when `difference` is empty; else FAILED_PRECONDITION: `c`'s step was already `done`
   // (applied, committed) with a different contribution from its trainer, which `difference`
   // names.
-  absl::Status DifferentContribution(const Contribution& c, absl::string_view done,
+  absl::Status DifferentContribution(const StepHandle& c, absl::string_view done,
                                      const std::string& difference) const;
   // Forgets the pending step's contributions, schedule and start (a new generation); returns
   // the chunks that waited for their turn.

@@ -16,7 +16,7 @@ namespace optstep {
 
 // A trainer's handle on the step it began. Obtained from Session::Begin; used for its chunks and
 // its commit. Becomes stale (ABORTED) when the step is aborted or the trainer begins again.
-struct Contribution {
+struct StepHandle {
   int trainer = 0;
   uint64_t step = 0;
   uint64_t generation = 0;  // session generation when begun

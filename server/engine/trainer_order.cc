@@ -21,7 +21,7 @@ std::vector<WaitingChunk> TrainerOrder::Added(int param, int64_t count) {
   const int next = ++turn_[param];
   added_[param] = 0;
   auto first = std::stable_partition(waiting_.begin(), waiting_.end(), [&](const WaitingChunk& c) {
-    return !(c.param == param && c.contribution.trainer == next);
+    return !(c.param == param && c.handle.trainer == next);
   });
   ready.assign(std::make_move_iterator(first), std::make_move_iterator(waiting_.end()));
   waiting_.erase(first, waiting_.end());
@@ -30,7 +30,7 @@ std::vector<WaitingChunk> TrainerOrder::Added(int param, int64_t count) {
 
 std::vector<WaitingChunk> TrainerOrder::TakeWaiting(int trainer) {
   auto first = std::stable_partition(waiting_.begin(), waiting_.end(), [&](const WaitingChunk& c) {
-    return c.contribution.trainer != trainer;
+    return c.handle.trainer != trainer;
   });
   std::vector<WaitingChunk> taken(std::make_move_iterator(first),
                                   std::make_move_iterator(waiting_.end()));

@@ -15,7 +15,7 @@ namespace optstep {
 
 // A gradient chunk that came before its trainer's turn, kept until then.
 struct WaitingChunk {
-  Contribution contribution;  // whose chunk (checked again when it is let in)
+  StepHandle handle;  // whose chunk (checked again when it is let in)
   int param = 0;
   int64_t offset = 0;
   DType dtype = DType::kF32;

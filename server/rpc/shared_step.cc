@@ -14,7 +14,7 @@
 
 namespace optstep {
 
-absl::StatusOr<bool> SharedStepIo::AddGradients(Session& session, const Contribution& c,
+absl::StatusOr<bool> SharedStepIo::AddGradients(Session& session, const StepHandle& c,
                                                 std::function<void(absl::Status)> added) {
   constexpr int64_t kChunkElements = kMaxChunkBytes / 4;
   const SharedSegment& s = *segment_;

@@ -34,7 +34,7 @@ class SharedStepIo {
   // off. True once all are added; false when a chunk waits for its trainer's turn: `added` is
   // then called (Session::AddGradient), and the caller calls again. The segment stays mapped
   // while a chunk waits.
-  absl::StatusOr<bool> AddGradients(Session& session, const Contribution& c,
+  absl::StatusOr<bool> AddGradients(Session& session, const StepHandle& c,
                                     std::function<void(absl::Status)> added);
 
   // Writes the values of `ids` (parameters of the segment) from `params` into the segment as they

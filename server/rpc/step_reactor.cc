@@ -44,7 +44,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 
   void OnReadDone(bool ok) override {
     std::shared_ptr<Session> session;
-    Contribution contribution;
+    StepHandle handle;
     uint64_t num_elements = 0;
     {
       absl::MutexLock lock(&mu_);
@@ -77,13 +77,13 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       }
       phase_ = Phase::kWaiting;
       session = session_;
-      contribution = contribution_;
+      handle = handle_;
       num_elements = view_.commit.num_elements();
     }
     // Without the lock: the session may call back on this thread (a replayed step).
     std::weak_ptr<StepReactor> weak = weak_from_this();
     absl::Status status =
-        session->Commit(contribution, num_elements, [weak](absl::StatusOr<StepOutcome> outcome) {
+        session->Commit(handle, num_elements, [weak](absl::StatusOr<StepOutcome> outcome) {
           if (auto self = weak.lock()) self->OnStepDone(std::move(outcome));
         });
     if (!status.ok()) {
@@ -156,10 +156,10 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     std::optional<std::vector<uint32_t>> served = ServedParamIds(
         **session, header.return_param_ids(), header.return_owned() || shared_.has_value());
     if (!served.has_value()) begin->return_params = false;
-    auto contribution = (*session)->Begin(*begin);
-    if (!contribution.ok()) return contribution.status();
+    auto handle = (*session)->Begin(*begin);
+    if (!handle.ok()) return handle.status();
     session_ = *std::move(session);
-    contribution_ = *contribution;
+    handle_ = *handle;
     if (served.has_value()) return_ids_ = *std::move(served);
     phase_ = Phase::kReceiving;
     return shared_.has_value() ? AddSharedGradientsLocked() : absl::OkStatus();
@@ -185,7 +185,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   // calls again) or all are added.
   absl::Status AddSharedGradientsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::weak_ptr<StepReactor> weak = weak_from_this();
-    auto all = shared_->AddGradients(*session_, contribution_, [weak](absl::Status added) {
+    auto all = shared_->AddGradients(*session_, handle_, [weak](absl::Status added) {
       if (auto self = weak.lock()) self->OnChunkAdded(std::move(added));
     });
     if (!all.ok()) return all.status();
@@ -210,11 +210,11 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     // A chunk that waits for its trainer's turn (REPLICATED) keeps this reactor, and so the
     // received slices it points into, alive; the stream reads nothing more until it is added.
     std::weak_ptr<StepReactor> weak = weak_from_this();
-    auto fate =
-        session_->AddGradient(contribution_, checked->param_id, checked->offset, checked->dtype,
-                              chunk.data, shared_from_this(), [weak](absl::Status added) {
-                                if (auto self = weak.lock()) self->OnChunkAdded(std::move(added));
-                              });
+    auto fate = session_->AddGradient(handle_, checked->param_id, checked->offset, checked->dtype,
+                                      chunk.data, shared_from_this(), [weak](absl::Status added) {
+                                        if (auto self = weak.lock())
+                                          self->OnChunkAdded(std::move(added));
+                                      });
     if (!fate.ok()) return fate.status();
     waiting_for_turn_ = *fate == Session::ChunkFate::kWaiting;
     return absl::OkStatus();
@@ -403,7 +403,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   // Step errors but leaves their line to this).
   void LogError(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     LOG(WARNING) << "event=step_error session=" << (session_ ? session_->id() : "-")
-                 << " step=" << contribution_.step << " trainer=" << contribution_.trainer
+                 << " step=" << handle_.step << " trainer=" << handle_.trainer
                  << " rank=" << engine_->options().rank << " code="
                  << absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))
                  << " message=\"" << status.error_message() << "\"";
@@ -421,7 +421,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   grpc::ByteBuffer response_ ABSL_GUARDED_BY(mu_);
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kHeader;
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
-  Contribution contribution_ ABSL_GUARDED_BY(mu_);
+  StepHandle handle_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> return_ids_ ABSL_GUARDED_BY(mu_);
   // StepHeader.shared_memory_segment: its gradients in, its parameters out; the snapshot the
   // parameters are written from while they are.

@@ -61,7 +61,7 @@ class DeviceSharingTest : public ::testing::Test {
 
   // Trainer 0 sends step `step` of `session` (a gradient of ones) and commits it.
   void CommitStep(Session& session, uint64_t step, Outcome& outcome) {
-    const Contribution c = BeginStep(session, step, 0);
+    const StepHandle c = BeginStep(session, step, 0);
     uint64_t elements = 0;
     for (int p = 0; p < static_cast<int>(session.config().params.size()); ++p) {
       const int64_t numel = session.config().params[p].numel();

@@ -6,6 +6,8 @@
 
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -126,6 +128,32 @@ TEST(EngineIdentityTest, ARetriedCreationAnswersTheSessionItMade) {
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        absl::StrCat("request_id 'r1' created session ", first.session->id())));
   EXPECT_EQ(engine->ListSessions().size(), 4u);
+}
+
+// A call and its retry racing (the retry sent while the first attempt still builds the session):
+// one session, both answered with it, and only one of them made it.
+TEST(EngineIdentityTest, ACreationAndItsRetryAtOnceMakeOneSession) {
+  auto engine = testutil::MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  SessionConfig config = testutil::TwoParamConfig(testutil::Sgd(0.1));
+  config.owner = "alice";
+  config.request_id = "raced";
+  constexpr int kCalls = 4;
+  std::vector<absl::StatusOr<Engine::Created>> answers(kCalls, absl::UnknownError("not run"));
+  std::vector<std::thread> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.emplace_back([&, i] { answers[i] = engine->CreateSession(config); });
+  }
+  for (std::thread& call : calls) call.join();
+  int made = 0;
+  for (const auto& answer : answers) {
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(answer->session->id(), answers[0]->session->id());
+    EXPECT_FALSE(answer->attached);
+    made += answer->made ? 1 : 0;
+  }
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(engine->ListSessions().size(), 1u);
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ TEST_F(IngestStatisticsTest, AGradientsStatisticsAreComputedBeforeTheNextParamet
   ASSERT_NE(session, nullptr);
   const std::vector<std::vector<float>> grads = {Gradient(0, 1.5f), Gradient(1, -2.0f)};
   const int64_t before = stats_calls();
-  const Contribution c = BeginStep(*session, 1, 0);
+  const StepHandle c = BeginStep(*session, 1, 0);
   ASSERT_THAT(SendGradient(*session, c, 0, 0, grads[0]), IsOk());
   // "w" is complete: its statistics are computed now, not after the commit.
   EXPECT_TRUE(Eventually([&] { return stats_calls() == before + 1; }));
@@ -107,11 +107,11 @@ TEST_F(IngestStatisticsTest, AGradientWrittenAgainHasItsStatisticsComputedAgain)
       testutil::MakeSession(*engine_, Config(GradientMode::kSharded, 1));
   ASSERT_NE(session, nullptr);
   const int64_t before = stats_calls();
-  const Contribution first = BeginStep(*session, 1, 0);
+  const StepHandle first = BeginStep(*session, 1, 0);
   ASSERT_THAT(SendGradient(*session, first, 0, 0, Gradient(0, 9.0f)), IsOk());
   ASSERT_TRUE(Eventually([&] { return stats_calls() == before + 1; }));
   // The trainer begins again (a broken stream) and sends another gradient of "w".
-  const Contribution again = BeginStep(*session, 1, 0);
+  const StepHandle again = BeginStep(*session, 1, 0);
   const std::vector<std::vector<float>> grads = {Gradient(0, 1.5f), Gradient(1, -2.0f)};
   ASSERT_THAT(SendGradient(*session, again, 0, 0, grads[0]), IsOk());
   ASSERT_THAT(SendGradient(*session, again, 1, 0, grads[1]), IsOk());
@@ -137,8 +137,8 @@ TEST_F(IngestStatisticsTest, TheReplicatedMeanIsTakenOnceAsTheHostMeanWouldBe) {
     }
   }
   const int64_t before = stats_calls();
-  const Contribution c0 = BeginStep(*replicated, 1, 0);
-  const Contribution c1 = BeginStep(*replicated, 1, 1);
+  const StepHandle c0 = BeginStep(*replicated, 1, 0);
+  const StepHandle c1 = BeginStep(*replicated, 1, 1);
   // Trainer 1's "w" waits for trainer 0's; the sum is complete once both are in.
   ASSERT_THAT(SendGradient(*replicated, c1, 0, 0, from[1][0]), IsOk());
   ASSERT_THAT(SendGradient(*replicated, c0, 0, 0, from[0][0]), IsOk());
@@ -153,7 +153,7 @@ TEST_F(IngestStatisticsTest, TheReplicatedMeanIsTakenOnceAsTheHostMeanWouldBe) {
   for (Outcome& outcome : outcomes) ASSERT_THAT(outcome.Wait().status(), IsOk());
   EXPECT_EQ(stats_calls(), before + 2);
 
-  const Contribution s = BeginStep(*sharded, 1, 0);
+  const StepHandle s = BeginStep(*sharded, 1, 0);
   for (int p = 0; p < 2; ++p) ASSERT_THAT(SendGradient(*sharded, s, p, 0, mean[p]), IsOk());
   Outcome reference;
   ASSERT_THAT(sharded->Commit(s, 9, reference.Callback()), IsOk());
@@ -173,7 +173,7 @@ TEST_F(IngestStatisticsTest, AdamWIsClippedInItsUpdateWithoutAScalePass) {
       testutil::MakeSession(*engine_, Config(GradientMode::kSharded, 1));
   ASSERT_NE(session, nullptr);
   const int64_t scales = device_->faults().calls("Scale");
-  const Contribution c = BeginStep(*session, 1, 0);
+  const StepHandle c = BeginStep(*session, 1, 0);
   for (int p = 0; p < 2; ++p)
     ASSERT_THAT(SendGradient(*session, c, p, 0, Gradient(p, 4.0f)), IsOk());
   Outcome outcome;

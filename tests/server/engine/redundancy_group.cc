@@ -166,7 +166,7 @@ std::vector<absl::StatusOr<StepOutcome>> RedundancyGroup::StepThen(
     StepBegin begin;
     begin.step = step;
     begin.return_params = false;
-    absl::StatusOr<Contribution> c = s.Begin(begin);
+    absl::StatusOr<StepHandle> c = s.Begin(begin);
     if (!c.ok()) {
       results[r] = c.status();
       continue;

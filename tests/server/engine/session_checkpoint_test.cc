@@ -55,7 +55,7 @@ class SessionCheckpointTest : public ::testing::Test {
 
   // Trainer 0 sends step `step` (gradients varying with the step) and waits for it.
   void Step(uint64_t step) {
-    const Contribution c = testutil::BeginStep(*s_, step, 0);
+    const StepHandle c = testutil::BeginStep(*s_, step, 0);
     std::vector<float> w(kRows * kRows);
     for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * step) % 97) / 97 - 0.5f;
     ASSERT_THAT(testutil::SendGradient(*s_, c, 0, 0, w), IsOk());

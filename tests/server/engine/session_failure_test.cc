@@ -130,11 +130,11 @@ class SessionFailureTest : public ::testing::Test {
 
   // Begins trainer 0's part of `step` on `rank` and sends the gradients of the parameters it
   // owns; `added` is the status of the first AddGradient that failed (OK when none did).
-  absl::StatusOr<Contribution> BeginAndSend(int rank, uint64_t step, absl::Status* added) {
+  absl::StatusOr<StepHandle> BeginAndSend(int rank, uint64_t step, absl::Status* added) {
     Session& session = *ranks_[rank].session;
     StepBegin begin;
     begin.step = step;
-    absl::StatusOr<Contribution> c = session.Begin(begin);
+    absl::StatusOr<StepHandle> c = session.Begin(begin);
     if (!c.ok()) return c;
     *added = absl::OkStatus();
     for (int p = 0; p < 2; ++p) {
@@ -151,7 +151,7 @@ class SessionFailureTest : public ::testing::Test {
   void CommitStep(uint64_t step, std::vector<Outcome>& outcomes) {
     for (size_t r = 0; r < ranks_.size(); ++r) {
       absl::Status added;
-      absl::StatusOr<Contribution> c = BeginAndSend(static_cast<int>(r), step, &added);
+      absl::StatusOr<StepHandle> c = BeginAndSend(static_cast<int>(r), step, &added);
       ASSERT_THAT(c.status(), IsOk());
       ASSERT_THAT(added, IsOk());
       ASSERT_THAT(ranks_[r].session->Commit(*c, 0, outcomes[r].Callback()), IsOk());
@@ -256,7 +256,7 @@ TEST_F(SessionFailureTest, GradientWriteFailureBreaksTheReplica) {
   FailNext(ranks_[0].device->faults(), "CopyFromHost",
            absl::InternalError("injected: copy engine fault"));
   absl::Status added;
-  absl::StatusOr<Contribution> c = BeginAndSend(0, 1, &added);
+  absl::StatusOr<StepHandle> c = BeginAndSend(0, 1, &added);
   ASSERT_THAT(c.status(), IsOk());
   EXPECT_THAT(added, StatusIs(absl::StatusCode::kInternal,
                               "session 'failures': param 'a': writing the gradient failed: "
@@ -314,14 +314,14 @@ TEST_F(SessionFailureTest, DelayedDeviceMissesTheDeadlineAndEveryRankAborts) {
   // Rank 0 has its whole contribution; rank 1's gradient copy takes five deadlines.
   std::vector<Outcome> outcomes(2);
   absl::Status added;
-  absl::StatusOr<Contribution> c0 = BeginAndSend(0, 1, &added);
+  absl::StatusOr<StepHandle> c0 = BeginAndSend(0, 1, &added);
   ASSERT_THAT(c0.status(), IsOk());
   ASSERT_THAT(added, IsOk());
   ASSERT_THAT(ranks_[0].session->Commit(*c0, 0, outcomes[0].Callback()), IsOk());
   FaultInjector& faults = ranks_[1].device->faults();
   const int64_t next = faults.calls("CopyFromHost") + 1;
   faults.DelayCalls("CopyFromHost", next, next, absl::Milliseconds(1500));
-  absl::StatusOr<Contribution> c1 = BeginAndSend(1, 1, &added);
+  absl::StatusOr<StepHandle> c1 = BeginAndSend(1, 1, &added);
   ASSERT_THAT(c1.status(), IsOk());
   // The copy finished after rank 1 voted to abort: the chunk counts for nothing, and the commit
   // is refused or answered as aborted, depending on whether the abort has finished.

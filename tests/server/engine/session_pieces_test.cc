@@ -23,7 +23,7 @@ constexpr int kElements = 5;
 // One SGD step (lr 1, from zero parameters) with the gradient `bytes` of `dtype` cut into
 // pieces of `piece_bytes`; answers the parameters, -gradient in fp32.
 // A session of one parameter "w" (SGD, lr 1, no clipping) and trainer 0's part of step 1.
-std::pair<std::shared_ptr<Session>, Contribution> BeginSgdStep(Engine& engine) {
+std::pair<std::shared_ptr<Session>, StepHandle> BeginSgdStep(Engine& engine) {
   SessionConfig config;
   config.params = {ParamInfo{"w", {kElements}}};
   SubOptimizerConfig sgd;

@@ -46,7 +46,7 @@ class SessionReplayTest : public ::testing::Test {
   // Trainer 0 of a one-trainer session applies step 1 with w and b in one chunk each.
   std::shared_ptr<Session> AppliedStep(StepOutcome* outcome) {
     auto s = MakeSession(GradientMode::kSharded, 1);
-    Contribution c = BeginStep(*s, 1, 0);
+    StepHandle c = BeginStep(*s, 1, 0);
     EXPECT_THAT(SendGradient(*s, c, 0, 0, kW), IsOk());
     EXPECT_THAT(SendGradient(*s, c, 1, 0, kB), IsOk());
     Outcome o;
@@ -68,7 +68,7 @@ TEST_F(SessionReplayTest, TheSameBytesChunkedOtherwiseAreAReplay) {
   StepOutcome applied;
   auto s = AppliedStep(&applied);
   const std::vector<float> w = ParamValues(*s, 0);
-  Contribution replay = BeginStep(*s, 1, 0);
+  StepHandle replay = BeginStep(*s, 1, 0);
   ASSERT_TRUE(replay.replay);
   // Odd cuts: the 8-byte words [0, 2) and [4, 6) of w each come in two chunks, in any order.
   ASSERT_THAT(SendGradient(*s, replay, 1, 0, kB), IsOk());
@@ -96,17 +96,17 @@ TEST_F(SessionReplayTest, OtherBytesForAnAppliedStepAreRefusedAndChangeNothing) 
                                            "from trainer 0 (this one has other gradient bytes)");
   std::vector<float> other_w = kW;
   other_w[4] = 1.0f;
-  Contribution replay = BeginStep(*s, 1, 0);
+  StepHandle replay = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, replay, 0, 0, other_w), IsOk());
   ASSERT_THAT(SendGradient(*s, replay, 1, 0, kB), IsOk());
   Outcome o;
   EXPECT_THAT(s->Commit(replay, 9, o.Callback()),
               StatusIs(absl::StatusCode::kFailedPrecondition, refused));
   // Nothing at all, or a part of the gradient, is another contribution too.
-  Contribution empty = BeginStep(*s, 1, 0);
+  StepHandle empty = BeginStep(*s, 1, 0);
   EXPECT_THAT(s->Commit(empty, 0, o.Callback()),
               StatusIs(absl::StatusCode::kFailedPrecondition, refused));
-  Contribution part = BeginStep(*s, 1, 0);
+  StepHandle part = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, part, 0, 0, kW), IsOk());
   EXPECT_THAT(s->Commit(part, 6, o.Callback()),
               StatusIs(absl::StatusCode::kFailedPrecondition, refused));
@@ -115,7 +115,7 @@ TEST_F(SessionReplayTest, OtherBytesForAnAppliedStepAreRefusedAndChangeNothing) 
   EXPECT_EQ(ParamValues(*s, 1), b);
   EXPECT_EQ(s->stats().step, 1u);
   // The session goes on with step 2.
-  Contribution next = BeginStep(*s, 2, 0);
+  StepHandle next = BeginStep(*s, 2, 0);
   ASSERT_THAT(SendGradient(*s, next, 0, 0, other_w), IsOk());
   ASSERT_THAT(SendGradient(*s, next, 1, 0, kB), IsOk());
   Outcome step2;
@@ -140,14 +140,14 @@ TEST_F(SessionReplayTest, AnotherScheduleForAnAppliedStepIsRefused) {
 
 TEST_F(SessionReplayTest, ARetryOfACommittedContributionMustSendTheSameBytes) {
   auto s = MakeSession(GradientMode::kSharded, 2);
-  Contribution t0 = BeginStep(*s, 1, 0);
+  StepHandle t0 = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, kW), IsOk());
   Outcome first;
   ASSERT_THAT(s->Commit(t0, 6, first.Callback()), IsOk());
   // Trainer 0 is sent again with another gradient while the step waits for trainer 1.
   std::vector<float> other_w = kW;
   other_w[0] = 9.0f;
-  Contribution other = BeginStep(*s, 1, 0);
+  StepHandle other = BeginStep(*s, 1, 0);
   ASSERT_TRUE(other.retry);
   ASSERT_THAT(SendGradient(*s, other, 0, 0, other_w), IsOk());
   Outcome refused;
@@ -157,12 +157,12 @@ TEST_F(SessionReplayTest, ARetryOfACommittedContributionMustSendTheSameBytes) {
                                     "' was already committed with a different contribution from "
                                     "trainer 0 (this one has other gradient bytes)")));
   // Its own retry, chunked otherwise, waits for the step with the first commit.
-  Contribution retry = BeginStep(*s, 1, 0);
+  StepHandle retry = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, retry, 0, 4, Part(kW, 4, 6)), IsOk());
   ASSERT_THAT(SendGradient(*s, retry, 0, 0, Part(kW, 0, 4)), IsOk());
   Outcome second;
   ASSERT_THAT(s->Commit(retry, 6, second.Callback()), IsOk());
-  Contribution t1 = BeginStep(*s, 1, 1);
+  StepHandle t1 = BeginStep(*s, 1, 1);
   ASSERT_THAT(SendGradient(*s, t1, 1, 0, kB), IsOk());
   Outcome third;
   ASSERT_THAT(s->Commit(t1, 3, third.Callback()), IsOk());
@@ -183,12 +183,12 @@ TEST_F(SessionReplayTest, ARetryOfACommittedContributionMustSendTheSameBytes) {
 // goes through.
 TEST_F(SessionReplayTest, AReplicatedResendWithOtherValuesIsRefused) {
   auto s = MakeSession(GradientMode::kReplicated, 2);
-  Contribution t0 = BeginStep(*s, 1, 0);
+  StepHandle t0 = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, kW), IsOk());
   ASSERT_THAT(SendGradient(*s, t0, 1, 0, kB), IsOk());
   Outcome o0;
   ASSERT_THAT(s->Commit(t0, 9, o0.Callback()), IsOk());
-  Contribution t1 = BeginStep(*s, 1, 1);
+  StepHandle t1 = BeginStep(*s, 1, 1);
   ASSERT_THAT(SendGradient(*s, t1, 0, 0, Part(kW, 0, 3)), IsOk());
   t1 = BeginStep(*s, 1, 1);  // the stream broke after [0, 3) was summed
   std::vector<float> other_w = kW;

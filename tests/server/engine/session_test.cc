@@ -59,8 +59,8 @@ double AdamFirstStep(double p, double g, double lr, double wd) {
 
 TEST_F(SessionTest, ShardedTrainersTogetherCoverEveryElement) {
   auto s = MakeSession(GradientMode::kSharded, 2);
-  Contribution t0 = BeginStep(*s, 1, 0);
-  Contribution t1 = BeginStep(*s, 1, 1);
+  StepHandle t0 = BeginStep(*s, 1, 0);
+  StepHandle t1 = BeginStep(*s, 1, 1);
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3}), IsOk());
   ASSERT_THAT(SendGradient(*s, t1, 0, 3, {4, 5, 6}), IsOk());
   ASSERT_THAT(SendGradient(*s, t1, 1, 0, {-1, 0, 1}), IsOk());
@@ -86,7 +86,7 @@ TEST_F(SessionTest, ShardedTrainersTogetherCoverEveryElement) {
 
 TEST_F(SessionTest, CommitWithMissingCoverageIsRefusedAndCanBeResent) {
   auto s = MakeSession(GradientMode::kSharded, 1);
-  Contribution c = BeginStep(*s, 1, 0);
+  StepHandle c = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   ASSERT_THAT(SendGradient(*s, c, 1, 0, {1}), IsOk());
   Outcome o;
@@ -102,8 +102,8 @@ TEST_F(SessionTest, CommitWithMissingCoverageIsRefusedAndCanBeResent) {
 
 TEST_F(SessionTest, OverlapDuplicateAndOutOfRangeChunksAreRefused) {
   auto s = MakeSession(GradientMode::kSharded, 2);
-  Contribution t0 = BeginStep(*s, 1, 0);
-  Contribution t1 = BeginStep(*s, 1, 1);
+  StepHandle t0 = BeginStep(*s, 1, 0);
+  StepHandle t1 = BeginStep(*s, 1, 1);
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3}), IsOk());
   EXPECT_THAT(SendGradient(*s, t1, 0, 2, {1, 2}),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -132,17 +132,17 @@ TEST_F(SessionTest, StepOutOfSequenceNamesTheExpectedStep) {
 
 TEST_F(SessionTest, RetriedCommitAndReplayedStepDoNotApplyTwice) {
   auto s = MakeSession(GradientMode::kSharded, 2);
-  Contribution t0 = BeginStep(*s, 1, 0);
+  StepHandle t0 = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome first;
   ASSERT_THAT(s->Commit(t0, 0, first.Callback()), IsOk());
   // Trainer 0's stream breaks; it reconnects and resends the same step, which is not added again.
-  Contribution retry = BeginStep(*s, 1, 0);
+  StepHandle retry = BeginStep(*s, 1, 0);
   EXPECT_TRUE(retry.retry);
   ASSERT_THAT(SendGradient(*s, retry, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome second;
   ASSERT_THAT(s->Commit(retry, 0, second.Callback()), IsOk());
-  Contribution t1 = BeginStep(*s, 1, 1);
+  StepHandle t1 = BeginStep(*s, 1, 1);
   ASSERT_THAT(SendGradient(*s, t1, 1, 0, {1, 1, 1}), IsOk());
   Outcome third;
   ASSERT_THAT(s->Commit(t1, 0, third.Callback()), IsOk());
@@ -153,7 +153,7 @@ TEST_F(SessionTest, RetriedCommitAndReplayedStepDoNotApplyTwice) {
   const std::vector<float> after = ParamValues(*s, 0);
   EXPECT_NEAR(after[0], AdamFirstStep(0, 1, 0.1, 0.5), 1e-7);
   // After the step was applied, the same step again replays its result without applying.
-  Contribution replay = BeginStep(*s, 1, 1);
+  StepHandle replay = BeginStep(*s, 1, 1);
   EXPECT_TRUE(replay.replay);
   ASSERT_THAT(SendGradient(*s, replay, 1, 0, {1, 1, 1}), IsOk());
   Outcome replayed;
@@ -171,7 +171,7 @@ TEST_F(SessionTest, NonFiniteGradientSkipsTheStepAndChangesNothing) {
   for (float bad :
        {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     const uint64_t step = s->stats().step + 1;
-    Contribution c = BeginStep(*s, step, 0);
+    StepHandle c = BeginStep(*s, step, 0);
     ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
     ASSERT_THAT(SendGradient(*s, c, 1, 0, {1, bad, 1}), IsOk());
     Outcome o;
@@ -184,7 +184,7 @@ TEST_F(SessionTest, NonFiniteGradientSkipsTheStepAndChangesNothing) {
   }
   EXPECT_EQ(s->stats().skipped_steps, 2u);
   // The Adam counter did not advance: the next real step is a first step (t = 1).
-  Contribution c = BeginStep(*s, 3, 0);
+  StepHandle c = BeginStep(*s, 3, 0);
   ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   ASSERT_THAT(SendGradient(*s, c, 1, 0, {1, 1, 1}), IsOk());
   Outcome o;
@@ -204,7 +204,7 @@ TEST_F(SessionTest, ClippingScalesEveryGradientOnlyAboveTheThreshold) {
   config.chain.sub_optimizers = {sgd};
   config.chain.clip_grad = 1.0;
   auto s = engine_->CreateSession(config)->session;
-  Contribution c = BeginStep(*s, 1, 0);
+  StepHandle c = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, c, 0, 0, {3, 0, 0, 4}), IsOk());  // norm 5
   Outcome o;
   ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());
@@ -232,9 +232,9 @@ TEST_F(SessionTest, ReplicatedGradientsAreSummedInTrainerOrderInOneBuffer) {
   EXPECT_EQ(s->stats().buffer_bytes, (6 + 3) * 4);  // one gradient buffer, not one per trainer
   const std::vector<float> w_of = {1.0f, 1e-8f, -1.0f};
   std::vector<Outcome> outcomes(3);
-  std::vector<Contribution> contributions(3);
+  std::vector<StepHandle> contributions(3);
   for (int t : {2, 0, 1}) {  // arrival order
-    Contribution& c = contributions[t];
+    StepHandle& c = contributions[t];
     c = BeginStep(*s, 1, t);
     ASSERT_THAT(SendGradient(*s, c, 0, 0, std::vector<float>(6, w_of[t])), IsOk());
     ASSERT_THAT(SendGradient(*s, c, 1, 0, std::vector<float>(3, 0.1f * (t + 1))), IsOk());
@@ -254,7 +254,7 @@ TEST_F(SessionTest, ReplicatedGradientsAreSummedInTrainerOrderInOneBuffer) {
 // before it sent all of the parameter, and dropped (ABORTED) when its trainer begins again.
 TEST_F(SessionTest, ReplicatedChunkWaitsForTheEarlierTrainers) {
   auto s = MakeSession(GradientMode::kReplicated, 2);
-  Contribution t1 = BeginStep(*s, 1, 1);
+  StepHandle t1 = BeginStep(*s, 1, 1);
   const std::vector<float> ones(6, 1.0f);
   const absl::string_view bytes(reinterpret_cast<const char*>(ones.data()), 24);
   absl::Status added = absl::UnknownError("not called");
@@ -274,7 +274,7 @@ TEST_F(SessionTest, ReplicatedChunkWaitsForTheEarlierTrainers) {
   ASSERT_THAT(fate.status(), IsOk());
   EXPECT_EQ(*fate, Session::ChunkFate::kWaiting);
   // Trainer 0's first half of `w` is not enough; its second half lets trainer 1's chunk in.
-  Contribution t0 = BeginStep(*s, 1, 0);
+  StepHandle t0 = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, {2, 2, 2}), IsOk());
   EXPECT_EQ(calls, 1);
   ASSERT_THAT(SendGradient(*s, t0, 0, 3, {4, 4, 4}), IsOk());
@@ -302,8 +302,8 @@ TEST_F(SessionTest, ReplicatedResendAfterABrokenStreamIsBitIdentical) {
   const std::vector<float> b0 = {0.5f, 0.25f, -0.125f}, b1 = {-1.5f, 2.5f, 0.75f};
   auto run = [&](bool disturb) {
     auto s = MakeSession(GradientMode::kReplicated, 2);
-    Contribution t0 = BeginStep(*s, 1, 0);
-    Contribution t1 = BeginStep(*s, 1, 1);
+    StepHandle t0 = BeginStep(*s, 1, 0);
+    StepHandle t1 = BeginStep(*s, 1, 1);
     EXPECT_THAT(SendGradient(*s, t0, 0, 0, w0), IsOk());
     EXPECT_THAT(SendGradient(*s, t0, 1, 0, b0), IsOk());
     if (disturb) {
@@ -331,14 +331,14 @@ TEST_F(SessionTest, ReplicatedResendAfterABrokenStreamIsBitIdentical) {
 
 TEST_F(SessionTest, ReplicatedTrainerMustSendEverything) {
   auto s = MakeSession(GradientMode::kReplicated, 2);
-  Contribution c = BeginStep(*s, 1, 1);
+  StepHandle c = BeginStep(*s, 1, 1);
   ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome o;
   // A chunk still waiting for its turn (trainer 0 sent nothing yet) is not there yet.
   EXPECT_THAT(s->Commit(c, 0, o.Callback()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "param 'w': gradient elements [0, 6) of 6 missing from trainer 1"));
-  Contribution t0 = BeginStep(*s, 1, 0);
+  StepHandle t0 = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   EXPECT_THAT(s->Commit(c, 0, o.Callback()),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -347,7 +347,7 @@ TEST_F(SessionTest, ReplicatedTrainerMustSendEverything) {
 
 TEST_F(SessionTest, IncompleteStepIsAbortedAfterTheDeadlineWithStateUnchanged) {
   auto s = MakeSession(GradientMode::kSharded, 2, 0.0, absl::Milliseconds(200));
-  Contribution t0 = BeginStep(*s, 1, 0);
+  StepHandle t0 = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   ASSERT_THAT(SendGradient(*s, t0, 1, 0, {1, 2, 3}), IsOk());
   Outcome o;
@@ -357,15 +357,15 @@ TEST_F(SessionTest, IncompleteStepIsAbortedAfterTheDeadlineWithStateUnchanged) {
   EXPECT_EQ(ParamValues(*s, 0), std::vector<float>(6, 0.0f));
   // The stale contribution is refused; the step can be redone.
   EXPECT_THAT(SendGradient(*s, t0, 0, 0, {1}), StatusIs(absl::StatusCode::kAborted));
-  Contribution again = BeginStep(*s, 1, 0);
+  StepHandle again = BeginStep(*s, 1, 0);
   EXPECT_FALSE(again.retry);
   EXPECT_THAT(SendGradient(*s, again, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
 }
 
 TEST_F(SessionTest, DeadlineAbortNamesTheTrainersThatHadNotCommitted) {
   auto s = MakeSession(GradientMode::kSharded, 4, 0.0, absl::Milliseconds(200));
-  Contribution t0 = BeginStep(*s, 1, 0);
-  Contribution t2 = BeginStep(*s, 1, 2);
+  StepHandle t0 = BeginStep(*s, 1, 0);
+  StepHandle t2 = BeginStep(*s, 1, 2);
   BeginStep(*s, 1, 1);  // begins, never commits; trainer 3 never begins
   ASSERT_THAT(SendGradient(*s, t0, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   ASSERT_THAT(SendGradient(*s, t2, 1, 0, {1, 2, 3}), IsOk());
@@ -379,7 +379,7 @@ TEST_F(SessionTest, DeadlineAbortNamesTheTrainersThatHadNotCommitted) {
   EXPECT_THAT(o0.Wait().status(), StatusIs(absl::StatusCode::kAborted, expected));
   EXPECT_THAT(o2.Wait().status(), StatusIs(absl::StatusCode::kAborted, expected));
   // The next attempt starts afresh: only the trainers missing from it are named.
-  Contribution again = BeginStep(*s, 1, 0);
+  StepHandle again = BeginStep(*s, 1, 0);
   for (int t = 1; t < 4; ++t) BeginStep(*s, 1, t);
   ASSERT_THAT(SendGradient(*s, again, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   ASSERT_THAT(SendGradient(*s, again, 1, 0, {1, 2, 3}), IsOk());
@@ -417,7 +417,7 @@ TEST_F(SessionTest, InitialValuesOnlyBeforeTheFirstStep) {
   EXPECT_EQ(ParamValues(*s, 1), init);
   EXPECT_THAT(s->InitValues(1, 1, DType::kF32, init.data(), 12),
               StatusIs(absl::StatusCode::kInvalidArgument, "values [1, 4) exceed 3 elements"));
-  Contribution c = BeginStep(*s, 1, 0);
+  StepHandle c = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   EXPECT_THAT(s->InitValues(1, 0, DType::kF32, init.data(), 12),
               StatusIs(absl::StatusCode::kFailedPrecondition, "before the first step"));
@@ -425,7 +425,7 @@ TEST_F(SessionTest, InitialValuesOnlyBeforeTheFirstStep) {
 
 TEST_F(SessionTest, ClosedSessionAbortsWaitersAndRefusesSteps) {
   auto s = MakeSession(GradientMode::kSharded, 2);
-  Contribution c = BeginStep(*s, 1, 0);
+  StepHandle c = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, c, 0, 0, {1, 2, 3, 4, 5, 6}), IsOk());
   Outcome o;
   ASSERT_THAT(s->Commit(c, 0, o.Callback()), IsOk());

@@ -97,19 +97,19 @@ std::shared_ptr<Session> MakeSession(Engine& engine, const SessionConfig& config
   return created->session;
 }
 
-Contribution BeginStep(Session& session, uint64_t step, int trainer) {
+StepHandle BeginStep(Session& session, uint64_t step, int trainer) {
   StepBegin begin;
   begin.step = step;
   begin.trainer = trainer;
-  absl::StatusOr<Contribution> c = session.Begin(begin);
+  absl::StatusOr<StepHandle> c = session.Begin(begin);
   if (!c.ok()) {
     ADD_FAILURE() << "step " << step << " trainer " << trainer << ": " << c.status();
-    return Contribution{};
+    return StepHandle{};
   }
   return *c;
 }
 
-absl::Status SendGradient(Session& session, const Contribution& c, int param, int64_t offset,
+absl::Status SendGradient(Session& session, const StepHandle& c, int param, int64_t offset,
                           const std::vector<float>& values) {
   return session.AddGradient(c, param, offset, DType::kF32, values.data(), values.size() * 4);
 }

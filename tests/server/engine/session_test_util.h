@@ -70,10 +70,10 @@ SessionConfig TwoParamConfig(const SubOptimizerConfig& optimizer);
 std::shared_ptr<Session> MakeSession(Engine& engine, const SessionConfig& config);
 
 // `trainer` begins `step`; fails the test on error.
-Contribution BeginStep(Session& session, uint64_t step, int trainer);
+StepHandle BeginStep(Session& session, uint64_t step, int trainer);
 
 // Sends fp32 `values` of `param` from `offset`.
-absl::Status SendGradient(Session& session, const Contribution& c, int param, int64_t offset,
+absl::Status SendGradient(Session& session, const StepHandle& c, int param, int64_t offset,
                           const std::vector<float>& values);
 
 // The current fp32 values of `param` (Session::GetSnapshot).

@@ -428,7 +428,7 @@ TEST(StateRedundancyTest, APullDuringAnInterruptedStepIsNotAnsweredHalfApplied) 
     begin.step = 2;
     begin.return_params = r == 0;
     begin.stream_params = r == 0;
-    absl::StatusOr<Contribution> c = s.Begin(begin);
+    absl::StatusOr<StepHandle> c = s.Begin(begin);
     ASSERT_THAT(c.status(), IsOk());
     for (int p = 0; p < static_cast<int>(config.params.size()); ++p) {
       if (s.layout().owner[p] != r) continue;

@@ -35,18 +35,18 @@ StepBegin BeginOf(uint64_t step, int trainer) {
 StepSchedule ScheduleOf(double lr) { return StepSchedule{GroupStepSchedule{lr, 0.0}}; }
 
 // Begins `trainer`'s part of `step` with lr 0.1 and answers the contribution.
-Contribution MustBegin(StepBook& book, uint64_t step, int trainer) {
+StepHandle MustBegin(StepBook& book, uint64_t step, int trainer) {
   std::vector<WaitingChunk> superseded;
-  absl::StatusOr<Contribution> c =
+  absl::StatusOr<StepHandle> c =
       book.Begin(BeginOf(step, trainer), ScheduleOf(0.1), kNow, &superseded);
   EXPECT_THAT(c.status(), IsOk());
   EXPECT_TRUE(superseded.empty());
-  return c.ok() ? *c : Contribution{};
+  return c.ok() ? *c : StepHandle{};
 }
 
 // Sends every element of both parameters (10 and 4) as `c`'s trainer and commits; `outcomes`
 // receives what the waiter is told.
-void SendAllAndCommit(StepBook& book, const Contribution& c,
+void SendAllAndCommit(StepBook& book, const StepHandle& c,
                       std::vector<absl::StatusOr<StepOutcome>>* outcomes) {
   ASSERT_THAT(book.contributions().AddRange(c.trainer, 0, 0, 10), IsOk());
   ASSERT_THAT(book.contributions().AddRange(c.trainer, 1, 0, 4), IsOk());
@@ -63,7 +63,7 @@ TEST(StepBookTest, BeginAnswersNewAttemptsRetriesAndReplaysInSequence) {
               StatusIs(absl::StatusCode::kFailedPrecondition, "expected step 1"));
   EXPECT_FALSE(book.step_began().has_value());
 
-  const Contribution first = MustBegin(book, 1, 0);
+  const StepHandle first = MustBegin(book, 1, 0);
   EXPECT_EQ(first.attempt, 1u);
   EXPECT_FALSE(first.retry || first.replay);
   EXPECT_EQ(book.step_began(), kNow);
@@ -72,14 +72,14 @@ TEST(StepBookTest, BeginAnswersNewAttemptsRetriesAndReplaysInSequence) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 
   // Beginning again makes the first attempt stale.
-  const Contribution again = MustBegin(book, 1, 0);
+  const StepHandle again = MustBegin(book, 1, 0);
   EXPECT_EQ(again.attempt, 2u);
   EXPECT_THAT(book.CheckFresh(first), StatusIs(absl::StatusCode::kAborted, "redo the step"));
   EXPECT_THAT(book.CheckFresh(again), IsOk());
 
   std::vector<absl::StatusOr<StepOutcome>> outcomes;
   SendAllAndCommit(book, again, &outcomes);
-  const Contribution retry = MustBegin(book, 1, 0);  // committed already
+  const StepHandle retry = MustBegin(book, 1, 0);  // committed already
   EXPECT_TRUE(retry.retry);
   EXPECT_FALSE(book.ready_to_apply());  // trainer 1 has not committed
 
@@ -106,7 +106,7 @@ TEST(StepBookTest, BeginAnswersNewAttemptsRetriesAndReplaysInSequence) {
 
 TEST(StepBookTest, CommitDropsAContributionWithTheWrongCountOrMissingCoverage) {
   StepBook book("s", 0, ConfigOf(GradientMode::kSharded, 2), {10, 4}, &kNames);
-  const Contribution c0 = MustBegin(book, 1, 0);
+  const StepHandle c0 = MustBegin(book, 1, 0);
   ASSERT_THAT(book.contributions().AddRange(0, 0, 0, 10), IsOk());
   EXPECT_THAT(book.Commit(c0, 9, [](absl::StatusOr<StepOutcome>) {}),
               StatusIs(absl::StatusCode::kInvalidArgument, "commits 9 elements but sent 10"));
@@ -115,7 +115,7 @@ TEST(StepBookTest, CommitDropsAContributionWithTheWrongCountOrMissingCoverage) {
   ASSERT_THAT(book.contributions().AddRange(0, 0, 0, 10), IsOk());
   EXPECT_THAT(book.Commit(c0, 0, [](absl::StatusOr<StepOutcome>) {}), IsOk());
   // The last trainer to commit completes the step: param 'b' is missing.
-  const Contribution c1 = MustBegin(book, 1, 1);
+  const StepHandle c1 = MustBegin(book, 1, 1);
   EXPECT_THAT(book.Commit(c1, 0, [](absl::StatusOr<StepOutcome>) {}),
               StatusIs(absl::StatusCode::kInvalidArgument, "param 'b'"));
   EXPECT_FALSE(book.contributions().committed(1));
@@ -130,7 +130,7 @@ TEST(StepBookTest, StreamingWaitersAreTakenApartInOrder) {
     begin.stream_params = t != 1;
     begin.return_params = t != 2;
     std::vector<WaitingChunk> superseded;
-    absl::StatusOr<Contribution> c = book.Begin(begin, ScheduleOf(0.1), kNow, &superseded);
+    absl::StatusOr<StepHandle> c = book.Begin(begin, ScheduleOf(0.1), kNow, &superseded);
     ASSERT_THAT(c.status(), IsOk());
     SendAllAndCommit(book, *c, &outcomes);
   }
@@ -152,10 +152,10 @@ TEST(StepBookTest, AbortTellsTheWaitersAndTheWaitingChunks) {
   StepBook book("s", 0, ConfigOf(GradientMode::kReplicated, 2), {10, 4}, &kNames);
   std::vector<absl::StatusOr<StepOutcome>> outcomes;
   SendAllAndCommit(book, MustBegin(book, 1, 0), &outcomes);
-  const Contribution c1 = MustBegin(book, 1, 1);
+  const StepHandle c1 = MustBegin(book, 1, 1);
   std::vector<absl::Status> added;
   WaitingChunk chunk;
-  chunk.contribution = c1;
+  chunk.handle = c1;
   chunk.added = [&added](absl::Status s) { added.push_back(s); };
   book.order().Wait(std::move(chunk));
 
@@ -173,9 +173,9 @@ TEST(StepBookTest, AbortTellsTheWaitersAndTheWaitingChunks) {
 
 TEST(StepBookTest, BeginningAgainTakesTheTrainersWaitingChunks) {
   StepBook book("s", 0, ConfigOf(GradientMode::kReplicated, 2), {10, 4}, &kNames);
-  const Contribution c1 = MustBegin(book, 1, 1);
+  const StepHandle c1 = MustBegin(book, 1, 1);
   WaitingChunk chunk;
-  chunk.contribution = c1;
+  chunk.handle = c1;
   chunk.param = 1;
   book.order().Wait(std::move(chunk));
   std::vector<WaitingChunk> superseded;
@@ -210,7 +210,7 @@ TEST(StepBookTest, AWrittenStateSetsTheCountersAndForgetsTheLastOutcome) {
 
 TEST(StepBookTest, ClosedOrBrokenRefusesSteps) {
   StepBook book("s", 3, ConfigOf(GradientMode::kSharded, 1), {10, 4}, &kNames);
-  const Contribution c = MustBegin(book, 1, 0);
+  const StepHandle c = MustBegin(book, 1, 0);
   book.MarkBroken();
   EXPECT_TRUE(book.broken());
   EXPECT_THAT(book.CheckUsable(), StatusIs(absl::StatusCode::kUnavailable, "rank 3 lost a peer"));
@@ -234,7 +234,7 @@ TEST(StepBookTest, TheClockStartsOnce) {
 TEST(StepBookTest, BetweenStepsUntilATrainerSendsOrAResolutionRuns) {
   StepBook book("s", 0, ConfigOf(GradientMode::kSharded, 1), {10, 4}, &kNames);
   EXPECT_TRUE(book.between_steps());
-  const Contribution c = MustBegin(book, 1, 0);
+  const StepHandle c = MustBegin(book, 1, 0);
   EXPECT_TRUE(book.between_steps());  // begun, nothing sent
   ASSERT_THAT(book.contributions().AddRange(c.trainer, 0, 0, 10), IsOk());
   EXPECT_FALSE(book.between_steps());

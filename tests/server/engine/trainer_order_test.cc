@@ -9,7 +9,7 @@ namespace {
 
 WaitingChunk ChunkOf(int trainer, int param, int64_t offset) {
   WaitingChunk chunk;
-  chunk.contribution.trainer = trainer;
+  chunk.handle.trainer = trainer;
   chunk.param = param;
   chunk.offset = offset;
   return chunk;
@@ -17,7 +17,7 @@ WaitingChunk ChunkOf(int trainer, int param, int64_t offset) {
 
 std::vector<int> TrainersOf(const std::vector<WaitingChunk>& chunks) {
   std::vector<int> trainers;
-  for (const WaitingChunk& c : chunks) trainers.push_back(c.contribution.trainer);
+  for (const WaitingChunk& c : chunks) trainers.push_back(c.handle.trainer);
   return trainers;
 }
 

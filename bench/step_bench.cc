@@ -392,7 +392,8 @@ int Run() {
         measured, total_wall / n, total_wall / total_sum, total_overlap / n);
   }
   // Memory: what the sessions hold (fp32 masters on every rank, or under OWNERS the owned ones,
-  // the optimizer's state and one gradient buffer per owned parameter) and the bench's own
+  // the optimizer's state and one gradient buffer per owned parameter; under state redundancy
+  // also the shadow of the predecessor's owned masters, state and gradients) and the bench's own
   // buffers (the one gradient every trainer sends from, trainer 0's returned parameters, the
   // ranks' reply snapshots), against peak RSS.
   // Per step and rank: the all-gather's bytes each way (REPLICATED: the other rank's masters)
@@ -403,7 +404,9 @@ int Run() {
     auto held = (*ranks)[r].engine->GetSession(session->session_id());
     if (!held.ok()) continue;
     const SessionStats stats = (*held)->stats();
-    session_bytes += stats.param_bytes + stats.state_bytes + stats.buffer_bytes;
+    const int64_t held_bytes =
+        stats.param_bytes + stats.state_bytes + stats.buffer_bytes + stats.shadow_bytes;
+    session_bytes += held_bytes;
     int64_t owned = 0;
     for (size_t p = 0; p < params.size(); ++p) {
       if ((*held)->layout().owner[p] == r) owned += params[p].numel();
@@ -413,15 +416,15 @@ int Run() {
     std::printf(
         "rank %d: owns %.1fM elements; per step all-gather %.0f MiB in and %.0f MiB out, "
         "%.0f MiB of parameters to trainer 0; holds %.0f MiB (masters %.0f, state %.0f, "
-        "gradients %.0f)\n",
+        "gradients %.0f, shadow %.0f)\n",
         r, owned / 1e6, gathered / 1048576.0, (owners ? 0 : owned * 4) / 1048576.0, out / 1048576.0,
-        (stats.param_bytes + stats.state_bytes + stats.buffer_bytes) / 1048576.0,
-        stats.param_bytes / 1048576.0, stats.state_bytes / 1048576.0,
-        stats.buffer_bytes / 1048576.0);
+        held_bytes / 1048576.0, stats.param_bytes / 1048576.0, stats.state_bytes / 1048576.0,
+        stats.buffer_bytes / 1048576.0, stats.shadow_bytes / 1048576.0);
     absl::StrAppend(&json_ranks, r == 0 ? "" : ", ", "{\"owned_numel\": ", owned,
                     ", \"param_bytes\": ", stats.param_bytes,
                     ", \"state_bytes\": ", stats.state_bytes,
-                    ", \"buffer_bytes\": ", stats.buffer_bytes, "}");
+                    ", \"buffer_bytes\": ", stats.buffer_bytes,
+                    ", \"shadow_bytes\": ", stats.shadow_bytes, "}");
   }
   const int64_t returned = numel * element_out;
   // The ranks' reply snapshots: one copy of the model between them, in the dtype returned (each

@@ -72,6 +72,7 @@ SessionStats Session::stats() const {
   stats.param_bytes = bytes.params;
   stats.state_bytes = bytes.state;
   stats.buffer_bytes = bytes.buffers;
+  if (shadow_ != nullptr) stats.shadow_bytes = ShadowBytes(shadow_->replica());
   return stats;
 }
 

@@ -49,6 +49,9 @@ struct SessionStats {
   int64_t param_bytes = 0;
   int64_t state_bytes = 0;
   int64_t buffer_bytes = 0;  // gradient buffers and staging
+  // State redundancy: the shadow of the predecessor's owned masters, optimizer state and gradient
+  // buffers (ShadowBytes); 0 without one.
+  int64_t shadow_bytes = 0;
   // A step (or a state replacement) is being resolved: `step` does not count it yet.
   bool step_running = false;
 };

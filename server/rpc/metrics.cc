@@ -59,14 +59,17 @@ std::vector<prometheus::MetricFamily> EngineGauges(Engine& engine) {
   double bytes = 0.0;
   for (const auto& session : sessions) {
     const SessionStats stats = session->stats();
-    bytes += static_cast<double>(stats.param_bytes + stats.state_bytes + stats.buffer_bytes);
+    bytes += static_cast<double>(stats.param_bytes + stats.state_bytes + stats.buffer_bytes +
+                                 stats.shadow_bytes);
   }
   const Engine::DeviceActivity device = engine.device_activity();
   std::vector<prometheus::MetricFamily> families = {
       GaugeFamily("optstep_sessions", "Sessions this rank holds.",
                   static_cast<double>(sessions.size())),
       GaugeFamily("optstep_device_memory_bytes",
-                  "Bytes of masters, optimizer state and gradient buffers on the device.", bytes),
+                  "Bytes of masters, optimizer state and gradient buffers on the device, with the "
+                  "shadows of state redundancy.",
+                  bytes),
       GaugeFamily("optstep_device_stalled",
                   "1 while the device task that runs has passed --device_watchdog_ms, else 0.",
                   device.stalled ? 1.0 : 0.0),

@@ -2,7 +2,8 @@
 // redundancy"): with --state_redundancy=1, after a few steps each rank's buddy holds a shadow
 // equal bit for bit to the rank's own state (masters it owns, their optimizer state, the group
 // counters, the step), fetched through PeerService.FetchShadow and FetchOwnedState; every rank
-// answers the masters of every parameter. Without redundancy there is no shadow to fetch.
+// answers the masters of every parameter, and its memory gauge counts its shadow. Without
+// redundancy there is no shadow to fetch.
 
 #include <grpcpp/grpcpp.h>
 
@@ -17,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "optstep/v1/internal.grpc.pb.h"
 #include "server/rpc/state_dict_stream.h"
+#include "tests/integration/test_metrics.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
@@ -108,6 +110,30 @@ TEST(StateRedundancyTest, WithoutRedundancyThereIsNoShadow) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::string id, Train(group, 1));
   EXPECT_THAT(Fetch(*group[1], 1, id, PeerState::kShadow).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, "keeps no shadow"));
+}
+
+// Each rank's memory gauge counts its shadow: with redundancy it exceeds the same group's without
+// by the predecessor's owned masters, Adam moments and gradient buffers, 16 bytes an element, all
+// of the session's elements between the two ranks.
+TEST(StateRedundancyTest, TheMemoryGaugeCountsTheShadow) {
+  std::vector<double> gauges[2];
+  for (int redundancy : {0, 1}) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(
+        Group group, testutil::StartGroup(2, {absl::StrCat("--state_redundancy=", redundancy),
+                                              "--metrics_port=-1"}));
+    OPTSTEP_ASSERT_OK(Train(group, 1).status());
+    for (int r = 0; r < 2; ++r) {
+      gauges[redundancy].push_back(
+          testutil::ScrapeMetrics(group[r]->metrics_port())["optstep_device_memory_bytes"]);
+    }
+  }
+  double shadows = 0;
+  for (int r = 0; r < 2; ++r) {
+    const double shadow = gauges[1][r] - gauges[0][r];
+    EXPECT_GT(shadow, 0) << "rank " << r;
+    shadows += shadow;
+  }
+  EXPECT_EQ(shadows, 16.0 * testutil::kSmallElements);
 }
 
 }  // namespace

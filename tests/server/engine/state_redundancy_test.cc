@@ -201,6 +201,26 @@ TEST(StateRedundancyTest, AnUpdateFailedOnTheDeviceBreaksTheRankThoughAPeerIsLos
   EXPECT_EQ(group.session(1).interrupted_step(), std::optional<uint64_t>(2));
 }
 
+// What a rank holds counts its shadow: the predecessor's owned masters, AdamW moments and
+// gradient buffers, 16 bytes an element; nothing without redundancy.
+TEST(StateRedundancyTest, TheStatsCountTheShadow) {
+  const SessionConfig config = ConfigOf("adamw");
+  for (bool redundancy : {true, false}) {
+    SCOPED_TRACE(redundancy ? "with redundancy" : "without");
+    RedundancyGroup group(2, config, redundancy);
+    ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+    for (int r = 0; r < 2; ++r) {
+      const int predecessor = 1 - r;
+      int64_t owned = 0;
+      for (size_t p = 0; p < config.params.size(); ++p) {
+        if (group.session(r).layout().owner[p] == predecessor) owned += config.params[p].numel();
+      }
+      ASSERT_GT(owned, 0);
+      EXPECT_EQ(group.session(r).stats().shadow_bytes, redundancy ? 16 * owned : 0) << r;
+    }
+  }
+}
+
 TEST(StateRedundancyTest, WithoutRedundancyALostPeerBreaksTheSession) {
   RedundancyGroup group(2, ConfigOf("adamw"), /*redundancy=*/false);
   ASSERT_NO_FATAL_FAILURE(group.StepOk(1));

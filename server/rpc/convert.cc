@@ -242,6 +242,16 @@ absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& conf
   return chain;
 }
 
+absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec,
+                                                     const std::string& owner,
+                                                     const std::string& request_id) {
+  OPTSTEP_RETURN_IF_ERROR(CheckCallerName("request_id", request_id, kMaxRequestIdBytes));
+  OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));
+  config.owner = owner;
+  config.request_id = request_id;
+  return config;
+}
+
 absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec) {
   SessionConfig config;
   OPTSTEP_RETURN_IF_ERROR(CheckCallerName("session name", spec.name(), kMaxNameBytes));

@@ -25,6 +25,14 @@ namespace optstep {
 // splits, trainer count, gradient mode, deadline and the optimizer chain (presets, sub-optimizers,
 // rules).
 absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec);
+// The longest CreateSessionRequest.request_id.
+inline constexpr size_t kMaxRequestIdBytes = 128;
+// As above, for the session that `owner` creates with `request_id` (at most kMaxRequestIdBytes,
+// no control characters; may be empty): what rank 0 creates, restores, and every rank builds its
+// replica from.
+absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec,
+                                                     const std::string& owner,
+                                                     const std::string& request_id);
 absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& config);
 
 // Header of a Step stream. INVALID_ARGUMENT for a zero step number or a return dtype other than

@@ -392,9 +392,9 @@ absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const Rank
 }
 
 absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& request) {
-  OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(request.spec()));
-  config.owner = request.owner();
-  config.request_id = request.request_id();
+  OPTSTEP_ASSIGN_OR_RETURN(
+      SessionConfig config,
+      SessionConfigFromProto(request.spec(), request.owner(), request.request_id()));
   if (request.admission_only()) return engine->CheckAdmission(config);
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,
                            engine->CreateReplica(request.session_id(), std::move(config)));

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
@@ -257,10 +256,7 @@ std::vector<std::shared_ptr<Session>> RankGroup::Sessions() const {
 }
 
 absl::Status RankGroup::CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica) {
-  v1::CreateReplicaRequest request = replica;
-  request.set_admission_only(false);
-  request.clear_step();
-  return CreateReplicaOn(rank, request);
+  return CreateReplicaOn(rank, replica);
 }
 
 absl::Status RankGroup::EnsureAddress(int rank, absl::Duration wait) {
@@ -375,10 +371,7 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
         "0 reports SERVING");
   }
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
-  OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));
-  OPTSTEP_RETURN_IF_ERROR(CheckCallerName("request_id", request_id, kMaxRequestIdBytes));
-  config.owner = owner;
-  config.request_id = request_id;
+  OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec, owner, request_id));
   absl::MutexLock create_lock(&create_mu_);
   OPTSTEP_ASSIGN_OR_RETURN(Engine::Created existing, engine_->FindExisting(config));
   if (existing.session != nullptr) return existing;
@@ -398,9 +391,7 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::RestoreSession(const std::st
         absl::StrCat("sessions are restored on rank 0; this is rank ", options_.rank));
   }
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
-  OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec));
-  config.owner = owner;
-  config.request_id = request_id;
+  OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec, owner, request_id));
   absl::MutexLock create_lock(&create_mu_);
   if (options_.world_size == 1) return engine_->CreateReplica(id, std::move(config));
   return CreateEverywhere(id, spec, std::move(config));

@@ -183,12 +183,12 @@ class RankGroup {
   // to heal itself in or restore the sessions) and once a peer is lost (PeersStatus). On failure
   // the replicas already made are closed again. The session belongs to `owner`, who attaches by
   // name only to a session of its own. A non-empty `request_id` (CreateSessionRequest's: at most
-  // kMaxRequestIdBytes, else INVALID_ARGUMENT) is kept with the session on every rank, and a
-  // call of the same owner and request_id answers that session (Engine::FindExisting).
+  // kMaxRequestIdBytes, else INVALID_ARGUMENT; convert.h) is kept with the session on every
+  // rank, and a call of the same owner and request_id answers that session
+  // (Engine::FindExisting).
   absl::StatusOr<Engine::Created> CreateSession(const v1::SessionSpec& spec,
                                                 const std::string& owner,
                                                 const std::string& request_id);
-  static constexpr size_t kMaxRequestIdBytes = 128;
   // Rank 0: recreates a session with id `id` on every rank (automatic restore: the group
   // restarted), belonging to `owner` and made by `request_id` (may be empty). As CreateSession,
   // but never attaches.

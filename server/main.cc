@@ -116,6 +116,9 @@ ABSL_FLAG(int, fail_allgather_after, 0,
 ABSL_FLAG(bool, kill_during_restore, false,
           "Testing only: rank 0 SIGKILLs itself while it restores its automatic checkpoints, once "
           "the first session is recreated on every rank and before it loads.");
+ABSL_FLAG(bool, kill_during_heal, false,
+          "Testing only: a restarted rank SIGKILLs itself while it heals into the running group, "
+          "once it fetched the first state dict from a peer.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
@@ -235,6 +238,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.kill_after_allgather = absl::GetFlag(FLAGS_kill_after_allgather);
   options.fail_allgather_after = absl::GetFlag(FLAGS_fail_allgather_after);
   options.kill_during_restore = absl::GetFlag(FLAGS_kill_during_restore);
+  options.kill_during_heal = absl::GetFlag(FLAGS_kill_during_heal);
   return options;
 }
 

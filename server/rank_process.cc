@@ -314,6 +314,11 @@ absl::Status RankProcess::StartEngine(
       store()->Retarget(target.empty() ? options_.rendezvous : target);
     }
   };
+  if (options_.kill_during_heal) {
+    group_options.on_heal_fetched = [] {
+      KillSelf("event=killed_during_heal", "kill_during_heal");
+    };
+  }
   group_options.on_heal_failed = [this](const absl::Status& why) {
     ExitForRestart(absl::StrCat("a restarted rank could not be healed in: ", why.message()));
   };

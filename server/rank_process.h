@@ -139,6 +139,9 @@ class RankProcess {
     // Testing only (rank 0 lost while it restores the group): rank 0 SIGKILLs itself once the
     // first session of its automatic checkpoints is recreated on every rank, before it loads.
     bool kill_during_restore = false;
+    // Testing only (a rank lost while it heals in): a restarted rank SIGKILLs itself once its
+    // heal fetched the first state dict from a peer.
+    bool kill_during_heal = false;
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.

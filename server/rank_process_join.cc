@@ -1,19 +1,19 @@
 // RankProcess (rank_process.h): joining the group, and rejoining a running group after a restart
 // (a rank other than 0 asks rank 0 to heal it in; a restarted rank 0 heals itself in; heal.h).
 
-#include <signal.h>
-
 #include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "server/rank_process.h"
 #include "server/rpc/auto_restore.h"
 #include "server/rpc/heal.h"
+#include "server/testing_faults.h"
 
 namespace optstep {
 namespace {
@@ -23,10 +23,8 @@ namespace {
 std::function<void(const std::string&)> KillDuringRestore(bool enabled) {
   if (!enabled) return nullptr;
   return [](const std::string& session_id) {
-    LOG(ERROR) << "event=killed_during_restore session=" << session_id
-               << " --kill_during_restore: this rank kills itself";
-    google::FlushLogFiles(google::GLOG_INFO);
-    raise(SIGKILL);
+    KillSelf(absl::StrCat("event=killed_during_restore session=", session_id),
+             "kill_during_restore");
   };
 }
 

@@ -1,6 +1,7 @@
 #include "server/testing_faults.h"
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <utility>
 
@@ -9,6 +10,13 @@
 
 namespace optstep {
 
+void KillSelf(const std::string& event, const std::string& flag) {
+  LOG(ERROR) << event << " --" << flag << ": this rank kills itself";
+  google::FlushLogFiles(google::GLOG_INFO);
+  raise(SIGKILL);
+  abort();  // not reached: SIGKILL cannot be caught
+}
+
 KillAtPhase::KillAtPhase(std::shared_ptr<StepObserver> inner, Phase phase, int kill_at,
                          std::string flag)
     : inner_(std::move(inner)), phase_(phase), kill_at_(kill_at), flag_(std::move(flag)) {}
@@ -16,10 +24,7 @@ KillAtPhase::KillAtPhase(std::shared_ptr<StepObserver> inner, Phase phase, int k
 void KillAtPhase::OnPhase(Phase phase, absl::Duration duration) {
   inner_->OnPhase(phase, duration);
   if (phase != phase_ || ++seen_ != kill_at_) return;
-  LOG(ERROR) << "event=killed_by_flag flag=" << flag_ << " at=" << kill_at_
-             << " this rank kills itself";
-  google::FlushLogFiles(google::GLOG_INFO);
-  raise(SIGKILL);
+  KillSelf(absl::StrCat("event=killed_by_flag at=", kill_at_), flag_);
 }
 
 FailAllGatherAfter::FailAllGatherAfter(std::unique_ptr<Communicator> base,

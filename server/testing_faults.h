@@ -16,6 +16,10 @@
 
 namespace optstep {
 
+// Logs `event` (its "event=..." words), flushes the log and SIGKILLs this process: the fault of
+// the testing flag `flag`.
+[[noreturn]] void KillSelf(const std::string& event, const std::string& flag);
+
 // Reports to `inner`, and SIGKILLs this process at the `kill_at`-th step phase `phase` it is told
 // of: kStep ends after the rank stepped its own parameters and shipped their gradients to its
 // buddy, before the all-gather; kAllGather ends once the all-gather completed here, before the

@@ -165,17 +165,22 @@ absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
 // The sessions rank `rank` is healed with (asked once every rank began the heal).
 using SessionsToHeal = std::function<absl::StatusOr<std::vector<v1::CreateReplicaRequest>>()>;
 
-// Rank 0, holding heal_mu: heals rank `rank` (itself too; a `stand_in` for it) into generation
-// `generation`: every rank begins (rank 0 first), the heal, every rank ends (rank 0 last), each
-// session resumed.
-absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group, int rank,
-                                 const std::string& address, uint64_t generation, bool stand_in,
+// Rank 0, holding heal_mu: heals the `rejoining` rank (itself too; a stand-in for it) into
+// generation `generation`: every rank begins (rank 0 first), the heal, every rank ends (rank 0
+// last), each session resumed. A heal that failed because the rejoining process was lost
+// meanwhile leaves the rank to the heartbeats, as the other ranks do, and its next process heals
+// in; any other failure is told to `on_heal_failed` (the group restarts).
+absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
+                                 const v1::RejoinRequest& rejoining, uint64_t generation,
                                  const SessionsToHeal& sessions_to_heal) {
+  const int rank = static_cast<int>(rejoining.rank());
+  const std::string& address = rejoining.address();
+  const bool stand_in = rejoining.stand_in();
   LOG(WARNING) << "event=rank_rejoining rank=" << rank << " address=" << address
                << " generation=" << generation;
   // Rank 0 learns the address first: it calls the rejoining rank through it.
   v1::RegroupRequest begin = Phase(generation, rank, address, v1::RegroupRequest::PHASE_BEGIN);
-  if (rank == group->rank()) begin.set_incarnation(group->incarnation());
+  begin.set_incarnation(rejoining.incarnation());
   begin.set_stand_in(stand_in);
   for (uint32_t r : group->stood_in_ranks()) {
     if (static_cast<int>(r) != rank) begin.add_stood_in_ranks(r);
@@ -217,7 +222,15 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group, int rank,
   if (!healed.ok()) {
     LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\"" << healed.status().message()
                << "\"";
-    if (group->options().on_heal_failed) group->options().on_heal_failed(healed.status());
+    // Not a stand-in (lost, its host is lost too), nor rank 0 itself, nor a process of an
+    // earlier release (unknown).
+    if (rank != group->rank() && !stand_in && rejoining.incarnation() != 0 &&
+        group->ProcessGone(rank, rejoining.incarnation())) {
+      LOG(WARNING) << "event=rank_lost_while_healing rank=" << rank << " generation=" << generation
+                   << " the group waits for the rank's next process";
+    } else if (group->options().on_heal_failed) {
+      group->options().on_heal_failed(healed.status());
+    }
   }
   return healed;
 }
@@ -277,8 +290,9 @@ absl::StatusOr<std::vector<v1::CreateReplicaRequest>> SessionsOfSurvivors(RankGr
 
 }  // namespace
 
-absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int rank,
-                                          const std::string& address, bool stand_in) {
+absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group,
+                                          const v1::RejoinRequest& request) {
+  const int rank = static_cast<int>(request.rank());
   if (group->rank() != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank 0 heals the group; this is rank ", group->rank()));
@@ -297,7 +311,7 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int 
   absl::MutexLock heal_lock(&group->heal_mu());
   // A stand-in takes the place of a lost rank only: the rank's own process may have returned
   // while the stand-in started.
-  if (stand_in && !group->peer_failed(rank)) {
+  if (request.stand_in() && !group->peer_failed(rank)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "a stand-in for rank ", rank, " cannot rejoin: the rank is not lost (it returned)"));
   }
@@ -307,7 +321,7 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int 
         absl::StrCat("rank ", rank, " cannot rejoin: another rank is lost too (",
                      group->MembersStatus().message(), "); the group restarts as a whole"));
   }
-  return RunHeal(engine, group, rank, address, group->generation() + 1, stand_in,
+  return RunHeal(engine, group, request, group->generation() + 1,
                  [engine] { return DescribeAll(engine); });
 }
 
@@ -339,10 +353,14 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
   absl::MutexLock heal_lock(&group->heal_mu());
   // The survivors that are stand-ins, told to every rank at the heal's first phase.
   for (int r = 1; r < world_size; ++r) group->SetStoodIn(r, answers[r].stand_in());
-  OPTSTEP_ASSIGN_OR_RETURN(
-      uint64_t healed,
-      RunHeal(engine, group, 0, group->addresses()[0], generation + 1, group->options().stand_in,
-              [group] { return SessionsOfSurvivors(group); }));
+  v1::RejoinRequest itself;
+  itself.set_rank(0);
+  itself.set_address(group->addresses()[0]);
+  itself.set_stand_in(group->options().stand_in);
+  itself.set_incarnation(group->incarnation());
+  OPTSTEP_ASSIGN_OR_RETURN(uint64_t healed, RunHeal(engine, group, itself, generation + 1, [group] {
+                             return SessionsOfSurvivors(group);
+                           }));
   return std::optional<uint64_t>(healed);
 }
 
@@ -544,6 +562,7 @@ HealFetch PeerFetch(RankGroup* group) {
                                              : stub.FetchMasters(context, request);
         },
         assembler));
+    if (group->options().on_heal_fetched) group->options().on_heal_fetched();
     return assembler.BuildPlain();
   };
 }
@@ -561,6 +580,7 @@ absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& addr
   request.set_rank(group->rank());
   request.set_address(address);
   request.set_stand_in(group->options().stand_in);
+  request.set_incarnation(group->incarnation());
   v1::RejoinResponse response;
   grpc::ClientContext context;
   context.set_wait_for_ready(true);

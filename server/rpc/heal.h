@@ -51,14 +51,17 @@ namespace optstep {
 // into a running group and rejoins it.
 inline constexpr char kGroupFormedKey[] = "optstep/group/formed";
 
-// Rank 0: heals restarted rank `rank`, reachable at `address`, into the group, as above.
-// Answers the new generation. FAILED_PRECONDITION on other ranks, when the group does not heal
-// (--state_redundancy=0), when another peer is lost too, or when a session cannot be healed;
-// the peers' errors name the rank. Blocks; one heal at a time.
-// A `stand_in` for the rank (RejoinRequest.stand_in) is recorded as such on every rank
+// Rank 0: heals the restarted rank `request.rank`, reachable at `request.address`, into the
+// group, as above. Answers the new generation. FAILED_PRECONDITION on other ranks, when the group
+// does not heal (--state_redundancy=0), when another peer is lost too, or when a session cannot be
+// healed; the peers' errors name the rank. Blocks; one heal at a time.
+// A stand-in for the rank (RejoinRequest.stand_in) is recorded as such on every rank
 // (Regroup kBegin, RankGroup::stood_in_ranks), the rank's own process as not.
-absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group, int rank,
-                                          const std::string& address, bool stand_in = false);
+// A heal that fails because the rejoining process (`request.incarnation`) was lost meanwhile
+// costs the group nothing: every rank waits on for the rank, whose next process heals in. Any
+// other failure is told to RankGroupOptions::on_heal_failed (the group restarts as a whole).
+absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group,
+                                          const v1::RejoinRequest& request);
 
 // Rank 0 of a group that heals, once joined (every peer's address known), before it restores or
 // creates anything: asks every other rank whether it survived the loss of rank 0's earlier

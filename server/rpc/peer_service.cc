@@ -119,8 +119,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Rejoin(grpc::CallbackServerContext* c
   if (group_ == nullptr) return FinishWithoutGroup(reactor);
   // The heal blocks on every rank's communicators and the state transfer: not on the reaction.
   RunDetached([engine = engine_, group = group_, request, response, reactor] {
-    absl::StatusOr<uint64_t> generation = HealRejoinedRank(
-        engine, group, static_cast<int>(request->rank()), request->address(), request->stand_in());
+    absl::StatusOr<uint64_t> generation = HealRejoinedRank(engine, group, *request);
     if (generation.ok()) response->set_generation(*generation);
     reactor->Finish(ToGrpcStatus(generation.status()));
   });

@@ -255,6 +255,18 @@ std::vector<std::shared_ptr<Session>> RankGroup::Sessions() const {
   return engine_ != nullptr ? engine_->ListSessions() : std::vector<std::shared_ptr<Session>>();
 }
 
+bool RankGroup::ProcessGone(int rank, uint64_t incarnation) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.peer_timeout));
+  v1::PingRequest request;
+  request.set_rank(options_.rank);
+  v1::PingResponse response;
+  const grpc::Status status = Peer(rank)->Ping(&context, request, &response);
+  LOG(INFO) << "event=rank_pinged rank=" << rank << " status=" << status.error_code()
+            << " incarnation=" << response.incarnation() << " healing_incarnation=" << incarnation;
+  return !status.ok() || response.incarnation() != incarnation;
+}
+
 absl::Status RankGroup::CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica) {
   return CreateReplicaOn(rank, replica);
 }

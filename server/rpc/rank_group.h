@@ -61,7 +61,8 @@ struct RankGroupOptions {
   // A restarted rank may rejoin the running group (heal.h): --state_redundancy=1.
   bool heal = false;
   // Told when a restarted rank could not be healed into the group (the group restarts instead):
-  // on rank 0, any rank; on the others, rank 0 itself (Regroup kEnd, failed). May be null.
+  // on rank 0, any rank but one whose process was lost during the heal (heal.h); on the others,
+  // rank 0 itself (Regroup kEnd, failed). May be null.
   std::function<void(const absl::Status& why)> on_heal_failed;
   // Points this rank's rendezvous store (the one its communicators rebuild in) at `target`, the
   // store of the rank 0 coordinating a heal (Regroup kBegin); empty: the configured one
@@ -70,6 +71,9 @@ struct RankGroupOptions {
   // This rank is a stand-in for a lost rank, run in its buddy's process (docs/deploy.md, "A rank
   // that does not return"): it says so when it rejoins and when rank 0 asks who survived.
   bool stand_in = false;
+  // Testing only (--kill_during_heal): told each time a heal of this rank fetched a state dict
+  // from a peer (PeerFetch). May be null.
+  std::function<void()> on_heal_fetched;
 };
 
 // The ranks of a group as seen from one of them: their addresses and the stubs that call them,
@@ -156,6 +160,9 @@ class RankGroup {
   // OK while a heal into generation `generation` runs here (between kBegin and kEnd): the phases
   // that move state (kTransfer, kCatchUp) run only then; else FAILED_PRECONDITION saying why.
   absl::Status CheckHealing(uint64_t generation) const;
+  // Whether rank `rank`'s process `incarnation` is gone: a ping (within the peer timeout) is not
+  // answered, or another process answers it (its supervisor restarted it already).
+  bool ProcessGone(int rank, uint64_t incarnation);
   // Rank 0: creates `replica` (its session id, definition, owner, and the resolutions the other
   // ranks finished) on rank `rank` rejoining the group.
   absl::Status CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica);

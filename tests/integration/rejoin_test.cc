@@ -8,7 +8,8 @@
 // bit for bit with an undisturbed run. A rank killed while a step runs (after it and its peers
 // stepped their own parameters, before the all-gather) interrupts the step on the others, which
 // wait for it as well: once it is healed in, the trainer's step is redone without a rollback and
-// the parameters and optimizer state end bit for bit with an undisturbed session. A state import
+// the parameters and optimizer state end bit for bit with an undisturbed session. A rank killed
+// again during its own heal is waited for, and its next process heals in. A state import
 // (a checkpoint load, an automatic restore, a state dict) replaces each rank's state on its own
 // rank: the shadows are fetched again under the import's hold, so that a rank lost afterwards
 // still heals. A rolling restart (each rank shut down on purpose and started again in turn, rank 0
@@ -205,6 +206,61 @@ TEST_P(KilledRankTest, ARankKilledMidStepRejoinsAndTheStepIsRedone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Rank, KilledRankTest, ::testing::Values(1, 0),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("Rank", info.param);
+                         });
+
+// A restarted rank killed again while it heals in (once it fetched its first state dict from a
+// peer: it SIGKILLs itself, --kill_during_heal) costs the group nothing but time: the heal fails,
+// no rank exits for a restart of the group, and the rank's next process heals in. The trainer's
+// step taken meanwhile waits and is applied once, never rewound, and the run ends bit for bit
+// with an undisturbed session. Rank 0 is the heal's coordinator for rank 1, and heals itself in.
+class KilledWhileHealingTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(KilledWhileHealingTest, ARankKilledWhileItHealsInHealsOnItsNextRestart) {
+  const int dead = GetParam();
+  constexpr uint64_t kSteps = 4;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo healed,
+                               trainer->CreateSession(SpreadSpec("healed")));
+  for (uint64_t step = 1; step <= 2; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, healed.session_id(), step).status(), IsOk());
+  }
+  group[dead]->SignalAndWait(SIGKILL);
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == dead) continue;
+    ASSERT_TRUE(AwaitHealth(*group[r], false, absl::Seconds(10))) << "rank " << r;
+  }
+  std::vector<std::string> dying = kFlags;
+  dying.push_back("--kill_during_heal");
+  ASSERT_THAT(Restart(group, dead, dying), IsOk());
+  const int status = group[dead]->Wait();
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  absl::StatusOr<StepReply> waited = absl::UnknownError("not run");
+  std::thread step([&] { waited = StepSpread(*trainer, healed.session_id(), 3); });
+  // Longer than a rank takes to exit for a restart (--peer_loss_exit_grace_ms, 1 s): they wait
+  // for the rank instead.
+  absl::SleepFor(absl::Seconds(3));
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == dead) continue;
+    EXPECT_TRUE(Live(*group[r])) << "rank " << r << " left the group";
+  }
+  ASSERT_THAT(Restart(group, dead, kFlags), IsOk());
+  step.join();
+  ASSERT_THAT(waited.status(), IsOk());
+  EXPECT_EQ(waited->step, 3u);
+  ASSERT_THAT(StepSpread(*trainer, healed.session_id(), kSteps).status(), IsOk());
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), healed.session_id()), IsOk())
+      << "after the second heal";
+  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Rank, KilledWhileHealingTest, ::testing::Values(1, 0),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return absl::StrCat("Rank", info.param);
                          });

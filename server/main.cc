@@ -116,9 +116,10 @@ ABSL_FLAG(int, fail_allgather_after, 0,
 ABSL_FLAG(bool, kill_during_restore, false,
           "Testing only: rank 0 SIGKILLs itself while it restores its automatic checkpoints, once "
           "the first session is recreated on every rank and before it loads.");
-ABSL_FLAG(bool, kill_during_heal, false,
-          "Testing only: a restarted rank SIGKILLs itself while it heals into the running group, "
-          "once it fetched the first state dict from a peer.");
+ABSL_FLAG(std::string, kill_during_heal, "",
+          "Testing only: a restarted rank SIGKILLs itself while it heals into the running group: "
+          "'rendezvous' at its first communicator rendezvous, 'transfer' once it fetched the "
+          "first state dict from a peer; empty: never.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),

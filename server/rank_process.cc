@@ -19,6 +19,7 @@
 #include "base/status_macros.h"
 #include "checkpoint/temporaries.h"
 #include "glog/logging.h"
+#include "kernels/comm/key_value_store.h"
 #include "server/engine/step_observer.h"
 #include "server/rpc/auth.h"
 #include "server/rpc/held_operations.h"
@@ -75,6 +76,12 @@ absl::Status CheckOptions(const RankProcess::Options& options) {
         absl::StrCat("--state_redundancy must be 0 or 1 (or -1: 1 with several ranks), got ",
                      options.state_redundancy, "; --rejoin_timeout_ms must be positive, got ",
                      absl::FormatDuration(options.rejoin_timeout)));
+  }
+  if (!options.kill_during_heal.empty() && options.kill_during_heal != "rendezvous" &&
+      options.kill_during_heal != "transfer") {
+    return absl::InvalidArgumentError(absl::StrCat("--kill_during_heal must be empty, ",
+                                                   "'rendezvous' or 'transfer', got '",
+                                                   options.kill_during_heal, "'"));
   }
   if (options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(
@@ -272,7 +279,13 @@ absl::Status RankProcess::StartEngine(
           options.rank = options_.rank;
           options.world_size = options_.world_size;
           options.prefix = prefix;
-          options.store = store();
+          // A rendezvous waits for no rank that is lost (a rank that died in its heal).
+          options.store = NewAbandoningKeyValueStore(store(), [this] {
+            return group_ != nullptr ? group_->MembersStatus() : absl::OkStatus();
+          });
+          if (options_.kill_during_heal == "rendezvous") {
+            KillSelf("event=killed_during_heal at=rendezvous", "kill_during_heal=rendezvous");
+          }
           options.hostname = options_.advertise_host;
           options.timeout = options_.comm_timeout;
           absl::StatusOr<std::unique_ptr<Communicator>> made = CreateCommunicator(options);
@@ -314,9 +327,9 @@ absl::Status RankProcess::StartEngine(
       store()->Retarget(target.empty() ? options_.rendezvous : target);
     }
   };
-  if (options_.kill_during_heal) {
+  if (options_.kill_during_heal == "transfer") {
     group_options.on_heal_fetched = [] {
-      KillSelf("event=killed_during_heal", "kill_during_heal");
+      KillSelf("event=killed_during_heal at=transfer", "kill_during_heal=transfer");
     };
   }
   group_options.on_heal_failed = [this](const absl::Status& why) {

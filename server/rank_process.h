@@ -139,9 +139,10 @@ class RankProcess {
     // Testing only (rank 0 lost while it restores the group): rank 0 SIGKILLs itself once the
     // first session of its automatic checkpoints is recreated on every rank, before it loads.
     bool kill_during_restore = false;
-    // Testing only (a rank lost while it heals in): a restarted rank SIGKILLs itself once its
-    // heal fetched the first state dict from a peer.
-    bool kill_during_heal = false;
+    // Testing only (a rank lost while it heals in): a restarted rank SIGKILLs itself at its first
+    // communicator rendezvous ("rendezvous": its heal's first replica, before the peers see it),
+    // or once its heal fetched the first state dict from a peer ("transfer"); empty: never.
+    std::string kill_during_heal;
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.

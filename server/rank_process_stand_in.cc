@@ -86,7 +86,7 @@ void RankProcess::StartStandIn(int rank) {
   options.kill_after_allgather = 0;
   options.fail_allgather_after = 0;
   options.kill_during_restore = false;
-  options.kill_during_heal = false;
+  options.kill_during_heal.clear();
   absl::StatusOr<std::unique_ptr<RankProcess>> started =
       StartProcess(std::move(options), /*stand_in=*/true);
   if (!started.ok()) {

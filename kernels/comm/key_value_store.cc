@@ -179,7 +179,45 @@ class FileKeyValueStore final : public KeyValueStore {
   std::atomic<uint64_t> counter_{0};
 };
 
+class AbandoningKeyValueStore final : public KeyValueStore {
+ public:
+  AbandoningKeyValueStore(std::shared_ptr<KeyValueStore> inner,
+                          std::function<absl::Status()> abandon, absl::Duration poll)
+      : inner_(std::move(inner)), abandon_(std::move(abandon)), poll_(poll) {}
+
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    return inner_->Set(key, value);
+  }
+
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+      absl::StatusOr<std::string> value = inner_->Get(key, std::min(left, poll_));
+      if (value.ok() || !absl::IsDeadlineExceeded(value.status())) return value;
+      if (left <= poll_) return DeadlineError(key, timeout);
+      const absl::Status abandoned = abandon_();
+      if (!abandoned.ok()) {
+        return absl::Status(abandoned.code(),
+                            absl::StrCat("key-value store: the wait for key '", key,
+                                         "' was abandoned: ", abandoned.message()));
+      }
+    }
+  }
+
+ private:
+  const std::shared_ptr<KeyValueStore> inner_;
+  const std::function<absl::Status()> abandon_;
+  const absl::Duration poll_;
+};
+
 }  // namespace
+
+std::shared_ptr<KeyValueStore> NewAbandoningKeyValueStore(std::shared_ptr<KeyValueStore> inner,
+                                                          std::function<absl::Status()> abandon,
+                                                          absl::Duration poll) {
+  return std::make_shared<AbandoningKeyValueStore>(std::move(inner), std::move(abandon), poll);
+}
 
 std::shared_ptr<KeyValueStore> NewInMemoryKeyValueStore() {
   return std::make_shared<InMemoryKeyValueStore>();

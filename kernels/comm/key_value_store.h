@@ -1,6 +1,7 @@
 #ifndef OPTSTEP_KERNELS_COMM_KEY_VALUE_STORE_H_
 #define OPTSTEP_KERNELS_COMM_KEY_VALUE_STORE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,14 @@ std::shared_ptr<KeyValueStore> NewInMemoryKeyValueStore();
 // A store in a directory shared by processes on one machine (one file per key, written
 // atomically by rename).
 std::shared_ptr<KeyValueStore> NewFileKeyValueStore(const std::string& directory);
+
+// `inner`, whose Get gives up before its timeout once `abandon` answers an error, and answers
+// that error with the key named: a communicator's rendezvous waits for no rank known to be lost
+// (RankGroup's liveness). `abandon` is asked every `poll` while a Get waits, never before the
+// first look at the key; it must be thread-safe.
+std::shared_ptr<KeyValueStore> NewAbandoningKeyValueStore(
+    std::shared_ptr<KeyValueStore> inner, std::function<absl::Status()> abandon,
+    absl::Duration poll = absl::Milliseconds(200));
 
 }  // namespace optstep
 

@@ -210,15 +210,21 @@ INSTANTIATE_TEST_SUITE_P(Rank, KilledRankTest, ::testing::Values(1, 0),
                            return absl::StrCat("Rank", info.param);
                          });
 
-// A restarted rank killed again while it heals in (once it fetched its first state dict from a
-// peer: it SIGKILLs itself, --kill_during_heal) costs the group nothing but time: the heal fails,
-// no rank exits for a restart of the group, and the rank's next process heals in. The trainer's
-// step taken meanwhile waits and is applied once, never rewound, and the run ends bit for bit
-// with an undisturbed session. Rank 0 is the heal's coordinator for rank 1, and heals itself in.
-class KilledWhileHealingTest : public ::testing::TestWithParam<int> {};
+// A restarted rank killed again while it heals in (it SIGKILLs itself, --kill_during_heal: at its
+// first rendezvous, where the others wait for it, or once it fetched its first state dict from a
+// peer) costs the group nothing but time: the heal fails (the others' rendezvous gives up once
+// they count it lost), no rank exits for a restart of the group, and the rank's next process
+// heals in. The trainer's step taken meanwhile waits and is applied once, never rewound, and the
+// run ends bit for bit with an undisturbed session. Rank 0 is the heal's coordinator for rank 1,
+// and heals itself in.
+struct KilledWhileHealing {
+  int dead;
+  const char* moment;  // --kill_during_heal
+};
+class KilledWhileHealingTest : public ::testing::TestWithParam<KilledWhileHealing> {};
 
 TEST_P(KilledWhileHealingTest, ARankKilledWhileItHealsInHealsOnItsNextRestart) {
-  const int dead = GetParam();
+  const int dead = GetParam().dead;
   constexpr uint64_t kSteps = 4;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));
   ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
@@ -236,7 +242,7 @@ TEST_P(KilledWhileHealingTest, ARankKilledWhileItHealsInHealsOnItsNextRestart) {
     ASSERT_TRUE(AwaitHealth(*group[r], false, absl::Seconds(10))) << "rank " << r;
   }
   std::vector<std::string> dying = kFlags;
-  dying.push_back("--kill_during_heal");
+  dying.push_back(absl::StrCat("--kill_during_heal=", GetParam().moment));
   ASSERT_THAT(Restart(group, dead, dying), IsOk());
   const int status = group[dead]->Wait();
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
@@ -260,10 +266,15 @@ TEST_P(KilledWhileHealingTest, ARankKilledWhileItHealsInHealsOnItsNextRestart) {
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Rank, KilledWhileHealingTest, ::testing::Values(1, 0),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return absl::StrCat("Rank", info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    RankAndMoment, KilledWhileHealingTest,
+    ::testing::Values(KilledWhileHealing{1, "rendezvous"}, KilledWhileHealing{1, "transfer"},
+                      KilledWhileHealing{0, "rendezvous"}, KilledWhileHealing{0, "transfer"}),
+    [](const ::testing::TestParamInfo<KilledWhileHealing>& info) {
+      return absl::StrCat(
+          "Rank", info.param.dead, "_",
+          info.param.moment == std::string("rendezvous") ? "AtItsRendezvous" : "InItsTransfer");
+    });
 
 // A rolling restart, as a StatefulSet's RollingUpdate runs it: each rank in turn, the highest
 // ordinal first and rank 0 last, is shut down on purpose (SIGTERM: it leaves the group, and the

@@ -1,10 +1,11 @@
-// Both KeyValueStore implementations: set/get, overwrite, waiting for a key that another
-// thread (or writer) sets later, timeouts, odd keys and binary values.
+// The KeyValueStore implementations: set/get, overwrite, waiting for a key that another thread
+// (or writer) sets later, timeouts, odd keys and binary values; a wait abandoned (a rank lost).
 
 #include "kernels/comm/key_value_store.h"
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <memory>
@@ -113,7 +114,14 @@ TEST_P(KeyValueStoreTest, ManyThreadsExchangeKeys) {
 INSTANTIATE_TEST_SUITE_P(
     Stores, KeyValueStoreTest,
     ::testing::Values(StoreFactory{"InMemory", [] { return NewInMemoryKeyValueStore(); }},
-                      StoreFactory{"File", [] { return NewFileKeyValueStore(TestDirectory()); }}),
+                      StoreFactory{"File", [] { return NewFileKeyValueStore(TestDirectory()); }},
+                      // Never abandoned: a store as any other, its waits in slices.
+                      StoreFactory{"Abandoning",
+                                   [] {
+                                     return NewAbandoningKeyValueStore(
+                                         NewInMemoryKeyValueStore(),
+                                         [] { return absl::OkStatus(); }, absl::Milliseconds(20));
+                                   }}),
     [](const ::testing::TestParamInfo<StoreFactory>& info) { return info.param.name; });
 
 // Two stores over one directory see each other's keys (as two processes would).
@@ -139,6 +147,40 @@ TEST(FileKeyValueStoreTest, RejectsEmptyAndOverlongKeys) {
   EXPECT_THAT(store->Set("", "v"), StatusIs(absl::StatusCode::kInvalidArgument, "empty key"));
   EXPECT_THAT(store->Get(std::string(300, 'k'), absl::Seconds(1)),
               StatusIs(absl::StatusCode::kInvalidArgument, "is 300 bytes"));
+}
+
+// A wait for a key that a lost rank would have set ends once the liveness says so, with its
+// error, long before the timeout; a key that is set is answered without asking.
+TEST(AbandoningKeyValueStoreTest, AWaitEndsWithTheErrorOnceAbandoned) {
+  std::atomic<int> asked{0};
+  std::atomic<bool> lost{false};
+  std::shared_ptr<KeyValueStore> store = NewAbandoningKeyValueStore(
+      NewInMemoryKeyValueStore(),
+      [&] {
+        ++asked;
+        return lost ? absl::UnavailableError("rank 2 lost") : absl::OkStatus();
+      },
+      absl::Milliseconds(10));
+  OPTSTEP_ASSERT_OK(store->Set("there", "v"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string value, store->Get("there", absl::Seconds(60)));
+  EXPECT_EQ(value, "v");
+  EXPECT_EQ(asked, 0);
+  std::thread losing([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    lost = true;
+  });
+  EXPECT_THAT(store->Get("rank/2", absl::Hours(1)),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       "the wait for key 'rank/2' was abandoned: rank 2 lost"));
+  losing.join();
+  EXPECT_GT(asked, 0);
+}
+
+TEST(AbandoningKeyValueStoreTest, AWaitNotAbandonedTimesOutWithItsWholeTimeout) {
+  std::shared_ptr<KeyValueStore> store = NewAbandoningKeyValueStore(
+      NewInMemoryKeyValueStore(), [] { return absl::OkStatus(); }, absl::Milliseconds(10));
+  EXPECT_THAT(store->Get("never", absl::Milliseconds(50)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, "was not set within 50ms"));
 }
 
 TEST(FileKeyValueStoreTest, UnwritableDirectoryIsAnError) {

@@ -1,7 +1,9 @@
 """Chaos: a Python trainer runs a small model for STEPS steps on a 3-rank group under its
 supervisor (deploy/local/ranks.sh restarts a killed rank on its port), while the test SIGKILLs
 ranks at seeded moments: one rank at a time four times (rank 0 among them), while a step runs,
-while an automatic checkpoint is being written and between steps; one rank (rank 0 too) kept
+while an automatic checkpoint is being written and between steps; one rank (rank 0 too) killed
+again as soon as its next process begins to heal in (its heal fails, and the process after it
+heals in); one rank (rank 0 too) kept
 away (its supervisor held) past the rejoin timeout, which its buddy stands in for until it is let
 back AWAY_STEPS steps later (docs/deploy.md, "A rank that does not return"); then two ranks at
 once.
@@ -43,6 +45,9 @@ _SEED = os.environ.get("OPTSTEP_CHAOS_SEED")
 SEEDS = {"muon": int(_SEED or 15), "soap": int(_SEED or 13)}
 # What each single rank's kill is timed to; rank 0 takes one of them.
 SINGLE_MOMENTS = ("mid-step", "mid-save", "idle")
+# A rank killed, then killed again as its next process begins to heal in (rank 0 may be it).
+MID_HEAL = "mid-heal"
+
 # An idle kill leaves the group alone this long before the trainer's next step (the survivors
 # notice the loss on their heartbeats meanwhile).
 IDLE_PAUSE_S = 1.5
@@ -75,17 +80,18 @@ class Kill:
 
 def plan_kills(seed: int) -> List[Kill]:
     """Four single kills at seeded steps (each moment once with a rank other than 0, each of
-    them at least once; rank 0 once at a random moment) and a rank kept away, in a
-    seeded order, then two ranks at once; each kill more than AWAY_STEPS + 2 steps after the
-    last (a rank kept away is back by then)."""
+    them at least once; rank 0 once at a random moment), a rank killed again as it heals and
+    a rank kept away, in a seeded order, then two ranks at once; each kill more than
+    AWAY_STEPS + 2 steps after the last (a rank kept away is back by then)."""
     rng = random.Random(seed)
     steps: List[int] = []
     while not steps or min(b - a for a, b in zip(steps, steps[1:])) <= AWAY_STEPS + 2:
-        steps = sorted(rng.sample(range(10, STEPS - 10), 6))
+        steps = sorted(rng.sample(range(10, STEPS - 10), 7))
     others = [1, 2, rng.choice([1, 2])]
     rng.shuffle(others)
     singles = [(kind, [rank]) for kind, rank in zip(SINGLE_MOMENTS, others)]
     singles.append((rng.choice(SINGLE_MOMENTS), [0]))
+    singles.append((MID_HEAL, [rng.choice([0, 1, 2])]))
     singles.append(("away", [rng.choice([0, 1, 2])]))
     rng.shuffle(singles)
     plan = singles + [("mid-step", sorted(rng.sample(range(WORLD), 2)))]
@@ -140,7 +146,10 @@ class Chaos:
         self._await_returned()
         if kill.kind == "mid-save":
             self._await_save_in_progress(step)
+        heals_begun = self._heals_begun(kill.ranks[0])
         self._kill(kill)
+        if kill.kind == MID_HEAL:
+            self._kill_as_it_heals(kill.ranks[0], heals_begun)
         if kill.kind == "idle":
             time.sleep(IDLE_PAUSE_S)
 
@@ -184,6 +193,18 @@ class Chaos:
                 assert time.monotonic() < deadline, f"rank {rank} not back within 30 s"
                 time.sleep(0.01)
 
+    def _heals_begun(self, rank: int) -> int:
+        """How many heals of `rank` rank 0 began (rank 0's own too: its log runs on)."""
+        return self.group.log(0).count(f"event=rank_rejoining rank={rank} ")
+
+    def _kill_as_it_heals(self, rank: int, heals_begun: int) -> None:
+        """Kills `rank` again once rank 0 logged the next heal of it begun."""
+        deadline = time.monotonic() + 30.0
+        while self._heals_begun(rank) <= heals_begun:
+            assert time.monotonic() < deadline, f"no heal of rank {rank} began within 30 s"
+            time.sleep(0.005)
+        self.group.kill(rank)
+
     def _rank0_rejoins(self) -> int:
         return self.group.log(0).count("event=rejoined rank=0")
 
@@ -222,10 +243,11 @@ def _train(model: torch.nn.Module, opt: RemoteOptimizer, chaos: Optional[Chaos])
 @pytest.mark.parametrize("seed", sorted(set(SEEDS.values())))
 def test_the_plan_covers_every_moment(seed: int) -> None:
     kills = plan_kills(seed)
-    assert [len(k.ranks) for k in kills] == [1, 1, 1, 1, 1, 2]
-    assert {k.kind for k in kills if k.heals} == {*SINGLE_MOMENTS, "away"}
-    assert sum(k.ranks == [0] and k.kind != "away" for k in kills) == 1
+    assert [len(k.ranks) for k in kills] == [1, 1, 1, 1, 1, 1, 2]
+    assert {k.kind for k in kills if k.heals} == {*SINGLE_MOMENTS, MID_HEAL, "away"}
+    assert sum(k.ranks == [0] and k.kind in SINGLE_MOMENTS for k in kills) == 1
     assert [k.kind for k in kills].count("away") == 1
+    assert [k.kind for k in kills].count(MID_HEAL) == 1
     assert {k.ranks[0] for k in kills if k.heals} == set(range(WORLD))
     assert [k.step for k in kills] == sorted(k.step for k in kills)
     for k, later in zip(kills, kills[1:]):

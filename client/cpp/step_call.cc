@@ -202,6 +202,13 @@ bool StepCall::ResumeReadingLocked() {
 void StepCall::OnDone(const grpc::Status& status) {
   absl::MutexLock lock(&mu_);
   final_status_ = FromGrpcStatus(status);
+  if (absl::IsCancelled(final_status_) && !cancel_requested_) {
+    // The server cancelled the stream: its process stopped (a stand-in giving way to its rank's
+    // own process, a shutdown). The group's recovery redoes the step, as after a lost rank.
+    final_status_ = absl::UnavailableError(
+        absl::StrCat("the server cancelled the Step stream (", final_status_.message(),
+                     "): it stopped; the step is redone once the group serves"));
+  }
   done_ = true;
   // Under mu_: once done_ is seen, the owner may destroy this call.
   if (arrivals_ != nullptr) arrivals_->Add();
@@ -289,6 +296,10 @@ absl::StatusOr<bool> StepCall::ReceiveAvailable(v1::StepResult* result, ParamAss
 
 void StepCall::Cancel() {
   if (!started_) return;
+  {
+    absl::MutexLock lock(&mu_);
+    cancel_requested_ = true;
+  }
   context_->TryCancel();
   bool resumed;
   bool release;

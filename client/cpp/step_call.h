@@ -144,6 +144,8 @@ class StepCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
   std::deque<std::unique_ptr<grpc::ByteBuffer>> responses_ ABSL_GUARDED_BY(mu_);
   bool paused_ ABSL_GUARDED_BY(mu_) = false;  // holds the call (AddHold) while set
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // Cancel() began: a CANCELLED end is this client's own, not the server's.
+  bool cancel_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status final_status_ ABSL_GUARDED_BY(mu_);
 

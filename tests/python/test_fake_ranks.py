@@ -47,6 +47,7 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.imports: List[ckpt.StateDictChunk] = []
         self.import_end = ckpt.StateDictChunk()
         self.abort_steps = False
+        self.cancel_steps = False  # its server cancels each Step stream (as when it stops)
         # Set: Step answers only once this is set (or the call ends), as a rank whose step waits
         # in the collectives for another rank.
         self.hold_steps: threading.Event | None = None
@@ -79,6 +80,9 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.steps.append(requests)
         if self.abort_steps:
             context.abort(grpc.StatusCode.ABORTED, f"rank {self.rank}: step aborted, redo it")
+        if self.cancel_steps:
+            context.cancel()
+            return
         while self.hold_steps is not None and not self.hold_steps.wait(0.05):
             if not context.is_active():
                 return
@@ -213,6 +217,23 @@ def test_a_failing_rank_ends_the_step_while_another_waits(ranks: List[FakeRank],
     began = time.monotonic()
     with optstep.Client(rank_targets=[r.target for r in ranks]) as client:
         with pytest.raises(optstep.AbortedError, match="rank 1: step aborted"):
+            client.step("fake", 1, _grads())
+    assert time.monotonic() - began < 5.0
+
+
+@pytest.mark.parametrize("native_path", ["1", "0"])
+def test_a_stream_its_server_cancelled_fails_the_step_as_unavailable(
+        ranks: List[FakeRank], native_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rank 1's server cancels its stream (it stopped: a stand-in giving way to its rank's own
+    # process) while rank 0 waits in its collectives. The trainer sees UNAVAILABLE at once, which
+    # its recovery redoes, rather than taking the cancel for its own and waiting on rank 0.
+    monkeypatch.setenv("OPTSTEP_NATIVE", native_path)
+    ranks[0].hold_steps = threading.Event()
+    ranks[1].cancel_steps = True
+    threading.Timer(10.0, ranks[0].hold_steps.set).start()  # ends a wait the client would not
+    began = time.monotonic()
+    with optstep.Client(rank_targets=[r.target for r in ranks], recovery_timeout=0) as client:
+        with pytest.raises(optstep.UnavailableError, match="cancelled"):
             client.step("fake", 1, _grads())
     assert time.monotonic() - began < 5.0
 

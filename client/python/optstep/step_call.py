@@ -14,7 +14,8 @@ import grpc
 from optstep import dtypes
 from optstep.chunks import ParamAssembler, RankContribution, WireChunk
 from optstep.client_types import GroupSchedule
-from optstep.errors import InternalError, InvalidArgumentError, OptstepError, from_rpc_error
+from optstep.errors import (InternalError, InvalidArgumentError, OptstepError, UnavailableError,
+                            from_rpc_error)
 from optstep.v1 import optimizer_service_pb2 as svc_pb2, tensor_pb2
 
 __all__ = ["tensor_chunk", "step_requests", "receive_step", "exchange_steps"]
@@ -117,14 +118,23 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
     # refused or lost the step (one still healing while the others took it) is seen without
     # waiting for a rank whose step waits in the collectives for it.
     failed: List[Any] = []
+    # Set once this client cancels the streams: a stream CANCELLED before that was cancelled by
+    # its rank's server (it stopped: a stand-in giving way to the rank's own process).
+    cancelling: List[bool] = []
     lock = threading.Lock()
+
+    def cancel_all() -> None:
+        with lock:
+            cancelling.append(True)
+        _cancel(calls)
 
     def on_done(call: Any) -> None:
         with lock:
-            if failed or call.code() in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
+            if failed or call.code() == grpc.StatusCode.OK or \
+                    (call.code() == grpc.StatusCode.CANCELLED and cancelling):
                 return
             failed.append(call)
-        _cancel(calls)
+        cancel_all()
 
     for r, service in enumerate(services):
         rank_header = svc_pb2.StepHeader()
@@ -146,12 +156,18 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
                                     f"{results[0].step}")
             results.append(result)
     except grpc.RpcError as e:
-        _cancel(calls)
         with lock:
             first = failed[0] if failed else e
+            by_its_server = first in calls and first.code() == grpc.StatusCode.CANCELLED and \
+                (bool(failed) or not cancelling)
+        cancel_all()
+        if by_its_server:
+            raise UnavailableError(
+                f"rank {calls.index(first)} cancelled its Step stream ({first.details()}): its "
+                "server stopped; the step is redone once the group serves") from None
         raise from_rpc_error(first) from None
     except OptstepError:
-        _cancel(calls)
+        cancel_all()
         raise
     return results
 

@@ -353,6 +353,9 @@ absl::Status RankProcess::StartEngine(
   auto_options.on_saved = [metrics = metrics_](const AutoCheckpointSaved&) {
     metrics->CountAutoCheckpoint();
   };
+  auto_options.on_failed = [metrics = metrics_](const std::string&, const absl::Status&) {
+    metrics->CountAutoCheckpointFailure();
+  };
   // Rank 0 with a root: sessions restored from automatic checkpoints lose them when closed, also
   // when no new ones are made.
   const bool auto_checkpoints = options_.rank == 0 && !options_.checkpoint_root.empty();

@@ -200,6 +200,7 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
   } else {
     LOG(WARNING) << "event=auto_checkpoint_failed session=" << id << " error=\""
                  << saved.status().message() << "\"";
+    if (options_.on_failed) options_.on_failed(id, saved.status());
   }
   return saved;
 }

@@ -45,6 +45,9 @@ struct AutoCheckpointOptions {
   absl::Duration retry_after = absl::Seconds(1);
   // Told of each checkpoint committed; may be null.
   std::function<void(const AutoCheckpointSaved& saved)> on_saved;
+  // Told of each save that failed (a full or broken disk, a rank lost while it wrote its shard),
+  // with the session's id and the error; may be null. Not of a session closed meanwhile.
+  std::function<void(const std::string& session_id, const absl::Status& why)> on_failed;
 };
 
 // Whether `options` asks for automatic checkpoints at all.

@@ -162,6 +162,14 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
                            .Help("Automatic checkpoints rank 0 committed.")
                            .Register(*registry_)
                            .Add({});
+  auto_checkpoint_failures_ =
+      &prometheus::BuildCounter()
+           .Name("optstep_auto_checkpoint_failures_total")
+           .Help(
+               "Automatic checkpoints that failed (rank 0): a restart of the group falls back to "
+               "the newest one that did not.")
+           .Register(*registry_)
+           .Add({});
 }
 
 ServerMetrics::~ServerMetrics() { StopServing(); }
@@ -232,6 +240,8 @@ void ServerMetrics::StandInsChanged(int delta) { stand_ins_->Increment(delta); }
 void ServerMetrics::CountSessionRestored() { sessions_restored_->Increment(); }
 
 void ServerMetrics::CountAutoCheckpoint() { auto_checkpoints_->Increment(); }
+
+void ServerMetrics::CountAutoCheckpointFailure() { auto_checkpoint_failures_->Increment(); }
 
 void ServerMetrics::CountRpcError(absl::string_view method, absl::string_view code_name) {
   rpc_errors_->Add({{"method", std::string(method)}, {"code", std::string(code_name)}}).Increment();

@@ -13,6 +13,8 @@
 //   optstep_sessions_restored_total          counter: sessions restored from automatic
 //                                            checkpoints at start (rank 0)
 //   optstep_auto_checkpoints_total           counter: automatic checkpoints committed (rank 0)
+//   optstep_auto_checkpoint_failures_total   counter: automatic checkpoints that failed (rank 0;
+//                                            the group falls back further on a restart)
 //   optstep_active_streams                   gauge: streaming calls in progress
 //   optstep_stand_ins                        gauge: stand-ins this rank runs for lost ranks
 //   optstep_sessions                         gauge: sessions this rank holds
@@ -80,9 +82,11 @@ class ServerMetrics final : public StepObserver {
   void CountPeerLost();
   // From the rank process: it started (+1) or stopped (-1) a stand-in for a lost rank.
   void StandInsChanged(int delta);
-  // From rank 0's automatic checkpoints: a session restored at start, a checkpoint committed.
+  // From rank 0's automatic checkpoints: a session restored at start, a checkpoint committed, a
+  // save that failed.
   void CountSessionRestored();
   void CountAutoCheckpoint();
+  void CountAutoCheckpointFailure();
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -97,6 +101,7 @@ class ServerMetrics final : public StepObserver {
   prometheus::Gauge* stand_ins_;
   prometheus::Counter* sessions_restored_;
   prometheus::Counter* auto_checkpoints_;
+  prometheus::Counter* auto_checkpoint_failures_;
 
   mutable absl::Mutex mu_;
   std::unique_ptr<MetricsHttpServer> http_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "tests/integration/test_metrics.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/server_process.h"
@@ -244,6 +246,29 @@ TEST(AutoCheckpointScheduleTest, BySecondsASessionIsSavedAfterItsFirstStepAndOnc
   ASSERT_THAT(StepRange(*run.client, session, 2, 3), IsOk());
   // Not by steps (--checkpoint_every_steps is 0): 0.3 s after the last save.
   EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
+}
+
+// A disk that fails the automatic checkpoints (here the session's directory cannot be made: a file
+// is in its place) costs no step: each failed save is counted for an alert, and once the disk is
+// back the next step is saved.
+TEST(AutoCheckpointFailureTest, AFailedSaveIsCountedAndTheSessionGoesOn) {
+  TempDir root;
+  std::vector<std::string> flags = AutoFlags(root.path());
+  flags.push_back("--metrics_port=-1");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, flags));
+  const int metrics = run.group[0]->metrics_port();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("f")));
+  const std::string session = info.session_id();
+  const fs::path directory = fs::path(root.path()) / "auto" / session;
+  fs::remove_all(directory);
+  fs::create_directories(directory.parent_path());
+  std::ofstream(directory) << "not a directory";
+  ASSERT_THAT(StepRange(*run.client, session, 1, 1), IsOk());
+  EXPECT_THAT(testutil::AwaitMetric(metrics, "optstep_auto_checkpoint_failures_total", 1), IsOk());
+  fs::remove(directory);
+  ASSERT_THAT(StepRange(*run.client, session, 2, 2), IsOk());
+  EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 2), IsOk());
+  EXPECT_THAT(testutil::AwaitMetric(metrics, "optstep_auto_checkpoints_total", 1), IsOk());
 }
 
 TEST(AutoCheckpointNameTest, AUserSaveMayNotTakeTheReservedName) {

@@ -77,11 +77,13 @@ absl::Status CheckOptions(const RankProcess::Options& options) {
                      options.state_redundancy, "; --rejoin_timeout_ms must be positive, got ",
                      absl::FormatDuration(options.rejoin_timeout)));
   }
-  if (!options.kill_during_heal.empty() && options.kill_during_heal != "rendezvous" &&
-      options.kill_during_heal != "transfer") {
-    return absl::InvalidArgumentError(absl::StrCat("--kill_during_heal must be empty, ",
-                                                   "'rendezvous' or 'transfer', got '",
-                                                   options.kill_during_heal, "'"));
+  if (!options.kill_during_heal.empty() &&
+      ((options.kill_during_heal != "rendezvous" && options.kill_during_heal != "transfer") ||
+       options.world_size == 1 || options.state_redundancy == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kill_during_heal must be empty, 'rendezvous' or 'transfer' (in a group that heals: "
+        "several ranks, --state_redundancy not 0), got '",
+        options.kill_during_heal, "'"));
   }
   if (options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(
@@ -263,12 +265,12 @@ absl::Status RankProcess::StartEngine(
   if (options_.kill_before_allgather > 0) {
     engine_options.step_observer =
         std::make_shared<KillAtPhase>(engine_options.step_observer, StepObserver::Phase::kStep,
-                                      options_.kill_before_allgather, "--kill_before_allgather");
+                                      options_.kill_before_allgather, "kill_before_allgather");
   }
   if (options_.kill_after_allgather > 0) {
     engine_options.step_observer =
         std::make_shared<KillAtPhase>(engine_options.step_observer, StepObserver::Phase::kAllGather,
-                                      options_.kill_after_allgather, "--kill_after_allgather");
+                                      options_.kill_after_allgather, "kill_after_allgather");
   }
   engine_options.state_redundancy = heals();  // a shadow of the predecessor's state, every step
   if (options_.world_size > 1) {
@@ -280,11 +282,12 @@ absl::Status RankProcess::StartEngine(
           options.world_size = options_.world_size;
           options.prefix = prefix;
           // A rendezvous waits for no rank that is lost (a rank that died in its heal).
-          options.store = NewAbandoningKeyValueStore(store(), [this] {
-            return group_ != nullptr ? group_->MembersStatus() : absl::OkStatus();
-          });
+          options.store = NewAbandoningKeyValueStore(
+              store(),
+              [this] { return group_ != nullptr ? group_->MembersStatus() : absl::OkStatus(); },
+              std::max(options_.peer_timeout / 2, absl::Milliseconds(100)));
           if (options_.kill_during_heal == "rendezvous") {
-            KillSelf("event=killed_during_heal at=rendezvous", "kill_during_heal=rendezvous");
+            KillSelf("event=killed_during_heal", "kill_during_heal=rendezvous");
           }
           options.hostname = options_.advertise_host;
           options.timeout = options_.comm_timeout;
@@ -329,7 +332,7 @@ absl::Status RankProcess::StartEngine(
   };
   if (options_.kill_during_heal == "transfer") {
     group_options.on_heal_fetched = [] {
-      KillSelf("event=killed_during_heal at=transfer", "kill_during_heal=transfer");
+      KillSelf("event=killed_during_heal", "kill_during_heal=transfer");
     };
   }
   group_options.on_heal_failed = [this](const absl::Status& why) {

@@ -24,7 +24,7 @@ std::function<void(const std::string&)> KillDuringRestore(bool enabled) {
   if (!enabled) return nullptr;
   return [](const std::string& session_id) {
     KillSelf(absl::StrCat("event=killed_during_restore session=", session_id),
-             "kill_during_restore");
+             "kill_during_restore=true");
   };
 }
 

@@ -11,7 +11,7 @@
 namespace optstep {
 
 void KillSelf(const std::string& event, const std::string& flag) {
-  LOG(ERROR) << event << " --" << flag << ": this rank kills itself";
+  LOG(ERROR) << event << " flag=" << flag << " this rank kills itself";
   google::FlushLogFiles(google::GLOG_INFO);
   raise(SIGKILL);
   abort();  // not reached: SIGKILL cannot be caught
@@ -24,7 +24,7 @@ KillAtPhase::KillAtPhase(std::shared_ptr<StepObserver> inner, Phase phase, int k
 void KillAtPhase::OnPhase(Phase phase, absl::Duration duration) {
   inner_->OnPhase(phase, duration);
   if (phase != phase_ || ++seen_ != kill_at_) return;
-  KillSelf(absl::StrCat("event=killed_by_flag at=", kill_at_), flag_);
+  KillSelf("event=killed_by_flag", absl::StrCat(flag_, "=", kill_at_));
 }
 
 FailAllGatherAfter::FailAllGatherAfter(std::unique_ptr<Communicator> base,

@@ -2,8 +2,9 @@
 #define OPTSTEP_SERVER_TESTING_FAULTS_H_
 
 // Testing only: the faults a rank injects into itself on its testing flags (RankProcess::Options,
-// --kill_before_allgather, --kill_after_allgather, --fail_allgather_after), so that the
-// integration tests can lose a rank, or cut a collective, at a moment of their choosing.
+// --kill_before_allgather, --kill_after_allgather, --fail_allgather_after, --kill_during_restore,
+// --kill_during_heal), so that the integration tests can lose a rank, or cut a collective, at a
+// moment of their choosing.
 
 #include <atomic>
 #include <cstdint>
@@ -16,8 +17,8 @@
 
 namespace optstep {
 
-// Logs `event` (its "event=..." words), flushes the log and SIGKILLs this process: the fault of
-// the testing flag `flag`.
+// Logs `event` (its "event=..." words) and the testing flag `flag` (its name without dashes,
+// with its value), flushes the log and SIGKILLs this process.
 [[noreturn]] void KillSelf(const std::string& event, const std::string& flag);
 
 // Reports to `inner`, and SIGKILLs this process at the `kill_at`-th step phase `phase` it is told

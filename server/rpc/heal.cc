@@ -117,10 +117,39 @@ absl::Status Named(const Session& session, absl::string_view what, const absl::S
                       absl::StrCat("session '", session.id(), "': ", what, ": ", status.message()));
 }
 
+// PeerService.ListReplicas on rank `r`: its sessions' ids and resolutions, or with `session_id`
+// that session's whole description (one answer for every session could outgrow a peer message).
+// A rank not yet listening is waited for, up to the group's timeout: every rank published its
+// address only once it listened, but a connection may still be on its way.
 absl::StatusOr<v1::ListReplicasResponse> ListReplicasOn(RankGroup* group, int r,
-                                                        const std::string& session_id = "");
+                                                        const std::string& session_id = "") {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(group->options().timeout));
+  v1::ListReplicasRequest request;
+  request.set_session_id(session_id);
+  v1::ListReplicasResponse response;
+  const grpc::Status status = group->Peer(r)->ListReplicas(&context, request, &response);
+  // A rank of an earlier release lists nothing: it cannot have survived a rank 0 that heals.
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) return v1::ListReplicasResponse();
+  OPTSTEP_RETURN_IF_ERROR(PeerStatus(r, status));
+  return response;
+}
+
+// Every rank's answer to ListReplicas, by rank, asked at once; rank 0's own from `engine`, or
+// left empty without one (rank 0 healing itself in has nothing to list yet).
 absl::StatusOr<std::vector<v1::ListReplicasResponse>> ListEveryRank(RankGroup* group,
-                                                                    Engine* engine);
+                                                                    Engine* engine) {
+  std::vector<v1::ListReplicasResponse> lists(group->world_size());
+  OPTSTEP_RETURN_IF_ERROR(group->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0 && engine == nullptr) return absl::OkStatus();
+    OPTSTEP_ASSIGN_OR_RETURN(lists[r],
+                             r == 0 ? ListReplicas(engine, *group, {}) : ListReplicasOn(group, r));
+    return absl::OkStatus();
+  }));
+  return lists;
+}
 
 // Once the rank healed in has its state: every rank whose sessions are a step behind another
 // rank's takes that step (Regroup kCatchUp; rank 0's own part here).
@@ -161,6 +190,20 @@ absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
             << " transfer_s=" << absl::ToDoubleSeconds(absl::Now() - rebuilt);
   return generation;
 }
+
+// This rank's process asking to be healed in, reachable at `address`.
+v1::RejoinRequest ThisProcess(const RankGroup& group, const std::string& address) {
+  v1::RejoinRequest request;
+  request.set_rank(group.rank());
+  request.set_address(address);
+  request.set_stand_in(group.options().stand_in);
+  request.set_incarnation(group.incarnation());
+  return request;
+}
+
+// Heals of one rank in a row that may fail because its process was lost meanwhile before the
+// group restarts as a whole instead (the rank's supervisor tries again each time).
+constexpr int kMaxHealsLostInARow = 3;
 
 // The sessions rank `rank` is healed with (asked once every rank began the heal).
 using SessionsToHeal = std::function<absl::StatusOr<std::vector<v1::CreateReplicaRequest>>()>;
@@ -218,55 +261,24 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
   };
   (void)group->ForEachRank([&](int r) { return r == 0 ? absl::OkStatus() : end_on(r); });
   (void)end_on(0);
-  if (healed.ok()) ResumeSessions(engine);
-  if (!healed.ok()) {
-    LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\"" << healed.status().message()
-               << "\"";
-    // Not a stand-in (lost, its host is lost too), nor rank 0 itself, nor a process of an
-    // earlier release (unknown).
-    if (rank != group->rank() && !stand_in && rejoining.incarnation() != 0 &&
-        group->ProcessGone(rank, rejoining.incarnation())) {
-      LOG(WARNING) << "event=rank_lost_while_healing rank=" << rank << " generation=" << generation
-                   << " the group waits for the rank's next process";
-    } else if (group->options().on_heal_failed) {
-      group->options().on_heal_failed(healed.status());
-    }
+  if (healed.ok()) {
+    ResumeSessions(engine);
+    group->CountHealed(rank);
+    return healed;
+  }
+  LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\"" << healed.status().message()
+             << "\"";
+  // Not a stand-in (lost, its host is lost too), nor rank 0 itself, nor a process of an earlier
+  // release (unknown); and not over and over (a rank that dies in each heal: out of memory).
+  if (rank != group->rank() && !stand_in && rejoining.incarnation() != 0 &&
+      group->ProcessGone(rank, rejoining.incarnation()) &&
+      group->CountHealLost(rank) <= kMaxHealsLostInARow) {
+    LOG(WARNING) << "event=rank_lost_while_healing rank=" << rank << " generation=" << generation
+                 << " the group waits for the rank's next process";
+  } else if (group->options().on_heal_failed) {
+    group->options().on_heal_failed(healed.status());
   }
   return healed;
-}
-
-// PeerService.ListReplicas on rank `r`: its sessions' ids and resolutions, or with `session_id`
-// that session's whole description (one answer for every session could outgrow a peer message).
-// A rank not yet listening is waited for, up to the group's timeout: every rank published its
-// address only once it listened, but a connection may still be on its way.
-absl::StatusOr<v1::ListReplicasResponse> ListReplicasOn(RankGroup* group, int r,
-                                                        const std::string& session_id) {
-  grpc::ClientContext context;
-  context.set_wait_for_ready(true);
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(group->options().timeout));
-  v1::ListReplicasRequest request;
-  request.set_session_id(session_id);
-  v1::ListReplicasResponse response;
-  const grpc::Status status = group->Peer(r)->ListReplicas(&context, request, &response);
-  // A rank of an earlier release lists nothing: it cannot have survived a rank 0 that heals.
-  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) return v1::ListReplicasResponse();
-  OPTSTEP_RETURN_IF_ERROR(PeerStatus(r, status));
-  return response;
-}
-
-// Every rank's answer to ListReplicas, by rank, asked at once; rank 0's own from `engine`, or
-// left empty without one (rank 0 healing itself in has nothing to list yet).
-absl::StatusOr<std::vector<v1::ListReplicasResponse>> ListEveryRank(RankGroup* group,
-                                                                    Engine* engine) {
-  std::vector<v1::ListReplicasResponse> lists(group->world_size());
-  OPTSTEP_RETURN_IF_ERROR(group->ForEachRank([&](int r) -> absl::Status {
-    if (r == 0 && engine == nullptr) return absl::OkStatus();
-    OPTSTEP_ASSIGN_OR_RETURN(lists[r],
-                             r == 0 ? ListReplicas(engine, *group, {}) : ListReplicasOn(group, r));
-    return absl::OkStatus();
-  }));
-  return lists;
 }
 
 // The sessions rank 0 heals itself in with, once every rank began the heal (no resolution starts
@@ -353,14 +365,9 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
   absl::MutexLock heal_lock(&group->heal_mu());
   // The survivors that are stand-ins, told to every rank at the heal's first phase.
   for (int r = 1; r < world_size; ++r) group->SetStoodIn(r, answers[r].stand_in());
-  v1::RejoinRequest itself;
-  itself.set_rank(0);
-  itself.set_address(group->addresses()[0]);
-  itself.set_stand_in(group->options().stand_in);
-  itself.set_incarnation(group->incarnation());
-  OPTSTEP_ASSIGN_OR_RETURN(uint64_t healed, RunHeal(engine, group, itself, generation + 1, [group] {
-                             return SessionsOfSurvivors(group);
-                           }));
+  OPTSTEP_ASSIGN_OR_RETURN(uint64_t healed,
+                           RunHeal(engine, group, ThisProcess(*group, group->addresses()[0]),
+                                   generation + 1, [group] { return SessionsOfSurvivors(group); }));
   return std::optional<uint64_t>(healed);
 }
 
@@ -576,11 +583,7 @@ void ResumeSessions(Engine* engine) {
 absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& address,
                                        absl::Duration timeout) {
   OPTSTEP_RETURN_IF_ERROR(group->EnsureAddress(0));
-  v1::RejoinRequest request;
-  request.set_rank(group->rank());
-  request.set_address(address);
-  request.set_stand_in(group->options().stand_in);
-  request.set_incarnation(group->incarnation());
+  const v1::RejoinRequest request = ThisProcess(*group, address);
   v1::RejoinResponse response;
   grpc::ClientContext context;
   context.set_wait_for_ready(true);

@@ -166,8 +166,8 @@ ServerMetrics::ServerMetrics() : registry_(std::make_shared<prometheus::Registry
       &prometheus::BuildCounter()
            .Name("optstep_auto_checkpoint_failures_total")
            .Help(
-               "Automatic checkpoints that failed (rank 0): a restart of the group falls back to "
-               "the newest one that did not.")
+               "Automatic checkpoint attempts that failed (rank 0): a restart of the group "
+               "falls back to the newest checkpoint committed.")
            .Register(*registry_)
            .Add({});
 }

@@ -13,8 +13,8 @@
 //   optstep_sessions_restored_total          counter: sessions restored from automatic
 //                                            checkpoints at start (rank 0)
 //   optstep_auto_checkpoints_total           counter: automatic checkpoints committed (rank 0)
-//   optstep_auto_checkpoint_failures_total   counter: automatic checkpoints that failed (rank 0;
-//                                            the group falls back further on a restart)
+//   optstep_auto_checkpoint_failures_total   counter: automatic checkpoint attempts that failed
+//                                            (rank 0; a restart falls back further)
 //   optstep_active_streams                   gauge: streaming calls in progress
 //   optstep_stand_ins                        gauge: stand-ins this rank runs for lost ranks
 //   optstep_sessions                         gauge: sessions this rank holds

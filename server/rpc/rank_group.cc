@@ -150,8 +150,6 @@ absl::Status RankGroup::BeginRegroup(const v1::RegroupRequest& request) {
     }
     generation_ = request.generation();
   }
-  // Watched as alive from now on: the heal's held operations need it (steps wait for kEnd).
-  liveness_.Rejoined(rank, absl::Now(), request.incarnation());
   {
     absl::MutexLock lock(&mu_);
     healing_ =
@@ -171,6 +169,10 @@ absl::Status RankGroup::BeginRegroup(const v1::RegroupRequest& request) {
     LOG(WARNING) << "event=regroup_begin rank=" << rank << " generation=" << generation_
                  << " address=" << request.address();
   }
+  // Watched as alive from now on, as the process `request.incarnation` (the heal's held
+  // operations need it; steps wait for kEnd). After the new stub: a heartbeat sent from now on
+  // reaches the rejoining process, never a stand-in it replaces, whose answer would lose it.
+  liveness_.Rejoined(rank, absl::Now(), request.incarnation());
   // The communicators rebuild in the coordinating rank 0's store (a stand-in's own).
   if (options_.retarget_store) options_.retarget_store(request.rendezvous());
   return absl::OkStatus();
@@ -262,9 +264,22 @@ bool RankGroup::ProcessGone(int rank, uint64_t incarnation) {
   request.set_rank(options_.rank);
   v1::PingResponse response;
   const grpc::Status status = Peer(rank)->Ping(&context, request, &response);
-  LOG(INFO) << "event=rank_pinged rank=" << rank << " status=" << status.error_code()
+  LOG(INFO) << "event=rank_pinged rank=" << rank
+            << " code=" << absl::StatusCodeToString(FromGrpcStatus(status).code())
             << " incarnation=" << response.incarnation() << " healing_incarnation=" << incarnation;
   return !status.ok() || response.incarnation() != incarnation;
+}
+
+int RankGroup::CountHealLost(int rank) {
+  absl::MutexLock lock(&lost_heals_mu_);
+  lost_heals_.resize(options_.world_size);
+  return ++lost_heals_[rank];
+}
+
+void RankGroup::CountHealed(int rank) {
+  absl::MutexLock lock(&lost_heals_mu_);
+  lost_heals_.resize(options_.world_size);
+  lost_heals_[rank] = 0;
 }
 
 absl::Status RankGroup::CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica) {

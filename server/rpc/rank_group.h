@@ -71,8 +71,8 @@ struct RankGroupOptions {
   // This rank is a stand-in for a lost rank, run in its buddy's process (docs/deploy.md, "A rank
   // that does not return"): it says so when it rejoins and when rank 0 asks who survived.
   bool stand_in = false;
-  // Testing only (--kill_during_heal): told each time a heal of this rank fetched a state dict
-  // from a peer (PeerFetch). May be null.
+  // Testing only (--kill_during_heal): told each time this rank fetched a state dict from a peer
+  // (PeerFetch: its heal's transfer, a catch-up, a shadow refresh). May be null.
   std::function<void()> on_heal_fetched;
 };
 
@@ -163,6 +163,10 @@ class RankGroup {
   // Whether rank `rank`'s process `incarnation` is gone: a ping (within the peer timeout) is not
   // answered, or another process answers it (its supervisor restarted it already).
   bool ProcessGone(int rank, uint64_t incarnation);
+  // Rank 0: counts the heals of rank `rank` in a row whose process was lost while it healed in,
+  // and answers how many (a heal that succeeds begins the count again).
+  int CountHealLost(int rank);
+  void CountHealed(int rank);
   // Rank 0: creates `replica` (its session id, definition, owner, and the resolutions the other
   // ranks finished) on rank `rank` rejoining the group.
   absl::Status CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica);
@@ -259,6 +263,9 @@ class RankGroup {
   const RankGroupOptions options_;
   Engine* const engine_;
   const uint64_t incarnation_;
+  // CountHealLost, by rank.
+  absl::Mutex lost_heals_mu_;
+  std::vector<int> lost_heals_ ABSL_GUARDED_BY(lost_heals_mu_);
 
   // Serialises session creation on rank 0, so that two trainers creating the same named
   // session at once attach to one session with one id on every rank.

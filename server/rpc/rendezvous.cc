@@ -47,7 +47,8 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Get(grpc::CallbackServerContext
                                                      v1::RendezvousGetResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Duration timeout = absl::Milliseconds(request->timeout_ms());
-  // The wait runs on its own thread; rendezvous gets are few (ranks x groups).
+  // The wait runs on its own thread; rendezvous gets are few (ranks x groups x the slices of
+  // a long wait, NewAbandoningKeyValueStore).
   RunDetached([store = store_, key = request->key(), timeout, reactor, response] {
     absl::StatusOr<std::string> value = store->Get(key, timeout);
     if (value.ok()) response->set_value(*std::move(value));

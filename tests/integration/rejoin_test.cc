@@ -244,13 +244,14 @@ TEST_P(KilledWhileHealingTest, ARankKilledWhileItHealsInHealsOnItsNextRestart) {
   std::vector<std::string> dying = kFlags;
   dying.push_back(absl::StrCat("--kill_during_heal=", GetParam().moment));
   ASSERT_THAT(Restart(group, dead, dying), IsOk());
-  const int status = group[dead]->Wait();
+  const int status = group[dead]->WaitFor(absl::Seconds(60));
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   absl::StatusOr<StepReply> waited = absl::UnknownError("not run");
   std::thread step([&] { waited = StepSpread(*trainer, healed.session_id(), 3); });
-  // Longer than a rank takes to exit for a restart (--peer_loss_exit_grace_ms, 1 s): they wait
-  // for the rank instead.
-  absl::SleepFor(absl::Seconds(3));
+  // Longer than the heal takes to fail (the peer timeout, 1 s, and a slice of the rendezvous's
+  // wait) and a rank then to exit for a restart (--peer_loss_exit_grace_ms, 1 s): they wait for
+  // the rank instead. (A rank that exits later still fails the checks at the end.)
+  absl::SleepFor(absl::Seconds(4));
   for (int r = 0; r < kWorld; ++r) {
     if (r == dead) continue;
     EXPECT_TRUE(Live(*group[r])) << "rank " << r << " left the group";
@@ -446,6 +447,33 @@ bool ExitsForRestart(ServerProcess& rank, absl::Duration wait) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   return false;
+}
+
+// A rank that dies in every heal (out of memory each time) is waited for three heals in a row;
+// then the group restarts as a whole rather than heal it for ever.
+TEST(RejoinTest, ARankLostInEveryHealRestartsTheGroupAfterThree) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  ASSERT_THAT(trainer->CreateSession(SpreadSpec("doomed")).status(), IsOk());
+  group[kDead]->SignalAndWait(SIGKILL);
+  ASSERT_TRUE(AwaitHealth(*group[0], false, absl::Seconds(10)));
+  std::vector<std::string> dying = kFlags;
+  dying.push_back("--kill_during_heal=transfer");
+  for (int heal = 1; heal <= 4; ++heal) {
+    ASSERT_THAT(Restart(group, kDead, dying), IsOk());
+    const int status = group[kDead]->WaitFor(absl::Seconds(60));
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "heal " << heal;
+    if (heal == 3) {
+      absl::SleepFor(absl::Seconds(2));  // longer than a rank takes to exit for a restart
+      for (int r = 0; r < kWorld; ++r) {
+        if (r == kDead) continue;
+        EXPECT_TRUE(Running(*group[r])) << "rank " << r << " after three heals";
+      }
+    }
+  }
+  EXPECT_TRUE(ExitsForRestart(*group[0], absl::Seconds(30)));
 }
 
 TEST(RejoinTest, RankZeroRestartedTogetherWithAnotherRankRestartsTheGroup) {

@@ -64,6 +64,10 @@ def tensor_chunk(chunk: WireChunk) -> tensor_pb2.TensorChunk:
                                   dtype=chunk.dtype, data=chunk.data.tobytes())
 
 
+# The details of a call cancelled because this client closed its channel (grpc's own words).
+_LOCAL_CLOSE = "Channel closed!"
+
+
 def step_requests(header: svc_pb2.StepHeader,
                   contribution: RankContribution) -> Iterator[svc_pb2.StepRequest]:
     yield svc_pb2.StepRequest(header=header)
@@ -131,7 +135,8 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
     def on_done(call: Any) -> None:
         with lock:
             if failed or call.code() == grpc.StatusCode.OK or \
-                    (call.code() == grpc.StatusCode.CANCELLED and cancelling):
+                    (call.code() == grpc.StatusCode.CANCELLED and
+                     (cancelling or call.details() == _LOCAL_CLOSE)):
                 return
             failed.append(call)
         cancel_all()
@@ -158,8 +163,9 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
     except grpc.RpcError as e:
         with lock:
             first = failed[0] if failed else e
+            # (Not "Channel closed!": this client's own channel closed under the call.)
             by_its_server = first in calls and first.code() == grpc.StatusCode.CANCELLED and \
-                (bool(failed) or not cancelling)
+                (bool(failed) or not cancelling) and first.details() != _LOCAL_CLOSE
         cancel_all()
         if by_its_server:
             raise UnavailableError(

@@ -24,8 +24,12 @@
 // and restarted at once while the stand-in runs, and the bench prints its kill -> first applied
 // step (with rank 0 stood in, R finds the group at the stand-in's store).
 //
+// With --killed_in_heal=rendezvous|transfer the restarted process dies in its heal first
+// (--kill_during_heal) and is started again once more: the bench prints that lost heal (restart
+// -> its death) beside the phases of the heal that follows.
+//
 //   bazel run //bench:recovery_bench -- --ranks=3 --layers=12 [--mid_step]
-//       [--stand_in_after_ms=2000 [--restart_while_stood_in=2]]
+//       [--stand_in_after_ms=2000 [--restart_while_stood_in=2]] [--killed_in_heal=transfer]
 
 #include <signal.h>
 
@@ -57,6 +61,9 @@ ABSL_FLAG(int64_t, stand_in_after_ms, 0,
 ABSL_FLAG(int, restart_while_stood_in, -1,
           "With --stand_in_after_ms: this rank (neither the lost rank nor its buddy) is "
           "SIGKILLed and restarted at once while the stand-in runs; -1: none.");
+ABSL_FLAG(std::string, killed_in_heal, "",
+          "'rendezvous' or 'transfer': the restarted rank dies there in its heal "
+          "(--kill_during_heal) and is started again; empty: it heals at once.");
 ABSL_FLAG(bool, mid_step, false,
           "Kill the rank inside the step after --steps_before (before its all-gather), not "
           "between steps.");
@@ -293,6 +300,21 @@ int Run() {
     std::printf("  step wall after it is back  %8.3f s\n", Seconds(after));
     return 0;
   }
+  // A restarted process lost in its heal first, when asked for.
+  const std::string killed_in_heal = absl::GetFlag(FLAGS_killed_in_heal);
+  absl::Duration lost_heal;
+  if (!killed_in_heal.empty()) {
+    const absl::Time started = absl::Now();
+    std::vector<std::string> dying = restart;
+    dying.push_back(absl::StrCat("--kill_during_heal=", killed_in_heal));
+    absl::StatusOr<std::unique_ptr<ServerProcess>> doomed = ServerProcess::Start(dying);
+    if (!doomed.ok() || (*doomed)->WaitFor(absl::Seconds(300)) == -1) {
+      std::fprintf(stderr, "rank %d's first restart did not die in its heal\n", dead);
+      abandon();
+      return 1;
+    }
+    lost_heal = absl::Now() - started;
+  }
   absl::StatusOr<std::unique_ptr<ServerProcess>> again = ServerProcess::Start(restart);
   if (!again.ok()) {
     std::fprintf(stderr, "cannot restart rank %d: %s\n", dead, again.status().ToString().c_str());
@@ -320,6 +342,10 @@ int Run() {
   std::printf("  step wall before the kill  %8.3f s\n", Seconds(step_wall));
   std::printf("  detection (kill -> a survivor NOT_SERVING) %7.3f s\n",
               Seconds(detected_at - killed));
+  if (!killed_in_heal.empty()) {
+    std::printf("  a heal lost (restart -> the restarted process killed at its %s) %7.3f s\n",
+                killed_in_heal.c_str(), Seconds(lost_heal));
+  }
   std::printf("  restart (kill -> listening) %7.3f s\n", Seconds(listening - killed));
   std::printf("  rejoin (-> every rank SERVING: rebuild + state transfer) %7.3f s\n",
               Seconds(serving - listening));

@@ -89,7 +89,7 @@ absl::Status RecreateEverywhere(Engine* engine, RankGroup* group, int rank,
       for (const v1::CreateReplicaRequest& replica : sessions) {
         // Rank 0 healing itself makes its replicas here.
         status[r] = rank == group->rank() ? CreateReplicaHere(engine, replica)
-                                          : group->CreateHealedReplica(rank, replica);
+                                          : group->CreateReplicaOn(rank, replica);
         if (!status[r].ok()) return;
       }
     });

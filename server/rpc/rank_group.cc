@@ -29,6 +29,7 @@ RankGroup::RankGroup(RankGroupOptions options, Engine* engine)
     absl::MutexLock lock(&mu_);
     addresses_.assign(options_.world_size, "");
     stood_in_.assign(options_.world_size, false);
+    lost_heals_.assign(options_.world_size, 0);
     peers_.resize(options_.world_size);
   }
   if (options_.world_size > 1 && engine_ != nullptr) {
@@ -271,19 +272,13 @@ bool RankGroup::ProcessGone(int rank, uint64_t incarnation) {
 }
 
 int RankGroup::CountHealLost(int rank) {
-  absl::MutexLock lock(&lost_heals_mu_);
-  lost_heals_.resize(options_.world_size);
+  absl::MutexLock lock(&mu_);
   return ++lost_heals_[rank];
 }
 
 void RankGroup::CountHealed(int rank) {
-  absl::MutexLock lock(&lost_heals_mu_);
-  lost_heals_.resize(options_.world_size);
+  absl::MutexLock lock(&mu_);
   lost_heals_[rank] = 0;
-}
-
-absl::Status RankGroup::CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica) {
-  return CreateReplicaOn(rank, replica);
 }
 
 absl::Status RankGroup::EnsureAddress(int rank, absl::Duration wait) {

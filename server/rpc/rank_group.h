@@ -167,9 +167,11 @@ class RankGroup {
   // and answers how many (a heal that succeeds begins the count again).
   int CountHealLost(int rank);
   void CountHealed(int rank);
-  // Rank 0: creates `replica` (its session id, definition, owner, and the resolutions the other
-  // ranks finished) on rank `rank` rejoining the group.
-  absl::Status CreateHealedReplica(int rank, const v1::CreateReplicaRequest& replica);
+  // PeerService.CreateReplica on `rank` (a peer): builds its replica (its session id, definition,
+  // owner, request id, and the resolutions the other ranks finished: a rank rejoining the group
+  // too), or with `request.admission_only` only answers whether it would admit it. The error
+  // names the rank.
+  absl::Status CreateReplicaOn(int rank, const v1::CreateReplicaRequest& request);
   // Whether rank `rank`, as healed in last, is a stand-in (RejoinRequest.stand_in; every rank
   // learns it at Regroup kBegin, a restarted rank 0 from the survivors' lists); and the ranks that
   // are, in rank order (SessionInfo.layout.stood_in_ranks).
@@ -256,16 +258,10 @@ class RankGroup {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   // This rank's sessions (none without an engine).
   std::vector<std::shared_ptr<Session>> Sessions() const;
-  // PeerService.CreateReplica on `rank` (a peer): builds its replica, or with
-  // `request.admission_only` only answers whether it would admit it. The error names the rank.
-  absl::Status CreateReplicaOn(int rank, const v1::CreateReplicaRequest& request);
 
   const RankGroupOptions options_;
   Engine* const engine_;
   const uint64_t incarnation_;
-  // CountHealLost, by rank.
-  absl::Mutex lost_heals_mu_;
-  std::vector<int> lost_heals_ ABSL_GUARDED_BY(lost_heals_mu_);
 
   // Serialises session creation on rank 0, so that two trainers creating the same named
   // session at once attach to one session with one id on every rank.
@@ -284,6 +280,7 @@ class RankGroup {
   std::string heard_rendezvous_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<bool> stood_in_ ABSL_GUARDED_BY(mu_);  // by rank
+  std::vector<int> lost_heals_ ABSL_GUARDED_BY(mu_);  // by rank (CountHealLost)
   absl::Mutex heal_mu_;
   PeerLiveness liveness_;
   absl::Mutex heartbeat_mu_;

@@ -124,19 +124,18 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
     failed: List[Any] = []
     # Set once this client cancels the streams: a stream CANCELLED before that was cancelled by
     # its rank's server (it stopped: a stand-in giving way to the rank's own process).
-    cancelling: List[bool] = []
+    cancelling = threading.Event()
     lock = threading.Lock()
 
     def cancel_all() -> None:
-        with lock:
-            cancelling.append(True)
+        cancelling.set()
         _cancel(calls)
 
     def on_done(call: Any) -> None:
         with lock:
             if failed or call.code() == grpc.StatusCode.OK or \
                     (call.code() == grpc.StatusCode.CANCELLED and
-                     (cancelling or call.details() == _LOCAL_CLOSE)):
+                     (cancelling.is_set() or call.details() == _LOCAL_CLOSE)):
                 return
             failed.append(call)
         cancel_all()
@@ -165,7 +164,7 @@ def exchange_steps(services: Sequence[Any], header: svc_pb2.StepHeader,
             first = failed[0] if failed else e
             # (Not "Channel closed!": this client's own channel closed under the call.)
             by_its_server = first in calls and first.code() == grpc.StatusCode.CANCELLED and \
-                (bool(failed) or not cancelling) and first.details() != _LOCAL_CLOSE
+                (bool(failed) or not cancelling.is_set()) and first.details() != _LOCAL_CLOSE
         cancel_all()
         if by_its_server:
             raise UnavailableError(

@@ -497,7 +497,9 @@ void RankProcess::AwaitShutdownRequest() {
   shutdown_requested_.Notify();
   group_->Leave(/*announce=*/announce_leave_.load());
   if (auto_checkpointer_ != nullptr) auto_checkpointer_->Stop();
-  server_->Shutdown(absl::Now() + options_.shutdown_grace);
+  // A stand-in that gives way: its steps cannot complete without the group it left.
+  const bool gives_way = is_stand_in_ && !announce_leave_.load();
+  server_->Shutdown(absl::Now() + (gives_way ? absl::ZeroDuration() : options_.shutdown_grace));
   if (options_.rank == 0) SaveOnShutdown();
 }
 

@@ -98,8 +98,8 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* OptimizerServiceImp
   // A group that lost a rank cannot complete a step: every stream is refused, naming the rank.
   absl::Status lost = group_->LostPeersStatus();
   if (!lost.ok()) return new RefusedStepReactor(lost);
-  return StartStepReactor(engine_, CallerOf(*context), step_limits_,
-                          [this] { return NewStepsStatus(); });
+  return StartStepReactor(
+      engine_, CallerOf(*context), step_limits_, [this] { return NewStepsStatus(); }, streams_);
 }
 
 RankDirectory OptimizerServiceImpl::Directory() const {

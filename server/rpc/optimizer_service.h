@@ -26,14 +26,16 @@ using OptimizerServiceBase = v1::OptimizerService::WithCallbackMethod_CreateSess
 // (server/rpc/convert), calls the engine and converts back; no math here. Thread-safe.
 class OptimizerServiceImpl final : public OptimizerServiceBase {
  public:
-  // `engine` and `group` must outlive the service; `step_limits` bound each Step stream; no unary
-  // answer is larger than `max_answer_bytes` (the server's message size).
+  // `engine`, `group` and `streams` must outlive the service; `step_limits` bound each Step
+  // stream, which is in `streams` while it is open; no unary answer is larger than
+  // `max_answer_bytes` (the server's message size).
   OptimizerServiceImpl(Engine* engine, RankGroup* group, const StepStreamLimits& step_limits,
-                       size_t max_answer_bytes)
+                       size_t max_answer_bytes, LiveStepStreams* streams)
       : engine_(engine),
         group_(group),
         step_limits_(step_limits),
-        max_answer_bytes_(max_answer_bytes) {}
+        max_answer_bytes_(max_answer_bytes),
+        streams_(streams) {}
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
                                           const v1::CreateSessionRequest* request,
@@ -67,6 +69,7 @@ class OptimizerServiceImpl final : public OptimizerServiceBase {
   RankGroup* const group_;
   const StepStreamLimits step_limits_;
   const size_t max_answer_bytes_;
+  LiveStepStreams* const streams_;
 };
 
 }  // namespace optstep

@@ -11,6 +11,12 @@
 #include "server/rpc/request_parse_interceptor.h"
 
 namespace optstep {
+namespace {
+
+// How long the Step streams a shutdown ends after its grace get to send their status.
+constexpr absl::Duration kEndStreamsTime = absl::Seconds(1);
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Engine* engine,
                                                       RankGroup* group) {
@@ -96,7 +102,15 @@ void Server::Shutdown(absl::Time deadline) {
   server_->GetHealthCheckService()->SetServingStatus(false);  // every service, liveness too
   engine_->StopAcceptingSteps();
   if (!tracker_.AwaitNoSteps(deadline)) {
-    LOG(WARNING) << "event=shutdown_grace_expired active_steps=" << tracker_.active_steps();
+    // The grace is over: the streams still open end UNAVAILABLE, which their trainers redo once
+    // the group serves, rather than CANCELLED by gRPC's shutdown below.
+    const int ended = streams_.EndAll(
+        absl::StrCat("rank ", engine_->options().rank,
+                     " shut down with this step open; redo the step once the group serves"));
+    LOG(WARNING) << "event=shutdown_grace_expired active_steps=" << tracker_.active_steps()
+                 << " ended_unavailable=" << ended;
+    // Their statuses go out before gRPC's shutdown cancels what is left.
+    tracker_.AwaitNoSteps(absl::Now() + kEndStreamsTime);
   }
   server_->Shutdown(absl::ToChronoTime(deadline));
 }

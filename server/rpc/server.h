@@ -75,8 +75,9 @@ class Server {
   // is live.
   void SetReady(bool ready);
   // Health NOT_SERVING and new Step streams refused (UNAVAILABLE) at once; then waits for the
-  // Step streams in progress to end, until `deadline`; then stops accepting calls and waits for
-  // running ones until `deadline` (cancelling what is left). Idempotent.
+  // Step streams in progress to end, until `deadline`, and ends those still open UNAVAILABLE
+  // (LiveStepStreams); then stops accepting calls and waits for running ones until `deadline`
+  // (cancelling what is left). Idempotent.
   void Shutdown(absl::Time deadline);
   // Blocks until Shutdown completes.
   void Wait();
@@ -85,7 +86,8 @@ class Server {
   Server(Engine* engine, RankGroup* group, const ServerOptions& options)
       : engine_(engine),
         tracker_(options.metrics),
-        optimizer_service_(engine, group, options.step_stream, options.max_message_bytes),
+        optimizer_service_(engine, group, options.step_stream, options.max_message_bytes,
+                           &streams_),
         checkpoint_service_(engine, group),
         peer_service_(engine, group),
         admin_service_(options.on_shutdown_request),
@@ -94,6 +96,7 @@ class Server {
 
   Engine* const engine_;
   CallTracker tracker_;
+  LiveStepStreams streams_;
   OptimizerServiceImpl optimizer_service_;
   CheckpointServiceImpl checkpoint_service_;
   PeerServiceImpl peer_service_;

@@ -23,16 +23,19 @@ namespace optstep {
 namespace {
 
 class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+                          public LiveStepStreams::Stream,
                           public std::enable_shared_from_this<StepReactor> {
  public:
   StepReactor(Engine* engine, Caller caller, const StepStreamLimits& limits,
-              NewStepsStatus new_steps)
+              NewStepsStatus new_steps, LiveStepStreams* streams)
       : engine_(engine),
         caller_(std::move(caller)),
         limits_(limits),
-        new_steps_(std::move(new_steps)) {}
+        new_steps_(std::move(new_steps)),
+        streams_(streams) {}
 
   void Start(std::shared_ptr<StepReactor> self) {
+    if (streams_ != nullptr) streams_->Add(self);
     self_ = std::move(self);
     absl::MutexLock lock(&mu_);
     ReadLocked();
@@ -112,7 +115,18 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       alarm = std::move(idle_alarm_);
     }
     alarm.reset();  // cancels: its callback returns at once, without the lock
+    if (streams_ != nullptr) streams_->Remove(this);
     self_.reset();
+  }
+
+  void EndUnavailable(absl::string_view why) override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    FinishLocked(grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        session_ == nullptr
+            ? std::string(why)
+            : absl::StrCat("session '", session_->id(), "' step ", handle_.step, ": ", why)));
   }
 
  private:
@@ -413,6 +427,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   const Caller caller_;
   const StepStreamLimits limits_;
   const NewStepsStatus new_steps_;
+  LiveStepStreams* const streams_;  // may be null
   std::shared_ptr<StepReactor> self_;
 
   absl::Mutex mu_;
@@ -445,9 +460,10 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
-    Engine* engine, Caller caller, const StepStreamLimits& limits, NewStepsStatus new_steps) {
-  auto reactor =
-      std::make_shared<StepReactor>(engine, std::move(caller), limits, std::move(new_steps));
+    Engine* engine, Caller caller, const StepStreamLimits& limits, NewStepsStatus new_steps,
+    LiveStepStreams* streams) {
+  auto reactor = std::make_shared<StepReactor>(engine, std::move(caller), limits,
+                                               std::move(new_steps), streams);
   StepReactor* raw = reactor.get();
   raw->Start(std::move(reactor));
   return raw;

@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
 #include "server/rpc/caller.h"
+#include "server/rpc/live_step_streams.h"
 
 namespace optstep {
 
@@ -40,9 +41,10 @@ using NewStepsStatus = std::function<absl::Status()>;
 // parameter chunks go out as slices of the shared snapshot. The reactor owns itself and is
 // released after OnDone; reactions never block: the step itself runs on the engine's device
 // worker, which calls back when the step is applied or aborted. Only a session `caller` may see
-// is stepped (caller.h).
+// is stepped (caller.h). The stream is in `streams` (may be null) while it is open.
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
-    Engine* engine, Caller caller, const StepStreamLimits& limits, NewStepsStatus new_steps);
+    Engine* engine, Caller caller, const StepStreamLimits& limits, NewStepsStatus new_steps,
+    LiveStepStreams* streams);
 
 }  // namespace optstep
 

@@ -9,9 +9,11 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/cpp/client.h"
@@ -30,6 +32,7 @@ namespace {
 using ::optstep::testutil::AwaitHealth;
 using ::optstep::testutil::Group;
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::OpenStep;
 using ::optstep::testutil::Restart;
 using ::optstep::testutil::Running;
 using ::optstep::testutil::SameResolutionsEverywhere;
@@ -38,6 +41,7 @@ using ::optstep::testutil::SpreadSpec;
 using ::optstep::testutil::SteppedReference;
 using ::optstep::testutil::StepSpread;
 using ::optstep::testutil::Trainer;
+using ::testing::HasSubstr;
 
 constexpr int kWorld = 3;
 
@@ -120,10 +124,31 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
     EXPECT_TRUE(Running(*group[r])) << "rank " << r << " exited";
   }
 
+  // A step begun at the stand-in and left open: its trainer learns as soon as the stand-in gives
+  // way, UNAVAILABLE (redone at the rank's own process), not after the shutdown grace period.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<OpenStep> open,
+      OpenStep::BeginWithoutGradients(
+          grpc::CreateChannel(info.layout().rank_targets(dead), grpc::InsecureChannelCredentials()),
+          id, 5));
+  grpc::Status open_end;
+  absl::Time open_ended;
+  std::thread await_end([&] {
+    open_end = open->AwaitEnd();
+    open_ended = absl::Now();
+  });
+  absl::Cleanup join = [&] { await_end.join(); };
+
   ASSERT_THAT(Restart(group, dead, flags), IsOk());
   ASSERT_TRUE(AwaitOwnProcess(*trainer, id, dead, own_address))
       << "rank " << dead << "'s own process did not take its place back";
+  const absl::Time replaced = absl::Now();
   EXPECT_THAT(testutil::AwaitMetric(group[buddy]->metrics_port(), "optstep_stand_ins", 0), IsOk());
+  std::move(join).Invoke();
+  EXPECT_EQ(open_end.error_code(), grpc::StatusCode::UNAVAILABLE) << open_end.error_message();
+  EXPECT_THAT(open_end.error_message(),
+              HasSubstr("step 5: rank " + std::to_string(dead) + " shut down with this step open"));
+  EXPECT_LT(open_ended - replaced, absl::Seconds(5)) << "the stand-in waited out a grace period";
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
   }

@@ -115,6 +115,18 @@ absl::StatusOr<std::unique_ptr<OpenStep>> OpenStep::Begin(
   return open;
 }
 
+absl::StatusOr<std::unique_ptr<OpenStep>> OpenStep::BeginWithoutGradients(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id, uint64_t step) {
+  auto open = std::make_unique<OpenStep>();
+  open->stub_ = v1::OptimizerService::NewStub(channel);
+  open->context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  open->stream_ = open->stub_->Step(&open->context_);
+  if (!open->stream_->Write(Header(session_id, step))) {
+    return absl::UnavailableError("the Step stream broke while sending its header");
+  }
+  return open;
+}
+
 grpc::Status OpenStep::TryBegin(const std::shared_ptr<grpc::Channel>& channel,
                                 const std::string& session_id, uint64_t step) {
   auto stub = v1::OptimizerService::NewStub(channel);
@@ -148,6 +160,10 @@ absl::StatusOr<uint64_t> OpenStep::Commit() {
 
 grpc::Status OpenStep::Finish() {
   stream_->WritesDone();
+  return AwaitEnd();
+}
+
+grpc::Status OpenStep::AwaitEnd() {
   v1::StepResponse response;
   while (stream_->Read(&response)) {
   }

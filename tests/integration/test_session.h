@@ -64,6 +64,9 @@ class OpenStep {
   static absl::StatusOr<std::unique_ptr<OpenStep>> Begin(
       const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id, uint64_t step,
       uint32_t trainer = 0);
+  // The header alone, the stream left open (no gradient, no commit).
+  static absl::StatusOr<std::unique_ptr<OpenStep>> BeginWithoutGradients(
+      const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id, uint64_t step);
   // The header alone; answers the stream's status (e.g. UNAVAILABLE when refused).
   static grpc::Status TryBegin(const std::shared_ptr<grpc::Channel>& channel,
                                const std::string& session_id, uint64_t step);
@@ -71,6 +74,8 @@ class OpenStep {
   absl::StatusOr<uint64_t> Commit();
   // Half-closes and answers the stream's status.
   grpc::Status Finish();
+  // Waits for the server to end the stream (without half-closing it) and answers its status.
+  grpc::Status AwaitEnd();
 
  private:
   std::unique_ptr<v1::OptimizerService::Stub> stub_;

@@ -1,0 +1,50 @@
+#ifndef OPTSTEP_SERVER_RPC_LIVE_STEP_STREAMS_H_
+#define OPTSTEP_SERVER_RPC_LIVE_STEP_STREAMS_H_
+
+// The Step streams open on one server, so that a shutdown can end those still open after its
+// grace period with UNAVAILABLE. gRPC's own shutdown would cancel them, and a trainer cannot tell
+// a CANCELLED its server sent from its own cancel; UNAVAILABLE is what a trainer's recovery
+// redoes once the group serves (a stand-in that gives way, a rank drained by SIGTERM).
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace optstep {
+
+// Thread-safe.
+class LiveStepStreams {
+ public:
+  // One open stream, as the registry sees it.
+  class Stream {
+   public:
+    // Ends the stream with UNAVAILABLE naming `why` (nothing if it ended already). Must not
+    // block.
+    virtual void EndUnavailable(absl::string_view why) = 0;
+
+   protected:
+    ~Stream() = default;
+  };
+
+  LiveStepStreams() = default;
+  LiveStepStreams(const LiveStepStreams&) = delete;
+  LiveStepStreams& operator=(const LiveStepStreams&) = delete;
+
+  // `stream` is open until Remove(stream.get()); the registry keeps it weakly.
+  void Add(const std::shared_ptr<Stream>& stream);
+  void Remove(const Stream* stream);
+  // Ends every stream open now (Stream::EndUnavailable); answers how many there were.
+  int EndAll(absl::string_view why);
+
+ private:
+  absl::Mutex mu_;
+  std::map<const Stream*, std::weak_ptr<Stream>> open_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_LIVE_STEP_STREAMS_H_

@@ -63,18 +63,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   };
   std::vector<std::shared_ptr<Rank>> ranks;
   for (const std::string& target : targets) ranks.push_back(open_rank(target));
-  std::vector<size_t> unreachable;
-  if (options.connect_timeout > absl::ZeroDuration()) {
-    for (const auto& rank : ranks) rank->channel->GetState(/*try_to_connect=*/true);
-    const absl::Time deadline = absl::Now() + options.connect_timeout;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      if (!ranks[r]->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
-        unreachable.push_back(r);
-      }
-    }
-  }
   std::unique_ptr<Client> client(new Client(options, std::move(ranks), std::move(open_rank)));
-  if (!unreachable.empty()) OPTSTEP_RETURN_IF_ERROR(client->ConnectStandIns(unreachable));
+  if (options.connect_timeout > absl::ZeroDuration()) OPTSTEP_RETURN_IF_ERROR(client->AwaitRanks());
   return client;
 }
 

@@ -201,8 +201,13 @@ class Client final {
   // each new one, drops those of ranks back.
   void FollowStandIns(const google::protobuf::RepeatedPtrField<std::string>& rank_targets,
                       const google::protobuf::RepeatedField<uint32_t>& stood_in_ranks);
-  // After Connect could not reach `unreachable` (ascending) within the connect timeout: asks rank
-  // 0 for stand-ins (or, rank 0 not reached, the first rank reached) and waits for theirs.
+  // Connect's wait for every rank, within the connect timeout. Rank 0 first: as soon as it
+  // answers, it tells which ranks are stood in for (AskDirectory), whose own addresses would not
+  // answer, and the others are waited for where the group serves them. UNAVAILABLE naming the
+  // first rank not reached (ConnectStandIns).
+  absl::Status AwaitRanks();
+  // After AwaitRanks could not reach `unreachable` (ascending) within the connect timeout: asks
+  // rank 0 for stand-ins (or, rank 0 not reached, the first rank reached) and waits for theirs.
   // UNAVAILABLE naming the first rank not reached.
   absl::Status ConnectStandIns(const std::vector<size_t>& unreachable);
   // The first page of `rank`'s ListSessions: the group's directory as that rank knows it.

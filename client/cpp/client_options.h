@@ -20,8 +20,9 @@ struct ClientOptions {
   // one rank at `target`. When set, `target` is ignored.
   std::vector<std::string> rank_targets;
 
-  // Connect() waits this long for every channel to become ready; UNAVAILABLE otherwise.
-  // Zero: connect lazily on the first call.
+  // Connect() waits this long for every channel to become ready; UNAVAILABLE otherwise. The
+  // first rank to answer says where a rank stood in for is served (its stand-in), which is
+  // waited for instead of the rank's own address. Zero: connect lazily on the first call.
   absl::Duration connect_timeout = absl::Seconds(10);
   // Deadline of unary calls (sessions, health).
   absl::Duration rpc_timeout = absl::Seconds(30);

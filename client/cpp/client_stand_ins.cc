@@ -7,17 +7,66 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "client/cpp/client.h"
 #include "client/cpp/client_rank.h"
 #include "wire/grpc_status.h"
 
 namespace optstep {
+
+namespace {
+
+// The first of `channels` ready by `deadline` (the lowest among those ready together); none when
+// none is.
+std::optional<size_t> FirstReady(const std::vector<grpc::Channel*>& channels, absl::Time deadline) {
+  for (;;) {
+    for (size_t r = 0; r < channels.size(); ++r) {
+      const grpc_connectivity_state state = channels[r]->GetState(/*try_to_connect=*/true);
+      if (state == GRPC_CHANNEL_READY) return r;
+      // The wait polls the channel, which moves its connection on (GetState alone does not);
+      // a change of state ends it early.
+      channels[r]->WaitForStateChange(
+          state, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(10))));
+    }
+    if (absl::Now() >= deadline) return std::nullopt;
+  }
+}
+
+}  // namespace
+
+absl::Status Client::AwaitRanks() {
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  std::vector<grpc::Channel*> channels;
+  for (const auto& rank : ranks_) {
+    rank->channel->GetState(/*try_to_connect=*/true);  // every rank at once
+    channels.push_back(rank->channel.get());
+  }
+  // The first rank to answer tells where the group serves a rank that is stood in for (every
+  // rank knows), whose own address would not answer within the timeout; only a group of several
+  // ranks has any.
+  if (ranks_.size() > 1) {
+    if (std::optional<size_t> first = FirstReady(channels, deadline)) {
+      absl::StatusOr<v1::ListSessionsResponse> told = AskDirectory(*ranks_[*first]);
+      // A group still forming (or of an earlier release) may not say: the ranks are waited for
+      // at their own addresses, then looked up again (ConnectStandIns).
+      if (told.ok()) FollowStandIns(told->rank_targets(), told->stood_in_ranks());
+    }
+  }
+  std::vector<size_t> unreachable;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (!Reach(r)->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+      unreachable.push_back(r);
+    }
+  }
+  return unreachable.empty() ? absl::OkStatus() : ConnectStandIns(unreachable);
+}
 
 absl::Status Client::ConnectStandIns(const std::vector<size_t>& unreachable) {
   auto not_reached = [this](size_t r, absl::string_view why) {

@@ -21,6 +21,8 @@ from repository import native_library_path
 # The rank lost (1, or 0) is lost for good after 2 s; its buddy (2, or 1) stands in for it.
 FLAGS = ["--heartbeat_interval_ms=100", "--peer_timeout_ms=1000", "--state_redundancy=1",
          "--rejoin_timeout_ms=2000"]
+# The connect timeout of a client that connects while a rank is stood in.
+CONNECT_TIMEOUT = 10.0
 WORLD = 3
 STEPS = 6
 KILLED_AFTER = 2
@@ -92,9 +94,13 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         assert layout.stood_in_ranks == (dead,)
         assert layout.rank_targets[dead] != own_address
         # A client that connects now, given the lost rank's own address, is led to the
-        # stand-in (its native data path connects on its first step, the same way).
-        with optstep.Client(rank_targets=group.targets, connect_timeout=1) as late:
+        # stand-in by the first rank that answers, at once (its native data path connects on
+        # its first step, the same way).
+        connecting = time.monotonic()
+        with optstep.Client(rank_targets=group.targets, connect_timeout=CONNECT_TIMEOUT) as late:
             late.step(sid, KILLED_AFTER + 2, _gradients(KILLED_AFTER + 2))
+            assert time.monotonic() - connecting < CONNECT_TIMEOUT / 2, \
+                "waited for the lost rank's own address"
 
         # The rank's own process, on its port, takes its place back.
         port = own_address.rsplit(":", 1)[1]

@@ -59,17 +59,26 @@ class RankChannels:
             rank.channel.close()
 
     def connect(self, timeout: float, rpc_timeout: float) -> None:
-        """Waits for every given rank (UnavailableError naming the first not reached); a rank
-        not reached within `timeout` may be stood in for (docs/deploy.md, "A rank that does not
-        return"): rank 0 then says where (for rank 0, the first rank reached does), and the
-        client waits for the stand-in instead."""
+        """Waits for every given rank (UnavailableError naming the first not reached). A rank
+        may be stood in for (docs/deploy.md, "A rank that does not return"), its own address
+        answering nothing: the first rank to answer says where the group serves it, and the
+        client waits for the stand-in instead. A rank still not reached within `timeout` is
+        looked up once more: rank 0 says where (for rank 0, the first rank reached does)."""
         ranks = self.given()
-        futures = [grpc.channel_ready_future(rank.channel) for rank in ranks]
         deadline = time.monotonic() + timeout
+        if len(ranks) > 1:
+            first = _first_ready(ranks, deadline)
+            if first is not None:
+                try:
+                    told = _directory(ranks[first], rpc_timeout)
+                    self.follow(list(told.rank_targets), told.stood_in_ranks)
+                except grpc.RpcError:
+                    pass  # a group still forming may not say: looked up again below
         unreachable = []
-        for r, future in enumerate(futures):
+        for r, rank in enumerate(ranks):
             try:
-                future.result(timeout=max(0.0, deadline - time.monotonic()))
+                grpc.channel_ready_future((self.stand_in(r) or rank).channel).result(
+                    timeout=max(0.0, deadline - time.monotonic()))
             except grpc.FutureTimeoutError:
                 unreachable.append(r)
         if not unreachable:
@@ -173,6 +182,21 @@ class RankChannels:
             for r, target in told.items():
                 if r not in self._stand_ins:
                     self._stand_ins[r] = self._open(target)
+
+
+def _first_ready(ranks: Sequence[RankChannel], deadline: float) -> Optional[int]:
+    """The first of `ranks` whose channel is ready by `deadline` (time.monotonic(); the lowest
+    among those ready together); None when none is."""
+    futures = [grpc.channel_ready_future(rank.channel) for rank in ranks]
+    try:
+        while True:
+            ready = next((r for r, future in enumerate(futures) if future.done()), None)
+            if ready is not None or time.monotonic() >= deadline:
+                return ready
+            time.sleep(0.01)
+    finally:
+        for future in futures:
+            future.cancel()
 
 
 def _directory(rank: RankChannel, rpc_timeout: float) -> svc_pb2.ListSessionsResponse:

@@ -371,16 +371,17 @@ class TwoRankClientTest : public ::testing::Test {
         fake0_(testutil::StartFakeServer(&rank0_)),
         fake1_(testutil::StartFakeServer(&rank1_)) {}
 
-  // Rank 1 says that rank 0 is served at `stand_in` now; answers a client of both ranks' own
-  // targets.
+  // A client of both ranks' own targets, connected before rank 1 says that rank 0 is served at
+  // `stand_in` now (told at the connect, the client would go there at once).
   absl::StatusOr<std::unique_ptr<Client>> ConnectWithRankZeroAt(const FakeServer& stand_in) {
+    ClientOptions options;
+    options.rank_targets = {fake0_.target, fake1_.target};
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     FakeOptimizerService::Behaviour told;
     told.rank_targets = {stand_in.target, fake1_.target};
     told.stood_in_ranks = {0};
     rank1_.set_behaviour(told);
-    ClientOptions options;
-    options.rank_targets = {fake0_.target, fake1_.target};
-    return Client::Connect(options);
+    return client;
   }
 
   v1::SessionInfo info_;

@@ -68,6 +68,8 @@ class Kill:
         self.rewound_to: List[int] = []
         self.during_step: Optional[bool] = None  # a mid-step kill: whether the step still ran
         self.rank0_rejoins = 0  # rank 0's own heals logged when it was kept away
+        self.landed_in_heal: Optional[bool] = None  # mid-heal: the second kill came before the
+        # heal it interrupted had ended
 
     @property
     def heals(self) -> bool:
@@ -147,9 +149,10 @@ class Chaos:
         if kill.kind == "mid-save":
             self._await_save_in_progress(step)
         heals_begun = self._heals_begun(kill.ranks[0])
+        healed = self._healed(kill.ranks[0])
         self._kill(kill)
         if kill.kind == MID_HEAL:
-            self._kill_as_it_heals(kill.ranks[0], heals_begun)
+            self._kill_as_it_heals(kill, heals_begun, healed)
         if kill.kind == "idle":
             time.sleep(IDLE_PAUSE_S)
 
@@ -197,13 +200,21 @@ class Chaos:
         """How many heals of `rank` rank 0 began (rank 0's own too: its log runs on)."""
         return self.group.log(0).count(f"event=rank_rejoining rank={rank} ")
 
-    def _kill_as_it_heals(self, rank: int, heals_begun: int) -> None:
-        """Kills `rank` again once rank 0 logged the next heal of it begun."""
+    def _healed(self, rank: int) -> int:
+        """How many heals of `rank` rank 0 completed (logged as each one's transfer ends)."""
+        return self.group.log(0).count(f"event=rank_healed rank={rank} ")
+
+    def _kill_as_it_heals(self, kill: Kill, heals_begun: int, healed: int) -> None:
+        """Kills the rank again once rank 0 logged the next heal of it begun, and notes whether
+        that heal had ended by then (read after the kill: a heal that ends as the kill lands
+        counts as ended)."""
+        rank = kill.ranks[0]
         deadline = time.monotonic() + 30.0
         while self._heals_begun(rank) <= heals_begun:
             assert time.monotonic() < deadline, f"no heal of rank {rank} began within 30 s"
             time.sleep(0.005)
         self.group.kill(rank)
+        kill.landed_in_heal = self._healed(rank) == healed
 
     def _rank0_rejoins(self) -> int:
         return self.group.log(0).count("event=rejoined rank=0")
@@ -314,5 +325,7 @@ def _check(group: SupervisedGroup, chaos: Chaos, opt: RemoteOptimizer, rewinds: 
             buddy = group.log((k.ranks[0] + 1) % WORLD)
             assert f"event=stand_in_started rank={k.ranks[0]}" in buddy, report
             assert f"event=stand_in_ended rank={k.ranks[0]}" in buddy, report
+    # The second kill of a mid-heal landed inside the heal it meant to interrupt.
+    assert [k.landed_in_heal for k in chaos.kills if k.kind == MID_HEAL] == [True], report
     assert sum(len(k.rewound_to) for k in chaos.kills) == len(rewinds)
     assert opt.next_step == STEPS + 1

@@ -497,9 +497,11 @@ void RankProcess::AwaitShutdownRequest() {
   shutdown_requested_.Notify();
   group_->Leave(/*announce=*/announce_leave_.load());
   if (auto_checkpointer_ != nullptr) auto_checkpointer_->Stop();
-  // A stand-in that gives way: its steps cannot complete without the group it left.
+  // A stand-in that gives way: its steps cannot complete without the group it left (its other
+  // calls still get the grace period).
   const bool gives_way = is_stand_in_ && !announce_leave_.load();
-  server_->Shutdown(absl::Now() + (gives_way ? absl::ZeroDuration() : options_.shutdown_grace));
+  const absl::Time deadline = absl::Now() + options_.shutdown_grace;
+  server_->Shutdown(deadline, gives_way ? absl::Now() : deadline);
   if (options_.rank == 0) SaveOnShutdown();
 }
 

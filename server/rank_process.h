@@ -290,7 +290,7 @@ class RankProcess {
   // This process is a stand-in (in its buddy's process): it never ends the process, takes no
   // signal, serves no /metrics, and leaves without telling its peers when its rank's own process
   // took its place (`announce_leave_` false). Its step streams still open then can never
-  // complete: its server ends them without a grace period (`shutdown_grace` ignored).
+  // complete: its server ends them without waiting out `shutdown_grace`.
   const bool is_stand_in_ = false;
   std::atomic<bool> announce_leave_{true};
   // Rank 1 standing in for rank 0: rank 0's configured store, where its own process returns.

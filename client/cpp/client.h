@@ -51,9 +51,10 @@ class Client final {
  public:
   // Validates `options` (INVALID_ARGUMENT), opens one channel per rank and, unless
   // options.connect_timeout is zero, waits for every rank to be reachable (UNAVAILABLE). A rank
-  // that cannot be reached may be stood in for (docs/deploy.md, "A rank that does not return"):
-  // rank 0 then says where (for rank 0, another rank does), and the client waits for the stand-in
-  // instead.
+  // may be stood in for (docs/deploy.md, "A rank that does not return"), its own address
+  // answering nothing: the first rank that answers says where, and the client waits for the
+  // stand-in instead. A rank still not reached is looked up once more (rank 0 says where; for
+  // rank 0, another rank does).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
 
   ~Client();
@@ -201,17 +202,21 @@ class Client final {
   // each new one, drops those of ranks back.
   void FollowStandIns(const google::protobuf::RepeatedPtrField<std::string>& rank_targets,
                       const google::protobuf::RepeatedField<uint32_t>& stood_in_ranks);
-  // Connect's wait for every rank, within the connect timeout. Rank 0 first: as soon as it
-  // answers, it tells which ranks are stood in for (AskDirectory), whose own addresses would not
-  // answer, and the others are waited for where the group serves them. UNAVAILABLE naming the
-  // first rank not reached (ConnectStandIns).
+  // Connect's wait for every rank, within the connect timeout. The first rank to answer tells
+  // which ranks are stood in for (AskDirectory), whose own addresses would not answer; each of
+  // those is then served by whichever answers first, its stand-in or its own process (back
+  // while the directory still lists the stand-in). UNAVAILABLE naming the first rank not
+  // reached (ConnectStandIns).
   absl::Status AwaitRanks();
+  // Reach(rank) is the rank's own channel again.
+  void ForgetStandIn(size_t rank);
   // After AwaitRanks could not reach `unreachable` (ascending) within the connect timeout: asks
   // rank 0 for stand-ins (or, rank 0 not reached, the first rank reached) and waits for theirs.
   // UNAVAILABLE naming the first rank not reached.
   absl::Status ConnectStandIns(const std::vector<size_t>& unreachable);
-  // The first page of `rank`'s ListSessions: the group's directory as that rank knows it.
-  absl::StatusOr<v1::ListSessionsResponse> AskDirectory(Rank& rank);
+  // The first page of `rank`'s ListSessions, within `timeout`: the group's directory as that
+  // rank knows it.
+  absl::StatusOr<v1::ListSessionsResponse> AskDirectory(Rank& rank, absl::Duration timeout);
   // Rank 0 does not answer, or is not serving: asks every other rank, then rank 0's own address,
   // where rank 0 is served (its stand-in, or its own process back) and follows the first
   // answer. The last error when none answered.

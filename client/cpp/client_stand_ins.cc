@@ -23,20 +23,40 @@ namespace optstep {
 
 namespace {
 
-// The first of `channels` ready by `deadline` (the lowest among those ready together); none when
-// none is.
+// How long FirstReady watches a channel before it looks again: once one is ready, the others'
+// watches end within it.
+constexpr absl::Duration kWatchSlice = absl::Milliseconds(100);
+
+// The first of `channels` found ready by `deadline`; none when none is. All are watched on one
+// completion queue, which polls them: a channel's connection does not move on otherwise.
 std::optional<size_t> FirstReady(const std::vector<grpc::Channel*>& channels, absl::Time deadline) {
-  for (;;) {
-    for (size_t r = 0; r < channels.size(); ++r) {
-      const grpc_connectivity_state state = channels[r]->GetState(/*try_to_connect=*/true);
-      if (state == GRPC_CHANNEL_READY) return r;
-      // The wait polls the channel, which moves its connection on (GetState alone does not);
-      // a change of state ends it early.
-      channels[r]->WaitForStateChange(
-          state, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(10))));
+  grpc::CompletionQueue queue;
+  std::optional<size_t> ready;
+  size_t watching = 0;
+  const auto watch = [&](size_t r) {
+    const grpc_connectivity_state state = channels[r]->GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) {
+      ready = r;
+      return;
     }
-    if (absl::Now() >= deadline) return std::nullopt;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return;
+    channels[r]->NotifyOnStateChange(state,
+                                     absl::ToChronoTime(std::min(deadline, now + kWatchSlice)),
+                                     &queue, reinterpret_cast<void*>(r));
+    ++watching;
+  };
+  for (size_t r = 0; r < channels.size() && !ready; ++r) watch(r);
+  void* tag = nullptr;
+  bool changed = false;
+  while (watching > 0 && queue.Next(&tag, &changed)) {
+    --watching;
+    if (!ready) watch(reinterpret_cast<size_t>(tag));
   }
+  queue.Shutdown();
+  while (queue.Next(&tag, &changed)) {
+  }
+  return ready;
 }
 
 }  // namespace
@@ -44,16 +64,14 @@ std::optional<size_t> FirstReady(const std::vector<grpc::Channel*>& channels, ab
 absl::Status Client::AwaitRanks() {
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   std::vector<grpc::Channel*> channels;
-  for (const auto& rank : ranks_) {
-    rank->channel->GetState(/*try_to_connect=*/true);  // every rank at once
-    channels.push_back(rank->channel.get());
-  }
+  for (const auto& rank : ranks_) channels.push_back(rank->channel.get());
   // The first rank to answer tells where the group serves a rank that is stood in for (every
   // rank knows), whose own address would not answer within the timeout; only a group of several
   // ranks has any.
   if (ranks_.size() > 1) {
     if (std::optional<size_t> first = FirstReady(channels, deadline)) {
-      absl::StatusOr<v1::ListSessionsResponse> told = AskDirectory(*ranks_[*first]);
+      absl::StatusOr<v1::ListSessionsResponse> told =
+          AskDirectory(*ranks_[*first], std::min(options_.rpc_timeout, deadline - absl::Now()));
       // A group still forming (or of an earlier release) may not say: the ranks are waited for
       // at their own addresses, then looked up again (ConnectStandIns).
       if (told.ok()) FollowStandIns(told->rank_targets(), told->stood_in_ranks());
@@ -61,9 +79,17 @@ absl::Status Client::AwaitRanks() {
   }
   std::vector<size_t> unreachable;
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    if (!Reach(r)->channel->WaitForConnected(absl::ToChronoTime(deadline))) {
-      unreachable.push_back(r);
+    const std::shared_ptr<Rank> reach = Reach(r);
+    if (reach == ranks_[r]) {
+      if (!reach->channel->WaitForConnected(absl::ToChronoTime(deadline))) unreachable.push_back(r);
+      continue;
     }
+    // Told of a stand-in: the rank's own process may be back already (the directory lags behind
+    // a stand-in that gave way), so whichever answers first serves the rank.
+    const std::optional<size_t> first =
+        FirstReady({ranks_[r]->channel.get(), reach->channel.get()}, deadline);
+    if (!first) unreachable.push_back(r);
+    if (first == 0) ForgetStandIn(r);
   }
   return unreachable.empty() ? absl::OkStatus() : ConnectStandIns(unreachable);
 }
@@ -81,7 +107,7 @@ absl::Status Client::ConnectStandIns(const std::vector<size_t>& unreachable) {
     ++asked;
   }
   if (asked == ranks_.size()) return not_reached(0, "");
-  absl::StatusOr<v1::ListSessionsResponse> told = AskDirectory(*ranks_[asked]);
+  absl::StatusOr<v1::ListSessionsResponse> told = AskDirectory(*Reach(asked), options_.rpc_timeout);
   if (!told.ok()) {
     return not_reached(unreachable.front(),
                        absl::StrCat(", and rank ", asked,
@@ -99,10 +125,10 @@ absl::Status Client::ConnectStandIns(const std::vector<size_t>& unreachable) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::ListSessionsResponse> Client::AskDirectory(Rank& rank) {
+absl::StatusOr<v1::ListSessionsResponse> Client::AskDirectory(Rank& rank, absl::Duration timeout) {
   grpc::ClientContext context;
   // Not waiting for a channel that is not ready: the rank asked may be the one away.
-  Prepare(context, options_.rpc_timeout, /*wait_for_ready=*/false);
+  Prepare(context, timeout, /*wait_for_ready=*/false);
   v1::ListSessionsRequest request;
   request.set_page_size(1);
   v1::ListSessionsResponse response;
@@ -128,7 +154,8 @@ absl::Status Client::LookUpRankZero() {
   absl::Status last = absl::UnavailableError("no rank answered");
   for (size_t i = 1; i <= ranks_.size(); ++i) {
     const size_t r = i % ranks_.size();
-    absl::StatusOr<v1::ListSessionsResponse> told = AskDirectory(r == 0 ? *ranks_[0] : *Reach(r));
+    absl::StatusOr<v1::ListSessionsResponse> told =
+        AskDirectory(r == 0 ? *ranks_[0] : *Reach(r), options_.rpc_timeout);
     if (!told.ok()) {
       last = told.status();
       continue;
@@ -137,6 +164,11 @@ absl::Status Client::LookUpRankZero() {
     return absl::OkStatus();
   }
   return last;
+}
+
+void Client::ForgetStandIn(size_t rank) {
+  absl::MutexLock lock(&mu_);
+  stand_ins_.erase(static_cast<uint32_t>(rank));
 }
 
 std::shared_ptr<Client::Rank> Client::Reach(size_t rank) {

@@ -4,9 +4,11 @@
 
 namespace optstep {
 
-void LiveStepStreams::Add(const std::shared_ptr<Stream>& stream) {
+bool LiveStepStreams::Add(const std::shared_ptr<Stream>& stream) {
   absl::MutexLock lock(&mu_);
+  if (ended_) return false;
   open_.insert_or_assign(stream.get(), stream);
+  return true;
 }
 
 void LiveStepStreams::Remove(const Stream* stream) {
@@ -18,13 +20,15 @@ int LiveStepStreams::EndAll(absl::string_view why) {
   std::vector<std::shared_ptr<Stream>> open;
   {
     absl::MutexLock lock(&mu_);
+    ended_ = true;
     for (const auto& entry : open_) {
       if (std::shared_ptr<Stream> stream = entry.second.lock()) open.push_back(std::move(stream));
     }
   }
   // Without the registry's lock: a stream that ends removes itself.
-  for (const std::shared_ptr<Stream>& stream : open) stream->EndUnavailable(why);
-  return static_cast<int>(open.size());
+  int ended = 0;
+  for (const std::shared_ptr<Stream>& stream : open) ended += stream->EndUnavailable(why) ? 1 : 0;
+  return ended;
 }
 
 }  // namespace optstep

@@ -8,7 +8,6 @@
 
 #include <map>
 #include <memory>
-#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
@@ -22,9 +21,9 @@ class LiveStepStreams {
   // One open stream, as the registry sees it.
   class Stream {
    public:
-    // Ends the stream with UNAVAILABLE naming `why` (nothing if it ended already). Must not
-    // block.
-    virtual void EndUnavailable(absl::string_view why) = 0;
+    // Ends the stream with UNAVAILABLE naming `why`; false (nothing done) if it ended already.
+    // Must not block.
+    virtual bool EndUnavailable(absl::string_view why) = 0;
 
    protected:
     ~Stream() = default;
@@ -34,15 +33,18 @@ class LiveStepStreams {
   LiveStepStreams(const LiveStepStreams&) = delete;
   LiveStepStreams& operator=(const LiveStepStreams&) = delete;
 
-  // `stream` is open until Remove(stream.get()); the registry keeps it weakly.
-  void Add(const std::shared_ptr<Stream>& stream);
+  // `stream` is open until Remove(stream.get()); the registry keeps it weakly. False (and not
+  // kept) once EndAll ran: the stream is to end at once.
+  bool Add(const std::shared_ptr<Stream>& stream);
   void Remove(const Stream* stream);
-  // Ends every stream open now (Stream::EndUnavailable); answers how many there were.
+  // Ends every stream open now (Stream::EndUnavailable) and refuses later ones (Add); answers
+  // how many it ended.
   int EndAll(absl::string_view why);
 
  private:
   absl::Mutex mu_;
   std::map<const Stream*, std::weak_ptr<Stream>> open_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace optstep

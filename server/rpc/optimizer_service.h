@@ -5,6 +5,7 @@
 
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
+#include "server/rpc/live_step_streams.h"
 #include "server/rpc/rank_group.h"
 #include "server/rpc/session_pages.h"
 #include "server/rpc/step_reactor.h"

@@ -92,7 +92,7 @@ void Server::WatchHealth() {
   }
 }
 
-void Server::Shutdown(absl::Time deadline) {
+void Server::Shutdown(absl::Time deadline, absl::Time steps_deadline) {
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
@@ -101,7 +101,7 @@ void Server::Shutdown(absl::Time deadline) {
   health_thread_.join();
   server_->GetHealthCheckService()->SetServingStatus(false);  // every service, liveness too
   engine_->StopAcceptingSteps();
-  if (!tracker_.AwaitNoSteps(deadline)) {
+  if (!tracker_.AwaitNoSteps(steps_deadline)) {
     // The grace is over: the streams still open end UNAVAILABLE, which their trainers redo once
     // the group serves, rather than CANCELLED by gRPC's shutdown below.
     const int ended = streams_.EndAll(

@@ -20,6 +20,7 @@
 #include "server/rpc/call_tracker.h"
 #include "server/rpc/checkpoint_service.h"
 #include "server/rpc/credentials.h"
+#include "server/rpc/live_step_streams.h"
 #include "server/rpc/metrics.h"
 #include "server/rpc/optimizer_service.h"
 #include "server/rpc/peer_service.h"
@@ -75,10 +76,12 @@ class Server {
   // is live.
   void SetReady(bool ready);
   // Health NOT_SERVING and new Step streams refused (UNAVAILABLE) at once; then waits for the
-  // Step streams in progress to end, until `deadline`, and ends those still open UNAVAILABLE
-  // (LiveStepStreams); then stops accepting calls and waits for running ones until `deadline`
-  // (cancelling what is left). Idempotent.
-  void Shutdown(absl::Time deadline);
+  // Step streams in progress to end, until `steps_deadline`, and ends those still open
+  // UNAVAILABLE (LiveStepStreams), giving their statuses a second to go out; then stops
+  // accepting calls and waits for running ones until `deadline` (cancelling what is left).
+  // Idempotent.
+  void Shutdown(absl::Time deadline, absl::Time steps_deadline);
+  void Shutdown(absl::Time deadline) { Shutdown(deadline, deadline); }
   // Blocks until Shutdown completes.
   void Wait();
 

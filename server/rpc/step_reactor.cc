@@ -35,9 +35,15 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         streams_(streams) {}
 
   void Start(std::shared_ptr<StepReactor> self) {
-    if (streams_ != nullptr) streams_->Add(self);
+    const bool listed = streams_ == nullptr || streams_->Add(self);
     self_ = std::move(self);
     absl::MutexLock lock(&mu_);
+    if (!listed) {
+      return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                       absl::StrCat("rank ", engine_->options().rank,
+                                                    " is shutting down; redo the step once the "
+                                                    "group serves")));
+    }
     ReadLocked();
     if (limits_.idle_timeout > absl::ZeroDuration() &&
         limits_.idle_timeout != absl::InfiniteDuration()) {
@@ -98,6 +104,12 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
     NoteTrainerLocked();
+    write_in_flight_ = false;
+    if (deferred_finish_) {  // ended while this write was out
+      Finish(*std::move(deferred_finish_));
+      deferred_finish_.reset();
+      return;
+    }
     if (finished_) return;
     if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
     WriteNextLocked();
@@ -119,14 +131,15 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     self_.reset();
   }
 
-  void EndUnavailable(absl::string_view why) override {
+  bool EndUnavailable(absl::string_view why) override {
     absl::MutexLock lock(&mu_);
-    if (finished_) return;
+    if (finished_) return false;
     FinishLocked(grpc::Status(
         grpc::StatusCode::UNAVAILABLE,
         session_ == nullptr
             ? std::string(why)
             : absl::StrCat("session '", session_->id(), "' step ", handle_.step, ": ", why)));
+    return true;
   }
 
  private:
@@ -310,6 +323,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   }
   void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     waiting_on_trainer_ = true;
+    write_in_flight_ = true;
     StartWrite(&response_);
   }
   // The trainer sent a message or took an answer (or the stream broke).
@@ -410,6 +424,12 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (finished_) return;
     finished_ = true;
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) LogError(status);
+    // One operation on the sending side at a time: a Finish waits for the write that is out
+    // (its OnWriteDone comes, failed if the stream is cancelled meanwhile).
+    if (write_in_flight_) {
+      deferred_finish_ = std::move(status);
+      return;
+    }
     Finish(std::move(status));
   }
 
@@ -448,6 +468,8 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   bool waiting_for_turn_ ABSL_GUARDED_BY(mu_) = false;  // a chunk waits in the session
   absl::Time egress_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> deferred_finish_ ABSL_GUARDED_BY(mu_);  // FinishLocked's, meanwhile
   // The bounds (StepStreamLimits).
   int64_t bytes_received_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t max_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // resolved at the first message after the header

@@ -68,8 +68,8 @@ class Kill:
         self.rewound_to: List[int] = []
         self.during_step: Optional[bool] = None  # a mid-step kill: whether the step still ran
         self.rank0_rejoins = 0  # rank 0's own heals logged when it was kept away
-        self.landed_in_heal: Optional[bool] = None  # mid-heal: the second kill came before the
-        # heal it interrupted had ended
+        # Mid-heal: whether the second kill came before the heal it meant to interrupt ended.
+        self.landed_in_heal: Optional[bool] = None
 
     @property
     def heals(self) -> bool:
@@ -201,8 +201,9 @@ class Chaos:
         return self.group.log(0).count(f"event=rank_rejoining rank={rank} ")
 
     def _healed(self, rank: int) -> int:
-        """How many heals of `rank` rank 0 completed (logged as each one's transfer ends)."""
-        return self.group.log(0).count(f"event=rank_healed rank={rank} ")
+        """How many heals of `rank` its processes saw end (each logs it once its heal, the last
+        phase included, is over)."""
+        return self.group.log(rank).count(f"event=rejoined rank={rank} ")
 
     def _kill_as_it_heals(self, kill: Kill, heals_begun: int, healed: int) -> None:
         """Kills the rank again once rank 0 logged the next heal of it begun, and notes whether

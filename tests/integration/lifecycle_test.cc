@@ -1,7 +1,8 @@
 // SIGTERM on a real server in the middle of a session: health turns NOT_SERVING at once, new
 // Step streams are refused with UNAVAILABLE, the step in progress still completes (or, if its
 // trainer never commits, ends UNAVAILABLE at the grace period), and the process exits 0 within
-// the grace period. With --checkpoint_on_shutdown the last applied step is saved on the way out.
+// the grace period (and the second its streams' ends get to go out). With --checkpoint_on_shutdown
+// the last applied step is saved on the way out.
 
 #include <signal.h>
 #include <sys/stat.h>

@@ -294,3 +294,27 @@ def test_a_creation_retried_after_its_answer_was_lost_keeps_its_request_id(
         assert retried.request_id == first.request_id
         client.create_session(_session_info([]).spec)
     assert ranks[1].creates[1].request_id != first.request_id
+
+
+# An address where nothing listens: a rank away, or a stand-in that gave way.
+_NOBODY = "127.0.0.1:1"
+
+
+def test_a_client_follows_a_stand_in_at_connect(ranks: List[FakeRank]) -> None:
+    """Given a stood-in rank's own address, which answers nothing, the client connects at once:
+    the first rank that answers says where the stand-in is (not after the connect timeout)."""
+    ranks[0].directory = svc.ListSessionsResponse(rank_targets=[ranks[0].target, ranks[1].target],
+                                                  stood_in_ranks=[1])
+    began = time.monotonic()
+    with optstep.Client(rank_targets=[ranks[0].target, _NOBODY], connect_timeout=10):
+        assert time.monotonic() - began < 5, "waited for the rank's own address"
+
+
+def test_a_client_takes_a_ranks_own_process_over_a_stand_in_that_is_gone(
+        ranks: List[FakeRank]) -> None:
+    """Right after a stand-in gave way the group may still list it: the client takes the rank's
+    own process, which answers, rather than failing on the stand-in, which does not."""
+    ranks[0].directory = svc.ListSessionsResponse(rank_targets=[ranks[0].target, _NOBODY],
+                                                  stood_in_ranks=[1])
+    with optstep.Client(rank_targets=[r.target for r in ranks], connect_timeout=2) as client:
+        assert client._ranks.stand_in(1) is None  # reached at its own address

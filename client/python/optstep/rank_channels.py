@@ -62,7 +62,8 @@ class RankChannels:
         """Waits for every given rank (UnavailableError naming the first not reached). A rank
         may be stood in for (docs/deploy.md, "A rank that does not return"), its own address
         answering nothing: the first rank to answer says where the group serves it, and the
-        client waits for the stand-in instead. A rank still not reached within `timeout` is
+        rank is then served by whichever answers first, its stand-in or its own process (back
+        while the group still lists the stand-in). A rank still not reached within `timeout` is
         looked up once more: rank 0 says where (for rank 0, the first rank reached does)."""
         ranks = self.given()
         deadline = time.monotonic() + timeout
@@ -70,19 +71,30 @@ class RankChannels:
             first = _first_ready(ranks, deadline)
             if first is not None:
                 try:
-                    told = _directory(ranks[first], rpc_timeout)
+                    told = _directory(ranks[first],
+                                      min(rpc_timeout, max(0.0, deadline - time.monotonic())))
                     self.follow(list(told.rank_targets), told.stood_in_ranks)
                 except grpc.RpcError:
                     pass  # a group still forming may not say: looked up again below
         unreachable = []
         for r, rank in enumerate(ranks):
-            try:
-                grpc.channel_ready_future((self.stand_in(r) or rank).channel).result(
-                    timeout=max(0.0, deadline - time.monotonic()))
-            except grpc.FutureTimeoutError:
+            stand_in = self.stand_in(r)
+            if stand_in is None:
+                if _first_ready([rank], deadline) is None:
+                    unreachable.append(r)
+                continue
+            first = _first_ready([rank, stand_in], deadline)
+            if first is None:
                 unreachable.append(r)
-        if not unreachable:
-            return
+            elif first == 0:
+                self._forget_stand_in(r)
+        if unreachable:
+            self._connect_stand_ins(ranks, unreachable, timeout, rpc_timeout)
+
+    def _connect_stand_ins(self, ranks: List[RankChannel], unreachable: List[int],
+                           timeout: float, rpc_timeout: float) -> None:
+        """After `connect` could not reach `unreachable` within `timeout`: asks rank 0 where
+        the group serves them (for rank 0, the first rank reached) and waits for those."""
 
         def not_reached(r: int, why: str = "") -> UnavailableError:
             return UnavailableError(f"cannot connect to rank {r} at '{ranks[r].target}' "
@@ -94,7 +106,7 @@ class RankChannels:
         if asked is None:
             raise not_reached(0)
         try:
-            told = _directory(ranks[asked], rpc_timeout)
+            told = _directory(self.stand_in(asked) or ranks[asked], rpc_timeout)
         except grpc.RpcError as e:
             raise not_reached(unreachable[0], f", and rank {asked} could not say where it is: "
                               f"{e.details()}") from None
@@ -104,11 +116,15 @@ class RankChannels:
             stand_in = self.stand_in(r)
             if stand_in is None:
                 raise not_reached(r, ", and no stand-in serves it")
-            try:
-                grpc.channel_ready_future(stand_in.channel).result(
-                    timeout=max(0.0, deadline - time.monotonic()))
-            except grpc.FutureTimeoutError:
-                raise not_reached(r, f", nor its stand-in at '{stand_in.target}'") from None
+            if _first_ready([stand_in], deadline) is None:
+                raise not_reached(r, f", nor its stand-in at '{stand_in.target}'")
+
+    def _forget_stand_in(self, rank: int) -> None:
+        """The rank is reached at its own channel again."""
+        with self._lock:
+            stand_in = self._stand_ins.pop(rank, None)
+        if stand_in is not None:
+            stand_in.channel.close()
 
     def given(self) -> List[RankChannel]:
         """The channels of the ranks as given or opened so far, by rank."""
@@ -186,7 +202,7 @@ class RankChannels:
 
 def _first_ready(ranks: Sequence[RankChannel], deadline: float) -> Optional[int]:
     """The first of `ranks` whose channel is ready by `deadline` (time.monotonic(); the lowest
-    among those ready together); None when none is."""
+    among those found ready together); None when none is. Each watch is cancelled after."""
     futures = [grpc.channel_ready_future(rank.channel) for rank in ranks]
     try:
         while True:

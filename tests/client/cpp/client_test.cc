@@ -389,6 +389,37 @@ class TwoRankClientTest : public ::testing::Test {
   FakeServer fake0_, fake1_;
 };
 
+// A client given a stood-in rank's own address, which answers nothing, connects at once: the
+// first rank that answers says where the stand-in is, instead of after the connect timeout.
+TEST_F(TwoRankClientTest, ConnectFollowsAStandInAtOnce) {
+  FakeOptimizerService stand_in(info_);
+  FakeServer stand_in_server = testutil::StartFakeServer(&stand_in);
+  FakeOptimizerService::Behaviour told;
+  told.rank_targets = {fake0_.target, stand_in_server.target};
+  told.stood_in_ranks = {1};
+  rank0_.set_behaviour(told);
+  ClientOptions options;
+  options.rank_targets = {fake0_.target, "127.0.0.1:1"};
+  options.connect_timeout = absl::Seconds(10);
+  const absl::Time start = absl::Now();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "waited for the rank's own address";
+}
+
+// Right after a stand-in gave way the group may still list it: a client that connects then takes
+// the rank's own process, which answers, rather than failing on the stand-in, which does not.
+TEST_F(TwoRankClientTest, ConnectTakesTheRanksOwnProcessOverAStandInThatIsGone) {
+  FakeOptimizerService::Behaviour told;
+  told.rank_targets = {fake0_.target, "127.0.0.1:1"};
+  told.stood_in_ranks = {1};
+  rank0_.set_behaviour(told);
+  ClientOptions options;
+  options.rank_targets = {fake0_.target, fake1_.target};
+  options.connect_timeout = absl::Seconds(2);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(options));
+  OPTSTEP_ASSERT_OK(client->ListSessions().status());
+}
+
 // A close whose answer was lost with rank 0 (its process gone after it closed the session) is
 // made again where the other ranks say rank 0 is served now, which no longer knows the session:
 // the session is closed, and the client says so.

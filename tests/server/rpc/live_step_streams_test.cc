@@ -18,9 +18,11 @@ using ::testing::IsEmpty;
 class RecordingStream final : public LiveStepStreams::Stream {
  public:
   explicit RecordingStream(LiveStepStreams* streams) : streams_(streams) {}
-  void EndUnavailable(absl::string_view why) override {
+  bool EndUnavailable(absl::string_view why) override {
+    if (!ended.empty()) return false;  // ended already
     ended.emplace_back(why);
     streams_->Remove(this);
+    return true;
   }
   std::vector<std::string> ended;
 
@@ -40,6 +42,29 @@ TEST(LiveStepStreamsTest, EndsEveryOpenStreamOnce) {
   // Each removed itself: a second shutdown finds none.
   EXPECT_EQ(streams.EndAll("again"), 0);
   EXPECT_THAT(first->ended, ElementsAre("rank 2 shut down"));
+}
+
+TEST(LiveStepStreamsTest, CountsOnlyTheStreamsItEnded) {
+  LiveStepStreams streams;
+  auto open = std::make_shared<RecordingStream>(&streams);
+  auto ending = std::make_shared<RecordingStream>(&streams);
+  streams.Add(open);
+  streams.Add(ending);
+  ending->ended.emplace_back("its own end");  // ended, its OnDone not yet run
+  EXPECT_EQ(streams.EndAll("shutting down"), 1);
+  EXPECT_THAT(open->ended, ElementsAre("shutting down"));
+  EXPECT_THAT(ending->ended, ElementsAre("its own end"));
+}
+
+TEST(LiveStepStreamsTest, RefusesStreamsOpenedAfterTheEnd) {
+  LiveStepStreams streams;
+  auto early = std::make_shared<RecordingStream>(&streams);
+  EXPECT_TRUE(streams.Add(early));
+  streams.EndAll("shutting down");
+  auto late = std::make_shared<RecordingStream>(&streams);
+  EXPECT_FALSE(streams.Add(late));
+  EXPECT_EQ(streams.EndAll("again"), 0);
+  EXPECT_THAT(late->ended, IsEmpty());
 }
 
 TEST(LiveStepStreamsTest, SkipsRemovedAndDestroyedStreams) {

@@ -42,6 +42,28 @@ class ParamReadiness {
     }
     for (auto& w : wake) w();
   }
+  // The step ended on this rank (FinishStep), its last parameters marked ready before: none
+  // becomes ready any more. A stream ends only after this, even one that has every parameter it
+  // returns: a trainer must not have a step that this rank may still be interrupted in (its
+  // all-gather), or it would go on to the next step while this rank redoes this one.
+  void End() {
+    std::vector<std::function<void()>> wake;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      wake.swap(waiting_);
+    }
+    for (auto& w : wake) w();
+  }
+  // Whether the step ended (End); Fail's status once it failed. While it has not, `wake` (if
+  // set) is called once (never within this call) when it ends, fails or more are ready.
+  absl::StatusOr<bool> Ended(std::function<void()> wake) {
+    absl::MutexLock lock(&mu_);
+    if (!failed_.ok()) return failed_;
+    if (ended_) return true;
+    if (wake) waiting_.push_back(std::move(wake));
+    return false;
+  }
   // The id of the `index`-th parameter to become ready; nullopt while it is not, and then
   // `wake` (if set) is called once (on the thread that marks parameters ready, never within this
   // call) when more are ready or the step failed.
@@ -58,6 +80,7 @@ class ParamReadiness {
   std::vector<int> order_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The parameters of a session as they were after one step, serialised once in one wire dtype and

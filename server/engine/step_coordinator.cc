@@ -550,6 +550,7 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
   for (const auto& entry : streamed) {
     if (outcome.ok()) {
       entry.second->readiness->MarkReady(last_ids);
+      entry.second->readiness->End();
     } else {
       entry.second->readiness->Fail(outcome.status());
     }

@@ -82,12 +82,19 @@ absl::StatusOr<ParamChunker::Progress> ParamChunker::NextStepResponse(grpc::Byte
                                                                       size_t* payload_bytes,
                                                                       std::function<void()> wake) {
   if (index_ >= ids_.size() && snapshot_->readiness != nullptr && ids_.size() < expected_) {
-    absl::StatusOr<bool> more = Refill(std::move(wake));
+    absl::StatusOr<bool> more = Refill(wake);
     if (!more.ok()) return more.status();
     if (!*more) return Progress::kWaiting;
   }
   Range range;
-  if (!NextRange(range)) return Progress::kDone;
+  if (!NextRange(range)) {
+    // Every parameter is out; the stream ends once the step ended on this rank too
+    // (ParamReadiness::End).
+    if (snapshot_->readiness == nullptr) return Progress::kDone;
+    absl::StatusOr<bool> ended = snapshot_->readiness->Ended(std::move(wake));
+    if (!ended.ok()) return ended.status();
+    return *ended ? Progress::kDone : Progress::kWaiting;
+  }
   const std::string& bytes = snapshot_->values[range.param_id];
   *message =
       EncodeParameterChunk(range.param_id, range.byte_offset / DTypeSize(snapshot_->dtype),

@@ -32,9 +32,10 @@ class ParamChunker {
   enum class Progress { kChunk, kWaiting, kDone };
   // The next chunk as a serialised StepResponse{parameter} whose payload is a slice of the
   // snapshot itself (no copy; the slice keeps the snapshot alive), so every trainer is sent the
-  // same bytes; `*payload_bytes`: its raw tensor bytes. kWaiting: no parameter is ready yet;
-  // `wake` is called when more may be (it may also be called when none is: call again).
-  // The step's error when it failed while the snapshot was being filled.
+  // same bytes; `*payload_bytes`: its raw tensor bytes. kWaiting: no parameter is ready yet, or
+  // every one went out and the step has not ended on this rank yet (ParamReadiness::End); `wake`
+  // is called when that may change (it may also be called when it did not: call again). The
+  // step's error when it failed while the snapshot was being filled, or after.
   absl::StatusOr<Progress> NextStepResponse(grpc::ByteBuffer* message, size_t* payload_bytes,
                                             std::function<void()> wake);
 

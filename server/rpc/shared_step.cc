@@ -69,7 +69,8 @@ absl::StatusOr<bool> SharedStepIo::WriteParams(const ParamSnapshot& params,
     ++next_ready_;
     OPTSTEP_RETURN_IF_ERROR(WriteOne(params, **ready));
   }
-  return true;
+  // The result goes out once the step ended on this rank too (ParamReadiness::End).
+  return params.readiness->Ended(std::move(wake));
 }
 
 absl::Status SharedStepIo::WriteOne(const ParamSnapshot& params, int id) {

@@ -38,9 +38,10 @@ class SharedStepIo {
                                     std::function<void(absl::Status)> added);
 
   // Writes the values of `ids` (parameters of the segment) from `params` into the segment as they
-  // become ready, from where the last call left off. True once all are written; false when the
-  // step still fills the snapshot: `wake` is then called once more are ready, and the caller
-  // calls again. The error of a failed step, or INTERNAL for a value that is not the
+  // become ready, from where the last call left off. True once all are written and the step
+  // ended on this rank (ParamReadiness::End); false when the step still fills the snapshot or
+  // has not ended: `wake` is then called once that may have changed, and the caller calls
+  // again. The error of a failed step, or INTERNAL for a value that is not the
   // parameter's fp32 bytes.
   absl::StatusOr<bool> WriteParams(const ParamSnapshot& params, const std::vector<uint32_t>& ids,
                                    std::function<void()> wake);

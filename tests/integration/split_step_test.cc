@@ -7,7 +7,8 @@
 // in when it is the one); the interrupted rank takes step 3 from one that finished it (the heal's
 // catch-up, heal.h); the trainer, which sees step 3 applied, goes on without a rollback, and the
 // run ends bit for bit with an undisturbed session, every survivor still the process it started
-// as.
+// as. And a trainer never has a step that a rank did not finish: a rank whose all-gather fails
+// after its stream sent every parameter fails the trainer's step too (StreamEndTest).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -37,7 +38,9 @@ using ::optstep::testutil::Restart;
 using ::optstep::testutil::Running;
 using ::optstep::testutil::SameResolutionsEverywhere;
 using ::optstep::testutil::SameStateAndParameters;
+using ::optstep::testutil::SmallSpec;
 using ::optstep::testutil::SpreadSpec;
+using ::optstep::testutil::StatusIs;
 using ::optstep::testutil::SteppedReference;
 using ::optstep::testutil::StepSpread;
 using ::optstep::testutil::Trainer;
@@ -98,6 +101,47 @@ TEST_P(SplitStepTest, ASurvivorWhoseAllGatherFailedTakesTheStepAnotherFinished) 
   EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), split.session_id()), IsOk());
   EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
+
+// A trainer has a step only once every rank ended it. Here rank 1 owns one AdamW vector of
+// exactly one stream bucket (16 MiB), published as soon as it is stepped, and rank 0 a Muon
+// matrix whose Newton–Schulz iterations keep rank 1 waiting in the all-gather meanwhile; rank 1
+// then answers its all-gather as failed (--fail_allgather_after; no redundant state: its session
+// breaks). The trainer's step fails with it, where it used to succeed: rank 1's stream had sent
+// every parameter, and ended, before the all-gather.
+TEST(StreamEndTest, ATrainerDoesNotHaveAStepARankFailedInItsAllGather) {
+  const std::vector<std::string> flags = {"--state_redundancy=0", "--metrics_port=-1"};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroupWith(2, [&](int r) {
+                                 std::vector<std::string> mine = flags;
+                                 if (r == 1) mine.push_back("--fail_allgather_after=1");
+                                 return mine;
+                               }));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  ClientOptions client_options;
+  for (const auto& rank : group) client_options.rank_targets.push_back(rank->address());
+  client_options.recovery_timeout = absl::ZeroDuration();  // the step's own error, at once
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> trainer, Client::Connect(client_options));
+  constexpr int kMatrix = 768;
+  constexpr int kVector = 4 << 20;  // 16 MiB of fp32: one stream bucket
+  v1::SessionSpec spec = SmallSpec("cut");
+  spec.clear_parameters();
+  auto* matrix = spec.add_parameters();
+  matrix->set_name("hidden.weight");
+  matrix->add_shape(kMatrix);
+  matrix->add_shape(kMatrix);
+  spec.add_parameters()->set_name("big.bias");
+  spec.mutable_parameters(1)->add_shape(kVector);
+  spec.mutable_optimizer()->set_preset("muon");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->CreateSession(spec));
+  ASSERT_EQ(info.layout().owner(0), 0u);
+  ASSERT_EQ(info.layout().owner(1), 1u);
+  StepOptions options;
+  options.session_id = info.session_id();
+  options.step = 1;
+  absl::StatusOr<StepReply> stepped = trainer->Step(
+      options,
+      {{0, std::vector<float>(kMatrix * kMatrix, 0.01f)}, {1, std::vector<float>(kVector, 0.01f)}});
+  EXPECT_THAT(stepped.status(), StatusIs(absl::StatusCode::kUnavailable, "all-gather"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, SplitStepTest, ::testing::Values(Split{2, 1}, Split{0, 2}),

@@ -83,14 +83,34 @@ TEST(ParamChunkerTest, StreamingSnapshotFollowsReadinessAndWakesTheStream) {
   while (*(next = chunker.NextStepResponse(&message, &bytes, wake)) == Progress::kChunk) {
     sent.push_back(Describe(message));
   }
-  EXPECT_EQ(*next, Progress::kDone);
   EXPECT_THAT(sent, ::testing::ElementsAre("2@0:cccccccc", "0@0:aaaaaaaa", "0@2:aaaa"));
+  // Every parameter is out, but the stream ends only once the step ended on this rank: its
+  // all-gather may still fail, and the trainer must then redo the step.
+  EXPECT_EQ(*next, Progress::kWaiting);
+  const int before_end = wakes;
+  snapshot->readiness->End();
+  EXPECT_GT(wakes, before_end);
+  EXPECT_EQ(*chunker.NextStepResponse(&message, &bytes, wake), Progress::kDone);
+}
+
+TEST(ParamChunkerTest, AStepThatFailsAfterEveryParameterWentOutEndsWithItsError) {
+  std::shared_ptr<ParamSnapshot> snapshot = Snapshot(true);
+  ParamChunker chunker(snapshot, {1}, 64);
+  snapshot->readiness->MarkReady({1});
+  grpc::ByteBuffer message;
+  size_t bytes = 0;
+  ASSERT_EQ(*chunker.NextStepResponse(&message, &bytes, nullptr), Progress::kChunk);
+  EXPECT_EQ(*chunker.NextStepResponse(&message, &bytes, nullptr), Progress::kWaiting);
+  snapshot->readiness->Fail(absl::UnavailableError("rank 1 lost a peer during the all-gather"));
+  EXPECT_THAT(chunker.NextStepResponse(&message, &bytes, nullptr).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "lost a peer"));
 }
 
 TEST(ParamChunkerTest, StreamingOnlySendsTheParametersAskedFor) {
   std::shared_ptr<ParamSnapshot> snapshot = Snapshot(true);
   ParamChunker chunker(snapshot, {0}, 16);
   snapshot->readiness->MarkReady({1, 2, 0});
+  snapshot->readiness->End();
   grpc::ByteBuffer message;
   size_t bytes = 0;
   ASSERT_EQ(*chunker.NextStepResponse(&message, &bytes, nullptr), Progress::kChunk);

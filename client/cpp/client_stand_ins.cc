@@ -79,17 +79,14 @@ absl::Status Client::AwaitRanks() {
   }
   std::vector<size_t> unreachable;
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    const std::shared_ptr<Rank> reach = Reach(r);
-    if (reach == ranks_[r]) {
-      if (!reach->channel->WaitForConnected(absl::ToChronoTime(deadline))) unreachable.push_back(r);
-      continue;
-    }
-    // Told of a stand-in: the rank's own process may be back already (the directory lags behind
-    // a stand-in that gave way), so whichever answers first serves the rank.
-    const std::optional<size_t> first =
-        FirstReady({ranks_[r]->channel.get(), reach->channel.get()}, deadline);
+    // Told of a stand-in, the rank is served by whichever answers first: its own process may be
+    // back already (the directory lags behind a stand-in that gave way).
+    std::vector<grpc::Channel*> serving = {ranks_[r]->channel.get()};
+    const std::shared_ptr<Rank> stand_in = Reach(r);
+    if (stand_in != ranks_[r]) serving.push_back(stand_in->channel.get());
+    const std::optional<size_t> first = FirstReady(serving, deadline);
     if (!first) unreachable.push_back(r);
-    if (first == 0) ForgetStandIn(r);
+    if (first == 0 && serving.size() > 1) ForgetStandIn(r);
   }
   return unreachable.empty() ? absl::OkStatus() : ConnectStandIns(unreachable);
 }

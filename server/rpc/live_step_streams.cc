@@ -4,11 +4,11 @@
 
 namespace optstep {
 
-bool LiveStepStreams::Add(const std::shared_ptr<Stream>& stream) {
+std::optional<std::string> LiveStepStreams::Add(const std::shared_ptr<Stream>& stream) {
   absl::MutexLock lock(&mu_);
-  if (ended_) return false;
+  if (ended_) return ended_;
   open_.insert_or_assign(stream.get(), stream);
-  return true;
+  return std::nullopt;
 }
 
 void LiveStepStreams::Remove(const Stream* stream) {
@@ -20,7 +20,7 @@ int LiveStepStreams::EndAll(absl::string_view why) {
   std::vector<std::shared_ptr<Stream>> open;
   {
     absl::MutexLock lock(&mu_);
-    ended_ = true;
+    ended_ = std::string(why);
     for (const auto& entry : open_) {
       if (std::shared_ptr<Stream> stream = entry.second.lock()) open.push_back(std::move(stream));
     }

@@ -8,6 +8,8 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
@@ -33,9 +35,9 @@ class LiveStepStreams {
   LiveStepStreams(const LiveStepStreams&) = delete;
   LiveStepStreams& operator=(const LiveStepStreams&) = delete;
 
-  // `stream` is open until Remove(stream.get()); the registry keeps it weakly. False (and not
-  // kept) once EndAll ran: the stream is to end at once.
-  bool Add(const std::shared_ptr<Stream>& stream);
+  // `stream` is open until Remove(stream.get()); the registry keeps it weakly. Once EndAll ran it
+  // is not kept: answers EndAll's `why`, with which the stream is to end at once.
+  std::optional<std::string> Add(const std::shared_ptr<Stream>& stream);
   void Remove(const Stream* stream);
   // Ends every stream open now (Stream::EndUnavailable) and refuses later ones (Add); answers
   // how many it ended.
@@ -44,7 +46,7 @@ class LiveStepStreams {
  private:
   absl::Mutex mu_;
   std::map<const Stream*, std::weak_ptr<Stream>> open_ ABSL_GUARDED_BY(mu_);
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<std::string> ended_ ABSL_GUARDED_BY(mu_);  // EndAll's why, once it ran
 };
 
 }  // namespace optstep

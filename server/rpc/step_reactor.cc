@@ -35,15 +35,11 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         streams_(streams) {}
 
   void Start(std::shared_ptr<StepReactor> self) {
-    const bool listed = streams_ == nullptr || streams_->Add(self);
+    const std::optional<std::string> ended =
+        streams_ != nullptr ? streams_->Add(self) : std::nullopt;
     self_ = std::move(self);
     absl::MutexLock lock(&mu_);
-    if (!listed) {
-      return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                       absl::StrCat("rank ", engine_->options().rank,
-                                                    " is shutting down; redo the step once the "
-                                                    "group serves")));
-    }
+    if (ended) return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, *ended));
     ReadLocked();
     if (limits_.idle_timeout > absl::ZeroDuration() &&
         limits_.idle_timeout != absl::InfiniteDuration()) {

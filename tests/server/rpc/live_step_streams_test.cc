@@ -1,6 +1,7 @@
 #include "server/rpc/live_step_streams.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::Optional;
 
 // Records why it was ended; removes itself from the registry on its end, as a Step stream does
 // in OnDone.
@@ -59,10 +61,10 @@ TEST(LiveStepStreamsTest, CountsOnlyTheStreamsItEnded) {
 TEST(LiveStepStreamsTest, RefusesStreamsOpenedAfterTheEnd) {
   LiveStepStreams streams;
   auto early = std::make_shared<RecordingStream>(&streams);
-  EXPECT_TRUE(streams.Add(early));
+  EXPECT_EQ(streams.Add(early), std::nullopt);
   streams.EndAll("shutting down");
   auto late = std::make_shared<RecordingStream>(&streams);
-  EXPECT_FALSE(streams.Add(late));
+  EXPECT_THAT(streams.Add(late), Optional(std::string("shutting down")));
   EXPECT_EQ(streams.EndAll("again"), 0);
   EXPECT_THAT(late->ended, IsEmpty());
 }

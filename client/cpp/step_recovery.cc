@@ -27,8 +27,9 @@ constexpr absl::Duration kLongestWait = absl::Seconds(1);
 
 absl::Duration Doubled(absl::Duration wait) { return std::min(2 * wait, kLongestWait); }
 
-// How long a session may take to reach the step a client saw applied: a step's parameters come
-// back as each rank has stepped its own, before the ranks' all-gather ends it.
+// How long a session may take to reach the step a client saw applied: from a server of an earlier
+// release, a step's parameters could come back as each rank had stepped its own, before the
+// ranks' all-gather ended it (a rank's stream now ends only once the step ended on it).
 constexpr absl::Duration kStepEndWait = absl::Seconds(30);
 constexpr absl::Duration kFirstStepEndPoll = absl::Milliseconds(5);
 constexpr absl::Duration kLongestStepEndPoll = absl::Milliseconds(100);

@@ -541,15 +541,19 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
                                                   : End::kApplied,
                                outcome.ok() ? "" : outcome.status().message());
   // Published for pulls (and replays): the whole snapshots only (a partial one goes back to the
-  // pool once its streams end).
+  // pool once its streams end). Complete before that: a pull reads every parameter at once.
   std::map<DType, std::shared_ptr<const ParamSnapshot>> published;
   for (const auto& [dtype, snapshot] : snapshots) {
     if (!snapshot->partial) published.emplace(dtype, snapshot);
   }
+  if (outcome.ok()) {
+    for (const auto& entry : streamed) entry.second->readiness->MarkReady(last_ids);
+  }
   ledger_->EndResolution(outcome.ok() ? &published : nullptr);
+  // The streams end only now, the step over on this rank: a trainer that begins the next step at
+  // once is not taken for a retry of this one.
   for (const auto& entry : streamed) {
     if (outcome.ok()) {
-      entry.second->readiness->MarkReady(last_ids);
       entry.second->readiness->End();
     } else {
       entry.second->readiness->Fail(outcome.status());

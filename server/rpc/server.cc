@@ -106,7 +106,7 @@ void Server::Shutdown(absl::Time deadline, absl::Time steps_deadline) {
     // the group serves, rather than CANCELLED by gRPC's shutdown below.
     const int ended = streams_.EndAll(
         absl::StrCat("rank ", engine_->options().rank,
-                     " shut down with this step open; redo the step once the group serves"));
+                     " shut down before this step ended; redo the step once the group serves"));
     LOG(WARNING) << "event=shutdown_grace_expired active_steps=" << tracker_.active_steps()
                  << " ended_unavailable=" << ended;
     // Their statuses go out before gRPC's shutdown cancels what is left.

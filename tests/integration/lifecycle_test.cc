@@ -173,7 +173,7 @@ TEST(LifecycleTest, AStepThatNeverCommitsIsCutAtTheGracePeriod) {
   const grpc::Status ended = open->Finish();
   EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAVAILABLE) << ended.error_message();
   EXPECT_THAT(ended.error_message(),
-              HasSubstr("step 2: rank 0 shut down with this step open; redo the step"));
+              HasSubstr("step 2: rank 0 shut down before this step ended; redo the step"));
 }
 
 TEST(LifecycleTest, CheckpointOnShutdownSavesTheLastAppliedStep) {

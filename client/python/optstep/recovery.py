@@ -43,8 +43,9 @@ _WHEN_NOT_SERVING = (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
 # Backoff between looks at the group: the first wait and the longest one, in seconds.
 _FIRST_WAIT = 0.05
 _LONGEST_WAIT = 1.0
-# How long a session may take to reach the step this client saw applied (a step's parameters
-# come back as each rank stepped its own, before the ranks' all-gather ends it), and the polls.
+# How long a session may take to reach the step this client saw applied (from a server of an
+# earlier release a step's parameters could come back before the ranks' all-gather ended it; a
+# rank's stream now ends only once the step ended on it), and the polls.
 _STEP_END_WAIT = 30.0
 _FIRST_STEP_END_POLL = 0.005
 _LONGEST_STEP_END_POLL = 0.1

@@ -92,8 +92,13 @@ TEST(SessionStreamingTest, ResultFirstThenParametersAsTheyAreStepped) {
   ASSERT_NE(out0->params, nullptr);
   ASSERT_NE(out0->params->readiness, nullptr);
   WaitForAll(*out0->params, 2);
+  absl::Notification ended;
+  absl::StatusOr<bool> over = out0->params->readiness->Ended([&] { ended.Notify(); });
+  ASSERT_THAT(over.status(), IsOk());
+  if (!*over) ended.WaitForNotification();
 
-  // Every parameter ready: the step counts as applied, so step 2 may begin at once.
+  // The step ended on this rank (ParamReadiness::End), as a stream ends only then: step 2 may
+  // begin at once.
   StepBegin next = streaming;
   next.step = 2;
   EXPECT_THAT(session.Begin(next).status(), IsOk());

@@ -46,6 +46,30 @@ void WaitForAll(const ParamSnapshot& snapshot, size_t n) {
   }
 }
 
+// Waits until the step ended on the rank (ParamReadiness::End), as a trainer's stream does before
+// it ends: only then does the trainer begin the next step.
+void WaitForEnd(const ParamSnapshot& snapshot) {
+  absl::Mutex mu;
+  int wakes = 0;
+  for (;;) {
+    int seen;
+    {
+      absl::MutexLock lock(&mu);
+      seen = wakes;
+    }
+    absl::StatusOr<bool> ended = snapshot.readiness->Ended([&] {
+      absl::MutexLock lock(&mu);
+      ++wakes;
+    });
+    ASSERT_THAT(ended.status(), IsOk());
+    if (*ended) return;
+    std::pair<int*, int> woken(&wakes, seen);
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(
+        +[](std::pair<int*, int>* w) { return *w->first > w->second; }, &woken));
+  }
+}
+
 TEST(SessionStreamingTest, ResultFirstThenParametersAsTheyAreStepped) {
   std::unique_ptr<Engine> engine = testutil::MakeEngine();
   ASSERT_NE(engine, nullptr);
@@ -92,10 +116,7 @@ TEST(SessionStreamingTest, ResultFirstThenParametersAsTheyAreStepped) {
   ASSERT_NE(out0->params, nullptr);
   ASSERT_NE(out0->params->readiness, nullptr);
   WaitForAll(*out0->params, 2);
-  absl::Notification ended;
-  absl::StatusOr<bool> over = out0->params->readiness->Ended([&] { ended.Notify(); });
-  ASSERT_THAT(over.status(), IsOk());
-  if (!*over) ended.WaitForNotification();
+  WaitForEnd(*out0->params);
 
   // The step ended on this rank (ParamReadiness::End), as a stream ends only then: step 2 may
   // begin at once.
@@ -158,6 +179,7 @@ TEST(SessionStreamingTest, LastSnapshotReleasedOnceTheNextStepApplies) {
     got.WaitForNotification();
     ASSERT_NE(params, nullptr);
     WaitForAll(*params, 2);
+    WaitForEnd(*params);
     last = params;
   }
   EXPECT_TRUE(last_released);

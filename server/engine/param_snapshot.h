@@ -24,36 +24,20 @@ class ParamReadiness {
  public:
   // The bytes of `ids` are written: readers may use them. Wakes the waiting readers.
   void MarkReady(const std::vector<int>& ids) {
-    std::vector<std::function<void()>> wake;
-    {
-      absl::MutexLock lock(&mu_);
+    ChangeAndWake([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       order_.insert(order_.end(), ids.begin(), ids.end());
-      wake.swap(waiting_);
-    }
-    for (auto& w : wake) w();
+    });
   }
   // The step failed after the snapshot was handed out: readers get `status` from now on.
   void Fail(absl::Status status) {
-    std::vector<std::function<void()>> wake;
-    {
-      absl::MutexLock lock(&mu_);
-      failed_ = std::move(status);
-      wake.swap(waiting_);
-    }
-    for (auto& w : wake) w();
+    ChangeAndWake([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { failed_ = std::move(status); });
   }
   // The step ended on this rank (FinishStep), its last parameters marked ready before: none
   // becomes ready any more. A stream ends only after this, even one that has every parameter it
   // returns: a trainer must not have a step that this rank may still be interrupted in (its
   // all-gather), or it would go on to the next step while this rank redoes this one.
   void End() {
-    std::vector<std::function<void()>> wake;
-    {
-      absl::MutexLock lock(&mu_);
-      ended_ = true;
-      wake.swap(waiting_);
-    }
-    for (auto& w : wake) w();
+    ChangeAndWake([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ended_ = true; });
   }
   // Whether the step ended (End); Fail's status once it failed. While it has not, `wake` (if
   // set) is called once (never within this call) when it ends, fails or more are ready.
@@ -76,6 +60,18 @@ class ParamReadiness {
   }
 
  private:
+  // Runs `change` under the lock, then calls every waiting reader's wake without it.
+  template <typename Change>
+  void ChangeAndWake(Change change) {
+    std::vector<std::function<void()>> wake;
+    {
+      absl::MutexLock lock(&mu_);
+      change();
+      wake.swap(waiting_);
+    }
+    for (auto& w : wake) w();
+  }
+
   absl::Mutex mu_;
   std::vector<int> order_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);

@@ -78,15 +78,12 @@ class RankChannels:
                     pass  # a group still forming may not say: looked up again below
         unreachable = []
         for r, rank in enumerate(ranks):
-            stand_in = self.stand_in(r)
-            if stand_in is None:
-                if _first_ready([rank], deadline) is None:
-                    unreachable.append(r)
-                continue
-            first = _first_ready([rank, stand_in], deadline)
+            # Told of a stand-in, the rank is served by whichever answers first.
+            serving = [rank] + [s for s in [self.stand_in(r)] if s is not None]
+            first = _first_ready(serving, deadline)
             if first is None:
                 unreachable.append(r)
-            elif first == 0:
+            elif first == 0 and len(serving) > 1:
                 self._forget_stand_in(r)
         if unreachable:
             self._connect_stand_ins(ranks, unreachable, timeout, rpc_timeout)

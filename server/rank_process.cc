@@ -28,6 +28,10 @@
 namespace optstep {
 namespace {
 
+// The shortest wait for a connection to a peer the rendezvous found
+// (CommunicatorOptions::connect_timeout): even on a loaded machine a live peer answers within it.
+constexpr absl::Duration kMinConnectTimeout = absl::Seconds(5);
+
 // The pipe HandleSignals routes SIGTERM / SIGINT to (a self-pipe works whatever signal masks the
 // libraries' threads set), and whether a RankProcess has taken it.
 int signal_pipe[2] = {-1, -1};
@@ -291,6 +295,9 @@ absl::Status RankProcess::StartEngine(
           }
           options.hostname = options_.advertise_host;
           options.timeout = options_.comm_timeout;
+          // A peer the rendezvous found but that cannot be connected to within a few peer
+          // timeouts is lost (it died after publishing its address: a rank killed in its heal).
+          options.connect_timeout = std::max(kMinConnectTimeout, 5 * options_.peer_timeout);
           absl::StatusOr<std::unique_ptr<Communicator>> made = CreateCommunicator(options);
           if (!made.ok() || options_.fail_allgather_after <= 0) return made;
           return std::make_unique<FailAllGatherAfter>(*std::move(made), allgathers_,

@@ -100,6 +100,11 @@ struct CommunicatorOptions {
   int device_ordinal = 0;
   // Rendezvous and every collective give up after this.
   absl::Duration timeout = absl::Seconds(60);
+  // Gloo: connecting to a peer whose address the rendezvous found gives up after this (zero:
+  // `timeout`). That peer was listening when it published its address; a connection that takes
+  // longer means it died since (a rank lost in a heal), which would otherwise hold the rendezvous
+  // until `timeout`.
+  absl::Duration connect_timeout = absl::ZeroDuration();
 };
 
 // Chooses the collectives for the device whose memory they move (`device_name` as

@@ -48,6 +48,33 @@ void IgnoreSigpipe() {
   }
 }
 
+// What gloo's context is given for connecting: gloo waits five times that for a connection (and
+// no longer for its store keys: GlooStore waits until the deadline).
+std::chrono::milliseconds ConnectTimeout(const CommunicatorOptions& options) {
+  const bool bound =
+      options.connect_timeout > absl::ZeroDuration() && options.connect_timeout < options.timeout;
+  return absl::ToChronoMilliseconds((bound ? options.connect_timeout : options.timeout) / 5);
+}
+
+// The rendezvous' first part: this rank says it came, then waits until every other rank did
+// (or `deadline`).
+absl::Status AwaitEveryRank(const CommunicatorOptions& options, absl::Time deadline,
+                            const std::string& what) {
+  const auto came = [&](int rank) { return absl::StrCat(options.prefix, "/came/", rank); };
+  absl::Status status = options.store->Set(came(options.rank), "");
+  for (int r = 0; r < options.world_size && status.ok(); ++r) {
+    if (r == options.rank) continue;
+    status = options.store->Get(came(r), std::max(deadline - absl::Now(), absl::ZeroDuration()))
+                 .status();
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat(what, ": rendezvous: rank ", r,
+                                                      " did not come: ", status.message()));
+    }
+  }
+  if (!status.ok()) return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
@@ -75,11 +102,15 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
         absl::StrCat("cannot open a TCP device on '", options.hostname, "': ", status.message()));
   }
 
+  // Every rank may come late, up to the deadline; once all came, gloo's own waits (its store
+  // keys, its connections) are bounded by the connect timeout: a peer that takes longer died.
+  OPTSTEP_RETURN_IF_ERROR(AwaitEveryRank(options, deadline, what));
   auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
-  context->setTimeout(timeout);
+  context->setTimeout(ConnectTimeout(options));
   internal::GlooStore store(options.store, options.prefix, deadline);
   OPTSTEP_RETURN_IF_ERROR(internal::CallGloo(absl::StrCat(what, ": rendezvous"), [&] {
     context->connectFullMesh(store, device);
+    context->setTimeout(timeout);
     // connectFullMesh returns once this rank's connections are up, while a peer may still be
     // completing its own: a rank that returned and closed at once would fail that peer's
     // rendezvous. The barrier returns only when every rank is connected.

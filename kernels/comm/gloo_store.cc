@@ -30,12 +30,10 @@ void GlooStore::wait(const std::vector<std::string>& keys) {
 }
 
 void GlooStore::wait(const std::vector<std::string>& keys,
-                     const std::chrono::milliseconds& timeout) {
-  // gloo::kNoTimeout (zero) means no timeout of gloo's own.
-  const absl::Time deadline = timeout.count() > 0
-                                  ? std::min(deadline_, absl::Now() + absl::FromChrono(timeout))
-                                  : deadline_;
-  for (const std::string& key : keys) Fetch(key, deadline);
+                     const std::chrono::milliseconds& /*timeout*/) {
+  // Gloo passes its context's timeout, which bounds its connections (CommunicatorOptions::
+  // connect_timeout): a key is waited for until the deadline.
+  wait(keys);
 }
 
 const std::string& GlooStore::Fetch(const std::string& key, absl::Time deadline) {

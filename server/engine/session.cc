@@ -263,8 +263,11 @@ absl::Status Session::Commit(const StepHandle& c, uint64_t num_elements, StepCal
   {
     absl::MutexLock lock(&mu_);
     OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));
-    if (c.replay || c.retry) OPTSTEP_RETURN_IF_ERROR(book_.CheckResent(c));
-    if (c.replay) {
+    // A retry whose step was applied before this commit: answered as a replay of that step.
+    StepHandle handle = c;
+    handle.replay = c.replay || book_.AppliedSinceRetry(c);
+    if (handle.replay || handle.retry) OPTSTEP_RETURN_IF_ERROR(book_.CheckResent(handle));
+    if (handle.replay) {
       replay = book_.last_outcome();
     } else {
       OPTSTEP_RETURN_IF_ERROR(book_.Commit(c, num_elements, std::move(done)));

@@ -52,11 +52,17 @@ absl::Status StepBook::CheckUsable() const {
 
 absl::Status StepBook::CheckFresh(const StepHandle& c) const {
   OPTSTEP_RETURN_IF_ERROR(CheckUsable());
-  if (c.generation != generation_ || (!c.retry && !c.replay && c.attempt != attempts_[c.trainer])) {
+  const bool stale = c.generation != generation_ && !AppliedSinceRetry(c);
+  if (stale || (!c.retry && !c.replay && c.attempt != attempts_[c.trainer])) {
     return absl::AbortedError(absl::StrCat("session '", id_, "': step ", c.step, " of trainer ",
                                            c.trainer, " was aborted or superseded; redo the step"));
   }
   return absl::OkStatus();
+}
+
+bool StepBook::AppliedSinceRetry(const StepHandle& c) const {
+  return c.retry && c.generation != generation_ && counters_.step == c.step &&
+         last_outcome_.has_value();
 }
 
 absl::StatusOr<StepHandle> StepBook::Begin(const StepBegin& begin, StepSchedule schedule,

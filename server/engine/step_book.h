@@ -63,8 +63,13 @@ class StepBook {
   // UNAVAILABLE once closed or broken, and while interrupted.
   absl::Status CheckUsable() const;
   // CheckUsable; ABORTED when the step `c` belongs to was aborted or superseded since (a new
-  // generation), or its trainer began the step again.
+  // generation), or its trainer began the step again. A retry whose step was applied since
+  // (AppliedSinceRetry) is fresh: it is a replay of that step now.
   absl::Status CheckFresh(const StepHandle& c) const;
+  // Whether `c`, a retry (it began while its step was resolved, or after its trainer committed),
+  // resends the step that has been applied since, the last one applied: the resolution it would
+  // have waited for ended before its commit, which is then answered as a replay of that step.
+  bool AppliedSinceRetry(const StepHandle& c) const;
 
   // The contribution `begin` starts, with `schedule` (begin's values over the defaults): a replay
   // of the last applied step; a retry while a resolution runs or once the trainer committed; or

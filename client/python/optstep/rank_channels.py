@@ -117,11 +117,11 @@ class RankChannels:
                 raise not_reached(r, f", nor its stand-in at '{stand_in.target}'")
 
     def _forget_stand_in(self, rank: int) -> None:
-        """The rank is reached at its own channel again."""
+        """The rank is reached at its own channel again. The stand-in's channel is dropped, not
+        closed: it closes once nothing uses it, gRPC's watch of its state (`_first_ready`, still
+        winding down) included; closing it under that watch raises in gRPC's thread."""
         with self._lock:
-            stand_in = self._stand_ins.pop(rank, None)
-        if stand_in is not None:
-            stand_in.channel.close()
+            self._stand_ins.pop(rank, None)
 
     def given(self) -> List[RankChannel]:
         """The channels of the ranks as given or opened so far, by rank."""

@@ -104,6 +104,51 @@ TEST(StepBookTest, BeginAnswersNewAttemptsRetriesAndReplaysInSequence) {
   EXPECT_EQ(MustBegin(book, 2, 0).attempt, 3u);
 }
 
+// A retry begun while its step was resolved whose commit comes after the step was applied (a
+// trainer's resend after a broken stream, racing the resolution) is answered as a replay of that
+// step, not ABORTED: the step it resends is the one applied.
+TEST(StepBookTest, ARetryWhoseStepWasAppliedMeanwhileIsAReplayOfIt) {
+  StepBook book("s", 0, ConfigOf(GradientMode::kReplicated, 1), {10, 4}, &kNames);
+  std::vector<absl::StatusOr<StepOutcome>> outcomes;
+  const StepHandle first = MustBegin(book, 1, 0);
+  SendAllAndCommit(book, first, &outcomes);
+  book.set_running(true);
+  const StepHandle resent = MustBegin(book, 1, 0);
+  ASSERT_TRUE(resent.retry);
+  EXPECT_FALSE(book.AppliedSinceRetry(resent));  // the step is not applied yet
+
+  absl::StatusOr<StepOutcome> outcome = StepOutcome{};
+  std::vector<WaitingChunk> stranded;
+  book.EndStep(outcome, &stranded);
+  book.set_running(false);
+  EXPECT_THAT(book.CheckFresh(resent), IsOk());
+  EXPECT_TRUE(book.AppliedSinceRetry(resent));
+  EXPECT_THAT(book.CheckFresh(first), StatusIs(absl::StatusCode::kAborted));  // no retry
+
+  // Once a later step is applied, the retry's step is no longer the last one: stale.
+  SendAllAndCommit(book, MustBegin(book, 2, 0), &outcomes);
+  outcome = StepOutcome{};
+  book.EndStep(outcome, &stranded);
+  EXPECT_FALSE(book.AppliedSinceRetry(resent));
+  EXPECT_THAT(book.CheckFresh(resent), StatusIs(absl::StatusCode::kAborted, "redo the step"));
+}
+
+// A retry whose step was aborted, not applied, stays stale: the step is redone.
+TEST(StepBookTest, ARetryWhoseStepWasAbortedIsStale) {
+  StepBook book("s", 0, ConfigOf(GradientMode::kReplicated, 1), {10, 4}, &kNames);
+  std::vector<absl::StatusOr<StepOutcome>> outcomes;
+  SendAllAndCommit(book, MustBegin(book, 1, 0), &outcomes);
+  book.set_running(true);
+  const StepHandle resent = MustBegin(book, 1, 0);
+  ASSERT_TRUE(resent.retry);
+  absl::StatusOr<StepOutcome> failed = absl::UnavailableError("peer lost");
+  std::vector<WaitingChunk> stranded;
+  book.EndStep(failed, &stranded);
+  book.set_running(false);
+  EXPECT_FALSE(book.AppliedSinceRetry(resent));
+  EXPECT_THAT(book.CheckFresh(resent), StatusIs(absl::StatusCode::kAborted));
+}
+
 TEST(StepBookTest, CommitDropsAContributionWithTheWrongCountOrMissingCoverage) {
   StepBook book("s", 0, ConfigOf(GradientMode::kSharded, 2), {10, 4}, &kNames);
   const StepHandle c0 = MustBegin(book, 1, 0);

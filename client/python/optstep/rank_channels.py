@@ -5,17 +5,25 @@ advertise, when it was given rank 0's only), and the stand-ins the group tells o
 from __future__ import annotations
 
 import dataclasses
+import queue
 import threading
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import grpc
 
+from optstep import raw_messages
 from optstep.errors import FailedPreconditionError, UnavailableError
 from optstep.layout import SessionLayout
 from optstep.v1 import checkpoint_service_pb2_grpc as ckpt_grpc
 from optstep.v1 import optimizer_service_pb2 as svc_pb2
 from optstep.v1 import optimizer_service_pb2_grpc as svc_grpc
+
+
+# What a health call that did not reach its rank ends with (with wait_for_ready, a channel that
+# never connected ends at the deadline).
+_NOT_REACHED = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.CANCELLED)
 
 
 @dataclasses.dataclass
@@ -117,11 +125,11 @@ class RankChannels:
                 raise not_reached(r, f", nor its stand-in at '{stand_in.target}'")
 
     def _forget_stand_in(self, rank: int) -> None:
-        """The rank is reached at its own channel again. The stand-in's channel is dropped, not
-        closed: it closes once nothing uses it, gRPC's watch of its state (`_first_ready`, still
-        winding down) included; closing it under that watch raises in gRPC's thread."""
+        """The rank is reached at its own channel again."""
         with self._lock:
-            self._stand_ins.pop(rank, None)
+            stand_in = self._stand_ins.pop(rank, None)
+        if stand_in is not None:
+            stand_in.channel.close()
 
     def given(self) -> List[RankChannel]:
         """The channels of the ranks as given or opened so far, by rank."""
@@ -198,18 +206,34 @@ class RankChannels:
 
 
 def _first_ready(ranks: Sequence[RankChannel], deadline: float) -> Optional[int]:
-    """The first of `ranks` whose channel is ready by `deadline` (time.monotonic(); the lowest
-    among those found ready together); None when none is. Each watch is cancelled after."""
-    futures = [grpc.channel_ready_future(rank.channel) for rank in ranks]
+    """The first of `ranks` to answer its health service by `deadline` (time.monotonic()), an
+    answer of any kind (its channel connected); None when none does. Each rank is asked once,
+    its call waiting for the channel to connect (wait_for_ready); the calls left are cancelled.
+    (A call, unlike a watch of the channel's state, leaves no gRPC thread that a close of the
+    channel right after would make raise.)"""
+    answered: "queue.Queue[int]" = queue.Queue()
+
+    def ask(r: int) -> Any:  # a grpc.Call and a grpc.Future
+        check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = ranks[r].channel.unary_unary(
+            raw_messages.HEALTH_CHECK)
+        call = check.future(raw_messages.string_message(""),
+                            timeout=max(0.0, deadline - time.monotonic()), wait_for_ready=True)
+        call.add_done_callback(lambda _: answered.put(r))
+        return call
+
+    calls = [ask(r) for r in range(len(ranks))]
     try:
-        while True:
-            ready = next((r for r, future in enumerate(futures) if future.done()), None)
-            if ready is not None or time.monotonic() >= deadline:
-                return ready
-            time.sleep(0.01)
+        for _ in calls:
+            try:
+                r = answered.get(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+            except queue.Empty:
+                return None
+            if calls[r].code() not in _NOT_REACHED:
+                return r
+        return None
     finally:
-        for future in futures:
-            future.cancel()
+        for call in calls:
+            call.cancel()
 
 
 def _directory(rank: RankChannel, rpc_timeout: float) -> svc_pb2.ListSessionsResponse:

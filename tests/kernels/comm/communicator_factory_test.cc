@@ -2,14 +2,12 @@
 
 #include <signal.h>
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/comm/communicator.h"
 #include "kernels/comm/key_value_store.h"
@@ -108,55 +106,6 @@ TEST(CommunicatorFactoryTest, GlooIgnoresSigpipe) {
   struct sigaction action;
   ASSERT_EQ(sigaction(SIGPIPE, nullptr, &action), 0);
   EXPECT_EQ(action.sa_handler, SIG_IGN);
-}
-
-// A store through which a rank dies once it published its connection addresses ("<prefix>/gloo/
-// rank_<r>"): every later read fails, its rendezvous ends and its device closes, as when a rank is
-// killed in a heal after it came to the rendezvous.
-class DiesAfterPublishingStore final : public KeyValueStore {
- public:
-  DiesAfterPublishingStore(std::shared_ptr<KeyValueStore> inner, std::string published_key)
-      : inner_(std::move(inner)), published_key_(std::move(published_key)) {}
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    if (key == published_key_) published_ = true;
-    return inner_->Set(key, value);
-  }
-  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
-    if (published_) return absl::UnavailableError("this rank died after publishing");
-    return inner_->Get(key, timeout);
-  }
-
- private:
-  const std::shared_ptr<KeyValueStore> inner_;
-  const std::string published_key_;
-  std::atomic<bool> published_{false};
-};
-
-// A peer that published its address and died before the connections were made fails the
-// rendezvous after the connect timeout, not after the communicator's timeout. Which rank of a
-// pair waits for the other's connection follows their ports: each rank dies in turn, twice.
-TEST(CommunicatorFactoryTest, GlooGivesUpOnAPeerThatDiedAfterPublishing) {
-  for (int round = 0; round < 4; ++round) {
-    const int dies = round % 2;
-    std::shared_ptr<KeyValueStore> store = NewInMemoryKeyValueStore();
-    const std::string prefix = absl::StrCat("died", round);
-    // Its last key: its address and its pairs' identifiers.
-    CommunicatorOptions dying = GlooPair(
-        dies,
-        std::make_shared<DiesAfterPublishingStore>(store, absl::StrCat(prefix, "/gloo/", dies)),
-        prefix, absl::Seconds(40));
-    std::thread peer([&dying] {
-      EXPECT_THAT(CreateCommunicator(dying).status(), StatusIs(absl::StatusCode::kUnavailable));
-    });
-    CommunicatorOptions options = dying;
-    options.rank = 1 - dies;
-    options.store = store;
-    options.connect_timeout = absl::Seconds(2);
-    const absl::Time began = absl::Now();
-    EXPECT_FALSE(CreateCommunicator(options).ok());
-    EXPECT_LT(absl::Now() - began, absl::Seconds(10)) << "round " << round;
-    peer.join();
-  }
 }
 
 // The connect timeout bounds the connections only: a rank that comes to the rendezvous late, or

@@ -16,6 +16,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -176,6 +177,78 @@ TEST(CommunicatorMultiprocessTest, KilledRankIsUnavailableForTheOthers) {
         << "rank " << rank << " status " << statuses[rank] << ": " << ChildLog(directory, rank);
   }
   EXPECT_TRUE(WIFSIGNALED(statuses[2]) && WTERMSIG(statuses[2]) == SIGKILL) << statuses[2];
+}
+
+// A store through which its rank is killed (SIGKILL) at its first read once it published `key`.
+class KilledAfterPublishingStore final : public KeyValueStore {
+ public:
+  KilledAfterPublishingStore(std::shared_ptr<KeyValueStore> inner, std::string key)
+      : inner_(std::move(inner)), key_(std::move(key)) {}
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    absl::Status set = inner_->Set(key, value);
+    published_ = published_ || key == key_;
+    return set;
+  }
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    if (published_) raise(SIGKILL);
+    return inner_->Get(key, timeout);
+  }
+
+ private:
+  const std::shared_ptr<KeyValueStore> inner_;
+  const std::string key_;
+  bool published_ = false;
+};
+
+// Forks rank `rank` of a gloo pair that meets in `directory`. The `killed` rank is killed once it
+// published its address and its pairs' identifiers (gloo's key "<rank>"), before it connects;
+// the other one exits 0 when its rendezvous failed within 5 s (connect timeout 1 s, timeout
+// 40 s), 1 when it succeeded, 2 when it failed later.
+pid_t ForkPairRank(int rank, bool killed, const std::string& directory) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  ChildChecks checks(absl::StrCat(directory, "/rank", rank, ".log"));
+  CommunicatorOptions options;
+  options.kind = "gloo";
+  options.rank = rank;
+  options.world_size = 2;
+  options.prefix = "pair";
+  options.store = NewFileKeyValueStore(directory);
+  if (killed) {
+    options.store = std::make_shared<KilledAfterPublishingStore>(
+        options.store, absl::StrCat(options.prefix, "/gloo/", rank));
+  }
+  options.timeout = absl::Seconds(40);
+  options.connect_timeout = absl::Seconds(1);
+  const absl::Time began = absl::Now();
+  const absl::Status status = CreateCommunicator(options).status();
+  const absl::Duration took = absl::Now() - began;
+  checks.Check(1, !status.ok(), "the rendezvous succeeded");
+  checks.Check(2, took < absl::Seconds(5),
+               absl::StrCat("took ", absl::FormatDuration(took), ": ", status.ToString()));
+  _exit(checks.exit_code());
+}
+
+// A rank killed in a rendezvous after it published its address, before the connections were
+// made (a rank killed in its heal), is given up on after the connect timeout, not after the
+// communicator's timeout. The survivor waits for the connection only when the pair's ports make
+// it the rank that is connected to (else its own connection is refused at once): six rounds, each
+// rank killed in turn, leave that to chance once in 64.
+TEST(CommunicatorMultiprocessTest, ARankKilledAfterPublishingIsGivenUpOnAtTheConnectTimeout) {
+  for (int round = 0; round < 6; ++round) {
+    const int killed = round % 2;
+    const std::string directory = NewStoreDirectory();
+    const pid_t victim = ForkPairRank(killed, /*killed=*/true, directory);
+    const pid_t survivor = ForkPairRank(1 - killed, /*killed=*/false, directory);
+    int victim_status = 0;
+    int survivor_status = 0;
+    ASSERT_EQ(waitpid(victim, &victim_status, 0), victim);
+    ASSERT_EQ(waitpid(survivor, &survivor_status, 0), survivor);
+    EXPECT_TRUE(WIFSIGNALED(victim_status) && WTERMSIG(victim_status) == SIGKILL) << victim_status;
+    EXPECT_TRUE(WIFEXITED(survivor_status) && WEXITSTATUS(survivor_status) == 0)
+        << "rank " << 1 - killed << " status " << survivor_status << ": "
+        << ChildLog(directory, 1 - killed);
+  }
 }
 
 }  // namespace

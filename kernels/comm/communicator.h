@@ -100,10 +100,10 @@ struct CommunicatorOptions {
   int device_ordinal = 0;
   // Rendezvous and every collective give up after this.
   absl::Duration timeout = absl::Seconds(60);
-  // Gloo: connecting to a peer whose address the rendezvous found gives up after this (zero:
-  // `timeout`). That peer was listening when it published its address; a connection that takes
-  // longer means it died since (a rank lost in a heal), which would otherwise hold the rendezvous
-  // until `timeout`.
+  // Gloo: once every rank came to the rendezvous, connecting to them gives up after this (zero,
+  // or past `timeout`: the time left of it). A peer that came was listening; a connection that
+  // takes longer means it died since (a rank lost in a heal), which would otherwise hold the
+  // rendezvous for five times `timeout` (gloo's wait for a first connection).
   absl::Duration connect_timeout = absl::ZeroDuration();
 };
 

@@ -48,12 +48,17 @@ void IgnoreSigpipe() {
   }
 }
 
-// What gloo's context is given for connecting: gloo waits five times that for a connection (and
-// no longer for its store keys: GlooStore waits until the deadline).
-std::chrono::milliseconds ConnectTimeout(const CommunicatorOptions& options) {
-  const bool bound =
-      options.connect_timeout > absl::ZeroDuration() && options.connect_timeout < options.timeout;
-  return absl::ToChronoMilliseconds((bound ? options.connect_timeout : options.timeout) / 5);
+// What gloo's context is given for connecting, once every rank came: gloo waits five times that
+// for a connection (its store keys are waited for until the deadline: GlooStore). The connect
+// timeout, or the time left before the deadline if that is shorter; at least 1 ms (0 is gloo's
+// "no timeout"). The pairs keep it as their default timeout: every wait of this communicator
+// after the connection names its own (timeout_).
+std::chrono::milliseconds ConnectTimeout(const CommunicatorOptions& options, absl::Time deadline) {
+  absl::Duration bound = deadline - absl::Now();
+  if (options.connect_timeout > absl::ZeroDuration()) {
+    bound = std::min(bound, options.connect_timeout);
+  }
+  return std::max(absl::ToChronoMilliseconds(bound / 5), std::chrono::milliseconds(1));
 }
 
 // The rendezvous' first part: this rank says it came, then waits until every other rank did
@@ -102,11 +107,11 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
         absl::StrCat("cannot open a TCP device on '", options.hostname, "': ", status.message()));
   }
 
-  // Every rank may come late, up to the deadline; once all came, gloo's own waits (its store
-  // keys, its connections) are bounded by the connect timeout: a peer that takes longer died.
+  // Every rank may come late, up to the deadline; once all came, the connections are bounded by
+  // the connect timeout: a peer that takes longer died.
   OPTSTEP_RETURN_IF_ERROR(AwaitEveryRank(options, deadline, what));
   auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
-  context->setTimeout(ConnectTimeout(options));
+  context->setTimeout(ConnectTimeout(options, deadline));
   internal::GlooStore store(options.store, options.prefix, deadline);
   OPTSTEP_RETURN_IF_ERROR(internal::CallGloo(absl::StrCat(what, ": rendezvous"), [&] {
     context->connectFullMesh(store, device);

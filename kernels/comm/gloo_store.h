@@ -32,11 +32,11 @@ class GlooStoreError : public std::runtime_error {
 };
 
 // gloo::rendezvous::Store over `store`: gloo's key k becomes "<prefix>/gloo/<k>". Every wait
-// ends by `deadline` (so that one rendezvous takes no longer than the communicator's timeout
-// however many keys gloo waits for); gloo's own timeout, its context's, bounds its connections
-// only. Errors and timeouts are thrown as GlooStoreError (DEADLINE_EXCEEDED for a key that was
-// not set in time).
-// Thread-compatible: gloo uses it from the thread that connects the context.
+// ends by `deadline` (so that the keys of one rendezvous take no longer than the communicator's
+// timeout however many gloo waits for); gloo's own timeout, its context's, bounds its
+// connections only. Errors and timeouts are thrown as GlooStoreError (DEADLINE_EXCEEDED for a key
+// that was not set in time). Thread-compatible: gloo uses it from the thread that connects the
+// context.
 class GlooStore final : public gloo::rendezvous::Store {
  public:
   GlooStore(std::shared_ptr<KeyValueStore> store, const std::string& prefix, absl::Time deadline);

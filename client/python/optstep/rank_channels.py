@@ -24,6 +24,11 @@ from optstep.v1 import optimizer_service_pb2_grpc as svc_grpc
 # never connected ends at the deadline).
 _NOT_REACHED = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE,
                 grpc.StatusCode.CANCELLED)
+# The least a rank's health call waits (a rank asked after the deadline passed, behind one that
+# did not answer, still gets to answer), and the pause before a rank whose call ended unanswered
+# is asked again, in seconds.
+_LEAST_WAIT = 0.2
+_ASK_AGAIN_AFTER = 0.05
 
 
 @dataclasses.dataclass
@@ -207,30 +212,38 @@ class RankChannels:
 
 def _first_ready(ranks: Sequence[RankChannel], deadline: float) -> Optional[int]:
     """The first of `ranks` to answer its health service by `deadline` (time.monotonic()), an
-    answer of any kind (its channel connected); None when none does. Each rank is asked once,
-    its call waiting for the channel to connect (wait_for_ready); the calls left are cancelled.
-    (A call, unlike a watch of the channel's state, leaves no gRPC thread that a close of the
-    channel right after would make raise.)"""
+    answer of any kind (its channel connected); None when none does. Each call waits for its
+    channel to connect (wait_for_ready), at least _LEAST_WAIT even past the deadline; one that
+    ends unanswered before the deadline (its connection dropped) is made again. The calls left
+    are cancelled. (A call, unlike a watch of the channel's state, leaves no gRPC thread that a
+    close of the channel right after would make raise.)"""
     answered: "queue.Queue[int]" = queue.Queue()
 
     def ask(r: int) -> Any:  # a grpc.Call and a grpc.Future
         check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = ranks[r].channel.unary_unary(
             raw_messages.HEALTH_CHECK)
         call = check.future(raw_messages.string_message(""),
-                            timeout=max(0.0, deadline - time.monotonic()), wait_for_ready=True)
+                            timeout=max(_LEAST_WAIT, deadline - time.monotonic()),
+                            wait_for_ready=True)
         call.add_done_callback(lambda _: answered.put(r))
         return call
 
-    calls = [ask(r) for r in range(len(ranks))]
+    calls: List[Any] = []
     try:
-        for _ in calls:
+        for r in range(len(ranks)):
+            calls.append(ask(r))
+        while True:
             try:
-                r = answered.get(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+                r = answered.get(timeout=max(0.0, deadline - time.monotonic()) + _LEAST_WAIT)
             except queue.Empty:
                 return None
+            if not calls[r].done():
+                continue  # the answer of a call made before this one
             if calls[r].code() not in _NOT_REACHED:
                 return r
-        return None
+            if deadline - time.monotonic() > _ASK_AGAIN_AFTER:
+                time.sleep(_ASK_AGAIN_AFTER)
+                calls[r] = ask(r)
     finally:
         for call in calls:
             call.cancel()

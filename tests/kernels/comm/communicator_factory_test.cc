@@ -109,24 +109,44 @@ TEST(CommunicatorFactoryTest, GlooIgnoresSigpipe) {
 }
 
 // The connect timeout bounds the connections only: a rank that comes to the rendezvous late, or
-// to a collective late, is waited for up to the communicator's timeout.
-TEST(CommunicatorFactoryTest, GlooWaitsForALateRankAndALateCollective) {
+// to any collective late (by more than the pairs' default timeout, a fifth of the connect
+// timeout), is waited for up to the communicator's timeout.
+constexpr absl::Duration kLate = absl::Milliseconds(800);
+
+TEST(CommunicatorFactoryTest, GlooWaitsForALateRankAndLateCollectives) {
   std::shared_ptr<KeyValueStore> store = NewInMemoryKeyValueStore();
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([store, rank] {
       CommunicatorOptions options = GlooPair(rank, store, "late", absl::Seconds(30));
-      options.connect_timeout = absl::Milliseconds(500);
-      if (rank == 1) absl::SleepFor(absl::Seconds(1));  // comes late
+      options.connect_timeout = absl::Seconds(2);
+      if (rank == 1) absl::SleepFor(2 * kLate);  // comes late
       absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateCommunicator(options);
       OPTSTEP_ASSERT_OK(comm.status());
-      if (rank == 0) absl::SleepFor(absl::Seconds(1));  // steps late
+      // Rank 0 enters every collective late.
+      const auto late = [rank] {
+        if (rank == 0) absl::SleepFor(kLate);
+      };
       float x = 1.0f + rank;
+      late();
       OPTSTEP_EXPECT_OK((*comm)->AllReduce(&x, 1, CommDType::kFloat32, ReduceOp::kSum));
       EXPECT_EQ(x, 3.0f);
       float y = 0.0f;
+      late();
       OPTSTEP_EXPECT_OK((*comm)->RingShift(&x, 1, &y, 1, CommDType::kFloat32));
       EXPECT_EQ(y, 3.0f);
+      float both[2] = {0.0f, 0.0f};
+      const float mine = 10.0f + rank;
+      late();
+      OPTSTEP_EXPECT_OK((*comm)->AllGatherV(&mine, 1, both, {1, 1}, CommDType::kFloat32));
+      EXPECT_EQ(both[0], 10.0f);
+      EXPECT_EQ(both[1], 11.0f);
+      float root = rank == 1 ? 7.0f : 0.0f;
+      late();
+      OPTSTEP_EXPECT_OK((*comm)->Broadcast(&root, 1, CommDType::kFloat32, /*root=*/1));
+      EXPECT_EQ(root, 7.0f);
+      late();
+      OPTSTEP_EXPECT_OK((*comm)->Barrier());
     });
   }
   for (std::thread& rank : ranks) rank.join();

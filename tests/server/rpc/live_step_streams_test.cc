@@ -32,12 +32,17 @@ class RecordingStream final : public LiveStepStreams::Stream {
   LiveStepStreams* const streams_;
 };
 
+// A new stream of `streams`, added to it.
+std::shared_ptr<RecordingStream> AddedTo(LiveStepStreams& streams) {
+  auto stream = std::make_shared<RecordingStream>(&streams);
+  streams.Add(stream);
+  return stream;
+}
+
 TEST(LiveStepStreamsTest, EndsEveryOpenStreamOnce) {
   LiveStepStreams streams;
-  auto first = std::make_shared<RecordingStream>(&streams);
-  auto second = std::make_shared<RecordingStream>(&streams);
-  streams.Add(first);
-  streams.Add(second);
+  auto first = AddedTo(streams);
+  auto second = AddedTo(streams);
   EXPECT_EQ(streams.EndAll("rank 2 shut down"), 2);
   EXPECT_THAT(first->ended, ElementsAre("rank 2 shut down"));
   EXPECT_THAT(second->ended, ElementsAre("rank 2 shut down"));
@@ -48,10 +53,8 @@ TEST(LiveStepStreamsTest, EndsEveryOpenStreamOnce) {
 
 TEST(LiveStepStreamsTest, CountsOnlyTheStreamsItEnded) {
   LiveStepStreams streams;
-  auto open = std::make_shared<RecordingStream>(&streams);
-  auto ending = std::make_shared<RecordingStream>(&streams);
-  streams.Add(open);
-  streams.Add(ending);
+  auto open = AddedTo(streams);
+  auto ending = AddedTo(streams);
   ending->ended.emplace_back("its own end");  // ended, its OnDone not yet run
   EXPECT_EQ(streams.EndAll("shutting down"), 1);
   EXPECT_THAT(open->ended, ElementsAre("shutting down"));
@@ -71,10 +74,8 @@ TEST(LiveStepStreamsTest, RefusesStreamsOpenedAfterTheEnd) {
 
 TEST(LiveStepStreamsTest, SkipsRemovedAndDestroyedStreams) {
   LiveStepStreams streams;
-  auto removed = std::make_shared<RecordingStream>(&streams);
-  auto open = std::make_shared<RecordingStream>(&streams);
-  streams.Add(removed);
-  streams.Add(open);
+  auto removed = AddedTo(streams);
+  auto open = AddedTo(streams);
   streams.Add(std::make_shared<RecordingStream>(&streams));  // gone before its Remove
   streams.Remove(removed.get());
   EXPECT_EQ(streams.EndAll("shutting down"), 1);

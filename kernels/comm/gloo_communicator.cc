@@ -66,17 +66,18 @@ std::chrono::milliseconds ConnectTimeout(const CommunicatorOptions& options, abs
 absl::Status AwaitEveryRank(const CommunicatorOptions& options, absl::Time deadline,
                             const std::string& what) {
   const auto came = [&](int rank) { return absl::StrCat(options.prefix, "/came/", rank); };
-  absl::Status status = options.store->Set(came(options.rank), "");
-  for (int r = 0; r < options.world_size && status.ok(); ++r) {
+  const absl::Status set = options.store->Set(came(options.rank), "");
+  if (!set.ok()) return absl::Status(set.code(), absl::StrCat(what, ": ", set.message()));
+  for (int r = 0; r < options.world_size; ++r) {
     if (r == options.rank) continue;
-    status = options.store->Get(came(r), std::max(deadline - absl::Now(), absl::ZeroDuration()))
-                 .status();
-    if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat(what, ": rendezvous: rank ", r,
-                                                      " did not come: ", status.message()));
+    const absl::Status got =
+        options.store->Get(came(r), std::max(deadline - absl::Now(), absl::ZeroDuration()))
+            .status();
+    if (!got.ok()) {
+      return absl::Status(got.code(), absl::StrCat(what, ": rendezvous: rank ", r,
+                                                   " did not come: ", got.message()));
     }
   }
-  if (!status.ok()) return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
   return absl::OkStatus();
 }
 

@@ -54,6 +54,21 @@ class ChildChecks {
   int exit_code_ = 0;
 };
 
+// Rank `rank` of `world_size` gloo ranks meeting on 127.0.0.1 through a FileKeyValueStore in
+// `directory`, under `prefix`.
+CommunicatorOptions GlooOptions(int rank, int world_size, const std::string& prefix,
+                                const std::string& directory, absl::Duration timeout) {
+  CommunicatorOptions options;
+  options.kind = "gloo";
+  options.rank = rank;
+  options.world_size = world_size;
+  options.prefix = prefix;
+  options.store = NewFileKeyValueStore(directory);
+  options.hostname = "127.0.0.1";
+  options.timeout = timeout;
+  return options;
+}
+
 using ChildBody = std::function<int(int rank, Communicator& comm, ChildChecks& checks)>;
 
 // Forks `world_size` ranks running `body`; `victim` (if >= 0) dies by SIGKILL right after
@@ -67,14 +82,8 @@ std::vector<int> RunProcesses(int world_size, int victim, absl::Duration timeout
     const pid_t pid = fork();
     if (pid == 0) {
       ChildChecks checks(absl::StrCat(directory, "/rank", rank, ".log"));
-      CommunicatorOptions options;
-      options.kind = "gloo";
-      options.rank = rank;
-      options.world_size = world_size;
-      options.prefix = "multiprocess";
-      options.store = NewFileKeyValueStore(directory);
-      options.hostname = "127.0.0.1";
-      options.timeout = timeout;
+      const CommunicatorOptions options =
+          GlooOptions(rank, world_size, "multiprocess", directory, timeout);
       absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateCommunicator(options);
       if (!checks.Check(100, comm.ok(), comm.status().ToString())) _exit(checks.exit_code());
       if (rank == victim) {
@@ -208,17 +217,11 @@ pid_t ForkPairRank(int rank, bool killed, const std::string& directory) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
   ChildChecks checks(absl::StrCat(directory, "/rank", rank, ".log"));
-  CommunicatorOptions options;
-  options.kind = "gloo";
-  options.rank = rank;
-  options.world_size = 2;
-  options.prefix = "pair";
-  options.store = NewFileKeyValueStore(directory);
+  CommunicatorOptions options = GlooOptions(rank, 2, "pair", directory, absl::Seconds(40));
   if (killed) {
     options.store = std::make_shared<KilledAfterPublishingStore>(
         options.store, absl::StrCat(options.prefix, "/gloo/", rank));
   }
-  options.timeout = absl::Seconds(40);
   options.connect_timeout = absl::Seconds(1);
   const absl::Time began = absl::Now();
   const absl::Status status = CreateCommunicator(options).status();

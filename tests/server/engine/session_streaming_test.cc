@@ -3,6 +3,7 @@
 // applied (the next step may begin), and the values equal those of a trainer that waited.
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -20,35 +21,9 @@ namespace {
 using ::optstep::testutil::Floats;
 using ::optstep::testutil::IsOk;
 
-// Waits until `n` parameters of `snapshot` are ready.
-void WaitForAll(const ParamSnapshot& snapshot, size_t n) {
-  absl::Mutex mu;
-  int wakes = 0;
-  for (size_t index = 0; index < n;) {
-    int seen;
-    {
-      absl::MutexLock lock(&mu);
-      seen = wakes;
-    }
-    auto next = snapshot.readiness->Get(index, [&] {
-      absl::MutexLock lock(&mu);
-      ++wakes;
-    });
-    ASSERT_THAT(next.status(), IsOk());
-    if (next->has_value()) {
-      ++index;
-      continue;
-    }
-    std::pair<int*, int> woken(&wakes, seen);
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(
-        +[](std::pair<int*, int>* w) { return *w->first > w->second; }, &woken));
-  }
-}
-
-// Waits until the step ended on the rank (ParamReadiness::End), as a trainer's stream does before
-// it ends: only then does the trainer begin the next step.
-void WaitForEnd(const ParamSnapshot& snapshot) {
+// Waits until `ready` answers true. `ready(wake)` asks the snapshot's readiness, which calls
+// `wake` once when it changes while it answers false.
+void WaitUntil(const std::function<absl::StatusOr<bool>(std::function<void()>)>& ready) {
   absl::Mutex mu;
   int wakes = 0;
   for (;;) {
@@ -57,17 +32,34 @@ void WaitForEnd(const ParamSnapshot& snapshot) {
       absl::MutexLock lock(&mu);
       seen = wakes;
     }
-    absl::StatusOr<bool> ended = snapshot.readiness->Ended([&] {
+    absl::StatusOr<bool> now = ready([&] {
       absl::MutexLock lock(&mu);
       ++wakes;
     });
-    ASSERT_THAT(ended.status(), IsOk());
-    if (*ended) return;
+    ASSERT_THAT(now.status(), IsOk());
+    if (*now) return;
     std::pair<int*, int> woken(&wakes, seen);
     absl::MutexLock lock(&mu);
     mu.Await(absl::Condition(
         +[](std::pair<int*, int>* w) { return *w->first > w->second; }, &woken));
   }
+}
+
+// Waits until `n` parameters of `snapshot` are ready.
+void WaitForAll(const ParamSnapshot& snapshot, size_t n) {
+  for (size_t index = 0; index < n; ++index) {
+    WaitUntil([&](std::function<void()> wake) -> absl::StatusOr<bool> {
+      auto next = snapshot.readiness->Get(index, std::move(wake));
+      if (!next.ok()) return next.status();
+      return next->has_value();
+    });
+  }
+}
+
+// Waits until the step ended on the rank (ParamReadiness::End), as a trainer's stream does before
+// it ends: only then does the trainer begin the next step.
+void WaitForEnd(const ParamSnapshot& snapshot) {
+  WaitUntil([&](std::function<void()> wake) { return snapshot.readiness->Ended(std::move(wake)); });
 }
 
 TEST(SessionStreamingTest, ResultFirstThenParametersAsTheyAreStepped) {

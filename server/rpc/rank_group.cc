@@ -156,6 +156,7 @@ absl::Status RankGroup::BeginRegroup(const v1::RegroupRequest& request) {
     healing_ =
         absl::UnavailableError(absl::StrCat("rank ", rank, " is rejoining the group (generation ",
                                             generation_, "); retry when rank 0 reports SERVING"));
+    healing_address_ = request.address();
     // A new stub (a new channel) for the new process, also at the same address.
     addresses_[rank] = request.address();
     // The stand-ins once this rank is healed in (an earlier release lists none: the rejoining
@@ -215,7 +216,21 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
       // A failed heal leaves the rank to the heartbeats: it is lost again once it stops answering.
       {
         absl::MutexLock lock(&mu_);
+        // The end of another heal: one refused here (two processes of rank 0 heal themselves in
+        // at once, and the later one ends its heal, failed, on every rank), or one that reaches
+        // the next process of a rank lost in it. Ending the running heal would let steps and the
+        // heal run at once, and a failed rank-0 heal would restart the group.
+        if (healing_.ok() || request.generation() != generation_ ||
+            request.address() != healing_address_) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "rank ", options_.rank, " ignores the end of a heal of rank ", rank, " at ",
+              request.address(), " into generation ", request.generation(), ": ",
+              healing_.ok() ? "it runs no heal"
+                            : absl::StrCat("it runs the heal of ", healing_address_,
+                                           " into generation ", generation_)));
+        }
         healing_ = absl::OkStatus();
+        healing_address_.clear();
         LOG(WARNING) << "event=regroup_end rank=" << rank << " generation=" << generation_
                      << (request.failed() ? " failed=true" : " failed=false");
       }

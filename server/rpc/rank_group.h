@@ -150,6 +150,9 @@ class RankGroup {
   // kRebuild reconnects every session's communicator in the new generation (blocks until every
   // rank does); kEnd takes steps again (after a failed heal the heartbeats judge the rank, and the
   // sessions' pause is cancelled; a failed heal of rank 0 itself is told to `on_heal_failed`).
+  // kEnd of a heal that is not the one running here (another generation, or the same generation
+  // of another process: a refused heal, one this process never began) is FAILED_PRECONDITION and
+  // changes nothing.
   absl::Status Regroup(const v1::RegroupRequest& request);
   // kBegin in its two parts, which rank 0 runs apart when it coordinates: the heal begins here
   // (the generation, the rank's address, the store), then the sessions pause and the old
@@ -274,8 +277,10 @@ class RankGroup {
   // Stubs of a rank's earlier address, kept: a caller may still hold one (Peer answers pointers).
   std::vector<std::unique_ptr<v1::PeerService::Stub>> retired_peers_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  // UNAVAILABLE while a rank rejoins (between Regroup's kBegin and kEnd).
+  // UNAVAILABLE while a rank rejoins (between Regroup's kBegin and kEnd), and the address of the
+  // process rejoining: only the kEnd of that heal ends it.
   absl::Status healing_ ABSL_GUARDED_BY(mu_);
+  std::string healing_address_ ABSL_GUARDED_BY(mu_);
   std::string rank_zero_stand_in_ ABSL_GUARDED_BY(mu_);
   std::string heard_rendezvous_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;

@@ -100,6 +100,8 @@ TEST(RankGroupFormingTest, AHealOfAGenerationBegunAlreadyIsRefused) {
   GroupCommunicators communicators = NoCommunicators();
   RankGroupOptions options = Healing(1);
   options.communicators = &communicators;
+  int heals_failed = 0;
+  options.on_heal_failed = [&](const absl::Status&) { ++heals_failed; };
   RankGroup group(options, nullptr);
   v1::RegroupRequest begin;
   begin.set_generation(3);
@@ -117,12 +119,50 @@ TEST(RankGroupFormingTest, AHealOfAGenerationBegunAlreadyIsRefused) {
                        "is at generation 3; a heal into generation 3 of rank 0 at 127.0.0.1:2 "
                        "comes too late"));
   EXPECT_EQ(group.addresses()[0], "127.0.0.1:1");
+  // The refused heal ends, failed, on every rank: that ends neither the heal that runs here nor
+  // the group (a failed heal of rank 0 restarts it).
+  v1::RegroupRequest refused_end = other;
+  refused_end.set_phase(v1::RegroupRequest::PHASE_END);
+  refused_end.set_failed(true);
+  EXPECT_THAT(group.Regroup(refused_end),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "rank 1 ignores the end of a heal of rank 0 at 127.0.0.1:2 into generation "
+                       "3: it runs the heal of 127.0.0.1:1 into generation 3"));
+  OPTSTEP_EXPECT_OK(group.CheckHealing(3));
+  EXPECT_EQ(heals_failed, 0);
+  v1::RegroupRequest end = begin;
+  end.set_phase(v1::RegroupRequest::PHASE_END);
+  OPTSTEP_ASSERT_OK(group.Regroup(end));
+  EXPECT_THAT(group.CheckHealing(3), StatusIs(absl::StatusCode::kFailedPrecondition));
   // The next generation is taken, with the whole set of stand-ins it tells of.
   other.set_generation(4);
   other.add_stood_in_ranks(2);
   OPTSTEP_ASSERT_OK(group.Regroup(other));
   EXPECT_EQ(group.addresses()[0], "127.0.0.1:2");
   EXPECT_EQ(group.stood_in_ranks(), std::vector<uint32_t>{2});
+}
+
+TEST(RankGroupFormingTest, TheEndOfAHealNeverBegunHereChangesNothing) {
+  // A heal that failed because its rank was lost ends on every rank, and so reaches that rank's
+  // next process, which never began it.
+  GroupCommunicators communicators = NoCommunicators();
+  RankGroupOptions options = Healing(1);
+  options.communicators = &communicators;
+  int heals_failed = 0;
+  options.on_heal_failed = [&](const absl::Status&) { ++heals_failed; };
+  RankGroup group(options, nullptr);
+  v1::RegroupRequest end;
+  end.set_generation(2);
+  end.set_rank(0);
+  end.set_address("127.0.0.1:1");
+  end.set_phase(v1::RegroupRequest::PHASE_END);
+  end.set_failed(true);
+  EXPECT_THAT(group.Regroup(end),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "rank 1 ignores the end of a heal of rank 0 at 127.0.0.1:1 into generation "
+                       "2: it runs no heal"));
+  EXPECT_EQ(heals_failed, 0);
+  EXPECT_EQ(group.generation(), 0u);
 }
 
 }  // namespace

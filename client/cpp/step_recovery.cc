@@ -76,7 +76,15 @@ absl::StatusOr<StepReply> StepRecovery::Run(
       return error;
     }
     if (!Recovering(probe, error)) return error;
-    if (!deadline) deadline = absl::Now() + timeout_;
+    if (!deadline) {
+      deadline = absl::Now() + timeout_;
+    } else if (absl::Now() >= *deadline) {
+      // Rank 0 serves the session again, yet the step still fails (a rank it cannot reach).
+      return absl::Status(error.code(),
+                          absl::StrCat(error.message(), " (the group serves session '", session_id,
+                                       "' again, but the step still failed when recovery_timeout ",
+                                       absl::FormatDuration(timeout_), " ran out)"));
+    }
     absl::StatusOr<SessionStep> read = AwaitGroup(probe, session_id, *deadline, &wait, error);
     if (!read.ok()) return read.status();
     absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, session_id, *read);

@@ -2,10 +2,12 @@
 rank stepped its own, before the ranks' all-gather ends the step, so a trainer may send the next
 step while the session still reads the step before. That step is sent again in its turn (an
 out-of-sequence answer) or redone after a recovery, never rewound; a session that stays below the
-step seen applied (restored to an older one) is still a rewind."""
+step seen applied (restored to an older one) is still a rewind. A step that still fails once
+rank 0 serves again is tried until the recovery timeout, and no longer."""
 
 from __future__ import annotations
 
+import time
 from typing import Callable, List
 
 import pytest
@@ -76,3 +78,17 @@ def test_a_session_below_the_step_seen_applied_running_none_is_a_rewind_at_once(
         steps.run(group, "s", 4, attempts([out_of_turn], 4), restored)
     assert rewind.value.step == 1
     assert group.reads == 1  # restored: no step runs, nothing to wait for
+
+
+def test_a_step_that_fails_while_the_group_serves_ends_with_the_timeout() -> None:
+    # Rank 0 serves, but the step cannot be taken (a rank it cannot reach).
+    steps = StepRecovery(0.2)
+    failures: List[Exception] = [UnavailableError("rank 1 is away") for _ in range(10000)]
+    attempt = attempts(failures, 1)
+    started = time.monotonic()
+    with pytest.raises(UnavailableError) as error:
+        steps.run(EndingGroup([0]), "s", 1, attempt, restored)
+    assert error.value.message == (
+        "rank 1 is away (the group serves session 's' again, but the step still failed when "
+        "recovery_timeout 0.2 s ran out)")
+    assert time.monotonic() - started < 5.0

@@ -142,6 +142,12 @@ class StepRecovery:
                     raise
                 if deadline is None:
                     deadline = self._clock() + self.timeout
+                elif self._clock() >= deadline:
+                    # Rank 0 serves the session again, yet the step still fails (a rank it
+                    # cannot reach).
+                    raise error_for(error.code, f"{error.message} (the group serves session "
+                                    f"'{session_id}' again, but the step still failed when "
+                                    f"recovery_timeout {self.timeout:g} s ran out)") from None
                 info = self._await_group(group, session_id, deadline, wait, error)
                 info = self._await_seen_step(group, session_id, info, error)
                 wait = min(2 * wait, _LONGEST_WAIT)

@@ -5,8 +5,9 @@
 // below it: a step's parameters come back before the ranks ended it, and a step sent meanwhile
 // is sent again in its turn), one at or above it the caller's error; a session gone from a serving
 // group answers the step's own error; a group that does not come back within the timeout answers
-// the first error, naming the timeout; zero timeout answers every error at once; other errors while
-// rank 0 serves are answered as they are.
+// the first error, naming the timeout, and so does a step that still fails once the group serves;
+// zero timeout answers every error at once; other errors while rank 0 serves are answered as they
+// are.
 
 #include "client/cpp/step_recovery.h"
 
@@ -16,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -173,6 +175,20 @@ TEST(StepRecoveryTest, AGroupThatDoesNotComeBackAnswersTheErrorNamingTheTimeout)
   EXPECT_THAT(recovery.Run("s", 1, group.probe(), std::ref(attempt), Restored).status(),
               StatusIs(absl::StatusCode::kUnavailable,
                        "did not serve session 's' again within recovery_timeout 200ms"));
+}
+
+TEST(StepRecoveryTest, AStepThatFailsWhileTheGroupServesEndsWithTheTimeout) {
+  // Rank 0 serves, but the step cannot be taken (a rank it cannot reach): it is tried again,
+  // backing off, until the timeout, and not a moment after.
+  StepRecovery recovery(absl::Milliseconds(200), [](absl::Duration d) { absl::SleepFor(d); });
+  FakeGroup group{.step = 0};
+  Attempts attempt{std::vector<absl::Status>(10000, absl::UnavailableError("rank 1 is away")), 1};
+  EXPECT_THAT(recovery.Run("s", 1, group.probe(), std::ref(attempt), Restored).status(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       "rank 1 is away (the group serves session 's' again, but the step still "
+                       "failed when recovery_timeout 200ms ran out)"));
+  EXPECT_GE(attempt.calls, 2);
+  EXPECT_LE(attempt.calls, 5);  // 50, 100, 200 ms apart
 }
 
 TEST(StepRecoveryTest, ASessionGoneFromAServingGroupAnswersTheStepsError) {

@@ -153,6 +153,34 @@ def test_named_parameters_step_at_once(client: optstep.Client, path: str) -> Non
     _assert_identical(models[1], models[0], start)
 
 
+def test_a_failed_step_without_a_module_is_redone_under_its_number(
+        client: optstep.Client, path: str) -> None:
+    """A step that fails as step() resolves it at once keeps its number: redoing it applies it,
+    as a step resolved in the background does."""
+    x, y = make_data(17)
+    model = make_mlp(18)
+    opt = RemoteOptimizer(model.named_parameters(), client, optimizer=_optimizer(), overlap=True)
+    opt.zero_grad()
+    loss_of(model, x, y).backward()
+    opt.step()
+    assert opt.next_step == 2
+
+    def fails(step: Any, on_ready: Any = None) -> Any:
+        step.close()  # nothing is applied
+        raise optstep.AbortedError("the step was aborted; redo it")
+
+    setattr(opt, "_resolve", fails)
+    opt.zero_grad()
+    loss_of(model, x, y).backward()
+    with pytest.raises(optstep.AbortedError):
+        opt.step()
+    assert opt.next_step == 2
+    delattr(opt, "_resolve")
+    opt.step()  # the same gradients again
+    assert opt.last_step is not None and opt.last_step.step == 2 and opt.next_step == 3
+    opt.close_session()
+
+
 @pytest.mark.parametrize("mode", ["sharded", "replicated"])
 def test_two_trainers_overlapped(client: optstep.Client, path: str, mode: str) -> None:
     """Two trainers (threads) with overlap=True end where two with overlap=False end."""

@@ -136,7 +136,10 @@ class BackwardOverlap:
             raise
         self._opt._advance()
         if not self.background:
-            return self._opt._resolve(step)
+            try:
+                return self._opt._resolve(step)
+            except BaseException as e:
+                self._opt._failed(e)  # the step's number back (redo it), or the rewind
         for event in self._in_model:
             event.clear()
         self._resolving = threading.Thread(target=self._resolve, args=(step,),

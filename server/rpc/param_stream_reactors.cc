@@ -1,5 +1,6 @@
 #include "server/rpc/param_stream_reactors.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
@@ -89,10 +91,47 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
   bool first_ ABSL_GUARDED_BY(mu_) = true;
 };
 
+// The InitParameters streams open on this rank, by session (the replicas, not the ids: ranks
+// that share a process share the ids). Each of a session's trainers may set its values once, so
+// a rank stages at most that many copies of them. Thread-safe.
+class OpenInitStreams {
+ public:
+  static OpenInitStreams& Get() {
+    static OpenInitStreams* const streams = new OpenInitStreams();
+    return *streams;
+  }
+  // Counts a stream of `session` open unless `limit` are.
+  bool TryOpen(const Session* session, int limit) {
+    absl::MutexLock lock(&mu_);
+    int& open = open_[session];
+    if (open >= limit) return false;
+    ++open;
+    return true;
+  }
+  void Close(const Session* session) {
+    absl::MutexLock lock(&mu_);
+    auto it = open_.find(session);
+    if (it != open_.end() && --it->second == 0) open_.erase(it);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<const Session*, int> open_ ABSL_GUARDED_BY(mu_);
+};
+
+// A chunk that continues a staged piece shorter than this is appended to it: a stream of small
+// chunks stages few pieces (each has a few dozen bytes of its own), and a long one is not copied.
+constexpr uint64_t kSmallPieceBytes = uint64_t{64} << 10;
+// Pieces a stream may stage beyond one per parameter and one per kSmallPieceBytes of values.
+constexpr uint64_t kOutOfOrderPieces = 1024;
+
 // The stream is a transaction: each chunk is checked (header, size, the stream's byte bound) and
 // kept; only a stream that sent its StreamEnd, agreeing with the chunks before it, and then
-// half-closed writes them, all together (Session::InitValues of every piece). gRPC calls
-// OnReadDone for one message at a time, so the members need no lock (but `cancelled_`).
+// half-closed writes them, all together (Session::InitValues of every piece). A small piece is
+// extended by the chunk that continues it; what a stream stages is bounded by the session's
+// parameters, in bytes and in pieces, and a session has one stream per trainer open at most.
+// gRPC calls OnReadDone for one message at a time, so the members need no lock (but
+// `cancelled_`).
 class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersRequest> {
  public:
   InitReactor(Engine* engine, Caller caller, v1::InitParametersResponse* response)
@@ -101,9 +140,9 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return Finish(ToGrpcStatus(WriteStaged()));
+    if (!ok) return End(WriteStaged());
     absl::Status status = Stage();
-    if (!status.ok()) return Finish(ToGrpcStatus(status));
+    if (!status.ok()) return End(status);
     StartRead(&request_);
   }
   void OnCancel() override { cancelled_ = true; }
@@ -117,6 +156,16 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       session_ = *std::move(session);
       // Every element once in fp32 is the most a stream needs.
       byte_limit_ = static_cast<uint64_t>(session_->stats().param_bytes);
+      piece_limit_ =
+          session_->config().params.size() + byte_limit_ / kSmallPieceBytes + kOutOfOrderPieces;
+      const int trainers = std::max(1, session_->config().num_trainers);
+      open_ = OpenInitStreams::Get().TryOpen(session_.get(), trainers);
+      if (!open_) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(What(), ": ", trainers,
+                         " InitParameters streams of the session (one per trainer) "
+                         "are open on this rank already; nothing was written"));
+      }
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
       return absl::InvalidArgumentError(
           absl::StrCat("InitParameters: session_id '", request_.session_id(),
@@ -140,6 +189,11 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
         const ChunkHeader header,
         CheckChunkHeader(chunk.param_id(), chunk.offset(), chunk.dtype(), chunk.data().size(),
                          absl::StrCat("InitParameters: values of param_id ", chunk.param_id())));
+    if (chunk.data().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(What(), ": values of param_id ", chunk.param_id(), " at offset ",
+                       chunk.offset(), " carry no data; nothing was written"));
+    }
     if (chunk.data().size() > byte_limit_ - tally_.bytes()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           What(), ": ", tally_.bytes() + chunk.data().size(), " bytes of values, more than the ",
@@ -147,9 +201,37 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
     }
     tally_.Add(chunk.data());
     param_ids_.insert(chunk.param_id());
-    staged_.push_back({header, std::move(*chunk.mutable_data())});
+    if (ExtendsSmallPiece(header)) {
+      staged_.back().second.append(chunk.data());
+    } else {
+      if (staged_.size() >= piece_limit_) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(What(), ": more than ", piece_limit_, " pieces of values for ",
+                         session_->config().params.size(), " parameters of ", byte_limit_,
+                         " bytes; send each parameter's values in order; nothing was written"));
+      }
+      staged_.push_back({header, std::move(*chunk.mutable_data())});
+    }
     // Checked now, so that a bad message ends the stream at once; written only at its end.
     return session_->CheckInitPiece(Piece(staged_.back())).status();
+  }
+
+  // Whether a chunk at `header` takes up the values where the last staged piece ends, and that
+  // piece is small.
+  bool ExtendsSmallPiece(const ChunkHeader& header) const {
+    if (staged_.empty()) return false;
+    const auto& [last, data] = staged_.back();
+    return data.size() < kSmallPieceBytes && last.param_id == header.param_id &&
+           last.dtype == header.dtype &&
+           last.offset + static_cast<int64_t>(data.size() / DTypeSize(last.dtype)) == header.offset;
+  }
+
+  // The session's slot is given back before the caller hears the end: its next stream may
+  // follow at once.
+  void End(const absl::Status& status) {
+    if (open_) OpenInitStreams::Get().Close(session_.get());
+    open_ = false;
+    Finish(ToGrpcStatus(status));
   }
 
   absl::Status WriteStaged() {
@@ -191,6 +273,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   v1::InitParametersRequest request_;
   std::shared_ptr<Session> session_;
   uint64_t byte_limit_ = 0;
+  uint64_t piece_limit_ = 0;
+  bool open_ = false;  // holds the session's OpenInitStreams slot
   std::vector<std::pair<ChunkHeader, std::string>> staged_;
   std::set<uint32_t> param_ids_;
   StreamTally tally_;

@@ -224,5 +224,68 @@ TEST_F(StreamTransactionTest, BrokenInitStreamsChangeNothingAndACompleteOneWrite
   EXPECT_EQ(written[1][7], 3.5f);
 }
 
+// What an InitParameters stream stages is bounded whatever its messages: a chunk without data is
+// refused, and so is a stream of scattered small pieces past one per parameter, one per 64 KiB of
+// values and 1024 more (a stream of contiguous small chunks stages them as one piece); and each
+// of a session's trainers may have one stream open at once.
+TEST_F(StreamTransactionTest, AnInitStreamStagesABoundedAmountAndOnlyOnePerTrainerIsOpen) {
+  std::vector<v1::InitParametersRequest> empty(1);
+  empty[0].set_session_id(session_);
+  empty[0].mutable_values()->set_param_id(1);
+  empty[0].mutable_values()->set_offset(3);
+  empty[0].mutable_values()->set_dtype(v1::DTYPE_FP32);
+  EXPECT_THAT(Init(empty), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    "values of param_id 1 at offset 3 carry no data"));
+
+  v1::SessionSpec spec = SmallSpec("wide");
+  spec.clear_parameters();
+  auto* wide = spec.add_parameters();
+  wide->set_name("wide");
+  wide->add_shape(4096);  // 16 KiB: at most 1 + 0 + 1024 pieces
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client_->CreateSession(spec));
+  auto piece = [&](uint64_t offset) {
+    v1::InitParametersRequest m;
+    m.set_session_id(info.session_id());
+    m.mutable_values()->set_param_id(0);
+    m.mutable_values()->set_offset(offset);
+    m.mutable_values()->set_dtype(v1::DTYPE_BF16);
+    m.mutable_values()->set_data(std::string(2, '\0'));
+    return m;
+  };
+  std::vector<v1::InitParametersRequest> scattered, contiguous;
+  for (uint64_t i = 0; i < 1026; ++i) scattered.push_back(piece(2 * i));
+  EXPECT_THAT(Init(scattered),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "more than 1025 pieces of values for 1 parameters of 16384 bytes"));
+  StreamTally tally;
+  for (uint64_t i = 0; i < 4096; ++i) {
+    contiguous.push_back(piece(i));
+    tally.Add(contiguous.back().values().data());
+  }
+  *contiguous.emplace_back().mutable_end() = tally.End(1);
+  EXPECT_THAT(Init(contiguous), IsOk());
+
+  // A second stream while the first is open.
+  grpc::ClientContext first_context;
+  v1::InitParametersResponse first_response;
+  auto first =
+      v1::OptimizerService::NewStub(channel_)->InitParameters(&first_context, &first_response);
+  ASSERT_TRUE(first->Write(piece(0)));
+  // The server has the first stream's message once a later read of the session answers.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto pulled, Pulled());
+  absl::Status second = absl::OkStatus();
+  for (int tries = 0; tries < 50 && second.ok(); ++tries) {
+    second = Init(contiguous);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kResourceExhausted,
+                               "1 InitParameters streams of the session (one per trainer) are open "
+                               "on this rank already; nothing was written"));
+  first->WritesDone();
+  EXPECT_THAT(FromGrpcStatus(first->Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
+  // Given back before the first stream's caller heard its end.
+  EXPECT_THAT(Init(contiguous), IsOk());
+}
+
 }  // namespace
 }  // namespace optstep

@@ -45,6 +45,7 @@ absl::StatusOr<SessionFootprint> ComputeFootprint(const SessionConfig& config, c
       f.masters = Add(f.masters, config.params[p].numel() * 4);
     }
   }
+  int64_t owned = 0;  // parameters
   for (const ParamGroup& group : groups) {
     const SubOptimizerConfig& sub = config.chain.sub_optimizers[group.sub_optimizer];
     OPTSTEP_ASSIGN_OR_RETURN(
@@ -61,6 +62,7 @@ absl::StatusOr<SessionFootprint> ComputeFootprint(const SessionConfig& config, c
         optimizer->PlanWorkspace(param, plan);
       }
       if (layout.owner[p] != rank) continue;
+      ++owned;
       f.state = Add(f.state, optimizer->StateBytes(param));
       f.gradients = Add(f.gradients, param.numel() * 4);
       optimizer->PlanWorkspace(param, plan);
@@ -69,6 +71,9 @@ absl::StatusOr<SessionFootprint> ComputeFootprint(const SessionConfig& config, c
   }
   const int64_t num_params = static_cast<int64_t>(config.params.size());
   f.host_bytes = kSessionOverheadBytes + num_params * kParamOverheadBytes;
+  if (config.mode == GradientMode::kReplicated && config.num_trainers > 1) {
+    f.host_bytes = Add(f.host_bytes, owned * config.num_trainers * kTrainerParamRecordBytes);
+  }
   for (const ParamInfo& param : config.params) {
     f.host_bytes += kParamNameCopies * static_cast<int64_t>(param.name.size());
   }

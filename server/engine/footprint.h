@@ -21,6 +21,10 @@ inline constexpr int64_t kParamOverheadBytes = 1536;
 // Copies of a parameter's name a replica keeps (the definition, its key, the names of the state
 // dict): a long name costs this many times its length.
 inline constexpr int64_t kParamNameCopies = 4;
+// Host bytes of what one trainer sent of one owned parameter in a step, kept per trainer when
+// several trainers each send the whole gradient (REPLICATED; StepContributions): the range map
+// and its slot. Measured (tests/server/engine/step_contributions_test.cc) and rounded up.
+inline constexpr int64_t kTrainerParamRecordBytes = 256;
 // Host bytes of one session whatever its size: its threads' stacks in use, its records, its
 // communicator.
 inline constexpr int64_t kSessionOverheadBytes = 256 << 10;

@@ -12,10 +12,10 @@ StepContributions::StepContributions(GradientMode mode, int num_trainers,
                                      std::vector<int64_t> numels,
                                      const std::vector<std::string>* names)
     : mode_(mode), num_trainers_(num_trainers), numels_(std::move(numels)), names_(names) {
-  const size_t maps =
-      mode_ == GradientMode::kSharded ? numels_.size() : numels_.size() * num_trainers_;
-  ranges_.resize(maps);
-  covered_.assign(maps, 0);
+  dense_.assign(numels_.size(), -1);
+  for (size_t p = 0; p < numels_.size(); ++p) {
+    if (numels_[p] > 0) dense_[p] = num_dense_++;
+  }
   committed_.assign(num_trainers_, false);
   elements_.assign(num_trainers_, 0);
   sent_.resize(num_trainers_);
@@ -23,15 +23,24 @@ StepContributions::StepContributions(GradientMode mode, int num_trainers,
 }
 
 size_t StepContributions::MapIndex(int trainer, int param) const {
-  return mode_ == GradientMode::kSharded ? param : trainer * numels_.size() + param;
+  const size_t dense = static_cast<size_t>(dense_[param]);
+  return mode_ == GradientMode::kSharded ? dense
+                                         : trainer * static_cast<size_t>(num_dense_) + dense;
 }
 
-StepContributions::RangeMap& StepContributions::MapFor(int trainer, int param) {
-  return ranges_[MapIndex(trainer, param)];
+StepContributions::Coverage& StepContributions::MapFor(int trainer, int param) {
+  if (coverage_.empty()) {
+    coverage_.resize(mode_ == GradientMode::kSharded
+                         ? num_dense_
+                         : static_cast<size_t>(num_dense_) * num_trainers_);
+  }
+  return coverage_[MapIndex(trainer, param)];
 }
 
-const StepContributions::RangeMap& StepContributions::MapFor(int trainer, int param) const {
-  return ranges_[MapIndex(trainer, param)];
+const StepContributions::Coverage& StepContributions::MapFor(int trainer, int param) const {
+  static const Coverage* const kNothing = new Coverage();
+  if (coverage_.empty() || dense_[param] < 0) return *kNothing;
+  return coverage_[MapIndex(trainer, param)];
 }
 
 absl::Status StepContributions::CheckBounds(int param, int64_t offset, int64_t count) const {
@@ -55,8 +64,8 @@ absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
   if (!bounds.ok()) return bounds;
   const std::string& name = (*names_)[param];
   const int64_t end = offset + count;
-  const size_t map = MapIndex(trainer, param);
-  RangeMap& ranges = ranges_[map];
+  Coverage& coverage = MapFor(trainer, param);
+  RangeMap& ranges = coverage.ranges;
   // The ranges overlapping [offset, end): from the one before offset (if it reaches past it).
   // Only ranges carried over from an earlier attempt may overlap.
   auto first = ranges.lower_bound(offset);
@@ -69,7 +78,7 @@ absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
                      duplicate ? " duplicates" : " overlaps", " chunk [", it->first, ", ",
                      it->second.end, ") from trainer ", it->second.trainer));
   }
-  covered_[map] += Claim(ranges, first, trainer, offset, end, fresh);
+  coverage.covered += Claim(ranges, first, trainer, offset, end, fresh);
   elements_[trainer] += count;
   started_ = true;
   return absl::OkStatus();
@@ -104,7 +113,7 @@ int64_t StepContributions::Claim(RangeMap& ranges, RangeMap::iterator it, int tr
 bool StepContributions::complete(int param) const {
   const int trainers = mode_ == GradientMode::kSharded ? 1 : num_trainers_;
   for (int t = 0; t < trainers; ++t) {
-    if (covered_[MapIndex(t, param)] != numels_[param]) return false;
+    if (MapFor(t, param).covered != numels_[param]) return false;
   }
   return true;
 }
@@ -127,7 +136,7 @@ absl::Status StepContributions::CheckCovered(const RangeMap& ranges, int param, 
 absl::Status StepContributions::CheckTrainerComplete(int trainer) const {
   if (mode_ == GradientMode::kSharded) return absl::OkStatus();
   for (int p = 0; p < static_cast<int>(numels_.size()); ++p) {
-    absl::Status status = CheckCovered(MapFor(trainer, p), p, " from trainer", trainer);
+    absl::Status status = CheckCovered(MapFor(trainer, p).ranges, p, " from trainer", trainer);
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -136,7 +145,7 @@ absl::Status StepContributions::CheckTrainerComplete(int trainer) const {
 absl::Status StepContributions::CheckAllComplete() const {
   if (mode_ == GradientMode::kReplicated) return absl::OkStatus();
   for (int p = 0; p < static_cast<int>(numels_.size()); ++p) {
-    absl::Status status = CheckCovered(ranges_[p], p, " (all trainers committed)", -1);
+    absl::Status status = CheckCovered(MapFor(0, p).ranges, p, " (all trainers committed)", -1);
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
@@ -157,18 +166,21 @@ void StepContributions::Commit(int trainer) {
 
 void StepContributions::DropTrainer(int trainer) {
   if (mode_ == GradientMode::kReplicated) {
-    for (size_t p = 0; p < numels_.size(); ++p) {
-      for (auto& [start, range] : MapFor(trainer, static_cast<int>(p))) range.carried = true;
+    for (size_t p = 0; p < numels_.size() && !coverage_.empty(); ++p) {
+      if (dense_[p] < 0) continue;
+      for (auto& [start, range] : MapFor(trainer, static_cast<int>(p)).ranges) {
+        range.carried = true;
+      }
     }
   } else {
-    for (size_t m = 0; m < ranges_.size(); ++m) {
-      RangeMap& ranges = ranges_[m];
+    for (Coverage& coverage : coverage_) {
+      RangeMap& ranges = coverage.ranges;
       for (auto it = ranges.begin(); it != ranges.end();) {
         if (it->second.trainer != trainer) {
           ++it;
           continue;
         }
-        covered_[m] -= it->second.end - it->first;
+        coverage.covered -= it->second.end - it->first;
         it = ranges.erase(it);
       }
     }
@@ -183,8 +195,10 @@ void StepContributions::DropTrainer(int trainer) {
 }
 
 void StepContributions::Reset() {
-  for (RangeMap& ranges : ranges_) ranges.clear();
-  covered_.assign(ranges_.size(), 0);
+  for (Coverage& coverage : coverage_) {
+    coverage.ranges.clear();
+    coverage.covered = 0;
+  }
   committed_.assign(num_trainers_, false);
   elements_.assign(num_trainers_, 0);
   sent_.assign(num_trainers_, ContributionDigest());

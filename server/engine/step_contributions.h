@@ -112,11 +112,19 @@ class StepContributions {
     bool carried = false;  // sent by an earlier attempt of the trainer (REPLICATED)
   };
   using RangeMap = std::map<int64_t, Range>;  // start -> range
+  struct Coverage {
+    RangeMap ranges;
+    int64_t covered = 0;  // the elements `ranges` cover
+  };
 
-  // SHARDED: one map per parameter; REPLICATED: one per (trainer, parameter).
+  // SHARDED: one map per parameter with elements here; REPLICATED: one per (trainer, such
+  // parameter). Made when the first range arrives (a session costs nothing for them until its
+  // trainers send), and kept across steps. REQUIRES for MapIndex and the mutable MapFor: the
+  // parameter has elements here.
   size_t MapIndex(int trainer, int param) const;
-  RangeMap& MapFor(int trainer, int param);
-  const RangeMap& MapFor(int trainer, int param) const;
+  Coverage& MapFor(int trainer, int param);
+  // An empty one when nothing was sent.
+  const Coverage& MapFor(int trainer, int param) const;
   // Records [offset, end) for this attempt: the carried ranges inside it (from `it`, the first
   // range overlapping it, or where it would go) are claimed and the gaps between them recorded
   // and appended to `fresh` (may be null); answers how many elements those gaps hold. REQUIRES:
@@ -129,8 +137,9 @@ class StepContributions {
   const int num_trainers_;
   const std::vector<int64_t> numels_;
   const std::vector<std::string>* const names_;
-  std::vector<RangeMap> ranges_;
-  std::vector<int64_t> covered_;  // per map: the elements its ranges cover
+  std::vector<int> dense_;  // by parameter: its index among those with elements, or -1
+  int num_dense_ = 0;
+  std::vector<Coverage> coverage_;  // by MapIndex; empty until the first range
   std::vector<bool> committed_;
   std::vector<int64_t> elements_;
   std::vector<ContributionDigest> sent_;     // per trainer, its current attempt

@@ -116,14 +116,21 @@ void GroupCommunicators::CloseAll(const absl::Status& why) {
   for (const std::shared_ptr<CommunicatorLink>& link : live) link->Close(why);
 }
 
-absl::Status GroupCommunicators::RebuildAll(uint64_t generation) {
-  std::vector<std::pair<std::string, std::shared_ptr<CommunicatorLink>>> live;
+absl::Status GroupCommunicators::RebuildAll(uint64_t generation,
+                                            const std::set<std::string>& sessions) {
+  std::vector<std::pair<std::string, std::shared_ptr<CommunicatorLink>>> live, stale;
   {
     absl::MutexLock lock(&mu_);
     generation_ = generation;
     for (const auto& [id, weak] : made_) {
-      if (std::shared_ptr<CommunicatorLink> link = weak.lock()) live.emplace_back(id, link);
+      std::shared_ptr<CommunicatorLink> link = weak.lock();
+      if (link != nullptr) (sessions.count(id) != 0 ? live : stale).emplace_back(id, link);
     }
+  }
+  for (const auto& [id, link] : stale) {
+    link->Close(absl::UnavailableError(
+        absl::StrCat("session ", id, " is closed; its communicator was not rebuilt for generation ",
+                     generation)));
   }
   for (const auto& [id, link] : live) {  // in id order, as on every rank
     absl::StatusOr<std::unique_ptr<Communicator>> inner =

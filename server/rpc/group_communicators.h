@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,10 +93,13 @@ class GroupCommunicators {
   absl::StatusOr<std::unique_ptr<Communicator>> Make(const std::string& session_id);
   void SetGeneration(uint64_t generation);
   uint64_t generation() const;
-  // Sets the generation, then reconnects every session's communicator still in use, in session
-  // id order (every rank rebuilds the same sessions in the same order: each rendezvous waits for
-  // all ranks). The first error, naming the session.
-  absl::Status RebuildAll(uint64_t generation);
+  // Sets the generation, then reconnects the communicator of each of `sessions` (the rank's
+  // open sessions) still in use, in session id order (every rank rebuilds the same sessions in
+  // the same order: each rendezvous waits for all ranks). The first error, naming the session.
+  // The link of a session not among them (closed, but still held by a call that has yet to end)
+  // is closed for good: the rank healed in has no such session, and its rendezvous would wait
+  // for that rank until the timeout.
+  absl::Status RebuildAll(uint64_t generation, const std::set<std::string>& sessions);
   // Closes every session's connection (CommunicatorLink::Close) until RebuildAll: a heal's first
   // phase, once no resolution runs here. A collective that the loss cut can wait on a rank that
   // survived, not on the lost one (a ring waits on its neighbours only); without this it would

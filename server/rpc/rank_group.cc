@@ -1,6 +1,8 @@
 #include "server/rpc/rank_group.h"
 
 #include <chrono>
+#include <set>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -210,8 +212,11 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
     case v1::RegroupRequest::PHASE_BEGIN:
       OPTSTEP_RETURN_IF_ERROR(BeginRegroup(request));
       return PauseForRegroup(request);
-    case v1::RegroupRequest::PHASE_REBUILD:
-      return options_.communicators->RebuildAll(request.generation());
+    case v1::RegroupRequest::PHASE_REBUILD: {
+      std::set<std::string> open;
+      for (const std::shared_ptr<Session>& session : Sessions()) open.insert(session->id());
+      return options_.communicators->RebuildAll(request.generation(), open);
+    }
     case v1::RegroupRequest::PHASE_END: {
       // A failed heal leaves the rank to the heartbeats: it is lost again once it stops answering.
       {

@@ -1,7 +1,8 @@
 // GroupCommunicators: a session's communicator rendezvous under the group's generation ("g<g>/"
 // before the session id; none in generation 0), RebuildAll reconnects every session still in
 // use, in id order, under the new generation, and the session's communicator goes on working
-// through the new connection; a session that closed is not rebuilt. CloseAll (a heal's first
+// through the new connection; a session that closed is not rebuilt, nor one that is still held
+// but no longer open (its collectives answer why). CloseAll (a heal's first
 // phase) releases every connection at once, and the collectives answer why until the rebuild;
 // so does a collective that lost a peer, for its own connection.
 
@@ -44,9 +45,15 @@ TEST(GroupCommunicatorsTest, RebuildAllReconnectsTheLiveSessionsUnderTheNewGener
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> a, communicators.Make("sa"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> closed, communicators.Make("sc"));
   closed.reset();
-  ASSERT_THAT(communicators.RebuildAll(2), IsOk());
+  // Closed, but still held by a call that has yet to end.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> held, communicators.Make("se"));
+  ASSERT_THAT(communicators.RebuildAll(2, {"sa", "sb"}), IsOk());
   EXPECT_EQ(communicators.generation(), 2u);
-  EXPECT_THAT(recorder.prefixes, ElementsAre("sb", "sa", "sc", "g2/sa", "g2/sb"));
+  EXPECT_THAT(recorder.prefixes, ElementsAre("sb", "sa", "sc", "se", "g2/sa", "g2/sb"));
+  float held_value = 1.0f;
+  EXPECT_THAT(held->AllReduce(&held_value, 1, CommDType::kFloat32, ReduceOp::kSum),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       "session se is closed; its communicator was not rebuilt for generation 2"));
   // A session made now joins the new generation; the rebuilt ones still work.
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> d, communicators.Make("sd"));
   EXPECT_EQ(recorder.prefixes.back(), "g2/sd");
@@ -90,7 +97,7 @@ TEST(GroupCommunicatorsTest, CloseAllReleasesEveryConnectionUntilTheRebuild) {
               StatusIs(absl::StatusCode::kUnavailable, "closed for a heal"));
   EXPECT_THAT(b->Barrier(), StatusIs(absl::StatusCode::kUnavailable, "closed for a heal"));
   EXPECT_EQ(a->rank(), 0);
-  ASSERT_THAT(communicators.RebuildAll(1), IsOk());
+  ASSERT_THAT(communicators.RebuildAll(1, {"sa", "sb"}), IsOk());
   EXPECT_EQ(alive, 2);
   EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum), IsOk());
   EXPECT_EQ(value, 3.0f);
@@ -126,7 +133,7 @@ TEST(GroupCommunicatorsTest, ACollectiveThatLostAPeerReleasesTheConnection) {
   EXPECT_EQ(alive, 0);
   EXPECT_THAT(a->Barrier(), StatusIs(absl::StatusCode::kUnavailable, "peer lost"));
   lose = false;
-  ASSERT_THAT(communicators.RebuildAll(1), IsOk());
+  ASSERT_THAT(communicators.RebuildAll(1, {"sa"}), IsOk());
   EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum), IsOk());
 }
 
@@ -141,7 +148,7 @@ TEST(GroupCommunicatorsTest, AFailedReconnectNamesTheSessionAndTheGeneration) {
       });
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> a, communicators.Make("sa"));
   fail = true;
-  EXPECT_THAT(communicators.RebuildAll(1),
+  EXPECT_THAT(communicators.RebuildAll(1, {"sa"}),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        "session sa: rebuilding its communicator for generation 1: rendezvous "
                        "timed out"));

@@ -53,6 +53,7 @@ class RankChannels:
         self._explicit = explicit
         self._lock = threading.Lock()
         self._ranks: List[RankChannel] = [self._open(t) for t in targets]
+        self._given = len(targets)  # the ranks beyond are reached where the group advertises
         # The stand-ins the group last told of, by rank: each replaces the rank's channel until
         # the rank's own process is back.
         self._stand_ins: Dict[int, RankChannel] = {}
@@ -199,7 +200,10 @@ class RankChannels:
 
     def follow(self, rank_targets: Sequence[str], stood_in_ranks: Iterable[int]) -> None:
         """Follows the stand-ins the group tells of (a layout, a ListSessions answer): opens a
-        channel to each new one, drops those of ranks back."""
+        channel to each new one, drops those of ranks back. A rank reached where the group
+        advertises it (not given) and not stood in is reached at its advertised address from now
+        on: the first one seen may have been its stand-in's, or its process may be back
+        elsewhere."""
         told = {r: rank_targets[r] for r in stood_in_ranks if 0 <= r < len(rank_targets)}
         with self._lock:
             gone = [r for r, rank in self._stand_ins.items() if told.get(r) != rank.target]
@@ -208,6 +212,11 @@ class RankChannels:
             for r, target in told.items():
                 if r not in self._stand_ins:
                     self._stand_ins[r] = self._open(target)
+            if self._explicit:
+                return
+            for r in range(self._given, min(len(self._ranks), len(rank_targets))):
+                if r not in told and rank_targets[r] and rank_targets[r] != self._ranks[r].target:
+                    self._ranks[r] = self._open(rank_targets[r])
 
 
 def _first_ready(ranks: Sequence[RankChannel], deadline: float) -> Optional[int]:

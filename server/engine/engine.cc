@@ -307,7 +307,22 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
                                                    session.id(), "' is out of range [0, ",
                                                    config.num_trainers, ")"));
   }
-  return shared_segments_.Attach(session.id(), trainer, config.params, session.layout());
+  OPTSTEP_ASSIGN_OR_RETURN(
+      std::shared_ptr<const SharedSegment> segment,
+      shared_segments_.Attach(session.id(), trainer, config.params, session.layout()));
+  // Closed meanwhile (CloseSession unregisters a session, then drops its segments): this one
+  // came after that drop, and would keep its bytes and descriptor until the process ends.
+  bool open = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session.id());
+    open = it != sessions_.end() && it->second.get() == &session;
+  }
+  if (!open) {
+    shared_segments_.Drop(session.id(), trainer);
+    return SessionNotFoundError(session.id());
+  }
+  return segment;
 }
 
 absl::Status Engine::CloseSession(const std::string& id) {

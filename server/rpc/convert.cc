@@ -329,6 +329,13 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
                                                      static_cast<int>(spec.parameter_storage()),
                                                      " must be REPLICATED or OWNERS"));
   }
+  // A step's streams and what they staged wait at most this long for the step's other trainers.
+  constexpr uint64_t kMaxStepDeadlineMs = 3600 * 1000;
+  if (spec.step_deadline_ms() > kMaxStepDeadlineMs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session: step_deadline_ms = ", spec.step_deadline_ms(), " must be at most ",
+                     kMaxStepDeadlineMs, " (an hour)"));
+  }
   config.step_deadline = absl::Milliseconds(spec.step_deadline_ms());
   OPTSTEP_ASSIGN_OR_RETURN(config.chain, ChainConfigFromProto(spec.optimizer()));
   std::string key;

@@ -376,6 +376,11 @@ TEST_F(BadInputTest, WorkBoundsAtCreation) {
   sub->set_kind("soap");
   sub->mutable_soap()->set_power_iter_steps(1000000);
   EXPECT_STATUS(Create(spec), INVALID_ARGUMENT, "power_iter_steps = 1000000 must be <= 100");
+  // A step that waits for its trainers for ever keeps its streams' staged bytes as long.
+  spec = valid_spec_;
+  spec.set_step_deadline_ms(uint64_t{1} << 50);
+  EXPECT_STATUS(Create(spec), INVALID_ARGUMENT,
+                "session: step_deadline_ms = 1125899906842624 must be at most 3600000 (an hour)");
 }
 
 // Initial values that are not finite are refused, naming the parameter and the first bad

@@ -120,6 +120,9 @@ ABSL_FLAG(std::string, kill_during_heal, "",
           "Testing only: a restarted rank SIGKILLs itself while it heals into the running group: "
           "'rendezvous' at its first communicator rendezvous, 'transfer' once it fetched the "
           "first state dict from a peer; empty: never.");
+ABSL_FLAG(int, delay_heal_fetch_ms, 0,
+          "Testing only: a restarted rank pauses this long after each state dict it fetched from "
+          "a peer while it heals in, so that its heal outlasts --comm_timeout_ms; 0: never.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
@@ -240,6 +243,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.fail_allgather_after = absl::GetFlag(FLAGS_fail_allgather_after);
   options.kill_during_restore = absl::GetFlag(FLAGS_kill_during_restore);
   options.kill_during_heal = absl::GetFlag(FLAGS_kill_during_heal);
+  options.delay_heal_fetch = absl::Milliseconds(absl::GetFlag(FLAGS_delay_heal_fetch_ms));
   return options;
 }
 

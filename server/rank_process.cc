@@ -341,6 +341,8 @@ absl::Status RankProcess::StartEngine(
     group_options.on_heal_fetched = [] {
       KillSelf("event=killed_during_heal", "kill_during_heal=transfer");
     };
+  } else if (options_.delay_heal_fetch > absl::ZeroDuration()) {
+    group_options.on_heal_fetched = [delay = options_.delay_heal_fetch] { absl::SleepFor(delay); };
   }
   group_options.on_heal_failed = [this](const absl::Status& why) {
     ExitForRestart(absl::StrCat("a restarted rank could not be healed in: ", why.message()));

@@ -143,6 +143,8 @@ class RankProcess {
     // communicator rendezvous ("rendezvous": its heal's first replica, before the peers see it),
     // or once its heal fetched the first state dict from a peer ("transfer"); empty: never.
     std::string kill_during_heal;
+    // --delay_heal_fetch_ms: a pause after each state dict fetched while healing in.
+    absl::Duration delay_heal_fetch = absl::ZeroDuration();
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.

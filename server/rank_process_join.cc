@@ -67,7 +67,7 @@ bool RankProcess::FindsRunningGroup(GrpcKeyValueStore* store) {
 
 bool RankProcess::RejoinGroup(const std::string& address) {
   const absl::Time started = absl::Now();
-  absl::StatusOr<uint64_t> generation = RequestRejoin(group_.get(), address, options_.comm_timeout);
+  absl::StatusOr<uint64_t> generation = RequestRejoin(group_.get(), address);
   if (!generation.ok()) {
     LOG(ERROR) << "event=rejoin_failed rank=" << options_.rank << " error=\""
                << generation.status().message() << "\"";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "checkpoint/state_dict.h"
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
+#include "server/rpc/stall_watch.h"
 #include "server/rpc/state_dict_stream.h"
 #include "wire/grpc_status.h"
 
@@ -61,6 +63,31 @@ absl::Status RegroupOn(RankGroup* group, int r, v1::RegroupRequest request) {
                        absl::ToChronoMilliseconds(group->options().timeout));
   v1::RegroupResponse response;
   return PeerStatus(r, group->Peer(r)->Regroup(&context, request, &response));
+}
+
+// A call to rank `r` that moves state there (a heal's transfer or catch-up, a rank's whole heal):
+// it takes as long as the state needs, with no deadline, while `r` answers its pings; once `r`
+// has not answered for twice the peer timeout the call is cancelled. (A deadline of
+// --comm_timeout_ms failed every heal whose state took longer to move.)
+absl::Status CallWhileAnswering(RankGroup* group, int r, absl::string_view what,
+                                const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+  grpc::ClientContext context;
+  StallWatch watch(&context, 2 * group->options().peer_timeout);
+  ProgressWhileAnswering answering(
+      &watch, [group, r] { return group->Answers(r); }, group->options().heartbeat_interval);
+  return watch.Explain(PeerStatus(r, call(&context)), r, what);
+}
+
+// RegroupOn of a phase that moves state on rank `r` (kTransfer, kCatchUp): CallWhileAnswering.
+absl::Status MoveStateOn(RankGroup* group, int r, const v1::RegroupRequest& request) {
+  if (r == 0) return group->Regroup(request);
+  v1::RegroupResponse response;
+  return CallWhileAnswering(group, r,
+                            absl::StrCat("waiting for its heal's phase ",
+                                         v1::RegroupRequest::Phase_Name(request.phase())),
+                            [&](grpc::ClientContext* context) {
+                              return group->Peer(r)->Regroup(context, request, &response);
+                            });
 }
 
 v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,
@@ -162,7 +189,7 @@ absl::Status CatchUp(Engine* engine, RankGroup* group, v1::RegroupRequest catch_
     if (r == 0) return CatchUpFromPeers(engine, group, plan[0]);
     v1::RegroupRequest request = catch_up;
     request.mutable_catch_up_from()->insert(plan[r].begin(), plan[r].end());
-    return RegroupOn(group, r, request);
+    return MoveStateOn(group, r, request);
   });
 }
 
@@ -179,7 +206,7 @@ absl::StatusOr<uint64_t> Heal(Engine* engine, RankGroup* group, int rank,
     OPTSTEP_RETURN_IF_ERROR(
         TakeStateFromPeers(engine, rank, group->world_size(), PeerFetch(group)));
   } else {
-    OPTSTEP_RETURN_IF_ERROR(RegroupOn(
+    OPTSTEP_RETURN_IF_ERROR(MoveStateOn(
         group, rank, Phase(generation, rank, address, v1::RegroupRequest::PHASE_TRANSFER)));
   }
   OPTSTEP_RETURN_IF_ERROR(
@@ -580,15 +607,15 @@ void ResumeSessions(Engine* engine) {
   }
 }
 
-absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& address,
-                                       absl::Duration timeout) {
+absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& address) {
   OPTSTEP_RETURN_IF_ERROR(group->EnsureAddress(0));
   const v1::RejoinRequest request = ThisProcess(*group, address);
   v1::RejoinResponse response;
-  grpc::ClientContext context;
-  context.set_wait_for_ready(true);
-  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
-  OPTSTEP_RETURN_IF_ERROR(PeerStatus(0, group->Peer(0)->Rejoin(&context, request, &response)));
+  OPTSTEP_RETURN_IF_ERROR(
+      CallWhileAnswering(group, 0, "waiting to be healed in", [&](grpc::ClientContext* context) {
+        context->set_wait_for_ready(true);
+        return group->Peer(0)->Rejoin(context, request, &response);
+      }));
   return response.generation();
 }
 

@@ -131,10 +131,10 @@ HealFetch PeerFetch(RankGroup* group);
 void ResumeSessions(Engine* engine);
 
 // Rank r > 0, restarted (or a stand-in for it, RankGroupOptions::stand_in): asks rank 0
-// (`group`'s peer 0) to heal it into the group, waiting up to `timeout`. Answers the generation
-// joined.
-absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& address,
-                                       absl::Duration timeout);
+// (`group`'s peer 0) to heal it into the group, waiting as long as the heal takes while rank 0
+// answers its pings (given up once it has not for twice the peer timeout). Answers the
+// generation joined.
+absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& address);
 
 }  // namespace optstep
 

@@ -278,17 +278,26 @@ std::vector<std::shared_ptr<Session>> RankGroup::Sessions() const {
   return engine_ != nullptr ? engine_->ListSessions() : std::vector<std::shared_ptr<Session>>();
 }
 
-bool RankGroup::ProcessGone(int rank, uint64_t incarnation) {
+grpc::Status RankGroup::PingOnce(int rank, v1::PingResponse* response) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options_.peer_timeout));
   v1::PingRequest request;
   request.set_rank(options_.rank);
+  return Peer(rank)->Ping(&context, request, response);
+}
+
+bool RankGroup::ProcessGone(int rank, uint64_t incarnation) {
   v1::PingResponse response;
-  const grpc::Status status = Peer(rank)->Ping(&context, request, &response);
+  const grpc::Status status = PingOnce(rank, &response);
   LOG(INFO) << "event=rank_pinged rank=" << rank
             << " code=" << absl::StatusCodeToString(FromGrpcStatus(status).code())
             << " incarnation=" << response.incarnation() << " healing_incarnation=" << incarnation;
   return !status.ok() || response.incarnation() != incarnation;
+}
+
+bool RankGroup::Answers(int rank) {
+  v1::PingResponse response;
+  return PingOnce(rank, &response).ok();
 }
 
 int RankGroup::CountHealLost(int rank) {

@@ -166,6 +166,8 @@ class RankGroup {
   // Whether rank `rank`'s process `incarnation` is gone: a ping (within the peer timeout) is not
   // answered, or another process answers it (its supervisor restarted it already).
   bool ProcessGone(int rank, uint64_t incarnation);
+  // Whether rank `rank` answers a ping within the peer timeout.
+  bool Answers(int rank);
   // Rank 0: counts the heals of rank `rank` in a row whose process was lost while it healed in,
   // and answers how many (a heal that succeeds begins the count again).
   int CountHealLost(int rank);
@@ -261,6 +263,8 @@ class RankGroup {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   // This rank's sessions (none without an engine).
   std::vector<std::shared_ptr<Session>> Sessions() const;
+  // PeerService.Ping of rank `rank`, within the peer timeout.
+  grpc::Status PingOnce(int rank, v1::PingResponse* response);
 
   const RankGroupOptions options_;
   Engine* const engine_;

@@ -1,5 +1,7 @@
 #include "server/rpc/stall_watch.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace optstep {
@@ -45,6 +47,31 @@ void StallWatch::Watch() {
     if (!stalled_) return;
   }
   context_->TryCancel();  // thread-safe; the caller's next Read or Write fails
+}
+
+ProgressWhileAnswering::ProgressWhileAnswering(StallWatch* watch, std::function<bool()> answers,
+                                               absl::Duration interval)
+    : watch_(watch),
+      answers_(std::move(answers)),
+      interval_(interval),
+      thread_([this] { Ask(); }) {}
+
+ProgressWhileAnswering::~ProgressWhileAnswering() {
+  {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+  }
+  thread_.join();
+}
+
+void ProgressWhileAnswering::Ask() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&done_), interval_)) return;
+    }
+    if (answers_()) watch_->Progressed();
+  }
 }
 
 }  // namespace optstep

@@ -1,6 +1,7 @@
 #ifndef OPTSTEP_SERVER_RPC_STALL_WATCH_H_
 #define OPTSTEP_SERVER_RPC_STALL_WATCH_H_
 
+#include <functional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -46,6 +47,29 @@ class StallWatch {
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool stalled_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: started once the rest is set
+};
+
+// Marks `watch` as progressing while a peer answers: asks `answers()` (which blocks up to a
+// deadline of its own) every `interval` on a thread of its own until destroyed. For a call whose
+// progress the caller cannot see, such as a heal's phase that moves state on the peer: it may take
+// as long as it needs while the peer answers, and is cancelled once the peer has not answered for
+// the watch's limit. Thread-safe. The watch must outlive this.
+class ProgressWhileAnswering {
+ public:
+  ProgressWhileAnswering(StallWatch* watch, std::function<bool()> answers, absl::Duration interval);
+  ~ProgressWhileAnswering();  // stops asking
+  ProgressWhileAnswering(const ProgressWhileAnswering&) = delete;
+  ProgressWhileAnswering& operator=(const ProgressWhileAnswering&) = delete;
+
+ private:
+  void Ask();
+
+  StallWatch* const watch_;
+  const std::function<bool()> answers_;
+  const absl::Duration interval_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: started once the rest is set
 };
 

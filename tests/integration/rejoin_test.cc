@@ -506,5 +506,40 @@ TEST(RejoinTest, RankZeroRestartedTogetherWithAnotherRankRestartsTheGroup) {
   EXPECT_THAT(trainer->CreateSession(SmallSpec("new")).status(), IsOk());
 }
 
+// A heal that takes longer than --comm_timeout_ms (the restarted rank pauses a second after each
+// state dict it fetched, six of them) completes: the calls that wait while a heal moves state
+// (rank 0's transfer and catch-up phases, the restarted rank's Rejoin) last while the peer
+// answers its pings, not up to a deadline. The trainer's step waits and is applied once; the run
+// ends bit for bit with an undisturbed session, and no rank exits.
+TEST(RejoinTest, AHealLongerThanTheCommunicatorTimeoutCompletes) {
+  std::vector<std::string> flags = kFlags;
+  flags.push_back("--comm_timeout_ms=3000");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, 3));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo healed,
+                               trainer->CreateSession(SpreadSpec("healed")));
+  for (uint64_t step = 1; step <= 2; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, healed.session_id(), step).status(), IsOk());
+  }
+  group[1]->SignalAndWait(SIGKILL);
+  ASSERT_TRUE(AwaitHealth(*group[0], false, absl::Seconds(10)));
+  std::vector<std::string> slow = flags;
+  slow.push_back("--delay_heal_fetch_ms=1000");
+  ASSERT_THAT(Restart(group, 1, slow), IsOk());
+  const absl::Time restarted = absl::Now();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply third, StepSpread(*trainer, healed.session_id(), 3));
+  EXPECT_EQ(third.step, 3u);
+  EXPECT_GT(absl::Now() - restarted, absl::Seconds(3)) << "the heal did not outlast the timeout";
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), healed.session_id()),
+              IsOk());
+  // Longer than a rank takes to exit for a restart of the group after a failed heal
+  // (--peer_loss_exit_grace_ms, 1 s).
+  absl::SleepFor(absl::Seconds(2));
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
+
 }  // namespace
 }  // namespace optstep

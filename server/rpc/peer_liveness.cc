@@ -59,6 +59,16 @@ bool PeerLiveness::Left(int peer) {
   return true;
 }
 
+void PeerLiveness::Lose(int peer, absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  Peer& p = peers_[peer];
+  if (peer == rank_ || p.state == State::kLost || p.state == State::kLeft) return;
+  p.state = State::kLost;
+  p.why = std::move(why);
+  p.failure = ++failures_;
+  unreported_.push_back({peer, p.why});
+}
+
 void PeerLiveness::Rejoined(int peer, absl::Time now, uint64_t incarnation) {
   absl::MutexLock lock(&mu_);
   if (peer == rank_) return;

@@ -37,6 +37,10 @@ class PeerLiveness {
                 absl::Time asked = absl::InfiniteFuture());
   // Peer `peer` said it shuts down on purpose. True the first time.
   bool Left(int peer);
+  // Peer `peer` is lost for `why` (UNAVAILABLE), whatever its heartbeats say: its heal failed, so
+  // its process, which may still answer, holds no state to take part with. Reported by the next
+  // Check, as a loss found there; lasts until it rejoins. Nothing when it is lost or gone already.
+  void Lose(int peer, absl::Status why);
   // Peer `peer` (restarted) rejoined the group at `now`, as its process `incarnation` (0: learnt
   // from its next answer): it is watched as alive again, and an answer from another process
   // (the rejoin failed and it restarted again) loses it at once.

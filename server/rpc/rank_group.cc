@@ -248,6 +248,17 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
         }
       }
       if (request.failed()) {
+        // The rank's process may live on, but holds no (or part of its) state: nothing may run
+        // with it. It is lost until a heal of its next process (or this one again) ends well;
+        // the connections the heal rebuilt with it close.
+        if (rank != options_.rank) {
+          liveness_.Lose(rank, absl::UnavailableError(absl::StrCat(
+                                   "rank ", rank, " lost (its heal into generation ",
+                                   request.generation(), " failed); it heals in when restarted")));
+          options_.communicators->CloseAll(absl::UnavailableError(
+              absl::StrCat("the session's communicator is closed: the heal of rank ", rank,
+                           " into generation ", request.generation(), " failed")));
+        }
         for (const std::shared_ptr<Session>& session : Sessions()) session->CancelHealPause();
         // Rank 0's own heal failed (its process exits for a restart): the survivors' sessions
         // disagree, or its transfer failed; its next process would most likely fail the same way,

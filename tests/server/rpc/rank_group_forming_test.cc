@@ -4,6 +4,7 @@
 // next process would find only some of the sessions, and the group restarts instead).
 
 #include <memory>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -140,6 +141,41 @@ TEST(RankGroupFormingTest, AHealOfAGenerationBegunAlreadyIsRefused) {
   OPTSTEP_ASSERT_OK(group.Regroup(other));
   EXPECT_EQ(group.addresses()[0], "127.0.0.1:2");
   EXPECT_EQ(group.stood_in_ranks(), std::vector<uint32_t>{2});
+}
+
+TEST(RankGroupFormingTest, AFailedHealLeavesTheRankLostAndItsConnectionsClosed) {
+  // The rank's process may live on after its heal failed (its transfer failed), answering the
+  // heartbeats, with none or part of its state: nothing may run with it until it heals in.
+  GroupCommunicators communicators(
+      [](const std::string& prefix) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+        CommunicatorOptions options;
+        options.prefix = prefix;
+        return CreateCommunicator(options);
+      });
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> session, communicators.Make("s"));
+  RankGroupOptions options = Healing(1);
+  options.communicators = &communicators;
+  RankGroup group(options, nullptr);
+  OPTSTEP_EXPECT_OK(group.PeersStatus());
+  v1::RegroupRequest begin;
+  begin.set_generation(1);
+  begin.set_rank(2);
+  begin.set_address("127.0.0.1:1");
+  begin.set_phase(v1::RegroupRequest::PHASE_BEGIN);
+  OPTSTEP_ASSERT_OK(group.Regroup(begin));
+  v1::RegroupRequest rebuild = begin;
+  rebuild.set_phase(v1::RegroupRequest::PHASE_REBUILD);
+  OPTSTEP_ASSERT_OK(group.Regroup(rebuild));
+  v1::RegroupRequest end = begin;
+  end.set_phase(v1::RegroupRequest::PHASE_END);
+  end.set_failed(true);
+  OPTSTEP_ASSERT_OK(group.Regroup(end));
+  EXPECT_THAT(group.PeersStatus(), StatusIs(absl::StatusCode::kUnavailable,
+                                            "rank 2 lost (its heal into generation 1 failed)"));
+  EXPECT_TRUE(group.peer_failed(2));
+  EXPECT_THAT(session->Barrier(), StatusIs(absl::StatusCode::kUnavailable,
+                                           "the heal of rank 2 into generation 1 "
+                                           "failed"));
 }
 
 TEST(RankGroupFormingTest, TheEndOfAHealNeverBegunHereChangesNothing) {

@@ -328,12 +328,20 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
 absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
                                        absl::Span<const GradientSlice> gradients,
                                        const ParamDestinations& into) {
-  if (!into.empty()) {
-    // Checked once, before any attempt: the same checks as each attempt's (WriteInto).
-    OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
-    OPTSTEP_RETURN_IF_ERROR(CheckStep(options, *layout));
-    client_internal::ParamAssembler check(*layout, options.return_dtype, options.return_param_ids);
+  // The destinations are checked once, before any attempt sends the step (each attempt's
+  // WriteInto checks the same, once the step is applied): here, or, when the session's layout
+  // cannot be read now (the group is away, or restores the session), in the first attempt.
+  bool checked = into.empty();
+  const auto check_into = [&](const SessionLayout& layout) -> absl::Status {
+    OPTSTEP_RETURN_IF_ERROR(CheckStep(options, layout));
+    client_internal::ParamAssembler check(layout, options.return_dtype, options.return_param_ids);
     for (const auto& [id, bytes] : into) OPTSTEP_RETURN_IF_ERROR(check.SetDestination(id, bytes));
+    checked = true;
+    return absl::OkStatus();
+  };
+  if (!checked) {
+    absl::StatusOr<LayoutPtr> layout = Layout(options.session_id);
+    if (layout.ok()) OPTSTEP_RETURN_IF_ERROR(check_into(**layout));
   }
   client_internal::GroupProbe probe{
       [this] { return CheckHealth(); },
@@ -346,6 +354,7 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
       options.session_id, options.step, probe,
       [&]() -> absl::StatusOr<StepReply> {
         OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
+        if (!checked) OPTSTEP_RETURN_IF_ERROR(check_into(*layout));
         return StepWithLayout(options, std::move(layout), gradients, into);
       },
       [&] { return AppliedStep(options, into); });

@@ -55,7 +55,9 @@ absl::StatusOr<StepReply> StepRecovery::Run(
       return reply;
     }
     const absl::Status error = reply.status();
-    if (error.code() == absl::StatusCode::kFailedPrecondition) {
+    // Out of sequence while rank 0 does not serve: a session that the group is restoring (made
+    // again, its checkpoint not yet loaded) is waited for below.
+    if (error.code() == absl::StatusCode::kFailedPrecondition && !NotServing(probe)) {
       // Out of sequence: the last step is still ending on the ranks, the session's step moved
       // back, or the applied step is not replayable after a restore, or a mistake of the caller.
       absl::StatusOr<SessionStep> read = probe.session_step(session_id);
@@ -103,16 +105,20 @@ bool StepRecovery::Recovering(const GroupProbe& probe, const absl::Status& error
     case absl::StatusCode::kUnknown:
     case absl::StatusCode::kInternal:
     case absl::StatusCode::kAborted:
-    case absl::StatusCode::kNotFound: {
-      // Unreachable: recovering; no health service (not a server group): not.
-      absl::StatusOr<bool> serving = probe.serving();
-      if (serving.ok()) return !*serving;
-      return serving.status().code() == absl::StatusCode::kUnavailable ||
-             serving.status().code() == absl::StatusCode::kDeadlineExceeded;
-    }
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+      return NotServing(probe);
     default:
       return false;
   }
+}
+
+bool StepRecovery::NotServing(const GroupProbe& probe) const {
+  // Unreachable: recovering; no health service (not a server group): not.
+  absl::StatusOr<bool> serving = probe.serving();
+  if (serving.ok()) return !*serving;
+  return serving.status().code() == absl::StatusCode::kUnavailable ||
+         serving.status().code() == absl::StatusCode::kDeadlineExceeded;
 }
 
 absl::StatusOr<SessionStep> StepRecovery::AwaitGroup(const GroupProbe& probe,

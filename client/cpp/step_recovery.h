@@ -68,6 +68,8 @@ class StepRecovery {
 
  private:
   bool Recovering(const GroupProbe& probe, const absl::Status& error) const;
+  // Whether rank 0 does not serve now: it answers so, or does not answer.
+  bool NotServing(const GroupProbe& probe) const;
   // Waits, backing off from `*wait`, until rank 0 serves; answers the session's step, or
   // `error` (naming the timeout) past `deadline`.
   absl::StatusOr<SessionStep> AwaitGroup(const GroupProbe& probe, absl::string_view session_id,

@@ -3,8 +3,8 @@ automatic checkpoints is SIGKILLed while a step waits for its second trainer; th
 completes by itself (redone with the same bytes once the group has restored the session) and the
 run ends bit for bit where an undisturbed one ends. A group that comes back at an older step
 makes RemoteOptimizer pull the restored parameters, call on_rewind and raise RewindRequired with
-the restored step; the loop rewinds its data and ends bit for bit too. With recovery_timeout 0 a
-step fails at once, as before."""
+the restored step; the loop rewinds its data and ends bit for bit too. A trainer's first step
+waits for the group as well. With recovery_timeout 0 a step fails at once, as before."""
 
 from __future__ import annotations
 
@@ -115,6 +115,31 @@ def test_a_step_during_which_the_group_is_killed_completes_by_itself(
     for pid in expected:
         assert params[pid].tobytes() == expected[pid].tobytes(), f"param {pid} differs"
     for client in clients:
+        client.close()
+
+
+def test_a_trainers_first_step_waits_for_a_group_that_is_away(
+        server_binary: str, group: SupervisedGroup) -> None:
+    """Trainers that know the session but have not stepped yet (no shared memory attached, no
+    connection of the native library) meet a killed group at their first step: it waits for
+    the group, as a later step does, and is applied once."""
+    first = [optstep.Client(rank_targets=group.targets, recovery_timeout=60)
+             for _ in range(TRAINERS)]
+    session = _create(first[0])
+    for step in (1, 2, 3):
+        _step_all(first, session, step)
+    group.await_checkpoint(session, 3)
+    fresh = [optstep.Client(rank_targets=group.targets, recovery_timeout=60)
+             for _ in range(TRAINERS)]
+    for client in fresh:
+        client.layout(session)  # known before the group is lost, as after attaching to it
+    group.kill(0, 1)
+    _step_all(fresh, session, 4)
+    params = fresh[0].pull_parameters(session).params
+    expected = _reference_params(server_binary, 4)
+    for pid in expected:
+        assert params[pid].tobytes() == expected[pid].tobytes(), f"param {pid} differs"
+    for client in first + fresh:
         client.close()
 
 

@@ -2,8 +2,10 @@
 rank stepped its own, before the ranks' all-gather ends the step, so a trainer may send the next
 step while the session still reads the step before. That step is sent again in its turn (an
 out-of-sequence answer) or redone after a recovery, never rewound; a session that stays below the
-step seen applied (restored to an older one) is still a rewind. A step that still fails once
-rank 0 serves again is tried until the recovery timeout, and no longer."""
+step seen applied (restored to an older one) is still a rewind, but not a session that the group
+is restoring while rank 0 does not serve (made again at step 0, its checkpoint not yet loaded).
+A step that still fails once rank 0 serves again is tried until the recovery timeout, and no
+longer."""
 
 from __future__ import annotations
 
@@ -92,3 +94,27 @@ def test_a_step_that_fails_while_the_group_serves_ends_with_the_timeout() -> Non
         "rank 1 is away (the group serves session 's' again, but the step still failed when "
         "recovery_timeout 0.2 s ran out)")
     assert time.monotonic() - started < 5.0
+
+
+class RestoringGroup:
+    """Rank 0 serves from its third look on; until then the session is at step 0 (made again,
+    its checkpoint not yet loaded), then at `restored`."""
+
+    def __init__(self, restored: int) -> None:
+        self.restored = restored
+        self.looks = 0
+
+    def check_health(self, service: str = "") -> bool:
+        self.looks += 1
+        return self.looks > 2
+
+    def get_session(self, session_id: str) -> session_pb2.SessionInfo:
+        return session_pb2.SessionInfo(session_id=session_id,
+                                       step=self.restored if self.looks > 2 else 0)
+
+
+def test_a_step_that_meets_a_session_being_restored_waits_for_the_group() -> None:
+    steps = recovery()
+    assert steps.run(EndingGroup([3]), "s", 3, attempts([], 3), restored) == 3
+    out_of_turn = FailedPreconditionError("step 4 out of sequence; expected step 1")
+    assert steps.run(RestoringGroup(3), "s", 4, attempts([out_of_turn], 4), restored) == 4

@@ -418,7 +418,7 @@ class Client:
                      outs: Mapping[int, Any]) -> Optional[StepReply]:
         """:meth:`step` through shared memory; None when the session's ranks cannot share
         memory with this process (nothing was sent)."""
-        if not self._shares_memory(session_id, trainer_id):
+        if not self._shares_memory_now(session_id, trainer_id):
             return None
         return_ids = self.layout(session_id).param_ids(return_params or ())
 
@@ -453,7 +453,7 @@ class Client:
         # Through shared memory the gradients are kept and written into the segment by finish:
         # a copy that takes less than sending them while they are produced.
         shared = dtypes.return_dtype(return_dtype) == dtypes.FP32 and \
-            self._shares_memory(session_id, trainer_id)
+            self._shares_memory_now(session_id, trainer_id)
         return StreamedStep(self, session_id, step, trainer_id=trainer_id,
                             groups=list(groups or ()), return_dtype=return_dtype,
                             return_params=return_params, skip_return=skip_return,
@@ -461,8 +461,21 @@ class Client:
 
     def _native_client(self, session_id: str) -> Optional[native.NativeClient]:
         layout = self.layout(session_id)  # the C++ client over its ranks; None without the library
-        # As configured: the C++ client follows the stand-ins itself.
-        return self._native.get(lambda: [rank.target for rank in self._ranks.of(layout)])
+        # As configured: the C++ client follows the stand-ins itself. A group away when it
+        # connects: this step goes through the Python path, whose recovery waits for the group.
+        try:
+            return self._native.get(lambda: [rank.target for rank in self._ranks.of(layout)])
+        except (UnavailableError, DeadlineExceededError):
+            return None
+
+    def _shares_memory_now(self, session_id: str, trainer_id: int) -> bool:
+        """:meth:`_shares_memory`, False while a rank is away or has yet to restore the
+        session (its segment cannot be attached now): the step then goes through a path whose
+        recovery waits for the group, and a later step attaches."""
+        try:
+            return self._shares_memory(session_id, trainer_id)
+        except (UnavailableError, NotFoundError):
+            return False
 
     def _step_once(self, session_id: str, step: int, slices: List[GradientSlice],
                    trainer_id: int, groups: List[GroupSchedule], wire: dtypes.WireDType,

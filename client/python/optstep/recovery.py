@@ -39,7 +39,7 @@ _Reply = TypeVar("_Reply")
 # UNAVAILABLE always means it.
 _WHEN_NOT_SERVING = (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
                      grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED,
-                     grpc.StatusCode.NOT_FOUND)
+                     grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
 # Backoff between looks at the group: the first wait and the longest one, in seconds.
 _FIRST_WAIT = 0.05
 _LONGEST_WAIT = 1.0
@@ -121,7 +121,9 @@ class StepRecovery:
                 self._note(session_id, step)
                 return reply
             except OptstepError as error:
-                if isinstance(error, FailedPreconditionError):
+                # Out of sequence while rank 0 does not serve: a session that the group is
+                # restoring (made again, its checkpoint not yet loaded) is waited for below.
+                if isinstance(error, FailedPreconditionError) and not self._not_serving(group):
                     # Out of sequence: the last step is still ending on the ranks, the
                     # session's step moved back, or the applied step is not replayable after a
                     # restore, or a mistake of the caller.
@@ -205,6 +207,11 @@ class StepRecovery:
             return True
         if error.code not in _WHEN_NOT_SERVING:
             return False
+        return StepRecovery._not_serving(group)
+
+    @staticmethod
+    def _not_serving(group: GroupView) -> bool:
+        """Whether rank 0 does not serve now: it answers so, or does not answer."""
         try:
             return not group.check_health()
         except OptstepError as health:  # unreachable: recovering; no health service: not

@@ -168,6 +168,26 @@ TEST(StepRecoveryTest, AStepSentWhileTheLastOneStillEndsIsSentAgainInItsTurn) {
   EXPECT_EQ(group.reads, 3u);
 }
 
+// A group restoring its sessions from their checkpoints makes each session again (at step 0)
+// before it loads it, and rank 0 serves only once they are loaded: a step that meets such a
+// session is out of sequence, which is waited out as a recovery, never taken for a rewind.
+TEST(StepRecoveryTest, AStepThatMeetsASessionBeingRestoredWaitsForTheGroup) {
+  StepRecovery recovery = Recovery();
+  EndingGroup serving{{3}};
+  Attempts third{{}, 3};
+  ASSERT_THAT(recovery.Run("s", 3, serving.probe(), std::ref(third), Restored).status(), IsOk());
+  int looks = 0;
+  GroupProbe restoring{[&]() -> absl::StatusOr<bool> { return ++looks > 2; },
+                       [&](absl::string_view) -> absl::StatusOr<SessionStep> {
+                         return SessionStep{looks > 2 ? 3u : 0u, false};
+                       }};
+  Attempts fourth{{absl::FailedPreconditionError("step 4 out of sequence; expected step 1")}, 4};
+  absl::StatusOr<StepReply> reply = recovery.Run("s", 4, restoring, std::ref(fourth), Restored);
+  ASSERT_THAT(reply.status(), IsOk());
+  EXPECT_EQ(reply->step, 4u);
+  EXPECT_EQ(fourth.calls, 2);
+}
+
 TEST(StepRecoveryTest, AGroupThatDoesNotComeBackAnswersTheErrorNamingTheTimeout) {
   StepRecovery recovery = Recovery(absl::Milliseconds(200));
   FakeGroup group{.down = 1 << 30};

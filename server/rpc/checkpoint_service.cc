@@ -12,6 +12,7 @@
 #include "server/rpc/caller.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/held_operations.h"
+#include "server/rpc/open_streams.h"
 #include "server/rpc/owned_write_reactor.h"
 #include "wire/grpc_status.h"
 
@@ -91,6 +92,16 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(Engine* engine,
     reactor->Done(done.status());
   });
   return raw;
+}
+
+// Each ExportStateDict stream holds a copy of its session's state until the caller has read it:
+// a session has this many open on rank 0 at most, so that a caller that opens exports and does
+// not read them cannot make the rank hold a copy per stream.
+constexpr int kOpenExportsPerSession = 2;
+
+OpenStreams& OpenExports() {
+  static OpenStreams* const streams = new OpenStreams();
+  return *streams;
 }
 
 // The layouts of spec §7.2 over a merged dict.
@@ -182,10 +193,25 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
       absl::StatusOr<std::shared_ptr<Session>> session =
           FindSession(*engine, caller, request.session_id());
       if (!session.ok()) return deliver(session.status());
+      OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), kOpenExportsPerSession);
+      if (!slot.held()) {
+        return deliver(absl::ResourceExhaustedError(absl::StrCat(
+            "ExportStateDict: ", kOpenExportsPerSession, " exports of session '", (*session)->id(),
+            "' are open already; read them (or cancel them) first")));
+      }
       absl::StatusOr<std::shared_ptr<const StateDict>> dict = held->ExportStateDict(
           **session, {request.model_chunks().begin(), request.model_chunks().end()});
       if (!dict.ok()) return deliver(dict.status());
-      deliver(LayOut(**session, *std::move(dict), request));
+      absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
+      if (state.ok()) {
+        // The slot is given back with the state, once the stream ends.
+        struct Held {
+          std::shared_ptr<const void> state;
+          OpenStreams::Slot slot;
+        };
+        state->keep = std::make_shared<Held>(Held{std::move(state->keep), std::move(slot)});
+      }
+      deliver(std::move(state));
     });
   });
 }

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "server/rpc/convert.h"
+#include "server/rpc/open_streams.h"
 #include "server/rpc/owned_write_reactor.h"
 #include "server/rpc/param_chunker.h"
 #include "wire/chunk.h"
@@ -91,33 +91,12 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
   bool first_ ABSL_GUARDED_BY(mu_) = true;
 };
 
-// The InitParameters streams open on this rank, by session (the replicas, not the ids: ranks
-// that share a process share the ids). Each of a session's trainers may set its values once, so
-// a rank stages at most that many copies of them. Thread-safe.
-class OpenInitStreams {
- public:
-  static OpenInitStreams& Get() {
-    static OpenInitStreams* const streams = new OpenInitStreams();
-    return *streams;
-  }
-  // Counts a stream of `session` open unless `limit` are.
-  bool TryOpen(const Session* session, int limit) {
-    absl::MutexLock lock(&mu_);
-    int& open = open_[session];
-    if (open >= limit) return false;
-    ++open;
-    return true;
-  }
-  void Close(const Session* session) {
-    absl::MutexLock lock(&mu_);
-    auto it = open_.find(session);
-    if (it != open_.end() && --it->second == 0) open_.erase(it);
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<const Session*, int> open_ ABSL_GUARDED_BY(mu_);
-};
+// The InitParameters streams open on this rank: each of a session's trainers may set its values
+// once, so a rank stages at most that many copies of them.
+OpenStreams& OpenInitStreams() {
+  static OpenStreams* const streams = new OpenStreams();
+  return *streams;
+}
 
 // A chunk that continues a staged piece shorter than this is appended to it: a stream of small
 // chunks stages few pieces (each has a few dozen bytes of its own), and a long one is not copied.
@@ -159,8 +138,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       piece_limit_ =
           session_->config().params.size() + byte_limit_ / kSmallPieceBytes + kOutOfOrderPieces;
       const int trainers = std::max(1, session_->config().num_trainers);
-      open_ = OpenInitStreams::Get().TryOpen(session_.get(), trainers);
-      if (!open_) {
+      slot_ = OpenInitStreams().TryOpen(session_.get(), trainers);
+      if (!slot_.held()) {
         return absl::ResourceExhaustedError(
             absl::StrCat(What(), ": ", trainers,
                          " InitParameters streams of the session (one per trainer) "
@@ -229,8 +208,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   // The session's slot is given back before the caller hears the end: its next stream may
   // follow at once.
   void End(const absl::Status& status) {
-    if (open_) OpenInitStreams::Get().Close(session_.get());
-    open_ = false;
+    slot_.Release();
     Finish(ToGrpcStatus(status));
   }
 
@@ -274,7 +252,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   std::shared_ptr<Session> session_;
   uint64_t byte_limit_ = 0;
   uint64_t piece_limit_ = 0;
-  bool open_ = false;  // holds the session's OpenInitStreams slot
+  OpenStreams::Slot slot_;  // the session's, in OpenInitStreams
   std::vector<std::pair<ChunkHeader, std::string>> staged_;
   std::set<uint32_t> param_ids_;
   StreamTally tally_;

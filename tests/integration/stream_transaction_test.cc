@@ -287,5 +287,50 @@ TEST_F(StreamTransactionTest, AnInitStreamStagesABoundedAmountAndOnlyOnePerTrain
   EXPECT_THAT(Init(contiguous), IsOk());
 }
 
+// An ExportStateDict stream holds a copy of the session's state until the caller has read it: a
+// session has two open at most, a third is RESOURCE_EXHAUSTED until one ends.
+TEST_F(StreamTransactionTest, ASessionHasTwoExportsOpenAtMost) {
+  v1::SessionSpec spec = SmallSpec("exported");
+  spec.clear_parameters();
+  auto* wide = spec.add_parameters();
+  wide->set_name("wide");
+  wide->add_shape(1 << 20);  // 12 MB of masters and Adam state
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client_->CreateSession(spec));
+  // A reader that reads nothing holds its stream open: windows of 64 KiB, not grown.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto stub = v1::CheckpointService::NewStub(
+      grpc::CreateCustomChannel(server_->address(), grpc::InsecureChannelCredentials(), args));
+  v1::ExportStateDictRequest request;
+  request.set_session_id(info.session_id());
+  v1::StateDictChunk chunk;
+  grpc::ClientContext first_context, second_context;
+  auto first = stub->ExportStateDict(&first_context, request);
+  auto second = stub->ExportStateDict(&second_context, request);
+  ASSERT_TRUE(first->Read(&chunk));
+  ASSERT_TRUE(second->Read(&chunk));
+  grpc::ClientContext third_context;
+  auto third = stub->ExportStateDict(&third_context, request);
+  while (third->Read(&chunk)) {
+  }
+  EXPECT_THAT(FromGrpcStatus(third->Finish()),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       absl::StrCat("ExportStateDict: 2 exports of session '", info.session_id(),
+                                    "' are open already")));
+  first_context.TryCancel();
+  EXPECT_THAT(FromGrpcStatus(first->Finish()), StatusIs(absl::StatusCode::kCancelled));
+  // Its slot comes back once the server has seen the cancellation.
+  absl::Status read = absl::UnknownError("not read");
+  for (int tries = 0; tries < 100 && !read.ok(); ++tries) {
+    read = client_->ExportStateDict(request).status();
+    if (!read.ok()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(read, IsOk());
+  second_context.TryCancel();
+  (void)second->Finish();
+}
+
 }  // namespace
 }  // namespace optstep

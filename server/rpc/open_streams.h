@@ -1,0 +1,77 @@
+#ifndef OPTSTEP_SERVER_RPC_OPEN_STREAMS_H_
+#define OPTSTEP_SERVER_RPC_OPEN_STREAMS_H_
+
+// How many streams of one kind each session has open on this rank, so that a caller cannot
+// make a rank hold a copy of a session's data per stream it opens and leaves open (an
+// InitParameters stream stages the values it is sent; an ExportStateDict stream holds the state
+// it has yet to send).
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+
+namespace optstep {
+
+class Session;
+
+// The streams of one kind open on this rank, by session (the replicas, not the ids: ranks that
+// share a process share the ids). Thread-safe; outlives its slots.
+class OpenStreams {
+ public:
+  // A stream counted open until destroyed (or moved from, or Released).
+  class Slot {
+   public:
+    Slot() = default;
+    Slot(Slot&& other) noexcept : streams_(other.streams_), session_(other.session_) {
+      other.streams_ = nullptr;
+    }
+    Slot& operator=(Slot&& other) noexcept {
+      if (this != &other) {
+        Release();
+        streams_ = other.streams_;
+        session_ = other.session_;
+        other.streams_ = nullptr;
+      }
+      return *this;
+    }
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+    ~Slot() { Release(); }
+
+    bool held() const { return streams_ != nullptr; }
+    void Release() {
+      if (streams_ != nullptr) streams_->Close(session_);
+      streams_ = nullptr;
+    }
+
+   private:
+    friend class OpenStreams;
+    Slot(OpenStreams* streams, const Session* session) : streams_(streams), session_(session) {}
+
+    OpenStreams* streams_ = nullptr;
+    const Session* session_ = nullptr;
+  };
+
+  // A slot for a stream of `session`, unless `limit` are open (then one not held).
+  Slot TryOpen(const Session* session, int limit) {
+    absl::MutexLock lock(&mu_);
+    int& open = open_[session];
+    if (open >= limit) return Slot();
+    ++open;
+    return Slot(this, session);
+  }
+
+ private:
+  void Close(const Session* session) {
+    absl::MutexLock lock(&mu_);
+    auto it = open_.find(session);
+    if (it != open_.end() && --it->second == 0) open_.erase(it);
+  }
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<const Session*, int> open_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_OPEN_STREAMS_H_

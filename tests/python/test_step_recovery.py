@@ -118,3 +118,21 @@ def test_a_step_that_meets_a_session_being_restored_waits_for_the_group() -> Non
     assert steps.run(EndingGroup([3]), "s", 3, attempts([], 3), restored) == 3
     out_of_turn = FailedPreconditionError("step 4 out of sequence; expected step 1")
     assert steps.run(RestoringGroup(3), "s", 4, attempts([out_of_turn], 4), restored) == 4
+
+
+class ClosedGroup:
+    """The client was closed: every look at the group raises as a closed client does."""
+
+    def check_health(self, service: str = "") -> bool:
+        raise FailedPreconditionError("Client: closed")
+
+    def get_session(self, session_id: str) -> session_pb2.SessionInfo:
+        raise FailedPreconditionError("Client: closed")
+
+
+def test_a_client_closed_during_a_recovery_ends_the_wait_at_once() -> None:
+    steps = StepRecovery(10.0)
+    started = time.monotonic()
+    with pytest.raises(FailedPreconditionError, match="Client: closed"):
+        steps.run(ClosedGroup(), "s", 1, attempts([UnavailableError("reset")], 1), restored)
+    assert time.monotonic() - started < 5.0

@@ -198,6 +198,8 @@ class StepRecovery:
     def _serving(group: GroupView) -> bool:
         try:
             return group.check_health()
+        except FailedPreconditionError:
+            raise  # the client was closed: nothing to wait for
         except OptstepError:
             return False
 
@@ -214,6 +216,8 @@ class StepRecovery:
         """Whether rank 0 does not serve now: it answers so, or does not answer."""
         try:
             return not group.check_health()
+        except FailedPreconditionError:
+            raise  # the client was closed: nothing to wait for
         except OptstepError as health:  # unreachable: recovering; no health service: not
             return health.code in (grpc.StatusCode.UNAVAILABLE,
                                    grpc.StatusCode.DEADLINE_EXCEEDED)

@@ -61,6 +61,9 @@ ABSL_FLAG(int64_t, device_watchdog_ms, 300000,
 ABSL_FLAG(bool, shared_memory, true,
           "Trainers on this host (same user) may share a memory segment with this rank, so that "
           "their steps move no tensor bytes through the socket (AttachSharedMemory).");
+ABSL_FLAG(int, max_shared_segments, 1024,
+          "Most memory segments this rank shares with trainers at once (each holds a descriptor); "
+          "a trainer refused one steps through its stream.");
 ABSL_FLAG(int64_t, shutdown_grace_ms, 10000, "Time running calls get to finish on SIGTERM.");
 ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000,
           "Each rank pings every other rank this often (several ranks).");
@@ -220,6 +223,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.stream_idle_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_stream_idle_timeout_ms));
   options.device_watchdog = absl::Milliseconds(absl::GetFlag(FLAGS_device_watchdog_ms));
   options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
+  options.max_shared_segments = absl::GetFlag(FLAGS_max_shared_segments);
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

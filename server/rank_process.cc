@@ -264,6 +264,7 @@ absl::Status RankProcess::StartEngine(
   engine_options.max_session_bytes = options_.max_session_bytes;
   engine_options.device_watchdog = options_.device_watchdog;
   engine_options.shared_memory = options_.shared_memory;
+  engine_options.max_shared_segments = options_.max_shared_segments;
   engine_options.memory_budget = options_.memory_budget;
   engine_options.step_observer = metrics_;
   if (options_.kill_before_allgather > 0) {

@@ -85,6 +85,7 @@ class RankProcess {
     // Trainers on this host may share a memory segment with the rank for their steps
     // (AttachSharedMemory).
     bool shared_memory = true;
+    int max_shared_segments = 1024;  // --max_shared_segments
     // Heartbeats between the ranks: each pings the others every `heartbeat_interval`; a rank
     // that has not answered for `peer_timeout` is lost (health NOT_SERVING, calls UNAVAILABLE).
     absl::Duration heartbeat_interval = absl::Seconds(1);

@@ -52,7 +52,7 @@ Engine::Engine(EngineOptions options, std::shared_ptr<Device> device)
       device_(std::move(device)),
       device_worker_(std::make_shared<FairExecutor>()),
       admission_(CreateAdmission(options_, *device_)),
-      shared_segments_(&admission_->budget(), options_.rank),
+      shared_segments_(&admission_->budget(), options_.rank, options_.max_shared_segments),
       deadline_thread_([this] { WatchDeadlines(); }) {}
 
 Engine::~Engine() {

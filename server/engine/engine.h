@@ -64,6 +64,8 @@ struct EngineOptions {
   // --shared_memory: trainers on this host may share a segment with the rank for their steps
   // (AttachSharedMemory; shared_segments.h).
   bool shared_memory = true;
+  // --max_shared_segments: the most segments shared at once (each holds a descriptor).
+  int max_shared_segments = kDefaultMaxSharedSegments;
 };
 
 // The optimizer engine of one rank: its device, its device worker and its sessions. Knows nothing

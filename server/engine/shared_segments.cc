@@ -68,6 +68,13 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> SharedSegments::Attach(
   segment->token = RandomToken();
   std::memcpy(segment->memory->data(), segment->token.data(), segment->token.size());
   absl::MutexLock lock(&mu_);
+  if (static_cast<int>(segments_.size()) >= max_segments_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rank ", rank_, " shares ", segments_.size(),
+                     " memory segments with trainers, the most it ",
+                     "shares at once (--max_shared_segments); trainer ", trainer, " of session '",
+                     session_id, "' steps through its stream"));
+  }
   segment->id = RandomId();
   std::shared_ptr<const SharedSegment> attached = std::move(segment);
   segments_[{session_id, trainer}] = attached;

@@ -49,17 +49,24 @@ struct SharedSegment {
   char* value(size_t entry) const { return memory->data() + parameters_offset + offsets[entry]; }
 };
 
+// Segments a rank shares at once by default (--max_shared_segments): each holds a descriptor, and
+// a session of thousands of trainers would otherwise hold one per trainer.
+inline constexpr int kDefaultMaxSharedSegments = 1024;
+
 class SharedSegments {
  public:
   // `budget` must outlive this; `rank` names the rank in the segments' names.
-  SharedSegments(MemoryBudget* budget, int rank) : budget_(budget), rank_(rank) {}
+  // At most `max_segments` held at once.
+  SharedSegments(MemoryBudget* budget, int rank, int max_segments = kDefaultMaxSharedSegments)
+      : budget_(budget), rank_(rank), max_segments_(max_segments) {}
 
   SharedSegments(const SharedSegments&) = delete;
   SharedSegments& operator=(const SharedSegments&) = delete;
 
   // A new segment for `trainer` of session `session_id` (`params` and `layout` its definition,
   // `rank` this rank), replacing the trainer's last one. RESOURCE_EXHAUSTED when it does not fit
-  // the budget (naming the session and the bytes), or as SharedMemory::Create.
+  // the budget (naming the session and the bytes), or the rank holds `max_segments` already, or
+  // as SharedMemory::Create.
   absl::StatusOr<std::shared_ptr<const SharedSegment>> Attach(const std::string& session_id,
                                                               int trainer,
                                                               const std::vector<ParamInfo>& params,
@@ -79,6 +86,7 @@ class SharedSegments {
  private:
   MemoryBudget* const budget_;
   const int rank_;
+  const int max_segments_;
   mutable absl::Mutex mu_;
   // By (session id, trainer).
   std::map<std::pair<std::string, int>, std::shared_ptr<const SharedSegment>> segments_

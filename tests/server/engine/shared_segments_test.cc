@@ -72,6 +72,24 @@ TEST(SharedSegmentsTest, TakesItsBytesFromTheBudgetAndGivesThemBack) {
   EXPECT_EQ(budget.admitted(), 0);
 }
 
+TEST(SharedSegmentsTest, ARankSharesAtMostItsLimitOfSegments) {
+  // Each segment holds a descriptor: a session of thousands of trainers would hold thousands.
+  MemoryBudget budget(1 << 20, 0);
+  SharedSegments segments(&budget, 0, /*max_segments=*/2);
+  const Layout layout{1, {0}};
+  ASSERT_THAT(segments.Attach("s", 0, Params({4}), layout).status(), IsOk());
+  ASSERT_THAT(segments.Attach("s", 1, Params({4}), layout).status(), IsOk());
+  EXPECT_THAT(
+      segments.Attach("s", 2, Params({4}), layout).status(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               "rank 0 shares 2 memory segments with trainers, the most it shares at once "
+               "(--max_shared_segments); trainer 2 of session 's' steps through its stream"));
+  // A trainer that attaches again replaces its segment.
+  ASSERT_THAT(segments.Attach("s", 1, Params({4}), layout).status(), IsOk());
+  segments.DropSession("s");
+  EXPECT_THAT(segments.Attach("t", 0, Params({4}), layout).status(), IsOk());
+}
+
 TEST(SharedSegmentsTest, AStepFindsOnlyTheCurrentSegmentOfItsSessionAndTrainer) {
   MemoryBudget budget(1 << 20, 0);
   SharedSegments segments(&budget, 0);

@@ -15,7 +15,7 @@
 #include "checkpoint/state_dict.h"
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
-#include "server/rpc/stall_watch.h"
+#include "server/rpc/heal_calls.h"
 #include "server/rpc/state_dict_stream.h"
 #include "wire/grpc_status.h"
 
@@ -53,51 +53,6 @@ absl::StatusOr<std::vector<v1::CreateReplicaRequest>> DescribeAll(Engine* engine
     replicas.push_back(std::move(replica));
   }
   return replicas;
-}
-
-// Regroup phase `phase` of generation `generation` on rank `r` (rank 0: its own group).
-absl::Status RegroupOn(RankGroup* group, int r, v1::RegroupRequest request) {
-  if (r == 0) return group->Regroup(request);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(group->options().timeout));
-  v1::RegroupResponse response;
-  return PeerStatus(r, group->Peer(r)->Regroup(&context, request, &response));
-}
-
-// A call to rank `r` that moves state there (a heal's transfer or catch-up, a rank's whole heal):
-// it takes as long as the state needs, with no deadline, while `r` answers its pings; once `r`
-// has not answered for twice the peer timeout the call is cancelled. (A deadline of
-// --comm_timeout_ms failed every heal whose state took longer to move.)
-absl::Status CallWhileAnswering(RankGroup* group, int r, absl::string_view what,
-                                const std::function<grpc::Status(grpc::ClientContext*)>& call) {
-  grpc::ClientContext context;
-  StallWatch watch(&context, 2 * group->options().peer_timeout);
-  ProgressWhileAnswering answering(
-      &watch, [group, r] { return group->Answers(r); }, group->options().heartbeat_interval);
-  return watch.Explain(PeerStatus(r, call(&context)), r, what);
-}
-
-// RegroupOn of a phase that moves state on rank `r` (kTransfer, kCatchUp): CallWhileAnswering.
-absl::Status MoveStateOn(RankGroup* group, int r, const v1::RegroupRequest& request) {
-  if (r == 0) return group->Regroup(request);
-  v1::RegroupResponse response;
-  return CallWhileAnswering(group, r,
-                            absl::StrCat("waiting for its heal's phase ",
-                                         v1::RegroupRequest::Phase_Name(request.phase())),
-                            [&](grpc::ClientContext* context) {
-                              return group->Peer(r)->Regroup(context, request, &response);
-                            });
-}
-
-v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,
-                         v1::RegroupRequest::Phase phase) {
-  v1::RegroupRequest request;
-  request.set_generation(generation);
-  request.set_rank(rank);
-  request.set_address(address);
-  request.set_phase(phase);
-  return request;
 }
 
 // The rejoining rank's replicas (in session id order) while every other rank rebuilds its

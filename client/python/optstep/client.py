@@ -402,15 +402,18 @@ class Client:
 
     def _shares_memory(self, session_id: str, trainer_id: int) -> bool:
         """Whether the session's ranks share memory with this process for `trainer_id`'s steps
-        (attaching their segments on first use): ranks on loopback that agreed."""
+        (attaching their segments on first use): ranks on loopback that agreed. Not while a rank
+        is away or has yet to restore the session: the step then goes through a path whose
+        recovery waits for the group, and a later step attaches."""
         layout = self.layout(session_id)
         ranks = self._ranks.reach(layout)
         if not all(shared_memory.on_loopback(rank.target) for rank in ranks):
             return False
-        services = [rank.service for rank in ranks]
-        targets = [rank.target for rank in ranks]
-        return self._shared.get(layout, trainer_id, services, self._rpc_timeout,
-                                targets) is not None
+        try:
+            return self._shared.get(layout, trainer_id, [rank.service for rank in ranks],
+                                    self._rpc_timeout, [rank.target for rank in ranks]) is not None
+        except (UnavailableError, NotFoundError):
+            return False
 
     def _step_shared(self, session_id: str, step: int, slices: List[GradientSlice],
                      trainer_id: int, groups: List[GroupSchedule],
@@ -418,7 +421,7 @@ class Client:
                      outs: Mapping[int, Any]) -> Optional[StepReply]:
         """:meth:`step` through shared memory; None when the session's ranks cannot share
         memory with this process (nothing was sent)."""
-        if not self._shares_memory_now(session_id, trainer_id):
+        if not self._shares_memory(session_id, trainer_id):
             return None
         return_ids = self.layout(session_id).param_ids(return_params or ())
 
@@ -453,7 +456,7 @@ class Client:
         # Through shared memory the gradients are kept and written into the segment by finish:
         # a copy that takes less than sending them while they are produced.
         shared = dtypes.return_dtype(return_dtype) == dtypes.FP32 and \
-            self._shares_memory_now(session_id, trainer_id)
+            self._shares_memory(session_id, trainer_id)
         return StreamedStep(self, session_id, step, trainer_id=trainer_id,
                             groups=list(groups or ()), return_dtype=return_dtype,
                             return_params=return_params, skip_return=skip_return,
@@ -467,15 +470,6 @@ class Client:
             return self._native.get(lambda: [rank.target for rank in self._ranks.of(layout)])
         except (UnavailableError, DeadlineExceededError):
             return None
-
-    def _shares_memory_now(self, session_id: str, trainer_id: int) -> bool:
-        """:meth:`_shares_memory`, False while a rank is away or has yet to restore the
-        session (its segment cannot be attached now): the step then goes through a path whose
-        recovery waits for the group, and a later step attaches."""
-        try:
-            return self._shares_memory(session_id, trainer_id)
-        except (UnavailableError, NotFoundError):
-            return False
 
     def _step_once(self, session_id: str, step: int, slices: List[GradientSlice],
                    trainer_id: int, groups: List[GroupSchedule], wire: dtypes.WireDType,
@@ -508,28 +502,17 @@ class Client:
         """Saves the session's state under the server's checkpoint root as `name`; answers the
         last progress message (its `step` is the step captured)."""
         request = ckpt_pb2.SaveRequest(session_id=session_id, name=name)
-        return self._on_rank0(lambda rank: self._follow(rank.checkpoint.Save, request, on_progress))
+        return self._on_rank0(lambda rank: state_dicts.follow_progress(
+            rank.checkpoint.Save, request, on_progress, self._stream_timeout, self._wait_for_ready))
 
     def load_checkpoint(self, session_id: str, name: str,
                         on_progress: Optional[Callable[[Any], None]] = None
                         ) -> ckpt_pb2.CheckpointProgress:
         """Restores checkpoint `name` into the session (re-partitioned onto the current ranks)."""
         request = ckpt_pb2.LoadRequest(session_id=session_id, name=name)
-        last = self._on_rank0(lambda rank: self._follow(rank.checkpoint.Load, request, on_progress))
+        last = self._on_rank0(lambda rank: state_dicts.follow_progress(
+            rank.checkpoint.Load, request, on_progress, self._stream_timeout, self._wait_for_ready))
         self.layout(session_id, refresh=True)
-        return last
-
-    def _follow(self, rpc: Callable[..., Any], request: Any,
-                on_progress: Optional[Callable[[Any], None]]) -> ckpt_pb2.CheckpointProgress:
-        last = ckpt_pb2.CheckpointProgress()
-        try:
-            for progress in rpc(request, timeout=self._stream_timeout,
-                                wait_for_ready=self._wait_for_ready):
-                last = progress
-                if on_progress is not None:
-                    on_progress(progress)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
         return last
 
     def export_state_dict(self, session_id: str, model_chunks: Optional[Sequence[int]] = None,

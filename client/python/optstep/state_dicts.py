@@ -9,17 +9,19 @@ The three layouts of ExportStateDict answer:
 - ``"by_sub_optimizer"``: ``{sub_optimizer: {chunk_key: {key: array}}}`` (spec §7.2).
 
 Import takes any of them back: a value that is itself a mapping is one level of the layout.
+A Save's or Load's progress stream is followed by :func:`follow_progress`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
+import grpc
 import numpy as np
 
 from optstep import dtypes
 from optstep.chunks import TensorBuffer, split_array
-from optstep.errors import InvalidArgumentError
+from optstep.errors import InvalidArgumentError, from_rpc_error
 from optstep.stream_end import StreamTally
 from optstep.v1 import checkpoint_service_pb2 as ckpt_pb2
 
@@ -113,3 +115,19 @@ def _messages(session_id: str, prepared: List[Tuple[str, str, str, Tuple[int, ..
             first = False
     yield ckpt_pb2.StateDictChunk(session_id=session_id if first else "",
                                   end=tally.end(len(prepared)))
+
+
+def follow_progress(rpc: Callable[..., Any], request: Any,
+                    on_progress: Optional[Callable[[Any], None]], timeout: float,
+                    wait_for_ready: bool) -> ckpt_pb2.CheckpointProgress:
+    """Reads a Save's or Load's progress stream (`rpc(request)`) to its end, each message
+    passed to `on_progress`; answers the last one."""
+    last = ckpt_pb2.CheckpointProgress()
+    try:
+        for progress in rpc(request, timeout=timeout, wait_for_ready=wait_for_ready):
+            last = progress
+            if on_progress is not None:
+                on_progress(progress)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e) from None
+    return last

@@ -1,0 +1,49 @@
+#include "server/rpc/heal_calls.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "server/rpc/stall_watch.h"
+
+namespace optstep {
+
+absl::Status RegroupOn(RankGroup* group, int r, v1::RegroupRequest request) {
+  if (r == 0) return group->Regroup(request);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(group->options().timeout));
+  v1::RegroupResponse response;
+  return PeerStatus(r, group->Peer(r)->Regroup(&context, request, &response));
+}
+
+absl::Status CallWhileAnswering(RankGroup* group, int r, absl::string_view what,
+                                const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+  grpc::ClientContext context;
+  StallWatch watch(&context, 2 * group->options().peer_timeout);
+  ProgressWhileAnswering answering(
+      &watch, [group, r] { return group->Answers(r); }, group->options().heartbeat_interval);
+  return watch.Explain(PeerStatus(r, call(&context)), r, what);
+}
+
+absl::Status MoveStateOn(RankGroup* group, int r, const v1::RegroupRequest& request) {
+  if (r == 0) return group->Regroup(request);
+  v1::RegroupResponse response;
+  return CallWhileAnswering(group, r,
+                            absl::StrCat("waiting for its heal's phase ",
+                                         v1::RegroupRequest::Phase_Name(request.phase())),
+                            [&](grpc::ClientContext* context) {
+                              return group->Peer(r)->Regroup(context, request, &response);
+                            });
+}
+
+v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,
+                         v1::RegroupRequest::Phase phase) {
+  v1::RegroupRequest request;
+  request.set_generation(generation);
+  request.set_rank(rank);
+  request.set_address(address);
+  request.set_phase(phase);
+  return request;
+}
+
+}  // namespace optstep

@@ -1,0 +1,40 @@
+#ifndef OPTSTEP_SERVER_RPC_HEAL_CALLS_H_
+#define OPTSTEP_SERVER_RPC_HEAL_CALLS_H_
+
+// The calls a heal makes to a rank (heal.cc): each phase's Regroup, within the group's timeout,
+// and the calls that move state, which last as long as the rank called answers its pings.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "optstep/v1/internal.grpc.pb.h"
+#include "server/rpc/rank_group.h"
+
+namespace optstep {
+
+// Regroup phase `phase` of generation `generation`, healing rank `rank` at `address`.
+v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,
+                         v1::RegroupRequest::Phase phase);
+
+// `request` on rank `r` (rank 0: its own group), within the group's timeout.
+absl::Status RegroupOn(RankGroup* group, int r, v1::RegroupRequest request);
+
+// A call to rank `r` that moves state there (a heal's transfer or catch-up, a rank's whole heal):
+// it takes as long as the state needs, with no deadline, while `r` answers its pings; once `r`
+// has not answered for twice the peer timeout the call is cancelled, and its error says so
+// (`what`: what the call was waiting for). (A deadline of --comm_timeout_ms failed every heal
+// whose state took longer to move.)
+absl::Status CallWhileAnswering(RankGroup* group, int r, absl::string_view what,
+                                const std::function<grpc::Status(grpc::ClientContext*)>& call);
+
+// RegroupOn of a phase that moves state on rank `r` (kTransfer, kCatchUp): CallWhileAnswering.
+absl::Status MoveStateOn(RankGroup* group, int r, const v1::RegroupRequest& request);
+
+}  // namespace optstep
+
+#endif  // OPTSTEP_SERVER_RPC_HEAL_CALLS_H_

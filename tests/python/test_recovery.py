@@ -87,14 +87,24 @@ def _reference_params(server_binary: str, steps: int) -> Dict[int, np.ndarray]:
         return params
 
 
-def test_a_step_during_which_the_group_is_killed_completes_by_itself(
-        server_binary: str, group: SupervisedGroup) -> None:
-    clients = [optstep.Client(rank_targets=group.targets, recovery_timeout=60)
-               for _ in range(TRAINERS)]
+def _trainers(group: SupervisedGroup) -> List[optstep.Client]:
+    return [optstep.Client(rank_targets=group.targets, recovery_timeout=60)
+            for _ in range(TRAINERS)]
+
+
+def _checkpointed_at_step_3(group: SupervisedGroup, clients: List[optstep.Client]) -> str:
+    """A session made by `clients`, stepped 3 times and saved by its automatic checkpoints."""
     session = _create(clients[0])
     for step in (1, 2, 3):
         _step_all(clients, session, step)
     group.await_checkpoint(session, 3)
+    return session
+
+
+def test_a_step_during_which_the_group_is_killed_completes_by_itself(
+        server_binary: str, group: SupervisedGroup) -> None:
+    clients = _trainers(group)
+    session = _checkpointed_at_step_3(group, clients)
     # Trainer 0's step 4 waits for trainer 1 when the whole group is killed.
     replies: List[optstep.StepReply] = []
     waiting = threading.Thread(target=lambda: replies.append(
@@ -123,14 +133,9 @@ def test_a_trainers_first_step_waits_for_a_group_that_is_away(
     """Trainers that know the session but have not stepped yet (no shared memory attached, no
     connection of the native library) meet a killed group at their first step: it waits for
     the group, as a later step does, and is applied once."""
-    first = [optstep.Client(rank_targets=group.targets, recovery_timeout=60)
-             for _ in range(TRAINERS)]
-    session = _create(first[0])
-    for step in (1, 2, 3):
-        _step_all(first, session, step)
-    group.await_checkpoint(session, 3)
-    fresh = [optstep.Client(rank_targets=group.targets, recovery_timeout=60)
-             for _ in range(TRAINERS)]
+    first = _trainers(group)
+    session = _checkpointed_at_step_3(group, first)
+    fresh = _trainers(group)
     for client in fresh:
         client.layout(session)  # known before the group is lost, as after attaching to it
     group.kill(0, 1)

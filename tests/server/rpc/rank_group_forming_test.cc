@@ -3,6 +3,7 @@
 // sessions), and a rank other than 0 waits for a lost rank 0 only after it (before it, rank 0's
 // next process would find only some of the sessions, and the group restarts instead).
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -73,6 +74,23 @@ GroupCommunicators NoCommunicators() {
       });
 }
 
+// Regroup phase `phase` of generation `generation`, healing rank `rank` at `address`.
+v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,
+                         v1::RegroupRequest::Phase phase) {
+  v1::RegroupRequest request;
+  request.set_generation(generation);
+  request.set_rank(rank);
+  request.set_address(address);
+  request.set_phase(phase);
+  return request;
+}
+
+// `request` in phase `phase`.
+v1::RegroupRequest InPhase(v1::RegroupRequest request, v1::RegroupRequest::Phase phase) {
+  request.set_phase(phase);
+  return request;
+}
+
 TEST(RankGroupFormingTest, StateMovesOnlyInTheHealOfItsGeneration) {
   GroupCommunicators communicators = NoCommunicators();
   RankGroupOptions options = Healing(1);
@@ -80,17 +98,12 @@ TEST(RankGroupFormingTest, StateMovesOnlyInTheHealOfItsGeneration) {
   RankGroup group(options, nullptr);
   EXPECT_THAT(group.CheckHealing(1),
               StatusIs(absl::StatusCode::kFailedPrecondition, "is not healing generation 0"));
-  v1::RegroupRequest begin;
-  begin.set_generation(1);
-  begin.set_rank(2);
-  begin.set_address("127.0.0.1:1");
-  begin.set_phase(v1::RegroupRequest::PHASE_BEGIN);
+  v1::RegroupRequest begin = Phase(1, 2, "127.0.0.1:1", v1::RegroupRequest::PHASE_BEGIN);
   OPTSTEP_ASSERT_OK(group.Regroup(begin));
   OPTSTEP_EXPECT_OK(group.CheckHealing(1));
   EXPECT_THAT(group.CheckHealing(2),
               StatusIs(absl::StatusCode::kFailedPrecondition, "not in a heal into generation 2"));
-  v1::RegroupRequest end = begin;
-  end.set_phase(v1::RegroupRequest::PHASE_END);
+  v1::RegroupRequest end = InPhase(begin, v1::RegroupRequest::PHASE_END);
   OPTSTEP_ASSERT_OK(group.Regroup(end));
   EXPECT_THAT(group.CheckHealing(1), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
@@ -104,11 +117,7 @@ TEST(RankGroupFormingTest, AHealOfAGenerationBegunAlreadyIsRefused) {
   int heals_failed = 0;
   options.on_heal_failed = [&](const absl::Status&) { ++heals_failed; };
   RankGroup group(options, nullptr);
-  v1::RegroupRequest begin;
-  begin.set_generation(3);
-  begin.set_rank(0);
-  begin.set_address("127.0.0.1:1");
-  begin.set_phase(v1::RegroupRequest::PHASE_BEGIN);
+  v1::RegroupRequest begin = Phase(3, 0, "127.0.0.1:1", v1::RegroupRequest::PHASE_BEGIN);
   begin.set_stand_in(true);
   OPTSTEP_ASSERT_OK(group.Regroup(begin));
   EXPECT_EQ(group.stood_in_ranks(), std::vector<uint32_t>{0});
@@ -122,8 +131,7 @@ TEST(RankGroupFormingTest, AHealOfAGenerationBegunAlreadyIsRefused) {
   EXPECT_EQ(group.addresses()[0], "127.0.0.1:1");
   // The refused heal ends, failed, on every rank: that ends neither the heal that runs here nor
   // the group (a failed heal of rank 0 restarts it).
-  v1::RegroupRequest refused_end = other;
-  refused_end.set_phase(v1::RegroupRequest::PHASE_END);
+  v1::RegroupRequest refused_end = InPhase(other, v1::RegroupRequest::PHASE_END);
   refused_end.set_failed(true);
   EXPECT_THAT(group.Regroup(refused_end),
               StatusIs(absl::StatusCode::kFailedPrecondition,
@@ -131,8 +139,7 @@ TEST(RankGroupFormingTest, AHealOfAGenerationBegunAlreadyIsRefused) {
                        "3: it runs the heal of 127.0.0.1:1 into generation 3"));
   OPTSTEP_EXPECT_OK(group.CheckHealing(3));
   EXPECT_EQ(heals_failed, 0);
-  v1::RegroupRequest end = begin;
-  end.set_phase(v1::RegroupRequest::PHASE_END);
+  v1::RegroupRequest end = InPhase(begin, v1::RegroupRequest::PHASE_END);
   OPTSTEP_ASSERT_OK(group.Regroup(end));
   EXPECT_THAT(group.CheckHealing(3), StatusIs(absl::StatusCode::kFailedPrecondition));
   // The next generation is taken, with the whole set of stand-ins it tells of.
@@ -157,17 +164,11 @@ TEST(RankGroupFormingTest, AFailedHealLeavesTheRankLostAndItsConnectionsClosed) 
   options.communicators = &communicators;
   RankGroup group(options, nullptr);
   OPTSTEP_EXPECT_OK(group.PeersStatus());
-  v1::RegroupRequest begin;
-  begin.set_generation(1);
-  begin.set_rank(2);
-  begin.set_address("127.0.0.1:1");
-  begin.set_phase(v1::RegroupRequest::PHASE_BEGIN);
+  v1::RegroupRequest begin = Phase(1, 2, "127.0.0.1:1", v1::RegroupRequest::PHASE_BEGIN);
   OPTSTEP_ASSERT_OK(group.Regroup(begin));
-  v1::RegroupRequest rebuild = begin;
-  rebuild.set_phase(v1::RegroupRequest::PHASE_REBUILD);
+  v1::RegroupRequest rebuild = InPhase(begin, v1::RegroupRequest::PHASE_REBUILD);
   OPTSTEP_ASSERT_OK(group.Regroup(rebuild));
-  v1::RegroupRequest end = begin;
-  end.set_phase(v1::RegroupRequest::PHASE_END);
+  v1::RegroupRequest end = InPhase(begin, v1::RegroupRequest::PHASE_END);
   end.set_failed(true);
   OPTSTEP_ASSERT_OK(group.Regroup(end));
   EXPECT_THAT(group.PeersStatus(), StatusIs(absl::StatusCode::kUnavailable,
@@ -187,11 +188,7 @@ TEST(RankGroupFormingTest, TheEndOfAHealNeverBegunHereChangesNothing) {
   int heals_failed = 0;
   options.on_heal_failed = [&](const absl::Status&) { ++heals_failed; };
   RankGroup group(options, nullptr);
-  v1::RegroupRequest end;
-  end.set_generation(2);
-  end.set_rank(0);
-  end.set_address("127.0.0.1:1");
-  end.set_phase(v1::RegroupRequest::PHASE_END);
+  v1::RegroupRequest end = Phase(2, 0, "127.0.0.1:1", v1::RegroupRequest::PHASE_END);
   end.set_failed(true);
   EXPECT_THAT(group.Regroup(end),
               StatusIs(absl::StatusCode::kFailedPrecondition,

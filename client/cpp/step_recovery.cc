@@ -92,7 +92,15 @@ absl::StatusOr<StepReply> StepRecovery::Run(
     absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, session_id, *read);
     if (!now.ok()) return now.status();
     wait = Doubled(wait);
-    if (*now + 1 < step) return Rewind(session_id, *now, step);
+    if (*now + 1 < step) {
+      // Out of sequence while rank 0 did not serve, and the session is not behind a step this
+      // client saw applied: the caller's own mistake, not a restore.
+      if (error.code() == absl::StatusCode::kFailedPrecondition &&
+          *now >= AppliedStep(session_id)) {
+        return error;
+      }
+      return Rewind(session_id, *now, step);
+    }
     was_applied = *now >= step;
   }
 }

@@ -23,7 +23,7 @@ inline constexpr int64_t kParamOverheadBytes = 1536;
 inline constexpr int64_t kParamNameCopies = 4;
 // Host bytes of what one trainer sent of one owned parameter in a step, kept per trainer when
 // several trainers each send the whole gradient (REPLICATED; StepContributions): the range map
-// and its slot. Measured (tests/server/engine/step_contributions_test.cc) and rounded up.
+// and its slot. Measured (tests/server/engine/footprint_test.cc) and rounded up.
 inline constexpr int64_t kTrainerParamRecordBytes = 256;
 // Host bytes of one session whatever its size: its threads' stacks in use, its records, its
 // communicator.

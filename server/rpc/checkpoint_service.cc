@@ -1,5 +1,6 @@
 #include "server/rpc/checkpoint_service.h"
 
+#include <algorithm>
 #include <memory>
 #include <set>
 
@@ -95,8 +96,9 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(Engine* engine,
 }
 
 // Each ExportStateDict stream holds a copy of its session's state until the caller has read it:
-// a session has this many open on rank 0 at most, so that a caller that opens exports and does
-// not read them cannot make the rank hold a copy per stream.
+// a session has this many open on rank 0 at most (and one per trainer: each may export at once,
+// as Lightning's state_dict() on every worker), so that a caller that opens exports and does not
+// read them cannot make the rank hold a copy per stream.
 constexpr int kOpenExportsPerSession = 2;
 
 OpenStreams& OpenExports() {
@@ -193,23 +195,29 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
       absl::StatusOr<std::shared_ptr<Session>> session =
           FindSession(*engine, caller, request.session_id());
       if (!session.ok()) return deliver(session.status());
-      OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), kOpenExportsPerSession);
-      if (!slot.held()) {
-        return deliver(absl::ResourceExhaustedError(absl::StrCat(
-            "ExportStateDict: ", kOpenExportsPerSession, " exports of session '", (*session)->id(),
-            "' are open already; read them (or cancel them) first")));
-      }
+      // Counted from the copy on (exports wait for the session's hold, one at a time, before it),
+      // while the stream holds it.
       absl::StatusOr<std::shared_ptr<const StateDict>> dict = held->ExportStateDict(
           **session, {request.model_chunks().begin(), request.model_chunks().end()});
       if (!dict.ok()) return deliver(dict.status());
+      const int limit = std::max(kOpenExportsPerSession, (*session)->config().num_trainers);
+      OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), limit);
+      if (!slot.held()) {
+        return deliver(absl::ResourceExhaustedError(
+            absl::StrCat("ExportStateDict: ", limit, " exports of session '", (*session)->id(),
+                         "' are open already; read them (or cancel them) first")));
+      }
       absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
       if (state.ok()) {
-        // The slot is given back with the state, once the stream ends.
+        // The slot is given back with the state, once the stream ends; the session is kept with
+        // it, since the slot is counted by its address.
         struct Held {
           std::shared_ptr<const void> state;
+          std::shared_ptr<Session> session;
           OpenStreams::Slot slot;
         };
-        state->keep = std::make_shared<Held>(Held{std::move(state->keep), std::move(slot)});
+        state->keep = std::make_shared<Held>(
+            Held{std::move(state->keep), *std::move(session), std::move(slot)});
       }
       deliver(std::move(state));
     });

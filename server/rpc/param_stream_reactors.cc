@@ -91,15 +91,18 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
   bool first_ ABSL_GUARDED_BY(mu_) = true;
 };
 
-// The InitParameters streams open on this rank: each of a session's trainers may set its values
-// once, so a rank stages at most that many copies of them.
+// The InitParameters streams open on this rank: each of a session's trainers may have a few open
+// at once (a thread-safe client may set several parameters at once, one stream each), so a rank
+// stages at most that many copies of the values.
+constexpr int kOpenInitStreamsPerTrainer = 4;
 OpenStreams& OpenInitStreams() {
   static OpenStreams* const streams = new OpenStreams();
   return *streams;
 }
 
 // A chunk that continues a staged piece shorter than this is appended to it: a stream of small
-// chunks stages few pieces (each has a few dozen bytes of its own), and a long one is not copied.
+// chunks stages few pieces (each has a few dozen bytes of its own), and a long piece is not
+// copied again and again.
 constexpr uint64_t kSmallPieceBytes = uint64_t{64} << 10;
 // Pieces a stream may stage beyond one per parameter and one per kSmallPieceBytes of values.
 constexpr uint64_t kOutOfOrderPieces = 1024;
@@ -137,13 +140,14 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       byte_limit_ = static_cast<uint64_t>(session_->stats().param_bytes);
       piece_limit_ =
           session_->config().params.size() + byte_limit_ / kSmallPieceBytes + kOutOfOrderPieces;
-      const int trainers = std::max(1, session_->config().num_trainers);
-      slot_ = OpenInitStreams().TryOpen(session_.get(), trainers);
+      const int limit = kOpenInitStreamsPerTrainer * std::max(1, session_->config().num_trainers);
+      slot_ = OpenInitStreams().TryOpen(session_.get(), limit);
       if (!slot_.held()) {
         return absl::ResourceExhaustedError(
-            absl::StrCat(What(), ": ", trainers,
-                         " InitParameters streams of the session (one per trainer) "
-                         "are open on this rank already; nothing was written"));
+            absl::StrCat(What(), ": ", limit, " InitParameters streams of the session (",
+                         kOpenInitStreamsPerTrainer,
+                         " per trainer) are open on this rank already; nothing "
+                         "was written"));
       }
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
       return absl::InvalidArgumentError(
@@ -178,6 +182,11 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
           What(), ": ", tally_.bytes() + chunk.data().size(), " bytes of values, more than the ",
           byte_limit_, " bytes of the session's parameters; nothing was written"));
     }
+    // Checked now, on its own (a piece it extends was checked), so that a bad message ends the
+    // stream at once; written only at its end.
+    OPTSTEP_RETURN_IF_ERROR(
+        session_->CheckInitPiece({header.param_id, header.offset, header.dtype, chunk.data()})
+            .status());
     tally_.Add(chunk.data());
     param_ids_.insert(chunk.param_id());
     if (ExtendsSmallPiece(header)) {
@@ -191,8 +200,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       }
       staged_.push_back({header, std::move(*chunk.mutable_data())});
     }
-    // Checked now, so that a bad message ends the stream at once; written only at its end.
-    return session_->CheckInitPiece(Piece(staged_.back())).status();
+    return absl::OkStatus();
   }
 
   // Whether a chunk at `header` takes up the values where the last staged piece ends, and that

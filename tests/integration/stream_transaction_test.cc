@@ -227,8 +227,8 @@ TEST_F(StreamTransactionTest, BrokenInitStreamsChangeNothingAndACompleteOneWrite
 // What an InitParameters stream stages is bounded whatever its messages: a chunk without data is
 // refused, and so is a stream of scattered small pieces past one per parameter, one per 64 KiB of
 // values and 1024 more (a stream of contiguous small chunks stages them as one piece); and each
-// of a session's trainers may have one stream open at once.
-TEST_F(StreamTransactionTest, AnInitStreamStagesABoundedAmountAndOnlyOnePerTrainerIsOpen) {
+// of a session's trainers may have four streams open at once.
+TEST_F(StreamTransactionTest, AnInitStreamStagesABoundedAmountAndFourPerTrainerAreOpen) {
   std::vector<v1::InitParametersRequest> empty(1);
   empty[0].set_session_id(session_);
   empty[0].mutable_values()->set_param_id(1);
@@ -265,24 +265,27 @@ TEST_F(StreamTransactionTest, AnInitStreamStagesABoundedAmountAndOnlyOnePerTrain
   *contiguous.emplace_back().mutable_end() = tally.End(1);
   EXPECT_THAT(Init(contiguous), IsOk());
 
-  // A second stream while the first is open.
-  grpc::ClientContext first_context;
-  v1::InitParametersResponse first_response;
-  auto first =
-      v1::OptimizerService::NewStub(channel_)->InitParameters(&first_context, &first_response);
-  ASSERT_TRUE(first->Write(piece(0)));
-  // The server has the first stream's message once a later read of the session answers.
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto pulled, Pulled());
-  absl::Status second = absl::OkStatus();
-  for (int tries = 0; tries < 50 && second.ok(); ++tries) {
-    second = Init(contiguous);
+  // A fifth stream while four are open (four per trainer).
+  auto stub = v1::OptimizerService::NewStub(channel_);
+  grpc::ClientContext contexts[4];
+  v1::InitParametersResponse responses[4];
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::InitParametersRequest>>> open;
+  for (int s = 0; s < 4; ++s) {
+    open.push_back(stub->InitParameters(&contexts[s], &responses[s]));
+    ASSERT_TRUE(open.back()->Write(piece(0)));
+  }
+  absl::Status fifth = absl::OkStatus();
+  for (int tries = 0; tries < 50 && fifth.ok(); ++tries) {
+    fifth = Init(contiguous);
     absl::SleepFor(absl::Milliseconds(20));
   }
-  EXPECT_THAT(second, StatusIs(absl::StatusCode::kResourceExhausted,
-                               "1 InitParameters streams of the session (one per trainer) are open "
-                               "on this rank already; nothing was written"));
-  first->WritesDone();
-  EXPECT_THAT(FromGrpcStatus(first->Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(fifth, StatusIs(absl::StatusCode::kResourceExhausted,
+                              "4 InitParameters streams of the session (4 per trainer) are open "
+                              "on this rank already; nothing was written"));
+  for (auto& writer : open) {
+    writer->WritesDone();
+    EXPECT_THAT(FromGrpcStatus(writer->Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
   // Given back before the first stream's caller heard its end.
   EXPECT_THAT(Init(contiguous), IsOk());
 }

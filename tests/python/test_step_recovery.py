@@ -136,3 +136,10 @@ def test_a_client_closed_during_a_recovery_ends_the_wait_at_once() -> None:
     with pytest.raises(FailedPreconditionError, match="Client: closed"):
         steps.run(ClosedGroup(), "s", 1, attempts([UnavailableError("reset")], 1), restored)
     assert time.monotonic() - started < 5.0
+
+
+def test_a_callers_own_out_of_sequence_step_while_rank_0_does_not_serve_is_its_error() -> None:
+    # The session is at step 0 once rank 0 serves, and this client saw no step applied.
+    out_of_turn = FailedPreconditionError("step 5 out of sequence; expected step 1")
+    with pytest.raises(FailedPreconditionError, match="step 5 out of sequence"):
+        recovery().run(RestoringGroup(0), "s", 5, attempts([out_of_turn], 5), restored)

@@ -154,6 +154,11 @@ class StepRecovery:
                 info = self._await_seen_step(group, session_id, info, error)
                 wait = min(2 * wait, _LONGEST_WAIT)
                 if info.step < step - 1:
+                    # Out of sequence while rank 0 did not serve, and the session is not behind
+                    # a step this client saw applied: the caller's own mistake, not a restore.
+                    if isinstance(error, FailedPreconditionError) and \
+                            info.step >= self._applied_step(session_id):
+                        raise
                     raise self._rewind(session_id, info.step, step) from None
                 was_applied = info.step >= step
 

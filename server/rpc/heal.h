@@ -130,6 +130,10 @@ HealFetch PeerFetch(RankGroup* group);
 // interrupted step redone.
 void ResumeSessions(Engine* engine);
 
+// Regroup phase `phase` of generation `generation`, healing rank `rank` at `address`.
+v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,
+                         v1::RegroupRequest::Phase phase);
+
 // Rank r > 0, restarted (or a stand-in for it, RankGroupOptions::stand_in): asks rank 0
 // (`group`'s peer 0) to heal it into the group, waiting as long as the heal takes while rank 0
 // answers its pings (given up once it has not for twice the peer timeout). Answers the

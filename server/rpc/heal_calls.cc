@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "server/rpc/heal.h"
 #include "server/rpc/stall_watch.h"
 
 namespace optstep {

@@ -17,10 +17,6 @@
 
 namespace optstep {
 
-// Regroup phase `phase` of generation `generation`, healing rank `rank` at `address`.
-v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,
-                         v1::RegroupRequest::Phase phase);
-
 // `request` on rank `r` (rank 0: its own group), within the group's timeout.
 absl::Status RegroupOn(RankGroup* group, int r, v1::RegroupRequest request);
 

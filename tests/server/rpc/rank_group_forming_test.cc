@@ -12,6 +12,7 @@
 #include "optstep/v1/session.pb.h"
 #include "server/engine/engine.h"
 #include "server/rpc/group_communicators.h"
+#include "server/rpc/heal.h"
 #include "server/rpc/rank_group.h"
 #include "tests/testing/status_matchers.h"
 
@@ -74,15 +75,13 @@ GroupCommunicators NoCommunicators() {
       });
 }
 
-// Regroup phase `phase` of generation `generation`, healing rank `rank` at `address`.
-v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,
-                         v1::RegroupRequest::Phase phase) {
-  v1::RegroupRequest request;
-  request.set_generation(generation);
-  request.set_rank(rank);
-  request.set_address(address);
-  request.set_phase(phase);
-  return request;
+// Rank 1 of a group that heals over `communicators`, counting in `heals_failed` the heals of
+// rank 0 it is told failed.
+RankGroupOptions CountingFailedHeals(GroupCommunicators* communicators, int* heals_failed) {
+  RankGroupOptions options = Healing(1);
+  options.communicators = communicators;
+  options.on_heal_failed = [heals_failed](const absl::Status&) { ++*heals_failed; };
+  return options;
 }
 
 // `request` in phase `phase`.
@@ -112,11 +111,8 @@ TEST(RankGroupFormingTest, AHealOfAGenerationBegunAlreadyIsRefused) {
   // Two processes of rank 0 (its stand-in and its own) heal themselves in from the same
   // survivors, each into the generation above theirs: the later one is refused.
   GroupCommunicators communicators = NoCommunicators();
-  RankGroupOptions options = Healing(1);
-  options.communicators = &communicators;
   int heals_failed = 0;
-  options.on_heal_failed = [&](const absl::Status&) { ++heals_failed; };
-  RankGroup group(options, nullptr);
+  RankGroup group(CountingFailedHeals(&communicators, &heals_failed), nullptr);
   v1::RegroupRequest begin = Phase(3, 0, "127.0.0.1:1", v1::RegroupRequest::PHASE_BEGIN);
   begin.set_stand_in(true);
   OPTSTEP_ASSERT_OK(group.Regroup(begin));
@@ -183,11 +179,8 @@ TEST(RankGroupFormingTest, TheEndOfAHealNeverBegunHereChangesNothing) {
   // A heal that failed because its rank was lost ends on every rank, and so reaches that rank's
   // next process, which never began it.
   GroupCommunicators communicators = NoCommunicators();
-  RankGroupOptions options = Healing(1);
-  options.communicators = &communicators;
   int heals_failed = 0;
-  options.on_heal_failed = [&](const absl::Status&) { ++heals_failed; };
-  RankGroup group(options, nullptr);
+  RankGroup group(CountingFailedHeals(&communicators, &heals_failed), nullptr);
   v1::RegroupRequest end = Phase(2, 0, "127.0.0.1:1", v1::RegroupRequest::PHASE_END);
   end.set_failed(true);
   EXPECT_THAT(group.Regroup(end),

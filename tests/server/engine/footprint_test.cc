@@ -274,18 +274,24 @@ int64_t ResidentBytes() {
   return static_cast<int64_t>(resident) * 4096;
 }
 
+// AdamW over `count` parameters of two elements ("layers.<i>"), every one owned by rank 0
+// (`layout`).
+SessionConfig TinyParamsConfig(int count, Layout* layout) {
+  SubOptimizerConfig adamw;
+  adamw.kind = "adamw";
+  std::vector<ParamInfo> params;
+  for (int i = 0; i < count; ++i) params.push_back(Param("layers." + std::to_string(i), {2}));
+  layout->owner.assign(count, 0);
+  return ConfigOf(adamw, std::move(params));
+}
+
 TEST(FootprintTest, ManyTinyParametersStayWithinTheirFootprintAndReturnAfterClose) {
   EngineOptions options;
   options.device.num_threads = 1;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(options));
-  SubOptimizerConfig adamw;
-  adamw.kind = "adamw";
-  std::vector<ParamInfo> params;
   constexpr int kParams = 100000;
-  for (int i = 0; i < kParams; ++i) params.push_back(Param("layers." + std::to_string(i), {2}));
-  SessionConfig config = ConfigOf(adamw, std::move(params));
   Layout layout;
-  layout.owner.assign(kParams, 0);
+  SessionConfig config = TinyParamsConfig(kParams, &layout);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint footprint, ComputeFootprint(config, layout, 0));
 
   const int64_t before = ResidentBytes();
@@ -338,15 +344,10 @@ TEST(FootprintTest, ManyTrainersOfManyParametersAreCountedAndRefusedBeyondTheBud
   options.device.num_threads = 1;
   options.memory_budget = int64_t{4} << 30;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(options));
-  SubOptimizerConfig adamw;
-  adamw.kind = "adamw";
-  std::vector<ParamInfo> params;
   constexpr int kParams = 20000;
-  for (int i = 0; i < kParams; ++i) params.push_back(Param("layers." + std::to_string(i), {2}));
-  SessionConfig config = ConfigOf(adamw, std::move(params));
-  config.mode = GradientMode::kReplicated;
   Layout layout;
-  layout.owner.assign(kParams, 0);
+  SessionConfig config = TinyParamsConfig(kParams, &layout);
+  config.mode = GradientMode::kReplicated;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint one, ComputeFootprint(config, layout, 0));
   config.num_trainers = 4096;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint many, ComputeFootprint(config, layout, 0));

@@ -189,9 +189,13 @@ absl::StatusOr<std::vector<Complete>> CompleteCheckpoints(const std::string& roo
 
 // The definition digest recorded in a complete checkpoint's manifest; empty when the manifest
 // cannot be read or parsed.
-std::string DigestOfCheckpoint(absl::string_view root, const std::string& name) {
-  absl::StatusOr<Manifest> manifest = ReadManifestFile(CheckpointDir(root, name));
-  return manifest.ok() ? manifest->definition_digest : "";
+// Whether checkpoint `name` under `root` was saved by the session of `manifest` (same definition,
+// session and owner). A manifest that cannot be read, or that records no session, is not.
+bool SavedBySameSession(absl::string_view root, const std::string& name, const Manifest& manifest,
+                        const std::string& digest) {
+  absl::StatusOr<Manifest> other = ReadManifestFile(CheckpointDir(root, name));
+  return other.ok() && other->definition_digest == digest && !other->session_id.empty() &&
+         other->session_id == manifest.session_id && other->session_owner == manifest.session_owner;
 }
 
 // Hides the checkpoint first (a rename), so that a crash halfway never leaves a visible
@@ -235,8 +239,9 @@ absl::Status PublishCheckpoint(absl::string_view root, absl::string_view name,
   return internal::FsyncPath(std::string(root));
 }
 
-// Keeps the `keep_last` newest complete checkpoints of `manifest`'s definition, `name` (just
-// committed) always among them. A failure to prune is logged, not fatal to the save.
+// Keeps the `keep_last` newest complete checkpoints saved by `manifest`'s session (its definition,
+// session id and owner), `name` (just committed) always among them. A failure to prune is logged,
+// not fatal to the save.
 absl::Status PruneCheckpoints(absl::string_view root, absl::string_view name,
                               const Manifest& manifest, int keep_last) {
   absl::StatusOr<std::vector<Complete>> all = CompleteCheckpoints(std::string(root));
@@ -244,13 +249,15 @@ absl::Status PruneCheckpoints(absl::string_view root, absl::string_view name,
     LOG(WARNING) << "checkpoint '" << name << "' committed; pruning failed: " << all.status();
     return absl::OkStatus();
   }
-  // Only checkpoints of the same session definition count: another session's are not ours to
-  // prune. A manifest that cannot be read is left alone.
+  // Only the checkpoints of the same session count: another session's are not ours to prune,
+  // though it may have the same definition (another tenant training the same model). A manifest
+  // that cannot be read, or that does not say which session saved it, is left alone.
   absl::StatusOr<std::string> digest = DefinitionDigest(manifest.definition);
   if (!digest.ok()) return digest.status();
+  if (manifest.session_id.empty()) return absl::OkStatus();
   std::vector<Complete> same;
   for (Complete& c : *all) {
-    if (c.name == name || DigestOfCheckpoint(root, c.name) == *digest) {
+    if (c.name == name || SavedBySameSession(root, c.name, manifest, *digest)) {
       same.push_back(std::move(c));
     }
   }

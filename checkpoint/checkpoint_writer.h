@@ -102,8 +102,9 @@ absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::str
 // size: DATA_LOSS otherwise), writes manifest.json, fsyncs it and the directory, renames the
 // temporary directory to <root>/<name> (ALREADY_EXISTS if taken meanwhile), fsyncs `root`
 // (any failure up to here removes the temporary directory and everything in it), then
-// keeps only the `keep_last` newest complete checkpoints of the same session definition (same
-// definition digest) in `root` (0 keeps all); other sessions' checkpoints are never pruned.
+// keeps only the `keep_last` newest complete checkpoints of the same session (same definition
+// digest, Manifest::session_id and session_owner; none when `manifest` names no session) in
+// `root` (0 keeps all); other sessions' checkpoints are never pruned, nor ones that name none.
 // Newest = latest manifest.json modification time, ties by name.
 absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
                               const Manifest& manifest, int keep_last);

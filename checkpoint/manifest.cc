@@ -200,6 +200,8 @@ absl::StatusOr<std::string> SerializeManifest(const Manifest& m) {
               {"params", params},
               {"optimizer", json::parse(m.optimizer)},
               {"shards", shards}};
+  if (!m.session_id.empty()) out["session_id"] = m.session_id;
+  if (!m.session_owner.empty()) out["session_owner"] = m.session_owner;
   return out.dump(1) + "\n";
 }
 
@@ -247,6 +249,13 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text) {
   for (size_t r = 0; r < shards->size(); ++r) {
     OPTSTEP_ASSIGN_OR_RETURN(ManifestShard shard, ParseShard((*shards)[r], r));
     m.shards.push_back(std::move(shard));
+  }
+  // Optional, as in checkpoints of earlier releases.
+  for (auto [field, value] :
+       {std::pair{"session_id", &m.session_id}, std::pair{"session_owner", &m.session_owner}}) {
+    if (root.contains(field)) {
+      OPTSTEP_ASSIGN_OR_RETURN(*value, f.String(root, field));
+    }
   }
   OPTSTEP_RETURN_IF_ERROR(CheckManifest(m, absl::StatusCode::kDataLoss));
   return m;

@@ -45,6 +45,11 @@ struct Manifest {
   std::vector<ManifestParam> params;  // index = parameter id
   std::string optimizer = "{}";       // sub-optimizers and groups: opaque JSON text
   std::vector<ManifestShard> shards;  // index = rank; world_size entries
+  // The session that saved it and that session's owner (optional: "" when not recorded, as in
+  // checkpoints of earlier releases). Pruning (CommitCheckpoint's keep_last) counts only the
+  // checkpoints of the same session, so that one session's saves never remove another's.
+  std::string session_id;
+  std::string session_owner;
 };
 
 // "sha256:<64 hex digits>" of the canonical form of the JSON text `definition_json` (compact,

@@ -138,6 +138,8 @@ absl::Status CommitSessionCheckpoint(Session& session, const HeldPoint& point,
     manifest.params.push_back(std::move(param));
   }
   manifest.optimizer = OptimizerJson(session);
+  manifest.session_id = session.id();
+  manifest.session_owner = config.owner;
   for (const ShardFile& shard : shards) {
     manifest.shards.push_back(ManifestShard{shard.file, shard.bytes, shard.crc32c});
   }

@@ -304,6 +304,35 @@ TEST_F(CheckpointTest, KeepLastPrunesOldestCompleteCheckpoints) {
               StatusIs(absl::StatusCode::kInvalidArgument, "keep_last -1"));
 }
 
+TEST_F(CheckpointTest, KeepLastPrunesOnlyTheSameSessionsCheckpoints) {
+  // Sessions of the same definition (two tenants training the same model, or one tenant's
+  // second run) keep their own checkpoints, and so does one that names no session.
+  Manifest bobs = SampleManifest(2, kOwners);
+  bobs.session_owner = "bob";  // the same id under another owner: another session
+  Manifest second_run = SampleManifest(2, kOwners);
+  second_run.session_id = "s4567";
+  Manifest unnamed = SampleManifest(2, kOwners);
+  unnamed.session_id.clear();
+  unnamed.session_owner.clear();
+  ASSERT_THAT(WriteCheckpoint(root_, "bob1", bobs, shards_), IsOk());
+  ASSERT_THAT(WriteCheckpoint(root_, "run2", second_run, shards_), IsOk());
+  ASSERT_THAT(WriteCheckpoint(root_, "old", unnamed, shards_), IsOk());
+  WriteSample("a1");
+  WriteSample("a2", /*keep_last=*/1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> listed, ListCheckpoints(root_));
+  EXPECT_EQ(listed, (std::vector<std::string>{"bob1", "run2", "old", "a2"}));
+  // A save that names no session prunes nothing.
+  ASSERT_THAT(WriteCheckpoint(root_, "old2", unnamed, shards_, /*keep_last=*/1), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(listed, ListCheckpoints(root_));
+  EXPECT_EQ(listed, (std::vector<std::string>{"bob1", "run2", "old", "a2", "old2"}));
+  // The fields round-trip through manifest.json.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Manifest read, ReadManifestFile(CheckpointDir(root_, "bob1")));
+  EXPECT_EQ(read.session_id, "s0123");
+  EXPECT_EQ(read.session_owner, "bob");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(read, ReadManifestFile(CheckpointDir(root_, "old")));
+  EXPECT_EQ(read.session_id, "");
+}
+
 TEST_F(CheckpointTest, TruncatedShardIsDataLoss) {
   WriteSample("c1");
   const std::string path = Shard("c1", 1);

@@ -35,6 +35,8 @@ Manifest SampleManifest(int world_size, const std::vector<int>& owners) {
   m.world_size = world_size;
   m.step = 7;
   m.skipped_steps = 1;
+  m.session_id = "s0123";
+  m.session_owner = "alice";
   m.params = {{"w0", {4, 3}, 0, owners[0], 12},
               {"b0", {3}, 0, owners[1], 3},
               {"w1", {2, 5}, 1, owners[2], 10},

@@ -93,8 +93,7 @@ struct Running {
 };
 
 absl::StatusOr<Running> Start(int world, const std::string& root, const std::string& optimizer,
-                              bool init = true) {
-  std::vector<std::string> args;
+                              bool init = true, std::vector<std::string> args = {}) {
   if (!root.empty()) args.push_back("--checkpoint_root=" + root);
   Running run;
   OPTSTEP_ASSIGN_OR_RETURN(run.group, StartGroup(world, args));
@@ -298,6 +297,26 @@ TEST(StateDictTest, PerModelChunkExportAndImportAcrossRanks) {
   ASSERT_THAT(Step(three, 3).status(), IsOk());
   ASSERT_THAT(Step(two, 3).status(), IsOk());
   EXPECT_TRUE(*Pulled(three) == *Pulled(two));
+}
+
+// Two sessions of one definition (two tenants training the same model) under
+// --keep_checkpoints=1: each save prunes its own session's older checkpoint, never the other's.
+TEST(CheckpointPruningTest, ASaveKeepsTheNewestOfItsOwnSessionOnly) {
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      Running run, Start(2, root.path(), "adam", /*init=*/true, {"--keep_checkpoints=1"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo other, run.client->CreateSession(Spec("adam")));
+  ASSERT_NE(other.session_id(), run.session);
+  ASSERT_THAT(run.client->Save(run.session, "a1").status(), IsOk());
+  ASSERT_THAT(run.client->Save(other.session_id(), "b1").status(), IsOk());
+  ASSERT_THAT(Step(run, 1).status(), IsOk());
+  ASSERT_THAT(run.client->Save(run.session, "a2").status(), IsOk());
+  EXPECT_FALSE(fs::exists(fs::path(root.path()) / "a1"));
+  EXPECT_TRUE(fs::exists(fs::path(root.path()) / "a2"));
+  EXPECT_TRUE(fs::exists(fs::path(root.path()) / "b1")) << "another session's checkpoint went";
+  ASSERT_THAT(run.client->Save(other.session_id(), "b2").status(), IsOk());
+  EXPECT_FALSE(fs::exists(fs::path(root.path()) / "b1"));
+  EXPECT_TRUE(fs::exists(fs::path(root.path()) / "a2")) << "another session's checkpoint went";
 }
 
 TEST(CheckpointCorruptionTest, DamagedCheckpointsAreRefusedAndTheStateIsUnchanged) {

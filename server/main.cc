@@ -49,12 +49,19 @@ ABSL_FLAG(std::string, memory_budget, "",
 ABSL_FLAG(int64_t, max_session_bytes, 0,
           "Most bytes of one session's footprint on a rank (masters, optimizer state, gradients, "
           "overhead, workspace); 0: the memory budget alone.");
+ABSL_FLAG(int, max_sessions_per_owner, 0,
+          "Most sessions one owner (an authenticated identity) holds at once; 0: --max_sessions "
+          "alone.");
+ABSL_FLAG(double, owner_memory_share, 1.0,
+          "Share of the memory budget one owner's sessions may take together on a rank, in "
+          "(0, 1]; 1: the budget alone.");
 ABSL_FLAG(int64_t, max_stream_bytes, 0,
           "Most bytes one Step stream may send before its commit; 0: twice the session's "
           "gradient bytes on this rank, plus 1 MiB.");
 ABSL_FLAG(int64_t, stream_idle_timeout_ms, 60000,
-          "Longest a Step stream may wait on its trainer (a message, or the taking of an "
-          "answer); 0: no bound.");
+          "Longest a stream may wait on its caller (a message, or the taking of an answer): "
+          "Step, PullParameters, InitParameters, state dict and checkpoint progress streams; "
+          "0: no bound.");
 ABSL_FLAG(int64_t, device_watchdog_ms, 300000,
           "A device task (one slice of a session's device work) running longer than this turns "
           "health NOT_SERVING until it ends; 0: no watchdog.");
@@ -207,6 +214,17 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.max_params_per_session = absl::GetFlag(FLAGS_max_params_per_session);
   options.max_session_bytes = absl::GetFlag(FLAGS_max_session_bytes);
+  options.max_sessions_per_owner = absl::GetFlag(FLAGS_max_sessions_per_owner);
+  options.owner_memory_share = absl::GetFlag(FLAGS_owner_memory_share);
+  if (options.max_sessions_per_owner < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_sessions_per_owner ",
+                                                   options.max_sessions_per_owner,
+                                                   " must be 0 (no limit) or more"));
+  }
+  if (!(options.owner_memory_share > 0.0 && options.owner_memory_share <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--owner_memory_share ", options.owner_memory_share, " must be in (0, 1]"));
+  }
   if (!absl::GetFlag(FLAGS_memory_budget).empty()) {
     OPTSTEP_ASSIGN_OR_RETURN(options.memory_budget,
                              ParseByteCount("--memory_budget", absl::GetFlag(FLAGS_memory_budget)));

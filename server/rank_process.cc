@@ -262,6 +262,8 @@ absl::Status RankProcess::StartEngine(
   engine_options.max_sessions = options_.max_sessions;
   engine_options.max_params_per_session = options_.max_params_per_session;
   engine_options.max_session_bytes = options_.max_session_bytes;
+  engine_options.max_sessions_per_owner = options_.max_sessions_per_owner;
+  engine_options.owner_memory_share = options_.owner_memory_share;
   engine_options.device_watchdog = options_.device_watchdog;
   engine_options.shared_memory = options_.shared_memory;
   engine_options.max_shared_segments = options_.max_shared_segments;

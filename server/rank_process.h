@@ -66,6 +66,8 @@ class RankProcess {
     int max_sessions = 64;
     int64_t max_params_per_session = 1 << 20;
     int64_t max_session_bytes = 0;
+    int max_sessions_per_owner = 0;   // 0: max_sessions alone
+    double owner_memory_share = 1.0;  // 1: the budget alone
     int64_t memory_budget = 0;  // 0: ResolveMemoryBudget's default
     // Time running calls get to finish once shutdown is requested.
     absl::Duration shutdown_grace = absl::Seconds(10);

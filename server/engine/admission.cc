@@ -28,9 +28,29 @@ absl::StatusOr<MemoryBudget::Reservation> SessionAdmission::Admit(const SessionC
   return budget_.TryReserve(footprint.total(), asker, footprint.Breakdown());
 }
 
-absl::Status SessionAdmission::Check(const SessionConfig& config, const Layout& layout,
-                                     absl::string_view id) {
-  return Admit(config, layout, id).status();  // the reservation goes at once
+absl::StatusOr<int64_t> SessionAdmission::Check(const SessionConfig& config, const Layout& layout,
+                                                absl::string_view id) {
+  OPTSTEP_ASSIGN_OR_RETURN(const MemoryBudget::Reservation reserved, Admit(config, layout, id));
+  return reserved.bytes();  // the reservation goes at once
+}
+
+absl::Status CheckOwnerShare(absl::string_view owner, absl::string_view asker, int64_t bytes,
+                             const OwnerHoldings& held, const OwnerLimits& limits, int64_t budget,
+                             int rank) {
+  const std::string who =
+      owner.empty() ? "the anonymous owner" : absl::StrCat("owner '", owner, "'");
+  if (limits.max_sessions > 0 && held.sessions >= limits.max_sessions) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        who, " holds ", held.sessions, " sessions on rank ", rank, "; the limit per owner is ",
+        limits.max_sessions, " (--max_sessions_per_owner)"));
+  }
+  if (limits.memory_share >= 1.0) return absl::OkStatus();
+  const auto share = static_cast<int64_t>(limits.memory_share * static_cast<double>(budget));
+  if (held.bytes + bytes <= share) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      asker, " needs ", bytes, " bytes on rank ", rank, "; the sessions of ", who, " hold ",
+      held.bytes, " of the ", share, " bytes one owner may take (--owner_memory_share ",
+      limits.memory_share, " of the rank's budget of ", budget, ")"));
 }
 
 }  // namespace optstep

@@ -33,8 +33,10 @@ class SessionAdmission {
   // replica's creation for invalid chains or parameters.
   absl::StatusOr<MemoryBudget::Reservation> Admit(const SessionConfig& config, const Layout& layout,
                                                   absl::string_view id);
-  // Admit's answer without reserving (rank 0 asks before the other ranks build their replicas).
-  absl::Status Check(const SessionConfig& config, const Layout& layout, absl::string_view id);
+  // Admit's answer without reserving (rank 0 asks before the other ranks build their replicas):
+  // the bytes the replica would reserve.
+  absl::StatusOr<int64_t> Check(const SessionConfig& config, const Layout& layout,
+                                absl::string_view id);
 
   const MemoryBudget& budget() const { return budget_; }
   MemoryBudget& budget() { return budget_; }
@@ -45,6 +47,24 @@ class SessionAdmission {
   const bool state_redundancy_;
   MemoryBudget budget_;
 };
+
+// One owner's share of a rank (EngineOptions::max_sessions_per_owner, owner_memory_share), so
+// that one tenant cannot take every session or the whole budget of a rank that others share.
+struct OwnerLimits {
+  int max_sessions = 0;       // 0: no limit of its own
+  double memory_share = 1.0;  // of the rank's budget; 1: no limit of its own
+};
+// What one owner holds on a rank: its sessions and the bytes they reserved.
+struct OwnerHoldings {
+  int sessions = 0;
+  int64_t bytes = 0;
+};
+// OK when a new session of `owner` (named `asker` in the message) that reserves `bytes` on rank
+// `rank`, whose budget is `budget`, fits in `limits` beside `held`; else RESOURCE_EXHAUSTED naming
+// the owner, what it holds and the limit.
+absl::Status CheckOwnerShare(absl::string_view owner, absl::string_view asker, int64_t bytes,
+                             const OwnerHoldings& held, const OwnerLimits& limits, int64_t budget,
+                             int rank);
 
 }  // namespace optstep
 

@@ -137,9 +137,27 @@ absl::StatusOr<Layout> Engine::LayoutOf(const SessionConfig& config) const {
   return PartitionByCostAndMemory(costs, bytes, options_.world_size);
 }
 
-absl::Status Engine::CheckAdmission(const SessionConfig& config) {
+absl::Status Engine::CheckAdmission(const SessionConfig& config, bool new_session) {
   OPTSTEP_ASSIGN_OR_RETURN(Layout layout, LayoutOf(config));
-  return admission_->Check(config, layout, "new");
+  OPTSTEP_ASSIGN_OR_RETURN(const int64_t bytes, admission_->Check(config, layout, "new"));
+  if (!new_session) return absl::OkStatus();
+  const std::string asker = config.name.empty() ? std::string("a new session")
+                                                : absl::StrCat("session '", config.name, "'");
+  return CheckOwnerShare(config.owner, asker, bytes, HoldingsOf(config.owner),
+                         OwnerLimits{options_.max_sessions_per_owner, options_.owner_memory_share},
+                         admission_->budget().budget(), options_.rank);
+}
+
+OwnerHoldings Engine::HoldingsOf(const std::string& owner) const {
+  absl::MutexLock lock(&mu_);
+  OwnerHoldings held;
+  for (const auto& [id, session] : sessions_) {
+    if (session->config().owner != owner) continue;
+    ++held.sessions;
+    auto reserved = reservations_.find(id);
+    if (reserved != reservations_.end()) held.bytes += reserved->second.bytes();
+  }
+  return held;
 }
 
 absl::StatusOr<Engine::Built> Engine::BuildSession(const std::string& id, SessionConfig config) {
@@ -207,6 +225,7 @@ absl::StatusOr<Engine::Created> Engine::Register(Built built, bool by_name) {
 absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
   OPTSTEP_ASSIGN_OR_RETURN(Created existing, FindExisting(config));
   if (existing.session != nullptr) return existing;
+  OPTSTEP_RETURN_IF_ERROR(CheckAdmission(config));
   OPTSTEP_ASSIGN_OR_RETURN(Built built, BuildSession(NextSessionId(), std::move(config)));
   OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(std::move(built), /*by_name=*/true));
   if (created.made) ReportCreated(*created.session);

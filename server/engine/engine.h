@@ -47,6 +47,11 @@ struct EngineOptions {
   // device's memory, or of the cgroup's limit or the host's memory (ResolveMemoryBudget).
   int64_t memory_budget = 0;
   int64_t max_session_bytes = 0;  // one session's footprint at most; 0: the budget alone
+  // One owner's share of the rank (docs/security.md "Limits"): the most sessions one owner holds
+  // (0: max_sessions alone) and the share of the memory budget its sessions may take together
+  // (1: the budget alone), checked when a session is created, not when one is restored or healed.
+  int max_sessions_per_owner = 0;
+  double owner_memory_share = 1.0;
   // A device task (a slice of one session's device work) running longer than this turns the
   // rank unhealthy until it ends (docs/security.md); zero: no watchdog.
   absl::Duration device_watchdog = absl::Minutes(5);
@@ -84,13 +89,14 @@ class Engine {
     bool attached = false;  // the session of the same name (CreateSessionResponse.attached)
     bool made = false;      // made by this call (not attached to, nor answered to a retry)
   };
-  // Creates a session; answers the owner's session created with the same non-empty request_id
-  // (a retried creation: `attached` false), or attaches to the owner's session of the same
-  // non-empty name, when its definition is identical (FAILED_PRECONDITION names the session when
-  // it differs).
-  // RESOURCE_EXHAUSTED beyond max_sessions / max_params_per_session / max_session_bytes, and when
-  // its footprint does not fit beside what is admitted (SessionAdmission), before anything is
-  // allocated.
+  // Creates a session (callers serialize creations, as RankGroup's create_mu_ does, so that an
+  // owner's share is checked against what it holds); answers the owner's session created with
+  // the same non-empty request_id (a retried creation: `attached` false), or attaches to the
+  // owner's session of the same non-empty name, when its definition is identical
+  // (FAILED_PRECONDITION names the session when it differs).
+  // RESOURCE_EXHAUSTED beyond max_sessions / max_params_per_session / max_session_bytes, beyond
+  // the owner's share (CheckAdmission), and when its footprint does not fit beside what is
+  // admitted (SessionAdmission), before anything is allocated.
   // Blocks while the session's communicator group connects (every rank must create it).
   absl::StatusOr<Created> CreateSession(SessionConfig config);
   // Rank 0 allots the ids; the other ranks create their replicas with the id rank 0 gave.
@@ -109,9 +115,11 @@ class Engine {
   // Aborts its pending step and drops the session, releases its admitted bytes and returns the
   // freed heap to the system (malloc_trim). NOT_FOUND naming the id.
   absl::Status CloseSession(const std::string& id);
-  // Whether this rank would admit `config` now (SessionAdmission::Check): rank 0 asks before the
-  // other ranks build their replicas.
-  absl::Status CheckAdmission(const SessionConfig& config);
+  // Whether this rank would admit `config` now (SessionAdmission::Check, and for a `new_session`
+  // its owner's share: RESOURCE_EXHAUSTED naming the owner and the limit): rank 0 asks before the
+  // other ranks build their replicas. A restored session was admitted before: its owner's share
+  // is not checked again.
+  absl::Status CheckAdmission(const SessionConfig& config, bool new_session = true);
   // The rank's memory budget and what it has admitted.
   const MemoryBudget& memory_budget() const { return admission_->budget(); }
   // Takes `bytes` of the rank's budget for something other than a session (a stand-in for a lost
@@ -180,6 +188,8 @@ class Engine {
   // Registers the session built unless one of the same id (or, with `by_name`, one FindExisting
   // answers) appeared meanwhile; its reservation is kept until it closes.
   absl::StatusOr<Created> Register(Built built, bool by_name);
+  // The sessions of `owner` on this rank and the bytes they reserved.
+  OwnerHoldings HoldingsOf(const std::string& owner) const ABSL_LOCKS_EXCLUDED(mu_);
   void WatchDeadlines();
   // Marks the device worker stalled while its running task has passed the watchdog, logging the
   // change (event=device_stalled / event=device_recovered).

@@ -24,7 +24,10 @@ namespace {
 // (reports in between are coalesced), then the final status.
 class ProgressReactor final : public OwnedWriteReactor<v1::CheckpointProgress, ProgressReactor> {
  public:
-  void Start(std::shared_ptr<ProgressReactor> self) { Own(std::move(self)); }
+  void Start(std::shared_ptr<ProgressReactor> self, grpc::CallbackServerContext* context,
+             absl::Duration idle_timeout, const char* what) {
+    Own(std::move(self), context, idle_timeout, what);
+  }
 
   void Report(const CheckpointProgress& progress, uint64_t step) {
     absl::MutexLock lock(&mu_);
@@ -51,7 +54,7 @@ class ProgressReactor final : public OwnedWriteReactor<v1::CheckpointProgress, P
       written_ = pending_;
       has_pending_ = false;
       writing_ = true;
-      return StartWrite(&written_);
+      return WriteLocked(&written_);
     }
     if (done_) FinishLocked(status_);
   }
@@ -68,18 +71,17 @@ using CheckpointRun = std::function<absl::StatusOr<uint64_t>(
     HeldOperations& held, Session& session, const std::string& name,
     const CheckpointProgressCallback& progress)>;
 
-// Save and Load: the group's operation on a thread of its own (it blocks on other ranks and on
-// files), its progress streamed to the caller.
-grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(Engine* engine,
-                                                                HeldOperations* held,
-                                                                const Caller& caller,
-                                                                const std::string& session_id,
-                                                                const std::string& name,
-                                                                CheckpointRun run) {
+// Save and Load (`what`): the group's operation on a thread of its own (it blocks on other ranks
+// and on files), its progress streamed to the caller of `context`.
+grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(
+    grpc::CallbackServerContext* context, absl::Duration idle_timeout, const char* what,
+    Engine* engine, HeldOperations* held, const std::string& session_id, const std::string& name,
+    CheckpointRun run) {
   auto reactor = std::make_shared<ProgressReactor>();
   ProgressReactor* raw = reactor.get();
-  raw->Start(reactor);
-  RunDetached([engine, held, caller, session_id, name, run = std::move(run), reactor] {
+  raw->Start(reactor, context, idle_timeout, what);
+  RunDetached([engine, held, caller = CallerOf(*context), session_id, name, run = std::move(run),
+               reactor] {
     absl::StatusOr<std::shared_ptr<Session>> session = FindSession(*engine, caller, session_id);
     if (!session.ok()) return reactor->Done(session.status());
     const uint64_t step = (*session)->stats().step;
@@ -160,8 +162,10 @@ absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<con
 
 }  // namespace
 
-CheckpointServiceImpl::CheckpointServiceImpl(Engine* engine, RankGroup* group)
+CheckpointServiceImpl::CheckpointServiceImpl(Engine* engine, RankGroup* group,
+                                             absl::Duration stream_idle_timeout)
     : engine_(engine),
+      stream_idle_timeout_(stream_idle_timeout),
       own_group_(group == nullptr ? std::make_unique<RankGroup>(RankGroupOptions{}, engine)
                                   : nullptr),
       held_(group == nullptr ? own_group_.get() : group) {}
@@ -170,7 +174,8 @@ CheckpointServiceImpl::~CheckpointServiceImpl() = default;
 
 grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Save(
     grpc::CallbackServerContext* context, const v1::SaveRequest* request) {
-  return RunCheckpoint(engine_, &held_, CallerOf(*context), request->session_id(), request->name(),
+  return RunCheckpoint(context, stream_idle_timeout_, "Save", engine_, &held_,
+                       request->session_id(), request->name(),
                        [](HeldOperations& held, Session& session, const std::string& name,
                           const CheckpointProgressCallback& progress) {
                          return held.SaveCheckpoint(session, name, progress);
@@ -179,7 +184,8 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Save(
 
 grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Load(
     grpc::CallbackServerContext* context, const v1::LoadRequest* request) {
-  return RunCheckpoint(engine_, &held_, CallerOf(*context), request->session_id(), request->name(),
+  return RunCheckpoint(context, stream_idle_timeout_, "Load", engine_, &held_,
+                       request->session_id(), request->name(),
                        [](HeldOperations& held, Session& session, const std::string& name,
                           const CheckpointProgressCallback& progress) {
                          return held.LoadCheckpoint(session, name, progress);
@@ -188,40 +194,41 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Load(
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportStateDict(
     grpc::CallbackServerContext* context, const v1::ExportStateDictRequest* request) {
-  return NewStateStreamReactor([engine = engine_, held = &held_, caller = CallerOf(*context),
-                                request = *request](
-                                   std::function<void(absl::StatusOr<StreamedState>)> deliver) {
-    RunDetached([engine, held, caller, request, deliver = std::move(deliver)] {
-      absl::StatusOr<std::shared_ptr<Session>> session =
-          FindSession(*engine, caller, request.session_id());
-      if (!session.ok()) return deliver(session.status());
-      // Counted from the copy on (exports wait for the session's hold, one at a time, before it),
-      // while the stream holds it.
-      absl::StatusOr<std::shared_ptr<const StateDict>> dict = held->ExportStateDict(
-          **session, {request.model_chunks().begin(), request.model_chunks().end()});
-      if (!dict.ok()) return deliver(dict.status());
-      const int limit = std::max(kOpenExportsPerSession, (*session)->config().num_trainers);
-      OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), limit);
-      if (!slot.held()) {
-        return deliver(absl::ResourceExhaustedError(
-            absl::StrCat("ExportStateDict: ", limit, " exports of session '", (*session)->id(),
-                         "' are open already; read them (or cancel them) first")));
-      }
-      absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
-      if (state.ok()) {
-        // The slot is given back with the state, once the stream ends; the session is kept with
-        // it, since the slot is counted by its address.
-        struct Held {
-          std::shared_ptr<const void> state;
-          std::shared_ptr<Session> session;
-          OpenStreams::Slot slot;
-        };
-        state->keep = std::make_shared<Held>(
-            Held{std::move(state->keep), *std::move(session), std::move(slot)});
-      }
-      deliver(std::move(state));
-    });
-  });
+  return NewStateStreamReactor(
+      context, stream_idle_timeout_, "ExportStateDict",
+      [engine = engine_, held = &held_, caller = CallerOf(*context),
+       request = *request](std::function<void(absl::StatusOr<StreamedState>)> deliver) {
+        RunDetached([engine, held, caller, request, deliver = std::move(deliver)] {
+          absl::StatusOr<std::shared_ptr<Session>> session =
+              FindSession(*engine, caller, request.session_id());
+          if (!session.ok()) return deliver(session.status());
+          // Counted from the copy on (exports wait for the session's hold, one at a time, before
+          // it), while the stream holds it.
+          absl::StatusOr<std::shared_ptr<const StateDict>> dict = held->ExportStateDict(
+              **session, {request.model_chunks().begin(), request.model_chunks().end()});
+          if (!dict.ok()) return deliver(dict.status());
+          const int limit = std::max(kOpenExportsPerSession, (*session)->config().num_trainers);
+          OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), limit);
+          if (!slot.held()) {
+            return deliver(absl::ResourceExhaustedError(
+                absl::StrCat("ExportStateDict: ", limit, " exports of session '", (*session)->id(),
+                             "' are open already; read them (or cancel them) first")));
+          }
+          absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
+          if (state.ok()) {
+            // The slot is given back with the state, once the stream ends; the session is kept with
+            // it, since the slot is counted by its address.
+            struct Held {
+              std::shared_ptr<const void> state;
+              std::shared_ptr<Session> session;
+              OpenStreams::Slot slot;
+            };
+            state->keep = std::make_shared<Held>(
+                Held{std::move(state->keep), *std::move(session), std::move(slot)});
+          }
+          deliver(std::move(state));
+        });
+      });
 }
 
 grpc::ServerReadReactor<v1::StateDictChunk>* CheckpointServiceImpl::ImportStateDict(
@@ -229,6 +236,7 @@ grpc::ServerReadReactor<v1::StateDictChunk>* CheckpointServiceImpl::ImportStateD
   // The dict goes to the group on a thread of its own: the import blocks on other ranks.
   return NewStateDictUploadReactor<v1::StateDictChunk>(
       engine_, CallerOf(*context), "empty state dict stream",
+      CallIdleWatch::Start(context, stream_idle_timeout_, "ImportStateDict"),
       [held = &held_, response](Session& session, uint64_t, std::shared_ptr<const StateDict> dict,
                                 uint64_t bytes) {
         response->set_tensors(dict->size());

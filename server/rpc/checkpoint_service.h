@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "checkpoint/state_dict.h"
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "server/engine/engine.h"
@@ -27,7 +28,10 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
  public:
   // `engine` and `group` must outlive the service. Without a group (tests of one rank), a group
   // of one rank with default options is used.
-  CheckpointServiceImpl(Engine* engine, RankGroup* group = nullptr);
+  // `stream_idle_timeout` bounds how long each streamed answer waits on its caller to take a
+  // message (IdleBound; zero: no bound).
+  CheckpointServiceImpl(Engine* engine, RankGroup* group = nullptr,
+                        absl::Duration stream_idle_timeout = absl::ZeroDuration());
   ~CheckpointServiceImpl() override;
 
   grpc::ServerWriteReactor<v1::CheckpointProgress>* Save(grpc::CallbackServerContext* context,
@@ -41,6 +45,7 @@ class CheckpointServiceImpl final : public v1::CheckpointService::CallbackServic
 
  private:
   Engine* const engine_;
+  const absl::Duration stream_idle_timeout_;
   std::unique_ptr<RankGroup> own_group_;  // when none was given
   HeldOperations held_;                   // over the given group or own_group_
 };

@@ -402,7 +402,7 @@ absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& r
   OPTSTEP_ASSIGN_OR_RETURN(
       SessionConfig config,
       SessionConfigFromProto(request.spec(), request.owner(), request.request_id()));
-  if (request.admission_only()) return engine->CheckAdmission(config);
+  if (request.admission_only()) return engine->CheckAdmission(config, !request.restored());
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,
                            engine->CreateReplica(request.session_id(), std::move(config)));
   if (request.resolutions() == 0) return absl::OkStatus();

@@ -90,7 +90,7 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CloseSession(grpc::CallbackServe
 
 grpc::ServerReadReactor<v1::InitParametersRequest>* OptimizerServiceImpl::InitParameters(
     grpc::CallbackServerContext* context, v1::InitParametersResponse* response) {
-  return StartInitReactor(engine_, CallerOf(*context), response);
+  return StartInitReactor(context, step_limits_.idle_timeout, engine_, response);
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* OptimizerServiceImpl::Step(
@@ -99,7 +99,8 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* OptimizerServiceImp
   absl::Status lost = group_->LostPeersStatus();
   if (!lost.ok()) return new RefusedStepReactor(lost);
   return StartStepReactor(
-      engine_, CallerOf(*context), step_limits_, [this] { return NewStepsStatus(); }, streams_);
+      context, engine_, CallerOf(*context), step_limits_, [this] { return NewStepsStatus(); },
+      streams_);
 }
 
 RankDirectory OptimizerServiceImpl::Directory() const {
@@ -116,7 +117,7 @@ absl::Status OptimizerServiceImpl::NewStepsStatus() const {
 
 grpc::ServerWriteReactor<v1::PullParametersResponse>* OptimizerServiceImpl::PullParameters(
     grpc::CallbackServerContext* context, const v1::PullParametersRequest* request) {
-  return StartPullReactor(engine_, CallerOf(*context), request);
+  return StartPullReactor(context, step_limits_.idle_timeout, engine_, request);
 }
 
 grpc::ServerUnaryReactor* OptimizerServiceImpl::AttachSharedMemory(

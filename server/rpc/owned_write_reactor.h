@@ -1,27 +1,34 @@
 #ifndef OPTSTEP_SERVER_RPC_OWNED_WRITE_REACTOR_H_
 #define OPTSTEP_SERVER_RPC_OWNED_WRITE_REACTOR_H_
 
-#include <memory>
-#include <utility>
-
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <optional>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+#include "server/rpc/idle_bound.h"
 
 namespace optstep {
 
 // The common part of the server-streaming reactors that answer from another thread (the
 // session's coordinator): the reactor owns itself (through shared_ptr, so that callbacks can
 // hold weak references) until OnDone, writes one message at a time under `mu_`, and finishes
-// exactly once. Derived classes implement WriteNextLocked, which writes the next message or
-// finishes.
+// exactly once. A write its caller does not take within the stream idle bound (IdleBound)
+// cancels the call, so that what the stream holds for it is let go. Derived classes implement
+// WriteNextLocked, which writes the next message (WriteLocked) or finishes.
 template <typename Response, typename Derived>
 class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
                           public std::enable_shared_from_this<Derived> {
  public:
   void OnWriteDone(bool ok) final {
     absl::MutexLock lock(&mu_);
+    idle_.Heard();
     if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
     WriteNextLocked();
   }
@@ -29,11 +36,36 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
     absl::MutexLock lock(&mu_);
     FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
-  void OnDone() final { self_.reset(); }
+  void OnDone() final {
+    std::unique_ptr<grpc::Alarm> alarm;
+    {
+      absl::MutexLock lock(&mu_);
+      alarm = idle_.Stop();
+    }
+    alarm.reset();  // cancels: its callback returns at once, without the lock
+    self_.reset();
+  }
 
  protected:
-  // Keeps the reactor alive until OnDone.
-  void Own(std::shared_ptr<Derived> self) { self_ = std::move(self); }
+  // Keeps the reactor alive until OnDone, and bounds by `idle_timeout` the wait for the caller of
+  // `context` (the call's, valid until OnDone) to take each write; `what` names the stream in the
+  // log line of a call cancelled so.
+  void Own(std::shared_ptr<Derived> self, grpc::CallbackServerContext* context,
+           absl::Duration idle_timeout, const char* what) {
+    self_ = std::move(self);
+    context_ = context;
+    what_ = what;
+    std::weak_ptr<Derived> weak = self_;
+    absl::MutexLock lock(&mu_);
+    idle_.Start(idle_timeout, [weak] {
+      if (auto reactor = weak.lock()) reactor->OnIdle();
+    });
+  }
+  // Writes `response`, which must stay as it is until WriteNextLocked is called again.
+  void WriteLocked(const Response* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    idle_.Waiting();
+    this->StartWrite(response);
+  }
   virtual void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
   void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
@@ -45,7 +77,24 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 
  private:
+  // The write out was not taken within the bound: the call is cancelled (its write fails and
+  // OnCancel finishes it; the caller sees CANCELLED).
+  void OnIdle() {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    const std::optional<absl::Duration> idle = idle_.Passed();
+    if (!idle) return;
+    LOG(WARNING) << "event=stream_idle stream=" << what_ << " waited=\""
+                 << absl::FormatDuration(*idle) << "\" idle_timeout=\""
+                 << absl::FormatDuration(idle_.timeout())
+                 << "\" reason=\"the caller does not take what is written\"";
+    context_->TryCancel();
+  }
+
   std::shared_ptr<Derived> self_;
+  grpc::CallbackServerContext* context_ = nullptr;
+  const char* what_ = "";
+  IdleBound idle_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

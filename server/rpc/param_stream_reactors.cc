@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "server/rpc/convert.h"
+#include "server/rpc/idle_bound.h"
 #include "server/rpc/open_streams.h"
 #include "server/rpc/owned_write_reactor.h"
 #include "server/rpc/param_chunker.h"
@@ -26,9 +27,11 @@ namespace {
 
 class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, PullReactor> {
  public:
-  void Start(std::shared_ptr<PullReactor> self, Engine* engine, const Caller& caller,
+  void Start(std::shared_ptr<PullReactor> self, grpc::CallbackServerContext* context,
+             absl::Duration idle_timeout, Engine* engine,
              const v1::PullParametersRequest& request) {
-    Own(std::move(self));
+    Own(std::move(self), context, idle_timeout, "PullParameters");
+    const Caller caller = CallerOf(*context);
     absl::Status status = Validate(engine, caller, request);
     if (!status.ok()) {
       absl::MutexLock lock(&mu_);
@@ -74,9 +77,9 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     const bool first = first_;
     if (first_) response_.set_step(step_);
     first_ = false;
-    if (!none_ && chunker_->Next(response_.mutable_parameter())) return StartWrite(&response_);
+    if (!none_ && chunker_->Next(response_.mutable_parameter())) return WriteLocked(&response_);
     // A rank that owns none of the parameters asked for still answers the step.
-    if (none_ && first) return StartWrite(&response_);
+    if (none_ && first) return WriteLocked(&response_);
     FinishLocked(grpc::Status::OK);
   }
 
@@ -111,26 +114,40 @@ constexpr uint64_t kOutOfOrderPieces = 1024;
 // kept; only a stream that sent its StreamEnd, agreeing with the chunks before it, and then
 // half-closed writes them, all together (Session::InitValues of every piece). A small piece is
 // extended by the chunk that continues it; what a stream stages is bounded by the session's
-// parameters, in bytes and in pieces, and a session has one stream per trainer open at most.
+// parameters, in bytes and in pieces, and a session has a few streams per trainer open at most.
+// A caller that sends nothing for the stream idle bound has its stream cancelled (CallIdleWatch).
 // gRPC calls OnReadDone for one message at a time, so the members need no lock (but
 // `cancelled_`).
 class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersRequest> {
  public:
-  InitReactor(Engine* engine, Caller caller, v1::InitParametersResponse* response)
-      : engine_(engine), caller_(std::move(caller)), response_(response) {
-    StartRead(&request_);
+  InitReactor(grpc::CallbackServerContext* context, absl::Duration idle_timeout, Engine* engine,
+              v1::InitParametersResponse* response)
+      : engine_(engine),
+        caller_(CallerOf(*context)),
+        response_(response),
+        idle_(CallIdleWatch::Start(context, idle_timeout, "InitParameters")) {
+    Read();
   }
 
   void OnReadDone(bool ok) override {
+    idle_->Heard();
     if (!ok) return End(WriteStaged());
     absl::Status status = Stage();
     if (!status.ok()) return End(status);
-    StartRead(&request_);
+    Read();
   }
   void OnCancel() override { cancelled_ = true; }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    idle_->Stop();
+    delete this;
+  }
 
  private:
+  void Read() {
+    idle_->Waiting();
+    StartRead(&request_);
+  }
+
   absl::Status Stage() {
     if (session_ == nullptr) {
       auto session = FindSession(*engine_, caller_, request_.session_id());
@@ -221,6 +238,13 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   }
 
   absl::Status WriteStaged() {
+    if (const std::optional<absl::Duration> idled = idle_->idled()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(session_ == nullptr ? std::string("InitParameters stream") : What(),
+                       ": nothing from the caller for ", absl::FormatDuration(*idled),
+                       ", over the stream idle timeout of ", absl::FormatDuration(idle_->timeout()),
+                       ", after ", tally_.Describe(param_ids_.size()), "; nothing was written"));
+    }
     if (session_ == nullptr) {
       return absl::InvalidArgumentError("InitParameters: empty stream names no session");
     }
@@ -266,21 +290,24 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   StreamTally tally_;
   bool ended_ = false;
   std::atomic<bool> cancelled_{false};
+  const std::shared_ptr<CallIdleWatch> idle_;
 };
 
 }  // namespace
 
 grpc::ServerWriteReactor<v1::PullParametersResponse>* StartPullReactor(
-    Engine* engine, const Caller& caller, const v1::PullParametersRequest* request) {
+    grpc::CallbackServerContext* context, absl::Duration idle_timeout, Engine* engine,
+    const v1::PullParametersRequest* request) {
   auto reactor = std::make_shared<PullReactor>();
   PullReactor* raw = reactor.get();
-  raw->Start(std::move(reactor), engine, caller, *request);
+  raw->Start(std::move(reactor), context, idle_timeout, engine, *request);
   return raw;
 }
 
 grpc::ServerReadReactor<v1::InitParametersRequest>* StartInitReactor(
-    Engine* engine, Caller caller, v1::InitParametersResponse* response) {
-  return new InitReactor(engine, std::move(caller), response);
+    grpc::CallbackServerContext* context, absl::Duration idle_timeout, Engine* engine,
+    v1::InitParametersResponse* response) {
+  return new InitReactor(context, idle_timeout, engine, response);
 }
 
 }  // namespace optstep

@@ -3,22 +3,27 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/time/time.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/rpc/caller.h"
 
 namespace optstep {
 
-// PullParameters: streams the snapshot of the last step of a session `caller` may see. Owns
+// PullParameters: streams the snapshot of the last step of a session the caller of `context` may
+// see. A write the caller does not take within `idle_timeout` cancels the call (IdleBound). Owns
 // itself until OnDone.
 grpc::ServerWriteReactor<v1::PullParametersResponse>* StartPullReactor(
-    Engine* engine, const Caller& caller, const v1::PullParametersRequest* request);
+    grpc::CallbackServerContext* context, absl::Duration idle_timeout, Engine* engine,
+    const v1::PullParametersRequest* request);
 
 // InitParameters: stages initial values chunk by chunk and writes them all once the stream ended
-// with an agreeing StreamEnd (nothing otherwise), into a session `caller` may see. Owns itself
-// until OnDone.
+// with an agreeing StreamEnd (nothing otherwise), into a session the caller of `context` may see.
+// A caller that sends nothing for `idle_timeout` has the call cancelled (CallIdleWatch): nothing
+// is written. Owns itself until OnDone.
 grpc::ServerReadReactor<v1::InitParametersRequest>* StartInitReactor(
-    Engine* engine, Caller caller, v1::InitParametersResponse* response);
+    grpc::CallbackServerContext* context, absl::Duration idle_timeout, Engine* engine,
+    v1::InitParametersResponse* response);
 
 }  // namespace optstep
 

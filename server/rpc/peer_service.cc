@@ -222,33 +222,40 @@ grpc::ServerUnaryReactor* PeerServiceImpl::ApplyHeldState(grpc::CallbackServerCo
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::ExportHeldState(
     grpc::CallbackServerContext*, const v1::HeldSessionRequest* request) {
-  return NewStateStreamReactor([engine = engine_, request = *request](
-                                   std::function<void(absl::StatusOr<StreamedState>)> deliver) {
-    RunDetached([engine, request, deliver = std::move(deliver)] {
-      absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(request.session_id());
-      if (!session.ok()) return deliver(session.status());
-      StateSelection owned;
-      owned.model_chunks.assign(request.model_chunks().begin(), request.model_chunks().end());
-      // Rank 0 holds every master under REPLICATED storage; under OWNERS each rank sends its own.
-      owned.params = (*session)->config().storage == ParameterStorage::kReplicated
-                         ? StateSelection::Params::kNone
-                         : StateSelection::Params::kOwned;
-      owned.counters = false;
-      absl::StatusOr<std::shared_ptr<const StateDict>> dict =
-          (*session)->holds().ExportHeld(request.token(), owned);
-      if (!dict.ok()) return deliver(dict.status());
-      StreamedState state;
-      for (const auto& [key, tensor] : **dict) state.tensors.push_back({"", "", key, &tensor});
-      state.keep = *std::move(dict);
-      deliver(std::move(state));
-    });
-  });
+  // Between ranks: the calling rank bounds its own wait (StallWatch).
+  return NewStateStreamReactor(
+      nullptr, absl::ZeroDuration(), "ExportHeldState",
+      [engine = engine_,
+       request = *request](std::function<void(absl::StatusOr<StreamedState>)> deliver) {
+        RunDetached([engine, request, deliver = std::move(deliver)] {
+          absl::StatusOr<std::shared_ptr<Session>> session =
+              engine->GetSession(request.session_id());
+          if (!session.ok()) return deliver(session.status());
+          StateSelection owned;
+          owned.model_chunks.assign(request.model_chunks().begin(), request.model_chunks().end());
+          // Rank 0 holds every master under REPLICATED storage; under OWNERS each rank sends its
+          // own.
+          owned.params = (*session)->config().storage == ParameterStorage::kReplicated
+                             ? StateSelection::Params::kNone
+                             : StateSelection::Params::kOwned;
+          owned.counters = false;
+          absl::StatusOr<std::shared_ptr<const StateDict>> dict =
+              (*session)->holds().ExportHeld(request.token(), owned);
+          if (!dict.ok()) return deliver(dict.status());
+          StreamedState state;
+          for (const auto& [key, tensor] : **dict) state.tensors.push_back({"", "", key, &tensor});
+          state.keep = *std::move(dict);
+          deliver(std::move(state));
+        });
+      });
 }
 
 grpc::ServerReadReactor<v1::HeldStateChunk>* PeerServiceImpl::StageHeldState(
-    grpc::CallbackServerContext*, v1::HeldSessionResponse*) {
+    grpc::CallbackServerContext* context, v1::HeldSessionResponse*) {
+  // Between ranks: no idle bound (the hold's lease bounds a rank that stops sending).
   return NewStateDictUploadReactor<v1::HeldStateChunk>(
       engine_, RankCaller(), "empty stage stream",
+      CallIdleWatch::Start(context, absl::ZeroDuration(), "StageHeldState"),
       [](Session& session, uint64_t token, std::shared_ptr<const StateDict> dict, uint64_t) {
         return session.holds().StageState(token, std::move(dict), /*complete=*/false);
       });

@@ -11,20 +11,24 @@ namespace optstep {
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::StreamExport(
     const v1::FetchStateRequest& request, SessionExport start) {
-  return NewStateStreamReactor([engine = engine_, id = request.session_id(),
-                                start](std::function<void(absl::StatusOr<StreamedState>)> deliver) {
-    RunDetached([engine, id, start, deliver = std::move(deliver)] {
-      absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(id);
-      if (!session.ok()) return deliver(session.status());
-      ((**session).*start)([deliver](absl::StatusOr<std::shared_ptr<const StateDict>> dict) {
-        if (!dict.ok()) return deliver(dict.status());
-        StreamedState state;
-        for (const auto& [key, tensor] : **dict) state.tensors.push_back({"", "", key, &tensor});
-        state.keep = *std::move(dict);
-        deliver(std::move(state));
+  // Between ranks: the calling rank bounds its own wait (StallWatch).
+  return NewStateStreamReactor(
+      nullptr, absl::ZeroDuration(), "FetchState",
+      [engine = engine_, id = request.session_id(),
+       start](std::function<void(absl::StatusOr<StreamedState>)> deliver) {
+        RunDetached([engine, id, start, deliver = std::move(deliver)] {
+          absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(id);
+          if (!session.ok()) return deliver(session.status());
+          ((**session).*start)([deliver](absl::StatusOr<std::shared_ptr<const StateDict>> dict) {
+            if (!dict.ok()) return deliver(dict.status());
+            StreamedState state;
+            for (const auto& [key, tensor] : **dict)
+              state.tensors.push_back({"", "", key, &tensor});
+            state.keep = *std::move(dict);
+            deliver(std::move(state));
+          });
+        });
       });
-    });
-  });
 }
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::FetchOwnedState(

@@ -440,7 +440,8 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
   if (options_.world_size == 1) return engine_->CreateSession(std::move(config));
 
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,
-                           CreateEverywhere(engine_->NextSessionId(), spec, std::move(config)));
+                           CreateEverywhere(engine_->NextSessionId(), spec, std::move(config),
+                                            /*restored=*/false));
   return Engine::Created{std::move(created), false, true};
 }
 
@@ -456,12 +457,13 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::RestoreSession(const std::st
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec, owner, request_id));
   absl::MutexLock create_lock(&create_mu_);
   if (options_.world_size == 1) return engine_->CreateReplica(id, std::move(config));
-  return CreateEverywhere(id, spec, std::move(config));
+  return CreateEverywhere(id, spec, std::move(config), /*restored=*/true);
 }
 
 absl::StatusOr<std::shared_ptr<Session>> RankGroup::CreateEverywhere(const std::string& id,
                                                                      const v1::SessionSpec& spec,
-                                                                     SessionConfig config) {
+                                                                     SessionConfig config,
+                                                                     bool restored) {
   for (int r = 1; r < options_.world_size; ++r) {
     absl::MutexLock lock(&mu_);
     if (addresses_[r].empty()) {
@@ -480,8 +482,9 @@ absl::StatusOr<std::shared_ptr<Session>> RankGroup::CreateEverywhere(const std::
   // communicator's rendezvous until the timeout.
   v1::CreateReplicaRequest admission = replica;
   admission.set_admission_only(true);
+  admission.set_restored(restored);
   OPTSTEP_RETURN_IF_ERROR(ForEachRank([&](int r) {
-    return r == 0 ? engine_->CheckAdmission(config) : CreateReplicaOn(r, admission);
+    return r == 0 ? engine_->CheckAdmission(config, !restored) : CreateReplicaOn(r, admission);
   }));
   // Every rank creates its replica at once: they meet in the communicator's rendezvous.
   std::vector<absl::Status> peer_status(options_.world_size);

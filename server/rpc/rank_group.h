@@ -256,10 +256,11 @@ class RankGroup {
 
  private:
   // REQUIRES: several ranks. Creates the replica `id` on every rank at once; closes those made
-  // when one fails.
+  // when one fails. A `restored` session (from its checkpoints) is admitted without its owner's
+  // share (Engine::CheckAdmission).
   absl::StatusOr<std::shared_ptr<Session>> CreateEverywhere(const std::string& id,
                                                             const v1::SessionSpec& spec,
-                                                            SessionConfig config)
+                                                            SessionConfig config, bool restored)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   // This rank's sessions (none without an engine).
   std::vector<std::shared_ptr<Session>> Sessions() const;

@@ -91,7 +91,7 @@ class Server {
         tracker_(options.metrics),
         optimizer_service_(engine, group, options.step_stream, options.max_message_bytes,
                            &streams_),
-        checkpoint_service_(engine, group),
+        checkpoint_service_(engine, group, options.step_stream.idle_timeout),
         peer_service_(engine, group),
         admin_service_(options.on_shutdown_request),
         group_(group) {}

@@ -27,7 +27,10 @@ size_t ElementBytes(StateTensor::Type type) { return type == StateTensor::Type::
 // Streams each tensor of a delivered state in FillStateChunk's pieces.
 class StateStreamReactor final : public OwnedWriteReactor<v1::StateDictChunk, StateStreamReactor> {
  public:
-  void Start(std::shared_ptr<StateStreamReactor> self) { Own(std::move(self)); }
+  void Start(std::shared_ptr<StateStreamReactor> self, grpc::CallbackServerContext* context,
+             absl::Duration idle_timeout, const char* what) {
+    Own(std::move(self), context, idle_timeout, what);
+  }
 
   void Deliver(absl::StatusOr<StreamedState> state) {
     absl::MutexLock lock(&mu_);
@@ -46,7 +49,7 @@ class StateStreamReactor final : public OwnedWriteReactor<v1::StateDictChunk, St
       ++next_;
       offset_ = 0;
     }
-    StartWrite(&chunk_);
+    WriteLocked(&chunk_);
   }
 
   StreamedState state_ ABSL_GUARDED_BY(mu_);
@@ -83,10 +86,11 @@ bool ForEachStateChunk(const StreamedTensor& item, v1::StateDictChunk* chunk,
 }
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
+    grpc::CallbackServerContext* context, absl::Duration idle_timeout, const char* what,
     std::function<void(std::function<void(absl::StatusOr<StreamedState>)> deliver)> produce) {
   auto reactor = std::make_shared<StateStreamReactor>();
   StateStreamReactor* raw = reactor.get();
-  raw->Start(reactor);
+  raw->Start(reactor, context, idle_timeout, what);
   std::weak_ptr<StateStreamReactor> weak = reactor;
   produce([weak](absl::StatusOr<StreamedState> state) {
     if (auto self = weak.lock()) self->Deliver(std::move(state));
@@ -300,24 +304,34 @@ template <typename Message>
 class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
  public:
   StateDictUploadReactor(Engine* engine, Caller caller, std::string empty_error,
-                         StateDictUpload action)
+                         std::shared_ptr<CallIdleWatch> idle, StateDictUpload action)
       : engine_(engine),
         caller_(std::move(caller)),
         empty_error_(std::move(empty_error)),
+        idle_(std::move(idle)),
         action_(std::move(action)) {
-    this->StartRead(&message_);
+    Read();
   }
 
   void OnReadDone(bool ok) override {
+    idle_->Heard();
     if (!ok) return RunAction();
     absl::Status status = Add();
     if (!status.ok()) return this->Finish(ToGrpcStatus(status));
-    this->StartRead(&message_);
+    Read();
   }
   void OnCancel() override { cancelled_ = true; }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    idle_->Stop();
+    delete this;
+  }
 
  private:
+  void Read() {
+    idle_->Waiting();
+    this->StartRead(&message_);
+  }
+
   absl::Status Add() {
     if (session_ == nullptr) {
       token_ = TokenOf(message_);
@@ -347,6 +361,13 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
   }
 
   void RunAction() {
+    if (const std::optional<absl::Duration> idled = idle_->idled()) {
+      return this->Finish(ToGrpcStatus(absl::DeadlineExceededError(absl::StrCat(
+          session_ == nullptr ? std::string("state dict stream") : What(),
+          ": nothing from the caller for ", absl::FormatDuration(*idled),
+          ", over the stream idle timeout of ", absl::FormatDuration(idle_->timeout()), ", after ",
+          tally_.Describe(assembler_.tensors()), "; nothing was applied"))));
+    }
     if (session_ == nullptr) {
       return this->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, empty_error_));
     }
@@ -373,6 +394,7 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
   Engine* const engine_;
   const Caller caller_;
   const std::string empty_error_;
+  const std::shared_ptr<CallIdleWatch> idle_;
   const StateDictUpload action_;
   Message message_;
   std::shared_ptr<Session> session_;
@@ -388,14 +410,15 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
 template <typename Message>
 grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Caller caller,
                                                             std::string empty_error,
+                                                            std::shared_ptr<CallIdleWatch> idle,
                                                             StateDictUpload action) {
   return new StateDictUploadReactor<Message>(engine, std::move(caller), std::move(empty_error),
-                                             std::move(action));
+                                             std::move(idle), std::move(action));
 }
 
 template grpc::ServerReadReactor<v1::StateDictChunk>* NewStateDictUploadReactor<v1::StateDictChunk>(
-    Engine*, Caller, std::string, StateDictUpload);
+    Engine*, Caller, std::string, std::shared_ptr<CallIdleWatch>, StateDictUpload);
 template grpc::ServerReadReactor<v1::HeldStateChunk>* NewStateDictUploadReactor<v1::HeldStateChunk>(
-    Engine*, Caller, std::string, StateDictUpload);
+    Engine*, Caller, std::string, std::shared_ptr<CallIdleWatch>, StateDictUpload);
 
 }  // namespace optstep

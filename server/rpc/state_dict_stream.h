@@ -22,6 +22,7 @@
 #include "server/engine/engine.h"
 #include "server/engine/session.h"
 #include "server/rpc/caller.h"
+#include "server/rpc/idle_bound.h"
 #include "server/rpc/stall_watch.h"
 
 namespace optstep {
@@ -48,8 +49,10 @@ bool ForEachStateChunk(const StreamedTensor& item, v1::StateDictChunk* chunk,
                        const std::function<bool()>& send);
 
 // A server-streaming reactor that writes a state (FillStateChunk's pieces) once it is delivered,
-// from any thread. Owns itself until done.
+// from any thread, to the caller of `context` (null with no bound), within the stream idle bound
+// `idle_timeout` (OwnedWriteReactor; `what` names the stream). Owns itself until done.
 grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
+    grpc::CallbackServerContext* context, absl::Duration idle_timeout, const char* what,
     std::function<void(std::function<void(absl::StatusOr<StreamedState>)> deliver)> produce);
 
 // What an upload does with the dict it received: `session` is the one its first message named,
@@ -65,11 +68,13 @@ using StateDictUpload = std::function<absl::Status(
 // half-closed does the reactor build the dict and run `action` on it, on a thread of its own (the
 // action may block on other ranks), finishing the call with the status. Otherwise the action
 // never runs: INVALID_ARGUMENT for a stream without its StreamEnd, a StreamEnd that disagrees
-// or a message after it, CANCELLED for a cancelled stream. A stream without messages is
-// INVALID_ARGUMENT `empty_error`. Only a session `caller` may see is found. Owns itself until done.
+// or a message after it, CANCELLED for a cancelled stream (DEADLINE_EXCEEDED when `idle`, the
+// watch of its call, cancelled it). A stream without messages is INVALID_ARGUMENT
+// `empty_error`. Only a session `caller` may see is found. Owns itself until done.
 template <typename Message>
 grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Caller caller,
                                                             std::string empty_error,
+                                                            std::shared_ptr<CallIdleWatch> idle,
                                                             StateDictUpload action);
 
 // Collects streamed StateDictChunks into per-(sub-optimizer, chunk) dicts, checking every piece

@@ -1,6 +1,5 @@
 #include "server/rpc/step_reactor.h"
 
-#include <grpcpp/alarm.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 
 #include <memory>
@@ -13,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
+#include "server/rpc/idle_bound.h"
 #include "server/rpc/param_chunker.h"
 #include "server/rpc/shared_step.h"
 #include "wire/chunk.h"
@@ -26,9 +26,10 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
                           public LiveStepStreams::Stream,
                           public std::enable_shared_from_this<StepReactor> {
  public:
-  StepReactor(Engine* engine, Caller caller, const StepStreamLimits& limits,
-              NewStepsStatus new_steps, LiveStepStreams* streams)
-      : engine_(engine),
+  StepReactor(grpc::CallbackServerContext* context, Engine* engine, Caller caller,
+              const StepStreamLimits& limits, NewStepsStatus new_steps, LiveStepStreams* streams)
+      : context_(context),
+        engine_(engine),
         caller_(std::move(caller)),
         limits_(limits),
         new_steps_(std::move(new_steps)),
@@ -41,10 +42,10 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     absl::MutexLock lock(&mu_);
     if (ended) return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, *ended));
     ReadLocked();
-    if (limits_.idle_timeout > absl::ZeroDuration() &&
-        limits_.idle_timeout != absl::InfiniteDuration()) {
-      ArmIdleAlarmLocked(absl::Now() + limits_.idle_timeout);
-    }
+    std::weak_ptr<StepReactor> weak = weak_from_this();
+    idle_.Start(limits_.idle_timeout, [weak] {
+      if (auto self = weak.lock()) self->OnIdleAlarm();
+    });
   }
 
   void OnReadDone(bool ok) override {
@@ -120,7 +121,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     std::unique_ptr<grpc::Alarm> alarm;
     {
       absl::MutexLock lock(&mu_);
-      alarm = std::move(idle_alarm_);
+      alarm = idle_.Stop();
     }
     alarm.reset();  // cancels: its callback returns at once, without the lock
     if (streams_ != nullptr) streams_->Remove(this);
@@ -314,19 +315,16 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 
   // Reads and writes wait on the trainer: the idle bound runs while one is outstanding.
   void ReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    waiting_on_trainer_ = true;
+    idle_.Waiting();
     StartRead(&request_);
   }
   void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    waiting_on_trainer_ = true;
+    idle_.Waiting();
     write_in_flight_ = true;
     StartWrite(&response_);
   }
   // The trainer sent a message or took an answer (or the stream broke).
-  void NoteTrainerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    waiting_on_trainer_ = false;
-    last_heard_ = absl::Now();
-  }
+  void NoteTrainerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { idle_.Heard(); }
 
   // Counts a received message against the stream's byte bound (known once the header named
   // the session; the header itself is bounded by the server's message size).
@@ -347,28 +345,25 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         "); nothing of this stream was applied"));
   }
 
-  // One alarm at a time, at the earliest time the idle bound can be passed.
-  void ArmIdleAlarmLocked(absl::Time at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    retired_alarm_ = std::move(idle_alarm_);  // fired: destroyed at the next arming or with this
-    idle_alarm_ = std::make_unique<grpc::Alarm>();
-    std::weak_ptr<StepReactor> weak = weak_from_this();
-    idle_alarm_->Set(absl::ToChronoTime(at), [weak](bool fired) {
-      if (!fired) return;  // cancelled (OnDone)
-      if (auto self = weak.lock()) self->OnIdleAlarm();
-    });
-  }
-
   void OnIdleAlarm() {
     absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    const absl::Time now = absl::Now();
-    if (waiting_on_trainer_ && now - last_heard_ >= limits_.idle_timeout) {
-      return FinishLocked(ToGrpcStatus(absl::DeadlineExceededError(absl::StrCat(
-          "step stream: nothing from the trainer for ", absl::FormatDuration(now - last_heard_),
-          ", over the stream idle timeout of ", absl::FormatDuration(limits_.idle_timeout),
-          "; nothing of this stream was applied"))));
-    }
-    ArmIdleAlarmLocked((waiting_on_trainer_ ? last_heard_ : now) + limits_.idle_timeout);
+    // A finish deferred behind a write the trainer does not take still waits on the trainer.
+    if (finished_ && !write_in_flight_) return;
+    const std::optional<absl::Duration> idle = idle_.Passed();
+    if (!idle) return;
+    const std::string waited =
+        absl::StrCat(absl::FormatDuration(*idle), ", over the stream idle timeout of ",
+                     absl::FormatDuration(idle_.timeout()));
+    FinishLocked(ToGrpcStatus(absl::DeadlineExceededError(
+        phase_ == Phase::kWaiting
+            ? absl::StrCat("step stream: the trainer did not take its answer for ", waited,
+                           "; the step was applied")
+            : absl::StrCat("step stream: nothing from the trainer for ", waited,
+                           "; nothing of this stream was applied"))));
+    // A trainer that does not take its answer leaves the write out for ever, and the Finish
+    // waiting for it (with the snapshot the answer is cut from): the stream is cancelled, so
+    // that the write fails and the stream ends now.
+    if (write_in_flight_) context_->TryCancel();
   }
 
   void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -439,6 +434,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
                  << " message=\"" << status.error_message() << "\"";
   }
 
+  grpc::CallbackServerContext* const context_;  // the call's: valid until OnDone
   Engine* const engine_;
   const Caller caller_;
   const StepStreamLimits limits_;
@@ -469,18 +465,15 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   // The bounds (StepStreamLimits).
   int64_t bytes_received_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t max_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // resolved at the first message after the header
-  bool waiting_on_trainer_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time last_heard_ ABSL_GUARDED_BY(mu_) = absl::Now();
-  std::unique_ptr<grpc::Alarm> idle_alarm_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<grpc::Alarm> retired_alarm_ ABSL_GUARDED_BY(mu_);
+  IdleBound idle_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
-    Engine* engine, Caller caller, const StepStreamLimits& limits, NewStepsStatus new_steps,
-    LiveStepStreams* streams) {
-  auto reactor = std::make_shared<StepReactor>(engine, std::move(caller), limits,
+    grpc::CallbackServerContext* context, Engine* engine, Caller caller,
+    const StepStreamLimits& limits, NewStepsStatus new_steps, LiveStepStreams* streams) {
+  auto reactor = std::make_shared<StepReactor>(context, engine, std::move(caller), limits,
                                                std::move(new_steps), streams);
   StepReactor* raw = reactor.get();
   raw->Start(std::move(reactor));

@@ -23,7 +23,9 @@ struct StepStreamLimits {
   // fp32, with room for resends) plus kStepStreamSlackBytes.
   int64_t max_bytes = 0;
   // Time a stream may wait on its trainer (a message not yet received, an answer not yet taken):
-  // DEADLINE_EXCEEDED beyond. Zero or infinite: no bound.
+  // DEADLINE_EXCEEDED beyond (IdleBound; a stream whose answer is not taken is cancelled). The
+  // other streams of a session (InitParameters, PullParameters, ExportStateDict, a Save's or
+  // Load's progress) have the same bound. Zero or infinite: no bound.
   absl::Duration idle_timeout = absl::Minutes(1);
 };
 
@@ -43,8 +45,8 @@ using NewStepsStatus = std::function<absl::Status()>;
 // worker, which calls back when the step is applied or aborted. Only a session `caller` may see
 // is stepped (caller.h). The stream is in `streams` (may be null) while it is open.
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartStepReactor(
-    Engine* engine, Caller caller, const StepStreamLimits& limits, NewStepsStatus new_steps,
-    LiveStepStreams* streams);
+    grpc::CallbackServerContext* context, Engine* engine, Caller caller,
+    const StepStreamLimits& limits, NewStepsStatus new_steps, LiveStepStreams* streams);
 
 }  // namespace optstep
 

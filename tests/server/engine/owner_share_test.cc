@@ -1,0 +1,116 @@
+// One owner's share of a rank (--max_sessions_per_owner, --owner_memory_share): a tenant that
+// creates sessions until it is refused takes neither every session nor the whole memory budget,
+// and the other tenants still create theirs. The limits hold for new sessions; closing one gives
+// its share back.
+
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/admission.h"
+#include "server/engine/engine.h"
+#include "tests/server/engine/session_test_util.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+
+SessionConfig Of(const std::string& owner, const std::string& name) {
+  SessionConfig config = testutil::TwoParamConfig(testutil::Sgd(0.1));
+  config.owner = owner;
+  config.name = name;
+  return config;
+}
+
+std::unique_ptr<Engine> EngineWith(int max_sessions_per_owner, double owner_memory_share,
+                                   int64_t memory_budget) {
+  EngineOptions options;
+  options.device.num_threads = 1;
+  options.max_sessions_per_owner = max_sessions_per_owner;
+  options.owner_memory_share = owner_memory_share;
+  options.memory_budget = memory_budget;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
+  EXPECT_THAT(engine.status(), IsOk());
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+TEST(OwnerShareTest, AnOwnerHoldsAtMostItsSessionsAndOthersStillCreate) {
+  auto engine = EngineWith(/*max_sessions_per_owner=*/2, 1.0, int64_t{1} << 30);
+  ASSERT_NE(engine, nullptr);
+  ASSERT_THAT(engine->CreateSession(Of("mallory", "a")).status(), IsOk());
+  ASSERT_THAT(engine->CreateSession(Of("mallory", "b")).status(), IsOk());
+  EXPECT_THAT(engine->CreateSession(Of("mallory", "c")).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "owner 'mallory' holds 2 sessions on rank 0; the limit per owner is 2 "
+                       "(--max_sessions_per_owner)"));
+  EXPECT_THAT(engine->CheckAdmission(Of("mallory", "c")),
+              StatusIs(absl::StatusCode::kResourceExhausted, "owner 'mallory' holds 2 sessions"));
+  // A restored session was admitted before: its owner's share is not checked again.
+  EXPECT_THAT(engine->CheckAdmission(Of("mallory", "c"), /*new_session=*/false), IsOk());
+  // Attaching to one of its own sessions by name is no new session.
+  absl::StatusOr<Engine::Created> again = engine->CreateSession(Of("mallory", "a"));
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_TRUE(again->attached);
+  ASSERT_THAT(engine->CreateSession(Of("alice", "a")).status(), IsOk());
+  ASSERT_THAT(engine->CreateSession(Of("alice", "b")).status(), IsOk());
+  // Closing one gives its place back.
+  ASSERT_THAT(engine->CloseSession(again->session->id()), IsOk());
+  EXPECT_THAT(engine->CreateSession(Of("mallory", "c")).status(), IsOk());
+}
+
+TEST(OwnerShareTest, AnOwnerTakesAtMostItsShareOfTheBudget) {
+  // Each session reserves the same footprint; the share fits two of them, the budget many more.
+  auto probe = EngineWith(0, 1.0, int64_t{1} << 30);
+  ASSERT_NE(probe, nullptr);
+  ASSERT_THAT(probe->CreateSession(Of("probe", "one")).status(), IsOk());
+  const int64_t one = probe->memory_budget().admitted();
+  ASSERT_GT(one, 0);
+  const int64_t budget = 10 * one;
+  auto engine = EngineWith(0, 0.25, budget);  // 2.5 sessions' worth per owner
+  ASSERT_NE(engine, nullptr);
+  ASSERT_THAT(engine->CreateSession(Of("mallory", "a")).status(), IsOk());
+  ASSERT_THAT(engine->CreateSession(Of("mallory", "b")).status(), IsOk());
+  const absl::Status refused = engine->CreateSession(Of("mallory", "c")).status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "session 'c' needs "));
+  EXPECT_THAT(refused.message(),
+              testing::HasSubstr(absl::StrCat("; the sessions of owner 'mallory' hold ", 2 * one,
+                                              " of the ", budget / 4,
+                                              " bytes one owner may take (--owner_memory_share "
+                                              "0.25 of the rank's budget of ",
+                                              budget, ")")));
+  EXPECT_EQ(engine->memory_budget().admitted(), 2 * one) << "the refused session reserved bytes";
+  // Another owner has a share of its own.
+  ASSERT_THAT(engine->CreateSession(Of("alice", "a")).status(), IsOk());
+  ASSERT_THAT(engine->CreateSession(Of("alice", "b")).status(), IsOk());
+}
+
+TEST(OwnerShareTest, WithoutLimitsAnOwnerMayFillTheRank) {
+  auto engine = EngineWith(0, 1.0, int64_t{1} << 30);
+  ASSERT_NE(engine, nullptr);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_THAT(engine->CreateSession(Of("", absl::StrCat("s", i))).status(), IsOk());
+  }
+}
+
+TEST(OwnerShareTest, TheMessageNamesTheAnonymousOwner) {
+  EXPECT_THAT(
+      CheckOwnerShare("", "session 'x'", 1, OwnerHoldings{3, 0}, OwnerLimits{3, 1.0}, 100, 2),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               "the anonymous owner holds 3 sessions on rank 2"));
+  EXPECT_THAT(
+      CheckOwnerShare("bob", "session 'x'", 50, OwnerHoldings{1, 50}, OwnerLimits{0, 1.0}, 100, 0),
+      IsOk());
+  EXPECT_THAT(
+      CheckOwnerShare("bob", "session 'x'", 50, OwnerHoldings{1, 50}, OwnerLimits{0, 0.5}, 100, 0),
+      StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(
+      CheckOwnerShare("bob", "session 'x'", 25, OwnerHoldings{1, 25}, OwnerLimits{0, 0.5}, 100, 0),
+      IsOk());
+}
+
+}  // namespace
+}  // namespace optstep

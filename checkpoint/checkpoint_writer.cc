@@ -422,4 +422,17 @@ absl::StatusOr<std::vector<std::string>> ListCheckpoints(absl::string_view root)
   return names;
 }
 
+absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file,
+                                 absl::string_view contents) {
+  const std::string path = absl::StrCat(dir, "/", file);
+  const std::string temporary = absl::StrCat(dir, "/.", file, ".tmp");
+  OPTSTEP_RETURN_IF_ERROR(internal::WriteSmallFile(temporary, contents));
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    return internal::ErrnoStatus(errno, "rename into place", path);
+  }
+  return internal::FsyncPath(std::string(dir));
+}
+
+absl::Status SyncDirectory(absl::string_view dir) { return internal::FsyncPath(std::string(dir)); }
+
 }  // namespace optstep

@@ -109,6 +109,14 @@ absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::str
 absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
                               const Manifest& manifest, int keep_last);
 
+// Writes `contents` into `<dir>/<file>` atomically and durably: a hidden temporary beside it,
+// fsynced, renamed into place, then `dir` fsynced, so that a reader sees the whole file or none,
+// after a crash too (the session records beside automatic checkpoints).
+absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file,
+                                 absl::string_view contents);
+// fsync of the directory `dir`, so that the renames and removals in it so far survive a crash.
+absl::Status SyncDirectory(absl::string_view dir);
+
 // Names of the complete checkpoints in `root` (visible directories with a manifest.json),
 // oldest first by the same order as pruning.
 absl::StatusOr<std::vector<std::string>> ListCheckpoints(absl::string_view root);

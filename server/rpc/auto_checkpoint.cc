@@ -25,31 +25,17 @@ namespace fs = std::filesystem;
 
 constexpr char kRecordFile[] = "session.json";
 
-// Writes the record of `session` into `dir` unless there is one: a temporary file renamed into
-// place, so that a reader sees the whole record or none.
+// Writes the record of `session` into `dir` unless a readable one is there (one left empty or
+// partial by a crash is written again): a temporary file, fsynced and renamed into place, then
+// `dir` and its parent fsynced, so that a reader sees the whole record or none, after a crash too.
 absl::Status EnsureSessionRecord(const std::string& dir, const Session& session) {
-  const fs::path path = fs::path(dir) / kRecordFile;
-  std::error_code error;
-  if (fs::exists(path, error)) return absl::OkStatus();
+  if (ReadSessionRecord(dir).ok()) return absl::OkStatus();
   const nlohmann::json record = {{"session_id", session.id()},
                                  {"name", session.config().name},
                                  {"owner", session.config().owner},
                                  {"request_id", session.config().request_id}};
-  const fs::path temporary = fs::path(dir) / ".session.json.tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << record.dump() << "\n";
-    out.flush();
-    if (!out) {
-      return absl::InternalError(absl::StrCat("cannot write '", temporary.string(), "'"));
-    }
-  }
-  fs::rename(temporary, path, error);
-  if (error) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename '", temporary.string(), "': ", error.message()));
-  }
-  return absl::OkStatus();
+  OPTSTEP_RETURN_IF_ERROR(WriteFileAtomically(dir, kRecordFile, record.dump() + "\n"));
+  return SyncDirectory(fs::path(dir).parent_path().string());  // `dir` itself, made just now
 }
 
 }  // namespace
@@ -73,6 +59,13 @@ absl::StatusOr<SessionRecord> ReadSessionRecord(const std::string& dir) {
   return SessionRecord{record["session_id"].get<std::string>(), record["name"].get<std::string>(),
                        record["owner"].get<std::string>(),
                        record.value("request_id", std::string())};
+}
+
+absl::Duration RetryDelay(absl::Duration retry_after, absl::Duration max_retry_after,
+                          int failures) {
+  absl::Duration delay = retry_after;
+  for (int i = 1; i < failures && delay < max_retry_after; ++i) delay *= 2;
+  return std::min(delay, max_retry_after);
 }
 
 AutoCheckpointer::AutoCheckpointer(AutoCheckpointOptions options, Engine* engine, RankGroup* group)
@@ -113,8 +106,19 @@ void AutoCheckpointer::SessionClosed(const std::string& id) {
 }
 
 void AutoCheckpointer::RemoveCheckpointsOf(const std::string& id) const {
+  // Hidden first (a rename, made durable), so that a crash or an I/O error halfway never leaves
+  // the closed session's record and some of its checkpoints for a restart to bring it back.
+  const fs::path dir = AutoCheckpointRoot(options_.checkpoint_root, id);
+  const fs::path hidden = dir.parent_path() / absl::StrCat(".", id, ".closed");
   std::error_code error;
-  fs::remove_all(AutoCheckpointRoot(options_.checkpoint_root, id), error);
+  fs::remove_all(hidden, error);
+  fs::rename(dir, hidden, error);
+  std::error_code absent;
+  if (!error || !fs::exists(dir, absent)) {
+    (void)SyncDirectory(dir.parent_path().string());
+    error.clear();
+    fs::remove_all(hidden, error);  // a leftover of a crash here goes at the next restore
+  }
   if (error) {
     LOG(WARNING) << "event=auto_checkpoints_remove_failed session=" << id << " error=\""
                  << error.message() << "\"";
@@ -151,11 +155,14 @@ void AutoCheckpointer::Run() {
       absl::MutexLock lock(&mu_);
       auto it = tracks_.find(session->id());
       if (it == tracks_.end()) continue;  // closed meanwhile
+      Track& track = it->second;
       if (saved.ok()) {
-        it->second.saved_step = *saved;
-        it->second.saved_at = absl::Now();
+        track.saved_step = *saved;
+        track.saved_at = absl::Now();
+        track.failures = 0;
       } else {
-        it->second.not_before = absl::Now() + options_.retry_after;
+        track.not_before = absl::Now() + RetryDelay(options_.retry_after, options_.max_retry_after,
+                                                    ++track.failures);
       }
     }
   }

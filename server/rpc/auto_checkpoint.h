@@ -43,6 +43,8 @@ struct AutoCheckpointOptions {
   absl::Duration poll_interval = absl::Milliseconds(20);
   // A failed save is tried again after this long at the earliest.
   absl::Duration retry_after = absl::Seconds(1);
+  // ... doubled after each failure in a row, up to this (RetryDelay).
+  absl::Duration max_retry_after = absl::Minutes(1);
   // Told of each checkpoint committed; may be null.
   std::function<void(const AutoCheckpointSaved& saved)> on_saved;
   // Told of each save that failed (a full or broken disk, a rank lost while it wrote its shard),
@@ -66,6 +68,12 @@ struct SessionRecord {
 // Reads the record of the automatic checkpoints in `dir`: NOT_FOUND when there is none,
 // DATA_LOSS naming the file when it does not parse.
 absl::StatusOr<SessionRecord> ReadSessionRecord(const std::string& dir);
+
+// The wait before the next attempt at a session's automatic checkpoint after `failures` (>= 1)
+// failed in a row: `retry_after`, doubled with each further failure, at most `max_retry_after`.
+// A passing failure is tried again within a second, and a broken disk is not tried every second
+// for ever: each attempt holds the session (its steps pause) and copies its state.
+absl::Duration RetryDelay(absl::Duration retry_after, absl::Duration max_retry_after, int failures);
 
 // Rank 0's automatic checkpoints (docs/checkpoints.md, "Automatic checkpoints"): a thread looks
 // at every session's step and, when a save is due, saves it as "auto/<id>/step-<N>" through the
@@ -103,6 +111,7 @@ class AutoCheckpointer {
     uint64_t saved_step = 0;
     absl::Time saved_at;
     absl::Time not_before;  // after a failure
+    int failures = 0;       // in a row
   };
 
   void Run();

@@ -6,6 +6,7 @@
 #include <optional>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -58,7 +59,31 @@ void OrderByStep(std::vector<std::string>& checkpoints) {
                    [&](const std::string& a, const std::string& b) { return key(a) < key(b); });
 }
 
-// Recreates the session of `dir` and loads it from its newest automatic checkpoint that loads.
+// Whether an automatic checkpoint that failed to load with `status` is unusable for good (its
+// files are damaged, or it is of another format or definition), not for a passing reason.
+bool Unusable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kDataLoss ||
+         status.code() == absl::StatusCode::kFailedPrecondition;
+}
+
+// Sets aside the unusable automatic checkpoint `name` of `dir` under a hidden name (".<name>
+// .unusable", which listings, restores and pruning skip; kept for an operator to look at): left
+// in place, it would pass for its step saved, and the session would never save that step again,
+// so that a later restart fell back past it once more.
+void SetAside(const std::string& dir, const std::string& name) {
+  const fs::path from = fs::path(dir) / name;
+  const fs::path to = fs::path(dir) / absl::StrCat(".", name, ".unusable");
+  std::error_code error;
+  fs::remove_all(to, error);
+  fs::rename(from, to, error);
+  if (!error) (void)SyncDirectory(dir);
+  LOG(WARNING) << "event=auto_checkpoint_set_aside dir=" << dir << " name=" << name
+               << " as=" << to.filename().string() << " error=\"" << (error ? error.message() : "")
+               << "\"";
+}
+
+// Recreates the session of `dir` and loads it from its newest automatic checkpoint that loads;
+// newer ones that are unusable are set aside.
 absl::StatusOr<RestoredSession> RestoreOne(
     const std::string& dir, absl::Duration temp_max_age, RankGroup* group,
     const std::function<void(const std::string& session_id)>& before_load) {
@@ -77,12 +102,14 @@ absl::StatusOr<RestoredSession> RestoreOne(
   OrderByStep(checkpoints);
   std::shared_ptr<Session> session;
   absl::Status failed = absl::OkStatus();
+  std::vector<std::string> unusable;
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {  // newest first
     const std::string name = absl::StrCat(kAutoCheckpointDir, "/", record.session_id, "/", *it);
     if (session == nullptr) {
       absl::StatusOr<v1::SessionSpec> spec = SpecOf(dir, *it, record);
       if (!spec.ok()) {
         failed = spec.status();
+        if (Unusable(failed)) unusable.push_back(*it);
         continue;
       }
       OPTSTEP_ASSIGN_OR_RETURN(session, group->RestoreSession(record.session_id, *spec,
@@ -90,10 +117,14 @@ absl::StatusOr<RestoredSession> RestoreOne(
       if (before_load) before_load(record.session_id);
     }
     absl::StatusOr<uint64_t> step = HeldOperations(group).LoadCheckpoint(*session, name, nullptr);
-    if (step.ok()) return RestoredSession{record.session_id, *step, name};
+    if (step.ok()) {
+      for (const std::string& newer : unusable) SetAside(dir, newer);
+      return RestoredSession{record.session_id, *step, name};
+    }
     LOG(WARNING) << "event=auto_checkpoint_unusable session=" << record.session_id
                  << " name=" << name << " error=\"" << step.status().message() << "\"";
     failed = step.status();
+    if (Unusable(failed)) unusable.push_back(*it);
   }
   if (session != nullptr) (void)group->DropSession(record.session_id);
   return failed;
@@ -111,8 +142,12 @@ std::vector<RestoredSession> RestoreAutoCheckpoints(
   std::vector<std::string> dirs;
   for (const fs::directory_entry& entry : fs::directory_iterator(auto_root, error)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory(error) && ValidateCheckpointName(name).ok()) {
+    if (!entry.is_directory(error)) continue;
+    if (ValidateCheckpointName(name).ok()) {
       dirs.push_back(entry.path().string());
+    } else if (absl::StartsWith(name, ".") && absl::EndsWith(name, ".closed")) {
+      std::error_code removed;  // a closed session's, hidden before a crash cut its removal
+      fs::remove_all(entry.path(), removed);
     }
   }
   std::sort(dirs.begin(), dirs.end());

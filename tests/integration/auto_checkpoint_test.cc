@@ -209,23 +209,31 @@ TEST(InterruptedRestoreTest, RankZeroKilledWhileItRestoresRestartsTheGroupAndLos
   EXPECT_TRUE(pulled == reference) << "parameters differ from the undisturbed run";
 }
 
+// SIGKILLs every rank of `run` and waits for them.
+void KillWhole(Running& run) {
+  for (auto& rank : run.group) ::kill(rank->pid(), SIGKILL);
+  for (auto& rank : run.group) rank->Wait();
+}
+
+// A session `name` of one rank saving every step, stepped through `steps` steps, each saved, and
+// then the rank SIGKILLed: its id.
+absl::StatusOr<std::string> SavedThenKilled(const std::string& root, const std::string& name,
+                                            uint64_t steps) {
+  OPTSTEP_ASSIGN_OR_RETURN(Running run, Start(1, AutoFlags(root)));
+  OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, run.client->CreateSession(SmallSpec(name)));
+  for (uint64_t step = 1; step <= steps; ++step) {
+    OPTSTEP_RETURN_IF_ERROR(StepSmall(*run.client, info.session_id(), step).status());
+    OPTSTEP_RETURN_IF_ERROR(AwaitAutoCheckpoint(root, info.session_id(), step));
+  }
+  KillWhole(run);
+  return info.session_id();
+}
+
 // The newest checkpoint is the one of the highest step, not the one written last: a copy or a
 // restore of the files may leave an older step's manifest with the later modification time.
 TEST(AutoRestoreOrderTest, TheHighestStepIsRestoredWhateverTheManifestTimes) {
   TempDir root;
-  std::string session;
-  {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
-                                 run.client->CreateSession(SmallSpec("order")));
-    session = info.session_id();
-    for (uint64_t step = 1; step <= 3; ++step) {
-      ASSERT_THAT(StepSmall(*run.client, session, step).status(), IsOk());
-      ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, step), IsOk());
-    }
-    for (auto& rank : run.group) ::kill(rank->pid(), SIGKILL);
-    for (auto& rank : run.group) rank->Wait();
-  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::string session, SavedThenKilled(root.path(), "order", 3));
   const fs::path older = fs::path(root.path()) / "auto" / session / "step-2" / "manifest.json";
   ASSERT_TRUE(fs::exists(older));
   fs::last_write_time(older, fs::file_time_type::clock::now() + std::chrono::hours(1));
@@ -233,6 +241,65 @@ TEST(AutoRestoreOrderTest, TheHighestStepIsRestoredWhateverTheManifestTimes) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
   EXPECT_EQ(info.step(), 3u);
+}
+
+// A newest automatic checkpoint damaged on disk: the restore falls back to the one before and
+// sets the damaged one aside, so that the session saves that step again. Left in place, it passed
+// for its step saved, and every later restart fell back past it once more.
+TEST(AutoRestoreFallbackTest, ADamagedNewestCheckpointIsSetAsideAndItsStepSavedAgain) {
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::string session,
+                               SavedThenKilled(root.path(), "damaged", 3));
+  const fs::path dir = fs::path(root.path()) / "auto" / session;
+  fs::resize_file(dir / "step-3" / "shard-0-of-1.safetensors", 100);  // truncated
+  {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
+    EXPECT_EQ(info.step(), 2u);
+    EXPECT_FALSE(fs::exists(dir / "step-3"));
+    EXPECT_TRUE(fs::exists(dir / ".step-3.unusable"));
+    ASSERT_THAT(StepSmall(*run.client, session, 3).status(), IsOk());
+    ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
+    KillWhole(run);
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
+  EXPECT_EQ(info.step(), 3u) << "the restore fell back past step 3 again";
+}
+
+// The record beside a session's automatic checkpoints, left empty by a crash before it reached
+// the disk, is written again at the next save: the session is still restored.
+TEST(AutoCheckpointRecordTest, ARecordLeftEmptyIsWrittenAgain) {
+  TempDir root;
+  std::string session;
+  {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
+                                 run.client->CreateSession(SmallSpec("record")));
+    session = info.session_id();
+    ASSERT_THAT(StepSmall(*run.client, session, 1).status(), IsOk());
+    ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 1), IsOk());
+    std::ofstream(fs::path(root.path()) / "auto" / session / "session.json", std::ios::trunc);
+    ASSERT_THAT(StepSmall(*run.client, session, 2).status(), IsOk());
+    ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 2), IsOk());
+    KillWhole(run);
+  }
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
+  EXPECT_EQ(info.step(), 2u);
+}
+
+// A closed session's automatic checkpoints are hidden before they are removed; what a crash
+// left of them hidden goes at the next start, and is never restored.
+TEST(AutoCheckpointCloseTest, WhatAClosedSessionLeftHiddenGoesAtTheNextStart) {
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::string session,
+                               SavedThenKilled(root.path(), "closed", 1));
+  const fs::path autos = fs::path(root.path()) / "auto";
+  fs::rename(autos / session, autos / ("." + session + ".closed"));  // as a crash left it
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  EXPECT_THAT(run.client->GetSession(session).status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_FALSE(fs::exists(autos / ("." + session + ".closed")));
 }
 
 TEST(AutoCheckpointScheduleTest, BySecondsASessionIsSavedAfterItsFirstStepAndOnceTheTimePassed) {

@@ -55,6 +55,13 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.lose_creates = False  # CreateSession takes the request, then its answer is lost
         # Set: ListSessions tells where the ranks are served (else UNIMPLEMENTED, as before).
         self.directory: svc.ListSessionsResponse | None = None
+        # grpc.health.v1 answers SERVING after this many seconds (a wedged rank: longer than the
+        # client's rpc_timeout).
+        self.health_delay = 0.0
+
+    def health_check(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        time.sleep(self.health_delay)
+        return b"\x08\x01"  # HealthCheckResponse(status=SERVING)
 
     def CreateSession(self, request, context):
         self.creates.append(request)
@@ -121,6 +128,9 @@ def ranks() -> Iterator[List[FakeRank]]:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         svc_grpc.add_OptimizerServiceServicer_to_server(fake, server)
         ckpt_grpc.add_CheckpointServiceServicer_to_server(fake, server)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(
+                fake.health_check)}),))
         targets.append(f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}")
         server.start()
         fakes.append(fake)
@@ -318,3 +328,15 @@ def test_a_client_takes_a_ranks_own_process_over_a_stand_in_that_is_gone(
                                                   stood_in_ranks=[1])
     with optstep.Client(rank_targets=[r.target for r in ranks], connect_timeout=2) as client:
         assert client._ranks.stand_in(1) is None  # reached at its own address
+
+
+def test_a_health_check_of_a_wedged_rank_0_finds_its_stand_in(ranks: List[FakeRank]) -> None:
+    """Rank 0's process hangs (it takes calls and never answers them): its health check runs
+    out of time, and the client asks the other ranks where rank 0 is served now, as it does when
+    rank 0 does not answer at all."""
+    with optstep.Client(rank_targets=[r.target for r in ranks], rpc_timeout=0.5) as client:
+        ranks[0].health_delay = 3.0
+        ranks[1].directory = svc.ListSessionsResponse(rank_targets=[ranks[1].target] * 2,
+                                                      stood_in_ranks=[0])
+        assert client.check_health()
+        assert client._ranks.rank0().target == ranks[1].target

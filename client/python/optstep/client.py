@@ -587,7 +587,7 @@ class Client:
         try:
             if check(self._rank0()):
                 return True
-        except UnavailableError:
+        except (UnavailableError, DeadlineExceededError):  # away, or wedged
             if not self._ranks.look_up_rank0(self._rpc_timeout):
                 raise
             return check(self._rank0())

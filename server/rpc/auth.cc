@@ -11,6 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/caller_text.h"
+#include "base/log_budget.h"
 #include "glog/logging.h"
 
 namespace optstep {
@@ -100,8 +102,13 @@ class RoleProcessor : public grpc::AuthMetadataProcessor {
 
  private:
   grpc::Status Refuse(absl::string_view method, grpc::StatusCode code, const std::string& why) {
-    LOG(WARNING) << "event=auth_refused method=" << method << " code=" << CodeName(code)
-                 << " reason=\"" << why << "\"";
+    // The path is the caller's text, and a caller may be refused call after call.
+    int64_t dropped = 0;
+    if (CallerLogBudget().Take(&dropped)) {
+      LOG(WARNING) << "event=auth_refused method=" << CallerText(method)
+                   << " code=" << CodeName(code) << " reason=\"" << why << "\""
+                   << (dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : "");
+    }
     if (on_refusal_) on_refusal_(method, CodeName(code));
     return grpc::Status(code, why);
   }

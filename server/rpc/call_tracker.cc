@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "base/log_budget.h"
 #include "glog/logging.h"
 
 namespace optstep {
@@ -81,8 +83,11 @@ void CallTracker::CallFailed(const char *method, const grpc::Status &status) {
     VLOG(1) << "event=rpc_error method=" << method << " code=" << code;
     return;
   }
+  int64_t dropped = 0;  // a caller may fail call after call
+  if (!CallerLogBudget().Take(&dropped)) return;
   LOG(WARNING) << "event=rpc_error method=" << method << " code=" << code << " message=\""
-               << status.error_message() << "\"";
+               << status.error_message() << "\""
+               << (dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : "");
 }
 
 bool CallTracker::AwaitNoSteps(absl::Time deadline) {

@@ -7,10 +7,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "base/run_detached.h"
 #include "base/status_macros.h"
 #include "server/engine/chained_state_dict.h"
 #include "server/rpc/caller.h"
+#include "server/rpc/caller_calls.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/held_operations.h"
 #include "server/rpc/open_streams.h"
@@ -80,20 +80,23 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(
   auto reactor = std::make_shared<ProgressReactor>();
   ProgressReactor* raw = reactor.get();
   raw->Start(reactor, context, idle_timeout, what);
-  RunDetached([engine, held, caller = CallerOf(*context), session_id, name, run = std::move(run),
-               reactor] {
-    absl::StatusOr<std::shared_ptr<Session>> session = FindSession(*engine, caller, session_id);
-    if (!session.ok()) return reactor->Done(session.status());
-    const uint64_t step = (*session)->stats().step;
-    CheckpointProgress last;
-    absl::StatusOr<uint64_t> done =
-        run(*held, **session, name, [&](const CheckpointProgress& progress) {
-          last = progress;
-          reactor->Report(progress, step);
-        });
-    if (done.ok()) reactor->Report(last, *done);  // the step saved or restored
-    reactor->Done(done.status());
-  });
+  const Caller caller = CallerOf(*context);
+  absl::Status queued = ProcessCallerCalls().Run(
+      caller.identity, what,
+      [engine, held, caller, session_id, name, run = std::move(run), reactor] {
+        absl::StatusOr<std::shared_ptr<Session>> session = FindSession(*engine, caller, session_id);
+        if (!session.ok()) return reactor->Done(session.status());
+        const uint64_t step = (*session)->stats().step;
+        CheckpointProgress last;
+        absl::StatusOr<uint64_t> done =
+            run(*held, **session, name, [&](const CheckpointProgress& progress) {
+              last = progress;
+              reactor->Report(progress, step);
+            });
+        if (done.ok()) reactor->Report(last, *done);  // the step saved or restored
+        reactor->Done(done.status());
+      });
+  if (!queued.ok()) reactor->Done(queued);
   return raw;
 }
 
@@ -198,36 +201,38 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
       context, stream_idle_timeout_, "ExportStateDict",
       [engine = engine_, held = &held_, caller = CallerOf(*context),
        request = *request](std::function<void(absl::StatusOr<StreamedState>)> deliver) {
-        RunDetached([engine, held, caller, request, deliver = std::move(deliver)] {
-          absl::StatusOr<std::shared_ptr<Session>> session =
-              FindSession(*engine, caller, request.session_id());
-          if (!session.ok()) return deliver(session.status());
-          // Counted from the copy on (exports wait for the session's hold, one at a time, before
-          // it), while the stream holds it.
-          absl::StatusOr<std::shared_ptr<const StateDict>> dict = held->ExportStateDict(
-              **session, {request.model_chunks().begin(), request.model_chunks().end()});
-          if (!dict.ok()) return deliver(dict.status());
-          const int limit = std::max(kOpenExportsPerSession, (*session)->config().num_trainers);
-          OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), limit);
-          if (!slot.held()) {
-            return deliver(absl::ResourceExhaustedError(
-                absl::StrCat("ExportStateDict: ", limit, " exports of session '", (*session)->id(),
-                             "' are open already; read them (or cancel them) first")));
-          }
-          absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
-          if (state.ok()) {
-            // The slot is given back with the state, once the stream ends; the session is kept with
-            // it, since the slot is counted by its address.
-            struct Held {
-              std::shared_ptr<const void> state;
-              std::shared_ptr<Session> session;
-              OpenStreams::Slot slot;
-            };
-            state->keep = std::make_shared<Held>(
-                Held{std::move(state->keep), *std::move(session), std::move(slot)});
-          }
-          deliver(std::move(state));
-        });
+        absl::Status queued = ProcessCallerCalls().Run(
+            caller.identity, "ExportStateDict", [engine, held, caller, request, deliver] {
+              absl::StatusOr<std::shared_ptr<Session>> session =
+                  FindSession(*engine, caller, request.session_id());
+              if (!session.ok()) return deliver(session.status());
+              // Counted from the copy on (exports wait for the session's hold, one at a time,
+              // before it), while the stream holds it.
+              absl::StatusOr<std::shared_ptr<const StateDict>> dict = held->ExportStateDict(
+                  **session, {request.model_chunks().begin(), request.model_chunks().end()});
+              if (!dict.ok()) return deliver(dict.status());
+              const int limit = std::max(kOpenExportsPerSession, (*session)->config().num_trainers);
+              OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), limit);
+              if (!slot.held()) {
+                return deliver(absl::ResourceExhaustedError(absl::StrCat(
+                    "ExportStateDict: ", limit, " exports of session '", (*session)->id(),
+                    "' are open already; read them (or cancel them) first")));
+              }
+              absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
+              if (state.ok()) {
+                // The slot is given back with the state, once the stream ends; the session is kept
+                // with it, since the slot is counted by its address.
+                struct Held {
+                  std::shared_ptr<const void> state;
+                  std::shared_ptr<Session> session;
+                  OpenStreams::Slot slot;
+                };
+                state->keep = std::make_shared<Held>(
+                    Held{std::move(state->keep), *std::move(session), std::move(slot)});
+              }
+              deliver(std::move(state));
+            });
+        if (!queued.ok()) deliver(queued);
       });
 }
 

@@ -10,11 +10,39 @@
 #include <exception>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "google/protobuf/descriptor.h"
+#include "optstep/v1/admin_service.pb.h"
+#include "optstep/v1/checkpoint_service.pb.h"
+#include "optstep/v1/internal.pb.h"
+#include "optstep/v1/optimizer_service.pb.h"
 
 namespace optstep {
 namespace {
+
+// Whether `path` ("/package.Service/Method") is a method this server serves: of optstep's
+// services (their descriptors, from a message of each file), or grpc.health.v1's.
+bool IsServedMethod(absl::string_view path) {
+  static const absl::flat_hash_set<std::string>* const served = [] {
+    auto* paths = new absl::flat_hash_set<std::string>{"/grpc.health.v1.Health/Check",
+                                                       "/grpc.health.v1.Health/Watch"};
+    for (const google::protobuf::FileDescriptor* file :
+         {v1::StepRequest::descriptor()->file(), v1::SaveRequest::descriptor()->file(),
+          v1::ShutdownRequest::descriptor()->file(),
+          v1::CreateReplicaRequest::descriptor()->file()}) {
+      for (int s = 0; s < file->service_count(); ++s) {
+        const google::protobuf::ServiceDescriptor* service = file->service(s);
+        for (int m = 0; m < service->method_count(); ++m) {
+          paths->insert(absl::StrCat("/", service->full_name(), "/", service->method(m)->name()));
+        }
+      }
+    }
+    return paths;
+  }();
+  return served->contains(path);
+}
 
 constexpr const char* kPhaseNames[] = {"ingest", "step", "all_gather", "egress"};
 
@@ -244,7 +272,12 @@ void ServerMetrics::CountAutoCheckpoint() { auto_checkpoints_->Increment(); }
 void ServerMetrics::CountAutoCheckpointFailure() { auto_checkpoint_failures_->Increment(); }
 
 void ServerMetrics::CountRpcError(absl::string_view method, absl::string_view code_name) {
-  rpc_errors_->Add({{"method", std::string(method)}, {"code", std::string(code_name)}}).Increment();
+  // The method is the caller's :path when its call was refused before any handler: a method the
+  // server does not serve is "other", so that a caller cannot add series without end.
+  rpc_errors_
+      ->Add({{"method", IsServedMethod(method) ? std::string(method) : std::string("other")},
+             {"code", std::string(code_name)}})
+      .Increment();
 }
 
 }  // namespace optstep

@@ -1,9 +1,9 @@
 #include "server/rpc/optimizer_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "base/run_detached.h"
 #include "glog/logging.h"
 #include "server/rpc/caller.h"
+#include "server/rpc/caller_calls.h"
 #include "server/rpc/param_stream_reactors.h"
 #include "server/rpc/session_pages.h"
 #include "server/rpc/step_reactor.h"
@@ -33,23 +33,26 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
     v1::CreateSessionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Allocating the state and connecting the ranks' group take a while: not on the reaction.
-  RunDetached([this, owner = CallerOf(*context).identity, request, response, reactor] {
-    auto created = group_->CreateSession(request->spec(), owner, request->request_id());
-    absl::Status status = created.status();
-    if (status.ok()) {
-      const std::string& id = created->session->id();
-      SessionSummaryToProto(*created->session, Directory(), response->mutable_summary());
-      response->set_attached(created->attached);
-      status = CheckAnswerSize(*response, max_answer_bytes_,
-                               absl::StrCat("the CreateSession answer of session '", id, "'"));
-      // Creation is atomic with its answer: a session the caller cannot learn of is not kept.
-      if (!status.ok() && created->made) {
-        const absl::Status closed = group_->CloseSession(id);
-        if (!closed.ok()) LOG(WARNING) << "closing session '" << id << "': " << closed;
-      }
-    }
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  const std::string owner = CallerOf(*context).identity;
+  absl::Status queued =
+      ProcessCallerCalls().Run(owner, "CreateSession", [this, owner, request, response, reactor] {
+        auto created = group_->CreateSession(request->spec(), owner, request->request_id());
+        absl::Status status = created.status();
+        if (status.ok()) {
+          const std::string& id = created->session->id();
+          SessionSummaryToProto(*created->session, Directory(), response->mutable_summary());
+          response->set_attached(created->attached);
+          status = CheckAnswerSize(*response, max_answer_bytes_,
+                                   absl::StrCat("the CreateSession answer of session '", id, "'"));
+          // Creation is atomic with its answer: a session the caller cannot learn of is not kept.
+          if (!status.ok() && created->made) {
+            const absl::Status closed = group_->CloseSession(id);
+            if (!closed.ok()) LOG(WARNING) << "closing session '" << id << "': " << closed;
+          }
+        }
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
   return reactor;
 }
 
@@ -80,11 +83,14 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CloseSession(grpc::CallbackServe
                                                              const v1::CloseSessionRequest* request,
                                                              v1::CloseSessionResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RunDetached([this, caller = CallerOf(*context), request, reactor] {
-    absl::Status status = FindSession(*engine_, caller, request->session_id()).status();
-    if (status.ok()) status = group_->CloseSession(request->session_id());
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  const Caller caller = CallerOf(*context);
+  absl::Status queued =
+      ProcessCallerCalls().Run(caller.identity, "CloseSession", [this, caller, request, reactor] {
+        absl::Status status = FindSession(*engine_, caller, request->session_id()).status();
+        if (status.ok()) status = group_->CloseSession(request->session_id());
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
   return reactor;
 }
 

@@ -25,6 +25,15 @@
 namespace optstep {
 namespace {
 
+// The PullParameters streams open on this rank: each holds the snapshot of the step it answers
+// until its caller has taken all of it, and a session steps on meanwhile (each step makes a new
+// snapshot), so a session has a few open per trainer at most.
+constexpr int kOpenPullsPerTrainer = 4;
+OpenStreams& OpenPulls() {
+  static OpenStreams* const streams = new OpenStreams();
+  return *streams;
+}
+
 class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, PullReactor> {
  public:
   void Start(std::shared_ptr<PullReactor> self, grpc::CallbackServerContext* context,
@@ -49,6 +58,15 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     auto session = FindSession(*engine, caller, request.session_id());
     if (!session.ok()) return session.status();
     session_ = *std::move(session);
+    const int limit = kOpenPullsPerTrainer * std::max(1, session_->config().num_trainers);
+    slot_ = OpenPulls().TryOpen(session_.get(), limit);
+    if (!slot_.held()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("PullParameters: ", limit, " pulls of session '", session_->id(), "' (",
+                       kOpenPullsPerTrainer,
+                       " per trainer) are open on this rank already; read them (or "
+                       "cancel them) first"));
+    }
     if (request.dtype() == v1::DTYPE_BF16) {
       dtype_ = DType::kBF16;
     } else if (request.dtype() != v1::DTYPE_FP32 && request.dtype() != v1::DTYPE_UNSPECIFIED) {
@@ -80,10 +98,12 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     if (!none_ && chunker_->Next(response_.mutable_parameter())) return WriteLocked(&response_);
     // A rank that owns none of the parameters asked for still answers the step.
     if (none_ && first) return WriteLocked(&response_);
+    slot_.Release();  // before the caller hears the end: its next pull may follow at once
     FinishLocked(grpc::Status::OK);
   }
 
   std::shared_ptr<Session> session_;
+  OpenStreams::Slot slot_;  // the session's, in OpenPulls; held until the stream ends
   DType dtype_ = DType::kF32;
   std::vector<uint32_t> ids_;
   bool none_ = false;  // this rank serves none of the parameters asked for

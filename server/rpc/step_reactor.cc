@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/log_budget.h"
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/idle_bound.h"
@@ -427,11 +428,14 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   // The one log line of a failed Step stream, with the trainer's context (CallTracker counts
   // Step errors but leaves their line to this).
   void LogError(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t dropped = 0;  // a trainer may fail stream after stream
+    if (!CallerLogBudget().Take(&dropped)) return;
     LOG(WARNING) << "event=step_error session=" << (session_ ? session_->id() : "-")
                  << " step=" << handle_.step << " trainer=" << handle_.trainer
                  << " rank=" << engine_->options().rank << " code="
                  << absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))
-                 << " message=\"" << status.error_message() << "\"";
+                 << " message=\"" << status.error_message() << "\""
+                 << (dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : "");
   }
 
   grpc::CallbackServerContext* const context_;  // the call's: valid until OnDone

@@ -11,6 +11,7 @@
 #include <map>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/cpp/client.h"
@@ -20,6 +21,7 @@
 #include "optstep/v1/checkpoint_service.pb.h"
 #include "optstep/v1/internal.pb.h"
 #include "optstep/v1/optimizer_service.pb.h"
+#include "tests/integration/test_metrics.h"
 #include "tests/integration/test_pki.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
@@ -245,6 +247,35 @@ TEST_F(SecurityTest, EveryRpcRefusesMissingWrongAndUnderprivilegedCredentials) {
   const int status = server->Wait();
   ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A caller refused before any handler names the method itself (the request's path): made-up
+// methods count under one "other" series, so that a caller cannot add metric series without end.
+TEST_F(SecurityTest, RefusedMadeUpMethodsAddOneMetricSeries) {
+  std::vector<std::string> flags = ServerFlags(good_, tokens_file_);
+  flags.push_back("--metrics_port=-1");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start(flags));
+  const auto trusted = Channel(server->address(), good_, good_);
+  constexpr int kMadeUp = 50;
+  for (int i = 0; i < kMadeUp; ++i) {
+    const grpc::Status refused =
+        Call(trusted, absl::StrCat("/made.Up/Method", i, "\n\x01"), v1::ListSessionsRequest(), "");
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  ASSERT_EQ(
+      Call(trusted, "/optstep.v1.OptimizerService/ListSessions", v1::ListSessionsRequest(), "")
+          .error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
+  std::map<std::string, double> series;
+  for (const auto& [key, value] : testutil::ScrapeMetrics(server->metrics_port())) {
+    if (absl::StartsWith(key, "optstep_rpc_errors_total{")) series[key] = value;
+  }
+  EXPECT_EQ(series.size(), 2u) << "one series per made-up method";
+  EXPECT_EQ(series[R"(optstep_rpc_errors_total{code="UNAUTHENTICATED",method="other"})"], kMadeUp);
+  const std::string served = "/optstep.v1.OptimizerService/ListSessions";
+  EXPECT_EQ(series[absl::StrCat(R"(optstep_rpc_errors_total{code="UNAUTHENTICATED",method=")",
+                                served, R"("})")],
+            1);
 }
 
 TEST_F(SecurityTest, HealthIsOpenAndRolesGrantTheirRpcs) {

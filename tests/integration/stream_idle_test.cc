@@ -47,14 +47,7 @@ class StreamIdleTest : public testing::Test {
     spec.mutable_optimizer()->set_preset("adam");
     OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c_.client->CreateSession(spec));
     session_ = info.session_id();
-    // A caller that reads nothing: windows of 64 KiB, not grown.
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
-    args.SetMaxReceiveMessageSize(64 << 20);
-    args.SetMaxSendMessageSize(64 << 20);
-    channel_ =
-        grpc::CreateCustomChannel(c_.server->address(), grpc::InsecureChannelCredentials(), args);
+    channel_ = testutil::SlowReaderChannel(c_.server->address());  // a caller that reads nothing
     ASSERT_THAT(AwaitMetric(port_, kStreams, 0), IsOk());
   }
 

@@ -299,13 +299,8 @@ TEST_F(StreamTransactionTest, ASessionHasTwoExportsOpenAtMost) {
   wide->set_name("wide");
   wide->add_shape(1 << 20);  // 12 MB of masters and Adam state
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client_->CreateSession(spec));
-  // A reader that reads nothing holds its stream open: windows of 64 KiB, not grown.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
-  args.SetMaxReceiveMessageSize(64 << 20);
-  auto stub = v1::CheckpointService::NewStub(
-      grpc::CreateCustomChannel(server_->address(), grpc::InsecureChannelCredentials(), args));
+  // A reader that reads nothing holds its stream open.
+  auto stub = v1::CheckpointService::NewStub(testutil::SlowReaderChannel(server_->address()));
   v1::ExportStateDictRequest request;
   request.set_session_id(info.session_id());
   v1::StateDictChunk chunk;
@@ -333,6 +328,43 @@ TEST_F(StreamTransactionTest, ASessionHasTwoExportsOpenAtMost) {
   EXPECT_THAT(read, IsOk());
   second_context.TryCancel();
   (void)second->Finish();
+}
+
+// Each unread pull holds the snapshot of the step it answers while the session steps on: a
+// session of one trainer has four open on a rank at most.
+TEST_F(StreamTransactionTest, ASessionHasFourPullsPerTrainerOpenAtMost) {
+  v1::SessionSpec spec = SmallSpec("pulled");
+  spec.clear_parameters();
+  auto* wide = spec.add_parameters();
+  wide->set_name("wide");
+  wide->add_shape(4 << 20);  // 16 MiB of fp32 values: several messages, each beyond a window
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client_->CreateSession(spec));
+  auto stub = v1::OptimizerService::NewStub(testutil::SlowReaderChannel(server_->address()));
+  v1::PullParametersRequest request;
+  request.set_session_id(info.session_id());
+  v1::PullParametersResponse response;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::PullParametersResponse>>> open;
+  for (int i = 0; i < 4; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    open.push_back(stub->PullParameters(contexts.back().get(), request));
+    ASSERT_TRUE(open.back()->Read(&response));
+  }
+  grpc::ClientContext fifth_context;
+  auto fifth = stub->PullParameters(&fifth_context, request);
+  while (fifth->Read(&response)) {
+  }
+  EXPECT_THAT(FromGrpcStatus(fifth->Finish()),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       absl::StrCat("PullParameters: 4 pulls of session '", info.session_id(),
+                                    "' (4 per trainer) are open on this rank already")));
+  // A pull read to its end gives its place back at once.
+  while (open[0]->Read(&response)) {
+  }
+  EXPECT_TRUE(open[0]->Finish().ok());
+  EXPECT_THAT(client_->PullParameters(info.session_id(), DType::kF32).status(), IsOk());
+  for (auto& context : contexts) context->TryCancel();
+  for (size_t i = 1; i < open.size(); ++i) (void)open[i]->Finish();
 }
 
 }  // namespace

@@ -231,5 +231,14 @@ absl::Status SameResolutionsEverywhere(const std::vector<std::unique_ptr<ServerP
   return absl::OkStatus();
 }
 
+std::shared_ptr<grpc::Channel> SlowReaderChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
 }  // namespace testutil
 }  // namespace optstep

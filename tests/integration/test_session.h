@@ -83,6 +83,11 @@ class OpenStep {
   std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream_;
 };
 
+// A channel to `target` of a caller that reads nothing it is not asked to: flow-control windows
+// of 64 KiB, not grown (no BDP probe), so that an unread stream's writes stay out; messages up to
+// 64 MiB.
+std::shared_ptr<grpc::Channel> SlowReaderChannel(const std::string& target);
+
 // OK when every session counts as many resolutions on every rank of `group` (PeerService.
 // ListReplicas): the heal transfers state through resolutions on some ranks only, and a hold
 // (checkpoint, state dict) settles every rank at one count.

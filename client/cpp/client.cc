@@ -433,7 +433,10 @@ std::unique_ptr<StepStream> Client::OpenStepCalls(const StepOptions& options, La
 absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStep(const StepOptions& options) {
   OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
   OPTSTEP_RETURN_IF_ERROR(CheckStep(options, *layout));
-  return OpenStepCalls(options, std::move(layout));
+  std::unique_ptr<StepStream> stream = OpenStepCalls(options, std::move(layout));
+  // A step applied through the stream is one this client saw (StepRecovery::Note).
+  stream->OnApplied([this, id = options.session_id](uint64_t step) { recovery_.Note(id, step); });
+  return stream;
 }
 
 absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options, LayoutPtr layout,

@@ -66,6 +66,10 @@ class StepRecovery {
                                 absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,
                                 absl::FunctionRef<absl::StatusOr<StepReply>()> applied);
 
+  // Step `step` of the session was applied (by a step that did not go through Run: a
+  // StepStream's), so that a later step answered out of sequence is told apart from a restore.
+  void Note(absl::string_view session_id, uint64_t step);
+
  private:
   bool Recovering(const GroupProbe& probe, const absl::Status& error) const;
   // Whether rank 0 does not serve now: it answers so, or does not answer.
@@ -80,7 +84,6 @@ class StepRecovery {
   // ended, polling for at most 30 s. A session restored to an older step runs none.
   absl::StatusOr<uint64_t> AwaitSeenStep(const GroupProbe& probe, absl::string_view session_id,
                                          SessionStep now);
-  void Note(absl::string_view session_id, uint64_t step);
   uint64_t AppliedStep(absl::string_view session_id);
   absl::Status Rewind(absl::string_view session_id, uint64_t restored, uint64_t step);
 

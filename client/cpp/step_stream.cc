@@ -65,15 +65,22 @@ absl::Status StepStream::AlreadyFinished() const {
                                                     options_.step, " was already finished"));
 }
 
+void StepStream::OnApplied(std::function<void(uint64_t step)> applied) {
+  absl::MutexLock lock(&mu_);
+  if (!finished_) on_applied_ = std::move(applied);
+}
+
 absl::StatusOr<StepReply> StepStream::Finish() {
   // Taken out of the object: Add and Queue refuse once finished_; leaving this function ends
   // the calls (and so releases the gradients).
   std::vector<std::unique_ptr<StepCall>> calls;
   std::unique_ptr<ParamAssembler> assembler;
+  std::function<void(uint64_t)> on_applied;
   {
     absl::MutexLock lock(&mu_);
     if (finished_) return AlreadyFinished();
     finished_ = true;
+    on_applied = std::move(on_applied_);
     // Every rank gets this trainer's commit (with its share of the chunks, possibly none).
     for (size_t r = 0; r < calls_.size(); ++r) calls_[r]->Commit(num_elements_[r]);
     calls = std::move(calls_);
@@ -122,6 +129,7 @@ absl::StatusOr<StepReply> StepStream::Finish() {
                                               ", rank 0 step ", results[0].step()));
     }
   }
+  if (on_applied) on_applied(results[0].step());
   StepReply reply;
   reply.step = results[0].step();
   reply.skipped = results[0].skipped();

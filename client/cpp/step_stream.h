@@ -68,6 +68,9 @@ class StepStream final {
   // `ready(param_id)` runs on Finish's thread as soon as each returned parameter has arrived,
   // before the reply is complete (ParamAssembler::OnReady). REQUIRES: before Finish.
   void OnParamReady(std::function<void(uint32_t)> ready);
+  // `applied(step)` runs on Finish's thread once every rank answered the step applied, before
+  // its parameters are read. REQUIRES: before Finish.
+  void OnApplied(std::function<void(uint64_t step)> applied);
 
   // Commits everything added on every rank and answers the step's result and parameters, as
   // Client::Step. FAILED_PRECONDITION when called twice.
@@ -88,6 +91,7 @@ class StepStream final {
   // Moved out by Finish.
   std::unique_ptr<client_internal::ParamAssembler> assembler_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void(uint64_t)> on_applied_ ABSL_GUARDED_BY(mu_);  // moved out by Finish
 };
 
 }  // namespace optstep

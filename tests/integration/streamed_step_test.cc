@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/types/span.h"
 #include "client/cpp/client.h"
+#include "client/cpp/step_recovery.h"
 #include "client/cpp/step_stream.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -103,6 +105,36 @@ TEST(StreamedStepTest, PiecesFromTwoThreadsMatchOneStep) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string a, Pulled(*client, whole.session_id()));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string b, Pulled(*client, streamed.session_id()));
   EXPECT_EQ(a, b);
+}
+
+// Steps applied through streams are steps this client saw: when the session then comes back at
+// an older step (its state imported, as a restore from a checkpoint does), the next step is a
+// rewind to that step, not the caller's mistake (FAILED_PRECONDITION, out of sequence).
+TEST(StreamedStepTest, AStepAfterARollbackOfStreamedStepsIsARewind) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Connect(*server, 4 << 20));
+  ASSERT_THAT(testutil::WaitServing(*client), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client->CreateSession(SmallSpec("rolled")));
+  std::vector<Client::StateDictEntry> at_two;
+  for (uint64_t step = 1; step <= 4; ++step) {
+    const std::vector<std::vector<float>> grads = Gradients(step);
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<StepStream> stream,
+                                 client->OpenStep(Options(info.session_id(), step)));
+    const GradientSlice all[] = {Slice(0, grads[0], 0), Slice(1, grads[1], 0)};
+    ASSERT_THAT(stream->Add(all), IsOk());
+    ASSERT_THAT(stream->Finish().status(), IsOk());
+    if (step == 2) {
+      v1::ExportStateDictRequest request;
+      request.set_session_id(info.session_id());
+      OPTSTEP_ASSERT_OK_AND_ASSIGN(at_two, client->ExportStateDict(request));
+    }
+  }
+  ASSERT_THAT(client->ImportStateDict(info.session_id(), at_two), IsOk());
+  const std::vector<std::vector<float>> grads = Gradients(5);
+  const FullGradient full[] = {{0, grads[0]}, {1, grads[1]}};
+  const absl::Status rewound = client->Step(Options(info.session_id(), 5), full).status();
+  EXPECT_THAT(rewound, StatusIs(absl::StatusCode::kAborted));
+  EXPECT_EQ(RewindStep(rewound), std::optional<uint64_t>(2)) << rewound;
 }
 
 TEST(StreamedStepTest, BadSlicesAreRefusedAndTheStreamGoesOn) {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 import uuid
 from typing import Any, List
 
@@ -240,3 +241,77 @@ def test_parameters_are_announced_one_by_one(client: optstep.Client,
     opt.synchronize()
     assert sorted(announced) == list(range(len(list(model.parameters()))))
     opt.close_session()
+
+
+def test_a_session_rolled_back_between_steps_rewinds_an_overlapped_trainer(
+        client: optstep.Client, path: str) -> None:
+    """The group came back at an older step while the trainer was between steps (its state
+    imported, as a restore from a checkpoint does): the next overlapped step is answered out of
+    sequence, and the optimizer rewinds as without overlap (parameters pulled, on_rewind,
+    RewindRequired), instead of raising FailedPreconditionError for ever."""
+    x, y = make_data(31)
+    model = make_mlp(32)
+    rewound: List[int] = []
+    opt = RemoteOptimizer(model.named_parameters(), client, optimizer=_optimizer(),
+                          overlap=True, on_rewind=rewound.append)
+
+    def step() -> None:
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        opt.step()
+        opt.synchronize()
+
+    step()
+    step()
+    saved = client.export_state_dict(opt.session_id)
+    pulled = {i: v.copy() for i, v in client.pull_parameters(opt.session_id).params.items()}
+    step()
+    step()
+    client.import_state_dict(opt.session_id, saved)
+    with pytest.raises(optstep.RewindRequired) as raised:
+        step()
+    assert raised.value.step == 2 and rewound == [2] and opt.next_step == 3
+    for i, (_, p) in enumerate(model.named_parameters()):
+        assert torch.equal(p.detach(), torch.from_numpy(pulled[i]).reshape(p.shape)), \
+            "the model did not take the restored parameters"
+    step()  # the loop redoes step 3
+    assert opt.last_step is not None and opt.last_step.step == 3
+    opt.close_session()
+
+
+def test_a_state_dict_loaded_while_a_step_resolves_keeps_its_step(
+        client: optstep.Client, path: str) -> None:
+    """load_state_dict right after an overlapped step() (as a framework restoring a checkpoint
+    does): it waits for the step in flight, whose end would otherwise set the step counter past
+    the loaded one."""
+    x, y = make_data(41)
+    model = make_mlp(42)
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True)
+
+    def step() -> None:
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        opt.step()
+
+    step()
+    step()
+    opt.synchronize()
+    saved = opt.state_dict()
+    assert saved["step"] == 2
+    resolve = opt._resolve
+
+    def slowly(streamed: Any, on_ready: Any = None) -> Any:
+        time.sleep(0.5)  # the step's answer is slow to come
+        return resolve(streamed, on_ready)
+
+    setattr(opt, "_resolve", slowly)
+    step()  # step 3 resolves in the background
+    opt.load_state_dict(saved)
+    opt.synchronize()
+    assert opt.next_step == 3, "the step in flight moved the loaded step counter on"
+    delattr(opt, "_resolve")
+    step()
+    opt.synchronize()
+    assert opt.last_step is not None and opt.last_step.step == 3
+    opt.close_session()
+

@@ -118,7 +118,7 @@ class StepRecovery:
         while True:
             try:
                 reply = attempt()
-                self._note(session_id, step)
+                self.note(session_id, step)
                 return reply
             except OptstepError as error:
                 # Out of sequence while rank 0 does not serve: a session that the group is
@@ -133,7 +133,7 @@ class StepRecovery:
                     if info.step < self._applied_step(session_id):
                         raise self._rewind(session_id, info.step, step) from None
                     if was_applied and info.step >= step:
-                        self._note(session_id, step)
+                        self.note(session_id, step)
                         return applied()
                     # The last step ended meanwhile: this one's turn (once).
                     if ending and info.step + 1 == step and not retried_in_turn:
@@ -178,7 +178,8 @@ class StepRecovery:
             info = self._session_now(group, session_id, error)
         return info
 
-    def _note(self, session_id: str, step: int) -> None:
+    def note(self, session_id: str, step: int) -> None:
+        """Step `step` of the session was applied (by a step that did not go through run)."""
         with self._lock:
             self._applied[session_id] = max(step, self._applied.get(session_id, 0))
 

@@ -30,9 +30,12 @@ if TYPE_CHECKING:
 
 __all__ = ["StreamedStep"]
 
-# Codes of a failed stream that Client.step may get past (its recovery, or a replay).
+# Codes of a failed stream that Client.step may get past (its recovery, or a replay), or tell
+# apart: out of sequence (FAILED_PRECONDITION) is the group restored to an older step (the
+# rewind) or the caller's own mistake, and NOT_FOUND a session that the group is restoring.
 _REDO = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED,
-         grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+         grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.FAILED_PRECONDITION,
+         grpc.StatusCode.NOT_FOUND)
 
 
 class StreamedStep:
@@ -91,7 +94,10 @@ class StreamedStep:
             slices = list(self._slices)
         if self._stream is not None:
             try:
-                return StepReply(*self._stream.finish(outs, on_ready))
+                reply = StepReply(*self._stream.finish(outs, on_ready))
+                # Applied: a later step answered out of sequence is told apart from a restore.
+                self._client._recovery.note(self._session_id, reply.step)
+                return reply
             except OptstepError as e:
                 if e.code not in _REDO:
                     raise

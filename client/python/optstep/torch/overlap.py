@@ -162,8 +162,11 @@ class BackwardOverlap:
         if thread is None:
             return
         thread.join()
-        self._resolving = None
-        error, self._error = self._error, None
+        with self._lock:  # autograd's threads and the forward hooks may wait at once
+            if self._resolving is not thread:
+                return  # another caller took its end (and raises its error)
+            self._resolving = None
+            error, self._error = self._error, None
         if error is not None:
             self._opt._failed(error)
 

@@ -359,7 +359,9 @@ class RemoteOptimizer(torch.optim.Optimizer):
 
         Before the first step (frameworks such as Accelerate save and load the optimizer once at
         start-up) nothing is asked of the server: ``state`` is empty, as a torch optimizer's is
-        before its first step, and :meth:`load_state_dict` of such a dict sends nothing."""
+        before its first step, and :meth:`load_state_dict` of such a dict sends nothing.
+        With ``overlap=True`` it waits for the step in flight first (and raises its error)."""
+        self.synchronize()
         stepped = self._next_step > 1
         state = self._client.export_state_dict(self.session_id) if stepped else {}
         groups = []
@@ -374,7 +376,9 @@ class RemoteOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restores a :meth:`state_dict` through ImportStateDict: the server's masters and
         optimizer state, the groups' hyperparameters, then the model's parameters (pulled
-        from the server) and the step counter (the session's)."""
+        from the server) and the step counter (the session's). With ``overlap=True`` it waits
+        for the step in flight first, whose end would otherwise move the step counter on."""
+        self.synchronize()
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
             raise ValueError(f"state dict has {len(groups)} param groups, this optimizer "

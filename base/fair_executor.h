@@ -4,10 +4,11 @@
 // File: fair_executor.h
 //
 // FairExecutor: one thread that runs the tasks of several queues, one task per turn, taking the
-// queues that have work in turn (round robin). The engine has one per device: its "device
-// worker", with one queue per session, so that a session with much device work holds another
-// session's next task by at most one task of its own. FairQueue: one queue of it, closed when
-// destroyed.
+// groups of queues that have work in turn, and within a group its queues in turn (round robin at
+// both levels). The engine has one per device: its "device worker", with one queue per session
+// and one group per owner, so that a session with much device work holds another session's next
+// task by at most one task of its own, and an owner with many sessions gets a turn as often as
+// an owner with one. FairQueue: one queue of it, closed when destroyed.
 
 #include <cstdint>
 #include <deque>
@@ -26,7 +27,8 @@
 namespace optstep {
 
 // Runs posted tasks on a thread of its own, one at a time: the tasks of one queue in the order
-// they were posted, the queues with work in turn, one task each. A closed queue drops the tasks
+// they were posted, the groups with work in turn and each group's queues with work in turn, one
+// task each. A closed queue drops the tasks
 // it holds and every later one, telling each (FairTask::dropped). Thread-safe: any thread may
 // open, post to and close queues, and read running().
 class FairExecutor {
@@ -54,8 +56,8 @@ class FairExecutor {
   FairExecutor(const FairExecutor&) = delete;
   FairExecutor& operator=(const FairExecutor&) = delete;
 
-  // A new queue; `name` names it in running(). Ids are never reused.
-  QueueId OpenQueue(std::string name);
+  // A new queue of `group`; `name` names it in running(). Ids are never reused.
+  QueueId OpenQueue(std::string name, std::string group = "");
   // Queues `task` on `queue`. When the queue is closed (or destruction began), `task.dropped`
   // is called at once, on this thread, and `task.run` never.
   void Post(QueueId queue, Task task);
@@ -68,13 +70,16 @@ class FairExecutor {
  private:
   struct Queue {
     std::string name;
+    std::string group;
     std::deque<Task> tasks;
   };
   // Shared with the thread, which may outlive the executor (see the destructor).
   struct State {
     mutable absl::Mutex mu;
     std::map<QueueId, Queue> queues ABSL_GUARDED_BY(mu);  // the open queues
-    std::deque<QueueId> turns ABSL_GUARDED_BY(mu);        // open queues with tasks, in turn
+    std::deque<std::string> turns ABSL_GUARDED_BY(mu);    // groups with tasks, in turn
+    // Each of those groups' open queues with tasks, in turn.
+    std::map<std::string, std::deque<QueueId>> group_turns ABSL_GUARDED_BY(mu);
     std::optional<Running> running ABSL_GUARDED_BY(mu);
     QueueId next_id ABSL_GUARDED_BY(mu) = 1;
     bool stopping ABSL_GUARDED_BY(mu) = false;
@@ -89,8 +94,9 @@ class FairExecutor {
 // Close or when destroyed. Thread-safe.
 class FairQueue {
  public:
-  FairQueue(std::shared_ptr<FairExecutor> executor, std::string name)
-      : executor_(std::move(executor)), id_(executor_->OpenQueue(std::move(name))) {}
+  FairQueue(std::shared_ptr<FairExecutor> executor, std::string name, std::string group = "")
+      : executor_(std::move(executor)),
+        id_(executor_->OpenQueue(std::move(name), std::move(group))) {}
   ~FairQueue() { Close(); }
 
   FairQueue(const FairQueue&) = delete;

@@ -365,6 +365,7 @@ absl::Status RankProcess::StartEngine(
   auto_options.every_steps = options_.checkpoint_every_steps;
   auto_options.every = options_.checkpoint_every;
   auto_options.keep = options_.keep_auto_checkpoints;
+  auto_options.temp_max_age = options_.checkpoint_temp_max_age;
   auto_options.on_saved = [metrics = metrics_](const AutoCheckpointSaved&) {
     metrics->CountAutoCheckpoint();
   };

@@ -51,6 +51,7 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Create(Options options,
     coordinator.shadow = session->shadow_.get();
   }
   coordinator.session_id = session->id_;
+  coordinator.owner = session->config().owner;
   coordinator.step_deadline = session->step_deadline_;
   coordinator.observer = session->observer_;
   OPTSTEP_ASSIGN_OR_RETURN(

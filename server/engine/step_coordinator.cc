@@ -54,7 +54,7 @@ StepCoordinator::StepCoordinator(Options options, ReplicaState* replica,
     : options_(std::move(options)),
       replica_(replica),
       comm_(std::move(comm)),
-      device_queue_(std::move(device_worker), options_.session_id),
+      device_queue_(std::move(device_worker), options_.session_id, options_.owner),
       ledger_(ledger) {}
 
 absl::StatusOr<std::unique_ptr<StepCoordinator>> StepCoordinator::Create(

@@ -126,6 +126,7 @@ class StepCoordinator {
 
   struct Options {
     std::string session_id;
+    std::string owner;  // the device worker's turns are per owner (FairExecutor's groups)
     absl::Duration step_deadline;            // named in the abort message
     std::shared_ptr<StepObserver> observer;  // never null
     // State redundancy (shadow_state.h): the shadow of the predecessor's replica, kept current

@@ -186,6 +186,9 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
       return absl::InternalError(absl::StrCat("cannot create '", dir, "': ", error.message()));
     }
     OPTSTEP_RETURN_IF_ERROR(EnsureSessionRecord(dir, session));
+    if (options_.temp_max_age > absl::ZeroDuration()) {
+      (void)SweepStaleCheckpointTemporaries(dir, options_.temp_max_age);
+    }
     return SaveShards(session, definition, held);
   }();
   const absl::Duration total = absl::Now() - start;

@@ -45,6 +45,10 @@ struct AutoCheckpointOptions {
   absl::Duration retry_after = absl::Seconds(1);
   // ... doubled after each failure in a row, up to this (RetryDelay).
   absl::Duration max_retry_after = absl::Minutes(1);
+  // Temporaries of the session's interrupted saves idle this long are removed before each save
+  // (--checkpoint_temp_max_age_ms; zero: none are): a rank 0 lost in a save and healed back in
+  // restores nothing, so its temporary would otherwise stay until the group restarts.
+  absl::Duration temp_max_age = absl::ZeroDuration();
   // Told of each checkpoint committed; may be null.
   std::function<void(const AutoCheckpointSaved& saved)> on_saved;
   // Told of each save that failed (a full or broken disk, a rank lost while it wrote its shard),

@@ -58,6 +58,41 @@ TEST(FairExecutorTest, TakesTheQueuesInTurnOneTaskEach) {
   EXPECT_TRUE(dropped.empty());
 }
 
+// An owner with three sessions of device work gets a turn as often as an owner with one: the
+// groups in turn, then each group's queues in turn.
+TEST(FairExecutorTest, TakesTheGroupsInTurnThenTheirQueues) {
+  std::vector<std::string> log, dropped;
+  auto executor = std::make_shared<FairExecutor>();
+  FairQueue gate(executor, "gate");
+  FairQueue a(executor, "a", "many"), b(executor, "b", "many"), c(executor, "c", "many");
+  FairQueue d(executor, "d", "one");
+  absl::Notification started, release;
+  Block(gate, started, release);
+  for (const char* name : {"a1", "a2"}) a.Post(Record(log, dropped, name));
+  for (const char* name : {"b1", "b2"}) b.Post(Record(log, dropped, name));
+  for (const char* name : {"c1", "c2"}) c.Post(Record(log, dropped, name));
+  for (const char* name : {"d1", "d2", "d3"}) d.Post(Record(log, dropped, name));
+  absl::Notification done;
+  c.Post({"done", [&] { done.Notify(); }, nullptr});  // c2 runs last
+  release.Notify();
+  done.WaitForNotification();
+  EXPECT_EQ(log, (std::vector<std::string>{"a1", "d1", "b1", "d2", "c1", "d3", "a2", "b2", "c2"}));
+  // A closed queue leaves its group's turns; the group's others go on.
+  absl::Notification started2, release2;
+  Block(gate, started2, release2);
+  log.clear();
+  a.Post(Record(log, dropped, "a3"));
+  b.Post(Record(log, dropped, "b3"));
+  d.Post(Record(log, dropped, "d4"));
+  absl::Notification done2;
+  b.Post({"done", [&] { done2.Notify(); }, nullptr});  // b3, d4, then this
+  a.Close();
+  release2.Notify();
+  done2.WaitForNotification();
+  EXPECT_EQ(log, (std::vector<std::string>{"b3", "d4"}));
+  EXPECT_EQ(dropped, (std::vector<std::string>{"a3"}));
+}
+
 TEST(FairExecutorTest, ClosingAQueueDropsItsWaitingAndLaterTasks) {
   std::vector<std::string> log, dropped;
   auto executor = std::make_shared<FairExecutor>();

@@ -302,6 +302,33 @@ TEST(AutoCheckpointCloseTest, WhatAClosedSessionLeftHiddenGoesAtTheNextStart) {
   EXPECT_FALSE(fs::exists(autos / ("." + session + ".closed")));
 }
 
+// The temporary of a save cut short (its rank 0 lost, and healed back in: no restore runs) goes
+// at the session's next save once it is idle past --checkpoint_temp_max_age_ms, not only when
+// the group restarts.
+TEST(AutoCheckpointTemporaryTest, AStaleTemporaryGoesAtTheNextSave) {
+  TempDir root;
+  std::vector<std::string> flags = AutoFlags(root.path());
+  flags.push_back("--checkpoint_temp_max_age_ms=60000");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, flags));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("tmp")));
+  const std::string session = info.session_id();
+  ASSERT_THAT(StepSmall(*run.client, session, 1).status(), IsOk());
+  ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 1), IsOk());
+  const fs::path dir = fs::path(root.path()) / "auto" / session;
+  const fs::path stale = dir / ".step-7.tmp", fresh = dir / ".step-8.tmp";
+  for (const fs::path& tmp : {stale, fresh}) {
+    fs::create_directories(tmp);
+    std::ofstream(tmp / "shard-0-of-1.safetensors") << "partial";
+  }
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  fs::last_write_time(stale / "shard-0-of-1.safetensors", old);
+  fs::last_write_time(stale, old);
+  ASSERT_THAT(StepSmall(*run.client, session, 2).status(), IsOk());
+  ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 2), IsOk());
+  EXPECT_FALSE(fs::exists(stale)) << "the idle temporary stayed";
+  EXPECT_TRUE(fs::exists(fresh)) << "a temporary that may be a save in progress went";
+}
+
 TEST(AutoCheckpointScheduleTest, BySecondsASessionIsSavedAfterItsFirstStepAndOnceTheTimePassed) {
   TempDir root;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path(),

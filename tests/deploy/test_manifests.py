@@ -319,10 +319,14 @@ def test_tls_overlay():
     for flag in ("--tls_cert", "--tls_key", "--tls_client_ca"):
         assert flags[flag].startswith(tls_dir + "/"), flag
     assert flags["--auth_tokens_file"].startswith(tokens_dir + "/")
+    # Tenants have identities here: one owner's share of a rank is bounded (docs/security.md).
+    assert flags["--max_sessions_per_owner"] == "16"
+    assert flags["--owner_memory_share"] == "0.5"
     # Nothing else of the CPU overlay changed.
     cpu = server_flags(objects_of("overlays/cpu"))
     assert {k: v for k, v in flags.items() if k not in cpu} == {
-        k: flags[k] for k in ("--tls_cert", "--tls_key", "--tls_client_ca", "--auth_tokens_file")}
+        k: flags[k] for k in ("--tls_cert", "--tls_key", "--tls_client_ca", "--auth_tokens_file",
+                              "--max_sessions_per_owner", "--owner_memory_share")}
     assert {k: flags[k] for k in cpu} == cpu
     # No Secret is part of the manifests: they are created out of band.
     assert not [o for o in objects if o["kind"] == "Secret"]

@@ -241,7 +241,8 @@ grpc::ServerReadReactor<v1::StateDictChunk>* CheckpointServiceImpl::ImportStateD
   // The dict goes to the group on a thread of its own: the import blocks on other ranks.
   return NewStateDictUploadReactor<v1::StateDictChunk>(
       engine_, CallerOf(*context), "empty state dict stream",
-      CallIdleWatch::Start(context, stream_idle_timeout_, "ImportStateDict"),
+      CallIdleWatch::Start(context, stream_idle_timeout_, "ImportStateDict",
+                           CallIdleWatch::Waits::kReads),
       [held = &held_, response](Session& session, uint64_t, std::shared_ptr<const StateDict> dict,
                                 uint64_t bytes) {
         response->set_tensors(dict->size());

@@ -50,8 +50,9 @@ void IdleBound::Arm(absl::Time at) {
 }
 
 std::shared_ptr<CallIdleWatch> CallIdleWatch::Start(grpc::CallbackServerContext* context,
-                                                    absl::Duration timeout, const char* what) {
-  std::shared_ptr<CallIdleWatch> watch(new CallIdleWatch(context, timeout, what));
+                                                    absl::Duration timeout, const char* what,
+                                                    Waits waits) {
+  std::shared_ptr<CallIdleWatch> watch(new CallIdleWatch(context, timeout, what, waits));
   std::weak_ptr<CallIdleWatch> weak = watch;
   absl::MutexLock lock(&watch->mu_);
   watch->bound_.Start(timeout, [weak] {
@@ -94,8 +95,11 @@ void CallIdleWatch::OnAlarm() {
   if (!idled_) return;
   LOG(WARNING) << "event=stream_idle stream=" << what_ << " waited=\""
                << absl::FormatDuration(*idled_) << "\" idle_timeout=\""
-               << absl::FormatDuration(timeout_) << "\" reason=\"the caller sends nothing\"";
-  context_->TryCancel();  // thread-safe: the read out fails, and OnCancel comes
+               << absl::FormatDuration(timeout_) << "\" reason=\""
+               << (waits_ == Waits::kReads ? "the caller sends nothing"
+                                           : "the caller does not take what is written")
+               << "\"";
+  context_->TryCancel();  // thread-safe: the read or write out fails, and OnCancel comes
 }
 
 }  // namespace optstep

@@ -62,20 +62,25 @@ class IdleBound {
   std::unique_ptr<grpc::Alarm> fired_;  // destroyed at the next arming or with this
 };
 
-// The idle bound of a reactor that reads (InitParameters, ImportStateDict), with a lock of its own
-// so that the reactor needs none (gRPC calls its OnReadDone one message at a time): once its
-// caller has not sent the next message for the bound, the call is cancelled, so that the read
-// fails and the reactor ends the stream as cancelled; idled() then says why.
+// The idle bound of a reactor, with a lock of its own so that the reactor can call it under its
+// own or under none: once the caller has not sent the next message (kReads: InitParameters,
+// ImportStateDict) or taken the last one written (kWrites: the OwnedWriteReactor streams) for the
+// bound, the call is cancelled, so that the read or write out fails and the reactor ends the
+// stream as cancelled; idled() then says why.
 // Thread-safe.
 class CallIdleWatch {
  public:
+  // What the stream waits on its caller for.
+  enum class Waits { kReads, kWrites };
+
   // Watches the call of `context` (valid until Stop) with `timeout` (zero or infinite: no bound);
   // `what` names the stream in the log line of a call cancelled so.
   static std::shared_ptr<CallIdleWatch> Start(grpc::CallbackServerContext* context,
-                                              absl::Duration timeout, const char* what);
+                                              absl::Duration timeout, const char* what,
+                                              Waits waits);
   ~CallIdleWatch();
 
-  // A read is out / its message came (or the stream broke).
+  // A read or write is out / its message came or was taken (or the stream broke).
   void Waiting() ABSL_LOCKS_EXCLUDED(mu_);
   void Heard() ABSL_LOCKS_EXCLUDED(mu_);
   // How long the caller had been silent when the call was cancelled for it; nothing otherwise.
@@ -85,14 +90,16 @@ class CallIdleWatch {
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  CallIdleWatch(grpc::CallbackServerContext* context, absl::Duration timeout, const char* what)
-      : context_(context), timeout_(timeout), what_(what) {}
+  CallIdleWatch(grpc::CallbackServerContext* context, absl::Duration timeout, const char* what,
+                Waits waits)
+      : context_(context), timeout_(timeout), what_(what), waits_(waits) {}
   void OnAlarm() ABSL_LOCKS_EXCLUDED(mu_);
 
   mutable absl::Mutex mu_;
   grpc::CallbackServerContext* context_ ABSL_GUARDED_BY(mu_);
   const absl::Duration timeout_;
   const char* const what_;
+  const Waits waits_;
   IdleBound bound_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Duration> idled_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,11 +1,9 @@
 #ifndef OPTSTEP_SERVER_RPC_OWNED_WRITE_REACTOR_H_
 #define OPTSTEP_SERVER_RPC_OWNED_WRITE_REACTOR_H_
 
-#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
-#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -19,7 +17,7 @@ namespace optstep {
 // The common part of the server-streaming reactors that answer from another thread (the
 // session's coordinator): the reactor owns itself (through shared_ptr, so that callbacks can
 // hold weak references) until OnDone, writes one message at a time under `mu_`, and finishes
-// exactly once. A write its caller does not take within the stream idle bound (IdleBound)
+// exactly once. A write its caller does not take within the stream idle bound (CallIdleWatch)
 // cancels the call, so that what the stream holds for it is let go. Derived classes implement
 // WriteNextLocked, which writes the next message (WriteLocked) or finishes.
 template <typename Response, typename Derived>
@@ -27,8 +25,8 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
                           public std::enable_shared_from_this<Derived> {
  public:
   void OnWriteDone(bool ok) final {
+    idle_->Heard();
     absl::MutexLock lock(&mu_);
-    idle_.Heard();
     if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
     WriteNextLocked();
   }
@@ -37,12 +35,7 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
     FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
   void OnDone() final {
-    std::unique_ptr<grpc::Alarm> alarm;
-    {
-      absl::MutexLock lock(&mu_);
-      alarm = idle_.Stop();
-    }
-    alarm.reset();  // cancels: its callback returns at once, without the lock
+    idle_->Stop();
     self_.reset();
   }
 
@@ -53,17 +46,11 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
   void Own(std::shared_ptr<Derived> self, grpc::CallbackServerContext* context,
            absl::Duration idle_timeout, const char* what) {
     self_ = std::move(self);
-    context_ = context;
-    what_ = what;
-    std::weak_ptr<Derived> weak = self_;
-    absl::MutexLock lock(&mu_);
-    idle_.Start(idle_timeout, [weak] {
-      if (auto reactor = weak.lock()) reactor->OnIdle();
-    });
+    idle_ = CallIdleWatch::Start(context, idle_timeout, what, CallIdleWatch::Waits::kWrites);
   }
   // Writes `response`, which must stay as it is until WriteNextLocked is called again.
   void WriteLocked(const Response* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    idle_.Waiting();
+    idle_->Waiting();
     this->StartWrite(response);
   }
   virtual void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
@@ -77,24 +64,10 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 
  private:
-  // The write out was not taken within the bound: the call is cancelled (its write fails and
-  // OnCancel finishes it; the caller sees CANCELLED).
-  void OnIdle() {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    const std::optional<absl::Duration> idle = idle_.Passed();
-    if (!idle) return;
-    LOG(WARNING) << "event=stream_idle stream=" << what_ << " waited=\""
-                 << absl::FormatDuration(*idle) << "\" idle_timeout=\""
-                 << absl::FormatDuration(idle_.timeout())
-                 << "\" reason=\"the caller does not take what is written\"";
-    context_->TryCancel();
-  }
-
   std::shared_ptr<Derived> self_;
-  grpc::CallbackServerContext* context_ = nullptr;
-  const char* what_ = "";
-  IdleBound idle_ ABSL_GUARDED_BY(mu_);
+  // Set by Own, before any write; cancels the call once a write is not taken within the bound
+  // (its write fails and OnCancel finishes it; the caller sees CANCELLED).
+  std::shared_ptr<CallIdleWatch> idle_;
 };
 
 }  // namespace optstep

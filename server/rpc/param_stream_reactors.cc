@@ -145,7 +145,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       : engine_(engine),
         caller_(CallerOf(*context)),
         response_(response),
-        idle_(CallIdleWatch::Start(context, idle_timeout, "InitParameters")) {
+        idle_(CallIdleWatch::Start(context, idle_timeout, "InitParameters",
+                                   CallIdleWatch::Waits::kReads)) {
     Read();
   }
 

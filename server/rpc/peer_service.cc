@@ -255,7 +255,8 @@ grpc::ServerReadReactor<v1::HeldStateChunk>* PeerServiceImpl::StageHeldState(
   // Between ranks: no idle bound (the hold's lease bounds a rank that stops sending).
   return NewStateDictUploadReactor<v1::HeldStateChunk>(
       engine_, RankCaller(), "empty stage stream",
-      CallIdleWatch::Start(context, absl::ZeroDuration(), "StageHeldState"),
+      CallIdleWatch::Start(context, absl::ZeroDuration(), "StageHeldState",
+                           CallIdleWatch::Waits::kReads),
       [](Session& session, uint64_t token, std::shared_ptr<const StateDict> dict, uint64_t) {
         return session.holds().StageState(token, std::move(dict), /*complete=*/false);
       });

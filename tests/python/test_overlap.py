@@ -315,3 +315,139 @@ def test_a_state_dict_loaded_while_a_step_resolves_keeps_its_step(
     assert opt.last_step is not None and opt.last_step.step == 3
     opt.close_session()
 
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_rewind_whose_pull_fails_is_still_a_rewind(client: optstep.Client, path: str,
+                                                     overlap: bool) -> None:
+    """The session was restored to an older step and the pull of its parameters fails: the loop
+    still gets RewindRequired (the pull's error as its cause) and the step counter goes back; the
+    next step pulls the parameters and asks for the rewind again, since its gradients came from
+    the parameters of before; the one after that is applied, instead of FailedPreconditionError
+    for ever."""
+    x, y = make_data(51)
+    model = make_mlp(52)
+    rewound: List[int] = []
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=overlap,
+                          on_rewind=rewound.append)
+
+    def step() -> None:
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        opt.step()
+        opt.synchronize()
+
+    step()
+    step()
+    saved = client.export_state_dict(opt.session_id)
+    pulled = {i: v.copy() for i, v in client.pull_parameters(opt.session_id).params.items()}
+    step()
+    step()
+    client.import_state_dict(opt.session_id, saved)
+    pull = client.pull_parameters
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise optstep.UnavailableError("rank 0 is not reachable")
+
+    setattr(client, "pull_parameters", unreachable)
+    with pytest.raises(optstep.RewindRequired) as raised:
+        step()
+    assert raised.value.step == 2 and rewound == [2] and opt.next_step == 3
+    assert isinstance(raised.value.__cause__, optstep.UnavailableError)
+    setattr(client, "pull_parameters", pull)
+    with pytest.raises(optstep.RewindRequired) as again:
+        step()
+    assert again.value.step == 2 and rewound == [2, 2] and opt.next_step == 3
+    for i, (_, p) in enumerate(model.named_parameters()):
+        assert torch.equal(p.detach(), torch.from_numpy(pulled[i]).reshape(p.shape)), \
+            "the model did not take the restored parameters"
+    step()  # the loop redoes step 3
+    assert opt.last_step is not None and opt.last_step.step == 3
+    opt.close_session()
+
+
+def _failing_in_background(opt: RemoteOptimizer, gate: threading.Event) -> None:
+    """Makes the next background step fail, its thread held open after the parameters are in
+    until `gate` is set."""
+    resolve = opt._overlap._resolve  # type: ignore[union-attr]
+
+    def fails(step: Any, on_ready: Any = None) -> Any:
+        step.close()  # nothing is applied
+        raise optstep.AbortedError("the step was aborted; redo it")
+
+    def held(streamed: Any) -> None:
+        resolve(streamed)
+        gate.wait(10)
+
+    setattr(opt, "_resolve", fails)
+    setattr(opt._overlap, "_resolve", held)
+
+
+def test_a_failed_background_step_is_raised_by_the_next_forward(client: optstep.Client,
+                                                                 path: str) -> None:
+    """The docs promise the error of a step resolved in the background at the next forward: also
+    while its thread has not ended yet, not a backward later (the forward would run on
+    parameters of before the failed step)."""
+    x, y = make_data(61)
+    model = make_mlp(62)
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True)
+    gate = threading.Event()
+    _failing_in_background(opt, gate)
+    opt.zero_grad()
+    loss_of(model, x, y).backward()
+    opt.step()
+    try:
+        with pytest.raises(optstep.AbortedError):
+            model(x)
+    finally:
+        gate.set()
+    assert opt.next_step == 1
+    delattr(opt, "_resolve")
+    delattr(opt._overlap, "_resolve")
+    opt.close_session()
+
+
+def test_closing_after_a_failed_background_step_closes(client: optstep.Client,
+                                                       path: str) -> None:
+    """close_session raises the error of the step in flight, and still takes the hooks off the
+    model and drops the session."""
+    x, y = make_data(71)
+    model = make_mlp(72)
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True)
+    gate = threading.Event()
+    gate.set()
+    _failing_in_background(opt, gate)
+    opt.zero_grad()
+    loss_of(model, x, y).backward()
+    opt.step()
+    with pytest.raises(optstep.AbortedError):
+        opt.close_session()
+    assert opt._overlap is not None and opt._overlap._handles == []
+    with pytest.raises(optstep.NotFoundError):
+        client.get_session(opt.session_id)
+
+
+def test_a_backward_that_raised_part_way_is_redone(client: optstep.Client, path: str) -> None:
+    """A backward pass that raised after some gradients were sent (a hook of the user's, an
+    out-of-memory error) leaves no step open: after zero_grad the loop redoes it, and the result
+    is that of an uninterrupted run."""
+    x, y = make_data(81)
+    start = make_mlp(82)
+    model, reference = copy.deepcopy(start), copy.deepcopy(start)
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True, bucket_bytes=1)
+    ref = RemoteOptimizer(reference, client, optimizer=_optimizer(), overlap=True)
+    last = list(model.parameters())[0]  # its gradient comes last in backward
+
+    def out_of_memory(grad: torch.Tensor) -> torch.Tensor:
+        raise MemoryError("out of memory")
+
+    hook = last.register_hook(out_of_memory)
+    opt.zero_grad()
+    with pytest.raises(MemoryError):
+        loss_of(model, x, y).backward()
+    hook.remove()
+    _train(model, opt, x, y)
+    _train(reference, ref, x, y)
+    _assert_identical(model, reference, start)
+    opt.close_session()
+    ref.close_session()

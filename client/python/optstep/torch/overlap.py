@@ -119,6 +119,17 @@ class BackwardOverlap:
             step = self._step
         step.add(self._opt._gradient_slices(bucket))
 
+    def discard(self) -> None:
+        """Closes the step opened by a backward pass that did not reach step() (it raised part
+        way, or the gradients were zeroed): nothing of it is applied, and the next backward
+        opens the step afresh."""
+        with self._lock:
+            step, self._step = self._step, None
+            self._sent = set()
+            self._missing = [set(ids) for ids in self._buckets]
+        if step is not None:
+            step.close()
+
     def finish(self) -> Optional[StepReply]:
         """Commits the step: in the background (answers None) for a module, else at once."""
         self.wait()
@@ -176,13 +187,18 @@ class BackwardOverlap:
         for i in own:
             self._in_model[i].wait()
         thread = self._resolving
-        if thread is not None and not thread.is_alive():
+        # _error is set before the parameters' events, so a failed step is seen here even while
+        # its thread is still ending.
+        if thread is not None and (self._error is not None or not thread.is_alive()):
             self.wait()
 
     def remove(self) -> None:
-        """Removes the hooks (after waiting for a step in flight)."""
-        self.wait()
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        """Removes the hooks, after waiting for a step in flight (whose error is raised once they
+        are off)."""
+        try:
+            self.wait()
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
 

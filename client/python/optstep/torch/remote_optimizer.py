@@ -160,6 +160,9 @@ class RemoteOptimizer(torch.optim.Optimizer):
         self._return_dtype = return_dtype or ("bf16" if all_bf16 else "fp32")
         self.last_step: Optional[StepReply] = None
         self._on_rewind = on_rewind
+        # A rewind whose pull of the restored parameters failed: the model still holds the
+        # parameters of before it, so the next step pulls them and asks for the rewind again.
+        self._restore_missed = False
 
         info, attached = client.create_session(spec)
         self.session_id: str = info.session_id
@@ -262,6 +265,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
         if self._overlap is not None:
             self._overlap.finish()
             return loss
+        self._restore_if_missed()
         try:
             reply = self._client.step(self.session_id, self._next_step,
                                       self._gradient_slices(range(len(self._described))),
@@ -281,10 +285,32 @@ class RemoteOptimizer(torch.optim.Optimizer):
         self.last_step = reply
 
     def _rewound(self, rewind: RewindRequired) -> None:
-        self._pull()
+        """The group restored the session: the step counter and the training loop (on_rewind;
+        the caller raises `rewind`) go back to its step, and the model takes its parameters. A
+        failed pull does not hide the rewind (it becomes the rewind's cause): the next step pulls
+        them again (_restore_if_missed)."""
         self._next_step = rewind.next_step
+        try:
+            self._pull()
+            self._restore_missed = False
+        except OptstepError as error:
+            self._restore_missed = True
+            rewind.__cause__ = error
         if self._on_rewind is not None:
             self._on_rewind(rewind.step)
+
+    def _restore_if_missed(self) -> None:
+        """After a rewind whose pull failed, the gradients at hand were computed from parameters
+        the session no longer has: pulls them (its error is raised as is) and raises the rewind
+        again, so that the loop redoes the batch on the restored model."""
+        if not self._restore_missed:
+            return
+        self._pull()
+        self._restore_missed = False
+        rewind = RewindRequired(self.session_id, self._next_step - 1, self._next_step)
+        if self._on_rewind is not None:
+            self._on_rewind(rewind.step)
+        raise rewind
 
     # ---- overlap=True (optstep.torch.overlap)
 
@@ -302,9 +328,12 @@ class RemoteOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = True) -> None:
         if not set_to_none:  # in place: the gradients may still be on their way
             self.synchronize()
+        if self._overlap is not None:
+            self._overlap.discard()  # a backward that did not reach step(): its step goes
         super().zero_grad(set_to_none)
 
     def _open_step(self) -> StreamedStep:
+        self._restore_if_missed()
         return self._client.open_step(self.session_id, self._next_step,
                                       trainer_id=self._trainer_id, groups=self._schedule(),
                                       return_dtype=self._return_dtype)
@@ -405,6 +434,8 @@ class RemoteOptimizer(torch.optim.Optimizer):
     def close_session(self) -> None:
         """Drops the session on the server (for the last trainer of a job); with
         ``overlap=True``, takes the hooks off the model first (another optimizer may train it)."""
-        if self._overlap is not None:
-            self._overlap.remove()
-        self._client.close_session(self.session_id)
+        try:
+            if self._overlap is not None:
+                self._overlap.remove()  # raises the error of a step in flight, hooks removed
+        finally:
+            self._client.close_session(self.session_id)

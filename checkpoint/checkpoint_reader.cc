@@ -50,6 +50,9 @@ absl::Status CheckpointReader::OpenShards() {
     const std::string path = absl::StrCat(dir_, "/", shard.file);
     absl::StatusOr<internal::File> file = internal::OpenForRead(path);
     if (!file.ok()) {
+      // Only a shard that is not there is the checkpoint's fault; another error (too many open
+      // files, an I/O error, permissions) is the reader's or the disk's, and says so.
+      if (file.status().code() != absl::StatusCode::kNotFound) return file.status();
       return absl::DataLossError(absl::StrCat("checkpoint '", dir_, "': shard '", shard.file,
                                               "' is missing: ", file.status().message()));
     }

@@ -71,9 +71,11 @@ bool ResolutionGate::held() const {
 
 absl::Status ResolutionGate::CheckHolderLocked(uint64_t token) const {
   if (!hold_ || hold_->token != token) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session '", session_id_, "' rank ", rank_, ": hold ", token,
-                     " is not active (it was released or its lease passed)"));
+    // ABORTED: the operation was cut short (a rank too slow for the lease, a holder that gave
+    // up), not refused for its arguments; it can be tried again.
+    return absl::AbortedError(absl::StrCat("session '", session_id_, "' rank ", rank_, ": hold ",
+                                           token,
+                                           " is not active (it was released or its lease passed)"));
   }
   return absl::OkStatus();
 }

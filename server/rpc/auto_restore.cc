@@ -10,6 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/temporaries.h"
@@ -66,6 +68,27 @@ bool Unusable(const absl::Status& status) {
          status.code() == absl::StatusCode::kFailedPrecondition;
 }
 
+// How often a load of one automatic checkpoint that failed for a passing reason (anything but
+// Unusable: a peer or the disk busy or slow, a hold cut short) is tried in all before an older
+// checkpoint is, the first retry this long after, each further one twice as long. Falling back
+// costs steps (the trainers rewind), and a good checkpoint is never set aside for such a reason.
+constexpr int kLoadAttempts = 3;
+constexpr absl::Duration kFirstLoadRetry = absl::Seconds(1);
+
+// Loads `name` into `session` on every rank, tried again while it fails for a passing reason.
+absl::StatusOr<uint64_t> LoadRetrying(RankGroup* group, Session& session, const std::string& name) {
+  absl::Duration delay = kFirstLoadRetry;
+  for (int attempt = 1;; ++attempt) {
+    absl::StatusOr<uint64_t> step = HeldOperations(group).LoadCheckpoint(session, name, nullptr);
+    if (step.ok() || Unusable(step.status()) || attempt == kLoadAttempts) return step;
+    LOG(WARNING) << "event=auto_checkpoint_load_retry session=" << session.id() << " name=" << name
+                 << " attempt=" << attempt << " retry_in=\"" << absl::FormatDuration(delay)
+                 << "\" error=\"" << step.status().message() << "\"";
+    absl::SleepFor(delay);
+    delay *= 2;
+  }
+}
+
 // Sets aside the unusable automatic checkpoint `name` of `dir` under a hidden name (".<name>
 // .unusable", which listings, restores and pruning skip; kept for an operator to look at): left
 // in place, it would pass for its step saved, and the session would never save that step again,
@@ -116,7 +139,7 @@ absl::StatusOr<RestoredSession> RestoreOne(
                                                               record.owner, record.request_id));
       if (before_load) before_load(record.session_id);
     }
-    absl::StatusOr<uint64_t> step = HeldOperations(group).LoadCheckpoint(*session, name, nullptr);
+    absl::StatusOr<uint64_t> step = LoadRetrying(group, *session, name);
     if (step.ok()) {
       for (const std::string& newer : unusable) SetAside(dir, newer);
       return RestoredSession{record.session_id, *step, name};

@@ -362,6 +362,17 @@ TEST_F(CheckpointTest, MissingShardIsDataLoss) {
               StatusIs(absl::StatusCode::kDataLoss, "shard 'shard-1-of-2.safetensors' is missing"));
 }
 
+// A shard that is there but cannot be opened is not the checkpoint's damage: the error says what
+// the system said (an automatic restore tries such a checkpoint again rather than set it aside).
+TEST_F(CheckpointTest, AShardThatCannotBeOpenedIsNotDataLoss) {
+  WriteSample("c1");
+  const std::string shard = Shard("c1", 1);
+  ASSERT_EQ(::unlink(shard.c_str()), 0);
+  ASSERT_EQ(::symlink(shard.c_str(), shard.c_str()), 0);  // a loop: open fails with ELOOP
+  EXPECT_THAT(CheckpointReader::Open(root_, "c1"),
+              StatusIs(absl::StatusCode::kInternal, "shard-1-of-2.safetensors"));
+}
+
 TEST_F(CheckpointTest, BadShardHeaderJsonIsDataLoss) {
   WriteSample("c1");
   const std::string path = Shard("c1", 0);

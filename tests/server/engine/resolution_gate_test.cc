@@ -114,7 +114,7 @@ TEST(ResolutionGateTest, AnotherTokenWaitsUntilTheLeasePasses) {
               StatusIs(absl::StatusCode::kAborted, "(hold 1)"));
   absl::SleepFor(absl::Milliseconds(80));
   ASSERT_THAT(gate.Hold(2, absl::Seconds(30)).status(), IsOk());  // taken over
-  EXPECT_THAT(gate.CheckHolder(1), StatusIs(absl::StatusCode::kFailedPrecondition, "not active"));
+  EXPECT_THAT(gate.CheckHolder(1), StatusIs(absl::StatusCode::kAborted, "not active"));
   EXPECT_THAT(gate.CheckHolder(2), IsOk());
 }
 
@@ -159,7 +159,7 @@ TEST(ResolutionGateTest, StopAndReleaseEndAWait) {
   });
   EXPECT_THAT(gate.AwaitSettled(1, 1, absl::Now() + absl::Seconds(10)), IsOk());
   releaser.join();
-  EXPECT_THAT(gate.Settle(1).status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(gate.Settle(1).status(), StatusIs(absl::StatusCode::kAborted));
 
   ASSERT_THAT(gate.Hold(2, absl::Seconds(30)).status(), IsOk());
   ASSERT_THAT(gate.Raise(2, 1, absl::Now(), absl::Seconds(30)), IsOk());

@@ -73,7 +73,7 @@ TEST_F(SessionHoldTest, HeldSessionDefersAStepUntilReleased) {
   EXPECT_EQ(step1.result()->step, 1u);
   // Released: operations under the old token are refused.
   EXPECT_THAT(s_->holds().ExportHeld(7, StateSelection{}).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "not active"));
+              StatusIs(absl::StatusCode::kAborted, "not active"));
   ASSERT_THAT(s_->holds().Hold(8, absl::Seconds(30)).status(), IsOk());
   ASSERT_THAT(s_->holds().Settle(8, 1, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(),
               IsOk());
@@ -141,7 +141,7 @@ TEST_F(SessionHoldTest, AnExpiredLeaseLetsStepsContinue) {
   ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
   EXPECT_THAT(step1.result().status(), IsOk());
   EXPECT_THAT(s_->holds().ExportHeld(3, StateSelection{}).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "lease"));
+              StatusIs(absl::StatusCode::kAborted, "lease"));
 }
 
 TEST_F(SessionHoldTest, StagedStateIsValidatedThenAppliedAndAbortsThePendingStep) {

@@ -1,11 +1,14 @@
 // Save through the real services, engine and a fault-injecting CPU device in process: a save that
 // fails halfway (the device fails a copy of a tensor to the host) leaves nothing in the checkpoint
 // root, the next save of the same name succeeds, and names that are unsafe are refused naming
-// the name escaped, before any file is touched.
+// the name escaped, before any file is touched. And the automatic restore from such checkpoints:
+// a load that fails for a passing reason is tried again, one that finds damage falls back.
 
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
+#include "server/rpc/auto_restore.h"
 #include "server/rpc/server.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/fault_injecting_device.h"
@@ -59,6 +63,7 @@ class CheckpointSaveTest : public ::testing::Test {
     server_->SetReady(true);
     auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
     checkpoints_ = v1::CheckpointService::NewStub(channel);
+    optimizer_ = v1::OptimizerService::NewStub(channel);
 
     // A session with w [64, 64] and b [64], AdamW, one trainer.
     v1::CreateSessionRequest request;
@@ -69,6 +74,14 @@ class CheckpointSaveTest : public ::testing::Test {
         v1::OptimizerService::NewStub(channel)->CreateSession(&context, request, &response);
     ASSERT_TRUE(created.ok()) << created.error_message();
     session_ = response.summary().session_id();
+  }
+
+  grpc::Status CloseSession() {
+    v1::CloseSessionRequest request;
+    request.set_session_id(session_);
+    v1::CloseSessionResponse response;
+    grpc::ClientContext context;
+    return optimizer_->CloseSession(&context, request, &response);
   }
 
   grpc::Status Save(const std::string& name) {
@@ -84,12 +97,35 @@ class CheckpointSaveTest : public ::testing::Test {
     return reader->Finish();
   }
 
+  // The session saved twice, as "step-1" and "step-2" of its automatic checkpoints (moved under
+  // <root>/auto/<id>/, with the session's record) and closed, then restored as a restart does, the
+  // first copy of a tensor onto the device in the load failing with `fault`. Answers the sessions
+  // restored; `dir` is set to the automatic checkpoints' directory.
+  std::vector<RestoredSession> RestoreWithTheFirstLoadFailing(absl::Status fault,
+                                                              std::filesystem::path& dir) {
+    namespace fs = std::filesystem;
+    if (!Save("a").ok() || !Save("b").ok() || !CloseSession().ok()) return {};
+    dir = fs::path(root_) / "auto" / session_;
+    fs::create_directories(dir);
+    fs::rename(fs::path(root_) / "a", dir / "step-1");
+    fs::rename(fs::path(root_) / "b", dir / "step-2");
+    std::ofstream(dir / "session.json")
+        << "{\"session_id\": \"" << session_ << "\", \"name\": \"\", \"owner\": \"\"}\n";
+    testutil::FaultInjectingDevice& device = *device_;
+    return RestoreAutoCheckpoints(
+        root_, absl::ZeroDuration(), group_.get(), [&](const std::string&) {
+          device.faults().FailCall("CopyFromHost", device.faults().calls("CopyFromHost") + 1,
+                                   fault);
+        });
+  }
+
   std::string root_;
   std::shared_ptr<testutil::FaultInjectingDevice> device_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<RankGroup> group_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<v1::CheckpointService::Stub> checkpoints_;
+  std::unique_ptr<v1::OptimizerService::Stub> optimizer_;
   std::string session_;
 };
 
@@ -119,6 +155,27 @@ TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {
     EXPECT_EQ(Save(name).error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
   }
   EXPECT_THAT(DirectoryEntries(root_), IsEmpty());
+}
+
+// A load that fails for a passing reason (a busy disk or peer) is tried again: neither given up
+// for the older checkpoint nor set aside.
+TEST_F(CheckpointSaveTest, ARestoreTriesALoadThatFailedForAPassingReasonAgain) {
+  std::filesystem::path dir;
+  const std::vector<RestoredSession> restored =
+      RestoreWithTheFirstLoadFailing(absl::UnavailableError("injected: the disk is busy"), dir);
+  ASSERT_EQ(restored.size(), 1u);
+  EXPECT_EQ(restored[0].from, absl::StrCat("auto/", session_, "/step-2"));
+  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-1", "step-2"));
+}
+
+TEST_F(CheckpointSaveTest, ARestoreFallsBackFromACheckpointThatIsDamaged) {
+  std::filesystem::path dir;
+  const std::vector<RestoredSession> restored =
+      RestoreWithTheFirstLoadFailing(absl::DataLossError("injected: the shard is damaged"), dir);
+  ASSERT_EQ(restored.size(), 1u);
+  EXPECT_EQ(restored[0].from, absl::StrCat("auto/", session_, "/step-1"));
+  EXPECT_THAT(DirectoryEntries(dir.string()),
+              ElementsAre(".step-2.unusable", "session.json", "step-1"));
 }
 
 }  // namespace

@@ -156,7 +156,8 @@ double RawRead(State& s, const std::string& path) {
 double Save(const State& s, const std::vector<int>& owner, const std::string& dir, int ranks,
             const CheckpointIoOptions& io, bool callbacks) {
   const auto start = Clock::now();
-  BENCH_CHECK_OK(PrepareCheckpoint(dir, "bench"));
+  const uint64_t save = NewCheckpointSave();
+  BENCH_CHECK_OK(PrepareCheckpoint(dir, "bench", save));
   Manifest manifest;
   manifest.world_size = ranks;
   manifest.shards.resize(ranks);
@@ -177,11 +178,11 @@ double Save(const State& s, const std::vector<int>& owner, const std::string& di
       sources.push_back(std::move(t));
     }
     absl::StatusOr<ShardFile> file =
-        WriteCheckpointShard(dir, "bench", r, ranks, sources, nullptr, io);
+        WriteCheckpointShard(dir, "bench", save, r, ranks, sources, nullptr, io);
     BENCH_CHECK_OK(file.status());
     manifest.shards[r] = {file->file, file->bytes, file->crc32c};
   });
-  BENCH_CHECK_OK(CommitCheckpoint(dir, "bench", manifest, 0));
+  BENCH_CHECK_OK(CommitCheckpoint(dir, "bench", save, manifest, 0));
   return Seconds(start, Clock::now());
 }
 

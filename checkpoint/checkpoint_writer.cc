@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <future>
 #include <memory>
+#include <random>
 #include <set>
 #include <tuple>
 
@@ -200,8 +202,8 @@ bool SavedBySameSession(absl::string_view root, const std::string& name, const M
 
 // Hides the checkpoint first (a rename), so that a crash halfway never leaves a visible
 // directory with some files gone.
-absl::Status RemoveCheckpoint(absl::string_view root, const std::string& name) {
-  const std::string hidden = CheckpointTempDir(root, name);
+absl::Status RemoveCheckpoint(absl::string_view root, const std::string& name, uint64_t save) {
+  const std::string hidden = CheckpointTempDir(root, name, save);
   OPTSTEP_RETURN_IF_ERROR(internal::RemoveTree(hidden));
   const std::string dir = CheckpointDir(root, name);
   if (::rename(dir.c_str(), hidden.c_str()) != 0) {
@@ -212,9 +214,9 @@ absl::Status RemoveCheckpoint(absl::string_view root, const std::string& name) {
 }
 
 // Everything of a commit up to the checkpoint's rename into place and the fsync of the root.
-absl::Status PublishCheckpoint(absl::string_view root, absl::string_view name,
+absl::Status PublishCheckpoint(absl::string_view root, absl::string_view name, uint64_t save,
                                const Manifest& manifest, const std::string& text) {
-  const std::string tmp = CheckpointTempDir(root, name);
+  const std::string tmp = CheckpointTempDir(root, name, save);
   for (const ManifestShard& shard : manifest.shards) {
     const std::string path = absl::StrCat(tmp, "/", shard.file);
     absl::StatusOr<uint64_t> size = internal::FileSize(path);
@@ -242,7 +244,7 @@ absl::Status PublishCheckpoint(absl::string_view root, absl::string_view name,
 // Keeps the `keep_last` newest complete checkpoints saved by `manifest`'s session (its definition,
 // session id and owner), `name` (just committed) always among them. A failure to prune is logged,
 // not fatal to the save.
-absl::Status PruneCheckpoints(absl::string_view root, absl::string_view name,
+absl::Status PruneCheckpoints(absl::string_view root, absl::string_view name, uint64_t save,
                               const Manifest& manifest, int keep_last) {
   absl::StatusOr<std::vector<Complete>> all = CompleteCheckpoints(std::string(root));
   if (!all.ok()) {
@@ -265,19 +267,19 @@ absl::Status PruneCheckpoints(absl::string_view root, absl::string_view name,
   for (const Complete& victim : same) {
     if (excess <= 0) break;
     if (victim.name == name) continue;
-    absl::Status removed = RemoveCheckpoint(root, victim.name);
+    absl::Status removed = RemoveCheckpoint(root, victim.name, save);
     if (!removed.ok()) LOG(WARNING) << "pruning checkpoint '" << victim.name << "': " << removed;
     --excess;
   }
   return absl::OkStatus();
 }
 
-// `status`; when it is an error, the temporary directory of `name` is removed first (the save
+// `status`; when it is an error, the temporary directory of the save is removed first (the save
 // failed: its files must not fill the disk).
-absl::Status RemoveTemporaryOnError(absl::string_view root, absl::string_view name,
+absl::Status RemoveTemporaryOnError(absl::string_view root, absl::string_view name, uint64_t save,
                                     absl::Status status) {
   if (status.ok()) return status;
-  absl::Status removed = AbandonCheckpoint(root, name);
+  absl::Status removed = AbandonCheckpoint(root, name, save);
   if (!removed.ok()) LOG(WARNING) << "removing the temporary of a failed save: " << removed;
   return status;
 }
@@ -329,10 +331,10 @@ absl::Status ValidateCheckpointName(absl::string_view name) {
   // The name as C escapes: a control character must not reach a message or a log line raw.
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint name '", CallerText(name, 255), "' ", why));
+        absl::StrCat("checkpoint name '", CallerText(name, kMaxCheckpointNameBytes), "' ", why));
   };
   if (name.empty()) return bad("is empty");
-  OPTSTEP_RETURN_IF_ERROR(CheckCallerName("checkpoint name", name, 255));
+  OPTSTEP_RETURN_IF_ERROR(CheckCallerName("checkpoint name", name, kMaxCheckpointNameBytes));
   if (name[0] == '.') return bad("starts with '.' (hidden names, '.' and '..' are reserved)");
   if (absl::StrContains(name, '/')) return bad("contains '/'; it must be one path component");
   return absl::OkStatus();
@@ -342,11 +344,19 @@ std::string CheckpointDir(absl::string_view root, absl::string_view name) {
   return absl::StrCat(root, "/", name);
 }
 
-std::string CheckpointTempDir(absl::string_view root, absl::string_view name) {
-  return absl::StrCat(root, "/.", name, ".tmp");
+uint64_t NewCheckpointSave() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t base = (uint64_t{std::random_device()()} << 32) ^ std::random_device()();
+  // Distinct within the process (the counter), and between processes sharing a root (the base).
+  const uint64_t save = base + (++counter) * 0x9E3779B97F4A7C15ull;
+  return save == 0 ? 1 : save;
 }
 
-absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name) {
+std::string CheckpointTempDir(absl::string_view root, absl::string_view name, uint64_t save) {
+  return absl::StrCat(root, "/.", name, ".", absl::Hex(save, absl::kZeroPad16), ".tmp");
+}
+
+absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name, uint64_t save) {
   OPTSTEP_RETURN_IF_ERROR(CheckDirName(root, name));
   const std::string root_dir(root);
   struct stat st;
@@ -358,14 +368,13 @@ absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name) {
     return absl::AlreadyExistsError(
         absl::StrCat("checkpoint '", name, "' exists already in '", root, "'"));
   }
-  const std::string tmp = CheckpointTempDir(root, name);
-  OPTSTEP_RETURN_IF_ERROR(internal::RemoveTree(tmp));
+  const std::string tmp = CheckpointTempDir(root, name, save);
   if (::mkdir(tmp.c_str(), 0755) != 0) return internal::ErrnoStatus(errno, "create", tmp);
-  return RemoveTemporaryOnError(root, name, internal::FsyncPath(root_dir));
+  return RemoveTemporaryOnError(root, name, save, internal::FsyncPath(root_dir));
 }
 
 absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::string_view name,
-                                               int rank, int world_size,
+                                               uint64_t save, int rank, int world_size,
                                                absl::Span<const TensorSource> tensors,
                                                const CheckpointProgressCallback& progress,
                                                const CheckpointIoOptions& options) {
@@ -384,7 +393,7 @@ absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::str
     entries.push_back({t.key, t.type, t.shape});
   }
   OPTSTEP_ASSIGN_OR_RETURN(std::string header, EncodeSafetensorsHeader(entries, {}));
-  const std::string tmp = CheckpointTempDir(root, name);
+  const std::string tmp = CheckpointTempDir(root, name, save);
   if (!internal::Exists(tmp)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint '", name, "': temporary directory '", tmp, "' is missing (not prepared)"));
@@ -402,17 +411,17 @@ absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::str
   return shard;
 }
 
-absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
+absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name, uint64_t save,
                               const Manifest& manifest, int keep_last) {
   OPTSTEP_RETURN_IF_ERROR(CheckDirName(root, name));
   if (keep_last < 0) {
     return absl::InvalidArgumentError(absl::StrCat("keep_last ", keep_last, " is negative"));
   }
   OPTSTEP_ASSIGN_OR_RETURN(std::string text, SerializeManifest(manifest));
-  OPTSTEP_RETURN_IF_ERROR(
-      RemoveTemporaryOnError(root, name, PublishCheckpoint(root, name, manifest, text)));
+  OPTSTEP_RETURN_IF_ERROR(RemoveTemporaryOnError(
+      root, name, save, PublishCheckpoint(root, name, save, manifest, text)));
   if (keep_last == 0) return absl::OkStatus();
-  return PruneCheckpoints(root, name, manifest, keep_last);
+  return PruneCheckpoints(root, name, save, manifest, keep_last);
 }
 
 absl::StatusOr<std::vector<std::string>> ListCheckpoints(absl::string_view root) {

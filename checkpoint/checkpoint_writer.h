@@ -4,11 +4,15 @@
 // Writing a checkpoint directory `<root>/<name>/` (docs/checkpoints.md) from several ranks that
 // share a file system, coordinated by the caller:
 //
-//   rank 0:     PrepareCheckpoint(root, name)           creates <root>/.<name>.tmp/
-//   every rank: WriteCheckpointShard(root, name, r, w, tensors, progress) -> ShardFile
-//   rank 0:     CommitCheckpoint(root, name, manifest with every rank's ShardFile, keep_last)
+//   rank 0:     PrepareCheckpoint(root, name, save)     creates <root>/.<name>.<save>.tmp/
+//   every rank: WriteCheckpointShard(root, name, save, r, w, tensors, progress) -> ShardFile
+//   rank 0:     CommitCheckpoint(root, name, save, manifest with every rank's ShardFile, ...)
 //
-// Crash safety: everything is written under the hidden temporary directory and fsynced; Commit
+// `save` identifies one save (NewCheckpointSave; the caller passes the same to every rank), so
+// that two saves of one name at once (two sessions, two groups sharing the root) each write their
+// own temporary and neither touches the other's: the first to commit takes the name, the other
+// gets ALREADY_EXISTS. Crash safety: everything is written under the hidden temporary directory
+// and fsynced; Commit
 // writes manifest.json last and renames the directory into place, so a directory without the
 // leading dot always holds a complete checkpoint. Pruning renames a victim back to a hidden
 // name before deleting it. A failure cleans up after itself: a shard that could not be written
@@ -67,23 +71,32 @@ struct ShardFile {
   uint32_t crc32c = 0;
 };
 
+// The longest checkpoint name: its temporary's, ".<name>.<16 hex digits>.tmp", must fit in the
+// 255 bytes of a file name.
+inline constexpr size_t kMaxCheckpointNameBytes = 255 - 22;
+
 // INVALID_ARGUMENT unless `name` is a single, non-hidden path component: not empty, not "." or
-// "..", no '/', no control character (bytes 0x00-0x1f, 0x7f), no leading '.', at most 255 bytes.
-// The message names the rule and the name, C-escaped.
+// "..", no '/', no control character (bytes 0x00-0x1f, 0x7f), no leading '.', at most
+// kMaxCheckpointNameBytes. The message names the rule and the name, C-escaped.
 absl::Status ValidateCheckpointName(absl::string_view name);
 
-// "<root>/<name>" and "<root>/.<name>.tmp".
+// A new identifier for one save (random, never 0): its temporary's name.
+uint64_t NewCheckpointSave();
+
+// "<root>/<name>" and "<root>/.<name>.<save as 16 hex digits>.tmp".
 std::string CheckpointDir(absl::string_view root, absl::string_view name);
 
 // Reads and parses <dir>/manifest.json: NOT_FOUND naming `dir` when there is none; parse errors
 // as ParseManifest's, prefixed with the file's path.
 absl::StatusOr<Manifest> ReadManifestFile(absl::string_view dir);
-std::string CheckpointTempDir(absl::string_view root, absl::string_view name);
+std::string CheckpointTempDir(absl::string_view root, absl::string_view name, uint64_t save);
 
-// Rank 0, first: validates `name`, ALREADY_EXISTS if <root>/<name> exists, removes a stale
-// <root>/.<name>.tmp, creates it and fsyncs `root` (which must exist: NOT_FOUND otherwise).
-// The temporary directory is removed again when the fsync fails.
-absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name);
+// Rank 0, first: validates `name`, ALREADY_EXISTS if <root>/<name> exists, creates the temporary
+// of `save` (ALREADY_EXISTS if it exists: the identifier is in use) and fsyncs `root` (which must
+// exist: NOT_FOUND otherwise). The temporary directory is removed again when the fsync fails.
+// The temporaries of other saves, of this name too, are not touched (a crashed save's go with
+// SweepStaleCheckpointTemporaries).
+absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name, uint64_t save);
 
 // Every rank: writes shard-<rank>-of-<world>.safetensors into the temporary directory,
 // streaming `tensors` in order through the staging buffer with the CRC-32C computed on the fly,
@@ -93,7 +106,7 @@ absl::Status PrepareCheckpoint(absl::string_view root, absl::string_view name);
 // run); a reader callback's error is returned as is, annotated with the key. On any failure after
 // the file was created, the partial file is removed.
 absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::string_view name,
-                                               int rank, int world_size,
+                                               uint64_t save, int rank, int world_size,
                                                absl::Span<const TensorSource> tensors,
                                                const CheckpointProgressCallback& progress = nullptr,
                                                const CheckpointIoOptions& options = {});
@@ -106,7 +119,7 @@ absl::StatusOr<ShardFile> WriteCheckpointShard(absl::string_view root, absl::str
 // digest, Manifest::session_id and session_owner; none when `manifest` names no session) in
 // `root` (0 keeps all); other sessions' checkpoints are never pruned, nor ones that name none.
 // Newest = latest manifest.json modification time, ties by name.
-absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name,
+absl::Status CommitCheckpoint(absl::string_view root, absl::string_view name, uint64_t save,
                               const Manifest& manifest, int keep_last);
 
 // Writes `contents` into `<dir>/<file>` atomically and durably: a hidden temporary beside it,

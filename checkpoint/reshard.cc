@@ -47,7 +47,7 @@ absl::Status CheckSameCopy(const CheckpointReader& src, const CheckpointTensor& 
 
 // Writes shard r of `sources` for every r and records each in `out.shards`; `total` counts the
 // bytes and files of every shard, for the progress.
-absl::Status WriteShards(absl::string_view dst_root, absl::string_view dst_name,
+absl::Status WriteShards(absl::string_view dst_root, absl::string_view dst_name, uint64_t save,
                          const std::vector<std::vector<TensorSource>>& sources,
                          CheckpointProgress total, const CheckpointProgressCallback& progress,
                          Manifest& out) {
@@ -60,8 +60,9 @@ absl::Status WriteShards(absl::string_view dst_root, absl::string_view dst_name,
       now.files_done += p.files_done;
       progress(now);
     };
-    OPTSTEP_ASSIGN_OR_RETURN(ShardFile file, WriteCheckpointShard(dst_root, dst_name, r, world_size,
-                                                                  sources[r], shard_progress));
+    OPTSTEP_ASSIGN_OR_RETURN(
+        ShardFile file,
+        WriteCheckpointShard(dst_root, dst_name, save, r, world_size, sources[r], shard_progress));
     total.bytes_done += file.bytes;
     ++total.files_done;
     out.shards.push_back({file.file, file.bytes, file.crc32c});
@@ -116,14 +117,15 @@ absl::Status Reshard(const CheckpointReader& src, absl::string_view dst_root,
     OPTSTEP_ASSIGN_OR_RETURN(std::string header, EncodeSafetensorsHeader(entries, {}));
     total.bytes_total += header.size();
   }
-  OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(dst_root, dst_name));
-  absl::Status written = WriteShards(dst_root, dst_name, sources, total, progress, out);
+  const uint64_t save = NewCheckpointSave();
+  OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(dst_root, dst_name, save));
+  absl::Status written = WriteShards(dst_root, dst_name, save, sources, total, progress, out);
   if (!written.ok()) {
     // A shard failed (its own file is gone already): the temporary goes with everything in it.
-    (void)AbandonCheckpoint(dst_root, dst_name);
+    (void)AbandonCheckpoint(dst_root, dst_name, save);
     return written;
   }
-  return CommitCheckpoint(dst_root, dst_name, out, /*keep_last=*/0);
+  return CommitCheckpoint(dst_root, dst_name, save, out, /*keep_last=*/0);
 }
 
 }  // namespace

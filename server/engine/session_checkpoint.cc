@@ -93,8 +93,8 @@ absl::StatusOr<ShardFile> WriteSnapshotShard(Session& session, uint64_t token,
     source.data = tensor.bytes.data();
     sources.push_back(std::move(source));
   }
-  return WriteCheckpointShard(where.root, where.name, session.rank(), session.layout().world_size,
-                              sources);
+  return WriteCheckpointShard(where.root, where.name, token, session.rank(),
+                              session.layout().world_size, sources);
 }
 
 absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
@@ -112,11 +112,11 @@ absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
     source.read = std::move(t.read);
     sources.push_back(std::move(source));
   }
-  return WriteCheckpointShard(where.root, where.name, session.rank(), session.layout().world_size,
-                              sources, progress);
+  return WriteCheckpointShard(where.root, where.name, token, session.rank(),
+                              session.layout().world_size, sources, progress);
 }
 
-absl::Status CommitSessionCheckpoint(Session& session, const HeldPoint& point,
+absl::Status CommitSessionCheckpoint(Session& session, uint64_t token, const HeldPoint& point,
                                      const CheckpointLocation& where,
                                      const std::string& definition_json,
                                      const std::vector<ShardFile>& shards, int keep_last) {
@@ -143,7 +143,7 @@ absl::Status CommitSessionCheckpoint(Session& session, const HeldPoint& point,
   for (const ShardFile& shard : shards) {
     manifest.shards.push_back(ManifestShard{shard.file, shard.bytes, shard.crc32c});
   }
-  return CommitCheckpoint(where.root, where.name, manifest, keep_last);
+  return CommitCheckpoint(where.root, where.name, token, manifest, keep_last);
 }
 
 absl::StatusOr<uint64_t> StageCheckpoint(Session& session, uint64_t token,

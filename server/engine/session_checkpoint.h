@@ -6,6 +6,7 @@
 // Settle) and runs the parts in this order:
 //
 //   Save: rank 0 PrepareCheckpoint -> every rank WriteHeldShard -> rank 0 CommitSessionCheckpoint
+//         (the hold's token is the save's identifier: its temporary directory's name)
 //   Load: every rank StageCheckpoint -> when all succeeded, every rank SessionHolds::ApplyStaged
 //
 // Shard r holds the masters and optimizer state of the parameters rank r owns, and the counters
@@ -62,7 +63,7 @@ absl::StatusOr<ShardFile> WriteSnapshotShard(Session& session, uint64_t token,
 
 // Rank 0: the manifest of the held state (definition: opaque JSON text of the session's
 // definition; layout, costs, groups, counters) with every rank's shard, then the commit.
-absl::Status CommitSessionCheckpoint(Session& session, const HeldPoint& point,
+absl::Status CommitSessionCheckpoint(Session& session, uint64_t token, const HeldPoint& point,
                                      const CheckpointLocation& where,
                                      const std::string& definition_json,
                                      const std::vector<ShardFile>& shards, int keep_last);

@@ -231,10 +231,11 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
       LocateCheckpoint(options_.checkpoint_root,
                        AutoCheckpointName(session.id(), session.stats().step), true));
   std::error_code error;
+  const uint64_t token = HeldOperations::NewToken();  // also the save's: its temporary's name
   const bool guessed = !fs::exists(CheckpointDir(guess.root, guess.name), error) &&
-                       PrepareCheckpoint(guess.root, guess.name).ok();
+                       PrepareCheckpoint(guess.root, guess.name, token).ok();
   absl::Status status = HeldOperations(group_).WithHeldSession(
-      session, [&](uint64_t token, const HeldPoint& point) -> absl::Status {
+      session, token, [&](uint64_t, const HeldPoint& point) -> absl::Status {
         const absl::Time settled = absl::Now();
         at = point;
         const std::string name = AutoCheckpointName(session.id(), point.step);
@@ -243,7 +244,7 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
         exists = fs::exists(CheckpointDir(where.root, where.name), error);
         if (exists) return absl::OkStatus();  // this step is saved already
         if (!guessed || where.name != guess.name) {
-          OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name));
+          OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name, token));
         }
         prepared = true;
         // Each rank snapshots its shard, lets its steps go on, then writes it.
@@ -269,15 +270,15 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
         });
       });
   if (guessed && (where.name != guess.name || !prepared)) {
-    (void)AbandonCheckpoint(guess.root, guess.name);  // the hold settled elsewhere
+    (void)AbandonCheckpoint(guess.root, guess.name, token);  // the hold settled elsewhere
   }
   if (status.ok() && !exists) {
-    status =
-        CommitSessionCheckpoint(session, at, where, definition, shards, std::max(1, options_.keep));
+    status = CommitSessionCheckpoint(session, token, at, where, definition, shards,
+                                     std::max(1, options_.keep));
   }
   if (!status.ok()) {
     if (prepared) {
-      absl::Status removed = AbandonCheckpoint(where.root, where.name);
+      absl::Status removed = AbandonCheckpoint(where.root, where.name, token);
       if (!removed.ok()) LOG(WARNING) << "removing the temporary of a failed save: " << removed;
     }
     return status;

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <map>
 #include <optional>
-#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -22,13 +21,6 @@
 
 namespace optstep {
 namespace {
-
-uint64_t NewToken() {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t base = std::random_device()() * 0x9E3779B97F4A7C15ull;
-  const uint64_t token = base + (++counter) * 0xBF58476D1CE4E5B9ull;
-  return token == 0 ? 1 : token;
-}
 
 v1::HeldSessionRequest HeldRequest(const Session& session, uint64_t token, absl::Duration lease) {
   v1::HeldSessionRequest request;
@@ -61,14 +53,16 @@ std::vector<int> RanksOf(const std::string& key, const Session& session,
 
 }  // namespace
 
-absl::Status HeldOperations::WithHeldSession(Session& session, const HeldOperation& op) {
+uint64_t HeldOperations::NewToken() { return NewCheckpointSave(); }
+
+absl::Status HeldOperations::WithHeldSession(Session& session, uint64_t token,
+                                             const HeldOperation& op) {
   OPTSTEP_RETURN_IF_ERROR(group_->PeersStatus());
   if (options().rank != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint and state dict operations are served by rank 0; this is rank ",
                      options().rank));
   }
-  const uint64_t token = NewToken();
   const absl::Duration lease = options().hold_lease;
   const absl::Duration call_timeout = absl::Seconds(30);
   const v1::HeldSessionRequest base = HeldRequest(session, token, lease);
@@ -260,11 +254,11 @@ absl::StatusOr<uint64_t> HeldOperations::SaveCheckpoint(
   OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
   uint64_t step = 0;
   OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint& point) {
-    OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name));
+    OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name, token));
     absl::Status saved = SaveShardsAndCommit(session, token, point, where, definition, progress);
     if (!saved.ok()) {
       // Every rank's failure path removed its own shard; the temporary goes with the rest.
-      absl::Status removed = AbandonCheckpoint(where.root, where.name);
+      absl::Status removed = AbandonCheckpoint(where.root, where.name, token);
       if (!removed.ok()) LOG(WARNING) << "removing the temporary of a failed save: " << removed;
     }
     step = point.step;
@@ -302,7 +296,7 @@ absl::Status HeldOperations::SaveShardsAndCommit(Session& session, uint64_t toke
     ++files_done;
     return absl::OkStatus();
   }));
-  return CommitSessionCheckpoint(session, point, where, definition, shards,
+  return CommitSessionCheckpoint(session, token, point, where, definition, shards,
                                  options().keep_checkpoints);
 }
 

@@ -29,11 +29,19 @@ class HeldOperations {
   // `group` must outlive this object.
   explicit HeldOperations(RankGroup* group) : group_(group) {}
 
+  // A new hold token: random, never 0, distinct from every other this process makes.
+  static uint64_t NewToken();
+
   // Holds `session` on every rank, settles them at the highest resolution any of them started,
   // runs `op` with the hold's token and the settled point, and releases every rank whatever
   // happened. Blocks. UNAVAILABLE once a peer is lost (RankGroup::PeersStatus).
   using HeldOperation = std::function<absl::Status(uint64_t token, const HeldPoint& point)>;
-  absl::Status WithHeldSession(Session& session, const HeldOperation& op);
+  absl::Status WithHeldSession(Session& session, const HeldOperation& op) {
+    return WithHeldSession(session, NewToken(), op);
+  }
+  // As above with the token `token` (NewToken), for a caller that needs it before the hold (a
+  // save's temporary made ahead of it).
+  absl::Status WithHeldSession(Session& session, uint64_t token, const HeldOperation& op);
 
   // The state dict of `model_chunks` (all when empty) gathered from every rank at one step:
   // every master from rank 0 (REPLICATED storage) or from its owner (OWNERS), each parameter's

@@ -26,6 +26,9 @@
 namespace optstep {
 namespace {
 
+// The identifier of the saves these tests make (NewCheckpointSave in the servers).
+constexpr uint64_t kSave = 0x5a7e;
+
 using testutil::DirectoryEntries;
 using testutil::FreshDir;
 using testutil::IsOk;
@@ -40,16 +43,16 @@ const std::vector<int> kOwners = {0, 1, 1, 0};
 
 TEST(CheckpointCleanupTest, AFailedShardWriteRemovesItsPartialFile) {
   const std::string root = FreshDir("cleanup");
-  ASSERT_THAT(PrepareCheckpoint(root, "p"), IsOk());
+  ASSERT_THAT(PrepareCheckpoint(root, "p", kSave), IsOk());
   const std::vector<float> big(1000, 1.5f);  // written in several flushes before the failure
   TensorSource written{"param/w0", StateTensor::Type::kF32, {1000}, big.data()};
   TensorSource failing{"param/b0", StateTensor::Type::kF32, {3}};
   failing.read = [](uint64_t, size_t, void*) { return absl::UnavailableError("device lost"); };
   CheckpointIoOptions options;
   options.staging_bytes = 64;
-  EXPECT_THAT(WriteCheckpointShard(root, "p", 1, 2, {written, failing}, nullptr, options),
+  EXPECT_THAT(WriteCheckpointShard(root, "p", kSave, 1, 2, {written, failing}, nullptr, options),
               StatusIs(absl::StatusCode::kUnavailable, "reading tensor 'param/b0'"));
-  const std::string tmp = CheckpointTempDir(root, "p");
+  const std::string tmp = CheckpointTempDir(root, "p", kSave);
   EXPECT_FALSE(PathExists(tmp + "/" + ShardFileName(1, 2)));
   EXPECT_TRUE(PathExists(tmp));  // rank 0's to remove: another rank may still be writing into it
 }
@@ -58,22 +61,23 @@ TEST(CheckpointCleanupTest, AFailedCommitRemovesTheTemporaryDirectory) {
   const std::string root = FreshDir("cleanup");
   const std::vector<std::vector<OwnedTensor>> shards = SampleShards(2, kOwners);
   // A shard missing: DATA_LOSS, and the temporary with the shard that was written is gone.
-  ASSERT_THAT(PrepareCheckpoint(root, "c"), IsOk());
+  ASSERT_THAT(PrepareCheckpoint(root, "c", kSave), IsOk());
   const OwnedTensor& t = shards[0][0];
   TensorSource source{t.key, t.type, t.shape, t.bytes.data()};
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShardFile file, WriteCheckpointShard(root, "c", 0, 2, {source}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShardFile file,
+                               WriteCheckpointShard(root, "c", kSave, 0, 2, {source}));
   Manifest manifest = SampleManifest(2, kOwners);
   manifest.shards = {{file.file, file.bytes, file.crc32c}, {ShardFileName(1, 2), 8, 0}};
-  EXPECT_THAT(CommitCheckpoint(root, "c", manifest, 0),
+  EXPECT_THAT(CommitCheckpoint(root, "c", kSave, manifest, 0),
               StatusIs(absl::StatusCode::kDataLoss, "was not written"));
   EXPECT_THAT(DirectoryEntries(root), ::testing::IsEmpty());
   // The name taken meanwhile: ALREADY_EXISTS, and the temporary is gone too.
-  ASSERT_THAT(PrepareCheckpoint(root, "d"), IsOk());
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(file, WriteCheckpointShard(root, "d", 0, 1, {source}));
+  ASSERT_THAT(PrepareCheckpoint(root, "d", kSave), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(file, WriteCheckpointShard(root, "d", kSave, 0, 1, {source}));
   ASSERT_EQ(::mkdir((root + "/d").c_str(), 0755), 0);
   manifest = SampleManifest(1, {0, 0, 0, 0});
   manifest.shards = {{file.file, file.bytes, file.crc32c}};
-  EXPECT_THAT(CommitCheckpoint(root, "d", manifest, 0),
+  EXPECT_THAT(CommitCheckpoint(root, "d", kSave, manifest, 0),
               StatusIs(absl::StatusCode::kAlreadyExists, "exists already"));
   EXPECT_THAT(DirectoryEntries(root), ::testing::ElementsAre("d"));
 }
@@ -102,7 +106,7 @@ TEST(CheckpointCleanupTest, UnsafeNamesAreRefusedEscapedBeforeAnyFileIsTouched) 
                                           "../up",      "a/b",
                                           ".hidden",    std::string(256, 'n')};
   for (const std::string& name : names) {
-    EXPECT_THAT(PrepareCheckpoint(root, name), StatusIs(absl::StatusCode::kInvalidArgument))
+    EXPECT_THAT(PrepareCheckpoint(root, name, kSave), StatusIs(absl::StatusCode::kInvalidArgument))
         << absl::CHexEscape(name);
     EXPECT_THAT(CheckpointReader::Open(root, name), StatusIs(absl::StatusCode::kInvalidArgument))
         << absl::CHexEscape(name);

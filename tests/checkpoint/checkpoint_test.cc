@@ -25,6 +25,12 @@
 namespace optstep {
 namespace {
 
+// The identifier of the saves these tests make (NewCheckpointSave in the servers).
+constexpr uint64_t kSave = 0x5a7e;
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using testutil::DirectoryEntries;
 using testutil::FreshDir;
 using testutil::IsOk;
 using testutil::OwnedTensor;
@@ -105,12 +111,13 @@ TEST_F(CheckpointTest, StreamedReadsComeInBoundedPieces) {
   CheckpointIoOptions options;
   options.staging_bytes = 4096;
   OwnedTensor big = testutil::F32Tensor("param/big", {3000}, 0.0f);  // 12000 bytes
-  ASSERT_THAT(PrepareCheckpoint(root_, "big"), IsOk());
+  ASSERT_THAT(PrepareCheckpoint(root_, "big", kSave), IsOk());
   TensorSource source{big.key, big.type, big.shape, big.bytes.data()};
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShardFile file, WriteCheckpointShard(root_, "big", 0, 1, {source}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShardFile file,
+                               WriteCheckpointShard(root_, "big", kSave, 0, 1, {source}));
   Manifest m = SampleManifest(1, {0, 0, 0, 0});
   m.shards = {{file.file, file.bytes, file.crc32c}};
-  ASSERT_THAT(CommitCheckpoint(root_, "big", m, 0), IsOk());
+  ASSERT_THAT(CommitCheckpoint(root_, "big", kSave, m, 0), IsOk());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto big_reader, CheckpointReader::Open(root_, "big", options));
   std::string got;
   std::vector<size_t> pieces;
@@ -192,7 +199,7 @@ TEST_F(CheckpointTest, ShardFileIsPlainSafetensorsWithTheReportedChecksum) {
 }
 
 TEST_F(CheckpointTest, ProgressCountsEveryByte) {
-  ASSERT_THAT(PrepareCheckpoint(root_, "p"), IsOk());
+  ASSERT_THAT(PrepareCheckpoint(root_, "p", kSave), IsOk());
   std::vector<TensorSource> sources;
   for (const OwnedTensor& t : shards_[0])
     sources.push_back({t.key, t.type, t.shape, t.bytes.data()});
@@ -203,7 +210,7 @@ TEST_F(CheckpointTest, ProgressCountsEveryByte) {
   options.staging_bytes = 4096;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(
       ShardFile file, WriteCheckpointShard(
-                          root_, "p", 0, 2, sources,
+                          root_, "p", kSave, 0, 2, sources,
                           [&](const CheckpointProgress& p) { seen.push_back(p); }, options));
   ASSERT_GE(seen.size(), 5u);
   EXPECT_EQ(seen.back().bytes_done, file.bytes);
@@ -213,29 +220,29 @@ TEST_F(CheckpointTest, ProgressCountsEveryByte) {
 }
 
 TEST_F(CheckpointTest, ReaderCallbackErrorsNameTheKey) {
-  ASSERT_THAT(PrepareCheckpoint(root_, "e"), IsOk());
+  ASSERT_THAT(PrepareCheckpoint(root_, "e", kSave), IsOk());
   TensorSource source{"param/w0", StateTensor::Type::kF32, {4, 3}};
   source.read = [](uint64_t, size_t, void*) { return absl::UnavailableError("device lost"); };
-  EXPECT_THAT(WriteCheckpointShard(root_, "e", 0, 1, {source}),
+  EXPECT_THAT(WriteCheckpointShard(root_, "e", kSave, 0, 1, {source}),
               StatusIs(absl::StatusCode::kUnavailable, "reading tensor 'param/w0'"));
   TensorSource both{"param/w0", StateTensor::Type::kF32, {1}, &root_};
   both.read = source.read;
-  EXPECT_THAT(WriteCheckpointShard(root_, "e", 0, 1, {both}),
+  EXPECT_THAT(WriteCheckpointShard(root_, "e", kSave, 0, 1, {both}),
               StatusIs(absl::StatusCode::kInvalidArgument, "exactly one of"));
-  EXPECT_THAT(WriteCheckpointShard(root_, "e", 2, 2, {}),
+  EXPECT_THAT(WriteCheckpointShard(root_, "e", kSave, 2, 2, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, "rank 2 is not a rank of world size 2"));
-  EXPECT_THAT(WriteCheckpointShard(root_, "unprepared", 0, 1, {}),
+  EXPECT_THAT(WriteCheckpointShard(root_, "unprepared", kSave, 0, 1, {}),
               StatusIs(absl::StatusCode::kFailedPrecondition, "not prepared"));
 }
 
 TEST_F(CheckpointTest, NamesThatEscapeTheRootAreRefused) {
   for (const char* name : {"", ".", "..", "../x", "a/b", "/abs", ".hidden", ".c1.tmp"}) {
-    EXPECT_THAT(PrepareCheckpoint(root_, name), StatusIs(absl::StatusCode::kInvalidArgument))
+    EXPECT_THAT(PrepareCheckpoint(root_, name, kSave), StatusIs(absl::StatusCode::kInvalidArgument))
         << name;
-    EXPECT_THAT(WriteCheckpointShard(root_, name, 0, 1, {}),
+    EXPECT_THAT(WriteCheckpointShard(root_, name, kSave, 0, 1, {}),
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << name;
-    EXPECT_THAT(CommitCheckpoint(root_, name, SampleManifest(1, {0, 0, 0, 0}), 0),
+    EXPECT_THAT(CommitCheckpoint(root_, name, kSave, SampleManifest(1, {0, 0, 0, 0}), 0),
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << name;
     EXPECT_THAT(CheckpointReader::Open(root_, name), StatusIs(absl::StatusCode::kInvalidArgument))
@@ -245,25 +252,27 @@ TEST_F(CheckpointTest, NamesThatEscapeTheRootAreRefused) {
               StatusIs(absl::StatusCode::kInvalidArgument, "checkpoint name '../x' starts with"));
   EXPECT_THAT(ValidateCheckpointName("a/b"),
               StatusIs(absl::StatusCode::kInvalidArgument, "contains '/'"));
-  EXPECT_THAT(ValidateCheckpointName(std::string(256, 'x')),
-              StatusIs(absl::StatusCode::kInvalidArgument, "256 bytes"));
+  // The temporary's name, ".<name>.<16 hex digits>.tmp", must fit in 255 bytes.
+  EXPECT_THAT(ValidateCheckpointName(std::string(234, 'x')),
+              StatusIs(absl::StatusCode::kInvalidArgument, "234 bytes"));
+  EXPECT_THAT(ValidateCheckpointName(std::string(233, 'x')), IsOk());
   EXPECT_THAT(ValidateCheckpointName("step-100_ok.v2"), IsOk());
 }
 
 TEST_F(CheckpointTest, ExistingNameIsAlreadyExists) {
   WriteSample("c1");
-  EXPECT_THAT(PrepareCheckpoint(root_, "c1"),
+  EXPECT_THAT(PrepareCheckpoint(root_, "c1", kSave),
               StatusIs(absl::StatusCode::kAlreadyExists, "checkpoint 'c1' exists already"));
-  EXPECT_THAT(PrepareCheckpoint(root_ + "/missing", "c2"),
+  EXPECT_THAT(PrepareCheckpoint(root_ + "/missing", "c2", kSave),
               StatusIs(absl::StatusCode::kNotFound, "not an existing directory"));
 }
 
-TEST_F(CheckpointTest, CrashBeforeCommitLeavesNoCheckpointAndPrepareCleansUp) {
+TEST_F(CheckpointTest, CrashBeforeCommitLeavesNoCheckpointAndAFailedCommitCleansUp) {
   // A save that died after writing its shards: never listed, never opened.
-  ASSERT_THAT(PrepareCheckpoint(root_, "c1"), IsOk());
+  ASSERT_THAT(PrepareCheckpoint(root_, "c1", kSave), IsOk());
   TensorSource source{"param/w0", StateTensor::Type::kF32, {4, 3}, shards_[0][0].bytes.data()};
-  ASSERT_THAT(WriteCheckpointShard(root_, "c1", 0, 2, {source}), IsOk());
-  const std::string tmp = CheckpointTempDir(root_, "c1");
+  ASSERT_THAT(WriteCheckpointShard(root_, "c1", kSave, 0, 2, {source}), IsOk());
+  const std::string tmp = CheckpointTempDir(root_, "c1", kSave);
   EXPECT_TRUE(PathExists(tmp + "/shard-0-of-2.safetensors"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> listed, ListCheckpoints(root_));
   EXPECT_TRUE(listed.empty());
@@ -271,24 +280,55 @@ TEST_F(CheckpointTest, CrashBeforeCommitLeavesNoCheckpointAndPrepareCleansUp) {
   // A commit with a shard missing is refused and publishes nothing.
   Manifest m = SampleManifest(2, kOwners);
   m.shards = {{"shard-0-of-2.safetensors", 0, 0}, {"shard-1-of-2.safetensors", 0, 0}};
-  EXPECT_THAT(CommitCheckpoint(root_, "c1", m, 0),
+  EXPECT_THAT(CommitCheckpoint(root_, "c1", kSave, m, 0),
               StatusIs(absl::StatusCode::kDataLoss, "shard 'shard-0-of-2.safetensors' has"));
   EXPECT_FALSE(PathExists(root_ + "/c1"));
-  // The next Prepare of that name starts from an empty temporary directory.
-  ASSERT_THAT(PrepareCheckpoint(root_, "c1"), IsOk());
-  EXPECT_TRUE(PathExists(tmp));
-  EXPECT_FALSE(PathExists(tmp + "/shard-0-of-2.safetensors"));
+  EXPECT_FALSE(PathExists(tmp));
+  // The next save of that name starts from an empty temporary directory of its own.
+  ASSERT_THAT(PrepareCheckpoint(root_, "c1", kSave + 1), IsOk());
+  EXPECT_THAT(DirectoryEntries(CheckpointTempDir(root_, "c1", kSave + 1)), IsEmpty());
+}
+
+// Two saves of one name at once (two sessions, two groups sharing the root) write temporaries of
+// their own: the first to commit takes the name with its own bytes, the other is refused and
+// leaves nothing. With one temporary per name, the second Prepare removed the first save's files
+// and the first commit published its manifest over the second save's shard.
+TEST_F(CheckpointTest, TwoSavesOfOneNameAtOnceDoNotMix) {
+  const uint64_t first = kSave, second = kSave + 1;
+  ASSERT_THAT(PrepareCheckpoint(root_, "c1", first), IsOk());
+  TensorSource mine{"param/w0", StateTensor::Type::kF32, {4, 3}, shards_[0][0].bytes.data()};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShardFile file,
+                               WriteCheckpointShard(root_, "c1", first, 0, 1, {mine}));
+  ASSERT_THAT(PrepareCheckpoint(root_, "c1", second), IsOk());
+  std::string other_bytes = shards_[0][0].bytes;
+  other_bytes[0] ^= 0x01;  // the same size, other values
+  TensorSource other{"param/w0", StateTensor::Type::kF32, {4, 3}, other_bytes.data()};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(ShardFile other_file,
+                               WriteCheckpointShard(root_, "c1", second, 0, 1, {other}));
+  ASSERT_NE(other_file.crc32c, file.crc32c);
+
+  Manifest m = SampleManifest(1, {0, 0, 0, 0});
+  m.shards = {{file.file, file.bytes, file.crc32c}};
+  ASSERT_THAT(CommitCheckpoint(root_, "c1", first, m, 0), IsOk());
+  m.shards = {{other_file.file, other_file.bytes, other_file.crc32c}};
+  EXPECT_THAT(CommitCheckpoint(root_, "c1", second, m, 0),
+              StatusIs(absl::StatusCode::kAlreadyExists, "checkpoint 'c1' exists already"));
+  EXPECT_THAT(DirectoryEntries(root_), ElementsAre("c1"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto reader, CheckpointReader::Open(root_, "c1"));
+  EXPECT_THAT(reader->Verify(), IsOk());
 }
 
 TEST_F(CheckpointTest, KeepLastPrunesOldestCompleteCheckpoints) {
   for (const char* name : {"s1", "s2", "s3"}) WriteSample(name);
-  ASSERT_THAT(PrepareCheckpoint(root_, "pending"), IsOk());  // not complete: never pruned
+  ASSERT_THAT(PrepareCheckpoint(root_, "pending", kSave), IsOk());  // not complete: never pruned
   WriteSample("s4", /*keep_last=*/2);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> listed, ListCheckpoints(root_));
   EXPECT_EQ(listed, (std::vector<std::string>{"s3", "s4"}));
   EXPECT_FALSE(PathExists(root_ + "/s1"));
-  EXPECT_FALSE(PathExists(root_ + "/.s1.tmp"));
-  EXPECT_TRUE(PathExists(CheckpointTempDir(root_, "pending")));
+  EXPECT_THAT(DirectoryEntries(root_),
+              ElementsAre(absl::StrCat(".pending.", absl::Hex(kSave, absl::kZeroPad16), ".tmp"),
+                          "s3", "s4"));
+  EXPECT_TRUE(PathExists(CheckpointTempDir(root_, "pending", kSave)));
   WriteSample("s5", /*keep_last=*/1);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(listed, ListCheckpoints(root_));
   EXPECT_EQ(listed, (std::vector<std::string>{"s5"}));
@@ -300,7 +340,7 @@ TEST_F(CheckpointTest, KeepLastPrunesOldestCompleteCheckpoints) {
   ASSERT_THAT(WriteCheckpoint(root_, "o2", other, shards_, /*keep_last=*/1), IsOk());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(listed, ListCheckpoints(root_));
   EXPECT_EQ(listed, (std::vector<std::string>{"s6", "o2"}));
-  EXPECT_THAT(CommitCheckpoint(root_, "s7", SampleManifest(1, {0, 0, 0, 0}), -1),
+  EXPECT_THAT(CommitCheckpoint(root_, "s7", kSave, SampleManifest(1, {0, 0, 0, 0}), -1),
               StatusIs(absl::StatusCode::kInvalidArgument, "keep_last -1"));
 }
 
@@ -388,16 +428,16 @@ TEST_F(CheckpointTest, BadShardHeaderJsonIsDataLoss) {
 // Writes a one-shard checkpoint whose shard is `json` (space-padded) plus `data_bytes` zeros.
 void WriteRawShard(const std::string& root, const std::string& name, std::string json,
                    size_t data_bytes) {
-  ASSERT_THAT(PrepareCheckpoint(root, name), IsOk());
+  ASSERT_THAT(PrepareCheckpoint(root, name, kSave), IsOk());
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string file(8, '\0');
   const uint64_t n = json.size();
   std::memcpy(file.data(), &n, 8);
   file += json + std::string(data_bytes, '\0');
-  Spit(CheckpointTempDir(root, name) + "/shard-0-of-1.safetensors", file);
+  Spit(CheckpointTempDir(root, name, kSave) + "/shard-0-of-1.safetensors", file);
   Manifest m = SampleManifest(1, {0, 0, 0, 0});
   m.shards = {{"shard-0-of-1.safetensors", file.size(), Crc32c(file.data(), file.size())}};
-  ASSERT_THAT(CommitCheckpoint(root, name, m, 0), IsOk());
+  ASSERT_THAT(CommitCheckpoint(root, name, kSave, m, 0), IsOk());
 }
 
 TEST_F(CheckpointTest, OffsetsOutOfRangeOrOverlappingAreDataLoss) {

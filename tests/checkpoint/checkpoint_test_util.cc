@@ -73,7 +73,8 @@ std::vector<std::vector<OwnedTensor>> SampleShards(int world_size, const std::ve
 absl::Status WriteCheckpoint(absl::string_view root, absl::string_view name, Manifest manifest,
                              const std::vector<std::vector<OwnedTensor>>& shards, int keep_last,
                              const CheckpointIoOptions& options) {
-  OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(root, name));
+  const uint64_t save = NewCheckpointSave();
+  OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(root, name, save));
   manifest.shards.clear();
   for (size_t r = 0; r < shards.size(); ++r) {
     std::vector<TensorSource> sources;
@@ -90,12 +91,13 @@ absl::Status WriteCheckpoint(absl::string_view root, absl::string_view name, Man
       }
       sources.push_back(std::move(source));
     }
-    OPTSTEP_ASSIGN_OR_RETURN(ShardFile file, WriteCheckpointShard(root, name, static_cast<int>(r),
-                                                                  static_cast<int>(shards.size()),
-                                                                  sources, nullptr, options));
+    OPTSTEP_ASSIGN_OR_RETURN(
+        ShardFile file,
+        WriteCheckpointShard(root, name, save, static_cast<int>(r), static_cast<int>(shards.size()),
+                             sources, nullptr, options));
     manifest.shards.push_back({file.file, file.bytes, file.crc32c});
   }
-  return CommitCheckpoint(root, name, manifest, keep_last);
+  return CommitCheckpoint(root, name, save, manifest, keep_last);
 }
 
 absl::StatusOr<std::string> ReadBytes(const CheckpointReader& reader, absl::string_view key) {

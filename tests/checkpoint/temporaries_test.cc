@@ -22,6 +22,9 @@
 namespace optstep {
 namespace {
 
+// The identifier of the saves these tests make (NewCheckpointSave in the servers).
+constexpr uint64_t kSave = 0x5a7e;
+
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using testutil::FreshDir;
@@ -47,19 +50,20 @@ void MakeDir(const std::string& dir, absl::Time when) {
 
 TEST(TemporariesTest, AbandonRemovesTheTemporaryAndEverythingInIt) {
   const std::string root = FreshDir("abandon");
-  ASSERT_THAT(PrepareCheckpoint(root, "a"), IsOk());
-  Touch(CheckpointTempDir(root, "a") + "/shard-0-of-2.safetensors");
-  EXPECT_THAT(AbandonCheckpoint(root, "a"), IsOk());
-  EXPECT_FALSE(PathExists(CheckpointTempDir(root, "a")));
-  EXPECT_THAT(AbandonCheckpoint(root, "a"), IsOk());  // none: nothing to do
-  EXPECT_THAT(AbandonCheckpoint(root, "../a"), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_THAT(PrepareCheckpoint(root, "a", kSave), IsOk());
+  Touch(CheckpointTempDir(root, "a", kSave) + "/shard-0-of-2.safetensors");
+  EXPECT_THAT(AbandonCheckpoint(root, "a", kSave), IsOk());
+  EXPECT_FALSE(PathExists(CheckpointTempDir(root, "a", kSave)));
+  EXPECT_THAT(AbandonCheckpoint(root, "a", kSave), IsOk());  // none: nothing to do
+  EXPECT_THAT(AbandonCheckpoint(root, "../a", kSave), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(TemporariesTest, SweepRemovesOnlyTemporariesIdleBeyondTheBound) {
   const std::string root = FreshDir("sweep");
   const absl::Time now = absl::Now();
   const absl::Time old = now - absl::Hours(2);
-  MakeDir(root + "/.crashed.tmp", old);  // a save that died: removed
+  MakeDir(CheckpointTempDir(root, "crashed.v2", kSave), old);  // a save that died: removed
+  MakeDir(root + "/.crashed.tmp", old);  // one of a release before the save identifiers: removed
   MakeDir(root + "/.pruned.tmp", old);   // a pruning victim half deleted: removed
   MakeDir(root + "/.running.tmp", now);  // a save writing now: kept
   MakeDir(root + "/.resumed.tmp", old);  // an old directory with a file written just now
@@ -73,7 +77,8 @@ TEST(TemporariesTest, SweepRemovesOnlyTemporariesIdleBeyondTheBound) {
 
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<std::string> removed,
                                SweepStaleCheckpointTemporaries(root, absl::Hours(1), now));
-  EXPECT_THAT(removed, ElementsAre("crashed", "pruned"));
+  EXPECT_THAT(removed, ElementsAre("crashed", "crashed.v2", "pruned"));
+  EXPECT_FALSE(PathExists(CheckpointTempDir(root, "crashed.v2", kSave)));
   EXPECT_FALSE(PathExists(root + "/.crashed.tmp"));
   EXPECT_FALSE(PathExists(root + "/.pruned.tmp"));
   for (const char* kept :

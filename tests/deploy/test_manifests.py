@@ -214,8 +214,8 @@ def test_security_context(target):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_checkpoints_are_one_file_system_shared_by_every_rank(target):
-    # Rank 0 prepares <root>/.<name>.tmp, every rank writes its shard into it, rank 0 writes the
-    # manifest and renames it (docs/checkpoints.md): every rank must see the same directory.
+    # Rank 0 prepares <root>/.<name>.<save>.tmp, every rank writes its shard into it, rank 0 writes
+    # the manifest and renames it (docs/checkpoints.md): every rank must see the same directory.
     objects = objects_of(target)
     sts, pod, c = container(objects)
     root = server_flags(objects)["--checkpoint_root"]

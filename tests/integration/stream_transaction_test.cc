@@ -274,18 +274,32 @@ TEST_F(StreamTransactionTest, AnInitStreamStagesABoundedAmountAndFourPerTrainerA
     open.push_back(stub->InitParameters(&contexts[s], &responses[s]));
     ASSERT_TRUE(open.back()->Write(piece(0)));
   }
+  // A Write is out once it is sent, not once the rank has taken it: a fifth stream may reach the
+  // rank before one of the four and take its slot, and that one is refused instead. Either way
+  // exactly one of the five is refused, and the four others are open together.
   absl::Status fifth = absl::OkStatus();
   for (int tries = 0; tries < 50 && fifth.ok(); ++tries) {
     fifth = Init(contiguous);
     absl::SleepFor(absl::Milliseconds(20));
   }
-  EXPECT_THAT(fifth, StatusIs(absl::StatusCode::kResourceExhausted,
-                              "4 InitParameters streams of the session (4 per trainer) are open "
-                              "on this rank already; nothing was written"));
+  int refused = fifth.ok() ? 0 : 1;
+  const auto refusal = StatusIs(absl::StatusCode::kResourceExhausted,
+                                "4 InitParameters streams of the session (4 per trainer) are open "
+                                "on this rank already; nothing was written");
+  if (!fifth.ok()) {
+    EXPECT_THAT(fifth, refusal);
+  }
   for (auto& writer : open) {
     writer->WritesDone();
-    EXPECT_THAT(FromGrpcStatus(writer->Finish()), StatusIs(absl::StatusCode::kInvalidArgument));
+    const absl::Status ended = FromGrpcStatus(writer->Finish());
+    if (ended.code() == absl::StatusCode::kResourceExhausted) {
+      EXPECT_THAT(ended, refusal);
+      ++refused;
+    } else {
+      EXPECT_THAT(ended, StatusIs(absl::StatusCode::kInvalidArgument));
+    }
   }
+  EXPECT_EQ(refused, 1) << "four InitParameters streams per trainer are open at most, and four may";
   // Given back before the first stream's caller heard its end.
   EXPECT_THAT(Init(contiguous), IsOk());
 }

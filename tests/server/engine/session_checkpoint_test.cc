@@ -96,10 +96,10 @@ TEST_F(SessionCheckpointTest, LoadReadsEachShardOnceAndRefusesACorruptedOne) {
   Step(1);
   HeldPoint point;
   Hold(1, 1, &point);
-  ASSERT_THAT(PrepareCheckpoint(where.root, where.name), IsOk());
+  ASSERT_THAT(PrepareCheckpoint(where.root, where.name, 1), IsOk());
   absl::StatusOr<ShardFile> shard = WriteHeldShard(*s_, 1, where, nullptr);
   ASSERT_THAT(shard.status(), IsOk());
-  ASSERT_THAT(CommitSessionCheckpoint(*s_, point, where, kDefinition, {*shard}, 0), IsOk());
+  ASSERT_THAT(CommitSessionCheckpoint(*s_, 1, point, where, kDefinition, {*shard}, 0), IsOk());
   const std::map<std::string, std::string> saved = Export(1);
   ASSERT_THAT(s_->holds().Release(1), IsOk());
 

@@ -112,7 +112,7 @@ std::vector<BadInput> CheckpointCases() {
       Save("save: a control character", "bad\x01name", Code::INVALID_ARGUMENT, "'\\x01' at byte 3"),
       Save("save: a NUL byte", std::string("a\0b", 3), Code::INVALID_ARGUMENT, "'\\x00' at byte 1"),
       Save("save: an empty name", "", Code::INVALID_ARGUMENT, "name"),
-      Save("save: 256 bytes", std::string(256, 'n'), Code::INVALID_ARGUMENT, "255"),
+      Save("save: 234 bytes", std::string(234, 'n'), Code::INVALID_ARGUMENT, "at most 233"),
       {"save: unknown session",
        [](const Target& t) {
          v1::SaveRequest request;

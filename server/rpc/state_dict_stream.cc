@@ -6,10 +6,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/caller_text.h"
 #include "base/run_detached.h"
 #include "base/status_macros.h"
 #include "optstep/v1/internal.pb.h"
 #include "server/engine/chained_state_dict.h"
+#include "server/engine/cost_model.h"
 #include "server/rpc/owned_write_reactor.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
@@ -124,14 +126,34 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": dtype ", static_cast<int>(chunk.dtype()), " is not fp32 or int64"));
   }
+  for (const std::string* name : {&chunk.key(), &chunk.chunk_key(), &chunk.sub_optimizer()}) {
+    if (name->size() > kMaxStateKeyBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("state dict key '", CallerText(*name, 64),
+                                                     "': ", name->size(), " bytes, over the ",
+                                                     kMaxStateKeyBytes, " a key or name may have"));
+    }
+  }
   Shape shape(chunk.shape().begin(), chunk.shape().end());
+  const size_t element = ElementBytes(type);
+  // The elements, counted against the limit as they are multiplied: a product of large
+  // dimensions must not wrap around, nor be allocated before it is refused.
+  const uint64_t most = byte_limit_ / element;
+  uint64_t elements = 1;
   for (int64_t d : shape) {
     if (d < 1 || d > (int64_t{1} << 40)) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": dimension ", d, " out of range"));
     }
+    if (static_cast<uint64_t>(d) > most / elements) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what, ": shape ", ShapeString(shape), " is over the ", byte_limit_,
+                       " bytes a state dict of this session can hold"));
+    }
+    elements *= static_cast<uint64_t>(d);
   }
-  const size_t element = ElementBytes(type);
-  const size_t total = static_cast<size_t>(NumElements(shape)) * element;
+  const size_t total = static_cast<size_t>(elements) * element;
+  if (chunk.data().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": a chunk without data"));
+  }
   StateDict& dict = parts_[{chunk.sub_optimizer(), chunk.chunk_key()}];
   auto [it, fresh] = dict.try_emplace(chunk.key());
   StateTensor& tensor = it->second;
@@ -155,6 +177,14 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": chunk at element ", chunk.offset(),
                                                    " of ", chunk.data().size(), " bytes exceeds ",
                                                    total, " bytes"));
+  }
+  if (chunk.data().size() > declared_bytes_ - bytes_) {
+    // More data than the tensors declared: some elements came twice. Refused at once, so that a
+    // stream cannot grow what it holds by sending the same piece again and again.
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": chunk at element ", chunk.offset(), " brings the data to ",
+                     bytes_ + chunk.data().size(), " bytes, over the ", declared_bytes_,
+                     " bytes the tensors declare: elements arrived twice"));
   }
   tensor.bytes.replace(begin, chunk.data().size(), chunk.data());
   bytes_ += chunk.data().size();
@@ -278,19 +308,17 @@ bool CarriesTensor(const v1::StateDictChunk& message) {
 }
 bool CarriesTensor(const v1::HeldStateChunk& message) { return message.has_chunk(); }
 
-// The most bytes a state dict of `session` can declare, generously: per sub-optimizer (a
-// per-sub-optimizer dict repeats a shared chunk), for every parameter its master and up to three
-// moments, and two square factors and two eigenbases per dimension (SOAP), plus 1 MiB of
-// counters.
-uint64_t StateDictByteBound(const Session& session) {
-  uint64_t elements = 0;
-  for (const ParamInfo& p : session.config().params) {
-    uint64_t squares = 0;
-    for (int64_t d : p.shape) squares += static_cast<uint64_t>(d) * static_cast<uint64_t>(d);
-    elements += 4 * static_cast<uint64_t>(NumElements(p.shape)) + 4 * squares;
-  }
+// The most bytes a state dict of `session` can declare: per sub-optimizer (a per-sub-optimizer
+// dict repeats a shared chunk), what the group's owners hold of every parameter (its master,
+// gradient buffer and optimizer state: EstimateOwnedBytes, the sizes admission reserved; the
+// dict holds the master and the state), plus 1 MiB of counters.
+absl::StatusOr<uint64_t> StateDictByteBound(const Session& session) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> owned,
+                           EstimateOwnedBytes(session.config().chain, session.config().params));
+  uint64_t bytes = 0;
+  for (int64_t b : owned) bytes += static_cast<uint64_t>(b);
   const uint64_t subs = std::max<size_t>(1, session.config().chain.sub_optimizers.size());
-  return subs * elements * sizeof(float) + (uint64_t{1} << 20);
+  return subs * bytes + (uint64_t{1} << 20);
 }
 
 // gRPC calls OnReadDone for one message at a time and the action runs only after the last, so
@@ -336,7 +364,8 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
     if (session_ == nullptr) {
       token_ = TokenOf(message_);
       OPTSTEP_ASSIGN_OR_RETURN(session_, FindSession(*engine_, caller_, message_.session_id()));
-      assembler_.set_byte_limit(StateDictByteBound(*session_));
+      OPTSTEP_ASSIGN_OR_RETURN(const uint64_t limit, StateDictByteBound(*session_));
+      assembler_.set_byte_limit(limit);
     }
     if (ended_) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -78,9 +78,14 @@ grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Call
                                                             StateDictUpload action);
 
 // Collects streamed StateDictChunks into per-(sub-optimizer, chunk) dicts, checking every piece
-// (dtype, shape, ranges, chunk size). Thread-compatible.
+// (dtype, shape, ranges, chunk size, a key's length, data in every chunk, no more data than the
+// tensors declare). Thread-compatible.
 class StateDictAssembler {
  public:
+  // The longest key, chunk key or sub-optimizer name a chunk may carry (a parameter's name has
+  // at most 1024 bytes, a sub-optimizer's 255).
+  static constexpr size_t kMaxStateKeyBytes = 4096;
+
   // The most bytes the tensors may declare together (their shapes, before their data arrives):
   // a tensor over it is RESOURCE_EXHAUSTED. No limit by default.
   void set_byte_limit(uint64_t limit) { byte_limit_ = limit; }

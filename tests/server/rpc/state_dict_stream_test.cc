@@ -63,6 +63,40 @@ TEST(StateDictAssemblerTest, AnOverlapIsNamedEvenWhenTheBytesAddUp) {
               StatusIs(absl::StatusCode::kInvalidArgument, "elements [4, 6) arrived twice"));
 }
 
+TEST(StateDictAssemblerTest, APieceSentAgainAndAgainIsRefusedOnceOverTheDeclaredBytes) {
+  // Each copy would add to what the stream holds until its end found the overlap.
+  StateDictAssembler assembler;
+  ASSERT_THAT(assembler.Add(Chunk(10, 0, 4)), IsOk());
+  ASSERT_THAT(assembler.Add(Chunk(10, 0, 4)), IsOk());  // 32 of 40 bytes: not over yet
+  EXPECT_THAT(assembler.Add(Chunk(10, 0, 4)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "brings the data to 48 bytes, over the 40 bytes the tensors declare"));
+}
+
+TEST(StateDictAssemblerTest, AShapeOverTheLimitIsRefusedBeforeItIsMade) {
+  StateDictAssembler assembler;
+  assembler.set_byte_limit(1 << 20);
+  v1::StateDictChunk wraps = Chunk(10, 0, 1);
+  wraps.clear_shape();
+  wraps.add_shape(uint64_t{1} << 32);  // 2^64 bytes: wrapped around to 0 before
+  wraps.add_shape(uint64_t{1} << 30);
+  EXPECT_THAT(assembler.Add(wraps),
+              StatusIs(absl::StatusCode::kResourceExhausted, "is over the 1048576 bytes"));
+  EXPECT_EQ(assembler.tensors(), 0u);
+}
+
+TEST(StateDictAssemblerTest, EmptyChunksAndLongKeysAreRefused) {
+  StateDictAssembler assembler;
+  v1::StateDictChunk empty = Chunk(10, 0, 0);
+  EXPECT_THAT(assembler.Add(empty),
+              StatusIs(absl::StatusCode::kInvalidArgument, "a chunk without data"));
+  v1::StateDictChunk long_key = Chunk(10, 0, 10);
+  long_key.set_key(std::string(StateDictAssembler::kMaxStateKeyBytes + 1, 'k'));
+  EXPECT_THAT(assembler.Add(long_key),
+              StatusIs(absl::StatusCode::kInvalidArgument, "over the 4096 a key or name may have"));
+  EXPECT_EQ(assembler.tensors(), 0u);
+}
+
 TEST(StateDictAssemblerTest, AChunkPastTheEndIsRefusedAtOnce) {
   StateDictAssembler assembler;
   EXPECT_THAT(assembler.Add(Chunk(10, 8, 4)),

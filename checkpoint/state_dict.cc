@@ -1,13 +1,30 @@
 #include "checkpoint/state_dict.h"
 
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 
 namespace optstep {
 
+namespace {
+constexpr absl::string_view kParam = "param/", kState = "state/";
+}  // namespace
+
+bool IsGroupStepKey(const std::string& key) {
+  absl::string_view rest = key;
+  if (!absl::ConsumePrefix(&rest, kState) || !absl::ConsumeSuffix(&rest, "/step")) return false;
+  const size_t slash = rest.find('/');
+  if (slash == absl::string_view::npos) return false;
+  absl::string_view group = rest.substr(slash + 1);
+  return absl::ConsumePrefix(&group, "group") && !group.empty() &&
+         std::all_of(group.begin(), group.end(), absl::ascii_isdigit);
+}
+
 std::optional<std::string> ParamNameOfKey(const std::string& key) {
-  constexpr absl::string_view kParam = "param/", kState = "state/";
   if (absl::StartsWith(key, kParam)) return key.substr(kParam.size());
-  if (!absl::StartsWith(key, kState)) return std::nullopt;
+  if (!absl::StartsWith(key, kState) || IsGroupStepKey(key)) return std::nullopt;
   // "state/<sub>/<name>/<key>": the sub-optimizer and the leaf key contain no '/'.
   const size_t first = key.find('/', kState.size()), last = key.rfind('/');
   if (first == std::string::npos || last == first) return std::nullopt;

@@ -24,9 +24,14 @@ struct StateTensor {
 
 using StateDict = std::map<std::string, StateTensor>;
 
+// Whether `key` is a group's step counter, "state/<sub-optimizer>/group<id>/step" (<id> one or
+// more decimal digits). It is one, whatever the session's parameters are named: a parameter
+// named "group0" has no state tensor "step".
+bool IsGroupStepKey(const std::string& key);
+
 // The exact parameter name a per-parameter key belongs to ("param/<name>" or
-// "state/<sub-optimizer>/<name>/<key>"); nullopt for group counters and "meta/..." keys.
-// Parameters are matched by this exact name, never by suffix (spec §7.3).
+// "state/<sub-optimizer>/<name>/<key>"); nullopt for group counters (IsGroupStepKey), "meta/..."
+// keys and malformed ones. Parameters are matched by this exact name, never by suffix (spec §7.3).
 std::optional<std::string> ParamNameOfKey(const std::string& key);
 
 }  // namespace optstep

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -18,9 +19,11 @@ std::string CounterBytes(uint64_t value) {
   return std::string(reinterpret_cast<const char*>(&v), sizeof(v));
 }
 
-uint64_t CounterValue(const StateTensor& t) {
+// A counter's value; a negative one counts nothing (a checkpoint's reader refuses it too).
+std::optional<uint64_t> CounterValue(const StateTensor& t) {
   int64_t v = 0;
   std::memcpy(&v, t.bytes.data(), sizeof(v));
+  if (v < 0) return std::nullopt;
   return static_cast<uint64_t>(v);
 }
 
@@ -147,7 +150,9 @@ absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(
     }
     if (key == "meta/step" || key == "meta/skipped_steps") {
       if (!counter || !value.shape.empty()) return fail(key, "must be a 0-d int64 counter");
-      (key == "meta/step" ? resolved->step : resolved->skipped_steps) = CounterValue(value);
+      const std::optional<uint64_t> count = CounterValue(value);
+      if (!count) return fail(key, "a counter must not be negative");
+      (key == "meta/step" ? resolved->step : resolved->skipped_steps) = *count;
       continue;
     }
     if (absl::StartsWith(key, "param/")) {
@@ -168,14 +173,16 @@ absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(
     const std::string sub = rest.substr(0, first),
                       middle = rest.substr(first + 1, last - first - 1),
                       leaf = rest.substr(last + 1);
-    if (leaf == "step" && absl::StartsWith(middle, "group")) {
+    if (IsGroupStepKey(key)) {
       int id = -1;
       if (!absl::SimpleAtoi(middle.substr(5), &id) || id < 0 ||
           id >= static_cast<int>(replica.groups().size()) || sub_of(replica.groups()[id]) != sub) {
         return fail(key, "no such group of that sub-optimizer");
       }
       if (!counter || !value.shape.empty()) return fail(key, "must be a 0-d int64 counter");
-      resolved->group_steps[id] = CounterValue(value);
+      const std::optional<uint64_t> count = CounterValue(value);
+      if (!count) return fail(key, "a counter must not be negative");
+      resolved->group_steps[id] = *count;
       continue;
     }
     auto it = param_of.find(middle);

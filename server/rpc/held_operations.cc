@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "checkpoint/temporaries.h"
 #include "glog/logging.h"
+#include "server/engine/finite_values.h"
 #include "server/engine/session_checkpoint.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/heal.h"
@@ -43,11 +44,13 @@ std::vector<int> RanksOf(const std::string& key, const Session& session,
     if (it == param_of.end()) return {0};
     return {session.layout().owner[it->second]};
   }
-  if (!absl::StartsWith(key, "state/")) return all;
+  // Every rank advances every group's step counter; a parameter named "group<id>" does not
+  // change that.
+  if (!absl::StartsWith(key, "state/") || IsGroupStepKey(key)) return all;
   const std::optional<std::string> name = ParamNameOfKey(key);
-  if (!name.has_value()) return {0};
+  if (!name.has_value()) return {0};  // malformed: rank 0 names the error
   auto it = param_of.find(*name);
-  if (it == param_of.end()) return absl::StartsWith(*name, "group") ? all : std::vector<int>{0};
+  if (it == param_of.end()) return {0};
   return {session.layout().owner[it->second]};
 }
 
@@ -150,6 +153,14 @@ absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportStateDict
 
 absl::Status HeldOperations::ImportStateDict(Session& session,
                                              std::shared_ptr<const StateDict> state) {
+  // A step never makes a master or a state value that is not finite (a step whose gradients are
+  // not finite is skipped): one sent from outside would poison the session for good.
+  for (const auto& [key, tensor] : *state) {
+    if (tensor.type != StateTensor::Type::kF32) continue;
+    OPTSTEP_RETURN_IF_ERROR(CheckFiniteValues(absl::StrCat("state dict key '", key, "'"), "value",
+                                              0, DType::kF32, tensor.bytes.data(),
+                                              static_cast<int64_t>(tensor.bytes.size() / 4)));
+  }
   std::map<std::string, int> param_of;
   for (size_t p = 0; p < session.config().params.size(); ++p) {
     param_of[session.config().params[p].name] = static_cast<int>(p);

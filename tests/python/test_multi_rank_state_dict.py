@@ -53,3 +53,39 @@ def test_state_dict_moves_from_two_ranks_to_three(groups: tuple, client: optstep
         train(on_three, three_opt, x, y, 3)
         for (name, a), b in zip(on_two.named_parameters(), on_three.parameters()):
             assert torch.equal(a, b), name
+
+
+def test_a_parameter_named_like_a_group_counter_keeps_the_counter_on_every_rank(
+        groups: tuple) -> None:
+    """"state/<sub>/group0/step" is group 0's step counter, which every rank advances, also when a
+    parameter is named "group0": a state dict loaded back (a rollback) sets it on every rank, not
+    only on that parameter's owner, and the run continues bit for bit as one never rolled back."""
+    two, _ = groups
+    x, y = make_data(81)
+    with optstep.Client(rank_targets=two.targets) as c2:
+        probe = RemoteOptimizer(make_mlp(80), c2, optimizer=_optimizer())
+        owners = [p.owner for p in c2.layout(probe.session_id).params]
+        probe.close_session()
+        renamed = owners.index(1)  # a parameter of rank 1; rank 0 owns others of group 0
+        assert 0 in owners
+
+        def named(model: torch.nn.Module) -> list:
+            return [("group0" if i == renamed else name, p)
+                    for i, (name, p) in enumerate(model.named_parameters())]
+
+        rolled, straight = make_mlp(80), make_mlp(80)
+        rolled_opt = RemoteOptimizer(named(rolled), c2, optimizer=_optimizer())
+        straight_opt = RemoteOptimizer(named(straight), c2, optimizer=_optimizer())
+        assert [p.owner for p in c2.layout(rolled_opt.session_id).params] == owners
+        train(rolled, rolled_opt, x, y, 1)
+        saved = rolled_opt.state_dict()
+        assert "state/adamw/group0/step" in saved["state"], sorted(saved["state"])
+        train(rolled, rolled_opt, x, y, 2)
+        rolled_opt.load_state_dict(saved)
+        assert rolled_opt.next_step == 2
+        train(rolled, rolled_opt, x, y, 2)
+        train(straight, straight_opt, x, y, 3)
+        for (name, a), b in zip(rolled.named_parameters(), straight.parameters()):
+            assert torch.equal(a, b), name
+        rolled_opt.close_session()
+        straight_opt.close_session()

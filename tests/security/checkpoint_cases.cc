@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "optstep/v1/admin_service.pb.h"
@@ -61,6 +63,18 @@ v1::StateDictChunk Tensor(std::string key, std::vector<uint64_t> shape, uint64_t
   chunk.set_dtype(dtype);
   chunk.set_data(std::move(data));
   return chunk;
+}
+
+// The bytes of one fp32 NaN.
+std::string NotFinite() {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  return std::string(reinterpret_cast<const char*>(&nan), sizeof(nan));
+}
+
+// The 0-d int64 counter `key` of `value`.
+v1::StateDictChunk Counter(std::string key, int64_t value) {
+  return Tensor(std::move(key), {}, 0,
+                std::string(reinterpret_cast<const char*>(&value), sizeof(value)), v1::DTYPE_INT64);
 }
 
 // An ImportStateDict case into the fresh session: `chunks`, the first one naming the session.
@@ -181,6 +195,11 @@ std::vector<BadInput> CheckpointCases() {
              Code::RESOURCE_EXHAUSTED, "shape [4294967296, 4294967296] is over the"),
       Import("import: a chunk without data", {Tensor("param/fc.bias", {8}, 0, "")},
              Code::INVALID_ARGUMENT, "a chunk without data"),
+      Import("import: a value that is not finite",
+             {Tensor("param/fc.bias", {8}, 0, bias.substr(0, 28) + NotFinite())},
+             Code::INVALID_ARGUMENT, "state dict key 'param/fc.bias': value at element 7 is nan"),
+      Import("import: a negative step counter", {Counter("meta/step", -1)}, Code::INVALID_ARGUMENT,
+             "a counter must not be negative"),
       {"import: no StreamEnd",
        [bias](const Target& t) {
          v1::StateDictChunk chunk = Tensor("param/fc.bias", {8}, 0, bias);

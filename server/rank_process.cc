@@ -7,6 +7,7 @@
 #include <atomic>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -346,6 +347,12 @@ absl::Status RankProcess::StartEngine(
     };
   } else if (options_.delay_heal_fetch > absl::ZeroDuration()) {
     group_options.on_heal_fetched = [delay = options_.delay_heal_fetch] { absl::SleepFor(delay); };
+  }
+  if (options_.drop_heal_end_to >= 0) {
+    group_options.drop_heal_end = [to = options_.drop_heal_end_to,
+                                   dropped = std::make_shared<std::atomic<bool>>(false)](int r) {
+      return r == to && !dropped->exchange(true);
+    };
   }
   group_options.on_heal_failed = [this](const absl::Status& why) {
     ExitForRestart(absl::StrCat("a restarted rank could not be healed in: ", why.message()));

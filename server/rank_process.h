@@ -148,6 +148,8 @@ class RankProcess {
     std::string kill_during_heal;
     // --delay_heal_fetch_ms: a pause after each state dict fetched while healing in.
     absl::Duration delay_heal_fetch = absl::ZeroDuration();
+    // --drop_heal_end_to: rank 0 drops the first call that ends a heal on this rank; -1: never.
+    int drop_heal_end_to = -1;
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.

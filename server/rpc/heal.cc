@@ -236,7 +236,7 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
   // step, and by then every rank takes it (a rank still healing would refuse it while the others
   // began resolving it, and wait for that rank in the collectives).
   const auto end_on = [&](int r) {
-    absl::Status ended = RegroupOn(group, r, end);
+    absl::Status ended = EndHealOn(group, r, end);
     LOG_IF(WARNING, !ended.ok()) << "ending the heal of rank " << rank << " on rank " << r << ": "
                                  << ended;
     return absl::OkStatus();

@@ -74,6 +74,9 @@ struct RankGroupOptions {
   // Testing only (--kill_during_heal): told each time this rank fetched a state dict from a peer
   // (PeerFetch: its heal's transfer, a catch-up, a shadow refresh). May be null.
   std::function<void()> on_heal_fetched;
+  // Testing only (--drop_heal_end_to): asked before each call that ends a heal on rank `r`
+  // (EndHealOn); true drops the call, as if it were lost on the way. May be null.
+  std::function<bool(int r)> drop_heal_end;
 };
 
 // The ranks of a group as seen from one of them: their addresses and the stubs that call them,

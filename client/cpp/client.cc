@@ -351,7 +351,7 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
       }};
   // Each attempt lays the same gradients out on the session's current layout.
   return recovery_.Run(
-      options.session_id, options.step, probe,
+      options.session_id, options.trainer_id, options.step, probe,
       [&]() -> absl::StatusOr<StepReply> {
         OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(options.session_id));
         if (!checked) OPTSTEP_RETURN_IF_ERROR(check_into(*layout));
@@ -435,7 +435,9 @@ absl::StatusOr<std::unique_ptr<StepStream>> Client::OpenStep(const StepOptions& 
   OPTSTEP_RETURN_IF_ERROR(CheckStep(options, *layout));
   std::unique_ptr<StepStream> stream = OpenStepCalls(options, std::move(layout));
   // A step applied through the stream is one this client saw (StepRecovery::Note).
-  stream->OnApplied([this, id = options.session_id](uint64_t step) { recovery_.Note(id, step); });
+  stream->OnApplied([this, id = options.session_id, trainer = options.trainer_id](uint64_t step) {
+    recovery_.Note(id, trainer, step);
+  });
   return stream;
 }
 

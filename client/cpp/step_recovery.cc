@@ -40,10 +40,11 @@ StepRecovery::StepRecovery(absl::Duration timeout, std::function<void(absl::Dura
     : timeout_(timeout), sleep_(std::move(sleep)) {}
 
 absl::StatusOr<StepReply> StepRecovery::Run(
-    absl::string_view session_id, uint64_t step, const GroupProbe& probe,
+    absl::string_view session_id, uint32_t trainer_id, uint64_t step, const GroupProbe& probe,
     absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,
     absl::FunctionRef<absl::StatusOr<StepReply>()> applied) {
   if (timeout_ <= absl::ZeroDuration()) return attempt();
+  const TrainerKey key(session_id, trainer_id);
   std::optional<absl::Time> deadline;
   absl::Duration wait = kFirstWait;
   bool was_applied = false;
@@ -51,7 +52,7 @@ absl::StatusOr<StepReply> StepRecovery::Run(
   while (true) {
     absl::StatusOr<StepReply> reply = attempt();
     if (reply.ok()) {
-      Note(session_id, step);
+      Note(session_id, trainer_id, step);
       return reply;
     }
     const absl::Status error = reply.status();
@@ -62,12 +63,12 @@ absl::StatusOr<StepReply> StepRecovery::Run(
       // back, or the applied step is not replayable after a restore, or a mistake of the caller.
       absl::StatusOr<SessionStep> read = probe.session_step(session_id);
       if (!read.ok()) return error;
-      const bool ending = read->running && read->step < AppliedStep(session_id);
-      absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, session_id, *read);
+      const bool ending = read->running && read->step < AppliedStep(key);
+      absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read);
       if (!now.ok()) return error;
-      if (*now < AppliedStep(session_id)) return Rewind(session_id, *now, step);
+      if (*now < AppliedStep(key)) return Rewind(key, *now, step);
       if (was_applied && *now >= step) {
-        Note(session_id, step);
+        Note(session_id, trainer_id, step);
         return applied();
       }
       // The last step ended meanwhile: this one's turn (once; then the caller's error).
@@ -89,17 +90,16 @@ absl::StatusOr<StepReply> StepRecovery::Run(
     }
     absl::StatusOr<SessionStep> read = AwaitGroup(probe, session_id, *deadline, &wait, error);
     if (!read.ok()) return read.status();
-    absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, session_id, *read);
+    absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read);
     if (!now.ok()) return now.status();
     wait = Doubled(wait);
     if (*now + 1 < step) {
       // Out of sequence while rank 0 did not serve, and the session is not behind a step this
       // client saw applied: the caller's own mistake, not a restore.
-      if (error.code() == absl::StatusCode::kFailedPrecondition &&
-          *now >= AppliedStep(session_id)) {
+      if (error.code() == absl::StatusCode::kFailedPrecondition && *now >= AppliedStep(key)) {
         return error;
       }
-      return Rewind(session_id, *now, step);
+      return Rewind(key, *now, step);
     }
     was_applied = *now >= step;
   }
@@ -153,9 +153,8 @@ absl::StatusOr<SessionStep> StepRecovery::AwaitGroup(const GroupProbe& probe,
 }
 
 absl::StatusOr<uint64_t> StepRecovery::AwaitSeenStep(const GroupProbe& probe,
-                                                     absl::string_view session_id,
+                                                     const std::string& session_id, uint64_t seen,
                                                      SessionStep now) {
-  const uint64_t seen = AppliedStep(session_id);
   absl::Duration poll = kFirstStepEndPoll;
   for (absl::Duration waited; now.running && now.step < seen && waited < kStepEndWait;
        waited += poll) {
@@ -166,22 +165,23 @@ absl::StatusOr<uint64_t> StepRecovery::AwaitSeenStep(const GroupProbe& probe,
   return now.step;
 }
 
-void StepRecovery::Note(absl::string_view session_id, uint64_t step) {
+void StepRecovery::Note(absl::string_view session_id, uint32_t trainer_id, uint64_t step) {
   absl::MutexLock lock(&mu_);
-  uint64_t& applied = applied_[session_id];
+  uint64_t& applied = applied_[TrainerKey(session_id, trainer_id)];
   applied = std::max(applied, step);
 }
 
-uint64_t StepRecovery::AppliedStep(absl::string_view session_id) {
+uint64_t StepRecovery::AppliedStep(const TrainerKey& key) {
   absl::MutexLock lock(&mu_);
-  auto it = applied_.find(session_id);
+  auto it = applied_.find(key);
   return it == applied_.end() ? 0 : it->second;
 }
 
-absl::Status StepRecovery::Rewind(absl::string_view session_id, uint64_t restored, uint64_t step) {
+absl::Status StepRecovery::Rewind(const TrainerKey& key, uint64_t restored, uint64_t step) {
+  const std::string& session_id = key.first;
   {
     absl::MutexLock lock(&mu_);
-    applied_[session_id] = restored;
+    applied_[key] = restored;
   }
   absl::Status status = absl::AbortedError(absl::StrCat(
       "session '", session_id, "' was restored to step ", restored, " while step ", step,

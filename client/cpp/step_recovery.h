@@ -58,17 +58,18 @@ class StepRecovery {
   explicit StepRecovery(absl::Duration timeout,
                         std::function<void(absl::Duration)> sleep = absl::SleepFor);
 
-  // Runs `attempt` (step `step` of `session_id`, the same bytes each time) until it is
-  // answered, waiting out a recovering group as the header says; `applied` answers a step the
-  // session applied but can no longer replay.
-  absl::StatusOr<StepReply> Run(absl::string_view session_id, uint64_t step,
+  // Runs `attempt` (step `step` of `session_id` from trainer `trainer_id`, the same bytes each
+  // time) until it is answered, waiting out a recovering group as the header says; `applied`
+  // answers a step the session applied but can no longer replay.
+  absl::StatusOr<StepReply> Run(absl::string_view session_id, uint32_t trainer_id, uint64_t step,
                                 const GroupProbe& probe,
                                 absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,
                                 absl::FunctionRef<absl::StatusOr<StepReply>()> applied);
 
-  // Step `step` of the session was applied (by a step that did not go through Run: a
-  // StepStream's), so that a later step answered out of sequence is told apart from a restore.
-  void Note(absl::string_view session_id, uint64_t step);
+  // Step `step` of the session was applied for trainer `trainer_id` (by a step that did not go
+  // through Run: a StepStream's), so that a later step answered out of sequence is told apart
+  // from a restore.
+  void Note(absl::string_view session_id, uint32_t trainer_id, uint64_t step);
 
  private:
   bool Recovering(const GroupProbe& probe, const absl::Status& error) const;
@@ -82,16 +83,19 @@ class StepRecovery {
   // The session's step `now`, or, while it is below the last step this client saw applied and a
   // step runs (that step's parameters come back before the ranks ended it), the step once that
   // ended, polling for at most 30 s. A session restored to an older step runs none.
-  absl::StatusOr<uint64_t> AwaitSeenStep(const GroupProbe& probe, absl::string_view session_id,
-                                         SessionStep now);
-  uint64_t AppliedStep(absl::string_view session_id);
-  absl::Status Rewind(absl::string_view session_id, uint64_t restored, uint64_t step);
+  absl::StatusOr<uint64_t> AwaitSeenStep(const GroupProbe& probe, const std::string& session_id,
+                                         uint64_t seen, SessionStep now);
+  // One trainer of one session: trainers that share this client (several threads) each keep the
+  // last step they saw applied, so that one's rewind does not hide the restore from another.
+  using TrainerKey = std::pair<std::string, uint32_t>;
+  uint64_t AppliedStep(const TrainerKey& key);
+  absl::Status Rewind(const TrainerKey& key, uint64_t restored, uint64_t step);
 
   const absl::Duration timeout_;
   const std::function<void(absl::Duration)> sleep_;
   absl::Mutex mu_;
-  // The last step each session was seen to apply, by session id.
-  absl::flat_hash_map<std::string, uint64_t> applied_ ABSL_GUARDED_BY(mu_);
+  // The last step each trainer of each session was seen to apply.
+  absl::flat_hash_map<TrainerKey, uint64_t> applied_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace client_internal

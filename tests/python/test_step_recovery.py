@@ -82,6 +82,21 @@ def test_a_session_below_the_step_seen_applied_running_none_is_a_rewind_at_once(
     assert group.reads == 1  # restored: no step runs, nothing to wait for
 
 
+def test_each_trainer_sharing_the_client_is_told_of_the_rewind() -> None:
+    """Two trainers of one session share the client (threads): the first one's rewind does not
+    make the second's step look like its own mistake (FAILED_PRECONDITION for ever after)."""
+    steps = recovery()
+    for trainer in (0, 1):
+        assert steps.run(EndingGroup([4]), "s", 4, attempts([], 4), restored,
+                         trainer_id=trainer) == 4
+    for trainer in (0, 1):
+        out_of_turn = FailedPreconditionError("step 5 out of sequence; expected step 3")
+        with pytest.raises(RewindRequired) as rewind:
+            steps.run(EndingGroup([2]), "s", 5, attempts([out_of_turn], 5), restored,
+                      trainer_id=trainer)
+        assert rewind.value.step == 2, f"trainer {trainer}"
+
+
 def test_a_step_that_fails_while_the_group_serves_ends_with_the_timeout() -> None:
     # Rank 0 serves, but the step cannot be taken (a rank it cannot reach).
     steps = StepRecovery(0.2)

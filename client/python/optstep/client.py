@@ -384,11 +384,13 @@ class Client:
             return self._step_once(session_id, step, slices, trainer_id, groups, wire,
                                    return_params, skip_return)
 
-        return self._recover(session_id, step, attempt, wire, return_params, skip_return, outs)
+        return self._recover(session_id, step, trainer_id, attempt, wire, return_params,
+                             skip_return, outs)
 
-    def _recover(self, session_id: str, step: int, attempt: Callable[[], StepReply],
-                 wire: dtypes.WireDType, return_params: Optional[Sequence[ParamRef]],
-                 skip_return: bool, outs: Mapping[int, Any]) -> StepReply:
+    def _recover(self, session_id: str, step: int, trainer_id: int,
+                 attempt: Callable[[], StepReply], wire: dtypes.WireDType,
+                 return_params: Optional[Sequence[ParamRef]], skip_return: bool,
+                 outs: Mapping[int, Any]) -> StepReply:
         """Runs `attempt` until the step is applied, through a recovery of the group."""
 
         def applied() -> StepReply:
@@ -396,7 +398,8 @@ class Client:
                                                                  return_params).params
             return StepReply(step, False, float("nan"), False, params)
 
-        reply: StepReply = self._recovery.run(self, session_id, step, attempt, applied)
+        reply: StepReply = self._recovery.run(self, session_id, step, attempt, applied,
+                                              trainer_id=trainer_id)
         native.write_params(reply.params, outs)
         return reply
 
@@ -442,7 +445,7 @@ class Client:
             return StepReply(result.step, result.skipped, result.grad_norm, result.clipped,
                              params)
 
-        return self._recover(session_id, step, attempt, dtypes.FP32, return_params,
+        return self._recover(session_id, step, trainer_id, attempt, dtypes.FP32, return_params,
                              skip_return, outs)
 
     def open_step(self, session_id: str, step: int, *, trainer_id: int = 0,

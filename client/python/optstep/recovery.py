@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Dict, Optional, Protocol, TypeVar
+from typing import Callable, Dict, Optional, Protocol, Tuple, TypeVar
 
 import grpc
 
@@ -102,15 +102,18 @@ class StepRecovery:
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
-        self._applied: Dict[str, int] = {}
+        # The last step each trainer of each session was seen to apply: trainers that share the
+        # client (threads) each keep theirs, so that one's rewind does not hide it from another.
+        self._applied: Dict[Tuple[str, int], int] = {}
 
     def run(self, group: GroupView, session_id: str, step: int, attempt: Callable[[], _Reply],
-            applied: Callable[[], _Reply]) -> _Reply:
-        """`attempt()` sends step `step` (the same bytes each time) and answers its reply;
-        `applied()` answers the reply of a step the session has applied but can no longer replay.
-        """
+            applied: Callable[[], _Reply], *, trainer_id: int = 0) -> _Reply:
+        """`attempt()` sends step `step` of trainer `trainer_id` (the same bytes each time) and
+        answers its reply; `applied()` answers the reply of a step the session has applied but
+        can no longer replay."""
         if self.timeout <= 0:
             return attempt()
+        key = (session_id, trainer_id)
         deadline: Optional[float] = None
         wait = _FIRST_WAIT
         was_applied = False
@@ -118,7 +121,7 @@ class StepRecovery:
         while True:
             try:
                 reply = attempt()
-                self.note(session_id, step)
+                self.note(session_id, step, trainer_id=trainer_id)
                 return reply
             except OptstepError as error:
                 # Out of sequence while rank 0 does not serve: a session that the group is
@@ -128,12 +131,12 @@ class StepRecovery:
                     # session's step moved back, or the applied step is not replayable after a
                     # restore, or a mistake of the caller.
                     info = self._session_now(group, session_id, error)
-                    ending = info.step_running and info.step < self._applied_step(session_id)
-                    info = self._await_seen_step(group, session_id, info, error)
-                    if info.step < self._applied_step(session_id):
-                        raise self._rewind(session_id, info.step, step) from None
+                    ending = info.step_running and info.step < self._applied_step(key)
+                    info = self._await_seen_step(group, key, info, error)
+                    if info.step < self._applied_step(key):
+                        raise self._rewind(key, info.step, step) from None
                     if was_applied and info.step >= step:
-                        self.note(session_id, step)
+                        self.note(session_id, step, trainer_id=trainer_id)
                         return applied()
                     # The last step ended meanwhile: this one's turn (once).
                     if ending and info.step + 1 == step and not retried_in_turn:
@@ -151,25 +154,25 @@ class StepRecovery:
                                     f"'{session_id}' again, but the step still failed when "
                                     f"recovery_timeout {self.timeout:g} s ran out)") from None
                 info = self._await_group(group, session_id, deadline, wait, error)
-                info = self._await_seen_step(group, session_id, info, error)
+                info = self._await_seen_step(group, key, info, error)
                 wait = min(2 * wait, _LONGEST_WAIT)
                 if info.step < step - 1:
                     # Out of sequence while rank 0 did not serve, and the session is not behind
                     # a step this client saw applied: the caller's own mistake, not a restore.
                     if isinstance(error, FailedPreconditionError) and \
-                            info.step >= self._applied_step(session_id):
+                            info.step >= self._applied_step(key):
                         raise
-                    raise self._rewind(session_id, info.step, step) from None
+                    raise self._rewind(key, info.step, step) from None
                 was_applied = info.step >= step
 
-    def _await_seen_step(self, group: GroupView, session_id: str,
+    def _await_seen_step(self, group: GroupView, key: Tuple[str, int],
                          info: session_pb2.SessionInfo,
                          error: OptstepError) -> session_pb2.SessionInfo:
         """`info`, or while its step is below the last step this client saw applied and a step
         runs (that step's parameters come back before the ranks ended it), the session once
         that ended, polling for at most _STEP_END_WAIT seconds. A session restored to an older
         step runs none."""
-        seen = self._applied_step(session_id)
+        session_id, seen = key[0], self._applied_step(key)
         poll, waited = _FIRST_STEP_END_POLL, 0.0
         while info.step_running and info.step < seen and waited < _STEP_END_WAIT:
             self._sleep(poll)
@@ -178,19 +181,21 @@ class StepRecovery:
             info = self._session_now(group, session_id, error)
         return info
 
-    def note(self, session_id: str, step: int) -> None:
-        """Step `step` of the session was applied (by a step that did not go through run)."""
+    def note(self, session_id: str, step: int, *, trainer_id: int = 0) -> None:
+        """Step `step` of the session was applied for trainer `trainer_id` (by a step that did
+        not go through run)."""
+        key = (session_id, trainer_id)
         with self._lock:
-            self._applied[session_id] = max(step, self._applied.get(session_id, 0))
+            self._applied[key] = max(step, self._applied.get(key, 0))
 
-    def _applied_step(self, session_id: str) -> int:
+    def _applied_step(self, key: Tuple[str, int]) -> int:
         with self._lock:
-            return self._applied.get(session_id, 0)
+            return self._applied.get(key, 0)
 
-    def _rewind(self, session_id: str, restored: int, step: int) -> RewindRequired:
+    def _rewind(self, key: Tuple[str, int], restored: int, step: int) -> RewindRequired:
         with self._lock:
-            self._applied[session_id] = restored
-        return RewindRequired(session_id, restored, step)
+            self._applied[key] = restored
+        return RewindRequired(key[0], restored, step)
 
     @staticmethod
     def _session_now(group: GroupView, session_id: str,

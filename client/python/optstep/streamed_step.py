@@ -96,7 +96,8 @@ class StreamedStep:
             try:
                 reply = StepReply(*self._stream.finish(outs, on_ready))
                 # Applied: a later step answered out of sequence is told apart from a restore.
-                self._client._recovery.note(self._session_id, reply.step)
+                self._client._recovery.note(self._session_id, reply.step,
+                                            trainer_id=self._trainer_id)
                 return reply
             except OptstepError as e:
                 if e.code not in _REDO:

@@ -75,7 +75,7 @@ TEST(StepRecoveryTest, AStepThatMeetsARecoveringGroupIsRedoneOnceTheGroupServes)
   FakeGroup group{.down = 3, .step = 4};
   Attempts attempt{{absl::UnavailableError("Socket closed")}, 5};
   absl::StatusOr<StepReply> reply =
-      recovery.Run("s", 5, group.probe(), std::ref(attempt), Restored);
+      recovery.Run("s", 0, 5, group.probe(), std::ref(attempt), Restored);
   ASSERT_THAT(reply.status(), IsOk());
   EXPECT_EQ(reply->step, 5u);
   EXPECT_EQ(attempt.calls, 2);
@@ -89,7 +89,7 @@ TEST(StepRecoveryTest, AStepTheRestoredSessionAppliedAnswersItsRestoredResult) {
                     absl::FailedPreconditionError("step 5 out of sequence; expected step 6")},
                    5};
   absl::StatusOr<StepReply> reply =
-      recovery.Run("s", 5, group.probe(), std::ref(attempt), Restored);
+      recovery.Run("s", 0, 5, group.probe(), std::ref(attempt), Restored);
   ASSERT_THAT(reply.status(), IsOk());
   EXPECT_EQ(reply->step, 99u);
 }
@@ -99,27 +99,49 @@ TEST(StepRecoveryTest, ASessionRestoredFurtherBackAnswersAbortedWithTheRestoredS
   FakeGroup group{.down = 1, .step = 2};
   Attempts attempt{{absl::UnavailableError("reset")}, 5};
   absl::StatusOr<StepReply> reply =
-      recovery.Run("s", 5, group.probe(), std::ref(attempt), Restored);
+      recovery.Run("s", 0, 5, group.probe(), std::ref(attempt), Restored);
   EXPECT_THAT(reply.status(), StatusIs(absl::StatusCode::kAborted,
                                        "session 's' was restored to step 2 while step 5 ran"));
   EXPECT_THAT(RewindStep(reply.status()), Optional(2u));
   EXPECT_EQ(attempt.calls, 1);
 }
 
+// Two trainers of one session share the client (two threads): the first one's rewind does not
+// make the second's out-of-sequence step look like its own mistake. Keyed by session alone, the
+// second trainer got FAILED_PRECONDITION for every later step, and the first one's redone steps
+// waited for it.
+TEST(StepRecoveryTest, EachTrainerOfASharedClientIsToldOfTheRewind) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.step = 4};
+  for (uint32_t trainer : {0u, 1u}) {
+    Attempts applied{{}, 4};
+    ASSERT_THAT(recovery.Run("s", trainer, 4, group.probe(), std::ref(applied), Restored).status(),
+                IsOk());
+  }
+  group.step = 2;  // the group came back at step 2 between two steps
+  for (uint32_t trainer : {0u, 1u}) {
+    Attempts next{{absl::FailedPreconditionError("step 5 out of sequence; expected step 3")}, 5};
+    absl::StatusOr<StepReply> rewound =
+        recovery.Run("s", trainer, 5, group.probe(), std::ref(next), Restored);
+    EXPECT_THAT(RewindStep(rewound.status()), Optional(2u)) << "trainer " << trainer;
+  }
+}
+
 TEST(StepRecoveryTest, OutOfSequenceBelowTheLastAppliedStepIsARewindAndAtItTheCallersError) {
   StepRecovery recovery = Recovery();
   FakeGroup group{.step = 3};
   Attempts applied{{}, 3};
-  ASSERT_THAT(recovery.Run("s", 3, group.probe(), std::ref(applied), Restored).status(), IsOk());
+  ASSERT_THAT(recovery.Run("s", 0, 3, group.probe(), std::ref(applied), Restored).status(), IsOk());
   // The group came back at step 1 between two steps.
   group.step = 1;
   Attempts next{{absl::FailedPreconditionError("step 4 out of sequence; expected step 2")}, 4};
-  absl::StatusOr<StepReply> rewound = recovery.Run("s", 4, group.probe(), std::ref(next), Restored);
+  absl::StatusOr<StepReply> rewound =
+      recovery.Run("s", 0, 4, group.probe(), std::ref(next), Restored);
   EXPECT_THAT(RewindStep(rewound.status()), Optional(1u));
   // Step 4 again, with the session at 1 as this client now knows: the caller's mistake.
   Attempts again{{absl::FailedPreconditionError("step 4 out of sequence; expected step 2")}, 4};
   absl::StatusOr<StepReply> refused =
-      recovery.Run("s", 4, group.probe(), std::ref(again), Restored);
+      recovery.Run("s", 0, 4, group.probe(), std::ref(again), Restored);
   EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kFailedPrecondition, "expected step 2"));
   EXPECT_EQ(RewindStep(refused.status()), std::nullopt);
 }
@@ -146,11 +168,12 @@ TEST(StepRecoveryTest, AStepSentWhileTheLastOneStillEndsIsSentAgainInItsTurn) {
   StepRecovery recovery = Recovery();
   EndingGroup group{{3}};
   Attempts third{{}, 3};
-  ASSERT_THAT(recovery.Run("s", 3, group.probe(), std::ref(third), Restored).status(), IsOk());
+  ASSERT_THAT(recovery.Run("s", 0, 3, group.probe(), std::ref(third), Restored).status(), IsOk());
 
   group = EndingGroup{{2, 2, 2, 3}};
   Attempts fourth{{absl::FailedPreconditionError("step 4 out of sequence; expected step 3")}, 4};
-  absl::StatusOr<StepReply> reply = recovery.Run("s", 4, group.probe(), std::ref(fourth), Restored);
+  absl::StatusOr<StepReply> reply =
+      recovery.Run("s", 0, 4, group.probe(), std::ref(fourth), Restored);
   ASSERT_THAT(reply.status(), IsOk());
   EXPECT_EQ(reply->step, 4u);
   EXPECT_EQ(fourth.calls, 2);
@@ -158,10 +181,10 @@ TEST(StepRecoveryTest, AStepSentWhileTheLastOneStillEndsIsSentAgainInItsTurn) {
 
   group = EndingGroup{{5}};
   Attempts fifth{{}, 5};
-  ASSERT_THAT(recovery.Run("s", 5, group.probe(), std::ref(fifth), Restored).status(), IsOk());
+  ASSERT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(fifth), Restored).status(), IsOk());
   group = EndingGroup{{4, 4, 5}};
   Attempts sixth{{absl::UnavailableError("reset")}, 6};
-  reply = recovery.Run("s", 6, group.probe(), std::ref(sixth), Restored);
+  reply = recovery.Run("s", 0, 6, group.probe(), std::ref(sixth), Restored);
   ASSERT_THAT(reply.status(), IsOk());
   EXPECT_EQ(reply->step, 6u);
   EXPECT_EQ(sixth.calls, 2);
@@ -175,14 +198,14 @@ TEST(StepRecoveryTest, AStepThatMeetsASessionBeingRestoredWaitsForTheGroup) {
   StepRecovery recovery = Recovery();
   EndingGroup serving{{3}};
   Attempts third{{}, 3};
-  ASSERT_THAT(recovery.Run("s", 3, serving.probe(), std::ref(third), Restored).status(), IsOk());
+  ASSERT_THAT(recovery.Run("s", 0, 3, serving.probe(), std::ref(third), Restored).status(), IsOk());
   int looks = 0;
   GroupProbe restoring{[&]() -> absl::StatusOr<bool> { return ++looks > 2; },
                        [&](absl::string_view) -> absl::StatusOr<SessionStep> {
                          return SessionStep{looks > 2 ? 3u : 0u, false};
                        }};
   Attempts fourth{{absl::FailedPreconditionError("step 4 out of sequence; expected step 1")}, 4};
-  absl::StatusOr<StepReply> reply = recovery.Run("s", 4, restoring, std::ref(fourth), Restored);
+  absl::StatusOr<StepReply> reply = recovery.Run("s", 0, 4, restoring, std::ref(fourth), Restored);
   ASSERT_THAT(reply.status(), IsOk());
   EXPECT_EQ(reply->step, 4u);
   EXPECT_EQ(fourth.calls, 2);
@@ -192,7 +215,7 @@ TEST(StepRecoveryTest, AGroupThatDoesNotComeBackAnswersTheErrorNamingTheTimeout)
   StepRecovery recovery = Recovery(absl::Milliseconds(200));
   FakeGroup group{.down = 1 << 30};
   Attempts attempt{{absl::UnavailableError("connection refused")}, 1};
-  EXPECT_THAT(recovery.Run("s", 1, group.probe(), std::ref(attempt), Restored).status(),
+  EXPECT_THAT(recovery.Run("s", 0, 1, group.probe(), std::ref(attempt), Restored).status(),
               StatusIs(absl::StatusCode::kUnavailable,
                        "did not serve session 's' again within recovery_timeout 200ms"));
 }
@@ -203,7 +226,7 @@ TEST(StepRecoveryTest, AStepThatFailsWhileTheGroupServesEndsWithTheTimeout) {
   StepRecovery recovery(absl::Milliseconds(200), [](absl::Duration d) { absl::SleepFor(d); });
   FakeGroup group{.step = 0};
   Attempts attempt{std::vector<absl::Status>(10000, absl::UnavailableError("rank 1 is away")), 1};
-  EXPECT_THAT(recovery.Run("s", 1, group.probe(), std::ref(attempt), Restored).status(),
+  EXPECT_THAT(recovery.Run("s", 0, 1, group.probe(), std::ref(attempt), Restored).status(),
               StatusIs(absl::StatusCode::kUnavailable,
                        "rank 1 is away (the group serves session 's' again, but the step still "
                        "failed when recovery_timeout 200ms ran out)"));
@@ -218,7 +241,7 @@ TEST(StepRecoveryTest, ASessionGoneFromAServingGroupAnswersTheStepsError) {
                      return absl::NotFoundError("session 's' not found");
                    }};
   Attempts attempt{{absl::UnavailableError("session closed while the step waited")}, 1};
-  EXPECT_THAT(recovery.Run("s", 1, probe, std::ref(attempt), Restored).status(),
+  EXPECT_THAT(recovery.Run("s", 0, 1, probe, std::ref(attempt), Restored).status(),
               StatusIs(absl::StatusCode::kUnavailable, "session closed while the step waited"));
   EXPECT_EQ(attempt.calls, 1);
 }
@@ -227,12 +250,12 @@ TEST(StepRecoveryTest, ZeroTimeoutAndOtherErrorsWhileServingAreAnsweredAtOnce) {
   FakeGroup group;
   StepRecovery off = Recovery(absl::ZeroDuration());
   Attempts unavailable{{absl::UnavailableError("down")}, 1};
-  EXPECT_THAT(off.Run("s", 1, group.probe(), std::ref(unavailable), Restored).status(),
+  EXPECT_THAT(off.Run("s", 0, 1, group.probe(), std::ref(unavailable), Restored).status(),
               StatusIs(absl::StatusCode::kUnavailable, "down"));
   EXPECT_EQ(group.looks, 0);
   StepRecovery on = Recovery();
   Attempts aborted{{absl::AbortedError("redo the step")}, 1};
-  EXPECT_THAT(on.Run("s", 1, group.probe(), std::ref(aborted), Restored).status(),
+  EXPECT_THAT(on.Run("s", 0, 1, group.probe(), std::ref(aborted), Restored).status(),
               StatusIs(absl::StatusCode::kAborted, "redo the step"));
   EXPECT_EQ(aborted.calls, 1);
   EXPECT_EQ(RewindStep(absl::AbortedError("redo the step")), std::nullopt);

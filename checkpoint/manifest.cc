@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/json_depth.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -15,8 +16,16 @@ namespace {
 
 using nlohmann::json;
 
+// Deeper than any manifest, definition or optimizer configuration: printing the value (the
+// digest, the fields kept as text) recurses once per level.
+constexpr size_t kMaxJsonDepth = 64;
+
 absl::StatusOr<json> ParseJson(absl::string_view text, absl::string_view what,
                                absl::StatusCode code) {
+  if (const size_t depth = JsonNestingDepth(text); depth > kMaxJsonDepth) {
+    return absl::Status(code, absl::StrCat("manifest field '", what, "' nests ", depth,
+                                           " levels deep, over ", kMaxJsonDepth));
+  }
   json value = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) {
     return absl::Status(code, absl::StrCat("manifest field '", what, "' is not valid JSON"));

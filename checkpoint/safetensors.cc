@@ -6,12 +6,15 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "base/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace optstep {
 namespace {
 
 constexpr char kMetadataKey[] = "__metadata__";
+// A header is 3 deep ({"key": {"shape": [...]}}); a little room for metadata.
+constexpr size_t kMaxHeaderDepth = 8;
 
 absl::Status Loss(absl::string_view file, absl::string_view what) {
   return absl::DataLossError(absl::StrCat("safetensors file '", file, "': ", what));
@@ -100,6 +103,11 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view json,
                                    " bytes"));
   }
   if (json.empty() || json[0] != '{') return Loss(file, "header does not start with '{'");
+  // A header is an object of objects of flat arrays; printing a deeper one (an error message)
+  // recurses once per level.
+  if (const size_t depth = JsonNestingDepth(json); depth > kMaxHeaderDepth) {
+    return Loss(file, absl::StrCat("header nests ", depth, " levels deep, over ", kMaxHeaderDepth));
+  }
   nlohmann::json header = nlohmann::json::parse(json.begin(), json.end(), nullptr,
                                                 /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {

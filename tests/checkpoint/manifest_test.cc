@@ -94,6 +94,17 @@ TEST(ManifestTest, MalformedFieldsAreDataLossNamingTheField) {
               StatusIs(absl::StatusCode::kDataLoss, "'definition_digest'"));
 }
 
+// A manifest nesting its definition 200,000 arrays deep (planted on the shared disk) is refused
+// before it is parsed: printing it (the digest) recursed once per level and overflowed the stack,
+// in every tenant's pruning after a save and in the restore at start.
+TEST(ManifestTest, ADefinitionNestedTooDeepIsDataLoss) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  const std::string text =
+      R"({"format_version": 1, "definition_digest": "x", "definition": )" + deep + "}";
+  EXPECT_THAT(ParseManifest(text),
+              StatusIs(absl::StatusCode::kDataLoss, "nests 200001 levels deep, over 64"));
+}
+
 TEST(ManifestTest, SerializeRefusesInconsistentManifests) {
   Manifest m = Sample();
   m.params[0].owner = 2;

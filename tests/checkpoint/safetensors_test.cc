@@ -124,6 +124,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadHeader{"trailing_bytes",
                   R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 8,
                   absl::StatusCode::kDataLoss, "cover 4 of the 8 bytes"},
+        // Printed in the error message, a shape 200,000 arrays deep overflowed the stack.
+        BadHeader{"nested_too_deep",
+                  R"({"a": {"dtype": "F32", "shape": )" + std::string(200000, '[') +
+                      std::string(200000, ']') + "}}",
+                  0, absl::StatusCode::kDataLoss, "header nests 200002 levels deep, over 8"},
         BadHeader{"huge_shape",
                   R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296],)"
                   R"( "data_offsets": [0, 0]}})",

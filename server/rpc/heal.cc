@@ -302,6 +302,7 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group,
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank, " is not a rank that can rejoin a group of ", group->world_size()));
   }
+  absl::MutexLock lifecycle_lock(&group->lifecycle_mu());
   absl::MutexLock heal_lock(&group->heal_mu());
   // A stand-in takes the place of a lost rank only: the rank's own process may have returned
   // while the stand-in started.
@@ -344,6 +345,7 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
         absl::StrCat("rank 0 cannot rejoin: ", survivors, " rank(s) wait for it, but rank ", fresh,
                      " was restarted too; the group restarts as a whole"));
   }
+  absl::MutexLock lifecycle_lock(&group->lifecycle_mu());
   absl::MutexLock heal_lock(&group->heal_mu());
   // The survivors that are stand-ins, told to every rank at the heal's first phase.
   for (int r = 1; r < world_size; ++r) group->SetStoodIn(r, answers[r].stand_in());

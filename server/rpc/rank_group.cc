@@ -435,6 +435,8 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec, owner, request_id));
   absl::MutexLock create_lock(&create_mu_);
+  // Again: a heal may have run while this call waited for the lock.
+  OPTSTEP_RETURN_IF_ERROR(PeersStatus());
   OPTSTEP_ASSIGN_OR_RETURN(Engine::Created existing, engine_->FindExisting(config));
   if (existing.session != nullptr) return existing;
   if (options_.world_size == 1) return engine_->CreateSession(std::move(config));
@@ -515,7 +517,11 @@ absl::Status RankGroup::CreateReplicaOn(int rank, const v1::CreateReplicaRequest
 }
 
 absl::Status RankGroup::CloseSession(const std::string& id) {
-  absl::Status closed = DropSession(id);
+  absl::Status closed;
+  {
+    absl::MutexLock lifecycle_lock(&create_mu_);
+    closed = DropSession(id);
+  }
   if (closed.ok() && options_.on_session_closed) options_.on_session_closed(id);
   return closed;
 }

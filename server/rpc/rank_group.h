@@ -198,6 +198,10 @@ class RankGroup {
   std::string heard_rendezvous() const;
   // Serialises the heals on rank 0 (one restarted rank at a time).
   absl::Mutex& heal_mu() { return heal_mu_; }
+  // Serialises the sessions' lifecycle on rank 0 with its heals, which take it before heal_mu():
+  // a session created, restored or closed while a heal rebuilt and moved the sessions made the
+  // heal fail (a session missing on the healed rank, or on the survivors), and the group restart.
+  absl::Mutex& lifecycle_mu() ABSL_LOCK_RETURNED(create_mu_) { return create_mu_; }
 
   // Rank 0: creates (or attaches by name to) a session on every rank. FAILED_PRECONDITION on
   // other ranks, UNAVAILABLE in a group that heals before it formed (a restarted rank 0 has yet
@@ -218,8 +222,8 @@ class RankGroup {
                                                           const std::string& owner,
                                                           const std::string& request_id);
   // Rank 0: closes the session on every rank (the peers' errors are logged, not returned), then
-  // tells `on_session_closed`.
-  absl::Status CloseSession(const std::string& id);
+  // tells `on_session_closed`. Waits for a heal that runs (lifecycle_mu).
+  absl::Status CloseSession(const std::string& id) ABSL_LOCKS_EXCLUDED(create_mu_);
   // Closes the session on every rank without telling `on_session_closed` (a creation or a
   // restore that failed).
   absl::Status DropSession(const std::string& id);
@@ -275,7 +279,8 @@ class RankGroup {
   const uint64_t incarnation_;
 
   // Serialises session creation on rank 0, so that two trainers creating the same named
-  // session at once attach to one session with one id on every rank.
+  // session at once attach to one session with one id on every rank; and the lifecycle with the
+  // heals (lifecycle_mu).
   absl::Mutex create_mu_;
 
   mutable absl::Mutex mu_;

@@ -397,11 +397,12 @@ def test_a_failed_background_step_is_raised_by_the_next_forward(client: optstep.
     loss_of(model, x, y).backward()
     opt.step()
     try:
-        with pytest.raises(optstep.AbortedError):
+        with pytest.raises(optstep.AbortedError) as raised:
             model(x)
     finally:
         gate.set()
     assert opt.next_step == 1
+    assert getattr(raised.value, "failed_step") == 1  # the step to redo, with its batch
     delattr(opt, "_resolve")
     delattr(opt._overlap, "_resolve")
     opt.close_session()

@@ -352,11 +352,14 @@ class RemoteOptimizer(torch.optim.Optimizer):
         return reply
 
     def _failed(self, error: BaseException) -> None:
-        """Raises the error of a step that resolved in the background."""
+        """Raises the error of a step that resolved in the background. It may come out of the
+        next iteration's forward or backward: it carries ``failed_step``, the step to redo, which
+        is ``next_step`` again (a loop that redid its current batch would skip that step's)."""
         if isinstance(error, RewindRequired):
             self._rewound(error)
         else:
             self._next_step -= 1  # redo it
+            setattr(error, "failed_step", self._next_step)
         raise error
 
     def _param_out(self) -> Dict[int, torch.Tensor]:

@@ -133,9 +133,10 @@ ABSL_FLAG(std::string, kill_during_heal, "",
 ABSL_FLAG(int, delay_heal_fetch_ms, 0,
           "Testing only: a restarted rank pauses this long after each state dict it fetched from "
           "a peer while it heals in, so that its heal outlasts --comm_timeout_ms; 0: never.");
-ABSL_FLAG(int, drop_heal_end_to, -1,
-          "Testing only: rank 0 drops the first call that ends a heal on this rank, as if it were "
-          "lost on the way (it is made again); -1: never.");
+ABSL_FLAG(std::string, drop_first_peer_call, "",
+          "Testing only: 'CALL:RANK' (CALL: HealEnd or CloseReplica): this rank drops its first "
+          "attempt of that call to rank RANK, as if it were lost on the way (it is made again); "
+          "empty: never.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
@@ -269,7 +270,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.kill_during_restore = absl::GetFlag(FLAGS_kill_during_restore);
   options.kill_during_heal = absl::GetFlag(FLAGS_kill_during_heal);
   options.delay_heal_fetch = absl::Milliseconds(absl::GetFlag(FLAGS_delay_heal_fetch_ms));
-  options.drop_heal_end_to = absl::GetFlag(FLAGS_drop_heal_end_to);
+  options.drop_first_peer_call = absl::GetFlag(FLAGS_drop_first_peer_call);
   return options;
 }
 

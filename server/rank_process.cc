@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -348,10 +349,17 @@ absl::Status RankProcess::StartEngine(
   } else if (options_.delay_heal_fetch > absl::ZeroDuration()) {
     group_options.on_heal_fetched = [delay = options_.delay_heal_fetch] { absl::SleepFor(delay); };
   }
-  if (options_.drop_heal_end_to >= 0) {
-    group_options.drop_heal_end = [to = options_.drop_heal_end_to,
-                                   dropped = std::make_shared<std::atomic<bool>>(false)](int r) {
-      return r == to && !dropped->exchange(true);
+  if (!options_.drop_first_peer_call.empty()) {
+    const std::string& spec = options_.drop_first_peer_call;
+    const size_t colon = spec.rfind(':');
+    int to = -1;
+    if (colon == std::string::npos || !absl::SimpleAtoi(spec.substr(colon + 1), &to)) {
+      LOG(FATAL) << "--drop_first_peer_call='" << spec << "' is not CALL:RANK";
+    }
+    group_options.drop_peer_call = [call = spec.substr(0, colon), to,
+                                    dropped = std::make_shared<std::atomic<bool>>(false)](
+                                       absl::string_view name, int r) {
+      return name == call && r == to && !dropped->exchange(true);
     };
   }
   group_options.on_heal_failed = [this](const absl::Status& why) {

@@ -148,8 +148,9 @@ class RankProcess {
     std::string kill_during_heal;
     // --delay_heal_fetch_ms: a pause after each state dict fetched while healing in.
     absl::Duration delay_heal_fetch = absl::ZeroDuration();
-    // --drop_heal_end_to: rank 0 drops the first call that ends a heal on this rank; -1: never.
-    int drop_heal_end_to = -1;
+    // --drop_first_peer_call: "CALL:RANK", the first attempt of that call to that rank that this
+    // rank drops (RankGroupOptions::drop_peer_call); empty: none.
+    std::string drop_first_peer_call;
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.

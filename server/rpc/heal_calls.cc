@@ -41,20 +41,8 @@ absl::Status MoveStateOn(RankGroup* group, int r, const v1::RegroupRequest& requ
 }
 
 absl::Status EndHealOn(RankGroup* group, int r, const v1::RegroupRequest& end) {
-  const absl::Time give_up = absl::Now() + group->options().timeout;
-  absl::Duration delay = absl::Milliseconds(100);
-  for (int attempt = 1;; ++attempt) {
-    const std::function<bool(int)>& drop = group->options().drop_heal_end;
-    absl::Status ended = drop && drop(r) ? absl::UnavailableError("dropped (--drop_heal_end_to)")
-                                         : RegroupOn(group, r, end);
-    if (ended.ok() || ended.code() == absl::StatusCode::kFailedPrecondition) return ended;
-    if (r == 0 || absl::Now() + delay > give_up || !group->Answers(r)) return ended;
-    LOG(WARNING) << "event=heal_end_retry rank=" << r << " healed=" << end.rank()
-                 << " generation=" << end.generation() << " attempt=" << attempt << " error=\""
-                 << ended.message() << "\"";
-    absl::SleepFor(delay);
-    delay = std::min(2 * delay, absl::Seconds(2));
-  }
+  if (r == 0) return group->Regroup(end);
+  return group->CallUntilTaken(r, "HealEnd", [&] { return RegroupOn(group, r, end); });
 }
 
 v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,

@@ -32,10 +32,9 @@ absl::Status CallWhileAnswering(RankGroup* group, int r, absl::string_view what,
 absl::Status MoveStateOn(RankGroup* group, int r, const v1::RegroupRequest& request);
 
 // The heal's end (`end`, kEnd) on rank `r`, which a rank must not miss: until it comes the rank's
-// sessions stay paused and it reports NOT_SERVING, for ever. A call that fails for a passing
-// reason (a connection reset, its deadline) is made again, 100 ms and then up to 2 s later,
-// while `r` answers its pings and for at most the group's timeout; FAILED_PRECONDITION (the rank
-// runs no such heal: it ended it already, or runs another) is an end. Answers the last error.
+// sessions stay paused and it reports NOT_SERVING, for ever. Made until the rank takes it
+// (RankGroup::CallUntilTaken); FAILED_PRECONDITION (the rank runs no such heal: it ended it
+// already, or runs another) is as good as an end.
 absl::Status EndHealOn(RankGroup* group, int r, const v1::RegroupRequest& end);
 
 }  // namespace optstep

@@ -1,5 +1,6 @@
 #include "server/rpc/rank_group.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <string>
@@ -311,6 +312,26 @@ bool RankGroup::Answers(int rank) {
   return PingOnce(rank, &response).ok();
 }
 
+absl::Status RankGroup::CallUntilTaken(int rank, absl::string_view call,
+                                       const std::function<absl::Status()>& attempt) {
+  const absl::Time give_up = absl::Now() + options_.timeout;
+  absl::Duration delay = absl::Milliseconds(100);
+  for (int attempts = 1;; ++attempts) {
+    const bool dropped = options_.drop_peer_call && options_.drop_peer_call(call, rank);
+    const absl::Status status =
+        dropped ? absl::UnavailableError("dropped (--drop_first_peer_call)") : attempt();
+    if (status.code() != absl::StatusCode::kUnavailable &&
+        status.code() != absl::StatusCode::kDeadlineExceeded) {
+      return status;
+    }
+    if (absl::Now() + delay > give_up || !Answers(rank)) return status;
+    LOG(WARNING) << "event=peer_call_retry call=" << call << " rank=" << rank
+                 << " attempt=" << attempts << " error=\"" << status.message() << "\"";
+    absl::SleepFor(delay);
+    delay = std::min(2 * delay, absl::Seconds(2));
+  }
+}
+
 int RankGroup::CountHealLost(int rank) {
   absl::MutexLock lock(&mu_);
   return ++lost_heals_[rank];
@@ -530,13 +551,16 @@ absl::Status RankGroup::DropSession(const std::string& id) {
   for (int r = 1; r < options_.world_size && options_.rank == 0; ++r) {
     v1::CloseReplicaRequest request;
     request.set_session_id(id);
-    v1::CloseReplicaResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    grpc::Status status = Peer(r)->CloseReplica(&context, request, &response);
-    if (!status.ok() && status.error_code() != grpc::StatusCode::NOT_FOUND) {
-      LOG(WARNING) << "closing session " << id << " on rank " << r << ": "
-                   << status.error_message();
+    // A replica left open on a rank that missed the close (a reset) would make that rank's
+    // next heal rebuild a session no other rank has, and fail.
+    const absl::Status status = CallUntilTaken(r, "CloseReplica", [&] {
+      v1::CloseReplicaResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      return PeerStatus(r, Peer(r)->CloseReplica(&context, request, &response));
+    });
+    if (!status.ok() && status.code() != absl::StatusCode::kNotFound) {
+      LOG(WARNING) << "closing session " << id << " on rank " << r << ": " << status.message();
     }
   }
   return engine_->CloseSession(id);

@@ -74,9 +74,10 @@ struct RankGroupOptions {
   // Testing only (--kill_during_heal): told each time this rank fetched a state dict from a peer
   // (PeerFetch: its heal's transfer, a catch-up, a shadow refresh). May be null.
   std::function<void()> on_heal_fetched;
-  // Testing only (--drop_heal_end_to): asked before each call that ends a heal on rank `r`
-  // (EndHealOn); true drops the call, as if it were lost on the way. May be null.
-  std::function<bool(int r)> drop_heal_end;
+  // Testing only (--drop_first_peer_call): asked before each attempt of a call that is made
+  // until rank `r` takes it (CallUntilTaken; `call` names it, "HealEnd" or "CloseReplica"); true
+  // drops the attempt, as if it were lost on the way. May be null.
+  std::function<bool(absl::string_view call, int r)> drop_peer_call;
 };
 
 // The ranks of a group as seen from one of them: their addresses and the stubs that call them,
@@ -171,6 +172,12 @@ class RankGroup {
   bool ProcessGone(int rank, uint64_t incarnation);
   // Whether rank `rank` answers a ping within the peer timeout.
   bool Answers(int rank);
+  // Makes `attempt`, a call to rank `rank` that must not be missed (`call` names it in the log),
+  // again while it fails for a passing reason (UNAVAILABLE, DEADLINE_EXCEEDED: a reset, a call
+  // lost on the way), 100 ms and then up to 2 s later, while the rank answers its pings and for
+  // at most the group's timeout. Answers the last attempt's status.
+  absl::Status CallUntilTaken(int rank, absl::string_view call,
+                              const std::function<absl::Status()>& attempt);
   // Rank 0: counts the heals of rank `rank` in a row whose process was lost while it healed in,
   // and answers how many (a heal that succeeds begins the count again).
   int CountHealLost(int rank);

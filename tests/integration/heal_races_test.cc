@@ -32,12 +32,12 @@ using ::optstep::testutil::Trainer;
 constexpr int kWorld = 3;
 constexpr int kDead = 1;
 
-// Rank 0 (with --drop_heal_end_to) drops its first call that ends the heal on rank 2, as a
+// Rank 0 (with --drop_first_peer_call) drops its first call that ends the heal on rank 2, as a
 // connection reset would, and makes it again. Before, the heal's end was sent once: rank 2 kept
 // its sessions paused and answered NOT_SERVING for ever, though live, so nothing restarted it.
 TEST(HealRacesTest, AHealsEndLostOnTheWayToARankIsMadeAgain) {
   std::vector<std::string> flags = testutil::HealingFlags();
-  flags.push_back("--drop_heal_end_to=2");
+  flags.push_back("--drop_first_peer_call=HealEnd:2");
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
   ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
   std::unique_ptr<Client> trainer = Trainer(group);
@@ -60,6 +60,30 @@ TEST(HealRacesTest, AHealsEndLostOnTheWayToARankIsMadeAgain) {
   EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), healed.session_id()),
               IsOk());
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Live(*group[r])) << "rank " << r;
+}
+
+// Rank 0 (with --drop_first_peer_call) drops its first call that closes a session on rank 2, and
+// makes it again. Before, a close was sent once and its error only logged: the replica stayed on
+// rank 2 for good (its memory reserved), and that rank's next heal rebuilt a session no other
+// rank had, and failed.
+TEST(HealRacesTest, AClosesCallLostOnTheWayToARankIsMadeAgain) {
+  std::vector<std::string> flags = testutil::HealingFlags();
+  flags.push_back("--drop_first_peer_call=CloseReplica:2");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo closed,
+                               trainer->CreateSession(SpreadSpec("closed")));
+  ASSERT_THAT(StepSpread(*trainer, closed.session_id(), 1).status(), IsOk());
+  ASSERT_THAT(trainer->CloseSession(closed.session_id()), IsOk());
+  // A listed step of 0: the replica is gone (it was at step 1).
+  for (int r = 1; r < kWorld; ++r) {
+    absl::StatusOr<uint64_t> listed =
+        testutil::AwaitListedStep(*group[r], closed.session_id(), 0, absl::Seconds(5));
+    ASSERT_THAT(listed.status(), IsOk());
+    EXPECT_EQ(*listed, 0u) << "rank " << r << " still holds the closed session";
+  }
 }
 
 // A session closed while a restarted rank heals in (its transfer slowed by

@@ -111,6 +111,13 @@ OpenStreams& OpenExports() {
   return *streams;
 }
 
+// Each ImportStateDict stream stages up to a copy of its session's state until it is applied
+// (NewStateDictUploadReactor bounds them per session).
+OpenStreams& OpenImports() {
+  static OpenStreams* const streams = new OpenStreams();
+  return *streams;
+}
+
 // The layouts of spec §7.2 over a merged dict.
 absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<const StateDict> flat,
                                      const v1::ExportStateDictRequest& request) {
@@ -243,6 +250,7 @@ grpc::ServerReadReactor<v1::StateDictChunk>* CheckpointServiceImpl::ImportStateD
       engine_, CallerOf(*context), "empty state dict stream",
       CallIdleWatch::Start(context, stream_idle_timeout_, "ImportStateDict",
                            CallIdleWatch::Waits::kReads),
+      &OpenImports(),
       [held = &held_, response](Session& session, uint64_t, std::shared_ptr<const StateDict> dict,
                                 uint64_t bytes) {
         response->set_tensors(dict->size());

@@ -257,6 +257,7 @@ grpc::ServerReadReactor<v1::HeldStateChunk>* PeerServiceImpl::StageHeldState(
       engine_, RankCaller(), "empty stage stream",
       CallIdleWatch::Start(context, absl::ZeroDuration(), "StageHeldState",
                            CallIdleWatch::Waits::kReads),
+      /*open=*/nullptr,
       [](Session& session, uint64_t token, std::shared_ptr<const StateDict> dict, uint64_t) {
         return session.holds().StageState(token, std::move(dict), /*complete=*/false);
       });

@@ -321,6 +321,9 @@ absl::StatusOr<uint64_t> StateDictByteBound(const Session& session) {
   return subs * bytes + (uint64_t{1} << 20);
 }
 
+// A session's uploads open at once on a rank, at least (NewStateDictUploadReactor).
+constexpr int kOpenUploadsPerSession = 2;
+
 // gRPC calls OnReadDone for one message at a time and the action runs only after the last, so
 // the members need no lock (but `cancelled_`, which OnCancel sets from any thread).
 //
@@ -332,11 +335,13 @@ template <typename Message>
 class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
  public:
   StateDictUploadReactor(Engine* engine, Caller caller, std::string empty_error,
-                         std::shared_ptr<CallIdleWatch> idle, StateDictUpload action)
+                         std::shared_ptr<CallIdleWatch> idle, OpenStreams* open,
+                         StateDictUpload action)
       : engine_(engine),
         caller_(std::move(caller)),
         empty_error_(std::move(empty_error)),
         idle_(std::move(idle)),
+        open_(open),
         action_(std::move(action)) {
     Read();
   }
@@ -345,7 +350,7 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
     idle_->Heard();
     if (!ok) return RunAction();
     absl::Status status = Add();
-    if (!status.ok()) return this->Finish(ToGrpcStatus(status));
+    if (!status.ok()) return End(ToGrpcStatus(status));
     Read();
   }
   void OnCancel() override { cancelled_ = true; }
@@ -366,6 +371,16 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
       OPTSTEP_ASSIGN_OR_RETURN(session_, FindSession(*engine_, caller_, message_.session_id()));
       OPTSTEP_ASSIGN_OR_RETURN(const uint64_t limit, StateDictByteBound(*session_));
       assembler_.set_byte_limit(limit);
+      if (open_ != nullptr) {
+        const int most = std::max(kOpenUploadsPerSession, session_->config().num_trainers);
+        slot_ = open_->TryOpen(session_.get(), most);
+        if (!slot_.held()) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat(What(), ": ", most,
+                           " state dict uploads of the session are open on this rank "
+                           "already; nothing was applied"));
+        }
+      }
     }
     if (ended_) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -389,25 +404,31 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
     return absl::StrCat("state dict stream of session '", session_->id(), "'");
   }
 
+  // Gives the stream's slot back, then finishes the call.
+  void End(const grpc::Status& status) {
+    slot_.Release();
+    this->Finish(status);
+  }
+
   void RunAction() {
     if (const std::optional<absl::Duration> idled = idle_->idled()) {
-      return this->Finish(ToGrpcStatus(absl::DeadlineExceededError(absl::StrCat(
+      return End(ToGrpcStatus(absl::DeadlineExceededError(absl::StrCat(
           session_ == nullptr ? std::string("state dict stream") : What(),
           ": nothing from the caller for ", absl::FormatDuration(*idled),
           ", over the stream idle timeout of ", absl::FormatDuration(idle_->timeout()), ", after ",
           tally_.Describe(assembler_.tensors()), "; nothing was applied"))));
     }
     if (session_ == nullptr) {
-      return this->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, empty_error_));
+      return End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, empty_error_));
     }
     if (cancelled_) {
-      return this->Finish(grpc::Status(
+      return End(grpc::Status(
           grpc::StatusCode::CANCELLED,
           absl::StrCat(What(), " was cancelled after ", tally_.Describe(assembler_.tensors()),
                        "; nothing was applied")));
     }
     if (!ended_) {
-      return this->Finish(grpc::Status(
+      return End(grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,
           absl::StrCat(What(), " ended after ", tally_.Describe(assembler_.tensors()),
                        " without its final message (StreamEnd); nothing was applied")));
@@ -416,7 +437,7 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
       absl::StatusOr<std::shared_ptr<const StateDict>> dict = assembler_.Build(*session_);
       absl::Status status = dict.status();
       if (dict.ok()) status = action_(*session_, token_, *std::move(dict), assembler_.bytes());
-      this->Finish(ToGrpcStatus(status));
+      End(ToGrpcStatus(status));
     });
   }
 
@@ -424,7 +445,9 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
   const Caller caller_;
   const std::string empty_error_;
   const std::shared_ptr<CallIdleWatch> idle_;
+  OpenStreams* const open_;
   const StateDictUpload action_;
+  OpenStreams::Slot slot_;  // the session's, in `open_`
   Message message_;
   std::shared_ptr<Session> session_;
   uint64_t token_ = 0;
@@ -440,14 +463,15 @@ template <typename Message>
 grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Caller caller,
                                                             std::string empty_error,
                                                             std::shared_ptr<CallIdleWatch> idle,
+                                                            OpenStreams* open,
                                                             StateDictUpload action) {
   return new StateDictUploadReactor<Message>(engine, std::move(caller), std::move(empty_error),
-                                             std::move(idle), std::move(action));
+                                             std::move(idle), open, std::move(action));
 }
 
 template grpc::ServerReadReactor<v1::StateDictChunk>* NewStateDictUploadReactor<v1::StateDictChunk>(
-    Engine*, Caller, std::string, std::shared_ptr<CallIdleWatch>, StateDictUpload);
+    Engine*, Caller, std::string, std::shared_ptr<CallIdleWatch>, OpenStreams*, StateDictUpload);
 template grpc::ServerReadReactor<v1::HeldStateChunk>* NewStateDictUploadReactor<v1::HeldStateChunk>(
-    Engine*, Caller, std::string, std::shared_ptr<CallIdleWatch>, StateDictUpload);
+    Engine*, Caller, std::string, std::shared_ptr<CallIdleWatch>, OpenStreams*, StateDictUpload);
 
 }  // namespace optstep

@@ -23,6 +23,7 @@
 #include "server/engine/session.h"
 #include "server/rpc/caller.h"
 #include "server/rpc/idle_bound.h"
+#include "server/rpc/open_streams.h"
 #include "server/rpc/stall_watch.h"
 
 namespace optstep {
@@ -70,11 +71,15 @@ using StateDictUpload = std::function<absl::Status(
 // never runs: INVALID_ARGUMENT for a stream without its StreamEnd, a StreamEnd that disagrees
 // or a message after it, CANCELLED for a cancelled stream (DEADLINE_EXCEEDED when `idle`, the
 // watch of its call, cancelled it). A stream without messages is INVALID_ARGUMENT
-// `empty_error`. Only a session `caller` may see is found. Owns itself until done.
+// `empty_error`. Only a session `caller` may see is found. With `open` (may be null: no bound), a
+// session has at most two such streams open on this rank, or one per trainer when it has more
+// (each holds up to a copy of the session's state until its action ends): another is
+// RESOURCE_EXHAUSTED. Owns itself until done.
 template <typename Message>
 grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Caller caller,
                                                             std::string empty_error,
                                                             std::shared_ptr<CallIdleWatch> idle,
+                                                            OpenStreams* open,
                                                             StateDictUpload action);
 
 // Collects streamed StateDictChunks into per-(sub-optimizer, chunk) dicts, checking every piece

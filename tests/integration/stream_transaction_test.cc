@@ -344,6 +344,50 @@ TEST_F(StreamTransactionTest, ASessionHasTwoExportsOpenAtMost) {
   (void)second->Finish();
 }
 
+// Each ImportStateDict stream stages up to a copy of its session's state until it is applied: a
+// session of one trainer has two open on a rank at most (before, any number, each staging).
+TEST_F(StreamTransactionTest, ASessionHasTwoImportsOpenAtMost) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Entries before, Exported());
+  v1::StreamEnd end;
+  std::vector<v1::StateDictChunk> changed = ChangedState(before, &end);
+  std::vector<v1::StateDictChunk> complete = changed;
+  *complete.emplace_back().mutable_end() = end;
+  auto stub = v1::CheckpointService::NewStub(channel_);
+  grpc::ClientContext contexts[2];
+  v1::ImportStateDictResponse responses[2];
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::StateDictChunk>>> open;
+  for (int s = 0; s < 2; ++s) {
+    open.push_back(stub->ImportStateDict(&contexts[s], &responses[s]));
+    ASSERT_TRUE(open.back()->Write(changed[0]));
+  }
+  // As for InitParameters: the third may reach the rank before one of the two and take its slot;
+  // either way exactly one of the three is refused.
+  absl::Status third = absl::OkStatus();
+  for (int tries = 0; tries < 50 && third.ok(); ++tries) {
+    third = Import(complete);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const auto refusal = StatusIs(absl::StatusCode::kResourceExhausted,
+                                "2 state dict uploads of the session are open on this rank "
+                                "already; nothing was applied");
+  int refused = third.ok() ? 0 : 1;
+  if (!third.ok()) {
+    EXPECT_THAT(third, refusal);
+  }
+  for (auto& writer : open) {
+    writer->WritesDone();
+    const absl::Status ended = FromGrpcStatus(writer->Finish());
+    if (ended.code() == absl::StatusCode::kResourceExhausted) {
+      EXPECT_THAT(ended, refusal);
+      ++refused;
+    } else {
+      EXPECT_THAT(ended, StatusIs(absl::StatusCode::kInvalidArgument, "without its final"));
+    }
+  }
+  EXPECT_EQ(refused, 1) << "two imports of a session are open at most, and two may";
+  EXPECT_THAT(Import(complete), IsOk());  // the slots came back
+}
+
 // Each unread pull holds the snapshot of the step it answers while the session steps on: a
 // session of one trainer has four open on a rank at most.
 TEST_F(StreamTransactionTest, ASessionHasFourPullsPerTrainerOpenAtMost) {

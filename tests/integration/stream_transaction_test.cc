@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,38 @@ using ::optstep::testutil::StatusIs;
 using ::optstep::testutil::StepSmall;
 
 using Entries = std::vector<Client::StateDictEntry>;
+
+// The streams of a session over its bound: `held` are open with a first piece written, and
+// `another` is tried (a whole stream) until it is refused. A Write is out once it is sent, not
+// once the rank has taken it: `another` may reach the rank before one of `held` and take its
+// slot, and that one is refused instead. Ends `held` (without their final message) and answers
+// how many of all were refused with `refusal`; the others must end INVALID_ARGUMENT.
+template <typename Request>
+int Refusals(std::vector<std::unique_ptr<grpc::ClientWriter<Request>>>& held,
+             const std::function<absl::Status()>& another,
+             const ::testing::Matcher<absl::Status>& refusal) {
+  absl::Status extra = absl::OkStatus();
+  for (int tries = 0; tries < 50 && extra.ok(); ++tries) {
+    extra = another();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  int refused = 0;
+  if (!extra.ok()) {
+    EXPECT_THAT(extra, refusal);
+    ++refused;
+  }
+  for (auto& writer : held) {
+    writer->WritesDone();
+    const absl::Status ended = FromGrpcStatus(writer->Finish());
+    if (ended.code() == absl::StatusCode::kResourceExhausted) {
+      EXPECT_THAT(ended, refusal);
+      ++refused;
+    } else {
+      EXPECT_THAT(ended, StatusIs(absl::StatusCode::kInvalidArgument, "without its final"));
+    }
+  }
+  return refused;
+}
 
 class StreamTransactionTest : public ::testing::Test {
  protected:
@@ -274,31 +307,11 @@ TEST_F(StreamTransactionTest, AnInitStreamStagesABoundedAmountAndFourPerTrainerA
     open.push_back(stub->InitParameters(&contexts[s], &responses[s]));
     ASSERT_TRUE(open.back()->Write(piece(0)));
   }
-  // A Write is out once it is sent, not once the rank has taken it: a fifth stream may reach the
-  // rank before one of the four and take its slot, and that one is refused instead. Either way
-  // exactly one of the five is refused, and the four others are open together.
-  absl::Status fifth = absl::OkStatus();
-  for (int tries = 0; tries < 50 && fifth.ok(); ++tries) {
-    fifth = Init(contiguous);
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  int refused = fifth.ok() ? 0 : 1;
-  const auto refusal = StatusIs(absl::StatusCode::kResourceExhausted,
-                                "4 InitParameters streams of the session (4 per trainer) are open "
-                                "on this rank already; nothing was written");
-  if (!fifth.ok()) {
-    EXPECT_THAT(fifth, refusal);
-  }
-  for (auto& writer : open) {
-    writer->WritesDone();
-    const absl::Status ended = FromGrpcStatus(writer->Finish());
-    if (ended.code() == absl::StatusCode::kResourceExhausted) {
-      EXPECT_THAT(ended, refusal);
-      ++refused;
-    } else {
-      EXPECT_THAT(ended, StatusIs(absl::StatusCode::kInvalidArgument));
-    }
-  }
+  const int refused = Refusals(
+      open, [&] { return Init(contiguous); },
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               "4 InitParameters streams of the session (4 per trainer) are open on this "
+               "rank already; nothing was written"));
   EXPECT_EQ(refused, 1) << "four InitParameters streams per trainer are open at most, and four may";
   // Given back before the first stream's caller heard its end.
   EXPECT_THAT(Init(contiguous), IsOk());
@@ -360,30 +373,11 @@ TEST_F(StreamTransactionTest, ASessionHasTwoImportsOpenAtMost) {
     open.push_back(stub->ImportStateDict(&contexts[s], &responses[s]));
     ASSERT_TRUE(open.back()->Write(changed[0]));
   }
-  // As for InitParameters: the third may reach the rank before one of the two and take its slot;
-  // either way exactly one of the three is refused.
-  absl::Status third = absl::OkStatus();
-  for (int tries = 0; tries < 50 && third.ok(); ++tries) {
-    third = Import(complete);
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  const auto refusal = StatusIs(absl::StatusCode::kResourceExhausted,
-                                "2 state dict uploads of the session are open on this rank "
-                                "already; nothing was applied");
-  int refused = third.ok() ? 0 : 1;
-  if (!third.ok()) {
-    EXPECT_THAT(third, refusal);
-  }
-  for (auto& writer : open) {
-    writer->WritesDone();
-    const absl::Status ended = FromGrpcStatus(writer->Finish());
-    if (ended.code() == absl::StatusCode::kResourceExhausted) {
-      EXPECT_THAT(ended, refusal);
-      ++refused;
-    } else {
-      EXPECT_THAT(ended, StatusIs(absl::StatusCode::kInvalidArgument, "without its final"));
-    }
-  }
+  const int refused = Refusals(
+      open, [&] { return Import(complete); },
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               "2 state dict uploads of the session are open on this rank already; "
+               "nothing was applied"));
   EXPECT_EQ(refused, 1) << "two imports of a session are open at most, and two may";
   EXPECT_THAT(Import(complete), IsOk());  // the slots came back
 }

@@ -1,6 +1,5 @@
 #include "server/rpc/rank_group.h"
 
-#include <algorithm>
 #include <chrono>
 #include <set>
 #include <string>
@@ -13,6 +12,7 @@
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/rendezvous.h"
+#include "server/rpc/retry_while_answering.h"
 #include "server/rpc/stall_watch.h"
 #include "wire/grpc_status.h"
 
@@ -314,22 +314,14 @@ bool RankGroup::Answers(int rank) {
 
 absl::Status RankGroup::CallUntilTaken(int rank, absl::string_view call,
                                        const std::function<absl::Status()>& attempt) {
-  const absl::Time give_up = absl::Now() + options_.timeout;
-  absl::Duration delay = absl::Milliseconds(100);
-  for (int attempts = 1;; ++attempts) {
-    const bool dropped = options_.drop_peer_call && options_.drop_peer_call(call, rank);
-    const absl::Status status =
-        dropped ? absl::UnavailableError("dropped (--drop_first_peer_call)") : attempt();
-    if (status.code() != absl::StatusCode::kUnavailable &&
-        status.code() != absl::StatusCode::kDeadlineExceeded) {
-      return status;
-    }
-    if (absl::Now() + delay > give_up || !Answers(rank)) return status;
-    LOG(WARNING) << "event=peer_call_retry call=" << call << " rank=" << rank
-                 << " attempt=" << attempts << " error=\"" << status.message() << "\"";
-    absl::SleepFor(delay);
-    delay = std::min(2 * delay, absl::Seconds(2));
-  }
+  return RetryWhileAnswering(
+      absl::StrCat("call=", call, " rank=", rank), absl::Now() + options_.timeout,
+      [this, rank] { return Answers(rank); },
+      [&] {
+        return options_.drop_peer_call && options_.drop_peer_call(call, rank)
+                   ? absl::UnavailableError("dropped (--drop_first_peer_call)")
+                   : attempt();
+      });
 }
 
 int RankGroup::CountHealLost(int rank) {
@@ -551,8 +543,7 @@ absl::Status RankGroup::DropSession(const std::string& id) {
   for (int r = 1; r < options_.world_size && options_.rank == 0; ++r) {
     v1::CloseReplicaRequest request;
     request.set_session_id(id);
-    // A replica left open on a rank that missed the close (a reset) would make that rank's
-    // next heal rebuild a session no other rank has, and fail.
+    // Made again if lost: a replica left open would fail that rank's next heal.
     const absl::Status status = CallUntilTaken(r, "CloseReplica", [&] {
       v1::CloseReplicaResponse response;
       grpc::ClientContext context;

@@ -1,0 +1,61 @@
+// RetryWhileAnswering: a call lost on the way is made again while the callee answers; an answer
+// that is not a passing failure ends it, and so do a callee that stopped answering and the bound.
+
+#include "server/rpc/retry_while_answering.h"
+
+#include <functional>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
+
+// Answers `statuses` in turn, then OK; counts the attempts.
+struct Calls {
+  std::vector<absl::Status> statuses;
+  int made = 0;
+  absl::Status operator()() {
+    const int i = made++;
+    return i < static_cast<int>(statuses.size()) ? statuses[i] : absl::OkStatus();
+  }
+};
+
+const absl::Time kLater = absl::InfiniteFuture();
+
+TEST(RetryWhileAnsweringTest, PassingFailuresAreMadeAgainUntilTaken) {
+  Calls calls{{absl::UnavailableError("reset"), absl::DeadlineExceededError("late")}};
+  EXPECT_THAT(RetryWhileAnswering(
+                  "call=t", kLater, [] { return true; }, std::ref(calls)),
+              IsOk());
+  EXPECT_EQ(calls.made, 3);
+}
+
+TEST(RetryWhileAnsweringTest, AnAnswerThatIsNoPassingFailureEndsIt) {
+  Calls calls{{absl::UnavailableError("reset"), absl::FailedPreconditionError("runs no heal")}};
+  EXPECT_THAT(RetryWhileAnswering(
+                  "call=t", kLater, [] { return true; }, std::ref(calls)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "runs no heal"));
+  EXPECT_EQ(calls.made, 2);
+}
+
+TEST(RetryWhileAnsweringTest, ACalleeThatStoppedAnsweringOrTheBoundEndsIt) {
+  Calls lost{{absl::UnavailableError("reset")}};
+  EXPECT_THAT(RetryWhileAnswering(
+                  "call=t", kLater, [] { return false; }, std::ref(lost)),
+              StatusIs(absl::StatusCode::kUnavailable, "reset"));
+  EXPECT_EQ(lost.made, 1);
+  Calls late{{absl::UnavailableError("reset")}};
+  EXPECT_THAT(RetryWhileAnswering(
+                  "call=t", absl::Now(), [] { return true; }, std::ref(late)),
+              StatusIs(absl::StatusCode::kUnavailable, "reset"));
+  EXPECT_EQ(late.made, 1);
+}
+
+}  // namespace
+}  // namespace optstep

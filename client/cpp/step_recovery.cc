@@ -67,9 +67,7 @@ absl::StatusOr<StepReply> StepRecovery::Run(
       absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read);
       if (!now.ok()) return error;
       if (*now < AppliedStep(key)) return Rewind(key, *now, step);
-      // Applied while the group recovered; or applied before, and the caller redoes it because
-      // the answer was lost (the pull of its parameters failed): the session is at it.
-      if ((was_applied && *now >= step) || (AppliedStep(key) >= step && *now == step)) {
+      if (was_applied && *now >= step) {
         Note(session_id, trainer_id, step);
         return applied();
       }

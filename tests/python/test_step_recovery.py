@@ -97,25 +97,6 @@ def test_each_trainer_sharing_the_client_is_told_of_the_rewind() -> None:
         assert rewind.value.step == 2, f"trainer {trainer}"
 
 
-def test_a_step_applied_whose_answer_was_lost_is_answered_when_redone() -> None:
-    """The group applied step 5 while it recovered and the pull of its parameters failed: the
-    caller redoes step 5 and gets its parameters, not FailedPreconditionError for ever."""
-    steps = recovery()
-    pulls: List[int] = []
-
-    def applied() -> int:
-        pulls.append(1)
-        if len(pulls) == 1:
-            raise UnavailableError("pull: rank 1 is away")
-        return 99
-
-    not_replayable = FailedPreconditionError("step 5 out of sequence; expected step 6")
-    with pytest.raises(UnavailableError):
-        steps.run(EndingGroup([5]), "s", 5,
-                  attempts([UnavailableError("reset"), not_replayable], 5), applied)
-    assert steps.run(EndingGroup([5]), "s", 5, attempts([not_replayable], 5), applied) == 99
-
-
 def test_a_step_that_fails_while_the_group_serves_ends_with_the_timeout() -> None:
     # Rank 0 serves, but the step cannot be taken (a rank it cannot reach).
     steps = StepRecovery(0.2)

@@ -135,10 +135,7 @@ class StepRecovery:
                     info = self._await_seen_step(group, key, info, error)
                     if info.step < self._applied_step(key):
                         raise self._rewind(key, info.step, step) from None
-                    # Applied while the group recovered; or applied before, and the caller
-                    # redoes it because the answer was lost (the pull of its parameters failed).
-                    if (was_applied and info.step >= step) or \
-                            (self._applied_step(key) >= step and info.step == step):
+                    if was_applied and info.step >= step:
                         self.note(session_id, step, trainer_id=trainer_id)
                         return applied()
                     # The last step ended meanwhile: this one's turn (once).

@@ -127,29 +127,6 @@ TEST(StepRecoveryTest, EachTrainerOfASharedClientIsToldOfTheRewind) {
   }
 }
 
-// The group applied step 5 while it recovered, and the pull of its parameters failed: the caller
-// redoes step 5, and gets its parameters (the session is at it) rather than FAILED_PRECONDITION
-// for ever.
-TEST(StepRecoveryTest, AStepAppliedWhoseAnswerWasLostIsAnsweredWhenRedone) {
-  StepRecovery recovery = Recovery();
-  FakeGroup group{.step = 5};
-  int pulls = 0;
-  auto applied = [&pulls]() -> absl::StatusOr<StepReply> {
-    if (pulls++ == 0) return absl::UnavailableError("pull: rank 1 is away");
-    return Restored();
-  };
-  const absl::Status not_replayable =
-      absl::FailedPreconditionError("step 5 out of sequence; expected step 6");
-  Attempts first{{absl::UnavailableError("reset"), not_replayable}, 5};
-  EXPECT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(first), applied).status(),
-              StatusIs(absl::StatusCode::kUnavailable, "pull"));
-  Attempts again{{not_replayable}, 5};
-  absl::StatusOr<StepReply> reply =
-      recovery.Run("s", 0, 5, group.probe(), std::ref(again), applied);
-  ASSERT_THAT(reply.status(), IsOk());
-  EXPECT_EQ(reply->step, 99u);
-}
-
 TEST(StepRecoveryTest, OutOfSequenceBelowTheLastAppliedStepIsARewindAndAtItTheCallersError) {
   StepRecovery recovery = Recovery();
   FakeGroup group{.step = 3};

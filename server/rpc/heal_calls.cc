@@ -1,11 +1,8 @@
 #include "server/rpc/heal_calls.h"
 
-#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "glog/logging.h"
 #include "server/rpc/heal.h"
 #include "server/rpc/stall_watch.h"
 

@@ -8,7 +8,7 @@ import copy
 import threading
 import time
 import uuid
-from typing import Any, List
+from typing import Any, Callable, Dict, List
 
 import pytest
 import torch
@@ -243,6 +243,31 @@ def test_parameters_are_announced_one_by_one(client: optstep.Client,
     opt.close_session()
 
 
+def _full_step(model: nn.Module, opt: RemoteOptimizer, x: torch.Tensor,
+               y: torch.Tensor) -> Callable[[], None]:
+    """One whole step: backward, step() and the wait for its end."""
+    def step() -> None:
+        opt.zero_grad()
+        loss_of(model, x, y).backward()
+        opt.step()
+        opt.synchronize()
+    return step
+
+
+def _rolled_back_to_step_two(client: optstep.Client, opt: RemoteOptimizer,
+                             step: Callable[[], None]) -> Dict[int, Any]:
+    """Steps 1-4, then the session's state after step 2 imported back, as a restore from a
+    checkpoint does; answers the parameters after step 2."""
+    step()
+    step()
+    saved = client.export_state_dict(opt.session_id)
+    pulled = {i: v.copy() for i, v in client.pull_parameters(opt.session_id).params.items()}
+    step()
+    step()
+    client.import_state_dict(opt.session_id, saved)
+    return pulled
+
+
 def test_a_session_rolled_back_between_steps_rewinds_an_overlapped_trainer(
         client: optstep.Client, path: str) -> None:
     """The group came back at an older step while the trainer was between steps (its state
@@ -255,19 +280,8 @@ def test_a_session_rolled_back_between_steps_rewinds_an_overlapped_trainer(
     opt = RemoteOptimizer(model.named_parameters(), client, optimizer=_optimizer(),
                           overlap=True, on_rewind=rewound.append)
 
-    def step() -> None:
-        opt.zero_grad()
-        loss_of(model, x, y).backward()
-        opt.step()
-        opt.synchronize()
-
-    step()
-    step()
-    saved = client.export_state_dict(opt.session_id)
-    pulled = {i: v.copy() for i, v in client.pull_parameters(opt.session_id).params.items()}
-    step()
-    step()
-    client.import_state_dict(opt.session_id, saved)
+    step = _full_step(model, opt, x, y)
+    pulled = _rolled_back_to_step_two(client, opt, step)
     with pytest.raises(optstep.RewindRequired) as raised:
         step()
     assert raised.value.step == 2 and rewound == [2] and opt.next_step == 3
@@ -331,19 +345,8 @@ def test_a_rewind_whose_pull_fails_is_still_a_rewind(client: optstep.Client, pat
     opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=overlap,
                           on_rewind=rewound.append)
 
-    def step() -> None:
-        opt.zero_grad()
-        loss_of(model, x, y).backward()
-        opt.step()
-        opt.synchronize()
-
-    step()
-    step()
-    saved = client.export_state_dict(opt.session_id)
-    pulled = {i: v.copy() for i, v in client.pull_parameters(opt.session_id).params.items()}
-    step()
-    step()
-    client.import_state_dict(opt.session_id, saved)
+    step = _full_step(model, opt, x, y)
+    pulled = _rolled_back_to_step_two(client, opt, step)
     pull = client.pull_parameters
 
     def unreachable(*args: Any, **kwargs: Any) -> Any:

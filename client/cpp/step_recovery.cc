@@ -4,19 +4,15 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "base/status_payload.h"
 
 namespace optstep {
 
 std::optional<uint64_t> RewindStep(const absl::Status& status) {
-  if (status.code() != absl::StatusCode::kAborted) return std::nullopt;
-  auto payload = status.GetPayload(kRewindPayload);
-  uint64_t step = 0;
-  if (!payload || !absl::SimpleAtoi(std::string(*payload), &step)) return std::nullopt;
-  return step;
+  return PayloadNumber(status, absl::StatusCode::kAborted, kRewindPayload);
 }
 
 namespace client_internal {
@@ -67,7 +63,13 @@ absl::StatusOr<StepReply> StepRecovery::Run(
       absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read);
       if (!now.ok()) return error;
       if (*now < AppliedStep(key)) return Rewind(key, *now, step);
-      if (was_applied && *now >= step) {
+      // Applied while the group recovered; or applied and seen so before, and redone because
+      // its answer was lost (the pull of its parameters failed): the session, restored since,
+      // is at it and expects the next one. (A refusal of other gradients names no step.)
+      const bool answer_lost = AppliedStep(key) >= step && *now == step &&
+                               PayloadNumber(error, absl::StatusCode::kFailedPrecondition,
+                                             kExpectedStepPayload) == step + 1;
+      if ((was_applied && *now >= step) || answer_lost) {
         Note(session_id, trainer_id, step);
         return applied();
       }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/status_payload.h"
 
 namespace optstep {
 namespace {
@@ -85,8 +86,10 @@ absl::StatusOr<StepHandle> StepBook::Begin(const StepBegin& begin, StepSchedule 
     return c;
   }
   if (begin.step != step + 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session '", id_, "': step ", begin.step, " out of sequence; expected step ", step + 1));
+    return WithPayloadNumber(
+        absl::FailedPreconditionError(absl::StrCat("session '", id_, "': step ", begin.step,
+                                                   " out of sequence; expected step ", step + 1)),
+        kExpectedStepPayload, step + 1);
   }
   if (running_ || contributions_.committed(begin.trainer)) {
     if (schedule_ && contributions_.committed(begin.trainer)) {

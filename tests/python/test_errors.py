@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import grpc
 import numpy as np
 import pytest
 
 import optstep
 from optstep import config, pb
+from optstep.errors import EXPECTED_STEP_PAYLOAD
+from optstep.v1 import optimizer_service_pb2 as svc_pb2
 
 
 def _session(client: optstep.Client, **spec_fields) -> str:
@@ -71,8 +75,10 @@ def test_incomplete_gradient_is_refused_at_commit(client: optstep.Client) -> Non
 
 def test_step_out_of_sequence_and_late_initial_values(client: optstep.Client) -> None:
     sid = _session(client)
-    with pytest.raises(optstep.FailedPreconditionError, match="1"):
+    with pytest.raises(optstep.FailedPreconditionError, match="1") as out_of_sequence:
         client.step(sid, 2, {"w": np.ones(6, np.float32)})
+    # The step the session expects crosses gRPC as a payload, for the clients' recovery.
+    assert out_of_sequence.value.payload_number(EXPECTED_STEP_PAYLOAD) == 1
     client.step(sid, 1, {"w": np.ones(6, np.float32)})
     with pytest.raises(optstep.FailedPreconditionError) as raised:
         client.init_parameters(sid, {"w": np.ones(6, np.float32)})
@@ -109,4 +115,40 @@ def test_a_replay_is_answered_only_for_the_same_gradient(server: optstep.LocalSe
         client.step(sid, 1, {"w": np.ones(6, np.float32)})
     assert (f"step 1 of session '{sid}' was already applied with a different contribution "
             "from trainer 0") in raised.value.message
+    assert raised.value.payload_number(EXPECTED_STEP_PAYLOAD) is None
     assert client.get_session(sid).step == 1
+
+
+class _Metadatum(NamedTuple):
+    key: str
+    value: bytes
+
+
+class _FakeRpcError(grpc.RpcError):
+    """An error as a call raises it, with status details in its trailers."""
+
+    def __init__(self, details: bytes) -> None:
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.FAILED_PRECONDITION
+
+    def details(self) -> str:
+        return "step 5 out of sequence"
+
+    def trailing_metadata(self) -> tuple:
+        return (_Metadatum("grpc-status-details-bin", self._details),)
+
+
+def test_status_details_from_a_server_are_bounded() -> None:
+    """Garbage is ignored; private and oversized payloads are dropped; at most four are kept."""
+    assert optstep.errors.from_rpc_error(_FakeRpcError(b"\xff\xff garbage")).payloads == {}
+    details = svc_pb2.StatusDetails()
+    for i in range(10):
+        details.payloads.add(type_url=f"type.optstep.dev/p{i}", value=b"1")
+    details.payloads[0].type_url = "type.internal/x"
+    details.payloads[1].value = b"1" * 257
+    error = optstep.errors.from_rpc_error(_FakeRpcError(details.SerializeToString()))
+    assert isinstance(error, optstep.FailedPreconditionError)
+    assert list(error.payloads) == [f"type.optstep.dev/p{i}" for i in (2, 3, 4, 5)]
+    assert error.payload_number("type.optstep.dev/p2") == 1

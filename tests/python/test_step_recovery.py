@@ -14,7 +14,7 @@ from typing import Callable, List
 
 import pytest
 
-from optstep.errors import FailedPreconditionError, UnavailableError
+from optstep.errors import EXPECTED_STEP_PAYLOAD, FailedPreconditionError, UnavailableError
 from optstep.recovery import RewindRequired, StepRecovery
 from optstep.v1 import session_pb2
 
@@ -95,6 +95,33 @@ def test_each_trainer_sharing_the_client_is_told_of_the_rewind() -> None:
             steps.run(EndingGroup([2]), "s", 5, attempts([out_of_turn], 5), restored,
                       trainer_id=trainer)
         assert rewind.value.step == 2, f"trainer {trainer}"
+
+
+def test_a_step_applied_whose_answer_was_lost_is_answered_when_redone() -> None:
+    """The group applied step 5 while it recovered and the pull of its parameters failed: the
+    caller redoes step 5 and gets its parameters, not FailedPreconditionError for ever. Step 5
+    sent again with other gradients (refused naming no expected step) stays the caller's error."""
+    steps = recovery()
+    pulls: List[int] = []
+
+    def applied() -> int:
+        pulls.append(1)
+        if len(pulls) == 1:
+            raise UnavailableError("pull: rank 1 is away")
+        return 99
+
+    def not_replayable() -> FailedPreconditionError:
+        return FailedPreconditionError("step 5 out of sequence; expected step 6",
+                                       payloads={EXPECTED_STEP_PAYLOAD: b"6"})
+
+    with pytest.raises(UnavailableError):
+        steps.run(EndingGroup([5]), "s", 5,
+                  attempts([UnavailableError("reset"), not_replayable()], 5), applied)
+    assert steps.run(EndingGroup([5]), "s", 5, attempts([not_replayable()], 5), applied) == 99
+    other = FailedPreconditionError("step 5 of session 's' was already applied with a different "
+                                    "contribution from trainer 0")
+    with pytest.raises(FailedPreconditionError, match="different contribution"):
+        steps.run(EndingGroup([5]), "s", 5, attempts([other], 5), applied)
 
 
 def test_a_step_that_fails_while_the_group_serves_ends_with_the_timeout() -> None:

@@ -2,9 +2,14 @@
 
 #include <grpcpp/support/status.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
+#include "absl/strings/cord.h"
+#include "base/status_payload.h"
 #include "gtest/gtest.h"
+#include "proto/optstep/v1/optimizer_service.pb.h"
 
 namespace optstep {
 namespace {
@@ -43,6 +48,54 @@ TEST(FromGrpcStatusTest, UnknownCodesBecomeUnknown) {
       FromGrpcStatus(grpc::Status(static_cast<grpc::StatusCode>(20), "odd"));
   EXPECT_EQ(status.code(), absl::StatusCode::kUnknown);
   EXPECT_EQ(status.message(), "odd");
+}
+
+// The step a refusal expects crosses gRPC, as the clients read it; payloads of the process (no
+// public type URL) do not.
+TEST(GrpcStatusTest, PublicPayloadsCrossAndOthersStay) {
+  absl::Status refused = WithPayloadNumber(absl::FailedPreconditionError("step 5 out of sequence"),
+                                           kExpectedStepPayload, 6);
+  refused.SetPayload("type.internal/x", absl::Cord("secret"));
+  const grpc::Status sent = ToGrpcStatus(refused);
+  v1::StatusDetails details;
+  ASSERT_TRUE(details.ParseFromString(sent.error_details()));
+  ASSERT_EQ(details.payloads_size(), 1);
+  EXPECT_EQ(details.payloads(0).type_url(), kExpectedStepPayload);
+  EXPECT_EQ(details.code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+
+  const absl::Status received = FromGrpcStatus(sent);
+  EXPECT_EQ(received.message(), "step 5 out of sequence");
+  EXPECT_EQ(PayloadNumber(received, absl::StatusCode::kFailedPrecondition, kExpectedStepPayload),
+            std::optional<uint64_t>(6));
+  EXPECT_FALSE(received.GetPayload("type.internal/x").has_value());
+  EXPECT_EQ(PayloadNumber(received, absl::StatusCode::kAborted, kExpectedStepPayload),
+            std::nullopt);
+  EXPECT_TRUE(ToGrpcStatus(absl::NotFoundError("no payload")).error_details().empty());
+}
+
+// Details from a peer are bounded and checked: garbage is ignored, private and oversized
+// payloads are dropped, and at most kMaxPublicPayloads are kept.
+TEST(GrpcStatusTest, DetailsFromAPeerAreBounded) {
+  EXPECT_EQ(
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::ABORTED, "m", "\xff\xff garbage")).message(),
+      "m");
+  v1::StatusDetails details;
+  for (int i = 0; i < 10; ++i) {
+    v1::StatusPayload* payload = details.add_payloads();
+    payload->set_type_url(std::string(kPublicPayloadPrefix) + "p" + std::to_string(i));
+    payload->set_value("1");
+  }
+  details.mutable_payloads(0)->set_type_url("type.internal/x");
+  details.mutable_payloads(1)->set_value(std::string(kMaxPayloadBytes + 1, '1'));
+  const absl::Status received =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::ABORTED, "m", details.SerializeAsString()));
+  int kept = 0;
+  received.ForEachPayload([&kept](absl::string_view type_url, const absl::Cord&) {
+    EXPECT_NE(type_url, "type.internal/x");
+    EXPECT_NE(type_url, std::string(kPublicPayloadPrefix) + "p1");
+    ++kept;
+  });
+  EXPECT_EQ(kept, static_cast<int>(kMaxPublicPayloads));
 }
 
 }  // namespace

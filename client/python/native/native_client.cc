@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/status_macros.h"
+#include "base/status_payload.h"
 #include "client/cpp/client.h"
 #include "client/cpp/client_options.h"
 #include "client/cpp/client_types.h"
@@ -109,6 +110,9 @@ absl::Status Answer(const absl::StatusOr<StepReply>& reply, OptstepNativeResult*
       result->rewind = 1;
       result->rewind_step = *restored;
     }
+    result->expected_step =
+        PayloadNumber(reply.status(), absl::StatusCode::kFailedPrecondition, kExpectedStepPayload)
+            .value_or(0);
     return reply.status();
   }
   result->step = reply->step;

@@ -76,6 +76,7 @@ struct OptstepNativeResult {
   uint32_t params_written;  // 0 for skip_return and for a skipped step that sent none
   int32_t rewind;           // 1: ABORTED because the session came back at `rewind_step`
   uint64_t rewind_step;
+  uint64_t expected_step;  // FAILED_PRECONDITION out of sequence: the step expected (else 0)
 };
 
 // Connects (Client::Connect). Answers the handle, or null with the error in `code`/`error`.

@@ -14,9 +14,11 @@ sending anything, is an :class:`OptstepError` carrying the gRPC code (``error.co
 
 from __future__ import annotations
 
-from typing import Dict, Type
+from typing import Dict, Mapping, Optional, Type
 
 import grpc
+
+from optstep.v1 import optimizer_service_pb2 as svc_pb2
 
 __all__ = [
     "OptstepError",
@@ -38,19 +40,38 @@ __all__ = [
     "UnauthenticatedError",
     "error_for",
     "from_rpc_error",
+    "EXPECTED_STEP_PAYLOAD",
 ]
+
+# A Step refused FAILED_PRECONDITION as out of sequence carries the step the session expects next.
+EXPECTED_STEP_PAYLOAD = "type.optstep.dev/optstep.ExpectedStep"
+
+# What a status carries across gRPC, as the server bounds it (wire/grpc_status.h).
+_PUBLIC_PAYLOAD_PREFIX = "type.optstep.dev/"
+_MAX_PUBLIC_PAYLOADS = 4
+_MAX_PAYLOAD_BYTES = 256
+_DETAILS_KEY = "grpc-status-details-bin"
 
 
 class OptstepError(Exception):
-    """A failed optstep call: the gRPC status code and the message."""
+    """A failed optstep call: the gRPC status code, the message, and the payloads the server
+    attached (``type URL -> bytes``, from the call's status details; see ``StatusDetails`` in
+    optimizer_service.proto)."""
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
 
-    def __init__(self, message: str, code: "grpc.StatusCode | None" = None) -> None:
+    def __init__(self, message: str, code: "grpc.StatusCode | None" = None, *,
+                 payloads: Optional[Mapping[str, bytes]] = None) -> None:
         super().__init__(message)
         self.message = message
+        self.payloads: Mapping[str, bytes] = dict(payloads or {})
         if code is not None:
             self.code = code
+
+    def payload_number(self, type_url: str) -> Optional[int]:
+        """The decimal number in payload `type_url`; None without one."""
+        value = self.payloads.get(type_url, b"")
+        return int(value) if value.isdigit() else None
 
     def __str__(self) -> str:
         return f"{self.code.name}: {self.message}"
@@ -146,13 +167,37 @@ _BY_CODE: Dict[grpc.StatusCode, Type[OptstepError]] = {
 }
 
 
-def error_for(code: grpc.StatusCode, message: str) -> OptstepError:
+def error_for(code: grpc.StatusCode, message: str, *,
+              payloads: Optional[Mapping[str, bytes]] = None) -> OptstepError:
     """The exception for `code` (an :class:`OptstepError` subclass) with `message`."""
-    return _BY_CODE.get(code, OptstepError)(message, code)
+    return _BY_CODE.get(code, OptstepError)(message, code, payloads=payloads)
+
+
+def _public_payloads(error: grpc.RpcError) -> Dict[str, bytes]:
+    """The public payloads of the call's status details, bounded as the C++ client bounds them;
+    details that do not parse are ignored."""
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    raw = next((item.value for item in trailing or () if item.key == _DETAILS_KEY), None)
+    if not isinstance(raw, bytes):
+        return {}
+    details = svc_pb2.StatusDetails()
+    try:
+        details.ParseFromString(raw)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError, and garbage of any kind
+        return {}
+    payloads: Dict[str, bytes] = {}
+    for payload in details.payloads:
+        if len(payloads) == _MAX_PUBLIC_PAYLOADS:
+            break
+        if payload.type_url.startswith(_PUBLIC_PAYLOAD_PREFIX) and \
+                len(payload.value) <= _MAX_PAYLOAD_BYTES:
+            payloads[payload.type_url] = payload.value
+    return payloads
 
 
 def from_rpc_error(error: grpc.RpcError) -> OptstepError:
     """Converts an error raised by a gRPC call into the matching :class:`OptstepError`."""
     code = (error.code() if hasattr(error, "code") else None) or grpc.StatusCode.UNKNOWN
     details = error.details() if hasattr(error, "details") else None
-    return error_for(code, details or f"the call failed with {code.name} and no message")
+    return error_for(code, details or f"the call failed with {code.name} and no message",
+                     payloads=_public_payloads(error))

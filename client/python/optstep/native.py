@@ -27,7 +27,7 @@ import numpy as np
 
 from optstep import dtypes
 from optstep.chunks import GradientSlice, check_range
-from optstep.errors import InvalidArgumentError, error_for
+from optstep.errors import EXPECTED_STEP_PAYLOAD, InvalidArgumentError, error_for
 from optstep.layout import ParamRef, SessionLayout
 from optstep.recovery import RewindRequired
 
@@ -89,12 +89,13 @@ class Reply(NamedTuple):
 
 class NativeResult(ctypes.Structure):
     """What the library answers about a step (``rewind``: ABORTED because the session came
-    back at ``rewind_step``)."""
+    back at ``rewind_step``; ``expected_step``: the step a FAILED_PRECONDITION out of sequence
+    expects, else 0)."""
 
     _fields_ = [("step", ctypes.c_uint64), ("skipped", ctypes.c_int32),
                 ("clipped", ctypes.c_int32), ("grad_norm", ctypes.c_double),
                 ("params_written", ctypes.c_uint32), ("rewind", ctypes.c_int32),
-                ("rewind_step", ctypes.c_uint64)]
+                ("rewind_step", ctypes.c_uint64), ("expected_step", ctypes.c_uint64)]
 
 
 # optstep_native_step_finish's callback: a parameter is whole in its out.
@@ -164,9 +165,12 @@ def available() -> bool:
     return _load() is not None
 
 
-def _raise(code: int, error: Any) -> None:
+def _raise(code: int, error: Any, result: Optional[NativeResult] = None) -> None:
     message = error.value.decode(errors="replace")
-    raise error_for(_CODES.get(code, grpc.StatusCode.UNKNOWN), message)
+    payloads = {}
+    if result is not None and result.expected_step:
+        payloads[EXPECTED_STEP_PAYLOAD] = str(result.expected_step).encode()
+    raise error_for(_CODES.get(code, grpc.StatusCode.UNKNOWN), message, payloads=payloads)
 
 
 def _pointer(value: Any) -> int:
@@ -273,7 +277,7 @@ class NativeClient:
         if code and result.rewind:
             raise RewindRequired(session_id, int(result.rewind_step), step)
         if code:
-            _raise(code, error)
+            _raise(code, error, result)
         return result
 
     def open_step(self, session_id: str, step: int, trainer_id: int,
@@ -344,7 +348,7 @@ class NativeStepStream:
         code = self._lib.optstep_native_step_finish(self._handle, outs, num_outs, ready,
                                                     ctypes.byref(result), error, _ERROR_BYTES)
         if code:
-            _raise(code, error)
+            _raise(code, error, result)
         return _reply(result, params)
 
     def close(self) -> None:

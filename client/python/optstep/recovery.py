@@ -26,8 +26,8 @@ from typing import Callable, Dict, Optional, Protocol, Tuple, TypeVar
 
 import grpc
 
-from optstep.errors import (AbortedError, FailedPreconditionError, InvalidArgumentError,
-                            NotFoundError, OptstepError, error_for)
+from optstep.errors import (EXPECTED_STEP_PAYLOAD, AbortedError, FailedPreconditionError,
+                            InvalidArgumentError, NotFoundError, OptstepError, error_for)
 from optstep.v1 import session_pb2
 
 __all__ = ["RewindRequired", "StepRecovery"]
@@ -135,7 +135,13 @@ class StepRecovery:
                     info = self._await_seen_step(group, key, info, error)
                     if info.step < self._applied_step(key):
                         raise self._rewind(key, info.step, step) from None
-                    if was_applied and info.step >= step:
+                    # Applied while the group recovered; or applied and seen so before, and
+                    # redone because its answer was lost (the pull of its parameters failed):
+                    # the session, restored since, is at it and expects the next one. (A
+                    # refusal of other gradients names no step.)
+                    answer_lost = self._applied_step(key) >= step and info.step == step and \
+                        error.payload_number(EXPECTED_STEP_PAYLOAD) == step + 1
+                    if (was_applied and info.step >= step) or answer_lost:
                         self.note(session_id, step, trainer_id=trainer_id)
                         return applied()
                     # The last step ended meanwhile: this one's turn (once).

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
+#include "base/status_payload.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -125,6 +126,40 @@ TEST(StepRecoveryTest, EachTrainerOfASharedClientIsToldOfTheRewind) {
         recovery.Run("s", trainer, 5, group.probe(), std::ref(next), Restored);
     EXPECT_THAT(RewindStep(rewound.status()), Optional(2u)) << "trainer " << trainer;
   }
+}
+
+// Step 5's refusal as a restored session answers it: out of sequence, expecting step 6.
+absl::Status NotReplayable() {
+  return WithPayloadNumber(absl::FailedPreconditionError("step 5 out of sequence; expected step 6"),
+                           kExpectedStepPayload, 6);
+}
+
+// The group applied step 5 while it recovered, and the pull of its parameters failed: the caller
+// redoes step 5 and gets its parameters (the session is at it), rather than FAILED_PRECONDITION
+// for ever. Step 5 sent again with other gradients, which a server that can still compare them
+// refuses naming no expected step, stays the caller's error.
+TEST(StepRecoveryTest, AStepAppliedWhoseAnswerWasLostIsAnsweredWhenRedone) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.step = 5};
+  int pulls = 0;
+  auto applied = [&pulls]() -> absl::StatusOr<StepReply> {
+    if (pulls++ == 0) return absl::UnavailableError("pull: rank 1 is away");
+    return Restored();
+  };
+  Attempts first{{absl::UnavailableError("reset"), NotReplayable()}, 5};
+  EXPECT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(first), applied).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "pull"));
+  Attempts again{{NotReplayable()}, 5};
+  absl::StatusOr<StepReply> reply =
+      recovery.Run("s", 0, 5, group.probe(), std::ref(again), applied);
+  ASSERT_THAT(reply.status(), IsOk());
+  EXPECT_EQ(reply->step, 99u);
+
+  const absl::Status other_gradients = absl::FailedPreconditionError(
+      "step 5 of session 's' was already applied with a different contribution from trainer 0");
+  Attempts other{{other_gradients}, 5};
+  EXPECT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(other), applied).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "different contribution"));
 }
 
 TEST(StepRecoveryTest, OutOfSequenceBelowTheLastAppliedStepIsARewindAndAtItTheCallersError) {

@@ -2,15 +2,18 @@
 // to the trainer's memory), the real server (hand-decoded requests, parameters streamed while the
 // step fills its snapshot), engine and CPU device, in process on loopback.
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/status_payload.h"
+#include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "client/cpp/client.h"
 #include "server/engine/engine.h"
 #include "server/rpc/rank_group.h"
 #include "server/rpc/server.h"
@@ -139,8 +142,12 @@ TEST_F(StepStreamTest, ARejectedStreamEndsWhileTheTrainerIsStillSending) {
   options.step = 5;
   std::vector<GradientSlice> all = Half(0);
   for (GradientSlice s : Half(1)) all.push_back(s);
-  EXPECT_THAT(trainers_[0]->Step(options, all).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, "step 5 out of sequence; expected step 1"));
+  const absl::Status refused = trainers_[0]->Step(options, all).status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                "step 5 out of sequence; expected step 1"));
+  // The step expected crosses gRPC as a payload, for the clients' recovery.
+  EXPECT_EQ(PayloadNumber(refused, absl::StatusCode::kFailedPrecondition, kExpectedStepPayload),
+            std::optional<uint64_t>(1));
   // The session is unharmed: step 1 still runs.
   options.step = 1;
   options.skip_return = true;

@@ -4,6 +4,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -95,18 +96,30 @@ absl::StatusOr<v1::SessionInfo> Client::CreateSession(const v1::SessionSpec& spe
 }
 
 absl::StatusOr<v1::SessionInfo> Client::GetSession(absl::string_view session_id) {
+  return GetSessionBy(session_id, absl::InfiniteFuture());
+}
+
+absl::StatusOr<v1::SessionInfo> Client::GetSessionBy(absl::string_view session_id,
+                                                     absl::Time deadline) {
   OPTSTEP_ASSIGN_OR_RETURN(
       v1::SessionInfo info,
       client_internal::ReadSession(
-          session_id, [this](const v1::GetSessionRequest& request, v1::SessionInfo* page) {
-            return OnRankZero([&](Rank& rank) {
-              grpc::ClientContext context;
-              Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
-              return FromGrpcStatus(rank.service->GetSession(&context, request, page));
-            });
+          session_id,
+          [this, deadline](const v1::GetSessionRequest& request, v1::SessionInfo* page) {
+            return OnRankZero(
+                [&](Rank& rank) {
+                  grpc::ClientContext context;
+                  Prepare(context, TimeoutBy(deadline), options_.wait_for_ready);
+                  return FromGrpcStatus(rank.service->GetSession(&context, request, page));
+                },
+                deadline);
           }));
   OPTSTEP_RETURN_IF_ERROR(Remember(info).status());
   return info;
+}
+
+absl::Duration Client::TimeoutBy(absl::Time deadline) const {
+  return std::clamp(deadline - absl::Now(), absl::Milliseconds(1), options_.rpc_timeout);
 }
 
 absl::StatusOr<std::vector<v1::SessionSummary>> Client::ListSessions(uint32_t page_size) {
@@ -344,9 +357,10 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
     if (layout.ok()) OPTSTEP_RETURN_IF_ERROR(check_into(**layout));
   }
   client_internal::GroupProbe probe{
-      [this] { return CheckHealth(); },
-      [this](absl::string_view id) -> absl::StatusOr<client_internal::SessionStep> {
-        OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, GetSession(id));
+      [this](absl::Time deadline) { return CheckHealthBy("", deadline); },
+      [this](absl::string_view id,
+             absl::Time deadline) -> absl::StatusOr<client_internal::SessionStep> {
+        OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, GetSessionBy(id, deadline));
         return client_internal::SessionStep{info.step(), info.step_running()};
       }};
   // Each attempt lays the same gradients out on the session's current layout.
@@ -457,8 +471,12 @@ absl::StatusOr<StepReply> Client::StepWithLayout(const StepOptions& options, Lay
 }
 
 absl::StatusOr<bool> Client::CheckHealth(absl::string_view service) {
+  return CheckHealthBy(service, absl::InfiniteFuture());
+}
+
+absl::StatusOr<bool> Client::CheckHealthBy(absl::string_view service, absl::Time deadline) {
   grpc::ClientContext context;
-  Prepare(context, options_.rpc_timeout, /*wait_for_ready=*/false);
+  Prepare(context, TimeoutBy(deadline), /*wait_for_ready=*/false);
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(std::string(service));
   grpc::health::v1::HealthCheckResponse response;
@@ -466,12 +484,12 @@ absl::StatusOr<bool> Client::CheckHealth(absl::string_view service) {
   if (!checked.ok() || response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
     // Rank 0 may be served elsewhere now (a stand-in), or back at its own address: the other
     // ranks say which.
-    if (!LookUpRankZero().ok()) {
+    if (!LookUpRankZero(deadline).ok()) {
       OPTSTEP_RETURN_IF_ERROR(checked);
       return false;
     }
     grpc::ClientContext again;
-    Prepare(again, options_.rpc_timeout, /*wait_for_ready=*/false);
+    Prepare(again, TimeoutBy(deadline), /*wait_for_ready=*/false);
     OPTSTEP_RETURN_IF_ERROR(FromGrpcStatus(Reach(0)->health->Check(&again, request, &response)));
   }
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;

@@ -188,6 +188,13 @@ class Client final {
   absl::StatusOr<bool> CheckHealth(absl::string_view service = "");
 
  private:
+  // CheckHealth and GetSession, each call of theirs cut at `deadline` if that comes before
+  // rpc_timeout: the probes of a step's recovery, which must end within recovery_timeout.
+  absl::StatusOr<bool> CheckHealthBy(absl::string_view service, absl::Time deadline);
+  absl::StatusOr<v1::SessionInfo> GetSessionBy(absl::string_view session_id, absl::Time deadline);
+  // The timeout of one call made by `deadline`: rpc_timeout, or less where the deadline is nearer
+  // (at least 1 ms, so that a call past it fails DEADLINE_EXCEEDED rather than waiting).
+  absl::Duration TimeoutBy(absl::Time deadline) const;
   struct Rank;  // channel and stubs of one rank (client.cc)
   using LayoutPtr = std::shared_ptr<const client_internal::SessionLayout>;
 
@@ -219,13 +226,14 @@ class Client final {
   absl::StatusOr<v1::ListSessionsResponse> AskDirectory(Rank& rank, absl::Duration timeout);
   // Rank 0 does not answer, or is not serving: asks every other rank, then rank 0's own address,
   // where rank 0 is served (its stand-in, or its own process back) and follows the first
-  // answer. The last error when none answered.
-  absl::Status LookUpRankZero();
+  // answer, each call cut at `deadline` (TimeoutBy). The last error when none answered.
+  absl::Status LookUpRankZero(absl::Time deadline = absl::InfiniteFuture());
   // Runs `call` on rank 0 (Reach); when it answers UNAVAILABLE (DEADLINE_EXCEEDED with
   // wait_for_ready) and the other ranks say rank 0 is served elsewhere now (LookUpRankZero), runs
   // it there once more: a creation then attaches to the session the first try made, a close
-  // finds none (NOT_FOUND) if the first try's answer was lost.
-  absl::Status OnRankZero(const std::function<absl::Status(Rank& rank)>& call);
+  // finds none (NOT_FOUND) if the first try's answer was lost. The look-up ends by `deadline`.
+  absl::Status OnRankZero(const std::function<absl::Status(Rank& rank)>& call,
+                          absl::Time deadline = absl::InfiniteFuture());
   // Runs the checkpoint progress stream that `start(stub, context)` begins on rank 0 where it is
   // served now (OnRankZero); answers its last report, `progress` seeing each (client.cc).
   template <typename Start>

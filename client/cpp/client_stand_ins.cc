@@ -133,18 +133,19 @@ absl::StatusOr<v1::ListSessionsResponse> Client::AskDirectory(Rank& rank, absl::
   return response;
 }
 
-absl::Status Client::OnRankZero(const std::function<absl::Status(Rank& rank)>& call) {
+absl::Status Client::OnRankZero(const std::function<absl::Status(Rank& rank)>& call,
+                                absl::Time deadline) {
   std::shared_ptr<Rank> rank = Reach(0);
   absl::Status status = call(*rank);
   // Once more where the other ranks say rank 0 is served now, if that is elsewhere (a call that
   // waits for the channel to be ready ends at its deadline instead).
   const bool away =
       absl::IsUnavailable(status) || (options_.wait_for_ready && absl::IsDeadlineExceeded(status));
-  if (!away || !LookUpRankZero().ok() || Reach(0) == rank) return status;
+  if (!away || !LookUpRankZero(deadline).ok() || Reach(0) == rank) return status;
   return call(*Reach(0));
 }
 
-absl::Status Client::LookUpRankZero() {
+absl::Status Client::LookUpRankZero(absl::Time deadline) {
   // The other ranks first, each at its own address or at its stand-in's: they know where rank 0
   // is served. Rank 0's own address last (with no other rank): a process of rank 0 that is back
   // but has not healed itself in yet knows no stand-in, and answers nothing useful.
@@ -152,7 +153,7 @@ absl::Status Client::LookUpRankZero() {
   for (size_t i = 1; i <= ranks_.size(); ++i) {
     const size_t r = i % ranks_.size();
     absl::StatusOr<v1::ListSessionsResponse> told =
-        AskDirectory(r == 0 ? *ranks_[0] : *Reach(r), options_.rpc_timeout);
+        AskDirectory(r == 0 ? *ranks_[0] : *Reach(r), TimeoutBy(deadline));
     if (!told.ok()) {
       last = told.status();
       continue;

@@ -45,6 +45,8 @@ absl::StatusOr<StepReply> StepRecovery::Run(
   absl::Duration wait = kFirstWait;
   bool was_applied = false;
   bool retried_in_turn = false;
+  // Every probe ends by the recovery's deadline, or, before a recovery began, by when it would.
+  const auto probes_by = [&] { return deadline.value_or(absl::Now() + timeout_); };
   while (true) {
     absl::StatusOr<StepReply> reply = attempt();
     if (reply.ok()) {
@@ -54,35 +56,36 @@ absl::StatusOr<StepReply> StepRecovery::Run(
     const absl::Status error = reply.status();
     // Out of sequence while rank 0 does not serve: a session that the group is restoring (made
     // again, its checkpoint not yet loaded) is waited for below.
-    if (error.code() == absl::StatusCode::kFailedPrecondition && !NotServing(probe)) {
+    if (error.code() == absl::StatusCode::kFailedPrecondition && !NotServing(probe, probes_by())) {
       // Out of sequence: the last step is still ending on the ranks, the session's step moved
       // back, or the applied step is not replayable after a restore, or a mistake of the caller.
-      absl::StatusOr<SessionStep> read = probe.session_step(session_id);
+      absl::StatusOr<SessionStep> read = probe.session_step(session_id, probes_by());
       if (!read.ok()) return error;
       const bool ending = read->running && read->step < AppliedStep(key);
-      absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read);
-      if (!now.ok()) return error;
-      if (*now < AppliedStep(key)) return Rewind(key, *now, step);
+      const uint64_t now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read, probes_by());
+      if (now < AppliedStep(key)) return Rewind(key, now, step);
       // Applied while the group recovered; or applied and seen so before, and redone because
       // its answer was lost (the pull of its parameters failed): the session, restored since,
       // is at it and expects the next one. (A refusal of other gradients names no step.)
-      const bool answer_lost = AppliedStep(key) >= step && *now == step &&
+      const bool answer_lost = AppliedStep(key) >= step && now == step &&
                                PayloadNumber(error, absl::StatusCode::kFailedPrecondition,
                                              kExpectedStepPayload) == step + 1;
-      if ((was_applied && *now >= step) || answer_lost) {
+      if ((was_applied && now >= step) || answer_lost) {
         Note(session_id, trainer_id, step);
         return applied();
       }
       // The last step ended meanwhile: this one's turn (once; then the caller's error).
-      if (ending && *now + 1 == step && !retried_in_turn) {
+      if (ending && now + 1 == step && !retried_in_turn) {
         retried_in_turn = true;
         continue;
       }
       return error;
     }
-    if (!Recovering(probe, error)) return error;
+    // The recovery's time counts from its first error, the probe that tells it one included.
+    const absl::Time by = probes_by();
+    if (!Recovering(probe, error, by)) return error;
     if (!deadline) {
-      deadline = absl::Now() + timeout_;
+      deadline = by;
     } else if (absl::Now() >= *deadline) {
       // Rank 0 serves the session again, yet the step still fails (a rank it cannot reach).
       return absl::Status(error.code(),
@@ -92,22 +95,22 @@ absl::StatusOr<StepReply> StepRecovery::Run(
     }
     absl::StatusOr<SessionStep> read = AwaitGroup(probe, session_id, *deadline, &wait, error);
     if (!read.ok()) return read.status();
-    absl::StatusOr<uint64_t> now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read);
-    if (!now.ok()) return now.status();
+    const uint64_t now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read, *deadline);
     wait = Doubled(wait);
-    if (*now + 1 < step) {
+    if (now + 1 < step) {
       // Out of sequence while rank 0 did not serve, and the session is not behind a step this
       // client saw applied: the caller's own mistake, not a restore.
-      if (error.code() == absl::StatusCode::kFailedPrecondition && *now >= AppliedStep(key)) {
+      if (error.code() == absl::StatusCode::kFailedPrecondition && now >= AppliedStep(key)) {
         return error;
       }
-      return Rewind(key, *now, step);
+      return Rewind(key, now, step);
     }
-    was_applied = *now >= step;
+    was_applied = now >= step;
   }
 }
 
-bool StepRecovery::Recovering(const GroupProbe& probe, const absl::Status& error) const {
+bool StepRecovery::Recovering(const GroupProbe& probe, const absl::Status& error,
+                              absl::Time by) const {
   switch (error.code()) {
     case absl::StatusCode::kUnavailable:
       return true;
@@ -117,15 +120,15 @@ bool StepRecovery::Recovering(const GroupProbe& probe, const absl::Status& error
     case absl::StatusCode::kAborted:
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kFailedPrecondition:
-      return NotServing(probe);
+      return NotServing(probe, by);
     default:
       return false;
   }
 }
 
-bool StepRecovery::NotServing(const GroupProbe& probe) const {
+bool StepRecovery::NotServing(const GroupProbe& probe, absl::Time by) const {
   // Unreachable: recovering; no health service (not a server group): not.
-  absl::StatusOr<bool> serving = probe.serving();
+  absl::StatusOr<bool> serving = probe.serving(by);
   if (serving.ok()) return !*serving;
   return serving.status().code() == absl::StatusCode::kUnavailable ||
          serving.status().code() == absl::StatusCode::kDeadlineExceeded;
@@ -137,9 +140,9 @@ absl::StatusOr<SessionStep> StepRecovery::AwaitGroup(const GroupProbe& probe,
                                                      const absl::Status& error) const {
   while (true) {
     sleep_(std::min(*wait, std::max(absl::ZeroDuration(), deadline - absl::Now())));
-    absl::StatusOr<bool> serving = probe.serving();
+    absl::StatusOr<bool> serving = probe.serving(deadline);
     if (serving.ok() && *serving) {
-      absl::StatusOr<SessionStep> now = probe.session_step(session_id);
+      absl::StatusOr<SessionStep> now = probe.session_step(session_id, deadline);
       if (now.ok()) return now;
       // Serving without the session (closed, or not restored): the step's own error.
       if (now.status().code() == absl::StatusCode::kNotFound) return error;
@@ -154,15 +157,16 @@ absl::StatusOr<SessionStep> StepRecovery::AwaitGroup(const GroupProbe& probe,
   }
 }
 
-absl::StatusOr<uint64_t> StepRecovery::AwaitSeenStep(const GroupProbe& probe,
-                                                     const std::string& session_id, uint64_t seen,
-                                                     SessionStep now) {
+uint64_t StepRecovery::AwaitSeenStep(const GroupProbe& probe, const std::string& session_id,
+                                     uint64_t seen, SessionStep now, absl::Time by) {
   absl::Duration poll = kFirstStepEndPoll;
-  for (absl::Duration waited; now.running && now.step < seen && waited < kStepEndWait;
+  for (absl::Duration waited;
+       now.running && now.step < seen && waited < kStepEndWait && absl::Now() < by;
        waited += poll) {
     sleep_(poll);
     poll = std::min(2 * poll, kLongestStepEndPoll);
-    OPTSTEP_ASSIGN_OR_RETURN(now, probe.session_step(session_id));
+    absl::StatusOr<SessionStep> read = probe.session_step(session_id, by);
+    if (read.ok()) now = *read;
   }
   return now.step;
 }

@@ -45,10 +45,13 @@ struct SessionStep {
   bool running = false;
 };
 
-// What recovery asks of the group: whether rank 0 serves, and a session's current step.
+// What recovery asks of the group: whether rank 0 serves, and a session's current step. Each
+// answers by `deadline` (its calls cut there), so that a recovery ends within its timeout also
+// where hosts drop packets and every call would wait its whole rpc_timeout.
 struct GroupProbe {
-  std::function<absl::StatusOr<bool>()> serving;
-  std::function<absl::StatusOr<SessionStep>(absl::string_view session_id)> session_step;
+  std::function<absl::StatusOr<bool>(absl::Time deadline)> serving;
+  std::function<absl::StatusOr<SessionStep>(absl::string_view session_id, absl::Time deadline)>
+      session_step;
 };
 
 // Thread-safe: Run may be called from several threads at once.
@@ -72,9 +75,9 @@ class StepRecovery {
   void Note(absl::string_view session_id, uint32_t trainer_id, uint64_t step);
 
  private:
-  bool Recovering(const GroupProbe& probe, const absl::Status& error) const;
-  // Whether rank 0 does not serve now: it answers so, or does not answer.
-  bool NotServing(const GroupProbe& probe) const;
+  bool Recovering(const GroupProbe& probe, const absl::Status& error, absl::Time by) const;
+  // Whether rank 0 does not serve now: it answers so, or does not answer by `by`.
+  bool NotServing(const GroupProbe& probe, absl::Time by) const;
   // Waits, backing off from `*wait`, until rank 0 serves; answers the session's step, or
   // `error` (naming the timeout) past `deadline`.
   absl::StatusOr<SessionStep> AwaitGroup(const GroupProbe& probe, absl::string_view session_id,
@@ -82,9 +85,10 @@ class StepRecovery {
                                          const absl::Status& error) const;
   // The session's step `now`, or, while it is below the last step this client saw applied and a
   // step runs (that step's parameters come back before the ranks ended it), the step once that
-  // ended, polling for at most 30 s. A session restored to an older step runs none.
-  absl::StatusOr<uint64_t> AwaitSeenStep(const GroupProbe& probe, const std::string& session_id,
-                                         uint64_t seen, SessionStep now);
+  // ended, polling for at most 30 s and not past `by`; a read that fails is polled again. A
+  // session restored to an older step runs none.
+  uint64_t AwaitSeenStep(const GroupProbe& probe, const std::string& session_id, uint64_t seen,
+                         SessionStep now, absl::Time by);
   // One trainer of one session: trainers that share this client (several threads) each keep the
   // last step they saw applied, so that one's rewind does not hide the restore from another.
   using TrainerKey = std::pair<std::string, uint32_t>;

@@ -10,11 +10,12 @@ longer."""
 from __future__ import annotations
 
 import time
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import pytest
 
-from optstep.errors import EXPECTED_STEP_PAYLOAD, FailedPreconditionError, UnavailableError
+from optstep.errors import (EXPECTED_STEP_PAYLOAD, DeadlineExceededError, FailedPreconditionError,
+                            UnavailableError)
 from optstep.recovery import RewindRequired, StepRecovery
 from optstep.v1 import session_pb2
 
@@ -27,10 +28,11 @@ class EndingGroup:
         self.steps = steps
         self.reads = 0
 
-    def check_health(self, service: str = "") -> bool:
+    def check_health(self, service: str = "", *, timeout: Optional[float] = None) -> bool:
         return True
 
-    def get_session(self, session_id: str) -> session_pb2.SessionInfo:
+    def get_session(self, session_id: str, *,
+                    timeout: Optional[float] = None) -> session_pb2.SessionInfo:
         read = min(self.reads, len(self.steps) - 1)
         self.reads += 1
         return session_pb2.SessionInfo(session_id=session_id, step=self.steps[read],
@@ -146,11 +148,12 @@ class RestoringGroup:
         self.restored = restored
         self.looks = 0
 
-    def check_health(self, service: str = "") -> bool:
+    def check_health(self, service: str = "", *, timeout: Optional[float] = None) -> bool:
         self.looks += 1
         return self.looks > 2
 
-    def get_session(self, session_id: str) -> session_pb2.SessionInfo:
+    def get_session(self, session_id: str, *,
+                    timeout: Optional[float] = None) -> session_pb2.SessionInfo:
         return session_pb2.SessionInfo(session_id=session_id,
                                        step=self.restored if self.looks > 2 else 0)
 
@@ -165,10 +168,11 @@ def test_a_step_that_meets_a_session_being_restored_waits_for_the_group() -> Non
 class ClosedGroup:
     """The client was closed: every look at the group raises as a closed client does."""
 
-    def check_health(self, service: str = "") -> bool:
+    def check_health(self, service: str = "", *, timeout: Optional[float] = None) -> bool:
         raise FailedPreconditionError("Client: closed")
 
-    def get_session(self, session_id: str) -> session_pb2.SessionInfo:
+    def get_session(self, session_id: str, *,
+                    timeout: Optional[float] = None) -> session_pb2.SessionInfo:
         raise FailedPreconditionError("Client: closed")
 
 
@@ -185,3 +189,37 @@ def test_a_callers_own_out_of_sequence_step_while_rank_0_does_not_serve_is_its_e
     out_of_turn = FailedPreconditionError("step 5 out of sequence; expected step 1")
     with pytest.raises(FailedPreconditionError, match="step 5 out of sequence"):
         recovery().run(RestoringGroup(0), "s", 5, attempts([out_of_turn], 5), restored)
+
+
+class SilentGroup:
+    """Hosts that drop packets: every call waits its whole timeout, and records it."""
+
+    def __init__(self) -> None:
+        self.timeouts: List[float] = []
+
+    def _silent(self, timeout: Optional[float]) -> None:
+        assert timeout is not None, "a probe without a timeout waits its whole rpc_timeout"
+        self.timeouts.append(timeout)
+        time.sleep(min(timeout, 5.0))
+        raise DeadlineExceededError("no answer")
+
+    def check_health(self, service: str = "", *, timeout: Optional[float] = None) -> bool:
+        self._silent(timeout)
+        return False
+
+    def get_session(self, session_id: str, *,
+                    timeout: Optional[float] = None) -> session_pb2.SessionInfo:
+        self._silent(timeout)
+        return session_pb2.SessionInfo()
+
+
+def test_probes_end_by_the_recovery_deadline() -> None:
+    """Each probe is told the time left, so that the step ends within recovery_timeout rather
+    than minutes later."""
+    group = SilentGroup()
+    start = time.monotonic()
+    with pytest.raises(UnavailableError, match="within recovery_timeout 0.3 s"):
+        StepRecovery(0.3, sleep=lambda seconds: None).run(
+            group, "s", 1, attempts([UnavailableError("reset")], 1), restored)
+    assert time.monotonic() - start < 3.0
+    assert group.timeouts and max(group.timeouts) <= 0.3

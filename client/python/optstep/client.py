@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, TypeVar, Union)
 
@@ -191,21 +192,35 @@ class Client:
     def _rank0(self) -> RankChannel:
         return self._ranks.rank0()
 
-    def _on_rank0(self, call: Callable[[RankChannel], _Response]) -> _Response:
+    def _on_rank0(self, call: Callable[[RankChannel], _Response],
+                  deadline: Optional[float] = None) -> _Response:
         """`call` on rank 0 (or its stand-in); when it is unavailable (past its deadline with
-        wait_for_ready) and the other ranks say rank 0 is served elsewhere now, once more there."""
+        wait_for_ready) and the other ranks say rank 0 is served elsewhere now, once more there.
+        The look-up's calls end by `deadline` (see _timeout_by)."""
         rank = self._rank0()
         try:
             return call(rank)
         except (UnavailableError, DeadlineExceededError) as e:
             if isinstance(e, DeadlineExceededError) and not self._wait_for_ready:
                 raise
-            if not self._ranks.look_up_rank0(self._rpc_timeout) or self._rank0() is rank:
+            if not self._ranks.look_up_rank0(self._timeout_by(deadline)) or \
+                    self._rank0() is rank:
                 raise
         return call(self._rank0())
 
-    def _unary_kwargs(self) -> Dict[str, Any]:
-        return {"timeout": self._rpc_timeout, "wait_for_ready": self._wait_for_ready}
+    def _unary_kwargs(self, deadline: Optional[float] = None) -> Dict[str, Any]:
+        return {"timeout": self._timeout_by(deadline), "wait_for_ready": self._wait_for_ready}
+
+    def _timeout_by(self, deadline: Optional[float]) -> float:
+        """The timeout of one call made by `deadline` (time.monotonic(); None: none):
+        rpc_timeout, or less where the deadline is nearer (at least 1 ms)."""
+        if deadline is None:
+            return self._rpc_timeout
+        return min(self._rpc_timeout, max(0.001, deadline - time.monotonic()))
+
+    @staticmethod
+    def _deadline_in(timeout: Optional[float]) -> Optional[float]:
+        return None if timeout is None else time.monotonic() + timeout
 
     # ---- sessions (asked of rank 0; the answers refresh the cached layouts)
 
@@ -218,10 +233,13 @@ class Client:
         # The answer is a summary: the layout comes in GetSession's pages.
         return CreatedSession(self.get_session(response.summary.session_id), response.attached)
 
-    def get_session(self, session_id: str) -> session_pb2.SessionInfo:
-        """The whole SessionInfo (every parameter and owner), read in GetSession's pages."""
+    def get_session(self, session_id: str, *,
+                    timeout: Optional[float] = None) -> session_pb2.SessionInfo:
+        """The whole SessionInfo (every parameter and owner), read in GetSession's pages; all of
+        its calls end within `timeout` seconds when given (else each within rpc_timeout)."""
+        deadline = self._deadline_in(timeout)
         info = read_session(session_id, lambda request: self._on_rank0(lambda rank: _call(
-            rank.service.GetSession, request, **self._unary_kwargs())))
+            rank.service.GetSession, request, **self._unary_kwargs(deadline)), deadline))
         self._remember(info)
         return info
 
@@ -576,23 +594,26 @@ class Client:
 
     # ---- health
 
-    def check_health(self, service: str = "") -> bool:
+    def check_health(self, service: str = "", *, timeout: Optional[float] = None) -> bool:
         """True when `service` ("" = the whole server) on rank 0 is SERVING, False when not.
         When rank 0 does not answer SERVING, the other ranks are asked where it is served now
-        (a stand-in, or its own process back) and that one is checked."""
+        (a stand-in, or its own process back) and that one is checked. All of its calls end
+        within `timeout` seconds when given (else each within rpc_timeout)."""
         request = raw_messages.string_message(service)
+        deadline = self._deadline_in(timeout)
 
         def check(rank: RankChannel) -> bool:
             call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = rank.channel.unary_unary(
                 raw_messages.HEALTH_CHECK)
-            return raw_messages.serving(_call(call, request, timeout=self._rpc_timeout))
+            return raw_messages.serving(_call(call, request,
+                                              timeout=self._timeout_by(deadline)))
 
         try:
             if check(self._rank0()):
                 return True
         except (UnavailableError, DeadlineExceededError):  # away, or wedged
-            if not self._ranks.look_up_rank0(self._rpc_timeout):
+            if not self._ranks.look_up_rank0(self._timeout_by(deadline)):
                 raise
             return check(self._rank0())
-        return self._ranks.look_up_rank0(self._rpc_timeout) and check(self._rank0())
+        return self._ranks.look_up_rank0(self._timeout_by(deadline)) and check(self._rank0())
 

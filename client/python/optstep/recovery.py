@@ -79,11 +79,14 @@ class RewindRequired(AbortedError):
 
 
 class GroupView(Protocol):
-    """What recovery asks of the client: rank 0's health and a session's current info."""
+    """What recovery asks of the client: rank 0's health and a session's current info, each
+    within `timeout` seconds (its calls cut there), so that a recovery ends within its own
+    timeout also where hosts drop packets and every call would wait its whole rpc_timeout."""
 
-    def check_health(self, service: str = "") -> bool: ...
+    def check_health(self, service: str = "", *, timeout: Optional[float] = None) -> bool: ...
 
-    def get_session(self, session_id: str) -> session_pb2.SessionInfo: ...
+    def get_session(self, session_id: str, *,
+                    timeout: Optional[float] = None) -> session_pb2.SessionInfo: ...
 
 
 class StepRecovery:
@@ -118,6 +121,12 @@ class StepRecovery:
         wait = _FIRST_WAIT
         was_applied = False
         retried_in_turn = False
+
+        def probes_by() -> float:
+            """Every probe ends by the recovery's deadline, or before one began, by when it
+            would."""
+            return deadline if deadline is not None else self._clock() + self.timeout
+
         while True:
             try:
                 reply = attempt()
@@ -126,13 +135,14 @@ class StepRecovery:
             except OptstepError as error:
                 # Out of sequence while rank 0 does not serve: a session that the group is
                 # restoring (made again, its checkpoint not yet loaded) is waited for below.
-                if isinstance(error, FailedPreconditionError) and not self._not_serving(group):
+                if isinstance(error, FailedPreconditionError) and \
+                        not self._not_serving(group, probes_by()):
                     # Out of sequence: the last step is still ending on the ranks, the
                     # session's step moved back, or the applied step is not replayable after a
                     # restore, or a mistake of the caller.
-                    info = self._session_now(group, session_id, error)
+                    info = self._session_now(group, session_id, error, probes_by())
                     ending = info.step_running and info.step < self._applied_step(key)
-                    info = self._await_seen_step(group, key, info, error)
+                    info = self._await_seen_step(group, key, info, probes_by())
                     if info.step < self._applied_step(key):
                         raise self._rewind(key, info.step, step) from None
                     # Applied while the group recovered; or applied and seen so before, and
@@ -149,10 +159,13 @@ class StepRecovery:
                         retried_in_turn = True
                         continue
                     raise
-                if not self._recovering(group, error):
+                # The recovery's time counts from its first error, the probe that tells it one
+                # included.
+                by = probes_by()
+                if not self._recovering(group, error, by):
                     raise
                 if deadline is None:
-                    deadline = self._clock() + self.timeout
+                    deadline = by
                 elif self._clock() >= deadline:
                     # Rank 0 serves the session again, yet the step still fails (a rank it
                     # cannot reach).
@@ -160,7 +173,7 @@ class StepRecovery:
                                     f"'{session_id}' again, but the step still failed when "
                                     f"recovery_timeout {self.timeout:g} s ran out)") from None
                 info = self._await_group(group, session_id, deadline, wait, error)
-                info = self._await_seen_step(group, key, info, error)
+                info = self._await_seen_step(group, key, info, deadline)
                 wait = min(2 * wait, _LONGEST_WAIT)
                 if info.step < step - 1:
                     # Out of sequence while rank 0 did not serve, and the session is not behind
@@ -172,19 +185,22 @@ class StepRecovery:
                 was_applied = info.step >= step
 
     def _await_seen_step(self, group: GroupView, key: Tuple[str, int],
-                         info: session_pb2.SessionInfo,
-                         error: OptstepError) -> session_pb2.SessionInfo:
+                         info: session_pb2.SessionInfo, by: float) -> session_pb2.SessionInfo:
         """`info`, or while its step is below the last step this client saw applied and a step
         runs (that step's parameters come back before the ranks ended it), the session once
-        that ended, polling for at most _STEP_END_WAIT seconds. A session restored to an older
-        step runs none."""
+        that ended, polling for at most _STEP_END_WAIT seconds and not past `by`; a read that
+        fails is polled again. A session restored to an older step runs none."""
         session_id, seen = key[0], self._applied_step(key)
         poll, waited = _FIRST_STEP_END_POLL, 0.0
-        while info.step_running and info.step < seen and waited < _STEP_END_WAIT:
+        while info.step_running and info.step < seen and waited < _STEP_END_WAIT and \
+                self._clock() < by:
             self._sleep(poll)
             waited += poll
             poll = min(2 * poll, _LONGEST_STEP_END_POLL)
-            info = self._session_now(group, session_id, error)
+            try:
+                info = group.get_session(session_id, timeout=self._left(by))
+            except OptstepError:
+                pass
         return info
 
     def note(self, session_id: str, step: int, *, trainer_id: int = 0) -> None:
@@ -203,36 +219,36 @@ class StepRecovery:
             self._applied[key] = restored
         return RewindRequired(key[0], restored, step)
 
-    @staticmethod
-    def _session_now(group: GroupView, session_id: str,
-                     error: OptstepError) -> session_pb2.SessionInfo:
+    def _left(self, by: float) -> float:
+        """Seconds until `by`, on the recovery's clock."""
+        return max(0.0, by - self._clock())
+
+    def _session_now(self, group: GroupView, session_id: str, error: OptstepError,
+                     by: float) -> session_pb2.SessionInfo:
         try:
-            return group.get_session(session_id)
+            return group.get_session(session_id, timeout=self._left(by))
         except OptstepError:
             raise error from None
 
-    @staticmethod
-    def _serving(group: GroupView) -> bool:
+    def _serving(self, group: GroupView, by: float) -> bool:
         try:
-            return group.check_health()
+            return group.check_health(timeout=self._left(by))
         except FailedPreconditionError:
             raise  # the client was closed: nothing to wait for
         except OptstepError:
             return False
 
-    @staticmethod
-    def _recovering(group: GroupView, error: OptstepError) -> bool:
+    def _recovering(self, group: GroupView, error: OptstepError, by: float) -> bool:
         if error.code == grpc.StatusCode.UNAVAILABLE:
             return True
         if error.code not in _WHEN_NOT_SERVING:
             return False
-        return StepRecovery._not_serving(group)
+        return self._not_serving(group, by)
 
-    @staticmethod
-    def _not_serving(group: GroupView) -> bool:
-        """Whether rank 0 does not serve now: it answers so, or does not answer."""
+    def _not_serving(self, group: GroupView, by: float) -> bool:
+        """Whether rank 0 does not serve now: it answers so, or does not answer by `by`."""
         try:
-            return not group.check_health()
+            return not group.check_health(timeout=self._left(by))
         except FailedPreconditionError:
             raise  # the client was closed: nothing to wait for
         except OptstepError as health:  # unreachable: recovering; no health service: not
@@ -245,9 +261,9 @@ class StepRecovery:
         Past `deadline`, raises `error` with how long the group was waited for."""
         while True:
             self._sleep(min(wait, max(0.0, deadline - self._clock())))
-            if self._serving(group):
+            if self._serving(group, deadline):
                 try:
-                    return group.get_session(session_id)
+                    return group.get_session(session_id, timeout=self._left(deadline))
                 except NotFoundError:
                     # Serving without the session (closed, or not restored): the step's error.
                     raise error from None

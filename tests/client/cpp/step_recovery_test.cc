@@ -37,11 +37,11 @@ struct FakeGroup {
   int down = 0;  // looks answered UNAVAILABLE before it serves
   uint64_t step = 0;
   GroupProbe probe() {
-    return GroupProbe{[this]() -> absl::StatusOr<bool> {
+    return GroupProbe{[this](absl::Time) -> absl::StatusOr<bool> {
                         if (looks++ < down) return absl::UnavailableError("connection refused");
                         return true;
                       },
-                      [this](absl::string_view) -> absl::StatusOr<SessionStep> {
+                      [this](absl::string_view, absl::Time) -> absl::StatusOr<SessionStep> {
                         return SessionStep{step, /*running=*/false};
                       }};
   }
@@ -188,8 +188,8 @@ struct EndingGroup {
   std::vector<uint64_t> steps;
   size_t reads = 0;
   GroupProbe probe() {
-    return GroupProbe{[]() -> absl::StatusOr<bool> { return true; },
-                      [this](absl::string_view) -> absl::StatusOr<SessionStep> {
+    return GroupProbe{[](absl::Time) -> absl::StatusOr<bool> { return true; },
+                      [this](absl::string_view, absl::Time) -> absl::StatusOr<SessionStep> {
                         const size_t read = std::min(reads++, steps.size() - 1);
                         return SessionStep{steps[read], read + 1 < steps.size()};
                       }};
@@ -235,8 +235,8 @@ TEST(StepRecoveryTest, AStepThatMeetsASessionBeingRestoredWaitsForTheGroup) {
   Attempts third{{}, 3};
   ASSERT_THAT(recovery.Run("s", 0, 3, serving.probe(), std::ref(third), Restored).status(), IsOk());
   int looks = 0;
-  GroupProbe restoring{[&]() -> absl::StatusOr<bool> { return ++looks > 2; },
-                       [&](absl::string_view) -> absl::StatusOr<SessionStep> {
+  GroupProbe restoring{[&](absl::Time) -> absl::StatusOr<bool> { return ++looks > 2; },
+                       [&](absl::string_view, absl::Time) -> absl::StatusOr<SessionStep> {
                          return SessionStep{looks > 2 ? 3u : 0u, false};
                        }};
   Attempts fourth{{absl::FailedPreconditionError("step 4 out of sequence; expected step 1")}, 4};
@@ -269,10 +269,34 @@ TEST(StepRecoveryTest, AStepThatFailsWhileTheGroupServesEndsWithTheTimeout) {
   EXPECT_LE(attempt.calls, 5);  // 50, 100, 200 ms apart
 }
 
+// Hosts that drop packets make every call wait its whole rpc_timeout: each probe is told the
+// recovery's deadline and ends there, so that the step ends within recovery_timeout rather than
+// minutes later.
+TEST(StepRecoveryTest, ProbesEndByTheRecoveryDeadline) {
+  StepRecovery recovery = Recovery(absl::Milliseconds(300));
+  std::vector<absl::Time> deadlines;
+  const auto silent = [&deadlines](absl::Time deadline) {
+    deadlines.push_back(deadline);
+    absl::SleepFor(std::min(deadline - absl::Now(), absl::Seconds(5)));
+    return absl::DeadlineExceededError("no answer");
+  };
+  GroupProbe probe{[&](absl::Time deadline) -> absl::StatusOr<bool> { return silent(deadline); },
+                   [&](absl::string_view, absl::Time deadline) -> absl::StatusOr<SessionStep> {
+                     return silent(deadline);
+                   }};
+  Attempts attempt{{absl::UnavailableError("reset")}, 1};
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(recovery.Run("s", 0, 1, probe, std::ref(attempt), Restored).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "within recovery_timeout 300ms"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  ASSERT_FALSE(deadlines.empty());
+  for (absl::Time deadline : deadlines) EXPECT_LE(deadline, start + absl::Milliseconds(350));
+}
+
 TEST(StepRecoveryTest, ASessionGoneFromAServingGroupAnswersTheStepsError) {
   StepRecovery recovery = Recovery();
-  GroupProbe probe{[]() -> absl::StatusOr<bool> { return true; },
-                   [](absl::string_view) -> absl::StatusOr<SessionStep> {
+  GroupProbe probe{[](absl::Time) -> absl::StatusOr<bool> { return true; },
+                   [](absl::string_view, absl::Time) -> absl::StatusOr<SessionStep> {
                      return absl::NotFoundError("session 's' not found");
                    }};
   Attempts attempt{{absl::UnavailableError("session closed while the step waited")}, 1};

@@ -143,13 +143,15 @@ absl::Status Client::Shutdown(int rank, absl::string_view reason) {
     return absl::OutOfRangeError(
         absl::StrCat("rank ", rank, " is not one of the ", ranks_.size(), " ranks of this client"));
   }
-  grpc::ClientContext context;
-  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
   v1::ShutdownRequest request;
   request.set_reason(std::string(reason));
   v1::ShutdownResponse response;
-  return FromGrpcStatus(
-      v1::AdminService::NewStub(Reach(rank)->channel)->Shutdown(&context, request, &response));
+  return OnRank(rank, [&](Rank& reached) {
+    grpc::ClientContext context;
+    Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
+    return FromGrpcStatus(
+        v1::AdminService::NewStub(reached.channel)->Shutdown(&context, request, &response));
+  });
 }
 
 absl::Status Client::CloseSession(absl::string_view session_id) {
@@ -216,12 +218,12 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
                                           values.size() * sizeof(float));
   const std::vector<GradientSlice> pieces =
       client_internal::SplitIntoChunks({whole}, options_.max_chunk_bytes);
-  for (size_t rank = 0; rank < world; ++rank) {
-    if (layout->owners_only() && rank != param.owner) continue;
+  // One rank's values; sent again in whole where a rank away is served elsewhere now (OnRank).
+  const auto write = [&](Rank& reached, size_t rank) -> absl::Status {
     grpc::ClientContext context;
     Prepare(context, options_.stream_timeout, options_.wait_for_ready);
     v1::InitParametersResponse response;
-    auto writer = Reach(rank)->service->InitParameters(&context, &response);
+    auto writer = reached.service->InitParameters(&context, &response);
     v1::InitParametersRequest request;
     request.set_session_id(std::string(session_id));
     v1::TensorChunk* chunk = request.mutable_values();
@@ -249,6 +251,11 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
                                               response.elements(), " of ", values.size(),
                                               " initial values"));
     }
+    return absl::OkStatus();
+  };
+  for (size_t rank = 0; rank < world; ++rank) {
+    if (layout->owners_only() && rank != param.owner) continue;
+    OPTSTEP_RETURN_IF_ERROR(OnRank(rank, [&](Rank& reached) { return write(reached, rank); }));
   }
   return absl::OkStatus();
 }
@@ -325,8 +332,26 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
       return read(rank, 0);
     }));
   } else {
-    OPTSTEP_RETURN_IF_ERROR(begin());
-    for (size_t i = 0; i < ranks.size(); ++i) OPTSTEP_RETURN_IF_ERROR(read(*Reach(ranks[i]), i));
+    // Each owner where it is served now; a pull cut by an owner away is begun again in whole
+    // (into a fresh assembler), where the directory tells of another address.
+    const auto pull = [&]() -> absl::Status {
+      OPTSTEP_RETURN_IF_ERROR(begin());
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        OPTSTEP_RETURN_IF_ERROR(read(*Reach(ranks[i]), i));
+      }
+      return absl::OkStatus();
+    };
+    std::vector<std::shared_ptr<Rank>> reached;
+    for (uint32_t r : ranks) reached.push_back(Reach(r));
+    absl::Status pulled = pull();
+    const bool away = absl::IsUnavailable(pulled) ||
+                      (options_.wait_for_ready && absl::IsDeadlineExceeded(pulled));
+    if (away && LookUpRankZero().ok()) {
+      bool moved = false;
+      for (size_t i = 0; i < ranks.size(); ++i) moved = moved || Reach(ranks[i]) != reached[i];
+      if (moved) pulled = pull();
+    }
+    OPTSTEP_RETURN_IF_ERROR(pulled);
   }
   OPTSTEP_ASSIGN_OR_RETURN(result.params, assembler->Finish());
   result.destinations_filled = assembler->destinations_filled();

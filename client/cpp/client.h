@@ -226,14 +226,21 @@ class Client final {
   absl::StatusOr<v1::ListSessionsResponse> AskDirectory(Rank& rank, absl::Duration timeout);
   // Rank 0 does not answer, or is not serving: asks every other rank, then rank 0's own address,
   // where rank 0 is served (its stand-in, or its own process back) and follows the first
-  // answer, each call cut at `deadline` (TimeoutBy). The last error when none answered.
+  // answer (the whole directory: the stand-ins of every rank), each call cut at `deadline`
+  // (TimeoutBy). The last error when none answered.
   absl::Status LookUpRankZero(absl::Time deadline = absl::InfiniteFuture());
   // Runs `call` on rank 0 (Reach); when it answers UNAVAILABLE (DEADLINE_EXCEEDED with
   // wait_for_ready) and the other ranks say rank 0 is served elsewhere now (LookUpRankZero), runs
   // it there once more: a creation then attaches to the session the first try made, a close
   // finds none (NOT_FOUND) if the first try's answer was lost. The look-up ends by `deadline`.
   absl::Status OnRankZero(const std::function<absl::Status(Rank& rank)>& call,
-                          absl::Time deadline = absl::InfiniteFuture());
+                          absl::Time deadline = absl::InfiniteFuture()) {
+    return OnRank(0, call, deadline);
+  }
+  // OnRankZero for rank `rank`: a rank stood in for, or back from its stand-in, since this client
+  // last read the directory (an OWNERS pull, an initialisation, a shutdown) is followed.
+  absl::Status OnRank(size_t rank, const std::function<absl::Status(Rank& rank)>& call,
+                      absl::Time deadline = absl::InfiniteFuture());
   // Runs the checkpoint progress stream that `start(stub, context)` begins on rank 0 where it is
   // served now (OnRankZero); answers its last report, `progress` seeing each (client.cc).
   template <typename Start>

@@ -133,16 +133,16 @@ absl::StatusOr<v1::ListSessionsResponse> Client::AskDirectory(Rank& rank, absl::
   return response;
 }
 
-absl::Status Client::OnRankZero(const std::function<absl::Status(Rank& rank)>& call,
-                                absl::Time deadline) {
-  std::shared_ptr<Rank> rank = Reach(0);
-  absl::Status status = call(*rank);
-  // Once more where the other ranks say rank 0 is served now, if that is elsewhere (a call that
-  // waits for the channel to be ready ends at its deadline instead).
+absl::Status Client::OnRank(size_t rank, const std::function<absl::Status(Rank& rank)>& call,
+                            absl::Time deadline) {
+  std::shared_ptr<Rank> reached = Reach(rank);
+  absl::Status status = call(*reached);
+  // Once more where the other ranks say the rank is served now, if that is elsewhere (a call
+  // that waits for the channel to be ready ends at its deadline instead).
   const bool away =
       absl::IsUnavailable(status) || (options_.wait_for_ready && absl::IsDeadlineExceeded(status));
-  if (!away || !LookUpRankZero(deadline).ok() || Reach(0) == rank) return status;
-  return call(*Reach(0));
+  if (!away || !LookUpRankZero(deadline).ok() || Reach(rank) == reached) return status;
+  return call(*Reach(rank));
 }
 
 absl::Status Client::LookUpRankZero(absl::Time deadline) {

@@ -158,6 +158,9 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
   }
+  // The late trainer still knows the stand-in, which stopped: a pull (from each owner under
+  // OWNERS) follows the rank back to its own process instead of failing UNAVAILABLE.
+  EXPECT_THAT(late->PullParameters(id, DType::kF32, {}).status(), IsOk());
   for (uint64_t step = 5; step <= kSteps; ++step) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply later, StepSpread(*trainer, id, step));
     EXPECT_EQ(later.step, step);

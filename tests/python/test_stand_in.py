@@ -54,8 +54,11 @@ def _gradients(step: int) -> Dict[str, np.ndarray]:
     return {f"w{i}": rng.standard_normal((32 + 8 * i, 5), dtype=np.float32) for i in range(6)}
 
 
-def _session(client: optstep.Client, name: str) -> str:
-    info, _ = client.create_session(_spec(name))
+def _session(client: optstep.Client, name: str,
+             storage: int = pb.PARAMETER_STORAGE_UNSPECIFIED) -> str:
+    spec = _spec(name)
+    spec.parameter_storage = storage
+    info, _ = client.create_session(spec)
     owners = set(client.layout(info.session_id).owners_of(range(6)))
     assert owners == set(range(WORLD)), owners
     return info.session_id
@@ -82,6 +85,9 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         sid = _session(client, "stood-in")
         for step in range(1, KILLED_AFTER + 1):
             client.step(sid, step, _gradients(step))
+        # Each owner holds its own masters alone: a pull asks every rank.
+        owners_sid = _session(client, "owners", pb.PARAMETER_STORAGE_OWNERS)
+        client.step(owners_sid, 1, _gradients(1))
 
         lost = group.ranks[dead]
         own_address = lost.address
@@ -97,10 +103,11 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
         # stand-in by the first rank that answers, at once (its native data path connects on
         # its first step, the same way).
         connecting = time.monotonic()
-        with optstep.Client(rank_targets=group.targets, connect_timeout=CONNECT_TIMEOUT) as late:
-            late.step(sid, KILLED_AFTER + 2, _gradients(KILLED_AFTER + 2))
-            assert time.monotonic() - connecting < CONNECT_TIMEOUT / 2, \
-                "waited for the lost rank's own address"
+        late = optstep.Client(rank_targets=group.targets, connect_timeout=CONNECT_TIMEOUT)
+        late.step(sid, KILLED_AFTER + 2, _gradients(KILLED_AFTER + 2))
+        assert time.monotonic() - connecting < CONNECT_TIMEOUT / 2, \
+            "waited for the lost rank's own address"
+        assert late.layout(owners_sid).stood_in_ranks == (dead,)
 
         # The rank's own process, on its port, takes its place back.
         port = own_address.rsplit(":", 1)[1]
@@ -127,6 +134,10 @@ def test_a_rank_that_does_not_return_is_stood_in_for_until_it_does(
             time.sleep(0.1)
         for step in range(KILLED_AFTER + 3, STEPS + 1):
             assert client.step(sid, step, _gradients(step)).step == step
+        # The late client still knows the stand-in, which stopped: its pull from the owners
+        # follows the rank back to its own process instead of failing UNAVAILABLE.
+        with late:
+            assert late.pull_parameters(owners_sid).step == 1
 
         assert (sid, 0) in client._shared._segments or path != "shared"  # noqa: SLF001
         expected = _parameters(client, reference)

@@ -337,12 +337,27 @@ class Client:
                 return Parameters(step, assembler.finish())
 
             return self._on_rank0(from_rank0)
-        # OWNERS: each owner answers its own, all of one step.
-        assembler = ParamAssembler(layout, wire, ids)
-        ranks = self._ranks.reach(layout)
+        # OWNERS: each owner answers its own, all of one step. A pull cut by an owner away is
+        # begun again in whole where the other ranks say it is served now (its stand-in, or its
+        # own process back), as calls on rank 0 are.
         owners = layout.owners_of(ids)
-        steps = [pull_from(ranks[r].service, request, assembler, timeout=timeout,
-                           wait_for_ready=ready) for r in owners]
+
+        def from_owners(ranks: List[RankChannel]) -> Tuple[List[int], ParamAssembler]:
+            assembler = ParamAssembler(layout, wire, ids)
+            return [pull_from(ranks[r].service, request, assembler, timeout=timeout,
+                              wait_for_ready=ready) for r in owners], assembler
+
+        ranks = self._ranks.reach(layout)
+        try:
+            steps, assembler = from_owners(ranks)
+        except (UnavailableError, DeadlineExceededError) as e:
+            if isinstance(e, DeadlineExceededError) and not self._wait_for_ready:
+                raise
+            moved = self._ranks.look_up_rank0(self._rpc_timeout) and \
+                [r.target for r in self._ranks.reach(layout)] != [r.target for r in ranks]
+            if not moved:
+                raise
+            steps, assembler = from_owners(self._ranks.reach(layout))
         for r, step in zip(owners, steps):
             if step != steps[0]:
                 raise AbortedError(f"PullParameters: rank {r} answered step {step}, rank "

@@ -8,6 +8,8 @@
 
 namespace optstep {
 
+bool IsWirePayload(absl::string_view type_url) { return type_url == kExpectedStepPayload; }
+
 absl::Status WithPayloadNumber(absl::Status status, absl::string_view type_url, uint64_t number) {
   status.SetPayload(type_url, absl::Cord(absl::StrCat(number)));
   return status;

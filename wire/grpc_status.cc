@@ -2,32 +2,28 @@
 
 #include <string>
 
-#include "absl/strings/match.h"
 #include "base/status_payload.h"
 #include "proto/optstep/v1/optimizer_service.pb.h"
 
 namespace optstep {
 namespace {
 
-bool IsPublic(absl::string_view type_url) {
-  return absl::StartsWith(type_url, kPublicPayloadPrefix);
+bool Carried(absl::string_view type_url, size_t bytes) {
+  return IsWirePayload(type_url) && bytes <= kMaxPayloadBytes;
 }
 
-// The status details carrying `status`'s public payloads; empty when it has none.
-std::string PublicDetails(const absl::Status& status, const std::string& message) {
+// The status details carrying `status`'s wire payloads; empty when it has none. (The message
+// stays in grpc-message alone: the trailers are bounded.)
+std::string WireDetails(const absl::Status& status) {
   v1::StatusDetails details;
   status.ForEachPayload([&details](absl::string_view type_url, const absl::Cord& value) {
-    if (!IsPublic(type_url) || value.size() > kMaxPayloadBytes ||
-        static_cast<size_t>(details.payloads_size()) >= kMaxPublicPayloads) {
-      return;
-    }
+    if (!Carried(type_url, value.size())) return;
     v1::StatusPayload* payload = details.add_payloads();
     payload->set_type_url(std::string(type_url));
     payload->set_value(std::string(value));
   });
   if (details.payloads_size() == 0) return "";
   details.set_code(static_cast<int>(status.code()));
-  details.set_message(message);
   return details.SerializeAsString();
 }
 
@@ -41,7 +37,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
     message += "... (truncated)";
   }
   const auto code = static_cast<grpc::StatusCode>(status.code());
-  return grpc::Status(code, message, PublicDetails(status, message));
+  return grpc::Status(code, message, WireDetails(status));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -55,12 +51,9 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.error_details().empty() || !details.ParseFromString(status.error_details())) {
     return converted;
   }
-  size_t kept = 0;
   for (const v1::StatusPayload& payload : details.payloads()) {
-    if (kept == kMaxPublicPayloads) break;
-    if (!IsPublic(payload.type_url()) || payload.value().size() > kMaxPayloadBytes) continue;
+    if (!Carried(payload.type_url(), payload.value().size())) continue;
     converted.SetPayload(payload.type_url(), absl::Cord(payload.value()));
-    ++kept;
   }
   return converted;
 }

@@ -119,7 +119,8 @@ absl::StatusOr<v1::SessionInfo> Client::GetSessionBy(absl::string_view session_i
 }
 
 absl::Duration Client::TimeoutBy(absl::Time deadline) const {
-  return std::clamp(deadline - absl::Now(), absl::Milliseconds(1), options_.rpc_timeout);
+  // (Not std::clamp: rpc_timeout may be under 1 ms.)
+  return std::min(std::max(deadline - absl::Now(), absl::Milliseconds(1)), options_.rpc_timeout);
 }
 
 absl::StatusOr<std::vector<v1::SessionSummary>> Client::ListSessions(uint32_t page_size) {
@@ -143,15 +144,15 @@ absl::Status Client::Shutdown(int rank, absl::string_view reason) {
     return absl::OutOfRangeError(
         absl::StrCat("rank ", rank, " is not one of the ", ranks_.size(), " ranks of this client"));
   }
+  // Not made again elsewhere (OnRank): a shutdown whose answer was lost would stop a second
+  // process, the rank's stand-in or its own.
+  grpc::ClientContext context;
+  Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
   v1::ShutdownRequest request;
   request.set_reason(std::string(reason));
   v1::ShutdownResponse response;
-  return OnRank(rank, [&](Rank& reached) {
-    grpc::ClientContext context;
-    Prepare(context, options_.rpc_timeout, options_.wait_for_ready);
-    return FromGrpcStatus(
-        v1::AdminService::NewStub(reached.channel)->Shutdown(&context, request, &response));
-  });
+  return FromGrpcStatus(
+      v1::AdminService::NewStub(Reach(rank)->channel)->Shutdown(&context, request, &response));
 }
 
 absl::Status Client::CloseSession(absl::string_view session_id) {

@@ -238,7 +238,8 @@ class Client final {
     return OnRank(0, call, deadline);
   }
   // OnRankZero for rank `rank`: a rank stood in for, or back from its stand-in, since this client
-  // last read the directory (an OWNERS pull, an initialisation, a shutdown) is followed.
+  // last read the directory (an initialisation; an OWNERS pull does the same in whole) is
+  // followed.
   absl::Status OnRank(size_t rank, const std::function<absl::Status(Rank& rank)>& call,
                       absl::Time deadline = absl::InfiniteFuture());
   // Runs the checkpoint progress stream that `start(stub, context)` begins on rank 0 where it is

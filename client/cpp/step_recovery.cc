@@ -62,7 +62,10 @@ absl::StatusOr<StepReply> StepRecovery::Run(
       absl::StatusOr<SessionStep> read = probe.session_step(session_id, probes_by());
       if (!read.ok()) return error;
       const bool ending = read->running && read->step < AppliedStep(key);
-      const uint64_t now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read, probes_by());
+      absl::StatusOr<uint64_t> seen =
+          AwaitSeenStep(probe, key.first, AppliedStep(key), *read, probes_by());
+      if (!seen.ok()) return error;
+      const uint64_t now = *seen;
       if (now < AppliedStep(key)) return Rewind(key, now, step);
       // Applied while the group recovered; or applied and seen so before, and redone because
       // its answer was lost (the pull of its parameters failed): the session, restored since,
@@ -95,7 +98,10 @@ absl::StatusOr<StepReply> StepRecovery::Run(
     }
     absl::StatusOr<SessionStep> read = AwaitGroup(probe, session_id, *deadline, &wait, error);
     if (!read.ok()) return read.status();
-    const uint64_t now = AwaitSeenStep(probe, key.first, AppliedStep(key), *read, *deadline);
+    absl::StatusOr<uint64_t> seen =
+        AwaitSeenStep(probe, key.first, AppliedStep(key), *read, *deadline);
+    if (!seen.ok()) return seen.status();
+    const uint64_t now = *seen;
     wait = Doubled(wait);
     if (now + 1 < step) {
       // Out of sequence while rank 0 did not serve, and the session is not behind a step this
@@ -157,16 +163,21 @@ absl::StatusOr<SessionStep> StepRecovery::AwaitGroup(const GroupProbe& probe,
   }
 }
 
-uint64_t StepRecovery::AwaitSeenStep(const GroupProbe& probe, const std::string& session_id,
-                                     uint64_t seen, SessionStep now, absl::Time by) {
+absl::StatusOr<uint64_t> StepRecovery::AwaitSeenStep(const GroupProbe& probe,
+                                                     const std::string& session_id, uint64_t seen,
+                                                     SessionStep now, absl::Time by) {
   absl::Duration poll = kFirstStepEndPoll;
-  for (absl::Duration waited;
-       now.running && now.step < seen && waited < kStepEndWait && absl::Now() < by;
+  for (absl::Duration waited; now.running && now.step < seen && waited < kStepEndWait;
        waited += poll) {
+    // Not past the recovery's deadline: a step still ending then is not taken for a restore.
+    if (absl::Now() >= by) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("session '", session_id, "' was still ending the step before step ", seen,
+                       " when recovery_timeout ", absl::FormatDuration(timeout_), " ran out"));
+    }
     sleep_(poll);
     poll = std::min(2 * poll, kLongestStepEndPoll);
-    absl::StatusOr<SessionStep> read = probe.session_step(session_id, by);
-    if (read.ok()) now = *read;
+    OPTSTEP_ASSIGN_OR_RETURN(now, probe.session_step(session_id, by));
   }
   return now.step;
 }

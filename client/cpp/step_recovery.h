@@ -85,10 +85,11 @@ class StepRecovery {
                                          const absl::Status& error) const;
   // The session's step `now`, or, while it is below the last step this client saw applied and a
   // step runs (that step's parameters come back before the ranks ended it), the step once that
-  // ended, polling for at most 30 s and not past `by`; a read that fails is polled again. A
-  // session restored to an older step runs none.
-  uint64_t AwaitSeenStep(const GroupProbe& probe, const std::string& session_id, uint64_t seen,
-                         SessionStep now, absl::Time by);
+  // ended, polling for at most 30 s. A session restored to an older step runs none. The error of
+  // a read that fails, DEADLINE_EXCEEDED past `by` (never a stale step, which would read as a
+  // restore).
+  absl::StatusOr<uint64_t> AwaitSeenStep(const GroupProbe& probe, const std::string& session_id,
+                                         uint64_t seen, SessionStep now, absl::Time by);
   // One trainer of one session: trainers that share this client (several threads) each keep the
   // last step they saw applied, so that one's rewind does not hide the restore from another.
   using TrainerKey = std::pair<std::string, uint32_t>;

@@ -140,15 +140,30 @@ class _FakeRpcError(grpc.RpcError):
         return (_Metadatum("grpc-status-details-bin", self._details),)
 
 
-def test_status_details_from_a_server_are_bounded() -> None:
-    """Garbage is ignored; private and oversized payloads are dropped; at most four are kept."""
+def test_status_details_carry_only_what_a_server_sends() -> None:
+    """Garbage is ignored, and so are payloads a server does not send (a rewind, which only the
+    client's own recovery may tell) and oversized ones."""
     assert optstep.errors.from_rpc_error(_FakeRpcError(b"\xff\xff garbage")).payloads == {}
     details = svc_pb2.StatusDetails()
-    for i in range(10):
-        details.payloads.add(type_url=f"type.optstep.dev/p{i}", value=b"1")
-    details.payloads[0].type_url = "type.internal/x"
-    details.payloads[1].value = b"1" * 257
+    details.payloads.add(type_url="type.optstep.dev/optstep.RewindStep", value=b"2")
+    details.payloads.add(type_url=EXPECTED_STEP_PAYLOAD, value=b"1" * 257)
     error = optstep.errors.from_rpc_error(_FakeRpcError(details.SerializeToString()))
     assert isinstance(error, optstep.FailedPreconditionError)
-    assert list(error.payloads) == [f"type.optstep.dev/p{i}" for i in (2, 3, 4, 5)]
-    assert error.payload_number("type.optstep.dev/p2") == 1
+    assert error.payloads == {}
+    details.payloads[1].value = b"6"
+    error = optstep.errors.from_rpc_error(_FakeRpcError(details.SerializeToString()))
+    assert error.payload_number(EXPECTED_STEP_PAYLOAD) == 6
+
+
+@pytest.mark.parametrize("path", ["native", "python"])
+def test_the_expected_step_crosses_both_data_paths(server: optstep.LocalServer,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   path: str) -> None:
+    """The step a refusal expects reaches the caller through the native library and through the
+    pure-Python stream alike."""
+    monkeypatch.setenv("OPTSTEP_NATIVE", "0" if path == "python" else "1")
+    with optstep.Client(server.address) as client:
+        sid = _session(client)
+        with pytest.raises(optstep.FailedPreconditionError) as refused:
+            client.step(sid, 3, {"w": np.ones(6, np.float32)})
+        assert refused.value.payload_number(EXPECTED_STEP_PAYLOAD) == 1

@@ -126,6 +126,41 @@ def test_a_step_applied_whose_answer_was_lost_is_answered_when_redone() -> None:
         steps.run(EndingGroup([5]), "s", 5, attempts([other], 5), applied)
 
 
+def test_an_expected_next_step_is_no_answer_for_a_step_not_seen_applied() -> None:
+    not_replayable = FailedPreconditionError("step 5 out of sequence; expected step 6",
+                                             payloads={EXPECTED_STEP_PAYLOAD: b"6"})
+    with pytest.raises(FailedPreconditionError, match="expected step 6"):
+        recovery().run(EndingGroup([5]), "s", 5, attempts([not_replayable], 5), restored)
+
+
+class AwayWhileEnding:
+    """Rank 0 serves; the session reads as ending step 4 once, then its reads fail."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def check_health(self, service: str = "", *, timeout: Optional[float] = None) -> bool:
+        return True
+
+    def get_session(self, session_id: str, *,
+                    timeout: Optional[float] = None) -> session_pb2.SessionInfo:
+        self.reads += 1
+        if self.reads == 1:
+            return session_pb2.SessionInfo(session_id=session_id, step=4, step_running=True)
+        time.sleep(0.02)
+        raise UnavailableError("rank 0 is away again")
+
+
+def test_reads_that_fail_while_a_step_ends_are_no_rewind() -> None:
+    """The last step read while the session still ends the step before one seen applied is not
+    taken for a restore when later reads fail: the recovery ends with an error, not a rewind."""
+    steps = StepRecovery(0.2, sleep=lambda seconds: None)
+    steps.note("s", 5)
+    with pytest.raises(UnavailableError) as raised:
+        steps.run(AwayWhileEnding(), "s", 6, attempts([UnavailableError("reset")], 6), restored)
+    assert not isinstance(raised.value, RewindRequired)
+
+
 def test_a_step_that_fails_while_the_group_serves_ends_with_the_timeout() -> None:
     # Rank 0 serves, but the step cannot be taken (a rank it cannot reach).
     steps = StepRecovery(0.2)

@@ -198,6 +198,8 @@ using optstep::StepStream;
 using optstep::ToDestinations;
 using optstep::ToGradients;
 
+size_t optstep_native_result_bytes(void) { return sizeof(OptstepNativeResult); }
+
 void* optstep_native_connect(const OptstepNativeOptions* options, int32_t* code, char* error,
                              size_t error_len) {
   absl::StatusOr<std::unique_ptr<optstep::Client>> client =

@@ -79,6 +79,10 @@ struct OptstepNativeResult {
   uint64_t expected_step;  // FAILED_PRECONDITION out of sequence: the step expected (else 0)
 };
 
+// sizeof(OptstepNativeResult): the loader checks it against its own layout of the struct, so that
+// a library of another release is refused rather than written past a buffer.
+OPTSTEP_NATIVE_API size_t optstep_native_result_bytes(void);
+
 // Connects (Client::Connect). Answers the handle, or null with the error in `code`/`error`.
 OPTSTEP_NATIVE_API void* optstep_native_connect(const OptstepNativeOptions* options, int32_t* code,
                                                 char* error, size_t error_len);

@@ -203,7 +203,7 @@ class Client:
         except (UnavailableError, DeadlineExceededError) as e:
             if isinstance(e, DeadlineExceededError) and not self._wait_for_ready:
                 raise
-            if not self._ranks.look_up_rank0(self._timeout_by(deadline)) or \
+            if not self._ranks.look_up_rank0(self._rpc_timeout, deadline) or \
                     self._rank0() is rank:
                 raise
         return call(self._rank0())
@@ -627,8 +627,8 @@ class Client:
             if check(self._rank0()):
                 return True
         except (UnavailableError, DeadlineExceededError):  # away, or wedged
-            if not self._ranks.look_up_rank0(self._timeout_by(deadline)):
+            if not self._ranks.look_up_rank0(self._rpc_timeout, deadline):
                 raise
             return check(self._rank0())
-        return self._ranks.look_up_rank0(self._timeout_by(deadline)) and check(self._rank0())
+        return self._ranks.look_up_rank0(self._rpc_timeout, deadline) and check(self._rank0())
 

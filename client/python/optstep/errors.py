@@ -46,9 +46,10 @@ __all__ = [
 # A Step refused FAILED_PRECONDITION as out of sequence carries the step the session expects next.
 EXPECTED_STEP_PAYLOAD = "type.optstep.dev/optstep.ExpectedStep"
 
-# What a status carries across gRPC, as the server bounds it (wire/grpc_status.h).
-_PUBLIC_PAYLOAD_PREFIX = "type.optstep.dev/"
-_MAX_PUBLIC_PAYLOADS = 4
+# The payloads a server sends, and how large each may be (base/status_payload.h,
+# wire/grpc_status.h): no other crosses, so that a peer cannot make the client believe, say, that
+# its session was rolled back.
+_WIRE_PAYLOADS = frozenset({EXPECTED_STEP_PAYLOAD})
 _MAX_PAYLOAD_BYTES = 256
 _DETAILS_KEY = "grpc-status-details-bin"
 
@@ -174,8 +175,8 @@ def error_for(code: grpc.StatusCode, message: str, *,
 
 
 def _public_payloads(error: grpc.RpcError) -> Dict[str, bytes]:
-    """The public payloads of the call's status details, bounded as the C++ client bounds them;
-    details that do not parse are ignored."""
+    """The wire payloads of the call's status details, checked as the C++ client checks them;
+    details that do not parse, and other payloads, are ignored."""
     trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
     raw = next((item.value for item in trailing or () if item.key == _DETAILS_KEY), None)
     if not isinstance(raw, bytes):
@@ -187,10 +188,7 @@ def _public_payloads(error: grpc.RpcError) -> Dict[str, bytes]:
         return {}
     payloads: Dict[str, bytes] = {}
     for payload in details.payloads:
-        if len(payloads) == _MAX_PUBLIC_PAYLOADS:
-            break
-        if payload.type_url.startswith(_PUBLIC_PAYLOAD_PREFIX) and \
-                len(payload.value) <= _MAX_PAYLOAD_BYTES:
+        if payload.type_url in _WIRE_PAYLOADS and len(payload.value) <= _MAX_PAYLOAD_BYTES:
             payloads[payload.type_url] = payload.value
     return payloads
 

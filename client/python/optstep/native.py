@@ -124,6 +124,16 @@ def _load() -> Optional[ctypes.CDLL]:
         except OSError as e:
             _load_error = str(e)
             return None
+        # A library of another release lays the step's result out otherwise: refused, not
+        # written past the buffer (the client keeps its pure-Python data path).
+        result_bytes = getattr(lib, "optstep_native_result_bytes", None)
+        if result_bytes is not None:
+            result_bytes.restype = ctypes.c_size_t
+            result_bytes.argtypes = []
+        if result_bytes is None or result_bytes() != ctypes.sizeof(NativeResult):
+            _load_error = (f"{path}: a library of another release (its step result is not the "
+                           f"{ctypes.sizeof(NativeResult)} bytes this package lays out)")
+            return None
         lib.optstep_native_connect.restype = ctypes.c_void_p
         lib.optstep_native_connect.argtypes = [ctypes.POINTER(_Options),
                                                ctypes.POINTER(ctypes.c_int32),

@@ -149,19 +149,22 @@ class RankChannels:
                 raise FailedPreconditionError("Client: closed")
             return self._stand_ins.get(0, self._ranks[0])
 
-    def look_up_rank0(self, rpc_timeout: float) -> bool:
+    def look_up_rank0(self, rpc_timeout: float, deadline: Optional[float] = None) -> bool:
         """Rank 0 does not answer, or is not serving: asks every other rank, then rank 0's own
         address, where rank 0 is served now (a stand-in, or its own process back) and follows the
         first answer. False when none answered. (A process of rank 0 that is back but has not
-        healed itself in yet knows no stand-in: it is asked last.)"""
+        healed itself in yet knows no stand-in: it is asked last.) Each call waits `rpc_timeout`
+        at most, and not past `deadline` (time.monotonic()) when given."""
         self.rank0()  # FailedPreconditionError once closed
         ranks = self.given()
         with self._lock:
             ranks = [self._stand_ins.get(r, rank) for r, rank in enumerate(ranks) if r > 0] + \
                 [ranks[0]]
         for rank in ranks:
+            timeout = rpc_timeout if deadline is None else \
+                min(rpc_timeout, max(0.001, deadline - time.monotonic()))
             try:
-                told = _directory(rank, rpc_timeout)
+                told = _directory(rank, timeout)
             except grpc.RpcError:
                 continue
             self.follow(list(told.rank_targets), told.stood_in_ranks)

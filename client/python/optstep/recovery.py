@@ -142,7 +142,7 @@ class StepRecovery:
                     # restore, or a mistake of the caller.
                     info = self._session_now(group, session_id, error, probes_by())
                     ending = info.step_running and info.step < self._applied_step(key)
-                    info = self._await_seen_step(group, key, info, probes_by())
+                    info = self._await_seen_step(group, key, info, error, probes_by())
                     if info.step < self._applied_step(key):
                         raise self._rewind(key, info.step, step) from None
                     # Applied while the group recovered; or applied and seen so before, and
@@ -173,7 +173,7 @@ class StepRecovery:
                                     f"'{session_id}' again, but the step still failed when "
                                     f"recovery_timeout {self.timeout:g} s ran out)") from None
                 info = self._await_group(group, session_id, deadline, wait, error)
-                info = self._await_seen_step(group, key, info, deadline)
+                info = self._await_seen_step(group, key, info, error, deadline)
                 wait = min(2 * wait, _LONGEST_WAIT)
                 if info.step < step - 1:
                     # Out of sequence while rank 0 did not serve, and the session is not behind
@@ -185,22 +185,24 @@ class StepRecovery:
                 was_applied = info.step >= step
 
     def _await_seen_step(self, group: GroupView, key: Tuple[str, int],
-                         info: session_pb2.SessionInfo, by: float) -> session_pb2.SessionInfo:
+                         info: session_pb2.SessionInfo, error: OptstepError,
+                         by: float) -> session_pb2.SessionInfo:
         """`info`, or while its step is below the last step this client saw applied and a step
         runs (that step's parameters come back before the ranks ended it), the session once
-        that ended, polling for at most _STEP_END_WAIT seconds and not past `by`; a read that
-        fails is polled again. A session restored to an older step runs none."""
+        that ended, polling for at most _STEP_END_WAIT seconds. A session restored to an older
+        step runs none. Raises `error` when a read fails, and past `by` (never answers a stale
+        step, which would read as a restore)."""
         session_id, seen = key[0], self._applied_step(key)
         poll, waited = _FIRST_STEP_END_POLL, 0.0
-        while info.step_running and info.step < seen and waited < _STEP_END_WAIT and \
-                self._clock() < by:
+        while info.step_running and info.step < seen and waited < _STEP_END_WAIT:
+            if self._clock() >= by:
+                raise error_for(error.code, f"{error.message} (session '{session_id}' was still "
+                                f"ending the step before step {seen} when recovery_timeout "
+                                f"{self.timeout:g} s ran out)") from None
             self._sleep(poll)
             waited += poll
             poll = min(2 * poll, _LONGEST_STEP_END_POLL)
-            try:
-                info = group.get_session(session_id, timeout=self._left(by))
-            except OptstepError:
-                pass
+            info = self._session_now(group, session_id, error, by)
         return info
 
     def note(self, session_id: str, step: int, *, trainer_id: int = 0) -> None:

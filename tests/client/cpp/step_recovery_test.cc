@@ -293,6 +293,37 @@ TEST(StepRecoveryTest, ProbesEndByTheRecoveryDeadline) {
   for (absl::Time deadline : deadlines) EXPECT_LE(deadline, start + absl::Milliseconds(350));
 }
 
+// The same refusal for a step this client never saw applied (another client's, or lost before
+// it was seen) is the caller's error, not an answer.
+TEST(StepRecoveryTest, AnExpectedNextStepIsNoAnswerForAStepNotSeenApplied) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.step = 5};
+  Attempts attempt{{NotReplayable()}, 5};
+  EXPECT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(attempt), Restored).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "expected step 6"));
+}
+
+// While the session still ends the step before one this client saw applied, reads that fail
+// until the deadline do not make the last step read look like a restore (a rewind the trainer
+// would act on): the step's recovery ends with an error instead.
+TEST(StepRecoveryTest, ReadsThatFailWhileAStepEndsAreNoRewind) {
+  StepRecovery recovery = Recovery(absl::Milliseconds(200));
+  Attempts applied{{}, 5};
+  FakeGroup seen{.step = 5};
+  ASSERT_THAT(recovery.Run("s", 0, 5, seen.probe(), std::ref(applied), Restored).status(), IsOk());
+  int reads = 0;
+  GroupProbe probe{[](absl::Time) -> absl::StatusOr<bool> { return true; },
+                   [&reads](absl::string_view, absl::Time) -> absl::StatusOr<SessionStep> {
+                     if (reads++ == 0) return SessionStep{4, /*running=*/true};
+                     absl::SleepFor(absl::Milliseconds(20));
+                     return absl::UnavailableError("rank 0 is away again");
+                   }};
+  Attempts next{{absl::UnavailableError("reset")}, 6};
+  absl::StatusOr<StepReply> reply = recovery.Run("s", 0, 6, probe, std::ref(next), Restored);
+  EXPECT_FALSE(reply.ok());
+  EXPECT_EQ(RewindStep(reply.status()), std::nullopt) << reply.status();
+}
+
 TEST(StepRecoveryTest, ASessionGoneFromAServingGroupAnswersTheStepsError) {
   StepRecovery recovery = Recovery();
   GroupProbe probe{[](absl::Time) -> absl::StatusOr<bool> { return true; },

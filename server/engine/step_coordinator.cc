@@ -176,7 +176,10 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
     absl::Status seeded = SeedShadowMasters();
     if (!seeded.ok()) return LostPeer(pending.step, std::move(seeded));
   }
-  if (outcome.skipped) return FinishStep(std::move(outcome), /*aborted=*/false);
+  if (outcome.skipped) {
+    if (pending.step == 1) seed_masters_ = Tensor();  // step 1 ended: no redo seeds again
+    return FinishStep(std::move(outcome), /*aborted=*/false);
+  }
   const StepSchedule schedule = pending.schedule ? *pending.schedule : replica_->DefaultSchedule();
   // The result is known now: the trainers get it, and each parameter as soon as it is ready.
   const double clip_scale = ClipScale(replica_->config().chain.clip_grad, agreement->grad_norm);
@@ -208,6 +211,7 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
     return FinishStep(applied, /*aborted=*/false);
   }
   FinishStep(std::move(outcome), /*aborted=*/false, streaming, last_ids);
+  if (pending.step == 1) seed_masters_ = Tensor();  // step 1 ended: no redo seeds again
   // The buddy's copy of the predecessor's state follows once the trainers have the step: the
   // gradients it needs are in, and nothing reads the shadow but the coordinator's later tasks.
   if (options_.shadow != nullptr) UpdateShadow(pending.step, schedule, clip_scale);
@@ -456,12 +460,33 @@ StepCoordinator::SliceLimit StepCoordinator::ShippedBatches(const OwnedUpdate& u
 
 absl::Status StepCoordinator::SeedShadowMasters() {
   const MasterBlocks& own = replica_->masters();
+  const int rank = replica_->rank();
+  const int64_t count = own.counts[rank];
+  Device& device = replica_->device();
+  // The initial masters are kept until step 1 ended here: a redo of step 1 after this rank
+  // applied it seeds from them again, not from the masters its update wrote, which the shadow's
+  // update would step a second time. (A rank healed in with step 1 applied has none to keep: it
+  // took its state from its buddy's shadow, which has step 1 too and drops the seed below.)
+  if (!seed_masters_.defined() && count > 0 && replica_->owned_applied_step() == 0) {
+    OPTSTEP_ASSIGN_OR_RETURN(Tensor kept, device.Allocate(DType::kF32, {count}));
+    const Tensor block(DType::kF32, {count}, own.data + own.offsets[rank], Tensor::Deleter());
+    OPTSTEP_RETURN_IF_ERROR(
+        OnDevice([&] { return device.Copy(block, kept); }, "step 1: keep the initial masters"));
+    seed_masters_ = std::move(kept);
+  }
+  const float* send = seed_masters_.defined() ? seed_masters_.f32() : own.data + own.offsets[rank];
   ReplicaState& shadow = options_.shadow->replica();
   const MasterBlocks& copy = shadow.masters();
-  const int rank = replica_->rank();
-  absl::Status shifted = comm_->RingShift(own.data + own.offsets[rank], own.counts[rank],
-                                          copy.data + copy.offsets[shadow.rank()],
-                                          copy.counts[shadow.rank()], CommDType::kFloat32);
+  const int64_t recv_count = copy.counts[shadow.rank()];
+  float* recv = copy.data + copy.offsets[shadow.rank()];
+  // A shadow that took step 1 already (its owner's redo, after this rank ended the step) keeps
+  // its masters: the seed is received and dropped.
+  Tensor dropped;
+  if (options_.shadow->step() >= 1 && recv_count > 0) {
+    OPTSTEP_ASSIGN_OR_RETURN(dropped, device.Allocate(DType::kF32, {recv_count}));
+    recv = dropped.f32();
+  }
+  absl::Status shifted = comm_->RingShift(send, count, recv, recv_count, CommDType::kFloat32);
   if (shifted.ok()) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("session '", options_.session_id, "': rank ", rank,
                                              " lost a peer shipping its initial masters to its "

@@ -215,7 +215,9 @@ class StepCoordinator {
   SliceLimit ShippedBatches(const OwnedUpdate& update, GradientShipment* shipment);
   // Ships this rank's owned masters to its buddy and receives its predecessor's into the
   // shadow, before the first update: the shadow then starts where its owner does, however the
-  // owner's masters were set. UNAVAILABLE when a peer is lost.
+  // owner's masters were set. Redone with step 1 (after a lost peer): ships the initial masters
+  // kept in seed_masters_, and a shadow that took step 1 already drops what it receives.
+  // UNAVAILABLE when a peer is lost.
   absl::Status SeedShadowMasters();
   // Steps the shadow as its owner stepped (unless it reflects `step` already, or is unusable),
   // once the step ended. A failure leaves the shadow unusable (ShadowState::Invalidate), logged.
@@ -241,6 +243,9 @@ class StepCoordinator {
   FairQueue device_queue_;
   StepLedger* const ledger_;
   Tensor votes_;  // Agree's all-reduce buffer, in device memory (several ranks only)
+  // This rank's owned masters as they were before step 1, from step 1's first seed until step
+  // 1 ended here (SeedShadowMasters); undefined otherwise.
+  Tensor seed_masters_;
   // The storage of the snapshots StreamEarly makes, recycled from step to step.
   SnapshotPool snapshots_;
   // The thread of the gradient shipments (state redundancy only, made at the first): each is

@@ -137,27 +137,67 @@ TEST(StateRedundancyTest, StepInterruptedBeforeTheUpdateIsApplied) {
   InterruptAndRedo("AllReduce");  // the agreement failed: nothing stepped
 }
 
-// Steps `world` ranks of `config` once, injects `fault` into their communicators, and takes
-// step 2: every rank must answer UNAVAILABLE and be interrupted at step 2; healed in place, the
-// group's steps 2 and 3 must end as an undisturbed run's.
-void CutStepTwoAndRedo(int world, const SessionConfig& config,
-                       const std::function<void(RedundancyGroup&)>& fault) {
+// Steps `world` ranks of `config` up to step `cut` - 1, injects `fault` into their
+// communicators, and takes step `cut`: every rank must answer UNAVAILABLE and be interrupted at
+// it; healed in place, the group's steps `cut` and `cut` + 1 must end as an undisturbed run's.
+void CutStepAndRedo(int world, const SessionConfig& config, uint64_t cut,
+                    const std::function<void(RedundancyGroup&)>& fault) {
   RedundancyGroup reference(world, config);
-  for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+  for (uint64_t step = 1; step <= cut + 1; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
 
   RedundancyGroup group(world, config);
-  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+  for (uint64_t step = 1; step < cut; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
   fault(group);
-  for (const absl::StatusOr<StepOutcome>& outcome : group.Step(2)) {
+  for (const absl::StatusOr<StepOutcome>& outcome : group.Step(cut)) {
     EXPECT_THAT(outcome.status(), StatusIs(absl::StatusCode::kUnavailable));
   }
   for (int r = 0; r < world; ++r) {
-    EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(2)) << "rank " << r;
+    EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(cut)) << "rank " << r;
   }
   group.Regroup();
   for (int r = 0; r < world; ++r) group.session(r).ResumeAfterHeal();
-  for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  for (uint64_t step = cut; step <= cut + 1; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
   ExpectSameState(group, reference);
+}
+
+void CutStepTwoAndRedo(int world, const SessionConfig& config,
+                       const std::function<void(RedundancyGroup&)>& fault) {
+  CutStepAndRedo(world, config, 2, fault);
+}
+
+// Step 1 ships each owner's initial masters into its buddy's shadow before the update; its
+// shipment of the gradients is then cut (the buddy lost), after the owners stepped their own.
+// The redo must seed the shadows with the initial masters again, not with the owners' masters of
+// after step 1, which the shadows' update would step a second time.
+TEST(StateRedundancyTest, AStepOneCutAfterTheUpdateSeedsTheShadowsOnce) {
+  CutStepAndRedo(2, ConfigOf("adamw"), 1, [](RedundancyGroup& group) {
+    FaultInjector& faults = group.comm(1).faults();
+    faults.FailCall("RingShift", faults.calls("RingShift") + 2,
+                    absl::UnavailableError("injected: the buddy is lost"));
+  });
+}
+
+// Step 1 cut in the all-gather, after every shipment ended: every shadow took step 1 already,
+// and drops the redo's seed (the owners' initial masters) rather than take it under its state
+// of after step 1.
+TEST(StateRedundancyTest, AStepOneCutInTheAllGatherKeepsTheShadowsItStepped) {
+  CutStepAndRedo(2, ConfigOf("adamw"), 1, [](RedundancyGroup& group) {
+    FaultInjector& faults = group.comm(1).faults();
+    faults.FailCall("AllGatherV", faults.calls("AllGatherV") + 1,
+                    absl::UnavailableError("injected: peer lost"));
+  });
+}
+
+// The same on three ranks under OWNERS storage (the shadow holds the masters' only other copy),
+// the cut on one rank's shipment alone.
+TEST(StateRedundancyTest, AStepOneCutOnOneRankSeedsEveryShadowOnceUnderOwners) {
+  SessionConfig config = ConfigOf("muon");
+  config.storage = ParameterStorage::kOwners;
+  CutStepAndRedo(3, config, 1, [](RedundancyGroup& group) {
+    FaultInjector& faults = group.comm(2).faults();
+    faults.FailCall("RingShift", faults.calls("RingShift") + 2,
+                    absl::UnavailableError("injected: the buddy is lost"));
+  });
 }
 
 // Each rank owns a small vector, stepped first (the AdamW group comes first in the chain), and a

@@ -125,7 +125,8 @@ ABSL_FLAG(int, fail_allgather_after, 0,
           "never.");
 ABSL_FLAG(bool, kill_during_restore, false,
           "Testing only: rank 0 SIGKILLs itself while it restores its automatic checkpoints, once "
-          "the first session is recreated on every rank and before it loads.");
+          "the first session is recreated on every rank and before it loads; another rank once "
+          "its first session (a replica rank 0 restores) is made.");
 ABSL_FLAG(std::string, kill_during_heal, "",
           "Testing only: a restarted rank SIGKILLs itself while it heals into the running group: "
           "'rendezvous' at its first communicator rendezvous, 'transfer' once it fetched the "

@@ -276,6 +276,10 @@ absl::Status RankProcess::StartEngine(
         std::make_shared<KillAtPhase>(engine_options.step_observer, StepObserver::Phase::kStep,
                                       options_.kill_before_allgather, "kill_before_allgather");
   }
+  if (options_.kill_during_restore && options_.rank != 0) {
+    engine_options.step_observer =
+        std::make_shared<KillAtSessionCreated>(engine_options.step_observer, "kill_during_restore");
+  }
   if (options_.kill_after_allgather > 0) {
     engine_options.step_observer =
         std::make_shared<KillAtPhase>(engine_options.step_observer, StepObserver::Phase::kAllGather,

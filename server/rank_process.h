@@ -139,8 +139,9 @@ class RankProcess {
     // Testing only (a collective cut on this rank alone): the `fail_allgather_after`-th
     // all-gather of any session completes and is answered as failed here (FailAllGatherAfter).
     int fail_allgather_after = 0;
-    // Testing only (rank 0 lost while it restores the group): rank 0 SIGKILLs itself once the
-    // first session of its automatic checkpoints is recreated on every rank, before it loads.
+    // Testing only (a rank lost while rank 0 restores the group): rank 0 SIGKILLs itself once the
+    // first session of its automatic checkpoints is recreated on every rank, before it loads;
+    // another rank once its first session (a replica rank 0 restores) is made.
     bool kill_during_restore = false;
     // Testing only (a rank lost while it heals in): a restarted rank SIGKILLs itself at its first
     // communicator rendezvous ("rendezvous": its heal's first replica, before the peers see it),

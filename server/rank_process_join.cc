@@ -147,11 +147,18 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
     // Before SERVING: a trainer that sees SERVING finds its session. Sessions healed from the
     // other ranks are not restored (the automatic checkpointer saves each of them at once, then
     // on its schedule).
-    for (const RestoredSession& restored :
-         healed ? std::vector<RestoredSession>()
-                : RestoreAutoCheckpoints(options_.checkpoint_root, options_.checkpoint_temp_max_age,
-                                         group_.get(),
-                                         KillDuringRestore(options_.kill_during_restore))) {
+    absl::StatusOr<std::vector<RestoredSession>> restore =
+        healed
+            ? std::vector<RestoredSession>()
+            : RestoreAutoCheckpoints(options_.checkpoint_root, options_.checkpoint_temp_max_age,
+                                     group_.get(), KillDuringRestore(options_.kill_during_restore));
+    if (!restore.ok()) {
+      // The group is not whole: it restarts and restores every session again, rather than serve
+      // without some (a rank healed in later would never get them).
+      ExitForRestart(std::string(restore.status().message()), /*even_without_flag=*/true);
+      return;
+    }
+    for (const RestoredSession& restored : *restore) {
       metrics_->CountSessionRestored();
       if (auto_checkpointer_ != nullptr) {
         auto_checkpointer_->Restored(restored.session_id, restored.step);

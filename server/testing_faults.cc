@@ -19,12 +19,20 @@ void KillSelf(const std::string& event, const std::string& flag) {
 
 KillAtPhase::KillAtPhase(std::shared_ptr<StepObserver> inner, Phase phase, int kill_at,
                          std::string flag)
-    : inner_(std::move(inner)), phase_(phase), kill_at_(kill_at), flag_(std::move(flag)) {}
+    : ForwardingStepObserver(std::move(inner)),
+      phase_(phase),
+      kill_at_(kill_at),
+      flag_(std::move(flag)) {}
 
 void KillAtPhase::OnPhase(Phase phase, absl::Duration duration) {
-  inner_->OnPhase(phase, duration);
+  ForwardingStepObserver::OnPhase(phase, duration);
   if (phase != phase_ || ++seen_ != kill_at_) return;
   KillSelf("event=killed_by_flag", absl::StrCat(flag_, "=", kill_at_));
+}
+
+void KillAtSessionCreated::OnSessionCreated(const std::string& session, int rank, int64_t params) {
+  ForwardingStepObserver::OnSessionCreated(session, rank, params);
+  KillSelf(absl::StrCat("event=killed_during_restore session=", session), flag_);
 }
 
 FailAllGatherAfter::FailAllGatherAfter(std::unique_ptr<Communicator> base,

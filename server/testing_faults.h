@@ -21,15 +21,12 @@ namespace optstep {
 // with its value), flushes the log and SIGKILLs this process.
 [[noreturn]] void KillSelf(const std::string& event, const std::string& flag);
 
-// Reports to `inner`, and SIGKILLs this process at the `kill_at`-th step phase `phase` it is told
-// of: kStep ends after the rank stepped its own parameters and shipped their gradients to its
-// buddy, before the all-gather; kAllGather ends once the all-gather completed here, before the
-// trainers are answered.
-class KillAtPhase final : public StepObserver {
+// Reports every event to `inner`; the testing observers below act on one of them too.
+class ForwardingStepObserver : public StepObserver {
  public:
-  KillAtPhase(std::shared_ptr<StepObserver> inner, Phase phase, int kill_at, std::string flag);
+  explicit ForwardingStepObserver(std::shared_ptr<StepObserver> inner) : inner_(std::move(inner)) {}
 
-  void OnPhase(Phase phase, absl::Duration duration) override;
+  void OnPhase(Phase phase, absl::Duration duration) override { inner_->OnPhase(phase, duration); }
   void OnBytesIn(int64_t bytes) override { inner_->OnBytesIn(bytes); }
   void OnBytesOut(int64_t bytes) override { inner_->OnBytesOut(bytes); }
   void OnStepEnd(const std::string& session, uint64_t step, int rank, StepEnd end,
@@ -45,10 +42,36 @@ class KillAtPhase final : public StepObserver {
 
  private:
   const std::shared_ptr<StepObserver> inner_;
+};
+
+// Reports to `inner`, and SIGKILLs this process at the `kill_at`-th step phase `phase` it is told
+// of: kStep ends after the rank stepped its own parameters and shipped their gradients to its
+// buddy, before the all-gather; kAllGather ends once the all-gather completed here, before the
+// trainers are answered.
+class KillAtPhase final : public ForwardingStepObserver {
+ public:
+  KillAtPhase(std::shared_ptr<StepObserver> inner, Phase phase, int kill_at, std::string flag);
+
+  void OnPhase(Phase phase, absl::Duration duration) override;
+
+ private:
   const Phase phase_;
   const int kill_at_;
   const std::string flag_;
   std::atomic<int> seen_{0};
+};
+
+// Reports to `inner`, and SIGKILLs this process once the first session is made here (a replica
+// rank 0 restores, with --kill_during_restore on another rank).
+class KillAtSessionCreated final : public ForwardingStepObserver {
+ public:
+  KillAtSessionCreated(std::shared_ptr<StepObserver> inner, std::string flag)
+      : ForwardingStepObserver(std::move(inner)), flag_(std::move(flag)) {}
+
+  void OnSessionCreated(const std::string& session, int rank, int64_t params) override;
+
+ private:
+  const std::string flag_;
 };
 
 // Forwards every collective to `base`; the `fail_at`-th AllGatherV counted on `count` (shared by

@@ -89,6 +89,28 @@ absl::StatusOr<uint64_t> LoadRetrying(RankGroup* group, Session& session, const 
   }
 }
 
+// OK while every peer is there and answers a ping; else UNAVAILABLE naming the first that is
+// not (the heartbeats may not have judged a rank that just died lost yet).
+absl::Status GroupWhole(RankGroup* group) {
+  OPTSTEP_RETURN_IF_ERROR(group->PeersStatus());
+  for (int r = 0; r < group->world_size(); ++r) {
+    if (r != group->rank() && !group->Answers(r)) {
+      return absl::UnavailableError(absl::StrCat("rank ", r, " does not answer"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// OK unless `failed`, a restore's error, is a passing one and a rank was lost (GroupWhole): then
+// UNAVAILABLE saying so, and the whole restore ends.
+absl::Status LostRank(RankGroup* group, const absl::Status& failed) {
+  if (Unusable(failed)) return absl::OkStatus();
+  absl::Status whole = GroupWhole(group);
+  if (whole.ok()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("a rank was lost while the sessions were restored (",
+                                             whole.message(), "): ", failed.message()));
+}
+
 // Sets aside the unusable automatic checkpoint `name` of `dir` under a hidden name (".<name>
 // .unusable", which listings, restores and pruning skip; kept for an operator to look at): left
 // in place, it would pass for its step saved, and the session would never save that step again,
@@ -106,10 +128,12 @@ void SetAside(const std::string& dir, const std::string& name) {
 }
 
 // Recreates the session of `dir` and loads it from its newest automatic checkpoint that loads;
-// newer ones that are unusable are set aside.
+// newer ones that are unusable are set aside. A rank lost meanwhile (LostRank) ends it at once,
+// into `*lost_rank`.
 absl::StatusOr<RestoredSession> RestoreOne(
     const std::string& dir, absl::Duration temp_max_age, RankGroup* group,
-    const std::function<void(const std::string& session_id)>& before_load) {
+    const std::function<void(const std::string& session_id)>& before_load,
+    absl::Status* lost_rank) {
   OPTSTEP_ASSIGN_OR_RETURN(SessionRecord record, ReadSessionRecord(dir));
   if (record.session_id != fs::path(dir).filename().string()) {
     return absl::DataLossError(
@@ -135,8 +159,13 @@ absl::StatusOr<RestoredSession> RestoreOne(
         if (Unusable(failed)) unusable.push_back(*it);
         continue;
       }
-      OPTSTEP_ASSIGN_OR_RETURN(session, group->RestoreSession(record.session_id, *spec,
-                                                              record.owner, record.request_id));
+      absl::StatusOr<std::shared_ptr<Session>> made =
+          group->RestoreSession(record.session_id, *spec, record.owner, record.request_id);
+      if (!made.ok()) {
+        *lost_rank = LostRank(group, made.status());
+        return made.status();
+      }
+      session = *std::move(made);
       if (before_load) before_load(record.session_id);
     }
     absl::StatusOr<uint64_t> step = LoadRetrying(group, *session, name);
@@ -144,6 +173,9 @@ absl::StatusOr<RestoredSession> RestoreOne(
       for (const std::string& newer : unusable) SetAside(dir, newer);
       return RestoredSession{record.session_id, *step, name};
     }
+    // Not an older checkpoint for a lost rank's failure: the group restarts and loads this one.
+    *lost_rank = LostRank(group, step.status());
+    if (!lost_rank->ok()) return step.status();
     LOG(WARNING) << "event=auto_checkpoint_unusable session=" << record.session_id
                  << " name=" << name << " error=\"" << step.status().message() << "\"";
     failed = step.status();
@@ -155,7 +187,7 @@ absl::StatusOr<RestoredSession> RestoreOne(
 
 }  // namespace
 
-std::vector<RestoredSession> RestoreAutoCheckpoints(
+absl::StatusOr<std::vector<RestoredSession>> RestoreAutoCheckpoints(
     const std::string& checkpoint_root, absl::Duration temp_max_age, RankGroup* group,
     const std::function<void(const std::string& session_id)>& before_load) {
   std::vector<RestoredSession> restored;
@@ -175,7 +207,14 @@ std::vector<RestoredSession> RestoreAutoCheckpoints(
   }
   std::sort(dirs.begin(), dirs.end());
   for (const std::string& dir : dirs) {
-    absl::StatusOr<RestoredSession> one = RestoreOne(dir, temp_max_age, group, before_load);
+    absl::Status lost_rank;
+    absl::StatusOr<RestoredSession> one =
+        RestoreOne(dir, temp_max_age, group, before_load, &lost_rank);
+    if (!lost_rank.ok()) {
+      LOG(ERROR) << "event=restore_interrupted dir=" << dir << " error=\"" << lost_rank.message()
+                 << "\"";
+      return lost_rank;
+    }
     if (!one.ok()) {
       LOG(ERROR) << "event=session_restore_failed dir=" << dir << " error=\""
                  << one.status().message() << "\"";

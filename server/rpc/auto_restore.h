@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/rpc/rank_group.h"
 
@@ -26,10 +27,14 @@ struct RestoredSession {
 // First the temporaries of interrupted automatic saves in which nothing changed for
 // `temp_max_age` are removed (zero: none are). A session that cannot be restored is logged
 // (event=session_restore_failed) and left out; its checkpoints stay. Each session restored is
-// logged as event=session_restored. Blocks; answers the sessions restored.
+// logged as event=session_restored. Blocks; answers the sessions restored. A rank lost meanwhile
+// (a restore or load failed for a passing reason, and a peer no longer answers) ends the restore
+// with UNAVAILABLE naming it, before older checkpoints are tried or sessions left out: the group
+// must restart and restore every session again, for a rank healed into a group without them
+// would never get them.
 // `before_load` (testing only; may be null) is called with each session's id once it is recreated
 // on every rank, before its checkpoint loads.
-std::vector<RestoredSession> RestoreAutoCheckpoints(
+absl::StatusOr<std::vector<RestoredSession>> RestoreAutoCheckpoints(
     const std::string& checkpoint_root, absl::Duration temp_max_age, RankGroup* group,
     const std::function<void(const std::string& session_id)>& before_load = nullptr);
 

@@ -316,7 +316,7 @@ absl::Status RankGroup::CallUntilTaken(int rank, absl::string_view call,
                                        const std::function<absl::Status()>& attempt) {
   return RetryWhileAnswering(
       absl::StrCat("call=", call, " rank=", rank), absl::Now() + options_.timeout,
-      [this, rank] { return Answers(rank); },
+      options_.peer_timeout, [this, rank] { return Answers(rank); },
       [&] {
         return options_.drop_peer_call && options_.drop_peer_call(call, rank)
                    ? absl::UnavailableError("dropped (--drop_first_peer_call)")

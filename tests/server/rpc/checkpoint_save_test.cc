@@ -112,11 +112,13 @@ class CheckpointSaveTest : public ::testing::Test {
     std::ofstream(dir / "session.json")
         << "{\"session_id\": \"" << session_ << "\", \"name\": \"\", \"owner\": \"\"}\n";
     testutil::FaultInjectingDevice& device = *device_;
-    return RestoreAutoCheckpoints(
-        root_, absl::ZeroDuration(), group_.get(), [&](const std::string&) {
+    absl::StatusOr<std::vector<RestoredSession>> restored =
+        RestoreAutoCheckpoints(root_, absl::ZeroDuration(), group_.get(), [&](const std::string&) {
           device.faults().FailCall("CopyFromHost", device.faults().calls("CopyFromHost") + 1,
                                    fault);
         });
+    EXPECT_TRUE(restored.ok()) << restored.status();  // one rank: none can be lost
+    return restored.ok() ? *std::move(restored) : std::vector<RestoredSession>();
   }
 
   std::string root_;

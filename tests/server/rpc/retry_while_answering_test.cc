@@ -27,11 +27,12 @@ struct Calls {
 };
 
 const absl::Time kLater = absl::InfiniteFuture();
+const absl::Duration kSilence = absl::ZeroDuration();
 
 TEST(RetryWhileAnsweringTest, PassingFailuresAreMadeAgainUntilTaken) {
   Calls calls{{absl::UnavailableError("reset"), absl::DeadlineExceededError("late")}};
   EXPECT_THAT(RetryWhileAnswering(
-                  "call=t", kLater, [] { return true; }, std::ref(calls)),
+                  "call=t", kLater, kSilence, [] { return true; }, std::ref(calls)),
               IsOk());
   EXPECT_EQ(calls.made, 3);
 }
@@ -39,7 +40,7 @@ TEST(RetryWhileAnsweringTest, PassingFailuresAreMadeAgainUntilTaken) {
 TEST(RetryWhileAnsweringTest, AnAnswerThatIsNoPassingFailureEndsIt) {
   Calls calls{{absl::UnavailableError("reset"), absl::FailedPreconditionError("runs no heal")}};
   EXPECT_THAT(RetryWhileAnswering(
-                  "call=t", kLater, [] { return true; }, std::ref(calls)),
+                  "call=t", kLater, kSilence, [] { return true; }, std::ref(calls)),
               StatusIs(absl::StatusCode::kFailedPrecondition, "runs no heal"));
   EXPECT_EQ(calls.made, 2);
 }
@@ -47,14 +48,33 @@ TEST(RetryWhileAnsweringTest, AnAnswerThatIsNoPassingFailureEndsIt) {
 TEST(RetryWhileAnsweringTest, ACalleeThatStoppedAnsweringOrTheBoundEndsIt) {
   Calls lost{{absl::UnavailableError("reset")}};
   EXPECT_THAT(RetryWhileAnswering(
-                  "call=t", kLater, [] { return false; }, std::ref(lost)),
+                  "call=t", kLater, kSilence, [] { return false; }, std::ref(lost)),
               StatusIs(absl::StatusCode::kUnavailable, "reset"));
   EXPECT_EQ(lost.made, 1);
   Calls late{{absl::UnavailableError("reset")}};
   EXPECT_THAT(RetryWhileAnswering(
-                  "call=t", absl::Now(), [] { return true; }, std::ref(late)),
+                  "call=t", absl::Now(), kSilence, [] { return true; }, std::ref(late)),
               StatusIs(absl::StatusCode::kUnavailable, "reset"));
   EXPECT_EQ(late.made, 1);
+}
+
+// A callee whose ping fails once (its channel reconnecting) but answers again within the silence
+// bound is still alive: the call is made again until taken. Before, one failed ping ended the
+// retries, and a heal's end that a live rank missed left it paused for good.
+TEST(RetryWhileAnsweringTest, APingThatFailsOnceWithinTheSilenceBoundIsNoLostCallee) {
+  Calls calls{{absl::UnavailableError("reset"), absl::UnavailableError("reset"),
+               absl::UnavailableError("reset")}};
+  int pings = 0;
+  EXPECT_THAT(
+      RetryWhileAnswering(
+          "call=t", kLater, absl::Seconds(30), [&pings] { return pings++ != 0; }, std::ref(calls)),
+      IsOk());
+  EXPECT_EQ(calls.made, 4);
+  Calls silent{{absl::UnavailableError("reset"), absl::UnavailableError("reset")}};
+  EXPECT_THAT(RetryWhileAnswering(
+                  "call=t", kLater, absl::Milliseconds(50), [] { return false; }, std::ref(silent)),
+              StatusIs(absl::StatusCode::kUnavailable, "reset"));
+  EXPECT_EQ(silent.made, 2);  // 100 ms apart: the second failure finds the callee silent
 }
 
 }  // namespace

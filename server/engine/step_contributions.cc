@@ -20,6 +20,10 @@ StepContributions::StepContributions(GradientMode mode, int num_trainers,
   elements_.assign(num_trainers_, 0);
   sent_.resize(num_trainers_);
   written_.resize(num_trainers_);
+  ranges_of_.assign(num_trainers_, 0);
+  int64_t elements = 0;
+  for (int64_t numel : numels_) elements += numel;
+  max_ranges_ = num_dense_ + elements / kMinPieceElements + kSpareRanges;
 }
 
 size_t StepContributions::MapIndex(int trainer, int param) const {
@@ -78,7 +82,17 @@ absl::Status StepContributions::AddRange(int trainer, int param, int64_t offset,
                      duplicate ? " duplicates" : " overlaps", " chunk [", it->first, ", ",
                      it->second.end, ") from trainer ", it->second.trainer));
   }
+  if (ranges_of_[trainer] >= max_ranges_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "param '", name, "': chunk [", offset, ", ", end, ") from trainer ", trainer, ": its ",
+        "gradients of this step came in ", ranges_of_[trainer], " pieces already, the most ",
+        num_dense_, " parameters of ", max_ranges_ - num_dense_ - kSpareRanges, " x ",
+        kMinPieceElements, " elements allow; send chunks of at least ", kMinPieceElements,
+        " elements (but a parameter's last)"));
+  }
+  const size_t records = ranges.size();
   coverage.covered += Claim(ranges, first, trainer, offset, end, fresh);
+  ranges_of_[trainer] += static_cast<int64_t>(ranges.size()) - static_cast<int64_t>(records);
   elements_[trainer] += count;
   started_ = true;
   return absl::OkStatus();
@@ -181,6 +195,7 @@ void StepContributions::DropTrainer(int trainer) {
           continue;
         }
         coverage.covered -= it->second.end - it->first;
+        --ranges_of_[trainer];
         it = ranges.erase(it);
       }
     }
@@ -203,6 +218,7 @@ void StepContributions::Reset() {
   elements_.assign(num_trainers_, 0);
   sent_.assign(num_trainers_, ContributionDigest());
   written_.assign(num_trainers_, ContributionDigest());
+  ranges_of_.assign(num_trainers_, 0);
   num_committed_ = 0;
   started_ = false;
 }

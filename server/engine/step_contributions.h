@@ -65,7 +65,9 @@ class StepContributions {
   // previous attempt of the trainer already sent (REPLICATED; see above), in ascending order.
   // INVALID_ARGUMENT: empty chunk, range outside the parameter, a duplicated range, or a range
   // overlapping one sent earlier in this attempt (SHARDED: by any trainer; REPLICATED: by the
-  // same trainer).
+  // same trainer). RESOURCE_EXHAUSTED once the trainer's pieces of this step number
+  // max_ranges(): each is a record here, and one-element chunks would make a record of each
+  // element (REPLICATED: carried over to its later attempts too).
   // REQUIRES: 0 <= trainer < num_trainers, 0 <= param < number of parameters, !committed(trainer).
   absl::Status AddRange(int trainer, int param, int64_t offset, int64_t count,
                         std::vector<ElementRange>* fresh = nullptr);
@@ -104,6 +106,12 @@ class StepContributions {
   bool started() const { return started_; }
   // Elements `trainer` sent in its current attempt (resent carried ones included).
   int64_t elements_from(int trainer) const { return elements_[trainer]; }
+
+  // The pieces one trainer's gradients of a step may come in: one a parameter, one per
+  // kMinPieceElements of all of them, and kSpareRanges more (chunks cut at other sizes, resends).
+  static constexpr int64_t kMinPieceElements = 16384;  // 64 KiB of fp32
+  static constexpr int64_t kSpareRanges = 1024;
+  int64_t max_ranges() const { return max_ranges_; }
 
  private:
   struct Range {
@@ -144,6 +152,8 @@ class StepContributions {
   std::vector<int64_t> elements_;
   std::vector<ContributionDigest> sent_;     // per trainer, its current attempt
   std::vector<ContributionDigest> written_;  // per trainer, every attempt's fresh ranges
+  std::vector<int64_t> ranges_of_;           // per trainer, the records of its ranges
+  int64_t max_ranges_ = 0;
   int num_committed_ = 0;
   bool started_ = false;
 };

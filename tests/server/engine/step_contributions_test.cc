@@ -113,4 +113,27 @@ TEST(StepContributionsTest, ReplicatedResendSkipsWhatWasCarriedOver) {
   EXPECT_EQ(fresh, (std::vector<ElementRange>{{0, 4}}));
 }
 
+// One-element chunks would make a record of each element, in both modes (REPLICATED: carried
+// over to the trainer's later attempts). Each trainer's pieces of a step are bounded; another
+// trainer's are its own, and the next step starts afresh.
+TEST(StepContributionsTest, ATrainersPiecesOfAStepAreBounded) {
+  constexpr int64_t kNumel = 4 * StepContributions::kMinPieceElements;
+  for (GradientMode mode : {GradientMode::kReplicated, GradientMode::kSharded}) {
+    SCOPED_TRACE(mode == GradientMode::kSharded ? "sharded" : "replicated");
+    StepContributions c(mode, 2, {kNumel, 4}, &kNames);
+    EXPECT_EQ(c.max_ranges(), 2 + 4 + StepContributions::kSpareRanges);
+    int64_t taken = 0;
+    absl::Status added;
+    for (int64_t element = 0; element < kNumel && added.ok(); element += 2) {
+      added = c.AddRange(0, 0, element, 1);  // odd elements left out: no two pieces touch
+      if (added.ok()) ++taken;
+    }
+    EXPECT_THAT(added, StatusIs(absl::StatusCode::kResourceExhausted, "from trainer 0"));
+    EXPECT_EQ(taken, c.max_ranges());
+    EXPECT_THAT(c.AddRange(1, 1, 0, 4), IsOk());
+    c.Reset();
+    EXPECT_THAT(c.AddRange(0, 0, 0, kNumel), IsOk());
+  }
+}
+
 }  // namespace optstep

@@ -156,6 +156,7 @@ OwnerHoldings Engine::HoldingsOf(const std::string& owner) const {
     ++held.sessions;
     auto reserved = reservations_.find(id);
     if (reserved != reservations_.end()) held.bytes += reserved->second.bytes();
+    held.bytes += shared_segments_.bytes(id);  // its trainers' shared memory counts too
   }
   return held;
 }
@@ -326,6 +327,16 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
                                                    session.id(), "' is out of range [0, ",
                                                    config.num_trainers, ")"));
   }
+  // The owner's share holds its sessions' segments too: a session of many trainers would
+  // otherwise fill the rank's budget with them, past its owner's share.
+  OwnerHoldings held = HoldingsOf(config.owner);
+  held.bytes -= shared_segments_.bytes(session.id(), trainer);  // replaced by the new one
+  OPTSTEP_RETURN_IF_ERROR(CheckOwnerShare(
+      config.owner,
+      absl::StrCat("shared memory of trainer ", trainer, " of session '", session.id(), "'"),
+      SharedSegments::BytesFor(config.params, session.layout(), options_.rank), held,
+      OwnerLimits{/*max_sessions=*/0, options_.owner_memory_share}, admission_->budget().budget(),
+      options_.rank));
   OPTSTEP_ASSIGN_OR_RETURN(
       std::shared_ptr<const SharedSegment> segment,
       shared_segments_.Attach(session.id(), trainer, config.params, session.layout()));

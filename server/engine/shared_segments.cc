@@ -119,4 +119,23 @@ int64_t SharedSegments::bytes() const {
   return total;
 }
 
+int64_t SharedSegments::bytes(const std::string& session_id, int trainer) const {
+  absl::MutexLock lock(&mu_);
+  int64_t total = 0;
+  for (auto it = segments_.lower_bound({session_id, 0});
+       it != segments_.end() && it->first.first == session_id; ++it) {
+    if (trainer < 0 || it->first.second == trainer) total += it->second->reservation.bytes();
+  }
+  return total;
+}
+
+int64_t SharedSegments::BytesFor(const std::vector<ParamInfo>& params, const Layout& layout,
+                                 int rank) {
+  int64_t span = 0;
+  for (size_t p = 0; p < params.size(); ++p) {
+    if (layout.owner[p] == rank) span += Aligned(params[p].numel() * 4);
+  }
+  return SharedSegment::kAlignment + 2 * span;  // gradients_offset, the gradients, the values
+}
+
 }  // namespace optstep

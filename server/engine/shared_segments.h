@@ -80,8 +80,12 @@ class SharedSegments {
   // Drops `trainer`'s segment of the session, if any, the same way.
   void Drop(const std::string& session_id, int trainer);
 
-  // Bytes of the segments held now.
+  // Bytes of the segments held now: all, or those of session `session_id` (of `trainer` alone
+  // when >= 0).
   int64_t bytes() const;
+  int64_t bytes(const std::string& session_id, int trainer = -1) const;
+  // Bytes a segment of a session of `params` laid out as `layout` takes on rank `rank`.
+  static int64_t BytesFor(const std::vector<ParamInfo>& params, const Layout& layout, int rank);
 
  private:
   MemoryBudget* const budget_;

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "server/engine/admission.h"
 #include "server/engine/engine.h"
+#include "server/engine/shared_segments.h"
 #include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
 
@@ -86,6 +87,42 @@ TEST(OwnerShareTest, AnOwnerTakesAtMostItsShareOfTheBudget) {
   // Another owner has a share of its own.
   ASSERT_THAT(engine->CreateSession(Of("alice", "a")).status(), IsOk());
   ASSERT_THAT(engine->CreateSession(Of("alice", "b")).status(), IsOk());
+}
+
+// The memory a rank shares with a session's trainers counts in its owner's share: a session of
+// many trainers that attaches a segment for each stops at the share, and another owner still
+// creates its session. Before, the segments were taken from the rank's budget past the share,
+// until none was left for any other tenant.
+TEST(OwnerShareTest, SharedMemoryCountsInTheOwnersShare) {
+  // Sessions whose segments are about as large as their footprint: budget and share in both.
+  const auto spec = [](const std::string& owner, const std::string& name) {
+    SessionConfig config = Of(owner, name);
+    config.params = {ParamInfo{"w", {256, 256}}};
+    config.mode = GradientMode::kReplicated;
+    config.num_trainers = 64;
+    return config;
+  };
+  auto probe = EngineWith(0, 1.0, int64_t{1} << 30);
+  ASSERT_NE(probe, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created sized, probe->CreateSession(spec("probe", "p")));
+  const int64_t session = probe->memory_budget().admitted();
+  const int64_t segment =
+      SharedSegments::BytesFor(sized.session->config().params, sized.session->layout(), 0);
+  ASSERT_LT(segment, session);
+  // The share fits the session and one segment, and so does what is left of the budget.
+  auto engine = EngineWith(0, 0.5, 2 * (session + segment));
+  ASSERT_NE(engine, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created many, engine->CreateSession(spec("mallory", "m")));
+  absl::Status attached;
+  int segments = 0;
+  while (attached.ok() && segments < 64) {
+    attached = engine->AttachSharedMemory(*many.session, segments).status();
+    if (attached.ok()) ++segments;
+  }
+  EXPECT_THAT(attached, StatusIs(absl::StatusCode::kResourceExhausted,
+                                 "the sessions of owner 'mallory' hold"));
+  EXPECT_EQ(segments, 1);
+  EXPECT_THAT(engine->CreateSession(spec("alice", "a")).status(), IsOk());
 }
 
 TEST(OwnerShareTest, WithoutLimitsAnOwnerMayFillTheRank) {

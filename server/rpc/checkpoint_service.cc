@@ -225,17 +225,29 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
                     "ExportStateDict: ", limit, " exports of session '", (*session)->id(),
                     "' are open already; read them (or cancel them) first")));
               }
+              // The copy is held until the stream ends, against the rank's budget: a session of
+              // many trainers, each with an export open, must not take the rank past it.
+              int64_t copy_bytes = 0;
+              for (const auto& [key, tensor] : **dict) copy_bytes += tensor.bytes.size();
+              absl::StatusOr<MemoryBudget::Reservation> reserved =
+                  engine->ReserveMemory(copy_bytes, "ExportStateDict",
+                                        absl::StrCat("session '", (*session)->id(),
+                                                     "': a copy of its state, held until "
+                                                     "the stream is read"));
+              if (!reserved.ok()) return deliver(reserved.status());
               absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
               if (state.ok()) {
-                // The slot is given back with the state, once the stream ends; the session is kept
-                // with it, since the slot is counted by its address.
+                // The slot and the reservation are given back with the state, once the stream
+                // ends; the session is kept with it, since the slot is counted by its address.
                 struct Held {
                   std::shared_ptr<const void> state;
                   std::shared_ptr<Session> session;
                   OpenStreams::Slot slot;
+                  MemoryBudget::Reservation reservation;
                 };
-                state->keep = std::make_shared<Held>(
-                    Held{std::move(state->keep), *std::move(session), std::move(slot)});
+                state->keep =
+                    std::make_shared<Held>(Held{std::move(state->keep), *std::move(session),
+                                                std::move(slot), *std::move(reserved)});
               }
               deliver(std::move(state));
             });

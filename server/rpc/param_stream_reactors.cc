@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
+#include "server/engine/memory_budget.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/idle_bound.h"
 #include "server/rpc/open_streams.h"
@@ -225,6 +226,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
     OPTSTEP_RETURN_IF_ERROR(
         session_->CheckInitPiece({header.param_id, header.offset, header.dtype, chunk.data()})
             .status());
+    OPTSTEP_RETURN_IF_ERROR(ReserveStaging(chunk.data().size()));
     tally_.Add(chunk.data());
     param_ids_.insert(chunk.param_id());
     if (ExtendsSmallPiece(header)) {
@@ -294,6 +296,26 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   std::string What() const {
     return absl::StrCat("InitParameters stream of session '", session_->id(), "'");
   }
+  // Takes what staging `bytes` more needs from the rank's budget, in blocks of at least
+  // kStagingBlock: a session of many trainers, each with its streams open, must not take the
+  // rank past its budget. RESOURCE_EXHAUSTED naming the session otherwise.
+  absl::Status ReserveStaging(size_t bytes) {
+    staged_bytes_ += static_cast<int64_t>(bytes);
+    const int64_t short_by = staged_bytes_ - reserved_bytes_;
+    if (short_by <= 0) return absl::OkStatus();
+    const int64_t block = std::max(short_by, kStagingBlock);
+    OPTSTEP_ASSIGN_OR_RETURN(
+        MemoryBudget::Reservation reserved,
+        engine_->ReserveMemory(block, What(),
+                               absl::StrCat("session '", session_->id(),
+                                            "': values staged until the stream's final message; "
+                                            "nothing was written")));
+    reserved_bytes_ += block;
+    reservations_.push_back(std::move(reserved));
+    return absl::OkStatus();
+  }
+  static constexpr int64_t kStagingBlock = int64_t{1} << 20;
+
   static Session::InitPiece Piece(const std::pair<ChunkHeader, std::string>& staged) {
     return {staged.first.param_id, staged.first.offset, staged.first.dtype, staged.second};
   }
@@ -307,6 +329,9 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   uint64_t piece_limit_ = 0;
   OpenStreams::Slot slot_;  // the session's, in OpenInitStreams
   std::vector<std::pair<ChunkHeader, std::string>> staged_;
+  int64_t staged_bytes_ = 0;
+  int64_t reserved_bytes_ = 0;
+  std::vector<MemoryBudget::Reservation> reservations_;  // of the staged values, until the end
   std::set<uint32_t> param_ids_;
   StreamTally tally_;
   bool ended_ = false;

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,8 @@
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "optstep/v1/checkpoint_service.grpc.pb.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
@@ -116,6 +120,84 @@ TEST(LimitsTest, SessionOverTheMemoryBudgetIsRefusedBeforeAnythingIsAllocated) {
               testing::HasSubstr(" bytes free of the rank's budget of 1073741824"));
   EXPECT_LT(ResidentBytes(c.server->pid()) - before, 32 << 20);
   EXPECT_THAT(StepSmall(*c.client, tenant.session_id(), 1).status(), IsOk());
+  ExpectStillServing(*c.client);
+}
+
+// A session of many trainers may keep four InitParameters streams open a trainer, each staging
+// up to the session's parameters until its final message: the staged values are taken from the
+// rank's budget, so that streams held open stop at it (RESOURCE_EXHAUSTED, nothing written)
+// rather than take the rank past its memory. Before, 64 streams staged 256 MiB on a rank of a
+// 96 MiB budget.
+TEST(LimitsTest, StagedInitialValuesAreTakenFromTheBudget) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c, Start({"--memory_budget=96M"}));
+  v1::SessionSpec spec = OneParamSpec("staged", {1 << 20});  // 4 MiB of values
+  spec.set_num_trainers(16);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(spec));
+  auto stub = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials()));
+  constexpr int kStreams = 64;  // four a trainer
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::InitParametersResponse> responses(kStreams);
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::InitParametersRequest>>> streams;
+  v1::InitParametersRequest half;
+  half.set_session_id(info.session_id());
+  half.mutable_values()->set_dtype(v1::DTYPE_FP32);
+  half.mutable_values()->set_data(std::string(2 << 20, '\0'));
+  for (int s = 0; s < kStreams; ++s) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->InitParameters(contexts.back().get(), &responses[s]));
+    for (int64_t offset : {int64_t{0}, int64_t{1} << 19}) {
+      half.mutable_values()->set_offset(offset);
+      if (!streams.back()->Write(half)) break;
+    }
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // the rank has read what it takes
+  int refused = 0;
+  for (auto& stream : streams) {
+    stream->WritesDone();
+    const grpc::Status ended = stream->Finish();
+    if (ended.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      EXPECT_THAT(ended.error_message(), testing::HasSubstr("values staged until the stream's"));
+      ++refused;
+    } else {
+      EXPECT_EQ(ended.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << ended.error_message();
+    }
+  }
+  EXPECT_GT(refused, 0) << "every stream staged its values, past the rank's budget";
+  EXPECT_LT(refused, kStreams);
+  ExpectStillServing(*c.client);
+}
+
+// A session of many trainers may keep an ExportStateDict stream open a trainer, each holding a
+// copy of its state until it is read: the copies are taken from the rank's budget, so that
+// streams left unread stop at it (RESOURCE_EXHAUSTED) rather than take the rank past its memory.
+TEST(LimitsTest, HeldExportCopiesAreTakenFromTheBudget) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c, Start({"--memory_budget=96M"}));
+  v1::SessionSpec spec = OneParamSpec("exported", {1 << 20});  // 4 MiB of masters, 4 of momentum
+  spec.mutable_optimizer()->set_preset("adam");                // 12 MiB of state in all
+  spec.set_num_trainers(16);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(spec));
+  auto stub = v1::CheckpointService::NewStub(testutil::SlowReaderChannel(c.server->address()));
+  v1::ExportStateDictRequest request;
+  request.set_session_id(info.session_id());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>>> streams;
+  int refused = 0;
+  for (int s = 0; s < 16; ++s) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->ExportStateDict(contexts.back().get(), request));
+    v1::StateDictChunk chunk;
+    if (streams.back()->Read(&chunk)) continue;  // held open, unread
+    const grpc::Status ended = streams.back()->Finish();
+    EXPECT_EQ(ended.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << ended.error_message();
+    EXPECT_THAT(ended.error_message(), testing::HasSubstr("a copy of its state"));
+    ++refused;
+    streams.pop_back();
+  }
+  EXPECT_GT(refused, 0) << "every export held its copy, past the rank's budget";
+  EXPECT_LT(refused, 16);
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& stream : streams) (void)stream->Finish();
   ExpectStillServing(*c.client);
 }
 

@@ -9,16 +9,23 @@
 namespace optstep {
 
 absl::Status CallerCalls::Run(const std::string& caller, const std::string& what,
-                              std::function<void()> work) {
+                              std::function<void()> work, int64_t bytes) {
   {
     absl::MutexLock lock(&mu_);
     Queue& queue = queues_[caller];
     if (queue.waiting.empty() && queue.running < limits_.per_caller && running_ < limits_.total) {
       ++queue.running;
       ++running_;
+    } else if (queue.waiting_bytes + bytes > limits_.queued_bytes_per_caller) {
+      if (queue.running == 0 && queue.waiting.empty()) queues_.erase(caller);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": caller '", CallerText(caller), "' has calls of ", queue.waiting_bytes,
+          " request bytes waiting on this rank already; this one's ", bytes, " would pass the ",
+          limits_.queued_bytes_per_caller, " one caller may; retry when they ended"));
     } else if (queue.waiting.size() < limits_.queued_per_caller) {
       if (queue.waiting.empty()) turns_.push_back(caller);
-      queue.waiting.push_back(std::move(work));
+      queue.waiting.push_back(Waiting{std::move(work), bytes});
+      queue.waiting_bytes += bytes;
       ++queued_;
       return absl::OkStatus();
     } else {
@@ -48,7 +55,8 @@ std::function<void()> CallerCalls::NextLocked(std::string* caller) {
       turns_.push_back(std::move(next));  // its turn comes again once one of its calls ended
       continue;
     }
-    std::function<void()> work = std::move(queue.waiting.front());
+    std::function<void()> work = std::move(queue.waiting.front().work);
+    queue.waiting_bytes -= queue.waiting.front().bytes;
     queue.waiting.pop_front();
     --queued_;
     ++queue.running;

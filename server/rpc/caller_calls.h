@@ -29,6 +29,9 @@ class CallerCalls {
     int per_caller = 16;              // calls of one caller running at once
     int total = 256;                  // calls running at once
     size_t queued_per_caller = 8192;  // calls of one caller waiting their turn
+    // Request bytes the waiting calls of one caller hold (a CreateSession's spec, up to the
+    // message limit, is held until its call ran).
+    int64_t queued_bytes_per_caller = int64_t{64} << 20;
   };
   explicit CallerCalls(Limits limits) : limits_(limits) {}
   CallerCalls(const CallerCalls&) = delete;
@@ -36,16 +39,22 @@ class CallerCalls {
 
   // Runs `work` on a thread of its own now, or once the limits let it (the callers' queued calls
   // in turn); RESOURCE_EXHAUSTED naming `what` and the limit when `caller` has as many queued as
-  // it may: `work` then never runs.
-  absl::Status Run(const std::string& caller, const std::string& what, std::function<void()> work)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // it may, or would hold more than queued_bytes_per_caller of requests waiting with the `bytes`
+  // this one holds: `work` then never runs.
+  absl::Status Run(const std::string& caller, const std::string& what, std::function<void()> work,
+                   int64_t bytes = 0) ABSL_LOCKS_EXCLUDED(mu_);
   int running() const ABSL_LOCKS_EXCLUDED(mu_);
   int queued() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  struct Waiting {
+    std::function<void()> work;
+    int64_t bytes = 0;
+  };
   struct Queue {
     int running = 0;
-    std::deque<std::function<void()>> waiting;
+    std::deque<Waiting> waiting;
+    int64_t waiting_bytes = 0;
   };
   // Takes the next call that may run now, the callers in turn; none when none may.
   std::function<void()> NextLocked(std::string* caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -34,8 +34,17 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Allocating the state and connecting the ranks' group take a while: not on the reaction.
   const std::string owner = CallerOf(*context).identity;
-  absl::Status queued =
-      ProcessCallerCalls().Run(owner, "CreateSession", [this, owner, request, response, reactor] {
+  // The request is held while the call waits its turn: its bytes count in the caller's queue.
+  const auto request_bytes = static_cast<int64_t>(request->ByteSizeLong());
+  absl::Status queued = ProcessCallerCalls().Run(
+      owner, "CreateSession",
+      [this, owner, context, request, response, reactor] {
+        // Cancelled while it waited (the caller gave up): nothing is made for nobody.
+        if (context->IsCancelled()) {
+          reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                       "CreateSession: cancelled while it waited its turn"));
+          return;
+        }
         auto created = group_->CreateSession(request->spec(), owner, request->request_id());
         absl::Status status = created.status();
         if (status.ok()) {
@@ -51,7 +60,8 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CreateSession(
           }
         }
         reactor->Finish(ToGrpcStatus(status));
-      });
+      },
+      request_bytes);
   if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
   return reactor;
 }

@@ -25,16 +25,19 @@ using ::optstep::testutil::StatusIs;
 class CallerCallsTest : public ::testing::Test {
  protected:
   // Runs call `name` of `caller`: it records that it began, then waits to be let go.
-  absl::Status Call(const std::string& caller, const std::string& name) {
+  absl::Status Call(const std::string& caller, const std::string& name, int64_t bytes = 0) {
     release_[name] = std::make_unique<absl::Notification>();
     absl::Notification* go = release_[name].get();
-    return calls_.Run(caller, "Test", [this, name, go] {
-      {
-        absl::MutexLock lock(&mu_);
-        began_.push_back(name);
-      }
-      go->WaitForNotification();
-    });
+    return calls_.Run(
+        caller, "Test",
+        [this, name, go] {
+          {
+            absl::MutexLock lock(&mu_);
+            began_.push_back(name);
+          }
+          go->WaitForNotification();
+        },
+        bytes);
   }
   // Lets call `name` end, and waits until `began` calls have begun.
   void Release(const std::string& name, size_t began) {
@@ -53,7 +56,8 @@ class CallerCallsTest : public ::testing::Test {
     for (int i = 0; i < 10000 && calls_.running() > 0; ++i) absl::SleepFor(absl::Milliseconds(1));
   }
 
-  CallerCalls calls_{CallerCalls::Limits{/*per_caller=*/1, /*total=*/2, /*queued_per_caller=*/2}};
+  CallerCalls calls_{CallerCalls::Limits{/*per_caller=*/1, /*total=*/2, /*queued_per_caller=*/2,
+                                         /*queued_bytes_per_caller=*/100}};
   std::map<std::string, std::unique_ptr<absl::Notification>> release_;
   absl::Mutex mu_;
   std::vector<std::string> began_ ABSL_GUARDED_BY(mu_);
@@ -91,6 +95,29 @@ TEST_F(CallerCallsTest, CallsBeyondTheLimitsWaitTheirTurnAndCallersAreServedInTu
   // Nothing left of them: alice queues anew.
   ASSERT_THAT(Call("alice", "a5"), IsOk());
   Release("a5", 7);
+  AwaitIdle();
+}
+
+// The requests of a caller's waiting calls are held until they run (a CreateSession's spec of up
+// to the message limit): a caller may not queue more than its bytes, another caller may. Before,
+// 8192 calls of 4 MiB each could wait, 32 GiB held.
+TEST_F(CallerCallsTest, ACallersWaitingRequestsHoldBoundedBytes) {
+  ASSERT_THAT(Call("alice", "a1", 1000), IsOk());  // runs at once: not waiting
+  ASSERT_THAT(Call("alice", "a2", 60), IsOk());
+  EXPECT_THAT(Call("alice", "a3", 60),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "Test: caller 'alice' has calls of 60 request bytes waiting on this rank "
+                       "already; this one's 60 would pass the 100 one caller may"));
+  ASSERT_THAT(Call("bob", "b1", 90), IsOk());
+  ASSERT_THAT(Call("bob", "b2", 90), IsOk());  // the rank runs two at once: waits
+  EXPECT_EQ(calls_.queued(), 2);
+  Release("a1", 3);
+  Release("b1", 4);
+  Release("a2", 4);
+  Release("b2", 4);
+  AwaitIdle();
+  ASSERT_THAT(Call("alice", "a4", 60), IsOk());  // nothing waits any more
+  Release("a4", 5);
   AwaitIdle();
 }
 

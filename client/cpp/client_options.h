@@ -64,7 +64,8 @@ struct ClientOptions {
   // Bandwidth-delay-product probing; off, since the window above is already large.
   bool bdp_probe = false;
   // Largest raw tensor payload of one chunk (gradients, initial values). Between 4 bytes and
-  // 4 MiB (the server's limit); smaller values exist for tests.
+  // 4 MiB (the server's limit); smaller values exist for tests: a rank takes a step's gradients
+  // in one piece a parameter, one per 16 KiB and 1024 more (docs/security.md).
   size_t max_chunk_bytes = 4 << 20;
 };
 

@@ -328,7 +328,9 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
                                                    config.num_trainers, ")"));
   }
   // The owner's share holds its sessions' segments too: a session of many trainers would
-  // otherwise fill the rank's budget with them, past its owner's share.
+  // otherwise fill the rank's budget with them, past its owner's share. One attach at a time,
+  // so that trainers attaching at once are each checked against the others' segments.
+  absl::MutexLock attaching(&attach_mu_);
   OwnerHoldings held = HoldingsOf(config.owner);
   held.bytes -= shared_segments_.bytes(session.id(), trainer);  // replaced by the new one
   OPTSTEP_RETURN_IF_ERROR(CheckOwnerShare(

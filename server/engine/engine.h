@@ -211,6 +211,9 @@ class Engine {
   const std::shared_ptr<AbortVoteRelay> abort_relay_ = std::make_shared<AbortVoteRelay>();
   const std::unique_ptr<SessionAdmission> admission_;
   SharedSegments shared_segments_;
+  // AttachSharedMemory's check of the owner's share and its attach, one at a time. Taken before
+  // mu_.
+  absl::Mutex attach_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);

@@ -109,7 +109,7 @@ class StepContributions {
 
   // The pieces one trainer's gradients of a step may come in: one a parameter, one per
   // kMinPieceElements of all of them, and kSpareRanges more (chunks cut at other sizes, resends).
-  static constexpr int64_t kMinPieceElements = 16384;  // 64 KiB of fp32
+  static constexpr int64_t kMinPieceElements = 4096;  // 16 KiB of fp32
   static constexpr int64_t kSpareRanges = 1024;
   int64_t max_ranges() const { return max_ranges_; }
 

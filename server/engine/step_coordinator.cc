@@ -170,6 +170,8 @@ void StepCoordinator::Resolve(ResolutionKind kind) {
   StepOutcome outcome;
   outcome.skipped = agreement->skipped;
   outcome.grad_norm = agreement->grad_norm;
+  // Past step 1 (also after a heal caught this rank up to it): no step 1 seeds again.
+  if (pending.step != 1) seed_masters_ = Tensor();
   // Step 1, even skipped: every shadow starts from its owner's initial masters, which reached the
   // owner alone (InitParameters under OWNERS storage) or were never written to the shadow.
   if (options_.shadow != nullptr && pending.step == 1) {
@@ -467,12 +469,20 @@ absl::Status StepCoordinator::SeedShadowMasters() {
   // applied it seeds from them again, not from the masters its update wrote, which the shadow's
   // update would step a second time. (A rank healed in with step 1 applied has none to keep: it
   // took its state from its buddy's shadow, which has step 1 too and drops the seed below.)
-  if (!seed_masters_.defined() && count > 0 && replica_->owned_applied_step() == 0) {
-    OPTSTEP_ASSIGN_OR_RETURN(Tensor kept, device.Allocate(DType::kF32, {count}));
+  // Copied again while this rank has not applied step 1 (its masters may have been set since:
+  // InitParameters, a Load, a heal's import at step 0).
+  if (count > 0 && replica_->owned_applied_step() == 0) {
+    if (!seed_masters_.defined()) {
+      OPTSTEP_ASSIGN_OR_RETURN(seed_masters_, device.Allocate(DType::kF32, {count}));
+    }
     const Tensor block(DType::kF32, {count}, own.data + own.offsets[rank], Tensor::Deleter());
-    OPTSTEP_RETURN_IF_ERROR(
-        OnDevice([&] { return device.Copy(block, kept); }, "step 1: keep the initial masters"));
-    seed_masters_ = std::move(kept);
+    // Synchronized: the collective reads the copy from its own stream (NCCL).
+    OPTSTEP_RETURN_IF_ERROR(OnDevice(
+        [&] {
+          OPTSTEP_RETURN_IF_ERROR(device.Copy(block, seed_masters_));
+          return device.Synchronize();
+        },
+        "step 1: keep the initial masters"));
   }
   const float* send = seed_masters_.defined() ? seed_masters_.f32() : own.data + own.offsets[rank];
   ReplicaState& shadow = options_.shadow->replica();

@@ -89,12 +89,23 @@ absl::StatusOr<uint64_t> LoadRetrying(RankGroup* group, Session& session, const 
   }
 }
 
-// OK while every peer is there and answers a ping; else UNAVAILABLE naming the first that is
-// not (the heartbeats may not have judged a rank that just died lost yet).
+// Whether `rank` answers a ping within the peer timeout (one ping fails at once while a live
+// rank's channel reconnects).
+bool AnswersWithinPeerTimeout(RankGroup* group, int rank) {
+  const absl::Time until = absl::Now() + group->options().peer_timeout;
+  while (!group->Answers(rank)) {
+    if (absl::Now() >= until) return false;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return true;
+}
+
+// OK while every peer is there and answers; else UNAVAILABLE naming the first that does not (the
+// heartbeats may not have judged a rank that just died lost yet).
 absl::Status GroupWhole(RankGroup* group) {
   OPTSTEP_RETURN_IF_ERROR(group->PeersStatus());
   for (int r = 0; r < group->world_size(); ++r) {
-    if (r != group->rank() && !group->Answers(r)) {
+    if (r != group->rank() && !AnswersWithinPeerTimeout(group, r)) {
       return absl::UnavailableError(absl::StrCat("rank ", r, " does not answer"));
     }
   }

@@ -16,8 +16,9 @@ absl::Status CallerCalls::Run(const std::string& caller, const std::string& what
     if (queue.waiting.empty() && queue.running < limits_.per_caller && running_ < limits_.total) {
       ++queue.running;
       ++running_;
-    } else if (queue.waiting_bytes + bytes > limits_.queued_bytes_per_caller) {
-      if (queue.running == 0 && queue.waiting.empty()) queues_.erase(caller);
+    } else if (!queue.waiting.empty() &&
+               queue.waiting_bytes + bytes > limits_.queued_bytes_per_caller) {
+      // (One call waits whatever its size: the message limit bounds it.)
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": caller '", CallerText(caller), "' has calls of ", queue.waiting_bytes,
           " request bytes waiting on this rank already; this one's ", bytes, " would pass the ",

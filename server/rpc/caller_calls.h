@@ -39,8 +39,8 @@ class CallerCalls {
 
   // Runs `work` on a thread of its own now, or once the limits let it (the callers' queued calls
   // in turn); RESOURCE_EXHAUSTED naming `what` and the limit when `caller` has as many queued as
-  // it may, or would hold more than queued_bytes_per_caller of requests waiting with the `bytes`
-  // this one holds: `work` then never runs.
+  // it may, or has calls waiting whose requests would hold more than queued_bytes_per_caller
+  // with the `bytes` this one holds: `work` then never runs.
   absl::Status Run(const std::string& caller, const std::string& what, std::function<void()> work,
                    int64_t bytes = 0) ABSL_LOCKS_EXCLUDED(mu_);
   int running() const ABSL_LOCKS_EXCLUDED(mu_);

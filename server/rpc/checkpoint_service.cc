@@ -219,21 +219,29 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
                   **session, {request.model_chunks().begin(), request.model_chunks().end()});
               if (!dict.ok()) return deliver(dict.status());
               const int limit = std::max(kOpenExportsPerSession, (*session)->config().num_trainers);
-              OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), limit);
+              // The first exports of a session hold their copies in the rank's headroom, as they
+              // always did; those of its further trainers take them from the budget.
+              OpenStreams::Slot slot =
+                  OpenExports().TryOpen(session->get(), kOpenExportsPerSession);
+              const bool charged = !slot.held();
+              if (charged) slot = OpenExports().TryOpen(session->get(), limit);
               if (!slot.held()) {
                 return deliver(absl::ResourceExhaustedError(absl::StrCat(
                     "ExportStateDict: ", limit, " exports of session '", (*session)->id(),
                     "' are open already; read them (or cancel them) first")));
               }
-              // The copy is held until the stream ends, against the rank's budget: a session of
-              // many trainers, each with an export open, must not take the rank past it.
+              // Beyond the first exports, the copy is held against the rank's budget until the
+              // stream ends: a session of many trainers, each with an export open, must not take
+              // the rank past it.
               int64_t copy_bytes = 0;
               for (const auto& [key, tensor] : **dict) copy_bytes += tensor.bytes.size();
               absl::StatusOr<MemoryBudget::Reservation> reserved =
-                  engine->ReserveMemory(copy_bytes, "ExportStateDict",
-                                        absl::StrCat("session '", (*session)->id(),
-                                                     "': a copy of its state, held until "
-                                                     "the stream is read"));
+                  charged ? engine->ReserveMemory(
+                                copy_bytes, "ExportStateDict",
+                                absl::StrCat("session '", (*session)->id(),
+                                             "': a copy of its state, held until the stream is "
+                                             "read"))
+                          : MemoryBudget::Reservation();
               if (!reserved.ok()) return deliver(reserved.status());
               absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
               if (state.ok()) {

@@ -180,7 +180,11 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       piece_limit_ =
           session_->config().params.size() + byte_limit_ / kSmallPieceBytes + kOutOfOrderPieces;
       const int limit = kOpenInitStreamsPerTrainer * std::max(1, session_->config().num_trainers);
-      slot_ = OpenInitStreams().TryOpen(session_.get(), limit);
+      // The first streams of a session stage in the rank's headroom, as they always did; those of
+      // its further trainers take what they stage from the budget (ReserveStaging).
+      slot_ = OpenInitStreams().TryOpen(session_.get(), kOpenInitStreamsPerTrainer);
+      charged_ = !slot_.held();
+      if (charged_) slot_ = OpenInitStreams().TryOpen(session_.get(), limit);
       if (!slot_.held()) {
         return absl::ResourceExhaustedError(
             absl::StrCat(What(), ": ", limit, " InitParameters streams of the session (",
@@ -297,9 +301,11 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
     return absl::StrCat("InitParameters stream of session '", session_->id(), "'");
   }
   // Takes what staging `bytes` more needs from the rank's budget, in blocks of at least
-  // kStagingBlock: a session of many trainers, each with its streams open, must not take the
-  // rank past its budget. RESOURCE_EXHAUSTED naming the session otherwise.
+  // kStagingBlock, for a stream beyond a session's first kOpenInitStreamsPerTrainer (charged_):
+  // a session of many trainers, each with its streams open, must not take the rank past its
+  // budget. RESOURCE_EXHAUSTED naming the session otherwise.
   absl::Status ReserveStaging(size_t bytes) {
+    if (!charged_) return absl::OkStatus();
     staged_bytes_ += static_cast<int64_t>(bytes);
     const int64_t short_by = staged_bytes_ - reserved_bytes_;
     if (short_by <= 0) return absl::OkStatus();
@@ -329,6 +335,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   uint64_t piece_limit_ = 0;
   OpenStreams::Slot slot_;  // the session's, in OpenInitStreams
   std::vector<std::pair<ChunkHeader, std::string>> staged_;
+  bool charged_ = false;  // beyond the session's first streams: staging reserves budget
   int64_t staged_bytes_ = 0;
   int64_t reserved_bytes_ = 0;
   std::vector<MemoryBudget::Reservation> reservations_;  // of the staged values, until the end

@@ -11,7 +11,9 @@ absl::Status RetryWhileAnswering(absl::string_view what, absl::Time give_up, abs
                                  const std::function<bool()>& answers,
                                  const std::function<absl::Status()>& attempt) {
   absl::Duration delay = absl::Milliseconds(100);
-  absl::Time answered = absl::Now();
+  // How long the callee has not answered, counted in the waits between its pings (not in the
+  // attempts, which may block for a while themselves).
+  absl::Duration silent = absl::ZeroDuration();
   for (int attempts = 1;; ++attempts) {
     const absl::Status status = attempt();
     if (status.code() != absl::StatusCode::kUnavailable &&
@@ -19,14 +21,16 @@ absl::Status RetryWhileAnswering(absl::string_view what, absl::Time give_up, abs
       return status;
     }
     if (absl::Now() + delay > give_up) return status;
-    if (answers()) {
-      answered = absl::Now();
-    } else if (absl::Now() - answered >= silence) {
+    const bool answered = answers();
+    if (answered) {
+      silent = absl::ZeroDuration();
+    } else if (silent >= silence) {
       return status;
     }
     LOG(WARNING) << "event=peer_call_retry " << what << " attempt=" << attempts << " error=\""
                  << status.message() << "\"";
     absl::SleepFor(delay);
+    if (!answered) silent += delay;
     delay = std::min(2 * delay, absl::Seconds(2));
   }
 }

@@ -334,25 +334,14 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
     }));
   } else {
     // Each owner where it is served now; a pull cut by an owner away is begun again in whole
-    // (into a fresh assembler), where the directory tells of another address.
-    const auto pull = [&]() -> absl::Status {
+    // (into a fresh assembler) where it moved.
+    OPTSTEP_RETURN_IF_ERROR(OnRanks(std::vector<size_t>(ranks.begin(), ranks.end()), [&] {
       OPTSTEP_RETURN_IF_ERROR(begin());
       for (size_t i = 0; i < ranks.size(); ++i) {
         OPTSTEP_RETURN_IF_ERROR(read(*Reach(ranks[i]), i));
       }
       return absl::OkStatus();
-    };
-    std::vector<std::shared_ptr<Rank>> reached;
-    for (uint32_t r : ranks) reached.push_back(Reach(r));
-    absl::Status pulled = pull();
-    const bool away = absl::IsUnavailable(pulled) ||
-                      (options_.wait_for_ready && absl::IsDeadlineExceeded(pulled));
-    if (away && LookUpRankZero().ok()) {
-      bool moved = false;
-      for (size_t i = 0; i < ranks.size(); ++i) moved = moved || Reach(ranks[i]) != reached[i];
-      if (moved) pulled = pull();
-    }
-    OPTSTEP_RETURN_IF_ERROR(pulled);
+    }));
   }
   OPTSTEP_ASSIGN_OR_RETURN(result.params, assembler->Finish());
   result.destinations_filled = assembler->destinations_filled();

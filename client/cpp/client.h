@@ -238,10 +238,13 @@ class Client final {
     return OnRank(0, call, deadline);
   }
   // OnRankZero for rank `rank`: a rank stood in for, or back from its stand-in, since this client
-  // last read the directory (an initialisation; an OWNERS pull does the same in whole) is
-  // followed.
+  // last read the directory (an initialisation) is followed.
   absl::Status OnRank(size_t rank, const std::function<absl::Status(Rank& rank)>& call,
                       absl::Time deadline = absl::InfiniteFuture());
+  // OnRank for a call that reaches every rank of `ranks` (through Reach; an OWNERS pull): run
+  // once more, in whole, where one of them is served elsewhere now.
+  absl::Status OnRanks(const std::vector<size_t>& ranks, const std::function<absl::Status()>& call,
+                       absl::Time deadline = absl::InfiniteFuture());
   // Runs the checkpoint progress stream that `start(stub, context)` begins on rank 0 where it is
   // served now (OnRankZero); answers its last report, `progress` seeing each (client.cc).
   template <typename Start>

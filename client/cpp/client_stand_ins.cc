@@ -135,14 +135,25 @@ absl::StatusOr<v1::ListSessionsResponse> Client::AskDirectory(Rank& rank, absl::
 
 absl::Status Client::OnRank(size_t rank, const std::function<absl::Status(Rank& rank)>& call,
                             absl::Time deadline) {
-  std::shared_ptr<Rank> reached = Reach(rank);
-  absl::Status status = call(*reached);
-  // Once more where the other ranks say the rank is served now, if that is elsewhere (a call
-  // that waits for the channel to be ready ends at its deadline instead).
+  return OnRanks(
+      {rank}, [&] { return call(*Reach(rank)); }, deadline);
+}
+
+absl::Status Client::OnRanks(const std::vector<size_t>& ranks,
+                             const std::function<absl::Status()>& call, absl::Time deadline) {
+  const auto reached = [&] {
+    std::vector<std::shared_ptr<Rank>> now;
+    for (size_t r : ranks) now.push_back(Reach(r));
+    return now;
+  };
+  const std::vector<std::shared_ptr<Rank>> before = reached();
+  absl::Status status = call();
+  // Once more where the other ranks say the ranks are served now, if that is elsewhere for one
+  // (a call that waits for the channel to be ready ends at its deadline instead).
   const bool away =
       absl::IsUnavailable(status) || (options_.wait_for_ready && absl::IsDeadlineExceeded(status));
-  if (!away || !LookUpRankZero(deadline).ok() || Reach(rank) == reached) return status;
-  return call(*Reach(rank));
+  if (!away || !LookUpRankZero(deadline).ok() || reached() == before) return status;
+  return call();
 }
 
 absl::Status Client::LookUpRankZero(absl::Time deadline) {

@@ -179,23 +179,48 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
 INSTANTIATE_TEST_SUITE_P(RestartedOn, AutoRestoreTest, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return absl::StrCat(info.param, "Ranks"); });
 
-// Rank 0 lost while it restores the group (its first session recreated on every rank, not yet
-// loaded): the group had not formed, so rank 1 does not wait for rank 0's next process but exits
-// for a restart of the whole group; started again, the group restores the session from the same
-// checkpoints, untouched, and steps on bit for bit.
-TEST(InterruptedRestoreTest, RankZeroKilledWhileItRestoresRestartsTheGroupAndLosesNothing) {
-  const std::string reference = Reference();
-  ASSERT_FALSE(reference.empty());
-  TempDir root;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::string session, SaveEachStepThenKill(root.path()));
+// A group killed whole after kBefore steps, each saved, restarted with `--kill_during_restore`
+// on rank `killed` (rank 0: once the session is recreated on every rank, before it loads;
+// another rank: as its replica is made).
+class InterruptedRestoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    reference_ = Reference();
+    ASSERT_FALSE(reference_.empty());
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(session_, SaveEachStepThenKill(root_.path()));
+  }
+
+  absl::StatusOr<Group> RestartKilling(int killed) {
+    return StartGroupWith(2, [&](int rank) {
+      std::vector<std::string> flags = {"--checkpoint_root=" + root_.path(),
+                                        "--heartbeat_interval_ms=100", "--peer_timeout_ms=1000",
+                                        "--comm_timeout_ms=10000"};
+      if (rank == killed) flags.push_back("--kill_during_restore");
+      return flags;
+    });
+  }
+
+  // Started again, the group restores the session from the same checkpoints, untouched, and
+  // steps on bit for bit.
+  void ExpectRestoredAndSteppedOn() {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(2, {"--checkpoint_root=" + root_.path()}));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session_));
+    EXPECT_EQ(info.step(), kBefore);
+    ASSERT_THAT(StepRange(*run.client, session_, kBefore + 1, kBefore + kAfter), IsOk());
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string pulled, Pulled(*run.client, session_));
+    EXPECT_TRUE(pulled == reference_) << "parameters differ from the undisturbed run";
+  }
+
+  TempDir root_;
+  std::string reference_;
+  std::string session_;
+};
+
+// Rank 0 lost while it restores the group: the group had not formed, so rank 1 does not wait for
+// rank 0's next process but exits for a restart of the whole group.
+TEST_F(InterruptedRestoreTest, RankZeroKilledWhileItRestoresRestartsTheGroupAndLosesNothing) {
   {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, StartGroupWith(2, [&](int rank) {
-                                   std::vector<std::string> flags = {
-                                       "--checkpoint_root=" + root.path(),
-                                       "--heartbeat_interval_ms=100", "--peer_timeout_ms=1000"};
-                                   if (rank == 0) flags.push_back("--kill_during_restore");
-                                   return flags;
-                                 }));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, RestartKilling(0));
     const int rank0 = group[0]->WaitFor(absl::Seconds(30));
     ASSERT_NE(rank0, -1) << "rank 0 did not die in its restore";
     EXPECT_TRUE(WIFSIGNALED(rank0) && WTERMSIG(rank0) == SIGKILL);
@@ -205,32 +230,15 @@ TEST(InterruptedRestoreTest, RankZeroKilledWhileItRestoresRestartsTheGroupAndLos
     ASSERT_TRUE(WIFEXITED(rank1));
     EXPECT_EQ(WEXITSTATUS(rank1), 75);
   }
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(2, {"--checkpoint_root=" + root.path()}));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
-  EXPECT_EQ(info.step(), kBefore);
-  ASSERT_THAT(StepRange(*run.client, session, kBefore + 1, kBefore + kAfter), IsOk());
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string pulled, Pulled(*run.client, session));
-  EXPECT_TRUE(pulled == reference) << "parameters differ from the undisturbed run";
+  ExpectRestoredAndSteppedOn();
 }
 
-// Rank 1 lost while rank 0 restores the group (killed as the session's replica is made on it):
-// rank 0 does not serve on without the session, which a rank 1 restarted by its supervisor would
-// heal into and never get, but exits for a restart of the whole group; started again, the group
-// restores the session from the same checkpoints and steps on bit for bit.
-TEST(InterruptedRestoreTest, ARankLostWhileRankZeroRestoresRestartsTheGroupAndLosesNothing) {
-  const std::string reference = Reference();
-  ASSERT_FALSE(reference.empty());
-  TempDir root;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(const std::string session, SaveEachStepThenKill(root.path()));
+// Rank 1 lost while rank 0 restores the group: rank 0 does not serve on without the session,
+// which a rank 1 restarted by its supervisor would heal into and never get, but exits for a
+// restart of the whole group.
+TEST_F(InterruptedRestoreTest, ARankLostWhileRankZeroRestoresRestartsTheGroupAndLosesNothing) {
   {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, StartGroupWith(2, [&](int rank) {
-                                   std::vector<std::string> flags = {
-                                       "--checkpoint_root=" + root.path(),
-                                       "--heartbeat_interval_ms=100", "--peer_timeout_ms=1000",
-                                       "--comm_timeout_ms=10000"};
-                                   if (rank == 1) flags.push_back("--kill_during_restore");
-                                   return flags;
-                                 }));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, RestartKilling(1));
     const int rank1 = group[1]->WaitFor(absl::Seconds(30));
     ASSERT_NE(rank1, -1) << "rank 1 did not die in the restore";
     EXPECT_TRUE(WIFSIGNALED(rank1) && WTERMSIG(rank1) == SIGKILL);
@@ -240,12 +248,7 @@ TEST(InterruptedRestoreTest, ARankLostWhileRankZeroRestoresRestartsTheGroupAndLo
     ASSERT_TRUE(WIFEXITED(rank0));
     EXPECT_EQ(WEXITSTATUS(rank0), 75);
   }
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(2, {"--checkpoint_root=" + root.path()}));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
-  EXPECT_EQ(info.step(), kBefore);
-  ASSERT_THAT(StepRange(*run.client, session, kBefore + 1, kBefore + kAfter), IsOk());
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string pulled, Pulled(*run.client, session));
-  EXPECT_TRUE(pulled == reference) << "parameters differ from the undisturbed run";
+  ExpectRestoredAndSteppedOn();
 }
 
 // SIGKILLs every rank of `run` and waits for them.

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, TypeVar, Union)
 
@@ -30,15 +29,15 @@ from optstep import dtypes, native, raw_messages, shared_memory, state_dicts
 from optstep.channel_credentials import channel_credentials
 from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
 from optstep.client_types import CreatedSession, Gradients, GroupSchedule, Parameters, StepReply
-from optstep.errors import (AbortedError, DeadlineExceededError, InternalError,
+from optstep.errors import (DeadlineExceededError, InternalError,
                             InvalidArgumentError, NotFoundError, OptstepError, OutOfRangeError,
                             UnavailableError, from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
-from optstep.rank_channels import RankChannel, RankChannels
+from optstep.rank_channels import RankChannel, RankChannels, deadline_in, timeout_by
 from optstep.recovery import StepRecovery
 from optstep.session_pages import list_all_sessions, read_session
 from optstep.shared_memory import SharedSegments
-from optstep.step_call import (check_step, exchange_steps, pull_from, step_header,
+from optstep.step_call import (check_step, exchange_steps, pull_owned, pull_whole, step_header,
                                tensor_chunk)
 from optstep.stream_end import StreamTally
 from optstep.streamed_step import StreamedStep
@@ -192,35 +191,29 @@ class Client:
     def _rank0(self) -> RankChannel:
         return self._ranks.rank0()
 
-    def _on_rank0(self, call: Callable[[RankChannel], _Response],
-                  deadline: Optional[float] = None) -> _Response:
-        """`call` on rank 0 (or its stand-in); when it is unavailable (past its deadline with
-        wait_for_ready) and the other ranks say rank 0 is served elsewhere now, once more there.
-        The look-up's calls end by `deadline` (see _timeout_by)."""
-        rank = self._rank0()
+    def _following(self, call: Callable[[], _Response], reached: Callable[[], List[str]],
+                   deadline: Optional[float] = None) -> _Response:
+        """`call()`, again when unavailable (late, with wait_for_ready) and a rank it reaches
+        (`reached()`: targets) moved; the look-up ends by `deadline` (monotonic; None: none)."""
+        before = reached()
         try:
-            return call(rank)
+            return call()
         except (UnavailableError, DeadlineExceededError) as e:
             if isinstance(e, DeadlineExceededError) and not self._wait_for_ready:
                 raise
-            if not self._ranks.look_up_rank0(self._rpc_timeout, deadline) or \
-                    self._rank0() is rank:
+            if not self._ranks.look_up_rank0(self._rpc_timeout, deadline) or reached() == before:
                 raise
-        return call(self._rank0())
+        return call()
+
+    def _on_rank0(self, call: Callable[[RankChannel], _Response],
+                  deadline: Optional[float] = None) -> _Response:
+        """`call` on rank 0 where it is served now (_following)."""
+        return self._following(lambda: call(self._rank0()), lambda: [self._rank0().target],
+                               deadline)
 
     def _unary_kwargs(self, deadline: Optional[float] = None) -> Dict[str, Any]:
-        return {"timeout": self._timeout_by(deadline), "wait_for_ready": self._wait_for_ready}
-
-    def _timeout_by(self, deadline: Optional[float]) -> float:
-        """The timeout of one call made by `deadline` (time.monotonic(); None: none):
-        rpc_timeout, or less where the deadline is nearer (at least 1 ms)."""
-        if deadline is None:
-            return self._rpc_timeout
-        return min(self._rpc_timeout, max(0.001, deadline - time.monotonic()))
-
-    @staticmethod
-    def _deadline_in(timeout: Optional[float]) -> Optional[float]:
-        return None if timeout is None else time.monotonic() + timeout
+        return {"timeout": timeout_by(self._rpc_timeout, deadline),
+                "wait_for_ready": self._wait_for_ready}
 
     # ---- sessions (asked of rank 0; the answers refresh the cached layouts)
 
@@ -237,7 +230,7 @@ class Client:
                     timeout: Optional[float] = None) -> session_pb2.SessionInfo:
         """The whole SessionInfo (every parameter and owner), read in GetSession's pages; all of
         its calls end within `timeout` seconds when given (else each within rpc_timeout)."""
-        deadline = self._deadline_in(timeout)
+        deadline = deadline_in(timeout)
         info = read_session(session_id, lambda request: self._on_rank0(lambda rank: _call(
             rank.service.GetSession, request, **self._unary_kwargs(deadline)), deadline))
         self._remember(info)
@@ -330,40 +323,13 @@ class Client:
         timeout, ready = self._stream_timeout, self._wait_for_ready
         if not layout.owners_only:
             # REPLICATED storage: rank 0 holds every parameter (a client of one target asks it).
-            def from_rank0(rank: RankChannel) -> Parameters:
-                assembler = ParamAssembler(layout, wire, ids)
-                step = pull_from(rank.service, request, assembler, timeout=timeout,
-                                 wait_for_ready=ready)
-                return Parameters(step, assembler.finish())
-
-            return self._on_rank0(from_rank0)
-        # OWNERS: each owner answers its own, all of one step. A pull cut by an owner away is
-        # begun again in whole where the other ranks say it is served now (its stand-in, or its
-        # own process back), as calls on rank 0 are.
-        owners = layout.owners_of(ids)
-
-        def from_owners(ranks: List[RankChannel]) -> Tuple[List[int], ParamAssembler]:
-            assembler = ParamAssembler(layout, wire, ids)
-            return [pull_from(ranks[r].service, request, assembler, timeout=timeout,
-                              wait_for_ready=ready) for r in owners], assembler
-
-        ranks = self._ranks.reach(layout)
-        try:
-            steps, assembler = from_owners(ranks)
-        except (UnavailableError, DeadlineExceededError) as e:
-            if isinstance(e, DeadlineExceededError) and not self._wait_for_ready:
-                raise
-            moved = self._ranks.look_up_rank0(self._rpc_timeout) and \
-                [r.target for r in self._ranks.reach(layout)] != [r.target for r in ranks]
-            if not moved:
-                raise
-            steps, assembler = from_owners(self._ranks.reach(layout))
-        for r, step in zip(owners, steps):
-            if step != steps[0]:
-                raise AbortedError(f"PullParameters: rank {r} answered step {step}, rank "
-                                   f"{owners[0]} step {steps[0]} (a step ran during the pull); "
-                                   "pull again")
-        return Parameters(steps[0] if steps else 0, assembler.finish())
+            return self._on_rank0(lambda rank: pull_whole(
+                rank, request, layout, wire, ids, timeout=timeout, wait_for_ready=ready))
+        # OWNERS: each owner its own; begun again in whole where an owner away moved.
+        return self._following(
+            lambda: pull_owned(self._ranks.reach(layout), request, layout, wire, ids,
+                               timeout=timeout, wait_for_ready=ready),
+            lambda: [r.target for r in self._ranks.reach(layout)])
 
     # ---- steps
 
@@ -615,13 +581,13 @@ class Client:
         (a stand-in, or its own process back) and that one is checked. All of its calls end
         within `timeout` seconds when given (else each within rpc_timeout)."""
         request = raw_messages.string_message(service)
-        deadline = self._deadline_in(timeout)
+        deadline = deadline_in(timeout)
 
         def check(rank: RankChannel) -> bool:
             call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = rank.channel.unary_unary(
                 raw_messages.HEALTH_CHECK)
             return raw_messages.serving(_call(call, request,
-                                              timeout=self._timeout_by(deadline)))
+                                              timeout=timeout_by(self._rpc_timeout, deadline)))
 
         try:
             if check(self._rank0()):

@@ -31,6 +31,19 @@ _LEAST_WAIT = 0.2
 _ASK_AGAIN_AFTER = 0.05
 
 
+def deadline_in(timeout: Optional[float]) -> Optional[float]:
+    """The time.monotonic() `timeout` seconds from now; None for None (no deadline)."""
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def timeout_by(rpc_timeout: float, deadline: Optional[float]) -> float:
+    """The timeout of one call made by `deadline` (time.monotonic(); None: none): `rpc_timeout`,
+    or less where the deadline is nearer (at least 1 ms, so that a call past it fails at once)."""
+    if deadline is None:
+        return rpc_timeout
+    return min(rpc_timeout, max(0.001, deadline - time.monotonic()))
+
+
 @dataclasses.dataclass
 class RankChannel:
     """One channel to one rank, and its stubs."""
@@ -161,10 +174,8 @@ class RankChannels:
             ranks = [self._stand_ins.get(r, rank) for r, rank in enumerate(ranks) if r > 0] + \
                 [ranks[0]]
         for rank in ranks:
-            timeout = rpc_timeout if deadline is None else \
-                min(rpc_timeout, max(0.001, deadline - time.monotonic()))
             try:
-                told = _directory(rank, timeout)
+                told = _directory(rank, timeout_by(rpc_timeout, deadline))
             except grpc.RpcError:
                 continue
             self.follow(list(told.rank_targets), told.stood_in_ranks)

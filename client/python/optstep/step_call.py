@@ -13,9 +13,10 @@ import grpc
 
 from optstep import dtypes
 from optstep.chunks import ParamAssembler, RankContribution, WireChunk
-from optstep.client_types import GroupSchedule
-from optstep.errors import (InternalError, InvalidArgumentError, OptstepError, UnavailableError,
-                            from_rpc_error)
+from optstep.client_types import GroupSchedule, Parameters
+from optstep.errors import (AbortedError, InternalError, InvalidArgumentError, OptstepError,
+                            UnavailableError, from_rpc_error)
+from optstep.layout import SessionLayout
 from optstep.v1 import optimizer_service_pb2 as svc_pb2, tensor_pb2
 
 __all__ = ["tensor_chunk", "step_requests", "receive_step", "exchange_steps"]
@@ -57,6 +58,33 @@ def pull_from(service: Any, request: svc_pb2.PullParametersRequest, assembler: P
         call.cancel()
         raise
     return step
+
+
+def pull_whole(rank: Any, request: svc_pb2.PullParametersRequest, layout: SessionLayout,
+               wire: int, ids: Sequence[int], *, timeout: float,
+               wait_for_ready: bool) -> Parameters:
+    """Parameters `ids` from one rank that holds them all (REPLICATED storage)."""
+    assembler = ParamAssembler(layout, wire, ids)
+    step = pull_from(rank.service, request, assembler, timeout=timeout,
+                     wait_for_ready=wait_for_ready)
+    return Parameters(step, assembler.finish())
+
+
+def pull_owned(ranks: Sequence[Any], request: svc_pb2.PullParametersRequest,
+               layout: SessionLayout, wire: int, ids: Sequence[int], *, timeout: float,
+               wait_for_ready: bool) -> Parameters:
+    """Parameters `ids`, each from its owner among `ranks` (OWNERS storage), all of one step:
+    AbortedError when a step ran during the pull."""
+    owners = layout.owners_of(ids)
+    assembler = ParamAssembler(layout, wire, ids)
+    steps = [pull_from(ranks[r].service, request, assembler, timeout=timeout,
+                       wait_for_ready=wait_for_ready) for r in owners]
+    for r, step in zip(owners, steps):
+        if step != steps[0]:
+            raise AbortedError(f"PullParameters: rank {r} answered step {step}, rank "
+                               f"{owners[0]} step {steps[0]} (a step ran during the pull); "
+                               "pull again")
+    return Parameters(steps[0] if steps else 0, assembler.finish())
 
 
 def tensor_chunk(chunk: WireChunk) -> tensor_pb2.TensorChunk:

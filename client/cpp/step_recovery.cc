@@ -150,8 +150,13 @@ absl::StatusOr<SessionStep> StepRecovery::AwaitGroup(const GroupProbe& probe,
     if (serving.ok() && *serving) {
       absl::StatusOr<SessionStep> now = probe.session_step(session_id, deadline);
       if (now.ok()) return now;
-      // Serving without the session (closed, or not restored): the step's own error.
-      if (now.status().code() == absl::StatusCode::kNotFound) return error;
+      // Serving without the session (closed, or not restored): the step's own error. Unless
+      // rank 0 no longer serves once asked again: a process that has just started answers
+      // SERVING for a moment, before it knows its sessions.
+      if (now.status().code() == absl::StatusCode::kNotFound) {
+        absl::StatusOr<bool> still = probe.serving(deadline);
+        if (still.ok() && *still) return error;
+      }
     }
     if (absl::Now() >= deadline) {
       return absl::Status(

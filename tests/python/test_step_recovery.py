@@ -15,7 +15,7 @@ from typing import Callable, List, Optional
 import pytest
 
 from optstep.errors import (EXPECTED_STEP_PAYLOAD, DeadlineExceededError, FailedPreconditionError,
-                            UnavailableError)
+                            NotFoundError, UnavailableError)
 from optstep.recovery import RewindRequired, StepRecovery
 from optstep.v1 import session_pb2
 
@@ -258,3 +258,30 @@ def test_probes_end_by_the_recovery_deadline() -> None:
             group, "s", 1, attempts([UnavailableError("reset")], 1), restored)
     assert time.monotonic() - start < 3.0
     assert group.timeouts and max(group.timeouts) <= 0.3
+
+
+class JustStarted:
+    """Rank 0's new process answers SERVING once before it knows the session, then not, then
+    serves it at step 4."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+        self.reads = 0
+
+    def check_health(self, service: str = "", *, timeout: Optional[float] = None) -> bool:
+        self.looks += 1
+        return self.looks != 2
+
+    def get_session(self, session_id: str, *,
+                    timeout: Optional[float] = None) -> session_pb2.SessionInfo:
+        self.reads += 1
+        if self.reads == 1:
+            raise NotFoundError(f"session '{session_id}' not found")
+        return session_pb2.SessionInfo(session_id=session_id, step=4)
+
+
+def test_a_session_unknown_to_a_rank_just_started_is_waited_for() -> None:
+    """A session that a rank 0 just started does not know yet is no session gone: it does not
+    serve once asked again, and the step is redone once it serves."""
+    assert recovery().run(JustStarted(), "s", 5,
+                          attempts([UnavailableError("Socket closed")], 5), restored) == 5

@@ -268,7 +268,10 @@ class StepRecovery:
                     return group.get_session(session_id, timeout=self._left(deadline))
                 except NotFoundError:
                     # Serving without the session (closed, or not restored): the step's error.
-                    raise error from None
+                    # Unless rank 0 no longer serves once asked again: a process that has just
+                    # started answers SERVING for a moment, before it knows its sessions.
+                    if self._serving(group, deadline):
+                        raise error from None
                 except OptstepError:
                     pass  # lost again: wait on
             if self._clock() >= deadline:

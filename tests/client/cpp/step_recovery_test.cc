@@ -336,6 +336,24 @@ TEST(StepRecoveryTest, ASessionGoneFromAServingGroupAnswersTheStepsError) {
   EXPECT_EQ(attempt.calls, 1);
 }
 
+// A rank 0 process that has just started answers SERVING for a moment, before it knows its
+// sessions (its health service starts serving): the session it does not know yet is no session
+// gone, since rank 0 does not serve once asked again. The step is redone once it serves.
+TEST(StepRecoveryTest, ASessionUnknownToARankJustStartedIsWaitedFor) {
+  StepRecovery recovery = Recovery();
+  int looks = 0;
+  int reads = 0;
+  GroupProbe probe{[&looks](absl::Time) -> absl::StatusOr<bool> { return ++looks != 2; },
+                   [&reads](absl::string_view, absl::Time) -> absl::StatusOr<SessionStep> {
+                     if (reads++ == 0) return absl::NotFoundError("session 's' not found");
+                     return SessionStep{4, /*running=*/false};
+                   }};
+  Attempts attempt{{absl::UnavailableError("Socket closed")}, 5};
+  absl::StatusOr<StepReply> reply = recovery.Run("s", 0, 5, probe, std::ref(attempt), Restored);
+  ASSERT_THAT(reply.status(), IsOk());
+  EXPECT_EQ(reply->step, 5u);
+}
+
 TEST(StepRecoveryTest, ZeroTimeoutAndOtherErrorsWhileServingAreAnsweredAtOnce) {
   FakeGroup group;
   StepRecovery off = Recovery(absl::ZeroDuration());

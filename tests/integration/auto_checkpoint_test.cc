@@ -200,6 +200,19 @@ class InterruptedRestoreTest : public ::testing::Test {
     });
   }
 
+  // Restarts the group with rank `killed` dying in the restore: it must die by SIGKILL, and the
+  // other rank exit for a restart (75) within `bound` (`why` it did not, otherwise).
+  void ExpectKilledAndTheOtherExits(int killed, absl::Duration bound, const std::string& why) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, RestartKilling(killed));
+    const int dead = group[killed]->WaitFor(absl::Seconds(30));
+    ASSERT_NE(dead, -1) << "rank " << killed << " did not die in the restore";
+    EXPECT_TRUE(WIFSIGNALED(dead) && WTERMSIG(dead) == SIGKILL);
+    const int other = group[1 - killed]->WaitFor(bound);
+    ASSERT_NE(other, -1) << why;
+    ASSERT_TRUE(WIFEXITED(other));
+    EXPECT_EQ(WEXITSTATUS(other), 75);
+  }
+
   // Started again, the group restores the session from the same checkpoints, untouched, and
   // steps on bit for bit.
   void ExpectRestoredAndSteppedOn() {
@@ -219,17 +232,9 @@ class InterruptedRestoreTest : public ::testing::Test {
 // Rank 0 lost while it restores the group: the group had not formed, so rank 1 does not wait for
 // rank 0's next process but exits for a restart of the whole group.
 TEST_F(InterruptedRestoreTest, RankZeroKilledWhileItRestoresRestartsTheGroupAndLosesNothing) {
-  {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, RestartKilling(0));
-    const int rank0 = group[0]->WaitFor(absl::Seconds(30));
-    ASSERT_NE(rank0, -1) << "rank 0 did not die in its restore";
-    EXPECT_TRUE(WIFSIGNALED(rank0) && WTERMSIG(rank0) == SIGKILL);
-    // The peer timeout, the grace of one second, and room for a loaded machine.
-    const int rank1 = group[1]->WaitFor(absl::Seconds(15));
-    ASSERT_NE(rank1, -1) << "rank 1 waits for a rank 0 that never formed the group";
-    ASSERT_TRUE(WIFEXITED(rank1));
-    EXPECT_EQ(WEXITSTATUS(rank1), 75);
-  }
+  // The peer timeout, the grace of one second, and room for a loaded machine.
+  ExpectKilledAndTheOtherExits(0, absl::Seconds(15),
+                               "rank 1 waits for a rank 0 that never formed the group");
   ExpectRestoredAndSteppedOn();
 }
 
@@ -237,17 +242,9 @@ TEST_F(InterruptedRestoreTest, RankZeroKilledWhileItRestoresRestartsTheGroupAndL
 // which a rank 1 restarted by its supervisor would heal into and never get, but exits for a
 // restart of the whole group.
 TEST_F(InterruptedRestoreTest, ARankLostWhileRankZeroRestoresRestartsTheGroupAndLosesNothing) {
-  {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, RestartKilling(1));
-    const int rank1 = group[1]->WaitFor(absl::Seconds(30));
-    ASSERT_NE(rank1, -1) << "rank 1 did not die in the restore";
-    EXPECT_TRUE(WIFSIGNALED(rank1) && WTERMSIG(rank1) == SIGKILL);
-    // Well within the rejoin timeout (60 s), which a group that serves waits out.
-    const int rank0 = group[0]->WaitFor(absl::Seconds(20));
-    ASSERT_NE(rank0, -1) << "rank 0 serves on without the session it could not restore";
-    ASSERT_TRUE(WIFEXITED(rank0));
-    EXPECT_EQ(WEXITSTATUS(rank0), 75);
-  }
+  // Well within the rejoin timeout (60 s), which a group that serves waits out.
+  ExpectKilledAndTheOtherExits(1, absl::Seconds(20),
+                               "rank 0 serves on without the session it could not restore");
   ExpectRestoredAndSteppedOn();
 }
 

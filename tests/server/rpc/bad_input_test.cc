@@ -381,6 +381,10 @@ TEST_F(BadInputTest, WorkBoundsAtCreation) {
   spec.set_step_deadline_ms(uint64_t{1} << 50);
   EXPECT_STATUS(Create(spec), INVALID_ARGUMENT,
                 "session: step_deadline_ms = 1125899906842624 must be at most 3600000 (an hour)");
+  // Nor one so short that every rank aborts the session's steps as fast as they come.
+  spec.set_step_deadline_ms(1);
+  EXPECT_STATUS(Create(spec), INVALID_ARGUMENT,
+                "session: step_deadline_ms = 1 must be 0 (the server's default) or at least 100");
 }
 
 // Initial values that are not finite are refused, naming the parameter and the first bad

@@ -19,7 +19,8 @@ namespace optstep {
 // hold weak references) until OnDone, writes one message at a time under `mu_`, and finishes
 // exactly once. A write its caller does not take within the stream idle bound (CallIdleWatch)
 // cancels the call, so that what the stream holds for it is let go. Derived classes implement
-// WriteNextLocked, which writes the next message (WriteLocked) or finishes.
+// WriteNextLocked, which writes the next message (WriteLocked) or finishes; one that is told of
+// new messages from outside (not only when a write is done) asks WritingLocked first.
 template <typename Response, typename Derived>
 class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
                           public std::enable_shared_from_this<Derived> {
@@ -27,6 +28,7 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
   void OnWriteDone(bool ok) final {
     idle_->Heard();
     absl::MutexLock lock(&mu_);
+    writing_ = false;
     if (!ok) return FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
     WriteNextLocked();
   }
@@ -36,6 +38,7 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
   }
   void OnDone() final {
     idle_->Stop();
+    Released();
     self_.reset();
   }
 
@@ -51,8 +54,13 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
   // Writes `response`, which must stay as it is until WriteNextLocked is called again.
   void WriteLocked(const Response* response) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     idle_->Waiting();
+    writing_ = true;
     this->StartWrite(response);
   }
+  // A write is out: the next one waits for OnWriteDone.
+  bool WritingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return writing_; }
+  // Told at OnDone (outside mu_), before the reactor lets itself go: gRPC is done with the call.
+  virtual void Released() {}
   virtual void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) = 0;
   void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
@@ -64,6 +72,7 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 
  private:
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<Derived> self_;
   // Set by Own, before any write; cancels the call once a write is not taken within the bound
   // (its write fails and OnCancel finishes it; the caller sees CANCELLED).

@@ -20,7 +20,11 @@ constexpr absl::Duration kEndStreamsTime = absl::Seconds(1);
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Engine* engine,
                                                       RankGroup* group) {
-  grpc::EnableDefaultHealthCheckService(true);
+  // grpc.health.v1 is health_, which starts NOT_SERVING: gRPC's default service answers SERVING
+  // for "" from the moment the port opens. The switch is process-global and read at
+  // BuildAndStart (another server of this process, a test's fake, may have turned it on): off,
+  // so that gRPC adds no service of its own beside health_.
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   ServerMetrics* metrics = options.metrics;
   AuthRefusal count = [metrics](absl::string_view method, absl::string_view code) {
@@ -47,6 +51,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   builder.RegisterService(&server->checkpoint_service_);
   builder.RegisterService(&server->peer_service_);
   builder.RegisterService(&server->admin_service_);
+  builder.RegisterService(&server->health_);
   if (options.serve_rendezvous) builder.RegisterService(&server->rendezvous_service_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
@@ -58,7 +63,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
-  server->server_->GetHealthCheckService()->SetServingStatus(false);
   server->health_thread_ = std::thread([s = server.get()] { s->WatchHealth(); });
   return server;
 }
@@ -81,12 +85,11 @@ void Server::WatchHealth() {
     const bool healthy = engine_->live();
     if (now != serving) {
       serving = now;
-      // The overall service ("") alone: SetServingStatus(bool) would set the liveness one too.
-      server_->GetHealthCheckService()->SetServingStatus("", serving);
+      health_.SetServingStatus("", serving);
     }
     if (live != healthy) {
       live = healthy;
-      server_->GetHealthCheckService()->SetServingStatus(kLivenessService, healthy);
+      health_.SetServingStatus(kLivenessService, healthy);
     }
     mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
   }
@@ -98,8 +101,12 @@ void Server::Shutdown(absl::Time deadline, absl::Time steps_deadline) {
     if (stopping_) return;
     stopping_ = true;
   }
-  health_thread_.join();
-  server_->GetHealthCheckService()->SetServingStatus(false);  // every service, liveness too
+  // A server that never listened (Start failed) has nothing to end, and no health thread.
+  if (health_thread_.joinable()) health_thread_.join();
+  if (server_ == nullptr) return;
+  // Every service NOT_SERVING, liveness too, for good; and its Watch streams end now, so that
+  // gRPC's shutdown below does not wait for them until its deadline.
+  health_.Shutdown();
   engine_->StopAcceptingSteps();
   if (!tracker_.AwaitNoSteps(steps_deadline)) {
     // The grace is over: the streams still open end UNAVAILABLE, which their trainers redo once

@@ -2,8 +2,9 @@
 #define OPTSTEP_SERVER_RPC_SERVER_H_
 
 // The gRPC server of one rank (Server): it binds the port and serves the optimizer, checkpoint,
-// admin and peer services, grpc.health.v1 (readiness, and liveness as kLivenessService) and
-// reflection over the rank's Engine and RankGroup, as ServerOptions say.
+// admin and peer services, grpc.health.v1 (readiness, and liveness as kLivenessService; our own
+// HealthService, NOT_SERVING from the moment the port opens) and reflection over the rank's Engine
+// and RankGroup, as ServerOptions say.
 
 #include <grpcpp/grpcpp.h>
 
@@ -20,6 +21,7 @@
 #include "server/rpc/call_tracker.h"
 #include "server/rpc/checkpoint_service.h"
 #include "server/rpc/credentials.h"
+#include "server/rpc/health_service.h"
 #include "server/rpc/live_step_streams.h"
 #include "server/rpc/metrics.h"
 #include "server/rpc/optimizer_service.h"
@@ -64,8 +66,9 @@ inline constexpr char kLivenessService[] = "optstep.liveness";
 class Server {
  public:
   // Binds and starts serving the optimizer, checkpoint and peer services (and, with
-  // `serve_rendezvous`, the group's rendezvous store). Health stays NOT_SERVING until
-  // SetReady(true). UNAVAILABLE when the address cannot be bound.
+  // `serve_rendezvous`, the group's rendezvous store). Health answers NOT_SERVING from the
+  // moment the port opens: "" until SetReady(true), kLivenessService until the health thread
+  // first finds the engine live (at once). UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options, Engine* engine,
                                                        RankGroup* group);
   ~Server();
@@ -75,10 +78,11 @@ class Server {
   // (RankGroup::PeersStatus; checked until Shutdown); kLivenessService SERVING while the engine
   // is live.
   void SetReady(bool ready);
-  // Health NOT_SERVING and new Step streams refused (UNAVAILABLE) at once; then waits for the
-  // Step streams in progress to end, until `steps_deadline`, and ends those still open
-  // UNAVAILABLE (LiveStepStreams), giving their statuses a second to go out; then stops
-  // accepting calls and waits for running ones until `deadline` (cancelling what is left).
+  // Health NOT_SERVING for good (its Watch streams end) and new Step streams refused
+  // (UNAVAILABLE) at once; then waits for the Step streams in progress to end, until
+  // `steps_deadline`, and ends those still open UNAVAILABLE (LiveStepStreams), giving their
+  // statuses a second to go out; then stops accepting calls and waits for running ones until
+  // `deadline` (cancelling what is left).
   // Idempotent.
   void Shutdown(absl::Time deadline, absl::Time steps_deadline);
   void Shutdown(absl::Time deadline) { Shutdown(deadline, deadline); }
@@ -94,6 +98,7 @@ class Server {
         checkpoint_service_(engine, group, options.step_stream.idle_timeout),
         peer_service_(engine, group),
         admin_service_(options.on_shutdown_request),
+        health_({"", kLivenessService}, options.step_stream.idle_timeout),
         group_(group) {}
   void WatchHealth();
 
@@ -105,6 +110,8 @@ class Server {
   PeerServiceImpl peer_service_;
   RendezvousServiceImpl rendezvous_service_;
   AdminServiceImpl admin_service_;
+  // "" (readiness) and kLivenessService. Declared before server_, which must go first.
+  HealthService health_;
   RankGroup* const group_;  // may be null
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

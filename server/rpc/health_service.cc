@@ -1,0 +1,196 @@
+#include "server/rpc/health_service.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "server/rpc/owned_write_reactor.h"
+
+namespace optstep {
+
+using ::grpc::health::v1::HealthCheckRequest;
+using ::grpc::health::v1::HealthCheckResponse;
+
+// One Watch stream (OwnedWriteReactor: it owns itself until OnDone, writes one message at a time,
+// finishes once, and a write its client does not take within the idle bound cancels the call).
+// The service keeps it weakly and tells it each status of its service through Update, with the
+// service's lock released. A status that comes while a write is in flight waits in pending_,
+// where a newer one replaces it, so that the client reads the latest status soon, and never the
+// same one twice in a row. OnDone comes only after Finish, hence finished_ is set before it: an
+// Update or End that comes after OnDone (the service took this watcher just before) does nothing.
+class HealthService::Watcher final : public OwnedWriteReactor<HealthCheckResponse, Watcher> {
+ public:
+  // A new watcher of `service_name` on the call of `context`, which owns itself until OnDone.
+  // `service` must outlive it until then.
+  static std::shared_ptr<Watcher> Create(HealthService* service, std::string service_name,
+                                         grpc::CallbackServerContext* context) {
+    auto watcher = std::make_shared<Watcher>(service, std::move(service_name));
+    watcher->Own(watcher, context, service->idle_timeout_, "health Watch");
+    return watcher;
+  }
+  Watcher(HealthService* service, std::string service_name)
+      : service_(service), service_name_(std::move(service_name)) {}
+
+  const std::string& service_name() const { return service_name_; }
+
+  // Writes `status`, the service's as of its `version`-th change, unless the stream is finished
+  // or ending, or was told a later version already, or `status` is what the client reads last
+  // already.
+  void Update(ServingStatus status, uint64_t version) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || ending_ || version < version_) return;
+    version_ = version;
+    if ((pending_.has_value() ? pending_ : written_) == status) return;
+    if (written_ == status) {
+      pending_.reset();  // back to what is written: the unsent change in between is moot
+    } else {
+      pending_ = status;
+    }
+    if (!WritingLocked()) WriteNextLocked();
+  }
+
+  // Finishes the stream OK once what it was told is written.
+  void End() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    ending_ = true;
+    if (!WritingLocked()) WriteNextLocked();
+  }
+
+ private:
+  void WriteNextLocked() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    if (pending_.has_value()) {
+      response_.set_status(*pending_);
+      written_ = pending_;
+      pending_.reset();
+      WriteLocked(&response_);
+    } else if (ending_) {
+      FinishLocked(grpc::Status::OK);
+    }
+  }
+
+  // The service's lock comes before mu_ (health_service.h): Released runs out of mu_.
+  void Released() override { service_->Forget(this); }
+
+  HealthService* const service_;
+  const std::string service_name_;
+  // The message of the write in flight: gRPC reads it until OnWriteDone.
+  HealthCheckResponse response_ ABSL_GUARDED_BY(mu_);
+  // The status of the last write started; the one to write once no write is in flight.
+  std::optional<ServingStatus> written_ ABSL_GUARDED_BY(mu_);
+  std::optional<ServingStatus> pending_ ABSL_GUARDED_BY(mu_);
+  // The service's version of the last status told.
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // End was called: finish once nothing is pending.
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+HealthService::HealthService(const std::vector<std::string>& services, absl::Duration idle_timeout)
+    : idle_timeout_(idle_timeout) {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& service : services) {
+    statuses_[service] = HealthCheckResponse::NOT_SERVING;
+  }
+}
+
+HealthService::~HealthService() { Shutdown(); }
+
+void HealthService::SetServingStatus(absl::string_view service, bool serving) {
+  const ServingStatus status =
+      serving ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
+  std::vector<std::shared_ptr<Watcher>> watchers;
+  uint64_t version = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = statuses_.find(service);
+    CHECK(it != statuses_.end()) << "health: service '" << service << "' was not declared";
+    if (shut_down_ || it->second == status) return;
+    it->second = status;
+    version = ++version_;
+    for (const auto& entry : watchers_) {
+      std::shared_ptr<Watcher> watcher = entry.second.lock();
+      if (watcher != nullptr && watcher->service_name() == service) {
+        watchers.push_back(std::move(watcher));
+      }
+    }
+  }
+  for (const std::shared_ptr<Watcher>& watcher : watchers) watcher->Update(status, version);
+}
+
+void HealthService::Shutdown() {
+  std::vector<std::pair<std::shared_ptr<Watcher>, ServingStatus>> watchers;
+  uint64_t version = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    for (auto& entry : statuses_) entry.second = HealthCheckResponse::NOT_SERVING;
+    version = ++version_;
+    for (const auto& entry : watchers_) {
+      std::shared_ptr<Watcher> watcher = entry.second.lock();
+      if (watcher == nullptr) continue;
+      const ServingStatus status = StatusLocked(watcher->service_name());
+      watchers.emplace_back(std::move(watcher), status);
+    }
+    // Those that end now are told nothing more; Forget finds them gone.
+    watchers_.clear();
+  }
+  for (const auto& [watcher, status] : watchers) {
+    watcher->Update(status, version);
+    watcher->End();
+  }
+}
+
+grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,
+                                               const HealthCheckRequest* request,
+                                               HealthCheckResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  ServingStatus status;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    status = StatusLocked(request->service());
+  }
+  if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
+    // What the grpc.health.v1 protocol answers for a service the server does not know.
+    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                 absl::StrCat("unknown service '", request->service(), "'")));
+    return reactor;
+  }
+  response->set_status(status);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
+    grpc::CallbackServerContext* context, const HealthCheckRequest* request) {
+  std::shared_ptr<Watcher> watcher = Watcher::Create(this, request->service(), context);
+  ServingStatus status;
+  uint64_t version = 0;
+  bool shut_down = false;
+  {
+    absl::MutexLock lock(&mu_);
+    status = StatusLocked(request->service());
+    version = version_;
+    shut_down = shut_down_;
+    if (!shut_down) watchers_.emplace(watcher.get(), watcher);
+  }
+  // A change made since the lock was released may have been told already, with a later version:
+  // then this status, older, is dropped. Writes before the reactor is returned wait in gRPC
+  // until it binds the reactor to the call.
+  watcher->Update(status, version);
+  if (shut_down) watcher->End();
+  return watcher.get();
+}
+
+HealthService::ServingStatus HealthService::StatusLocked(absl::string_view service) const {
+  auto it = statuses_.find(service);
+  return it == statuses_.end() ? HealthCheckResponse::SERVICE_UNKNOWN : it->second;
+}
+
+void HealthService::Forget(Watcher* watcher) {
+  absl::MutexLock lock(&mu_);
+  watchers_.erase(watcher);
+}
+
+}  // namespace optstep

@@ -1,0 +1,233 @@
+// HealthService on a real gRPC server on loopback, asked through a real channel: what Kubernetes'
+// probes, the clients and `optstep health` see. Every call has a deadline, so that a bug fails a
+// test rather than hangs it; a Watch read blocks until its message comes, so nothing sleeps.
+
+#include "server/rpc/health_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+
+namespace optstep {
+namespace {
+
+using ::grpc::health::v1::Health;
+using ::grpc::health::v1::HealthCheckRequest;
+using ::grpc::health::v1::HealthCheckResponse;
+using ServingStatus = HealthCheckResponse::ServingStatus;
+
+constexpr char kLiveness[] = "optstep.liveness";
+constexpr ServingStatus kServing = HealthCheckResponse::SERVING;
+constexpr ServingStatus kNotServing = HealthCheckResponse::NOT_SERVING;
+constexpr ServingStatus kServiceUnknown = HealthCheckResponse::SERVICE_UNKNOWN;
+constexpr absl::Duration kCallTimeout = absl::Seconds(20);
+
+// One Watch call: its reader goes before its context.
+struct WatchCall {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> reader;
+
+  // The next status written; nullopt once the stream has ended.
+  std::optional<ServingStatus> Next() {
+    HealthCheckResponse response;
+    if (!reader->Read(&response)) return std::nullopt;
+    return response.status();
+  }
+  // Every status written until the stream ends, then its status.
+  grpc::Status ReadToEnd(std::vector<ServingStatus>* statuses = nullptr) {
+    for (std::optional<ServingStatus> next = Next(); next.has_value(); next = Next()) {
+      if (statuses != nullptr) statuses->push_back(*next);
+    }
+    return reader->Finish();
+  }
+  // Cancels the call as its client; answers the status it ends with.
+  grpc::Status Cancel() {
+    context.TryCancel();
+    return ReadToEnd();
+  }
+};
+
+// The service, knowing "" and kLiveness, on 127.0.0.1 (a free port), and a stub to it.
+class HealthServiceTest : public ::testing::Test {
+ protected:
+  HealthServiceTest() : service_({"", kLiveness}) {}
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(port_, 0);
+    stub_ = Health::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  }
+  // Before the service goes: a Watch a test left open is cancelled.
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
+
+  // Check(`service`): the call's status, and the serving status it answers.
+  grpc::Status Check(const std::string& service, ServingStatus* status) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
+    HealthCheckRequest request;
+    request.set_service(service);
+    HealthCheckResponse response;
+    grpc::Status result = stub_->Check(&context, request, &response);
+    *status = response.status();
+    return result;
+  }
+  // The serving status Check(`service`) answers; UNKNOWN (and a failure) if the call fails.
+  ServingStatus StatusOf(const std::string& service) {
+    ServingStatus status;
+    grpc::Status result = Check(service, &status);
+    EXPECT_TRUE(result.ok()) << service << ": " << result.error_message();
+    return result.ok() ? status : HealthCheckResponse::UNKNOWN;
+  }
+  std::unique_ptr<WatchCall> Watch(const std::string& service) {
+    auto call = std::make_unique<WatchCall>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
+    HealthCheckRequest request;
+    request.set_service(service);
+    call->reader = stub_->Watch(&call->context, request);
+    return call;
+  }
+
+  HealthService service_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Health::Stub> stub_;
+};
+
+TEST_F(HealthServiceTest, AServerJustStartedAnswersNotServing) {
+  // Nothing was set yet. gRPC's default health service (grpc::EnableDefaultHealthCheckService)
+  // answers SERVING for "" here, until the server sets it otherwise: this test fails on it.
+  EXPECT_EQ(StatusOf(""), kNotServing);
+  EXPECT_EQ(StatusOf(kLiveness), kNotServing);
+  std::unique_ptr<WatchCall> watch = Watch("");
+  EXPECT_EQ(watch->Next(), kNotServing);
+  EXPECT_EQ(watch->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(HealthServiceTest, CheckAnswersWhatWasSetForEachServiceApart) {
+  service_.SetServingStatus("", true);
+  EXPECT_EQ(StatusOf(""), kServing);
+  EXPECT_EQ(StatusOf(kLiveness), kNotServing);
+  service_.SetServingStatus(kLiveness, true);
+  service_.SetServingStatus("", false);
+  EXPECT_EQ(StatusOf(""), kNotServing);
+  EXPECT_EQ(StatusOf(kLiveness), kServing);
+}
+
+TEST_F(HealthServiceTest, CheckOfAnUnknownServiceIsNotFound) {
+  ServingStatus status;
+  grpc::Status result = Check("no.such.service", &status);
+  EXPECT_EQ(result.error_code(), grpc::StatusCode::NOT_FOUND) << result.error_message();
+  EXPECT_THAT(result.error_message(), ::testing::HasSubstr("no.such.service"));
+}
+
+TEST_F(HealthServiceTest, WatchWritesTheStatusAtOnceAndAtEachChangeOfItsService) {
+  service_.SetServingStatus("", true);
+  std::unique_ptr<WatchCall> watch = Watch("");
+  EXPECT_EQ(watch->Next(), kServing);
+  // Each Set below follows the read of what came before it: no change is folded into another.
+  service_.SetServingStatus("", false);
+  EXPECT_EQ(watch->Next(), kNotServing);
+  // Neither another service's change nor a status set again is written.
+  service_.SetServingStatus(kLiveness, true);
+  service_.SetServingStatus("", false);
+  service_.SetServingStatus("", true);
+  EXPECT_EQ(watch->Next(), kServing);
+  EXPECT_EQ(watch->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(HealthServiceTest, ChangesInQuickSuccessionEndInTheLatestAndNeverRepeatOne) {
+  std::unique_ptr<WatchCall> watch = Watch("");
+  EXPECT_EQ(watch->Next(), kNotServing);
+  // 200 changes, back to NOT_SERVING. Some come while a write is in flight, and replace the
+  // one that waits for it (or drop it, when they go back to what is in flight): how many are
+  // written depends on the timing, what is written does not.
+  for (int i = 0; i < 200; ++i) service_.SetServingStatus("", i % 2 == 0);
+  service_.SetServingStatus("", false);  // no change
+  service_.Shutdown();                   // no change either: ends the stream
+  std::vector<ServingStatus> statuses;
+  grpc::Status end = watch->ReadToEnd(&statuses);
+  EXPECT_TRUE(end.ok()) << end.error_message();
+  EXPECT_LE(statuses.size(), 200u);
+  // They alternate from the first NOT_SERVING, and end NOT_SERVING as the service does.
+  EXPECT_EQ(statuses.size() % 2, 0u);
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    EXPECT_EQ(statuses[i], i % 2 == 0 ? kServing : kNotServing) << "message " << i + 2;
+  }
+}
+
+TEST_F(HealthServiceTest, WatchOfAnUnknownServiceAnswersServiceUnknownAndKeepsWatching) {
+  std::unique_ptr<WatchCall> watch = Watch("no.such.service");
+  EXPECT_EQ(watch->Next(), kServiceUnknown);
+  service_.SetServingStatus("", true);  // not its service
+  // It stays open, as the protocol says, until Shutdown ends it (OK, nothing more written).
+  service_.Shutdown();
+  std::vector<ServingStatus> more;
+  grpc::Status end = watch->ReadToEnd(&more);
+  EXPECT_TRUE(end.ok()) << end.error_message();
+  EXPECT_TRUE(more.empty());
+}
+
+TEST_F(HealthServiceTest, TheClientsCancelEndsItsWatchAndNoOtherOne) {
+  std::unique_ptr<WatchCall> cancelled = Watch("");
+  std::unique_ptr<WatchCall> other = Watch("");
+  EXPECT_EQ(cancelled->Next(), kNotServing);
+  EXPECT_EQ(other->Next(), kNotServing);
+  EXPECT_EQ(cancelled->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+  // The service goes on telling the other watch, and a new one.
+  service_.SetServingStatus("", true);
+  EXPECT_EQ(other->Next(), kServing);
+  std::unique_ptr<WatchCall> later = Watch("");
+  EXPECT_EQ(later->Next(), kServing);
+  EXPECT_EQ(other->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(later->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(HealthServiceTest, ShutdownEndsEveryWatchAndStaysNotServing) {
+  service_.SetServingStatus("", true);
+  std::unique_ptr<WatchCall> overall = Watch("");
+  std::unique_ptr<WatchCall> liveness = Watch(kLiveness);
+  EXPECT_EQ(overall->Next(), kServing);
+  EXPECT_EQ(liveness->Next(), kNotServing);
+  service_.Shutdown();
+  // The server ended both streams itself (OK): gRPC's shutdown need not cancel them.
+  std::vector<ServingStatus> statuses;
+  grpc::Status end = overall->ReadToEnd(&statuses);
+  EXPECT_TRUE(end.ok()) << end.error_message();
+  EXPECT_THAT(statuses, ::testing::ElementsAre(kNotServing));
+  statuses.clear();
+  end = liveness->ReadToEnd(&statuses);
+  EXPECT_TRUE(end.ok()) << end.error_message();
+  EXPECT_TRUE(statuses.empty());  // NOT_SERVING already
+
+  EXPECT_EQ(StatusOf(""), kNotServing);
+  service_.SetServingStatus("", true);  // ignored from now on
+  service_.SetServingStatus(kLiveness, true);
+  EXPECT_EQ(StatusOf(""), kNotServing);
+  EXPECT_EQ(StatusOf(kLiveness), kNotServing);
+  // A Watch after Shutdown answers the status and ends at once.
+  std::unique_ptr<WatchCall> late = Watch("");
+  statuses.clear();
+  end = late->ReadToEnd(&statuses);
+  EXPECT_TRUE(end.ok()) << end.error_message();
+  EXPECT_THAT(statuses, ::testing::ElementsAre(kNotServing));
+  service_.Shutdown();  // idempotent
+}
+
+}  // namespace
+}  // namespace optstep

@@ -137,7 +137,8 @@ ABSL_FLAG(int, delay_heal_fetch_ms, 0,
 ABSL_FLAG(std::string, drop_first_peer_call, "",
           "Testing only: 'CALL:RANK' (CALL: HealEnd or CloseReplica): this rank drops its first "
           "attempt of that call to rank RANK, as if it were lost on the way (it is made again); "
-          "empty: never.");
+          "'CALL:RANK:every': every attempt of the first such call, which rank RANK misses for "
+          "good; empty: never.");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),

@@ -12,8 +12,8 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -354,17 +354,7 @@ absl::Status RankProcess::StartEngine(
     group_options.on_heal_fetched = [delay = options_.delay_heal_fetch] { absl::SleepFor(delay); };
   }
   if (!options_.drop_first_peer_call.empty()) {
-    const std::string& spec = options_.drop_first_peer_call;
-    const size_t colon = spec.rfind(':');
-    int to = -1;
-    if (colon == std::string::npos || !absl::SimpleAtoi(spec.substr(colon + 1), &to)) {
-      LOG(FATAL) << "--drop_first_peer_call='" << spec << "' is not CALL:RANK";
-    }
-    group_options.drop_peer_call = [call = spec.substr(0, colon), to,
-                                    dropped = std::make_shared<std::atomic<bool>>(false)](
-                                       absl::string_view name, int r) {
-      return name == call && r == to && !dropped->exchange(true);
-    };
+    group_options.drop_peer_call = DropPeerCall(options_.drop_first_peer_call);
   }
   group_options.on_heal_failed = [this](const absl::Status& why) {
     ExitForRestart(absl::StrCat("a restarted rank could not be healed in: ", why.message()));
@@ -434,6 +424,10 @@ void RankProcess::WatchSessionGroups() {
   bool members_were_well = true;
   while (!shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
     EndStandInOnceReplaced();
+    if (std::optional<uint64_t> missed = group_->MissedHealEnd()) {
+      return ExitForRestart(absl::StrCat("rank 0 ended the heal into generation ", *missed,
+                                         " without this rank, which heals in again restarted"));
+    }
     // A session whose collectives failed has lost its group even while the heartbeats still pass;
     // one only interrupted by a lost peer (state redundancy) is healed with the rank, its step
     // redone.

@@ -150,7 +150,8 @@ class RankProcess {
     // --delay_heal_fetch_ms: a pause after each state dict fetched while healing in.
     absl::Duration delay_heal_fetch = absl::ZeroDuration();
     // --drop_first_peer_call: "CALL:RANK", the first attempt of that call to that rank that this
-    // rank drops (RankGroupOptions::drop_peer_call); empty: none.
+    // rank drops (RankGroupOptions::drop_peer_call); "CALL:RANK:every", every attempt of the
+    // first such call, which the rank then misses for good; empty: none.
     std::string drop_first_peer_call;
   };
 

@@ -5,7 +5,9 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 
 namespace optstep {
@@ -15,6 +17,24 @@ void KillSelf(const std::string& event, const std::string& flag) {
   google::FlushLogFiles(google::GLOG_INFO);
   raise(SIGKILL);
   abort();  // not reached: SIGKILL cannot be caught
+}
+
+std::function<bool(absl::string_view call, int r, int attempt)> DropPeerCall(
+    const std::string& spec) {
+  const std::vector<std::string> parts = absl::StrSplit(spec, ':');
+  int to = -1;
+  if (parts.size() < 2 || parts.size() > 3 || !absl::SimpleAtoi(parts[1], &to) ||
+      (parts.size() == 3 && parts[2] != "every")) {
+    LOG(FATAL) << "--drop_first_peer_call='" << spec << "' is not CALL:RANK or CALL:RANK:every";
+  }
+  // The calls are counted at their first attempts: the first call is the first counted.
+  return
+      [call = parts[0], to, every = parts.size() == 3,
+       calls = std::make_shared<std::atomic<int>>(0)](absl::string_view name, int r, int attempt) {
+        if (name != call || r != to) return false;
+        const int seen = attempt == 0 ? ++*calls : calls->load();
+        return seen == 1 && (every || attempt == 0);
+      };
 }
 
 KillAtPhase::KillAtPhase(std::shared_ptr<StepObserver> inner, Phase phase, int kill_at,

@@ -3,15 +3,17 @@
 
 // Testing only: the faults a rank injects into itself on its testing flags (RankProcess::Options,
 // --kill_before_allgather, --kill_after_allgather, --fail_allgather_after, --kill_during_restore,
-// --kill_during_heal), so that the integration tests can lose a rank, or cut a collective, at a
-// moment of their choosing.
+// --kill_during_heal, --drop_first_peer_call), so that the integration tests can lose a rank, or
+// cut a collective, at a moment of their choosing.
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "kernels/comm/communicator.h"
 #include "server/engine/step_observer.h"
 
@@ -20,6 +22,12 @@ namespace optstep {
 // Logs `event` (its "event=..." words) and the testing flag `flag` (its name without dashes,
 // with its value), flushes the log and SIGKILLs this process.
 [[noreturn]] void KillSelf(const std::string& event, const std::string& flag);
+
+// The RankGroupOptions::drop_peer_call of --drop_first_peer_call's `spec`: "CALL:RANK" drops
+// the first attempt of the first call CALL to rank RANK (it is made again); "CALL:RANK:every"
+// every attempt of that call, which the rank then misses for good. Dies on another spec.
+std::function<bool(absl::string_view call, int r, int attempt)> DropPeerCall(
+    const std::string& spec);
 
 // Reports every event to `inner`; the testing observers below act on one of them too.
 class ForwardingStepObserver : public StepObserver {

@@ -111,6 +111,9 @@ void PeerHeartbeat::Run() {
       if (ranks[i] == 0 && answered[i]->group_formed() && options_.on_group_formed) {
         options_.on_group_formed();
       }
+      if (ranks[i] == 0 && options_.on_rank_zero_heal) {
+        options_.on_rank_zero_heal(answered[i]->generation(), answered[i]->healing());
+      }
       if (ranks[i] == 1 && options_.on_rank_zero_stand_in) {
         options_.on_rank_zero_stand_in(answered[i]->rank_zero_stand_in());
       }

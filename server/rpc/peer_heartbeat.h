@@ -37,6 +37,9 @@ class PeerHeartbeat {
     // Told of each answer of rank 1: where it stands in for a lost rank 0 (empty: nowhere), on the
     // heartbeat thread; may be null.
     std::function<void(const std::string& address)> on_rank_zero_stand_in;
+    // Told of each answer of rank 0: its group generation, and whether it heals into it (on the
+    // heartbeat thread); may be null.
+    std::function<void(uint64_t generation, bool healing)> on_rank_zero_heal;
     // Where this rank's group keeps its rendezvous store now, when not at the configured address
     // (a stand-in for rank 0 serves it; empty otherwise), told in every ping
     // (PingRequest.rendezvous); may be null.

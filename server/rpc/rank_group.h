@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "optstep/v1/session.pb.h"
 #include "server/engine/engine.h"
 #include "server/rpc/group_communicators.h"
+#include "server/rpc/heal_end_watch.h"
 #include "server/rpc/peer_heartbeat.h"
 #include "server/rpc/peer_liveness.h"
 #include "server/rpc/state_dict_stream.h"
@@ -75,9 +77,10 @@ struct RankGroupOptions {
   // (PeerFetch: its heal's transfer, a catch-up, a shadow refresh). May be null.
   std::function<void()> on_heal_fetched;
   // Testing only (--drop_first_peer_call): asked before each attempt of a call that is made
-  // until rank `r` takes it (CallUntilTaken; `call` names it, "HealEnd" or "CloseReplica"); true
-  // drops the attempt, as if it were lost on the way. May be null.
-  std::function<bool(absl::string_view call, int r)> drop_peer_call;
+  // until rank `r` takes it (CallUntilTaken; `call` names it, "HealEnd" or "CloseReplica";
+  // `attempt` counts from 0 in each such call); true drops the attempt, as if it were lost on the
+  // way. May be null.
+  std::function<bool(absl::string_view call, int r, int attempt)> drop_peer_call;
 };
 
 // The ranks of a group as seen from one of them: their addresses and the stubs that call them,
@@ -164,6 +167,14 @@ class RankGroup {
   // wait in a collective on a peer that ends its own only once it closed its connections.
   absl::Status BeginRegroup(const v1::RegroupRequest& request);
   absl::Status PauseForRegroup(const v1::RegroupRequest& request);
+  // Whether a heal runs here (between kBegin and kEnd).
+  bool healing() const;
+  // Told of each heartbeat answer of rank 0 (PingResponse.generation, .healing).
+  void HearOfRankZeroHeal(uint64_t generation, bool healing);
+  // The generation of the heal this rank still runs although rank 0 ended it, as its answers
+  // have said for longer than the peer timeout (HealEndWatch): this rank missed the heal's end
+  // for good. nullopt otherwise.
+  std::optional<uint64_t> MissedHealEnd() const;
   // OK while a heal into generation `generation` runs here (between kBegin and kEnd): the phases
   // that move state (kTransfer, kCatchUp) run only then; else FAILED_PRECONDITION saying why.
   absl::Status CheckHealing(uint64_t generation) const;
@@ -301,10 +312,11 @@ class RankGroup {
   // process rejoining: only the kEnd of that heal ends it.
   absl::Status healing_ ABSL_GUARDED_BY(mu_);
   std::string healing_address_ ABSL_GUARDED_BY(mu_);
+  HealEndWatch heal_end_watch_ ABSL_GUARDED_BY(mu_);
   std::string rank_zero_stand_in_ ABSL_GUARDED_BY(mu_);
   std::string heard_rendezvous_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<bool> stood_in_ ABSL_GUARDED_BY(mu_);  // by rank
+  std::vector<bool> stood_in_ ABSL_GUARDED_BY(mu_);   // by rank
   std::vector<int> lost_heals_ ABSL_GUARDED_BY(mu_);  // by rank (CountHealLost)
   absl::Mutex heal_mu_;
   PeerLiveness liveness_;

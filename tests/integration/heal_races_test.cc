@@ -1,7 +1,9 @@
 // What meets a heal: the end of a heal reaches every rank although a call to one of them is lost,
-// and a session closed while a heal runs waits for it to end.
+// a rank that missed it for good heals in again, and a session closed while a heal runs waits for
+// it to end.
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <memory>
 #include <string>
@@ -32,34 +34,72 @@ using ::optstep::testutil::Trainer;
 constexpr int kWorld = 3;
 constexpr int kDead = 1;
 
+// A group of kWorld ranks run with `flags`, and a trainer: a reference session stepped 4 times
+// undisturbed, and the session `healed_` stepped twice, then rank kDead killed and restarted.
+class HealEndTest : public ::testing::Test {
+ protected:
+  void KillAndRestartMidway(const std::vector<std::string>& flags) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(group_, testutil::StartGroup(kWorld, flags));
+    ASSERT_TRUE(AwaitHealth(*group_[0], true, absl::Seconds(20)));
+    trainer_ = Trainer(group_);
+    ASSERT_NE(trainer_, nullptr);
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(reference_, SteppedReference(*trainer_, 4));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(healed_, trainer_->CreateSession(SpreadSpec("healed")));
+    for (uint64_t step = 1; step <= 2; ++step) {
+      ASSERT_THAT(StepSpread(*trainer_, healed_.session_id(), step).status(), IsOk());
+    }
+    group_[kDead]->SignalAndWait(SIGKILL);
+    ASSERT_TRUE(AwaitHealth(*group_[0], false, absl::Seconds(10)));
+    ASSERT_THAT(Restart(group_, kDead, flags), IsOk());
+  }
+
+  // Every rank serves and lives, and the healed session, stepped on, ends bit for bit with the
+  // reference.
+  void ExpectHealedAndSteppedOn() {
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_TRUE(AwaitHealth(*group_[r], true, absl::Seconds(20))) << "rank " << r;
+    }
+    for (uint64_t step = 3; step <= 4; ++step) {
+      ASSERT_THAT(StepSpread(*trainer_, healed_.session_id(), step).status(), IsOk());
+    }
+    EXPECT_THAT(SameStateAndParameters(*trainer_, reference_.session_id(), healed_.session_id()),
+                IsOk());
+    for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Live(*group_[r])) << "rank " << r;
+  }
+
+  Group group_;
+  std::unique_ptr<Client> trainer_;
+  v1::SessionInfo reference_;
+  v1::SessionInfo healed_;
+};
+
 // Rank 0 (with --drop_first_peer_call) drops its first call that ends the heal on rank 2, as a
 // connection reset would, and makes it again. Before, the heal's end was sent once: rank 2 kept
 // its sessions paused and answered NOT_SERVING for ever, though live, so nothing restarted it.
-TEST(HealRacesTest, AHealsEndLostOnTheWayToARankIsMadeAgain) {
+TEST_F(HealEndTest, AHealsEndLostOnTheWayToARankIsMadeAgain) {
   std::vector<std::string> flags = testutil::HealingFlags();
   flags.push_back("--drop_first_peer_call=HealEnd:2");
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
-  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
-  std::unique_ptr<Client> trainer = Trainer(group);
-  ASSERT_NE(trainer, nullptr);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, 4));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo healed,
-                               trainer->CreateSession(SpreadSpec("healed")));
-  for (uint64_t step = 1; step <= 2; ++step) {
-    ASSERT_THAT(StepSpread(*trainer, healed.session_id(), step).status(), IsOk());
-  }
-  group[kDead]->SignalAndWait(SIGKILL);
-  ASSERT_TRUE(AwaitHealth(*group[0], false, absl::Seconds(10)));
-  ASSERT_THAT(Restart(group, kDead, flags), IsOk());
-  for (int r = 0; r < kWorld; ++r) {
-    EXPECT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
-  }
-  for (uint64_t step = 3; step <= 4; ++step) {
-    ASSERT_THAT(StepSpread(*trainer, healed.session_id(), step).status(), IsOk());
-  }
-  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), healed.session_id()),
-              IsOk());
-  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Live(*group[r])) << "rank " << r;
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartMidway(flags));
+  ExpectHealedAndSteppedOn();
+}
+
+// Rank 0 (with --drop_first_peer_call=HealEnd:2:every) drops every attempt of its call that ends
+// the heal on rank 2, until the group's timeout ends the call: rank 2 misses the heal's end for
+// good. Before, rank 2 stayed paused in the heal and answered NOT_SERVING for ever, though live,
+// and nothing restarted it. Now rank 0's heartbeat answers tell it that the heal ended without
+// it: it exits for its supervisor to restart it, and heals in again from its buddy's copy.
+TEST_F(HealEndTest, ARankThatMissedAHealsEndForGoodExitsAndHealsInAgain) {
+  constexpr int kMissing = 2;
+  std::vector<std::string> flags = testutil::HealingFlags();
+  flags.push_back("--drop_first_peer_call=HealEnd:2:every");
+  flags.push_back("--comm_timeout_ms=4000");  // how long rank 0 makes the dropped call
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartMidway(flags));
+  const int missed = group_[kMissing]->WaitFor(absl::Seconds(30));
+  ASSERT_NE(missed, -1) << "rank 2 waits for the end of a heal that rank 0 ended";
+  ASSERT_TRUE(WIFEXITED(missed));
+  EXPECT_EQ(WEXITSTATUS(missed), 75);
+  ASSERT_THAT(Restart(group_, kMissing, flags), IsOk());
+  ExpectHealedAndSteppedOn();
 }
 
 // Rank 0 (with --drop_first_peer_call) drops its first call that closes a session on rank 2, and

@@ -41,6 +41,8 @@
 
 namespace optstep {
 
+struct ResolvedState;  // replica_state_dict.h
+
 using SnapshotCallback = std::function<void(absl::StatusOr<std::shared_ptr<const ParamSnapshot>>)>;
 
 struct SessionStats {
@@ -217,6 +219,13 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   void ImportOwnedState(std::shared_ptr<const StateDict> state, DoneCallback done);
   void ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback done);
   void ImportMasters(std::shared_ptr<const StateDict> state, DoneCallback done);
+  // A heal's catch-up (heal.h, kCatchUp): ImportMasters of a peer's masters one step ahead of
+  // this rank, taken only where that step is the one a lost peer interrupted here and this
+  // rank's own part needs nothing of it: its update of the step applied before the cut, or the
+  // step was skipped. Else FAILED_PRECONDITION naming the steps, and nothing written: the
+  // masters and counters taken would leave this rank's optimizer state at another step (a state
+  // import cut part way leaves ranks a step apart too).
+  void CatchUp(std::shared_ptr<const StateDict> masters, DoneCallback done);
   // A heal begins (RankGroup::Regroup kBegin): no resolution starts until ResumeAfterHeal or
   // CancelHealPause, and this waits for a running one to end, on the communicator it began on
   // (the heal then rebuilds it; a resolution begun after the rebuild would wait for ranks that
@@ -269,6 +278,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // is pending), no step starting meanwhile; `then` under the lock on success.
   void ImportOnCoordinator(std::function<absl::Status()> write, std::function<void()> then,
                            DoneCallback done);
+  // CatchUp's condition on `peer`, the resolved masters of a peer (on the coordinator).
+  absl::Status CheckCatchUp(const ResolvedState& peer) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // StepLedger, for the coordinator.
   Pending BeginResolution() override ABSL_LOCKS_EXCLUDED(mu_);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
+#include "server/engine/replica_state_dict.h"
 #include "server/engine/session.h"
 
 namespace optstep {
@@ -137,6 +138,40 @@ void Session::ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback 
         return absl::OkStatus();
       },
       nullptr, std::move(done));
+}
+
+void Session::CatchUp(std::shared_ptr<const StateDict> masters, DoneCallback done) {
+  auto resolved = std::make_shared<std::shared_ptr<ResolvedState>>();
+  ImportOnCoordinator(
+      [this, masters = std::move(masters), resolved]() -> absl::Status {
+        OPTSTEP_ASSIGN_OR_RETURN(*resolved, ResolveState(*replica_, masters));
+        OPTSTEP_RETURN_IF_ERROR(CheckCatchUp(**resolved));
+        return WriteResolvedState(*replica_, **resolved);
+      },
+      [this, resolved]() ABSL_NO_THREAD_SAFETY_ANALYSIS { book_.WriteCounters(**resolved); },
+      std::move(done));
+}
+
+absl::Status Session::CheckCatchUp(const ResolvedState& peer) const {
+  StepCounters counters;
+  std::optional<uint64_t> interrupted;
+  {
+    absl::MutexLock lock(&mu_);
+    counters = book_.counters();
+    interrupted = book_.interrupted();
+  }
+  const uint64_t step = counters.step + 1;
+  const bool skipped = peer.skipped_steps == counters.skipped_steps + 1;
+  if (peer.step == step && interrupted == step &&
+      (replica_->owned_applied_step() == step || skipped)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "session '", id_, "': rank ", rank(), " at step ", counters.step, " (step ",
+      interrupted ? absl::StrCat(*interrupted, " interrupted") : std::string("none interrupted"),
+      ", its own update applied up to step ", replica_->owned_applied_step(),
+      ") cannot take the masters of step ", peer.step ? absl::StrCat(*peer.step) : "?",
+      " from a peer: its optimizer state would be at another step"));
 }
 
 void Session::ImportMasters(std::shared_ptr<const StateDict> state, DoneCallback done) {

@@ -525,7 +525,7 @@ absl::Status CatchUpFromPeers(Engine* engine, RankGroup* group, const CatchUpSou
                              fetch(static_cast<int>(from), id, HealPart::kMasters));
     OPTSTEP_RETURN_IF_ERROR(Named(*session, absl::StrCat("taking the masters of rank ", from),
                                   Imported([&](Session::DoneCallback done) {
-                                    session->ImportMasters(std::move(masters), std::move(done));
+                                    session->CatchUp(std::move(masters), std::move(done));
                                   })));
     LOG(WARNING) << "event=session_caught_up session=" << id << " rank=" << group->rank()
                  << " from=" << from << " step=" << behind << "->" << session->stats().step

@@ -274,6 +274,12 @@ absl::Status RedundancyGroup::ImportMasters(int r, const StateDict& state) {
   });
 }
 
+absl::Status RedundancyGroup::CatchUp(int r, const StateDict& masters) {
+  return AwaitDone([&](Session::DoneCallback done) {
+    session(r).CatchUp(std::make_shared<const StateDict>(masters), done);
+  });
+}
+
 namespace {
 
 // Holds rank `session` settled at the resolutions it started, runs `held`, releases.

@@ -90,6 +90,7 @@ class RedundancyGroup {
   absl::Status ImportOwnedState(int r, const StateDict& state);
   absl::Status ImportShadow(int r, const StateDict& state);
   absl::Status ImportMasters(int r, const StateDict& state);
+  absl::Status CatchUp(int r, const StateDict& masters);
 
   // Rank r's whole state (masters, owned state, counters) read, or written back (the step after
   // it is applied again), under a hold of rank r alone: the group must be idle.

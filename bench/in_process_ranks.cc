@@ -41,6 +41,7 @@ absl::StatusOr<std::vector<InProcessRank>> StartInProcessRanks(
     ranks[r].group = std::make_unique<RankGroup>(group, ranks[r].engine.get());
     ServerOptions server;
     server.host = "127.0.0.1";
+    server.stream_window_bytes = options.stream_window_bytes;
     absl::StatusOr<std::unique_ptr<Server>> started =
         Server::Start(server, ranks[r].engine.get(), ranks[r].group.get());
     if (!started.ok()) return started.status();

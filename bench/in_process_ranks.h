@@ -31,6 +31,7 @@ struct InProcessRankOptions {
   std::shared_ptr<StepObserver> observer;  // may be null
   bool state_redundancy = false;
   std::string checkpoint_root;  // RankGroupOptions::checkpoint_root
+  int stream_window_bytes = 16 << 20;  // ServerOptions::stream_window_bytes
 };
 
 // Starts `options.world_size` ranks and joins them into one group; `store` is their rendezvous

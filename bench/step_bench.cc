@@ -88,6 +88,8 @@ ABSL_FLAG(
     "OWNERS parameter storage: each rank keeps only the masters it owns, nothing is "
     "all-gathered (trainer 0 gets each parameter from its owner either way; docs/design.md §4); "
     "run once with and once without to compare.");
+ABSL_FLAG(int, stream_window_bytes, 16 << 20,
+          "The ranks' HTTP/2 window for each stream they receive (--stream_window_bytes).");
 ABSL_FLAG(bool, replicated, false,
           "REPLICATED: every trainer sends the whole gradient (the same buffer), instead of "
           "SHARDED halves.");
@@ -216,6 +218,7 @@ int Run() {
   rank_options.observer = recorder;
   rank_options.state_redundancy = absl::GetFlag(FLAGS_state_redundancy);
   rank_options.checkpoint_root = absl::GetFlag(FLAGS_auto_checkpoint_dir);
+  rank_options.stream_window_bytes = absl::GetFlag(FLAGS_stream_window_bytes);
   auto ranks = bench::StartInProcessRanks(rank_options, NewInMemoryKeyValueStore());
   if (!ranks.ok()) {
     std::fprintf(stderr, "cannot start the ranks: %s\n", ranks.status().ToString().c_str());

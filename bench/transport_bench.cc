@@ -36,6 +36,8 @@ ABSL_FLAG(int, repeats, 3, "Measured repetitions; the best is reported.");
 ABSL_FLAG(std::vector<std::string>, connections, std::vector<std::string>({"1", "4"}),
           "Numbers of connections (trainers) to measure.");
 ABSL_FLAG(bool, tcp, true, "Also measure raw TCP (the reference).");
+ABSL_FLAG(int, stream_window_bytes, 16 << 20,
+          "The rank's HTTP/2 window for each stream it receives (--stream_window_bytes).");
 
 namespace optstep {
 namespace {
@@ -95,6 +97,7 @@ int Run() {
   auto recorder = std::make_shared<bench::PhaseRecorder>();
   bench::InProcessRankOptions rank_options;
   rank_options.observer = recorder;
+  rank_options.stream_window_bytes = absl::GetFlag(FLAGS_stream_window_bytes);
   auto ranks = bench::StartInProcessRanks(rank_options, nullptr);
   if (!ranks.ok()) return 1;
   const std::string target = (*ranks)[0].address;

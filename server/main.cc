@@ -144,6 +144,10 @@ ABSL_FLAG(int, keep_checkpoints, 0,
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
           "Largest gRPC message received or sent; a larger one fails with RESOURCE_EXHAUSTED. "
           "Must hold a 4 MiB chunk plus its envelope for full-size chunks.");
+ABSL_FLAG(int, stream_window_bytes, 16 << 20,
+          "HTTP/2 flow-control window of each stream a rank receives: what a caller can make it "
+          "buffer for a stream it does not read (a trainer that sends on after its commit, or "
+          "one waiting for its turn).");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of this rank: TLS on its port, and its client certificate "
           "towards the other ranks. Unset (with --tls_key): plaintext.");
@@ -243,6 +247,12 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.checkpoint_temp_max_age =
       absl::Milliseconds(absl::GetFlag(FLAGS_checkpoint_temp_max_age_ms));
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.stream_window_bytes = absl::GetFlag(FLAGS_stream_window_bytes);
+  if (options.stream_window_bytes < (64 << 10)) {
+    return absl::InvalidArgumentError(absl::StrCat("--stream_window_bytes ",
+                                                   options.stream_window_bytes,
+                                                   " must be at least 65536 (HTTP/2's own)"));
+  }
   options.max_stream_bytes = absl::GetFlag(FLAGS_max_stream_bytes);
   options.stream_idle_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_stream_idle_timeout_ms));
   options.device_watchdog = absl::Milliseconds(absl::GetFlag(FLAGS_device_watchdog_ms));

@@ -198,6 +198,7 @@ absl::Status RankProcess::Launch() {
   server_options.port = options_.port;
   server_options.serve_rendezvous = options_.world_size > 1 && options_.rank == 0;
   server_options.max_message_bytes = options_.max_message_bytes;
+  server_options.stream_window_bytes = options_.stream_window_bytes;
   server_options.step_stream.max_bytes = options_.max_stream_bytes;
   server_options.step_stream.idle_timeout = options_.stream_idle_timeout;
   server_options.tls = options_.tls;

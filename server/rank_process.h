@@ -78,6 +78,8 @@ class RankProcess {
     // long are removed (SweepStaleCheckpointTemporaries); zero: none are.
     absl::Duration checkpoint_temp_max_age = absl::Hours(1);
     int max_message_bytes = (4 << 20) + (64 << 10);
+    // --stream_window_bytes (ServerOptions::stream_window_bytes).
+    int stream_window_bytes = 16 << 20;
     // Bounds on each Step stream before its commit (StepStreamLimits): bytes (0: twice the
     // session's gradient bytes on this rank) and time waiting on the trainer (zero: none).
     int64_t max_stream_bytes = 0;

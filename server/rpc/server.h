@@ -38,6 +38,10 @@ struct ServerOptions {
   int port = 0;  // 0: pick a free port
   // Largest gRPC message accepted; a 4 MiB chunk plus framing fits the default.
   int max_message_bytes = (4 << 20) + (64 << 10);
+  // The HTTP/2 flow-control window of each stream received: what the transport buffers of a
+  // stream the rank does not read (a Step stream after its commit, or waiting for its turn), so
+  // what a caller can make the rank hold per stream beside its message in hand.
+  int stream_window_bytes = 16 << 20;
   // Bounds on each Step stream before its commit.
   StepStreamLimits step_stream;
   // TLS on the port (docs/security.md); disabled by default: plaintext.

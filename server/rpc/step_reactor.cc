@@ -2,6 +2,7 @@
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/idle_bound.h"
+#include "server/rpc/open_streams.h"
 #include "server/rpc/param_chunker.h"
 #include "server/rpc/shared_step.h"
 #include "wire/chunk.h"
@@ -22,6 +24,16 @@
 
 namespace optstep {
 namespace {
+
+// The Step streams of a session open on this rank. A stream the rank does not read (it committed
+// and waits for the step's other trainers, up to the step deadline) holds up to its window and
+// a message; a trainer opens one per step, and its redo may come before the rank ended the
+// stream it replaces: a few per trainer at most.
+constexpr int kOpenStepStreamsPerTrainer = 4;
+OpenStreams& OpenSteps() {
+  static OpenStreams* const streams = new OpenStreams();
+  return *streams;
+}
 
 class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                           public LiveStepStreams::Stream,
@@ -160,6 +172,13 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     }
     auto session = FindSession(*engine_, caller_, header.session_id());
     if (!session.ok()) return session.status();
+    const int limit = kOpenStepStreamsPerTrainer * std::max(1, (*session)->config().num_trainers);
+    slot_ = OpenSteps().TryOpen(session->get(), limit);
+    if (!slot_.held()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "step stream: ", limit, " Step streams of session '", (*session)->id(), "' (",
+          kOpenStepStreamsPerTrainer, " per trainer) are open on this rank already"));
+    }
     // This rank or a peer shutting down: the other trainers of a step already begun may still
     // join it, so that it completes; nothing new starts.
     if (!(*session)->step_pending()) {
@@ -452,6 +471,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   grpc::ByteBuffer response_ ABSL_GUARDED_BY(mu_);
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kHeader;
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  OpenStreams::Slot slot_ ABSL_GUARDED_BY(mu_);  // the session's, in OpenSteps
   StepHandle handle_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> return_ids_ ABSL_GUARDED_BY(mu_);
   // StepHeader.shared_memory_segment: its gradients in, its parameters out; the snapshot the

@@ -1,0 +1,140 @@
+// What Step streams can make a rank hold. A stream the rank no longer reads: a trainer that
+// committed its part of a step, which waits for the step's other trainer, and goes on sending. Each
+// write completes only once the rank's HTTP/2 window for the stream takes it, so the bytes of the
+// writes that complete are what the rank buffers for the stream: its window (--stream_window_bytes,
+// 16 MiB). Before, the window was 256 MiB, and 64 writes of 4 MiB completed.
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "client/cpp/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "tests/integration/test_session.h"
+#include "tests/testing/status_matchers.h"
+
+namespace optstep {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kElements = 1 << 20;  // 4 MiB of fp32 values per chunk
+
+// A session of one 4 MiB parameter with `trainers` trainers on a rank of its own, and a stub.
+class StepStreamBoundsTest : public testing::Test {
+ protected:
+  void StartSession(int trainers) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(c_, testutil::StartConnected({}));
+    v1::SessionSpec spec;
+    spec.set_name("waits");
+    auto* p = spec.add_parameters();
+    p->set_name("wide.weight");
+    p->add_shape(kElements);
+    spec.set_num_trainers(trainers);
+    spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+    spec.mutable_optimizer()->set_preset("adam");
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c_.client->CreateSession(spec));
+    session_ = info.session_id();
+    stub_ = v1::OptimizerService::NewStub(
+        grpc::CreateChannel(c_.server->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  // Trainer 0's header of step 1.
+  v1::StepRequest Header() const {
+    v1::StepRequest request;
+    request.mutable_header()->set_session_id(session_);
+    request.mutable_header()->set_step(1);
+    request.mutable_header()->set_trainer_id(0);
+    return request;
+  }
+
+  testutil::ConnectedServer c_;
+  std::string session_;
+  std::unique_ptr<v1::OptimizerService::Stub> stub_;
+};
+
+TEST_F(StepStreamBoundsTest, AStreamNotReadHoldsAtMostItsWindow) {
+  ASSERT_NO_FATAL_FAILURE(StartSession(2));
+  grpc::ClientContext context;
+  auto stream = stub_->Step(&context);
+  ASSERT_TRUE(stream->Write(Header()));
+  v1::StepRequest request;
+  request.mutable_commit()->set_num_elements(0);
+  ASSERT_TRUE(stream->Write(request));
+  // The step waits for trainer 1; the rank reads nothing more of this stream.
+  request.Clear();
+  v1::TensorChunk* gradient = request.mutable_gradient();
+  gradient->set_param_id(0);
+  gradient->set_dtype(v1::DTYPE_FP32);
+  gradient->mutable_data()->assign(size_t{kElements} * 4, '\0');
+  std::atomic<int> written{0};
+  std::thread writer([&] {
+    while (stream->Write(request)) ++written;
+  });
+  // A window of 256 MiB fills within a second on loopback; a write beyond the window never
+  // completes, however long the test waits.
+  absl::SleepFor(absl::Seconds(3));
+  const int taken = written.load();
+  context.TryCancel();
+  writer.join();
+  // The window, and the message the transport is parsing.
+  EXPECT_LE(taken, 5) << "the rank took " << taken * 4 << " MiB of a stream it does not read";
+  EXPECT_GE(taken, 1);
+}
+
+// Step streams that a session's trainer opens and leaves open, each of which the rank may hold
+// up to its window for. Before, there was no limit; now a session has four per trainer open on a
+// rank at most, and the others are refused RESOURCE_EXHAUSTED naming the limit. Which ones is up
+// to the order the rank reads the headers in, so the test counts: every stream has a deadline,
+// an open one ends at it, a refused one at once.
+TEST_F(StepStreamBoundsTest, ASessionHasFourStepStreamsPerTrainerOpenAtMost) {
+  ASSERT_NO_FATAL_FAILURE(StartSession(1));
+  constexpr int kStreams = 8;
+  struct Call {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream;
+  };
+  std::vector<Call> calls(kStreams);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  for (Call& call : calls) {
+    call.context.set_deadline(absl::ToChronoTime(deadline));
+    call.stream = stub_->Step(&call.context);
+    ASSERT_TRUE(call.stream->Write(Header()));
+  }
+  // Each stream's end read on a thread of its own: a status that came before the deadline is
+  // taken before it.
+  std::vector<grpc::Status> ended(kStreams);
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kStreams; ++i) {
+    readers.emplace_back([&call = calls[i], &status = ended[i]] {
+      v1::StepResponse response;
+      while (call.stream->Read(&response)) {
+      }
+      status = call.stream->Finish();
+    });
+  }
+  for (std::thread& reader : readers) reader.join();
+  int refused = 0, open = 0;
+  for (const grpc::Status& status : ended) {
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      EXPECT_THAT(status.error_message(),
+                  HasSubstr("4 Step streams of session '" + session_ + "' (4 per trainer)"));
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+      ++open;
+    }
+  }
+  EXPECT_EQ(open, 4);
+  EXPECT_EQ(refused, kStreams - 4);
+}
+
+}  // namespace
+}  // namespace optstep

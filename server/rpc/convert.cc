@@ -252,6 +252,19 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
   return config;
 }
 
+absl::Status CheckNewSessionSpec(const v1::SessionSpec& spec) {
+  // Each expired step is a resolution on every rank (an abort vote, its relay and its log lines):
+  // a deadline of a few milliseconds would have every rank abort the session's steps as fast as
+  // its trainers send them.
+  constexpr uint64_t kMinStepDeadlineMs = 100;
+  if (spec.step_deadline_ms() != 0 && spec.step_deadline_ms() < kMinStepDeadlineMs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session: step_deadline_ms = ", spec.step_deadline_ms(),
+                     " must be 0 (the server's ", "default) or at least ", kMinStepDeadlineMs));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec) {
   SessionConfig config;
   OPTSTEP_RETURN_IF_ERROR(CheckCallerName("session name", spec.name(), kMaxNameBytes));
@@ -335,15 +348,6 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
     return absl::InvalidArgumentError(
         absl::StrCat("session: step_deadline_ms = ", spec.step_deadline_ms(), " must be at most ",
                      kMaxStepDeadlineMs, " (an hour)"));
-  }
-  // Each expired step is a resolution on every rank (an abort vote, its relay and its log lines):
-  // a deadline of a few milliseconds would have every rank abort the session's steps as fast as
-  // its trainers send them.
-  constexpr uint64_t kMinStepDeadlineMs = 100;
-  if (spec.step_deadline_ms() != 0 && spec.step_deadline_ms() < kMinStepDeadlineMs) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "session: step_deadline_ms = ", spec.step_deadline_ms(), " must be 0 (the server's ",
-        "default) or at least ", kMinStepDeadlineMs));
   }
   config.step_deadline = absl::Milliseconds(spec.step_deadline_ms());
   OPTSTEP_ASSIGN_OR_RETURN(config.chain, ChainConfigFromProto(spec.optimizer()));

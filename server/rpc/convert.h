@@ -34,6 +34,10 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
                                                      const std::string& owner,
                                                      const std::string& request_id);
 absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& config);
+// What a session a caller creates must also hold, beyond SessionConfigFromProto: bounds added
+// after sessions were saved without them (a step_deadline_ms of 0 or at least 100), which their
+// restores and heals do not refuse. INVALID_ARGUMENT naming the field and the bound.
+absl::Status CheckNewSessionSpec(const v1::SessionSpec& spec);
 
 // Header of a Step stream. INVALID_ARGUMENT for a zero step number or a return dtype other than
 // fp32/bf16.

@@ -306,6 +306,7 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
         "0 reports SERVING");
   }
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
+  OPTSTEP_RETURN_IF_ERROR(CheckNewSessionSpec(spec));
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec, owner, request_id));
   absl::MutexLock create_lock(&create_mu_);
   // Again: a heal may have run while this call waited for the lock.

@@ -137,6 +137,22 @@ TEST(ConvertTest, MalformedSessionsAreRefused) {
 
 // Names reach logs, messages and state-dict keys: control characters and unbounded lengths are
 // refused, the name shown escaped and cut short.
+// A session created now has a step deadline of 0 or at least 100 ms; one saved before that bound
+// (restored, or rebuilt on a rank that heals in) keeps the deadline it had.
+TEST(ConvertTest, TheDeadlineBoundOfNewSessionsSparesSavedOnes) {
+  v1::SessionSpec spec = Spec(kValid);
+  spec.set_step_deadline_ms(50);
+  EXPECT_THAT(CheckNewSessionSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "step_deadline_ms = 50 must be 0 (the server's default) or at least 100"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionConfig config, SessionConfigFromProto(spec));
+  EXPECT_EQ(config.step_deadline, absl::Milliseconds(50));
+  for (uint64_t allowed : {0, 100, 1500}) {
+    spec.set_step_deadline_ms(allowed);
+    EXPECT_THAT(CheckNewSessionSpec(spec), IsOk()) << allowed;
+  }
+}
+
 TEST(ConvertTest, NamesWithControlCharactersOrOverTheirBoundAreRefused) {
   v1::SessionSpec spec = Spec(kValid);
   spec.set_name("run\n\x1b[2J");

@@ -249,7 +249,8 @@ class RankProcess {
   // rank does. A failure is logged (the survivors' wait then ends in a restart of the group).
   void StartStandIn(int rank);
   // Once the stood-in rank's own process has rejoined (the group knows it at another address
-  // than the stand-in's), stops the stand-in (EndStandIn). For rank 0, once its own process
+  // than the stand-in's), stops the stand-in (EndStandIn); also once that process was lost in
+  // its heal, and then stands in again after the rejoin timeout. For rank 0, once its own process
   // serves its store: that process heals itself in after the stand-in stopped.
   void EndStandInOnceReplaced();
   // Stops the stand-in without telling the peers, and frees its budget.

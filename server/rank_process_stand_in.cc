@@ -127,15 +127,22 @@ void RankProcess::EndStandInOnceReplaced() {
   }
   const std::vector<std::string> addresses = group_->addresses();
   // Before the stand-in is healed in, the group is not whole; after, the rank is at its address.
-  // Only once the heal of the rank's own process has ended (PeersStatus): until its PauseForHeal
-  // returned, a peer may still run a step that the stand-in takes part in.
-  if (!group_->PeersStatus().ok() || rank >= static_cast<int>(addresses.size()) ||
-      addresses[rank] == stand_in_address_) {
-    return;
+  if (rank >= static_cast<int>(addresses.size()) || addresses[rank] == stand_in_address_) return;
+  // Another process took the rank's place. Only once its heal has ended (until its PauseForHeal
+  // returned, a peer may still run a step that the stand-in takes part in): healed in, or lost
+  // in its heal, which leaves the rank lost again and the stand-in out of the group.
+  if (group_->PeersStatus().ok()) {
+    LOG(WARNING) << "event=stand_in_ended rank=" << rank << " address=" << addresses[rank]
+                 << " rank " << rank << "'s own process is back in the group; its stand-in stops";
+    EndStandIn();
+  } else if (!group_->healing() && group_->peer_failed(rank)) {
+    LOG(WARNING) << "event=stand_in_ended rank=" << rank << " address=" << addresses[rank]
+                 << " the process that took rank " << rank
+                 << "'s place was lost in its heal; its stand-in stops, and this rank stands in "
+                    "for it again if it does not return";
+    EndStandIn();
+    stand_in_started_ = false;
   }
-  LOG(WARNING) << "event=stand_in_ended rank=" << rank << " address=" << addresses[rank] << " rank "
-               << rank << "'s own process is back in the group; its stand-in stops";
-  EndStandIn();
 }
 
 void RankProcess::EndStandIn() {

@@ -2,10 +2,12 @@
 // stood in for by its buddy, in the buddy's process (docs/deploy.md, "A rank that does not
 // return"): training goes on through the stand-in, bit for bit, until the rank's own process
 // takes its place back. While rank 0 is stood in, another rank restarted finds the group at the
-// stand-in's store and is healed in there, and the stand-in writes the automatic checkpoints.
+// stand-in's store and is healed in there, and the stand-in writes the automatic checkpoints. A
+// stand-in replaced by a process lost in its heal is started again.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <memory>
 #include <string>
@@ -236,6 +238,54 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   EXPECT_EQ(saved_back.step(), 3u);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters pulled, puller->PullParameters(id, DType::kF32, {}));
   EXPECT_EQ(pulled.step, 3u);
+  for (uint64_t step = 4; step <= kSteps; ++step) {
+    ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
+  }
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
+  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
+
+// Rank 1 is stood in for by rank 2, and its own process returns and dies while it heals in
+// (--kill_during_heal=transfer). Before, the stand-in, replaced in the group by that process,
+// stayed up unused, rank 2 started no second one, and the group restarted once the stand-in's
+// wait was over. Now rank 2 stops it and stands in again after the rejoin timeout; the trainer's
+// step is redone there, and the run ends bit for bit with an undisturbed session once rank 1's
+// next process is back.
+TEST(StandInTest, AStandInReplacedByAProcessLostInItsHealStandsInAgain) {
+  constexpr int kDead = 1;
+  constexpr int kBuddy = 2;
+  const std::vector<std::string> flags = StandInFlags();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  constexpr uint64_t kSteps = 5;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->CreateSession(SpreadSpec("again")));
+  const std::string& id = info.session_id();
+  ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
+  const std::string own_address = group[kDead]->address();
+  group[kDead]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());  // through the stand-in
+
+  std::vector<std::string> dying = flags;
+  dying.push_back("--kill_during_heal=transfer");
+  ASSERT_THAT(Restart(group, kDead, dying), IsOk());
+  const int died = group[kDead]->WaitFor(absl::Seconds(30));
+  ASSERT_TRUE(WIFSIGNALED(died) && WTERMSIG(died) == SIGKILL) << "rank 1 did not die healing in";
+  // Waits out the rejoin timeout and the second stand-in's heal, then is redone on it.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, StepSpread(*trainer, id, 3));
+  EXPECT_EQ(reply.step, 3u);
+  EXPECT_EQ(testutil::ScrapeMetrics(group[kBuddy]->metrics_port())["optstep_stand_ins"], 1);
+  for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group[r])) << "rank " << r << " exited";
+
+  ASSERT_THAT(Restart(group, kDead, flags), IsOk());
+  ASSERT_TRUE(AwaitOwnProcess(*trainer, id, kDead, own_address))
+      << "rank 1's own process did not take its place back";
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
+  }
   for (uint64_t step = 4; step <= kSteps; ++step) {
     ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
   }

@@ -135,6 +135,9 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     {
       absl::MutexLock lock(&mu_);
       alarm = idle_.Stop();
+      // The stream is over, its window let go: a chunk that still waits in the session keeps
+      // this reactor, not the session's slot.
+      slot_.Release();
     }
     alarm.reset();  // cancels: its callback returns at once, without the lock
     if (streams_ != nullptr) streams_->Remove(this);

@@ -220,11 +220,11 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   void ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback done);
   void ImportMasters(std::shared_ptr<const StateDict> state, DoneCallback done);
   // A heal's catch-up (heal.h, kCatchUp): ImportMasters of a peer's masters one step ahead of
-  // this rank, taken only where that step is the one a lost peer interrupted here and this
-  // rank's own part needs nothing of it: its update of the step applied before the cut, or the
-  // step was skipped. Else FAILED_PRECONDITION naming the steps, and nothing written: the
-  // masters and counters taken would leave this rank's optimizer state at another step (a state
-  // import cut part way leaves ranks a step apart too).
+  // this rank, taken only where this rank's own part needs nothing of that step: its update of
+  // the step applied (before a lost peer cut the step here, or in the shadow a healed rank took
+  // its state from), or the step was skipped. Else FAILED_PRECONDITION naming the steps, and
+  // nothing written: the masters and counters taken would leave this rank's optimizer state at
+  // another step (a state import cut part way leaves ranks a step apart too).
   void CatchUp(std::shared_ptr<const StateDict> masters, DoneCallback done);
   // A heal begins (RankGroup::Regroup kBegin): no resolution starts until ResumeAfterHeal or
   // CancelHealPause, and this waits for a running one to end, on the communicator it began on

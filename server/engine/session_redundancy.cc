@@ -154,24 +154,22 @@ void Session::CatchUp(std::shared_ptr<const StateDict> masters, DoneCallback don
 
 absl::Status Session::CheckCatchUp(const ResolvedState& peer) const {
   StepCounters counters;
-  std::optional<uint64_t> interrupted;
   {
     absl::MutexLock lock(&mu_);
     counters = book_.counters();
-    interrupted = book_.interrupted();
   }
+  // A rank interrupted in the step after its update, or a rank just healed in, whose own state
+  // came from a shadow that took the step; a state import leaves owned_applied_step at 0.
   const uint64_t step = counters.step + 1;
   const bool skipped = peer.skipped_steps == counters.skipped_steps + 1;
-  if (peer.step == step && interrupted == step &&
-      (replica_->owned_applied_step() == step || skipped)) {
+  if (peer.step == step && (replica_->owned_applied_step() == step || skipped)) {
     return absl::OkStatus();
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "session '", id_, "': rank ", rank(), " at step ", counters.step, " (step ",
-      interrupted ? absl::StrCat(*interrupted, " interrupted") : std::string("none interrupted"),
-      ", its own update applied up to step ", replica_->owned_applied_step(),
-      ") cannot take the masters of step ", peer.step ? absl::StrCat(*peer.step) : "?",
-      " from a peer: its optimizer state would be at another step"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("session '", id_, "': rank ", rank(), " at step ", counters.step,
+                   " (its own update applied up to step ", replica_->owned_applied_step(),
+                   ") cannot take the masters of step ", peer.step ? absl::StrCat(*peer.step) : "?",
+                   " from a peer: its optimizer state would be at another step"));
 }
 
 void Session::ImportMasters(std::shared_ptr<const StateDict> state, DoneCallback done) {

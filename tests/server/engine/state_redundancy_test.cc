@@ -350,11 +350,43 @@ TEST_P(SplitStepTest, ACollectiveCompletedOnSomeRanksOnlyIsCaughtUpByTheOthers) 
   ExpectSameState(group, reference);
 }
 
-// A state import cut part way leaves ranks a step apart with no step interrupted: here rank 1 is
-// at step 2, and a peer's masters are at step 3. Before, a heal's catch-up gave rank 1 those
-// masters and counters beside its own optimizer state of step 2; it is refused now, and rank 1
-// keeps what it had.
-TEST(StateRedundancyTest, ACatchUpIsRefusedWhereNoStepWasInterrupted) {
+// As above, but rank 0 is the one interrupted in step 3 and rank 1 finished it. Rank 2, healed,
+// takes its masters and counters from rank 0 (step 2) and its own state from rank 0's shadow of
+// it, which took step 3: it is a step behind too, and both catch up from rank 1.
+TEST_P(SplitStepTest, AHealedRankBehindTheFinishedOneIsCaughtUpToo) {
+  SessionConfig config = ConfigOf("muon");
+  config.storage = GetParam();
+  const char* last = GetParam() == ParameterStorage::kOwners ? "Barrier" : "AllGatherV";
+  RedundancyGroup reference(3, config);
+  for (uint64_t step = 1; step <= 5; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+
+  RedundancyGroup group(3, config);
+  for (uint64_t step = 1; step <= 2; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  for (int r : {0, 2}) {
+    FaultInjector& faults = group.comm(r).faults();
+    faults.FailAfterCall(last, faults.calls(last) + 1,
+                         absl::UnavailableError("injected: rank 2 dies"));
+  }
+  const std::vector<absl::StatusOr<StepOutcome>> outcomes = group.Step(3);
+  OPTSTEP_EXPECT_OK(outcomes[1].status());
+  EXPECT_EQ(group.session(0).interrupted_step(), std::optional<uint64_t>(3));
+
+  group.Regroup(/*replaced=*/2);
+  OPTSTEP_ASSERT_OK(group.ImportMasters(2, group.Masters(0)));
+  OPTSTEP_ASSERT_OK(group.ImportOwnedState(2, group.Shadow(0)));
+  OPTSTEP_ASSERT_OK(group.ImportShadow(2, group.OwnedState(1)));
+  OPTSTEP_ASSERT_OK(group.CatchUp(0, group.Masters(1)));
+  OPTSTEP_ASSERT_OK(group.CatchUp(2, group.Masters(1)));
+  for (int r = 0; r < 3; ++r) group.session(r).ResumeAfterHeal();
+  for (uint64_t step = 4; step <= 5; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  ExpectSameState(group, reference);
+}
+
+// A state import cut part way leaves ranks a step apart, with no update of the step applied on
+// the one behind: here rank 1 is at step 2, and a peer's masters are at step 3. Before, a heal's
+// catch-up gave rank 1 those masters and counters beside its own optimizer state of step 2; it
+// is refused now, and rank 1 keeps what it had.
+TEST(StateRedundancyTest, ACatchUpIsRefusedWhereTheStepsUpdateWasNotApplied) {
   const SessionConfig config = ConfigOf("adamw");
   RedundancyGroup ahead(3, config);
   for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(ahead.StepOk(step));

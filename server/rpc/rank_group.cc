@@ -306,13 +306,14 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
         "0 reports SERVING");
   }
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
-  OPTSTEP_RETURN_IF_ERROR(CheckNewSessionSpec(spec));
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec, owner, request_id));
   absl::MutexLock create_lock(&create_mu_);
   // Again: a heal may have run while this call waited for the lock.
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
   OPTSTEP_ASSIGN_OR_RETURN(Engine::Created existing, engine_->FindExisting(config));
+  // A trainer attaches to a session restored as it was saved, bounds added since or not.
   if (existing.session != nullptr) return existing;
+  OPTSTEP_RETURN_IF_ERROR(CheckNewSessionSpec(spec));
   if (options_.world_size == 1) return engine_->CreateSession(std::move(config));
 
   OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,

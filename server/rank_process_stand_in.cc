@@ -7,6 +7,7 @@
 // docs/deploy.md, "A rank that does not return".
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,6 +124,18 @@ void RankProcess::EndStandInOnceReplaced() {
                  << " rank 0's own process is back; its stand-in stops for it to heal itself in";
     group_->SetRankZeroStandIn("");
     EndStandIn();
+    return;
+  }
+  // A stand-in that missed the end of a heal for good stays paused (it runs no watch of its own,
+  // as a rank does: WatchSessionGroups): it stops, the peers lose the rank, and this rank stands
+  // in for it again after the rejoin timeout.
+  if (std::optional<uint64_t> missed = stand_in_->group_->MissedHealEnd()) {
+    LOG(WARNING) << "event=stand_in_ended rank=" << rank
+                 << " rank 0 ended the heal into generation " << *missed
+                 << " without the stand-in; it stops, and this rank stands in for rank " << rank
+                 << " again if it does not return";
+    EndStandIn();
+    stand_in_started_ = false;
     return;
   }
   const std::vector<std::string> addresses = group_->addresses();

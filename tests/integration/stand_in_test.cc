@@ -3,7 +3,8 @@
 // return"): training goes on through the stand-in, bit for bit, until the rank's own process
 // takes its place back. While rank 0 is stood in, another rank restarted finds the group at the
 // stand-in's store and is healed in there, and the stand-in writes the automatic checkpoints. A
-// stand-in replaced by a process lost in its heal is started again.
+// stand-in replaced by a process lost in its heal, or one that missed its heal's end, is
+// started again.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -292,6 +293,34 @@ TEST(StandInTest, AStandInReplacedByAProcessLostInItsHealStandsInAgain) {
   EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
   EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
+
+// Rank 0 (--drop_first_peer_call=HealEnd:1:every) drops every attempt of its call that ends the
+// heal of rank 1's stand-in, until the group's timeout ends the call: the stand-in misses the
+// end for good. Before, it stayed paused, and the trainer's step waited on it in vain. Now its
+// host stops it once rank 0's heartbeat answers say the heal ended, and stands in again.
+TEST(StandInTest, AStandInThatMissedItsHealsEndIsStartedAgain) {
+  constexpr int kDead = 1;
+  constexpr int kBuddy = 2;
+  std::vector<std::string> flags = StandInFlags();
+  flags.push_back("--drop_first_peer_call=HealEnd:1:every");
+  flags.push_back("--comm_timeout_ms=4000");  // how long rank 0 makes the dropped call
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  constexpr uint64_t kSteps = 3;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->CreateSession(SpreadSpec("missed")));
+  const std::string& id = info.session_id();
+  ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
+  group[kDead]->SignalAndWait(SIGKILL);
+  // Through the second stand-in: the first one's heal never ends on it.
+  ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());
+  EXPECT_EQ(testutil::ScrapeMetrics(group[kBuddy]->metrics_port())["optstep_stand_ins"], 1);
+  ASSERT_THAT(StepSpread(*trainer, id, 3).status(), IsOk());
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
+  for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
 }  // namespace

@@ -425,7 +425,9 @@ void RankProcess::WatchSessionGroups() {
   bool members_were_well = true;
   while (!shutdown_requested_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
     EndStandInOnceReplaced();
-    if (std::optional<uint64_t> missed = group_->MissedHealEnd()) {
+    // Without a supervisor to restart it (--noexit_on_peer_loss) the rank waits, and watches on.
+    std::optional<uint64_t> missed = group_->MissedHealEnd();
+    if (missed.has_value() && options_.exit_on_peer_loss) {
       return ExitForRestart(absl::StrCat("rank 0 ended the heal into generation ", *missed,
                                          " without this rank, which heals in again restarted"));
     }

@@ -151,7 +151,8 @@ int Run() {
       }
       for (auto& thread : threads) thread.join();
       const double gbps = total / absl::ToDoubleSeconds(absl::Now() - start) / 1e9;
-      const absl::Duration ingest = recorder->Take()[static_cast<int>(StepObserver::Phase::kIngest)];
+      const absl::Duration ingest =
+          recorder->Take()[static_cast<int>(StepObserver::Phase::kIngest)];
       if (step == 1) continue;  // the first step warms up
       best = std::max(best, gbps);
       best_ingest = std::max(best_ingest, total / absl::ToDoubleSeconds(ingest) / 1e9);

@@ -334,5 +334,43 @@ std::string Difference(const StateDict& a, const StateDict& b) {
   return "";
 }
 
+namespace {
+
+ParamInfo Param(const std::string& name, Shape shape) { return ParamInfo{name, std::move(shape)}; }
+
+}  // namespace
+
+SessionConfig ConfigOf(const std::string& kind) {
+  SessionConfig config;
+  config.name = "redundancy";
+  config.params = {Param("fc1.weight", {24, 16}),  Param("fc1.bias", {24}),
+                   Param("fc2.weight", {8, 24}),   Param("fc2.bias", {8}),
+                   Param("head.weight", {12, 12}), Param("head.bias", {12})};
+  SubOptimizerConfig main;
+  main.name = "main";
+  main.kind = kind;
+  SubOptimizerConfig adam;
+  adam.name = "adam";
+  adam.kind = "adamw";
+  config.chain.sub_optimizers = {main, adam};
+  RoutingRule matrices;
+  matrices.ndim = 2;
+  matrices.sub_optimizer = "main";
+  RoutingRule rest;
+  rest.sub_optimizer = "adam";
+  config.chain.rules = {matrices, rest};
+  config.step_deadline = absl::Seconds(60);
+  return config;
+}
+
+void ExpectSameState(RedundancyGroup& group, RedundancyGroup& reference) {
+  for (int r = 0; r < group.world(); ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ(Difference(group.Masters(r), reference.Masters(r)), "");
+    EXPECT_EQ(Difference(group.OwnedState(r), reference.OwnedState(r)), "");
+    EXPECT_EQ(Difference(group.Shadow(r), reference.Shadow(r)), "");
+  }
+}
+
 }  // namespace testutil
 }  // namespace optstep

@@ -127,6 +127,13 @@ class RedundancyGroup {
 // first difference.
 std::string Difference(const StateDict& a, const StateDict& b);
 
+// A session of six parameters: the matrices stepped by `kind`, the rest by AdamW; clipping on
+// (the chain's default of 1).
+SessionConfig ConfigOf(const std::string& kind);
+// Every rank's masters, own state and shadow of `group` equal `reference`'s (gtest
+// expectations).
+void ExpectSameState(RedundancyGroup& group, RedundancyGroup& reference);
+
 }  // namespace testutil
 }  // namespace optstep
 

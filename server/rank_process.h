@@ -253,7 +253,8 @@ class RankProcess {
   // its heal, and then stands in again after the rejoin timeout. For rank 0, once its own process
   // serves its store: that process heals itself in after the stand-in stopped.
   void EndStandInOnceReplaced();
-  // Stops the stand-in without telling the peers, and frees its budget.
+  // Stops the stand-in without telling the peers, and frees its budget; a later loss of the rank
+  // is stood in for again.
   void EndStandIn();
   // Rank 1: whether a new process of rank 0 serves rank 0's configured store (it published its
   // address and formed no group yet): it heals itself in, and no stand-in may run beside it.

@@ -135,7 +135,6 @@ void RankProcess::EndStandInOnceReplaced() {
                  << " without the stand-in; it stops, and this rank stands in for rank " << rank
                  << " again if it does not return";
     EndStandIn();
-    stand_in_started_ = false;
     return;
   }
   const std::vector<std::string> addresses = group_->addresses();
@@ -154,7 +153,6 @@ void RankProcess::EndStandInOnceReplaced() {
                  << "'s place was lost in its heal; its stand-in stops, and this rank stands in "
                     "for it again if it does not return";
     EndStandIn();
-    stand_in_started_ = false;
   }
 }
 
@@ -163,6 +161,9 @@ void RankProcess::EndStandIn() {
   // the rank as gone.
   stand_in_->announce_leave_ = false;
   stand_in_.reset();  // shuts it down and waits
+  // The rank may be lost again (its own process, or this stand-in's heal): it is stood in for
+  // again after the rejoin timeout.
+  stand_in_started_ = false;
   stand_in_address_.clear();
   stand_in_budget_.Release();
   metrics_->StandInsChanged(-1);

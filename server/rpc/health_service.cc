@@ -14,11 +14,13 @@ using ::grpc::health::v1::HealthCheckResponse;
 
 // One Watch stream (OwnedWriteReactor: it owns itself until OnDone, writes one message at a time,
 // finishes once, and a write its client does not take within the idle bound cancels the call).
-// The service keeps it weakly and tells it each status of its service through Update, with the
-// service's lock released. A status that comes while a write is in flight waits in pending_,
-// where a newer one replaces it, so that the client reads the latest status soon, and never the
-// same one twice in a row. OnDone comes only after Finish, hence finished_ is set before it: an
-// Update or End that comes after OnDone (the service took this watcher just before) does nothing.
+// The service keeps it weakly and tells it each status of its service through Update, under the
+// service's lock, so in the order of the changes (StartWrite and Finish run no reaction inline,
+// and the watcher takes the service's lock only in Released, outside its own). A status that
+// comes while a write is in flight waits in pending_, where a newer one replaces it, so that the
+// client reads the latest status soon, and never the same one twice in a row. OnDone comes only
+// after Finish, hence finished_ is set before it: an Update or End that comes after OnDone (the
+// service took this watcher just before) does nothing.
 class HealthService::Watcher final : public OwnedWriteReactor<HealthCheckResponse, Watcher> {
  public:
   // A new watcher of `service_name` on the call of `context`, which owns itself until OnDone.
@@ -34,13 +36,11 @@ class HealthService::Watcher final : public OwnedWriteReactor<HealthCheckRespons
 
   const std::string& service_name() const { return service_name_; }
 
-  // Writes `status`, the service's as of its `version`-th change, unless the stream is finished
-  // or ending, or was told a later version already, or `status` is what the client reads last
-  // already.
-  void Update(ServingStatus status, uint64_t version) ABSL_LOCKS_EXCLUDED(mu_) {
+  // Writes `status`, unless the stream is finished or ending, or `status` is what the client
+  // reads last already.
+  void Update(ServingStatus status) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    if (finished_ || ending_ || version < version_) return;
-    version_ = version;
+    if (finished_ || ending_) return;
     if ((pending_.has_value() ? pending_ : written_) == status) return;
     if (written_ == status) {
       pending_.reset();  // back to what is written: the unsent change in between is moot
@@ -80,8 +80,6 @@ class HealthService::Watcher final : public OwnedWriteReactor<HealthCheckRespons
   // The status of the last write started; the one to write once no write is in flight.
   std::optional<ServingStatus> written_ ABSL_GUARDED_BY(mu_);
   std::optional<ServingStatus> pending_ ABSL_GUARDED_BY(mu_);
-  // The service's version of the last status told.
-  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   // End was called: finish once nothing is pending.
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -99,47 +97,30 @@ HealthService::~HealthService() { Shutdown(); }
 void HealthService::SetServingStatus(absl::string_view service, bool serving) {
   const ServingStatus status =
       serving ? HealthCheckResponse::SERVING : HealthCheckResponse::NOT_SERVING;
-  std::vector<std::shared_ptr<Watcher>> watchers;
-  uint64_t version = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = statuses_.find(service);
-    CHECK(it != statuses_.end()) << "health: service '" << service << "' was not declared";
-    if (shut_down_ || it->second == status) return;
-    it->second = status;
-    version = ++version_;
-    for (const auto& entry : watchers_) {
-      std::shared_ptr<Watcher> watcher = entry.second.lock();
-      if (watcher != nullptr && watcher->service_name() == service) {
-        watchers.push_back(std::move(watcher));
-      }
-    }
+  absl::MutexLock lock(&mu_);
+  auto it = statuses_.find(service);
+  CHECK(it != statuses_.end()) << "health: service '" << service << "' was not declared";
+  if (shut_down_ || it->second == status) return;
+  it->second = status;
+  for (const auto& entry : watchers_) {
+    std::shared_ptr<Watcher> watcher = entry.second.lock();
+    if (watcher != nullptr && watcher->service_name() == service) watcher->Update(status);
   }
-  for (const std::shared_ptr<Watcher>& watcher : watchers) watcher->Update(status, version);
 }
 
 void HealthService::Shutdown() {
-  std::vector<std::pair<std::shared_ptr<Watcher>, ServingStatus>> watchers;
-  uint64_t version = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (shut_down_) return;
-    shut_down_ = true;
-    for (auto& entry : statuses_) entry.second = HealthCheckResponse::NOT_SERVING;
-    version = ++version_;
-    for (const auto& entry : watchers_) {
-      std::shared_ptr<Watcher> watcher = entry.second.lock();
-      if (watcher == nullptr) continue;
-      const ServingStatus status = StatusLocked(watcher->service_name());
-      watchers.emplace_back(std::move(watcher), status);
-    }
-    // Those that end now are told nothing more; Forget finds them gone.
-    watchers_.clear();
-  }
-  for (const auto& [watcher, status] : watchers) {
-    watcher->Update(status, version);
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (auto& entry : statuses_) entry.second = HealthCheckResponse::NOT_SERVING;
+  for (const auto& entry : watchers_) {
+    std::shared_ptr<Watcher> watcher = entry.second.lock();
+    if (watcher == nullptr) continue;
+    watcher->Update(StatusLocked(watcher->service_name()));
     watcher->End();
   }
+  // Those that end now are told nothing more; Forget finds them gone.
+  watchers_.clear();
 }
 
 grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,
@@ -165,21 +146,14 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
 grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
     grpc::CallbackServerContext* context, const HealthCheckRequest* request) {
   std::shared_ptr<Watcher> watcher = Watcher::Create(this, request->service(), context);
-  ServingStatus status;
-  uint64_t version = 0;
-  bool shut_down = false;
-  {
-    absl::MutexLock lock(&mu_);
-    status = StatusLocked(request->service());
-    version = version_;
-    shut_down = shut_down_;
-    if (!shut_down) watchers_.emplace(watcher.get(), watcher);
+  // Writes before the reactor is returned wait in gRPC until it binds the reactor to the call.
+  absl::MutexLock lock(&mu_);
+  watcher->Update(StatusLocked(request->service()));
+  if (shut_down_) {
+    watcher->End();
+  } else {
+    watchers_.emplace(watcher.get(), watcher);
   }
-  // A change made since the lock was released may have been told already, with a later version:
-  // then this status, older, is dropped. Writes before the reactor is returned wait in gRPC
-  // until it binds the reactor to the call.
-  watcher->Update(status, version);
-  if (shut_down) watcher->End();
   return watcher.get();
 }
 

@@ -71,14 +71,11 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   // Called by `watcher`'s OnDone: it is told nothing more.
   void Forget(Watcher* watcher) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Lock order: mu_, then a Watcher's own lock. In fact never both: the service tells its
-  // watchers with mu_ released, and a watcher takes mu_ (Forget) only outside its own lock.
+  // Lock order: mu_, then a Watcher's own lock (the service tells its watchers under mu_, so in
+  // the order of the changes); a watcher takes mu_ (Forget) only outside its own lock.
   const absl::Duration idle_timeout_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, ServingStatus> statuses_ ABSL_GUARDED_BY(mu_);
-  // Counts the changes of statuses_. Watchers are told out of mu_, so two changes in quick
-  // succession may reach one in either order: it keeps the later one (Watcher::Update).
-  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   // The open Watch streams, from Watch until their OnDone (Forget) or Shutdown. Weak: each owns
   // itself until OnDone. One taken here just before its OnDone may still be told after it, and

@@ -247,80 +247,88 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
+// Rank 1 of a group run with `flags` is lost for good, and rank 2 stands in for it: a trainer
+// with a reference session stepped `steps` times, and session `id_` stepped once before the loss
+// and once through the stand-in.
+class LostRankOneTest : public ::testing::Test {
+ protected:
+  static constexpr int kDead = 1;
+  static constexpr int kBuddy = 2;
+
+  void LoseRankOne(const std::vector<std::string>& flags, uint64_t steps) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(group_, testutil::StartGroup(kWorld, flags));
+    ASSERT_TRUE(AwaitHealth(*group_[0], true, absl::Seconds(20)));
+    trainer_ = Trainer(group_);
+    ASSERT_NE(trainer_, nullptr);
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(reference_, SteppedReference(*trainer_, steps));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
+                                 trainer_->CreateSession(SpreadSpec("stood-in")));
+    id_ = info.session_id();
+    ASSERT_THAT(StepSpread(*trainer_, id_, 1).status(), IsOk());
+    own_address_ = group_[kDead]->address();
+    group_[kDead]->SignalAndWait(SIGKILL);
+    // Through the stand-in.
+    ASSERT_THAT(StepSpread(*trainer_, id_, 2).status(), IsOk());
+  }
+
+  Group group_;
+  std::unique_ptr<Client> trainer_;
+  v1::SessionInfo reference_;
+  std::string id_;
+  std::string own_address_;
+};
+
 // Rank 1 is stood in for by rank 2, and its own process returns and dies while it heals in
 // (--kill_during_heal=transfer). Before, the stand-in, replaced in the group by that process,
 // stayed up unused, rank 2 started no second one, and the group restarted once the stand-in's
 // wait was over. Now rank 2 stops it and stands in again after the rejoin timeout; the trainer's
 // step is redone there, and the run ends bit for bit with an undisturbed session once rank 1's
 // next process is back.
-TEST(StandInTest, AStandInReplacedByAProcessLostInItsHealStandsInAgain) {
-  constexpr int kDead = 1;
-  constexpr int kBuddy = 2;
+TEST_F(LostRankOneTest, AStandInReplacedByAProcessLostInItsHealStandsInAgain) {
   const std::vector<std::string> flags = StandInFlags();
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
-  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
-  std::unique_ptr<Client> trainer = Trainer(group);
-  ASSERT_NE(trainer, nullptr);
   constexpr uint64_t kSteps = 5;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->CreateSession(SpreadSpec("again")));
-  const std::string& id = info.session_id();
-  ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
-  const std::string own_address = group[kDead]->address();
-  group[kDead]->SignalAndWait(SIGKILL);
-  ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());  // through the stand-in
+  ASSERT_NO_FATAL_FAILURE(LoseRankOne(flags, kSteps));
 
   std::vector<std::string> dying = flags;
   dying.push_back("--kill_during_heal=transfer");
-  ASSERT_THAT(Restart(group, kDead, dying), IsOk());
-  const int died = group[kDead]->WaitFor(absl::Seconds(30));
+  ASSERT_THAT(Restart(group_, kDead, dying), IsOk());
+  const int died = group_[kDead]->WaitFor(absl::Seconds(30));
   ASSERT_TRUE(WIFSIGNALED(died) && WTERMSIG(died) == SIGKILL) << "rank 1 did not die healing in";
   // Waits out the rejoin timeout and the second stand-in's heal, then is redone on it.
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, StepSpread(*trainer, id, 3));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, StepSpread(*trainer_, id_, 3));
   EXPECT_EQ(reply.step, 3u);
-  EXPECT_EQ(testutil::ScrapeMetrics(group[kBuddy]->metrics_port())["optstep_stand_ins"], 1);
-  for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group[r])) << "rank " << r << " exited";
+  EXPECT_EQ(testutil::ScrapeMetrics(group_[kBuddy]->metrics_port())["optstep_stand_ins"], 1);
+  for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group_[r])) << "rank " << r << " exited";
 
-  ASSERT_THAT(Restart(group, kDead, flags), IsOk());
-  ASSERT_TRUE(AwaitOwnProcess(*trainer, id, kDead, own_address))
+  ASSERT_THAT(Restart(group_, kDead, flags), IsOk());
+  ASSERT_TRUE(AwaitOwnProcess(*trainer_, id_, kDead, own_address_))
       << "rank 1's own process did not take its place back";
   for (int r = 0; r < kWorld; ++r) {
-    ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
+    ASSERT_TRUE(AwaitHealth(*group_[r], true, absl::Seconds(20))) << "rank " << r;
   }
   for (uint64_t step = 4; step <= kSteps; ++step) {
-    ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
+    ASSERT_THAT(StepSpread(*trainer_, id_, step).status(), IsOk());
   }
-  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
-  EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
-  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+  EXPECT_THAT(SameStateAndParameters(*trainer_, reference_.session_id(), id_), IsOk());
+  EXPECT_THAT(SameResolutionsEverywhere(group_), IsOk());
+  for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group_[r])) << "rank " << r;
 }
 
 // Rank 0 (--drop_first_peer_call=HealEnd:1:every) drops every attempt of its call that ends the
 // heal of rank 1's stand-in, until the group's timeout ends the call: the stand-in misses the
 // end for good. Before, it stayed paused, and the trainer's step waited on it in vain. Now its
 // host stops it once rank 0's heartbeat answers say the heal ended, and stands in again.
-TEST(StandInTest, AStandInThatMissedItsHealsEndIsStartedAgain) {
-  constexpr int kDead = 1;
-  constexpr int kBuddy = 2;
+TEST_F(LostRankOneTest, AStandInThatMissedItsHealsEndIsStartedAgain) {
   std::vector<std::string> flags = StandInFlags();
   flags.push_back("--drop_first_peer_call=HealEnd:1:every");
   flags.push_back("--comm_timeout_ms=4000");  // how long rank 0 makes the dropped call
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
-  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
-  std::unique_ptr<Client> trainer = Trainer(group);
-  ASSERT_NE(trainer, nullptr);
   constexpr uint64_t kSteps = 3;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->CreateSession(SpreadSpec("missed")));
-  const std::string& id = info.session_id();
-  ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
-  group[kDead]->SignalAndWait(SIGKILL);
-  // Through the second stand-in: the first one's heal never ends on it.
-  ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());
-  EXPECT_EQ(testutil::ScrapeMetrics(group[kBuddy]->metrics_port())["optstep_stand_ins"], 1);
-  ASSERT_THAT(StepSpread(*trainer, id, 3).status(), IsOk());
-  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
-  for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+  // Step 2 goes through the second stand-in: the first one's heal never ends on it.
+  ASSERT_NO_FATAL_FAILURE(LoseRankOne(flags, kSteps));
+  EXPECT_EQ(testutil::ScrapeMetrics(group_[kBuddy]->metrics_port())["optstep_stand_ins"], 1);
+  ASSERT_THAT(StepSpread(*trainer_, id_, 3).status(), IsOk());
+  EXPECT_THAT(SameStateAndParameters(*trainer_, reference_.session_id(), id_), IsOk());
+  for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group_[r])) << "rank " << r;
 }
 
 }  // namespace

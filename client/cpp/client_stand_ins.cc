@@ -3,6 +3,7 @@
 // the connect that looks a rank up with another rank when its own address does not answer (rank
 // 0, or any other for rank 0).
 
+#include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
 #include <algorithm>
@@ -152,7 +153,14 @@ absl::Status Client::OnRanks(const std::vector<size_t>& ranks,
   // (a call that waits for the channel to be ready ends at its deadline instead).
   const bool away =
       absl::IsUnavailable(status) || (options_.wait_for_ready && absl::IsDeadlineExceeded(status));
-  if (!away || !LookUpRankZero(deadline).ok() || reached() == before) return status;
+  if (!away || !LookUpRankZero(deadline).ok()) return status;
+  const std::vector<std::shared_ptr<Rank>> after = reached();
+  if (after == before) return status;
+  // A rank back at its own address: its channel failed to connect while the rank was away, and
+  // waits out its reconnect backoff; a call made meanwhile fails at once.
+  for (const std::shared_ptr<Rank>& rank : after) {
+    grpc::experimental::ChannelResetConnectionBackoff(rank->channel.get());
+  }
   return call();
 }
 

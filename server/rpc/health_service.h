@@ -71,9 +71,9 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   // Called by `watcher`'s OnDone: it is told nothing more.
   void Forget(Watcher* watcher) ABSL_LOCKS_EXCLUDED(mu_);
 
+  const absl::Duration idle_timeout_;
   // Lock order: mu_, then a Watcher's own lock (the service tells its watchers under mu_, so in
   // the order of the changes); a watcher takes mu_ (Forget) only outside its own lock.
-  const absl::Duration idle_timeout_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, ServingStatus> statuses_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -23,6 +23,7 @@
 #include "server/engine/engine.h"
 #include "server/engine/replica_state.h"
 #include "server/engine/step_contributions.h"
+#include "tests/server/engine/session_test_util.h"
 #include "tests/testing/sanitizer.h"
 #include "tests/testing/status_matchers.h"
 
@@ -30,6 +31,7 @@ namespace optstep {
 namespace {
 
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::MatricesAndTheRest;
 using ::optstep::testutil::StatusIs;
 
 ParamInfo Param(std::string name, Shape shape) {
@@ -48,13 +50,7 @@ SessionConfig ConfigOf(SubOptimizerConfig main, std::vector<ParamInfo> params) {
   SubOptimizerConfig adam;
   adam.name = "adam";
   adam.kind = "adamw";
-  config.chain.sub_optimizers = {main, adam};
-  RoutingRule matrices;
-  matrices.ndim = 2;
-  matrices.sub_optimizer = "main";
-  RoutingRule rest;
-  rest.sub_optimizer = "adam";
-  config.chain.rules = {matrices, rest};
+  config.chain = MatricesAndTheRest(main, adam);
   return config;
 }
 

@@ -21,12 +21,14 @@
 #include "kernels/cpu/cpu_device.h"
 #include "server/engine/cost_model.h"
 #include "server/engine/replica_state.h"
+#include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
 namespace {
 
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::MatricesAndTheRest;
 using ::testing::ElementsAre;
 
 ParamInfo Param(std::string name, Shape shape) {
@@ -49,13 +51,7 @@ SessionConfig Config() {
   SubOptimizerConfig lion;
   lion.name = "lion";
   lion.kind = "lion";
-  config.chain.sub_optimizers = {adam, lion};
-  RoutingRule matrices;
-  matrices.ndim = 2;
-  matrices.sub_optimizer = "adam";
-  RoutingRule rest;
-  rest.sub_optimizer = "lion";
-  config.chain.rules = {matrices, rest};
+  config.chain = MatricesAndTheRest(adam, lion);
   return config;
 }
 

@@ -352,13 +352,7 @@ SessionConfig ConfigOf(const std::string& kind) {
   SubOptimizerConfig adam;
   adam.name = "adam";
   adam.kind = "adamw";
-  config.chain.sub_optimizers = {main, adam};
-  RoutingRule matrices;
-  matrices.ndim = 2;
-  matrices.sub_optimizer = "main";
-  RoutingRule rest;
-  rest.sub_optimizer = "adam";
-  config.chain.rules = {matrices, rest};
+  config.chain = MatricesAndTheRest(main, adam);
   config.step_deadline = absl::Seconds(60);
   return config;
 }

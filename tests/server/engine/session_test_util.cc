@@ -80,6 +80,18 @@ SubOptimizerConfig Sgd(double lr) {
   return sgd;
 }
 
+ChainConfig MatricesAndTheRest(const SubOptimizerConfig& matrices, const SubOptimizerConfig& rest) {
+  ChainConfig chain;
+  chain.sub_optimizers = {matrices, rest};
+  RoutingRule by_ndim;
+  by_ndim.ndim = 2;
+  by_ndim.sub_optimizer = matrices.name;
+  RoutingRule otherwise;
+  otherwise.sub_optimizer = rest.name;
+  chain.rules = {by_ndim, otherwise};
+  return chain;
+}
+
 SessionConfig TwoParamConfig(const SubOptimizerConfig& optimizer) {
   SessionConfig config;
   config.params = {ParamInfo{"w", {2, 3}}, ParamInfo{"b", {3}}};

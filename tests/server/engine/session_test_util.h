@@ -61,6 +61,9 @@ bool Eventually(Condition condition, absl::Duration timeout) {
 
 SubOptimizerConfig AdamW(double lr, double weight_decay);
 SubOptimizerConfig Sgd(double lr);
+// A chain of two sub-optimizers (each named): `matrices` steps the 2-D parameters, `rest` the
+// others.
+ChainConfig MatricesAndTheRest(const SubOptimizerConfig& matrices, const SubOptimizerConfig& rest);
 
 // "w" (2x3) and "b" (3), stepped by `optimizer`, one trainer, SHARDED, the chain's default
 // clipping, a 30 s step deadline.

@@ -322,11 +322,7 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
         "session '", session.id(),
         "' has SHARDED gradients; shared memory carries whole gradients (REPLICATED) only"));
   }
-  if (trainer < 0 || trainer >= config.num_trainers) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer_id ", trainer, " of session '",
-                                                   session.id(), "' is out of range [0, ",
-                                                   config.num_trainers, ")"));
-  }
+  OPTSTEP_RETURN_IF_ERROR(session.CheckTrainer(trainer));
   // The owner's share holds its sessions' segments too: a session of many trainers would
   // otherwise fill the rank's budget with them, past its owner's share. One attach at a time,
   // so that trainers attaching at once are each checked against the others' segments.

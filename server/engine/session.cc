@@ -79,13 +79,15 @@ SessionStats Session::stats() const {
 
 // --- Contributions ---
 
-absl::StatusOr<StepHandle> Session::Begin(const StepBegin& begin) {
+absl::Status Session::CheckTrainer(int trainer) const {
   const int trainers = config().num_trainers;
-  if (begin.trainer < 0 || begin.trainer >= trainers) {
-    return absl::InvalidArgumentError(absl::StrCat("trainer_id ", begin.trainer,
-                                                   " out of range: session '", id_, "' declares ",
-                                                   trainers, " trainers"));
-  }
+  if (trainer >= 0 && trainer < trainers) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("trainer_id ", trainer, " out of range: session '",
+                                                 id_, "' declares ", trainers, " trainers"));
+}
+
+absl::StatusOr<StepHandle> Session::Begin(const StepBegin& begin) {
+  OPTSTEP_RETURN_IF_ERROR(CheckTrainer(begin.trainer));
   OPTSTEP_ASSIGN_OR_RETURN(StepSchedule schedule, ResolveSchedule(replica_->DefaultSchedule(),
                                                                   begin.step, begin.schedules));
   std::vector<WaitingChunk> superseded;

@@ -120,6 +120,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   const std::vector<GroupRuntime>& groups() const { return replica_->groups(); }
   SessionStats stats() const;
 
+  // INVALID_ARGUMENT naming the session and its trainers unless 0 <= trainer < num_trainers.
+  absl::Status CheckTrainer(int trainer) const;
+
   // Starts (or resumes) `begin.trainer`'s part of step `begin.step`.
   // INVALID_ARGUMENT: trainer out of range, unknown group, invalid lr/weight decay, schedule
   // differing from another trainer's; FAILED_PRECONDITION: step out of sequence (names the

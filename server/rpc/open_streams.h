@@ -6,6 +6,8 @@
 // InitParameters stream stages the values it is sent; an ExportStateDict stream holds the state
 // it has yet to send).
 
+#include <utility>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
@@ -15,21 +17,24 @@ namespace optstep {
 class Session;
 
 // The streams of one kind open on this rank, by session (the replicas, not the ids: ranks that
-// share a process share the ids). Thread-safe; outlives its slots.
+// share a process share the ids), and within a session by trainer where the kind counts per
+// trainer. Thread-safe; outlives its slots.
 class OpenStreams {
  public:
+  using Key = std::pair<const Session*, int>;  // a session, and a trainer or kWholeSession
+
   // A stream counted open until destroyed (or moved from, or Released).
   class Slot {
    public:
     Slot() = default;
-    Slot(Slot&& other) noexcept : streams_(other.streams_), session_(other.session_) {
+    Slot(Slot&& other) noexcept : streams_(other.streams_), key_(other.key_) {
       other.streams_ = nullptr;
     }
     Slot& operator=(Slot&& other) noexcept {
       if (this != &other) {
         Release();
         streams_ = other.streams_;
-        session_ = other.session_;
+        key_ = other.key_;
         other.streams_ = nullptr;
       }
       return *this;
@@ -40,36 +45,41 @@ class OpenStreams {
 
     bool held() const { return streams_ != nullptr; }
     void Release() {
-      if (streams_ != nullptr) streams_->Close(session_);
+      if (streams_ != nullptr) streams_->Close(key_);
       streams_ = nullptr;
     }
 
    private:
     friend class OpenStreams;
-    Slot(OpenStreams* streams, const Session* session) : streams_(streams), session_(session) {}
+    Slot(OpenStreams* streams, Key key) : streams_(streams), key_(key) {}
 
     OpenStreams* streams_ = nullptr;
-    const Session* session_ = nullptr;
+    Key key_;
   };
 
-  // A slot for a stream of `session`, unless `limit` are open (then one not held).
-  Slot TryOpen(const Session* session, int limit) {
+  // Counts the streams of a whole session, for the kinds that do not count per trainer.
+  static constexpr int kWholeSession = -1;
+
+  // A slot for a stream of `session` (of its trainer `trainer`, or of the whole session), unless
+  // `limit` are open (then one not held).
+  Slot TryOpen(const Session* session, int limit, int trainer = kWholeSession) {
+    const Key key(session, trainer);
     absl::MutexLock lock(&mu_);
-    int& open = open_[session];
+    int& open = open_[key];
     if (open >= limit) return Slot();
     ++open;
-    return Slot(this, session);
+    return Slot(this, key);
   }
 
  private:
-  void Close(const Session* session) {
+  void Close(const Key& key) {
     absl::MutexLock lock(&mu_);
-    auto it = open_.find(session);
+    auto it = open_.find(key);
     if (it != open_.end() && --it->second == 0) open_.erase(it);
   }
 
   absl::Mutex mu_;
-  absl::flat_hash_map<const Session*, int> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, int> open_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

@@ -25,10 +25,11 @@
 namespace optstep {
 namespace {
 
-// The Step streams of a session open on this rank. A stream the rank does not read (it committed
-// and waits for the step's other trainers, up to the step deadline) holds up to its window and
-// a message; a trainer opens one per step, and its redo may come before the rank ended the
-// stream it replaces: a few per trainer at most.
+// The Step streams of each trainer of a session open on this rank. A stream the rank does not
+// read (it committed and waits for the step's other trainers, up to the step deadline) holds up
+// to its window and a message; a trainer opens one per step, and its redo may come before the
+// rank ended the stream it replaces: a few per trainer at most. Counted per trainer, so that one
+// whose streams linger (on half-open connections) takes no slot of the session's others.
 constexpr int kOpenStepStreamsPerTrainer = 4;
 OpenStreams& OpenSteps() {
   static OpenStreams* const streams = new OpenStreams();
@@ -175,12 +176,15 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     }
     auto session = FindSession(*engine_, caller_, header.session_id());
     if (!session.ok()) return session.status();
-    const int limit = kOpenStepStreamsPerTrainer * std::max(1, (*session)->config().num_trainers);
-    slot_ = OpenSteps().TryOpen(session->get(), limit);
+    auto begin = StepBeginFromProto(header);
+    if (!begin.ok()) return begin.status();
+    absl::Status trainer = (*session)->CheckTrainer(begin->trainer);
+    if (!trainer.ok()) return trainer;
+    slot_ = OpenSteps().TryOpen(session->get(), kOpenStepStreamsPerTrainer, begin->trainer);
     if (!slot_.held()) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "step stream: ", limit, " Step streams of session '", (*session)->id(), "' (",
-          kOpenStepStreamsPerTrainer, " per trainer) are open on this rank already"));
+          "step stream: ", kOpenStepStreamsPerTrainer, " Step streams of trainer ", begin->trainer,
+          " of session '", (*session)->id(), "' are open on this rank already"));
     }
     // This rank or a peer shutting down: the other trainers of a step already begun may still
     // join it, so that it completes; nothing new starts.
@@ -188,8 +192,6 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       absl::Status open = new_steps_();
       if (!open.ok()) return open;
     }
-    auto begin = StepBeginFromProto(header);
-    if (!begin.ok()) return begin.status();
     begin->stream_params = true;  // the chunker follows the snapshot as the step fills it
     absl::Status ids = CheckParamIds(**session, header.return_param_ids(), "return_param_ids");
     if (!ids.ok()) return ids;

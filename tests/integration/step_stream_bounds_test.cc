@@ -6,12 +6,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
@@ -89,51 +91,102 @@ TEST_F(StepStreamBoundsTest, AStreamNotReadHoldsAtMostItsWindow) {
   EXPECT_GE(taken, 1);
 }
 
-// Step streams that a session's trainer opens and leaves open, each of which the rank may hold
-// up to its window for. Before, there was no limit; now a session has four per trainer open on a
-// rank at most, and the others are refused RESOURCE_EXHAUSTED naming the limit. Which ones is up
-// to the order the rank reads the headers in, so the test counts: every stream has a deadline,
-// an open one ends at it, a refused one at once.
-TEST_F(StepStreamBoundsTest, ASessionHasFourStepStreamsPerTrainerOpenAtMost) {
-  ASSERT_NO_FATAL_FAILURE(StartSession(1));
-  constexpr int kStreams = 8;
-  struct Call {
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream;
+// Step streams that trainers open and leave open, each of which the rank may hold up to its
+// window for. Before, there was no limit; now each trainer of a session has four open on a rank
+// at most, and the others are refused RESOURCE_EXHAUSTED naming the limit. Which ones is up to
+// the order the rank reads the headers in, so the tests count: every stream has a deadline, an
+// open one ends at it, a refused one at once.
+class StepStreamCapTest : public StepStreamBoundsTest {
+ protected:
+  struct Ends {
+    int open = 0;
+    int refused = 0;
   };
-  std::vector<Call> calls(kStreams);
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  for (Call& call : calls) {
-    call.context.set_deadline(absl::ToChronoTime(deadline));
-    call.stream = stub_->Step(&call.context);
-    ASSERT_TRUE(call.stream->Write(Header()));
-  }
-  // Each stream's end read on a thread of its own: a status that came before the deadline is
-  // taken before it.
-  std::vector<grpc::Status> ended(kStreams);
-  std::vector<std::thread> readers;
-  for (int i = 0; i < kStreams; ++i) {
-    readers.emplace_back([&call = calls[i], &status = ended[i]] {
-      v1::StepResponse response;
-      while (call.stream->Read(&response)) {
-      }
-      status = call.stream->Finish();
-    });
-  }
-  for (std::thread& reader : readers) reader.join();
-  int refused = 0, open = 0;
-  for (const grpc::Status& status : ended) {
-    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      ++refused;
-      EXPECT_THAT(status.error_message(),
-                  HasSubstr("4 Step streams of session '" + session_ + "' (4 per trainer)"));
-    } else {
-      EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
-      ++open;
+
+  // Opens a stream for each of `trainers` (trainer ids) with a header of step 1, leaves them
+  // open for five seconds, and counts how each trainer's ended.
+  std::vector<Ends> OpenAndCount(const std::vector<int>& trainers) {
+    struct Call {
+      grpc::ClientContext context;
+      std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream;
+    };
+    const int streams = static_cast<int>(trainers.size());
+    std::vector<Call> calls(streams);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    for (int i = 0; i < streams; ++i) {
+      calls[i].context.set_deadline(absl::ToChronoTime(deadline));
+      calls[i].stream = stub_->Step(&calls[i].context);
+      v1::StepRequest header = Header();
+      header.mutable_header()->set_trainer_id(trainers[i]);
+      EXPECT_TRUE(calls[i].stream->Write(header));
     }
+    // Each stream's end read on a thread of its own: a status that came before the deadline is
+    // taken before it.
+    std::vector<grpc::Status> ended(streams);
+    std::vector<std::thread> readers;
+    for (int i = 0; i < streams; ++i) {
+      readers.emplace_back([&call = calls[i], &status = ended[i]] {
+        v1::StepResponse response;
+        while (call.stream->Read(&response)) {
+        }
+        status = call.stream->Finish();
+      });
+    }
+    for (std::thread& reader : readers) reader.join();
+    std::vector<Ends> ends(*std::max_element(trainers.begin(), trainers.end()) + 1);
+    for (int i = 0; i < streams; ++i) {
+      const grpc::Status& status = ended[i];
+      if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        ++ends[trainers[i]].refused;
+        EXPECT_THAT(status.error_message(),
+                    HasSubstr(absl::StrCat("4 Step streams of trainer ", trainers[i],
+                                           " of session '", session_, "' are open")));
+      } else {
+        EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+            << status.error_message();
+        ++ends[trainers[i]].open;
+      }
+    }
+    return ends;
   }
-  EXPECT_EQ(open, 4);
-  EXPECT_EQ(refused, kStreams - 4);
+};
+
+TEST_F(StepStreamCapTest, ATrainerHasFourStepStreamsOpenAtMost) {
+  ASSERT_NO_FATAL_FAILURE(StartSession(1));
+  const std::vector<Ends> ends = OpenAndCount(std::vector<int>(8, 0));
+  EXPECT_EQ(ends[0].open, 4);
+  EXPECT_EQ(ends[0].refused, 4);
+}
+
+// The cap counts per trainer: one whose streams linger takes no slot of its session's other
+// trainers. Before, the session had four per trainer in all, and trainer 0's eight streams left
+// none for trainer 1.
+TEST_F(StepStreamCapTest, ATrainerWhoseStreamsLingerLeavesTheOthersTheirs) {
+  ASSERT_NO_FATAL_FAILURE(StartSession(2));
+  std::vector<int> trainers(8, 0);
+  trainers.push_back(1);
+  const std::vector<Ends> ends = OpenAndCount(trainers);
+  EXPECT_EQ(ends[0].open, 4);
+  EXPECT_EQ(ends[0].refused, 4);
+  EXPECT_EQ(ends[1].open, 1);
+  EXPECT_EQ(ends[1].refused, 0);
+}
+
+// A trainer id the session does not declare is refused as such, before it is counted.
+TEST_F(StepStreamCapTest, ATrainerIdOutOfRangeIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartSession(1));
+  grpc::ClientContext context;
+  auto stream = stub_->Step(&context);
+  v1::StepRequest header = Header();
+  header.mutable_header()->set_trainer_id(3);
+  ASSERT_TRUE(stream->Write(header));
+  v1::StepResponse response;
+  while (stream->Read(&response)) {
+  }
+  const grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("trainer_id 3 out of range: session '" + session_ + "' declares 1"));
 }
 
 }  // namespace

@@ -229,16 +229,20 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // nothing written: the masters and counters taken would leave this rank's optimizer state at
   // another step (a state import cut part way leaves ranks a step apart too).
   void CatchUp(std::shared_ptr<const StateDict> masters, DoneCallback done);
-  // A heal begins (RankGroup::Regroup kBegin): no resolution starts until ResumeAfterHeal or
-  // CancelHealPause, and this waits for a running one to end, on the communicator it began on
-  // (the heal then rebuilds it; a resolution begun after the rebuild would wait for ranks that
-  // never join it). DEADLINE_EXCEEDED naming the session when one still runs at `deadline`.
-  absl::Status PauseForHeal(absl::Time deadline);
-  // The heal failed: resolutions start again as before it (an interrupted step stays so).
-  void CancelHealPause();
-  // The group healed (the communicator reconnected): steps are taken again, the interrupted
-  // one redone, a step that became ready meanwhile resolved.
-  void ResumeAfterHeal();
+  // A heal into `generation` begins (RankGroup::Regroup kBegin): no resolution starts until
+  // ResumeAfterHeal or CancelHealPause of that generation, and this waits for a running one to
+  // end, on the communicator it began on (the heal then rebuilds it; a resolution begun after
+  // the rebuild would wait for ranks that never join it). DEADLINE_EXCEEDED naming the session
+  // when one still runs at `deadline`. A heal whose end this session has had (the coordinating
+  // rank gave up on this one's answer while it waited on another session) pauses nothing: no
+  // end would come to resume it.
+  absl::Status PauseForHeal(uint64_t generation, absl::Time deadline);
+  // The heal into `generation` failed: resolutions start again as before it (an interrupted step
+  // stays so).
+  void CancelHealPause(uint64_t generation);
+  // The group healed into `generation` (the communicator reconnected): steps are taken again,
+  // the interrupted one redone, a step that became ready meanwhile resolved.
+  void ResumeAfterHeal(uint64_t generation);
   // A replica healed into a running group (its state is imported next, under a hold): counts
   // `resolutions` as done, the other ranks' count. FAILED_PRECONDITION once a step began here.
   absl::Status AdoptResolutions(uint64_t resolutions);
@@ -313,6 +317,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   mutable absl::Mutex mu_;
   StepBook book_ ABSL_GUARDED_BY(mu_);
   bool heal_paused_ ABSL_GUARDED_BY(mu_) = false;  // PauseForHeal: no resolution starts
+  uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;  // the newest generation whose heal ended here
   int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;   // gradient copies outside the lock
 };
 

@@ -1,6 +1,7 @@
 // Session's part in state redundancy (shadow_state.h): the interrupted step, and the exports and
 // imports through which a healed rank gets its own state, its shadow and the masters.
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,8 +24,13 @@ void Session::MarkInterrupted(uint64_t step) {
   book_.MarkInterrupted(step);
 }
 
-absl::Status Session::PauseForHeal(absl::Time deadline) {
+absl::Status Session::PauseForHeal(uint64_t generation, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
+  if (generation <= heals_ended_) {
+    LOG(WARNING) << "session " << id_ << " rank " << rank() << ": the heal into generation "
+                 << generation << " ended before it paused the session; it stays unpaused";
+    return absl::OkStatus();
+  }
   heal_paused_ = true;
   const auto idle = [](StepBook* book) { return !book->running(); };
   if (mu_.AwaitWithDeadline(absl::Condition(+idle, &book_), deadline)) return absl::OkStatus();
@@ -33,14 +39,16 @@ absl::Status Session::PauseForHeal(absl::Time deadline) {
                    book_.counters().step + 1, " as the heal begins"));
 }
 
-void Session::CancelHealPause() {
+void Session::CancelHealPause(uint64_t generation) {
   absl::MutexLock lock(&mu_);
+  heals_ended_ = std::max(heals_ended_, generation);
   heal_paused_ = false;
   if (!book_.interrupted()) StartResolutionLocked(ResolutionKind::kApply);
 }
 
-void Session::ResumeAfterHeal() {
+void Session::ResumeAfterHeal(uint64_t generation) {
   absl::MutexLock lock(&mu_);
+  heals_ended_ = std::max(heals_ended_, generation);
   heal_paused_ = false;
   if (book_.interrupted()) {
     LOG(INFO) << "session " << id_ << " rank " << rank() << ": the group healed; step "

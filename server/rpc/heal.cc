@@ -244,7 +244,7 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
   (void)group->ForEachRank([&](int r) { return r == 0 ? absl::OkStatus() : end_on(r); });
   (void)end_on(0);
   if (healed.ok()) {
-    ResumeSessions(engine);
+    ResumeSessions(engine, generation);
     group->CountHealed(rank);
     return healed;
   }
@@ -558,9 +558,9 @@ HealFetch PeerFetch(RankGroup* group) {
   };
 }
 
-void ResumeSessions(Engine* engine) {
+void ResumeSessions(Engine* engine, uint64_t generation) {
   for (const std::shared_ptr<Session>& session : engine->ListSessions()) {
-    session->ResumeAfterHeal();
+    session->ResumeAfterHeal(generation);
   }
 }
 

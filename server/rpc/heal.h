@@ -126,9 +126,9 @@ absl::Status RefreshShadow(Session& session, int rank, int world_size, const Hea
 // learning the peer's address from the store when this rank does not know it yet. The state
 // whole and checked (every element once); the peer's error prefixed with its rank.
 HealFetch PeerFetch(RankGroup* group);
-// Every rank once a heal ended well (Regroup kEnd): each session takes steps again, an
-// interrupted step redone.
-void ResumeSessions(Engine* engine);
+// Every rank once the heal into `generation` ended well (Regroup kEnd): each session takes steps
+// again, an interrupted step redone.
+void ResumeSessions(Engine* engine, uint64_t generation);
 
 // Regroup phase `phase` of generation `generation`, healing rank `rank` at `address`.
 v1::RegroupRequest Phase(uint64_t generation, int rank, const std::string& address,

@@ -151,7 +151,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Regroup(grpc::CallbackServerContext* 
     } else {
       status = group->Regroup(*request);
       const bool healed = request->phase() == v1::RegroupRequest::PHASE_END && !request->failed();
-      if (status.ok() && healed) ResumeSessions(engine);
+      if (status.ok() && healed) ResumeSessions(engine, request->generation());
     }
     reactor->Finish(ToGrpcStatus(status));
   });

@@ -63,7 +63,7 @@ absl::Status RankGroup::PauseForRegroup(const v1::RegroupRequest& request) {
   // yet failed here) ends on the communicator it began on, before the rebuild.
   const absl::Time deadline = absl::Now() + options_.timeout;
   for (const std::shared_ptr<Session>& session : Sessions()) {
-    OPTSTEP_RETURN_IF_ERROR(session->PauseForHeal(deadline));
+    OPTSTEP_RETURN_IF_ERROR(session->PauseForHeal(request.generation(), deadline));
     // Rank 0 held its sessions for its operations (a save): the process that held them is gone,
     // and its successor holds nothing.
     if (rank == 0) session->holds().ExpireHold(absl::InfiniteFuture());
@@ -135,7 +135,8 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
               absl::StrCat("the session's communicator is closed: the heal of rank ", rank,
                            " into generation ", request.generation(), " failed")));
         }
-        for (const std::shared_ptr<Session>& session : Sessions()) session->CancelHealPause();
+        for (const std::shared_ptr<Session>& session : Sessions())
+          session->CancelHealPause(request.generation());
         // Rank 0's own heal failed (its process exits for a restart): the survivors' sessions
         // disagree, or its transfer failed; its next process would most likely fail the same way,
         // so the group restarts as a whole at once rather than after the rejoin timeout.

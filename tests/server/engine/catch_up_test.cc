@@ -66,7 +66,7 @@ class SplitStepTest : public testing::TestWithParam<ParameterStorage> {
 
   // Every rank resumes, steps 4 and 5, and ends as the reference.
   void ExpectSteppedOnAsUndisturbed() {
-    for (int r = 0; r < 3; ++r) group_->session(r).ResumeAfterHeal();
+    for (int r = 0; r < 3; ++r) group_->session(r).ResumeAfterHeal(/*generation=*/1);
     for (uint64_t step = 4; step <= 5; ++step) ASSERT_NO_FATAL_FAILURE(group_->StepOk(step));
     ExpectSameState(*group_, *reference_);
   }

@@ -90,7 +90,7 @@ void InterruptAndRedo(const char* method) {
                 StatusIs(absl::StatusCode::kUnavailable, "once the group heals"));
   }
   group.Regroup();
-  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal();
+  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal(/*generation=*/1);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(group.session(r).healthy());
   ASSERT_NO_FATAL_FAILURE(group.StepOk(2));
   ASSERT_NO_FATAL_FAILURE(group.StepOk(3));
@@ -123,7 +123,7 @@ void CutStepAndRedo(int world, const SessionConfig& config, uint64_t cut,
     EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(cut)) << "rank " << r;
   }
   group.Regroup();
-  for (int r = 0; r < world; ++r) group.session(r).ResumeAfterHeal();
+  for (int r = 0; r < world; ++r) group.session(r).ResumeAfterHeal(/*generation=*/1);
   for (uint64_t step = cut; step <= cut + 1; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
   ExpectSameState(group, reference);
 }
@@ -248,7 +248,7 @@ void HealRankOne(RedundancyGroup& group) {
   OPTSTEP_ASSERT_OK(group.ImportMasters(1, group.Masters(0)));
   OPTSTEP_ASSERT_OK(group.ImportOwnedState(1, group.Shadow(2)));
   OPTSTEP_ASSERT_OK(group.ImportShadow(1, group.OwnedState(0)));
-  for (int r = 0; r < 3; ++r) group.session(r).ResumeAfterHeal();
+  for (int r = 0; r < 3; ++r) group.session(r).ResumeAfterHeal(/*generation=*/1);
 }
 
 // Rank 1 of 3 is lost (between steps, or in step 3's all-gather after its update) and restarted:
@@ -446,7 +446,7 @@ TEST(StateRedundancyTest, APullDuringAnInterruptedStepIsNotAnsweredHalfApplied) 
   }
   // Healed, the step not yet redone: the masters are still ahead of step 1. Redone: step 2's.
   group.Regroup();
-  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal();
+  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal(/*generation=*/1);
   absl::StatusOr<std::shared_ptr<const ParamSnapshot>> healed = Pull(group, 0);
   if (healed.ok()) {
     EXPECT_EQ((*healed)->values, (*at_one)->values);

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
@@ -19,6 +20,8 @@ namespace {
 // sub-optimizer name, and a parameter's (a module path such as "model.layers.31.mlp.up.weight").
 constexpr size_t kMaxNameBytes = 255;
 constexpr size_t kMaxParameterNameBytes = 1024;
+// A step's streams and what they staged wait at most this long for the step's other trainers.
+constexpr uint64_t kMaxStepDeadlineMs = 3600 * 1000;
 
 template <typename T>
 std::optional<double> Opt(bool has, T value) {
@@ -262,6 +265,11 @@ absl::Status CheckNewSessionSpec(const v1::SessionSpec& spec) {
         absl::StrCat("session: step_deadline_ms = ", spec.step_deadline_ms(),
                      " must be 0 (the server's ", "default) or at least ", kMinStepDeadlineMs));
   }
+  if (spec.step_deadline_ms() > kMaxStepDeadlineMs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session: step_deadline_ms = ", spec.step_deadline_ms(), " must be at most ",
+                     kMaxStepDeadlineMs, " (an hour)"));
+  }
   return absl::OkStatus();
 }
 
@@ -342,14 +350,8 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
                                                      static_cast<int>(spec.parameter_storage()),
                                                      " must be REPLICATED or OWNERS"));
   }
-  // A step's streams and what they staged wait at most this long for the step's other trainers.
-  constexpr uint64_t kMaxStepDeadlineMs = 3600 * 1000;
-  if (spec.step_deadline_ms() > kMaxStepDeadlineMs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("session: step_deadline_ms = ", spec.step_deadline_ms(), " must be at most ",
-                     kMaxStepDeadlineMs, " (an hour)"));
-  }
-  config.step_deadline = absl::Milliseconds(spec.step_deadline_ms());
+  // A session saved before the bound (CheckNewSessionSpec) is restored with it.
+  config.step_deadline = absl::Milliseconds(std::min(spec.step_deadline_ms(), kMaxStepDeadlineMs));
   OPTSTEP_ASSIGN_OR_RETURN(config.chain, ChainConfigFromProto(spec.optimizer()));
   std::string key;
   if (spec.parameter_storage() == v1::PARAMETER_STORAGE_REPLICATED) {

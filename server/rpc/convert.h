@@ -35,8 +35,9 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
                                                      const std::string& request_id);
 absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& config);
 // What a session a caller creates must also hold, beyond SessionConfigFromProto: bounds added
-// after sessions were saved without them (a step_deadline_ms of 0 or at least 100), which their
-// restores and heals do not refuse. INVALID_ARGUMENT naming the field and the bound.
+// after sessions were saved without them (a step_deadline_ms of 0, or from 100 to an hour), which
+// their restores and heals do not refuse (SessionConfigFromProto takes a saved deadline over an
+// hour as an hour). INVALID_ARGUMENT naming the field and the bound.
 absl::Status CheckNewSessionSpec(const v1::SessionSpec& spec);
 
 // Header of a Step stream. INVALID_ARGUMENT for a zero step number or a return dtype other than

@@ -3,6 +3,7 @@
 
 #include "server/rpc/convert.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -147,9 +148,19 @@ TEST(ConvertTest, TheDeadlineBoundOfNewSessionsSparesSavedOnes) {
                        "step_deadline_ms = 50 must be 0 (the server's default) or at least 100"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionConfig config, SessionConfigFromProto(spec));
   EXPECT_EQ(config.step_deadline, absl::Milliseconds(50));
-  for (uint64_t allowed : {0, 100, 1500}) {
+  for (uint64_t allowed : {0, 100, 1500, 3600 * 1000}) {
     spec.set_step_deadline_ms(allowed);
     EXPECT_THAT(CheckNewSessionSpec(spec), IsOk()) << allowed;
+  }
+  // A session saved before the hour's bound is restored with the bound; before, its restore was
+  // refused, and the group lost the session.
+  for (uint64_t saved : {uint64_t{2} * 3600 * 1000, ~uint64_t{0}}) {
+    spec.set_step_deadline_ms(saved);
+    EXPECT_THAT(CheckNewSessionSpec(spec),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         absl::StrCat("step_deadline_ms = ", saved, " must be at most 3600000")));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(config, SessionConfigFromProto(spec));
+    EXPECT_EQ(config.step_deadline, absl::Hours(1)) << saved;
   }
 }
 

@@ -388,7 +388,7 @@ absl::Status Session::CheckMastersAtStepLocked(uint64_t step) const {
 // --- Ending steps ---
 
 bool Session::StartResolutionLocked(ResolutionKind kind) {
-  if (heal_paused_) return false;  // ResumeAfterHeal starts it
+  if (HealPausedLocked()) return false;  // ResumeAfterHeal starts it
   if (kind == ResolutionKind::kApply && !book_.ready_to_apply()) return false;
   if (!gate_.TryStart()) return false;  // deferred until the hold ends or rises
   book_.set_running(true);

@@ -241,7 +241,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // stays so).
   void CancelHealPause(uint64_t generation);
   // The group healed into `generation` (the communicator reconnected): steps are taken again,
-  // the interrupted one redone, a step that became ready meanwhile resolved.
+  // the interrupted one redone, a step that became ready meanwhile resolved. The end of a heal
+  // older than the one that paused the session (it came late) lifts nothing, as for
+  // CancelHealPause.
   void ResumeAfterHeal(uint64_t generation);
   // A replica healed into a running group (its state is imported next, under a hold): counts
   // `resolutions` as done, the other ranks' count. FAILED_PRECONDITION once a step began here.
@@ -272,6 +274,10 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // Starts a resolution of `kind` on the coordinator unless a hold forbids it, and kApply only
   // when the book is ready_to_apply (every trainer committed, none runs); returns whether it did.
   bool StartResolutionLocked(ResolutionKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A heal paused the session and has not ended here.
+  bool HealPausedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return heal_paused_for_ > heals_ended_;
+  }
   // OK when a snapshot built now holds the parameters of `step` (the counters' step); else why
   // not (GetSnapshot). On the coordinator, which alone writes the masters and their step.
   absl::Status CheckMastersAtStepLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -316,9 +322,11 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
 
   mutable absl::Mutex mu_;
   StepBook book_ ABSL_GUARDED_BY(mu_);
-  bool heal_paused_ ABSL_GUARDED_BY(mu_) = false;  // PauseForHeal: no resolution starts
-  uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;  // the newest generation whose heal ended here
-  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;   // gradient copies outside the lock
+  // The newest heal (generation) that paused the session, and the newest whose end came here:
+  // no resolution starts while the one is newer than the other.
+  uint64_t heal_paused_for_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
+  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;  // gradient copies outside the lock
 };
 
 }  // namespace optstep

@@ -31,7 +31,7 @@ absl::Status Session::PauseForHeal(uint64_t generation, absl::Time deadline) {
                  << generation << " ended before it paused the session; it stays unpaused";
     return absl::OkStatus();
   }
-  heal_paused_ = true;
+  heal_paused_for_ = std::max(heal_paused_for_, generation);
   const auto idle = [](StepBook* book) { return !book->running(); };
   if (mu_.AwaitWithDeadline(absl::Condition(+idle, &book_), deadline)) return absl::OkStatus();
   return absl::DeadlineExceededError(
@@ -42,14 +42,14 @@ absl::Status Session::PauseForHeal(uint64_t generation, absl::Time deadline) {
 void Session::CancelHealPause(uint64_t generation) {
   absl::MutexLock lock(&mu_);
   heals_ended_ = std::max(heals_ended_, generation);
-  heal_paused_ = false;
+  if (HealPausedLocked()) return;  // by a later heal, which ends it
   if (!book_.interrupted()) StartResolutionLocked(ResolutionKind::kApply);
 }
 
 void Session::ResumeAfterHeal(uint64_t generation) {
   absl::MutexLock lock(&mu_);
   heals_ended_ = std::max(heals_ended_, generation);
-  heal_paused_ = false;
+  if (HealPausedLocked()) return;  // by a later heal, which ends it
   if (book_.interrupted()) {
     LOG(INFO) << "session " << id_ << " rank " << rank() << ": the group healed; step "
               << *book_.interrupted() << " is taken again";

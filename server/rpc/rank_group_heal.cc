@@ -68,6 +68,9 @@ absl::Status RankGroup::PauseForRegroup(const v1::RegroupRequest& request) {
     // and its successor holds nothing.
     if (rank == 0) session->holds().ExpireHold(absl::InfiniteFuture());
   }
+  // A heal that ended meanwhile (rank 0 gave up on this answer) closes nothing: a later heal may
+  // have rebuilt the connections.
+  OPTSTEP_RETURN_IF_ERROR(CheckHealing(request.generation()));
   // Nothing runs on the old connections here any more: closing them ends a collective the loss
   // cut on a peer that still waits for this rank in it, rather than at its timeout.
   options_.communicators->CloseAll(

@@ -41,7 +41,8 @@ TEST(HealPauseTest, APauseThatComesAfterItsHealsEndPausesNothing) {
 }
 
 // A heal that has not ended here pauses the session until its end, also after an older heal
-// ended well: the step committed meanwhile resolves once the heal ends.
+// ended well, and whatever end of that older heal comes late: the step committed meanwhile
+// resolves once the heal ends. (Before, any end lifted any pause.)
 TEST(HealPauseTest, APauseOfAHealNotEndedHoldsUntilItsEnd) {
   RedundancyGroup group(kWorld, ConfigOf("adamw"));
   ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
@@ -56,6 +57,11 @@ TEST(HealPauseTest, APauseOfAHealNotEndedHoldsUntilItsEnd) {
   });
   absl::SleepFor(absl::Milliseconds(500));
   EXPECT_FALSE(stepped) << "step 2 resolved while the heal into generation 3 ran";
+  // The end of the older heal, late, lifts nothing either.
+  for (int r = 0; r < kWorld; ++r) group.session(r).ResumeAfterHeal(/*generation=*/2);
+  for (int r = 0; r < kWorld; ++r) group.session(r).CancelHealPause(/*generation=*/2);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_FALSE(stepped) << "the late end of the heal into generation 2 lifted the pause of 3";
   for (int r = 0; r < kWorld; ++r) group.session(r).ResumeAfterHeal(/*generation=*/3);
   step.join();
   EXPECT_TRUE(stepped);

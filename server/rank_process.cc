@@ -166,9 +166,11 @@ void RankProcess::HandleSignals() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-RankProcess::RankProcess(Options options, bool stand_in)
-    : options_(std::move(options)), is_stand_in_(stand_in) {
-  if (!stand_in && signal_pipe[0] >= 0 && !signal_pipe_taken.exchange(true)) {
+RankProcess::RankProcess(Options options, const MemoryBudget* host_budget)
+    : options_(std::move(options)),
+      is_stand_in_(host_budget != nullptr),
+      host_budget_(host_budget) {
+  if (!is_stand_in_ && signal_pipe[0] >= 0 && !signal_pipe_taken.exchange(true)) {
     request_pipe_[0] = signal_pipe[0];
     request_pipe_[1] = signal_pipe[1];
   } else if (pipe(request_pipe_) == 0) {
@@ -177,14 +179,14 @@ RankProcess::RankProcess(Options options, bool stand_in)
 }
 
 absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(Options options) {
-  return StartProcess(std::move(options), /*stand_in=*/false);
+  return StartProcess(std::move(options), /*host_budget=*/nullptr);
 }
 
-absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::StartProcess(Options options,
-                                                                       bool stand_in) {
+absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::StartProcess(
+    Options options, const MemoryBudget* host_budget) {
   OPTSTEP_RETURN_IF_ERROR(CheckOptions(options));
   if (options.advertise_host.empty()) options.advertise_host = DefaultAdvertiseHost(options.host);
-  std::unique_ptr<RankProcess> process(new RankProcess(std::move(options), stand_in));
+  std::unique_ptr<RankProcess> process(new RankProcess(std::move(options), host_budget));
   if (process->request_pipe_[0] < 0) {
     return absl::InternalError(absl::StrCat("cannot create a pipe: errno ", errno));
   }
@@ -271,6 +273,7 @@ absl::Status RankProcess::StartEngine(
   engine_options.shared_memory = options_.shared_memory;
   engine_options.max_shared_segments = options_.max_shared_segments;
   engine_options.memory_budget = options_.memory_budget;
+  engine_options.share_budget_of = host_budget_;
   engine_options.step_observer = metrics_;
   if (options_.kill_before_allgather > 0) {
     engine_options.step_observer =
@@ -564,7 +567,6 @@ void RankProcess::WaitForShutdown() {
 
 void RankProcess::Stop() {
   stand_in_.reset();  // shuts it down and waits
-  stand_in_budget_.Release();
   server_.reset();
   if (metrics_ != nullptr) metrics_->StopServing();
   auto_checkpointer_.reset();

@@ -68,7 +68,7 @@ class RankProcess {
     int64_t max_session_bytes = 0;
     int max_sessions_per_owner = 0;   // 0: max_sessions alone
     double owner_memory_share = 1.0;  // 1: the budget alone
-    int64_t memory_budget = 0;  // 0: ResolveMemoryBudget's default
+    int64_t memory_budget = 0;        // 0: ResolveMemoryBudget's default
     // Time running calls get to finish once shutdown is requested.
     absl::Duration shutdown_grace = absl::Seconds(10);
     // Save / Load checkpoints; empty: they answer FAILED_PRECONDITION. 0 keeps every one.
@@ -188,9 +188,11 @@ class RankProcess {
   void WaitForShutdown();
 
  private:
-  // `stand_in`: a stand-in for a lost rank, in its buddy's process (StartStandIn).
-  RankProcess(Options options, bool stand_in);
-  static absl::StatusOr<std::unique_ptr<RankProcess>> StartProcess(Options options, bool stand_in);
+  // `host_budget`: a stand-in's for a lost rank, in its buddy's process (StartStandIn): the
+  // buddy's memory budget, which it shares; null for a rank's own process.
+  RankProcess(Options options, const MemoryBudget* host_budget);
+  static absl::StatusOr<std::unique_ptr<RankProcess>> StartProcess(Options options,
+                                                                   const MemoryBudget* host_budget);
 
   // Everything Start does once the object exists.
   absl::Status Launch();
@@ -244,9 +246,9 @@ class RankProcess {
   static constexpr absl::Duration kMinStandInWait = absl::Seconds(30);
   // The only lost peer, or -1.
   int LostPeer() const;
-  // This rank, buddy of lost rank `rank`: starts a stand-in for it in this process, with the
-  // free part of this rank's memory budget, which heals itself into the group as a restarted
-  // rank does. A failure is logged (the survivors' wait then ends in a restart of the group).
+  // This rank, buddy of lost rank `rank`: starts a stand-in for it in this process, sharing
+  // this rank's memory budget, which heals itself into the group as a restarted rank does. A
+  // failure is logged (the survivors' wait then ends in a restart of the group).
   void StartStandIn(int rank);
   // Once the stood-in rank's own process has rejoined (the group knows it at another address
   // than the stand-in's), stops the stand-in (EndStandIn); also once that process was lost in
@@ -304,17 +306,18 @@ class RankProcess {
   // This process is a stand-in (in its buddy's process): it never ends the process, takes no
   // signal, serves no /metrics, and leaves without telling its peers when its rank's own process
   // took its place (`announce_leave_` false). Its step streams still open then can never
-  // complete: its server ends them without waiting out `shutdown_grace`.
+  // complete: its server ends them without waiting out `shutdown_grace`. It admits its sessions
+  // into its host's memory budget (`host_budget_`, which the host's engine outlives it with).
   const bool is_stand_in_ = false;
+  const MemoryBudget* const host_budget_ = nullptr;
   std::atomic<bool> announce_leave_{true};
   // Rank 1 standing in for rank 0: rank 0's configured store, where its own process returns.
   std::unique_ptr<GrpcKeyValueStore> rank_zero_probe_;
-  // The stand-in this rank runs for its predecessor, its address and the budget it took, and
-  // whether one was started since the predecessor was lost. Touched by the join thread (the
-  // watch loop), then by Stop once it ended.
+  // The stand-in this rank runs for its predecessor (it shares this rank's memory budget), its
+  // address, and whether one was started since the predecessor was lost. Touched by the join
+  // thread (the watch loop), then by Stop once it ended.
   std::unique_ptr<RankProcess> stand_in_;
   std::string stand_in_address_;
-  MemoryBudget::Reservation stand_in_budget_;
   bool stand_in_started_ = false;
 
   absl::Mutex wait_mu_;

@@ -52,22 +52,9 @@ void RankProcess::StartStandIn(int rank) {
   // Rank 0's own process is back, and heals itself in: no second rank 0.
   if (rank == 0 && RankZeroProcessBack()) return;
   stand_in_started_ = true;
-  // The stand-in's budget is the part of this rank's that is free, taken from it meanwhile.
-  const MemoryBudget& budget = engine_->memory_budget();
-  const int64_t free = budget.budget() - budget.admitted();
-  absl::StatusOr<MemoryBudget::Reservation> reserved =
-      free > 0 ? engine_->ReserveMemory(free, absl::StrCat("a stand-in for rank ", rank),
-                                        "the free part of this rank's budget")
-               : absl::ResourceExhaustedError("no part of this rank's budget is free");
-  if (!reserved.ok()) {
-    LOG(ERROR) << "event=stand_in_failed rank=" << rank << " error=\""
-               << reserved.status().message() << "\"";
-    return;
-  }
   Options options = options_;
   options.rank = rank;
   options.port = options_.stand_in_port;
-  options.memory_budget = free;
   // Rank 0's store, which a buddy of rank 0 serves itself.
   if (options_.rank == 0) options.rendezvous = absl::StrCat(options_.advertise_host, ":", port_);
   options.metrics_port = 0;
@@ -89,7 +76,7 @@ void RankProcess::StartStandIn(int rank) {
   options.kill_during_restore = false;
   options.kill_during_heal.clear();
   absl::StatusOr<std::unique_ptr<RankProcess>> started =
-      StartProcess(std::move(options), /*stand_in=*/true);
+      StartProcess(std::move(options), &engine_->memory_budget());
   if (!started.ok()) {
     LOG(ERROR) << "event=stand_in_failed rank=" << rank << " error=\"" << started.status().message()
                << "\"";
@@ -97,13 +84,12 @@ void RankProcess::StartStandIn(int rank) {
   }
   stand_in_ = *std::move(started);
   stand_in_address_ = absl::StrCat(options_.advertise_host, ":", stand_in_->port());
-  stand_in_budget_ = *std::move(reserved);
   metrics_->StandInsChanged(+1);
   // The other ranks learn the store of a stand-in for rank 0 from this rank's heartbeat
   // answers; this rank watches for rank 0's own process at the configured store.
   if (rank == 0) group_->SetRankZeroStandIn(stand_in_address_);
   LOG(WARNING) << "event=stand_in_started rank=" << rank << " address=" << stand_in_address_
-               << " budget_bytes=" << free << " rank " << rank << " did not return within "
+               << " rank " << rank << " did not return within "
                << absl::FormatDuration(options_.rejoin_timeout)
                << "; this rank, its buddy, stands in for it until it does";
 }
@@ -165,7 +151,6 @@ void RankProcess::EndStandIn() {
   // again after the rejoin timeout.
   stand_in_started_ = false;
   stand_in_address_.clear();
-  stand_in_budget_.Release();
   metrics_->StandInsChanged(-1);
 }
 

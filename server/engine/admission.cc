@@ -14,6 +14,13 @@ SessionAdmission::SessionAdmission(int64_t budget_bytes, int64_t max_session_byt
       state_redundancy_(state_redundancy),
       budget_(budget_bytes, rank) {}
 
+SessionAdmission::SessionAdmission(const MemoryBudget& host, int64_t max_session_bytes, int rank,
+                                   bool state_redundancy)
+    : max_session_bytes_(max_session_bytes),
+      rank_(rank),
+      state_redundancy_(state_redundancy),
+      budget_(host, rank) {}
+
 absl::StatusOr<MemoryBudget::Reservation> SessionAdmission::Admit(const SessionConfig& config,
                                                                   const Layout& layout,
                                                                   absl::string_view id) {

@@ -25,6 +25,9 @@ class SessionAdmission {
   // `state_redundancy`: every replica also holds a shadow (ComputeFootprint).
   SessionAdmission(int64_t budget_bytes, int64_t max_session_bytes, int rank,
                    bool state_redundancy = false);
+  // The same over `host`'s budget, shared (MemoryBudget's second constructor).
+  SessionAdmission(const MemoryBudget& host, int64_t max_session_bytes, int rank,
+                   bool state_redundancy);
 
   // Reserves the footprint of `config`'s replica under `layout` until the reservation goes.
   // RESOURCE_EXHAUSTED, before anything is allocated: "session '<name or id>' needs N bytes on

@@ -32,6 +32,12 @@ namespace {
 // The rank's admission control over the budget ResolveMemoryBudget finds, logged with its source.
 std::unique_ptr<SessionAdmission> CreateAdmission(const EngineOptions& options,
                                                   const Device& device) {
+  if (options.share_budget_of != nullptr) {
+    LOG(INFO) << "rank " << options.rank << ": memory budget of "
+              << options.share_budget_of->budget() << " bytes, shared with its host's rank";
+    return std::make_unique<SessionAdmission>(*options.share_budget_of, options.max_session_bytes,
+                                              options.rank, options.state_redundancy);
+  }
   MemoryLimit budget = ResolveMemoryBudget(options.memory_budget, device.memory_capacity());
   if (budget.bytes <= 0) {
     LOG(WARNING) << "rank " << options.rank

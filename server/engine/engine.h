@@ -46,6 +46,9 @@ struct EngineOptions {
   // The bytes this rank admits sessions into (admission.h); 0: kDefaultMemoryBudgetFraction of the
   // device's memory, or of the cgroup's limit or the host's memory (ResolveMemoryBudget).
   int64_t memory_budget = 0;
+  // A stand-in's (rank_process.h): its host's budget, which it shares rather than having one of
+  // its own (memory_budget is then unused); must outlive the engine's construction only.
+  const MemoryBudget* share_budget_of = nullptr;
   int64_t max_session_bytes = 0;  // one session's footprint at most; 0: the budget alone
   // One owner's share of the rank (docs/security.md "Limits"): the most sessions one owner holds
   // (0: max_sessions alone) and the share of the memory budget its sessions may take together

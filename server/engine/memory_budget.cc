@@ -111,7 +111,13 @@ absl::StatusOr<int64_t> ParseByteCount(absl::string_view flag, absl::string_view
 }
 
 MemoryBudget::MemoryBudget(int64_t budget_bytes, int rank)
-    : budget_(budget_bytes), rank_(rank), ledger_(std::make_shared<Reservation::Ledger>()) {}
+    : budget_(budget_bytes),
+      rank_(rank),
+      host_rank_(-1),
+      ledger_(std::make_shared<Reservation::Ledger>()) {}
+
+MemoryBudget::MemoryBudget(const MemoryBudget& host, int rank)
+    : budget_(host.budget_), rank_(rank), host_rank_(host.rank_), ledger_(host.ledger_) {}
 
 int64_t MemoryBudget::admitted() const {
   absl::MutexLock lock(&ledger_->mu);
@@ -124,9 +130,12 @@ absl::StatusOr<MemoryBudget::Reservation> MemoryBudget::TryReserve(int64_t bytes
   absl::MutexLock lock(&ledger_->mu);
   const int64_t free = budget_ - ledger_->admitted;
   if (bytes > free) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(asker, " needs ", bytes, " bytes on rank ", rank_, " (", detail, "); ", free,
-                     " bytes free of the rank's budget of ", budget_));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        asker, " needs ", bytes, " bytes on rank ", rank_, " (", detail, "); ", free,
+        " bytes free of the rank's budget of ", budget_,
+        host_rank_ < 0
+            ? ""
+            : absl::StrCat(" (shared with rank ", host_rank_, ", which it stands in beside)")));
   }
   ledger_->admitted += bytes;
   return Reservation(ledger_, bytes);

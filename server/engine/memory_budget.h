@@ -52,6 +52,9 @@ class MemoryBudget {
  public:
   // REQUIRES: budget_bytes > 0.
   MemoryBudget(int64_t budget_bytes, int rank);
+  // Rank `rank`'s budget that shares `host`'s bytes and what it admitted, both ways: a stand-in
+  // in its host's process (the two ranks' memory is the one machine's). `host` may go first.
+  MemoryBudget(const MemoryBudget& host, int rank);
 
   MemoryBudget(const MemoryBudget&) = delete;
   MemoryBudget& operator=(const MemoryBudget&) = delete;
@@ -90,6 +93,7 @@ class MemoryBudget {
  private:
   const int64_t budget_;
   const int rank_;
+  const int host_rank_;  // the rank whose budget this one shares; -1: its own
   const std::shared_ptr<Reservation::Ledger> ledger_;
 };
 

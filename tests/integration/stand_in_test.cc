@@ -4,7 +4,7 @@
 // takes its place back. While rank 0 is stood in, another rank restarted finds the group at the
 // stand-in's store and is healed in there, and the stand-in writes the automatic checkpoints. A
 // stand-in replaced by a process lost in its heal, or one that missed its heal's end, is
-// started again.
+// started again. A stand-in shares its host's memory budget, and sessions are created meanwhile.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -328,6 +328,19 @@ TEST_F(LostRankOneTest, AStandInThatMissedItsHealsEndIsStartedAgain) {
   EXPECT_EQ(testutil::ScrapeMetrics(group_[kBuddy]->metrics_port())["optstep_stand_ins"], 1);
   ASSERT_THAT(StepSpread(*trainer_, id_, 3).status(), IsOk());
   EXPECT_THAT(SameStateAndParameters(*trainer_, reference_.session_id(), id_), IsOk());
+  for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group_[r])) << "rank " << r;
+}
+
+// While rank 1 is stood in for, a new session is created and stepped: the stand-in shares its
+// host's memory budget. Before, it took the whole free part of rank 2's budget, and every new
+// session was refused RESOURCE_EXHAUSTED on rank 2 until rank 1's own process was back.
+TEST_F(LostRankOneTest, ASessionIsCreatedAndSteppedWhileARankIsStoodIn) {
+  ASSERT_NO_FATAL_FAILURE(LoseRankOne(StandInFlags(), /*steps=*/1));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo created,
+                               trainer_->CreateSession(SpreadSpec("while-stood-in")));
+  EXPECT_EQ(created.layout().stood_in_ranks_size(), 1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(StepReply reply, StepSpread(*trainer_, created.session_id(), 1));
+  EXPECT_EQ(reply.step, 1u);
   for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group_[r])) << "rank " << r;
 }
 

@@ -4,6 +4,7 @@
 
 #include "server/engine/memory_budget.h"
 
+#include <memory>
 #include <utility>
 
 #include "gmock/gmock.h"
@@ -33,6 +34,32 @@ TEST(MemoryBudgetTest, ReservesUntilTheBudgetAndRefusesNamingTheBytes) {
   EXPECT_EQ(budget.admitted(), 400);
   { MemoryBudget::Reservation gone = std::move(b); }
   EXPECT_EQ(budget.admitted(), 0);
+}
+
+// A stand-in's budget shares its host's (both ranks' memory is the one machine's): what either
+// admits counts against both, each as it comes, and a refusal says the budget is shared.
+TEST(MemoryBudgetTest, AStandInSharesItsHostsBudgetBothWays) {
+  auto host = std::make_unique<MemoryBudget>(1000, 2);
+  MemoryBudget stand_in(*host, 1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation hosts,
+                               host->TryReserve(300, "session 'h'", "x"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation its,
+                               stand_in.TryReserve(500, "session 's'", "x"));
+  EXPECT_EQ(host->admitted(), 800);
+  EXPECT_EQ(stand_in.admitted(), 800);
+  EXPECT_EQ(stand_in.budget(), 1000);
+  EXPECT_THAT(stand_in.TryReserve(201, "session 't'", "masters 201").status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "session 't' needs 201 bytes on rank 1 (masters 201); 200 bytes free of "
+                       "the rank's budget of 1000 (shared with rank 2, which it stands in beside)"));
+  EXPECT_THAT(host->TryReserve(201, "session 'u'", "x").status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "200 bytes free"));
+  its.Release();
+  EXPECT_EQ(host->admitted(), 300);
+  host.reset();  // the host may go first
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation more,
+                               stand_in.TryReserve(700, "session 's'", "x"));
+  EXPECT_EQ(stand_in.admitted(), 1000);
 }
 
 TEST(MemoryBudgetTest, ByteCountsTakeBinarySuffixes) {

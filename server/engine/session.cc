@@ -263,6 +263,7 @@ void Session::ComputeStatistics(int param, uint64_t generation, uint64_t version
 
 absl::Status Session::Commit(const StepHandle& c, uint64_t num_elements, StepCallback done) {
   std::optional<StepOutcome> replay;
+  std::vector<StepCallback> superseded;
   {
     absl::MutexLock lock(&mu_);
     OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));
@@ -273,11 +274,20 @@ absl::Status Session::Commit(const StepHandle& c, uint64_t num_elements, StepCal
     if (handle.replay) {
       replay = book_.last_outcome();
     } else {
+      // The streams this retry replaces end: the trainer waits on this one (each stream it left
+      // open would hold its slot and window until the step resolves).
+      if (c.retry) superseded = book_.TakeWaitersOf(c.trainer);
       OPTSTEP_RETURN_IF_ERROR(book_.Commit(c, num_elements, std::move(done)));
       StartResolutionLocked(ResolutionKind::kApply);
-      return absl::OkStatus();
     }
   }
+  for (StepCallback& told : superseded) {
+    told(absl::AbortedError(absl::StrCat("session '", id_, "': step ", c.step, " of trainer ",
+                                         c.trainer,
+                                         ": a newer stream of the trainer waits for "
+                                         "the step in this one's place")));
+  }
+  if (!replay) return absl::OkStatus();
   // Replay of the last applied step: its result with the current parameters.
   if (!c.return_params) {
     replay->params = nullptr;

@@ -140,8 +140,18 @@ absl::Status StepBook::Commit(const StepHandle& c, uint64_t num_elements, StepCa
     }
   }
   waiters_.push_back(StepWaiter{c.return_dtype, c.return_params, std::move(done), c.stream_params,
-                                c.return_owned});
+                                c.return_owned, c.trainer});
   return absl::OkStatus();
+}
+
+std::vector<StepCallback> StepBook::TakeWaitersOf(int trainer) {
+  auto theirs =
+      std::stable_partition(waiters_.begin(), waiters_.end(),
+                            [trainer](const StepWaiter& w) { return w.trainer != trainer; });
+  std::vector<StepCallback> taken;
+  for (auto it = theirs; it != waiters_.end(); ++it) taken.push_back(std::move(it->done));
+  waiters_.erase(theirs, waiters_.end());
+  return taken;
 }
 
 absl::Status StepBook::CheckResent(const StepHandle& c) const {

@@ -90,6 +90,9 @@ class StepBook {
   // dropped and `done` with it. A retry is checked with CheckResent.
   // REQUIRES: CheckFresh(c) is OK and c is no replay.
   absl::Status Commit(const StepHandle& c, uint64_t num_elements, StepCallback done);
+  // Takes the callbacks `trainer`'s committed streams wait on, whose place a retry of the
+  // trainer takes (the trainer left them: a broken stream), to be told outside the lock.
+  std::vector<StepCallback> TakeWaitersOf(int trainer);
   // A replay or retry is honoured only for the same contribution: OK when what `c` sent again
   // (c.resent) is what its trainer sent to the step that was applied (replay) or that it
   // committed (retry); FAILED_PRECONDITION naming the step and the trainer otherwise.

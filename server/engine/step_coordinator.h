@@ -50,6 +50,7 @@ struct StepWaiter {
   StepCallback done;
   bool stream = false;      // StepBegin::stream_params
   bool owned_only = false;  // StepBegin::return_owned
+  int trainer = -1;         // whose stream waits
 };
 
 // What one run of the coordinator does with the pending step.

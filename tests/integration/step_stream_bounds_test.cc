@@ -25,6 +25,7 @@
 namespace optstep {
 namespace {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 constexpr int kElements = 1 << 20;  // 4 MiB of fp32 values per chunk
@@ -170,6 +171,46 @@ TEST_F(StepStreamCapTest, ATrainerWhoseStreamsLingerLeavesTheOthersTheirs) {
   EXPECT_EQ(ends[0].refused, 4);
   EXPECT_EQ(ends[1].open, 1);
   EXPECT_EQ(ends[1].refused, 0);
+}
+
+// A trainer whose streams break after its commit redoes the step on a new stream each time, and
+// may leave the old ones half-open on the rank. Each retry's commit ends the streams it replaces
+// (ABORTED), so that they hold no slot: before, they waited for the step, and the fifth retry was
+// refused RESOURCE_EXHAUSTED.
+TEST_F(StepStreamCapTest, ARetryEndsTheStreamsItReplaces) {
+  ASSERT_NO_FATAL_FAILURE(StartSession(2));  // the step waits for trainer 1 throughout
+  struct Call {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream;
+  };
+  constexpr int kAttempts = 6;
+  std::vector<Call> calls(kAttempts);
+  v1::StepRequest commit;
+  commit.mutable_commit()->set_num_elements(0);
+  for (int i = 0; i < kAttempts; ++i) {
+    calls[i].context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    calls[i].stream = stub_->Step(&calls[i].context);
+    ASSERT_TRUE(calls[i].stream->Write(Header()));
+    ASSERT_TRUE(calls[i].stream->Write(commit));
+    // The commit reaches the rank before the next attempt's header, as a trainer's redo follows
+    // a broken stream (were the header first, the older attempt would be superseded uncommitted,
+    // which ends it too).
+    absl::SleepFor(absl::Milliseconds(200));
+    if (i == 0) continue;
+    v1::StepResponse response;
+    while (calls[i - 1].stream->Read(&response)) {
+    }
+    const grpc::Status replaced = calls[i - 1].stream->Finish();
+    EXPECT_EQ(replaced.error_code(), grpc::StatusCode::ABORTED)
+        << "attempt " << i - 1 << ": " << replaced.error_message();
+    EXPECT_THAT(replaced.error_message(),
+                AnyOf(HasSubstr("a newer stream of the trainer waits"), HasSubstr("superseded")));
+  }
+  calls.back().context.TryCancel();
+  v1::StepResponse response;
+  while (calls.back().stream->Read(&response)) {
+  }
+  EXPECT_EQ(calls.back().stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 // A trainer id the session does not declare is refused as such, before it is counted.

@@ -156,7 +156,8 @@ TEST_F(SessionReplayTest, ARetryOfACommittedContributionMustSendTheSameBytes) {
                        absl::StrCat("step 1 of session '", s->id(),
                                     "' was already committed with a different contribution from "
                                     "trainer 0 (this one has other gradient bytes)")));
-  // Its own retry, chunked otherwise, waits for the step with the first commit.
+  // Its own retry, chunked otherwise, waits for the step in the first commit's place: the stream
+  // the trainer left ends.
   StepHandle retry = BeginStep(*s, 1, 0);
   ASSERT_THAT(SendGradient(*s, retry, 0, 4, Part(kW, 4, 6)), IsOk());
   ASSERT_THAT(SendGradient(*s, retry, 0, 0, Part(kW, 0, 4)), IsOk());
@@ -166,8 +167,12 @@ TEST_F(SessionReplayTest, ARetryOfACommittedContributionMustSendTheSameBytes) {
   ASSERT_THAT(SendGradient(*s, t1, 1, 0, kB), IsOk());
   Outcome third;
   ASSERT_THAT(s->Commit(t1, 3, third.Callback()), IsOk());
+  EXPECT_THAT(first.Wait().status(),
+              StatusIs(absl::StatusCode::kAborted,
+                       absl::StrCat("session '", s->id(),
+                                    "': step 1 of trainer 0: a newer stream "
+                                    "of the trainer waits for the step in this one's place")));
   ASSERT_THAT(third.Wait().status(), IsOk());
-  ASSERT_THAT(first.Wait().status(), IsOk());
   ASSERT_THAT(second.Wait().status(), IsOk());
   EXPECT_FALSE(refused.HasBeenNotified());
   // The step ran with the gradient committed first: the same as a session that never saw the

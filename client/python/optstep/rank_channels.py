@@ -217,12 +217,16 @@ class RankChannels:
         channel to each new one, drops those of ranks back. A rank reached where the group
         advertises it (not given) and not stood in is reached at its advertised address from now
         on: the first one seen may have been its stand-in's, or its process may be back
-        elsewhere."""
+        elsewhere. A rank back from its stand-in gets a new channel to its address: the one it
+        had may sit out gRPC's reconnect backoff from when nothing answered there, failing calls
+        at once meanwhile."""
         told = {r: rank_targets[r] for r in stood_in_ranks if 0 <= r < len(rank_targets)}
         with self._lock:
             gone = [r for r, rank in self._stand_ins.items() if told.get(r) != rank.target]
             for r in gone:
                 del self._stand_ins[r]  # its channel closes once no call uses it
+                if r < len(self._ranks) and r not in told:
+                    self._ranks[r] = self._open(self._ranks[r].target)
             for r, target in told.items():
                 if r not in self._stand_ins:
                     self._stand_ins[r] = self._open(target)

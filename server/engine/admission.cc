@@ -38,7 +38,21 @@ absl::StatusOr<MemoryBudget::Reservation> SessionAdmission::Admit(const SessionC
 absl::StatusOr<int64_t> SessionAdmission::Check(const SessionConfig& config, const Layout& layout,
                                                 absl::string_view id) {
   OPTSTEP_ASSIGN_OR_RETURN(const MemoryBudget::Reservation reserved, Admit(config, layout, id));
-  return reserved.bytes();  // the reservation goes at once
+  // A stand-in shares its host's budget, and the host checks its own part at the same time:
+  // each part alone could fit where both do not, and the replica refused as it is built would
+  // leave the other ranks waiting for it in the rendezvous. The stand-in checks both parts.
+  const int host = budget_.host_rank();
+  if (host >= 0) {
+    OPTSTEP_ASSIGN_OR_RETURN(const SessionFootprint hosts,
+                             ComputeFootprint(config, layout, host, state_redundancy_));
+    OPTSTEP_ASSIGN_OR_RETURN(
+        const MemoryBudget::Reservation both,
+        budget_.TryReserve(hosts.total(),
+                           absl::StrCat("session '", config.name.empty() ? id : config.name,
+                                        "' on rank ", host, " beside it"),
+                           hosts.Breakdown()));
+  }
+  return reserved.bytes();  // the reservations go at once
 }
 
 absl::Status CheckOwnerShare(absl::string_view owner, absl::string_view asker, int64_t bytes,

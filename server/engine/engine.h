@@ -125,8 +125,8 @@ class Engine {
   absl::Status CheckAdmission(const SessionConfig& config, bool new_session = true);
   // The rank's memory budget and what it has admitted.
   const MemoryBudget& memory_budget() const { return admission_->budget(); }
-  // Takes `bytes` of the rank's budget for something other than a session (a stand-in for a lost
-  // rank run in this process), as MemoryBudget::TryReserve.
+  // Takes `bytes` of the rank's budget for something other than a session's footprint (what an
+  // export or a further trainer's InitParameters stream stages), as MemoryBudget::TryReserve.
   absl::StatusOr<MemoryBudget::Reservation> ReserveMemory(int64_t bytes, absl::string_view asker,
                                                           absl::string_view detail) {
     return admission_->budget().TryReserve(bytes, asker, detail);

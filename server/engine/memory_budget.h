@@ -89,6 +89,8 @@ class MemoryBudget {
 
   int64_t budget() const { return budget_; }
   int64_t admitted() const;
+  // The rank whose budget this one shares (the second constructor); -1 for a budget of its own.
+  int host_rank() const { return host_rank_; }
 
  private:
   const int64_t budget_;

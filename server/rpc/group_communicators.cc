@@ -105,10 +105,11 @@ uint64_t GroupCommunicators::generation() const {
   return generation_;
 }
 
-void GroupCommunicators::CloseAll(const absl::Status& why) {
+void GroupCommunicators::CloseAll(uint64_t generation, const absl::Status& why) {
   std::vector<std::shared_ptr<CommunicatorLink>> live;
   {
     absl::MutexLock lock(&mu_);
+    if (generation != generation_) return;
     for (const auto& [id, weak] : made_) {
       if (std::shared_ptr<CommunicatorLink> link = weak.lock()) live.push_back(std::move(link));
     }

@@ -103,8 +103,9 @@ class GroupCommunicators {
   // Closes every session's connection (CommunicatorLink::Close) until RebuildAll: a heal's first
   // phase, once no resolution runs here. A collective that the loss cut can wait on a rank that
   // survived, not on the lost one (a ring waits on its neighbours only); without this it would
-  // wait until the collective timeout, and the heal with it.
-  void CloseAll(const absl::Status& why);
+  // wait until the collective timeout, and the heal with it. Only while the generation is still
+  // `generation`: a later heal's connections are not the ones to close.
+  void CloseAll(uint64_t generation, const absl::Status& why);
 
  private:
   const Connect connect_;

@@ -108,7 +108,8 @@ std::vector<prometheus::MetricFamily> EngineGauges(Engine& engine) {
                   "The memory this rank admits sessions into (--memory_budget or its default).",
                   static_cast<double>(engine.memory_budget().budget())),
       GaugeFamily("optstep_memory_admitted_bytes",
-                  "The footprints of the sessions this rank admitted, out of its budget.",
+                  "The footprints of the sessions this rank admitted, out of its budget (with a "
+                  "stand-in's, which shares it, while one runs here).",
                   static_cast<double>(engine.memory_budget().admitted())),
       GaugeFamily("optstep_shared_memory_bytes",
                   "Bytes of the segments trainers on this host share with the rank (counted in "

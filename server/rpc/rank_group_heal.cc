@@ -74,6 +74,7 @@ absl::Status RankGroup::PauseForRegroup(const v1::RegroupRequest& request) {
   // Nothing runs on the old connections here any more: closing them ends a collective the loss
   // cut on a peer that still waits for this rank in it, rather than at its timeout.
   options_.communicators->CloseAll(
+      request.generation(),
       absl::UnavailableError(absl::StrCat("the session's communicator is closed while rank ", rank,
                                           " heals into generation ", request.generation())));
   return absl::OkStatus();
@@ -134,9 +135,11 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
           liveness_.Lose(rank, absl::UnavailableError(absl::StrCat(
                                    "rank ", rank, " lost (its heal into generation ",
                                    request.generation(), " failed); it heals in when restarted")));
-          options_.communicators->CloseAll(absl::UnavailableError(
-              absl::StrCat("the session's communicator is closed: the heal of rank ", rank,
-                           " into generation ", request.generation(), " failed")));
+          options_.communicators->CloseAll(
+              request.generation(),
+              absl::UnavailableError(
+                  absl::StrCat("the session's communicator is closed: the heal of rank ", rank,
+                               " into generation ", request.generation(), " failed")));
         }
         for (const std::shared_ptr<Session>& session : Sessions())
           session->CancelHealPause(request.generation());

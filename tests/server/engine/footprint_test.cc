@@ -226,6 +226,34 @@ TEST(AdmissionTest, OwnersStorageAdmitsASessionLargerThanOneRankWithinTheGroup) 
   }
 }
 
+// A stand-in for rank 1 runs in rank 2's process and shares its budget. Rank 0 asks both ranks
+// at once whether they admit a session: each part alone fits in what is free, both do not. The
+// stand-in's check counts the host's part beside its own, so the session is refused before any
+// replica is built (before, both checks passed, and the replica refused as it was built left the
+// other ranks waiting in the rendezvous).
+TEST(AdmissionTest, AStandInsCheckCountsItsHostsPartBesideItsOwn) {
+  SubOptimizerConfig lion;
+  lion.kind = "lion";
+  const SessionConfig config =
+      ConfigOf(lion, {Param("a", {10, 100}), Param("b", {10, 100}), Param("c", {10, 100})});
+  Layout layout;
+  layout.world_size = 3;
+  layout.owner = {0, 1, 2};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint host_part, ComputeFootprint(config, layout, 2));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionFootprint own_part, ComputeFootprint(config, layout, 1));
+  SessionAdmission host(host_part.total() + own_part.total() - 1, 0, 2);
+  SessionAdmission stand_in(host.budget(), 0, 1, /*state_redundancy=*/false);
+  EXPECT_THAT(host.Check(config, layout, "s").status(), IsOk());
+  EXPECT_THAT(stand_in.Check(config, layout, "s").status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "on rank 2 beside it"));
+  // With a byte more, both parts fit, and both ranks admit it.
+  SessionAdmission roomier(host_part.total() + own_part.total(), 0, 2);
+  SessionAdmission roomier_stand_in(roomier.budget(), 0, 1, /*state_redundancy=*/false);
+  EXPECT_THAT(roomier_stand_in.Check(config, layout, "s").status(), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation hosts, roomier.Admit(config, layout, "s"));
+  EXPECT_THAT(roomier_stand_in.Admit(config, layout, "s").status(), IsOk());
+}
+
 TEST(FootprintTest, AHugeSoapFactorIsRefusedBeforeItIsCounted) {
   SubOptimizerConfig soap;
   soap.kind = "soap";

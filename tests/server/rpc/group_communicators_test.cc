@@ -3,8 +3,9 @@
 // use, in id order, under the new generation, and the session's communicator goes on working
 // through the new connection; a session that closed is not rebuilt, nor one that is still held
 // but no longer open (its collectives answer why). CloseAll (a heal's first
-// phase) releases every connection at once, and the collectives answer why until the rebuild;
-// so does a collective that lost a peer, for its own connection.
+// phase) releases every connection at once, and the collectives answer why until the rebuild (a
+// late one, of an older generation, closes nothing); so does a collective that lost a peer, for
+// its own connection.
 
 #include "server/rpc/group_communicators.h"
 
@@ -89,7 +90,7 @@ TEST(GroupCommunicatorsTest, CloseAllReleasesEveryConnectionUntilTheRebuild) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> a, communicators.Make("sa"));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Communicator> b, communicators.Make("sb"));
   ASSERT_EQ(alive, 2);
-  communicators.CloseAll(absl::UnavailableError("closed for a heal"));
+  communicators.CloseAll(communicators.generation(), absl::UnavailableError("closed for a heal"));
   // The connections are gone (their sockets closed), not only refused.
   EXPECT_EQ(alive, 0);
   float value = 3.0f;
@@ -101,6 +102,10 @@ TEST(GroupCommunicatorsTest, CloseAllReleasesEveryConnectionUntilTheRebuild) {
   EXPECT_EQ(alive, 2);
   EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum), IsOk());
   EXPECT_EQ(value, 3.0f);
+  // A close for the heal into generation 0, late: the connections of generation 1 stay.
+  communicators.CloseAll(0, absl::UnavailableError("closed for an older heal"));
+  EXPECT_EQ(alive, 2);
+  EXPECT_THAT(a->AllReduce(&value, 1, CommDType::kFloat32, ReduceOp::kSum), IsOk());
 }
 
 // Counted, whose collectives fail as when a peer is lost.

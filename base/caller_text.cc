@@ -10,6 +10,22 @@ std::string CallerText(absl::string_view text, size_t max_bytes) {
   return absl::StrCat(absl::CHexEscape(text.substr(0, max_bytes)), "...(", text.size(), " bytes)");
 }
 
+std::string LogValue(absl::string_view text) {
+  std::string value;
+  value.reserve(text.size());
+  for (const char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppend(&value, "\\x", absl::Hex(c, absl::kZeroPad2));
+    } else if (ch == '"') {
+      value += "\\\"";
+    } else {
+      value += ch;
+    }
+  }
+  return value;
+}
+
 absl::Status CheckCallerName(absl::string_view what, absl::string_view name, size_t max_bytes) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(what, " '", CallerText(name), "' ", why));

@@ -17,6 +17,11 @@ namespace optstep {
 // length: "abc...(70000 bytes)".
 std::string CallerText(absl::string_view text, size_t max_bytes = 64);
 
+// `text` as the quoted value of a log line (key="..."): each control character (bytes 0x00-0x1f,
+// 0x7f) as \xNN and '"' as \", so that no text, a caller's among it, ends the value or the line
+// and forges another. Everything else as it is.
+std::string LogValue(absl::string_view text);
+
 // OK when `name` has at most `max_bytes` bytes and no control character (bytes 0x00-0x1f and
 // 0x7f); else INVALID_ARGUMENT that begins "<what> '<CallerText(name)>' " and says which.
 absl::Status CheckCallerName(absl::string_view what, absl::string_view name, size_t max_bytes);

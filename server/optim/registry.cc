@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "server/optim/adamw.h"
 #include "server/optim/adaptive_muon.h"
@@ -193,7 +194,7 @@ absl::StatusOr<std::string> CanonicalOptimizerKind(absl::string_view owner,
   if (alias != Aliases().end()) name = alias->second;
   if (Factories().count(name) > 0) return name;
   return absl::InvalidArgumentError(absl::StrCat(
-      owner, ": unknown optimizer kind '", kind, "' (known: ",
+      owner, ": unknown optimizer kind '", CallerText(kind), "' (known: ",
       absl::StrJoin(ImplementedOptimizerKinds(), ", "), "; aliases: adam, dist_muon)"));
 }
 

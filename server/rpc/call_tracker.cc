@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/caller_text.h"
 #include "base/log_budget.h"
 #include "glog/logging.h"
 
@@ -13,12 +14,12 @@ namespace {
 using grpc::experimental::InterceptionHookPoints;
 using grpc::experimental::ServerRpcInfo;
 
-constexpr const char *kStepMethod = "/optstep.v1.OptimizerService/Step";
+constexpr const char* kStepMethod = "/optstep.v1.OptimizerService/Step";
 
 // One per call; gRPC destroys it when the call is done.
 class TrackingInterceptor final : public grpc::experimental::Interceptor {
  public:
-  TrackingInterceptor(CallTracker *tracker, ServerRpcInfo *info)
+  TrackingInterceptor(CallTracker* tracker, ServerRpcInfo* info)
       : tracker_(tracker),
         method_(info->method()),
         streaming_(info->type() != ServerRpcInfo::Type::UNARY),
@@ -27,7 +28,7 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
   }
   ~TrackingInterceptor() override { tracker_->CallEnded(streaming_, step_); }
 
-  void Intercept(grpc::experimental::InterceptorBatchMethods *methods) override {
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
       if (!status.ok()) tracker_->CallFailed(method_, status);
@@ -36,21 +37,21 @@ class TrackingInterceptor final : public grpc::experimental::Interceptor {
   }
 
  private:
-  CallTracker *const tracker_;
-  const char *const method_;  // owned by gRPC for the server's lifetime
+  CallTracker* const tracker_;
+  const char* const method_;  // owned by gRPC for the server's lifetime
   const bool streaming_;
   const bool step_;
 };
 
 class TrackingFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit TrackingFactory(CallTracker *tracker) : tracker_(tracker) {}
-  grpc::experimental::Interceptor *CreateServerInterceptor(ServerRpcInfo *info) override {
+  explicit TrackingFactory(CallTracker* tracker) : tracker_(tracker) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(ServerRpcInfo* info) override {
     return new TrackingInterceptor(tracker_, info);
   }
 
  private:
-  CallTracker *const tracker_;
+  CallTracker* const tracker_;
 };
 
 }  // namespace
@@ -73,7 +74,7 @@ void CallTracker::CallEnded(bool streaming, bool step) {
   --active_steps_;
 }
 
-void CallTracker::CallFailed(const char *method, const grpc::Status &status) {
+void CallTracker::CallFailed(const char* method, const grpc::Status& status) {
   const std::string code =
       absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()));
   if (metrics_ != nullptr) metrics_->CountRpcError(method, code);
@@ -86,14 +87,14 @@ void CallTracker::CallFailed(const char *method, const grpc::Status &status) {
   int64_t dropped = 0;  // a caller may fail call after call
   if (!CallerLogBudget().Take(&dropped)) return;
   LOG(WARNING) << "event=rpc_error method=" << method << " code=" << code << " message=\""
-               << status.error_message() << "\""
+               << LogValue(status.error_message()) << "\""
                << (dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : "");
 }
 
 bool CallTracker::AwaitNoSteps(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   return mu_.AwaitWithDeadline(absl::Condition(
-                                   +[](int *active) { return *active == 0; }, &active_steps_),
+                                   +[](int* active) { return *active == 0; }, &active_steps_),
                                deadline);
 }
 

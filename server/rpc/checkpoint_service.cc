@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "server/engine/chained_state_dict.h"
 #include "server/rpc/caller.h"
@@ -129,8 +130,8 @@ absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<con
   }
   const std::string prefix = request.chunk_prefix().empty() ? "model" : request.chunk_prefix();
   if (prefix != "model" && prefix != "model_") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk_prefix '", request.chunk_prefix(), "' must be 'model' or 'model_'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk_prefix '", CallerText(request.chunk_prefix()), "' must be 'model' or 'model_'"));
   }
   const SessionConfig& config = session.config();
   std::vector<ParamGroup> groups;

@@ -136,7 +136,7 @@ absl::StatusOr<SubOptimizerConfig> SubOptimizerFromProto(const v1::SubOptimizer&
   // The options given must belong to the kind named.
   if (!OptionsMatchKind(s.options_case(), s.kind())) {
     return absl::InvalidArgumentError(
-        absl::StrCat(owner, ": options do not match kind '", s.kind(), "'"));
+        absl::StrCat(owner, ": options do not match kind '", CallerText(s.kind()), "'"));
   }
   switch (s.options_case()) {
     case v1::SubOptimizer::kAdamw: {

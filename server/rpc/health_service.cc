@@ -1,9 +1,11 @@
 #include "server/rpc/health_service.h"
 
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/caller_text.h"
 #include "glog/logging.h"
 #include "server/rpc/owned_write_reactor.h"
 
@@ -50,6 +52,12 @@ class HealthService::Watcher final : public OwnedWriteReactor<HealthCheckRespons
     if (!WritingLocked()) WriteNextLocked();
   }
 
+  // Ends the stream at once with `why`, writing nothing.
+  void Refuse(grpc::Status why) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(std::move(why));
+  }
+
   // Finishes the stream OK once what it was told is written.
   void End() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -84,8 +92,9 @@ class HealthService::Watcher final : public OwnedWriteReactor<HealthCheckRespons
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-HealthService::HealthService(const std::vector<std::string>& services, absl::Duration idle_timeout)
-    : idle_timeout_(idle_timeout) {
+HealthService::HealthService(const std::vector<std::string>& services, absl::Duration idle_timeout,
+                             size_t max_watchers)
+    : idle_timeout_(idle_timeout), max_watchers_(max_watchers) {
   absl::MutexLock lock(&mu_);
   for (const std::string& service : services) {
     statuses_[service] = HealthCheckResponse::NOT_SERVING;
@@ -134,8 +143,9 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
   }
   if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
     // What the grpc.health.v1 protocol answers for a service the server does not know.
-    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 absl::StrCat("unknown service '", request->service(), "'")));
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::NOT_FOUND,
+                     absl::StrCat("unknown service '", CallerText(request->service()), "'")));
     return reactor;
   }
   response->set_status(status);
@@ -145,9 +155,26 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
 
 grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
     grpc::CallbackServerContext* context, const HealthCheckRequest* request) {
-  std::shared_ptr<Watcher> watcher = Watcher::Create(this, request->service(), context);
+  const std::string& name = request->service();
+  // The call holds its request until it ends: a name no service has, of any length, would stay
+  // held as long as the client keeps the stream.
+  const bool too_long = name.size() > kMaxServiceNameBytes;
+  std::shared_ptr<Watcher> watcher = Watcher::Create(this, too_long ? "" : name, context);
+  if (too_long) {
+    watcher->Refuse(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("health Watch: service name '", CallerText(name), "' has ", name.size(),
+                     " bytes; no service's has more than ", kMaxServiceNameBytes)));
+    return watcher.get();
+  }
   // Writes before the reactor is returned wait in gRPC until it binds the reactor to the call.
   absl::MutexLock lock(&mu_);
+  if (!shut_down_ && watchers_.size() >= max_watchers_) {
+    watcher->Refuse(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrCat("health Watch: ", max_watchers_,
+                                              " Watch streams are open on this rank already")));
+    return watcher.get();
+  }
   watcher->Update(StatusLocked(request->service()));
   if (shut_down_) {
     watcher->End();

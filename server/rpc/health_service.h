@@ -28,7 +28,9 @@ namespace optstep {
 // status, NOT_FOUND for any other name; Watch streams it, at once and at each change, one write
 // at a time (a status not yet sent gives way to a newer one), and SERVICE_UNKNOWN for any other
 // name, which it keeps watching, as the protocol says. A Watch stream ends when its client
-// cancels it or at Shutdown.
+// cancels it or at Shutdown. Health calls take no credential, so what one holds is bounded: a
+// Watch of a name longer than kMaxServiceNameBytes (which no service has) is refused
+// INVALID_ARGUMENT, and beyond `max_watchers` open Watch streams RESOURCE_EXHAUSTED.
 //
 // Callback API; thread-safe. Must outlive the grpc::Server that serves it (as every registered
 // service), and that server's Shutdown must not wait without a deadline for the Watch streams
@@ -37,10 +39,16 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
  public:
   using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 
+  // The longest service name a Watch may name, and how many Watch streams may be open at once
+  // by default (load balancers' and monitors' health checks, a few per client).
+  static constexpr size_t kMaxServiceNameBytes = 256;
+  static constexpr size_t kDefaultMaxWatchers = 1024;
+
   // Knows `services` ("" is the overall health), each NOT_SERVING. A Watch stream whose client
   // does not take a write within `idle_timeout` is cancelled (zero: no bound).
   explicit HealthService(const std::vector<std::string>& services,
-                         absl::Duration idle_timeout = absl::ZeroDuration());
+                         absl::Duration idle_timeout = absl::ZeroDuration(),
+                         size_t max_watchers = kDefaultMaxWatchers);
   // Shutdown().
   ~HealthService() override;
   HealthService(const HealthService&) = delete;
@@ -72,6 +80,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   void Forget(Watcher* watcher) ABSL_LOCKS_EXCLUDED(mu_);
 
   const absl::Duration idle_timeout_;
+  const size_t max_watchers_;
   // Lock order: mu_, then a Watcher's own lock (the service tells its watchers under mu_, so in
   // the order of the changes); a watcher takes mu_ (Forget) only outside its own lock.
   absl::Mutex mu_;

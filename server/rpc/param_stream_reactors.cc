@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "server/engine/memory_budget.h"
 #include "server/rpc/convert.h"
@@ -194,7 +195,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       }
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("InitParameters: session_id '", request_.session_id(),
+          absl::StrCat("InitParameters: session_id '", CallerText(request_.session_id()),
                        "' differs from the stream's session '", session_->id(), "'"));
     }
     if (ended_) {

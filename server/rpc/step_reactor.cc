@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/caller_text.h"
 #include "base/log_budget.h"
 #include "glog/logging.h"
 #include "server/rpc/convert.h"
@@ -458,7 +459,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
                  << " step=" << handle_.step << " trainer=" << handle_.trainer
                  << " rank=" << engine_->options().rank << " code="
                  << absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))
-                 << " message=\"" << status.error_message() << "\""
+                 << " message=\"" << LogValue(status.error_message()) << "\""
                  << (dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : "");
   }
 

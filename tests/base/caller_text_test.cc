@@ -1,4 +1,5 @@
-// CallerText and CheckCallerName: what a caller chose reaches a message escaped and bounded.
+// CallerText and CheckCallerName: what a caller chose reaches a message escaped and bounded;
+// LogValue: a message reaches a log line's quoted value without ending it.
 
 #include "base/caller_text.h"
 
@@ -18,6 +19,17 @@ TEST(CallerTextTest, EscapesControlCharactersAndCutsLongText) {
   EXPECT_EQ(CallerText(std::string(70000, 'x'), 4), "xxxx...(70000 bytes)");
   EXPECT_EQ(CallerText(std::string(64, 'y')), std::string(64, 'y'));
   EXPECT_EQ(CallerText(std::string(65, 'y')).size(), 64u + std::string("...(65 bytes)").size());
+}
+
+// A status message in a log line's quoted value: a caller's newline could otherwise end the line
+// and forge another ("event=peer_lost ...").
+TEST(CallerTextTest, LogValueEscapesWhatCouldEndTheValueOrTheLine) {
+  EXPECT_EQ(LogValue("session 's1': step 3 out of sequence"),
+            "session 's1': step 3 out of sequence");
+  EXPECT_EQ(LogValue("kind 'x\nevent=peer_lost rank=9\r'"),
+            "kind 'x\\x0aevent=peer_lost rank=9\\x0d'");
+  EXPECT_EQ(LogValue("a \"quoted\" \x7f"), "a \\\"quoted\\\" \\x7f");
+  EXPECT_EQ(LogValue("already\\nescaped"), "already\\nescaped");  // left as it is
 }
 
 TEST(CallerTextTest, CheckCallerNameRefusesLengthAndControlCharacters) {

@@ -263,6 +263,10 @@ TEST_F(BadInputTest, UnknownOptimizerName) {
   spec.mutable_optimizer()->mutable_sub_optimizers(0)->clear_adamw();
   spec.mutable_optimizer()->mutable_sub_optimizers(0)->set_kind("adamax");
   EXPECT_STATUS(Create(spec), INVALID_ARGUMENT, "unknown optimizer kind 'adamax'");
+  // A kind that is the caller's text reaches the message (and the rank's log) escaped.
+  spec.mutable_optimizer()->mutable_sub_optimizers(0)->set_kind("adamw\nevent=peer_lost rank=9");
+  EXPECT_STATUS(Create(spec), INVALID_ARGUMENT,
+                "unknown optimizer kind 'adamw\\nevent=peer_lost rank=9'");
 }
 
 TEST_F(BadInputTest, MessageOverTheSizeLimit) {

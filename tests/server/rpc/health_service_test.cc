@@ -25,6 +25,7 @@ using ::grpc::health::v1::Health;
 using ::grpc::health::v1::HealthCheckRequest;
 using ::grpc::health::v1::HealthCheckResponse;
 using ServingStatus = HealthCheckResponse::ServingStatus;
+using ::testing::HasSubstr;
 
 constexpr char kLiveness[] = "optstep.liveness";
 constexpr ServingStatus kServing = HealthCheckResponse::SERVING;
@@ -181,6 +182,66 @@ TEST_F(HealthServiceTest, WatchOfAnUnknownServiceAnswersServiceUnknownAndKeepsWa
   grpc::Status end = watch->ReadToEnd(&more);
   EXPECT_TRUE(end.ok()) << end.error_message();
   EXPECT_TRUE(more.empty());
+}
+
+// Health calls take no credential. Before, a Watch of any name stayed open holding its request
+// (up to the message limit, 4 MiB), and any number could be open: a caller could fill the rank's
+// memory. A name longer than any service's is refused; the open streams are bounded.
+TEST_F(HealthServiceTest, AWatchOfANameLongerThanAnyServicesIsRefused) {
+  const std::string name(5000, 'x');
+  grpc::Status end = Watch(name)->ReadToEnd();
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(end.error_message(), HasSubstr("has 5000 bytes; no service's has more than 256"));
+  // One within the bound keeps watching, as the protocol says.
+  std::unique_ptr<WatchCall> watch = Watch(std::string(256, 'x'));
+  EXPECT_EQ(watch->Next(), kServiceUnknown);
+  EXPECT_EQ(watch->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST(HealthServiceBoundTest, WatchStreamsBeyondTheBoundAreRefusedUntilOneEnds) {
+  HealthService service({""}, absl::ZeroDuration(), /*max_watchers=*/2);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = Health::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  const auto watch = [&stub] {
+    auto call = std::make_unique<WatchCall>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
+    call->reader = stub->Watch(&call->context, HealthCheckRequest());
+    return call;
+  };
+  std::unique_ptr<WatchCall> first = watch();
+  std::unique_ptr<WatchCall> second = watch();
+  EXPECT_EQ(first->Next(), kNotServing);
+  EXPECT_EQ(second->Next(), kNotServing);
+  grpc::Status refused = watch()->ReadToEnd();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("2 Watch streams are open on this rank"));
+  EXPECT_EQ(first->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+  // Its slot is free once the service forgot it (at its OnDone, soon after the cancel).
+  std::unique_ptr<WatchCall> third;
+  for (const absl::Time end = absl::Now() + absl::Seconds(10); absl::Now() < end;) {
+    third = watch();
+    if (third->Next() == kNotServing) break;
+    third.reset();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_NE(third, nullptr) << "no Watch was admitted after one ended";
+  EXPECT_EQ(third->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(second->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+  server->Shutdown(absl::ToChronoTime(absl::Now()));
+}
+
+TEST_F(HealthServiceTest, CheckNamesAnUnknownServiceEscapedAndCut) {
+  ServingStatus status;
+  grpc::Status result = Check("a\nevent=forged " + std::string(100, 'y'), &status);
+  EXPECT_EQ(result.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(result.error_message(), HasSubstr("unknown service 'a\\nevent=forged"));
+  EXPECT_THAT(result.error_message(), HasSubstr("(115 bytes)"));
 }
 
 TEST_F(HealthServiceTest, TheClientsCancelEndsItsWatchAndNoOtherOne) {

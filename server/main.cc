@@ -134,6 +134,9 @@ ABSL_FLAG(std::string, kill_during_heal, "",
 ABSL_FLAG(int, delay_heal_fetch_ms, 0,
           "Testing only: a restarted rank pauses this long after each state dict it fetched from "
           "a peer while it heals in, so that its heal outlasts --comm_timeout_ms; 0: never.");
+ABSL_FLAG(int, delay_rejoin_ms, 0,
+          "Testing only: rank 0 waits this long before it heals in a rank that asked to rejoin "
+          "(as when the heal waits for the group's lifecycle lock); 0: never.");
 ABSL_FLAG(std::string, drop_first_peer_call, "",
           "Testing only: 'CALL:RANK' (CALL: HealEnd or CloseReplica): this rank drops its first "
           "attempt of that call to rank RANK, as if it were lost on the way (it is made again); "
@@ -283,6 +286,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.kill_during_heal = absl::GetFlag(FLAGS_kill_during_heal);
   options.delay_heal_fetch = absl::Milliseconds(absl::GetFlag(FLAGS_delay_heal_fetch_ms));
   options.drop_first_peer_call = absl::GetFlag(FLAGS_drop_first_peer_call);
+  options.delay_rejoin = absl::Milliseconds(absl::GetFlag(FLAGS_delay_rejoin_ms));
   return options;
 }
 

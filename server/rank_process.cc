@@ -360,6 +360,9 @@ absl::Status RankProcess::StartEngine(
   if (!options_.drop_first_peer_call.empty()) {
     group_options.drop_peer_call = DropPeerCall(options_.drop_first_peer_call);
   }
+  if (options_.delay_rejoin > absl::ZeroDuration()) {
+    group_options.on_rejoin = [delay = options_.delay_rejoin] { absl::SleepFor(delay); };
+  }
   group_options.on_heal_failed = [this](const absl::Status& why) {
     ExitForRestart(absl::StrCat("a restarted rank could not be healed in: ", why.message()));
   };

@@ -155,6 +155,8 @@ class RankProcess {
     // rank drops (RankGroupOptions::drop_peer_call); "CALL:RANK:every", every attempt of the
     // first such call, which the rank then misses for good; empty: none.
     std::string drop_first_peer_call;
+    // --delay_rejoin_ms: rank 0's pause before it heals in a rank that asked to rejoin.
+    absl::Duration delay_rejoin = absl::ZeroDuration();
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.

@@ -124,16 +124,20 @@ void RankProcess::EndStandInOnceReplaced() {
     return;
   }
   const std::vector<std::string> addresses = group_->addresses();
-  // Before the stand-in is healed in, the group is not whole; after, the rank is at its address.
+  // Before the stand-in is healed in, the group is not whole, and knows the rank at its lost
+  // process's address; after, at the stand-in's.
   if (rank >= static_cast<int>(addresses.size()) || addresses[rank] == stand_in_address_) return;
   // Another process took the rank's place. Only once its heal has ended (until its PauseForHeal
   // returned, a peer may still run a step that the stand-in takes part in): healed in, or lost
-  // in its heal, which leaves the rank lost again and the stand-in out of the group.
+  // in its heal, which leaves the rank lost again and the stand-in out of the group. The latter
+  // only once the stand-in had healed in: before, the address is still the lost process's, and
+  // the stand-in's heal may simply not have begun (rank 0 heals one rank at a time).
   if (group_->PeersStatus().ok()) {
     LOG(WARNING) << "event=stand_in_ended rank=" << rank << " address=" << addresses[rank]
                  << " rank " << rank << "'s own process is back in the group; its stand-in stops";
     EndStandIn();
-  } else if (!group_->healing() && group_->peer_failed(rank)) {
+  } else if (stand_in_->joined_.HasBeenNotified() && !group_->healing() &&
+             group_->peer_failed(rank)) {
     LOG(WARNING) << "event=stand_in_ended rank=" << rank << " address=" << addresses[rank]
                  << " the process that took rank " << rank
                  << "'s place was lost in its heal; its stand-in stops, and this rank stands in "

@@ -302,6 +302,7 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group,
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank, " is not a rank that can rejoin a group of ", group->world_size()));
   }
+  if (group->options().on_rejoin) group->options().on_rejoin();
   absl::MutexLock lifecycle_lock(&group->lifecycle_mu());
   absl::MutexLock heal_lock(&group->heal_mu());
   // A stand-in takes the place of a lost rank only: the rank's own process may have returned

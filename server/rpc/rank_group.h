@@ -76,6 +76,9 @@ struct RankGroupOptions {
   // Testing only (--kill_during_heal): told each time this rank fetched a state dict from a peer
   // (PeerFetch: its heal's transfer, a catch-up, a shadow refresh). May be null.
   std::function<void()> on_heal_fetched;
+  // Testing only (--delay_rejoin_ms): called on rank 0 before it heals in a rank that asked to
+  // rejoin (HealRejoinedRank). May be null.
+  std::function<void()> on_rejoin;
   // Testing only (--drop_first_peer_call): asked before each attempt of a call that is made
   // until rank `r` takes it (CallUntilTaken; `call` names it, "HealEnd" or "CloseReplica";
   // `attempt` counts from 0 in each such call); true drops the attempt, as if it were lost on the

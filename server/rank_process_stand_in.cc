@@ -55,8 +55,14 @@ void RankProcess::StartStandIn(int rank) {
   Options options = options_;
   options.rank = rank;
   options.port = options_.stand_in_port;
-  // Rank 0's store, which a buddy of rank 0 serves itself.
-  if (options_.rank == 0) options.rendezvous = absl::StrCat(options_.advertise_host, ":", port_);
+  // Rank 0's store, which a buddy of rank 0 serves itself; while rank 0 is stood in for, its
+  // stand-in's (rank 0's configured store does not answer).
+  const std::string rank_zero_stand_in = group_->rank_zero_stand_in();
+  if (options_.rank == 0) {
+    options.rendezvous = absl::StrCat(options_.advertise_host, ":", port_);
+  } else if (!rank_zero_stand_in.empty()) {
+    options.rendezvous = rank_zero_stand_in;
+  }
   options.metrics_port = 0;
   options.metrics_port_file.clear();
   options.checkpoint_on_shutdown.clear();

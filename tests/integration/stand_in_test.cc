@@ -2,7 +2,8 @@
 // stood in for by its buddy, in the buddy's process (docs/deploy.md, "A rank that does not
 // return"): training goes on through the stand-in, bit for bit, until the rank's own process
 // takes its place back. While rank 0 is stood in, another rank restarted finds the group at the
-// stand-in's store and is healed in there, and the stand-in writes the automatic checkpoints. A
+// stand-in's store and is healed in there, and the stand-in writes the automatic checkpoints;
+// another rank lost for good is stood in for too (4 ranks). A
 // stand-in replaced by a process lost in its heal, or one that missed its heal's end, is
 // started again, but not one whose heal merely begins late. A stand-in shares its host's memory
 // budget, and sessions are created meanwhile.
@@ -246,6 +247,33 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
   EXPECT_THAT(SameResolutionsEverywhere(group), IsOk());
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+}
+
+// Four ranks: rank 0 is lost for good, and rank 1 stands in for it; then rank 2 too, and rank 3
+// stands in for it, finding the group at rank 0's stand-in's store. Before, rank 2's stand-in
+// looked for the group at rank 0's configured store, which no longer answers, and the survivors
+// exited once their wait was over. Training goes on through both, bit for bit.
+TEST(StandInTest, ARankLostWhileRankZeroIsStoodInIsStoodInForToo) {
+  constexpr int kRanks = 4;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kRanks, StandInFlags()));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  constexpr uint64_t kSteps = 4;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
+                               trainer->CreateSession(SpreadSpec("two-stood-in")));
+  const std::string& id = info.session_id();
+  ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
+  group[0]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());  // through rank 0's stand-in
+  group[2]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(StepSpread(*trainer, id, 3).status(), IsOk());  // and rank 2's
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo now, trainer->GetSession(id));
+  EXPECT_EQ(now.layout().stood_in_ranks_size(), 2);
+  ASSERT_THAT(StepSpread(*trainer, id, 4).status(), IsOk());
+  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
+  for (int r : {1, 3}) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
 // Rank 1 of a group run with `flags` is lost for good, and rank 2 stands in for it: a trainer

@@ -138,8 +138,9 @@ ABSL_FLAG(int, delay_rejoin_ms, 0,
           "Testing only: rank 0 waits this long before it heals in a rank that asked to rejoin "
           "(as when the heal waits for the group's lifecycle lock); 0: never.");
 ABSL_FLAG(std::string, drop_first_peer_call, "",
-          "Testing only: 'CALL:RANK' (CALL: HealEnd or CloseReplica): this rank drops its first "
-          "attempt of that call to rank RANK, as if it were lost on the way (it is made again); "
+          "Testing only: 'CALL:RANK' (CALL: HealEnd, CloseReplica or HealBegin): this rank drops "
+          "its first attempt of that call to rank RANK, as if it were lost on the way (made again "
+          "but for HealBegin, which fails the heal); "
           "'CALL:RANK:every': every attempt of the first such call, which rank RANK misses for "
           "good; empty: never.");
 ABSL_FLAG(int, keep_checkpoints, 0,

@@ -10,6 +10,12 @@ namespace optstep {
 
 absl::Status RegroupOn(RankGroup* group, int r, v1::RegroupRequest request) {
   if (r == 0) return group->Regroup(request);
+  // Testing only (--drop_first_peer_call=HealBegin:R): the heal's first call lost on the way.
+  const auto& drop = group->options().drop_peer_call;
+  if (request.phase() == v1::RegroupRequest::PHASE_BEGIN && drop && drop("HealBegin", r, 0)) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", r, ": the heal's begin was dropped (--drop_first_peer_call)"));
+  }
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoMilliseconds(group->options().timeout));

@@ -1,6 +1,6 @@
 // What meets a heal: the end of a heal reaches every rank although a call to one of them is lost,
-// a rank that missed it for good heals in again, and a session closed while a heal runs waits for
-// it to end.
+// a rank that missed it for good heals in again, a heal whose begin is lost is made again with
+// the rank's next process, and a session closed while a heal runs waits for it to end.
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -99,6 +99,24 @@ TEST_F(HealEndTest, ARankThatMissedAHealsEndForGoodExitsAndHealsInAgain) {
   ASSERT_TRUE(WIFEXITED(missed));
   EXPECT_EQ(WEXITSTATUS(missed), 75);
   ASSERT_THAT(Restart(group_, kMissing, flags), IsOk());
+  ExpectHealedAndSteppedOn();
+}
+
+// Rank 0 (--drop_first_peer_call=HealBegin:2) loses its first call that begins a heal on rank 2,
+// as a connection reset would: the heal of rank 1 fails with every process alive. Before, rank 0
+// took that for a heal that would fail again, and exited for a restart of the whole group. Now
+// the group waits for rank 1's next process, as when a rank is lost in its heal: rank 1 exits for
+// its supervisor, and its next process heals in.
+TEST_F(HealEndTest, AHealWhoseBeginIsLostOnTheWayIsMadeAgainWithTheRanksNextProcess) {
+  std::vector<std::string> flags = testutil::HealingFlags();
+  flags.push_back("--drop_first_peer_call=HealBegin:2");
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartMidway(flags));
+  const int exited = group_[kDead]->WaitFor(absl::Seconds(30));
+  ASSERT_NE(exited, -1) << "rank 1 waits after its failed heal";
+  ASSERT_TRUE(WIFEXITED(exited));
+  EXPECT_EQ(WEXITSTATUS(exited), 75);
+  ASSERT_TRUE(Running(*group_[0])) << "rank 0 exited for a restart of the group";
+  ASSERT_THAT(Restart(group_, kDead, flags), IsOk());
   ExpectHealedAndSteppedOn();
 }
 

@@ -1,5 +1,7 @@
 #include "server/engine/session.h"
 
+#include <deque>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -163,6 +165,30 @@ absl::StatusOr<Session::ChunkFate> Session::AddGradient(const StepHandle& c, int
   return ChunkFate::kAdded;
 }
 
+namespace {
+
+// Runs `task` now, unless a RunFlat call on this thread runs tasks already (`task` comes from
+// within one): then that call runs it, after the task it is in and those queued before. Tasks
+// that start one another so run one after another, not nested on the stack.
+void RunFlat(std::function<void()> task) {
+  thread_local std::deque<std::function<void()>>* running = nullptr;
+  if (running != nullptr) {
+    running->push_back(std::move(task));
+    return;
+  }
+  std::deque<std::function<void()>> queue;
+  queue.push_back(std::move(task));
+  running = &queue;
+  while (!queue.empty()) {
+    std::function<void()> next = std::move(queue.front());
+    queue.pop_front();
+    next();
+  }
+  running = nullptr;
+}
+
+}  // namespace
+
 absl::Status Session::WriteChunk(const StepHandle& c, int param_id, int64_t offset, DType dtype,
                                  absl::Span<const absl::string_view> pieces) {
   const size_t size = DTypeSize(dtype);
@@ -233,8 +259,13 @@ absl::Status Session::WriteChunk(const StepHandle& c, int param_id, int64_t offs
     }
   }
   if (status.ok()) observer_->OnBytesIn(static_cast<int64_t>(written * size));
+  // Adding a released chunk can release the next trainer's, and so on: they are added one after
+  // another rather than from within each other (up to 4096 trainers deep on the stack).
   for (WaitingChunk& chunk : released) {
-    chunk.added(WriteChunk(chunk.handle, chunk.param, chunk.offset, chunk.dtype, chunk.pieces));
+    RunFlat([self = shared_from_this(), chunk = std::move(chunk)] {
+      chunk.added(
+          self->WriteChunk(chunk.handle, chunk.param, chunk.offset, chunk.dtype, chunk.pieces));
+    });
   }
   return status;
 }

@@ -29,8 +29,7 @@ namespace {
 
 // The PullParameters streams open on this rank: each holds the snapshot of the step it answers
 // until its caller has taken all of it, and a session steps on meanwhile (each step makes a new
-// snapshot), so a session has a few open per trainer at most. The first few of a session hold
-// their snapshots in the rank's headroom; those beyond take them from the budget, as exports do.
+// snapshot), so a session has a few open per trainer at most.
 constexpr int kOpenPullsPerTrainer = 4;
 OpenStreams& OpenPulls() {
   static OpenStreams* const streams = new OpenStreams();
@@ -62,9 +61,7 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     if (!session.ok()) return session.status();
     session_ = *std::move(session);
     const int limit = kOpenPullsPerTrainer * std::max(1, session_->config().num_trainers);
-    slot_ = OpenPulls().TryOpen(session_.get(), kOpenPullsPerTrainer);
-    const bool charged = !slot_.held();
-    if (charged) slot_ = OpenPulls().TryOpen(session_.get(), limit);
+    slot_ = OpenPulls().TryOpen(session_.get(), limit);
     if (!slot_.held()) {
       return absl::ResourceExhaustedError(
           absl::StrCat("PullParameters: ", limit, " pulls of session '", session_->id(), "' (",
@@ -77,17 +74,6 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     } else if (request.dtype() != v1::DTYPE_FP32 && request.dtype() != v1::DTYPE_UNSPECIFIED) {
       return absl::InvalidArgumentError(absl::StrCat(
           "PullParameters: dtype ", static_cast<int>(request.dtype()), " must be fp32 or bf16"));
-    }
-    if (charged) {
-      // The snapshot this pull may keep alive while the session steps on: every parameter.
-      const int64_t fp32_bytes = session_->stats().param_bytes;
-      const int64_t bytes = dtype_ == DType::kBF16 ? fp32_bytes / 2 : fp32_bytes;
-      OPTSTEP_ASSIGN_OR_RETURN(
-          reserved_,
-          engine->ReserveMemory(bytes, "PullParameters",
-                                absl::StrCat("session '", session_->id(),
-                                             "': a snapshot of its parameters, held until the "
-                                             "stream is read")));
     }
     OPTSTEP_RETURN_IF_ERROR(CheckParamIds(*session_, request.param_ids(), "PullParameters"));
     // OWNERS storage: the parameters this rank owns; none of them: the step alone.
@@ -115,13 +101,11 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     // A rank that owns none of the parameters asked for still answers the step.
     if (none_ && first) return WriteLocked(&response_);
     slot_.Release();  // before the caller hears the end: its next pull may follow at once
-    reserved_.Release();
     FinishLocked(grpc::Status::OK);
   }
 
   std::shared_ptr<Session> session_;
-  OpenStreams::Slot slot_;              // the session's, in OpenPulls; held until the stream ends
-  MemoryBudget::Reservation reserved_;  // a pull beyond the first few: its snapshot's bytes
+  OpenStreams::Slot slot_;  // the session's, in OpenPulls; held until the stream ends
   DType dtype_ = DType::kF32;
   std::vector<uint32_t> ids_;
   bool none_ = false;  // this rank serves none of the parameters asked for

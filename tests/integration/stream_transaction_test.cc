@@ -2,7 +2,7 @@
 // stream that is cancelled mid-way, ends without its final message (StreamEnd), carries a final
 // message that disagrees, or holds a malformed message changes nothing (the exported state and
 // the pulled parameters are bit-identical before and after), and answers the precise code; a
-// complete stream applies. How many streams a session may hold open, and against what budget.
+// complete stream applies.
 
 #include <grpcpp/grpcpp.h>
 
@@ -382,89 +382,41 @@ TEST_F(StreamTransactionTest, ASessionHasTwoImportsOpenAtMost) {
   EXPECT_THAT(Import(complete), IsOk());  // the slots came back
 }
 
-// A session of one 16 MiB parameter (several messages, each beyond a window) with `trainers`
-// trainers, created through `client`, and four pulls of it left open after their first message
-// (a slow reader's), then a fifth read to its end.
-class OpenPulls {
- public:
-  void Open(Client& client, const std::string& address, int trainers) {
-    v1::SessionSpec spec = SmallSpec("pulled");
-    spec.clear_parameters();
-    auto* wide = spec.add_parameters();
-    wide->set_name("wide");
-    wide->add_shape(4 << 20);
-    spec.set_num_trainers(trainers);
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(info_, client.CreateSession(spec));
-    stub_ = v1::OptimizerService::NewStub(testutil::SlowReaderChannel(address));
-    request_.set_session_id(info_.session_id());
-    v1::PullParametersResponse response;
-    for (int i = 0; i < 4; ++i) {
-      contexts_.push_back(std::make_unique<grpc::ClientContext>());
-      open_.push_back(stub_->PullParameters(contexts_.back().get(), request_));
-      ASSERT_TRUE(open_.back()->Read(&response));
-    }
-  }
-  absl::Status Fifth() {
-    grpc::ClientContext context;
-    auto fifth = stub_->PullParameters(&context, request_);
-    v1::PullParametersResponse response;
-    while (fifth->Read(&response)) {
-    }
-    return FromGrpcStatus(fifth->Finish());
-  }
-  ~OpenPulls() {
-    for (auto& context : contexts_) context->TryCancel();
-    for (auto& pull : open_) (void)pull->Finish();
-  }
-
-  // Reads the first open pull to its end; its status.
-  grpc::Status ReadFirstToEnd() {
-    v1::PullParametersResponse response;
-    while (open_.front()->Read(&response)) {
-    }
-    grpc::Status status = open_.front()->Finish();
-    open_.erase(open_.begin());
-    contexts_.erase(contexts_.begin());
-    return status;
-  }
-
-  const std::string& session_id() const { return info_.session_id(); }
-
- private:
-  v1::SessionInfo info_;
-  std::unique_ptr<v1::OptimizerService::Stub> stub_;
-  v1::PullParametersRequest request_;
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
-  std::vector<std::unique_ptr<grpc::ClientReader<v1::PullParametersResponse>>> open_;
-};
-
 // Each unread pull holds the snapshot of the step it answers while the session steps on: a
 // session of one trainer has four open on a rank at most.
 TEST_F(StreamTransactionTest, ASessionHasFourPullsPerTrainerOpenAtMost) {
-  OpenPulls pulls;
-  ASSERT_NO_FATAL_FAILURE(pulls.Open(*client_, server_->address(), /*trainers=*/1));
-  EXPECT_THAT(pulls.Fifth(),
+  v1::SessionSpec spec = SmallSpec("pulled");
+  spec.clear_parameters();
+  auto* wide = spec.add_parameters();
+  wide->set_name("wide");
+  wide->add_shape(4 << 20);  // 16 MiB of fp32 values: several messages, each beyond a window
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client_->CreateSession(spec));
+  auto stub = v1::OptimizerService::NewStub(testutil::SlowReaderChannel(server_->address()));
+  v1::PullParametersRequest request;
+  request.set_session_id(info.session_id());
+  v1::PullParametersResponse response;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::PullParametersResponse>>> open;
+  for (int i = 0; i < 4; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    open.push_back(stub->PullParameters(contexts.back().get(), request));
+    ASSERT_TRUE(open.back()->Read(&response));
+  }
+  grpc::ClientContext fifth_context;
+  auto fifth = stub->PullParameters(&fifth_context, request);
+  while (fifth->Read(&response)) {
+  }
+  EXPECT_THAT(FromGrpcStatus(fifth->Finish()),
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       absl::StrCat("PullParameters: 4 pulls of session '", pulls.session_id(),
+                       absl::StrCat("PullParameters: 4 pulls of session '", info.session_id(),
                                     "' (4 per trainer) are open on this rank already")));
   // A pull read to its end gives its place back at once.
-  EXPECT_TRUE(pulls.ReadFirstToEnd().ok());
-  EXPECT_THAT(client_->PullParameters(pulls.session_id(), DType::kF32).status(), IsOk());
-}
-
-// Pulls beyond a session's first four hold their snapshots against the rank's budget, as exports
-// do. Before, a session of many trainers could keep 4 per trainer open, each holding a snapshot of
-// another step outside every budget. Two trainers (8 pulls allowed), and a budget of 72 MiB: the
-// session takes about 64 MiB of it, and the fifth pull's 16 MiB do not fit.
-TEST(PullBudgetTest, PullsBeyondTheFirstFourTakeTheirSnapshotsFromTheBudget) {
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::ConnectedServer c,
-                               testutil::StartConnected({"--memory_budget=72M"}));
-  OpenPulls pulls;
-  ASSERT_NO_FATAL_FAILURE(pulls.Open(*c.client, c.server->address(), /*trainers=*/2));
-  EXPECT_THAT(pulls.Fifth(),
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       absl::StrCat("PullParameters needs 16777216 bytes on rank 0 (session '",
-                                    pulls.session_id(), "': a snapshot of its parameters")));
+  while (open[0]->Read(&response)) {
+  }
+  EXPECT_TRUE(open[0]->Finish().ok());
+  EXPECT_THAT(client_->PullParameters(info.session_id(), DType::kF32).status(), IsOk());
+  for (auto& context : contexts) context->TryCancel();
+  for (size_t i = 1; i < open.size(); ++i) (void)open[i]->Finish();
 }
 
 }  // namespace

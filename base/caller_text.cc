@@ -17,8 +17,9 @@ std::string LogValue(absl::string_view text) {
     const unsigned char c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7f) {
       absl::StrAppend(&value, "\\x", absl::Hex(c, absl::kZeroPad2));
-    } else if (ch == '"') {
-      value += "\\\"";
+    } else if (ch == '"' || ch == '\\') {
+      value += '\\';
+      value += ch;
     } else {
       value += ch;
     }

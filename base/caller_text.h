@@ -18,8 +18,9 @@ namespace optstep {
 std::string CallerText(absl::string_view text, size_t max_bytes = 64);
 
 // `text` as the quoted value of a log line (key="..."): each control character (bytes 0x00-0x1f,
-// 0x7f) as \xNN and '"' as \", so that no text, a caller's among it, ends the value or the line
-// and forges another. Everything else as it is.
+// 0x7f) as \xNN, '"' as \" and '\' as \\, so that no text, a caller's among it (escaped once
+// already by CallerText or not), ends the value or the line and forges another. Everything else
+// as it is.
 std::string LogValue(absl::string_view text);
 
 // OK when `name` has at most `max_bytes` bytes and no control character (bytes 0x00-0x1f and

@@ -29,7 +29,9 @@ TEST(CallerTextTest, LogValueEscapesWhatCouldEndTheValueOrTheLine) {
   EXPECT_EQ(LogValue("kind 'x\nevent=peer_lost rank=9\r'"),
             "kind 'x\\x0aevent=peer_lost rank=9\\x0d'");
   EXPECT_EQ(LogValue("a \"quoted\" \x7f"), "a \\\"quoted\\\" \\x7f");
-  EXPECT_EQ(LogValue("already\\nescaped"), "already\\nescaped");  // left as it is
+  // A backslash is escaped too: text escaped once already (CallerText) cannot end the value with
+  // its own backslash before a quote.
+  EXPECT_EQ(LogValue("x\\\" event=forged"), "x\\\\\\\" event=forged");
 }
 
 TEST(CallerTextTest, CheckCallerNameRefusesLengthAndControlCharacters) {

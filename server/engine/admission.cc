@@ -21,38 +21,46 @@ SessionAdmission::SessionAdmission(const MemoryBudget& host, int64_t max_session
       state_redundancy_(state_redundancy),
       budget_(host, rank) {}
 
-absl::StatusOr<MemoryBudget::Reservation> SessionAdmission::Admit(const SessionConfig& config,
-                                                                  const Layout& layout,
-                                                                  absl::string_view id) {
-  OPTSTEP_ASSIGN_OR_RETURN(const SessionFootprint footprint,
+absl::StatusOr<SessionFootprint> SessionAdmission::FootprintOf(const SessionConfig& config,
+                                                               const Layout& layout,
+                                                               absl::string_view asker) const {
+  OPTSTEP_ASSIGN_OR_RETURN(SessionFootprint footprint,
                            ComputeFootprint(config, layout, rank_, state_redundancy_));
-  const std::string asker = absl::StrCat("session '", config.name.empty() ? id : config.name, "'");
   if (max_session_bytes_ > 0 && footprint.total() > max_session_bytes_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         asker, " needs ", footprint.total(), " bytes on rank ", rank_, " (", footprint.Breakdown(),
         "); the limit is ", max_session_bytes_, " bytes per session"));
   }
+  return footprint;
+}
+
+absl::StatusOr<MemoryBudget::Reservation> SessionAdmission::Admit(const SessionConfig& config,
+                                                                  const Layout& layout,
+                                                                  absl::string_view id) {
+  const std::string asker = absl::StrCat("session '", config.name.empty() ? id : config.name, "'");
+  OPTSTEP_ASSIGN_OR_RETURN(const SessionFootprint footprint, FootprintOf(config, layout, asker));
   return budget_.TryReserve(footprint.total(), asker, footprint.Breakdown());
 }
 
 absl::StatusOr<int64_t> SessionAdmission::Check(const SessionConfig& config, const Layout& layout,
-                                                absl::string_view id) {
-  OPTSTEP_ASSIGN_OR_RETURN(const MemoryBudget::Reservation reserved, Admit(config, layout, id));
+                                                absl::string_view id) const {
+  const std::string asker = absl::StrCat("session '", config.name.empty() ? id : config.name, "'");
+  OPTSTEP_ASSIGN_OR_RETURN(const SessionFootprint footprint, FootprintOf(config, layout, asker));
+  OPTSTEP_RETURN_IF_ERROR(budget_.CheckFits(footprint.total(), asker, footprint.Breakdown()));
   // A stand-in shares its host's budget, and the host checks its own part at the same time:
   // each part alone could fit where both do not, and the replica refused as it is built would
-  // leave the other ranks waiting for it in the rendezvous. The stand-in checks both parts.
+  // leave the other ranks waiting for it in the rendezvous. The stand-in checks both parts
+  // (nothing is reserved, so checks made at once do not count each other).
   const int host = budget_.host_rank();
   if (host >= 0) {
     OPTSTEP_ASSIGN_OR_RETURN(const SessionFootprint hosts,
                              ComputeFootprint(config, layout, host, state_redundancy_));
-    OPTSTEP_ASSIGN_OR_RETURN(
-        const MemoryBudget::Reservation both,
-        budget_.TryReserve(hosts.total(),
-                           absl::StrCat("session '", config.name.empty() ? id : config.name,
-                                        "' on rank ", host, " beside it"),
-                           hosts.Breakdown()));
+    OPTSTEP_RETURN_IF_ERROR(
+        budget_.CheckFits(footprint.total() + hosts.total(), asker,
+                          absl::StrCat(footprint.Breakdown(), "; and rank ", host,
+                                       "'s part beside it, ", hosts.total(), " bytes")));
   }
-  return reserved.bytes();  // the reservations go at once
+  return footprint.total();
 }
 
 absl::Status CheckOwnerShare(absl::string_view owner, absl::string_view asker, int64_t bytes,

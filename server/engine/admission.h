@@ -40,12 +40,16 @@ class SessionAdmission {
   // the bytes the replica would reserve. A stand-in's (its budget shared with its host) also
   // checks that the host's part of the session fits beside its own.
   absl::StatusOr<int64_t> Check(const SessionConfig& config, const Layout& layout,
-                                absl::string_view id);
+                                absl::string_view id) const;
 
   const MemoryBudget& budget() const { return budget_; }
   MemoryBudget& budget() { return budget_; }
 
  private:
+  // The footprint of this rank's replica; RESOURCE_EXHAUSTED over max_session_bytes_.
+  absl::StatusOr<SessionFootprint> FootprintOf(const SessionConfig& config, const Layout& layout,
+                                               absl::string_view asker) const;
+
   const int64_t max_session_bytes_;
   const int rank_;
   const bool state_redundancy_;

@@ -124,19 +124,30 @@ int64_t MemoryBudget::admitted() const {
   return ledger_->admitted;
 }
 
+absl::Status MemoryBudget::Fits(int64_t bytes, int64_t admitted, absl::string_view asker,
+                                absl::string_view detail) const {
+  const int64_t free = budget_ - admitted;
+  if (bytes <= free) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      asker, " needs ", bytes, " bytes on rank ", rank_, " (", detail, "); ", free,
+      " bytes free of the rank's budget of ", budget_,
+      host_rank_ < 0
+          ? ""
+          : absl::StrCat(" (shared with rank ", host_rank_, ", which it stands in beside)")));
+}
+
+absl::Status MemoryBudget::CheckFits(int64_t bytes, absl::string_view asker,
+                                     absl::string_view detail) const {
+  absl::MutexLock lock(&ledger_->mu);
+  return Fits(bytes, ledger_->admitted, asker, detail);
+}
+
 absl::StatusOr<MemoryBudget::Reservation> MemoryBudget::TryReserve(int64_t bytes,
                                                                    absl::string_view asker,
                                                                    absl::string_view detail) {
   absl::MutexLock lock(&ledger_->mu);
-  const int64_t free = budget_ - ledger_->admitted;
-  if (bytes > free) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        asker, " needs ", bytes, " bytes on rank ", rank_, " (", detail, "); ", free,
-        " bytes free of the rank's budget of ", budget_,
-        host_rank_ < 0
-            ? ""
-            : absl::StrCat(" (shared with rank ", host_rank_, ", which it stands in beside)")));
-  }
+  absl::Status fits = Fits(bytes, ledger_->admitted, asker, detail);
+  if (!fits.ok()) return fits;
   ledger_->admitted += bytes;
   return Reservation(ledger_, bytes);
 }

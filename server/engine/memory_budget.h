@@ -86,6 +86,8 @@ class MemoryBudget {
   // "<asker> needs N bytes on rank R (<detail>); F bytes free of the rank's budget of B".
   absl::StatusOr<Reservation> TryReserve(int64_t bytes, absl::string_view asker,
                                          absl::string_view detail);
+  // TryReserve's answer, reserving nothing.
+  absl::Status CheckFits(int64_t bytes, absl::string_view asker, absl::string_view detail) const;
 
   int64_t budget() const { return budget_; }
   int64_t admitted() const;
@@ -93,6 +95,10 @@ class MemoryBudget {
   int host_rank() const { return host_rank_; }
 
  private:
+  // OK when `bytes` fit beside `admitted`; else RESOURCE_EXHAUSTED as TryReserve says.
+  absl::Status Fits(int64_t bytes, int64_t admitted, absl::string_view asker,
+                    absl::string_view detail) const;
+
   const int64_t budget_;
   const int rank_;
   const int host_rank_;  // the rank whose budget this one shares; -1: its own

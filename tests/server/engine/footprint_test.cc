@@ -245,7 +245,7 @@ TEST(AdmissionTest, AStandInsCheckCountsItsHostsPartBesideItsOwn) {
   SessionAdmission stand_in(host.budget(), 0, 1, /*state_redundancy=*/false);
   EXPECT_THAT(host.Check(config, layout, "s").status(), IsOk());
   EXPECT_THAT(stand_in.Check(config, layout, "s").status(),
-              StatusIs(absl::StatusCode::kResourceExhausted, "on rank 2 beside it"));
+              StatusIs(absl::StatusCode::kResourceExhausted, "and rank 2's part beside it"));
   // With a byte more, both parts fit, and both ranks admit it.
   SessionAdmission roomier(host_part.total() + own_part.total(), 0, 2);
   SessionAdmission roomier_stand_in(roomier.budget(), 0, 1, /*state_redundancy=*/false);

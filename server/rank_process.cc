@@ -233,7 +233,10 @@ absl::Status RankProcess::Launch() {
             << (metrics_port_ > 0 ? absl::StrCat(", metrics port ", metrics_port_) : "")
             << (options_.tls.enabled() ? ", tls" : "") << ")" << std::endl;
 
-  join_thread_ = std::thread([this, address] { JoinGroup(address, store()); });
+  join_thread_ = std::thread([this, address] {
+    JoinGroup(address, store());
+    join_ended_.Notify();
+  });
   shutdown_thread_ = std::thread([this] { AwaitShutdownRequest(); });
   if (options_.rank != 0 && heals()) {
     publish_thread_ = std::thread([this, address] { PublishForRankZero(address); });
@@ -397,6 +400,7 @@ absl::Status RankProcess::StartEngine(
     };
   }
   group_ = std::make_unique<RankGroup>(group_options, engine_.get());
+  if (!options_.heard_rendezvous.empty()) group_->HearOfRendezvous(options_.heard_rendezvous);
   if (auto_checkpoints) {
     auto_checkpointer_ =
         std::make_unique<AutoCheckpointer>(auto_options, engine_.get(), group_.get());

@@ -157,6 +157,9 @@ class RankProcess {
     std::string drop_first_peer_call;
     // --delay_rejoin_ms: rank 0's pause before it heals in a rank that asked to rejoin.
     absl::Duration delay_rejoin = absl::ZeroDuration();
+    // A stand-in's, started while rank 0 is stood in for: that stand-in's store, where the group
+    // is found (RankGroup::HearOfRendezvous; FindsRunningGroup). Not a flag; empty: none.
+    std::string heard_rendezvous;
   };
 
   // The exit status of a rank that left because its group broke (EX_TEMPFAIL): restart it.
@@ -301,6 +304,8 @@ class RankProcess {
   absl::Notification shutdown_requested_;
   // The group formed (JoinGroup). A signal before it ends the process at once with 128 + signal.
   absl::Notification joined_;
+  // JoinGroup returned, the group formed or not (a stand-in's returns once it healed in or failed).
+  absl::Notification join_ended_;
   std::thread join_thread_;
   std::thread shutdown_thread_;
   std::thread publish_thread_;  // ranks other than 0 of a group that heals

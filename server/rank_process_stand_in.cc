@@ -55,14 +55,12 @@ void RankProcess::StartStandIn(int rank) {
   Options options = options_;
   options.rank = rank;
   options.port = options_.stand_in_port;
-  // Rank 0's store, which a buddy of rank 0 serves itself; while rank 0 is stood in for, its
-  // stand-in's (rank 0's configured store does not answer).
-  const std::string rank_zero_stand_in = group_->rank_zero_stand_in();
-  if (options_.rank == 0) {
-    options.rendezvous = absl::StrCat(options_.advertise_host, ":", port_);
-  } else if (!rank_zero_stand_in.empty()) {
-    options.rendezvous = rank_zero_stand_in;
-  }
+  // Rank 0's store, which a buddy of rank 0 serves itself. While rank 0 is stood in for, its
+  // configured store does not answer: the stand-in finds the group at rank 0's stand-in's, as a
+  // restarted rank does from the heartbeats, and still looks for rank 0's own process at the
+  // configured one once that stand-in stops.
+  if (options_.rank == 0) options.rendezvous = absl::StrCat(options_.advertise_host, ":", port_);
+  options.heard_rendezvous = group_->rank_zero_stand_in();
   options.metrics_port = 0;
   options.metrics_port_file.clear();
   options.checkpoint_on_shutdown.clear();
@@ -103,6 +101,16 @@ void RankProcess::StartStandIn(int rank) {
 void RankProcess::EndStandInOnceReplaced() {
   if (stand_in_ == nullptr) return;
   const int rank = stand_in_->options_.rank;
+  // A stand-in whose join ended without healing it in (its heal failed, or no rank waits for a
+  // rank 0) serves nothing: it stops, and this rank stands in again while the rank is lost.
+  if (stand_in_->join_ended_.HasBeenNotified() && !stand_in_->joined_.HasBeenNotified()) {
+    LOG(WARNING) << "event=stand_in_ended rank=" << rank
+                 << " the stand-in did not heal in; this rank stands in for rank " << rank
+                 << " again if it does not return";
+    if (rank == 0) group_->SetRankZeroStandIn("");
+    EndStandIn();
+    return;
+  }
   if (rank == 0) {
     // Rank 0's own process heals itself in from the survivors, this rank among them: the
     // stand-in gives way as soon as that process serves its store (it published its address

@@ -70,13 +70,14 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectNow(const Group& group) {
 }
 
 // Waits until rank `rank`'s own process took its place back from its stand-in (the session's
-// layout lists no stand-in, and the rank at `own_address`).
+// layout lists `stood_in` stand-ins still, none of them for `rank`, and the rank at
+// `own_address`).
 bool AwaitOwnProcess(Client& trainer, const std::string& id, int rank,
-                     const std::string& own_address) {
+                     const std::string& own_address, int stood_in = 0) {
   for (const absl::Time end = absl::Now() + absl::Seconds(30); absl::Now() < end;) {
     absl::SleepFor(absl::Milliseconds(100));
     absl::StatusOr<v1::SessionInfo> now = trainer.GetSession(id);
-    if (now.ok() && now->layout().stood_in_ranks_size() == 0 &&
+    if (now.ok() && now->layout().stood_in_ranks_size() == stood_in &&
         now->layout().rank_targets(rank) == own_address) {
       return true;
     }
@@ -252,14 +253,17 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
 // Four ranks: rank 0 is lost for good, and rank 1 stands in for it; then rank 2 too, and rank 3
 // stands in for it, finding the group at rank 0's stand-in's store. Before, rank 2's stand-in
 // looked for the group at rank 0's configured store, which no longer answers, and the survivors
-// exited once their wait was over. Training goes on through both, bit for bit.
+// exited once their wait was over. Training goes on through both, bit for bit, and once rank 0's
+// own process is back, rank 2's stand-in publishes its address to rank 0's configured store
+// again, as the other ranks do, and rank 0 heals itself in.
 TEST(StandInTest, ARankLostWhileRankZeroIsStoodInIsStoodInForToo) {
   constexpr int kRanks = 4;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kRanks, StandInFlags()));
+  const std::vector<std::string> flags = StandInFlags();
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kRanks, flags));
   ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
   std::unique_ptr<Client> trainer = Trainer(group);
   ASSERT_NE(trainer, nullptr);
-  constexpr uint64_t kSteps = 4;
+  constexpr uint64_t kSteps = 5;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
                                trainer->CreateSession(SpreadSpec("two-stood-in")));
@@ -272,8 +276,15 @@ TEST(StandInTest, ARankLostWhileRankZeroIsStoodInIsStoodInForToo) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo now, trainer->GetSession(id));
   EXPECT_EQ(now.layout().stood_in_ranks_size(), 2);
   ASSERT_THAT(StepSpread(*trainer, id, 4).status(), IsOk());
+  const std::string rank_zero_address = group[0]->address();
+  ASSERT_THAT(Restart(group, 0, flags), IsOk());
+  std::unique_ptr<Client> watcher = Trainer(group);
+  ASSERT_NE(watcher, nullptr);
+  ASSERT_TRUE(AwaitOwnProcess(*watcher, id, 0, rank_zero_address, /*stood_in=*/1))
+      << "rank 0's own process did not take its place back";
+  ASSERT_THAT(StepSpread(*trainer, id, 5).status(), IsOk());
   EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), id), IsOk());
-  for (int r : {1, 3}) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
+  for (int r : {0, 1, 3}) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
 // Rank 1 of a group run with `flags` is lost for good, and rank 2 stands in for it: a trainer

@@ -70,7 +70,7 @@ absl::Status RecreateEverywhere(Engine* engine, RankGroup* group, int rank,
       }
       for (const v1::CreateReplicaRequest& replica : sessions) {
         // Rank 0 healing itself makes its replicas here.
-        status[r] = rank == group->rank() ? CreateReplicaHere(engine, replica)
+        status[r] = rank == group->rank() ? CreateReplicaHere(engine, replica, group->generation())
                                           : group->CreateReplicaOn(rank, replica);
         if (!status[r].ok()) return;
       }
@@ -407,7 +407,8 @@ absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const Rank
   return response;
 }
 
-absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& request) {
+absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& request,
+                               std::optional<uint64_t> heal_generation) {
   OPTSTEP_ASSIGN_OR_RETURN(
       SessionConfig config,
       SessionConfigFromProto(request.spec(), request.owner(), request.request_id()));
@@ -417,6 +418,9 @@ absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& r
   if (request.resolutions() == 0) return absl::OkStatus();
   // A replica healed into a running group counts the group's resolutions as its own.
   absl::Status adopted = created->AdoptResolutions(request.resolutions());
+  if (adopted.ok() && heal_generation.has_value()) {
+    adopted = created->PauseForHeal(*heal_generation, absl::InfiniteFuture());  // runs nothing
+  }
   if (!adopted.ok()) (void)engine->CloseSession(request.session_id());
   return adopted;
 }

@@ -104,8 +104,12 @@ absl::StatusOr<std::vector<CatchUpSources>> PlanCatchUp(
 absl::Status CatchUpFromPeers(Engine* engine, RankGroup* group, const CatchUpSources& sources);
 
 // PeerService.CreateReplica's work on this rank (also rank 0's own replicas when it heals):
-// the admission check alone, or the replica built, counting the group's resolutions.
-absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& request);
+// the admission check alone, or the replica built, counting the group's resolutions. A replica
+// healed in (the group's resolutions given) while this rank runs the heal into
+// `heal_generation` is paused for it, as the other ranks' replicas are (Session::PauseForHeal):
+// no resolution starts on it (an abort vote relayed meanwhile) before the heal ends.
+absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& request,
+                               std::optional<uint64_t> heal_generation = std::nullopt);
 
 // What a healed rank fetches of a session from a peer (PeerService.FetchOwnedState,
 // FetchShadow, FetchMasters): a state dict.

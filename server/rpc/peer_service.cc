@@ -43,8 +43,11 @@ grpc::ServerUnaryReactor* PeerServiceImpl::CreateReplica(grpc::CallbackServerCon
     return reactor;
   }
   // Joining the group blocks until every rank arrives: not on the reaction.
-  RunDetached([engine = engine_, request, reactor] {
-    reactor->Finish(ToGrpcStatus(CreateReplicaHere(engine, *request)));
+  // A replica made by a heal this rank runs waits for the heal's end, as the others do.
+  std::optional<uint64_t> healing;
+  if (group_ != nullptr && group_->healing()) healing = group_->generation();
+  RunDetached([engine = engine_, request, reactor, healing] {
+    reactor->Finish(ToGrpcStatus(CreateReplicaHere(engine, *request, healing)));
   });
   return reactor;
 }

@@ -477,7 +477,8 @@ void RankProcess::WatchSessionGroups() {
         waited <= options_.rejoin_timeout + StandInWait()) {
       // Its own process did not return: its buddy stands in for it, the others wait for that.
       if (lost == (options_.rank + options_.world_size - 1) % options_.world_size &&
-          !stand_in_started_) {
+          !stand_in_started_ &&
+          absl::Now() - stand_in_ended_at_ >= kStandInRestartPause * options_.heartbeat_interval) {
         StartStandIn(lost);
       }
       continue;

@@ -249,6 +249,8 @@ class RankProcess {
   // again, and at least kMinStandInWait (a heal of large sessions on a loaded host).
   absl::Duration StandInWait() const;
   static constexpr absl::Duration kMinStandInWait = absl::Seconds(30);
+  // How many heartbeat intervals a stand-in that stopped waits before the next one starts.
+  static constexpr int kStandInRestartPause = 10;
   // The only lost peer, or -1.
   int LostPeer() const;
   // This rank, buddy of lost rank `rank`: starts a stand-in for it in this process, sharing
@@ -326,6 +328,9 @@ class RankProcess {
   std::unique_ptr<RankProcess> stand_in_;
   std::string stand_in_address_;
   bool stand_in_started_ = false;
+  // When the last stand-in stopped: the next one starts kStandInRestartPause after it at the
+  // earliest, so that one failing at once is not started again at every heartbeat.
+  absl::Time stand_in_ended_at_ = absl::InfinitePast();
 
   absl::Mutex wait_mu_;
   bool stopped_ ABSL_GUARDED_BY(wait_mu_) = false;

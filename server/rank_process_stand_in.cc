@@ -103,7 +103,8 @@ void RankProcess::EndStandInOnceReplaced() {
   const int rank = stand_in_->options_.rank;
   // A stand-in whose join ended without healing it in (its heal failed, or no rank waits for a
   // rank 0) serves nothing: it stops, and this rank stands in again while the rank is lost.
-  if (stand_in_->join_ended_.HasBeenNotified() && !stand_in_->joined_.HasBeenNotified()) {
+  if (stand_in_->join_ended_.HasBeenNotified() && !stand_in_->joined_.HasBeenNotified() &&
+      !group_->healing()) {
     LOG(WARNING) << "event=stand_in_ended rank=" << rank
                  << " the stand-in did not heal in; this rank stands in for rank " << rank
                  << " again if it does not return";
@@ -168,6 +169,7 @@ void RankProcess::EndStandIn() {
   // The rank may be lost again (its own process, or this stand-in's heal): it is stood in for
   // again after the rejoin timeout.
   stand_in_started_ = false;
+  stand_in_ended_at_ = absl::Now();
   stand_in_address_.clear();
   metrics_->StandInsChanged(-1);
 }

@@ -167,10 +167,8 @@ void RankProcess::HandleSignals() {
 }
 
 RankProcess::RankProcess(Options options, const MemoryBudget* host_budget)
-    : options_(std::move(options)),
-      is_stand_in_(host_budget != nullptr),
-      host_budget_(host_budget) {
-  if (!is_stand_in_ && signal_pipe[0] >= 0 && !signal_pipe_taken.exchange(true)) {
+    : options_(std::move(options)), host_budget_(host_budget) {
+  if (!is_stand_in() && signal_pipe[0] >= 0 && !signal_pipe_taken.exchange(true)) {
     request_pipe_[0] = signal_pipe[0];
     request_pipe_[1] = signal_pipe[1];
   } else if (pipe(request_pipe_) == 0) {
@@ -227,9 +225,9 @@ absl::Status RankProcess::Launch() {
     store_ = std::make_shared<GrpcKeyValueStore>(target, peer_credentials);
   }
   OPTSTEP_RETURN_IF_ERROR(StartMetrics());
-  std::cout << (is_stand_in_ ? "stand-in " : "") << "listening on " << options_.host << ":" << port_
-            << " (device " << engine_->device().name() << ", rank " << options_.rank << " of "
-            << options_.world_size
+  std::cout << (is_stand_in() ? "stand-in " : "") << "listening on " << options_.host << ":"
+            << port_ << " (device " << engine_->device().name() << ", rank " << options_.rank
+            << " of " << options_.world_size
             << (metrics_port_ > 0 ? absl::StrCat(", metrics port ", metrics_port_) : "")
             << (options_.tls.enabled() ? ", tls" : "") << ")" << std::endl;
 
@@ -346,7 +344,7 @@ absl::Status RankProcess::StartEngine(
   group_options.peer_timeout = options_.peer_timeout;
   group_options.communicators = communicators_.get();
   group_options.heal = heals();
-  group_options.stand_in = is_stand_in_;
+  group_options.stand_in = is_stand_in();
   group_options.retarget_store = [this](const std::string& target) {
     // Rank 0 (a stand-in too) serves its own store.
     if (options_.rank != 0 && store() != nullptr) {
@@ -492,7 +490,7 @@ void RankProcess::WatchSessionGroups() {
 }
 
 void RankProcess::ExitForRestart(const std::string& why, bool even_without_flag) {
-  if (is_stand_in_) {
+  if (is_stand_in()) {
     // Its buddy's process ends the group's wait (WatchSessionGroups), not the stand-in.
     LOG(ERROR) << "event=stand_in_failed rank=" << options_.rank << " why=\"" << why << "\"";
     return;
@@ -539,7 +537,7 @@ void RankProcess::AwaitShutdownRequest() {
   if (auto_checkpointer_ != nullptr) auto_checkpointer_->Stop();
   // A stand-in that gives way: its steps cannot complete without the group it left (its other
   // calls still get the grace period).
-  const bool gives_way = is_stand_in_ && !announce_leave_.load();
+  const bool gives_way = is_stand_in() && !announce_leave_.load();
   const absl::Time deadline = absl::Now() + options_.shutdown_grace;
   server_->Shutdown(deadline, gives_way ? absl::Now() : deadline);
   if (options_.rank == 0) SaveOnShutdown();

@@ -317,7 +317,7 @@ class RankProcess {
   // took its place (`announce_leave_` false). Its step streams still open then can never
   // complete: its server ends them without waiting out `shutdown_grace`. It admits its sessions
   // into its host's memory budget (`host_budget_`, which the host's engine outlives it with).
-  const bool is_stand_in_ = false;
+  bool is_stand_in() const { return host_budget_ != nullptr; }
   const MemoryBudget* const host_budget_ = nullptr;
   std::atomic<bool> announce_leave_{true};
   // Rank 1 standing in for rank 0: rank 0's configured store, where its own process returns.

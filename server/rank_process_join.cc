@@ -89,7 +89,7 @@ bool RankProcess::RejoinAsRankZero(bool* healed) {
     return false;
   }
   *healed = generation->has_value();
-  if (is_stand_in_ && !*healed) {
+  if (is_stand_in() && !*healed) {
     // A stand-in for rank 0 heals itself into the survivors' group or nothing: it never starts a
     // group of its own.
     LOG(ERROR) << "event=stand_in_failed rank=0 why=\"no rank waits for rank 0\"";
@@ -173,7 +173,7 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
   }
   LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
   server_->SetReady(true);
-  if (options_.world_size > 1 && !is_stand_in_ &&
+  if (options_.world_size > 1 && !is_stand_in() &&
       (options_.exit_on_peer_loss || (heals() && options_.stand_ins))) {
     WatchSessionGroups();
   }

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -85,6 +86,32 @@ bool AwaitOwnProcess(Client& trainer, const std::string& id, int rank,
   return false;
 }
 
+// What each case begins with: a group of `ranks` run with `flags`, its trainer, a reference
+// session stepped `steps` times undisturbed, and the session `id`, named `name`, stepped
+// `stepped` times; both of `storage`.
+struct SteppedGroup {
+  void Start(int ranks, const std::vector<std::string>& flags, uint64_t steps,
+             const std::string& name, uint64_t stepped = 1,
+             v1::ParameterStorage storage = v1::PARAMETER_STORAGE_REPLICATED) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(group, testutil::StartGroup(ranks, flags));
+    ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
+    trainer = Trainer(group);
+    ASSERT_NE(trainer, nullptr);
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(reference, SteppedReference(*trainer, steps, storage));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
+                                 trainer->CreateSession(SpreadSpec(name, storage)));
+    id = info.session_id();
+    for (uint64_t step = 1; step <= stepped; ++step) {
+      ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
+    }
+  }
+
+  Group group;
+  std::unique_ptr<Client> trainer;
+  v1::SessionInfo reference;
+  std::string id;
+};
+
 // A rank that does not return within --rejoin_timeout_ms is stood in for by its buddy (rank 2
 // for rank 1; rank 0, which serves the rendezvous, for rank 2; rank 1 for rank 0, its stand-in
 // serving a rendezvous store of its own) in the buddy's process: the survivors wait for that
@@ -102,19 +129,10 @@ TEST_P(StoodInRankTest, ARankThatDoesNotReturnIsStoodInForUntilItDoes) {
   const auto [dead, storage] = GetParam();
   const int buddy = (dead + 1) % kWorld;
   const std::vector<std::string> flags = StandInFlags();
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
-  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
-  std::unique_ptr<Client> trainer = Trainer(group);
-  ASSERT_NE(trainer, nullptr);
   constexpr uint64_t kSteps = 6;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference,
-                               SteppedReference(*trainer, kSteps, storage));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo stood_in,
-                               trainer->CreateSession(SpreadSpec("stood-in", storage)));
-  const std::string& id = stood_in.session_id();
-  for (uint64_t step = 1; step <= 2; ++step) {
-    ASSERT_THAT(StepSpread(*trainer, id, step).status(), IsOk());
-  }
+  SteppedGroup s;
+  ASSERT_NO_FATAL_FAILURE(s.Start(kWorld, flags, kSteps, "stood-in", /*stepped=*/2, storage));
+  auto& [group, trainer, reference, id] = s;
   const std::string own_address = group[dead]->address();
   group[dead]->SignalAndWait(SIGKILL);
   // Waits out the rejoin timeout and the stand-in's heal, then is redone on the stand-in.
@@ -198,16 +216,10 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
   std::vector<std::string> flags = StandInFlags();
   flags.push_back("--checkpoint_root=" + root.path());
   flags.push_back("--checkpoint_every_steps=1");
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
-  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
-  std::unique_ptr<Client> trainer = Trainer(group);
-  ASSERT_NE(trainer, nullptr);
   constexpr uint64_t kSteps = 6;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
-                               trainer->CreateSession(SpreadSpec("rank-0-away")));
-  const std::string& id = info.session_id();
-  ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
+  SteppedGroup s;
+  ASSERT_NO_FATAL_FAILURE(s.Start(kWorld, flags, kSteps, "rank-0-away"));
+  auto& [group, trainer, reference, id] = s;
   const std::string rank_zero_address = group[0]->address();
   group[0]->SignalAndWait(SIGKILL);
   ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());  // through the stand-in
@@ -259,16 +271,10 @@ TEST(StandInTest, ARankRestartedWhileRankZeroIsStoodInRejoinsAtTheStandIn) {
 TEST(StandInTest, ARankLostWhileRankZeroIsStoodInIsStoodInForToo) {
   constexpr int kRanks = 4;
   const std::vector<std::string> flags = StandInFlags();
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kRanks, flags));
-  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
-  std::unique_ptr<Client> trainer = Trainer(group);
-  ASSERT_NE(trainer, nullptr);
   constexpr uint64_t kSteps = 5;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, kSteps));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
-                               trainer->CreateSession(SpreadSpec("two-stood-in")));
-  const std::string& id = info.session_id();
-  ASSERT_THAT(StepSpread(*trainer, id, 1).status(), IsOk());
+  SteppedGroup s;
+  ASSERT_NO_FATAL_FAILURE(s.Start(kRanks, flags, kSteps, "two-stood-in"));
+  auto& [group, trainer, reference, id] = s;
   group[0]->SignalAndWait(SIGKILL);
   ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());  // through rank 0's stand-in
   group[2]->SignalAndWait(SIGKILL);
@@ -296,15 +302,12 @@ class LostRankOneTest : public ::testing::Test {
   static constexpr int kBuddy = 2;
 
   void LoseRankOne(const std::vector<std::string>& flags, uint64_t steps) {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(group_, testutil::StartGroup(kWorld, flags));
-    ASSERT_TRUE(AwaitHealth(*group_[0], true, absl::Seconds(20)));
-    trainer_ = Trainer(group_);
-    ASSERT_NE(trainer_, nullptr);
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(reference_, SteppedReference(*trainer_, steps));
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
-                                 trainer_->CreateSession(SpreadSpec("stood-in")));
-    id_ = info.session_id();
-    ASSERT_THAT(StepSpread(*trainer_, id_, 1).status(), IsOk());
+    SteppedGroup s;
+    ASSERT_NO_FATAL_FAILURE(s.Start(kWorld, flags, steps, "stood-in"));
+    group_ = std::move(s.group);
+    trainer_ = std::move(s.trainer);
+    reference_ = s.reference;
+    id_ = s.id;
     own_address_ = group_[kDead]->address();
     group_[kDead]->SignalAndWait(SIGKILL);
     // Through the stand-in.

@@ -48,6 +48,7 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.import_end = ckpt.StateDictChunk()
         self.abort_steps = False
         self.cancel_steps = False  # its server cancels each Step stream (as when it stops)
+        self.cancel_gets = False  # its server cancels each GetSession (as when it stops)
         # Set: Step answers only once this is set (or the call ends), as a rank whose step waits
         # in the collectives for another rank.
         self.hold_steps: threading.Event | None = None
@@ -75,6 +76,8 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         return self.directory
 
     def GetSession(self, request, context):
+        if self.cancel_gets:
+            context.abort(grpc.StatusCode.CANCELLED, "the server is shutting down")
         return self.info
 
     def InitParameters(self, request_iterator, context):
@@ -340,3 +343,16 @@ def test_a_health_check_of_a_wedged_rank_0_finds_its_stand_in(ranks: List[FakeRa
                                                       stood_in_ranks=[0])
         assert client.check_health()
         assert client._ranks.rank0().target == ranks[1].target
+
+
+def test_a_call_on_rank_0_cancelled_by_its_stopping_server_finds_where_rank_0_is_served(
+        ranks: List[FakeRank]) -> None:
+    """A stand-in for rank 0 that gives way to rank 0's own process cancels the calls it still
+    runs as its server stops. The client never cancels a unary call itself: it takes CANCELLED as
+    rank 0 being away, asks the other ranks where it is served now, and calls there. Before, the
+    call failed CANCELLED."""
+    with optstep.Client(rank_targets=[r.target for r in ranks]) as client:
+        ranks[0].cancel_gets = True
+        ranks[1].directory = svc.ListSessionsResponse(rank_targets=[ranks[1].target] * 2,
+                                                      stood_in_ranks=[0])
+        assert client.get_session("fake").session_id == "fake"  # rank 1 answered it

@@ -29,7 +29,7 @@ from optstep import dtypes, native, raw_messages, shared_memory, state_dicts
 from optstep.channel_credentials import channel_credentials
 from optstep.chunks import GradientSlice, ParamAssembler, as_slices, plan_contributions
 from optstep.client_types import CreatedSession, Gradients, GroupSchedule, Parameters, StepReply
-from optstep.errors import (CancelledError, DeadlineExceededError, InternalError,
+from optstep.errors import (AWAY_ERRORS, DeadlineExceededError, InternalError,
                             InvalidArgumentError, NotFoundError, OptstepError, OutOfRangeError,
                             UnavailableError, from_rpc_error)
 from optstep.layout import ParamRef, SessionLayout
@@ -60,12 +60,6 @@ def _call(fn: Callable[..., _Response], *args: Any, **kwargs: Any) -> _Response:
         return fn(*args, **kwargs)
     except grpc.RpcError as e:
         raise from_rpc_error(e) from None
-
-
-# What a call to a rank that is away ends with: UNAVAILABLE; DEADLINE_EXCEEDED (a rank wedged);
-# CANCELLED, which this client never asks of a unary call, from a server shutting down (a
-# stand-in giving way to the rank's own process).
-_AWAY = (UnavailableError, DeadlineExceededError, CancelledError)
 
 
 class Client:
@@ -204,7 +198,7 @@ class Client:
         before = reached()
         try:
             return call()
-        except _AWAY as e:
+        except AWAY_ERRORS as e:
             if isinstance(e, DeadlineExceededError) and not self._wait_for_ready:
                 raise
             if not self._ranks.look_up_rank0(self._rpc_timeout, deadline) or reached() == before:
@@ -598,7 +592,7 @@ class Client:
         try:
             if check(self._rank0()):
                 return True
-        except _AWAY:  # away, or wedged
+        except AWAY_ERRORS:  # away, or wedged
             if not self._ranks.look_up_rank0(self._rpc_timeout, deadline):
                 raise
             return check(self._rank0())

@@ -158,6 +158,11 @@ class UnauthenticatedError(OptstepError):
     code = grpc.StatusCode.UNAUTHENTICATED
 
 
+# What a call to a rank that is away ends with (internal to the client): UNAVAILABLE;
+# DEADLINE_EXCEEDED (a rank wedged); CANCELLED, which the client never asks of a unary call, from
+# a server shutting down (a stand-in giving way to the rank's own process).
+AWAY_ERRORS = (UnavailableError, DeadlineExceededError, CancelledError)
+
 _BY_CODE: Dict[grpc.StatusCode, Type[OptstepError]] = {
     cls.code: cls
     for cls in (CancelledError, UnknownError, InvalidArgumentError, DeadlineExceededError,

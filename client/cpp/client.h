@@ -229,10 +229,11 @@ class Client final {
   // answer (the whole directory: the stand-ins of every rank), each call cut at `deadline`
   // (TimeoutBy). The last error when none answered.
   absl::Status LookUpRankZero(absl::Time deadline = absl::InfiniteFuture());
-  // Runs `call` on rank 0 (Reach); when it answers UNAVAILABLE (DEADLINE_EXCEEDED with
-  // wait_for_ready) and the other ranks say rank 0 is served elsewhere now (LookUpRankZero), runs
-  // it there once more: a creation then attaches to the session the first try made, a close
-  // finds none (NOT_FOUND) if the first try's answer was lost. The look-up ends by `deadline`.
+  // Runs `call` on rank 0 (Reach); when it answers UNAVAILABLE or CANCELLED (a server that stops;
+  // DEADLINE_EXCEEDED with wait_for_ready) and the other ranks say rank 0 is served elsewhere now
+  // (LookUpRankZero), runs it there once more: a creation then attaches to the session the first
+  // try made, a close finds none (NOT_FOUND) if the first try's answer was lost. The look-up ends
+  // by `deadline`.
   absl::Status OnRankZero(const std::function<absl::Status(Rank& rank)>& call,
                           absl::Time deadline = absl::InfiniteFuture()) {
     return OnRank(0, call, deadline);

@@ -150,9 +150,11 @@ absl::Status Client::OnRanks(const std::vector<size_t>& ranks,
   const std::vector<std::shared_ptr<Rank>> before = reached();
   absl::Status status = call();
   // Once more where the other ranks say the ranks are served now, if that is elsewhere for one
-  // (a call that waits for the channel to be ready ends at its deadline instead).
-  const bool away =
-      absl::IsUnavailable(status) || (options_.wait_for_ready && absl::IsDeadlineExceeded(status));
+  // (a call that waits for the channel to be ready ends at its deadline instead). CANCELLED,
+  // which this client never asks of these calls, comes from a server that stops: a stand-in
+  // giving way to the rank's own process.
+  const bool away = absl::IsUnavailable(status) || absl::IsCancelled(status) ||
+                    (options_.wait_for_ready && absl::IsDeadlineExceeded(status));
   if (!away || !LookUpRankZero(deadline).ok()) return status;
   const std::vector<std::shared_ptr<Rank>> after = reached();
   if (after == before) return status;

@@ -78,6 +78,10 @@ grpc::Status FakeOptimizerService::CreateSession(grpc::ServerContext*,
 grpc::Status FakeOptimizerService::GetSession(grpc::ServerContext*,
                                               const v1::GetSessionRequest* request,
                                               v1::SessionInfo* response) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!behaviour_.get_error.ok()) return behaviour_.get_error;
+  }
   grpc::Status status = CheckSession(request->session_id());
   if (!status.ok()) return status;
   if (request->layout_offset() != 0) {

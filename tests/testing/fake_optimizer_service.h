@@ -51,6 +51,8 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
     // CreateSession answers this status when not OK, after taking the request (a rank whose
     // answer was lost).
     grpc::Status create_error = grpc::Status::OK;
+    // GetSession answers this status when not OK (CANCELLED: a server that stops).
+    grpc::Status get_error = grpc::Status::OK;
     // ListSessions tells where each rank is served and which are stood in for (as a rank does
     // while a stand-in runs); empty: nothing.
     std::vector<std::string> rank_targets;

@@ -439,6 +439,21 @@ TEST_F(TwoRankClientTest, ACloseRetriedAfterItsAnswerWasLostIsDone) {
   EXPECT_THAT(client->CloseSession("nope"), StatusIs(absl::StatusCode::kNotFound));
 }
 
+// A stand-in for rank 0 that gives way to rank 0's own process cancels the calls it still runs
+// as its server stops. The client never cancels a unary call itself: it takes CANCELLED as rank
+// 0 being away and calls where the other ranks say rank 0 is served now.
+TEST_F(TwoRankClientTest, ACallCancelledByAStoppingRankZeroIsMadeWhereRankZeroIsServedNow) {
+  FakeOptimizerService::Behaviour stopping;
+  stopping.get_error = grpc::Status(grpc::StatusCode::CANCELLED, "the server is shutting down");
+  rank0_.set_behaviour(stopping);
+  FakeOptimizerService stand_in(info_);
+  FakeServer stand_in_server = testutil::StartFakeServer(&stand_in);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                               ConnectWithRankZeroAt(stand_in_server));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client->GetSession("s"));
+  EXPECT_EQ(info.session_id(), "s");
+}
+
 // A creation whose answer was lost with rank 0 is made again where the other ranks say rank 0 is
 // served now, with the same request id: the server answers the session the first attempt made
 // instead of making a second one. Another call is another creation.

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "base/caller_text.h"
 #include "base/run_detached.h"
 #include "base/status_macros.h"
 #include "checkpoint/temporaries.h"
@@ -492,7 +493,8 @@ void RankProcess::WatchSessionGroups() {
 void RankProcess::ExitForRestart(const std::string& why, bool even_without_flag) {
   if (is_stand_in()) {
     // Its buddy's process ends the group's wait (WatchSessionGroups), not the stand-in.
-    LOG(ERROR) << "event=stand_in_failed rank=" << options_.rank << " why=\"" << why << "\"";
+    LOG(ERROR) << "event=stand_in_failed rank=" << options_.rank << " why=\"" << LogValue(why)
+               << "\"";
     return;
   }
   static std::atomic<bool> exiting{false};
@@ -554,7 +556,8 @@ void RankProcess::SaveOnShutdown() {
                 << " name=" << checkpoint;
     } else {
       LOG(ERROR) << "event=shutdown_checkpoint_failed session=" << session->id()
-                 << " name=" << checkpoint << " error=\"" << step.status().message() << "\"";
+                 << " name=" << checkpoint << " error=\"" << LogValue(step.status().message())
+                 << "\"";
     }
   }
 }

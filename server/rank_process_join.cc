@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/caller_text.h"
 #include "glog/logging.h"
 #include "server/rank_process.h"
 #include "server/rpc/auto_restore.h"
@@ -70,7 +71,7 @@ bool RankProcess::RejoinGroup(const std::string& address) {
   absl::StatusOr<uint64_t> generation = RequestRejoin(group_.get(), address);
   if (!generation.ok()) {
     LOG(ERROR) << "event=rejoin_failed rank=" << options_.rank << " error=\""
-               << generation.status().message() << "\"";
+               << LogValue(generation.status().message()) << "\"";
     ExitForRestart("rank 0 could not heal this rank into the running group");
     return false;
   }
@@ -83,7 +84,8 @@ bool RankProcess::RejoinAsRankZero(bool* healed) {
   const absl::Time started = absl::Now();
   absl::StatusOr<std::optional<uint64_t>> generation = HealRankZero(engine_.get(), group_.get());
   if (!generation.ok()) {
-    LOG(ERROR) << "event=rejoin_failed rank=0 error=\"" << generation.status().message() << "\"";
+    LOG(ERROR) << "event=rejoin_failed rank=0 error=\"" << LogValue(generation.status().message())
+               << "\"";
     ExitForRestart("rank 0 could not heal itself into the running group",
                    /*even_without_flag=*/true);
     return false;

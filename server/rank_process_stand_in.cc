@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/caller_text.h"
 #include "glog/logging.h"
 #include "server/rank_process.h"
 #include "server/rpc/heal.h"
@@ -82,8 +83,8 @@ void RankProcess::StartStandIn(int rank) {
   absl::StatusOr<std::unique_ptr<RankProcess>> started =
       StartProcess(std::move(options), &engine_->memory_budget());
   if (!started.ok()) {
-    LOG(ERROR) << "event=stand_in_failed rank=" << rank << " error=\"" << started.status().message()
-               << "\"";
+    LOG(ERROR) << "event=stand_in_failed rank=" << rank << " error=\""
+               << LogValue(started.status().message()) << "\"";
     return;
   }
   stand_in_ = *std::move(started);

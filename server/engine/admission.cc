@@ -39,7 +39,7 @@ absl::StatusOr<MemoryBudget::Reservation> SessionAdmission::Admit(const SessionC
                                                                   absl::string_view id) {
   const std::string asker = absl::StrCat("session '", config.name.empty() ? id : config.name, "'");
   OPTSTEP_ASSIGN_OR_RETURN(const SessionFootprint footprint, FootprintOf(config, layout, asker));
-  return budget_.TryReserve(footprint.total(), asker, footprint.Breakdown());
+  return budget_.TryReserve(footprint.total(), asker, footprint.Breakdown(), config.owner);
 }
 
 absl::StatusOr<int64_t> SessionAdmission::Check(const SessionConfig& config, const Layout& layout,

@@ -143,7 +143,18 @@ absl::StatusOr<Layout> Engine::LayoutOf(const SessionConfig& config) const {
   return PartitionByCostAndMemory(costs, bytes, options_.world_size);
 }
 
+absl::Status Engine::CheckParamCount(const SessionConfig& config) const {
+  if (static_cast<int64_t>(config.params.size()) <= options_.max_params_per_session) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("session declares ", config.params.size(),
+                                                   " parameters; the limit is ",
+                                                   options_.max_params_per_session));
+}
+
 absl::Status Engine::CheckAdmission(const SessionConfig& config, bool new_session) {
+  // Before the layout: routing and partitioning grow with the parameters.
+  OPTSTEP_RETURN_IF_ERROR(CheckParamCount(config));
   OPTSTEP_ASSIGN_OR_RETURN(Layout layout, LayoutOf(config));
   OPTSTEP_ASSIGN_OR_RETURN(const int64_t bytes, admission_->Check(config, layout, "new"));
   if (!new_session) return absl::OkStatus();
@@ -160,19 +171,15 @@ OwnerHoldings Engine::HoldingsOf(const std::string& owner) const {
   for (const auto& [id, session] : sessions_) {
     if (session->config().owner != owner) continue;
     ++held.sessions;
-    auto reserved = reservations_.find(id);
-    if (reserved != reservations_.end()) held.bytes += reserved->second.bytes();
     held.bytes += shared_segments_.bytes(id);  // its trainers' shared memory counts too
   }
+  held.bytes += admission_->budget().HeldBy(owner);
   return held;
 }
 
-absl::StatusOr<Engine::Built> Engine::BuildSession(const std::string& id, SessionConfig config) {
-  if (static_cast<int64_t>(config.params.size()) > options_.max_params_per_session) {
-    return absl::ResourceExhaustedError(absl::StrCat("session declares ", config.params.size(),
-                                                     " parameters; the limit is ",
-                                                     options_.max_params_per_session));
-  }
+absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string& id,
+                                                              SessionConfig config) {
+  OPTSTEP_RETURN_IF_ERROR(CheckParamCount(config));
   {
     absl::MutexLock lock(&mu_);
     if (static_cast<int>(sessions_.size()) >= options_.max_sessions) {
@@ -185,11 +192,10 @@ absl::StatusOr<Engine::Built> Engine::BuildSession(const std::string& id, Sessio
           absl::StrCat("session '", id, "' exists on rank ", options_.rank));
     }
   }
-  Built built;
   Session::Options session_options;
   session_options.id = id;
   OPTSTEP_ASSIGN_OR_RETURN(session_options.layout, LayoutOf(config));
-  OPTSTEP_ASSIGN_OR_RETURN(built.reservation,
+  OPTSTEP_ASSIGN_OR_RETURN(MemoryBudget::Reservation reservation,
                            admission_->Admit(config, session_options.layout, id));
   session_options.rank = options_.rank;
   session_options.step_deadline = config.step_deadline > absl::ZeroDuration()
@@ -210,13 +216,13 @@ absl::StatusOr<Engine::Built> Engine::BuildSession(const std::string& id, Sessio
     local.kind = "local";
     OPTSTEP_ASSIGN_OR_RETURN(session_options.comm, CreateCommunicator(local));
   }
-  OPTSTEP_ASSIGN_OR_RETURN(built.session,
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
                            Session::Create(std::move(session_options), device_, device_worker_));
-  return built;
+  session->HoldReservation(std::move(reservation));
+  return session;
 }
 
-absl::StatusOr<Engine::Created> Engine::Register(Built built, bool by_name) {
-  const std::shared_ptr<Session>& session = built.session;
+absl::StatusOr<Engine::Created> Engine::Register(std::shared_ptr<Session> session, bool by_name) {
   absl::MutexLock lock(&mu_);
   if (by_name) {  // another trainer, or a retry of this call, may have created it meanwhile
     OPTSTEP_ASSIGN_OR_RETURN(Created existing, FindExistingLocked(session->config()));
@@ -225,7 +231,6 @@ absl::StatusOr<Engine::Created> Engine::Register(Built built, bool by_name) {
   if (!sessions_.emplace(session->id(), session).second) {
     return absl::AlreadyExistsError(absl::StrCat("session '", session->id(), "' exists"));
   }
-  reservations_[session->id()] = std::move(built.reservation);
   return Created{session, false, true};
 }
 
@@ -233,15 +238,19 @@ absl::StatusOr<Engine::Created> Engine::CreateSession(SessionConfig config) {
   OPTSTEP_ASSIGN_OR_RETURN(Created existing, FindExisting(config));
   if (existing.session != nullptr) return existing;
   OPTSTEP_RETURN_IF_ERROR(CheckAdmission(config));
-  OPTSTEP_ASSIGN_OR_RETURN(Built built, BuildSession(NextSessionId(), std::move(config)));
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> built,
+                           BuildSession(NextSessionId(), std::move(config)));
   OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(std::move(built), /*by_name=*/true));
   if (created.made) ReportCreated(*created.session);
   return created;
 }
 
-absl::StatusOr<std::shared_ptr<Session>> Engine::CreateReplica(const std::string& id,
-                                                               SessionConfig config) {
-  OPTSTEP_ASSIGN_OR_RETURN(Built built, BuildSession(id, std::move(config)));
+absl::StatusOr<std::shared_ptr<Session>> Engine::CreateReplica(
+    const std::string& id, SessionConfig config, std::optional<uint64_t> heal_generation) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> built, BuildSession(id, std::move(config)));
+  if (heal_generation.has_value()) {  // nothing runs on it yet: no wait
+    OPTSTEP_RETURN_IF_ERROR(built->PauseForHeal(*heal_generation, absl::InfiniteFuture()));
+  }
   // Rank 0 decided the id (and attaches by name itself): a replica registers under its id.
   OPTSTEP_ASSIGN_OR_RETURN(Created created, Register(std::move(built), /*by_name=*/false));
   ReportCreated(*created.session);
@@ -361,24 +370,19 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
 
 absl::Status Engine::CloseSession(const std::string& id) {
   std::shared_ptr<Session> session;
-  MemoryBudget::Reservation reservation;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return SessionNotFoundError(id);
     session = std::move(it->second);
     sessions_.erase(it);
-    auto held = reservations_.find(id);
-    if (held != reservations_.end()) {
-      reservation = std::move(held->second);
-      reservations_.erase(held);
-    }
   }
   session->Close();
   shared_segments_.DropSession(id);
   if (options_.step_observer) options_.step_observer->OnSessionClosed(id, options_.rank);
-  session.reset();  // the last reference, unless a call in progress still holds one
-  reservation.Release();
+  // The last reference, unless a call in progress still holds one: its reservation is released
+  // with it (Session::HoldReservation).
+  session.reset();
   ReturnFreedMemoryToSystem();
   return absl::OkStatus();
 }

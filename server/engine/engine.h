@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,9 +104,12 @@ class Engine {
   // Blocks while the session's communicator group connects (every rank must create it).
   absl::StatusOr<Created> CreateSession(SessionConfig config);
   // Rank 0 allots the ids; the other ranks create their replicas with the id rank 0 gave.
-  // ALREADY_EXISTS when this rank holds the id.
-  absl::StatusOr<std::shared_ptr<Session>> CreateReplica(const std::string& id,
-                                                         SessionConfig config);
+  // ALREADY_EXISTS when this rank holds the id. With `heal_generation`, a replica a heal makes:
+  // paused for that heal (Session::PauseForHeal) before any call can reach it, so that no
+  // resolution (an abort vote relayed meanwhile) starts on it until the heal's end.
+  absl::StatusOr<std::shared_ptr<Session>> CreateReplica(
+      const std::string& id, SessionConfig config,
+      std::optional<uint64_t> heal_generation = std::nullopt);
   // A new session id (rank 0): "s" and 32 hex digits of 128 random bits read from the kernel's
   // CSPRNG, so ids are neither guessed nor reused, across restarts too.
   static std::string NextSessionId();
@@ -176,22 +180,23 @@ class Engine {
 
  private:
   Engine(EngineOptions options, std::shared_ptr<Device> device);
-  // A replica built and admitted, not yet registered.
-  struct Built {
-    std::shared_ptr<Session> session;
-    MemoryBudget::Reservation reservation;
-  };
   // Every rank computes the same layout from the same definition: PartitionByCostAndMemory over
   // the parameters' step costs and owned bytes (cost_model.h).
   absl::StatusOr<Layout> LayoutOf(const SessionConfig& config) const;
-  // Builds the replica: layout, admission, communicator, tensors. Does not register it.
-  absl::StatusOr<Built> BuildSession(const std::string& id, SessionConfig config);
+  // RESOURCE_EXHAUSTED when `config` declares more than max_params_per_session parameters.
+  absl::Status CheckParamCount(const SessionConfig& config) const;
+  // Builds the replica: layout, admission (the session holds its reservation), communicator,
+  // tensors. Does not register it.
+  absl::StatusOr<std::shared_ptr<Session>> BuildSession(const std::string& id,
+                                                        SessionConfig config);
   absl::StatusOr<Created> FindExistingLocked(const SessionConfig& config) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Registers the session built unless one of the same id (or, with `by_name`, one FindExisting
-  // answers) appeared meanwhile; its reservation is kept until it closes.
-  absl::StatusOr<Created> Register(Built built, bool by_name);
-  // The sessions of `owner` on this rank and the bytes they reserved.
+  // answers) appeared meanwhile.
+  absl::StatusOr<Created> Register(std::shared_ptr<Session> session, bool by_name);
+  // The open sessions of `owner` on this rank, and the bytes it holds: what its sessions reserved
+  // (closed ones still held by a call too, and its parts on a stand-in sharing this rank's
+  // budget: MemoryBudget::HeldBy) and its trainers' shared memory.
   OwnerHoldings HoldingsOf(const std::string& owner) const ABSL_LOCKS_EXCLUDED(mu_);
   void WatchDeadlines();
   // Marks the device worker stalled while its running task has passed the watchdog, logging the
@@ -220,7 +225,6 @@ class Engine {
 
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, MemoryBudget::Reservation> reservations_ ABSL_GUARDED_BY(mu_);  // by id
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool device_stalled_ ABSL_GUARDED_BY(mu_) = false;
   std::thread deadline_thread_;

@@ -142,24 +142,36 @@ absl::Status MemoryBudget::CheckFits(int64_t bytes, absl::string_view asker,
   return Fits(bytes, ledger_->admitted, asker, detail);
 }
 
+int64_t MemoryBudget::HeldBy(absl::string_view owner) const {
+  absl::MutexLock lock(&ledger_->mu);
+  auto it = ledger_->by_owner.find(owner);
+  return it == ledger_->by_owner.end() ? 0 : it->second;
+}
+
 absl::StatusOr<MemoryBudget::Reservation> MemoryBudget::TryReserve(int64_t bytes,
                                                                    absl::string_view asker,
-                                                                   absl::string_view detail) {
+                                                                   absl::string_view detail,
+                                                                   absl::string_view owner) {
   absl::MutexLock lock(&ledger_->mu);
   absl::Status fits = Fits(bytes, ledger_->admitted, asker, detail);
   if (!fits.ok()) return fits;
   ledger_->admitted += bytes;
-  return Reservation(ledger_, bytes);
+  if (owner.empty() || bytes == 0) return Reservation(ledger_, bytes, "");
+  ledger_->by_owner[owner] += bytes;
+  return Reservation(ledger_, bytes, std::string(owner));
 }
 
 MemoryBudget::Reservation::Reservation(Reservation&& other) noexcept
-    : ledger_(std::move(other.ledger_)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : ledger_(std::move(other.ledger_)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      owner_(std::move(other.owner_)) {}
 
 MemoryBudget::Reservation& MemoryBudget::Reservation::operator=(Reservation&& other) noexcept {
   if (this != &other) {
     Release();
     ledger_ = std::move(other.ledger_);
     bytes_ = std::exchange(other.bytes_, 0);
+    owner_ = std::move(other.owner_);
   }
   return *this;
 }
@@ -168,9 +180,14 @@ void MemoryBudget::Reservation::Release() {
   if (ledger_ != nullptr) {
     absl::MutexLock lock(&ledger_->mu);
     ledger_->admitted -= bytes_;
+    if (!owner_.empty()) {
+      auto it = ledger_->by_owner.find(owner_);  // there while this reservation holds bytes
+      if ((it->second -= bytes_) == 0) ledger_->by_owner.erase(it);
+    }
   }
   ledger_ = nullptr;
   bytes_ = 0;
+  owner_.clear();
 }
 
 }  // namespace optstep

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -75,22 +76,29 @@ class MemoryBudget {
    private:
     friend class MemoryBudget;
     struct Ledger;
-    Reservation(std::shared_ptr<Ledger> ledger, int64_t bytes)
-        : ledger_(std::move(ledger)), bytes_(bytes) {}
+    Reservation(std::shared_ptr<Ledger> ledger, int64_t bytes, std::string owner)
+        : ledger_(std::move(ledger)), bytes_(bytes), owner_(std::move(owner)) {}
 
     std::shared_ptr<Ledger> ledger_;
     int64_t bytes_ = 0;
+    std::string owner_;  // empty: counted as no owner's
   };
 
   // Reserves `bytes` when they fit beside what is admitted; otherwise RESOURCE_EXHAUSTED:
-  // "<asker> needs N bytes on rank R (<detail>); F bytes free of the rank's budget of B".
+  // "<asker> needs N bytes on rank R (<detail>); F bytes free of the rank's budget of B". A
+  // non-empty `owner` (a session's owner) has the bytes counted as its own (HeldBy) until they
+  // are released.
   absl::StatusOr<Reservation> TryReserve(int64_t bytes, absl::string_view asker,
-                                         absl::string_view detail);
+                                         absl::string_view detail, absl::string_view owner = {});
   // TryReserve's answer, reserving nothing.
   absl::Status CheckFits(int64_t bytes, absl::string_view asker, absl::string_view detail) const;
 
   int64_t budget() const { return budget_; }
   int64_t admitted() const;
+  // The bytes reserved for `owner` and not yet released, by this budget and every one sharing
+  // its ledger (a stand-in's and its host's): a session closed while a call still holds it keeps
+  // its reservation, and counts, until it is destroyed.
+  int64_t HeldBy(absl::string_view owner) const;
   // The rank whose budget this one shares (the second constructor); -1 for a budget of its own.
   int host_rank() const { return host_rank_; }
 
@@ -108,6 +116,8 @@ class MemoryBudget {
 struct MemoryBudget::Reservation::Ledger {
   mutable absl::Mutex mu;
   int64_t admitted ABSL_GUARDED_BY(mu) = 0;
+  // The part of `admitted` reserved for each owner (none at 0).
+  absl::flat_hash_map<std::string, int64_t> by_owner ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace optstep

@@ -26,6 +26,7 @@
 #include "kernels/comm/communicator.h"
 #include "kernels/device.h"
 #include "server/engine/gradient_statistics.h"
+#include "server/engine/memory_budget.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/replica_state.h"
 #include "server/engine/resolution_gate.h"
@@ -254,6 +255,13 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // The resolutions this rank started (what a healed replica adopts).
   uint64_t resolutions_started() const { return gate_.started(); }
 
+  // Keeps `reservation` (the replica's admitted bytes) until the session is destroyed, after
+  // everything it holds was freed: a session closed while a call still holds it keeps counting
+  // against the rank's budget and its owner's share. Called once, before the session is shared.
+  void HoldReservation(MemoryBudget::Reservation reservation) {
+    reservation_ = std::move(reservation);
+  }
+
  private:
   friend class SessionHolds;  // the held operations read and write the step state under mu_
 
@@ -306,6 +314,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   void EndResolution(const std::map<DType, std::shared_ptr<const ParamSnapshot>>* snapshots)
       override ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Declared first, so released last (HoldReservation).
+  MemoryBudget::Reservation reservation_;
   const std::string id_;
   const absl::Duration step_deadline_;
   const std::shared_ptr<StepObserver> observer_;  // never null (a no-op one by default)

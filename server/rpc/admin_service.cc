@@ -1,5 +1,6 @@
 #include "server/rpc/admin_service.h"
 
+#include "base/caller_text.h"
 #include "glog/logging.h"
 
 namespace optstep {
@@ -14,7 +15,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Shutdown(grpc::CallbackServerContext
     return reactor;
   }
   LOG(INFO) << "event=shutdown_requested peer=" << context->peer() << " reason=\""
-            << request->reason() << "\"";
+            << LogValue(request->reason()) << "\"";
   on_shutdown_(request->reason());
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -106,7 +106,7 @@ class RoleProcessor : public grpc::AuthMetadataProcessor {
     int64_t dropped = 0;
     if (CallerLogBudget().Take(&dropped)) {
       LOG(WARNING) << "event=auth_refused method=" << CallerText(method)
-                   << " code=" << CodeName(code) << " reason=\"" << why << "\""
+                   << " code=" << CodeName(code) << " reason=\"" << LogValue(why) << "\""
                    << (dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : "");
     }
     if (on_refusal_) on_refusal_(method, CodeName(code));

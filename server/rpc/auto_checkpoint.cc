@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/temporaries.h"
@@ -121,7 +122,7 @@ void AutoCheckpointer::RemoveCheckpointsOf(const std::string& id) const {
   }
   if (error) {
     LOG(WARNING) << "event=auto_checkpoints_remove_failed session=" << id << " error=\""
-                 << error.message() << "\"";
+                 << LogValue(error.message()) << "\"";
   }
 }
 
@@ -209,7 +210,7 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
     if (options_.on_saved) options_.on_saved(AutoCheckpointSaved{id, *saved, held, total});
   } else {
     LOG(WARNING) << "event=auto_checkpoint_failed session=" << id << " error=\""
-                 << saved.status().message() << "\"";
+                 << LogValue(saved.status().message()) << "\"";
     if (options_.on_failed) options_.on_failed(id, saved.status());
   }
   return saved;

@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/temporaries.h"
@@ -83,7 +84,7 @@ absl::StatusOr<uint64_t> LoadRetrying(RankGroup* group, Session& session, const 
     if (step.ok() || Unusable(step.status()) || attempt == kLoadAttempts) return step;
     LOG(WARNING) << "event=auto_checkpoint_load_retry session=" << session.id() << " name=" << name
                  << " attempt=" << attempt << " retry_in=\"" << absl::FormatDuration(delay)
-                 << "\" error=\"" << step.status().message() << "\"";
+                 << "\" error=\"" << LogValue(step.status().message()) << "\"";
     absl::SleepFor(delay);
     delay *= 2;
   }
@@ -134,8 +135,8 @@ void SetAside(const std::string& dir, const std::string& name) {
   fs::rename(from, to, error);
   if (!error) (void)SyncDirectory(dir);
   LOG(WARNING) << "event=auto_checkpoint_set_aside dir=" << dir << " name=" << name
-               << " as=" << to.filename().string() << " error=\"" << (error ? error.message() : "")
-               << "\"";
+               << " as=" << to.filename().string() << " error=\""
+               << LogValue((error ? error.message() : "")) << "\"";
 }
 
 // Recreates the session of `dir` and loads it from its newest automatic checkpoint that loads;
@@ -188,7 +189,7 @@ absl::StatusOr<RestoredSession> RestoreOne(
     *lost_rank = LostRank(group, step.status());
     if (!lost_rank->ok()) return step.status();
     LOG(WARNING) << "event=auto_checkpoint_unusable session=" << record.session_id
-                 << " name=" << name << " error=\"" << step.status().message() << "\"";
+                 << " name=" << name << " error=\"" << LogValue(step.status().message()) << "\"";
     failed = step.status();
     if (Unusable(failed)) unusable.push_back(*it);
   }
@@ -222,13 +223,13 @@ absl::StatusOr<std::vector<RestoredSession>> RestoreAutoCheckpoints(
     absl::StatusOr<RestoredSession> one =
         RestoreOne(dir, temp_max_age, group, before_load, &lost_rank);
     if (!lost_rank.ok()) {
-      LOG(ERROR) << "event=restore_interrupted dir=" << dir << " error=\"" << lost_rank.message()
-                 << "\"";
+      LOG(ERROR) << "event=restore_interrupted dir=" << dir << " error=\""
+                 << LogValue(lost_rank.message()) << "\"";
       return lost_rank;
     }
     if (!one.ok()) {
       LOG(ERROR) << "event=session_restore_failed dir=" << dir << " error=\""
-                 << one.status().message() << "\"";
+                 << LogValue(one.status().message()) << "\"";
       continue;
     }
     LOG(INFO) << "event=session_restored session=" << one->session_id << " step=" << one->step

@@ -22,6 +22,10 @@ constexpr size_t kMaxNameBytes = 255;
 constexpr size_t kMaxParameterNameBytes = 1024;
 // A step's streams and what they staged wait at most this long for the step's other trainers.
 constexpr uint64_t kMaxStepDeadlineMs = 3600 * 1000;
+// Routing tries every rule on every parameter, on rank 0 before any size is checked and while no
+// other session is created (RankGroup's create lock): a chain has at most this many rules, and
+// a rule's glob is no longer than a parameter's name.
+constexpr int kMaxRoutingRules = 256;
 
 template <typename T>
 std::optional<double> Opt(bool has, T value) {
@@ -217,8 +221,15 @@ absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& conf
     }
   }
   // The request's rules come first: a preset's own rules (its default routing) catch the rest.
+  if (config.rules_size() > kMaxRoutingRules) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer: ", config.rules_size(), " routing rules (at most ", kMaxRoutingRules, ")"));
+  }
   std::vector<RoutingRule> rules;
   for (const v1::RoutingRule& r : config.rules()) {
+    OPTSTEP_RETURN_IF_ERROR(
+        CheckCallerName(absl::StrCat("optimizer: rule ", rules.size(), ": name_glob"),
+                        r.name_glob(), kMaxParameterNameBytes));
     RoutingRule rule;
     rule.name_glob = r.name_glob();
     if (r.has_ndim()) rule.ndim = static_cast<int>(r.ndim());

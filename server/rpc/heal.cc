@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "checkpoint/state_dict.h"
 #include "glog/logging.h"
@@ -248,8 +249,8 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
     group->CountHealed(rank);
     return healed;
   }
-  LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\"" << healed.status().message()
-             << "\"";
+  LOG(ERROR) << "event=rank_heal_failed rank=" << rank << " error=\""
+             << LogValue(healed.status().message()) << "\"";
   // The rank's process was lost in its heal, or the heal failed for a passing reason (a call
   // lost on the way, a peer that took too long): the group waits for its next process, as the
   // one that rejoined exits once told (RejoinGroup). Not a stand-in (lost, its host is lost too),
@@ -413,14 +414,12 @@ absl::Status CreateReplicaHere(Engine* engine, const v1::CreateReplicaRequest& r
       SessionConfig config,
       SessionConfigFromProto(request.spec(), request.owner(), request.request_id()));
   if (request.admission_only()) return engine->CheckAdmission(config, !request.restored());
-  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<Session> created,
-                           engine->CreateReplica(request.session_id(), std::move(config)));
+  OPTSTEP_ASSIGN_OR_RETURN(
+      std::shared_ptr<Session> created,
+      engine->CreateReplica(request.session_id(), std::move(config), heal_generation));
   if (request.resolutions() == 0) return absl::OkStatus();
   // A replica healed into a running group counts the group's resolutions as its own.
   absl::Status adopted = created->AdoptResolutions(request.resolutions());
-  if (adopted.ok() && heal_generation.has_value()) {
-    adopted = created->PauseForHeal(*heal_generation, absl::InfiniteFuture());  // runs nothing
-  }
   if (!adopted.ok()) (void)engine->CloseSession(request.session_id());
   return adopted;
 }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "checkpoint/temporaries.h"
 #include "glog/logging.h"
@@ -246,7 +247,7 @@ absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
         .status();
   });
   LOG_IF(WARNING, !refreshed.ok()) << "event=shadow_refresh_failed session=" << session.id()
-                                   << " error=\"" << refreshed.message() << "\"";
+                                   << " error=\"" << LogValue(refreshed.message()) << "\"";
   return absl::OkStatus();
 }
 

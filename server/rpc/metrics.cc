@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/caller_text.h"
 #include "glog/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "optstep/v1/admin_service.pb.h"
@@ -245,7 +246,7 @@ void ServerMetrics::OnStepEnd(const std::string& session, uint64_t step, int ran
               << " rank=" << rank;
   } else {
     LOG(WARNING) << "event=step_" << result << " session=" << session << " step=" << step
-                 << " rank=" << rank << " error=\"" << error << "\"";
+                 << " rank=" << rank << " error=\"" << LogValue(error) << "\"";
   }
 }
 

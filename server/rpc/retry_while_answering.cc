@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
+#include "base/caller_text.h"
 #include "glog/logging.h"
 
 namespace optstep {
@@ -28,7 +29,7 @@ absl::Status RetryWhileAnswering(absl::string_view what, absl::Time give_up, abs
       return status;
     }
     LOG(WARNING) << "event=peer_call_retry " << what << " attempt=" << attempts << " error=\""
-                 << status.message() << "\"";
+                 << LogValue(status.message()) << "\"";
     absl::SleepFor(delay);
     if (!answered) silent += delay;
     delay = std::min(2 * delay, absl::Seconds(2));

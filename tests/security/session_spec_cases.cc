@@ -145,6 +145,24 @@ std::vector<BadInput> SessionSpecCases() {
           absl::StrCat("session declares ", kMaxParamsPerSession + 2, " parameters; the limit is ",
                        kMaxParamsPerSession)),
       Create(
+          "create: too many routing rules",
+          [](v1::SessionSpec& s) {
+            for (int i = 0; i < 257; ++i) {
+              v1::RoutingRule* rule = s.mutable_optimizer()->add_rules();
+              rule->set_name_glob("z");
+              rule->set_sub_optimizer("adam");
+            }
+          },
+          Code::INVALID_ARGUMENT, "optimizer: 257 routing rules (at most 256)"),
+      Create(
+          "create: routing glob of 64 KiB",
+          [](v1::SessionSpec& s) {
+            v1::RoutingRule* rule = s.mutable_optimizer()->add_rules();
+            rule->set_name_glob(std::string(64 << 10, '*'));
+            rule->set_sub_optimizer("adam");
+          },
+          Code::INVALID_ARGUMENT, "optimizer: rule 0: name_glob '"),
+      Create(
           "create: existing name with another definition",
           [](v1::SessionSpec& s) {
             s.set_name("stepped");

@@ -62,6 +62,35 @@ TEST(MemoryBudgetTest, AStandInSharesItsHostsBudgetBothWays) {
   EXPECT_EQ(stand_in.admitted(), 1000);
 }
 
+// An owner's bytes are counted across the budgets that share a ledger: its sessions' parts on a
+// stand-in and on its host are one machine's memory, and its share of it (--owner_memory_share)
+// is checked against their sum. Before, each rank counted only its own part, and one owner could
+// take twice its share of the host.
+TEST(MemoryBudgetTest, AnOwnersBytesAreCountedAcrossAStandInAndItsHost) {
+  MemoryBudget host(1000, 2);
+  MemoryBudget stand_in(host, 1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation hosts,
+                               host.TryReserve(300, "session 'h'", "x", "mallory"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation its,
+                               stand_in.TryReserve(200, "session 'h'", "x", "mallory"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation alices,
+                               stand_in.TryReserve(100, "session 'a'", "x", "alice"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation nobodys,
+                               host.TryReserve(50, "an export", "x"));
+  EXPECT_EQ(host.HeldBy("mallory"), 500);
+  EXPECT_EQ(stand_in.HeldBy("mallory"), 500);
+  EXPECT_EQ(host.HeldBy("alice"), 100);
+  EXPECT_EQ(host.admitted(), 650);
+  MemoryBudget::Reservation moved = std::move(its);
+  its.Release();  // moved from: holds nothing
+  EXPECT_EQ(host.HeldBy("mallory"), 500);
+  moved.Release();
+  EXPECT_EQ(host.HeldBy("mallory"), 300);
+  hosts.Release();
+  EXPECT_EQ(stand_in.HeldBy("mallory"), 0);
+  EXPECT_EQ(host.admitted(), 150);
+}
+
 TEST(MemoryBudgetTest, ByteCountsTakeBinarySuffixes) {
   EXPECT_EQ(*ParseByteCount("--memory_budget", "1048576"), 1048576);
   EXPECT_EQ(*ParseByteCount("--memory_budget", "512M"), int64_t{512} << 20);

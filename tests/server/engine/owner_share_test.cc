@@ -89,6 +89,33 @@ TEST(OwnerShareTest, AnOwnerTakesAtMostItsShareOfTheBudget) {
   ASSERT_THAT(engine->CreateSession(Of("alice", "b")).status(), IsOk());
 }
 
+// A session closed while a call still holds it (a stream its tenant keeps open) keeps its bytes
+// until it is destroyed: they count against the rank's budget and its owner's share until then.
+// Before, the close gave them back at once, and a tenant that closed and created sessions while
+// holding a stream on each could make the rank hold every session it had ever made.
+TEST(OwnerShareTest, AClosedSessionACallStillHoldsKeepsItsBytesUntilItIsFreed) {
+  auto probe = EngineWith(0, 1.0, int64_t{1} << 30);
+  ASSERT_NE(probe, nullptr);
+  ASSERT_THAT(probe->CreateSession(Of("probe", "one")).status(), IsOk());
+  const int64_t one = probe->memory_budget().admitted();
+  auto engine = EngineWith(0, 0.5, 4 * one);  // two sessions' worth per owner
+  ASSERT_NE(engine, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created a, engine->CreateSession(Of("mallory", "a")));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created b, engine->CreateSession(Of("mallory", "b")));
+  std::shared_ptr<Session> held = a.session;  // as a stream of the session does
+  a.session.reset();
+  ASSERT_THAT(engine->CloseSession(held->id()), IsOk());
+  EXPECT_EQ(engine->memory_budget().admitted(), 2 * one);
+  EXPECT_EQ(engine->memory_budget().HeldBy("mallory"), 2 * one);
+  EXPECT_THAT(engine->CreateSession(Of("mallory", "c")).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "session 'c' needs "));
+  held.reset();  // the stream ends: the session is freed, and its bytes with it
+  EXPECT_EQ(engine->memory_budget().admitted(), one);
+  EXPECT_EQ(engine->memory_budget().HeldBy("mallory"), one);
+  EXPECT_THAT(engine->CreateSession(Of("mallory", "c")).status(), IsOk());
+  EXPECT_EQ(engine->memory_budget().HeldBy("alice"), 0);
+}
+
 // The memory a rank shares with a session's trainers counts in its owner's share: a session of
 // many trainers that attaches a segment for each stops at the share, and another owner still
 // creates its session. Before, the segments were taken from the rank's budget past the share,

@@ -4,9 +4,13 @@
 #include "server/rpc/retry_while_answering.h"
 
 #include <functional>
+#include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -75,6 +79,40 @@ TEST(RetryWhileAnsweringTest, APingThatFailsOnceWithinTheSilenceBoundIsNoLostCal
                   "call=t", kLater, absl::Milliseconds(50), [] { return false; }, std::ref(silent)),
               StatusIs(absl::StatusCode::kUnavailable, "reset"));
   EXPECT_EQ(silent.made, 2);  // 100 ms apart: the second failure finds the callee silent
+}
+
+// The lines logged while it lives.
+class LogLines : public google::LogSink {
+ public:
+  LogLines() { google::AddLogSink(this); }
+  ~LogLines() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity, const char*, const char*, int, const std::tm*, const char* message,
+            size_t length) override {
+    absl::MutexLock lock(&mu_);
+    lines_.emplace_back(message, length);
+  }
+  std::vector<std::string> lines() const {
+    absl::MutexLock lock(&mu_);
+    return lines_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+};
+
+// A status message may carry a caller's text (a session's name: `"` is allowed in it): the retry's
+// log line escapes it, so that it neither ends the quoted value nor forges a field or a line.
+// Before, the message was logged as it was.
+TEST(RetryWhileAnsweringTest, TheLoggedErrorIsEscaped) {
+  LogLines logged;
+  Calls calls{{absl::UnavailableError("session 'x\" event=rank_healed k=\"\nforged'")}};
+  ASSERT_THAT(RetryWhileAnswering(
+                  "call=t", kLater, kSilence, [] { return true; }, std::ref(calls)),
+              IsOk());
+  EXPECT_THAT(logged.lines(),
+              testing::Contains(testing::EndsWith(
+                  "error=\"session 'x\\\" event=rank_healed k=\\\"\\x0aforged'\"")));
 }
 
 }  // namespace

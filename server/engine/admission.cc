@@ -63,11 +63,14 @@ absl::StatusOr<int64_t> SessionAdmission::Check(const SessionConfig& config, con
   return footprint.total();
 }
 
+std::string OwnerName(absl::string_view owner) {
+  return owner.empty() ? "the anonymous owner" : absl::StrCat("owner '", owner, "'");
+}
+
 absl::Status CheckOwnerShare(absl::string_view owner, absl::string_view asker, int64_t bytes,
                              const OwnerHoldings& held, const OwnerLimits& limits, int64_t budget,
                              int rank) {
-  const std::string who =
-      owner.empty() ? "the anonymous owner" : absl::StrCat("owner '", owner, "'");
+  const std::string who = OwnerName(owner);
   if (limits.max_sessions > 0 && held.sessions >= limits.max_sessions) {
     return absl::ResourceExhaustedError(absl::StrCat(
         who, " holds ", held.sessions, " sessions on rank ", rank, "; the limit per owner is ",

@@ -67,7 +67,10 @@ struct OwnerLimits {
 struct OwnerHoldings {
   int sessions = 0;
   int64_t bytes = 0;
+  int segments = 0;  // memory segments shared with its sessions' trainers
 };
+// "owner 'NAME'", or "the anonymous owner" for an empty name.
+std::string OwnerName(absl::string_view owner);
 // OK when a new session of `owner` (named `asker` in the message) that reserves `bytes` on rank
 // `rank`, whose budget is `budget`, fits in `limits` beside `held`; else RESOURCE_EXHAUSTED naming
 // the owner, what it holds and the limit.

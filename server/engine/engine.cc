@@ -1,5 +1,6 @@
 #include "server/engine/engine.h"
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -172,6 +173,7 @@ OwnerHoldings Engine::HoldingsOf(const std::string& owner) const {
     if (session->config().owner != owner) continue;
     ++held.sessions;
     held.bytes += shared_segments_.bytes(id);  // its trainers' shared memory counts too
+    held.segments += shared_segments_.count(id);
   }
   held.bytes += admission_->budget().HeldBy(owner);
   return held;
@@ -350,6 +352,21 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
       SharedSegments::BytesFor(config.params, session.layout(), options_.rank), held,
       OwnerLimits{/*max_sessions=*/0, options_.owner_memory_share}, admission_->budget().budget(),
       options_.rank));
+  // And its share of the segments, each a descriptor of the rank's: one owner's trainers would
+  // otherwise take every segment, and every other tenant's trainers step through their streams.
+  if (options_.owner_memory_share < 1.0) {
+    const int most = std::max(
+        1, static_cast<int>(options_.owner_memory_share * shared_segments_.max_segments()));
+    const int others = held.segments - shared_segments_.count(session.id(), trainer);
+    if (others >= most) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          OwnerName(config.owner), " holds ", others,
+          " memory segments shared with trainers on rank ", options_.rank,
+          ", the most one owner may (--owner_memory_share ", options_.owner_memory_share,
+          " of --max_shared_segments ", shared_segments_.max_segments(), "); trainer ", trainer,
+          " of session '", session.id(), "' steps through its stream"));
+    }
+  }
   OPTSTEP_ASSIGN_OR_RETURN(
       std::shared_ptr<const SharedSegment> segment,
       shared_segments_.Attach(session.id(), trainer, config.params, session.layout()));

@@ -129,6 +129,16 @@ int64_t SharedSegments::bytes(const std::string& session_id, int trainer) const 
   return total;
 }
 
+int SharedSegments::count(const std::string& session_id, int trainer) const {
+  absl::MutexLock lock(&mu_);
+  int held = 0;
+  for (auto it = segments_.lower_bound({session_id, 0});
+       it != segments_.end() && it->first.first == session_id; ++it) {
+    if (trainer < 0 || it->first.second == trainer) ++held;
+  }
+  return held;
+}
+
 int64_t SharedSegments::BytesFor(const std::vector<ParamInfo>& params, const Layout& layout,
                                  int rank) {
   int64_t span = 0;

@@ -84,6 +84,9 @@ class SharedSegments {
   // when >= 0).
   int64_t bytes() const;
   int64_t bytes(const std::string& session_id, int trainer = -1) const;
+  // How many segments session `session_id` holds now (of `trainer` alone when >= 0: 0 or 1).
+  int count(const std::string& session_id, int trainer = -1) const;
+  int max_segments() const { return max_segments_; }
   // Bytes a segment of a session of `params` laid out as `layout` takes on rank `rank`.
   static int64_t BytesFor(const std::vector<ParamInfo>& params, const Layout& layout, int rank);
 

@@ -213,9 +213,21 @@ TEST_F(StepStreamCapTest, ARetryEndsTheStreamsItReplaces) {
   EXPECT_EQ(calls.back().stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
-// A trainer id the session does not declare is refused as such, before it is counted.
+// A trainer id the session does not declare is refused as such, before it is counted: with the
+// session's four slots taken, it is still INVALID_ARGUMENT, not RESOURCE_EXHAUSTED.
 TEST_F(StepStreamCapTest, ATrainerIdOutOfRangeIsRefused) {
   ASSERT_NO_FATAL_FAILURE(StartSession(1));
+  struct Call {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream;
+  };
+  std::vector<Call> open(4);
+  for (Call& call : open) {
+    call.context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    call.stream = stub_->Step(&call.context);
+    ASSERT_TRUE(call.stream->Write(Header()));
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // the rank has read their headers
   grpc::ClientContext context;
   auto stream = stub_->Step(&context);
   v1::StepRequest header = Header();
@@ -225,9 +237,10 @@ TEST_F(StepStreamCapTest, ATrainerIdOutOfRangeIsRefused) {
   while (stream->Read(&response)) {
   }
   const grpc::Status status = stream->Finish();
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_THAT(status.error_message(),
               HasSubstr("trainer_id 3 out of range: session '" + session_ + "' declares 1"));
+  for (Call& call : open) call.context.TryCancel();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/admission.h"
@@ -150,6 +151,40 @@ TEST(OwnerShareTest, SharedMemoryCountsInTheOwnersShare) {
                                  "the sessions of owner 'mallory' hold"));
   EXPECT_EQ(segments, 1);
   EXPECT_THAT(engine->CreateSession(spec("alice", "a")).status(), IsOk());
+}
+
+// One owner's trainers hold at most its share of the segments the rank shares (each a
+// descriptor): before, a session of many trainers could take every one, and every other tenant's
+// trainers stepped through their streams.
+TEST(OwnerShareTest, AnOwnerHoldsAtMostItsShareOfTheSharedSegments) {
+  EngineOptions options;
+  options.device.num_threads = 1;
+  options.owner_memory_share = 0.5;
+  options.memory_budget = int64_t{1} << 30;
+  options.max_shared_segments = 4;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(options));
+  const auto replicated = [](const std::string& owner, const std::string& name) {
+    SessionConfig config = Of(owner, name);
+    config.mode = GradientMode::kReplicated;
+    config.num_trainers = 8;
+    return config;
+  };
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created many,
+                               engine->CreateSession(replicated("mallory", "m")));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Engine::Created other,
+                               engine->CreateSession(replicated("alice", "a")));
+  ASSERT_THAT(engine->AttachSharedMemory(*many.session, 0).status(), IsOk());
+  ASSERT_THAT(engine->AttachSharedMemory(*many.session, 1).status(), IsOk());
+  EXPECT_THAT(engine->AttachSharedMemory(*many.session, 2).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       absl::StrCat("owner 'mallory' holds 2 memory segments shared with trainers "
+                                    "on rank 0, the most one owner may (--owner_memory_share 0.5 "
+                                    "of --max_shared_segments 4); trainer 2 of session '",
+                                    many.session->id(), "' steps through its stream")));
+  // A trainer attaching again replaces its own segment.
+  EXPECT_THAT(engine->AttachSharedMemory(*many.session, 1).status(), IsOk());
+  EXPECT_THAT(engine->AttachSharedMemory(*other.session, 0).status(), IsOk());
+  EXPECT_THAT(engine->AttachSharedMemory(*other.session, 1).status(), IsOk());
 }
 
 TEST(OwnerShareTest, WithoutLimitsAnOwnerMayFillTheRank) {

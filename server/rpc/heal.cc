@@ -253,14 +253,16 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
              << LogValue(healed.status().message()) << "\"";
   // The rank's process was lost in its heal, or the heal failed for a passing reason (a call
   // lost on the way, a peer that took too long): the group waits for its next process, as the
-  // one that rejoined exits once told (RejoinGroup). Not a stand-in (lost, its host is lost too),
-  // nor rank 0 itself, nor a process of an earlier release (unknown); and not over and over (a
-  // rank that dies in each heal: out of memory). Another failure (the survivors disagree, the
-  // state does not fit) would come again: the group restarts.
+  // one that rejoined exits once told (RejoinGroup). A stand-in only for a passing reason, its
+  // host alive: the host stops it and stands in again (RankProcess); one that was lost took its
+  // host with it. Not rank 0 itself, nor a process of an earlier release (unknown); and not over
+  // and over (a rank that dies in each heal: out of memory). Another failure (the survivors
+  // disagree, the state does not fit) would come again: the group restarts.
   const bool passing =
       absl::IsUnavailable(healed.status()) || absl::IsDeadlineExceeded(healed.status());
-  if (rank != group->rank() && !stand_in && rejoining.incarnation() != 0 &&
-      (group->ProcessGone(rank, rejoining.incarnation()) || passing) &&
+  const auto gone = [&] { return group->ProcessGone(rank, rejoining.incarnation()); };
+  const bool waits = stand_in ? passing && !gone() : passing || gone();
+  if (rank != group->rank() && rejoining.incarnation() != 0 && waits &&
       group->CountHealLost(rank) <= kMaxHealsLostInARow) {
     LOG(WARNING) << "event=rank_lost_while_healing rank=" << rank << " generation=" << generation
                  << " the group waits for the rank's next process";

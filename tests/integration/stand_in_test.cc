@@ -374,6 +374,21 @@ TEST_F(LostRankOneTest, AStandInThatMissedItsHealsEndIsStartedAgain) {
   for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group_[r])) << "rank " << r;
 }
 
+// Rank 0 (--drop_first_peer_call=HealBegin:2) loses its first call that begins a heal on rank 2,
+// as a connection reset would: the heal of rank 1's stand-in fails with every process alive.
+// Before, rank 0 took a stand-in's failed heal for one that would fail again, and exited for a
+// restart of the whole group. Now the group waits: rank 2 stops the stand-in and stands in
+// again, and the step goes through the second one.
+TEST_F(LostRankOneTest, AStandInWhoseHealBeginIsLostOnTheWayStandsInAgain) {
+  std::vector<std::string> flags = StandInFlags();
+  flags.push_back("--drop_first_peer_call=HealBegin:2");
+  ASSERT_NO_FATAL_FAILURE(LoseRankOne(flags, /*steps=*/3));
+  EXPECT_EQ(testutil::ScrapeMetrics(group_[kBuddy]->metrics_port())["optstep_stand_ins"], 1);
+  ASSERT_THAT(StepSpread(*trainer_, id_, 3).status(), IsOk());
+  EXPECT_THAT(SameStateAndParameters(*trainer_, reference_.session_id(), id_), IsOk());
+  for (int r : {0, kBuddy}) EXPECT_TRUE(Running(*group_[r])) << "rank " << r;
+}
+
 // Rank 0 begins the stand-in's heal late (--delay_rejoin_ms, as when the heal waits for the
 // group's lifecycle lock): until then the group still knows rank 1 at its lost process's address.
 // Before, rank 2 took that for another process having taken the rank's place and been lost in

@@ -31,10 +31,10 @@ class SessionAdmission {
 
   // Reserves the footprint of `config`'s replica under `layout` until the reservation goes.
   // RESOURCE_EXHAUSTED, before anything is allocated: "session '<name or id>' needs N bytes on
-  // rank R (masters M, optimizer state S, gradients G, overhead O, workspace W); F bytes free of
-  // the rank's budget of B" (or "...; the limit is C bytes per session"). INVALID_ARGUMENT as the
-  // replica's creation for invalid chains or parameters. The bytes count as config.owner's
-  // (MemoryBudget::HeldBy) while the reservation holds them.
+  // rank R (masters M, optimizer state S, gradients G, overhead O, workspace W), more than the
+  // rank's budget of B bytes has free" (or "...; the limit is C bytes per session").
+  // INVALID_ARGUMENT as the replica's creation for invalid chains or parameters. The bytes count as
+  // config.owner's (MemoryBudget::HeldBy) while the reservation holds them.
   absl::StatusOr<MemoryBudget::Reservation> Admit(const SessionConfig& config, const Layout& layout,
                                                   absl::string_view id);
   // Admit's answer without reserving (rank 0 asks before the other ranks build their replicas):

@@ -126,11 +126,12 @@ int64_t MemoryBudget::admitted() const {
 
 absl::Status MemoryBudget::Fits(int64_t bytes, int64_t admitted, absl::string_view asker,
                                 absl::string_view detail) const {
-  const int64_t free = budget_ - admitted;
-  if (bytes <= free) return absl::OkStatus();
+  if (bytes <= budget_ - admitted) return absl::OkStatus();
+  // Not how many bytes are free: that would tell a tenant what the others hold (the operator
+  // reads it from optstep_memory_admitted_bytes).
   return absl::ResourceExhaustedError(absl::StrCat(
-      asker, " needs ", bytes, " bytes on rank ", rank_, " (", detail, "); ", free,
-      " bytes free of the rank's budget of ", budget_,
+      asker, " needs ", bytes, " bytes on rank ", rank_, " (", detail,
+      "), more than the rank's budget of ", budget_, " bytes has free",
       host_rank_ < 0
           ? ""
           : absl::StrCat(" (shared with rank ", host_rank_, ", which it stands in beside)")));

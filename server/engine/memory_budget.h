@@ -85,7 +85,8 @@ class MemoryBudget {
   };
 
   // Reserves `bytes` when they fit beside what is admitted; otherwise RESOURCE_EXHAUSTED:
-  // "<asker> needs N bytes on rank R (<detail>); F bytes free of the rank's budget of B". A
+  // "<asker> needs N bytes on rank R (<detail>), more than the rank's budget of B bytes has free"
+  // (not how many: that would tell a tenant what the others hold). A
   // non-empty `owner` (a session's owner) has the bytes counted as its own (HeldBy) until they
   // are released.
   absl::StatusOr<Reservation> TryReserve(int64_t bytes, absl::string_view asker,

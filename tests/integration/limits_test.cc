@@ -117,7 +117,7 @@ TEST(LimitsTest, SessionOverTheMemoryBudgetIsRefusedBeforeAnythingIsAllocated) {
               testing::HasSubstr(" bytes on rank 0 (masters 4000000000, optimizer state "
                                  "4000000000, gradients 4000000000, overhead "));
   EXPECT_THAT(refused.message(),
-              testing::HasSubstr(" bytes free of the rank's budget of 1073741824"));
+              testing::HasSubstr("more than the rank's budget of 1073741824 bytes has free"));
   EXPECT_LT(ResidentBytes(c.server->pid()) - before, 32 << 20);
   EXPECT_THAT(StepSmall(*c.client, tenant.session_id(), 1).status(), IsOk());
   ExpectStillServing(*c.client);
@@ -217,7 +217,7 @@ TEST(LimitsTest, ManyTinyParametersAreCountedByTheirOverhead) {
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "session 'tiny' needs "));
   EXPECT_THAT(refused.message(), testing::HasSubstr("masters 1200000, "));
   EXPECT_THAT(refused.message(),
-              testing::HasSubstr(" bytes free of the rank's budget of 268435456"));
+              testing::HasSubstr("more than the rank's budget of 268435456 bytes has free"));
   ExpectStillServing(*c.client);
 }
 
@@ -239,7 +239,7 @@ TEST(LimitsTest, ARefusalOnAnotherRankIsAnsweredBeforeAnyReplicaIsBuilt) {
   const absl::Status refused =
       client->CreateSession(OneParamSpec("wide", {int64_t{8} << 20})).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "rank 1: session 'wide'"));
-  EXPECT_THAT(refused.message(), testing::HasSubstr("of the rank's budget of 16777216"));
+  EXPECT_THAT(refused.message(), testing::HasSubstr("the rank's budget of 16777216 bytes has free"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto sessions, client->ListSessions());
   EXPECT_TRUE(sessions.empty());
@@ -253,7 +253,7 @@ TEST(LimitsTest, TheDefaultBudgetRefusesASessionLargerThanTheMachine) {
   const absl::Status refused =
       c.client->CreateSession(OneParamSpec("vast", {int64_t{1} << 40})).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "session 'vast' needs "));
-  EXPECT_THAT(refused.message(), testing::HasSubstr(" bytes free of the rank's budget of "));
+  EXPECT_THAT(refused.message(), testing::HasSubstr("more than the rank's budget of "));
   ExpectStillServing(*c.client);
 }
 

@@ -232,7 +232,8 @@ TEST(BadInputSuiteTest, SessionsOverTheBudgetOfAnAddressSpaceBoundedRank) {
     const absl::Status refused = client->CreateSession(spec).status();
     EXPECT_THAT(refused, testutil::StatusIs(absl::StatusCode::kResourceExhausted,
                                             absl::StrCat("session '", spec.name(), "' needs ")));
-    EXPECT_THAT(refused.message(), HasSubstr(" bytes free of the rank's budget of 1073741824"));
+    EXPECT_THAT(refused.message(),
+                HasSubstr("more than the rank's budget of 1073741824 bytes has free"));
     auto serving = client->CheckHealth();
     ASSERT_THAT(serving.status(), IsOk());
     ASSERT_TRUE(*serving);

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/caller_text.h"
 #include "glog/logging.h"
@@ -93,8 +94,10 @@ class HealthService::Watcher final : public OwnedWriteReactor<HealthCheckRespons
 };
 
 HealthService::HealthService(const std::vector<std::string>& services, absl::Duration idle_timeout,
-                             size_t max_watchers)
-    : idle_timeout_(idle_timeout), max_watchers_(max_watchers) {
+                             size_t max_watchers, size_t max_watchers_per_peer)
+    : idle_timeout_(idle_timeout),
+      max_watchers_(max_watchers),
+      max_watchers_per_peer_(max_watchers_per_peer) {
   absl::MutexLock lock(&mu_);
   for (const std::string& service : services) {
     statuses_[service] = HealthCheckResponse::NOT_SERVING;
@@ -112,7 +115,7 @@ void HealthService::SetServingStatus(absl::string_view service, bool serving) {
   if (shut_down_ || it->second == status) return;
   it->second = status;
   for (const auto& entry : watchers_) {
-    std::shared_ptr<Watcher> watcher = entry.second.lock();
+    std::shared_ptr<Watcher> watcher = entry.second.watcher.lock();
     if (watcher != nullptr && watcher->service_name() == service) watcher->Update(status);
   }
 }
@@ -123,13 +126,14 @@ void HealthService::Shutdown() {
   shut_down_ = true;
   for (auto& entry : statuses_) entry.second = HealthCheckResponse::NOT_SERVING;
   for (const auto& entry : watchers_) {
-    std::shared_ptr<Watcher> watcher = entry.second.lock();
+    std::shared_ptr<Watcher> watcher = entry.second.watcher.lock();
     if (watcher == nullptr) continue;
     watcher->Update(StatusLocked(watcher->service_name()));
     watcher->End();
   }
   // Those that end now are told nothing more; Forget finds them gone.
   watchers_.clear();
+  per_peer_.clear();
 }
 
 grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context,
@@ -169,19 +173,38 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
   }
   // Writes before the reactor is returned wait in gRPC until it binds the reactor to the call.
   absl::MutexLock lock(&mu_);
+  std::string peer = PeerHost(context->peer());
   if (!shut_down_ && watchers_.size() >= max_watchers_) {
     watcher->Refuse(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  absl::StrCat("health Watch: ", max_watchers_,
                                               " Watch streams are open on this rank already")));
     return watcher.get();
   }
+  auto from_peer = per_peer_.find(peer);
+  if (!shut_down_ && from_peer != per_peer_.end() && from_peer->second >= max_watchers_per_peer_) {
+    watcher->Refuse(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("health Watch: ", max_watchers_per_peer_, " Watch streams from ",
+                     CallerText(peer), " are open on this rank already, the most one peer may")));
+    return watcher.get();
+  }
   watcher->Update(StatusLocked(request->service()));
   if (shut_down_) {
     watcher->End();
   } else {
-    watchers_.emplace(watcher.get(), watcher);
+    ++per_peer_[peer];
+    watchers_.emplace(watcher.get(), Watched{watcher, std::move(peer)});
   }
   return watcher.get();
+}
+
+std::string HealthService::PeerHost(absl::string_view peer) {
+  // The port follows the last ':' of an ipv4 or ipv6 peer; other peers (unix:) have none.
+  if (!absl::StartsWith(peer, "ipv4:") && !absl::StartsWith(peer, "ipv6:")) {
+    return std::string(peer);
+  }
+  const size_t colon = peer.rfind(':');
+  return std::string(colon > 4 ? peer.substr(0, colon) : peer);
 }
 
 HealthService::ServingStatus HealthService::StatusLocked(absl::string_view service) const {
@@ -191,7 +214,11 @@ HealthService::ServingStatus HealthService::StatusLocked(absl::string_view servi
 
 void HealthService::Forget(Watcher* watcher) {
   absl::MutexLock lock(&mu_);
-  watchers_.erase(watcher);
+  auto it = watchers_.find(watcher);
+  if (it == watchers_.end()) return;  // Shutdown forgot it already
+  auto peer = per_peer_.find(it->second.peer);
+  if (--peer->second == 0) per_peer_.erase(peer);
+  watchers_.erase(it);
 }
 
 }  // namespace optstep

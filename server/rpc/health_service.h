@@ -30,7 +30,8 @@ namespace optstep {
 // name, which it keeps watching, as the protocol says. A Watch stream ends when its client
 // cancels it or at Shutdown. Health calls take no credential, so what one holds is bounded: a
 // Watch of a name longer than kMaxServiceNameBytes (which no service has) is refused
-// INVALID_ARGUMENT, and beyond `max_watchers` open Watch streams RESOURCE_EXHAUSTED.
+// INVALID_ARGUMENT, and beyond `max_watchers` open Watch streams, or `max_watchers_per_peer`
+// from one peer host (so that one client cannot take them all), RESOURCE_EXHAUSTED.
 //
 // Callback API; thread-safe. Must outlive the grpc::Server that serves it (as every registered
 // service), and that server's Shutdown must not wait without a deadline for the Watch streams
@@ -43,12 +44,14 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   // by default (load balancers' and monitors' health checks, a few per client).
   static constexpr size_t kMaxServiceNameBytes = 256;
   static constexpr size_t kDefaultMaxWatchers = 1024;
+  static constexpr size_t kDefaultMaxWatchersPerPeer = 64;
 
   // Knows `services` ("" is the overall health), each NOT_SERVING. A Watch stream whose client
   // does not take a write within `idle_timeout` is cancelled (zero: no bound).
   explicit HealthService(const std::vector<std::string>& services,
                          absl::Duration idle_timeout = absl::ZeroDuration(),
-                         size_t max_watchers = kDefaultMaxWatchers);
+                         size_t max_watchers = kDefaultMaxWatchers,
+                         size_t max_watchers_per_peer = kDefaultMaxWatchersPerPeer);
   // Shutdown().
   ~HealthService() override;
   HealthService(const HealthService&) = delete;
@@ -71,8 +74,16 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
       grpc::CallbackServerContext* context,
       const grpc::health::v1::HealthCheckRequest* request) override;
 
+  // The host part of a gRPC peer ("ipv4:10.0.0.7:51234" -> "ipv4:10.0.0.7", "ipv6:[::1]:5" ->
+  // "ipv6:[::1]"): the connections of one client machine count together.
+  static std::string PeerHost(absl::string_view peer);
+
  private:
   class Watcher;
+  struct Watched {
+    std::weak_ptr<Watcher> watcher;
+    std::string peer;  // PeerHost
+  };
 
   // `service`'s status; SERVICE_UNKNOWN for a name this service does not know.
   ServingStatus StatusLocked(absl::string_view service) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -81,6 +92,7 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   const absl::Duration idle_timeout_;
   const size_t max_watchers_;
+  const size_t max_watchers_per_peer_;
   // Lock order: mu_, then a Watcher's own lock (the service tells its watchers under mu_, so in
   // the order of the changes); a watcher takes mu_ (Forget) only outside its own lock.
   absl::Mutex mu_;
@@ -89,7 +101,8 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   // The open Watch streams, from Watch until their OnDone (Forget) or Shutdown. Weak: each owns
   // itself until OnDone. One taken here just before its OnDone may still be told after it, and
   // then finds itself finished: nothing reaches its call after OnDone.
-  absl::flat_hash_map<Watcher*, std::weak_ptr<Watcher>> watchers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Watcher*, Watched> watchers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, size_t> per_peer_ ABSL_GUARDED_BY(mu_);  // of watchers_
 };
 
 }  // namespace optstep

@@ -236,6 +236,52 @@ TEST(HealthServiceBoundTest, WatchStreamsBeyondTheBoundAreRefusedUntilOneEnds) {
   server->Shutdown(absl::ToChronoTime(absl::Now()));
 }
 
+// One peer host opens at most max_watchers_per_peer Watch streams: before, one client could take
+// all of them, and every load balancer's or monitor's Watch was refused until it left.
+TEST(HealthServiceBoundTest, OnePeerOpensAtMostItsShareOfTheWatchStreams) {
+  HealthService service({""}, absl::ZeroDuration(), /*max_watchers=*/1024,
+                        /*max_watchers_per_peer=*/2);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  // Two channels: the peer's connections count together.
+  std::vector<std::unique_ptr<Health::Stub>> stubs;
+  for (int i = 0; i < 2; ++i) {
+    grpc::ChannelArguments separate;
+    separate.SetInt("optstep.test.channel", i);  // no shared subchannel
+    stubs.push_back(Health::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), separate)));
+  }
+  const auto watch = [](Health::Stub& stub) {
+    auto call = std::make_unique<WatchCall>();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
+    call->reader = stub.Watch(&call->context, HealthCheckRequest());
+    return call;
+  };
+  std::unique_ptr<WatchCall> first = watch(*stubs[0]);
+  std::unique_ptr<WatchCall> second = watch(*stubs[1]);
+  EXPECT_EQ(first->Next(), kNotServing);
+  EXPECT_EQ(second->Next(), kNotServing);
+  grpc::Status refused = watch(*stubs[0])->ReadToEnd();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("2 Watch streams from ipv4:127.0.0.1 are open on this rank already"));
+  EXPECT_EQ(first->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(second->Cancel().error_code(), grpc::StatusCode::CANCELLED);
+  server->Shutdown(absl::ToChronoTime(absl::Now()));
+}
+
+TEST(HealthServiceBoundTest, ThePeerHostIsThePeerWithoutItsPort) {
+  EXPECT_EQ(HealthService::PeerHost("ipv4:10.0.0.7:51234"), "ipv4:10.0.0.7");
+  EXPECT_EQ(HealthService::PeerHost("ipv6:[::1]:5"), "ipv6:[::1]");
+  EXPECT_EQ(HealthService::PeerHost("ipv6:%5B::1%5D:5"), "ipv6:%5B::1%5D");
+  EXPECT_EQ(HealthService::PeerHost("unix:/tmp/socket"), "unix:/tmp/socket");
+  EXPECT_EQ(HealthService::PeerHost("ipv4:"), "ipv4:");
+}
+
 TEST_F(HealthServiceTest, CheckNamesAnUnknownServiceEscapedAndCut) {
   ServingStatus status;
   grpc::Status result = Check("a\nevent=forged " + std::string(100, 'y'), &status);

@@ -34,7 +34,8 @@ Layout PartitionByCost(const std::vector<double>& costs, int world_size);
 // swaps (as PartitionByCost's) that lower the peak cost; the layout of least peak cost (ties:
 // least peak bytes) of those that fit. RESOURCE_EXHAUSTED when none fits, naming the rank, its
 // bytes and the cap of the least-peak-memory layout, and the lower bound of any layout's peak.
-// REQUIRES: world_size >= 1, costs.size() == bytes.size(), bytes[i] >= 0.
+// REQUIRES: world_size >= 1, costs.size() == bytes.size(), bytes[i] >= 0, and the sum of bytes
+// at most 2^62 (sums are int64; EstimateOwnedBytes clamps).
 absl::StatusOr<Layout> PartitionWithinMemory(const std::vector<double>& costs,
                                              const std::vector<int64_t>& bytes, int world_size,
                                              int64_t max_rank_bytes);

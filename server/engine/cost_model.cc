@@ -1,5 +1,6 @@
 #include "server/engine/cost_model.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 
@@ -45,8 +46,13 @@ absl::StatusOr<std::vector<double>> EstimateStepCosts(const ChainConfig& chain,
 absl::StatusOr<std::vector<int64_t>> EstimateOwnedBytes(const ChainConfig& chain,
                                                         const std::vector<ParamInfo>& params) {
   std::vector<int64_t> bytes(params.size(), 0);
+  // The partition adds them up in int64 (checkpoint/partition.h): clamped so that every sum stays
+  // within 2^62, whatever a caller declares (a parameter has at most 2^40 elements, so one term
+  // cannot overflow; hundreds of thousands of SOAP factors of 2^20 x 2^20 would add up past
+  // 2^63). A session that large is refused by its footprint, computed with saturating sums.
+  const int64_t most = (int64_t{1} << 62) / std::max<int64_t>(1, params.size());
   OPTSTEP_RETURN_IF_ERROR(ForEachParam(chain, params, [&](const Optimizer& optimizer, int p) {
-    bytes[p] = params[p].numel() * 8 + optimizer.StateBytes(params[p]);
+    bytes[p] = std::min(params[p].numel() * 8 + optimizer.StateBytes(params[p]), most);
   }));
   return bytes;
 }

@@ -287,6 +287,31 @@ TEST(FootprintTest, TheLayoutEstimatesRefuseAParameterTheOptimizerCannotHandle) 
   }
 }
 
+// Hundreds of thousands of SOAP factors of the largest shape SOAP takes: each parameter's bytes
+// fit in int64, but their sum does not. The estimates the partition adds up are clamped so that
+// it stays within 2^62 (PartitionByCostAndMemory's REQUIRES): before, it overflowed (undefined),
+// and the partition's search for a cap above that sum could loop for good on rank 0 while no
+// other session could be created.
+TEST(FootprintTest, TheOwnedBytesOfAHugeSessionAddUpWithinInt64) {
+  SubOptimizerConfig soap;
+  soap.kind = "soap";
+  std::vector<ParamInfo> params;
+  constexpr int kParams = 1 << 19;
+  params.reserve(kParams);
+  for (int p = 0; p < kParams; ++p) {
+    params.push_back(Param(absl::StrCat("w", p), {int64_t{1} << 20, int64_t{1} << 20}));
+  }
+  const SessionConfig config = ConfigOf(soap, std::move(params));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<int64_t> bytes,
+                               EstimateOwnedBytes(config.chain, config.params));
+  int64_t total = 0;
+  for (int64_t b : bytes) {
+    ASSERT_GT(b, 0);
+    ASSERT_LE(b, (int64_t{1} << 62) - total) << "the sum passes 2^62";
+    total += b;
+  }
+}
+
 // Resident set size of this process, from /proc/self/statm.
 int64_t ResidentBytes() {
   FILE* f = std::fopen("/proc/self/statm", "r");

@@ -501,7 +501,7 @@ void RankProcess::ExitForRestart(const std::string& why, bool even_without_flag)
   if (!(options_.exit_on_peer_loss || even_without_flag) || exiting.exchange(true)) return;
   RunDetached([why, grace = options_.peer_loss_exit_grace] {
     absl::SleepFor(grace);
-    LOG(ERROR) << "event=exit_on_peer_loss code=" << kPeerLossExitCode << " why=\"" << why
+    LOG(ERROR) << "event=exit_on_peer_loss code=" << kPeerLossExitCode << " why=\"" << LogValue(why)
                << "\" this rank exits for its supervisor to restart the group";
     google::FlushLogFiles(google::GLOG_INFO);
     std::cout.flush();

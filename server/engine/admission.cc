@@ -59,6 +59,7 @@ absl::StatusOr<int64_t> SessionAdmission::Check(const SessionConfig& config, con
         budget_.CheckFits(footprint.total() + hosts.total(), asker,
                           absl::StrCat(footprint.Breakdown(), "; and rank ", host,
                                        "'s part beside it, ", hosts.total(), " bytes")));
+    return footprint.total() + hosts.total();
   }
   return footprint.total();
 }

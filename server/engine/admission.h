@@ -38,8 +38,9 @@ class SessionAdmission {
   absl::StatusOr<MemoryBudget::Reservation> Admit(const SessionConfig& config, const Layout& layout,
                                                   absl::string_view id);
   // Admit's answer without reserving (rank 0 asks before the other ranks build their replicas):
-  // the bytes the replica would reserve. A stand-in's (its budget shared with its host) also
-  // checks that the host's part of the session fits beside its own.
+  // the bytes the session would reserve of this budget. A stand-in's (its budget shared with its
+  // host) also checks that the host's part of the session fits beside its own, and counts both
+  // (its owner's share holds both).
   absl::StatusOr<int64_t> Check(const SessionConfig& config, const Layout& layout,
                                 absl::string_view id) const;
 

@@ -23,9 +23,12 @@ constexpr size_t kMaxParameterNameBytes = 1024;
 // A step's streams and what they staged wait at most this long for the step's other trainers.
 constexpr uint64_t kMaxStepDeadlineMs = 3600 * 1000;
 // Routing tries every rule on every parameter, on rank 0 before any size is checked and while no
-// other session is created (RankGroup's create lock): a chain has at most this many rules, and
-// a rule's glob is no longer than a parameter's name.
+// other session is created (RankGroup's create lock), and a glob's match may take as many steps
+// as the glob's bytes times the name's: a new session has at most this many rules, a rule's glob
+// is no longer than a parameter's name, and the request's glob bytes times the parameters' name
+// bytes (each rule against each name, at worst) stay within kMaxRoutingWork (about a second).
 constexpr int kMaxRoutingRules = 256;
+constexpr int64_t kMaxRoutingWork = int64_t{1} << 30;
 
 template <typename T>
 std::optional<double> Opt(bool has, T value) {
@@ -221,15 +224,8 @@ absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& conf
     }
   }
   // The request's rules come first: a preset's own rules (its default routing) catch the rest.
-  if (config.rules_size() > kMaxRoutingRules) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "optimizer: ", config.rules_size(), " routing rules (at most ", kMaxRoutingRules, ")"));
-  }
   std::vector<RoutingRule> rules;
   for (const v1::RoutingRule& r : config.rules()) {
-    OPTSTEP_RETURN_IF_ERROR(
-        CheckCallerName(absl::StrCat("optimizer: rule ", rules.size(), ": name_glob"),
-                        r.name_glob(), kMaxParameterNameBytes));
     RoutingRule rule;
     rule.name_glob = r.name_glob();
     if (r.has_ndim()) rule.ndim = static_cast<int>(r.ndim());
@@ -280,6 +276,28 @@ absl::Status CheckNewSessionSpec(const v1::SessionSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("session: step_deadline_ms = ", spec.step_deadline_ms(), " must be at most ",
                      kMaxStepDeadlineMs, " (an hour)"));
+  }
+  const auto& rules = spec.optimizer().rules();
+  if (rules.size() > kMaxRoutingRules) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer: ", rules.size(), " routing rules (at most ", kMaxRoutingRules, ")"));
+  }
+  int64_t glob_bytes = 0;
+  for (int i = 0; i < rules.size(); ++i) {
+    OPTSTEP_RETURN_IF_ERROR(CheckCallerName(absl::StrCat("optimizer: rule ", i, ": name_glob"),
+                                            rules[i].name_glob(), kMaxParameterNameBytes));
+    glob_bytes += static_cast<int64_t>(rules[i].name_glob().size());
+  }
+  int64_t name_bytes = 0;
+  for (const v1::ParameterSpec& p : spec.parameters()) {
+    name_bytes += static_cast<int64_t>(p.name().size());
+  }
+  // At most 256 x 1024 glob bytes and a message's worth of names: no overflow.
+  if (glob_bytes * name_bytes > kMaxRoutingWork) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer: the routing rules' globs (", glob_bytes, " bytes) against the parameters' ",
+        "names (", name_bytes, " bytes) could take ", glob_bytes * name_bytes,
+        " matching steps, over the bound of ", kMaxRoutingWork, ": use fewer or shorter globs"));
   }
   return absl::OkStatus();
 }

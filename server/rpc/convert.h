@@ -37,7 +37,10 @@ absl::StatusOr<ChainConfig> ChainConfigFromProto(const v1::OptimizerConfig& conf
 // What a session a caller creates must also hold, beyond SessionConfigFromProto: bounds added
 // after sessions were saved without them (a step_deadline_ms of 0, or from 100 to an hour), which
 // their restores and heals do not refuse (SessionConfigFromProto takes a saved deadline over an
-// hour as an hour). INVALID_ARGUMENT naming the field and the bound.
+// hour as an hour); and the bounds on routing (at most 256 rules, each glob at most 1024 bytes
+// without control characters, and the globs' bytes times the parameter names' bytes at most
+// 2^30), which rank 0 does under the lock every creation takes. INVALID_ARGUMENT naming the field
+// and the bound.
 absl::Status CheckNewSessionSpec(const v1::SessionSpec& spec);
 
 // Header of a Step stream. INVALID_ARGUMENT for a zero step number or a return dtype other than

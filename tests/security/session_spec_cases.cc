@@ -163,6 +163,21 @@ std::vector<BadInput> SessionSpecCases() {
           },
           Code::INVALID_ARGUMENT, "optimizer: rule 0: name_glob '"),
       Create(
+          "create: routing globs too long for the parameters' names",
+          [](v1::SessionSpec& s) {
+            for (int i = 0; i < 256; ++i) {
+              v1::RoutingRule* rule = s.mutable_optimizer()->add_rules();
+              rule->set_name_glob("*" + std::string(1022, 'a') + "b");
+              rule->set_sub_optimizer("adam");
+            }
+            for (int i = 0; i < 3000; ++i) {
+              v1::ParameterSpec* p = s.add_parameters();
+              p->set_name(absl::StrCat(std::string(1000, 'a'), i));
+              p->add_shape(1);
+            }
+          },
+          Code::INVALID_ARGUMENT, "matching steps, over the bound of 1073741824"),
+      Create(
           "create: existing name with another definition",
           [](v1::SessionSpec& s) {
             s.set_name("stepped");

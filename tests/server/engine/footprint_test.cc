@@ -249,7 +249,12 @@ TEST(AdmissionTest, AStandInsCheckCountsItsHostsPartBesideItsOwn) {
   // With a byte more, both parts fit, and both ranks admit it.
   SessionAdmission roomier(host_part.total() + own_part.total(), 0, 2);
   SessionAdmission roomier_stand_in(roomier.budget(), 0, 1, /*state_redundancy=*/false);
-  EXPECT_THAT(roomier_stand_in.Check(config, layout, "s").status(), IsOk());
+  // The bytes the stand-in answers are both parts: an owner's share holds both (before, only
+  // its own, and an owner could pass its share by the host's part of each session).
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(int64_t both, roomier_stand_in.Check(config, layout, "s"));
+  EXPECT_EQ(both, host_part.total() + own_part.total());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(int64_t its_own, roomier.Check(config, layout, "s"));
+  EXPECT_EQ(its_own, host_part.total());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation hosts, roomier.Admit(config, layout, "s"));
   EXPECT_THAT(roomier_stand_in.Admit(config, layout, "s").status(), IsOk());
 }

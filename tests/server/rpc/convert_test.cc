@@ -164,6 +164,26 @@ TEST(ConvertTest, TheDeadlineBoundOfNewSessionsSparesSavedOnes) {
   }
 }
 
+// The routing bounds are a new session's: a session saved with more rules, or longer globs, is
+// still restored and healed in (before, its restore was refused and the group lost it).
+TEST(ConvertTest, TheRoutingBoundsOfNewSessionsSpareSavedOnes) {
+  v1::SessionSpec spec = Spec(kValid);
+  for (int i = 0; i < 257; ++i) {
+    v1::RoutingRule* rule = spec.mutable_optimizer()->add_rules();
+    rule->set_name_glob(i == 0 ? std::string(2000, '*') : "fc*");
+    rule->set_sub_optimizer("adam");
+  }
+  EXPECT_THAT(CheckNewSessionSpec(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  "optimizer: 257 routing rules (at most 256)"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionConfig config, SessionConfigFromProto(spec));
+  EXPECT_EQ(config.chain.rules.size(), 257u);
+  spec.mutable_optimizer()->mutable_rules()->RemoveLast();
+  EXPECT_THAT(CheckNewSessionSpec(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, "optimizer: rule 0: name_glob '***"));
+  spec.mutable_optimizer()->mutable_rules(0)->set_name_glob("fc1.*");
+  EXPECT_THAT(CheckNewSessionSpec(spec), IsOk());
+}
+
 TEST(ConvertTest, NamesWithControlCharactersOrOverTheirBoundAreRefused) {
   v1::SessionSpec spec = Spec(kValid);
   spec.set_name("run\n\x1b[2J");

@@ -210,6 +210,19 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
     absl::MutexLock lock(&relay->mu);
     if (relay->listener) relay->listener(id, resolution, step);
   };
+  session_options.reserve_held_snapshot =
+      [budget = admission_->budget().Alias(), share = options_.owner_memory_share, id,
+       owner = config.owner](int64_t bytes) -> absl::StatusOr<MemoryBudget::Reservation> {
+    // The owner's share holds them too (CheckOwnerShare counts what it reserved).
+    const int64_t most = static_cast<int64_t>(share * static_cast<double>(budget->budget()));
+    if (share < 1.0 && budget->HeldBy(owner) + bytes > most) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(OwnerName(owner), " holds ", budget->HeldBy(owner), " of the ", most,
+                       " bytes one owner may take (--owner_memory_share ", share, ")"));
+    }
+    return budget->TryReserve(bytes, "a snapshot held for streams",
+                              absl::StrCat("session '", id, "'"), owner);
+  };
   session_options.config = std::move(config);
   if (options_.make_communicator) {
     OPTSTEP_ASSIGN_OR_RETURN(session_options.comm, options_.make_communicator(id));

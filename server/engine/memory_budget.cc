@@ -119,6 +119,14 @@ MemoryBudget::MemoryBudget(int64_t budget_bytes, int rank)
 MemoryBudget::MemoryBudget(const MemoryBudget& host, int rank)
     : budget_(host.budget_), rank_(rank), host_rank_(host.rank_), ledger_(host.ledger_) {}
 
+MemoryBudget::MemoryBudget(int64_t budget_bytes, int rank, int host_rank,
+                           std::shared_ptr<Reservation::Ledger> ledger)
+    : budget_(budget_bytes), rank_(rank), host_rank_(host_rank), ledger_(std::move(ledger)) {}
+
+std::shared_ptr<MemoryBudget> MemoryBudget::Alias() const {
+  return std::shared_ptr<MemoryBudget>(new MemoryBudget(budget_, rank_, host_rank_, ledger_));
+}
+
 int64_t MemoryBudget::admitted() const {
   absl::MutexLock lock(&ledger_->mu);
   return ledger_->admitted;

@@ -56,6 +56,9 @@ class MemoryBudget {
   // Rank `rank`'s budget that shares `host`'s bytes and what it admitted, both ways: a stand-in
   // in its host's process (the two ranks' memory is the one machine's). `host` may go first.
   MemoryBudget(const MemoryBudget& host, int rank);
+  // Another handle on this budget (the same rank, bytes and ledger), which may outlive it: for a
+  // session's later reservations (a session may outlive the engine).
+  std::shared_ptr<MemoryBudget> Alias() const;
 
   MemoryBudget(const MemoryBudget&) = delete;
   MemoryBudget& operator=(const MemoryBudget&) = delete;
@@ -104,6 +107,8 @@ class MemoryBudget {
   int host_rank() const { return host_rank_; }
 
  private:
+  MemoryBudget(int64_t budget_bytes, int rank, int host_rank,
+               std::shared_ptr<Reservation::Ledger> ledger);
   // OK when `bytes` fit beside `admitted`; else RESOURCE_EXHAUSTED as TryReserve says.
   absl::Status Fits(int64_t bytes, int64_t admitted, absl::string_view asker,
                     absl::string_view detail) const;

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/dtype.h"
+#include "server/engine/memory_budget.h"
 
 namespace optstep {
 
@@ -79,6 +80,37 @@ class ParamReadiness {
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// What holding a snapshot after its session stepped on costs (SnapshotRetention): the bytes it
+// takes from the rank's budget while streams still read it, or, where they did not fit, why it
+// was let go: its streams end at their next chunk (ParamChunker). Thread-safe.
+class SnapshotHold {
+ public:
+  // Keeps `charge` until the snapshot is freed.
+  void Charge(MemoryBudget::Reservation charge) {
+    absl::MutexLock lock(&mu_);
+    charge_ = std::move(charge);
+  }
+  // The snapshot is let go: its streams end with `why`.
+  void Revoke(absl::Status why) {
+    absl::MutexLock lock(&mu_);
+    revoked_ = std::move(why);
+  }
+  // OK while the snapshot may be read on; else Revoke's status.
+  absl::Status Check() const {
+    absl::MutexLock lock(&mu_);
+    return revoked_;
+  }
+  int64_t charged() const {
+    absl::MutexLock lock(&mu_);
+    return charge_.bytes();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  MemoryBudget::Reservation charge_ ABSL_GUARDED_BY(mu_);
+  absl::Status revoked_ ABSL_GUARDED_BY(mu_);
+};
+
 // The parameters of a session as they were after one step, serialised once in one wire dtype and
 // shared (read-only) by every stream that sends them. Immutable once complete; while a step
 // fills it, `readiness` says which values may be read (values[p] is sized before it is shared
@@ -95,6 +127,9 @@ struct ParamSnapshot {
   // whose streams return owned parameters only: StepBegin::return_owned); the others' values are
   // empty. Never published for pulls.
   bool partial = false;
+  // Set by the session's SnapshotRetention while the snapshot is held beyond its headroom; a new
+  // one for each use of the storage (SnapshotPool).
+  std::shared_ptr<SnapshotHold> hold = std::make_shared<SnapshotHold>();
 };
 
 }  // namespace optstep

@@ -31,6 +31,7 @@ Session::Session(const Options& options, std::unique_ptr<ReplicaState> replica)
       ordered_(SumsInTrainerOrder(replica->config())),
       replica_(std::move(replica)),
       gate_(id_, replica_->rank()),
+      retention_(id_, options.reserve_held_snapshot),
       book_(id_, replica_->rank(), replica_->config(), OwnedNumels(*replica_), &replica_->names()) {
 }
 
@@ -403,6 +404,7 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
       return snapshot.status();
     });
     if (status.ok()) {
+      self->retention_.Track(*snapshot);
       absl::MutexLock lock(&self->mu_);
       if (self->book_.counters().step == step) self->book_.snapshots()[dtype] = *snapshot;
     }

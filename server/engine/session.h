@@ -33,6 +33,7 @@
 #include "server/engine/session_config.h"
 #include "server/engine/session_holds.h"
 #include "server/engine/shadow_state.h"
+#include "server/engine/snapshot_retention.h"
 #include "server/engine/step_book.h"
 #include "server/engine/step_contributions.h"
 #include "server/engine/step_coordinator.h"
@@ -100,6 +101,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
     // predecessor's replica, and a peer lost in a step interrupts the session instead of
     // breaking it.
     bool state_redundancy = false;
+    // Takes the bytes of a snapshot that streams hold beyond its headroom after the session
+    // stepped on (snapshot_retention.h); null: nothing is charged or let go.
+    SnapshotRetention::Reserve reserve_held_snapshot;
   };
 
   // Routes parameters, creates the group optimizers and allocates every tensor.
@@ -313,6 +317,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   Ended EndStep(absl::StatusOr<StepOutcome>& outcome) override ABSL_LOCKS_EXCLUDED(mu_);
   void EndResolution(const std::map<DType, std::shared_ptr<const ParamSnapshot>>* snapshots)
       override ABSL_LOCKS_EXCLUDED(mu_);
+  void TrackSnapshot(const std::shared_ptr<const ParamSnapshot>& snapshot) override {
+    retention_.Track(snapshot);
+  }
 
   // Declared first, so released last (HoldReservation).
   MemoryBudget::Reservation reservation_;
@@ -325,6 +332,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   const std::unique_ptr<ReplicaState> replica_;
   ResolutionGate gate_;
   SessionHolds holds_{*this};
+  SnapshotRetention retention_;
   // Set once by Create (state redundancy only); touched on the coordinator.
   std::unique_ptr<ShadowState> shadow_;
   // Set once by Create; reset first by the destructor.

@@ -17,6 +17,7 @@ struct SnapshotPool::Shelf {
   // A snapshot's last reference went: kept in place of one of its kind (freed instead once the
   // pool is gone). What is freed is freed outside the lock.
   void Keep(std::unique_ptr<ParamSnapshot> snapshot) ABSL_LOCKS_EXCLUDED(mu) {
+    snapshot->hold.reset();                // what holding it cost is given back now
     std::unique_ptr<ParamSnapshot> freed;  // declared before the lock: destroyed after it
     absl::MutexLock lock(&mu);
     if (!open) {
@@ -75,6 +76,7 @@ std::shared_ptr<ParamSnapshot> SnapshotPool::Make(const ReplicaState& replica, D
   if (storage == nullptr) storage = EmptySnapshot(replica, dtype, step, partial);
   storage->step = step;
   storage->readiness = nullptr;
+  storage->hold = std::make_shared<SnapshotHold>();
   std::weak_ptr<Shelf> shelf = shelf_;
   return std::shared_ptr<ParamSnapshot>(storage.release(), [shelf](ParamSnapshot* snapshot) {
     std::unique_ptr<ParamSnapshot> owned(snapshot);

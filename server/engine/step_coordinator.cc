@@ -271,6 +271,7 @@ StepCoordinator::StreamingSnapshots StepCoordinator::StreamEarly(const StepOutco
     std::shared_ptr<ParamSnapshot>& snapshot = streaming[dtype];
     snapshot = snapshots_.Make(*replica_, dtype, step, owned_only);
     snapshot->readiness = std::make_shared<ParamReadiness>();
+    ledger_->TrackSnapshot(snapshot);
   }
   snapshots_.Trim();
   for (StepWaiter& w : early) {
@@ -455,6 +456,7 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
               continue;
             }
             OPTSTEP_ASSIGN_OR_RETURN(snapshots[w.dtype], BuildSnapshot(*replica_, w.dtype, step));
+            ledger_->TrackSnapshot(snapshots[w.dtype]);
           }
           return absl::OkStatus();
         },

@@ -93,6 +93,9 @@ class StepLedger {
   // Dropped outside the session's lock: a snapshot the coordinator's SnapshotPool made goes back
   // to it (others are freed) once no stream sends from it any more.
   virtual void ReleaseSnapshots() = 0;
+  // A snapshot this step streams from: what streams that hold it after the session stepped on
+  // cost is counted from now on (SnapshotRetention).
+  virtual void TrackSnapshot(const std::shared_ptr<const ParamSnapshot>& snapshot) = 0;
   // The replica cannot be trusted any more (a collective or the optimizer failed).
   virtual void MarkBroken() = 0;
   // A peer was lost during `step` while the group keeps redundant state: the step is refused

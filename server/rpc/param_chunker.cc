@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "base/status_macros.h"
 #include "wire/proto_dtype.h"
 #include "wire/raw_step_codec.h"
 
@@ -63,6 +64,10 @@ bool ParamChunker::NextRange(Range& range) {
   return true;
 }
 
+absl::Status ParamChunker::CheckHeld() const {
+  return snapshot_->hold == nullptr ? absl::OkStatus() : snapshot_->hold->Check();
+}
+
 bool ParamChunker::Next(v1::TensorChunk* chunk) {
   // A cached snapshot that a step streamed is complete: its readiness lists every parameter.
   if (index_ >= ids_.size() && snapshot_->readiness != nullptr && ids_.size() < expected_) {
@@ -81,6 +86,7 @@ bool ParamChunker::Next(v1::TensorChunk* chunk) {
 absl::StatusOr<ParamChunker::Progress> ParamChunker::NextStepResponse(grpc::ByteBuffer* message,
                                                                       size_t* payload_bytes,
                                                                       std::function<void()> wake) {
+  OPTSTEP_RETURN_IF_ERROR(CheckHeld());
   if (index_ >= ids_.size() && snapshot_->readiness != nullptr && ids_.size() < expected_) {
     absl::StatusOr<bool> more = Refill(wake);
     if (!more.ok()) return more.status();

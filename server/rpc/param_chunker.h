@@ -1,12 +1,12 @@
 #ifndef OPTSTEP_SERVER_RPC_PARAM_CHUNKER_H_
 #define OPTSTEP_SERVER_RPC_PARAM_CHUNKER_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
-
-#include <grpcpp/support/byte_buffer.h>
 
 #include "absl/status/statusor.h"
 #include "optstep/v1/tensor.pb.h"
@@ -23,6 +23,9 @@ class ParamChunker {
   ParamChunker(std::shared_ptr<const ParamSnapshot> snapshot, std::vector<uint32_t> param_ids,
                size_t max_bytes);
 
+  // OK while the snapshot may be read on; RESOURCE_EXHAUSTED once its session let it go, having
+  // stepped on with no room to hold it longer (SnapshotRetention). NextStepResponse checks it.
+  absl::Status CheckHeld() const;
   // Number of chunks Next will produce in all.
   uint64_t num_chunks() const { return num_chunks_; }
   // Fills the next chunk (a copy of its bytes); false when done.
@@ -52,13 +55,13 @@ class ParamChunker {
   absl::StatusOr<bool> Refill(std::function<void()> wake);
 
   std::shared_ptr<const ParamSnapshot> snapshot_;
-  std::vector<uint32_t> ids_;     // in sending order (so far, for a snapshot being filled)
-  std::vector<bool> wanted_;      // by param id
-  size_t expected_ = 0;           // number of parameters to send
-  size_t ready_seen_ = 0;         // into the snapshot's readiness order
+  std::vector<uint32_t> ids_;  // in sending order (so far, for a snapshot being filled)
+  std::vector<bool> wanted_;   // by param id
+  size_t expected_ = 0;        // number of parameters to send
+  size_t ready_seen_ = 0;      // into the snapshot's readiness order
   size_t max_bytes_;
   uint64_t num_chunks_ = 0;
-  size_t index_ = 0;   // into ids_
+  size_t index_ = 0;        // into ids_
   size_t byte_offset_ = 0;  // within the current parameter
 };
 

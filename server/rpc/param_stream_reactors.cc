@@ -97,6 +97,8 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     const bool first = first_;
     if (first_) response_.set_step(step_);
     first_ = false;
+    const absl::Status held = chunker_->CheckHeld();
+    if (!held.ok()) return FinishLocked(ToGrpcStatus(held));
     if (!none_ && chunker_->Next(response_.mutable_parameter())) return WriteLocked(&response_);
     // A rank that owns none of the parameters asked for still answers the step.
     if (none_ && first) return WriteLocked(&response_);

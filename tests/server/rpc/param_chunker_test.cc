@@ -12,6 +12,7 @@
 namespace optstep {
 namespace {
 
+using ::optstep::testutil::IsOk;
 using ::optstep::testutil::StatusIs;
 using Progress = ParamChunker::Progress;
 
@@ -31,7 +32,8 @@ std::string Describe(grpc::ByteBuffer& message) {
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(message.Dump(&slices).ok());
   std::string wire;
-  for (const grpc::Slice& s : slices) wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
   v1::StepResponse response;
   EXPECT_TRUE(response.ParseFromString(wire));
   const v1::TensorChunk& chunk = response.parameter();
@@ -106,6 +108,21 @@ TEST(ParamChunkerTest, AStepThatFailsAfterEveryParameterWentOutEndsWithItsError)
               StatusIs(absl::StatusCode::kUnavailable, "lost a peer"));
 }
 
+// A snapshot its session let go (held beyond its headroom after the session stepped on, with no
+// room in the budget: SnapshotRetention) ends the streams that still send from it.
+TEST(ParamChunkerTest, ASnapshotLetGoEndsItsStreams) {
+  std::shared_ptr<ParamSnapshot> snapshot = Snapshot(false);
+  ParamChunker chunker(snapshot, {}, 8);
+  grpc::ByteBuffer message;
+  size_t bytes = 0;
+  ASSERT_EQ(*chunker.NextStepResponse(&message, &bytes, nullptr), Progress::kChunk);
+  EXPECT_THAT(chunker.CheckHeld(), IsOk());
+  snapshot->hold->Revoke(absl::ResourceExhaustedError("the parameters of step 1 were let go"));
+  EXPECT_THAT(chunker.CheckHeld(), StatusIs(absl::StatusCode::kResourceExhausted, "let go"));
+  EXPECT_THAT(chunker.NextStepResponse(&message, &bytes, nullptr).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "let go"));
+}
+
 TEST(ParamChunkerTest, StreamingOnlySendsTheParametersAskedFor) {
   std::shared_ptr<ParamSnapshot> snapshot = Snapshot(true);
   ParamChunker chunker(snapshot, {0}, 16);
@@ -124,8 +141,7 @@ TEST(ParamChunkerTest, AFailedStepEndsTheStreamWithItsError) {
   grpc::ByteBuffer message;
   size_t bytes = 0;
   bool woken = false;
-  EXPECT_EQ(*chunker.NextStepResponse(&message, &bytes, [&] { woken = true; }),
-            Progress::kWaiting);
+  EXPECT_EQ(*chunker.NextStepResponse(&message, &bytes, [&] { woken = true; }), Progress::kWaiting);
   snapshot->readiness->Fail(absl::UnavailableError("rank 1 lost a peer during the all-gather"));
   EXPECT_TRUE(woken);
   EXPECT_THAT(chunker.NextStepResponse(&message, &bytes, nullptr).status(),

@@ -114,8 +114,20 @@ absl::StatusOr<uint64_t> ResolutionGate::Hold(uint64_t token, absl::Duration lea
     hold_.reset();
   }
   if (!hold_) hold_ = HoldState{token, /*limit=*/started_, now, /*settled=*/false, nullptr};
-  hold_->expires = now + lease;
+  hold_->expires = std::max(hold_->expires, now + lease);
   return started_;
+}
+
+absl::Status ResolutionGate::Renew(uint64_t token, absl::Duration lease) {
+  absl::MutexLock lock(&mu_);
+  if (!hold_ || hold_->token != token) {
+    return absl::AbortedError(absl::StrCat("session '", session_id_, "' rank ", rank_, ": hold ",
+                                           token,
+                                           " is gone (its lease passed, and steps may "
+                                           "have run since); the operation is abandoned: retry"));
+  }
+  hold_->expires = std::max(hold_->expires, absl::Now() + lease);
+  return absl::OkStatus();
 }
 
 absl::Status ResolutionGate::Raise(uint64_t token, uint64_t target, absl::Time deadline,

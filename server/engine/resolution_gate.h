@@ -64,6 +64,10 @@ class ResolutionGate {
   // so far as its limit; answers that number. ABORTED while another token holds it and its
   // lease has not passed (a passed one is taken over).
   absl::StatusOr<uint64_t> Hold(uint64_t token, absl::Duration lease);
+  // Extends the hold of `token` to at least now + `lease` (never shortens it). ABORTED when
+  // `token` holds the gate no more (its lease passed, and resolutions may have run since):
+  // unlike Hold, never takes the gate anew.
+  absl::Status Renew(uint64_t token, absl::Duration lease);
   // Waits until no token other than `token` holds the gate (released, expired or Stop()), or
   // until `until`; Hold may still find it taken by a third token in between.
   void AwaitFree(uint64_t token, absl::Time until);

@@ -17,6 +17,12 @@ absl::StatusOr<uint64_t> SessionHolds::Hold(uint64_t token, absl::Duration lease
   return session_.gate_.Hold(token, lease);
 }
 
+absl::Status SessionHolds::Renew(uint64_t token, absl::Duration lease) {
+  absl::MutexLock lock(&session_.mu_);
+  OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
+  return session_.gate_.Renew(token, lease);
+}
+
 absl::StatusOr<uint64_t> SessionHolds::HoldWhenFree(uint64_t token, absl::Duration lease,
                                                     absl::Time until) {
   while (true) {

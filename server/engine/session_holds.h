@@ -48,6 +48,10 @@ class SessionHolds {
   // itself (a crashed caller never wedges the session). ABORTED while another token holds the
   // session; UNAVAILABLE when closed or broken.
   absl::StatusOr<uint64_t> Hold(uint64_t token, absl::Duration lease);
+  // Renews the lease of the hold of `token` (ResolutionGate::Renew): ABORTED once it is gone,
+  // where Hold would take the session anew, unsettled, after resolutions ran. What a held
+  // operation calls as it goes.
+  absl::Status Renew(uint64_t token, absl::Duration lease);
   // Hold, waiting until `until` for another token's hold to end (released, or its lease passed)
   // instead of answering ABORTED at once: operations that meet each other (a trainer's state
   // dict import during an automatic checkpoint, two trainers' imports) run one after the other.

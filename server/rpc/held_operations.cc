@@ -6,9 +6,11 @@
 #include <atomic>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "checkpoint/temporaries.h"
@@ -115,8 +117,26 @@ absl::Status HeldOperations::WithHeldSession(Session& session, uint64_t token,
                                                 ", rank 0 at step ", points[0].step));
     }
   }
-  // c. The operation.
-  if (status.ok()) status = op(token, points[0]);
+  // c. The operation, the hold renewed on every rank meanwhile: a rank that finished its part
+  // (read its shard, staged its state) waits for the others, and its lease would pass. Renewal
+  // stops at the first rank whose hold is gone (an automatic checkpoint lets each rank's go once
+  // it has its snapshot); an operation that needs the hold to its end finds out as it commits
+  // or applies (RenewEverywhere).
+  if (status.ok()) {
+    absl::Notification done;
+    std::thread renewing([&] {
+      while (!done.WaitForNotificationWithTimeout(lease / 3)) {
+        const absl::Status renewed = RenewEverywhere(session, token);
+        if (renewed.ok()) continue;
+        VLOG(1) << "session " << session.id() << ": renewing hold " << token
+                << " stopped: " << renewed;
+        return;
+      }
+    });
+    status = op(token, points[0]);
+    done.Notify();
+    renewing.join();
+  }
   // d. Release, whatever happened (a rank that missed it lets go when its lease passes): the
   // other ranks first and rank 0 last, so that an operation waiting for this one on rank 0 (a.)
   // finds the other ranks free when it gets rank 0.
@@ -227,7 +247,18 @@ absl::Status HeldOperations::StageOn(int rank, const Session& session, uint64_t 
                        absl::StrCat("staging the state of session '", session.id(), "'"));
 }
 
+absl::Status HeldOperations::RenewEverywhere(Session& session, uint64_t token) {
+  v1::HeldSessionRequest renew = HeldRequest(session, token, options().hold_lease);
+  renew.set_renew(true);
+  return group_->ForEachRank([&](int r) -> absl::Status {
+    if (r == 0) return session.holds().Renew(token, options().hold_lease);
+    return group_->CallPeer(r, &v1::PeerService::Stub::HoldSession, renew, absl::Seconds(30))
+        .status();
+  });
+}
+
 absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
+  OPTSTEP_RETURN_IF_ERROR(RenewEverywhere(session, token));
   OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
     if (r == 0) return session.holds().ApplyStaged(token);
     return group_
@@ -291,7 +322,7 @@ absl::Status HeldOperations::SaveShardsAndCommit(Session& session, uint64_t toke
     if (r == 0) {
       OPTSTEP_ASSIGN_OR_RETURN(
           shards[0], WriteHeldShard(session, token, where, [&](const CheckpointProgress& p) {
-            (void)session.holds().Hold(token, options().hold_lease);  // renews the lease
+            (void)session.holds().Renew(token, options().hold_lease);  // renews the lease
             CheckpointProgress all = p;
             all.files_done = files_done.load();
             all.files_total = options().world_size;
@@ -308,6 +339,8 @@ absl::Status HeldOperations::SaveShardsAndCommit(Session& session, uint64_t toke
     ++files_done;
     return absl::OkStatus();
   }));
+  // Every rank still holds the session: none stepped while the shards were written.
+  OPTSTEP_RETURN_IF_ERROR(RenewEverywhere(session, token));
   return CommitSessionCheckpoint(session, token, point, where, definition, shards,
                                  options().keep_checkpoints);
 }
@@ -324,7 +357,7 @@ absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
         OPTSTEP_ASSIGN_OR_RETURN(
             step,
             StageCheckpoint(session, token, where, definition, [&](const CheckpointProgress& p) {
-              (void)session.holds().Hold(token, options().hold_lease);
+              (void)session.holds().Renew(token, options().hold_lease);
               if (progress) progress(p);
             }));
         return absl::OkStatus();

@@ -68,7 +68,12 @@ class HeldOperations {
   // REQUIRES: `rank` > 0 and the session held under `token`. Streams `part` to rank `rank`,
   // which validates and stages it.
   absl::Status StageOn(int rank, const Session& session, uint64_t token, const StateDict& part);
-  // Every rank writes the state it staged under `token`.
+  // Renews the hold of `token` on every rank; ABORTED naming the rank where it is gone (its lease
+  // passed: resolutions may have run there since). Called as a held operation goes (a rank that
+  // finished its part waits for the others without renewing it) and right before it commits or
+  // applies anything, so that no rank writes under a hold it lost.
+  absl::Status RenewEverywhere(Session& session, uint64_t token);
+  // Every rank writes the state it staged under `token`, once every rank still holds it.
   absl::Status ApplyEverywhere(Session& session, uint64_t token);
   // Where checkpoint `name` lives under this rank's root (LocateCheckpoint); FAILED_PRECONDITION
   // without a root.

@@ -186,6 +186,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::HoldSession(grpc::CallbackServerConte
                                                        const v1::HeldSessionRequest* request,
                                                        v1::HeldSessionResponse* response) {
   return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
+    if (request->renew()) return s.holds().Renew(request->token(), Lease(*request));
     // Rank 0 holds first (HeldOperations::WithHeldSession), so another operation's hold here is
     // one whose release is still on its way: waited for, briefly, as rank 0 waited.
     OPTSTEP_ASSIGN_OR_RETURN(
@@ -283,7 +284,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::SaveShard(grpc::CallbackServerContext
             ? WriteSnapshotShard(s, request->token(), where,
                                  [&] { (void)s.holds().Release(request->token()); })
             : WriteHeldShard(s, request->token(), where, [&](const CheckpointProgress&) {
-                (void)s.holds().Hold(request->token(), Lease(*request));
+                (void)s.holds().Renew(request->token(), Lease(*request));
               }));
     response->set_shard_file(shard.file);
     response->set_shard_bytes(shard.bytes);
@@ -304,7 +305,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::StageCheckpoint(grpc::CallbackServerC
     OPTSTEP_ASSIGN_OR_RETURN(
         uint64_t step, optstep::StageCheckpoint(
                            s, request->token(), where, definition, [&](const CheckpointProgress&) {
-                             (void)s.holds().Hold(request->token(), Lease(*request));
+                             (void)s.holds().Renew(request->token(), Lease(*request));
                            }));
     response->set_step(step);
     return absl::OkStatus();

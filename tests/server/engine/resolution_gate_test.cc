@@ -118,6 +118,27 @@ TEST(ResolutionGateTest, AnotherTokenWaitsUntilTheLeasePasses) {
   EXPECT_THAT(gate.CheckHolder(2), IsOk());
 }
 
+// A held operation renews its lease as it goes. A renewal never shortens it (before, a progress
+// callback's 30 s cut the settle's longer lease short, and a rank that finished its part first
+// let its hold go while rank 0 waited for the others), and never takes the gate anew once the
+// hold is gone (before, it did, unsettled, after steps had run: a save went on writing a state
+// that stepped under it, and committed it).
+TEST(ResolutionGateTest, ARenewalExtendsTheLeaseOnlyAndNeverTakesTheGateAnew) {
+  ResolutionGate gate("s", 0);
+  ASSERT_THAT(gate.Hold(1, absl::Minutes(2)).status(), IsOk());
+  ASSERT_THAT(gate.Renew(1, absl::Milliseconds(1)), IsOk());
+  ASSERT_THAT(gate.Hold(1, absl::Milliseconds(1)).status(), IsOk());
+  EXPECT_FALSE(gate.Expire(absl::Now() + absl::Minutes(1))) << "the lease was cut short";
+  EXPECT_THAT(gate.Renew(2, absl::Minutes(1)),
+              StatusIs(absl::StatusCode::kAborted, "hold 2 is gone"));
+  EXPECT_TRUE(gate.Expire(absl::Now() + absl::Minutes(3)));
+  EXPECT_THAT(
+      gate.Renew(1, absl::Minutes(1)),
+      StatusIs(absl::StatusCode::kAborted, "session 's' rank 0: hold 1 is gone (its lease passed"));
+  EXPECT_FALSE(gate.held()) << "a renewal took the gate anew";
+  EXPECT_TRUE(gate.may_start());
+}
+
 TEST(ResolutionGateTest, ReleaseAndExpireEndOnlyTheirHold) {
   ResolutionGate gate("s", 0);
   ASSERT_THAT(gate.Hold(1, absl::Seconds(30)).status(), IsOk());

@@ -5,8 +5,10 @@
 #include <memory>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/manifest.h"
@@ -46,6 +48,14 @@ StateSelection ShardSelection() {
 
 std::string AutoCheckpointName(const std::string& session_id, uint64_t step) {
   return absl::StrCat(kAutoCheckpointDir, "/", session_id, "/step-", step);
+}
+
+std::optional<uint64_t> AutoCheckpointStep(absl::string_view dir_name) {
+  uint64_t step = 0;
+  if (!absl::ConsumePrefix(&dir_name, "step-") || !absl::SimpleAtoi(dir_name, &step)) {
+    return std::nullopt;
+  }
+  return step;
 }
 
 std::string AutoCheckpointRoot(const std::string& root, const std::string& session_id) {

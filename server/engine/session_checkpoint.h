@@ -16,10 +16,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "server/engine/session.h"
 
@@ -37,6 +39,8 @@ struct CheckpointLocation {
 inline constexpr char kAutoCheckpointDir[] = "auto";
 // "auto/<session_id>/step-<step>".
 std::string AutoCheckpointName(const std::string& session_id, uint64_t step);
+// The step of an automatic checkpoint's directory named "step-<N>"; nullopt for another name.
+std::optional<uint64_t> AutoCheckpointStep(absl::string_view dir_name);
 // "<root>/auto/<session_id>": the root of that session's automatic checkpoints.
 std::string AutoCheckpointRoot(const std::string& root, const std::string& session_id);
 // Where checkpoint `name` lives under `root`: a plain name (ValidateCheckpointName) directly

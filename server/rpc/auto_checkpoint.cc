@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -126,11 +127,43 @@ void AutoCheckpointer::RemoveCheckpointsOf(const std::string& id) const {
   }
 }
 
-bool AutoCheckpointer::Due(const Session& session, absl::Time now) {
+void AutoCheckpointer::RemoveCheckpointsFrom(const std::string& id, uint64_t step) const {
+  const fs::path dir = AutoCheckpointRoot(options_.checkpoint_root, id);
+  std::error_code error;
+  std::vector<fs::path> abandoned;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::optional<uint64_t> saved = AutoCheckpointStep(it->path().filename().string());
+    if (saved.has_value() && *saved >= step) abandoned.push_back(it->path());
+  }
+  // Hidden first, all of them (renames, made durable), so that a crash halfway never leaves a
+  // later one for a restore to take.
+  for (fs::path& path : abandoned) {
+    const fs::path hidden = dir / absl::StrCat(".", path.filename().string(), ".abandoned");
+    fs::remove_all(hidden, error);
+    fs::rename(path, hidden, error);
+    if (error) break;
+    path = hidden;
+  }
+  if (!abandoned.empty() && !error) (void)SyncDirectory(dir.string());
+  for (const fs::path& path : abandoned) fs::remove_all(path, error);
+  LOG_IF(WARNING, error) << "event=auto_checkpoints_remove_failed session=" << id << " error=\""
+                         << LogValue(error.message()) << "\"";
+  LOG_IF(INFO, !abandoned.empty())
+      << "event=auto_checkpoints_abandoned session=" << id << " from_step=" << step
+      << " count=" << abandoned.size() << " the session was taken back to step " << step;
+}
+
+bool AutoCheckpointer::Due(const Session& session, absl::Time now,
+                           std::optional<uint64_t>* went_back_to) {
   const uint64_t step = session.stats().step;
   auto [it, added] = tracks_.try_emplace(session.id());
   Track& track = it->second;
   if (added) track.saved_at = now;
+  if (step < track.saved_step) {
+    *went_back_to = step;
+    track.saved_step = 0;  // the next save starts the session's new timeline
+    track.not_before = absl::InfinitePast();
+  }
   if (step <= track.saved_step || now < track.not_before) return false;
   if (track.saved_step == 0) return true;  // its first applied step
   if (options_.every_steps > 0 && step - track.saved_step >= uint64_t(options_.every_steps)) {
@@ -147,11 +180,15 @@ void AutoCheckpointer::Run() {
     }
     if (!group_->PeersStatus().ok()) continue;  // the group is broken: nothing can be saved
     for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
+      std::optional<uint64_t> went_back_to;
       {
         absl::MutexLock lock(&mu_);
         if (stopping_) return;
-        if (closed_.count(session->id()) > 0 || !Due(*session, absl::Now())) continue;
+        if (closed_.count(session->id()) > 0 || !Due(*session, absl::Now(), &went_back_to)) {
+          continue;
+        }
       }
+      if (went_back_to.has_value()) RemoveCheckpointsFrom(session->id(), *went_back_to);
       absl::StatusOr<uint64_t> saved = SaveNow(*session);
       absl::MutexLock lock(&mu_);
       auto it = tracks_.find(session->id());

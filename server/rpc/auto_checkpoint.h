@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -119,8 +120,14 @@ class AutoCheckpointer {
   };
 
   void Run();
-  // Whether `session` is due at `now`.
-  bool Due(const Session& session, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `session` is due at `now`. A session behind its last automatic checkpoint was taken
+  // back (a Load or an import of an earlier state): due at once, `*went_back_to` its step.
+  bool Due(const Session& session, absl::Time now, std::optional<uint64_t>* went_back_to)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes session `id`'s automatic checkpoints of step `step` and later: a timeline its
+  // session was taken back from, which a restore (the highest step first) would otherwise bring
+  // back over what the session stepped since.
+  void RemoveCheckpointsFrom(const std::string& id, uint64_t step) const;
   // The save itself, once the session's directory and record exist; `held` gets rank 0's
   // settled time.
   absl::StatusOr<uint64_t> SaveShards(Session& session, const std::string& definition,

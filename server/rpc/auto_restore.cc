@@ -42,20 +42,13 @@ absl::StatusOr<v1::SessionSpec> SpecOf(const std::string& dir, const std::string
   return spec;
 }
 
-// The step of an automatic checkpoint named "step-<N>"; nullopt for another name.
-std::optional<uint64_t> StepOfName(absl::string_view name) {
-  uint64_t step = 0;
-  if (!absl::ConsumePrefix(&name, "step-") || !absl::SimpleAtoi(name, &step)) return std::nullopt;
-  return step;
-}
-
 // `checkpoints` (oldest first by manifest time) ordered by step, oldest first: the newest is the
 // one of the highest step whatever its files' times; names without a step go first, in the
 // order they came.
 void OrderByStep(std::vector<std::string>& checkpoints) {
   // 0 for a name without a step, else its step + 1.
   const auto key = [](const std::string& name) -> uint64_t {
-    const std::optional<uint64_t> step = StepOfName(name);
+    const std::optional<uint64_t> step = AutoCheckpointStep(name);
     return step.has_value() ? *step + 1 : 0;
   };
   std::stable_sort(checkpoints.begin(), checkpoints.end(),

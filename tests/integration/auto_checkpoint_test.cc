@@ -381,6 +381,49 @@ TEST(AutoCheckpointScheduleTest, BySecondsASessionIsSavedAfterItsFirstStepAndOnc
   EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
 }
 
+// A session taken back to an earlier state (a user's Load of an earlier checkpoint) starts a new
+// timeline: the automatic checkpoints of its later steps are removed and the loaded state is
+// saved at once. Before, nothing was saved until the session passed its old highest step, and a
+// restart restored the later state the user had abandoned, over everything stepped since.
+TEST(AutoCheckpointRollbackTest, ALoadOfAnEarlierStateAbandonsTheLaterAutomaticCheckpoints) {
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("r")));
+  const std::string session = info.session_id();
+  for (uint64_t step = 1; step <= 4; ++step) {
+    ASSERT_THAT(StepRange(*run.client, session, step, step), IsOk());
+    ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, step), IsOk());
+    if (step == 2) {
+      ASSERT_THAT(run.client->Save(session, "good").status(), IsOk());
+    }
+  }
+  const fs::path dir = fs::path(root.path()) / "auto" / session;
+  const fs::path step_2 = dir / "step-2" / "manifest.json";
+  // When step 2's manifest was written; the least time while there is none (it is being saved).
+  const auto written = [&step_2] {
+    std::error_code error;
+    const auto time = fs::last_write_time(step_2, error);
+    return error ? fs::file_time_type::min() : time;
+  };
+  const auto first = written();
+  ASSERT_THAT(run.client->Load(session, "good").status(), IsOk());
+  // The later timeline goes; step 2 is saved again, from the state loaded.
+  const auto done = [&] {
+    const auto now = written();
+    return !fs::exists(dir / "step-3") && !fs::exists(dir / "step-4") &&
+           now != fs::file_time_type::min() && now != first;
+  };
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
+       !done() && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(fs::exists(dir / "step-3"));
+  EXPECT_FALSE(fs::exists(dir / "step-4"));
+  EXPECT_TRUE(done()) << "step 2 was not saved again";
+  ASSERT_THAT(StepRange(*run.client, session, 3, 3), IsOk());
+  EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
+}
+
 // A disk that fails the automatic checkpoints (here the session's directory cannot be made: a file
 // is in its place) costs no step: each failed attempt is counted for an alert, and once the disk
 // is back the next step is saved.

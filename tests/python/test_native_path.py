@@ -122,6 +122,28 @@ def test_param_out_is_written_in_place(client: optstep.Client, monkeypatch: pyte
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_a_param_out_that_does_not_fit_is_refused_before_anything_is_sent(
+        client: optstep.Client, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """A buffer that cannot take its parameter (not contiguous, of another dtype, an unknown id)
+    is InvalidArgumentError before the step is sent, on every path. Before, the pure-Python path
+    wrote into a copy of a strided buffer or the bf16 bits as floats, silently, after the step
+    was applied."""
+    use_path(monkeypatch, path)
+    info, _ = client.create_session(_spec(config.chain(config.sgd(lr=0.5), clip_grad=0)))
+    sid = info.session_id
+    client.init_parameters(sid, {"w": np.ones((64, 33), np.float32),
+                                 "b": np.zeros(33, np.float32)})
+    grads = {"w": np.ones((64, 33), np.float32), "b": np.ones(33, np.float32)}
+    for out, dtype in [({0: np.zeros((33, 64), np.float32).T}, "fp32"),
+                       ({1: np.zeros(33, np.float32)}, "bf16"),
+                       ({7: np.zeros(33, np.float32)}, "fp32")]:
+        with pytest.raises(optstep.InvalidArgumentError, match="param_id 7|output buffer"):
+            client.step(sid, 1, grads, return_dtype=dtype, param_out=out)
+    assert client.step(sid, 1, grads).step == 1  # nothing of the refused ones was applied
+    client.close_session(sid)
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_errors_are_the_same(client: optstep.Client, monkeypatch: pytest.MonkeyPatch,
                              path: str) -> None:
     use_path(monkeypatch, path)

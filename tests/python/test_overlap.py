@@ -77,6 +77,28 @@ def test_overlap_is_bit_identical(client: optstep.Client, path: str,
     _assert_identical(models[True], models[False], start)
 
 
+def test_a_constructor_that_fails_leaves_no_hooks_on_the_model(
+        client: optstep.Client, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An overlapped optimizer whose construction fails (its initial values not sent: a rank
+    away) leaves the model to the next one. Before, its hooks stayed on the model, and every
+    later backward stepped the session it closed."""
+    x, y = make_data(6, n=16)
+    model = make_mlp(4)
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise optstep.UnavailableError("rank 1 is away")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(client, "init_parameters", unreachable)
+        with pytest.raises(optstep.UnavailableError):
+            RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True)
+    loss_of(model, x, y).backward()  # no hook of the failed optimizer runs
+    second = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=True)
+    _train(model, second, x, y)
+    assert second.last_step is not None and second.last_step.step == STEPS
+    second.close_session()
+
+
 def test_a_closed_session_leaves_the_model_to_another_optimizer(client: optstep.Client,
                                                                 path: str) -> None:
     x, y = make_data(5, n=16)

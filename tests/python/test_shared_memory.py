@@ -377,3 +377,25 @@ def test_a_rank_away_when_a_segment_is_attached_is_unavailable(server: optstep.L
             stubs = [svc_grpc.OptimizerServiceStub(nowhere)]
             with pytest.raises(optstep.UnavailableError):
                 client._shared.get(layout, 0, stubs, 1.0)  # noqa: SLF001
+
+
+@pytest.mark.parametrize("away", [optstep.CancelledError("the server is shutting down"),
+                                  optstep.DeadlineExceededError("no answer in time")])
+def test_a_step_whose_attach_finds_a_rank_stopping_or_wedged_goes_through_the_stream(
+        server: optstep.LocalServer, monkeypatch: pytest.MonkeyPatch,
+        away: optstep.OptstepError) -> None:
+    """An attach that a stopping rank cancels, or that a wedged one does not answer, is a rank
+    away, as UNAVAILABLE is: the step goes through the stream, whose recovery waits for the
+    group, and a later step attaches. Before, the step failed at once."""
+    with optstep.Client(server.address, shared_memory=True) as client:
+        sid = client.create_session(_spec(f"away-{away.code.name}"))[0].session_id
+
+        def unreachable(*args: object, **kwargs: object) -> None:
+            raise away
+
+        with monkeypatch.context() as patched:
+            patched.setattr(client._shared, "get", unreachable)  # noqa: SLF001
+            assert client.step(sid, 1, _gradients(1)).step == 1
+        assert not _shares(client, sid)
+        assert client.step(sid, 2, _gradients(2)).step == 2
+        assert _shares(client, sid)

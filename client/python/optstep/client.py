@@ -366,7 +366,7 @@ class Client:
         # Kept until the step is applied: every attempt sends the same bytes.
         slices = as_slices(self.layout(session_id), gradients, "gradient")
         groups = list(groups or ())
-        outs = param_out or {}
+        outs = native.checked_outs(self.layout(session_id), wire, param_out or {})
         if shared_memory.eligible(self.layout(session_id), slices, wire):
             shared = self._step_shared(session_id, step, slices, trainer_id, groups,
                                        return_params, skip_return, outs)
@@ -405,8 +405,8 @@ class Client:
     def _shares_memory(self, session_id: str, trainer_id: int) -> bool:
         """Whether the session's ranks share memory with this process for `trainer_id`'s steps
         (attaching their segments on first use): ranks on loopback that agreed. Not while a rank
-        is away or has yet to restore the session: the step then goes through a path whose
-        recovery waits for the group, and a later step attaches."""
+        is away (or wedged, or stopping) or has yet to restore the session: the step then goes
+        through a path whose recovery waits for the group, and a later step attaches."""
         layout = self.layout(session_id)
         ranks = self._ranks.reach(layout)
         if not all(shared_memory.on_loopback(rank.target) for rank in ranks):
@@ -414,7 +414,7 @@ class Client:
         try:
             return self._shared.get(layout, trainer_id, [rank.service for rank in ranks],
                                     self._rpc_timeout, [rank.target for rank in ranks]) is not None
-        except (UnavailableError, NotFoundError):
+        except (NotFoundError, *AWAY_ERRORS):
             return False
 
     def _step_shared(self, session_id: str, step: int, slices: List[GradientSlice],

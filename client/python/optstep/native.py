@@ -422,6 +422,19 @@ def out_buffer(buffer: Any, wire: int, numel: int, what: str) -> Any:
     return buffer
 
 
+def checked_outs(layout: SessionLayout, wire: int,
+                 param_out: Mapping[int, Any]) -> Mapping[int, Any]:
+    """`param_out` with every buffer checked (out_buffer) before anything is sent, whichever
+    path the step takes; InvalidArgumentError naming the first that does not fit."""
+    for pid, buffer in param_out.items():
+        if not 0 <= pid < layout.num_params:
+            raise InvalidArgumentError(f"param_out: param_id {pid} is not in the session "
+                                       f"({layout.num_params} parameters)")
+        param = layout.params[pid]
+        out_buffer(buffer, wire, param.numel, f"param '{param.name}'")
+    return param_out
+
+
 def host_view(buffer: Any) -> np.ndarray:
     """A flat numpy view of an output buffer (uint16 bits for a bfloat16 tensor)."""
     if isinstance(buffer, np.ndarray):

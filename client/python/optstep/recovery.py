@@ -153,7 +153,7 @@ class StepRecovery:
                         error.payload_number(EXPECTED_STEP_PAYLOAD) == step + 1
                     if (was_applied and info.step >= step) or answer_lost:
                         self.note(session_id, step, trainer_id=trainer_id)
-                        return applied()
+                        return self._applied_by(group, applied, probes_by())
                     # The last step ended meanwhile: this one's turn (once).
                     if ending and info.step + 1 == step and not retried_in_turn:
                         retried_in_turn = True
@@ -239,6 +239,20 @@ class StepRecovery:
             raise  # the client was closed: nothing to wait for
         except OptstepError:
             return False
+
+    def _applied_by(self, group: GroupView, applied: Callable[[], _Reply], by: float) -> _Reply:
+        """`applied()` (the parameters of a step the session applied), tried again while it
+        fails for a recovering reason (a rank still healing in, one lost during the pull) until
+        `by`: the step stands, and the trainer must not be told it failed."""
+        wait = _FIRST_WAIT
+        while True:
+            try:
+                return applied()
+            except OptstepError as error:
+                if self._clock() >= by or not self._recovering(group, error, by):
+                    raise
+            self._sleep(min(wait, max(0.0, by - self._clock())))
+            wait = min(2 * wait, _LONGEST_WAIT)
 
     def _recovering(self, group: GroupView, error: OptstepError, by: float) -> bool:
         if error.code == grpc.StatusCode.UNAVAILABLE:

@@ -170,24 +170,28 @@ class RemoteOptimizer(torch.optim.Optimizer):
         self._next_step = info.step + 1
         super().__init__(self._torch_groups(info), defaults={})
         self._constructed = True
-        self._overlap = BackwardOverlap(
-            self, [d.tensor for d in described], params if isinstance(params, nn.Module) else None,
-            bucket_bytes) if overlap else None
+        self._overlap: Optional[BackwardOverlap] = None
         if info.step > 0:  # attached to a session that has run: continue from its values
             self._pull()
-            return
-        try:
-            client.init_parameters(self.session_id,
-                                   {i: d.tensor for i, d in enumerate(described)})
-        except FailedPreconditionError:
-            if num_trainers == 1:
+        else:
+            try:
+                client.init_parameters(self.session_id,
+                                       {i: d.tensor for i, d in enumerate(described)})
+            except FailedPreconditionError:
+                if num_trainers == 1:
+                    raise
+                # Another trainer has begun step 1, after setting the (same) initial values.
+            except Exception:
+                if not attached:  # do not leave a session nobody can use; report the first error
+                    with contextlib.suppress(OptstepError):
+                        client.close_session(self.session_id)
                 raise
-            # Another trainer has begun step 1, after setting the (same) initial values.
-        except Exception:
-            if not attached:  # do not leave a session nobody can use; report the first error
-                with contextlib.suppress(OptstepError):
-                    client.close_session(self.session_id)
-            raise
+        # Last: a constructor that raised leaves no hooks on the model (they would step a session
+        # this optimizer never got to use at every later backward).
+        if overlap:
+            self._overlap = BackwardOverlap(
+                self, [d.tensor for d in described],
+                params if isinstance(params, nn.Module) else None, bucket_bytes)
 
     def _torch_groups(self, info: session_pb2.SessionInfo) -> List[Dict[str, Any]]:
         groups = []

@@ -179,3 +179,29 @@ def test_remote_optimizer_identical_on_both_paths(client: optstep.Client,
     for (name, a), b in zip(models["native"].named_parameters(), models["python"].parameters()):
         assert torch.equal(a, b), f"param '{name}' differs between the paths"
         assert not torch.equal(a, dict(start.named_parameters())[name]), name
+
+
+def test_a_client_closed_while_a_step_is_open_keeps_its_native_client_until_the_step_ends(
+        server: optstep.LocalServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client closed while a step of it is still open (the overlap thread's, another trainer
+    thread's) frees the C++ client only once that step let go of it. Before, close() freed it
+    under the step, whose stream then called into freed memory; and a closed client still
+    opened channels and native clients for its later calls."""
+    use_path(monkeypatch, "native")
+    client = optstep.Client(server.address, shared_memory=False)
+    info, _ = client.create_session(_spec(config.chain(config.sgd(lr=0.5), clip_grad=0)))
+    sid = info.session_id
+    client.init_parameters(sid, {"w": np.ones((64, 33), np.float32),
+                                 "b": np.zeros(33, np.float32)})
+    opened = client.open_step(sid, 1)
+    opened.add({"w": np.ones((64, 33), np.float32), "b": np.ones(33, np.float32)})
+    closer = optstep.Client(server.address)
+    client.close()
+    reply = opened.finish()
+    opened.close()
+    assert reply.step == 1
+    np.testing.assert_array_equal(reply.params[1], np.full(33, -0.5, np.float32))
+    with pytest.raises(optstep.FailedPreconditionError, match="closed"):
+        client.step(sid, 2, {"w": np.ones((64, 33), np.float32), "b": np.ones(33, np.float32)})
+    closer.close_session(sid)
+    closer.close()

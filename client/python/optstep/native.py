@@ -261,9 +261,35 @@ class NativeClient:
         if not handle:
             _raise(code.value, error)
         self._handle: Optional[int] = handle
+        # The C++ client is freed once closed and no step uses it any more (a step in flight on
+        # another thread, an open step stream): closing it under them was a use after free.
+        self._guard = threading.Lock()
+        self._users = 0
+        self._closed = False
 
     def close(self) -> None:
-        handle, self._handle = self._handle, None
+        with self._guard:
+            self._closed = True
+            handle = self._handle if self._users == 0 else None
+            if handle:
+                self._handle = None
+        if handle:
+            self._lib.optstep_native_close(handle)
+
+    def acquire(self) -> int:
+        """The C++ client's handle, kept alive until the matching :meth:`release`."""
+        with self._guard:
+            if self._closed or not self._handle:
+                raise RuntimeError("optstep: native client closed")
+            self._users += 1
+            return self._handle
+
+    def release(self) -> None:
+        with self._guard:
+            self._users -= 1
+            handle = self._handle if self._closed and self._users == 0 else None
+            if handle:
+                self._handle = None
         if handle:
             self._lib.optstep_native_close(handle)
 
@@ -273,17 +299,19 @@ class NativeClient:
              call: NativeStep) -> NativeResult:
         """One step (Client::Step, recovery included); raises RewindRequired when the session
         came back older, else the OptstepError of the code."""
-        if not self._handle:
-            raise RuntimeError("optstep: native client closed")
-        group_array, ids = _schedule(groups, return_ids)
-        slices, num_slices = call.slices()
-        outs, num_outs = call.outs()
-        result = NativeResult()
-        error = ctypes.create_string_buffer(_ERROR_BYTES)
-        code = self._lib.optstep_native_step(
-            self._handle, session_id.encode(), step, trainer_id, group_array, len(groups),
-            return_dtype, ids, len(return_ids), int(skip_return), slices, num_slices, outs,
-            num_outs, ctypes.byref(result), error, _ERROR_BYTES)
+        handle = self.acquire()
+        try:
+            group_array, ids = _schedule(groups, return_ids)
+            slices, num_slices = call.slices()
+            outs, num_outs = call.outs()
+            result = NativeResult()
+            error = ctypes.create_string_buffer(_ERROR_BYTES)
+            code = self._lib.optstep_native_step(
+                handle, session_id.encode(), step, trainer_id, group_array, len(groups),
+                return_dtype, ids, len(return_ids), int(skip_return), slices, num_slices, outs,
+                num_outs, ctypes.byref(result), error, _ERROR_BYTES)
+        finally:
+            self.release()
         if code and result.rewind:
             raise RewindRequired(session_id, int(result.rewind_step), step)
         if code:
@@ -294,17 +322,18 @@ class NativeClient:
                   groups: Sequence[Tuple[int, Optional[float], Optional[float]]],
                   return_dtype: int, return_ids: Sequence[int], skip_return: bool) -> int:
         """Opens a step whose gradients are added later (Client::OpenStep): the stream's
-        handle, for :class:`NativeStepStream`."""
-        if not self._handle:
-            raise RuntimeError("optstep: native client closed")
+        handle, for :class:`NativeStepStream`, which keeps the client in use (:meth:`acquire`)
+        until it releases it as it closes."""
+        client = self.acquire()
         group_array, ids = _schedule(groups, return_ids)
         code = ctypes.c_int32(0)
         error = ctypes.create_string_buffer(_ERROR_BYTES)
         handle = self._lib.optstep_native_step_open(
-            self._handle, session_id.encode(), step, trainer_id, group_array, len(groups),
+            client, session_id.encode(), step, trainer_id, group_array, len(groups),
             return_dtype, ids, len(return_ids), int(skip_return), ctypes.byref(code), error,
             _ERROR_BYTES)
         if not handle:
+            self.release()
             _raise(code.value, error)
         return int(handle)
 
@@ -327,6 +356,7 @@ class NativeStepStream:
         self._skip_return = skip_return
         self._lock = threading.Lock()
         self._call = NativeStep()
+        self._client = client
         self._handle: Optional[int] = client.open_step(session_id, step, trainer_id, groups,
                                                        wire, return_ids, skip_return)
 
@@ -367,6 +397,7 @@ class NativeStepStream:
             handle, self._handle = self._handle, None
         if handle:
             self._lib.optstep_native_step_close(handle)
+            self._client.release()  # the C++ client may go once no stream uses it
 
 
 def _schedule(groups: Sequence[Tuple[int, Optional[float], Optional[float]]],
@@ -384,13 +415,17 @@ class Connector:
         self._settings = settings
         self._lock = threading.Lock()
         self._clients: List[NativeClient] = []  # the current one last; all closed by close()
+        self._closed = False
 
     def get(self, rank_targets: Callable[[], Iterable[str]]) -> Optional[NativeClient]:
-        """The client over `rank_targets()`; None when the native path is off."""
+        """The client over `rank_targets()`; None when the native path is off, or closed (the
+        Python path then says so)."""
         if not available():
             return None
         targets = tuple(rank_targets())
         with self._lock:
+            if self._closed:
+                return None
             if self._clients and self._clients[-1].rank_targets[:len(targets)] == targets:
                 return self._clients[-1]
             fresh = NativeClient(targets, **self._settings)
@@ -400,6 +435,7 @@ class Connector:
     def close(self) -> None:
         with self._lock:
             clients, self._clients = self._clients, []
+            self._closed = True
         for client in clients:
             client.close()
 

@@ -70,6 +70,7 @@ class RankChannels:
         # The stand-ins the group last told of, by rank: each replaces the rank's channel until
         # the rank's own process is back.
         self._stand_ins: Dict[int, RankChannel] = {}
+        self._closed = False  # close(): no channel is opened again
 
     def _open(self, target: str) -> RankChannel:
         channel = self._open_channel(target)
@@ -82,6 +83,7 @@ class RankChannels:
             ranks, self._ranks = self._ranks, []
             ranks += self._stand_ins.values()
             self._stand_ins = {}
+            self._closed = True
         for rank in ranks:
             rank.channel.close()
 
@@ -186,6 +188,8 @@ class RankChannels:
         """The channels of every rank of `layout` as given, opening advertised ones on first
         use."""
         with self._lock:
+            if self._closed:
+                raise FailedPreconditionError("Client: closed")
             have = len(self._ranks)
             if have < layout.world_size and not self._explicit and \
                     len(layout.rank_targets) >= layout.world_size:

@@ -341,6 +341,7 @@ absl::Status RankProcess::StartEngine(
   group_options.peer_credentials = peer_credentials;
   group_options.checkpoint_root = options_.checkpoint_root;
   group_options.keep_checkpoints = options_.keep_checkpoints;
+  group_options.checkpoint_temp_max_age = options_.checkpoint_temp_max_age;
   group_options.heartbeat_interval = options_.heartbeat_interval;
   group_options.peer_timeout = options_.peer_timeout;
   group_options.communicators = communicators_.get();

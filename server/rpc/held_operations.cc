@@ -295,6 +295,13 @@ absl::StatusOr<uint64_t> HeldOperations::SaveCheckpoint(
     Session& session, const std::string& name, const CheckpointProgressCallback& progress) {
   OPTSTEP_ASSIGN_OR_RETURN(const CheckpointLocation where, Locate(name, /*allow_auto=*/false));
   OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
+  // What crashed saves left (the start-up sweep keeps temporaries younger than the bound, and a
+  // healed rank 0 may not start again for days): each would hold most of a checkpoint's bytes.
+  if (options().checkpoint_temp_max_age > absl::ZeroDuration()) {
+    absl::StatusOr<std::vector<std::string>> swept =
+        SweepStaleCheckpointTemporaries(where.root, options().checkpoint_temp_max_age);
+    LOG_IF(WARNING, !swept.ok()) << "--checkpoint_root: " << swept.status();
+  }
   uint64_t step = 0;
   OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint& point) {
     OPTSTEP_RETURN_IF_ERROR(PrepareCheckpoint(where.root, where.name, token));

@@ -41,6 +41,9 @@ struct RankGroupOptions {
   // FAILED_PRECONDITION. keep_checkpoints: how many complete checkpoints Save keeps (0: all).
   std::string checkpoint_root;
   int keep_checkpoints = 0;
+  // Rank 0 removes the temporaries of saves idle this long before each Save (a crash's, which
+  // the sweep at start-up left while they were younger); zero: never.
+  absl::Duration checkpoint_temp_max_age = absl::ZeroDuration();
   // A hold (docs/checkpoints.md) ends by itself this long after its last call or progress.
   absl::Duration hold_lease = absl::Seconds(30);
   // How long ranks may take to reach the resolution a hold settles at (a step may still wait for

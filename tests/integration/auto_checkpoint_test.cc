@@ -368,6 +368,30 @@ TEST(AutoCheckpointTemporaryTest, AStaleTemporaryGoesAtTheNextSave) {
   EXPECT_TRUE(fs::exists(fresh)) << "a temporary that may be a save in progress went";
 }
 
+// A crashed save's temporary in the root, still young when the server started (a restarted rank
+// 0 heals in seconds after the crash), goes at the next Save once it is idle past the bound.
+// Before, only a start swept the root, and each crash kept most of a checkpoint on the disk
+// until the group happened to start again.
+TEST(CheckpointTemporaryTest, AStaleTemporaryIsSweptBeforeASave) {
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path(),
+                                                      "--checkpoint_temp_max_age_ms=60000"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("swp")));
+  ASSERT_THAT(StepSmall(*run.client, info.session_id(), 1).status(), IsOk());
+  const fs::path stale = fs::path(root.path()) / ".big.12345.tmp";
+  const fs::path fresh = fs::path(root.path()) / ".big.67890.tmp";
+  for (const fs::path& tmp : {stale, fresh}) {
+    fs::create_directories(tmp);
+    std::ofstream(tmp / "shard-0-of-2.safetensors") << "partial";
+  }
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  fs::last_write_time(stale / "shard-0-of-2.safetensors", old);
+  fs::last_write_time(stale, old);
+  ASSERT_THAT(run.client->Save(info.session_id(), "ck").status(), IsOk());
+  EXPECT_FALSE(fs::exists(stale)) << "the idle temporary stayed";
+  EXPECT_TRUE(fs::exists(fresh)) << "a temporary that may be a save in progress went";
+}
+
 TEST(AutoCheckpointScheduleTest, BySecondsASessionIsSavedAfterItsFirstStepAndOnceTheTimePassed) {
   TempDir root;
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path(),

@@ -276,7 +276,7 @@ def _shared_bytes(metrics_port_file: pathlib.Path) -> float:
     return _metric(metrics_port_file, "optstep_shared_memory_bytes")
 
 
-def test_a_segment_the_client_cannot_open_goes_back_to_the_rank(
+def test_a_segment_the_client_cannot_open_or_closes_goes_back_to_the_rank(
         server_binary: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     port_file = tmp_path / "metrics_port"
     flags = ["--metrics_port=-1", f"--metrics_port_file={port_file}"]
@@ -289,6 +289,8 @@ def test_a_segment_the_client_cannot_open_goes_back_to_the_rank(
             step_bytes = 4 * sum(int(np.prod(s)) for s in SHAPES)
             assert _metric(port_file, "optstep_gradient_bytes_received_total") == step_bytes
             assert _metric(port_file, "optstep_parameter_bytes_sent_total") == step_bytes
+        # Given back as the client closes, not held until the session closes.
+        assert _shared_bytes(port_file) == 0
         real_open = os.open
 
         def no_proc(path: str, flags: int, *args: int) -> int:
@@ -300,7 +302,7 @@ def test_a_segment_the_client_cannot_open_goes_back_to_the_rank(
         with optstep.Client(local.address, shared_memory=True) as client:
             assert client.step(sid, 2, _gradients(2)).step == 2  # through the stream
             assert not _shares(client, sid)
-        assert _shared_bytes(port_file) == 0  # released, not held until the session closes
+            assert _shared_bytes(port_file) == 0  # released, not held until the session closes
 
 
 class _Refused(grpc.RpcError):

@@ -167,10 +167,10 @@ class Client:
     # ---- lifetime
 
     def close(self) -> None:
-        """Closes every channel. The client cannot be used afterwards."""
+        """Gives the ranks their shared memory back, closes every channel; then unusable."""
+        self._shared.close(self._rpc_timeout)
         self._ranks.close()
         self._native.close()
-        self._shared.close()
 
     def __enter__(self) -> "Client":
         return self

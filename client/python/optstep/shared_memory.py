@@ -145,6 +145,8 @@ class SharedSegments:
         self._enabled = enabled
         self._lock = threading.Lock()
         self._segments: Dict[Tuple[str, int], List[Segment]] = {}
+        # The ranks' services each key's segments were attached on: given back at close.
+        self._services: Dict[Tuple[str, int], Sequence[Any]] = {}
         # session id -> the targets of its ranks when it was refused, and why
         self._refused: Dict[str, Tuple[Tuple[str, ...], str]] = {}
 
@@ -191,6 +193,7 @@ class SharedSegments:
         with self._lock:
             replaced = self._segments.get(key, [])
             self._segments[key] = attached
+            self._services[key] = services
         for segment in replaced:
             segment.close()
         return attached
@@ -247,6 +250,7 @@ class SharedSegments:
     def _forget(self, key: Tuple[str, int]) -> None:
         with self._lock:
             dropped = self._segments.pop(key, [])
+            self._services.pop(key, None)
         for segment in dropped:
             segment.close()
 
@@ -258,11 +262,15 @@ class SharedSegments:
         for key in keys:
             self._forget(key)
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Unmaps every segment and gives it back to its rank (each call cut at `timeout`):
+        the session may outlive this client (other trainers, a later export), and each segment
+        holds twice the trainer's owned parameter bytes of its rank's budget until then."""
         with self._lock:
-            keys = list(self._segments)
-        for key in keys:
+            attached = dict(self._services)
+        for key, services in attached.items():
             self._forget(key)
+            self._release(key[0], key[1], services, timeout)
 
 
 def write_gradients(layout: SessionLayout, segments: Sequence[Segment],

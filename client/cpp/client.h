@@ -156,6 +156,12 @@ class Client final {
   // damaged checkpoint (the running state is then unchanged).
   absl::StatusOr<v1::CheckpointProgress> Load(absl::string_view session_id, absl::string_view name,
                                               const CheckpointProgressFn& progress = nullptr);
+  // The session's state was replaced at `step` (a Load or an import, this client's or another
+  // one's): the steps this client saw applied before no longer count for its recovery (Load and
+  // ImportStateDict call it themselves).
+  void StateReplaced(absl::string_view session_id, uint64_t step) {
+    recovery_.Restart(session_id, step);
+  }
 
   // One tensor of an exported state dict: its key, and for keyed layouts its chunk and
   // sub-optimizer (spec §7.2).
@@ -169,7 +175,8 @@ class Client final {
   };
   absl::StatusOr<std::vector<StateDictEntry>> ExportStateDict(
       const v1::ExportStateDictRequest& request);
-  // Streams `entries` (any layout ExportStateDict answers) into the session.
+  // Streams `entries` (any layout ExportStateDict answers) into the session (StateReplaced at
+  // the session's step then).
   absl::Status ImportStateDict(absl::string_view session_id,
                                absl::Span<const StateDictEntry> entries);
 

@@ -73,6 +73,7 @@ absl::StatusOr<v1::CheckpointProgress> Client::Load(absl::string_view session_id
       OnRankZeroProgress([&](v1::CheckpointService::Stub& stub,
                              grpc::ClientContext* context) { return stub.Load(context, request); },
                          progress));
+  StateReplaced(session_id, last.step());
   absl::MutexLock lock(&mu_);
   layouts_.erase(std::string(session_id));  // counters changed; the layout may be asked again
   return last;
@@ -112,7 +113,11 @@ absl::Status Client::ReadStateDict(Rank& rank, const v1::ExportStateDictRequest&
 
 absl::Status Client::ImportStateDict(absl::string_view session_id,
                                      absl::Span<const StateDictEntry> entries) {
-  return OnRankZero([&](Rank& rank) { return WriteStateDict(rank, session_id, entries); });
+  OPTSTEP_RETURN_IF_ERROR(
+      OnRankZero([&](Rank& rank) { return WriteStateDict(rank, session_id, entries); }));
+  OPTSTEP_ASSIGN_OR_RETURN(const v1::SessionInfo info, GetSession(session_id));
+  StateReplaced(session_id, info.step());
+  return absl::OkStatus();
 }
 
 absl::Status Client::WriteStateDict(Rank& rank, absl::string_view session_id,

@@ -193,6 +193,13 @@ void StepRecovery::Note(absl::string_view session_id, uint32_t trainer_id, uint6
   applied = std::max(applied, step);
 }
 
+void StepRecovery::Restart(absl::string_view session_id, uint64_t step) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, applied] : applied_) {
+    if (key.first == session_id) applied = step;
+  }
+}
+
 uint64_t StepRecovery::AppliedStep(const TrainerKey& key) {
   absl::MutexLock lock(&mu_);
   auto it = applied_.find(key);

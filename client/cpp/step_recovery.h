@@ -73,6 +73,10 @@ class StepRecovery {
   // through Run: a StepStream's), so that a later step answered out of sequence is told apart
   // from a restore.
   void Note(absl::string_view session_id, uint32_t trainer_id, uint64_t step);
+  // The session's state was replaced at `step` (a Load, an import): the steps its trainers saw
+  // applied before no longer count. Past them, a step refused out of sequence would be taken
+  // for a restore of the group (a rewind) instead of the caller's mistake.
+  void Restart(absl::string_view session_id, uint64_t step);
 
  private:
   bool Recovering(const GroupProbe& probe, const absl::Status& error, absl::Time by) const;

@@ -91,3 +91,28 @@ def test_real_shards_hold_every_state_tensor(group: optstep.LocalGroup, root: pa
             assert key in exported, (key, sorted(exported))
             assert exported[key].shape == shape, key
             assert np.isfinite(exported[key]).all(), key
+
+
+def test_a_load_of_an_earlier_checkpoint_resets_what_the_client_saw_applied(
+        group: optstep.LocalGroup) -> None:
+    """After a Load takes the session back to step 2, a step sent out of sequence is the
+    caller's mistake (FailedPreconditionError), not a rewind of the group. Before, the client
+    still took step 4, seen applied, for the session's, and raised RewindRequired."""
+    grads = {"0.weight": np.ones((16, 8), np.float32)}
+    with optstep.Client(rank_targets=group.targets) as client:
+        spec = optstep.pb.SessionSpec(
+            num_trainers=1, gradient_mode=optstep.pb.GRADIENT_MODE_REPLICATED,
+            parameters=[optstep.pb.ParameterSpec(name="0.weight", shape=[16, 8])],
+            optimizer=config.chain(config.sgd(lr=0.1)))
+        sid = client.create_session(spec)[0].session_id
+        for step in (1, 2):
+            client.step(sid, step, grads)
+        client.save_checkpoint(sid, "back")
+        for step in (3, 4):
+            client.step(sid, step, grads)
+        assert client.load_checkpoint(sid, "back").step == 2
+        with pytest.raises(optstep.FailedPreconditionError) as refused:
+            client.step(sid, 5, grads)
+        assert not isinstance(refused.value, optstep.RewindRequired)
+        assert client.step(sid, 3, grads).step == 3
+        client.close_session(sid)

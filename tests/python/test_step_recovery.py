@@ -287,3 +287,21 @@ def test_a_session_unknown_to_a_rank_just_started_is_waited_for() -> None:
     serve once asked again, and the step is redone once it serves."""
     assert recovery().run(JustStarted(), "s", 5,
                           attempts([UnavailableError("Socket closed")], 5), restored) == 5
+
+
+def test_a_session_whose_state_was_replaced_is_no_rewind_of_what_was_seen_before() -> None:
+    """A trainer saw step 5 applied; the session's state was then replaced at step 2 (a Load of
+    an earlier checkpoint, an import): a step refused out of sequence is the caller's, not a
+    rewind of the group. Before, the mark of step 5 stayed, and such a refusal raised
+    RewindRequired (the loop rewound again)."""
+    steps = recovery()
+    steps.note("s", 5)
+    out_of_turn = FailedPreconditionError("step 4 out of sequence; expected step 3")
+    with pytest.raises(RewindRequired):
+        steps.run(EndingGroup([2]), "s", 4, attempts([out_of_turn], 4), restored)
+    steps.note("s", 5)
+    steps.restart("s", 2)
+    with pytest.raises(FailedPreconditionError, match="expected step 3") as refused:
+        steps.run(EndingGroup([2]), "s", 4, attempts([out_of_turn], 4), restored)
+    assert not isinstance(refused.value, RewindRequired)
+    assert steps.run(EndingGroup([2]), "s", 3, attempts([], 3), restored) == 3

@@ -214,6 +214,10 @@ void* optstep_native_connect(const OptstepNativeOptions* options, int32_t* code,
 
 void optstep_native_close(void* client) { delete static_cast<optstep::Client*>(client); }
 
+void optstep_native_state_replaced(void* client, const char* session_id, uint64_t step) {
+  static_cast<optstep::Client*>(client)->StateReplaced(session_id, step);
+}
+
 int32_t optstep_native_step(void* client, const char* session_id, uint64_t step,
                             uint32_t trainer_id, const OptstepNativeGroup* groups,
                             size_t num_groups, uint32_t return_dtype,

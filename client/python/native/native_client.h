@@ -87,6 +87,10 @@ OPTSTEP_NATIVE_API size_t optstep_native_result_bytes(void);
 OPTSTEP_NATIVE_API void* optstep_native_connect(const OptstepNativeOptions* options, int32_t* code,
                                                 char* error, size_t error_len);
 OPTSTEP_NATIVE_API void optstep_native_close(void* client);
+// Client::StateReplaced: the session's state was replaced at `step` (a Load or an import the
+// Python client made).
+OPTSTEP_NATIVE_API void optstep_native_state_replaced(void* client, const char* session_id,
+                                                      uint64_t step);
 
 // One optimizer step (Client::Step). Every returned parameter is written into its `outs` entry
 // as its chunks arrive, with no copy beside it; each out must have the parameter's element count

@@ -105,8 +105,7 @@ class Client:
                  tls: bool = False, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None, token: Optional[str] = None,
-                 recovery_timeout: float = 300.0,
-                 shared_memory: Optional[bool] = None) -> None:
+                 recovery_timeout: float = 300.0, shared_memory: Optional[bool] = None) -> None:
         targets = list(rank_targets or ([target] if target else []))
         if not targets or any(not t for t in targets):
             raise InvalidArgumentError("Client: no target (expected \"host:port\"), or an empty "
@@ -155,6 +154,7 @@ class Client:
             stream_lookahead_bytes=stream_lookahead_bytes, max_frame_bytes=max_frame_bytes,
             bdp_probe=bdp_probe, max_chunk_bytes=max_chunk_bytes, tls=tls, tls_ca=tls_ca,
             tls_cert=tls_cert, tls_key=tls_key, tls_server_name=tls_server_name, token=token)
+        self._recovery.on_restart = self._native.state_replaced  # it keeps marks of its own
         self._ranks = RankChannels(targets, explicit=rank_targets is not None,
                                    open_channel=self._open_channel)
         if connect_timeout > 0:
@@ -441,8 +441,7 @@ class Client:
                 return self._step_once(session_id, step, slices, trainer_id, groups,
                                        dtypes.FP32, return_params, skip_return)
             result, params = done
-            return StepReply(result.step, result.skipped, result.grad_norm, result.clipped,
-                             params)
+            return StepReply(result.step, result.skipped, result.grad_norm, result.clipped, params)
 
         return self._recover(session_id, step, trainer_id, attempt, dtypes.FP32, return_params,
                              skip_return, outs)
@@ -487,8 +486,7 @@ class Client:
         assembler = ParamAssembler(layout, wire, return_ids)
         results = exchange_steps([rank.service for rank in ranks], header, plan,
                                  None if layout.owners_only else trainer_id % layout.world_size,
-                                 skip_return, assembler,
-                                 timeout=self._stream_timeout,
+                                 skip_return, assembler, timeout=self._stream_timeout,
                                  wait_for_ready=self._wait_for_ready)
         first = results[0]
         # A skipped step may come back without parameters: nothing changed.
@@ -515,6 +513,7 @@ class Client:
         last = self._on_rank0(lambda rank: state_dicts.follow_progress(
             rank.checkpoint.Load, request, on_progress, self._stream_timeout, self._wait_for_ready))
         self.layout(session_id, refresh=True)
+        self._recovery.restart(session_id, last.step)  # the step restored
         return last
 
     def export_state_dict(self, session_id: str, model_chunks: Optional[Sequence[int]] = None,
@@ -556,7 +555,8 @@ class Client:
             rank.checkpoint.ImportStateDict,
             state_dicts.import_chunks(session_id, state, self._max_chunk_bytes),
             timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready))
-        self.layout(session_id, refresh=True)
+        # The state replaced (its layout read again): what the trainers saw applied is gone.
+        self._recovery.restart(session_id, self.get_session(session_id).step)
         return response
 
     # ---- operations (AdminService; an admin token where the server checks tokens)

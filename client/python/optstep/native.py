@@ -140,6 +140,9 @@ def _load() -> Optional[ctypes.CDLL]:
                                                ctypes.c_char_p, ctypes.c_size_t]
         lib.optstep_native_close.restype = None
         lib.optstep_native_close.argtypes = [ctypes.c_void_p]
+        lib.optstep_native_state_replaced.restype = None
+        lib.optstep_native_state_replaced.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                                      ctypes.c_uint64]
         lib.optstep_native_step.restype = ctypes.c_int32
         lib.optstep_native_step.argtypes = [
             ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32,
@@ -275,6 +278,14 @@ class NativeClient:
                 self._handle = None
         if handle:
             self._lib.optstep_native_close(handle)
+
+    def state_replaced(self, session_id: str, step: int) -> None:
+        """Client::StateReplaced: the session's state was replaced at `step`."""
+        handle = self.acquire()
+        try:
+            self._lib.optstep_native_state_replaced(handle, session_id.encode(), step)
+        finally:
+            self.release()
 
     def acquire(self) -> int:
         """The C++ client's handle, kept alive until the matching :meth:`release`."""
@@ -431,6 +442,13 @@ class Connector:
             fresh = NativeClient(targets, **self._settings)
             self._clients.append(fresh)
             return fresh
+
+    def state_replaced(self, session_id: str, step: int) -> None:
+        """Tells every client connected so far that the session's state was replaced."""
+        with self._lock:
+            clients = list(self._clients)
+        for client in clients:
+            client.state_replaced(session_id, step)
 
     def close(self) -> None:
         with self._lock:

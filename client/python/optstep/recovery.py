@@ -108,6 +108,9 @@ class StepRecovery:
         # The last step each trainer of each session was seen to apply: trainers that share the
         # client (threads) each keep theirs, so that one's rewind does not hide it from another.
         self._applied: Dict[Tuple[str, int], int] = {}
+        # Told (session id, step) when a session's state was replaced (restart): the native
+        # client keeps marks of its own.
+        self.on_restart: Optional[Callable[[str, int], None]] = None
 
     def run(self, group: GroupView, session_id: str, step: int, attempt: Callable[[], _Reply],
             applied: Callable[[], _Reply], *, trainer_id: int = 0) -> _Reply:
@@ -211,6 +214,16 @@ class StepRecovery:
         key = (session_id, trainer_id)
         with self._lock:
             self._applied[key] = max(step, self._applied.get(key, 0))
+
+    def restart(self, session_id: str, step: int) -> None:
+        """The session's state was replaced (a Load, an import) at `step`: what its trainers saw
+        applied before no longer holds. Past it, a step refused out of sequence would be taken
+        for a rewind of the group, and a redo for a step applied."""
+        with self._lock:
+            for key in [k for k in self._applied if k[0] == session_id]:
+                self._applied[key] = step
+        if self.on_restart is not None:
+            self.on_restart(session_id, step)
 
     def _applied_step(self, key: Tuple[str, int]) -> int:
         with self._lock:

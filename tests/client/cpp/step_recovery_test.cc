@@ -181,6 +181,28 @@ TEST(StepRecoveryTest, OutOfSequenceBelowTheLastAppliedStepIsARewindAndAtItTheCa
   EXPECT_EQ(RewindStep(refused.status()), std::nullopt);
 }
 
+// The session's state replaced at step 1 (a Load of an earlier checkpoint) after this client saw
+// step 3 applied: step 4 refused out of sequence is the caller's mistake, not a rewind. Before,
+// the mark of step 3 stayed, and the refusal was taken for a restore of the group.
+TEST(StepRecoveryTest, AStateReplacedAtAnEarlierStepIsNoRewindOfWhatWasSeenBefore) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.step = 3};
+  recovery.Note("s", 0, 3);
+  recovery.Note("t", 0, 3);
+  group.step = 1;
+  recovery.Restart("s", 1);
+  Attempts next{{absl::FailedPreconditionError("step 4 out of sequence; expected step 2")}, 4};
+  absl::StatusOr<StepReply> refused =
+      recovery.Run("s", 0, 4, group.probe(), std::ref(next), Restored);
+  EXPECT_THAT(refused.status(), StatusIs(absl::StatusCode::kFailedPrecondition, "expected step 2"));
+  EXPECT_EQ(RewindStep(refused.status()), std::nullopt);
+  // Another session's mark stays.
+  Attempts other{{absl::FailedPreconditionError("step 4 out of sequence; expected step 2")}, 4};
+  EXPECT_THAT(
+      RewindStep(recovery.Run("t", 0, 4, group.probe(), std::ref(other), Restored).status()),
+      Optional(1u));
+}
+
 // A group whose rank 0 serves, with the session's step read from `steps` in turn (the last one
 // repeated, and running a step before it): a step still ending on the ranks after its
 // parameters came back.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "base/caller_text.h"
 #include "base/random_bytes.h"
 #include "base/status_macros.h"
@@ -398,6 +399,14 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
   return segment;
 }
 
+namespace {
+
+// How long CloseSession waits for a session's last other reference to go (a task or a stream
+// that is ending: milliseconds). Short: a close may hold the group's lifecycle lock.
+constexpr absl::Duration kCloseFreeWait = absl::Milliseconds(250);
+
+}  // namespace
+
 absl::Status Engine::CloseSession(const std::string& id) {
   std::shared_ptr<Session> session;
   {
@@ -411,8 +420,16 @@ absl::Status Engine::CloseSession(const std::string& id) {
   shared_segments_.DropSession(id);
   if (options_.step_observer) options_.step_observer->OnSessionClosed(id, options_.rank);
   // The last reference, unless a call in progress still holds one: its reservation is released
-  // with it (Session::HoldReservation).
+  // with it (Session::HoldReservation). A coordinator task or a stream that is ending lets go
+  // in a moment, and is waited for a little, so that the close's answer finds the bytes given
+  // back; a stream its caller keeps open keeps them, counted, until it ends.
+  std::weak_ptr<Session> freed = session;
   session.reset();
+  const absl::Time give_up = absl::Now() + kCloseFreeWait;
+  for (absl::Duration wait = absl::Milliseconds(1); !freed.expired() && absl::Now() < give_up;
+       wait = std::min(2 * wait, absl::Milliseconds(50))) {
+    absl::SleepFor(wait);
+  }
   ReturnFreedMemoryToSystem();
   return absl::OkStatus();
 }

@@ -399,14 +399,6 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
   return segment;
 }
 
-namespace {
-
-// How long CloseSession waits for a session's last other reference to go (a task or a stream
-// that is ending: milliseconds). Short: a close may hold the group's lifecycle lock.
-constexpr absl::Duration kCloseFreeWait = absl::Milliseconds(250);
-
-}  // namespace
-
 absl::Status Engine::CloseSession(const std::string& id) {
   std::shared_ptr<Session> session;
   {
@@ -419,17 +411,10 @@ absl::Status Engine::CloseSession(const std::string& id) {
   session->Close();
   shared_segments_.DropSession(id);
   if (options_.step_observer) options_.step_observer->OnSessionClosed(id, options_.rank);
-  // The last reference, unless a call in progress still holds one: its reservation is released
-  // with it (Session::HoldReservation). A coordinator task or a stream that is ending lets go
-  // in a moment, and is waited for a little, so that the close's answer finds the bytes given
-  // back; a stream its caller keeps open keeps them, counted, until it ends.
-  std::weak_ptr<Session> freed = session;
+  // The last reference, unless a call in progress still holds one (a coordinator task or a
+  // stream that is ending lets go in a moment; one its caller keeps open, when it ends): the
+  // reservation is released with it (Session::HoldReservation).
   session.reset();
-  const absl::Time give_up = absl::Now() + kCloseFreeWait;
-  for (absl::Duration wait = absl::Milliseconds(1); !freed.expired() && absl::Now() < give_up;
-       wait = std::min(2 * wait, absl::Milliseconds(50))) {
-    absl::SleepFor(wait);
-  }
   ReturnFreedMemoryToSystem();
   return absl::OkStatus();
 }

@@ -91,10 +91,16 @@ void AutoCheckpointer::Stop() {
 }
 
 void AutoCheckpointer::Restored(const std::string& id, uint64_t step) {
-  absl::MutexLock lock(&mu_);
-  Track& track = tracks_[id];
-  track.saved_step = step;
-  track.saved_at = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    Track& track = tracks_[id];
+    track.saved_step = step;
+    track.saved_at = absl::Now();
+  }
+  // Newer ones the restore passed over (they failed to load for a passing reason) belong to the
+  // timeline the group left: kept, one would pass for the new timeline's save of its step, and a
+  // later restart would restore it over everything stepped since.
+  RemoveCheckpointsFrom(id, step + 1);
 }
 
 void AutoCheckpointer::SessionClosed(const std::string& id) {
@@ -181,14 +187,16 @@ void AutoCheckpointer::Run() {
     if (!group_->PeersStatus().ok()) continue;  // the group is broken: nothing can be saved
     for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
       std::optional<uint64_t> went_back_to;
+      bool due = false;
       {
         absl::MutexLock lock(&mu_);
         if (stopping_) return;
-        if (closed_.count(session->id()) > 0 || !Due(*session, absl::Now(), &went_back_to)) {
-          continue;
-        }
+        if (closed_.count(session->id()) > 0) continue;
+        due = Due(*session, absl::Now(), &went_back_to);
       }
+      // Also when not due yet (a session taken back to step 0 is saved after its first step).
       if (went_back_to.has_value()) RemoveCheckpointsFrom(session->id(), *went_back_to);
+      if (!due) continue;
       absl::StatusOr<uint64_t> saved = SaveNow(*session);
       absl::MutexLock lock(&mu_);
       auto it = tracks_.find(session->id());

@@ -102,7 +102,7 @@ class AutoCheckpointer {
   // Stops the thread after the save in progress (shutdown). Idempotent.
   void Stop();
   // Session `id` was restored at `step` from its automatic checkpoints: the next one is due from
-  // there.
+  // there, and those of later steps (a restore passed over them) are removed.
   void Restored(const std::string& id, uint64_t step);
   // Session `id` was closed by its owner: its automatic checkpoints are removed, now or, when
   // one is being written, as soon as it is done; it is never saved again.

@@ -61,6 +61,14 @@ std::vector<int> RanksOf(const std::string& key, const Session& session,
 
 uint64_t HeldOperations::NewToken() { return NewCheckpointSave(); }
 
+namespace {
+
+// How long rank 0 keeps renewing every rank's hold for a held operation: a Save or a Load whose
+// ranks finish this far apart fails at its commit (ABORTED) instead of holding every step.
+constexpr absl::Duration kMaxHeldByRenewal = absl::Minutes(10);
+
+}  // namespace
+
 absl::Status HeldOperations::WithHeldSession(Session& session, uint64_t token,
                                              const HeldOperation& op) {
   OPTSTEP_RETURN_IF_ERROR(group_->PeersStatus());
@@ -120,14 +128,19 @@ absl::Status HeldOperations::WithHeldSession(Session& session, uint64_t token,
   // c. The operation, the hold renewed on every rank meanwhile: a rank that finished its part
   // (read its shard, staged its state) waits for the others, and its lease would pass. Renewal
   // stops at the first rank whose hold is gone (an automatic checkpoint lets each rank's go once
-  // it has its snapshot); an operation that needs the hold to its end finds out as it commits
-  // or applies (RenewEverywhere).
+  // it has its snapshot), and after kMaxHeldByRenewal (a call that hangs on a stalled disk must
+  // not stop the steps for its whole deadline); an operation that needs the hold to its end
+  // finds out as it commits or applies (RenewEverywhere). A renewal lost on the way is made
+  // again at the next turn.
   if (status.ok()) {
     absl::Notification done;
     std::thread renewing([&] {
-      while (!done.WaitForNotificationWithTimeout(lease / 3)) {
+      const absl::Time until = absl::Now() + kMaxHeldByRenewal;
+      while (!done.WaitForNotificationWithTimeout(lease / 3) && absl::Now() < until) {
         const absl::Status renewed = RenewEverywhere(session, token);
-        if (renewed.ok()) continue;
+        if (renewed.ok() || absl::IsUnavailable(renewed) || absl::IsDeadlineExceeded(renewed)) {
+          continue;
+        }
         VLOG(1) << "session " << session.id() << ": renewing hold " << token
                 << " stopped: " << renewed;
         return;

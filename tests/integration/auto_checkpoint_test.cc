@@ -448,6 +448,28 @@ TEST(AutoCheckpointRollbackTest, ALoadOfAnEarlierStateAbandonsTheLaterAutomaticC
   EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
 }
 
+// Taken back to step 0 (a checkpoint saved before the first step): its automatic checkpoints go
+// as well, though nothing is due until the next step. Before, they stayed.
+TEST(AutoCheckpointRollbackTest, ALoadOfTheStateBeforeTheFirstStepAbandonsThemToo) {
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("z")));
+  const std::string session = info.session_id();
+  ASSERT_THAT(run.client->Save(session, "zero").status(), IsOk());
+  ASSERT_THAT(StepRange(*run.client, session, 1, 3), IsOk());
+  ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
+  ASSERT_THAT(run.client->Load(session, "zero").status(), IsOk());
+  const fs::path dir = fs::path(root.path()) / "auto" / session;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
+       fs::exists(dir / "step-3") && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(fs::exists(dir / "step-2"));
+  EXPECT_FALSE(fs::exists(dir / "step-3"));
+  ASSERT_THAT(StepRange(*run.client, session, 1, 1), IsOk());
+  EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 1), IsOk());
+}
+
 // A disk that fails the automatic checkpoints (here the session's directory cannot be made: a file
 // is in its place) costs no step: each failed attempt is counted for an alert, and once the disk
 // is back the next step is saved.

@@ -108,8 +108,10 @@ TEST(StreamedStepTest, PiecesFromTwoThreadsMatchOneStep) {
 }
 
 // Steps applied through streams are steps this client saw: when the session then comes back at
-// an older step (its state imported, as a restore from a checkpoint does), the next step is a
-// rewind to that step, not the caller's mistake (FAILED_PRECONDITION, out of sequence).
+// an older step (its state imported by another client, as a restore from a checkpoint does), the
+// next step is a rewind to that step, not the caller's mistake (FAILED_PRECONDITION, out of
+// sequence). The client that imported it knows the session's step: to it, a step out of
+// sequence is the caller's mistake.
 TEST(StreamedStepTest, AStepAfterARollbackOfStreamedStepsIsARewind) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start());
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto client, Connect(*server, 4 << 20));
@@ -129,12 +131,17 @@ TEST(StreamedStepTest, AStepAfterARollbackOfStreamedStepsIsARewind) {
       OPTSTEP_ASSERT_OK_AND_ASSIGN(at_two, client->ExportStateDict(request));
     }
   }
-  ASSERT_THAT(client->ImportStateDict(info.session_id(), at_two), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto importer, Connect(*server, 4 << 20));
+  ASSERT_THAT(importer->ImportStateDict(info.session_id(), at_two), IsOk());
   const std::vector<std::vector<float>> grads = Gradients(5);
   const FullGradient full[] = {{0, grads[0]}, {1, grads[1]}};
   const absl::Status rewound = client->Step(Options(info.session_id(), 5), full).status();
   EXPECT_THAT(rewound, StatusIs(absl::StatusCode::kAborted));
   EXPECT_EQ(RewindStep(rewound), std::optional<uint64_t>(2)) << rewound;
+  ASSERT_THAT(importer->ImportStateDict(info.session_id(), at_two), IsOk());
+  const absl::Status refused = importer->Step(Options(info.session_id(), 5), full).status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition, "expected step 3"));
+  EXPECT_EQ(RewindStep(refused), std::nullopt) << refused;
 }
 
 TEST(StreamedStepTest, BadSlicesAreRefusedAndTheStreamGoesOn) {

@@ -205,3 +205,18 @@ def test_a_client_closed_while_a_step_is_open_keeps_its_native_client_until_the_
         client.step(sid, 2, {"w": np.ones((64, 33), np.float32), "b": np.ones(33, np.float32)})
     closer.close_session(sid)
     closer.close()
+
+
+def test_an_open_step_that_fails_before_it_starts_keeps_no_use_of_the_native_client(
+        server: optstep.LocalServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step stream whose arguments fail to convert (a learning rate that is no number) gives
+    back its use of the C++ client: the client is freed at close, not kept for good."""
+    use_path(monkeypatch, "native")
+    with optstep.Client(server.address, shared_memory=False) as client:
+        info, _ = client.create_session(_spec(config.chain(config.sgd(lr=0.5))))
+        native_client = client._native_client(info.session_id)  # noqa: SLF001
+        assert native_client is not None
+        with pytest.raises(TypeError):
+            native_client.open_step(info.session_id, 1, 0, [(0, "fast", None)], 0, [], False)
+        assert native_client._users == 0  # noqa: SLF001
+        client.close_session(info.session_id)

@@ -336,13 +336,17 @@ class NativeClient:
         handle, for :class:`NativeStepStream`, which keeps the client in use (:meth:`acquire`)
         until it releases it as it closes."""
         client = self.acquire()
-        group_array, ids = _schedule(groups, return_ids)
-        code = ctypes.c_int32(0)
-        error = ctypes.create_string_buffer(_ERROR_BYTES)
-        handle = self._lib.optstep_native_step_open(
-            client, session_id.encode(), step, trainer_id, group_array, len(groups),
-            return_dtype, ids, len(return_ids), int(skip_return), ctypes.byref(code), error,
-            _ERROR_BYTES)
+        try:
+            group_array, ids = _schedule(groups, return_ids)
+            code = ctypes.c_int32(0)
+            error = ctypes.create_string_buffer(_ERROR_BYTES)
+            handle = self._lib.optstep_native_step_open(
+                client, session_id.encode(), step, trainer_id, group_array, len(groups),
+                return_dtype, ids, len(return_ids), int(skip_return), ctypes.byref(code), error,
+                _ERROR_BYTES)
+        except BaseException:
+            self.release()
+            raise
         if not handle:
             self.release()
             _raise(code.value, error)

@@ -277,21 +277,23 @@ def _full_step(model: nn.Module, opt: RemoteOptimizer, x: torch.Tensor,
 
 
 def _rolled_back_to_step_two(client: optstep.Client, opt: RemoteOptimizer,
-                             step: Callable[[], None]) -> Dict[int, Any]:
-    """Steps 1-4, then the session's state after step 2 imported back, as a restore from a
-    checkpoint does; answers the parameters after step 2."""
+                             step: Callable[[], None], address: str) -> Dict[int, Any]:
+    """Steps 1-4, then the session's state after step 2 imported back by another client (at
+    `address`), as a restore from a checkpoint does; answers the parameters after step 2. (An
+    import of the trainer's own client is no rewind to it: it knows the session's step.)"""
     step()
     step()
     saved = client.export_state_dict(opt.session_id)
     pulled = {i: v.copy() for i, v in client.pull_parameters(opt.session_id).params.items()}
     step()
     step()
-    client.import_state_dict(opt.session_id, saved)
+    with optstep.Client(address) as restorer:
+        restorer.import_state_dict(opt.session_id, saved)
     return pulled
 
 
 def test_a_session_rolled_back_between_steps_rewinds_an_overlapped_trainer(
-        client: optstep.Client, path: str) -> None:
+        server: optstep.LocalServer, client: optstep.Client, path: str) -> None:
     """The group came back at an older step while the trainer was between steps (its state
     imported, as a restore from a checkpoint does): the next overlapped step is answered out of
     sequence, and the optimizer rewinds as without overlap (parameters pulled, on_rewind,
@@ -303,7 +305,7 @@ def test_a_session_rolled_back_between_steps_rewinds_an_overlapped_trainer(
                           overlap=True, on_rewind=rewound.append)
 
     step = _full_step(model, opt, x, y)
-    pulled = _rolled_back_to_step_two(client, opt, step)
+    pulled = _rolled_back_to_step_two(client, opt, step, server.address)
     with pytest.raises(optstep.RewindRequired) as raised:
         step()
     assert raised.value.step == 2 and rewound == [2] and opt.next_step == 3
@@ -354,7 +356,8 @@ def test_a_state_dict_loaded_while_a_step_resolves_keeps_its_step(
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-def test_a_rewind_whose_pull_fails_is_still_a_rewind(client: optstep.Client, path: str,
+def test_a_rewind_whose_pull_fails_is_still_a_rewind(server: optstep.LocalServer,
+                                                     client: optstep.Client, path: str,
                                                      overlap: bool) -> None:
     """The session was restored to an older step and the pull of its parameters fails: the loop
     still gets RewindRequired (the pull's error as its cause) and the step counter goes back; the
@@ -368,7 +371,7 @@ def test_a_rewind_whose_pull_fails_is_still_a_rewind(client: optstep.Client, pat
                           on_rewind=rewound.append)
 
     step = _full_step(model, opt, x, y)
-    pulled = _rolled_back_to_step_two(client, opt, step)
+    pulled = _rolled_back_to_step_two(client, opt, step, server.address)
     pull = client.pull_parameters
 
     def unreachable(*args: Any, **kwargs: Any) -> Any:

@@ -20,7 +20,6 @@
 #include "base/caller_text.h"
 #include "base/run_detached.h"
 #include "base/status_macros.h"
-#include "checkpoint/temporaries.h"
 #include "glog/logging.h"
 #include "kernels/comm/key_value_store.h"
 #include "server/engine/step_observer.h"
@@ -241,21 +240,6 @@ absl::Status RankProcess::Launch() {
     publish_thread_ = std::thread([this, address] { PublishForRankZero(address); });
   }
   return absl::OkStatus();
-}
-
-void RankProcess::SweepCheckpointRoot() {
-  if (options_.checkpoint_root.empty() ||
-      options_.checkpoint_temp_max_age <= absl::ZeroDuration()) {
-    return;
-  }
-  absl::StatusOr<std::vector<std::string>> swept =
-      SweepStaleCheckpointTemporaries(options_.checkpoint_root, options_.checkpoint_temp_max_age);
-  if (!swept.ok()) {
-    LOG(WARNING) << "--checkpoint_root: " << swept.status();
-  } else if (!swept->empty()) {
-    LOG(INFO) << "removed the temporaries of " << swept->size()
-              << " failed or interrupted checkpoint save(s) from " << options_.checkpoint_root;
-  }
 }
 
 absl::Status RankProcess::StartEngine(

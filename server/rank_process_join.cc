@@ -1,5 +1,6 @@
 // RankProcess (rank_process.h): joining the group, and rejoining a running group after a restart
-// (a rank other than 0 asks rank 0 to heal it in; a restarted rank 0 heals itself in; heal.h).
+// (a rank other than 0 asks rank 0 to heal it in; a restarted rank 0 heals itself in; heal.h);
+// and the start's sweep of the checkpoint root.
 
 #include <functional>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/caller_text.h"
+#include "checkpoint/temporaries.h"
 #include "glog/logging.h"
 #include "server/rank_process.h"
 #include "server/rpc/auto_restore.h"
@@ -178,6 +180,21 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
   if (options_.world_size > 1 && !is_stand_in() &&
       (options_.exit_on_peer_loss || (heals() && options_.stand_ins))) {
     WatchSessionGroups();
+  }
+}
+
+void RankProcess::SweepCheckpointRoot() {
+  if (options_.checkpoint_root.empty() ||
+      options_.checkpoint_temp_max_age <= absl::ZeroDuration()) {
+    return;
+  }
+  absl::StatusOr<std::vector<std::string>> swept =
+      SweepStaleCheckpointTemporaries(options_.checkpoint_root, options_.checkpoint_temp_max_age);
+  if (!swept.ok()) {
+    LOG(WARNING) << "--checkpoint_root: " << swept.status();
+  } else if (!swept->empty()) {
+    LOG(INFO) << "removed the temporaries of " << swept->size()
+              << " failed or interrupted checkpoint save(s) from " << options_.checkpoint_root;
   }
 }
 

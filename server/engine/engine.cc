@@ -213,14 +213,13 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
   };
   session_options.reserve_held_snapshot =
       [budget = admission_->budget().Alias(), share = options_.owner_memory_share, id,
-       owner = config.owner](int64_t bytes) -> absl::StatusOr<MemoryBudget::Reservation> {
-    // The owner's share holds them too (CheckOwnerShare counts what it reserved).
-    const int64_t most = static_cast<int64_t>(share * static_cast<double>(budget->budget()));
-    if (share < 1.0 && budget->HeldBy(owner) + bytes > most) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(OwnerName(owner), " holds ", budget->HeldBy(owner), " of the ", most,
-                       " bytes one owner may take (--owner_memory_share ", share, ")"));
-    }
+       owner = config.owner,
+       rank = options_.rank](int64_t bytes) -> absl::StatusOr<MemoryBudget::Reservation> {
+    const std::string asker = absl::StrCat("a snapshot held for streams of session '", id, "'");
+    // The owner's share holds them too, beside its sessions' bytes.
+    OPTSTEP_RETURN_IF_ERROR(CheckOwnerShare(owner, asker, bytes,
+                                            OwnerHoldings{0, budget->HeldBy(owner)},
+                                            OwnerLimits{0, share}, budget->budget(), rank));
     return budget->TryReserve(bytes, "a snapshot held for streams",
                               absl::StrCat("session '", id, "'"), owner);
   };

@@ -157,17 +157,16 @@ int64_t MemoryBudget::HeldBy(absl::string_view owner) const {
   return it == ledger_->by_owner.end() ? 0 : it->second;
 }
 
-absl::StatusOr<MemoryBudget::Reservation> MemoryBudget::TryReserve(int64_t bytes,
-                                                                   absl::string_view asker,
-                                                                   absl::string_view detail,
-                                                                   absl::string_view owner) {
+absl::StatusOr<MemoryBudget::Reservation> MemoryBudget::TryReserve(
+    int64_t bytes, absl::string_view asker, absl::string_view detail,
+    std::optional<absl::string_view> owner) {
   absl::MutexLock lock(&ledger_->mu);
   absl::Status fits = Fits(bytes, ledger_->admitted, asker, detail);
   if (!fits.ok()) return fits;
   ledger_->admitted += bytes;
-  if (owner.empty() || bytes == 0) return Reservation(ledger_, bytes, "");
-  ledger_->by_owner[owner] += bytes;
-  return Reservation(ledger_, bytes, std::string(owner));
+  if (!owner.has_value() || bytes == 0) return Reservation(ledger_, bytes, std::nullopt);
+  ledger_->by_owner[*owner] += bytes;
+  return Reservation(ledger_, bytes, std::string(*owner));
 }
 
 MemoryBudget::Reservation::Reservation(Reservation&& other) noexcept
@@ -189,14 +188,14 @@ void MemoryBudget::Reservation::Release() {
   if (ledger_ != nullptr) {
     absl::MutexLock lock(&ledger_->mu);
     ledger_->admitted -= bytes_;
-    if (!owner_.empty()) {
-      auto it = ledger_->by_owner.find(owner_);  // there while this reservation holds bytes
+    if (owner_.has_value()) {
+      auto it = ledger_->by_owner.find(*owner_);  // there while this reservation holds bytes
       if ((it->second -= bytes_) == 0) ledger_->by_owner.erase(it);
     }
   }
   ledger_ = nullptr;
   bytes_ = 0;
-  owner_.clear();
+  owner_.reset();
 }
 
 }  // namespace optstep

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -79,21 +80,22 @@ class MemoryBudget {
    private:
     friend class MemoryBudget;
     struct Ledger;
-    Reservation(std::shared_ptr<Ledger> ledger, int64_t bytes, std::string owner)
+    Reservation(std::shared_ptr<Ledger> ledger, int64_t bytes, std::optional<std::string> owner)
         : ledger_(std::move(ledger)), bytes_(bytes), owner_(std::move(owner)) {}
 
     std::shared_ptr<Ledger> ledger_;
     int64_t bytes_ = 0;
-    std::string owner_;  // empty: counted as no owner's
+    std::optional<std::string> owner_;  // none: counted as no owner's
   };
 
   // Reserves `bytes` when they fit beside what is admitted; otherwise RESOURCE_EXHAUSTED:
   // "<asker> needs N bytes on rank R (<detail>), more than the rank's budget of B bytes has free"
-  // (not how many: that would tell a tenant what the others hold). A
-  // non-empty `owner` (a session's owner) has the bytes counted as its own (HeldBy) until they
-  // are released.
+  // (not how many: that would tell a tenant what the others hold). An
+  // `owner` (a session's owner, the anonymous one "" too) has the bytes counted as its own
+  // (HeldBy) until they are released.
   absl::StatusOr<Reservation> TryReserve(int64_t bytes, absl::string_view asker,
-                                         absl::string_view detail, absl::string_view owner = {});
+                                         absl::string_view detail,
+                                         std::optional<absl::string_view> owner = std::nullopt);
   // TryReserve's answer, reserving nothing.
   absl::Status CheckFits(int64_t bytes, absl::string_view asker, absl::string_view detail) const;
 

@@ -64,7 +64,15 @@ TEST(OwnerShareTest, AnOwnerHoldsAtMostItsSessionsAndOthersStillCreate) {
   EXPECT_THAT(engine->CreateSession(Of("mallory", "c")).status(), IsOk());
 }
 
-TEST(OwnerShareTest, AnOwnerTakesAtMostItsShareOfTheBudget) {
+class OwnerShareOfTheBudgetTest : public testing::TestWithParam<std::string> {};
+
+// The anonymous owner (every caller without authentication) has one share too; before, its
+// sessions' bytes were not counted as any owner's, and it could fill the rank.
+INSTANTIATE_TEST_SUITE_P(NamedAndAnonymous, OwnerShareOfTheBudgetTest,
+                         testing::Values("mallory", ""));
+
+TEST_P(OwnerShareOfTheBudgetTest, AnOwnerTakesAtMostItsShareOfTheBudget) {
+  const std::string& owner = GetParam();
   // Each session reserves the same footprint; the share fits two of them, the budget many more.
   auto probe = EngineWith(0, 1.0, int64_t{1} << 30);
   ASSERT_NE(probe, nullptr);
@@ -74,13 +82,13 @@ TEST(OwnerShareTest, AnOwnerTakesAtMostItsShareOfTheBudget) {
   const int64_t budget = 10 * one;
   auto engine = EngineWith(0, 0.25, budget);  // 2.5 sessions' worth per owner
   ASSERT_NE(engine, nullptr);
-  ASSERT_THAT(engine->CreateSession(Of("mallory", "a")).status(), IsOk());
-  ASSERT_THAT(engine->CreateSession(Of("mallory", "b")).status(), IsOk());
-  const absl::Status refused = engine->CreateSession(Of("mallory", "c")).status();
+  ASSERT_THAT(engine->CreateSession(Of(owner, "a")).status(), IsOk());
+  ASSERT_THAT(engine->CreateSession(Of(owner, "b")).status(), IsOk());
+  const absl::Status refused = engine->CreateSession(Of(owner, "c")).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "session 'c' needs "));
   EXPECT_THAT(refused.message(),
-              testing::HasSubstr(absl::StrCat("; the sessions of owner 'mallory' hold ", 2 * one,
-                                              " of the ", budget / 4,
+              testing::HasSubstr(absl::StrCat("; the sessions of ", OwnerName(owner), " hold ",
+                                              2 * one, " of the ", budget / 4,
                                               " bytes one owner may take (--owner_memory_share "
                                               "0.25 of the rank's budget of ",
                                               budget, ")")));

@@ -97,32 +97,37 @@ TEST(SnapshotRetentionTest, EachKindHasItsHeadroomAndFreedSnapshotsCostNothing) 
   EXPECT_THAT(old->hold->Check(), IsOk());
 }
 
-// A session whose pulled snapshots a caller keeps while it steps on: the third is charged to the
-// rank's budget, the fourth does not fit and is let go.
-TEST(SnapshotRetentionTest, ASessionsHeldSnapshotsTakeFromTheEnginesBudget) {
-  constexpr int64_t kRows = 256;
+constexpr int64_t kRows = 256;
+constexpr int64_t kSnapshotBytes = (kRows * kRows + 3) * 4;
+
+SessionConfig BigFirstParam() {
   SessionConfig config = testutil::TwoParamConfig(testutil::Sgd(0.1));
   config.params[0].shape = {kRows, kRows};
-  const int64_t snapshot_bytes = (kRows * kRows + 3) * 4;
+  return config;
+}
+
+// The bytes an engine admits for one BigFirstParam session.
+int64_t SessionBytes() {
   auto probe = testutil::MakeEngine(1);
-  ASSERT_NE(probe, nullptr);
-  ASSERT_NE(testutil::MakeSession(*probe, config), nullptr);
-  const int64_t session_bytes = probe->memory_budget().admitted();
-  EngineOptions options;
-  options.device.num_threads = 1;
-  options.memory_budget = session_bytes + snapshot_bytes * 3 / 2;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(options));
-  std::shared_ptr<Session> session = testutil::MakeSession(*engine, config);
-  ASSERT_NE(session, nullptr);
+  EXPECT_NE(probe, nullptr);
+  EXPECT_NE(testutil::MakeSession(*probe, BigFirstParam()), nullptr);
+  return probe->memory_budget().admitted();
+}
+
+// Four steps of a BigFirstParam session on `engine`, each step's f32 snapshot pulled and kept.
+std::vector<std::shared_ptr<const ParamSnapshot>> PullFourSnapshots(Engine& engine) {
+  std::shared_ptr<Session> session = testutil::MakeSession(engine, BigFirstParam());
+  EXPECT_NE(session, nullptr);
   std::vector<std::shared_ptr<const ParamSnapshot>> pulled;
+  if (session == nullptr) return pulled;
   for (uint64_t step = 1; step <= 4; ++step) {
     const StepHandle c = testutil::BeginStep(*session, step, 0);
-    ASSERT_THAT(testutil::SendGradient(*session, c, 0, 0, std::vector<float>(kRows * kRows, 1)),
+    EXPECT_THAT(testutil::SendGradient(*session, c, 0, 0, std::vector<float>(kRows * kRows, 1)),
                 IsOk());
-    ASSERT_THAT(testutil::SendGradient(*session, c, 1, 0, {1, 2, 3}), IsOk());
+    EXPECT_THAT(testutil::SendGradient(*session, c, 1, 0, {1, 2, 3}), IsOk());
     Outcome outcome;
-    ASSERT_THAT(session->Commit(c, kRows * kRows + 3, outcome.Callback()), IsOk());
-    ASSERT_THAT(outcome.Wait().status(), IsOk());
+    EXPECT_THAT(session->Commit(c, kRows * kRows + 3, outcome.Callback()), IsOk());
+    EXPECT_THAT(outcome.Wait().status(), IsOk());
     absl::Notification got;
     session->GetSnapshot(DType::kF32,
                          [&](absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot) {
@@ -132,11 +137,44 @@ TEST(SnapshotRetentionTest, ASessionsHeldSnapshotsTakeFromTheEnginesBudget) {
                          });
     got.WaitForNotification();
   }
+  return pulled;
+}
+
+// A session whose pulled snapshots a caller keeps while it steps on: the third is charged to the
+// rank's budget, the fourth does not fit and is let go.
+TEST(SnapshotRetentionTest, ASessionsHeldSnapshotsTakeFromTheEnginesBudget) {
+  const int64_t session_bytes = SessionBytes();
+  EngineOptions options;
+  options.device.num_threads = 1;
+  options.memory_budget = session_bytes + kSnapshotBytes * 3 / 2;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(options));
+  std::vector<std::shared_ptr<const ParamSnapshot>> pulled = PullFourSnapshots(*engine);
   ASSERT_EQ(pulled.size(), 4u);
-  EXPECT_EQ(pulled[0]->hold->charged(), snapshot_bytes);
-  EXPECT_EQ(engine->memory_budget().admitted(), session_bytes + snapshot_bytes);
+  EXPECT_EQ(pulled[0]->hold->charged(), kSnapshotBytes);
+  EXPECT_EQ(engine->memory_budget().admitted(), session_bytes + kSnapshotBytes);
   EXPECT_THAT(pulled[1]->hold->Check(), StatusIs(absl::StatusCode::kResourceExhausted,
                                                  "does not fit (a snapshot held for streams"));
+  pulled.clear();
+  EXPECT_EQ(engine->memory_budget().admitted(), session_bytes);
+}
+
+// In a roomy rank, the owner's share (--owner_memory_share) bounds the snapshots its sessions'
+// streams hold, beside its sessions' bytes.
+TEST(SnapshotRetentionTest, HeldSnapshotsTakeFromTheOwnersShare) {
+  const int64_t session_bytes = SessionBytes();
+  EngineOptions options;
+  options.device.num_threads = 1;
+  options.memory_budget = 100 * (session_bytes + kSnapshotBytes);
+  options.owner_memory_share = static_cast<double>(session_bytes + kSnapshotBytes * 3 / 2) /
+                               static_cast<double>(options.memory_budget);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(options));
+  std::vector<std::shared_ptr<const ParamSnapshot>> pulled = PullFourSnapshots(*engine);
+  ASSERT_EQ(pulled.size(), 4u);
+  EXPECT_EQ(pulled[0]->hold->charged(), kSnapshotBytes);
+  EXPECT_THAT(pulled[1]->hold->Check(), StatusIs(absl::StatusCode::kResourceExhausted,
+                                                 "a snapshot held for streams of session '"));
+  EXPECT_THAT(pulled[1]->hold->Check(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "bytes one owner may take"));
   pulled.clear();
   EXPECT_EQ(engine->memory_budget().admitted(), session_bytes);
 }

@@ -58,19 +58,38 @@ struct WatchCall {
   }
 };
 
+// `service` on 127.0.0.1, at a free port written to `port`.
+std::unique_ptr<grpc::Server> StartOnLoopback(HealthService& service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(&service);
+  return builder.BuildAndStart();
+}
+
+std::unique_ptr<Health::Stub> StubTo(int port, const grpc::ChannelArguments& arguments = {}) {
+  return Health::NewStub(grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                                   grpc::InsecureChannelCredentials(), arguments));
+}
+
+// A Watch(`service`) on `stub`, ended by kCallTimeout at the latest.
+std::unique_ptr<WatchCall> StartWatch(Health::Stub& stub, const std::string& service = "") {
+  auto call = std::make_unique<WatchCall>();
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
+  HealthCheckRequest request;
+  request.set_service(service);
+  call->reader = stub.Watch(&call->context, request);
+  return call;
+}
+
 // The service, knowing "" and kLiveness, on 127.0.0.1 (a free port), and a stub to it.
 class HealthServiceTest : public ::testing::Test {
  protected:
   HealthServiceTest() : service_({"", kLiveness}) {}
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
+    server_ = StartOnLoopback(service_, &port_);
     ASSERT_NE(server_, nullptr);
     ASSERT_NE(port_, 0);
-    stub_ = Health::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+    stub_ = StubTo(port_);
   }
   // Before the service goes: a Watch a test left open is cancelled.
   void TearDown() override {
@@ -96,12 +115,7 @@ class HealthServiceTest : public ::testing::Test {
     return result.ok() ? status : HealthCheckResponse::UNKNOWN;
   }
   std::unique_ptr<WatchCall> Watch(const std::string& service) {
-    auto call = std::make_unique<WatchCall>();
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
-    HealthCheckRequest request;
-    request.set_service(service);
-    call->reader = stub_->Watch(&call->context, request);
-    return call;
+    return StartWatch(*stub_, service);
   }
 
   HealthService service_;
@@ -200,20 +214,11 @@ TEST_F(HealthServiceTest, AWatchOfANameLongerThanAnyServicesIsRefused) {
 
 TEST(HealthServiceBoundTest, WatchStreamsBeyondTheBoundAreRefusedUntilOneEnds) {
   HealthService service({""}, absl::ZeroDuration(), /*max_watchers=*/2);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = StartOnLoopback(service, &port);
   ASSERT_NE(server, nullptr);
-  auto stub = Health::NewStub(
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  const auto watch = [&stub] {
-    auto call = std::make_unique<WatchCall>();
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
-    call->reader = stub->Watch(&call->context, HealthCheckRequest());
-    return call;
-  };
+  std::unique_ptr<Health::Stub> stub = StubTo(port);
+  const auto watch = [&stub] { return StartWatch(*stub); };
   std::unique_ptr<WatchCall> first = watch();
   std::unique_ptr<WatchCall> second = watch();
   EXPECT_EQ(first->Next(), kNotServing);
@@ -241,31 +246,21 @@ TEST(HealthServiceBoundTest, WatchStreamsBeyondTheBoundAreRefusedUntilOneEnds) {
 TEST(HealthServiceBoundTest, OnePeerOpensAtMostItsShareOfTheWatchStreams) {
   HealthService service({""}, absl::ZeroDuration(), /*max_watchers=*/1024,
                         /*max_watchers_per_peer=*/2);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = StartOnLoopback(service, &port);
   ASSERT_NE(server, nullptr);
   // Two channels: the peer's connections count together.
   std::vector<std::unique_ptr<Health::Stub>> stubs;
   for (int i = 0; i < 2; ++i) {
     grpc::ChannelArguments separate;
     separate.SetInt("optstep.test.channel", i);  // no shared subchannel
-    stubs.push_back(Health::NewStub(grpc::CreateCustomChannel(
-        absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), separate)));
+    stubs.push_back(StubTo(port, separate));
   }
-  const auto watch = [](Health::Stub& stub) {
-    auto call = std::make_unique<WatchCall>();
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
-    call->reader = stub.Watch(&call->context, HealthCheckRequest());
-    return call;
-  };
-  std::unique_ptr<WatchCall> first = watch(*stubs[0]);
-  std::unique_ptr<WatchCall> second = watch(*stubs[1]);
+  std::unique_ptr<WatchCall> first = StartWatch(*stubs[0]);
+  std::unique_ptr<WatchCall> second = StartWatch(*stubs[1]);
   EXPECT_EQ(first->Next(), kNotServing);
   EXPECT_EQ(second->Next(), kNotServing);
-  grpc::Status refused = watch(*stubs[0])->ReadToEnd();
+  grpc::Status refused = StartWatch(*stubs[0])->ReadToEnd();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(),
               HasSubstr("2 Watch streams from ipv4:127.0.0.1 are open on this rank already"));

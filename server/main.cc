@@ -62,6 +62,9 @@ ABSL_FLAG(int64_t, stream_idle_timeout_ms, 60000,
           "Longest a stream may wait on its caller (a message, or the taking of an answer): "
           "Step, PullParameters, InitParameters, state dict and checkpoint progress streams; "
           "0: no bound.");
+ABSL_FLAG(int, max_headerless_step_streams, 64,
+          "Most Step streams one caller (its identity; without authentication, its host) may "
+          "have open on a rank before they send their StepHeader.");
 ABSL_FLAG(int64_t, device_watchdog_ms, 300000,
           "A device task (one slice of a session's device work) running longer than this turns "
           "health NOT_SERVING until it ends; 0: no watchdog.");
@@ -259,6 +262,12 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   }
   options.max_stream_bytes = absl::GetFlag(FLAGS_max_stream_bytes);
   options.stream_idle_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_stream_idle_timeout_ms));
+  options.max_headerless_step_streams = absl::GetFlag(FLAGS_max_headerless_step_streams);
+  if (options.max_headerless_step_streams < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_headerless_step_streams ",
+                                                   options.max_headerless_step_streams,
+                                                   " must be at least 1"));
+  }
   options.device_watchdog = absl::Milliseconds(absl::GetFlag(FLAGS_device_watchdog_ms));
   options.shared_memory = absl::GetFlag(FLAGS_shared_memory);
   options.max_shared_segments = absl::GetFlag(FLAGS_max_shared_segments);

@@ -201,6 +201,7 @@ absl::Status RankProcess::Launch() {
   server_options.stream_window_bytes = options_.stream_window_bytes;
   server_options.step_stream.max_bytes = options_.max_stream_bytes;
   server_options.step_stream.idle_timeout = options_.stream_idle_timeout;
+  server_options.step_stream.max_headerless_per_caller = options_.max_headerless_step_streams;
   server_options.tls = options_.tls;
   std::string peer_token;
   OPTSTEP_RETURN_IF_ERROR(LoadTokens(options_, server_options, peer_token));

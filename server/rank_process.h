@@ -84,6 +84,8 @@ class RankProcess {
     // session's gradient bytes on this rank) and time waiting on the trainer (zero: none).
     int64_t max_stream_bytes = 0;
     absl::Duration stream_idle_timeout = absl::Minutes(1);
+    // --max_headerless_step_streams (StepStreamLimits::max_headerless_per_caller).
+    int max_headerless_step_streams = LiveStepStreams::kDefaultMaxHeaderlessPerCaller;
     // A device task running longer than this turns health NOT_SERVING (zero: no watchdog).
     absl::Duration device_watchdog = absl::Minutes(5);
     // Trainers on this host may share a memory segment with the rank for their steps

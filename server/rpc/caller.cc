@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "base/caller_text.h"
 #include "server/rpc/auth.h"
 
 namespace optstep {
@@ -31,6 +33,13 @@ Caller CallerOf(const grpc::AuthContext* auth) {
 Caller CallerOf(const grpc::ServerContextBase& context) {
   const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   return CallerOf(auth.get());
+}
+
+std::string CallerKey(const Caller& caller, absl::string_view peer) {
+  if (caller.identity != Caller::kAnonymous) {
+    return absl::StrCat("caller '", CallerText(caller.identity), "'");
+  }
+  return absl::StrCat("peer ", CallerText(PeerHost(peer)));
 }
 
 bool MaySee(const Caller& caller, const Session& session) {

@@ -11,8 +11,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "server/engine/engine.h"
 #include "server/engine/session.h"
+#include "server/rpc/peer_host.h"
 
 namespace optstep {
 
@@ -34,6 +36,11 @@ inline Caller RankCaller() { return Caller{"rank", true}; }
 // The caller of a call whose AuthContext is `auth` (null: no authentication at all).
 Caller CallerOf(const grpc::AuthContext* auth);
 Caller CallerOf(const grpc::ServerContextBase& context);
+
+// Whom a bound per caller counts a call of `caller` from `peer` against, as messages name it:
+// "caller 'NAME'" for an authenticated identity; without authentication every caller is the
+// same anonymous one, so its peer host instead ("peer ipv4:10.0.0.7").
+std::string CallerKey(const Caller& caller, absl::string_view peer);
 
 // Whether `caller` may see and use `session`: it owns it, or sees every session.
 bool MaySee(const Caller& caller, const Session& session);

@@ -9,6 +9,7 @@
 #include "base/caller_text.h"
 #include "glog/logging.h"
 #include "server/rpc/owned_write_reactor.h"
+#include "server/rpc/peer_host.h"
 
 namespace optstep {
 
@@ -196,15 +197,6 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
     watchers_.emplace(watcher.get(), Watched{watcher, std::move(peer)});
   }
   return watcher.get();
-}
-
-std::string HealthService::PeerHost(absl::string_view peer) {
-  // The port follows the last ':' of an ipv4 or ipv6 peer; other peers (unix:) have none.
-  if (!absl::StartsWith(peer, "ipv4:") && !absl::StartsWith(peer, "ipv6:")) {
-    return std::string(peer);
-  }
-  const size_t colon = peer.rfind(':');
-  return std::string(colon > 4 ? peer.substr(0, colon) : peer);
 }
 
 HealthService::ServingStatus HealthService::StatusLocked(absl::string_view service) const {

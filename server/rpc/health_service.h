@@ -74,10 +74,6 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
       grpc::CallbackServerContext* context,
       const grpc::health::v1::HealthCheckRequest* request) override;
 
-  // The host part of a gRPC peer ("ipv4:10.0.0.7:51234" -> "ipv4:10.0.0.7", "ipv6:[::1]:5" ->
-  // "ipv6:[::1]"): the connections of one client machine count together.
-  static std::string PeerHost(absl::string_view peer);
-
  private:
   class Watcher;
   struct Watched {

@@ -97,6 +97,7 @@ class Server {
   Server(Engine* engine, RankGroup* group, const ServerOptions& options)
       : engine_(engine),
         tracker_(options.metrics),
+        streams_(options.step_stream.max_headerless_per_caller),
         optimizer_service_(engine, group, options.step_stream, options.max_message_bytes,
                            &streams_),
         checkpoint_service_(engine, group, options.step_stream.idle_timeout),

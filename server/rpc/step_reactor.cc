@@ -51,11 +51,12 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         streams_(streams) {}
 
   void Start(std::shared_ptr<StepReactor> self) {
-    const std::optional<std::string> ended =
-        streams_ != nullptr ? streams_->Add(self) : std::nullopt;
+    const absl::Status added = streams_ != nullptr
+                                   ? streams_->Add(self, CallerKey(caller_, context_->peer()))
+                                   : absl::OkStatus();
     self_ = std::move(self);
     absl::MutexLock lock(&mu_);
-    if (ended) return FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, *ended));
+    if (!added.ok()) return FinishLocked(ToGrpcStatus(added));
     ReadLocked();
     std::weak_ptr<StepReactor> weak = weak_from_this();
     idle_.Start(limits_.idle_timeout, [weak] {
@@ -212,6 +213,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     handle_ = *handle;
     if (served.has_value()) return_ids_ = *std::move(served);
     phase_ = Phase::kReceiving;
+    if (streams_ != nullptr) streams_->Named(this);
     return shared_.has_value() ? AddSharedGradientsLocked() : absl::OkStatus();
   }
 

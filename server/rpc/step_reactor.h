@@ -27,6 +27,9 @@ struct StepStreamLimits {
   // other streams of a session (InitParameters, PullParameters, ExportStateDict, a Save's or
   // Load's progress) have the same bound. Zero or infinite: no bound.
   absl::Duration idle_timeout = absl::Minutes(1);
+  // Streams one caller (CallerKey) may have open before their header (LiveStepStreams):
+  // RESOURCE_EXHAUSTED beyond.
+  int max_headerless_per_caller = LiveStepStreams::kDefaultMaxHeaderlessPerCaller;
 };
 
 // Headers and framing beyond the gradient bytes, in the derived bound of StepStreamLimits.

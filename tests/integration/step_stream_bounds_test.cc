@@ -33,8 +33,8 @@ constexpr int kElements = 1 << 20;  // 4 MiB of fp32 values per chunk
 // A session of one 4 MiB parameter with `trainers` trainers on a rank of its own, and a stub.
 class StepStreamBoundsTest : public testing::Test {
  protected:
-  void StartSession(int trainers) {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(c_, testutil::StartConnected({}));
+  void StartSession(int trainers, std::vector<std::string> flags = {}) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(c_, testutil::StartConnected(std::move(flags)));
     v1::SessionSpec spec;
     spec.set_name("waits");
     auto* p = spec.add_parameters();
@@ -241,6 +241,47 @@ TEST_F(StepStreamCapTest, ATrainerIdOutOfRangeIsRefused) {
   EXPECT_THAT(status.error_message(),
               HasSubstr("trainer_id 3 out of range: session '" + session_ + "' declares 1"));
   for (Call& call : open) call.context.TryCancel();
+}
+
+// Streams that have sent no header name no session, so no session's cap counts them: each caller
+// (without authentication, each host) has at most --max_headerless_step_streams of them open.
+// Before, one caller could open any number, each holding its window and one message.
+TEST_F(StepStreamCapTest, ACallerHasItsBoundOfStreamsBeforeTheirHeader) {
+  ASSERT_NO_FATAL_FAILURE(StartSession(1, {"--max_headerless_step_streams=3"}));
+  struct Call {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream;
+    grpc::Status End() {
+      v1::StepResponse response;
+      while (stream->Read(&response)) {
+      }
+      return stream->Finish();
+    }
+  };
+  const auto open = [this](Call& call) {
+    call.context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    call.stream = stub_->Step(&call.context);
+    absl::SleepFor(absl::Milliseconds(100));  // the rank has started its reactor
+  };
+  std::vector<Call> silent(3);
+  for (Call& call : silent) open(call);
+  Call refused;
+  open(refused);
+  const grpc::Status status = refused.End();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("peer ipv4:127.0.0.1 has 3 Step streams open on this rank that sent no "
+                        "StepHeader yet"));
+  // One sends its header: its place goes to the next stream, which steps.
+  ASSERT_TRUE(silent[0].stream->Write(Header()));
+  absl::SleepFor(absl::Milliseconds(300));
+  Call next;
+  open(next);
+  ASSERT_TRUE(next.stream->Write(Header()));
+  absl::SleepFor(absl::Milliseconds(300));
+  next.context.TryCancel();
+  EXPECT_EQ(next.End().error_code(), grpc::StatusCode::CANCELLED) << "it was not refused";
+  for (Call& call : silent) call.context.TryCancel();
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "server/rpc/peer_host.h"
 
 namespace optstep {
 namespace {
@@ -270,11 +271,11 @@ TEST(HealthServiceBoundTest, OnePeerOpensAtMostItsShareOfTheWatchStreams) {
 }
 
 TEST(HealthServiceBoundTest, ThePeerHostIsThePeerWithoutItsPort) {
-  EXPECT_EQ(HealthService::PeerHost("ipv4:10.0.0.7:51234"), "ipv4:10.0.0.7");
-  EXPECT_EQ(HealthService::PeerHost("ipv6:[::1]:5"), "ipv6:[::1]");
-  EXPECT_EQ(HealthService::PeerHost("ipv6:%5B::1%5D:5"), "ipv6:%5B::1%5D");
-  EXPECT_EQ(HealthService::PeerHost("unix:/tmp/socket"), "unix:/tmp/socket");
-  EXPECT_EQ(HealthService::PeerHost("ipv4:"), "ipv4:");
+  EXPECT_EQ(PeerHost("ipv4:10.0.0.7:51234"), "ipv4:10.0.0.7");
+  EXPECT_EQ(PeerHost("ipv6:[::1]:5"), "ipv6:[::1]");
+  EXPECT_EQ(PeerHost("ipv6:%5B::1%5D:5"), "ipv6:%5B::1%5D");
+  EXPECT_EQ(PeerHost("unix:/tmp/socket"), "unix:/tmp/socket");
+  EXPECT_EQ(PeerHost("ipv4:"), "ipv4:");
 }
 
 TEST_F(HealthServiceTest, CheckNamesAnUnknownServiceEscapedAndCut) {

@@ -7,13 +7,15 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace optstep {
 namespace {
 
+using ::optstep::testutil::IsOk;
+using ::optstep::testutil::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
-using ::testing::Optional;
 
 // Records why it was ended; removes itself from the registry on its end, as a Step stream does
 // in OnDone.
@@ -32,10 +34,11 @@ class RecordingStream final : public LiveStepStreams::Stream {
   LiveStepStreams* const streams_;
 };
 
-// A new stream of `streams`, added to it.
-std::shared_ptr<RecordingStream> AddedTo(LiveStepStreams& streams) {
+// A new stream of `caller`, added to `streams`.
+std::shared_ptr<RecordingStream> AddedTo(LiveStepStreams& streams,
+                                         const std::string& caller = "peer ipv4:10.0.0.7") {
   auto stream = std::make_shared<RecordingStream>(&streams);
-  streams.Add(stream);
+  EXPECT_THAT(streams.Add(stream, caller), IsOk());
   return stream;
 }
 
@@ -64,10 +67,11 @@ TEST(LiveStepStreamsTest, CountsOnlyTheStreamsItEnded) {
 TEST(LiveStepStreamsTest, RefusesStreamsOpenedAfterTheEnd) {
   LiveStepStreams streams;
   auto early = std::make_shared<RecordingStream>(&streams);
-  EXPECT_EQ(streams.Add(early), std::nullopt);
+  EXPECT_THAT(streams.Add(early, "caller 'a'"), IsOk());
   streams.EndAll("shutting down");
   auto late = std::make_shared<RecordingStream>(&streams);
-  EXPECT_THAT(streams.Add(late), Optional(std::string("shutting down")));
+  EXPECT_THAT(streams.Add(late, "caller 'a'"),
+              StatusIs(absl::StatusCode::kUnavailable, "shutting down"));
   EXPECT_EQ(streams.EndAll("again"), 0);
   EXPECT_THAT(late->ended, IsEmpty());
 }
@@ -76,11 +80,41 @@ TEST(LiveStepStreamsTest, SkipsRemovedAndDestroyedStreams) {
   LiveStepStreams streams;
   auto removed = AddedTo(streams);
   auto open = AddedTo(streams);
-  streams.Add(std::make_shared<RecordingStream>(&streams));  // gone before its Remove
+  AddedTo(streams);  // gone before its Remove
   streams.Remove(removed.get());
   EXPECT_EQ(streams.EndAll("shutting down"), 1);
   EXPECT_THAT(removed->ended, IsEmpty());
   EXPECT_THAT(open->ended, ElementsAre("shutting down"));
+}
+
+// Streams that sent no header name no session: each caller has at most the bound of them open.
+// Before, one caller could open any number, each holding its window and one message.
+TEST(LiveStepStreamsTest, ACallerHasAtMostItsBoundOfStreamsWithoutAHeader) {
+  LiveStepStreams streams(/*max_headerless_per_caller=*/2);
+  auto first = AddedTo(streams, "peer ipv4:10.0.0.7");
+  auto second = AddedTo(streams, "peer ipv4:10.0.0.7");
+  auto refused = std::make_shared<RecordingStream>(&streams);
+  EXPECT_THAT(streams.Add(refused, "peer ipv4:10.0.0.7"),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "step stream: peer ipv4:10.0.0.7 has 2 Step streams open on this rank "
+                       "that sent no StepHeader yet, the most one caller may"));
+  EXPECT_EQ(streams.headerless("peer ipv4:10.0.0.7"), 2);
+  // Another caller has a bound of its own.
+  auto other = AddedTo(streams, "caller 'bob'");
+  // A stream that sent its header counts no more, and stays open (a shutdown ends it).
+  streams.Named(first.get());
+  streams.Named(first.get());  // once only
+  EXPECT_EQ(streams.headerless("peer ipv4:10.0.0.7"), 1);
+  auto third = AddedTo(streams, "peer ipv4:10.0.0.7");
+  // A stream that ends before its header gives its place back.
+  streams.Remove(second.get());
+  streams.Remove(third.get());
+  EXPECT_EQ(streams.headerless("peer ipv4:10.0.0.7"), 0);
+  streams.Remove(first.get());  // named: nothing more to count
+  EXPECT_EQ(streams.headerless("peer ipv4:10.0.0.7"), 0);
+  EXPECT_EQ(streams.headerless("caller 'bob'"), 1);
+  EXPECT_EQ(streams.EndAll("shutting down"), 1);
+  EXPECT_THAT(other->ended, ElementsAre("shutting down"));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -52,6 +53,8 @@ class CheckpointSaveTest : public ::testing::Test {
     engine_ = *std::move(engine);
     RankGroupOptions group_options;
     group_options.checkpoint_root = root_;
+    group_options.hold_lease = HoldLease();
+    group_options.settle_timeout = std::min(group_options.settle_timeout, HoldLease());
     group_ = std::make_unique<RankGroup>(group_options, engine_.get());
     ServerOptions server_options;
     server_options.host = "127.0.0.1";
@@ -75,6 +78,10 @@ class CheckpointSaveTest : public ::testing::Test {
     ASSERT_TRUE(created.ok()) << created.error_message();
     session_ = response.summary().session_id();
   }
+
+  // RankGroupOptions::hold_lease, and the most settle_timeout may be (a settled hold's lease runs
+  // from the settle's deadline).
+  virtual absl::Duration HoldLease() const { return absl::Seconds(30); }
 
   grpc::Status CloseSession() {
     v1::CloseSessionRequest request;
@@ -144,6 +151,23 @@ TEST_F(CheckpointSaveTest, AFailedSaveLeavesNothingInTheRoot) {
   grpc::Status saved = Save("s1");
   EXPECT_TRUE(saved.ok()) << saved.error_message();
   EXPECT_THAT(DirectoryEntries(root_), ElementsAre("s1"));
+}
+
+// A hold's lease (and a settle's deadline) far shorter than a save takes.
+class ShortLeaseSaveTest : public CheckpointSaveTest {
+ protected:
+  absl::Duration HoldLease() const override { return absl::Milliseconds(200); }
+};
+
+// Rank 0 renews the hold on every rank while the operation runs (every third of the lease), so
+// that a save slower than the lease still commits: it checks the hold is still its own first.
+TEST_F(ShortLeaseSaveTest, ASaveLongerThanTheHoldsLeaseCommits) {
+  const int64_t next = device_->faults().calls("CopyToHost") + 1;
+  device_->faults().DelayCalls("CopyToHost", next, next + 1, absl::Milliseconds(600));
+  const grpc::Status saved = Save("slow");
+  EXPECT_TRUE(saved.ok()) << saved.error_message();
+  EXPECT_GE(device_->faults().calls("CopyToHost"), next + 1) << "the save copied no tensor";
+  EXPECT_THAT(DirectoryEntries(root_), ElementsAre("slow"));
 }
 
 TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {

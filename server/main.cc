@@ -63,8 +63,8 @@ ABSL_FLAG(int64_t, stream_idle_timeout_ms, 60000,
           "Step, PullParameters, InitParameters, state dict and checkpoint progress streams; "
           "0: no bound.");
 ABSL_FLAG(int, max_headerless_step_streams, 64,
-          "Most Step streams one caller (its identity; without authentication, its host) may "
-          "have open on a rank before they send their StepHeader.");
+          "Most Step streams one caller (its identity on one host; without authentication, its "
+          "host) may have open on a rank before they send their StepHeader.");
 ABSL_FLAG(int64_t, device_watchdog_ms, 300000,
           "A device task (one slice of a session's device work) running longer than this turns "
           "health NOT_SERVING until it ends; 0: no watchdog.");

@@ -173,10 +173,10 @@ OwnerHoldings Engine::HoldingsOf(const std::string& owner) const {
   for (const auto& [id, session] : sessions_) {
     if (session->config().owner != owner) continue;
     ++held.sessions;
-    held.bytes += shared_segments_.bytes(id);  // its trainers' shared memory counts too
     held.segments += shared_segments_.count(id);
   }
-  held.bytes += admission_->budget().HeldBy(owner);
+  // Its sessions, the snapshots their streams hold and their trainers' shared memory.
+  held.bytes = admission_->budget().HeldBy(owner);
   return held;
 }
 
@@ -380,9 +380,9 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
           " of session '", session.id(), "' steps through its stream"));
     }
   }
-  OPTSTEP_ASSIGN_OR_RETURN(
-      std::shared_ptr<const SharedSegment> segment,
-      shared_segments_.Attach(session.id(), trainer, config.params, session.layout()));
+  OPTSTEP_ASSIGN_OR_RETURN(std::shared_ptr<const SharedSegment> segment,
+                           shared_segments_.Attach(session.id(), trainer, config.params,
+                                                   session.layout(), config.owner));
   // Closed meanwhile (CloseSession unregisters a session, then drops its segments): this one
   // came after that drop, and would keep its bytes and descriptor until the process ends.
   bool open = false;

@@ -91,7 +91,7 @@ class MemoryBudget {
   // Reserves `bytes` when they fit beside what is admitted; otherwise RESOURCE_EXHAUSTED:
   // "<asker> needs N bytes on rank R (<detail>), more than the rank's budget of B bytes has free"
   // (not how many: that would tell a tenant what the others hold). An
-  // `owner` (a session's owner, the anonymous one "" too) has the bytes counted as its own
+  // `owner` (a session's owner, the empty name too) has the bytes counted as its own
   // (HeldBy) until they are released.
   absl::StatusOr<Reservation> TryReserve(int64_t bytes, absl::string_view asker,
                                          absl::string_view detail,

@@ -32,7 +32,7 @@ uint64_t RandomId() {
 
 absl::StatusOr<std::shared_ptr<const SharedSegment>> SharedSegments::Attach(
     const std::string& session_id, int trainer, const std::vector<ParamInfo>& params,
-    const Layout& layout) {
+    const Layout& layout, std::optional<absl::string_view> owner) {
   {
     // The trainer's last segment goes first: its bytes come back once no step maps it.
     std::shared_ptr<const SharedSegment> last;
@@ -60,7 +60,8 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> SharedSegments::Attach(
       segment->reservation,
       budget_->TryReserve(bytes, absl::StrCat("shared memory of trainer ", trainer),
                           absl::StrCat("session '", session_id, "': the gradients and values of ",
-                                       segment->params.size(), " parameters")));
+                                       segment->params.size(), " parameters"),
+                          owner));
   OPTSTEP_ASSIGN_OR_RETURN(
       segment->memory,
       SharedMemory::Create(static_cast<size_t>(bytes),

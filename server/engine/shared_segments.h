@@ -12,12 +12,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "base/shared_memory.h"
 #include "checkpoint/layout.h"
@@ -64,13 +66,13 @@ class SharedSegments {
   SharedSegments& operator=(const SharedSegments&) = delete;
 
   // A new segment for `trainer` of session `session_id` (`params` and `layout` its definition,
-  // `rank` this rank), replacing the trainer's last one. RESOURCE_EXHAUSTED when it does not fit
+  // `rank` this rank), replacing the trainer's last one; its bytes are reserved as the session's
+  // `owner`'s (MemoryBudget::HeldBy). RESOURCE_EXHAUSTED when it does not fit
   // the budget (naming the session and the bytes), or the rank holds `max_segments` already, or
   // as SharedMemory::Create.
-  absl::StatusOr<std::shared_ptr<const SharedSegment>> Attach(const std::string& session_id,
-                                                              int trainer,
-                                                              const std::vector<ParamInfo>& params,
-                                                              const Layout& layout);
+  absl::StatusOr<std::shared_ptr<const SharedSegment>> Attach(
+      const std::string& session_id, int trainer, const std::vector<ParamInfo>& params,
+      const Layout& layout, std::optional<absl::string_view> owner = std::nullopt);
   // Segment `id` if it is the current one of `session_id`'s `trainer`; NOT_FOUND naming the id,
   // the session and the trainer otherwise (a replaced one, one of another session or trainer).
   absl::StatusOr<std::shared_ptr<const SharedSegment>> Find(const std::string& session_id,

@@ -36,10 +36,9 @@ Caller CallerOf(const grpc::ServerContextBase& context) {
 }
 
 std::string CallerKey(const Caller& caller, absl::string_view peer) {
-  if (caller.identity != Caller::kAnonymous) {
-    return absl::StrCat("caller '", CallerText(caller.identity), "'");
-  }
-  return absl::StrCat("peer ", CallerText(PeerHost(peer)));
+  const std::string host = CallerText(PeerHost(peer));
+  if (caller.identity == Caller::kAnonymous) return absl::StrCat("peer ", host);
+  return absl::StrCat("caller '", CallerText(caller.identity), "' at ", host);
 }
 
 bool MaySee(const Caller& caller, const Session& session) {

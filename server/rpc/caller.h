@@ -38,8 +38,9 @@ Caller CallerOf(const grpc::AuthContext* auth);
 Caller CallerOf(const grpc::ServerContextBase& context);
 
 // Whom a bound per caller counts a call of `caller` from `peer` against, as messages name it:
-// "caller 'NAME'" for an authenticated identity; without authentication every caller is the
-// same anonymous one, so its peer host instead ("peer ipv4:10.0.0.7").
+// the identity on one host, "caller 'NAME' at ipv4:10.0.0.7" (a job's trainers often share one
+// identity, on many hosts); without authentication, where every caller is the same anonymous
+// one, the host alone, "peer ipv4:10.0.0.7".
 std::string CallerKey(const Caller& caller, absl::string_view peer);
 
 // Whether `caller` may see and use `session`: it owns it, or sees every session.

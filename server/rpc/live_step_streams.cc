@@ -10,14 +10,15 @@ namespace optstep {
 absl::Status LiveStepStreams::Add(const std::shared_ptr<Stream>& stream, std::string caller) {
   absl::MutexLock lock(&mu_);
   if (ended_) return absl::UnavailableError(*ended_);
-  int& headerless = headerless_[caller];
+  auto counted = headerless_.find(caller);
+  const int headerless = counted == headerless_.end() ? 0 : counted->second;
   if (headerless >= max_headerless_per_caller_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "step stream: ", caller, " has ", headerless,
         " Step streams open on this rank that sent no StepHeader yet, the most one caller may "
         "(--max_headerless_step_streams); send the header first"));
   }
-  ++headerless;
+  ++headerless_[caller];
   open_.insert_or_assign(stream.get(), Open{stream, std::move(caller)});
   return absl::OkStatus();
 }

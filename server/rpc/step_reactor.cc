@@ -57,6 +57,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     self_ = std::move(self);
     absl::MutexLock lock(&mu_);
     if (!added.ok()) return FinishLocked(ToGrpcStatus(added));
+    if (finished_) return;  // a shutdown ended it as soon as it was added
     ReadLocked();
     std::weak_ptr<StepReactor> weak = weak_from_this();
     idle_.Start(limits_.idle_timeout, [weak] {

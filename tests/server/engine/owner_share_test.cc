@@ -66,10 +66,9 @@ TEST(OwnerShareTest, AnOwnerHoldsAtMostItsSessionsAndOthersStillCreate) {
 
 class OwnerShareOfTheBudgetTest : public testing::TestWithParam<std::string> {};
 
-// The anonymous owner (every caller without authentication) has one share too; before, its
-// sessions' bytes were not counted as any owner's, and it could fill the rank.
-INSTANTIATE_TEST_SUITE_P(NamedAndAnonymous, OwnerShareOfTheBudgetTest,
-                         testing::Values("mallory", ""));
+// The engine's empty owner name has one share like any owner (over RPC, a caller without
+// authentication is the owner "anonymous"); before, the ledger left its bytes out.
+INSTANTIATE_TEST_SUITE_P(NamedAndEmpty, OwnerShareOfTheBudgetTest, testing::Values("mallory", ""));
 
 TEST_P(OwnerShareOfTheBudgetTest, AnOwnerTakesAtMostItsShareOfTheBudget) {
   const std::string& owner = GetParam();

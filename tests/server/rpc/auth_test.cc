@@ -320,14 +320,19 @@ TEST(CallerTest, WithoutAuthenticationEveryoneIsAnonymousAndSeesAll) {
   }
 }
 
-// A bound per caller counts an authenticated caller by its identity, wherever it calls from, and
-// anonymous callers (one identity for all) by their host.
-TEST(CallerTest, TheKeyOfABoundIsTheIdentityOrTheAnonymousCallersHost) {
-  EXPECT_EQ(CallerKey(Caller{"alice", false}, "ipv4:10.0.0.7:51234"), "caller 'alice'");
-  EXPECT_EQ(CallerKey(Caller{"alice", false}, "ipv4:10.0.0.8:7"), "caller 'alice'");
+// A bound per caller counts an authenticated caller by its identity on each host (a job's
+// trainers share one identity on many hosts), and anonymous callers (one identity for all) by
+// their host.
+TEST(CallerTest, TheKeyOfABoundIsTheIdentityOnAHostOrTheAnonymousCallersHost) {
+  EXPECT_EQ(CallerKey(Caller{"alice", false}, "ipv4:10.0.0.7:51234"),
+            "caller 'alice' at ipv4:10.0.0.7");
+  EXPECT_EQ(CallerKey(Caller{"alice", false}, "ipv4:10.0.0.7:7"),
+            "caller 'alice' at ipv4:10.0.0.7");
+  EXPECT_EQ(CallerKey(Caller{"alice", false}, "ipv4:10.0.0.8:7"),
+            "caller 'alice' at ipv4:10.0.0.8");
   EXPECT_EQ(CallerKey(Caller{Caller::kAnonymous, true}, "ipv4:10.0.0.7:51234"),
             "peer ipv4:10.0.0.7");
-  EXPECT_EQ(CallerKey(Caller{"line\nbreak", false}, ""), "caller 'line\\nbreak'");
+  EXPECT_EQ(CallerKey(Caller{"line\nbreak", false}, "unix:"), "caller 'line\\nbreak' at unix:");
 }
 
 }  // namespace

@@ -82,6 +82,13 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         }
         return;
       }
+      if (phase_ == Phase::kWaiting) {
+        // The sentinel read after the commit took a message: nothing may follow a StepCommit.
+        return FinishLocked(
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat("step stream: a message after the StepCommit of step ",
+                                      handle_.step, " (one step per stream); the commit stands")));
+      }
       absl::Status bounded = CountBytesLocked(request_.Length());
       if (!bounded.ok()) return FinishLocked(ToGrpcStatus(bounded));
       absl::Status decoded = DecodeStepRequest(request_, view_);
@@ -99,6 +106,11 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
             absl::InvalidArgumentError("step stream: StepCommit before the StepHeader")));
       }
       phase_ = Phase::kWaiting;
+      // A sentinel read while the step waits (no idle bound: the wait is the other trainers'):
+      // a trainer that sends on after its commit is ended at its first message, rather than
+      // made to fill the stream's window, unread, for as long as the step waits.
+      request_.Clear();
+      StartRead(&request_);
       session = session_;
       handle = handle_;
       num_elements = view_.commit.num_elements();

@@ -1,8 +1,9 @@
-// What Step streams can make a rank hold. A stream the rank no longer reads: a trainer that
-// committed its part of a step, which waits for the step's other trainer, and goes on sending. Each
-// write completes only once the rank's HTTP/2 window for the stream takes it, so the bytes of the
-// writes that complete are what the rank buffers for the stream: its window (--stream_window_bytes,
-// 16 MiB). Before, the window was 256 MiB, and 64 writes of 4 MiB completed.
+// What Step streams can make a rank hold. A trainer that committed its part of a step, which
+// waits for the step's other trainer, and goes on sending: the rank ends the stream at its first
+// message after the commit. Each write completes only once the rank's HTTP/2 window for the stream
+// takes it, so the bytes of the writes that complete bound what the rank buffered for the stream.
+// Before, the rank read nothing after the commit, and the stream held its window (16 MiB; 256 MiB
+// before that, when 64 writes of 4 MiB completed) for as long as the step waited.
 
 #include <grpcpp/grpcpp.h>
 
@@ -63,15 +64,16 @@ class StepStreamBoundsTest : public testing::Test {
   std::unique_ptr<v1::OptimizerService::Stub> stub_;
 };
 
-TEST_F(StepStreamBoundsTest, AStreamNotReadHoldsAtMostItsWindow) {
+TEST_F(StepStreamBoundsTest, AMessageAfterTheCommitEndsTheStream) {
   ASSERT_NO_FATAL_FAILURE(StartSession(2));
   grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   auto stream = stub_->Step(&context);
   ASSERT_TRUE(stream->Write(Header()));
   v1::StepRequest request;
   request.mutable_commit()->set_num_elements(0);
   ASSERT_TRUE(stream->Write(request));
-  // The step waits for trainer 1; the rank reads nothing more of this stream.
+  // The step waits for trainer 1, and the trainer sends on.
   request.Clear();
   v1::TensorChunk* gradient = request.mutable_gradient();
   gradient->set_param_id(0);
@@ -81,15 +83,20 @@ TEST_F(StepStreamBoundsTest, AStreamNotReadHoldsAtMostItsWindow) {
   std::thread writer([&] {
     while (stream->Write(request)) ++written;
   });
-  // A window of 256 MiB fills within a second on loopback; a write beyond the window never
-  // completes, however long the test waits.
-  absl::SleepFor(absl::Seconds(3));
-  const int taken = written.load();
-  context.TryCancel();
+  // The rank ends the stream at once: the writer's writes fail from then on. (Before, a write
+  // beyond the window never completed, and the stream ended at its deadline.)
   writer.join();
-  // The window, and the message the transport is parsing.
-  EXPECT_LE(taken, 5) << "the rank took " << taken * 4 << " MiB of a stream it does not read";
-  EXPECT_GE(taken, 1);
+  const int taken = written.load();
+  v1::StepResponse response;
+  while (stream->Read(&response)) {
+  }
+  const grpc::Status ended = stream->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << ended.error_message();
+  EXPECT_THAT(ended.error_message(),
+              HasSubstr("a message after the StepCommit of step 1 (one step per stream); the "
+                        "commit stands"));
+  // The message the rank read, and what the transport took meanwhile.
+  EXPECT_LE(taken, 5) << "the rank took " << taken * 4 << " MiB of a stream after its commit";
 }
 
 // Step streams that trainers open and leave open, each of which the rank may hold up to its

@@ -86,4 +86,15 @@ absl::Status CheckOwnerShare(absl::string_view owner, absl::string_view asker, i
       limits.memory_share, " of the rank's budget of ", budget, ")"));
 }
 
+absl::StatusOr<MemoryBudget::Reservation> ReserveAsOwner(MemoryBudget& budget, int64_t bytes,
+                                                         absl::string_view asker,
+                                                         absl::string_view detail,
+                                                         absl::string_view owner,
+                                                         double memory_share, int rank) {
+  OPTSTEP_RETURN_IF_ERROR(CheckOwnerShare(owner, asker, bytes,
+                                          OwnerHoldings{0, budget.HeldBy(owner)},
+                                          OwnerLimits{0, memory_share}, budget.budget(), rank));
+  return budget.TryReserve(bytes, asker, detail, owner);
+}
+
 }  // namespace optstep

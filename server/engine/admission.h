@@ -79,6 +79,16 @@ absl::Status CheckOwnerShare(absl::string_view owner, absl::string_view asker, i
                              const OwnerHoldings& held, const OwnerLimits& limits, int64_t budget,
                              int rank);
 
+// Reserves `bytes` of `budget` (rank `rank`'s) as `owner`'s (MemoryBudget::TryReserve, `asker`
+// and `detail` naming them) once CheckOwnerShare finds them within the owner's `memory_share` of
+// the budget beside what the owner holds there already: its sessions, the snapshots their streams
+// hold, their trainers' shared memory and what their streams stage.
+absl::StatusOr<MemoryBudget::Reservation> ReserveAsOwner(MemoryBudget& budget, int64_t bytes,
+                                                         absl::string_view asker,
+                                                         absl::string_view detail,
+                                                         absl::string_view owner,
+                                                         double memory_share, int rank);
+
 }  // namespace optstep
 
 #endif  // OPTSTEP_SERVER_ENGINE_ADMISSION_H_

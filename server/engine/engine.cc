@@ -215,13 +215,9 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::BuildSession(const std::string&
       [budget = admission_->budget().Alias(), share = options_.owner_memory_share, id,
        owner = config.owner,
        rank = options_.rank](int64_t bytes) -> absl::StatusOr<MemoryBudget::Reservation> {
-    const std::string asker = absl::StrCat("a snapshot held for streams of session '", id, "'");
-    // The owner's share holds them too, beside its sessions' bytes.
-    OPTSTEP_RETURN_IF_ERROR(CheckOwnerShare(owner, asker, bytes,
-                                            OwnerHoldings{0, budget->HeldBy(owner)},
-                                            OwnerLimits{0, share}, budget->budget(), rank));
-    return budget->TryReserve(bytes, "a snapshot held for streams",
-                              absl::StrCat("session '", id, "'"), owner);
+    return ReserveAsOwner(*budget, bytes,
+                          absl::StrCat("a snapshot held for streams of session '", id, "'"),
+                          "the parameters of an earlier step", owner, share, rank);
   };
   session_options.config = std::move(config);
   if (options_.make_communicator) {
@@ -338,6 +334,14 @@ std::vector<std::shared_ptr<Session>> Engine::ListSessions() const {
   std::vector<std::shared_ptr<Session>> sessions;
   for (const auto& entry : sessions_) sessions.push_back(entry.second);
   return sessions;
+}
+
+absl::StatusOr<MemoryBudget::Reservation> Engine::ReserveMemory(int64_t bytes,
+                                                                absl::string_view asker,
+                                                                absl::string_view detail,
+                                                                absl::string_view owner) {
+  return ReserveAsOwner(admission_->budget(), bytes, asker, detail, owner,
+                        options_.owner_memory_share, options_.rank);
 }
 
 absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(

@@ -130,11 +130,11 @@ class Engine {
   // The rank's memory budget and what it has admitted.
   const MemoryBudget& memory_budget() const { return admission_->budget(); }
   // Takes `bytes` of the rank's budget for something other than a session's footprint (what an
-  // export or a further trainer's InitParameters stream stages), as MemoryBudget::TryReserve.
+  // export or a further trainer's InitParameters stream stages) as `owner`'s: within its share
+  // (CheckOwnerShare), then as MemoryBudget::TryReserve.
   absl::StatusOr<MemoryBudget::Reservation> ReserveMemory(int64_t bytes, absl::string_view asker,
-                                                          absl::string_view detail) {
-    return admission_->budget().TryReserve(bytes, asker, detail);
-  }
+                                                          absl::string_view detail,
+                                                          absl::string_view owner);
 
   // A new shared memory segment for `trainer` of `session` (shared_segments.h).
   // FAILED_PRECONDITION when options().shared_memory is off or the session's gradients are

@@ -241,7 +241,8 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
                                 copy_bytes, "ExportStateDict",
                                 absl::StrCat("session '", (*session)->id(),
                                              "': a copy of its state, held until the stream is "
-                                             "read"))
+                                             "read"),
+                                (*session)->config().owner)
                           : MemoryBudget::Reservation();
               if (!reserved.ok()) return deliver(reserved.status());
               absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);

@@ -318,7 +318,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
         engine_->ReserveMemory(block, What(),
                                absl::StrCat("session '", session_->id(),
                                             "': values staged until the stream's final message; "
-                                            "nothing was written")));
+                                            "nothing was written"),
+                               session_->config().owner));
     reserved_bytes_ += block;
     reservations_.push_back(std::move(reserved));
     return absl::OkStatus();

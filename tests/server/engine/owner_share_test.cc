@@ -97,6 +97,31 @@ TEST_P(OwnerShareOfTheBudgetTest, AnOwnerTakesAtMostItsShareOfTheBudget) {
   ASSERT_THAT(engine->CreateSession(Of("alice", "b")).status(), IsOk());
 }
 
+// What a session's streams stage or hold apart from its footprint (an InitParameters stream of a
+// further trainer, an export beyond the first ones) is its owner's too. Before, it was taken from
+// the rank's budget as no one's, and one owner's streams could fill the rank past its share.
+TEST(OwnerShareTest, MemoryAStreamReservesIsItsOwnersWithinItsShare) {
+  auto probe = EngineWith(0, 1.0, int64_t{1} << 30);
+  ASSERT_NE(probe, nullptr);
+  ASSERT_THAT(probe->CreateSession(Of("probe", "one")).status(), IsOk());
+  const int64_t one = probe->memory_budget().admitted();
+  auto engine = EngineWith(0, 0.25, 10 * one);  // 2.5 sessions' worth per owner
+  ASSERT_NE(engine, nullptr);
+  ASSERT_THAT(engine->CreateSession(Of("mallory", "a")).status(), IsOk());
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(MemoryBudget::Reservation staged,
+                               engine->ReserveMemory(one, "InitParameters", "staged", "mallory"));
+  EXPECT_EQ(engine->memory_budget().HeldBy("mallory"), 2 * one);
+  EXPECT_THAT(
+      engine->ReserveMemory(one, "ExportStateDict", "a copy", "mallory").status(),
+      StatusIs(absl::StatusCode::kResourceExhausted, absl::StrCat("ExportStateDict needs ", one,
+                                                                  " bytes on rank 0; the sessions "
+                                                                  "of owner 'mallory' hold ",
+                                                                  2 * one)));
+  EXPECT_THAT(engine->ReserveMemory(one, "ExportStateDict", "a copy", "alice").status(), IsOk());
+  staged.Release();
+  EXPECT_THAT(engine->ReserveMemory(one, "ExportStateDict", "a copy", "mallory").status(), IsOk());
+}
+
 // A session closed while a call still holds it (a stream its tenant keeps open) keeps its bytes
 // until it is destroyed: they count against the rank's budget and its owner's share until then.
 // Before, the close gave them back at once, and a tenant that closed and created sessions while

@@ -73,11 +73,12 @@ using CheckpointRun = std::function<absl::StatusOr<uint64_t>(
     const CheckpointProgressCallback& progress)>;
 
 // Save and Load (`what`): the group's operation on a thread of its own (it blocks on other ranks
-// and on files), its progress streamed to the caller of `context`.
+// and on files), its progress streamed to the caller of `context`. The call's request holds
+// `request_bytes` (and this its session id and name again) while it waits its turn.
 grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(
     grpc::CallbackServerContext* context, absl::Duration idle_timeout, const char* what,
     Engine* engine, HeldOperations* held, const std::string& session_id, const std::string& name,
-    CheckpointRun run) {
+    int64_t request_bytes, CheckpointRun run) {
   auto reactor = std::make_shared<ProgressReactor>();
   ProgressReactor* raw = reactor.get();
   raw->Start(reactor, context, idle_timeout, what);
@@ -85,6 +86,8 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(
   absl::Status queued = ProcessCallerCalls().Run(
       caller.identity, what,
       [engine, held, caller, session_id, name, run = std::move(run), reactor] {
+        // Cancelled while it waited its turn (the caller gave up): nothing is done for nobody.
+        if (reactor->finished()) return;
         absl::StatusOr<std::shared_ptr<Session>> session = FindSession(*engine, caller, session_id);
         if (!session.ok()) return reactor->Done(session.status());
         const uint64_t step = (*session)->stats().step;
@@ -96,7 +99,8 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* RunCheckpoint(
             });
         if (done.ok()) reactor->Report(last, *done);  // the step saved or restored
         reactor->Done(done.status());
-      });
+      },
+      request_bytes);
   if (!queued.ok()) reactor->Done(queued);
   return raw;
 }
@@ -187,6 +191,7 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Save(
     grpc::CallbackServerContext* context, const v1::SaveRequest* request) {
   return RunCheckpoint(context, stream_idle_timeout_, "Save", engine_, &held_,
                        request->session_id(), request->name(),
+                       2 * static_cast<int64_t>(request->SpaceUsedLong()),
                        [](HeldOperations& held, Session& session, const std::string& name,
                           const CheckpointProgressCallback& progress) {
                          return held.SaveCheckpoint(session, name, progress);
@@ -197,6 +202,7 @@ grpc::ServerWriteReactor<v1::CheckpointProgress>* CheckpointServiceImpl::Load(
     grpc::CallbackServerContext* context, const v1::LoadRequest* request) {
   return RunCheckpoint(context, stream_idle_timeout_, "Load", engine_, &held_,
                        request->session_id(), request->name(),
+                       2 * static_cast<int64_t>(request->SpaceUsedLong()),
                        [](HeldOperations& held, Session& session, const std::string& name,
                           const CheckpointProgressCallback& progress) {
                          return held.LoadCheckpoint(session, name, progress);
@@ -207,10 +213,13 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
     grpc::CallbackServerContext* context, const v1::ExportStateDictRequest* request) {
   return NewStateStreamReactor(
       context, stream_idle_timeout_, "ExportStateDict",
-      [engine = engine_, held = &held_, caller = CallerOf(*context),
-       request = *request](std::function<void(absl::StatusOr<StreamedState>)> deliver) {
+      [engine = engine_, held = &held_, caller = CallerOf(*context), request = *request](
+          std::function<void(absl::StatusOr<StreamedState>)> deliver, std::function<bool()> ended) {
         absl::Status queued = ProcessCallerCalls().Run(
-            caller.identity, "ExportStateDict", [engine, held, caller, request, deliver] {
+            caller.identity, "ExportStateDict",
+            [engine, held, caller, request, deliver, ended] {
+              // Cancelled while it waited its turn: no copy of the state for nobody.
+              if (ended()) return;
               absl::StatusOr<std::shared_ptr<Session>> session =
                   FindSession(*engine, caller, request.session_id());
               if (!session.ok()) return deliver(session.status());
@@ -260,7 +269,9 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
                                                 std::move(slot), *std::move(reserved)});
               }
               deliver(std::move(state));
-            });
+            },
+            // While it waits, the call's request and this copy of it.
+            2 * static_cast<int64_t>(request.SpaceUsedLong()));
         if (!queued.ok()) deliver(queued);
       });
 }

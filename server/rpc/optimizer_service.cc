@@ -94,12 +94,20 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CloseSession(grpc::CallbackServe
                                                              v1::CloseSessionResponse*) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const Caller caller = CallerOf(*context);
-  absl::Status queued =
-      ProcessCallerCalls().Run(caller.identity, "CloseSession", [this, caller, request, reactor] {
+  absl::Status queued = ProcessCallerCalls().Run(
+      caller.identity, "CloseSession",
+      [this, caller, context, request, reactor] {
+        // Cancelled while it waited its turn: the caller was told nothing was done.
+        if (context->IsCancelled()) {
+          reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                                       "CloseSession: cancelled while it waited its turn"));
+          return;
+        }
         absl::Status status = FindSession(*engine_, caller, request->session_id()).status();
         if (status.ok()) status = group_->CloseSession(request->session_id());
         reactor->Finish(ToGrpcStatus(status));
-      });
+      },
+      static_cast<int64_t>(request->SpaceUsedLong()));
   if (!queued.ok()) reactor->Finish(ToGrpcStatus(queued));
   return reactor;
 }

@@ -41,6 +41,12 @@ class OwnedWriteReactor : public grpc::ServerWriteReactor<Response>,
     Released();
     self_.reset();
   }
+  // Whether the stream ended: cancelled (by its caller, or for not taking a write), or finished
+  // with its answer.
+  bool finished() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return finished_;
+  }
 
  protected:
   // Keeps the reactor alive until OnDone, and bounds by `idle_timeout` the wait for the caller of

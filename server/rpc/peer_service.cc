@@ -231,8 +231,9 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::ExportHeldState(
   // Between ranks: the calling rank bounds its own wait (StallWatch).
   return NewStateStreamReactor(
       nullptr, absl::ZeroDuration(), "ExportHeldState",
-      [engine = engine_,
-       request = *request](std::function<void(absl::StatusOr<StreamedState>)> deliver) {
+      [engine = engine_, request = *request](
+          std::function<void(absl::StatusOr<StreamedState>)> deliver,
+          std::function<bool()> /*ended*/) {
         RunDetached([engine, request, deliver = std::move(deliver)] {
           absl::StatusOr<std::shared_ptr<Session>> session =
               engine->GetSession(request.session_id());

@@ -14,8 +14,9 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::StreamExport(
   // Between ranks: the calling rank bounds its own wait (StallWatch).
   return NewStateStreamReactor(
       nullptr, absl::ZeroDuration(), "FetchState",
-      [engine = engine_, id = request.session_id(),
-       start](std::function<void(absl::StatusOr<StreamedState>)> deliver) {
+      [engine = engine_, id = request.session_id(), start](
+          std::function<void(absl::StatusOr<StreamedState>)> deliver,
+          std::function<bool()> /*ended*/) {
         RunDetached([engine, id, start, deliver = std::move(deliver)] {
           absl::StatusOr<std::shared_ptr<Session>> session = engine->GetSession(id);
           if (!session.ok()) return deliver(session.status());

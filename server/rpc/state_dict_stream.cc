@@ -89,14 +89,21 @@ bool ForEachStateChunk(const StreamedTensor& item, v1::StateDictChunk* chunk,
 
 grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
     grpc::CallbackServerContext* context, absl::Duration idle_timeout, const char* what,
-    std::function<void(std::function<void(absl::StatusOr<StreamedState>)> deliver)> produce) {
+    std::function<void(std::function<void(absl::StatusOr<StreamedState>)> deliver,
+                       std::function<bool()> ended)>
+        produce) {
   auto reactor = std::make_shared<StateStreamReactor>();
   StateStreamReactor* raw = reactor.get();
   raw->Start(reactor, context, idle_timeout, what);
   std::weak_ptr<StateStreamReactor> weak = reactor;
-  produce([weak](absl::StatusOr<StreamedState> state) {
-    if (auto self = weak.lock()) self->Deliver(std::move(state));
-  });
+  produce(
+      [weak](absl::StatusOr<StreamedState> state) {
+        if (auto self = weak.lock()) self->Deliver(std::move(state));
+      },
+      [weak] {
+        std::shared_ptr<StateStreamReactor> self = weak.lock();
+        return self == nullptr || self->finished();
+      });
   return raw;
 }
 

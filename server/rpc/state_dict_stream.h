@@ -51,10 +51,14 @@ bool ForEachStateChunk(const StreamedTensor& item, v1::StateDictChunk* chunk,
 
 // A server-streaming reactor that writes a state (FillStateChunk's pieces) once it is delivered,
 // from any thread, to the caller of `context` (null with no bound), within the stream idle bound
-// `idle_timeout` (OwnedWriteReactor; `what` names the stream). Owns itself until done.
+// `idle_timeout` (OwnedWriteReactor; `what` names the stream). Owns itself until done. `produce`
+// is given `deliver`, to call once with the state or why there is none, and `ended`, true once
+// the stream ended (cancelled) and nothing delivered would be sent.
 grpc::ServerWriteReactor<v1::StateDictChunk>* NewStateStreamReactor(
     grpc::CallbackServerContext* context, absl::Duration idle_timeout, const char* what,
-    std::function<void(std::function<void(absl::StatusOr<StreamedState>)> deliver)> produce);
+    std::function<void(std::function<void(absl::StatusOr<StreamedState>)> deliver,
+                       std::function<bool()> ended)>
+        produce);
 
 // What an upload does with the dict it received: `session` is the one its first message named,
 // `token` that message's hold (0 for a client's ImportStateDict), `bytes` the payload received.

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
 #include "server/rpc/auto_restore.h"
+#include "server/rpc/caller_calls.h"
 #include "server/rpc/server.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/fault_injecting_device.h"
@@ -91,12 +93,12 @@ class CheckpointSaveTest : public ::testing::Test {
     return optimizer_->CloseSession(&context, request, &response);
   }
 
-  grpc::Status Save(const std::string& name) {
+  grpc::Status Save(const std::string& name, absl::Duration timeout = absl::Seconds(60)) {
     v1::SaveRequest request;
     request.set_session_id(session_);
     request.set_name(name);
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     auto reader = checkpoints_->Save(&context, request);
     v1::CheckpointProgress progress;
     while (reader->Read(&progress)) {
@@ -168,6 +170,42 @@ TEST_F(ShortLeaseSaveTest, ASaveLongerThanTheHoldsLeaseCommits) {
   EXPECT_TRUE(saved.ok()) << saved.error_message();
   EXPECT_GE(device_->faults().calls("CopyToHost"), next + 1) << "the save copied no tensor";
   EXPECT_THAT(DirectoryEntries(root_), ElementsAre("slow"));
+}
+
+// A call that waits its turn behind its caller's 16 running calls and is cancelled meanwhile does
+// nothing when its turn comes. Before, a CloseSession its caller had given up on (and was told
+// was cancelled) closed the session later, and a cancelled Save was written.
+TEST_F(CheckpointSaveTest, ACallCancelledWhileItWaitedItsTurnDoesNothing) {
+  const int64_t next = device_->faults().calls("CopyToHost") + 1;
+  device_->faults().DelayCalls("CopyToHost", next, next + 1000, absl::Milliseconds(50));
+  constexpr int kRunning = 16;  // CallerCalls::Limits::per_caller
+  std::vector<grpc::Status> saved(kRunning);
+  std::vector<std::thread> saves;
+  for (int i = 0; i < kRunning; ++i) {
+    saves.emplace_back([&, i] { saved[i] = Save(absl::StrCat("s", i)); });
+  }
+  // The saves run (one by one on the session's hold, each for longer than this takes).
+  for (const absl::Time end = absl::Now() + absl::Seconds(10);
+       ProcessCallerCalls().running() < kRunning && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(ProcessCallerCalls().running(), kRunning);
+  v1::CloseSessionRequest request;
+  request.set_session_id(session_);
+  v1::CloseSessionResponse response;
+  grpc::ClientContext context;
+  // Well before the first save ends (it copies for 300 ms).
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(50)));
+  const grpc::Status closed = optimizer_->CloseSession(&context, request, &response);
+  EXPECT_EQ(closed.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << closed.error_message();
+  const grpc::Status late = Save("late", absl::Milliseconds(50));
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << late.error_message();
+  for (std::thread& save : saves) save.join();  // the close had its turn meanwhile
+  for (const grpc::Status& status : saved) EXPECT_TRUE(status.ok()) << status.error_message();
+  const grpc::Status after = Save("after");
+  EXPECT_TRUE(after.ok()) << "the session is gone: " << after.error_message();
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(root_) / "late"))
+      << "the cancelled save was made";
 }
 
 TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {

@@ -116,6 +116,36 @@ OpenStreams& OpenExports() {
   return *streams;
 }
 
+// The exports whose copies the rank holds in its headroom, outside the budget, by owner: each
+// owner has kOpenExportsPerSession of them at once, whatever its number of sessions; its other
+// exports take their copies from the budget, within the owner's share. Thread-safe.
+class HeadroomExports {
+ public:
+  // A place until the returned handle goes; null when `owner` has all its places.
+  std::shared_ptr<const void> TryTake(const std::string& owner) {
+    {
+      absl::MutexLock lock(&mu_);
+      int& taken = taken_[owner];
+      if (taken >= kOpenExportsPerSession) return nullptr;
+      ++taken;
+    }
+    return std::shared_ptr<const void>(this, [this, owner](const void*) {
+      absl::MutexLock lock(&mu_);
+      auto it = taken_.find(owner);
+      if (--it->second == 0) taken_.erase(it);
+    });
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, int> taken_ ABSL_GUARDED_BY(mu_);
+};
+
+HeadroomExports& ExportsInHeadroom() {
+  static HeadroomExports* const exports = new HeadroomExports();
+  return *exports;
+}
+
 // Each ImportStateDict stream stages up to a copy of its session's state until it is applied
 // (NewStateDictUploadReactor bounds them per session).
 OpenStreams& OpenImports() {
@@ -229,20 +259,19 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
                   **session, {request.model_chunks().begin(), request.model_chunks().end()});
               if (!dict.ok()) return deliver(dict.status());
               const int limit = std::max(kOpenExportsPerSession, (*session)->config().num_trainers);
-              // The first exports of a session hold their copies in the rank's headroom, as they
-              // always did; those of its further trainers take them from the budget.
-              OpenStreams::Slot slot =
-                  OpenExports().TryOpen(session->get(), kOpenExportsPerSession);
-              const bool charged = !slot.held();
-              if (charged) slot = OpenExports().TryOpen(session->get(), limit);
+              OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), limit);
               if (!slot.held()) {
                 return deliver(absl::ResourceExhaustedError(absl::StrCat(
                     "ExportStateDict: ", limit, " exports of session '", (*session)->id(),
                     "' are open already; read them (or cancel them) first")));
               }
-              // Beyond the first exports, the copy is held against the rank's budget until the
-              // stream ends: a session of many trainers, each with an export open, must not take
-              // the rank past it.
+              // An owner's first exports hold their copies in the rank's headroom, as they always
+              // did; its others take them from the budget, within its share, until the stream
+              // ends: a session of many trainers, each with an export open, or an owner of many
+              // sessions, each with exports open, must not take the rank past it.
+              std::shared_ptr<const void> headroom =
+                  ExportsInHeadroom().TryTake((*session)->config().owner);
+              const bool charged = headroom == nullptr;
               int64_t copy_bytes = 0;
               for (const auto& [key, tensor] : **dict) copy_bytes += tensor.bytes.size();
               absl::StatusOr<MemoryBudget::Reservation> reserved =
@@ -256,17 +285,19 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
               if (!reserved.ok()) return deliver(reserved.status());
               absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
               if (state.ok()) {
-                // The slot and the reservation are given back with the state, once the stream
-                // ends; the session is kept with it, since the slot is counted by its address.
+                // The slot, the place in the headroom and the reservation are given back with the
+                // state, once the stream ends; the session is kept with it, since the slot is
+                // counted by its address.
                 struct Held {
                   std::shared_ptr<const void> state;
                   std::shared_ptr<Session> session;
                   OpenStreams::Slot slot;
+                  std::shared_ptr<const void> headroom;
                   MemoryBudget::Reservation reservation;
                 };
-                state->keep =
-                    std::make_shared<Held>(Held{std::move(state->keep), *std::move(session),
-                                                std::move(slot), *std::move(reserved)});
+                state->keep = std::make_shared<Held>(
+                    Held{std::move(state->keep), *std::move(session), std::move(slot),
+                         std::move(headroom), *std::move(reserved)});
               }
               deliver(std::move(state));
             },

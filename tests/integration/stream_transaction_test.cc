@@ -33,6 +33,7 @@ using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
 using ::optstep::testutil::StatusIs;
 using ::optstep::testutil::StepSmall;
+using ::testing::HasSubstr;
 
 using Entries = std::vector<Client::StateDictEntry>;
 
@@ -350,6 +351,54 @@ TEST_F(StreamTransactionTest, ASessionHasTwoExportsOpenAtMost) {
   absl::Status read = absl::UnknownError("not read");
   for (int tries = 0; tries < 100 && !read.ok(); ++tries) {
     read = client_->ExportStateDict(request).status();
+    if (!read.ok()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(read, IsOk());
+  second_context.TryCancel();
+  (void)second->Finish();
+}
+
+// An owner's exports hold their copies in the rank's headroom two at a time, whatever its number
+// of sessions; its others take them from the budget (within its share). Before, each of its
+// sessions had two there, and an owner of many sessions, each with exports left unread, could
+// make the rank hold a copy of all their states outside the budget.
+TEST(ExportHeadroomTest, AnOwnerHasTwoExportsInTheHeadroomWhateverItsSessions) {
+  // Room for the two sessions' footprints (16 MiB each), not for a third copy of one's state.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::ConnectedServer c,
+                               testutil::StartConnected({"--memory_budget=40M"}));
+  std::vector<std::string> sessions;
+  for (const char* name : {"a", "b"}) {
+    v1::SessionSpec spec = SmallSpec(name);
+    spec.clear_parameters();
+    auto* wide = spec.add_parameters();
+    wide->set_name("wide");
+    wide->add_shape(1 << 20);  // 12 MiB of masters and Adam state
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(spec));
+    sessions.push_back(info.session_id());
+  }
+  auto stub = v1::CheckpointService::NewStub(testutil::SlowReaderChannel(c.server->address()));
+  v1::ExportStateDictRequest of_a;
+  of_a.set_session_id(sessions[0]);
+  v1::StateDictChunk chunk;
+  grpc::ClientContext first_context, second_context;
+  auto first = stub->ExportStateDict(&first_context, of_a);
+  auto second = stub->ExportStateDict(&second_context, of_a);
+  ASSERT_TRUE(first->Read(&chunk));
+  ASSERT_TRUE(second->Read(&chunk));
+  v1::ExportStateDictRequest of_b;
+  of_b.set_session_id(sessions[1]);
+  const absl::Status refused = c.client->ExportStateDict(of_b).status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "ExportStateDict needs "));
+  EXPECT_THAT(refused.message(), HasSubstr(absl::StrCat("session '", sessions[1],
+                                                        "': a copy of its state, held until the "
+                                                        "stream is read), more than the rank's "
+                                                        "budget")));
+  first_context.TryCancel();
+  (void)first->Finish();
+  // Its place in the headroom comes back once the server has seen the cancellation.
+  absl::Status read = absl::UnknownError("not read");
+  for (int tries = 0; tries < 100 && !read.ok(); ++tries) {
+    read = c.client->ExportStateDict(of_b).status();
     if (!read.ok()) absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_THAT(read, IsOk());

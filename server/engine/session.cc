@@ -71,6 +71,7 @@ SessionStats Session::stats() const {
     stats.step = book_.counters().step;
     stats.skipped_steps = book_.counters().skipped_steps;
     stats.step_running = book_.running();
+    stats.state_replacements = state_replacements_;
   }
   const ReplicaState::Bytes bytes = replica_->bytes();
   stats.param_bytes = bytes.params;

@@ -58,6 +58,9 @@ struct SessionStats {
   int64_t shadow_bytes = 0;
   // A step (or a state replacement) is being resolved: `step` does not count it yet.
   bool step_running = false;
+  // State replacements applied here (a checkpoint's Load, a state dict's import), whatever the
+  // step they set: a session's timeline changes with each.
+  uint64_t state_replacements = 0;
 };
 
 // One rank's part of a registered model and the step contract of docs/design.md §3 across the
@@ -344,7 +347,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // no resolution starts while the one is newer than the other.
   uint64_t heal_paused_for_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
-  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;  // gradient copies outside the lock
+  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;          // gradient copies outside the lock
+  uint64_t state_replacements_ ABSL_GUARDED_BY(mu_) = 0;  // SessionStats::state_replacements
 };
 
 }  // namespace optstep

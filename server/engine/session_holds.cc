@@ -134,6 +134,7 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
     absl::MutexLock lock(&session_.mu_);
     if (status.ok()) {
       session_.book_.WriteCounters(*staged);
+      ++session_.state_replacements_;
       aborted = session_.book_.Abort();
     }
     done.Notify();

@@ -91,10 +91,14 @@ void AutoCheckpointer::Stop() {
 }
 
 void AutoCheckpointer::Restored(const std::string& id, uint64_t step) {
+  // The restore's own Load is the timeline's start, not a replacement of it.
+  absl::StatusOr<std::shared_ptr<Session>> session = engine_->GetSession(id);
+  const uint64_t replacements = session.ok() ? (*session)->stats().state_replacements : 0;
   {
     absl::MutexLock lock(&mu_);
     Track& track = tracks_[id];
     track.saved_step = step;
+    track.replacements = replacements;
     track.saved_at = absl::Now();
   }
   // Newer ones the restore passed over (they failed to load for a passing reason) belong to the
@@ -161,11 +165,19 @@ void AutoCheckpointer::RemoveCheckpointsFrom(const std::string& id, uint64_t ste
 
 bool AutoCheckpointer::Due(const Session& session, absl::Time now,
                            std::optional<uint64_t>* went_back_to) {
-  const uint64_t step = session.stats().step;
+  const SessionStats stats = session.stats();
+  const uint64_t step = stats.step;
   auto [it, added] = tracks_.try_emplace(session.id());
   Track& track = it->second;
-  if (added) track.saved_at = now;
-  if (step < track.saved_step) {
+  if (added) {
+    track.saved_at = now;
+    track.replacements = stats.state_replacements;
+  }
+  // Told by the replacements, not only by the step: a session loaded back that stepped past its
+  // last save before this look, or whose state was imported at the same step, is another
+  // timeline too.
+  if (step < track.saved_step || stats.state_replacements != track.replacements) {
+    track.replacements = stats.state_replacements;
     *went_back_to = step;
     track.saved_step = 0;  // the next save starts the session's new timeline
     track.not_before = absl::InfinitePast();

@@ -114,14 +114,16 @@ class AutoCheckpointer {
  private:
   struct Track {
     uint64_t saved_step = 0;
+    uint64_t replacements = 0;  // the session's SessionStats::state_replacements, as last seen
     absl::Time saved_at;
     absl::Time not_before;  // after a failure
     int failures = 0;       // in a row
   };
 
   void Run();
-  // Whether `session` is due at `now`. A session behind its last automatic checkpoint was taken
-  // back (a Load or an import of an earlier state): due at once, `*went_back_to` its step.
+  // Whether `session` is due at `now`. A session whose state was replaced (a Load or an import,
+  // of an earlier state or not) or that is behind its last automatic checkpoint left that
+  // checkpoint's timeline: due at once, `*went_back_to` its step.
   bool Due(const Session& session, absl::Time now, std::optional<uint64_t>* went_back_to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes session `id`'s automatic checkpoints of step `step` and later: a timeline its

@@ -448,6 +448,47 @@ TEST(AutoCheckpointRollbackTest, ALoadOfAnEarlierStateAbandonsTheLaterAutomaticC
   EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
 }
 
+// A state imported at the session's own step (another state, the same counters) is a new
+// timeline as well: the automatic checkpoint of that step, of the state replaced, is saved again
+// from the state imported. Before, only a step behind the last save told the checkpointer, and a
+// restart restored the state the import had replaced.
+TEST(AutoCheckpointRollbackTest, AnImportAtTheSameStepIsSavedAgain) {
+  TempDir root;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("i")));
+  const std::string session = info.session_id();
+  ASSERT_THAT(StepRange(*run.client, session, 1, 2), IsOk());
+  ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 2), IsOk());
+  const fs::path manifest = fs::path(root.path()) / "auto" / session / "step-2" / "manifest.json";
+  const auto written = [&manifest] {
+    std::error_code error;
+    const auto time = fs::last_write_time(manifest, error);
+    return error ? fs::file_time_type::min() : time;
+  };
+  const auto first = written();
+  v1::ExportStateDictRequest request;
+  request.set_session_id(session);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<Client::StateDictEntry> entries,
+                               run.client->ExportStateDict(request));
+  bool changed = false;
+  for (Client::StateDictEntry& entry : entries) {
+    if (entry.key.rfind("param/", 0) != 0 || entry.bytes.empty()) continue;
+    entry.bytes[0] ^= 0x40;  // another value of the first element
+    changed = true;
+  }
+  ASSERT_TRUE(changed);
+  ASSERT_THAT(run.client->ImportStateDict(session, entries), IsOk());
+  const auto saved_again = [&] {
+    const auto now = written();
+    return now != fs::file_time_type::min() && now != first;
+  };
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
+       !saved_again() && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(saved_again()) << "step 2 keeps the state the import replaced";
+}
+
 // Taken back to step 0 (a checkpoint saved before the first step): its automatic checkpoints go
 // as well, though nothing is due until the next step. Before, they stayed.
 TEST(AutoCheckpointRollbackTest, ALoadOfTheStateBeforeTheFirstStepAbandonsThemToo) {

@@ -374,7 +374,7 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(
   if (options_.owner_memory_share < 1.0) {
     const int most = std::max(
         1, static_cast<int>(options_.owner_memory_share * shared_segments_.max_segments()));
-    const int others = held.segments - shared_segments_.count(session.id(), trainer);
+    const int others = held.segments - shared_segments_.current(session.id(), trainer);
     if (others >= most) {
       return absl::ResourceExhaustedError(absl::StrCat(
           OwnerName(config.owner), " holds ", others,

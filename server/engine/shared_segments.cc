@@ -1,5 +1,6 @@
 #include "server/engine/shared_segments.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,7 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> SharedSegments::Attach(
     auto it = segments_.find({session_id, trainer});
     if (it != segments_.end()) {
       last = std::move(it->second);
+      RetireLocked(it->first, last);
       segments_.erase(it);
     }
   }
@@ -69,12 +71,12 @@ absl::StatusOr<std::shared_ptr<const SharedSegment>> SharedSegments::Attach(
   segment->token = RandomToken();
   std::memcpy(segment->memory->data(), segment->token.data(), segment->token.size());
   absl::MutexLock lock(&mu_);
-  if (static_cast<int>(segments_.size()) >= max_segments_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rank ", rank_, " shares ", segments_.size(),
-                     " memory segments with trainers, the most it ",
-                     "shares at once (--max_shared_segments); trainer ", trainer, " of session '",
-                     session_id, "' steps through its stream"));
+  const int shared = static_cast<int>(segments_.size()) + RetiredLocked("", -1);
+  if (shared >= max_segments_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rank ", rank_, " shares ", shared, " memory segments with trainers, the most it ",
+        "shares at once (--max_shared_segments); trainer ", trainer, " of session '", session_id,
+        "' steps through its stream"));
   }
   segment->id = RandomId();
   std::shared_ptr<const SharedSegment> attached = std::move(segment);
@@ -99,6 +101,7 @@ void SharedSegments::DropSession(const std::string& session_id) {
   absl::MutexLock lock(&mu_);
   for (auto it = segments_.lower_bound({session_id, 0});
        it != segments_.end() && it->first.first == session_id;) {
+    RetireLocked(it->first, it->second);
     dropped.push_back(std::move(it->second));
     it = segments_.erase(it);
   }
@@ -109,8 +112,28 @@ void SharedSegments::Drop(const std::string& session_id, int trainer) {
   absl::MutexLock lock(&mu_);
   auto it = segments_.find({session_id, trainer});
   if (it == segments_.end()) return;
+  RetireLocked(it->first, it->second);
   dropped = std::move(it->second);
   segments_.erase(it);
+}
+
+void SharedSegments::RetireLocked(const Key& key,
+                                  const std::shared_ptr<const SharedSegment>& segment) {
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(),
+                                [](const Retired& r) { return r.segment.expired(); }),
+                 retired_.end());
+  retired_.push_back(Retired{key, segment});
+}
+
+int SharedSegments::RetiredLocked(absl::string_view session_id, int trainer) const {
+  int alive = 0;
+  for (const Retired& r : retired_) {
+    if (r.segment.expired()) continue;
+    if (!session_id.empty() && r.key.first != session_id) continue;
+    if (trainer >= 0 && r.key.second != trainer) continue;
+    ++alive;
+  }
+  return alive;
 }
 
 int64_t SharedSegments::bytes() const {
@@ -132,12 +155,17 @@ int64_t SharedSegments::bytes(const std::string& session_id, int trainer) const 
 
 int SharedSegments::count(const std::string& session_id, int trainer) const {
   absl::MutexLock lock(&mu_);
-  int held = 0;
+  int held = RetiredLocked(session_id, trainer);
   for (auto it = segments_.lower_bound({session_id, 0});
        it != segments_.end() && it->first.first == session_id; ++it) {
     if (trainer < 0 || it->first.second == trainer) ++held;
   }
   return held;
+}
+
+int SharedSegments::current(const std::string& session_id, int trainer) const {
+  absl::MutexLock lock(&mu_);
+  return segments_.count({session_id, trainer}) > 0 ? 1 : 0;
 }
 
 int64_t SharedSegments::BytesFor(const std::vector<ParamInfo>& params, const Layout& layout,

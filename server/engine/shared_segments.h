@@ -86,8 +86,11 @@ class SharedSegments {
   // when >= 0).
   int64_t bytes() const;
   int64_t bytes(const std::string& session_id, int trainer = -1) const;
-  // How many segments session `session_id` holds now (of `trainer` alone when >= 0: 0 or 1).
+  // How many segments session `session_id` holds now (of `trainer` alone when >= 0): its current
+  // ones, and those replaced or dropped that a step still maps (each holds its descriptor).
   int count(const std::string& session_id, int trainer = -1) const;
+  // The current segment of `trainer` of the session: 0 or 1.
+  int current(const std::string& session_id, int trainer) const;
   int max_segments() const { return max_segments_; }
   // Bytes a segment of a session of `params` laid out as `layout` takes on rank `rank`.
   static int64_t BytesFor(const std::vector<ParamInfo>& params, const Layout& layout, int rank);
@@ -96,10 +99,24 @@ class SharedSegments {
   MemoryBudget* const budget_;
   const int rank_;
   const int max_segments_;
+  using Key = std::pair<std::string, int>;  // (session id, trainer)
+  // A segment replaced or dropped: it keeps its descriptor (and its bytes, in the budget) while
+  // a step maps it, and counts against max_segments and its owner's share until then.
+  struct Retired {
+    Key key;
+    std::weak_ptr<const SharedSegment> segment;
+  };
+  // Keeps `segment` of `key` counted while it lives (forgetting those that died).
+  void RetireLocked(const Key& key, const std::shared_ptr<const SharedSegment>& segment)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The retired segments still alive, of session `session_id` (all for "") and of `trainer`
+  // (all for -1).
+  int RetiredLocked(absl::string_view session_id, int trainer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
-  // By (session id, trainer).
-  std::map<std::pair<std::string, int>, std::shared_ptr<const SharedSegment>> segments_
-      ABSL_GUARDED_BY(mu_);
+  std::map<Key, std::shared_ptr<const SharedSegment>> segments_ ABSL_GUARDED_BY(mu_);
+  std::vector<Retired> retired_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

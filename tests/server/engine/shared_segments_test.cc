@@ -90,6 +90,34 @@ TEST(SharedSegmentsTest, ARankSharesAtMostItsLimitOfSegments) {
   EXPECT_THAT(segments.Attach("t", 0, Params({4}), layout).status(), IsOk());
 }
 
+// A segment replaced or dropped while a step still maps it keeps its descriptor: it counts
+// against the rank's limit (and its session's count, which its owner's share reads) until the
+// step lets it go. Before, a trainer that attached again after each step's commit could hold a
+// descriptor per stream beyond the limit.
+TEST(SharedSegmentsTest, AReplacedSegmentAStepStillMapsCountsUntilItIsLetGo) {
+  MemoryBudget budget(1 << 20, 0);
+  SharedSegments segments(&budget, 0, /*max_segments=*/2);
+  const Layout layout{1, {0}};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto mapped, segments.Attach("s", 0, Params({4}), layout));
+  ASSERT_THAT(segments.Attach("s", 0, Params({4}), layout).status(), IsOk());
+  EXPECT_EQ(segments.count("s", 0), 2);
+  EXPECT_EQ(segments.current("s", 0), 1);
+  EXPECT_THAT(segments.Attach("s", 1, Params({4}), layout).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "rank 0 shares 2 memory segments"));
+  mapped.reset();  // the step is done with it
+  EXPECT_EQ(segments.count("s", 0), 1);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto other, segments.Attach("s", 1, Params({4}), layout));
+  // Dropped with its session, a segment a step maps counts the same way.
+  segments.DropSession("s");
+  EXPECT_EQ(segments.count("s"), 1);
+  EXPECT_THAT(segments.Attach("t", 0, Params({4}), layout).status(), IsOk());
+  EXPECT_THAT(segments.Attach("t", 1, Params({4}), layout).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  other.reset();
+  EXPECT_EQ(segments.count("s"), 0);
+  EXPECT_THAT(segments.Attach("t", 1, Params({4}), layout).status(), IsOk());
+}
+
 TEST(SharedSegmentsTest, AStepFindsOnlyTheCurrentSegmentOfItsSessionAndTrainer) {
   MemoryBudget budget(1 << 20, 0);
   SharedSegments segments(&budget, 0);

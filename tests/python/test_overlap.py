@@ -394,6 +394,52 @@ def test_a_rewind_whose_pull_fails_is_still_a_rewind(server: optstep.LocalServer
     opt.close_session()
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_step_that_broke_while_writing_the_model_makes_the_next_one_pull(
+        client: optstep.Client, path: str, overlap: bool) -> None:
+    """A step whose answer broke after it wrote some parameters into the model (its recovery
+    gave up) leaves the model mixed: the next step pulls the session's parameters and raises
+    RewindRequired at the session's step, so that the loop redoes the batch on them, rather than
+    send gradients computed on the mixed model. Before, the next step sent them."""
+    x, y = make_data(91)
+    model = make_mlp(92)
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer(), overlap=overlap)
+    step = _full_step(model, opt, x, y)
+    step()
+
+    def broke(param_out: Dict[int, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for tensor in list(param_out.values())[:1]:
+                tensor.fill_(7.0)  # what came before the break
+        raise optstep.UnavailableError("rank 1 is not reachable; recovery gave up")
+
+    if overlap:
+        def resolve(streamed: Any, on_ready: Any = None) -> Any:
+            streamed.close()
+            broke(opt._param_out())
+
+        setattr(opt, "_resolve", resolve)
+    else:
+        real_step = client.step
+        setattr(client, "step", lambda *args, **kwargs: broke(kwargs["param_out"]))
+    with pytest.raises(optstep.UnavailableError):
+        step()
+    if overlap:
+        delattr(opt, "_resolve")
+    else:
+        setattr(client, "step", real_step)
+    with pytest.raises(optstep.RewindRequired) as raised:
+        step()
+    assert raised.value.step == 1 and opt.next_step == 2
+    session = client.pull_parameters(opt.session_id).params
+    for i, (_, p) in enumerate(model.named_parameters()):
+        assert torch.equal(p.detach(), torch.from_numpy(session[i]).reshape(p.shape)), \
+            "the model does not hold the session's parameters"
+    step()  # the loop redoes step 2
+    assert opt.last_step is not None and opt.last_step.step == 2
+    opt.close_session()
+
+
 def _failing_in_background(opt: RemoteOptimizer, gate: threading.Event) -> None:
     """Makes the next background step fail, its thread held open after the parameters are in
     until `gate` is set."""

@@ -31,12 +31,20 @@ from torch import nn
 from optstep import dtypes
 from optstep.chunks import GradientSlice
 from optstep.client import Client, GroupSchedule, StepReply
-from optstep.errors import FailedPreconditionError, OptstepError
+from optstep.errors import (CancelledError, DataLossError, DeadlineExceededError,
+                            FailedPreconditionError, InternalError, OptstepError,
+                            UnavailableError, UnknownError)
 from optstep.recovery import RewindRequired
 from optstep.streamed_step import StreamedStep
 from optstep.torch.model_spec import NamedParams, ParamDescription, QkvLike, describe_parameters
 from optstep.torch.overlap import BackwardOverlap
 from optstep.v1 import optimizer_config_pb2, session_pb2
+
+#: The errors a step may end with after it wrote some of the returned parameters into the model
+#: (param_out): the stream broke, or its recovery gave up, while they came. (A step the server
+#: aborted, or one refused before it was sent, wrote none.)
+_MAY_HAVE_WRITTEN = (CancelledError, DataLossError, DeadlineExceededError, InternalError,
+                     UnavailableError, UnknownError)
 
 __all__ = ["RemoteOptimizer"]
 
@@ -270,14 +278,17 @@ class RemoteOptimizer(torch.optim.Optimizer):
             self._overlap.finish()
             return loss
         self._restore_if_missed()
+        direct = self._param_out()
         try:
             reply = self._client.step(self.session_id, self._next_step,
                                       self._gradient_slices(range(len(self._described))),
                                       trainer_id=self._trainer_id, groups=self._schedule(),
-                                      return_dtype=self._return_dtype,
-                                      param_out=self._param_out())
+                                      return_dtype=self._return_dtype, param_out=direct)
         except RewindRequired as rewind:
             self._rewound(rewind)
+            raise
+        except _MAY_HAVE_WRITTEN:
+            self._restore_missed = bool(direct)
             raise
         self._applied(reply)
         return loss
@@ -304,14 +315,20 @@ class RemoteOptimizer(torch.optim.Optimizer):
             self._on_rewind(rewind.step)
 
     def _restore_if_missed(self) -> None:
-        """After a rewind whose pull failed, the gradients at hand were computed from parameters
-        the session no longer has: pulls them (its error is raised as is) and raises the rewind
-        again, so that the loop redoes the batch on the restored model."""
+        """The model may not hold the session's parameters: after a rewind whose pull failed, or
+        after a step that failed once it may have written some of its parameters into the model
+        (_MAY_HAVE_WRITTEN). The gradients at hand were computed from such parameters: pulls the
+        session's (its error is raised as is), takes the session's step, and raises the rewind
+        to it, so that the loop redoes the batch on the model the session has (the failed step
+        itself may have been applied before its answer broke)."""
         if not self._restore_missed:
             return
-        self._pull()
+        pulled = self._client.pull_parameters(self.session_id, self._return_dtype)
+        self._write(pulled.params)
         self._restore_missed = False
-        rewind = RewindRequired(self.session_id, self._next_step - 1, self._next_step)
+        failed_step = self._next_step
+        self._next_step = pulled.step + 1
+        rewind = RewindRequired(self.session_id, pulled.step, failed_step)
         if self._on_rewind is not None:
             self._on_rewind(rewind.step)
         raise rewind
@@ -362,6 +379,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
         if isinstance(error, RewindRequired):
             self._rewound(error)
         else:
+            self._restore_missed |= isinstance(error, _MAY_HAVE_WRITTEN) and bool(self._param_out())
             self._next_step -= 1  # redo it
             setattr(error, "failed_step", self._next_step)
         raise error

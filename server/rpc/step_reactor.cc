@@ -71,7 +71,9 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     uint64_t num_elements = 0;
     {
       absl::MutexLock lock(&mu_);
-      NoteTrainerLocked();
+      // The sentinel read after the commit (kWaiting) tells nothing of the answer the trainer is
+      // to take: a half-close or a message there must not restart the wait of a blocked write.
+      if (phase_ != Phase::kWaiting) NoteTrainerLocked();
       if (finished_) return;
       if (!ok) {
         // Half-close or broken stream before the commit: the contribution stays pending, so the
@@ -84,10 +86,13 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       }
       if (phase_ == Phase::kWaiting) {
         // The sentinel read after the commit took a message: nothing may follow a StepCommit.
-        return FinishLocked(
+        FinishLocked(
             grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                          absl::StrCat("step stream: a message after the StepCommit of step ",
                                       handle_.step, " (one step per stream); the commit stands")));
+        // A finish deferred behind a write the trainer may never take: the stream ends now.
+        if (write_in_flight_) context_->TryCancel();
+        return;
       }
       absl::Status bounded = CountBytesLocked(request_.Length());
       if (!bounded.ok()) return FinishLocked(ToGrpcStatus(bounded));

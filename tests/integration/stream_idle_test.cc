@@ -120,7 +120,20 @@ TEST_F(StreamIdleTest, AnInitThatSendsNothingMoreIsEndedAndWritesNothing) {
   EXPECT_EQ(pulled, std::string(size_t{kElements} * 4, '\0')) << "values were written";
 }
 
-TEST_F(StreamIdleTest, AStepWhoseParametersAreNotTakenIsEnded) {
+class StepIdleTest : public StreamIdleTest, public testing::WithParamInterface<std::string> {};
+
+// After its commit the trainer does nothing more (""), half-closes its side ("half-close"), or
+// sends one more message ("message"). Before, a half-close or a message after the commit, read
+// by the stream's read after the commit, restarted the wait of the blocked parameter write, and
+// the stream was never ended.
+INSTANTIATE_TEST_SUITE_P(AfterTheCommit, StepIdleTest, testing::Values("", "half-close", "message"),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param.empty()        ? std::string("nothing")
+                                  : info.param == "message" ? "message"
+                                                            : "half_close";
+                         });
+
+TEST_P(StepIdleTest, AStepWhoseParametersAreNotTakenIsEnded) {
   auto stub = v1::OptimizerService::NewStub(channel_);
   grpc::ClientContext context;
   auto stream = stub->Step(&context);
@@ -138,6 +151,14 @@ TEST_F(StreamIdleTest, AStepWhoseParametersAreNotTakenIsEnded) {
   request.mutable_commit()->set_num_elements(kElements);
   ASSERT_TRUE(stream->Write(request));
   // The step applies; its 4 MiB of parameters wait on a trainer that takes none of them.
+  absl::SleepFor(absl::Milliseconds(300));  // the write is blocked by now
+  if (GetParam() == "half-close") {
+    ASSERT_TRUE(stream->WritesDone());
+  } else if (GetParam() == "message") {
+    request.Clear();
+    request.mutable_commit()->set_num_elements(0);
+    ASSERT_TRUE(stream->Write(request));
+  }
   ExpectEndedByTheServer();
   v1::StepResponse response;
   while (stream->Read(&response)) {

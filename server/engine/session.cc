@@ -1,5 +1,6 @@
 #include "server/engine/session.h"
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <utility>
@@ -79,6 +80,20 @@ SessionStats Session::stats() const {
   stats.buffer_bytes = bytes.buffers;
   if (shadow_ != nullptr) stats.shadow_bytes = ShadowBytes(shadow_->replica());
   return stats;
+}
+
+Session::Replacements Session::ReplacementsSince(uint64_t seen) const {
+  absl::MutexLock lock(&mu_);
+  Replacements since;
+  since.count = state_replacements_;
+  if (state_replacements_ <= seen) return since;
+  // replaced_to_[i] was set by replacement number state_replacements_ - size + i + 1.
+  const uint64_t first = state_replacements_ - replaced_to_.size() + 1;
+  for (size_t i = 0; i < replaced_to_.size(); ++i) {
+    if (first + i <= seen) continue;
+    since.lowest_step = std::min(since.lowest_step.value_or(replaced_to_[i]), replaced_to_[i]);
+  }
+  return since;
 }
 
 // --- Contributions ---

@@ -6,6 +6,7 @@
 // steps; SessionStats are its counters.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -127,6 +128,15 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   const Layout& layout() const { return replica_->layout(); }
   const std::vector<GroupRuntime>& groups() const { return replica_->groups(); }
   SessionStats stats() const;
+  // The state replacements applied after the first `seen` (SessionStats::state_replacements):
+  // how many there are in all now, and the lowest step they set (none when there are no more
+  // than `seen`; the lowest of the last kKeptReplacements when more came since).
+  struct Replacements {
+    uint64_t count = 0;
+    std::optional<uint64_t> lowest_step;
+  };
+  Replacements ReplacementsSince(uint64_t seen) const;
+  static constexpr size_t kKeptReplacements = 64;
 
   // INVALID_ARGUMENT naming the session and its trainers unless 0 <= trainer < num_trainers.
   absl::Status CheckTrainer(int trainer) const;
@@ -349,6 +359,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
   int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;          // gradient copies outside the lock
   uint64_t state_replacements_ ABSL_GUARDED_BY(mu_) = 0;  // SessionStats::state_replacements
+  // The steps the last kKeptReplacements replacements set, the newest last.
+  std::deque<uint64_t> replaced_to_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

@@ -135,6 +135,10 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
     if (status.ok()) {
       session_.book_.WriteCounters(*staged);
       ++session_.state_replacements_;
+      session_.replaced_to_.push_back(session_.book_.counters().step);
+      if (session_.replaced_to_.size() > Session::kKeptReplacements) {
+        session_.replaced_to_.pop_front();
+      }
       aborted = session_.book_.Abort();
     }
     done.Notify();

@@ -92,8 +92,11 @@ void AutoCheckpointer::Stop() {
 
 void AutoCheckpointer::Restored(const std::string& id, uint64_t step) {
   // The restore's own Load is the timeline's start, not a replacement of it.
-  absl::StatusOr<std::shared_ptr<Session>> session = engine_->GetSession(id);
-  const uint64_t replacements = session.ok() ? (*session)->stats().state_replacements : 0;
+  uint64_t replacements = 0;
+  if (engine_ != nullptr) {
+    absl::StatusOr<std::shared_ptr<Session>> session = engine_->GetSession(id);
+    if (session.ok()) replacements = (*session)->stats().state_replacements;
+  }
   {
     absl::MutexLock lock(&mu_);
     Track& track = tracks_[id];
@@ -165,19 +168,23 @@ void AutoCheckpointer::RemoveCheckpointsFrom(const std::string& id, uint64_t ste
 
 bool AutoCheckpointer::Due(const Session& session, absl::Time now,
                            std::optional<uint64_t>* went_back_to) {
-  const SessionStats stats = session.stats();
-  const uint64_t step = stats.step;
   auto [it, added] = tracks_.try_emplace(session.id());
   Track& track = it->second;
+  const Session::Replacements replaced = session.ReplacementsSince(track.replacements);
+  const uint64_t step = session.stats().step;
   if (added) {
     track.saved_at = now;
-    track.replacements = stats.state_replacements;
+    track.replacements = replaced.count;
   }
   // Told by the replacements, not only by the step: a session loaded back that stepped past its
   // last save before this look, or whose state was imported at the same step, is another
-  // timeline too.
-  if (step < track.saved_step || stats.state_replacements != track.replacements) {
-    track.replacements = stats.state_replacements;
+  // timeline too, from the lowest step a replacement set.
+  if (!added && replaced.lowest_step.has_value()) {
+    track.replacements = replaced.count;
+    *went_back_to = std::min(step, *replaced.lowest_step);
+    track.saved_step = 0;  // the next save starts the session's new timeline
+    track.not_before = absl::InfinitePast();
+  } else if (step < track.saved_step) {
     *went_back_to = step;
     track.saved_step = 0;  // the next save starts the session's new timeline
     track.not_before = absl::InfinitePast();
@@ -196,43 +203,54 @@ void AutoCheckpointer::Run() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.poll_interval)) return;
     }
-    if (!group_->PeersStatus().ok()) continue;  // the group is broken: nothing can be saved
-    for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
-      std::optional<uint64_t> went_back_to;
-      bool due = false;
-      {
-        absl::MutexLock lock(&mu_);
-        if (stopping_) return;
-        if (closed_.count(session->id()) > 0) continue;
-        due = Due(*session, absl::Now(), &went_back_to);
-      }
-      // Also when not due yet (a session taken back to step 0 is saved after its first step).
-      if (went_back_to.has_value()) RemoveCheckpointsFrom(session->id(), *went_back_to);
-      if (!due) continue;
-      absl::StatusOr<uint64_t> saved = SaveNow(*session);
+    LookOnce();
+  }
+}
+
+void AutoCheckpointer::LookOnce() {
+  if (!group_->PeersStatus().ok()) return;  // the group is broken: nothing can be saved
+  for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
+    std::optional<uint64_t> went_back_to;
+    bool due = false;
+    {
       absl::MutexLock lock(&mu_);
-      auto it = tracks_.find(session->id());
-      if (it == tracks_.end()) continue;  // closed meanwhile
-      Track& track = it->second;
-      if (saved.ok()) {
-        track.saved_step = *saved;
-        track.saved_at = absl::Now();
-        track.failures = 0;
-      } else {
-        track.not_before = absl::Now() + RetryDelay(options_.retry_after, options_.max_retry_after,
-                                                    ++track.failures);
-      }
+      if (stopping_) return;
+      if (closed_.count(session->id()) > 0) continue;
+      due = Due(*session, absl::Now(), &went_back_to);
+    }
+    // Also when not due yet (a session taken back to step 0 is saved after its first step).
+    if (went_back_to.has_value()) RemoveCheckpointsFrom(session->id(), *went_back_to);
+    if (!due) continue;
+    bool replaced = false;
+    absl::StatusOr<uint64_t> saved = SaveNow(*session, &replaced);
+    absl::MutexLock lock(&mu_);
+    auto it = tracks_.find(session->id());
+    if (it == tracks_.end()) continue;  // closed meanwhile
+    Track& track = it->second;
+    if (saved.ok()) {
+      track.saved_step = *saved;
+      track.saved_at = absl::Now();
+      track.failures = 0;
+    } else if (replaced) {
+      track.not_before = absl::InfinitePast();  // the next look takes the new timeline
+    } else {
+      track.not_before = absl::Now() + RetryDelay(options_.retry_after, options_.max_retry_after,
+                                                  ++track.failures);
     }
   }
 }
 
-absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
+absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session, bool* replaced_meanwhile) {
   const std::string id = session.id();
+  std::optional<uint64_t> replacements;
   {
     absl::MutexLock lock(&mu_);
     if (closed_.count(id) > 0) return SessionNotFoundError(id);
     saving_ = id;
+    auto it = tracks_.find(id);
+    if (it != tracks_.end()) replacements = it->second.replacements;
   }
+  bool replaced = false;
   const absl::Time start = absl::Now();
   absl::Duration held;
   absl::StatusOr<uint64_t> saved = [&]() -> absl::StatusOr<uint64_t> {
@@ -247,8 +265,9 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
     if (options_.temp_max_age > absl::ZeroDuration()) {
       (void)SweepStaleCheckpointTemporaries(dir, options_.temp_max_age);
     }
-    return SaveShards(session, definition, held);
+    return SaveShards(session, definition, held, replacements, replaced);
   }();
+  if (replaced_meanwhile != nullptr) *replaced_meanwhile = replaced;
   const absl::Duration total = absl::Now() - start;
   bool closed = false;
   {
@@ -265,6 +284,9 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
               << " held_ms=" << absl::ToInt64Milliseconds(held)
               << " total_ms=" << absl::ToInt64Milliseconds(total);
     if (options_.on_saved) options_.on_saved(AutoCheckpointSaved{id, *saved, held, total});
+  } else if (replaced) {
+    LOG(INFO) << "event=auto_checkpoint_deferred session=" << id << " why=\""
+              << LogValue(saved.status().message()) << "\"";
   } else {
     LOG(WARNING) << "event=auto_checkpoint_failed session=" << id << " error=\""
                  << LogValue(saved.status().message()) << "\"";
@@ -275,7 +297,9 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveNow(Session& session) {
 
 absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
                                                       const std::string& definition,
-                                                      absl::Duration& held) {
+                                                      absl::Duration& held,
+                                                      std::optional<uint64_t> replacements,
+                                                      bool& replaced_meanwhile) {
   const int world = group_->world_size();
   std::vector<ShardFile> shards(world);
   HeldPoint at;
@@ -294,6 +318,14 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
                        PrepareCheckpoint(guess.root, guess.name, token).ok();
   absl::Status status = HeldOperations(group_).WithHeldSession(
       session, token, [&](uint64_t, const HeldPoint& point) -> absl::Status {
+        // Under the hold no replacement applies: the state saved is the one whose replacements
+        // the checkpointer saw, or the save would stand for a timeline it did not start yet.
+        if (replacements.has_value() && session.stats().state_replacements != *replacements) {
+          replaced_meanwhile = true;
+          return absl::AbortedError(absl::StrCat(
+              "session '", session.id(),
+              "': its state was replaced while the save waited; saved at the next look"));
+        }
         const absl::Time settled = absl::Now();
         at = point;
         const std::string name = AutoCheckpointName(session.id(), point.step);

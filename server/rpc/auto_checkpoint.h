@@ -108,8 +108,13 @@ class AutoCheckpointer {
   // one is being written, as soon as it is done; it is never saved again.
   void SessionClosed(const std::string& id);
 
+  // One look at every session: abandons the checkpoints of a timeline a session left, and saves
+  // those due (the thread's look, every poll_interval; tests call it directly).
+  void LookOnce();
   // Saves `session` now (the thread's save; tests call it directly). Answers the step saved.
-  absl::StatusOr<uint64_t> SaveNow(Session& session);
+  // ABORTED, with `*replaced_meanwhile` set (when given), when the session's state was replaced
+  // after the checkpointer last looked at it: the old timeline's checkpoints go first (Due).
+  absl::StatusOr<uint64_t> SaveNow(Session& session, bool* replaced_meanwhile = nullptr);
 
  private:
   struct Track {
@@ -132,8 +137,11 @@ class AutoCheckpointer {
   void RemoveCheckpointsFrom(const std::string& id, uint64_t step) const;
   // The save itself, once the session's directory and record exist; `held` gets rank 0's
   // settled time.
+  // `replacements`: the session's state replacements as last seen (none: not checked);
+  // ABORTED, `replaced_meanwhile` set, when the held session has more.
   absl::StatusOr<uint64_t> SaveShards(Session& session, const std::string& definition,
-                                      absl::Duration& held);
+                                      absl::Duration& held, std::optional<uint64_t> replacements,
+                                      bool& replaced_meanwhile);
   void RemoveCheckpointsOf(const std::string& id) const;
 
   const AutoCheckpointOptions options_;

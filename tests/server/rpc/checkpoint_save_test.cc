@@ -22,12 +22,15 @@
 #include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "server/engine/engine.h"
+#include "server/rpc/auto_checkpoint.h"
 #include "server/rpc/auto_restore.h"
 #include "server/rpc/caller_calls.h"
 #include "server/rpc/server.h"
+#include "tests/server/engine/session_test_util.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/fault_injecting_device.h"
 #include "tests/testing/session_info_helpers.h"
+#include "tests/testing/status_matchers.h"
 
 namespace optstep {
 namespace {
@@ -91,6 +94,47 @@ class CheckpointSaveTest : public ::testing::Test {
     v1::CloseSessionResponse response;
     grpc::ClientContext context;
     return optimizer_->CloseSession(&context, request, &response);
+  }
+
+  // Step `step` of the session in process, its one trainer's gradients all ones.
+  void StepSession(uint64_t step) {
+    absl::StatusOr<std::shared_ptr<Session>> session = engine_->GetSession(session_);
+    ASSERT_TRUE(session.ok()) << session.status();
+    const StepHandle c = testutil::BeginStep(**session, step, 0);
+    ASSERT_TRUE(testutil::SendGradient(**session, c, 0, 0, std::vector<float>(64 * 64, 1)).ok());
+    ASSERT_TRUE(testutil::SendGradient(**session, c, 1, 0, std::vector<float>(64, 1)).ok());
+    testutil::Outcome outcome;
+    ASSERT_TRUE((*session)->Commit(c, 64 * 64 + 64, outcome.Callback()).ok());
+    ASSERT_TRUE(outcome.Wait().ok());
+  }
+
+  // Steps 1 and 2: step 1 saved as "one", step 2 by a look of `checkpointer`.
+  void StepTwiceSavingBoth(AutoCheckpointer& checkpointer) {
+    ASSERT_NO_FATAL_FAILURE(StepSession(1));
+    ASSERT_TRUE(Save("one").ok());
+    ASSERT_NO_FATAL_FAILURE(StepSession(2));
+    checkpointer.LookOnce();
+  }
+
+  grpc::Status Load(const std::string& name) {
+    v1::LoadRequest request;
+    request.set_session_id(session_);
+    request.set_name(name);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    auto reader = checkpoints_->Load(&context, request);
+    v1::CheckpointProgress progress;
+    while (reader->Read(&progress)) {
+    }
+    return reader->Finish();
+  }
+
+  // The automatic checkpointer of the group, saving each step, never started: tests look.
+  std::unique_ptr<AutoCheckpointer> AutoCheckpoints() {
+    AutoCheckpointOptions options;
+    options.checkpoint_root = root_;
+    options.every_steps = 1;
+    return std::make_unique<AutoCheckpointer>(options, engine_.get(), group_.get());
   }
 
   grpc::Status Save(const std::string& name, absl::Duration timeout = absl::Seconds(60)) {
@@ -206,6 +250,46 @@ TEST_F(CheckpointSaveTest, ACallCancelledWhileItWaitedItsTurnDoesNothing) {
   EXPECT_TRUE(after.ok()) << "the session is gone: " << after.error_message();
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(root_) / "late"))
       << "the cancelled save was made";
+}
+
+// A session loaded back to step 1 that stepped past its last automatic save (step 2) before the
+// checkpointer looked: the abandoned timeline's step 2 goes, from the step the load set. Before,
+// nothing was abandoned (the step was not behind the save), or only from the step the session
+// had reached, and a restart restored the abandoned step 2.
+TEST_F(CheckpointSaveTest, ALoadBackThatSteppedPastTheLastAutomaticSaveAbandonsIt) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<AutoCheckpointer> checkpointer = AutoCheckpoints();
+  ASSERT_NO_FATAL_FAILURE(StepTwiceSavingBoth(*checkpointer));
+  const fs::path dir = fs::path(root_) / "auto" / session_;
+  ASSERT_TRUE(fs::exists(dir / "step-2"));
+  ASSERT_TRUE(Load("one").ok());
+  ASSERT_NO_FATAL_FAILURE(StepSession(2));
+  ASSERT_NO_FATAL_FAILURE(StepSession(3));
+  checkpointer->LookOnce();
+  EXPECT_FALSE(fs::exists(dir / "step-2")) << "the abandoned timeline's checkpoint stayed";
+  EXPECT_TRUE(fs::exists(dir / "step-3"));
+}
+
+// An automatic save that finds the state replaced after the checkpointer's last look (a Load
+// took the hold first) saves nothing: the next look abandons the old timeline, then saves the
+// new one. Before, it saved the loaded state, and the next look took that save for the old
+// timeline's and removed it.
+TEST_F(CheckpointSaveTest, AnAutomaticSaveOfAStateReplacedSinceTheLastLookIsDeferred) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<AutoCheckpointer> checkpointer = AutoCheckpoints();
+  ASSERT_NO_FATAL_FAILURE(StepTwiceSavingBoth(*checkpointer));
+  ASSERT_TRUE(Load("one").ok());
+  absl::StatusOr<std::shared_ptr<Session>> session = engine_->GetSession(session_);
+  ASSERT_TRUE(session.ok());
+  bool replaced = false;
+  const absl::StatusOr<uint64_t> saved = checkpointer->SaveNow(**session, &replaced);
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kAborted) << saved.status();
+  EXPECT_TRUE(replaced);
+  const fs::path dir = fs::path(root_) / "auto" / session_;
+  EXPECT_FALSE(fs::exists(dir / "step-1"));
+  checkpointer->LookOnce();
+  EXPECT_TRUE(fs::exists(dir / "step-1"));
+  EXPECT_FALSE(fs::exists(dir / "step-2"));
 }
 
 TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {

@@ -87,8 +87,10 @@ Session::Replacements Session::ReplacementsSince(uint64_t seen) const {
   Replacements since;
   since.count = state_replacements_;
   if (state_replacements_ <= seen) return since;
-  // replaced_to_[i] was set by replacement number state_replacements_ - size + i + 1.
+  // replaced_to_[i] was set by replacement number state_replacements_ - size + i + 1; those
+  // before it were let go, and some unseen among them are stood for by the lowest let go.
   const uint64_t first = state_replacements_ - replaced_to_.size() + 1;
+  if (seen + 1 < first) since.lowest_step = lowest_let_go_;
   for (size_t i = 0; i < replaced_to_.size(); ++i) {
     if (first + i <= seen) continue;
     since.lowest_step = std::min(since.lowest_step.value_or(replaced_to_[i]), replaced_to_[i]);

@@ -130,7 +130,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   SessionStats stats() const;
   // The state replacements applied after the first `seen` (SessionStats::state_replacements):
   // how many there are in all now, and the lowest step they set (none when there are no more
-  // than `seen`; the lowest of the last kKeptReplacements when more came since).
+  // than `seen`). Of more than kKeptReplacements since, it may answer a lower step, never a
+  // higher one.
   struct Replacements {
     uint64_t count = 0;
     std::optional<uint64_t> lowest_step;
@@ -359,8 +360,10 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
   int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;          // gradient copies outside the lock
   uint64_t state_replacements_ ABSL_GUARDED_BY(mu_) = 0;  // SessionStats::state_replacements
-  // The steps the last kKeptReplacements replacements set, the newest last.
+  // The steps the last kKeptReplacements replacements set, the newest last, and the lowest of
+  // those let go from it.
   std::deque<uint64_t> replaced_to_ ABSL_GUARDED_BY(mu_);
+  std::optional<uint64_t> lowest_let_go_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

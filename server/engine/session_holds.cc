@@ -1,5 +1,6 @@
 #include "server/engine/session_holds.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -137,6 +138,8 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
       ++session_.state_replacements_;
       session_.replaced_to_.push_back(session_.book_.counters().step);
       if (session_.replaced_to_.size() > Session::kKeptReplacements) {
+        const uint64_t let_go = session_.replaced_to_.front();
+        session_.lowest_let_go_ = std::min(session_.lowest_let_go_.value_or(let_go), let_go);
         session_.replaced_to_.pop_front();
       }
       aborted = session_.book_.Abort();

@@ -151,7 +151,9 @@ TEST_P(StepIdleTest, AStepWhoseParametersAreNotTakenIsEnded) {
   request.mutable_commit()->set_num_elements(kElements);
   ASSERT_TRUE(stream->Write(request));
   // The step applies; its 4 MiB of parameters wait on a trainer that takes none of them.
-  absl::SleepFor(absl::Milliseconds(300));  // the write is blocked by now
+  // Open, its write blocked by now (the bound is 500 ms from the write on).
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_THAT(AwaitMetric(port_, kStreams, 1), IsOk());
   if (GetParam() == "half-close") {
     ASSERT_TRUE(stream->WritesDone());
   } else if (GetParam() == "message") {
@@ -159,7 +161,7 @@ TEST_P(StepIdleTest, AStepWhoseParametersAreNotTakenIsEnded) {
     request.mutable_commit()->set_num_elements(0);
     ASSERT_TRUE(stream->Write(request));
   }
-  ExpectEndedByTheServer();
+  EXPECT_THAT(AwaitMetric(port_, kStreams, 0), IsOk()) << "the stream was left open";
   v1::StepResponse response;
   while (stream->Read(&response)) {
   }

@@ -440,6 +440,52 @@ def test_a_step_that_broke_while_writing_the_model_makes_the_next_one_pull(
     opt.close_session()
 
 
+def _break_next_step(client: optstep.Client) -> Callable[[], None]:
+    """The next client.step writes 7s into the first parameter and raises UnavailableError, as a
+    step whose answer broke part way; answers the undo."""
+    real_step = client.step
+
+    def broke(*args: Any, **kwargs: Any) -> Any:
+        with torch.no_grad():
+            next(iter(kwargs["param_out"].values())).fill_(7.0)
+        raise optstep.UnavailableError("rank 1 is not reachable; recovery gave up")
+
+    setattr(client, "step", broke)
+    return lambda: setattr(client, "step", real_step)
+
+
+def test_a_broken_step_after_the_group_came_back_older_tells_the_client(
+        server: optstep.LocalServer, client: optstep.Client, path: str) -> None:
+    """The group came back at step 2 while the trainer's step 5 broke: the rewind that follows
+    tells the client the session's state is at step 2 (state_replaced), so that what it saw
+    applied up to step 4 no longer counts; a load_state_dict after a broken step needs no pull."""
+    x, y = make_data(93)
+    model = make_mlp(94)
+    opt = RemoteOptimizer(model, client, optimizer=_optimizer())
+    step = _full_step(model, opt, x, y)
+    _rolled_back_to_step_two(client, opt, step, server.address)
+    told: List[Any] = []
+    state_replaced = client.state_replaced
+    setattr(client, "state_replaced", lambda *args: (told.append(args), state_replaced(*args)))
+    undo = _break_next_step(client)
+    with pytest.raises(optstep.UnavailableError):
+        step()
+    undo()
+    with pytest.raises(optstep.RewindRequired) as raised:
+        step()
+    assert raised.value.step == 2 and told == [(opt.session_id, 2)]
+    step()
+    saved = opt.state_dict()
+    undo = _break_next_step(client)
+    with pytest.raises(optstep.UnavailableError):
+        step()
+    undo()
+    opt.load_state_dict(saved)
+    step()  # no rewind: the load put the session's parameters into the model
+    assert opt.last_step is not None and opt.last_step.step == 4
+    opt.close_session()
+
+
 def _failing_in_background(opt: RemoteOptimizer, gate: threading.Event) -> None:
     """Makes the next background step fail, its thread held open after the parameters are in
     until `gate` is set."""

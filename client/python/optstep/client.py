@@ -513,20 +513,17 @@ class Client:
         last = self._on_rank0(lambda rank: state_dicts.follow_progress(
             rank.checkpoint.Load, request, on_progress, self._stream_timeout, self._wait_for_ready))
         self.layout(session_id, refresh=True)
-        self._recovery.restart(session_id, last.step)  # the step restored
+        self.state_replaced(session_id, last.step)  # the step restored
         return last
 
     def export_state_dict(self, session_id: str, model_chunks: Optional[Sequence[int]] = None,
                           layout: str = "merged", chunk_prefix: str = "") -> Dict[str, Any]:
-        """The optimizer state dict: merged, or only the model chunks asked for.
-
-        Keys follow docs/design.md §5: "param/<name>" (fp32 masters) and
-        "state/<sub-optimizer>/<name>/<key>"; values are shaped arrays in the dtype the server
-        sent (uint16 bits for bf16), scalar counters as 0-d arrays. `layout` "by_model_chunk"
-        nests them as ``{chunk_key: {key: array}}``, "by_sub_optimizer" as
-        ``{sub_optimizer: {chunk_key: {key: array}}}`` (optstep.state_dicts); `chunk_prefix`
-        "model" (default) or "model_" names the chunks.
-        """
+        """The optimizer state dict: merged, or only the model chunks asked for. Keys follow
+        docs/design.md §5: "param/<name>" (fp32 masters) and "state/<sub-optimizer>/<name>/<key>";
+        values are shaped arrays in the dtype the server sent (uint16 bits for bf16), scalar
+        counters as 0-d arrays. `layout` "by_model_chunk" nests them as ``{chunk_key: {key:
+        array}}``, "by_sub_optimizer" as ``{sub_optimizer: {chunk_key: {key: array}}}``
+        (optstep.state_dicts); `chunk_prefix` "model" (default) or "model_" names the chunks."""
         request = ckpt_pb2.ExportStateDictRequest(
             session_id=session_id, model_chunks=list(model_chunks or ()),
             layout=state_dicts.layout_of(layout), chunk_prefix=chunk_prefix)
@@ -549,15 +546,19 @@ class Client:
         """Replaces the optimizer state (and masters, for "param/..." keys) with `state`, a
         mapping like the ones :meth:`export_state_dict` answers, in any layout (numpy arrays or
         torch tensors; uint16 arrays are bf16 bits, other integers int64 counters). Answers the
-        number of tensors and bytes the server took.
-        """
+        number of tensors and bytes the server took."""
         response: ckpt_pb2.ImportStateDictResponse = self._on_rank0(lambda rank: _call(
             rank.checkpoint.ImportStateDict,
             state_dicts.import_chunks(session_id, state, self._max_chunk_bytes),
             timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready))
         # The state replaced (its layout read again): what the trainers saw applied is gone.
-        self._recovery.restart(session_id, self.get_session(session_id).step)
+        self.state_replaced(session_id, self.get_session(session_id).step)
         return response
+
+    def state_replaced(self, session_id: str, step: int) -> None:
+        """The session's state is at `step`, older than steps its trainers saw applied (as after
+        a load, an import, or a rollback a trainer learned of by a pull): those no longer hold."""
+        self._recovery.restart(session_id, step)
 
     # ---- operations (AdminService; an admin token where the server checks tokens)
 
@@ -567,8 +568,7 @@ class Client:
         rank this client has no channel to."""
         ranks = self._ranks.given()
         if not 0 <= rank < len(ranks):
-            raise OutOfRangeError(f"rank {rank} is not one of the {len(ranks)} ranks of this "
-                                  "client")
+            raise OutOfRangeError(f"rank {rank} is not one of this client's {len(ranks)} ranks")
         call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = ranks[rank].channel.unary_unary(
             raw_messages.ADMIN_SHUTDOWN)
         _call(call, raw_messages.string_message(reason), **self._unary_kwargs())

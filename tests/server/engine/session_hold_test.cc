@@ -193,6 +193,40 @@ TEST_F(SessionHoldTest, StagedStateIsValidatedThenAppliedAndAbortsThePendingStep
   EXPECT_EQ(again.result()->step, 2u);
 }
 
+// Each applied replacement is counted with the step it set, for the automatic checkpointer to
+// abandon the timeline it left from the lowest of those it has not seen; of more than the session
+// keeps, the lowest let go stands for those (a lower step, never a higher one).
+TEST_F(SessionHoldTest, ReplacementsAreCountedWithTheStepsTheySet) {
+  Outcome step1;
+  CommitStep(1, step1);
+  ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
+  ASSERT_THAT(s_->holds().Hold(1, absl::Seconds(30)).status(), IsOk());
+  ASSERT_THAT(s_->holds().Settle(1, 1, absl::Now() + absl::Seconds(5), absl::Seconds(30)).status(),
+              IsOk());
+  auto at_step1 = s_->holds().ExportHeld(1, StateSelection{});
+  ASSERT_THAT(at_step1.status(), IsOk());
+  EXPECT_FALSE(s_->ReplacementsSince(0).lowest_step.has_value());
+  // The state of step 1 at step 1 first, then at step 7 and later steps.
+  const auto replace_at = [&](uint64_t step) {
+    auto dict = std::make_shared<StateDict>(**at_step1);
+    StateTensor& counter = dict->at("meta/step");
+    std::memcpy(counter.bytes.data(), &step, sizeof(step));
+    ASSERT_THAT(s_->holds().StageState(1, dict, /*complete=*/false), IsOk());
+    ASSERT_THAT(s_->holds().ApplyStaged(1), IsOk());
+  };
+  ASSERT_NO_FATAL_FAILURE(replace_at(1));
+  for (uint64_t step = 7; step < 7 + Session::kKeptReplacements; ++step) {
+    ASSERT_NO_FATAL_FAILURE(replace_at(step));
+  }
+  ASSERT_THAT(s_->holds().Release(1), IsOk());
+  const uint64_t all = Session::kKeptReplacements + 1;
+  EXPECT_EQ(s_->ReplacementsSince(0).count, all);
+  EXPECT_EQ(s_->ReplacementsSince(0).lowest_step, 1u);  // the first, let go
+  EXPECT_EQ(s_->ReplacementsSince(1).lowest_step, 7u);
+  EXPECT_EQ(s_->ReplacementsSince(all - 1).lowest_step, 6 + Session::kKeptReplacements);
+  EXPECT_FALSE(s_->ReplacementsSince(all).lowest_step.has_value());
+}
+
 // Another rank began resolution 1 but no trainer ever committed here: settling at 1 starts this
 // rank's step deadline, so the step is aborted (on every rank, through the abort vote) instead of
 // leaving the other rank inside its collective.

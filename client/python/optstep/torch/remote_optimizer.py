@@ -328,6 +328,8 @@ class RemoteOptimizer(torch.optim.Optimizer):
         self._restore_missed = False
         failed_step = self._next_step
         self._next_step = pulled.step + 1
+        if pulled.step + 1 < failed_step:  # the group came back older meanwhile
+            self._client.state_replaced(self.session_id, pulled.step)
         rewind = RewindRequired(self.session_id, pulled.step, failed_step)
         if self._on_rewind is not None:
             self._on_rewind(rewind.step)
@@ -455,6 +457,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
         if not unstepped:
             self._next_step = self._client.get_session(self.session_id).step + 1
             self._pull()
+            self._restore_missed = False  # the model holds the session's parameters
 
     def close_session(self) -> None:
         """Drops the session on the server (for the last trainer of a job); with

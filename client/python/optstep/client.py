@@ -556,8 +556,7 @@ class Client:
         return response
 
     def state_replaced(self, session_id: str, step: int) -> None:
-        """The session's state is at `step`, older than steps its trainers saw applied (as after
-        a load, an import, or a rollback a trainer learned of by a pull): those no longer hold."""
+        """The session is at `step` (a load, import or rollback): steps seen after it are gone."""
         self._recovery.restart(session_id, step)
 
     # ---- operations (AdminService; an admin token where the server checks tokens)
@@ -568,7 +567,8 @@ class Client:
         rank this client has no channel to."""
         ranks = self._ranks.given()
         if not 0 <= rank < len(ranks):
-            raise OutOfRangeError(f"rank {rank} is not one of this client's {len(ranks)} ranks")
+            raise OutOfRangeError(f"rank {rank} is not one of the {len(ranks)} ranks of this "
+                                  "client")
         call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = ranks[rank].channel.unary_unary(
             raw_messages.ADMIN_SHUTDOWN)
         _call(call, raw_messages.string_message(reason), **self._unary_kwargs())

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -158,9 +159,11 @@ class Client final {
                                               const CheckpointProgressFn& progress = nullptr);
   // The session's state was replaced at `step` (a Load or an import, this client's or another
   // one's): the steps this client saw applied before no longer count for its recovery (Load and
-  // ImportStateDict call it themselves).
-  void StateReplaced(absl::string_view session_id, uint64_t step) {
-    recovery_.Restart(session_id, step);
+  // ImportStateDict call it themselves). With `trainer_id`, for that trainer alone (it learned
+  // of a restore itself; the others are told as a rewind).
+  void StateReplaced(absl::string_view session_id, uint64_t step,
+                     std::optional<uint32_t> trainer_id = std::nullopt) {
+    recovery_.Restart(session_id, step, trainer_id);
   }
 
   // One tensor of an exported state dict: its key, and for keyed layouts its chunk and

@@ -193,8 +193,13 @@ void StepRecovery::Note(absl::string_view session_id, uint32_t trainer_id, uint6
   applied = std::max(applied, step);
 }
 
-void StepRecovery::Restart(absl::string_view session_id, uint64_t step) {
+void StepRecovery::Restart(absl::string_view session_id, uint64_t step,
+                           std::optional<uint32_t> trainer_id) {
   absl::MutexLock lock(&mu_);
+  if (trainer_id.has_value()) {
+    applied_[TrainerKey(std::string(session_id), *trainer_id)] = step;
+    return;
+  }
   for (auto& [key, applied] : applied_) {
     if (key.first == session_id) applied = step;
   }

@@ -75,8 +75,11 @@ class StepRecovery {
   void Note(absl::string_view session_id, uint32_t trainer_id, uint64_t step);
   // The session's state was replaced at `step` (a Load, an import): the steps its trainers saw
   // applied before no longer count. Past them, a step refused out of sequence would be taken
-  // for a restore of the group (a rewind) instead of the caller's mistake.
-  void Restart(absl::string_view session_id, uint64_t step);
+  // for a restore of the group (a rewind) instead of the caller's mistake. With `trainer_id`,
+  // for that trainer alone: it learned of a restore itself (a pull), which the others are still
+  // to be told of as a rewind.
+  void Restart(absl::string_view session_id, uint64_t step,
+               std::optional<uint32_t> trainer_id = std::nullopt);
 
  private:
   bool Recovering(const GroupProbe& probe, const absl::Status& error, absl::Time by) const;

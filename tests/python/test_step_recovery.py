@@ -99,6 +99,27 @@ def test_each_trainer_sharing_the_client_is_told_of_the_rewind() -> None:
         assert rewind.value.step == 2, f"trainer {trainer}"
 
 
+def test_a_restart_for_one_trainer_leaves_the_others_to_be_told_of_the_rewind() -> None:
+    """One trainer learned of the restore itself (a pull after its step broke) and restarts its
+    own record only: the other trainer sharing the client is still told of the rewind. Before,
+    the restart reset every trainer's record, and the other's next step failed out of sequence
+    as its own mistake."""
+    steps = recovery()
+    told: List[tuple] = []
+    steps.on_restart = lambda *args: told.append(args)
+    for trainer in (0, 1):
+        assert steps.run(EndingGroup([4]), "s", 4, attempts([], 4), restored,
+                         trainer_id=trainer) == 4
+    steps.restart("s", 2, trainer_id=0)
+    assert told == [("s", 2, 0)]
+    out_of_turn = FailedPreconditionError("step 5 out of sequence; expected step 3")
+    with pytest.raises(RewindRequired) as rewind:
+        steps.run(EndingGroup([2]), "s", 5, attempts([out_of_turn], 5), restored, trainer_id=1)
+    assert rewind.value.step == 2
+    # Trainer 0 goes on from step 3, as a trainer rewound does.
+    assert steps.run(EndingGroup([2]), "s", 3, attempts([], 3), restored, trainer_id=0) == 3
+
+
 def test_a_step_applied_whose_answer_was_lost_is_answered_when_redone() -> None:
     """The group applied step 5 while it recovered: the pull of its parameters is tried again
     while it fails for a recovering reason (before, the first failure was raised, and the trainer

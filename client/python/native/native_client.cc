@@ -214,8 +214,11 @@ void* optstep_native_connect(const OptstepNativeOptions* options, int32_t* code,
 
 void optstep_native_close(void* client) { delete static_cast<optstep::Client*>(client); }
 
-void optstep_native_state_replaced(void* client, const char* session_id, uint64_t step) {
-  static_cast<optstep::Client*>(client)->StateReplaced(session_id, step);
+void optstep_native_state_replaced(void* client, const char* session_id, uint64_t step,
+                                   int64_t trainer_id) {
+  static_cast<optstep::Client*>(client)->StateReplaced(
+      session_id, step,
+      trainer_id < 0 ? std::nullopt : std::optional<uint32_t>(static_cast<uint32_t>(trainer_id)));
 }
 
 int32_t optstep_native_step(void* client, const char* session_id, uint64_t step,

@@ -88,9 +88,9 @@ OPTSTEP_NATIVE_API void* optstep_native_connect(const OptstepNativeOptions* opti
                                                 char* error, size_t error_len);
 OPTSTEP_NATIVE_API void optstep_native_close(void* client);
 // Client::StateReplaced: the session's state was replaced at `step` (a Load or an import the
-// Python client made).
+// Python client made), for trainer `trainer_id` alone when it is not negative.
 OPTSTEP_NATIVE_API void optstep_native_state_replaced(void* client, const char* session_id,
-                                                      uint64_t step);
+                                                      uint64_t step, int64_t trainer_id);
 
 // One optimizer step (Client::Step). Every returned parameter is written into its `outs` entry
 // as its chunks arrive, with no copy beside it; each out must have the parameter's element count

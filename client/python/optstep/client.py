@@ -555,9 +555,9 @@ class Client:
         self.state_replaced(session_id, self.get_session(session_id).step)
         return response
 
-    def state_replaced(self, session_id: str, step: int) -> None:
+    def state_replaced(self, session_id: str, step: int, trainer_id: Optional[int] = None) -> None:
         """The session is at `step` (a load, import or rollback): steps seen after it are gone."""
-        self._recovery.restart(session_id, step)
+        self._recovery.restart(session_id, step, trainer_id)
 
     # ---- operations (AdminService; an admin token where the server checks tokens)
 

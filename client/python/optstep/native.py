@@ -142,7 +142,7 @@ def _load() -> Optional[ctypes.CDLL]:
         lib.optstep_native_close.argtypes = [ctypes.c_void_p]
         lib.optstep_native_state_replaced.restype = None
         lib.optstep_native_state_replaced.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
-                                                      ctypes.c_uint64]
+                                                      ctypes.c_uint64, ctypes.c_int64]
         lib.optstep_native_step.restype = ctypes.c_int32
         lib.optstep_native_step.argtypes = [
             ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32,
@@ -279,11 +279,13 @@ class NativeClient:
         if handle:
             self._lib.optstep_native_close(handle)
 
-    def state_replaced(self, session_id: str, step: int) -> None:
-        """Client::StateReplaced: the session's state was replaced at `step`."""
+    def state_replaced(self, session_id: str, step: int, trainer_id: Optional[int] = None) -> None:
+        """Client::StateReplaced: the session's state was replaced at `step` (for `trainer_id`
+        alone when given)."""
         handle = self.acquire()
         try:
-            self._lib.optstep_native_state_replaced(handle, session_id.encode(), step)
+            self._lib.optstep_native_state_replaced(
+                handle, session_id.encode(), step, -1 if trainer_id is None else trainer_id)
         finally:
             self.release()
 
@@ -447,12 +449,13 @@ class Connector:
             self._clients.append(fresh)
             return fresh
 
-    def state_replaced(self, session_id: str, step: int) -> None:
-        """Tells every client connected so far that the session's state was replaced."""
+    def state_replaced(self, session_id: str, step: int, trainer_id: Optional[int] = None) -> None:
+        """Tells every client connected so far that the session's state was replaced (for
+        `trainer_id` alone when given)."""
         with self._lock:
             clients = list(self._clients)
         for client in clients:
-            client.state_replaced(session_id, step)
+            client.state_replaced(session_id, step, trainer_id)
 
     def close(self) -> None:
         with self._lock:

@@ -110,7 +110,7 @@ class StepRecovery:
         self._applied: Dict[Tuple[str, int], int] = {}
         # Told (session id, step) when a session's state was replaced (restart): the native
         # client keeps marks of its own.
-        self.on_restart: Optional[Callable[[str, int], None]] = None
+        self.on_restart: Optional[Callable[[str, int, Optional[int]], None]] = None
 
     def run(self, group: GroupView, session_id: str, step: int, attempt: Callable[[], _Reply],
             applied: Callable[[], _Reply], *, trainer_id: int = 0) -> _Reply:
@@ -215,15 +215,18 @@ class StepRecovery:
         with self._lock:
             self._applied[key] = max(step, self._applied.get(key, 0))
 
-    def restart(self, session_id: str, step: int) -> None:
+    def restart(self, session_id: str, step: int, trainer_id: Optional[int] = None) -> None:
         """The session's state was replaced (a Load, an import) at `step`: what its trainers saw
         applied before no longer holds. Past it, a step refused out of sequence would be taken
-        for a rewind of the group, and a redo for a step applied."""
+        for a rewind of the group, and a redo for a step applied. With `trainer_id`, for that
+        trainer alone (it learned of a restore by itself; the others are told as a rewind)."""
         with self._lock:
-            for key in [k for k in self._applied if k[0] == session_id]:
+            keys = ([(session_id, trainer_id)] if trainer_id is not None
+                    else [k for k in self._applied if k[0] == session_id])
+            for key in keys:
                 self._applied[key] = step
         if self.on_restart is not None:
-            self.on_restart(session_id, step)
+            self.on_restart(session_id, step, trainer_id)
 
     def _applied_step(self, key: Tuple[str, int]) -> int:
         with self._lock:

@@ -107,6 +107,15 @@ TEST(StepRecoveryTest, ASessionRestoredFurtherBackAnswersAbortedWithTheRestoredS
   EXPECT_EQ(attempt.calls, 1);
 }
 
+// Trainers 0 and 1 of session "s", sharing `recovery`, each apply step 4 on `group`.
+void BothTrainersApplyStepFour(StepRecovery& recovery, FakeGroup& group) {
+  for (uint32_t trainer : {0u, 1u}) {
+    Attempts applied{{}, 4};
+    ASSERT_THAT(recovery.Run("s", trainer, 4, group.probe(), std::ref(applied), Restored).status(),
+                IsOk());
+  }
+}
+
 // Two trainers of one session share the client (two threads): the first one's rewind does not
 // make the second's out-of-sequence step look like its own mistake. Keyed by session alone, the
 // second trainer got FAILED_PRECONDITION for every later step, and the first one's redone steps
@@ -114,11 +123,7 @@ TEST(StepRecoveryTest, ASessionRestoredFurtherBackAnswersAbortedWithTheRestoredS
 TEST(StepRecoveryTest, EachTrainerOfASharedClientIsToldOfTheRewind) {
   StepRecovery recovery = Recovery();
   FakeGroup group{.step = 4};
-  for (uint32_t trainer : {0u, 1u}) {
-    Attempts applied{{}, 4};
-    ASSERT_THAT(recovery.Run("s", trainer, 4, group.probe(), std::ref(applied), Restored).status(),
-                IsOk());
-  }
+  ASSERT_NO_FATAL_FAILURE(BothTrainersApplyStepFour(recovery, group));
   group.step = 2;  // the group came back at step 2 between two steps
   for (uint32_t trainer : {0u, 1u}) {
     Attempts next{{absl::FailedPreconditionError("step 5 out of sequence; expected step 3")}, 5};
@@ -126,6 +131,21 @@ TEST(StepRecoveryTest, EachTrainerOfASharedClientIsToldOfTheRewind) {
         recovery.Run("s", trainer, 5, group.probe(), std::ref(next), Restored);
     EXPECT_THAT(RewindStep(rewound.status()), Optional(2u)) << "trainer " << trainer;
   }
+}
+
+// One trainer learned of the restore itself (a pull after its step broke) and restarts its own
+// record: the other trainer sharing the client is still told of the rewind. Before, a restart
+// reset every trainer's, and the other's next step failed out of sequence as its own mistake.
+TEST(StepRecoveryTest, ARestartForOneTrainerLeavesTheOthersToBeToldOfTheRewind) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.step = 4};
+  ASSERT_NO_FATAL_FAILURE(BothTrainersApplyStepFour(recovery, group));
+  group.step = 2;
+  recovery.Restart("s", 2, /*trainer_id=*/0);
+  Attempts next{{absl::FailedPreconditionError("step 5 out of sequence; expected step 3")}, 5};
+  absl::StatusOr<StepReply> rewound =
+      recovery.Run("s", 1, 5, group.probe(), std::ref(next), Restored);
+  EXPECT_THAT(RewindStep(rewound.status()), Optional(2u));
 }
 
 // Step 5's refusal as a restored session answers it: out of sequence, expecting step 6.

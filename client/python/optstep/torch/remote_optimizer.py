@@ -329,7 +329,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
         failed_step = self._next_step
         self._next_step = pulled.step + 1
         if pulled.step + 1 < failed_step:  # the group came back older meanwhile
-            self._client.state_replaced(self.session_id, pulled.step)
+            self._client.state_replaced(self.session_id, pulled.step, self._trainer_id)
         rewind = RewindRequired(self.session_id, pulled.step, failed_step)
         if self._on_rewind is not None:
             self._on_rewind(rewind.step)

@@ -26,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
+#include "tests/integration/auto_checkpoint_run.h"
 #include "tests/integration/test_metrics.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/directory_listing.h"
@@ -36,16 +37,21 @@ namespace optstep {
 namespace {
 
 namespace fs = std::filesystem;
+using ::optstep::testutil::AutoFlags;
 using ::optstep::testutil::AwaitAutoCheckpoint;
 using ::optstep::testutil::CreateWithRequestId;
 using ::optstep::testutil::IsOk;
 using ::optstep::testutil::Pulled;
+using ::optstep::testutil::Running;
 using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
 using ::optstep::testutil::StartGroup;
 using ::optstep::testutil::StartGroupWith;
+using ::optstep::testutil::StartRunning;
 using ::optstep::testutil::StatusIs;
+using ::optstep::testutil::StepRange;
 using ::optstep::testutil::StepSmall;
+using ::optstep::testutil::TempDir;
 
 using Group = std::vector<std::unique_ptr<ServerProcess>>;
 
@@ -53,44 +59,9 @@ using Group = std::vector<std::unique_ptr<ServerProcess>>;
 constexpr uint64_t kBefore = 4;
 constexpr uint64_t kAfter = 3;
 
-// A temporary checkpoint root, removed at the end.
-class TempDir : public testutil::ScopedTempDir {
- public:
-  TempDir() : ScopedTempDir("optstep-auto") {}
-};
-
-struct Running {
-  Group group;
-  std::unique_ptr<Client> client;
-};
-
-// A group of `world` ranks with `flags`, and a client of all of them once rank 0 serves.
-absl::StatusOr<Running> Start(int world, const std::vector<std::string>& flags) {
-  Running run;
-  OPTSTEP_ASSIGN_OR_RETURN(run.group, StartGroup(world, flags));
-  ClientOptions options;
-  for (const auto& rank : run.group) options.rank_targets.push_back(rank->address());
-  options.connect_timeout = absl::Seconds(20);
-  OPTSTEP_ASSIGN_OR_RETURN(run.client, Client::Connect(options));
-  OPTSTEP_RETURN_IF_ERROR(testutil::WaitServing(*run.client));
-  return run;
-}
-
-std::vector<std::string> AutoFlags(const std::string& root) {
-  return {"--checkpoint_root=" + root, "--checkpoint_every_steps=1"};
-}
-
-// Steps `first`..`last` of the session.
-absl::Status StepRange(Client& client, const std::string& session, uint64_t first, uint64_t last) {
-  for (uint64_t step = first; step <= last; ++step) {
-    OPTSTEP_RETURN_IF_ERROR(StepSmall(client, session, step).status());
-  }
-  return absl::OkStatus();
-}
-
 // The parameters after kBefore + kAfter steps of an undisturbed group.
 std::string Reference() {
-  absl::StatusOr<Running> run = Start(2, {});
+  absl::StatusOr<Running> run = StartRunning(2, {});
   EXPECT_THAT(run.status(), IsOk());
   if (!run.ok()) return "";
   absl::StatusOr<v1::SessionInfo> info = run->client->CreateSession(SmallSpec("auto"));
@@ -110,7 +81,7 @@ constexpr char kAutoRequestId[] = "auto-checkpoint-test";
 absl::StatusOr<std::string> SaveEachStepThenKill(
     const std::string& root,
     const std::function<void(const std::string& session)>& before_kill = nullptr) {
-  OPTSTEP_ASSIGN_OR_RETURN(Running run, Start(2, AutoFlags(root)));
+  OPTSTEP_ASSIGN_OR_RETURN(Running run, StartRunning(2, AutoFlags(root)));
   OPTSTEP_ASSIGN_OR_RETURN(
       v1::CreateSessionResponse created,
       CreateWithRequestId(run.group[0]->address(), SmallSpec("auto"), kAutoRequestId));
@@ -148,7 +119,7 @@ TEST_P(AutoRestoreTest, AGroupKilledWholeComesBackWithItsSessionAndContinuesBitF
 
   // Restarted without automatic checkpoints: the session comes back all the same.
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run,
-                               Start(restarted_world, {"--checkpoint_root=" + root.path()}));
+                               StartRunning(restarted_world, {"--checkpoint_root=" + root.path()}));
   // SERVING already: the session is there, with its id, name and last saved step.
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
   EXPECT_EQ(info.step(), kBefore);
@@ -216,7 +187,8 @@ class InterruptedRestoreTest : public ::testing::Test {
   // Started again, the group restores the session from the same checkpoints, untouched, and
   // steps on bit for bit.
   void ExpectRestoredAndSteppedOn() {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(2, {"--checkpoint_root=" + root_.path()}));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run,
+                                 StartRunning(2, {"--checkpoint_root=" + root_.path()}));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session_));
     EXPECT_EQ(info.step(), kBefore);
     ASSERT_THAT(StepRange(*run.client, session_, kBefore + 1, kBefore + kAfter), IsOk());
@@ -258,7 +230,7 @@ void KillWhole(Running& run) {
 // then the rank SIGKILLed: its id.
 absl::StatusOr<std::string> SavedThenKilled(const std::string& root, const std::string& name,
                                             uint64_t steps) {
-  OPTSTEP_ASSIGN_OR_RETURN(Running run, Start(1, AutoFlags(root)));
+  OPTSTEP_ASSIGN_OR_RETURN(Running run, StartRunning(1, AutoFlags(root)));
   OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, run.client->CreateSession(SmallSpec(name)));
   for (uint64_t step = 1; step <= steps; ++step) {
     OPTSTEP_RETURN_IF_ERROR(StepSmall(*run.client, info.session_id(), step).status());
@@ -277,7 +249,7 @@ TEST(AutoRestoreOrderTest, TheHighestStepIsRestoredWhateverTheManifestTimes) {
   ASSERT_TRUE(fs::exists(older));
   fs::last_write_time(older, fs::file_time_type::clock::now() + std::chrono::hours(1));
 
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, {"--checkpoint_root=" + root.path()}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
   EXPECT_EQ(info.step(), 3u);
 }
@@ -292,7 +264,7 @@ TEST(AutoRestoreFallbackTest, ADamagedNewestCheckpointIsSetAsideAndItsStepSavedA
   const fs::path dir = fs::path(root.path()) / "auto" / session;
   fs::resize_file(dir / "step-3" / "shard-0-of-1.safetensors", 100);  // truncated
   {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, AutoFlags(root.path())));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
     EXPECT_EQ(info.step(), 2u);
     EXPECT_FALSE(fs::exists(dir / "step-3"));
@@ -301,7 +273,7 @@ TEST(AutoRestoreFallbackTest, ADamagedNewestCheckpointIsSetAsideAndItsStepSavedA
     ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
     KillWhole(run);
   }
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, {"--checkpoint_root=" + root.path()}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
   EXPECT_EQ(info.step(), 3u) << "the restore fell back past step 3 again";
 }
@@ -312,7 +284,7 @@ TEST(AutoCheckpointRecordTest, ARecordLeftEmptyIsWrittenAgain) {
   TempDir root;
   std::string session;
   {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, AutoFlags(root.path())));
     OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info,
                                  run.client->CreateSession(SmallSpec("record")));
     session = info.session_id();
@@ -323,7 +295,7 @@ TEST(AutoCheckpointRecordTest, ARecordLeftEmptyIsWrittenAgain) {
     ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 2), IsOk());
     KillWhole(run);
   }
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, {"--checkpoint_root=" + root.path()}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->GetSession(session));
   EXPECT_EQ(info.step(), 2u);
 }
@@ -336,7 +308,7 @@ TEST(AutoCheckpointCloseTest, WhatAClosedSessionLeftHiddenGoesAtTheNextStart) {
                                SavedThenKilled(root.path(), "closed", 1));
   const fs::path autos = fs::path(root.path()) / "auto";
   fs::rename(autos / session, autos / ("." + session + ".closed"));  // as a crash left it
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, {"--checkpoint_root=" + root.path()}));
   EXPECT_THAT(run.client->GetSession(session).status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_FALSE(fs::exists(autos / ("." + session + ".closed")));
 }
@@ -348,7 +320,7 @@ TEST(AutoCheckpointTemporaryTest, AStaleTemporaryGoesAtTheNextSave) {
   TempDir root;
   std::vector<std::string> flags = AutoFlags(root.path());
   flags.push_back("--checkpoint_temp_max_age_ms=60000");
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, flags));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, flags));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("tmp")));
   const std::string session = info.session_id();
   ASSERT_THAT(StepSmall(*run.client, session, 1).status(), IsOk());
@@ -374,8 +346,9 @@ TEST(AutoCheckpointTemporaryTest, AStaleTemporaryGoesAtTheNextSave) {
 // until the group happened to start again.
 TEST(CheckpointTemporaryTest, AStaleTemporaryIsSweptBeforeASave) {
   TempDir root;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path(),
-                                                      "--checkpoint_temp_max_age_ms=60000"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      Running run,
+      StartRunning(1, {"--checkpoint_root=" + root.path(), "--checkpoint_temp_max_age_ms=60000"}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("swp")));
   ASSERT_THAT(StepSmall(*run.client, info.session_id(), 1).status(), IsOk());
   const fs::path stale = fs::path(root.path()) / ".big.12345.tmp";
@@ -394,8 +367,8 @@ TEST(CheckpointTemporaryTest, AStaleTemporaryIsSweptBeforeASave) {
 
 TEST(AutoCheckpointScheduleTest, BySecondsASessionIsSavedAfterItsFirstStepAndOnceTheTimePassed) {
   TempDir root;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path(),
-                                                      "--checkpoint_every_seconds=0.3"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, {"--checkpoint_root=" + root.path(),
+                                                             "--checkpoint_every_seconds=0.3"}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("t")));
   const std::string session = info.session_id();
   ASSERT_THAT(StepRange(*run.client, session, 1, 1), IsOk());
@@ -405,112 +378,6 @@ TEST(AutoCheckpointScheduleTest, BySecondsASessionIsSavedAfterItsFirstStepAndOnc
   EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
 }
 
-// A session taken back to an earlier state (a user's Load of an earlier checkpoint) starts a new
-// timeline: the automatic checkpoints of its later steps are removed and the loaded state is
-// saved at once. Before, nothing was saved until the session passed its old highest step, and a
-// restart restored the later state the user had abandoned, over everything stepped since.
-TEST(AutoCheckpointRollbackTest, ALoadOfAnEarlierStateAbandonsTheLaterAutomaticCheckpoints) {
-  TempDir root;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("r")));
-  const std::string session = info.session_id();
-  for (uint64_t step = 1; step <= 4; ++step) {
-    ASSERT_THAT(StepRange(*run.client, session, step, step), IsOk());
-    ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, step), IsOk());
-    if (step == 2) {
-      ASSERT_THAT(run.client->Save(session, "good").status(), IsOk());
-    }
-  }
-  const fs::path dir = fs::path(root.path()) / "auto" / session;
-  const fs::path step_2 = dir / "step-2" / "manifest.json";
-  // When step 2's manifest was written; the least time while there is none (it is being saved).
-  const auto written = [&step_2] {
-    std::error_code error;
-    const auto time = fs::last_write_time(step_2, error);
-    return error ? fs::file_time_type::min() : time;
-  };
-  const auto first = written();
-  ASSERT_THAT(run.client->Load(session, "good").status(), IsOk());
-  // The later timeline goes; step 2 is saved again, from the state loaded.
-  const auto done = [&] {
-    const auto now = written();
-    return !fs::exists(dir / "step-3") && !fs::exists(dir / "step-4") &&
-           now != fs::file_time_type::min() && now != first;
-  };
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
-       !done() && absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_FALSE(fs::exists(dir / "step-3"));
-  EXPECT_FALSE(fs::exists(dir / "step-4"));
-  EXPECT_TRUE(done()) << "step 2 was not saved again";
-  ASSERT_THAT(StepRange(*run.client, session, 3, 3), IsOk());
-  EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
-}
-
-// A state imported at the session's own step (another state, the same counters) is a new
-// timeline as well: the automatic checkpoint of that step, of the state replaced, is saved again
-// from the state imported. Before, only a step behind the last save told the checkpointer, and a
-// restart restored the state the import had replaced.
-TEST(AutoCheckpointRollbackTest, AnImportAtTheSameStepIsSavedAgain) {
-  TempDir root;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("i")));
-  const std::string session = info.session_id();
-  ASSERT_THAT(StepRange(*run.client, session, 1, 2), IsOk());
-  ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 2), IsOk());
-  const fs::path manifest = fs::path(root.path()) / "auto" / session / "step-2" / "manifest.json";
-  const auto written = [&manifest] {
-    std::error_code error;
-    const auto time = fs::last_write_time(manifest, error);
-    return error ? fs::file_time_type::min() : time;
-  };
-  const auto first = written();
-  v1::ExportStateDictRequest request;
-  request.set_session_id(session);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::vector<Client::StateDictEntry> entries,
-                               run.client->ExportStateDict(request));
-  bool changed = false;
-  for (Client::StateDictEntry& entry : entries) {
-    if (entry.key.rfind("param/", 0) != 0 || entry.bytes.empty()) continue;
-    entry.bytes[0] ^= 0x40;  // another value of the first element
-    changed = true;
-  }
-  ASSERT_TRUE(changed);
-  ASSERT_THAT(run.client->ImportStateDict(session, entries), IsOk());
-  const auto saved_again = [&] {
-    const auto now = written();
-    return now != fs::file_time_type::min() && now != first;
-  };
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
-       !saved_again() && absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_TRUE(saved_again()) << "step 2 keeps the state the import replaced";
-}
-
-// Taken back to step 0 (a checkpoint saved before the first step): its automatic checkpoints go
-// as well, though nothing is due until the next step. Before, they stayed.
-TEST(AutoCheckpointRollbackTest, ALoadOfTheStateBeforeTheFirstStepAbandonsThemToo) {
-  TempDir root;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, AutoFlags(root.path())));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("z")));
-  const std::string session = info.session_id();
-  ASSERT_THAT(run.client->Save(session, "zero").status(), IsOk());
-  ASSERT_THAT(StepRange(*run.client, session, 1, 3), IsOk());
-  ASSERT_THAT(AwaitAutoCheckpoint(root.path(), session, 3), IsOk());
-  ASSERT_THAT(run.client->Load(session, "zero").status(), IsOk());
-  const fs::path dir = fs::path(root.path()) / "auto" / session;
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
-       fs::exists(dir / "step-3") && absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_FALSE(fs::exists(dir / "step-2"));
-  EXPECT_FALSE(fs::exists(dir / "step-3"));
-  ASSERT_THAT(StepRange(*run.client, session, 1, 1), IsOk());
-  EXPECT_THAT(AwaitAutoCheckpoint(root.path(), session, 1), IsOk());
-}
-
 // A disk that fails the automatic checkpoints (here the session's directory cannot be made: a file
 // is in its place) costs no step: each failed attempt is counted for an alert, and once the disk
 // is back the next step is saved.
@@ -518,7 +385,7 @@ TEST(AutoCheckpointFailureTest, AFailedSaveIsCountedAndTheSessionGoesOn) {
   TempDir root;
   std::vector<std::string> flags = AutoFlags(root.path());
   flags.push_back("--metrics_port=-1");
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, flags));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, flags));
   const int metrics = run.group[0]->metrics_port();
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("f")));
   const std::string session = info.session_id();
@@ -542,7 +409,7 @@ TEST(AutoCheckpointFailureTest, AFailedSaveIsCountedAndTheSessionGoesOn) {
 
 TEST(AutoCheckpointNameTest, AUserSaveMayNotTakeTheReservedName) {
   TempDir root;
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, Start(1, {"--checkpoint_root=" + root.path()}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run, StartRunning(1, {"--checkpoint_root=" + root.path()}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("n")));
   EXPECT_THAT(run.client->Save(info.session_id(), "auto").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "reserved for automatic checkpoints"));
@@ -587,8 +454,8 @@ grpc::Status StepOnRank0(const ServerProcess& rank0, const v1::SessionInfo& info
 TEST(ExitOnPeerLossTest, ARankWhosePeerIsKilledExitsWithStatus75) {
   // Without redundancy nothing waits for the rank to rejoin (rejoin_test has the other case).
   OPTSTEP_ASSERT_OK_AND_ASSIGN(
-      Running run,
-      Start(2, {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000", "--state_redundancy=0"}));
+      Running run, StartRunning(2, {"--heartbeat_interval_ms=100", "--peer_timeout_ms=1000",
+                                    "--state_redundancy=0"}));
   const absl::Time killed = absl::Now();
   run.group[1]->SignalAndWait(SIGKILL);
   // The timeout, the grace of one second, and room for a loaded machine.
@@ -602,9 +469,9 @@ TEST(ExitOnPeerLossTest, ARankWhosePeerIsKilledExitsWithStatus75) {
 TEST(ExitOnPeerLossTest, ARankWhoseSessionLostItsGroupExitsWithStatus75) {
   // Heartbeats that would take ten minutes to notice: the failed collective tells first. Without
   // redundancy the session is broken (with it, only interrupted: rejoin_test waits for the heal).
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Running run,
-                               Start(2, {"--heartbeat_interval_ms=100", "--peer_timeout_ms=600000",
-                                         "--state_redundancy=0"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      Running run, StartRunning(2, {"--heartbeat_interval_ms=100", "--peer_timeout_ms=600000",
+                                    "--state_redundancy=0"}));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, run.client->CreateSession(SmallSpec("g")));
   ASSERT_THAT(StepSmall(*run.client, info.session_id(), 1).status(), IsOk());
   run.group[1]->SignalAndWait(SIGKILL);

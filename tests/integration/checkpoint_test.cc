@@ -23,6 +23,7 @@
 #include "client/cpp/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/auto_checkpoint_run.h"
 #include "tests/integration/test_session.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/server_process.h"
@@ -95,18 +96,10 @@ struct Running {
 absl::StatusOr<Running> Start(int world, const std::string& root, const std::string& optimizer,
                               bool init = true, std::vector<std::string> args = {}) {
   if (!root.empty()) args.push_back("--checkpoint_root=" + root);
+  OPTSTEP_ASSIGN_OR_RETURN(testutil::Running started, testutil::StartRunning(world, args));
   Running run;
-  OPTSTEP_ASSIGN_OR_RETURN(run.group, StartGroup(world, args));
-  ClientOptions options;
-  for (const auto& rank : run.group) options.rank_targets.push_back(rank->address());
-  options.connect_timeout = absl::Seconds(20);
-  OPTSTEP_ASSIGN_OR_RETURN(run.client, Client::Connect(options));
-  for (int i = 0;; ++i) {
-    auto serving = run.client->CheckHealth();
-    if (serving.ok() && *serving) break;
-    if (i > 400) return absl::DeadlineExceededError("rank 0 never became SERVING");
-    absl::SleepFor(absl::Milliseconds(25));
-  }
+  run.group = std::move(started.group);
+  run.client = std::move(started.client);
   OPTSTEP_ASSIGN_OR_RETURN(v1::SessionInfo info, run.client->CreateSession(Spec(optimizer)));
   run.session = info.session_id();
   for (uint32_t p = 0; p < kParams.size() && init; ++p) {

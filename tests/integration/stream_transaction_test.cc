@@ -69,6 +69,36 @@ int Refusals(std::vector<std::unique_ptr<grpc::ClientWriter<Request>>>& held,
   return refused;
 }
 
+// A session of one parameter of 1 Mi elements: 12 MiB of masters and Adam state.
+v1::SessionSpec WideSpec(const std::string& name) {
+  v1::SessionSpec spec = SmallSpec(name);
+  spec.clear_parameters();
+  auto* wide = spec.add_parameters();
+  wide->set_name("wide");
+  wide->add_shape(1 << 20);
+  return spec;
+}
+
+// An export that read its first chunk and reads no more: rank 0 holds its copy of the state
+// until it is cancelled. The stub's channel must not read ahead (SlowReaderChannel).
+class UnreadExport {
+ public:
+  UnreadExport(v1::CheckpointService::Stub& stub, const v1::ExportStateDictRequest& request)
+      : reader_(stub.ExportStateDict(&context_, request)) {}
+  bool started() {
+    v1::StateDictChunk chunk;
+    return reader_->Read(&chunk);
+  }
+  absl::Status Cancel() {
+    context_.TryCancel();
+    return FromGrpcStatus(reader_->Finish());
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader_;
+};
+
 class StreamTransactionTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -321,22 +351,15 @@ TEST_F(StreamTransactionTest, AnInitStreamStagesABoundedAmountAndFourPerTrainerA
 // An ExportStateDict stream holds a copy of the session's state until the caller has read it: a
 // session has two open at most, a third is RESOURCE_EXHAUSTED until one ends.
 TEST_F(StreamTransactionTest, ASessionHasTwoExportsOpenAtMost) {
-  v1::SessionSpec spec = SmallSpec("exported");
-  spec.clear_parameters();
-  auto* wide = spec.add_parameters();
-  wide->set_name("wide");
-  wide->add_shape(1 << 20);  // 12 MB of masters and Adam state
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client_->CreateSession(spec));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, client_->CreateSession(WideSpec("exported")));
   // A reader that reads nothing holds its stream open.
   auto stub = v1::CheckpointService::NewStub(testutil::SlowReaderChannel(server_->address()));
   v1::ExportStateDictRequest request;
   request.set_session_id(info.session_id());
   v1::StateDictChunk chunk;
-  grpc::ClientContext first_context, second_context;
-  auto first = stub->ExportStateDict(&first_context, request);
-  auto second = stub->ExportStateDict(&second_context, request);
-  ASSERT_TRUE(first->Read(&chunk));
-  ASSERT_TRUE(second->Read(&chunk));
+  UnreadExport first(*stub, request), second(*stub, request);
+  ASSERT_TRUE(first.started());
+  ASSERT_TRUE(second.started());
   grpc::ClientContext third_context;
   auto third = stub->ExportStateDict(&third_context, request);
   while (third->Read(&chunk)) {
@@ -345,8 +368,7 @@ TEST_F(StreamTransactionTest, ASessionHasTwoExportsOpenAtMost) {
               StatusIs(absl::StatusCode::kResourceExhausted,
                        absl::StrCat("ExportStateDict: 2 exports of session '", info.session_id(),
                                     "' are open already")));
-  first_context.TryCancel();
-  EXPECT_THAT(FromGrpcStatus(first->Finish()), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT(first.Cancel(), StatusIs(absl::StatusCode::kCancelled));
   // Its slot comes back once the server has seen the cancellation.
   absl::Status read = absl::UnknownError("not read");
   for (int tries = 0; tries < 100 && !read.ok(); ++tries) {
@@ -354,8 +376,7 @@ TEST_F(StreamTransactionTest, ASessionHasTwoExportsOpenAtMost) {
     if (!read.ok()) absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_THAT(read, IsOk());
-  second_context.TryCancel();
-  (void)second->Finish();
+  (void)second.Cancel();
 }
 
 // An owner's exports hold their copies in the rank's headroom two at a time, whatever its number
@@ -368,23 +389,15 @@ TEST(ExportHeadroomTest, AnOwnerHasTwoExportsInTheHeadroomWhateverItsSessions) {
                                testutil::StartConnected({"--memory_budget=40M"}));
   std::vector<std::string> sessions;
   for (const char* name : {"a", "b"}) {
-    v1::SessionSpec spec = SmallSpec(name);
-    spec.clear_parameters();
-    auto* wide = spec.add_parameters();
-    wide->set_name("wide");
-    wide->add_shape(1 << 20);  // 12 MiB of masters and Adam state
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(spec));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(WideSpec(name)));
     sessions.push_back(info.session_id());
   }
   auto stub = v1::CheckpointService::NewStub(testutil::SlowReaderChannel(c.server->address()));
   v1::ExportStateDictRequest of_a;
   of_a.set_session_id(sessions[0]);
-  v1::StateDictChunk chunk;
-  grpc::ClientContext first_context, second_context;
-  auto first = stub->ExportStateDict(&first_context, of_a);
-  auto second = stub->ExportStateDict(&second_context, of_a);
-  ASSERT_TRUE(first->Read(&chunk));
-  ASSERT_TRUE(second->Read(&chunk));
+  UnreadExport first(*stub, of_a), second(*stub, of_a);
+  ASSERT_TRUE(first.started());
+  ASSERT_TRUE(second.started());
   v1::ExportStateDictRequest of_b;
   of_b.set_session_id(sessions[1]);
   const absl::Status refused = c.client->ExportStateDict(of_b).status();
@@ -393,8 +406,7 @@ TEST(ExportHeadroomTest, AnOwnerHasTwoExportsInTheHeadroomWhateverItsSessions) {
                                                         "': a copy of its state, held until the "
                                                         "stream is read), more than the rank's "
                                                         "budget")));
-  first_context.TryCancel();
-  (void)first->Finish();
+  (void)first.Cancel();
   // Its place in the headroom comes back once the server has seen the cancellation.
   absl::Status read = absl::UnknownError("not read");
   for (int tries = 0; tries < 100 && !read.ok(); ++tries) {
@@ -402,8 +414,7 @@ TEST(ExportHeadroomTest, AnOwnerHasTwoExportsInTheHeadroomWhateverItsSessions) {
     if (!read.ok()) absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_THAT(read, IsOk());
-  second_context.TryCancel();
-  (void)second->Finish();
+  (void)second.Cancel();
 }
 
 // Each ImportStateDict stream stages up to a copy of its session's state until it is applied: a

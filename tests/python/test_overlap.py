@@ -276,6 +276,12 @@ def _full_step(model: nn.Module, opt: RemoteOptimizer, x: torch.Tensor,
     return step
 
 
+def _holds(model: nn.Module, params: Dict[int, Any]) -> bool:
+    """Whether the model's parameters are `params` (by index), bit for bit."""
+    return all(torch.equal(p.detach(), torch.from_numpy(params[i]).reshape(p.shape))
+               for i, p in enumerate(model.parameters()))
+
+
 def _rolled_back_to_step_two(client: optstep.Client, opt: RemoteOptimizer,
                              step: Callable[[], None], address: str) -> Dict[int, Any]:
     """Steps 1-4, then the session's state after step 2 imported back by another client (at
@@ -309,9 +315,7 @@ def test_a_session_rolled_back_between_steps_rewinds_an_overlapped_trainer(
     with pytest.raises(optstep.RewindRequired) as raised:
         step()
     assert raised.value.step == 2 and rewound == [2] and opt.next_step == 3
-    for i, (_, p) in enumerate(model.named_parameters()):
-        assert torch.equal(p.detach(), torch.from_numpy(pulled[i]).reshape(p.shape)), \
-            "the model did not take the restored parameters"
+    assert _holds(model, pulled), "the model did not take the restored parameters"
     step()  # the loop redoes step 3
     assert opt.last_step is not None and opt.last_step.step == 3
     opt.close_session()
@@ -386,9 +390,7 @@ def test_a_rewind_whose_pull_fails_is_still_a_rewind(server: optstep.LocalServer
     with pytest.raises(optstep.RewindRequired) as again:
         step()
     assert again.value.step == 2 and rewound == [2, 2] and opt.next_step == 3
-    for i, (_, p) in enumerate(model.named_parameters()):
-        assert torch.equal(p.detach(), torch.from_numpy(pulled[i]).reshape(p.shape)), \
-            "the model did not take the restored parameters"
+    assert _holds(model, pulled), "the model did not take the restored parameters"
     step()  # the loop redoes step 3
     assert opt.last_step is not None and opt.last_step.step == 3
     opt.close_session()
@@ -432,9 +434,7 @@ def test_a_step_that_broke_while_writing_the_model_makes_the_next_one_pull(
         step()
     assert raised.value.step == 1 and opt.next_step == 2
     session = client.pull_parameters(opt.session_id).params
-    for i, (_, p) in enumerate(model.named_parameters()):
-        assert torch.equal(p.detach(), torch.from_numpy(session[i]).reshape(p.shape)), \
-            "the model does not hold the session's parameters"
+    assert _holds(model, session), "the model does not hold the session's parameters"
     step()  # the loop redoes step 2
     assert opt.last_step is not None and opt.last_step.step == 2
     opt.close_session()

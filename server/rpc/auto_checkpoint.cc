@@ -207,9 +207,32 @@ void AutoCheckpointer::Run() {
   }
 }
 
+size_t AutoCheckpointer::RememberedSessions() const {
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> ids = closed_;
+  for (const auto& [id, track] : tracks_) ids.insert(id);
+  return ids.size();
+}
+
+void AutoCheckpointer::ForgetAllBut(const std::vector<std::shared_ptr<Session>>& open) {
+  std::set<std::string> kept = {saving_};
+  for (const std::shared_ptr<Session>& session : open) kept.insert(session->id());
+  for (auto it = closed_.begin(); it != closed_.end();) {
+    it = kept.count(*it) > 0 ? std::next(it) : closed_.erase(it);
+  }
+  for (auto it = tracks_.begin(); it != tracks_.end();) {
+    it = kept.count(it->first) > 0 ? std::next(it) : tracks_.erase(it);
+  }
+}
+
 void AutoCheckpointer::LookOnce() {
   if (!group_->PeersStatus().ok()) return;  // the group is broken: nothing can be saved
-  for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
+  const std::vector<std::shared_ptr<Session>> sessions = engine_->ListSessions();
+  {
+    absl::MutexLock lock(&mu_);
+    ForgetAllBut(sessions);
+  }
+  for (const std::shared_ptr<Session>& session : sessions) {
     std::optional<uint64_t> went_back_to;
     bool due = false;
     {

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -116,6 +117,10 @@ class AutoCheckpointer {
   // after the checkpointer last looked at it: the old timeline's checkpoints go first (Due).
   absl::StatusOr<uint64_t> SaveNow(Session& session, bool* replaced_meanwhile = nullptr);
 
+  // The sessions the checkpointer keeps anything of (a track, or the id of one closed): after a
+  // look, only those open then, and a closed one still being saved.
+  size_t RememberedSessions() const;
+
  private:
   struct Track {
     uint64_t saved_step = 0;
@@ -126,6 +131,11 @@ class AutoCheckpointer {
   };
 
   void Run();
+  // Forgets the sessions not in `open` (closed, or dropped), but the one being saved: each closed
+  // session would otherwise leave its id for ever, and a tenant that creates and closes sessions
+  // would grow rank 0 without bound.
+  void ForgetAllBut(const std::vector<std::shared_ptr<Session>>& open)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `session` is due at `now`. A session whose state was replaced (a Load or an import,
   // of an earlier state or not) or that is behind its last automatic checkpoint left that
   // checkpoint's timeline: due at once, `*went_back_to` its step.
@@ -148,9 +158,10 @@ class AutoCheckpointer {
   Engine* const engine_;
   RankGroup* const group_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, Track> tracks_ ABSL_GUARDED_BY(mu_);
-  // Ids closed by their owner (ids are never reused).
+  // Ids closed by their owner (ids are never reused) that a look may still find open: a session
+  // listed before its close. Forgotten once a look does not find them (ForgetAllBut).
   std::set<std::string> closed_ ABSL_GUARDED_BY(mu_);
   std::string saving_ ABSL_GUARDED_BY(mu_);  // the id being saved, else empty
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

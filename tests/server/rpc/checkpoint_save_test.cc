@@ -292,6 +292,20 @@ TEST_F(CheckpointSaveTest, AnAutomaticSaveOfAStateReplacedSinceTheLastLookIsDefe
   EXPECT_FALSE(fs::exists(dir / "step-2"));
 }
 
+// The checkpointer forgets a session once it is closed: before, the id of every closed session
+// stayed in rank 0 for ever, and a tenant that created and closed sessions grew it without bound.
+TEST_F(CheckpointSaveTest, TheCheckpointerForgetsAClosedSession) {
+  std::unique_ptr<AutoCheckpointer> checkpointer = AutoCheckpoints();
+  ASSERT_NO_FATAL_FAILURE(StepSession(1));
+  checkpointer->LookOnce();
+  EXPECT_EQ(checkpointer->RememberedSessions(), 1u);
+  ASSERT_TRUE(CloseSession().ok());
+  checkpointer->SessionClosed(session_);  // as rank 0's RankGroup tells it
+  checkpointer->LookOnce();
+  EXPECT_EQ(checkpointer->RememberedSessions(), 0u);
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(root_) / "auto" / session_));
+}
+
 TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {
   grpc::Status refused = Save("a\nb");
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

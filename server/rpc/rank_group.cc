@@ -392,6 +392,13 @@ absl::Status RankGroup::CreateReplicaOn(int rank, const v1::CreateReplicaRequest
 }
 
 absl::Status RankGroup::CloseSession(const std::string& id) {
+  // Only rank 0 closes a session on every rank: elsewhere, the rank's copy alone would go, and
+  // rank 0's next step of it would wait for this rank in vain.
+  if (options_.rank != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sessions are closed on rank 0; this is rank ", options_.rank, " of ",
+                     options_.world_size, " (session '", id, "')"));
+  }
   absl::Status closed;
   {
     absl::MutexLock lifecycle_lock(&create_mu_);

@@ -246,7 +246,8 @@ class RankGroup {
                                                           const std::string& owner,
                                                           const std::string& request_id);
   // Rank 0: closes the session on every rank (the peers' errors are logged, not returned), then
-  // tells `on_session_closed`. Waits for a heal that runs (lifecycle_mu).
+  // tells `on_session_closed`. Waits for a heal that runs (lifecycle_mu). FAILED_PRECONDITION on
+  // another rank: its copy alone would go.
   absl::Status CloseSession(const std::string& id) ABSL_LOCKS_EXCLUDED(create_mu_);
   // Closes the session on every rank without telling `on_session_closed` (a creation or a
   // restore that failed).

@@ -380,6 +380,12 @@ absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
     const InitPiece& piece = pieces[i];
     OPTSTEP_RETURN_IF_ERROR(replica_->WriteValues(piece.param_id, piece.offset, piece.dtype,
                                                   piece.data.data(), counts[i]));
+    // The predecessor's initial values into its shadow too (it keeps only those): a rank lost
+    // before step 1 seeds the shadow takes them back from it.
+    if (shadow_ != nullptr) {
+      OPTSTEP_RETURN_IF_ERROR(shadow_->replica().WriteValues(
+          piece.param_id, piece.offset, piece.dtype, piece.data.data(), counts[i]));
+    }
   }
   return absl::OkStatus();
 }

@@ -279,6 +279,18 @@ TEST(StateRedundancyTest, RankLostAfterItsUpdateIsHealedAndTheStepRedone) {
   LoseAndHealRankOne(true);
 }
 
+// What rank r answers a heal that asks for its shadow (Session::ExportShadow).
+absl::Status ShadowExport(RedundancyGroup& group, int r) {
+  absl::Notification done;
+  absl::Status shadow;
+  group.session(r).ExportShadow([&](absl::StatusOr<std::shared_ptr<const StateDict>> s) {
+    shadow = s.status();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return shadow;
+}
+
 TEST(StateRedundancyTest, AnImportedStateIsSteppedAgainAndMakesTheShadowStale) {
   const SessionConfig config = ConfigOf("adamw");
   RedundancyGroup reference(2, config);
@@ -296,14 +308,7 @@ TEST(StateRedundancyTest, AnImportedStateIsSteppedAgainAndMakesTheShadowStale) {
     EXPECT_EQ(Difference(group.Masters(r), reference.Masters(r)), "");
     EXPECT_EQ(Difference(group.OwnedState(r), reference.OwnedState(r)), "");
     // The predecessor's state was replaced on its rank: the shadow is not served any more.
-    absl::Notification done;
-    absl::Status shadow;
-    group.session(r).ExportShadow([&](absl::StatusOr<std::shared_ptr<const StateDict>> s) {
-      shadow = s.status();
-      done.Notify();
-    });
-    done.WaitForNotification();
-    EXPECT_THAT(shadow, StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
+    EXPECT_THAT(ShadowExport(group, r), StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
   }
 }
 
@@ -352,6 +357,30 @@ TEST_P(InitialValuesTest, ShadowsStartFromTheInitialValuesAndAHealedRankKeepsThe
   EXPECT_EQ(group.session(2).interrupted_step(), std::optional<uint64_t>(2));
   ASSERT_NO_FATAL_FAILURE(HealRankOne(group));
   for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  ExpectSameState(group, reference);
+}
+
+// Rank 1 lost before step 1, after its initial values were set. Under REPLICATED storage every
+// rank had them, and its buddy wrote them into its shadow: the healed rank takes them back and the
+// run ends as an undisturbed one. Under OWNERS storage only rank 1 had them: its buddy's shadow is
+// refused, and the heal with it. Before, both heals took back the shadow's zeros as its masters.
+TEST_P(InitialValuesTest, ARankLostBeforeStepOneTakesItsInitialValuesBackOrIsNotHealed) {
+  SessionConfig config = ConfigOf("adamw");
+  config.storage = GetParam();
+  RedundancyGroup group(3, config);
+  ASSERT_NO_FATAL_FAILURE(InitValues(group));
+  if (GetParam() == ParameterStorage::kOwners) {
+    EXPECT_THAT(ShadowExport(group, 2),
+                StatusIs(absl::StatusCode::kFailedPrecondition, "before step 1"));
+    ASSERT_NO_FATAL_FAILURE(group.StepOk(1));  // seeded by step 1
+    EXPECT_THAT(ShadowExport(group, 2), IsOk());
+    return;
+  }
+  RedundancyGroup reference(3, config);
+  ASSERT_NO_FATAL_FAILURE(InitValues(reference));
+  for (uint64_t step = 1; step <= 2; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+  ASSERT_NO_FATAL_FAILURE(HealRankOne(group));
+  for (uint64_t step = 1; step <= 2; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
   ExpectSameState(group, reference);
 }
 

@@ -449,7 +449,7 @@ absl::Status Session::CheckMastersAtStepLocked(uint64_t step) const {
   if (replica_->owned_applied_step() <= step) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
       "session '", id_, "': rank ", rank(), " stepped its parameters in step ", step + 1,
-      ", which a lost peer interrupted; pull again once the step is taken again"));
+      ", which a lost peer interrupted; its state is read again once the step is taken again"));
 }
 
 // --- Ending steps ---

@@ -305,7 +305,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
     return heal_paused_for_ > heals_ended_;
   }
   // OK when a snapshot built now holds the parameters of `step` (the counters' step); else why
-  // not (GetSnapshot). On the coordinator, which alone writes the masters and their step.
+  // not (GetSnapshot, and the held state read by SessionHolds::HeldTensorsToRead). On the
+  // coordinator, which alone writes the masters and their step, or under a settled hold.
   absl::Status CheckMastersAtStepLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The snapshot of `dtype` the last step published, or null.
   std::shared_ptr<const ParamSnapshot> PublishedLocked(DType dtype)

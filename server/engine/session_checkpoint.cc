@@ -111,7 +111,7 @@ absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
                                          const CheckpointLocation& where,
                                          const CheckpointProgressCallback& progress) {
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors,
-                           session.holds().HeldTensors(token, ShardSelection()));
+                           session.holds().HeldTensorsToRead(token, ShardSelection()));
   std::vector<TensorSource> sources;
   sources.reserve(tensors.size());
   for (HeldTensor& t : tensors) {

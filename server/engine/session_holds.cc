@@ -73,19 +73,31 @@ absl::Status SessionHolds::CheckSettled(uint64_t token) const {
 
 absl::StatusOr<std::vector<HeldTensor>> SessionHolds::HeldTensors(uint64_t token,
                                                                   const StateSelection& selection) {
+  return SelectHeld(token, selection, /*to_read=*/false);
+}
+
+absl::StatusOr<std::vector<HeldTensor>> SessionHolds::HeldTensorsToRead(
+    uint64_t token, const StateSelection& selection) {
+  return SelectHeld(token, selection, /*to_read=*/true);
+}
+
+absl::StatusOr<std::vector<HeldTensor>> SessionHolds::SelectHeld(uint64_t token,
+                                                                 const StateSelection& selection,
+                                                                 bool to_read) {
   StepCounters counters;
   {
     absl::MutexLock lock(&session_.mu_);
     OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
     OPTSTEP_RETURN_IF_ERROR(session_.gate_.CheckSettled(token));
     counters = session_.book_.counters();
+    if (to_read) OPTSTEP_RETURN_IF_ERROR(session_.CheckMastersAtStepLocked(counters.step));
   }
   return SelectState(*session_.replica_, selection, session_.shared_from_this(), counters);
 }
 
 absl::StatusOr<std::shared_ptr<const StateDict>> SessionHolds::ExportHeld(
     uint64_t token, const StateSelection& selection) {
-  OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors, HeldTensors(token, selection));
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors, HeldTensorsToRead(token, selection));
   return CopyStateToHost(tensors);
 }
 

@@ -67,10 +67,17 @@ class SessionHolds {
   // Ends a hold whose lease passed (called by the engine's watcher).
   void ExpireHold(absl::Time now);
 
-  // While settled: this rank's tensors of `selection`, in key order.
+  // While settled: this rank's tensors of `selection`, in key order (those a state staged for
+  // the session must hold). To read their values, HeldTensorsToRead.
   absl::StatusOr<std::vector<HeldTensor>> HeldTensors(uint64_t token,
                                                       const StateSelection& selection);
-  // While settled: the tensors of `selection` copied to the host.
+  // As HeldTensors, once the state held is that of the step held: UNAVAILABLE while this rank's
+  // update of a step a lost peer interrupted waits for the step's redo (a heal ended, the
+  // trainers not back yet): its masters and state are then a step ahead of its counters, and
+  // a checkpoint of them would apply that step twice once restored.
+  absl::StatusOr<std::vector<HeldTensor>> HeldTensorsToRead(uint64_t token,
+                                                            const StateSelection& selection);
+  // While settled: the tensors of `selection` copied to the host (HeldTensorsToRead).
   absl::StatusOr<std::shared_ptr<const StateDict>> ExportHeld(uint64_t token,
                                                               const StateSelection& selection);
   // While settled: validates `state` against this rank (INVALID_ARGUMENT naming the key, as
@@ -96,6 +103,9 @@ class SessionHolds {
  private:
   // The session's StepBook::CheckUsable, then the gate's CheckSettled.
   absl::Status CheckSettled(uint64_t token) const;
+  // HeldTensors, or HeldTensorsToRead when `to_read`.
+  absl::StatusOr<std::vector<HeldTensor>> SelectHeld(uint64_t token,
+                                                     const StateSelection& selection, bool to_read);
   // FAILED_PRECONDITION when the session spans several ranks: `verb` ("export", "import") its
   // state through a hold and `held` (the held call to use) instead.
   absl::Status CheckOneRank(absl::string_view verb, absl::string_view held) const;

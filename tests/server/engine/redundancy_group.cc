@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/device_factory.h"
 #include "tests/server/engine/session_test_util.h"
@@ -298,15 +299,19 @@ absl::Status WithHold(Session& session, uint64_t token, const std::function<absl
 }  // namespace
 
 StateDict RedundancyGroup::HeldExport(int r) {
+  absl::StatusOr<StateDict> state = TryHeldExport(r);
+  EXPECT_THAT(state.status(), IsOk());
+  return state.ok() ? *std::move(state) : StateDict();
+}
+
+absl::StatusOr<StateDict> RedundancyGroup::TryHeldExport(int r) {
   StateDict state;
-  EXPECT_THAT(WithHold(session(r), 100 + r,
-                       [&]() -> absl::Status {
-                         absl::StatusOr<std::shared_ptr<const StateDict>> dict =
-                             session(r).holds().ExportHeld(100 + r, StateSelection{});
-                         if (dict.ok()) state = **dict;
-                         return dict.status();
-                       }),
-              IsOk());
+  OPTSTEP_RETURN_IF_ERROR(WithHold(session(r), 100 + r, [&]() -> absl::Status {
+    absl::StatusOr<std::shared_ptr<const StateDict>> dict =
+        session(r).holds().ExportHeld(100 + r, StateSelection{});
+    if (dict.ok()) state = **dict;
+    return dict.status();
+  }));
   return state;
 }
 

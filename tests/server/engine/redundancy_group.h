@@ -95,6 +95,7 @@ class RedundancyGroup {
   // Rank r's whole state (masters, owned state, counters) read, or written back (the step after
   // it is applied again), under a hold of rank r alone: the group must be idle.
   StateDict HeldExport(int r);
+  absl::StatusOr<StateDict> TryHeldExport(int r);  // HeldExport, its error answered
   absl::Status HeldImport(int r, const StateDict& state);
 
   // The gradient element i of parameter p in step `step`.

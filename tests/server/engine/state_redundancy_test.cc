@@ -486,6 +486,30 @@ TEST(StateRedundancyTest, APullDuringAnInterruptedStepIsNotAnsweredHalfApplied) 
   EXPECT_EQ((*at_two)->step, 2u);
 }
 
+// Step 2 cut after both ranks stepped their own parameters, the group healed, the step not yet
+// redone: a held export (a save, an automatic checkpoint, a state dict) is refused UNAVAILABLE
+// until the redo. Before, it answered the masters and moments of step 2 with step 1's counters:
+// restored, that checkpoint had step 2 applied twice.
+TEST(StateRedundancyTest, AHeldExportBetweenTheHealAndTheRedoIsRefused) {
+  const SessionConfig config = ConfigOf("adamw");
+  RedundancyGroup group(2, config);
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+  const StateDict at_one = group.HeldExport(0);
+  group.comm(1).faults().FailCall("AllGatherV", group.comm(1).faults().calls("AllGatherV") + 1,
+                                  absl::UnavailableError("injected: peer lost"));
+  group.Step(2);
+  group.Regroup();
+  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal(/*generation=*/1);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_THAT(group.TryHeldExport(r).status(),
+                StatusIs(absl::StatusCode::kUnavailable, "once the step is taken again"))
+        << "rank " << r;
+  }
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(2));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(const StateDict at_two, group.TryHeldExport(0));
+  EXPECT_NE(Difference(at_two, at_one), "");
+}
+
 // A session closed and released while its step's coordinator task runs (here from the step's
 // own callback) is freed by that task, on the coordinator's thread, as it ends: nothing may run on
 // it afterwards (ASan: a version that stepped the shadow in a task of its own, queued behind the

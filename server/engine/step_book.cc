@@ -91,6 +91,11 @@ absl::StatusOr<StepHandle> StepBook::Begin(const StepBegin& begin, StepSchedule 
                                                    " out of sequence; expected step ", step + 1)),
         kExpectedStepPayload, step + 1);
   }
+  if (interrupted_commit_ && interrupted_commit_->step == begin.step) {
+    OPTSTEP_RETURN_IF_ERROR(
+        DifferentContribution(c, "committed before a lost peer interrupted it",
+                              Difference(interrupted_commit_->schedule, schedule)));
+  }
   if (running_ || contributions_.committed(begin.trainer)) {
     if (schedule_ && contributions_.committed(begin.trainer)) {
       OPTSTEP_RETURN_IF_ERROR(
@@ -130,6 +135,11 @@ absl::Status StepBook::Commit(const StepHandle& c, uint64_t num_elements, StepCa
           " resent elements it had sent before with other values; the step sums what it sent "
           "first: begin the step again and resend the same gradient"));
     }
+    if (complete.ok() && interrupted_commit_ && interrupted_commit_->step == c.step &&
+        !contributions_.digest(c.trainer).SameAs(interrupted_commit_->digests[c.trainer])) {
+      complete = DifferentContribution(c, "committed before a lost peer interrupted it",
+                                       "other gradient bytes");
+    }
     if (complete.ok()) {
       contributions_.Commit(c.trainer);
       if (contributions_.all_committed()) complete = contributions_.CheckAllComplete();
@@ -166,6 +176,16 @@ absl::Status StepBook::CheckResent(const StepHandle& c) const {
   return contributions_.digest(c.trainer).SameAs(*c.resent)
              ? absl::OkStatus()
              : DifferentContribution(c, "committed", "other gradient bytes");
+}
+
+void StepBook::MarkInterrupted(uint64_t step) {
+  interrupted_ = step;
+  if (!schedule_ || !contributions_.all_committed()) return;  // not applied anywhere
+  CommittedStep committed{step, *schedule_, {}};
+  for (int t = 0; t < static_cast<int>(began_.size()); ++t) {
+    committed.digests.push_back(contributions_.digest(t));
+  }
+  interrupted_commit_ = std::move(committed);
 }
 
 absl::Status StepBook::DifferentContribution(const StepHandle& c, absl::string_view done,
@@ -213,6 +233,7 @@ StepLedger::Ended StepBook::EndStep(absl::StatusOr<StepOutcome>& outcome,
     if (outcome->skipped) ++counters_.skipped_steps;
     outcome->step = counters_.step;
     last_outcome_ = *outcome;
+    interrupted_commit_.reset();
     if (schedule_) applied_schedule_ = *schedule_;
     for (size_t t = 0; t < applied_digests_.size(); ++t) {
       applied_digests_[t] = contributions_.digest(static_cast<int>(t));
@@ -243,6 +264,7 @@ void StepBook::WriteCounters(const ResolvedState& resolved) {
   if (interrupted_ && *interrupted_ <= counters_.step) interrupted_.reset();
   snapshots_.clear();
   last_outcome_.reset();
+  interrupted_commit_.reset();
   applied_digests_.assign(applied_digests_.size(), ContributionDigest());
   statistics_.Reset();
   ++generation_;

@@ -128,8 +128,12 @@ class StepBook {
   void MarkBroken();
   bool broken() const { return broken_; }
   // A peer was lost during step `step` while the group keeps redundant state (shadow_state.h):
-  // steps are refused (UNAVAILABLE) until Resume, after the heal; the step is then redone.
-  void MarkInterrupted(uint64_t step) { interrupted_ = step; }
+  // steps are refused (UNAVAILABLE) until Resume, after the heal; the step is then redone. When
+  // every trainer had committed it, their schedule and digests are kept until the step is
+  // applied (or the state replaced): the ranks and shadows that applied it before the loss skip
+  // its redo and the others apply the redo, so a redo of other values is refused
+  // (FAILED_PRECONDITION), as a resend of a committed step is.
+  void MarkInterrupted(uint64_t step);
   void Resume() { interrupted_.reset(); }
   const std::optional<uint64_t>& interrupted() const { return interrupted_; }
   // Whether a resolution (or a state replacement) runs on the coordinator.
@@ -185,6 +189,13 @@ class StepBook {
   bool closed_ = false;
   bool broken_ = false;
   std::optional<uint64_t> interrupted_;
+  // What every trainer committed to a step a lost peer interrupted (MarkInterrupted).
+  struct CommittedStep {
+    uint64_t step = 0;
+    StepSchedule schedule;
+    std::vector<ContributionDigest> digests;  // per trainer
+  };
+  std::optional<CommittedStep> interrupted_commit_;
 };
 
 }  // namespace optstep

@@ -21,6 +21,7 @@
 #include "server/engine/engine.h"
 #include "server/engine/gradient_shipment.h"
 #include "tests/server/engine/redundancy_group.h"
+#include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -508,6 +509,42 @@ TEST(StateRedundancyTest, AHeldExportBetweenTheHealAndTheRedoIsRefused) {
   ASSERT_NO_FATAL_FAILURE(group.StepOk(2));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(const StateDict at_two, group.TryHeldExport(0));
   EXPECT_NE(Difference(at_two, at_one), "");
+}
+
+// Step 2 cut after both ranks stepped their own parameters, the group healed: a redo that brings
+// other gradient bytes than the ones committed before the loss is refused, since the ranks (and
+// shadows) that applied the step keep it and the others would apply the redo's. The same bytes
+// are then taken, and the run ends as an undisturbed one. Before, the other bytes were taken.
+TEST(StateRedundancyTest, ARedoOfAnInterruptedStepMustBringTheSameContribution) {
+  const SessionConfig config = ConfigOf("adamw");
+  RedundancyGroup reference(2, config);
+  for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
+  testutil::Outcome outcome;  // outlives the group: told when the session ends, if taken
+  RedundancyGroup group(2, config);
+  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
+  group.comm(1).faults().FailCall("AllGatherV", group.comm(1).faults().calls("AllGatherV") + 1,
+                                  absl::UnavailableError("injected: peer lost"));
+  group.Step(2);
+  group.Regroup();
+  for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal(/*generation=*/1);
+
+  Session& s = group.session(0);
+  StepBegin begin;
+  begin.step = 2;
+  begin.return_params = false;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(const StepHandle c, s.Begin(begin));
+  for (int p = 0; p < static_cast<int>(config.params.size()); ++p) {
+    if (s.layout().owner[p] != 0) continue;
+    std::vector<float> grad(config.params[p].numel());
+    for (size_t i = 0; i < grad.size(); ++i) grad[i] = RedundancyGroup::Gradient(2, p, i);
+    grad[0] += 1.0f;
+    ASSERT_THAT(testutil::SendGradient(s, c, p, 0, grad), IsOk());
+  }
+  EXPECT_THAT(s.Commit(c, 0, outcome.Callback()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "committed before a lost peer interrupted it"));
+  for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
+  ExpectSameState(group, reference);
 }
 
 // A session closed and released while its step's coordinator task runs (here from the step's

@@ -315,9 +315,11 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   void ExportOnCoordinator(std::function<absl::StatusOr<std::shared_ptr<const StateDict>>()> read,
                            StateCallback done);
   // Runs `write` on the coordinator's device work between steps (FAILED_PRECONDITION while one
-  // is pending), no step starting meanwhile; `then` under the lock on success.
+  // is pending), no step starting meanwhile; `then` under the lock on success. With
+  // `while_pending`, a step some trainers began (none resolving) does not stop it: for what the
+  // pending step's contributions do not touch (the shadow).
   void ImportOnCoordinator(std::function<absl::Status()> write, std::function<void()> then,
-                           DoneCallback done);
+                           DoneCallback done, bool while_pending = false);
   // CatchUp's condition on `peer`, the resolved masters of a peer (on the coordinator).
   absl::Status CheckCatchUp(const ResolvedState& peer) const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -104,13 +104,13 @@ void Session::ExportMasters(StateCallback done) {
 }
 
 void Session::ImportOnCoordinator(std::function<absl::Status()> write, std::function<void()> then,
-                                  DoneCallback done) {
+                                  DoneCallback done, bool while_pending) {
   coordinator_->Post([self = shared_from_this(), write = std::move(write), then = std::move(then),
-                      done = std::move(done)] {
+                      done = std::move(done), while_pending] {
     absl::Status refused;
     {
       absl::MutexLock lock(&self->mu_);
-      if (!self->book_.between_steps()) {
+      if (while_pending ? self->book_.running() : !self->book_.between_steps()) {
         refused = absl::FailedPreconditionError(
             absl::StrCat("session '", self->id_, "': step ", self->book_.counters().step + 1,
                          " is pending; a healed state is imported between steps"));
@@ -145,7 +145,9 @@ void Session::ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback 
         shadow_->Revalidate();
         return absl::OkStatus();
       },
-      nullptr, std::move(done));
+      // A trainer that began the next step after a Load must not keep the shadow stale: the
+      // refresh that follows the Load would be refused, and the next loss not healed.
+      nullptr, std::move(done), /*while_pending=*/true);
 }
 
 void Session::CatchUp(std::shared_ptr<const StateDict> masters, DoneCallback done) {

@@ -10,6 +10,7 @@
 #include "base/caller_text.h"
 #include "base/status_macros.h"
 #include "server/engine/chained_state_dict.h"
+#include "server/engine/cost_model.h"
 #include "server/rpc/caller.h"
 #include "server/rpc/caller_calls.h"
 #include "server/rpc/convert.h"
@@ -205,6 +206,23 @@ absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<con
   return out;
 }
 
+// What a copy of `session`'s state for `model_chunks` (every chunk when empty) holds on rank 0:
+// the fp32 master and optimizer state of each of their parameters (EstimateOwnedBytes, less the
+// gradient buffer, which is not exported), plus 1 MiB of counters.
+absl::StatusOr<int64_t> ExportBytes(const Session& session,
+                                    const std::vector<uint32_t>& model_chunks) {
+  const SessionConfig& config = session.config();
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<int64_t> owned,
+                           EstimateOwnedBytes(config.chain, config.params));
+  const std::set<uint32_t> chunks(model_chunks.begin(), model_chunks.end());
+  int64_t bytes = int64_t{1} << 20;
+  for (size_t p = 0; p < config.params.size(); ++p) {
+    if (!chunks.empty() && chunks.count(config.params[p].model_chunk) == 0) continue;
+    bytes += owned[p] - 4 * config.params[p].numel();
+  }
+  return bytes;
+}
+
 }  // namespace
 
 CheckpointServiceImpl::CheckpointServiceImpl(Engine* engine, RankGroup* group,
@@ -253,11 +271,9 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
               absl::StatusOr<std::shared_ptr<Session>> session =
                   FindSession(*engine, caller, request.session_id());
               if (!session.ok()) return deliver(session.status());
-              // Counted from the copy on (exports wait for the session's hold, one at a time,
-              // before it), while the stream holds it.
-              absl::StatusOr<std::shared_ptr<const StateDict>> dict = held->ExportStateDict(
-                  **session, {request.model_chunks().begin(), request.model_chunks().end()});
-              if (!dict.ok()) return deliver(dict.status());
+              // The slot, the place in the headroom and the reservation are taken before the
+              // copy is made (it waits for the session's hold, and may be of every rank's state):
+              // an export refused costs no copy. They are counted while the stream holds it.
               const int limit = std::max(kOpenExportsPerSession, (*session)->config().num_trainers);
               OpenStreams::Slot slot = OpenExports().TryOpen(session->get(), limit);
               if (!slot.held()) {
@@ -272,17 +288,22 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
               std::shared_ptr<const void> headroom =
                   ExportsInHeadroom().TryTake((*session)->config().owner);
               const bool charged = headroom == nullptr;
-              int64_t copy_bytes = 0;
-              for (const auto& [key, tensor] : **dict) copy_bytes += tensor.bytes.size();
+              const std::vector<uint32_t> chunks(request.model_chunks().begin(),
+                                                 request.model_chunks().end());
+              absl::StatusOr<int64_t> copy_bytes = ExportBytes(**session, chunks);
+              if (!copy_bytes.ok()) return deliver(copy_bytes.status());
               absl::StatusOr<MemoryBudget::Reservation> reserved =
                   charged ? engine->ReserveMemory(
-                                copy_bytes, "ExportStateDict",
+                                *copy_bytes, "ExportStateDict",
                                 absl::StrCat("session '", (*session)->id(),
                                              "': a copy of its state, held until the stream is "
                                              "read"),
                                 (*session)->config().owner)
                           : MemoryBudget::Reservation();
               if (!reserved.ok()) return deliver(reserved.status());
+              absl::StatusOr<std::shared_ptr<const StateDict>> dict =
+                  held->ExportStateDict(**session, chunks);
+              if (!dict.ok()) return deliver(dict.status());
               absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
               if (state.ok()) {
                 // The slot, the place in the headroom and the reservation are given back with the

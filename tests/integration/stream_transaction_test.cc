@@ -33,6 +33,7 @@ using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SmallSpec;
 using ::optstep::testutil::StatusIs;
 using ::optstep::testutil::StepSmall;
+using ::optstep::testutil::UnreadExport;
 using ::testing::HasSubstr;
 
 using Entries = std::vector<Client::StateDictEntry>;
@@ -78,26 +79,6 @@ v1::SessionSpec WideSpec(const std::string& name) {
   wide->add_shape(1 << 20);
   return spec;
 }
-
-// An export that read its first chunk and reads no more: rank 0 holds its copy of the state
-// until it is cancelled. The stub's channel must not read ahead (SlowReaderChannel).
-class UnreadExport {
- public:
-  UnreadExport(v1::CheckpointService::Stub& stub, const v1::ExportStateDictRequest& request)
-      : reader_(stub.ExportStateDict(&context_, request)) {}
-  bool started() {
-    v1::StateDictChunk chunk;
-    return reader_->Read(&chunk);
-  }
-  absl::Status Cancel() {
-    context_.TryCancel();
-    return FromGrpcStatus(reader_->Finish());
-  }
-
- private:
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader_;
-};
 
 class StreamTransactionTest : public ::testing::Test {
  protected:

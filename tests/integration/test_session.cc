@@ -240,5 +240,15 @@ std::shared_ptr<grpc::Channel> SlowReaderChannel(const std::string& target) {
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
+bool UnreadExport::started() {
+  v1::StateDictChunk chunk;
+  return reader_->Read(&chunk);
+}
+
+absl::Status UnreadExport::Cancel() {
+  context_.TryCancel();
+  return FromGrpcStatus(reader_->Finish());
+}
+
 }  // namespace testutil
 }  // namespace optstep

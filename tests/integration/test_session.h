@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/cpp/client.h"
+#include "optstep/v1/checkpoint_service.grpc.pb.h"
 #include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "tests/testing/server_process.h"
 
@@ -87,6 +88,23 @@ class OpenStep {
 // of 64 KiB, not grown (no BDP probe), so that an unread stream's writes stay out; messages up to
 // 64 MiB.
 std::shared_ptr<grpc::Channel> SlowReaderChannel(const std::string& target);
+
+// An export that read its first chunk and reads no more: rank 0 holds its copy of the state
+// until it is cancelled. The stub's channel must not read ahead (SlowReaderChannel), and the
+// state must take more than one message.
+class UnreadExport {
+ public:
+  UnreadExport(v1::CheckpointService::Stub& stub, const v1::ExportStateDictRequest& request)
+      : reader_(stub.ExportStateDict(&context_, request)) {}
+  // Whether its first chunk came.
+  bool started();
+  // Cancels the call; answers how it ended.
+  absl::Status Cancel();
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader_;
+};
 
 // OK when every session counts as many resolutions on every rank of `group` (PeerService.
 // ListReplicas): the heal transfers state through resolutions on some ranks only, and a hold

@@ -26,6 +26,7 @@
 #include "server/rpc/auto_restore.h"
 #include "server/rpc/caller_calls.h"
 #include "server/rpc/server.h"
+#include "tests/integration/test_session.h"
 #include "tests/server/engine/session_test_util.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/fault_injecting_device.h"
@@ -304,6 +305,40 @@ TEST_F(CheckpointSaveTest, TheCheckpointerForgetsAClosedSession) {
   checkpointer->LookOnce();
   EXPECT_EQ(checkpointer->RememberedSessions(), 0u);
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(root_) / "auto" / session_));
+}
+
+// An export refused for want of a slot (two of the session's are open, unread) is refused
+// before its copy of the state is made: here every later copy to the host fails, and the refusal
+// is RESOURCE_EXHAUSTED all the same. Before, the copy came first (the session held while every
+// rank copied its state: a caller retrying such exports copied the state each time), and only
+// then the refusal.
+TEST_F(CheckpointSaveTest, AnExportRefusedForWantOfASlotMakesNoCopy) {
+  v1::CreateSessionRequest create;
+  *create.mutable_spec() = testutil::MakeAdamWSpec({{"wide", {1 << 20}}}, 1);
+  create.mutable_spec()->set_name("wide");
+  v1::CreateSessionResponse created;
+  grpc::ClientContext create_context;
+  ASSERT_TRUE(optimizer_->CreateSession(&create_context, create, &created).ok());
+  v1::ExportStateDictRequest request;
+  request.set_session_id(created.summary().session_id());
+  auto stub = v1::CheckpointService::NewStub(
+      testutil::SlowReaderChannel("127.0.0.1:" + std::to_string(server_->port())));
+  testutil::UnreadExport first(*stub, request), second(*stub, request);
+  ASSERT_TRUE(first.started());
+  ASSERT_TRUE(second.started());
+  testutil::FaultInjector& faults = device_->faults();
+  faults.FailCalls("CopyToHost", faults.calls("CopyToHost") + 1, INT64_MAX,
+                   absl::InternalError("injected: no copy may be made"));
+  grpc::ClientContext context;
+  auto third = stub->ExportStateDict(&context, request);
+  v1::StateDictChunk chunk;
+  while (third->Read(&chunk)) {
+  }
+  const grpc::Status refused = third->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("exports of session"));
+  (void)first.Cancel();
+  (void)second.Cancel();
 }
 
 TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {

@@ -9,7 +9,6 @@
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
-#include "server/engine/finite_values.h"
 #include "server/engine/gradient_pieces.h"
 #include "server/engine/replica_snapshot.h"
 
@@ -351,53 +350,6 @@ absl::Status Session::Commit(const StepHandle& c, uint64_t num_elements, StepCal
     done(std::move(outcome));
   });
   return absl::OkStatus();
-}
-
-absl::Status Session::InitValues(int param_id, int64_t offset, DType dtype, const void* data,
-                                 size_t bytes) {
-  const InitPiece piece{param_id, offset, dtype,
-                        absl::string_view(static_cast<const char*>(data), bytes)};
-  return InitValues(absl::MakeConstSpan(&piece, 1));
-}
-
-absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
-  std::vector<int64_t> counts;
-  counts.reserve(pieces.size());
-  for (const InitPiece& piece : pieces) {
-    // A piece with a non-finite value is refused, and with it every piece: none is written.
-    OPTSTEP_ASSIGN_OR_RETURN(const int64_t count, CheckInitPiece(piece));
-    counts.push_back(count);
-  }
-  std::map<DType, std::shared_ptr<const ParamSnapshot>> stale;  // dropped after the lock
-  absl::MutexLock lock(&mu_);
-  if (book_.counters().step > 0 || !book_.between_steps()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session '", id_, "': initial values can only be set before the first step (at step ",
-        book_.counters().step, ")"));
-  }
-  stale.swap(book_.snapshots());
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const InitPiece& piece = pieces[i];
-    OPTSTEP_RETURN_IF_ERROR(replica_->WriteValues(piece.param_id, piece.offset, piece.dtype,
-                                                  piece.data.data(), counts[i]));
-    // The predecessor's initial values into its shadow too (it keeps only those): a rank lost
-    // before step 1 seeds the shadow takes them back from it.
-    if (shadow_ != nullptr) {
-      OPTSTEP_RETURN_IF_ERROR(shadow_->replica().WriteValues(
-          piece.param_id, piece.offset, piece.dtype, piece.data.data(), counts[i]));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int64_t> Session::CheckInitPiece(const InitPiece& piece) const {
-  OPTSTEP_ASSIGN_OR_RETURN(
-      const int64_t count,
-      replica_->ValueCount(piece.param_id, piece.offset, piece.dtype, piece.data.size()));
-  OPTSTEP_RETURN_IF_ERROR(
-      CheckFiniteValues(absl::StrCat("param '", replica_->names()[piece.param_id], "'"),
-                        "initial value", piece.offset, piece.dtype, piece.data.data(), count));
-  return count;
 }
 
 void Session::GetSnapshot(DType dtype, SnapshotCallback done) {

@@ -191,8 +191,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
     absl::string_view data;
   };
   absl::Status InitValues(absl::Span<const InitPiece> pieces);
-  // The checks InitValues makes of one piece, without writing: its element count, or the error.
-  absl::StatusOr<int64_t> CheckInitPiece(const InitPiece& piece) const;
+  // The checks InitValues makes of one piece, without writing: its element count, or the error
+  // (FAILED_PRECONDITION too once a step was applied).
+  absl::StatusOr<int64_t> CheckInitPiece(const InitPiece& piece) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The parameters after the last step, in `dtype`. `done` is called exactly once. UNAVAILABLE
   // while this rank's masters are not those of the last step: a step failed part way (broken),
@@ -308,6 +309,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // not (GetSnapshot, and the held state read by SessionHolds::HeldTensorsToRead). On the
   // coordinator, which alone writes the masters and their step, or under a settled hold.
   absl::Status CheckMastersAtStepLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION: initial values come after the session's first step (at `step`).
+  absl::Status InitAfterFirstStepError(uint64_t step) const;
   // The snapshot of `dtype` the last step published, or null.
   std::shared_ptr<const ParamSnapshot> PublishedLocked(DType dtype)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -273,6 +273,29 @@ TEST_F(StreamTransactionTest, BrokenInitStreamsChangeNothingAndACompleteOneWrite
 // refused, and so is a stream of scattered small pieces past one per parameter, one per 64 KiB of
 // values and 1024 more (a stream of contiguous small chunks stages them as one piece); and each
 // of a session's trainers may have four streams open at once.
+// Initial values for a session past its first step are never taken: the stream is ended at its
+// first piece. Before, it staged up to the session's parameters (and four such streams per
+// trainer, outside the budget) until its caller ended it, and was refused only then.
+TEST_F(StreamTransactionTest, InitialValuesAfterTheFirstStepEndTheStreamAtItsFirstPiece) {
+  ASSERT_THAT(StepSmall(*client_, session_, 1).status(), IsOk());
+  auto stub = v1::OptimizerService::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::InitParametersResponse response;
+  auto writer = stub->InitParameters(&context, &response);
+  v1::InitParametersRequest piece;
+  piece.set_session_id(session_);
+  piece.mutable_values()->set_param_id(1);
+  piece.mutable_values()->set_dtype(v1::DTYPE_FP32);
+  const std::vector<float> values(8, 0.5f);
+  piece.mutable_values()->set_data(values.data(), values.size() * sizeof(float));
+  writer->Write(piece);
+  // Not half-closed: the server ends the stream, or the deadline does.
+  EXPECT_THAT(FromGrpcStatus(writer->Finish()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "initial values can only be set before the first step (at step 1)"));
+}
+
 TEST_F(StreamTransactionTest, AnInitStreamStagesABoundedAmountAndFourPerTrainerAreOpen) {
   std::vector<v1::InitParametersRequest> empty(1);
   empty[0].set_session_id(session_);

@@ -319,8 +319,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
                            StateCallback done);
   // Runs `write` on the coordinator's device work between steps (FAILED_PRECONDITION while one
   // is pending), no step starting meanwhile; `then` under the lock on success. With
-  // `while_pending`, a step some trainers began (none resolving) does not stop it: for what the
-  // pending step's contributions do not touch (the shadow).
+  // `while_pending`, for what no trainer's contribution touches (the shadow): written whatever
+  // the pending step, its resolutions coming before or after on the coordinator (no `then`).
   void ImportOnCoordinator(std::function<absl::Status()> write, std::function<void()> then,
                            DoneCallback done, bool while_pending = false);
   // CatchUp's condition on `peer`, the resolved masters of a peer (on the coordinator).

@@ -107,10 +107,14 @@ void Session::ImportOnCoordinator(std::function<absl::Status()> write, std::func
                                   DoneCallback done, bool while_pending) {
   coordinator_->Post([self = shared_from_this(), write = std::move(write), then = std::move(then),
                       done = std::move(done), while_pending] {
+    // Beside a pending step, nothing is marked: a resolution runs on this coordinator too, so
+    // not during the write, and a trainer's Begin meanwhile must not be taken for a retry of a
+    // step that resolves (StepBook::Begin), nor a commit wait for the write to start the step.
+    if (while_pending) return done(self->coordinator_->OnDevice(write));
     absl::Status refused;
     {
       absl::MutexLock lock(&self->mu_);
-      if (while_pending ? self->book_.running() : !self->book_.between_steps()) {
+      if (!self->book_.between_steps()) {
         refused = absl::FailedPreconditionError(
             absl::StrCat("session '", self->id_, "': step ", self->book_.counters().step + 1,
                          " is pending; a healed state is imported between steps"));

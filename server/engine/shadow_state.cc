@@ -18,17 +18,7 @@ absl::StatusOr<std::unique_ptr<ShadowState>> ShadowState::Create(const ReplicaSt
       std::unique_ptr<ReplicaState> shadow,
       ReplicaState::CreateShadow(replica.session_id(), replica.config(), replica.layout(), owner,
                                  replica.device_ptr()));
-  const bool seeded = replica.config().storage == ParameterStorage::kReplicated;
-  return std::unique_ptr<ShadowState>(new ShadowState(std::move(shadow), seeded));
-}
-
-absl::Status ShadowState::CheckUsable() const {
-  if (!usable_.ok()) return usable_;
-  if (seeded_) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "session '", replica_->session_id(), "': the shadow of rank ", owner(),
-      " holds none of its masters before step 1 (under OWNERS storage its initial values reach "
-      "that rank alone; step 1 ships them here)"));
+  return std::unique_ptr<ShadowState>(new ShadowState(std::move(shadow)));
 }
 
 int64_t ShadowBytes(const ReplicaState& shadow) {

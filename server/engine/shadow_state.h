@@ -57,27 +57,16 @@ class ShadowState {
   // The last step of the owner's reflected here (its owned_applied_step then).
   uint64_t step() const { return replica_->owned_applied_step(); }
   // FAILED_PRECONDITION once an update failed midway (the shadow is partly stepped) until an
-  // import replaces it; and while its masters may not be the owner's (MarkSeeded).
-  absl::Status CheckUsable() const;
+  // import replaces it.
+  absl::Status CheckUsable() const { return usable_; }
   void Invalidate(absl::Status why) { usable_ = std::move(why); }
-  // An import replaced the whole shadow: usable, its masters the owner's.
-  void Revalidate() {
-    usable_ = absl::OkStatus();
-    seeded_ = true;
-  }
-  // The owner's masters reached the shadow whole (step 1's seed). Under REPLICATED storage a
-  // shadow is seeded from the start: every rank gets every initial value, and writes its
-  // predecessor's into the shadow too (Session::InitValues). Under OWNERS storage only the owner
-  // gets its initial values, so until step 1 seeds it the shadow cannot stand for the owner.
-  void MarkSeeded() { seeded_ = true; }
+  void Revalidate() { usable_ = absl::OkStatus(); }
 
  private:
-  ShadowState(std::unique_ptr<ReplicaState> replica, bool seeded)
-      : replica_(std::move(replica)), seeded_(seeded) {}
+  explicit ShadowState(std::unique_ptr<ReplicaState> replica) : replica_(std::move(replica)) {}
 
   const std::unique_ptr<ReplicaState> replica_;
   absl::Status usable_;
-  bool seeded_;
 };
 
 // The bytes a shadow of `owner`'s replica holds: its owned masters, optimizer state and

@@ -83,10 +83,7 @@ absl::Status StepCoordinator::SeedShadowMasters() {
     recv = dropped.f32();
   }
   absl::Status shifted = comm_->RingShift(send, count, recv, recv_count, CommDType::kFloat32);
-  if (shifted.ok()) {
-    options_.shadow->MarkSeeded();
-    return absl::OkStatus();
-  }
+  if (shifted.ok()) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat("session '", options_.session_id, "': rank ", rank,
                                              " lost a peer shipping its initial masters to its "
                                              "buddy: ",

@@ -137,8 +137,10 @@ absl::Status StepBook::Commit(const StepHandle& c, uint64_t num_elements, StepCa
     }
     if (complete.ok() && interrupted_commit_ && interrupted_commit_->step == c.step &&
         !contributions_.digest(c.trainer).SameAs(interrupted_commit_->digests[c.trainer])) {
-      complete = DifferentContribution(c, "committed before a lost peer interrupted it",
-                                       "other gradient bytes");
+      complete = DifferentContribution(
+          c, "committed before a lost peer interrupted it",
+          "other gradient bytes; resend what was committed, or the step is taken with other "
+          "bytes only once a redo ends unapplied at its deadline");
     }
     if (complete.ok()) {
       contributions_.Commit(c.trainer);
@@ -239,6 +241,10 @@ StepLedger::Ended StepBook::EndStep(absl::StatusOr<StepOutcome>& outcome,
       applied_digests_[t] = contributions_.digest(static_cast<int>(t));
     }
   }
+  // A redo of an interrupted step that ended without being applied (aborted at its deadline: a
+  // trainer that cannot bring what it committed before, having computed the step again) lets
+  // the record lapse, so that the session goes on rather than refuse every redo for ever.
+  if (!outcome.ok() && !interrupted_) interrupted_commit_.reset();
   ended.step = outcome.ok() ? counters_.step : counters_.step + 1;
   for (WaitingChunk& chunk : ResetStep()) stranded->push_back(std::move(chunk));
   snapshots_.clear();

@@ -132,7 +132,8 @@ class StepBook {
   // every trainer had committed it, their schedule and digests are kept until the step is
   // applied (or the state replaced): the ranks and shadows that applied it before the loss skip
   // its redo and the others apply the redo, so a redo of other values is refused
-  // (FAILED_PRECONDITION), as a resend of a committed step is.
+  // (FAILED_PRECONDITION), as a resend of a committed step is. Once a redo ends unapplied (its
+  // deadline passed), the record lapses and any redo is taken.
   void MarkInterrupted(uint64_t step);
   void Resume() { interrupted_.reset(); }
   const std::optional<uint64_t>& interrupted() const { return interrupted_; }

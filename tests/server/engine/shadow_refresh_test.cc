@@ -67,15 +67,21 @@ TEST(ShadowRefreshTest, ATrainerThatBeginsWhileTheRefreshIsWrittenSteps) {
   ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
   const StateDict shadow = group.OwnedState(0);
   testutil::FaultInjector& faults = group.device_faults(1);
-  faults.DelayCalls("CopyFromHost", faults.calls("CopyFromHost") + 1,
-                    faults.calls("CopyFromHost") + 1, absl::Seconds(1));
+  const int64_t base = faults.calls("CopyFromHost");
+  faults.DelayCalls("CopyFromHost", base + 1, base + 1, absl::Seconds(2));
   absl::Notification refreshed;
   absl::Status refresh = absl::UnknownError("not done");
   group.session(1).ImportShadow(std::make_shared<const StateDict>(shadow), [&](absl::Status s) {
     refresh = s;
     refreshed.Notify();
   });
-  absl::SleepFor(absl::Milliseconds(300));  // within the slowed copy
+  // The refresh's first copy is under way (counted before its delay), and this thread makes
+  // none until then: the trainer begins while the refresh is written.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (faults.calls("CopyFromHost") == base && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(faults.calls("CopyFromHost"), base + 1);
   testutil::Outcome outcomes[2];
   for (int r : {1, 0}) {
     const StepHandle c = BeginAndSend(group, r, 2, /*all=*/true);

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -251,6 +252,38 @@ TEST(StepBookTest, AWrittenStateSetsTheCountersAndForgetsTheLastOutcome) {
   std::vector<WaitingChunk> superseded;
   EXPECT_THAT(book.Begin(BeginOf(7, 0), ScheduleOf(0.1), kNow, &superseded).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, "expected step 8"));
+}
+
+// Sends every element of both parameters (10 and 4) as `c`'s trainer, digesting `bytes` as
+// their values, and commits.
+absl::Status SendDigestedAndCommit(StepBook& book, const StepHandle& c, const std::string& bytes) {
+  OPTSTEP_RETURN_IF_ERROR(book.contributions().AddRange(c.trainer, 0, 0, 10));
+  OPTSTEP_RETURN_IF_ERROR(book.contributions().AddRange(c.trainer, 1, 0, 4));
+  ContributionDigest digest;
+  const absl::string_view pieces[] = {bytes};
+  digest.Add(0, DType::kF32, 0, pieces);
+  book.contributions().AddDigests(c.trainer, digest, digest);
+  return book.Commit(c, 14, [](absl::StatusOr<StepOutcome>) {});
+}
+
+// A step interrupted after every trainer committed: its redo must bring what was committed
+// (other ranks and shadows may have applied it), until a redo ends unapplied at its deadline
+// (a trainer that computed the step again cannot bring it): the record then lapses, and the
+// session goes on. Before the lapse, every redo was refused for ever.
+TEST(StepBookTest, TheRecordOfAnInterruptedStepLapsesOnceARedoEndsUnapplied) {
+  StepBook book("s", 0, ConfigOf(GradientMode::kSharded, 1), {10, 4}, &kNames);
+  ASSERT_THAT(SendDigestedAndCommit(book, MustBegin(book, 1, 0), "committed"), IsOk());
+  std::vector<WaitingChunk> stranded;
+  absl::StatusOr<StepOutcome> lost = absl::UnavailableError("a peer was lost");
+  book.MarkInterrupted(1);
+  book.EndStep(lost, &stranded);
+  book.Resume();  // the group healed
+  EXPECT_THAT(SendDigestedAndCommit(book, MustBegin(book, 1, 0), "computed again"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "committed before a lost peer interrupted it"));
+  absl::StatusOr<StepOutcome> aborted = absl::AbortedError("step deadline");
+  book.EndStep(aborted, &stranded);
+  EXPECT_THAT(SendDigestedAndCommit(book, MustBegin(book, 1, 0), "computed again"), IsOk());
 }
 
 TEST(StepBookTest, ClosedOrBrokenRefusesSteps) {

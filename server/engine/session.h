@@ -236,8 +236,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   void ExportMasters(StateCallback done);
   // Writes what ExportOwnedState / ExportShadow answered into this rank's own part, or into its
   // shadow; what ExportMasters answered into its masters, with the step counters (a new
-  // generation: no replay of the step before). FAILED_PRECONDITION while a step is pending;
-  // INVALID_ARGUMENT (nothing written) for a key that does not fit. ImportMasters first:
+  // generation: no replay of the step before). FAILED_PRECONDITION while a step is pending (but
+  // for the shadow, which no trainer's contribution touches); INVALID_ARGUMENT (nothing
+  // written) for a key that does not fit. ImportMasters first:
   // ImportOwnedState then overwrites this rank's block with its own masters.
   void ImportOwnedState(std::shared_ptr<const StateDict> state, DoneCallback done);
   void ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback done);
@@ -318,11 +319,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   void ExportOnCoordinator(std::function<absl::StatusOr<std::shared_ptr<const StateDict>>()> read,
                            StateCallback done);
   // Runs `write` on the coordinator's device work between steps (FAILED_PRECONDITION while one
-  // is pending), no step starting meanwhile; `then` under the lock on success. With
-  // `while_pending`, for what no trainer's contribution touches (the shadow): written whatever
-  // the pending step, its resolutions coming before or after on the coordinator (no `then`).
+  // is pending), no step starting meanwhile; `then` under the lock on success.
   void ImportOnCoordinator(std::function<absl::Status()> write, std::function<void()> then,
-                           DoneCallback done, bool while_pending = false);
+                           DoneCallback done);
   // CatchUp's condition on `peer`, the resolved masters of a peer (on the coordinator).
   absl::Status CheckCatchUp(const ResolvedState& peer) const ABSL_LOCKS_EXCLUDED(mu_);
 

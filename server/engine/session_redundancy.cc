@@ -104,13 +104,9 @@ void Session::ExportMasters(StateCallback done) {
 }
 
 void Session::ImportOnCoordinator(std::function<absl::Status()> write, std::function<void()> then,
-                                  DoneCallback done, bool while_pending) {
+                                  DoneCallback done) {
   coordinator_->Post([self = shared_from_this(), write = std::move(write), then = std::move(then),
-                      done = std::move(done), while_pending] {
-    // Beside a pending step, nothing is marked: a resolution runs on this coordinator too, so
-    // not during the write, and a trainer's Begin meanwhile must not be taken for a retry of a
-    // step that resolves (StepBook::Begin), nor a commit wait for the write to start the step.
-    if (while_pending) return done(self->coordinator_->OnDevice(write));
+                      done = std::move(done)] {
     absl::Status refused;
     {
       absl::MutexLock lock(&self->mu_);
@@ -139,19 +135,23 @@ void Session::ImportOwnedState(std::shared_ptr<const StateDict> state, DoneCallb
 }
 
 void Session::ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback done) {
-  ImportOnCoordinator(
-      [this, state = std::move(state)]() -> absl::Status {
-        if (shadow_ == nullptr) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "session '", id_, "': rank ", rank(), " keeps no shadow (state redundancy is off)"));
-        }
-        OPTSTEP_RETURN_IF_ERROR(ImportOwned(shadow_->replica(), state));
-        shadow_->Revalidate();
-        return absl::OkStatus();
-      },
-      // A trainer that began the next step after a Load must not keep the shadow stale: the
-      // refresh that follows the Load would be refused, and the next loss not healed.
-      nullptr, std::move(done), /*while_pending=*/true);
+  // Written whatever the pending step, whose contributions never touch the shadow: a trainer
+  // that began the next step after a Load must not keep the shadow stale (the refresh that
+  // follows the Load would be refused, and the next loss not healed). Nothing is marked: the
+  // resolutions run on this coordinator too, so never during the write, and a trainer's Begin
+  // meanwhile must not be taken for a retry of a step that resolves (StepBook::Begin).
+  coordinator_->Post([self = shared_from_this(), state = std::move(state), done = std::move(done)] {
+    done(self->coordinator_->OnDevice([&]() -> absl::Status {
+      if (self->shadow_ == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("session '", self->id_, "': rank ", self->rank(),
+                         " keeps no shadow (state redundancy is off)"));
+      }
+      OPTSTEP_RETURN_IF_ERROR(ImportOwned(self->shadow_->replica(), state));
+      self->shadow_->Revalidate();
+      return absl::OkStatus();
+    }));
+  });
 }
 
 void Session::CatchUp(std::shared_ptr<const StateDict> masters, DoneCallback done) {

@@ -146,6 +146,14 @@ absl::Status Session::AddGradient(const StepHandle& c, int param_id, int64_t off
   return AddGradient(c, param_id, offset, dtype, views, std::move(copy), std::move(added)).status();
 }
 
+bool Session::WouldWait(const StepHandle& c, int param_id) const {
+  if (!ordered_ || c.retry || c.replay || param_id < 0 || param_id >= replica_->num_params()) {
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  return c.trainer > book_.order().turn(param_id);
+}
+
 absl::StatusOr<Session::ChunkFate> Session::AddGradient(const StepHandle& c, int param_id,
                                                         int64_t offset, DType dtype,
                                                         absl::Span<const absl::string_view> pieces,
@@ -362,27 +370,30 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
   // Read the masters on the coordinator, which alone writes them during a step, so the values
   // are those of one step.
   coordinator_->Post([self = shared_from_this(), dtype, done = std::move(done)] {
-    uint64_t step;
+    uint64_t step = 0;
+    uint64_t inits = 0;
     std::shared_ptr<const ParamSnapshot> published;
     absl::Status refused;
     {
       absl::MutexLock lock(&self->mu_);
       step = self->book_.counters().step;
+      inits = self->init_writes_;
       // A step that resolved before this task (ReleaseSnapshots) may have published its own.
       published = self->PublishedLocked(dtype);
       if (published == nullptr) refused = self->CheckMastersAtStepLocked(step);
     }
     if (published != nullptr) return done(std::move(published));
     if (!refused.ok()) return done(refused);
-    absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot;
-    absl::Status status = self->coordinator_->OnDevice([&] {
-      snapshot = BuildSnapshot(*self->replica_, dtype, step);
-      return snapshot.status();
-    });
-    if (status.ok()) {
+    absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot =
+        self->coordinator_->BuildSnapshot(dtype, step);
+    if (snapshot.ok()) {
       self->retention_.Track(*snapshot);
       absl::MutexLock lock(&self->mu_);
-      if (self->book_.counters().step == step) self->book_.snapshots()[dtype] = *snapshot;
+      // Not kept when initial values were written (from a call's thread, before step 1) while
+      // it was copied: it may hold some of them and not others.
+      if (self->book_.counters().step == step && self->init_writes_ == inits) {
+        self->book_.snapshots()[dtype] = *snapshot;
+      }
     }
     done(std::move(snapshot));
   });

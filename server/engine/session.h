@@ -164,6 +164,10 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
                                         DType dtype, absl::Span<const absl::string_view> pieces,
                                         std::shared_ptr<const void> keep,
                                         std::function<void(absl::Status)> added);
+  // Whether a chunk of `c` for `param_id` would wait now (AddGradient's kWaiting), so that a
+  // caller can first take what it holds while it waits. Within a step the turn only moves on:
+  // a chunk found not to wait does not. False for a param_id AddGradient refuses.
+  bool WouldWait(const StepHandle& c, int param_id) const ABSL_LOCKS_EXCLUDED(mu_);
   // In-process forms, for callers that cannot pause: a chunk that must wait is copied and kept
   // by the session (an error in adding it later shows at Commit as elements missing).
   absl::Status AddGradient(const StepHandle& c, int param_id, int64_t offset, DType dtype,
@@ -178,7 +182,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // contribution is dropped; it should resend), ABORTED when stale.
   absl::Status Commit(const StepHandle& c, uint64_t num_elements, StepCallback done);
 
-  // Sets initial values of a parameter range. FAILED_PRECONDITION once a step has begun.
+  // Sets initial values of a parameter range. FAILED_PRECONDITION once a step has begun, or once
+  // step 1 was applied here before a lost peer interrupted it; UNAVAILABLE while the group heals
+  // (CheckInitTakenLocked).
   absl::Status InitValues(int param_id, int64_t offset, DType dtype, const void* data,
                           size_t bytes);
   // Initial values of several ranges, all or none: every piece is checked (NOT_FOUND: unknown
@@ -312,6 +318,14 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   absl::Status CheckMastersAtStepLocked(uint64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FAILED_PRECONDITION: initial values come after the session's first step (at `step`).
   absl::Status InitAfterFirstStepError(uint64_t step) const;
+  // FAILED_PRECONDITION once step 1 was applied, or its part on this rank before a lost peer
+  // interrupted it (its own parameters, or its shadow): initial values are never taken again.
+  absl::Status StepOneAppliedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when initial values may be written now: StepOneAppliedLocked, no heal pauses the session,
+  // no interrupted step waits for its redo, no shadow is being written (ImportShadow) and no
+  // step began; else UNAVAILABLE (they may be sent again once the group serves) or
+  // FAILED_PRECONDITION.
+  absl::Status CheckInitTakenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The snapshot of `dtype` the last step published, or null.
   std::shared_ptr<const ParamSnapshot> PublishedLocked(DType dtype)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -364,6 +378,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   uint64_t heal_paused_for_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
   int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;          // gradient copies outside the lock
+  int shadow_writes_ ABSL_GUARDED_BY(mu_) = 0;            // ImportShadow's, on the coordinator
+  uint64_t init_writes_ ABSL_GUARDED_BY(mu_) = 0;         // InitValues taken
   uint64_t state_replacements_ ABSL_GUARDED_BY(mu_) = 0;  // SessionStats::state_replacements
   // The steps the last kKeptReplacements replacements set, the newest last, and the lowest of
   // those let go from it.

@@ -25,6 +25,42 @@ absl::Status Session::InitAfterFirstStepError(uint64_t step) const {
                    "': initial values can only be set before the first step (at step ", step, ")"));
 }
 
+absl::Status Session::StepOneAppliedLocked() const {
+  if (book_.counters().step > 0) return InitAfterFirstStepError(book_.counters().step);
+  // Step 1 cut by a lost peer after this rank's own update or its shadow's (the counters still
+  // at 0): values written now would stay, since the redo skips the updates applied already, and
+  // step 1 would be lost. Read between steps and with no shadow write only: nothing writes them
+  // then (the coordinator does during a resolution or an import, ImportShadow during its write).
+  if (!book_.between_steps() || shadow_writes_ > 0) return absl::OkStatus();
+  const bool own = replica_->owned_applied_step() > 0;
+  if (!own && (shadow_ == nullptr || shadow_->step() == 0)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "session '", id_, "': initial values can only be set before the first step (rank ", rank(),
+      " applied step 1 to ", own ? "its own parameters" : "its predecessor's shadow",
+      " before a lost peer interrupted it; the step is taken again, not the values)"));
+}
+
+absl::Status Session::CheckInitTakenLocked() const {
+  OPTSTEP_RETURN_IF_ERROR(StepOneAppliedLocked());
+  // Passing: the values may be sent again once the group serves (a heal imports state here, a
+  // refresh writes the shadow, or an interrupted step waits for its redo).
+  if (book_.interrupted().has_value()) {
+    return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank(),
+                                               " waits for the group to heal: a lost peer "
+                                               "interrupted step ",
+                                               *book_.interrupted(), "; nothing was written"));
+  }
+  if (HealPausedLocked() || shadow_writes_ > 0) {
+    return absl::UnavailableError(
+        absl::StrCat("session '", id_, "': rank ", rank(), " takes ",
+                     HealPausedLocked() ? "its state from its peers (the group heals)"
+                                        : "its shadow of its predecessor's state from that rank",
+                     "; nothing was written"));
+  }
+  if (!book_.between_steps()) return InitAfterFirstStepError(book_.counters().step);
+  return absl::OkStatus();
+}
+
 absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
   std::vector<int64_t> counts;
   counts.reserve(pieces.size());
@@ -35,9 +71,8 @@ absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
   }
   std::map<DType, std::shared_ptr<const ParamSnapshot>> stale;  // dropped after the lock
   absl::MutexLock lock(&mu_);
-  if (book_.counters().step > 0 || !book_.between_steps()) {
-    return InitAfterFirstStepError(book_.counters().step);
-  }
+  OPTSTEP_RETURN_IF_ERROR(CheckInitTakenLocked());
+  ++init_writes_;  // a snapshot being copied meanwhile is not kept (GetSnapshot)
   stale.swap(book_.snapshots());
   for (size_t i = 0; i < pieces.size(); ++i) {
     const InitPiece& piece = pieces[i];
@@ -55,10 +90,10 @@ absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
 
 absl::StatusOr<int64_t> Session::CheckInitPiece(const InitPiece& piece) const {
   {
-    // Past the first step no initial value is ever taken: a stream that stages them is ended at
-    // its first piece, not at its end.
+    // Past the first step (or its part applied here) no initial value is ever taken: a stream
+    // that stages them is ended at its first piece, not at its end.
     absl::MutexLock lock(&mu_);
-    if (book_.counters().step > 0) return InitAfterFirstStepError(book_.counters().step);
+    OPTSTEP_RETURN_IF_ERROR(StepOneAppliedLocked());
   }
   OPTSTEP_ASSIGN_OR_RETURN(
       const int64_t count,

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "server/engine/replica_state_dict.h"
@@ -42,7 +43,8 @@ absl::Status Session::PauseForHeal(uint64_t generation, absl::Time deadline) {
 void Session::CancelHealPause(uint64_t generation) {
   absl::MutexLock lock(&mu_);
   heals_ended_ = std::max(heals_ended_, generation);
-  if (HealPausedLocked()) return;  // by a later heal, which ends it
+  if (HealPausedLocked()) return;   // by a later heal, which ends it
+  book_.RestartClock(absl::Now());  // the trainers' redo gets the whole deadline
   if (!book_.interrupted()) StartResolutionLocked(ResolutionKind::kApply);
 }
 
@@ -50,6 +52,10 @@ void Session::ResumeAfterHeal(uint64_t generation) {
   absl::MutexLock lock(&mu_);
   heals_ended_ = std::max(heals_ended_, generation);
   if (HealPausedLocked()) return;  // by a later heal, which ends it
+  // A step pending here while the group healed (its trainers cut off, and redoing their part
+  // now) may have waited longer than its deadline: the deadline runs again from here, or the
+  // first check would abort the redo, which a trainer takes for the end of the step.
+  book_.RestartClock(absl::Now());
   if (book_.interrupted()) {
     LOG(INFO) << "session " << id_ << " rank " << rank() << ": the group healed; step "
               << *book_.interrupted() << " is taken again";
@@ -139,9 +145,14 @@ void Session::ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback 
   // that began the next step after a Load must not keep the shadow stale (the refresh that
   // follows the Load would be refused, and the next loss not healed). Nothing is marked: the
   // resolutions run on this coordinator too, so never during the write, and a trainer's Begin
-  // meanwhile must not be taken for a retry of a step that resolves (StepBook::Begin).
+  // meanwhile must not be taken for a retry of a step that resolves (StepBook::Begin). Initial
+  // values, which write the shadow too before step 1, are refused meanwhile (shadow_writes_).
   coordinator_->Post([self = shared_from_this(), state = std::move(state), done = std::move(done)] {
-    done(self->coordinator_->OnDevice([&]() -> absl::Status {
+    {
+      absl::MutexLock lock(&self->mu_);
+      ++self->shadow_writes_;
+    }
+    const absl::Status status = self->coordinator_->OnDevice([&]() -> absl::Status {
       if (self->shadow_ == nullptr) {
         return absl::FailedPreconditionError(
             absl::StrCat("session '", self->id_, "': rank ", self->rank(),
@@ -150,7 +161,12 @@ void Session::ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback 
       OPTSTEP_RETURN_IF_ERROR(ImportOwned(self->shadow_->replica(), state));
       self->shadow_->Revalidate();
       return absl::OkStatus();
-    }));
+    });
+    {
+      absl::MutexLock lock(&self->mu_);
+      --self->shadow_writes_;
+    }
+    done(status);
   });
 }
 

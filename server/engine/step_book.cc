@@ -92,9 +92,14 @@ absl::StatusOr<StepHandle> StepBook::Begin(const StepBegin& begin, StepSchedule 
         kExpectedStepPayload, step + 1);
   }
   if (interrupted_commit_ && interrupted_commit_->step == begin.step) {
-    OPTSTEP_RETURN_IF_ERROR(
-        DifferentContribution(c, "committed before a lost peer interrupted it",
-                              Difference(interrupted_commit_->schedule, schedule)));
+    absl::Status same = DifferentContribution(c, "committed before a lost peer interrupted it",
+                                              Difference(interrupted_commit_->schedule, schedule));
+    if (!same.ok()) {
+      // The step's deadline runs from this redo, as from any: if the one committed never comes,
+      // the step ends unapplied at it and the record lapses (EndStep).
+      StartClock(now);
+      return same;
+    }
   }
   if (running_ || contributions_.committed(begin.trainer)) {
     if (schedule_ && contributions_.committed(begin.trainer)) {
@@ -286,6 +291,10 @@ void StepBook::MarkBroken() { broken_ = true; }
 
 void StepBook::StartClock(absl::Time now) {
   if (!step_began_) step_began_ = now;
+}
+
+void StepBook::RestartClock(absl::Time now) {
+  if (step_began_) step_began_ = now;
 }
 
 std::vector<WaitingChunk> StepBook::ResetStep() {

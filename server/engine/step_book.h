@@ -145,6 +145,9 @@ class StepBook {
   const std::optional<absl::Time>& step_began() const { return step_began_; }
   // Starts the pending step's clock at `now` unless it runs already.
   void StartClock(absl::Time now);
+  // Restarts the pending step's clock at `now` if it runs (a heal ended: the trainers redo their
+  // part of the step, which may have waited for the heal longer than the step's deadline).
+  void RestartClock(absl::Time now);
 
   const StepCounters& counters() const { return counters_; }
   const std::optional<StepOutcome>& last_outcome() const { return last_outcome_; }
@@ -152,6 +155,7 @@ class StepBook {
   uint64_t generation() const { return generation_; }
   StepContributions& contributions() { return contributions_; }
   TrainerOrder& order() { return order_; }
+  const TrainerOrder& order() const { return order_; }
   // The writes into the gradient buffers and the statistics computed during ingest; forgotten
   // with the pending step (a new generation).
   GradientStatistics& statistics() { return statistics_; }

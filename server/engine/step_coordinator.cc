@@ -123,6 +123,15 @@ absl::Status StepCoordinator::OnDeviceSliced(absl::string_view what, int count,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<const ParamSnapshot>> StepCoordinator::BuildSnapshot(DType dtype,
+                                                                                    uint64_t step) {
+  std::shared_ptr<ParamSnapshot> snapshot = EmptySnapshot(*replica_, dtype, step);
+  OPTSTEP_RETURN_IF_ERROR(
+      OnDeviceSliced(absl::StrCat("step ", step, " parameter snapshot"), replica_->num_params(),
+                     [&](int p) { return CopyToSnapshot(*replica_, p, *snapshot); }));
+  return std::shared_ptr<const ParamSnapshot>(std::move(snapshot));
+}
+
 void StepCoordinator::Resolve(ResolutionKind kind) {
   const bool abort = kind == ResolutionKind::kAbort;
   const StepLedger::Pending pending = ledger_->BeginResolution();
@@ -446,22 +455,20 @@ void StepCoordinator::FinishStep(absl::StatusOr<StepOutcome> outcome, bool abort
   std::map<DType, std::shared_ptr<const ParamSnapshot>> snapshots(streamed.begin(), streamed.end());
   if (outcome.ok()) {
     const uint64_t step = outcome->step;
-    absl::Status built = OnDevice(
-        [&]() -> absl::Status {
-          for (const StepWaiter& w : ended.waiters) {
-            auto made = snapshots.find(w.dtype);
-            // A partial snapshot (streamed) serves only the waiters of owned parameters.
-            if (!w.want_params ||
-                (made != snapshots.end() && (!made->second->partial || w.owned_only))) {
-              continue;
-            }
-            OPTSTEP_ASSIGN_OR_RETURN(snapshots[w.dtype], BuildSnapshot(*replica_, w.dtype, step));
-            ledger_->TrackSnapshot(snapshots[w.dtype]);
-          }
-          return absl::OkStatus();
-        },
-        absl::StrCat("step ", step, " parameter snapshot"));
-    if (!built.ok()) outcome = built;
+    for (const StepWaiter& w : ended.waiters) {
+      auto made = snapshots.find(w.dtype);
+      // A partial snapshot (streamed) serves only the waiters of owned parameters.
+      if (!w.want_params || (made != snapshots.end() && (!made->second->partial || w.owned_only))) {
+        continue;
+      }
+      absl::StatusOr<std::shared_ptr<const ParamSnapshot>> built = BuildSnapshot(w.dtype, step);
+      if (!built.ok()) {
+        outcome = built.status();
+        break;
+      }
+      snapshots[w.dtype] = *std::move(built);
+      ledger_->TrackSnapshot(snapshots[w.dtype]);
+    }
   }
   // Told before any trainer can learn the step's end (its streamed parameters or its result), so
   // that what a trainer sees after its step (metrics, logs) includes it.

@@ -159,6 +159,11 @@ class StepCoordinator {
   // Queues `task` on the session's device work without waiting for it; `what` names it for the
   // watchdog. Dropped (never run) once the device work is cancelled. Any thread.
   void PostDevice(std::string what, std::function<void()> task);
+  // Every master this rank holds, converted to `dtype`, as the parameters of `step`: copied on
+  // the device worker a slice at a time (OnDeviceSliced), so that the copy of a large session
+  // holds another session's device work by one slice, not by all of it. REQUIRES: on the
+  // coordinator, which alone writes the masters.
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(DType dtype, uint64_t step);
   // Drops the session's device work not yet started and refuses any later (OnDevice answers
   // UNAVAILABLE): a resolution that runs ends at its next slice. For Session::Close; any thread.
   void CancelDeviceWork() { device_queue_.Close(); }

@@ -117,33 +117,10 @@ OpenStreams& OpenExports() {
   return *streams;
 }
 
-// The exports whose copies the rank holds in its headroom, outside the budget, by owner: each
-// owner has kOpenExportsPerSession of them at once, whatever its number of sessions; its other
-// exports take their copies from the budget, within the owner's share. Thread-safe.
-class HeadroomExports {
- public:
-  // A place until the returned handle goes; null when `owner` has all its places.
-  std::shared_ptr<const void> TryTake(const std::string& owner) {
-    {
-      absl::MutexLock lock(&mu_);
-      int& taken = taken_[owner];
-      if (taken >= kOpenExportsPerSession) return nullptr;
-      ++taken;
-    }
-    return std::shared_ptr<const void>(this, [this, owner](const void*) {
-      absl::MutexLock lock(&mu_);
-      auto it = taken_.find(owner);
-      if (--it->second == 0) taken_.erase(it);
-    });
-  }
-
- private:
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, int> taken_ ABSL_GUARDED_BY(mu_);
-};
-
-HeadroomExports& ExportsInHeadroom() {
-  static HeadroomExports* const exports = new HeadroomExports();
+// The exports whose copies the rank holds in its headroom, outside the budget: each owner has
+// kOpenExportsPerSession of them at once, whatever its number of sessions.
+HeadroomPlaces& ExportsInHeadroom() {
+  static HeadroomPlaces* const exports = new HeadroomPlaces(kOpenExportsPerSession);
   return *exports;
 }
 

@@ -4,8 +4,10 @@
 // How many streams of one kind each session has open on this rank, so that a caller cannot
 // make a rank hold a copy of a session's data per stream it opens and leaves open (an
 // InitParameters stream stages the values it is sent; an ExportStateDict stream holds the state
-// it has yet to send).
+// it has yet to send), and how many of them each owner has in the rank's headroom.
 
+#include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -80,6 +82,36 @@ class OpenStreams {
 
   absl::Mutex mu_;
   absl::flat_hash_map<Key, int> open_ ABSL_GUARDED_BY(mu_);
+};
+
+// Places in the rank's headroom (its memory outside the budget, docs/security.md "Limits") for
+// the streams of one kind that hold a copy of a session's data (an export's state, the values an
+// InitParameters stream stages), counted by the sessions' owner: each owner has `per_owner` at
+// once, whatever its number of sessions, and its other streams take what they hold from the
+// budget, within the owner's share. Thread-safe; outlives its places.
+class HeadroomPlaces {
+ public:
+  explicit HeadroomPlaces(int per_owner) : per_owner_(per_owner) {}
+
+  // A place until the returned handle goes; null when `owner` has all its places.
+  std::shared_ptr<const void> TryTake(const std::string& owner) {
+    {
+      absl::MutexLock lock(&mu_);
+      int& taken = taken_[owner];
+      if (taken >= per_owner_) return nullptr;
+      ++taken;
+    }
+    return std::shared_ptr<const void>(this, [this, owner](const void*) {
+      absl::MutexLock lock(&mu_);
+      auto it = taken_.find(owner);
+      if (--it->second == 0) taken_.erase(it);
+    });
+  }
+
+ private:
+  const int per_owner_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, int> taken_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

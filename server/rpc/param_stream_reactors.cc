@@ -127,6 +127,14 @@ OpenStreams& OpenInitStreams() {
   return *streams;
 }
 
+// The InitParameters streams whose staged values the rank holds in its headroom, outside the
+// budget: each owner has kOpenInitStreamsPerTrainer of them at once, whatever its number of
+// sessions (its other streams stage within its share of the budget, ReserveStaging).
+HeadroomPlaces& InitStreamsInHeadroom() {
+  static HeadroomPlaces* const streams = new HeadroomPlaces(kOpenInitStreamsPerTrainer);
+  return *streams;
+}
+
 // A chunk that continues a staged piece shorter than this is appended to it: a stream of small
 // chunks stages few pieces (each has a few dozen bytes of its own), and a long piece is not
 // copied again and again.
@@ -183,11 +191,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       piece_limit_ =
           session_->config().params.size() + byte_limit_ / kSmallPieceBytes + kOutOfOrderPieces;
       const int limit = kOpenInitStreamsPerTrainer * std::max(1, session_->config().num_trainers);
-      // The first streams of a session stage in the rank's headroom, as they always did; those of
-      // its further trainers take what they stage from the budget (ReserveStaging).
-      slot_ = OpenInitStreams().TryOpen(session_.get(), kOpenInitStreamsPerTrainer);
-      charged_ = !slot_.held();
-      if (charged_) slot_ = OpenInitStreams().TryOpen(session_.get(), limit);
+      slot_ = OpenInitStreams().TryOpen(session_.get(), limit);
       if (!slot_.held()) {
         return absl::ResourceExhaustedError(
             absl::StrCat(What(), ": ", limit, " InitParameters streams of the session (",
@@ -195,6 +199,11 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
                          " per trainer) are open on this rank already; nothing "
                          "was written"));
       }
+      // An owner's first streams stage in the rank's headroom, as they always did; its others
+      // take what they stage from the budget (ReserveStaging). Counted per owner: per session,
+      // an owner of many sessions staged a copy of each one's parameters there.
+      headroom_ = InitStreamsInHeadroom().TryTake(session_->config().owner);
+      charged_ = headroom_ == nullptr;
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
       return absl::InvalidArgumentError(
           absl::StrCat("InitParameters: session_id '", CallerText(request_.session_id()),
@@ -260,9 +269,12 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
            last.offset + static_cast<int64_t>(data.size() / DTypeSize(last.dtype)) == header.offset;
   }
 
-  // The session's slot is given back before the caller hears the end: its next stream may
-  // follow at once.
+  // The staged values, the session's slot and the owner's place in the headroom are given back
+  // before the caller hears the end: its next stream may follow at once.
   void End(const absl::Status& status) {
+    std::vector<std::pair<ChunkHeader, std::string>>().swap(staged_);
+    reservations_.clear();
+    headroom_.reset();
     slot_.Release();
     Finish(ToGrpcStatus(status));
   }
@@ -304,8 +316,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
     return absl::StrCat("InitParameters stream of session '", session_->id(), "'");
   }
   // Takes what staging `bytes` more needs from the rank's budget, in blocks of at least
-  // kStagingBlock, for a stream beyond a session's first kOpenInitStreamsPerTrainer (charged_):
-  // a session of many trainers, each with its streams open, must not take the rank past its
+  // kStagingBlock, for a stream beyond its owner's places in the headroom (charged_): an owner of
+  // many sessions or trainers, each with its streams open, must not take the rank past its
   // budget. RESOURCE_EXHAUSTED naming the session otherwise.
   absl::Status ReserveStaging(size_t bytes) {
     if (!charged_) return absl::OkStatus();
@@ -339,7 +351,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   uint64_t piece_limit_ = 0;
   OpenStreams::Slot slot_;  // the session's, in OpenInitStreams
   std::vector<std::pair<ChunkHeader, std::string>> staged_;
-  bool charged_ = false;  // beyond the session's first streams: staging reserves budget
+  std::shared_ptr<const void> headroom_;  // its owner's place in the headroom, if it has one
+  bool charged_ = false;                  // no place in the headroom: staging reserves budget
   int64_t staged_bytes_ = 0;
   int64_t reserved_bytes_ = 0;
   std::vector<MemoryBudget::Reservation> reservations_;  // of the staged values, until the end

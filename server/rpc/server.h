@@ -98,7 +98,7 @@ class Server {
       : engine_(engine),
         tracker_(options.metrics),
         streams_(options.step_stream.max_headerless_per_caller),
-        optimizer_service_(engine, group, options.step_stream, options.max_message_bytes,
+        optimizer_service_(engine, group, StepLimitsOf(options), options.max_message_bytes,
                            &streams_),
         checkpoint_service_(engine, group, options.step_stream.idle_timeout),
         peer_service_(engine, group),
@@ -106,6 +106,12 @@ class Server {
         health_({"", kLivenessService}, options.step_stream.idle_timeout),
         group_(group) {}
   void WatchHealth();
+  // options.step_stream, with what a stream the rank does not read holds (its window, a message).
+  static StepStreamLimits StepLimitsOf(const ServerOptions& options) {
+    StepStreamLimits limits = options.step_stream;
+    limits.waiting_bytes = int64_t{options.stream_window_bytes} + options.max_message_bytes;
+    return limits;
+  }
 
   Engine* const engine_;
   CallTracker tracker_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -14,6 +15,7 @@
 #include "base/caller_text.h"
 #include "base/log_budget.h"
 #include "glog/logging.h"
+#include "server/engine/memory_budget.h"
 #include "server/rpc/convert.h"
 #include "server/rpc/idle_bound.h"
 #include "server/rpc/open_streams.h"
@@ -34,6 +36,16 @@ namespace {
 constexpr int kOpenStepStreamsPerTrainer = 4;
 OpenStreams& OpenSteps() {
   static OpenStreams* const streams = new OpenStreams();
+  return *streams;
+}
+
+// A Step stream whose gradient waits for the trainers before it (REPLICATED gradients are summed
+// in trainer order) reads nothing meanwhile, so the transport holds up to its window beside the
+// message in hand, for as long as those trainers take. Each owner has this many such streams in
+// the rank's headroom; its others take those bytes from the budget, within its share, or end.
+constexpr int kWaitingStepStreamsPerOwner = 8;
+HeadroomPlaces& WaitingStepStreamsInHeadroom() {
+  static HeadroomPlaces* const streams = new HeadroomPlaces(kWaitingStepStreamsPerOwner);
   return *streams;
 }
 
@@ -260,6 +272,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     });
     if (!all.ok()) return all.status();
     waiting_for_turn_ = !*all;
+    if (waiting_for_turn_) return HoldWhileWaitingLocked();
     return absl::OkStatus();
   }
 
@@ -279,6 +292,12 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (!checked.ok()) return checked.status();
     // A chunk that waits for its trainer's turn (REPLICATED) keeps this reactor, and so the
     // received slices it points into, alive; the stream reads nothing more until it is added.
+    // What the stream holds meanwhile is taken first, so that a chunk refused is not queued
+    // (it would keep the message in hand until its turn).
+    if (session_->WouldWait(handle_, checked->param_id)) {
+      absl::Status held = HoldWhileWaitingLocked();
+      if (!held.ok()) return held;
+    }
     std::weak_ptr<StepReactor> weak = weak_from_this();
     auto fate = session_->AddGradient(handle_, checked->param_id, checked->offset, checked->dtype,
                                       chunk.data, shared_from_this(), [weak](absl::Status added) {
@@ -287,12 +306,44 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
                                       });
     if (!fate.ok()) return fate.status();
     waiting_for_turn_ = *fate == Session::ChunkFate::kWaiting;
+    if (!waiting_for_turn_) ReleaseWaitingHoldLocked();  // its turn came meanwhile
     return absl::OkStatus();
+  }
+
+  // Takes what the stream may make the rank hold while it waits for its turn and reads nothing
+  // (limits_.waiting_bytes): a place of its owner's in the headroom, or else those bytes from the
+  // budget. RESOURCE_EXHAUSTED when neither is to be had: the stream ends, and nothing of it is
+  // applied (its trainer never committed on it). Held until the chunk is added, also after the
+  // stream ends (a waiting chunk keeps the message in hand, and this reactor, until then).
+  absl::Status HoldWhileWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (limits_.waiting_bytes <= 0 || waiting_place_ != nullptr || waiting_bytes_.bytes() > 0) {
+      return absl::OkStatus();
+    }
+    const std::string& owner = session_->config().owner;
+    waiting_place_ = WaitingStepStreamsInHeadroom().TryTake(owner);
+    if (waiting_place_ != nullptr) return absl::OkStatus();
+    absl::StatusOr<MemoryBudget::Reservation> reserved = engine_->ReserveMemory(
+        limits_.waiting_bytes,
+        absl::StrCat("step stream of trainer ", handle_.trainer, " of session '", session_->id(),
+                     "'"),
+        absl::StrCat("its window and a message, held while its gradients wait for the trainers "
+                     "before it; ",
+                     kWaitingStepStreamsPerOwner,
+                     " such streams of an owner wait in the rank's headroom"),
+        owner);
+    if (!reserved.ok()) return reserved.status();
+    waiting_bytes_ = *std::move(reserved);
+    return absl::OkStatus();
+  }
+  void ReleaseWaitingHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    waiting_place_.reset();
+    waiting_bytes_.Release();
   }
 
   // A chunk that waited for its turn was added (or dropped): the stream reads on.
   void OnChunkAdded(absl::Status added) {
     absl::MutexLock lock(&mu_);
+    ReleaseWaitingHoldLocked();  // the chunk is in, or dropped: the message in hand goes
     if (finished_ || !waiting_for_turn_) return;
     waiting_for_turn_ = false;
     request_.Clear();
@@ -508,6 +559,9 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   std::optional<ParamChunker> chunker_ ABSL_GUARDED_BY(mu_);
   bool waiting_for_params_ ABSL_GUARDED_BY(mu_) = false;
   bool waiting_for_turn_ ABSL_GUARDED_BY(mu_) = false;  // a chunk waits in the session
+  // What the stream holds while it waits (HoldWhileWaitingLocked): a place, or bytes.
+  std::shared_ptr<const void> waiting_place_ ABSL_GUARDED_BY(mu_);
+  MemoryBudget::Reservation waiting_bytes_ ABSL_GUARDED_BY(mu_);
   absl::Time egress_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;

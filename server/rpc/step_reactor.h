@@ -30,6 +30,10 @@ struct StepStreamLimits {
   // Streams one caller (CallerKey) may have open before their header (LiveStepStreams):
   // RESOURCE_EXHAUSTED beyond.
   int max_headerless_per_caller = LiveStepStreams::kDefaultMaxHeaderlessPerCaller;
+  // What a stream the rank does not read may make it hold: its HTTP/2 window and a message
+  // (ServerOptions). A stream waiting for its trainer's turn takes them from its owner's places
+  // in the headroom or from the budget (RESOURCE_EXHAUSTED when neither has them). 0: not taken.
+  int64_t waiting_bytes = 0;
 };
 
 // Headers and framing beyond the gradient bytes, in the derived bound of StepStreamLimits.

@@ -136,26 +136,9 @@ TEST(LimitsTest, StagedInitialValuesAreTakenFromTheBudget) {
   auto stub = v1::OptimizerService::NewStub(
       grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials()));
   constexpr int kStreams = 64;  // four a trainer
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<v1::InitParametersResponse> responses(kStreams);
-  std::vector<std::unique_ptr<grpc::ClientWriter<v1::InitParametersRequest>>> streams;
-  v1::InitParametersRequest half;
-  half.set_session_id(info.session_id());
-  half.mutable_values()->set_dtype(v1::DTYPE_FP32);
-  half.mutable_values()->set_data(std::string(2 << 20, '\0'));
-  for (int s = 0; s < kStreams; ++s) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    streams.push_back(stub->InitParameters(contexts.back().get(), &responses[s]));
-    for (int64_t offset : {int64_t{0}, int64_t{1} << 19}) {
-      half.mutable_values()->set_offset(offset);
-      if (!streams.back()->Write(half)) break;
-    }
-  }
-  absl::SleepFor(absl::Milliseconds(500));  // the rank has read what it takes
   int refused = 0;
-  for (auto& stream : streams) {
-    stream->WritesDone();
-    const grpc::Status ended = stream->Finish();
+  for (const grpc::Status& ended : testutil::StageAndEndInitStreams(
+           *stub, std::vector<std::string>(kStreams, info.session_id()))) {
     if (ended.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       EXPECT_THAT(ended.error_message(), testing::HasSubstr("values staged until the stream's"));
       ++refused;
@@ -239,7 +222,8 @@ TEST(LimitsTest, ARefusalOnAnotherRankIsAnsweredBeforeAnyReplicaIsBuilt) {
   const absl::Status refused =
       client->CreateSession(OneParamSpec("wide", {int64_t{8} << 20})).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "rank 1: session 'wide'"));
-  EXPECT_THAT(refused.message(), testing::HasSubstr("the rank's budget of 16777216 bytes has free"));
+  EXPECT_THAT(refused.message(),
+              testing::HasSubstr("the rank's budget of 16777216 bytes has free"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   OPTSTEP_ASSERT_OK_AND_ASSIGN(auto sessions, client->ListSessions());
   EXPECT_TRUE(sessions.empty());

@@ -34,7 +34,8 @@ constexpr int kElements = 1 << 20;  // 4 MiB of fp32 values per chunk
 // A session of one 4 MiB parameter with `trainers` trainers on a rank of its own, and a stub.
 class StepStreamBoundsTest : public testing::Test {
  protected:
-  void StartSession(int trainers, std::vector<std::string> flags = {}) {
+  void StartSession(int trainers, std::vector<std::string> flags = {},
+                    v1::GradientMode mode = v1::GRADIENT_MODE_SHARDED) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(c_, testutil::StartConnected(std::move(flags)));
     v1::SessionSpec spec;
     spec.set_name("waits");
@@ -42,7 +43,7 @@ class StepStreamBoundsTest : public testing::Test {
     p->set_name("wide.weight");
     p->add_shape(kElements);
     spec.set_num_trainers(trainers);
-    spec.set_gradient_mode(v1::GRADIENT_MODE_SHARDED);
+    spec.set_gradient_mode(mode);
     spec.mutable_optimizer()->set_preset("adam");
     OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c_.client->CreateSession(spec));
     session_ = info.session_id();
@@ -218,6 +219,60 @@ TEST_F(StepStreamCapTest, ARetryEndsTheStreamsItReplaces) {
   while (calls.back().stream->Read(&response)) {
   }
   EXPECT_EQ(calls.back().stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// A gradient of REPLICATED mode waits for the trainers before it (they are summed in trainer
+// order), and its stream reads nothing meanwhile: each such stream may make the rank hold its
+// window and a message for as long as those trainers take. An owner has eight of them in the
+// rank's headroom; its others take those bytes from the budget, or end RESOURCE_EXHAUSTED.
+// Before, a session of thousands of trainers made the rank hold a window for each, outside every
+// budget. Trainer 0 sends nothing here, so that trainers 1-9 all wait.
+TEST_F(StepStreamCapTest, StreamsWaitingForTheirTurnTakeWhatTheyHoldFromTheBudget) {
+  // Room for the session (16 MiB), not for a window beside it.
+  ASSERT_NO_FATAL_FAILURE(StartSession(10, {"--memory_budget=24M"}, v1::GRADIENT_MODE_REPLICATED));
+  struct Call {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::StepRequest, v1::StepResponse>> stream;
+    grpc::Status ended;
+  };
+  constexpr int kWaiting = 9;
+  std::vector<Call> calls(kWaiting);
+  v1::StepRequest gradient;
+  gradient.mutable_gradient()->set_param_id(0);
+  gradient.mutable_gradient()->set_dtype(v1::DTYPE_FP32);
+  gradient.mutable_gradient()->mutable_data()->assign(4096, '\0');
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  for (int i = 0; i < kWaiting; ++i) {
+    calls[i].context.set_deadline(absl::ToChronoTime(deadline));
+    calls[i].stream = stub_->Step(&calls[i].context);
+    v1::StepRequest header = Header();
+    header.mutable_header()->set_trainer_id(i + 1);
+    EXPECT_TRUE(calls[i].stream->Write(header));
+    EXPECT_TRUE(calls[i].stream->Write(gradient));
+  }
+  std::vector<std::thread> readers;
+  for (Call& call : calls) {
+    readers.emplace_back([&call] {
+      v1::StepResponse response;
+      while (call.stream->Read(&response)) {
+      }
+      call.ended = call.stream->Finish();
+    });
+  }
+  for (std::thread& reader : readers) reader.join();
+  int refused = 0;
+  for (const Call& call : calls) {
+    if (call.ended.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      EXPECT_THAT(call.ended.error_message(),
+                  HasSubstr("its window and a message, held while its gradients wait for the "
+                            "trainers before it"));
+      ++refused;
+    } else {
+      EXPECT_EQ(call.ended.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+          << call.ended.error_message();
+    }
+  }
+  EXPECT_EQ(refused, 1) << "eight streams wait in the headroom, and the budget has no window";
 }
 
 // A trainer id the session does not declare is refused as such, before it is counted: with the

@@ -80,6 +80,16 @@ v1::SessionSpec WideSpec(const std::string& name) {
   return spec;
 }
 
+// A rank of a 40 MiB budget and two sessions of one owner on it, "a" and "b" (WideSpec, 16 MiB
+// of footprint each): room for little more than their footprints.
+void StartWithTwoWideSessions(testutil::ConnectedServer& c, std::vector<std::string>& sessions) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(c, testutil::StartConnected({"--memory_budget=40M"}));
+  for (const char* name : {"a", "b"}) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(WideSpec(name)));
+    sessions.push_back(info.session_id());
+  }
+}
+
 class StreamTransactionTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -389,13 +399,9 @@ TEST_F(StreamTransactionTest, ASessionHasTwoExportsOpenAtMost) {
 // make the rank hold a copy of all their states outside the budget.
 TEST(ExportHeadroomTest, AnOwnerHasTwoExportsInTheHeadroomWhateverItsSessions) {
   // Room for the two sessions' footprints (16 MiB each), not for a third copy of one's state.
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::ConnectedServer c,
-                               testutil::StartConnected({"--memory_budget=40M"}));
+  testutil::ConnectedServer c;
   std::vector<std::string> sessions;
-  for (const char* name : {"a", "b"}) {
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(WideSpec(name)));
-    sessions.push_back(info.session_id());
-  }
+  ASSERT_NO_FATAL_FAILURE(StartWithTwoWideSessions(c, sessions));
   auto stub = v1::CheckpointService::NewStub(testutil::SlowReaderChannel(c.server->address()));
   v1::ExportStateDictRequest of_a;
   of_a.set_session_id(sessions[0]);
@@ -419,6 +425,31 @@ TEST(ExportHeadroomTest, AnOwnerHasTwoExportsInTheHeadroomWhateverItsSessions) {
   }
   EXPECT_THAT(read, IsOk());
   (void)second.Cancel();
+}
+
+// An owner's InitParameters streams stage their values in the rank's headroom four at a time,
+// whatever its number of sessions; its others take them from the budget (within its share).
+// Before, each of its sessions had four there: an owner of many sessions, each with streams held
+// open before their final message, made the rank stage four copies of every session's parameters
+// outside the budget.
+TEST(InitHeadroomTest, AnOwnerHasFourInitStreamsInTheHeadroomWhateverItsSessions) {
+  // Room for the two sessions' footprints (16 MiB each), not for two more copies of one's values.
+  testutil::ConnectedServer c;
+  std::vector<std::string> sessions;
+  ASSERT_NO_FATAL_FAILURE(StartWithTwoWideSessions(c, sessions));
+  auto stub = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials()));
+  // Four streams to each session: a session's (one trainer), and the owner's places.
+  int refused = 0;
+  for (const grpc::Status& ended : testutil::StageAndEndInitStreams(
+           *stub, {sessions[0], sessions[0], sessions[0], sessions[0], sessions[1], sessions[1],
+                   sessions[1], sessions[1]})) {
+    if (ended.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) continue;
+    EXPECT_THAT(ended.error_message(), HasSubstr("values staged until the stream's"));
+    ++refused;
+  }
+  EXPECT_GT(refused, 0) << "the owner staged eight copies of its values, six outside the budget";
+  EXPECT_THAT(c.client->CreateSession(SmallSpec("after")).status(), IsOk());
 }
 
 // Each ImportStateDict stream stages up to a copy of its session's state until it is applied: a

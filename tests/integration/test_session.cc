@@ -240,6 +240,33 @@ std::shared_ptr<grpc::Channel> SlowReaderChannel(const std::string& target) {
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
+std::vector<grpc::Status> StageAndEndInitStreams(v1::OptimizerService::Stub& stub,
+                                                 const std::vector<std::string>& sessions) {
+  const size_t count = sessions.size();
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::InitParametersResponse> responses(count);
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::InitParametersRequest>>> streams;
+  v1::InitParametersRequest half;
+  half.mutable_values()->set_dtype(v1::DTYPE_FP32);
+  half.mutable_values()->set_data(std::string(2 << 20, '\0'));
+  for (size_t s = 0; s < count; ++s) {
+    half.set_session_id(sessions[s]);
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub.InitParameters(contexts.back().get(), &responses[s]));
+    for (int64_t offset : {int64_t{0}, int64_t{1} << 19}) {
+      half.mutable_values()->set_offset(offset);
+      if (!streams.back()->Write(half)) break;
+    }
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // the rank has read what it takes
+  std::vector<grpc::Status> ended;
+  for (auto& stream : streams) {
+    stream->WritesDone();
+    ended.push_back(stream->Finish());
+  }
+  return ended;
+}
+
 bool UnreadExport::started() {
   v1::StateDictChunk chunk;
   return reader_->Read(&chunk);

@@ -106,6 +106,13 @@ class UnreadExport {
   std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>> reader_;
 };
 
+// InitParameters streams held open while they stage: one to each of `sessions`, each sending
+// the 1M fp32 elements of parameter 0 (4 MiB) in two messages and no StreamEnd; then, once the
+// rank has read what it takes, ended (half-closed). Answers how each ended, in order: a stream
+// the rank refused, or INVALID_ARGUMENT (no StreamEnd).
+std::vector<grpc::Status> StageAndEndInitStreams(v1::OptimizerService::Stub& stub,
+                                                 const std::vector<std::string>& sessions);
+
 // OK when every session counts as many resolutions on every rank of `group` (PeerService.
 // ListReplicas): the heal transfers state through resolutions on some ranks only, and a hold
 // (checkpoint, state dict) settles every rank at one count.

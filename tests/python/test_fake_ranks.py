@@ -54,6 +54,8 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.hold_steps: threading.Event | None = None
         self.creates: List[svc.CreateSessionRequest] = []
         self.lose_creates = False  # CreateSession takes the request, then its answer is lost
+        self.attach = False  # CreateSession answers an existing session (attached)
+        self.refuse_inits = ""  # set: InitParameters ends FAILED_PRECONDITION with this
         # Set: ListSessions tells where the ranks are served (else UNIMPLEMENTED, as before).
         self.directory: svc.ListSessionsResponse | None = None
         # grpc.health.v1 answers SERVING after this many seconds (a wedged rank: longer than the
@@ -68,7 +70,8 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.creates.append(request)
         if self.lose_creates:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"rank {self.rank}: connection reset")
-        return svc.CreateSessionResponse(summary=pb.SessionSummary(session_id="fake"))
+        return svc.CreateSessionResponse(summary=pb.SessionSummary(session_id="fake"),
+                                         attached=self.attach)
 
     def ListSessions(self, request, context):
         if self.directory is None:
@@ -83,6 +86,8 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
     def InitParameters(self, request_iterator, context):
         requests = list(request_iterator)
         self.inits.append(requests)
+        if self.refuse_inits:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, self.refuse_inits)
         return svc.InitParametersResponse(elements=sum(len(r.values.data) // 4 for r in requests))
 
     def Step(self, request_iterator, context) -> Iterator[svc.StepResponse]:
@@ -356,3 +361,31 @@ def test_a_call_on_rank_0_cancelled_by_its_stopping_server_finds_where_rank_0_is
         ranks[1].directory = svc.ListSessionsResponse(rank_targets=[ranks[1].target] * 2,
                                                       stood_in_ranks=[0])
         assert client.get_session("fake").session_id == "fake"  # rank 1 answered it
+
+
+def test_a_restarted_trainer_attached_at_step_zero_takes_a_refused_init(
+        ranks: List[FakeRank]) -> None:
+    """A trainer restarted while a lost rank interrupted step 1 of its session attaches to it:
+    the session still reads step 0, and the ranks that applied their part of step 1 refuse the
+    initial values (FAILED_PRECONDITION), which the run that made the session set. The optimizer
+    is made all the same, and step 1 is redone. Before, a single trainer's constructor raised at
+    every restart."""
+    torch = pytest.importorskip("torch")
+    from optstep.torch import RemoteOptimizer
+
+    model = torch.nn.Module()
+    for name, shape in SHAPES.items():
+        model.register_parameter(name, torch.nn.Parameter(torch.zeros(shape)))
+    for rank in ranks:
+        rank.info.spec.num_trainers = 1
+        rank.info.groups.add(id=0, sub_optimizer="sgd", param_ids=[0, 1, 2], lr=0.1)
+        rank.attach = True
+        rank.refuse_inits = ("session 'fake': initial values can only be set before the first "
+                             f"step (rank {rank.rank} applied step 1 to its own parameters ...)")
+    with optstep.Client(rank_targets=[r.target for r in ranks]) as client:
+        remote = RemoteOptimizer(model, client, optimizer="sgd", session_name="fake")
+        assert remote.attached and remote.session_id == "fake"
+        assert ranks[0].inits, "the initial values were sent"
+        ranks[0].attach = False  # a session this call made: the refusal is the caller's error
+        with pytest.raises(optstep.FailedPreconditionError, match="applied step 1"):
+            RemoteOptimizer(model, client, optimizer="sgd", session_name="fake")

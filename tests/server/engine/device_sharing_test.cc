@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
@@ -116,6 +117,38 @@ TEST_F(DeviceSharingTest, ASlowSessionHoldsAnotherByOneSliceAndClosingItCancelsI
   ASSERT_THAT(next.Wait().status(), IsOk());
   EXPECT_LT(absl::Now() - started, absl::Seconds(1));
   EXPECT_EQ(next.result()->step, 2u);
+}
+
+// A snapshot of a large session's parameters (a pull, or the step's reply) holds another
+// session's step by one slice (one parameter's copy here), not by the whole copy. Before, it was
+// one task: a tenant that pulled after each initial value (which drops the cached snapshot)
+// held every other tenant's steps for as long as its whole session took to copy.
+TEST_F(DeviceSharingTest, ASnapshotOfALargeSessionHoldsAnotherByOneSlice) {
+  std::shared_ptr<Session> large = Create(LionConfig(kSlowParams));
+  std::shared_ptr<Session> fast = Create(testutil::TwoParamConfig(testutil::AdamW(0.01, 0.0)));
+  ASSERT_NE(large, nullptr);
+  ASSERT_NE(fast, nullptr);
+  // The large session's copies (and the fast step's, among them): 30 x 150 ms in all.
+  const int64_t base = faults().calls("CopyToHost");
+  faults().DelayCalls("CopyToHost", base + 1, base + kSlowParams, absl::Milliseconds(150));
+  struct Pull {  // outlives this test's frame, whatever it asserts
+    absl::Notification done;
+    absl::Status status = absl::UnknownError("not pulled");
+  };
+  auto pull = std::make_shared<Pull>();
+  large->GetSnapshot(DType::kF32, [pull](absl::StatusOr<std::shared_ptr<const ParamSnapshot>> s) {
+    pull->status = s.status();
+    pull->done.Notify();
+  });
+  ASSERT_TRUE(Eventually([&] { return faults().calls("CopyToHost") > base; }, absl::Seconds(10)));
+  const absl::Time started = absl::Now();
+  Outcome fast_step;
+  CommitStep(*fast, 1, fast_step);
+  ASSERT_THAT(fast_step.Wait().status(), IsOk());
+  EXPECT_LT(absl::Now() - started, absl::Seconds(2));
+  EXPECT_FALSE(pull->done.HasBeenNotified()) << "the copy ended before the fast step";
+  pull->done.WaitForNotification();
+  EXPECT_THAT(pull->status, IsOk());
 }
 
 TEST_F(DeviceSharingTest, WatchdogMarksTheEngineUnhealthyWhileATaskRunsTooLong) {

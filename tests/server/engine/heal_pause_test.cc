@@ -6,6 +6,7 @@
 // this process joined by gloo (RedundancyGroup).
 
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
 #include "tests/server/engine/redundancy_group.h"
+#include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -21,6 +23,7 @@ namespace {
 using ::optstep::testutil::ConfigOf;
 using ::optstep::testutil::IsOk;
 using ::optstep::testutil::RedundancyGroup;
+using ::optstep::testutil::SendGradient;
 
 constexpr int kWorld = 2;
 
@@ -65,6 +68,29 @@ TEST(HealPauseTest, APauseOfAHealNotEndedHoldsUntilItsEnd) {
   for (int r = 0; r < kWorld; ++r) group.session(r).ResumeAfterHeal(/*generation=*/3);
   step.join();
   EXPECT_TRUE(stepped);
+}
+
+// A trainer began the step before a rank was lost, and the heal outlasted the step's deadline:
+// the deadline runs again from the heal's end, so that the trainer's part, sent after the heal,
+// is taken. Before, the first check after the heal aborted the step, and the trainer was told
+// ABORTED while the group served.
+TEST(HealPauseTest, TheStepsDeadlineRunsAgainFromTheHealsEnd) {
+  std::unique_ptr<Engine> engine = testutil::MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  SessionConfig config = testutil::TwoParamConfig(testutil::Sgd(0.1));
+  config.step_deadline = absl::Seconds(3);
+  std::shared_ptr<Session> session = testutil::MakeSession(*engine, config);
+  ASSERT_NE(session, nullptr);
+  const StepHandle c = testutil::BeginStep(*session, 1, 0);
+  ASSERT_THAT(SendGradient(*session, c, 0, 0, std::vector<float>(6, 0.5f)), IsOk());
+  ASSERT_THAT(session->PauseForHeal(/*generation=*/1, Soon()), IsOk());
+  absl::SleepFor(absl::Milliseconds(3200));  // the heal outlasts the deadline
+  session->ResumeAfterHeal(/*generation=*/1);
+  session->AbortIfExpired(absl::Now());
+  ASSERT_THAT(SendGradient(*session, c, 1, 0, std::vector<float>(3, 0.5f)), IsOk());
+  testutil::Outcome outcome;
+  ASSERT_THAT(session->Commit(c, 0, outcome.Callback()), IsOk());
+  EXPECT_THAT(outcome.Wait().status(), IsOk());
 }
 
 }  // namespace

@@ -371,5 +371,13 @@ void ExpectSameState(RedundancyGroup& group, RedundancyGroup& reference) {
   }
 }
 
+void HealRankOne(RedundancyGroup& group) {
+  group.Regroup(/*replaced=*/1);
+  OPTSTEP_ASSERT_OK(group.ImportMasters(1, group.Masters(0)));
+  OPTSTEP_ASSERT_OK(group.ImportOwnedState(1, group.Shadow(2)));
+  OPTSTEP_ASSERT_OK(group.ImportShadow(1, group.OwnedState(0)));
+  for (int r = 0; r < 3; ++r) group.session(r).ResumeAfterHeal(/*generation=*/1);
+}
+
 }  // namespace testutil
 }  // namespace optstep

@@ -134,6 +134,10 @@ SessionConfig ConfigOf(const std::string& kind);
 // Every rank's masters, own state and shadow of `group` equal `reference`'s (gtest
 // expectations).
 void ExpectSameState(RedundancyGroup& group, RedundancyGroup& reference);
+// Rank 1 of 3 in `group`, lost, is restarted and healed in: the masters from rank 0, its own state
+// from its buddy (rank 2), its shadow of rank 0 from rank 0; then every rank resumes (gtest
+// assertions).
+void HealRankOne(RedundancyGroup& group);
 
 }  // namespace testutil
 }  // namespace optstep

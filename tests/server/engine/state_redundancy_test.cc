@@ -3,9 +3,9 @@
 // interrupted by a lost peer is redone after the heal and applied exactly once, whether the ranks
 // had applied it or not; a rank lost and restarted gets its state from its buddy, its shadow
 // from its predecessor and the masters from a peer, and the run ends bit for bit as an
-// undisturbed one, also after initial values (under both parameter storages). A rank whose last
-// collective failed where another's completed takes the step from it: catch_up_test.cc. Ranks
-// are engines in this process joined by gloo.
+// undisturbed one. Initial values under state redundancy: initial_values_test.cc. A rank whose
+// last collective failed where another's completed takes the step from it: catch_up_test.cc.
+// Ranks are engines in this process joined by gloo.
 
 #include <functional>
 #include <memory>
@@ -242,16 +242,6 @@ TEST(StateRedundancyTest, WithoutRedundancyALostPeerBreaksTheSession) {
   }
 }
 
-// Rank 1 of 3 in `group`, lost, is restarted and healed in: the masters from rank 0, its own state
-// from its buddy (rank 2), its shadow of rank 0 from rank 0; then every rank resumes.
-void HealRankOne(RedundancyGroup& group) {
-  group.Regroup(/*replaced=*/1);
-  OPTSTEP_ASSERT_OK(group.ImportMasters(1, group.Masters(0)));
-  OPTSTEP_ASSERT_OK(group.ImportOwnedState(1, group.Shadow(2)));
-  OPTSTEP_ASSERT_OK(group.ImportShadow(1, group.OwnedState(0)));
-  for (int r = 0; r < 3; ++r) group.session(r).ResumeAfterHeal(/*generation=*/1);
-}
-
 // Rank 1 of 3 is lost (between steps, or in step 3's all-gather after its update) and restarted:
 // it gets the masters from rank 0, its own state from its buddy (rank 2) and its shadow of rank
 // 0 from rank 0; the run goes on and ends as an undisturbed one.
@@ -269,7 +259,7 @@ void LoseAndHealRankOne(bool mid_step) {
     EXPECT_EQ(group.session(0).interrupted_step(), std::optional<uint64_t>(3));
     EXPECT_EQ(group.session(2).interrupted_step(), std::optional<uint64_t>(3));
   }
-  ASSERT_NO_FATAL_FAILURE(HealRankOne(group));
+  ASSERT_NO_FATAL_FAILURE(testutil::HealRankOne(group));
   for (uint64_t step = 3; step <= 4; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
   ExpectSameState(group, reference);
 }
@@ -312,76 +302,6 @@ TEST(StateRedundancyTest, AnImportedStateIsSteppedAgainAndMakesTheShadowStale) {
     EXPECT_THAT(ShadowExport(group, r), StatusIs(absl::StatusCode::kFailedPrecondition, "stale"));
   }
 }
-
-// Sets every master to values that are not zero, as InitParameters does: under OWNERS storage on
-// its owner alone (the others would keep none of them), under REPLICATED on every rank.
-void InitValues(RedundancyGroup& group) {
-  const SessionConfig& config = group.session(0).config();
-  for (size_t p = 0; p < config.params.size(); ++p) {
-    std::vector<float> values(config.params[p].numel());
-    for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f + 0.01f * ((i * 7 + p) % 13);
-    for (int r = 0; r < group.world(); ++r) {
-      if (config.storage == ParameterStorage::kOwners && group.session(r).layout().owner[p] != r) {
-        continue;
-      }
-      OPTSTEP_ASSERT_OK(group.session(r).InitValues(static_cast<int>(p), 0, DType::kF32,
-                                                    values.data(), values.size() * 4));
-    }
-  }
-}
-
-class InitialValuesTest : public testing::TestWithParam<ParameterStorage> {};
-
-// The initial values reach the replicas only; the shadows start from them all the same (step 1
-// ships each rank's owned masters to its buddy first): after step 1 every shadow equals its
-// owner's state, and rank 1 lost in step 2 (before the step's last collective, after every update)
-// takes back its own masters from its buddy and ends as an undisturbed run.
-TEST_P(InitialValuesTest, ShadowsStartFromTheInitialValuesAndAHealedRankKeepsThem) {
-  SessionConfig config = ConfigOf("adamw");
-  config.storage = GetParam();
-  const char* last = GetParam() == ParameterStorage::kOwners ? "Barrier" : "AllGatherV";
-  RedundancyGroup reference(3, config);
-  ASSERT_NO_FATAL_FAILURE(InitValues(reference));
-  for (uint64_t step = 1; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
-
-  RedundancyGroup group(3, config);
-  ASSERT_NO_FATAL_FAILURE(InitValues(group));
-  ASSERT_NO_FATAL_FAILURE(group.StepOk(1));
-  for (int r = 0; r < 3; ++r) {
-    SCOPED_TRACE(absl::StrCat("owner ", r));
-    EXPECT_EQ(Difference(group.OwnedState(r), group.Shadow((r + 1) % 3)), "");
-  }
-  group.comm(1).faults().FailCall(last, group.comm(1).faults().calls(last) + 1,
-                                  absl::UnavailableError("injected: rank 1 dies"));
-  group.Step(2);
-  EXPECT_EQ(group.session(0).interrupted_step(), std::optional<uint64_t>(2));
-  EXPECT_EQ(group.session(2).interrupted_step(), std::optional<uint64_t>(2));
-  ASSERT_NO_FATAL_FAILURE(HealRankOne(group));
-  for (uint64_t step = 2; step <= 3; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
-  ExpectSameState(group, reference);
-}
-
-// Rank 1 lost before step 1, after its initial values were set (REPLICATED storage: every rank
-// had them, and its buddy wrote them into its shadow): the healed rank takes them back and the
-// run ends as an undisturbed one. Before, it took back the shadow's zeros as its masters. (Under
-// OWNERS storage only rank 1 had them: docs/design.md, "State redundancy".)
-TEST(InitialValuesBeforeStepOneTest, ARankLostBeforeStepOneTakesItsInitialValuesBack) {
-  const SessionConfig config = ConfigOf("adamw");
-  RedundancyGroup reference(3, config);
-  ASSERT_NO_FATAL_FAILURE(InitValues(reference));
-  for (uint64_t step = 1; step <= 2; ++step) ASSERT_NO_FATAL_FAILURE(reference.StepOk(step));
-  RedundancyGroup group(3, config);
-  ASSERT_NO_FATAL_FAILURE(InitValues(group));
-  ASSERT_NO_FATAL_FAILURE(HealRankOne(group));
-  for (uint64_t step = 1; step <= 2; ++step) ASSERT_NO_FATAL_FAILURE(group.StepOk(step));
-  ExpectSameState(group, reference);
-}
-
-INSTANTIATE_TEST_SUITE_P(Storage, InitialValuesTest,
-                         testing::Values(ParameterStorage::kReplicated, ParameterStorage::kOwners),
-                         [](const testing::TestParamInfo<ParameterStorage>& info) {
-                           return info.param == ParameterStorage::kOwners ? "Owners" : "Replicated";
-                         });
 
 // OWNERS storage on 4 ranks: rank 2 fails the shipping of the gradients around the ring, so its
 // neighbours (1, 3) fail theirs, while rank 0, which exchanges with 1 and 3 only, steps on. With

@@ -1,5 +1,6 @@
 #include "server/engine/step_book.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -266,24 +267,59 @@ absl::Status SendDigestedAndCommit(StepBook& book, const StepHandle& c, const st
   return book.Commit(c, 14, [](absl::StatusOr<StepOutcome>) {});
 }
 
-// A step interrupted after every trainer committed: its redo must bring what was committed
-// (other ranks and shadows may have applied it), until a redo ends unapplied at its deadline
-// (a trainer that computed the step again cannot bring it): the record then lapses, and the
-// session goes on. Before the lapse, every redo was refused for ever.
-TEST(StepBookTest, TheRecordOfAnInterruptedStepLapsesOnceARedoEndsUnapplied) {
-  StepBook book("s", 0, ConfigOf(GradientMode::kSharded, 1), {10, 4}, &kNames);
+// Step 1, committed by its one trainer ("committed"), is interrupted by a lost peer, and the group
+// heals.
+void InterruptAfterTheCommit(StepBook& book) {
   ASSERT_THAT(SendDigestedAndCommit(book, MustBegin(book, 1, 0), "committed"), IsOk());
   std::vector<WaitingChunk> stranded;
   absl::StatusOr<StepOutcome> lost = absl::UnavailableError("a peer was lost");
   book.MarkInterrupted(1);
   book.EndStep(lost, &stranded);
   book.Resume();  // the group healed
+}
+
+// A step interrupted after every trainer committed: its redo must bring what was committed
+// (other ranks and shadows may have applied it), until a redo ends unapplied at its deadline
+// (a trainer that computed the step again cannot bring it): the record then lapses, and the
+// session goes on. Before the lapse, every redo was refused for ever.
+TEST(StepBookTest, TheRecordOfAnInterruptedStepLapsesOnceARedoEndsUnapplied) {
+  StepBook book("s", 0, ConfigOf(GradientMode::kSharded, 1), {10, 4}, &kNames);
+  ASSERT_NO_FATAL_FAILURE(InterruptAfterTheCommit(book));
+  std::vector<WaitingChunk> stranded;
   EXPECT_THAT(SendDigestedAndCommit(book, MustBegin(book, 1, 0), "computed again"),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        "committed before a lost peer interrupted it"));
   absl::StatusOr<StepOutcome> aborted = absl::AbortedError("step deadline");
   book.EndStep(aborted, &stranded);
   EXPECT_THAT(SendDigestedAndCommit(book, MustBegin(book, 1, 0), "computed again"), IsOk());
+}
+
+// The same with a redo of another schedule (a trainer that rebuilt its learning rate schedule),
+// refused at its Begin: the step's clock starts there, so that its deadline ends the step and the
+// record lapses. Before, nothing started the clock and every redo was refused for ever.
+TEST(StepBookTest, ARedoOfAnotherScheduleStartsTheStepsClock) {
+  StepBook book("s", 0, ConfigOf(GradientMode::kSharded, 1), {10, 4}, &kNames);
+  ASSERT_NO_FATAL_FAILURE(InterruptAfterTheCommit(book));
+  std::vector<WaitingChunk> stranded;
+  std::vector<WaitingChunk> superseded;
+  EXPECT_THAT(book.Begin(BeginOf(1, 0), ScheduleOf(0.2), kNow, &superseded).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       "committed before a lost peer interrupted it"));
+  EXPECT_EQ(book.step_began(), kNow);
+  absl::StatusOr<StepOutcome> aborted = absl::AbortedError("step deadline");
+  book.EndStep(aborted, &stranded);
+  EXPECT_THAT(book.Begin(BeginOf(1, 0), ScheduleOf(0.2), kNow, &superseded).status(), IsOk());
+}
+
+// As a heal ends (Session::ResumeAfterHeal): the clock of a pending step starts again, and no
+// clock starts where no step is pending.
+TEST(StepBookTest, ARunningClockRestartsAndAStoppedOneStaysStopped) {
+  StepBook book("s", 0, ConfigOf(GradientMode::kSharded, 1), {10, 4}, &kNames);
+  book.RestartClock(kNow);
+  EXPECT_EQ(book.step_began(), std::nullopt);
+  MustBegin(book, 1, 0);
+  book.RestartClock(kNow + absl::Seconds(5));
+  EXPECT_EQ(book.step_began(), kNow + absl::Seconds(5));
 }
 
 TEST(StepBookTest, ClosedOrBrokenRefusesSteps) {

@@ -186,9 +186,12 @@ class RemoteOptimizer(torch.optim.Optimizer):
                 client.init_parameters(self.session_id,
                                        {i: d.tensor for i, d in enumerate(described)})
             except FailedPreconditionError:
-                if num_trainers == 1:
+                if num_trainers == 1 and not attached:
                     raise
-                # Another trainer has begun step 1, after setting the (same) initial values.
+                # Another trainer has begun step 1, after setting the (same) initial values; or
+                # this trainer, restarted, attached to its session whose step 1 a lost rank
+                # interrupted after some ranks applied it (the session still reads step 0): the
+                # values were set by the run that made the session, and the step is redone.
             except Exception:
                 if not attached:  # do not leave a session nobody can use; report the first error
                     with contextlib.suppress(OptstepError):

@@ -254,11 +254,15 @@ absl::Status Client::InitParameters(absl::string_view session_id, uint32_t param
     }
     return absl::OkStatus();
   };
-  for (size_t rank = 0; rank < world; ++rank) {
-    if (layout->owners_only() && rank != param.owner) continue;
-    OPTSTEP_RETURN_IF_ERROR(OnRank(rank, [&](Rank& reached) { return write(reached, rank); }));
-  }
-  return absl::OkStatus();
+  // A group that heals refuses initial values meanwhile (UNAVAILABLE, nothing written): they
+  // are sent again, to every rank, once it serves, as a step is redone.
+  return recovery_.RunWhileUnavailable([&]() -> absl::Status {
+    for (size_t rank = 0; rank < world; ++rank) {
+      if (layout->owners_only() && rank != param.owner) continue;
+      OPTSTEP_RETURN_IF_ERROR(OnRank(rank, [&](Rank& reached) { return write(reached, rank); }));
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, DType dtype,

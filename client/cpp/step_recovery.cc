@@ -35,6 +35,17 @@ constexpr absl::Duration kLongestStepEndPoll = absl::Milliseconds(100);
 StepRecovery::StepRecovery(absl::Duration timeout, std::function<void(absl::Duration)> sleep)
     : timeout_(timeout), sleep_(std::move(sleep)) {}
 
+absl::Status StepRecovery::RunWhileUnavailable(absl::FunctionRef<absl::Status()> attempt) const {
+  const absl::Time deadline = absl::Now() + timeout_;
+  absl::Duration wait = kFirstWait;
+  for (;;) {
+    const absl::Status status = attempt();
+    if (!absl::IsUnavailable(status) || absl::Now() + wait > deadline) return status;
+    sleep_(wait);
+    wait = Doubled(wait);
+  }
+}
+
 absl::StatusOr<StepReply> StepRecovery::Run(
     absl::string_view session_id, uint32_t trainer_id, uint64_t step, const GroupProbe& probe,
     absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,

@@ -69,6 +69,11 @@ class StepRecovery {
                                 absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,
                                 absl::FunctionRef<absl::StatusOr<StepReply>()> applied);
 
+  // Runs `attempt`, a call that may be made again as it is (initial values before step 1),
+  // until it answers anything but UNAVAILABLE (a group that heals refuses it meanwhile, having
+  // done nothing), backing off as Run does, within the timeout: its last answer past it.
+  absl::Status RunWhileUnavailable(absl::FunctionRef<absl::Status()> attempt) const;
+
   // Step `step` of the session was applied for trainer `trainer_id` (by a step that did not go
   // through Run: a StepStream's), so that a later step answered out of sequence is told apart
   // from a restore.

@@ -56,6 +56,7 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.lose_creates = False  # CreateSession takes the request, then its answer is lost
         self.attach = False  # CreateSession answers an existing session (attached)
         self.refuse_inits = ""  # set: InitParameters ends FAILED_PRECONDITION with this
+        self.unavailable_inits = 0  # InitParameters ends UNAVAILABLE this many times first
         # Set: ListSessions tells where the ranks are served (else UNIMPLEMENTED, as before).
         self.directory: svc.ListSessionsResponse | None = None
         # grpc.health.v1 answers SERVING after this many seconds (a wedged rank: longer than the
@@ -88,6 +89,9 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.inits.append(requests)
         if self.refuse_inits:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, self.refuse_inits)
+        if self.unavailable_inits > 0:
+            self.unavailable_inits -= 1
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the group heals; nothing was written")
         return svc.InitParametersResponse(elements=sum(len(r.values.data) // 4 for r in requests))
 
     def Step(self, request_iterator, context) -> Iterator[svc.StepResponse]:
@@ -198,6 +202,21 @@ def test_initial_values_go_to_every_rank(ranks: List[FakeRank]) -> None:
         data = b"".join(r.values.data for r in values)
         assert (last.end.chunks, last.end.bytes, last.end.tensors) == (3, len(data), 3)
         assert last.end.crc32 == zlib.crc32(data)
+
+
+def test_initial_values_refused_while_the_group_heals_are_sent_again(
+        ranks: List[FakeRank]) -> None:
+    """A group that heals refuses initial values (UNAVAILABLE, nothing written): the client
+    sends them again, to every rank, once it serves, within recovery_timeout; without one, the
+    refusal is the caller's. Before, the first refusal always was."""
+    ranks[1].unavailable_inits = 2
+    with optstep.Client(rank_targets=[r.target for r in ranks]) as client:
+        assert client.init_parameters("fake", _grads()) == 15
+    assert [len(rank.inits) for rank in ranks] == [3, 3]
+    ranks[1].unavailable_inits = 1
+    with optstep.Client(rank_targets=[r.target for r in ranks], recovery_timeout=0) as client:
+        with pytest.raises(optstep.UnavailableError, match="the group heals"):
+            client.init_parameters("fake", _grads())
 
 
 def test_ranks_found_through_the_layout(ranks: List[FakeRank]) -> None:

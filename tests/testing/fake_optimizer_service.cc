@@ -129,6 +129,13 @@ grpc::Status FakeOptimizerService::InitParameters(
     absl::MutexLock lock(&mu_);
     init_requests_.push_back(request);
   }
+  {
+    absl::MutexLock lock(&mu_);
+    if (behaviour_.init_unavailable > 0) {
+      --behaviour_.init_unavailable;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the group heals; nothing was written");
+    }
+  }
   response->set_elements(elements);
   return grpc::Status::OK;
 }

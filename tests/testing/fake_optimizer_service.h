@@ -53,6 +53,9 @@ class FakeOptimizerService final : public v1::OptimizerService::Service {
     grpc::Status create_error = grpc::Status::OK;
     // GetSession answers this status when not OK (CANCELLED: a server that stops).
     grpc::Status get_error = grpc::Status::OK;
+    // InitParameters answers UNAVAILABLE this many times first, after reading every request
+    // (a group that heals).
+    int init_unavailable = 0;
     // ListSessions tells where each rank is served and which are stood in for (as a rank does
     // while a stand-in runs); empty: nothing.
     std::vector<std::string> rank_targets;

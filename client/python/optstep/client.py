@@ -283,7 +283,9 @@ class Client:
 
         Under REPLICATED storage every rank of the layout holds every master, so every rank
         receives all the values; under OWNERS each rank those it owns. FailedPreconditionError
-        after the first step. Answers the number of elements written.
+        after the first step (also once a rank applied its part of step 1 before a lost rank
+        interrupted it). A group that heals refuses them (nothing written): they are sent again
+        with backoff for up to `recovery_timeout`. Answers the number of elements written.
         """
         layout = self.layout(session_id)
         slices = as_slices(layout, values, "initial values")
@@ -301,17 +303,22 @@ class Client:
                 yield svc_pb2.InitParametersRequest(session_id=session_id, values=values)
             yield svc_pb2.InitParametersRequest(session_id=session_id, end=tally.end(tensors))
 
-        for r, rank in enumerate(self._ranks.reach(layout)):
-            mine = list(plan[r].chunks) if layout.owners_only else chunks
-            if not mine:
-                continue
-            expected = sum(c.data.size for c in mine)
-            response = _call(rank.service.InitParameters, requests(mine),
-                             timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready)
-            if response.elements != expected:
-                raise InternalError(f"session '{session_id}': rank {r} wrote "
-                                    f"{response.elements} of {expected} initial values")
-        return total
+        def send() -> int:
+            for r, rank in enumerate(self._ranks.reach(layout)):
+                mine = list(plan[r].chunks) if layout.owners_only else chunks
+                if not mine:
+                    continue
+                expected = sum(c.data.size for c in mine)
+                response = _call(rank.service.InitParameters, requests(mine),
+                                 timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready)
+                if response.elements != expected:
+                    raise InternalError(f"session '{session_id}': rank {r} wrote "
+                                        f"{response.elements} of {expected} initial values")
+            return total
+
+        # A group that heals refuses them meanwhile (nothing written): sent again, to every rank,
+        # once it serves, as a step is redone.
+        return self._recovery.run_while_unavailable(send)
 
     def pull_parameters(self, session_id: str, dtype: dtypes.DTypeLike = "fp32",
                         params: Optional[Sequence[ParamRef]] = None) -> Parameters:

@@ -27,7 +27,8 @@ from typing import Callable, Dict, Optional, Protocol, Tuple, TypeVar
 import grpc
 
 from optstep.errors import (EXPECTED_STEP_PAYLOAD, AbortedError, FailedPreconditionError,
-                            InvalidArgumentError, NotFoundError, OptstepError, error_for)
+                            InvalidArgumentError, NotFoundError, OptstepError, UnavailableError,
+                            error_for)
 from optstep.v1 import session_pb2
 
 __all__ = ["RewindRequired", "StepRecovery"]
@@ -207,6 +208,22 @@ class StepRecovery:
             poll = min(2 * poll, _LONGEST_STEP_END_POLL)
             info = self._session_now(group, session_id, error, by)
         return info
+
+    def run_while_unavailable(self, attempt: Callable[[], _Reply]) -> _Reply:
+        """Runs `attempt`, a call that may be made again as it is (initial values before step
+        1), until it raises anything but UnavailableError (a group that heals refuses it
+        meanwhile, having done nothing), backing off as `run` does, within the timeout: its
+        last error past it."""
+        deadline = self._clock() + self.timeout
+        wait = _FIRST_WAIT
+        while True:
+            try:
+                return attempt()
+            except UnavailableError:
+                if self._clock() + wait > deadline:
+                    raise
+            self._sleep(wait)
+            wait = min(2 * wait, _LONGEST_WAIT)
 
     def note(self, session_id: str, step: int, *, trainer_id: int = 0) -> None:
         """Step `step` of the session was applied for trainer `trainer_id` (by a step that did

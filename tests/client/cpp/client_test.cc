@@ -309,6 +309,18 @@ TEST_F(ClientTest, InitParametersStreamsChunksToTheOwner) {
               StatusIs(absl::StatusCode::kInvalidArgument, "7 initial values, expected 6"));
 }
 
+// A group that heals refuses initial values (UNAVAILABLE, nothing written): the client sends
+// them again once it serves, within its recovery_timeout. Before, the first refusal was the
+// caller's error, and a trainer made during a heal before step 1 failed.
+TEST_F(ClientTest, InitialValuesRefusedWhileTheGroupHealsAreSentAgain) {
+  std::unique_ptr<Client> client = Connect();
+  FakeOptimizerService::Behaviour healing;
+  healing.init_unavailable = 2;
+  service_.set_behaviour(healing);
+  EXPECT_THAT(client->InitParameters("s", 0, {1, 2, 3, 4, 5, 6}), IsOk());
+  EXPECT_THAT(service_.init_requests(), SizeIs(9));  // three streams of three messages
+}
+
 TEST_F(ClientTest, PullParameters) {
   std::unique_ptr<Client> client = Connect();
   OPTSTEP_ASSERT_OK_AND_ASSIGN(Parameters all, client->PullParameters("s", DType::kF32));

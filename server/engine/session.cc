@@ -147,9 +147,7 @@ absl::Status Session::AddGradient(const StepHandle& c, int param_id, int64_t off
 }
 
 bool Session::WouldWait(const StepHandle& c, int param_id) const {
-  if (!ordered_ || c.retry || c.replay || param_id < 0 || param_id >= replica_->num_params()) {
-    return false;
-  }
+  if (!MayWait(c) || param_id < 0 || param_id >= replica_->num_params()) return false;
   absl::MutexLock lock(&mu_);
   return c.trainer > book_.order().turn(param_id);
 }
@@ -384,17 +382,27 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
     }
     if (published != nullptr) return done(std::move(published));
     if (!refused.ok()) return done(refused);
-    absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot =
-        self->coordinator_->BuildSnapshot(dtype, step);
-    if (snapshot.ok()) {
-      self->retention_.Track(*snapshot);
+    // Initial values are written from a call's thread (before step 1): a copy they overlapped
+    // may hold some of them and not others, and is made again (a few times at most: they come
+    // once, before training).
+    absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot;
+    for (int copies = 1;; ++copies) {
+      snapshot = self->coordinator_->BuildSnapshot(dtype, step);
+      if (!snapshot.ok()) break;
       absl::MutexLock lock(&self->mu_);
-      // Not kept when initial values were written (from a call's thread, before step 1) while
-      // it was copied: it may hold some of them and not others.
-      if (self->book_.counters().step == step && self->init_writes_ == inits) {
-        self->book_.snapshots()[dtype] = *snapshot;
+      if (self->init_writes_ == inits) {
+        if (self->book_.counters().step == step) self->book_.snapshots()[dtype] = *snapshot;
+        break;
+      }
+      inits = self->init_writes_;
+      if (copies == kSnapshotCopies) {
+        snapshot = absl::UnavailableError(
+            absl::StrCat("session '", self->id_, "': initial values were written while each of ",
+                         copies, " copies of the parameters was made; pull them again"));
+        break;
       }
     }
+    if (snapshot.ok()) self->retention_.Track(*snapshot);
     done(std::move(snapshot));
   });
 }

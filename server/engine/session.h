@@ -168,6 +168,11 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // caller can first take what it holds while it waits. Within a step the turn only moves on:
   // a chunk found not to wait does not. False for a param_id AddGradient refuses.
   bool WouldWait(const StepHandle& c, int param_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether any chunk of `c` may wait (REPLICATED gradients summed in trainer order, a trainer
+  // after the first, its contribution counted anew).
+  bool MayWait(const StepHandle& c) const {
+    return ordered_ && !c.retry && !c.replay && c.trainer > 0;
+  }
   // In-process forms, for callers that cannot pause: a chunk that must wait is copied and kept
   // by the session (an error in adding it later shows at Commit as elements missing).
   absl::Status AddGradient(const StepHandle& c, int param_id, int64_t offset, DType dtype,
@@ -322,7 +327,7 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // interrupted it (its own parameters, or its shadow): initial values are never taken again.
   absl::Status StepOneAppliedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when initial values may be written now: StepOneAppliedLocked, no heal pauses the session,
-  // no interrupted step waits for its redo, no shadow is being written (ImportShadow) and no
+  // no interrupted step waits for its redo, no state is being written (state_writes_) and no
   // step began; else UNAVAILABLE (they may be sent again once the group serves) or
   // FAILED_PRECONDITION.
   absl::Status CheckInitTakenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -377,9 +382,13 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // no resolution starts while the one is newer than the other.
   uint64_t heal_paused_for_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
-  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;          // gradient copies outside the lock
-  int shadow_writes_ ABSL_GUARDED_BY(mu_) = 0;            // ImportShadow's, on the coordinator
-  uint64_t init_writes_ ABSL_GUARDED_BY(mu_) = 0;         // InitValues taken
+  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;  // gradient copies outside the lock
+  // State written on the coordinator outside a resolution, and without marking the book as
+  // running (ImportShadow, a Load's SessionHolds::ApplyStaged): counted for InitValues.
+  int state_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t init_writes_ ABSL_GUARDED_BY(mu_) = 0;  // InitValues taken
+  // Copies GetSnapshot makes while initial values overlap them, before it gives up.
+  static constexpr int kSnapshotCopies = 3;
   uint64_t state_replacements_ ABSL_GUARDED_BY(mu_) = 0;  // SessionStats::state_replacements
   // The steps the last kKeptReplacements replacements set, the newest last, and the lowest of
   // those let go from it.

@@ -135,6 +135,10 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
   absl::Status status;
   std::vector<StepCallback> aborted;
   session_.coordinator_->Post([&] {
+    {
+      absl::MutexLock lock(&session_.mu_);
+      ++session_.state_writes_;  // initial values wait (Session::CheckInitTakenLocked)
+    }
     status = session_.coordinator_->OnDevice(
         [&] { return WriteResolvedState(*session_.replica_, *staged); });
     // The predecessor's state changed on its rank, not here: this shadow is stale until a heal
@@ -145,6 +149,7 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
                        "'s shadow is stale after a state import")));
     }
     absl::MutexLock lock(&session_.mu_);
+    --session_.state_writes_;
     if (status.ok()) {
       session_.book_.WriteCounters(*staged);
       ++session_.state_replacements_;

@@ -29,9 +29,9 @@ absl::Status Session::StepOneAppliedLocked() const {
   if (book_.counters().step > 0) return InitAfterFirstStepError(book_.counters().step);
   // Step 1 cut by a lost peer after this rank's own update or its shadow's (the counters still
   // at 0): values written now would stay, since the redo skips the updates applied already, and
-  // step 1 would be lost. Read between steps and with no shadow write only: nothing writes them
-  // then (the coordinator does during a resolution or an import, ImportShadow during its write).
-  if (!book_.between_steps() || shadow_writes_ > 0) return absl::OkStatus();
+  // step 1 would be lost. Read between steps and with no state write only: nothing writes them
+  // then (the coordinator does during a resolution or an import, and in state_writes_).
+  if (!book_.between_steps() || state_writes_ > 0) return absl::OkStatus();
   const bool own = replica_->owned_applied_step() > 0;
   if (!own && (shadow_ == nullptr || shadow_->step() == 0)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
@@ -42,19 +42,26 @@ absl::Status Session::StepOneAppliedLocked() const {
 
 absl::Status Session::CheckInitTakenLocked() const {
   OPTSTEP_RETURN_IF_ERROR(StepOneAppliedLocked());
-  // Passing: the values may be sent again once the group serves (a heal imports state here, a
-  // refresh writes the shadow, or an interrupted step waits for its redo).
+  // Passing: the values may be sent again once the group serves (an interrupted step waits for
+  // its redo, a hold ends, a heal imports state here, a refresh writes the shadow).
   if (book_.interrupted().has_value()) {
     return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank(),
                                                " waits for the group to heal: a lost peer "
                                                "interrupted step ",
                                                *book_.interrupted(), "; nothing was written"));
   }
-  if (HealPausedLocked() || shadow_writes_ > 0) {
+  if (gate_.held()) {
+    // A Save, a Load or a state dict export holds the session: values written now would be
+    // half in its checkpoint, or overwritten by the state it loads.
     return absl::UnavailableError(
-        absl::StrCat("session '", id_, "': rank ", rank(), " takes ",
-                     HealPausedLocked() ? "its state from its peers (the group heals)"
-                                        : "its shadow of its predecessor's state from that rank",
+        absl::StrCat("session '", id_, "': a checkpoint or state dict operation holds it on rank ",
+                     rank(), "; nothing was written"));
+  }
+  if (HealPausedLocked() || state_writes_ > 0) {
+    return absl::UnavailableError(
+        absl::StrCat("session '", id_, "': rank ", rank(), " writes state ",
+                     HealPausedLocked() ? "it takes from its peers (the group heals)"
+                                        : "imported from a peer or a checkpoint",
                      "; nothing was written"));
   }
   if (!book_.between_steps()) return InitAfterFirstStepError(book_.counters().step);

@@ -146,11 +146,11 @@ void Session::ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback 
   // follows the Load would be refused, and the next loss not healed). Nothing is marked: the
   // resolutions run on this coordinator too, so never during the write, and a trainer's Begin
   // meanwhile must not be taken for a retry of a step that resolves (StepBook::Begin). Initial
-  // values, which write the shadow too before step 1, are refused meanwhile (shadow_writes_).
+  // values, which write the shadow too before step 1, are refused meanwhile (state_writes_).
   coordinator_->Post([self = shared_from_this(), state = std::move(state), done = std::move(done)] {
     {
       absl::MutexLock lock(&self->mu_);
-      ++self->shadow_writes_;
+      ++self->state_writes_;
     }
     const absl::Status status = self->coordinator_->OnDevice([&]() -> absl::Status {
       if (self->shadow_ == nullptr) {
@@ -164,7 +164,7 @@ void Session::ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback 
     });
     {
       absl::MutexLock lock(&self->mu_);
-      --self->shadow_writes_;
+      --self->state_writes_;
     }
     done(status);
   });

@@ -123,6 +123,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
             absl::InvalidArgumentError("step stream: StepCommit before the StepHeader")));
       }
       phase_ = Phase::kWaiting;
+      ReleaseWaitingHoldLocked();  // no chunk waits once the commit is taken (nor reads)
       // A sentinel read while the step waits (no idle bound: the wait is the other trainers'):
       // a trainer that sends on after its commit is ended at its first message, rather than
       // made to fill the stream's window, unread, for as long as the step waits.
@@ -244,7 +245,14 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (served.has_value()) return_ids_ = *std::move(served);
     phase_ = Phase::kReceiving;
     if (streams_ != nullptr) streams_->Named(this);
-    return shared_.has_value() ? AddSharedGradientsLocked() : absl::OkStatus();
+    if (!shared_.has_value()) return absl::OkStatus();
+    // The segment's gradients may wait at any parameter: what the stream holds then is taken
+    // before any is queued.
+    if (session_->MayWait(handle_)) {
+      absl::Status held = HoldWhileWaitingLocked();
+      if (!held.ok()) return held;
+    }
+    return AddSharedGradientsLocked();
   }
 
   // The segment a step header names, checked against the session, the trainer and the header;
@@ -272,7 +280,6 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     });
     if (!all.ok()) return all.status();
     waiting_for_turn_ = !*all;
-    if (waiting_for_turn_) return HoldWhileWaitingLocked();
     return absl::OkStatus();
   }
 
@@ -306,15 +313,16 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
                                       });
     if (!fate.ok()) return fate.status();
     waiting_for_turn_ = *fate == Session::ChunkFate::kWaiting;
-    if (!waiting_for_turn_) ReleaseWaitingHoldLocked();  // its turn came meanwhile
     return absl::OkStatus();
   }
 
   // Takes what the stream may make the rank hold while it waits for its turn and reads nothing
   // (limits_.waiting_bytes): a place of its owner's in the headroom, or else those bytes from the
   // budget. RESOURCE_EXHAUSTED when neither is to be had: the stream ends, and nothing of it is
-  // applied (its trainer never committed on it). Held until the chunk is added, also after the
-  // stream ends (a waiting chunk keeps the message in hand, and this reactor, until then).
+  // applied (its trainer never committed on it). Taken once, as the stream's first chunk is to
+  // wait, and held until its commit (the trainer's next chunks wait as likely), or its end; a
+  // stream that ends while a chunk waits holds it until the chunk is added or dropped (the
+  // chunk keeps the message in hand, and this reactor, until then).
   absl::Status HoldWhileWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (limits_.waiting_bytes <= 0 || waiting_place_ != nullptr || waiting_bytes_.bytes() > 0) {
       return absl::OkStatus();
@@ -343,7 +351,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   // A chunk that waited for its turn was added (or dropped): the stream reads on.
   void OnChunkAdded(absl::Status added) {
     absl::MutexLock lock(&mu_);
-    ReleaseWaitingHoldLocked();  // the chunk is in, or dropped: the message in hand goes
+    if (finished_) ReleaseWaitingHoldLocked();  // the chunk is in, or dropped: the message goes
     if (finished_ || !waiting_for_turn_) return;
     waiting_for_turn_ = false;
     request_.Clear();
@@ -511,6 +519,9 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   void FinishLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     finished_ = true;
+    // The call ends and the transport lets go of the stream; a chunk that still waits keeps the
+    // message in hand, and the hold with it (OnChunkAdded).
+    if (!waiting_for_turn_) ReleaseWaitingHoldLocked();
     if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) LogError(status);
     // One operation on the sending side at a time: a Finish waits for the write that is out
     // (its OnWriteDone comes, failed if the stream is cancelled meanwhile).

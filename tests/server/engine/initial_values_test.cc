@@ -4,8 +4,10 @@
 // redo skips the updates applied, and would keep the values), nor while the group heals. Ranks
 // are engines in this process joined by gloo (RedundancyGroup).
 
+#include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -161,11 +163,57 @@ TEST(InitialValuesAfterALossTest, AreRefusedWhileTheShadowIsWritten) {
   }
   ASSERT_EQ(faults.calls("CopyFromHost"), base + 1);
   EXPECT_THAT(InitAgain(group, 1),
-              StatusIs(absl::StatusCode::kUnavailable, "takes its shadow of its predecessor's"));
+              StatusIs(absl::StatusCode::kUnavailable, "writes state imported from a peer"));
   refresh->done.WaitForNotification();
   EXPECT_THAT(refresh->status, IsOk());
   EXPECT_EQ(Difference(group.Shadow(1), owner), "");
   EXPECT_THAT(InitAgain(group, 1), IsOk());
+}
+
+// Initial values while a checkpoint or state dict operation holds the session (a Save reads
+// the masters, a Load writes them, the last outside any step): refused until the hold ends.
+// Before, they were written meanwhile, half in the checkpoint or under the state loaded.
+TEST(InitialValuesAfterALossTest, AreRefusedWhileACheckpointHoldsTheSession) {
+  RedundancyGroup group(2, ConfigOf("adamw"));
+  Session& s = group.session(1);
+  ASSERT_THAT(s.holds().Hold(7, absl::Seconds(30)).status(), IsOk());
+  EXPECT_THAT(InitAgain(group, 1),
+              StatusIs(absl::StatusCode::kUnavailable, "a checkpoint or state dict operation"));
+  OPTSTEP_ASSERT_OK(s.holds().Release(7));
+  EXPECT_THAT(InitAgain(group, 1), IsOk());
+}
+
+// Initial values written while a pull copies the parameters (before step 1, a slice at a time):
+// the copy is made again, so that the pull answers every value as written, not some from before
+// them. Here they change parameter 0 once it was copied, while the copy of parameter 1 is slowed.
+TEST(InitialValuesAfterALossTest, APullTheyOverlapIsCopiedAgain) {
+  RedundancyGroup group(2, ConfigOf("adamw"));
+  testutil::FaultInjector& faults = group.device_faults(0);
+  const int64_t base = faults.calls("CopyToHost");
+  faults.DelayCalls("CopyToHost", base + 2, base + 2, absl::Milliseconds(500));
+  struct Pull {  // outlives this test's frame, whatever it asserts
+    absl::Notification done;
+    absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot =
+        absl::UnknownError("not pulled");
+  };
+  auto pull = std::make_shared<Pull>();
+  group.session(0).GetSnapshot(DType::kF32,
+                               [pull](absl::StatusOr<std::shared_ptr<const ParamSnapshot>> s) {
+                                 pull->snapshot = std::move(s);
+                                 pull->done.Notify();
+                               });
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (faults.calls("CopyToHost") < base + 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(faults.calls("CopyToHost"), base + 2);
+  ASSERT_THAT(InitAgain(group, 0), IsOk());
+  pull->done.WaitForNotification();
+  ASSERT_THAT(pull->snapshot.status(), IsOk());
+  const std::string& values = (*pull->snapshot)->values[0];
+  std::vector<float> got(values.size() / 4);
+  std::memcpy(got.data(), values.data(), values.size());
+  EXPECT_EQ(got, std::vector<float>(got.size(), 9.0f)) << "parameter 0 from before its values";
 }
 
 }  // namespace

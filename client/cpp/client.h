@@ -91,9 +91,10 @@ class Client final {
   // Sets the initial fp32 values of one parameter (all of its elements), streamed to the
   // parameter's owner rank in chunks of at most options.max_chunk_bytes. Only before the first
   // step (FAILED_PRECONDITION afterwards, also once a rank applied its part of step 1 before a
-  // lost rank interrupted it). A group that heals refuses them (UNAVAILABLE, nothing written):
-  // they are sent again with backoff for up to options.recovery_timeout. INVALID_ARGUMENT when
-  // values.size() is not the parameter's element count.
+  // lost rank interrupted it). Refused UNAVAILABLE (a group that heals, a rank not reached;
+  // nothing written), they are sent again with backoff for up to options.recovery_timeout (an
+  // attempt under way runs to its stream_timeout). INVALID_ARGUMENT when values.size() is not
+  // the parameter's element count.
   absl::Status InitParameters(absl::string_view session_id, uint32_t param_id,
                               absl::Span<const float> values);
 

@@ -147,7 +147,9 @@ absl::Status Session::AddGradient(const StepHandle& c, int param_id, int64_t off
 }
 
 bool Session::WouldWait(const StepHandle& c, int param_id) const {
-  if (!MayWait(c) || param_id < 0 || param_id >= replica_->num_params()) return false;
+  if (!ordered_ || c.retry || c.replay || param_id < 0 || param_id >= replica_->num_params()) {
+    return false;
+  }
   absl::MutexLock lock(&mu_);
   return c.trainer > book_.order().turn(param_id);
 }
@@ -387,14 +389,19 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
     // once, before training).
     absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot;
     for (int copies = 1;; ++copies) {
+      snapshot = absl::UnknownError("not copied");  // the last copy goes before the next
       snapshot = self->coordinator_->BuildSnapshot(dtype, step);
       if (!snapshot.ok()) break;
-      absl::MutexLock lock(&self->mu_);
-      if (self->init_writes_ == inits) {
-        if (self->book_.counters().step == step) self->book_.snapshots()[dtype] = *snapshot;
-        break;
+      bool overlapped = false;
+      {
+        absl::MutexLock lock(&self->mu_);
+        overlapped = self->init_writes_ != inits;
+        inits = self->init_writes_;
+        if (!overlapped && self->book_.counters().step == step) {
+          self->book_.snapshots()[dtype] = *snapshot;
+        }
       }
-      inits = self->init_writes_;
+      if (!overlapped) break;
       if (copies == kSnapshotCopies) {
         snapshot = absl::UnavailableError(
             absl::StrCat("session '", self->id_, "': initial values were written while each of ",

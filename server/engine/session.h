@@ -168,11 +168,6 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // caller can first take what it holds while it waits. Within a step the turn only moves on:
   // a chunk found not to wait does not. False for a param_id AddGradient refuses.
   bool WouldWait(const StepHandle& c, int param_id) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Whether any chunk of `c` may wait (REPLICATED gradients summed in trainer order, a trainer
-  // after the first, its contribution counted anew).
-  bool MayWait(const StepHandle& c) const {
-    return ordered_ && !c.retry && !c.replay && c.trainer > 0;
-  }
   // In-process forms, for callers that cannot pause: a chunk that must wait is copied and kept
   // by the session (an error in adding it later shows at Commit as elements missing).
   absl::Status AddGradient(const StepHandle& c, int param_id, int64_t offset, DType dtype,

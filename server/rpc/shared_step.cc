@@ -15,7 +15,8 @@
 namespace optstep {
 
 absl::StatusOr<bool> SharedStepIo::AddGradients(Session& session, const StepHandle& c,
-                                                std::function<void(absl::Status)> added) {
+                                                std::function<void(absl::Status)> added,
+                                                const std::function<absl::Status()>& before_wait) {
   constexpr int64_t kChunkElements = kMaxChunkBytes / 4;
   const SharedSegment& s = *segment_;
   while (next_entry_ < s.params.size()) {
@@ -25,6 +26,10 @@ absl::StatusOr<bool> SharedStepIo::AddGradients(Session& session, const StepHand
     const absl::string_view piece(s.gradient(next_entry_) + offset * 4,
                                   static_cast<size_t>(count) * 4);
     const int param = s.params[next_entry_];
+    if (before_wait && session.WouldWait(c, param)) {
+      const absl::Status ready = before_wait();
+      if (!ready.ok()) return ready;
+    }
     next_offset_ += count;
     if (next_offset_ == numel) {
       ++next_entry_;

@@ -33,9 +33,11 @@ class SharedStepIo {
   // Adds the segment's gradients to contribution `c` of `session`, from where the last call left
   // off. True once all are added; false when a chunk waits for its trainer's turn: `added` is
   // then called (Session::AddGradient), and the caller calls again. The segment stays mapped
-  // while a chunk waits.
+  // while a chunk waits. `before_wait`, when set, is called before a chunk that is to wait is
+  // added (Session::WouldWait); its error is answered, and the chunk not added.
   absl::StatusOr<bool> AddGradients(Session& session, const StepHandle& c,
-                                    std::function<void(absl::Status)> added);
+                                    std::function<void(absl::Status)> added,
+                                    const std::function<absl::Status()>& before_wait = nullptr);
 
   // Writes the values of `ids` (parameters of the segment) from `params` into the segment as they
   // become ready, from where the last call left off. True once all are written and the step

@@ -245,14 +245,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     if (served.has_value()) return_ids_ = *std::move(served);
     phase_ = Phase::kReceiving;
     if (streams_ != nullptr) streams_->Named(this);
-    if (!shared_.has_value()) return absl::OkStatus();
-    // The segment's gradients may wait at any parameter: what the stream holds then is taken
-    // before any is queued.
-    if (session_->MayWait(handle_)) {
-      absl::Status held = HoldWhileWaitingLocked();
-      if (!held.ok()) return held;
-    }
-    return AddSharedGradientsLocked();
+    return shared_.has_value() ? AddSharedGradientsLocked() : absl::OkStatus();
   }
 
   // The segment a step header names, checked against the session, the trainer and the header;
@@ -275,9 +268,16 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   // calls again) or all are added.
   absl::Status AddSharedGradientsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::weak_ptr<StepReactor> weak = weak_from_this();
-    auto all = shared_->AddGradients(*session_, handle_, [weak](absl::Status added) {
-      if (auto self = weak.lock()) self->OnChunkAdded(std::move(added));
-    });
+    // What the stream holds while a gradient waits is taken before that one is queued.
+    auto all = shared_->AddGradients(
+        *session_, handle_,
+        [weak](absl::Status added) {
+          if (auto self = weak.lock()) self->OnChunkAdded(std::move(added));
+        },
+        [this] {
+          mu_.AssertHeld();  // called within, under the lock
+          return HoldWhileWaitingLocked();
+        });
     if (!all.ok()) return all.status();
     waiting_for_turn_ = !*all;
     return absl::OkStatus();

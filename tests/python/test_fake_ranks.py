@@ -219,6 +219,18 @@ def test_initial_values_refused_while_the_group_heals_are_sent_again(
             client.init_parameters("fake", _grads())
 
 
+def test_initial_values_follow_a_rank_to_its_stand_in(ranks: List[FakeRank]) -> None:
+    """Rank 1's process is away (its calls UNAVAILABLE) and rank 0 says a stand-in serves it: the
+    values for rank 1 are sent there, not again and again to where it was until
+    recovery_timeout ran out."""
+    ranks[1].unavailable_inits = 1000
+    ranks[0].directory = svc.ListSessionsResponse(rank_targets=[ranks[0].target] * 2,
+                                                  stood_in_ranks=[1])
+    with optstep.Client(rank_targets=[r.target for r in ranks], recovery_timeout=1) as client:
+        assert client.init_parameters("fake", _grads()) == 15
+    assert len(ranks[0].inits) == 2 and len(ranks[1].inits) == 1
+
+
 def test_ranks_found_through_the_layout(ranks: List[FakeRank]) -> None:
     if "rank_targets" not in pb.Layout.DESCRIPTOR.fields_by_name:
         pytest.skip("this API version's Layout has no rank_targets")

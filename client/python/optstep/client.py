@@ -284,8 +284,10 @@ class Client:
         Under REPLICATED storage every rank of the layout holds every master, so every rank
         receives all the values; under OWNERS each rank those it owns. FailedPreconditionError
         after the first step (also once a rank applied its part of step 1 before a lost rank
-        interrupted it). A group that heals refuses them (nothing written): they are sent again
-        with backoff for up to `recovery_timeout`. Answers the number of elements written.
+        interrupted it). Refused UNAVAILABLE (a group that heals, a rank not reached; nothing
+        written), they are sent again with backoff for up to `recovery_timeout` (an attempt under
+        way runs to its stream_timeout), where a rank is served now. Answers the number of
+        elements written.
         """
         layout = self.layout(session_id)
         slices = as_slices(layout, values, "initial values")
@@ -303,14 +305,20 @@ class Client:
                 yield svc_pb2.InitParametersRequest(session_id=session_id, values=values)
             yield svc_pb2.InitParametersRequest(session_id=session_id, end=tally.end(tensors))
 
+        def on_rank(r: int, mine: List[Any]) -> Any:
+            """Rank r's values, sent again where it is served now if it moved (a stand-in)."""
+            return self._following(
+                lambda: _call(self._ranks.reach(layout)[r].service.InitParameters, requests(mine),
+                              timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready),
+                lambda: [self._ranks.reach(layout)[r].target])
+
         def send() -> int:
-            for r, rank in enumerate(self._ranks.reach(layout)):
+            for r in range(layout.world_size):
                 mine = list(plan[r].chunks) if layout.owners_only else chunks
                 if not mine:
                     continue
                 expected = sum(c.data.size for c in mine)
-                response = _call(rank.service.InitParameters, requests(mine),
-                                 timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready)
+                response = on_rank(r, mine)
                 if response.elements != expected:
                     raise InternalError(f"session '{session_id}': rank {r} wrote "
                                         f"{response.elements} of {expected} initial values")

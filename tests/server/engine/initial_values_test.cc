@@ -190,7 +190,7 @@ TEST(InitialValuesAfterALossTest, APullTheyOverlapIsCopiedAgain) {
   RedundancyGroup group(2, ConfigOf("adamw"));
   testutil::FaultInjector& faults = group.device_faults(0);
   const int64_t base = faults.calls("CopyToHost");
-  faults.DelayCalls("CopyToHost", base + 2, base + 2, absl::Milliseconds(500));
+  faults.DelayCalls("CopyToHost", base + 2, base + 2, absl::Seconds(2));
   struct Pull {  // outlives this test's frame, whatever it asserts
     absl::Notification done;
     absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot =

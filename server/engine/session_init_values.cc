@@ -64,6 +64,13 @@ absl::Status Session::CheckInitTakenLocked() const {
                                         : "imported from a peer or a checkpoint",
                      "; nothing was written"));
   }
+  if (book_.running()) {
+    // No step began (no trainer sent anything), so it is a state import (ImportOnCoordinator),
+    // or step 1 resolves: the values may be sent again once it ended (and are then refused,
+    // if it was step 1).
+    return absl::UnavailableError(absl::StrCat("session '", id_, "': rank ", rank(),
+                                               " writes its state; nothing was written"));
+  }
   if (!book_.between_steps()) return InitAfterFirstStepError(book_.counters().step);
   return absl::OkStatus();
 }
@@ -97,10 +104,11 @@ absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
 
 absl::StatusOr<int64_t> Session::CheckInitPiece(const InitPiece& piece) const {
   {
-    // Past the first step (or its part applied here) no initial value is ever taken: a stream
-    // that stages them is ended at its first piece, not at its end.
+    // A stream whose values would be refused now is ended at its first piece, not once it
+    // staged them all: past the first step (or its part applied here) for good, and while the
+    // group heals or a checkpoint holds the session until then (its trainers send them again).
     absl::MutexLock lock(&mu_);
-    OPTSTEP_RETURN_IF_ERROR(StepOneAppliedLocked());
+    OPTSTEP_RETURN_IF_ERROR(CheckInitTakenLocked());
   }
   OPTSTEP_ASSIGN_OR_RETURN(
       const int64_t count,

@@ -145,7 +145,8 @@ TEST_F(DeviceSharingTest, ASnapshotOfALargeSessionHoldsAnotherByOneSlice) {
   Outcome fast_step;
   CommitStep(*fast, 1, fast_step);
   ASSERT_THAT(fast_step.Wait().status(), IsOk());
-  EXPECT_LT(absl::Now() - started, absl::Seconds(2));
+  // Its own copies are among the slowed ones: a few slices, well within the 4.5 s of the copy.
+  EXPECT_LT(absl::Now() - started, absl::Milliseconds(3500));
   EXPECT_FALSE(pull->done.HasBeenNotified()) << "the copy ended before the fast step";
   pull->done.WaitForNotification();
   EXPECT_THAT(pull->status, IsOk());

@@ -179,6 +179,12 @@ TEST(InitialValuesAfterALossTest, AreRefusedWhileACheckpointHoldsTheSession) {
   ASSERT_THAT(s.holds().Hold(7, absl::Seconds(30)).status(), IsOk());
   EXPECT_THAT(InitAgain(group, 1),
               StatusIs(absl::StatusCode::kUnavailable, "a checkpoint or state dict operation"));
+  // As a stream's first piece: the stream ends there, rather than stage every value first.
+  const float value = 1.0f;
+  EXPECT_THAT(s.CheckInitPiece(
+                   {0, 0, DType::kF32, absl::string_view(reinterpret_cast<const char*>(&value), 4)})
+                  .status(),
+              StatusIs(absl::StatusCode::kUnavailable, "a checkpoint or state dict operation"));
   OPTSTEP_ASSERT_OK(s.holds().Release(7));
   EXPECT_THAT(InitAgain(group, 1), IsOk());
 }

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
-                    Tuple, TypeVar, Union)
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 import grpc
 
@@ -37,9 +37,8 @@ from optstep.rank_channels import RankChannel, RankChannels, deadline_in, timeou
 from optstep.recovery import StepRecovery
 from optstep.session_pages import list_all_sessions, read_session
 from optstep.shared_memory import SharedSegments
-from optstep.step_call import (check_step, exchange_steps, pull_owned, pull_whole, step_header,
-                               tensor_chunk)
-from optstep.stream_end import StreamTally
+from optstep.step_call import (check_step, exchange_steps, init_requests, pull_owned, pull_whole,
+                               step_header)
 from optstep.streamed_step import StreamedStep
 from optstep.v1 import (checkpoint_service_pb2 as ckpt_pb2, optimizer_service_pb2 as svc_pb2,
                         session_pb2)
@@ -285,9 +284,8 @@ class Client:
         receives all the values; under OWNERS each rank those it owns. FailedPreconditionError
         after the first step (also once a rank applied its part of step 1 before a lost rank
         interrupted it). Refused UNAVAILABLE (a group that heals, a rank not reached; nothing
-        written), they are sent again with backoff for up to `recovery_timeout` (an attempt under
-        way runs to its stream_timeout), where a rank is served now. Answers the number of
-        elements written.
+        written), they are sent again with backoff, where each rank is served now, for up to
+        `recovery_timeout` (an attempt runs to its stream_timeout). Answers the elements written.
         """
         layout = self.layout(session_id)
         slices = as_slices(layout, values, "initial values")
@@ -295,37 +293,24 @@ class Client:
         chunks = [chunk for contribution in plan for chunk in contribution.chunks]
         total = sum(c.data.size for c in chunks)
 
-        def requests(chunks: List[Any]) -> Iterator[svc_pb2.InitParametersRequest]:
-            # A transaction: the server writes the values only once the final message arrived.
-            tally = StreamTally()
-            tensors = len({c.param_id for c in chunks})
-            for chunk in chunks:
-                values = tensor_chunk(chunk)
-                tally.add(values.data)
-                yield svc_pb2.InitParametersRequest(session_id=session_id, values=values)
-            yield svc_pb2.InitParametersRequest(session_id=session_id, end=tally.end(tensors))
-
-        def on_rank(r: int, mine: List[Any]) -> Any:
-            """Rank r's values, sent again where it is served now if it moved (a stand-in)."""
-            return self._following(
-                lambda: _call(self._ranks.reach(layout)[r].service.InitParameters, requests(mine),
-                              timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready),
-                lambda: [self._ranks.reach(layout)[r].target])
-
         def send() -> int:
             for r in range(layout.world_size):
                 mine = list(plan[r].chunks) if layout.owners_only else chunks
                 if not mine:
                     continue
+                # Sent again where rank r is served now if it moved (a stand-in).
+                response = self._following(
+                    lambda: _call(self._ranks.reach(layout)[r].service.InitParameters,
+                                  init_requests(session_id, mine), timeout=self._stream_timeout,
+                                  wait_for_ready=self._wait_for_ready),
+                    lambda: [self._ranks.reach(layout)[r].target])
                 expected = sum(c.data.size for c in mine)
-                response = on_rank(r, mine)
                 if response.elements != expected:
                     raise InternalError(f"session '{session_id}': rank {r} wrote "
                                         f"{response.elements} of {expected} initial values")
             return total
 
-        # A group that heals refuses them meanwhile (nothing written): sent again, to every rank,
-        # once it serves, as a step is redone.
+        # Refused while the group heals (nothing written): sent again to every rank once it serves.
         return self._recovery.run_while_unavailable(send)
 
     def pull_parameters(self, session_id: str, dtype: dtypes.DTypeLike = "fp32",

@@ -17,6 +17,7 @@ from optstep.client_types import GroupSchedule, Parameters
 from optstep.errors import (AbortedError, InternalError, InvalidArgumentError, OptstepError,
                             UnavailableError, from_rpc_error)
 from optstep.layout import SessionLayout
+from optstep.stream_end import StreamTally
 from optstep.v1 import optimizer_service_pb2 as svc_pb2, tensor_pb2
 
 __all__ = ["tensor_chunk", "step_requests", "receive_step", "exchange_steps"]
@@ -94,6 +95,19 @@ def tensor_chunk(chunk: WireChunk) -> tensor_pb2.TensorChunk:
 
 # The details of a call cancelled because this client closed its channel (grpc's own words).
 _LOCAL_CLOSE = "Channel closed!"
+
+
+def init_requests(session_id: str,
+                  chunks: Sequence[WireChunk]) -> Iterator[svc_pb2.InitParametersRequest]:
+    """An InitParameters stream of `chunks`: a transaction, which the server writes only once
+    its final message (the tally of what came before) arrived."""
+    tally = StreamTally()
+    for chunk in chunks:
+        values = tensor_chunk(chunk)
+        tally.add(values.data)
+        yield svc_pb2.InitParametersRequest(session_id=session_id, values=values)
+    yield svc_pb2.InitParametersRequest(session_id=session_id,
+                                        end=tally.end(len({c.param_id for c in chunks})))
 
 
 def step_requests(header: svc_pb2.StepHeader,

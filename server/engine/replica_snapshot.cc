@@ -1,9 +1,5 @@
 #include "server/engine/replica_snapshot.h"
 
-#include <utility>
-
-#include "base/status_macros.h"
-
 namespace optstep {
 
 namespace {
@@ -14,15 +10,6 @@ bool InSnapshot(const ReplicaState& replica, bool partial, int param) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState& replica,
-                                                                   DType dtype, uint64_t step) {
-  std::unique_ptr<ParamSnapshot> snapshot = EmptySnapshot(replica, dtype, step);
-  for (int p = 0; p < replica.num_params(); ++p) {
-    OPTSTEP_RETURN_IF_ERROR(CopyToSnapshot(replica, p, *snapshot));
-  }
-  return std::shared_ptr<const ParamSnapshot>(std::move(snapshot));
-}
 
 std::unique_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,
                                              uint64_t step, bool partial) {

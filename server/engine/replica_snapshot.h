@@ -10,17 +10,12 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "kernels/dtype.h"
 #include "server/engine/param_snapshot.h"
 #include "server/engine/replica_state.h"
 
 namespace optstep {
 
-// Every master `replica` holds, converted to `dtype` (the values of the others stay empty). On
-// the device worker.
-absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState& replica,
-                                                                   DType dtype, uint64_t step);
 // A snapshot of `dtype` with every value `replica` holds sized and none written; with `partial`,
 // only the values of the parameters it owns (ParamSnapshot::partial).
 std::unique_ptr<ParamSnapshot> EmptySnapshot(const ReplicaState& replica, DType dtype,

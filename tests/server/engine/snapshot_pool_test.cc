@@ -23,6 +23,18 @@ namespace {
 
 using ::optstep::testutil::IsOk;
 
+// Every master `replica` holds, converted to `dtype`, copied in one pass: the snapshot a pooled
+// one must equal once every parameter is copied in.
+absl::StatusOr<std::shared_ptr<const ParamSnapshot>> BuildSnapshot(ReplicaState& replica,
+                                                                   DType dtype, uint64_t step) {
+  std::unique_ptr<ParamSnapshot> snapshot = EmptySnapshot(replica, dtype, step);
+  for (int p = 0; p < replica.num_params(); ++p) {
+    const absl::Status copied = CopyToSnapshot(replica, p, *snapshot);
+    if (!copied.ok()) return copied;
+  }
+  return std::shared_ptr<const ParamSnapshot>(std::move(snapshot));
+}
+
 SessionConfig Config() {
   SessionConfig config;
   config.name = "snapshots";

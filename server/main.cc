@@ -146,6 +146,9 @@ ABSL_FLAG(std::string, drop_first_peer_call, "",
           "but for HealBegin, which fails the heal); "
           "'CALL:RANK:every': every attempt of the first such call, which rank RANK misses for "
           "good; empty: never.");
+ABSL_FLAG(bool, hang_in_save_shard, false,
+          "Testing only: this rank stops itself (SIGSTOP) as it begins writing its shard of a "
+          "checkpoint for rank 0, as a host lost mid-save (its connections stay up).");
 ABSL_FLAG(int, keep_checkpoints, 0,
           "Complete checkpoints Save keeps in --checkpoint_root; 0 = all.");
 ABSL_FLAG(int, max_message_bytes, (4 << 20) + (64 << 10),
@@ -297,6 +300,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.delay_heal_fetch = absl::Milliseconds(absl::GetFlag(FLAGS_delay_heal_fetch_ms));
   options.drop_first_peer_call = absl::GetFlag(FLAGS_drop_first_peer_call);
   options.delay_rejoin = absl::Milliseconds(absl::GetFlag(FLAGS_delay_rejoin_ms));
+  options.hang_in_save_shard = absl::GetFlag(FLAGS_hang_in_save_shard);
   return options;
 }
 

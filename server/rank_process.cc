@@ -348,6 +348,11 @@ absl::Status RankProcess::StartEngine(
   if (!options_.drop_first_peer_call.empty()) {
     group_options.drop_peer_call = DropPeerCall(options_.drop_first_peer_call);
   }
+  if (options_.hang_in_save_shard) {
+    group_options.on_save_shard = [] {
+      StopSelf("event=stopped_in_save_shard", "hang_in_save_shard=true");
+    };
+  }
   if (options_.delay_rejoin > absl::ZeroDuration()) {
     group_options.on_rejoin = [delay = options_.delay_rejoin] { absl::SleepFor(delay); };
   }

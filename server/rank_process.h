@@ -159,6 +159,9 @@ class RankProcess {
     std::string drop_first_peer_call;
     // --delay_rejoin_ms: rank 0's pause before it heals in a rank that asked to rejoin.
     absl::Duration delay_rejoin = absl::ZeroDuration();
+    // Testing only (a host lost mid-save): this rank stops itself (SIGSTOP) as it begins writing
+    // its shard of a checkpoint for rank 0 (PeerService.SaveShard).
+    bool hang_in_save_shard = false;
     // A stand-in's, started while rank 0 is stood in for: that stand-in's store, where the group
     // is found (RankGroup::HearOfRendezvous; FindsRunningGroup). Not a flag; empty: none.
     std::string heard_rendezvous;

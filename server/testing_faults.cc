@@ -19,6 +19,12 @@ void KillSelf(const std::string& event, const std::string& flag) {
   abort();  // not reached: SIGKILL cannot be caught
 }
 
+void StopSelf(const std::string& event, const std::string& flag) {
+  LOG(ERROR) << event << " flag=" << flag << " this rank stops itself";
+  google::FlushLogFiles(google::GLOG_INFO);
+  raise(SIGSTOP);
+}
+
 std::function<bool(absl::string_view call, int r, int attempt)> DropPeerCall(
     const std::string& spec) {
   const std::vector<std::string> parts = absl::StrSplit(spec, ':');

@@ -3,8 +3,8 @@
 
 // Testing only: the faults a rank injects into itself on its testing flags (RankProcess::Options,
 // --kill_before_allgather, --kill_after_allgather, --fail_allgather_after, --kill_during_restore,
-// --kill_during_heal, --drop_first_peer_call), so that the integration tests can lose a rank, or
-// cut a collective, at a moment of their choosing.
+// --kill_during_heal, --drop_first_peer_call, --hang_in_save_shard), so that the integration tests
+// can lose a rank, or cut a collective, at a moment of their choosing.
 
 #include <atomic>
 #include <cstdint>
@@ -22,6 +22,9 @@ namespace optstep {
 // Logs `event` (its "event=..." words) and the testing flag `flag` (its name without dashes,
 // with its value), flushes the log and SIGKILLs this process.
 [[noreturn]] void KillSelf(const std::string& event, const std::string& flag);
+// As KillSelf, but stops this process (SIGSTOP): it hangs with its connections up, as a process
+// stuck or a host lost, until SIGCONT.
+void StopSelf(const std::string& event, const std::string& flag);
 
 // The RankGroupOptions::drop_peer_call of --drop_first_peer_call's `spec`: "CALL:RANK" drops
 // the first attempt of the first call CALL to rank RANK (it is made again); "CALL:RANK:every"

@@ -581,7 +581,7 @@ absl::StatusOr<uint64_t> RequestRejoin(RankGroup* group, const std::string& addr
   const v1::RejoinRequest request = ThisProcess(*group, address);
   v1::RejoinResponse response;
   OPTSTEP_RETURN_IF_ERROR(
-      CallWhileAnswering(group, 0, "waiting to be healed in", [&](grpc::ClientContext* context) {
+      group->CallWhileAnswering(0, "waiting to be healed in", [&](grpc::ClientContext* context) {
         context->set_wait_for_ready(true);
         return group->Peer(0)->Rejoin(context, request, &response);
       }));

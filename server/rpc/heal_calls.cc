@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/rpc/heal.h"
-#include "server/rpc/stall_watch.h"
 
 namespace optstep {
 
@@ -23,24 +22,15 @@ absl::Status RegroupOn(RankGroup* group, int r, v1::RegroupRequest request) {
   return PeerStatus(r, group->Peer(r)->Regroup(&context, request, &response));
 }
 
-absl::Status CallWhileAnswering(RankGroup* group, int r, absl::string_view what,
-                                const std::function<grpc::Status(grpc::ClientContext*)>& call) {
-  grpc::ClientContext context;
-  StallWatch watch(&context, 2 * group->options().peer_timeout);
-  ProgressWhileAnswering answering(
-      &watch, [group, r] { return group->Answers(r); }, group->options().heartbeat_interval);
-  return watch.Explain(PeerStatus(r, call(&context)), r, what);
-}
-
 absl::Status MoveStateOn(RankGroup* group, int r, const v1::RegroupRequest& request) {
   if (r == 0) return group->Regroup(request);
   v1::RegroupResponse response;
-  return CallWhileAnswering(group, r,
-                            absl::StrCat("waiting for its heal's phase ",
-                                         v1::RegroupRequest::Phase_Name(request.phase())),
-                            [&](grpc::ClientContext* context) {
-                              return group->Peer(r)->Regroup(context, request, &response);
-                            });
+  return group->CallWhileAnswering(r,
+                                   absl::StrCat("waiting for its heal's phase ",
+                                                v1::RegroupRequest::Phase_Name(request.phase())),
+                                   [&](grpc::ClientContext* context) {
+                                     return group->Peer(r)->Regroup(context, request, &response);
+                                   });
 }
 
 absl::Status EndHealOn(RankGroup* group, int r, const v1::RegroupRequest& end) {

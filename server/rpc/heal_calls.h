@@ -4,11 +4,10 @@
 // The calls a heal makes to a rank (heal.cc): each phase's Regroup, within the group's timeout,
 // and the calls that move state, which last as long as the rank called answers its pings.
 
-#include <cstdint>
-#include <functional>
-#include <string>
-
 #include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -20,15 +19,8 @@ namespace optstep {
 // `request` on rank `r` (rank 0: its own group), within the group's timeout.
 absl::Status RegroupOn(RankGroup* group, int r, v1::RegroupRequest request);
 
-// A call to rank `r` that moves state there (a heal's transfer or catch-up, a rank's whole heal):
-// it takes as long as the state needs, with no deadline, while `r` answers its pings; once `r`
-// has not answered for twice the peer timeout the call is cancelled, and its error says so
-// (`what`: what the call was waiting for). (A deadline of --comm_timeout_ms failed every heal
-// whose state took longer to move.)
-absl::Status CallWhileAnswering(RankGroup* group, int r, absl::string_view what,
-                                const std::function<grpc::Status(grpc::ClientContext*)>& call);
-
-// RegroupOn of a phase that moves state on rank `r` (kTransfer, kCatchUp): CallWhileAnswering.
+// RegroupOn of a phase that moves state on rank `r` (kTransfer, kCatchUp), for as long as `r`
+// answers its pings (RankGroup::CallWhileAnswering).
 absl::Status MoveStateOn(RankGroup* group, int r, const v1::RegroupRequest& request);
 
 // The heal's end (`end`, kEnd) on rank `r`, which a rank must not miss: until it comes the rank's

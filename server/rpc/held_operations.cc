@@ -93,7 +93,8 @@ absl::Status HeldOperations::WithHeldSession(Session& session, uint64_t token,
         if (r == 0) return absl::OkStatus();
         OPTSTEP_ASSIGN_OR_RETURN(
             v1::HeldSessionResponse response,
-            group_->CallPeer(r, &v1::PeerService::Stub::HoldSession, base, call_timeout));
+            group_->CallPeer(r, &v1::PeerService::Stub::HoldSession, base,
+                             "waiting for the session to be held", call_timeout));
         started[r] = response.resolutions();
         return absl::OkStatus();
       });
@@ -113,6 +114,7 @@ absl::Status HeldOperations::WithHeldSession(Session& session, uint64_t token,
       }
       OPTSTEP_ASSIGN_OR_RETURN(v1::HeldSessionResponse response,
                                group_->CallPeer(r, &v1::PeerService::Stub::SettleSession, settle,
+                                                "waiting for the session to settle",
                                                 options().settle_timeout + call_timeout));
       points[r] = HeldPoint{response.resolutions(), response.step(), response.skipped_steps()};
       return absl::OkStatus();
@@ -156,7 +158,8 @@ absl::Status HeldOperations::WithHeldSession(Session& session, uint64_t token,
   (void)group_->ForEachRank([&](int r) -> absl::Status {
     if (r == 0) return absl::OkStatus();
     absl::StatusOr<v1::HeldSessionResponse> released =
-        group_->CallPeer(r, &v1::PeerService::Stub::ReleaseSession, base, call_timeout);
+        group_->CallPeer(r, &v1::PeerService::Stub::ReleaseSession, base,
+                         "waiting for the session to be released", call_timeout);
     if (!released.ok()) LOG(WARNING) << "releasing hold: " << released.status();
     return absl::OkStatus();
   });
@@ -265,7 +268,9 @@ absl::Status HeldOperations::RenewEverywhere(Session& session, uint64_t token) {
   renew.set_renew(true);
   return group_->ForEachRank([&](int r) -> absl::Status {
     if (r == 0) return session.holds().Renew(token, options().hold_lease);
-    return group_->CallPeer(r, &v1::PeerService::Stub::HoldSession, renew, absl::Seconds(30))
+    return group_
+        ->CallPeer(r, &v1::PeerService::Stub::HoldSession, renew,
+                   "waiting for the session's hold to be renewed", absl::Seconds(30))
         .status();
   });
 }
@@ -276,7 +281,8 @@ absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
     if (r == 0) return session.holds().ApplyStaged(token);
     return group_
         ->CallPeer(r, &v1::PeerService::Stub::ApplyHeldState,
-                   HeldRequest(session, token, options().hold_lease), absl::Seconds(600))
+                   HeldRequest(session, token, options().hold_lease),
+                   "waiting for its staged state to be applied")
         .status();
   }));
   if (!options().heal || options().world_size < 2) return absl::OkStatus();
@@ -287,7 +293,8 @@ absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
     if (r == 0) return RefreshShadow(session, 0, options().world_size, PeerFetch(group_));
     return group_
         ->CallPeer(r, &v1::PeerService::Stub::RefreshShadow,
-                   HeldRequest(session, token, options().hold_lease), absl::Seconds(600))
+                   HeldRequest(session, token, options().hold_lease),
+                   "waiting for its shadow to be fetched again")
         .status();
   });
   LOG_IF(WARNING, !refreshed.ok()) << "event=shadow_refresh_failed session=" << session.id()
@@ -351,9 +358,9 @@ absl::Status HeldOperations::SaveShardsAndCommit(Session& session, uint64_t toke
     } else {
       v1::HeldSessionRequest request = HeldRequest(session, token, options().hold_lease);
       request.set_checkpoint_name(name);
-      OPTSTEP_ASSIGN_OR_RETURN(
-          v1::HeldSessionResponse response,
-          group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request, absl::Hours(24)));
+      OPTSTEP_ASSIGN_OR_RETURN(v1::HeldSessionResponse response,
+                               group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request,
+                                                "waiting for its shard to be written"));
       shards[r] = ShardFile{response.shard_file(), response.shard_bytes(), response.shard_crc32c()};
     }
     ++files_done;
@@ -384,7 +391,9 @@ absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
       }
       v1::HeldSessionRequest request = HeldRequest(session, token, options().hold_lease);
       request.set_checkpoint_name(name);
-      return group_->CallPeer(r, &v1::PeerService::Stub::StageCheckpoint, request, absl::Hours(24))
+      return group_
+          ->CallPeer(r, &v1::PeerService::Stub::StageCheckpoint, request,
+                     "waiting for its shard to be read and staged")
           .status();
     }));
     return ApplyEverywhere(session, token);

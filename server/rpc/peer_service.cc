@@ -274,6 +274,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::SaveShard(grpc::CallbackServerContext
                                                      const v1::HeldSessionRequest* request,
                                                      v1::HeldSessionResponse* response) {
   return Detached(context, *request, [this, request, response](Session& s) -> absl::Status {
+    if (group_ != nullptr && group_->options().on_save_shard) group_->options().on_save_shard();
     OPTSTEP_ASSIGN_OR_RETURN(const std::string root, CheckpointRoot(s));
     const std::string& name = request->checkpoint_name();
     OPTSTEP_ASSIGN_OR_RETURN(const CheckpointLocation where,

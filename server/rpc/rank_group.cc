@@ -63,7 +63,9 @@ void RankGroup::RelayAbortVote(const std::string& session_id, uint64_t resolutio
       if (r == options_.rank || (options_.rank != 0 && r != 0)) continue;
       absl::Status status = EnsureAddress(r);
       if (status.ok()) {
-        status = CallPeer(r, &v1::PeerService::Stub::AbortStep, request, absl::Seconds(5)).status();
+        status = CallPeer(r, &v1::PeerService::Stub::AbortStep, request,
+                          "waiting for the vote to abort to be taken", absl::Seconds(5))
+                     .status();
       }
       LOG_IF(WARNING, !status.ok()) << "session " << session_id << ": cannot tell rank " << r
                                     << " of the vote to abort step " << step << ": " << status;
@@ -440,13 +442,27 @@ absl::Status RankGroup::ForEachRank(const std::function<absl::Status(int rank)>&
   return absl::OkStatus();
 }
 
+absl::Status RankGroup::CallWhileAnswering(
+    int rank, absl::string_view what,
+    const std::function<grpc::Status(grpc::ClientContext*)>& call) {
+  grpc::ClientContext context;
+  StallWatch watch(&context, 2 * options_.peer_timeout);  // after the context: destroyed first
+  ProgressWhileAnswering answering(
+      &watch, [this, rank] { return Answers(rank); }, options_.heartbeat_interval);
+  return watch.Explain(PeerStatus(rank, call(&context)), rank, what);
+}
+
 absl::StatusOr<v1::HeldSessionResponse> RankGroup::CallPeer(int rank, HeldMethod method,
                                                             const v1::HeldSessionRequest& request,
+                                                            absl::string_view what,
                                                             absl::Duration timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
   v1::HeldSessionResponse response;
-  OPTSTEP_RETURN_IF_ERROR(PeerStatus(rank, (Peer(rank)->*method)(&context, request, &response)));
+  OPTSTEP_RETURN_IF_ERROR(CallWhileAnswering(rank, what, [&](grpc::ClientContext* context) {
+    if (timeout != absl::InfiniteDuration()) {
+      context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    }
+    return (Peer(rank)->*method)(context, request, &response);
+  }));
   return response;
 }
 

@@ -87,6 +87,9 @@ struct RankGroupOptions {
   // `attempt` counts from 0 in each such call); true drops the attempt, as if it were lost on the
   // way. May be null.
   std::function<bool(absl::string_view call, int r, int attempt)> drop_peer_call;
+  // Testing only (--hang_in_save_shard): called as this rank begins writing its shard for a
+  // peer's PeerService.SaveShard. May be null.
+  std::function<void()> on_save_shard;
 };
 
 // The ranks of a group as seen from one of them: their addresses and the stubs that call them,
@@ -268,14 +271,22 @@ class RankGroup {
   // Runs `call(r)` for every rank at once (rank 0's on this thread, the others on threads of
   // their own); the lowest rank's error.
   absl::Status ForEachRank(const std::function<absl::Status(int rank)>& call);
-  // One unary PeerService call with the held-session messages, deadline `timeout`; the peer's
-  // error prefixed with "rank <r>: ".
+  // A call to rank `rank` made by `call` on the context given, for as long as the rank answers its
+  // pings: once it has not answered for twice the peer timeout, the call is cancelled and its
+  // error (DEADLINE_EXCEEDED) says so, naming `what`, what the call was waiting for. A rank that
+  // hangs, or whose host was lost, keeps its connection up: without this a call with no deadline
+  // (one that moves state takes as long as the state needs) would wait for ever, and one with a
+  // deadline would hold its caller to the end of it. The peer's errors prefixed with its rank.
+  absl::Status CallWhileAnswering(int rank, absl::string_view what,
+                                  const std::function<grpc::Status(grpc::ClientContext*)>& call);
+  // One unary PeerService call with the held-session messages, within `timeout` (infinite: none),
+  // through CallWhileAnswering.
   using HeldMethod = grpc::Status (v1::PeerService::Stub::*)(grpc::ClientContext*,
                                                              const v1::HeldSessionRequest&,
                                                              v1::HeldSessionResponse*);
-  absl::StatusOr<v1::HeldSessionResponse> CallPeer(int rank, HeldMethod method,
-                                                   const v1::HeldSessionRequest& request,
-                                                   absl::Duration timeout);
+  absl::StatusOr<v1::HeldSessionResponse> CallPeer(
+      int rank, HeldMethod method, const v1::HeldSessionRequest& request, absl::string_view what,
+      absl::Duration timeout = absl::InfiniteDuration());
   // Reads a stream of state dict chunks from rank `rank` into `assembler`; `start` begins the
   // call (PeerService.FetchOwnedState, ExportHeldState, ...) on the stub and context given. Once
   // no chunk came for the group's `timeout`, the call is cancelled (a peer that hangs, StallWatch)

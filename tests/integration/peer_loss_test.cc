@@ -4,7 +4,8 @@
 // what to do. A group whose ranks keep answering (also with TLS and tokens, through the peers'
 // credentials) stays SERVING well past the timeout; a rank that shuts down on purpose is gone,
 // not lost, and, like a rank shutting down itself, lets the trainers of a step already begun
-// complete it while it refuses steps that have not begun.
+// complete it while it refuses steps that have not begun. A rank that hangs mid-call (stopped,
+// its connections up) ends the call within a few seconds.
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include "tests/integration/test_metrics.h"
 #include "tests/integration/test_pki.h"
 #include "tests/integration/test_session.h"
+#include "tests/testing/directory_listing.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -200,6 +202,37 @@ TEST(PeerLeaveTest, TheOtherTrainersOfAStepBegunBeforeARankLeftMayStillJoinIt) {
       info.session_id(), 2);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(refused.error_message(), HasSubstr("rank 1 left the group"));
+}
+
+// A rank that hangs as it writes its shard of a Save (--hang_in_save_shard stops its process: a
+// host lost mid-save, whose connections stay up and answer nothing) ends the Save within a few
+// seconds of its last answered ping, naming the rank and what the Save waited for; every other
+// call of the Save to it (releasing its hold, renewing it) ends as soon. (Before, the Save waited
+// a day for the shard.)
+TEST(PeerHangTest, ASaveWhoseRankHangsWritingItsShardEndsNamingIt) {
+  testutil::ScopedTempDir root("optstep-ckpt");
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      Group group,
+      testutil::StartGroup(2, With(kHeartbeatFlags, {"--metrics_port=-1", "--hang_in_save_shard",
+                                                     "--checkpoint_root=" + root.path()})));
+  std::vector<std::unique_ptr<Client>> clients;
+  for (const auto& rank : group) clients.push_back(RankClient(*rank));
+  ExpectAllServing(clients);
+  ClientOptions options;
+  for (const auto& rank : group) options.rank_targets.push_back(rank->address());
+  options.stream_timeout = absl::Seconds(60);  // the old code's Save lasts to here
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(auto trainer, Client::Connect(options));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->CreateSession(SmallSpec("hang")));
+
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::CheckpointProgress> saved = trainer->Save(info.session_id(), "hung");
+  // Twice the peer timeout without an answered ping, for the shard and again for the release.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_THAT(saved.status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "rank 1: no progress for 2s while waiting for its shard to be written"));
+  // Rank 0 serves on (its checkpoint root holds no complete checkpoint).
+  EXPECT_THAT(trainer->GetSession(info.session_id()).status(), IsOk());
 }
 
 TEST(PeerLossTlsTest, HeartbeatsUseThePeersCredentials) {

@@ -1,7 +1,8 @@
 // A peer that hangs, rather than dies, mid-stream: its connection stays up, so only the pause
 // between its messages tells. A heal's fetch from it (PeerFetch, through RankGroup::ReadState)
 // is cancelled once no chunk came for the group's timeout, naming the rank and what was fetched;
-// a slow peer whose stream keeps moving is not, however long the whole fetch takes.
+// a slow peer whose stream keeps moving is not, however long the whole fetch takes. A unary call
+// to it (RankGroup::CallPeer) lasts while it answers its pings, and ends once it does not.
 
 #include <grpcpp/grpcpp.h>
 
@@ -62,6 +63,24 @@ class ScriptedPeer final : public v1::PeerService::Service {
     return grpc::Status::OK;
   }
 
+  // A shard written in `pause`; with `hang`, once the call is cancelled (or `kHangCap` passed).
+  grpc::Status SaveShard(grpc::ServerContext* context, const v1::HeldSessionRequest*,
+                         v1::HeldSessionResponse* response) override {
+    const absl::Time end = absl::Now() + (hang_ ? kHangCap : pause_);
+    while (!context->IsCancelled() && absl::Now() < end) absl::SleepFor(absl::Milliseconds(10));
+    response->set_shard_file("shard-1");
+    return grpc::Status::OK;
+  }
+  // Answered, but after kHangCap (or its cancellation) once the peer hangs: a stopped process.
+  grpc::Status Ping(grpc::ServerContext* context, const v1::PingRequest*,
+                    v1::PingResponse*) override {
+    const absl::Time cap = absl::Now() + kHangCap;
+    while (hang_ && !context->IsCancelled() && absl::Now() < cap) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return grpc::Status::OK;
+  }
+
   absl::Notification hang_ended_;
 
  private:
@@ -86,6 +105,8 @@ class PeerStallTest : public ::testing::Test {
     options.rank = 1;
     options.world_size = 2;
     options.timeout = timeout;
+    options.heartbeat_interval = absl::Milliseconds(50);
+    options.peer_timeout = absl::Milliseconds(200);
     group_ = std::make_unique<RankGroup>(options, nullptr);
     ASSERT_TRUE(group_->Join("127.0.0.1:1", store).ok());
   }
@@ -124,6 +145,32 @@ TEST_F(PeerStallTest, ASlowPeerWhoseStreamKeepsMovingIsNotCut) {
     std::memcpy(&value, w.bytes.data() + i * sizeof(float), sizeof(value));
     EXPECT_EQ(value, static_cast<float>(i));
   }
+}
+
+// A unary call that moves state (SaveShard) has no deadline: it lasts as long as the peer answers
+// its pings, however much longer than the peer timeout that is.
+TEST_F(PeerStallTest, ACallToAPeerThatAnswersItsPingsTakesAsLongAsItNeeds) {
+  Serve(absl::Seconds(1), /*hang=*/false, absl::Seconds(1));
+  ASSERT_TRUE(group_->EnsureAddress(0).ok());
+  absl::StatusOr<v1::HeldSessionResponse> saved =
+      group_->CallPeer(0, &v1::PeerService::Stub::SaveShard, v1::HeldSessionRequest(), "writing");
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->shard_file(), "shard-1");
+}
+
+// Once the peer stops answering its pings too (a stopped process, a lost host), the call is
+// cancelled twice the peer timeout after the last answer, naming the rank and what it waited for.
+TEST_F(PeerStallTest, ACallToAPeerThatStoppedAnsweringIsCancelledNamingIt) {
+  Serve(absl::ZeroDuration(), /*hang=*/true, absl::Seconds(1));
+  ASSERT_TRUE(group_->EnsureAddress(0).ok());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::HeldSessionResponse> saved =
+      group_->CallPeer(0, &v1::PeerService::Stub::SaveShard, v1::HeldSessionRequest(),
+                       "waiting for its shard to be written");
+  EXPECT_THAT(saved.status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       "rank 0: no progress for 400ms while waiting for its shard to be written"));
+  EXPECT_LT(absl::Now() - start, ScriptedPeer::kHangCap / 2);
 }
 
 }  // namespace

@@ -91,10 +91,10 @@ absl::StatusOr<MemoryBudget::Reservation> ReserveAsOwner(MemoryBudget& budget, i
                                                          absl::string_view detail,
                                                          absl::string_view owner,
                                                          double memory_share, int rank) {
-  OPTSTEP_RETURN_IF_ERROR(CheckOwnerShare(owner, asker, bytes,
-                                          OwnerHoldings{0, budget.HeldBy(owner)},
-                                          OwnerLimits{0, memory_share}, budget.budget(), rank));
-  return budget.TryReserve(bytes, asker, detail, owner);
+  return budget.TryReserve(bytes, asker, detail, owner, [&](int64_t owner_holds) {
+    return CheckOwnerShare(owner, asker, bytes, OwnerHoldings{0, owner_holds},
+                           OwnerLimits{0, memory_share}, budget.budget(), rank);
+  });
 }
 
 }  // namespace optstep

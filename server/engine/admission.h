@@ -82,7 +82,8 @@ absl::Status CheckOwnerShare(absl::string_view owner, absl::string_view asker, i
 // Reserves `bytes` of `budget` (rank `rank`'s) as `owner`'s (MemoryBudget::TryReserve, `asker`
 // and `detail` naming them) once CheckOwnerShare finds them within the owner's `memory_share` of
 // the budget beside what the owner holds there already: its sessions, the snapshots their streams
-// hold, their trainers' shared memory and what their streams stage.
+// hold, their trainers' shared memory and what their streams stage. Checked and reserved under
+// one lock: reservations of one owner made at once pass its share no more than one at a time.
 absl::StatusOr<MemoryBudget::Reservation> ReserveAsOwner(MemoryBudget& budget, int64_t bytes,
                                                          absl::string_view asker,
                                                          absl::string_view detail,

@@ -159,8 +159,13 @@ int64_t MemoryBudget::HeldBy(absl::string_view owner) const {
 
 absl::StatusOr<MemoryBudget::Reservation> MemoryBudget::TryReserve(
     int64_t bytes, absl::string_view asker, absl::string_view detail,
-    std::optional<absl::string_view> owner) {
+    std::optional<absl::string_view> owner, const OwnerCheck& within_share) {
   absl::MutexLock lock(&ledger_->mu);
+  if (owner.has_value() && within_share) {
+    const auto held = ledger_->by_owner.find(*owner);
+    absl::Status within = within_share(held == ledger_->by_owner.end() ? 0 : held->second);
+    if (!within.ok()) return within;
+  }
   absl::Status fits = Fits(bytes, ledger_->admitted, asker, detail);
   if (!fits.ok()) return fits;
   ledger_->admitted += bytes;

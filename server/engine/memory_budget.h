@@ -5,6 +5,7 @@
 // (docs/security.md "Limits").
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,10 +93,14 @@ class MemoryBudget {
   // "<asker> needs N bytes on rank R (<detail>), more than the rank's budget of B bytes has free"
   // (not how many: that would tell a tenant what the others hold). An
   // `owner` (a session's owner, the empty name too) has the bytes counted as its own
-  // (HeldBy) until they are released.
+  // (HeldBy) until they are released; `within_share` (optional, with an owner) is asked first,
+  // with what the owner holds, under the lock that reserves: reservations made at once cannot
+  // pass an owner's share together. It must not reserve or release bytes.
+  using OwnerCheck = std::function<absl::Status(int64_t owner_holds)>;
   absl::StatusOr<Reservation> TryReserve(int64_t bytes, absl::string_view asker,
                                          absl::string_view detail,
-                                         std::optional<absl::string_view> owner = std::nullopt);
+                                         std::optional<absl::string_view> owner = std::nullopt,
+                                         const OwnerCheck& within_share = nullptr);
   // TryReserve's answer, reserving nothing.
   absl::Status CheckFits(int64_t bytes, absl::string_view asker, absl::string_view detail) const;
 

@@ -1,16 +1,20 @@
 // One owner's share of a rank (--max_sessions_per_owner, --owner_memory_share): a tenant that
 // creates sessions until it is refused takes neither every session nor the whole memory budget,
 // and the other tenants still create theirs. The limits hold for new sessions; closing one gives
-// its share back.
+// its share back; reservations made at once pass it no more than one at a time.
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/admission.h"
 #include "server/engine/engine.h"
+#include "server/engine/memory_budget.h"
 #include "server/engine/shared_segments.h"
 #include "tests/server/engine/session_test_util.h"
 #include "tests/testing/status_matchers.h"
@@ -241,6 +245,38 @@ TEST(OwnerShareTest, TheMessageNamesTheAnonymousOwner) {
   EXPECT_THAT(
       CheckOwnerShare("bob", "session 'x'", 25, OwnerHoldings{1, 25}, OwnerLimits{0, 0.5}, 100, 0),
       IsOk());
+}
+
+// Two reservations of one owner made at once, each within its share alone but not together: at
+// most one is taken. (The share was checked, then the bytes reserved, under two locks: both
+// could find the owner holding nothing, and both reserve.) Each round starts the two threads
+// together at a spinning gate, so that the window between the two was often met.
+TEST(OwnerShareTest, ReservationsMadeAtOnceDoNotPassTheShareTogether) {
+  MemoryBudget budget(1000, 0);
+  constexpr int kRounds = 2000;
+  int both_taken = 0;
+  int none_taken = 0;
+  int64_t most_held = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    std::atomic<int> arrived{0};
+    absl::StatusOr<MemoryBudget::Reservation> taken[2];
+    auto reserve = [&](int i) {
+      arrived.fetch_add(1);
+      while (arrived.load() < 2) {
+      }
+      taken[i] = ReserveAsOwner(budget, 300, "an export", "its snapshot", "bob", 0.5, 0);
+    };
+    std::thread other(reserve, 1);
+    reserve(0);
+    other.join();
+    if (taken[0].ok() && taken[1].ok()) ++both_taken;
+    if (!taken[0].ok() && !taken[1].ok()) ++none_taken;
+    most_held = std::max(most_held, budget.HeldBy("bob"));
+  }
+  EXPECT_EQ(both_taken, 0) << "of " << kRounds << " rounds";
+  EXPECT_EQ(none_taken, 0) << "of " << kRounds << " rounds";
+  EXPECT_LE(most_held, 500);
+  EXPECT_EQ(budget.HeldBy("bob"), 0);
 }
 
 }  // namespace

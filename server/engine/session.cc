@@ -367,49 +367,30 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
     published = PublishedLocked(dtype);
   }
   if (published != nullptr) return done(std::move(published));
-  // Read the masters on the coordinator, which alone writes them during a step, so the values
-  // are those of one step.
+  // Read the masters on the coordinator, which alone writes them (a step, an import, initial
+  // values), so the values are those of one step.
   coordinator_->Post([self = shared_from_this(), dtype, done = std::move(done)] {
     uint64_t step = 0;
-    uint64_t inits = 0;
     std::shared_ptr<const ParamSnapshot> published;
     absl::Status refused;
     {
       absl::MutexLock lock(&self->mu_);
       step = self->book_.counters().step;
-      inits = self->init_writes_;
       // A step that resolved before this task (ReleaseSnapshots) may have published its own.
       published = self->PublishedLocked(dtype);
       if (published == nullptr) refused = self->CheckMastersAtStepLocked(step);
     }
     if (published != nullptr) return done(std::move(published));
     if (!refused.ok()) return done(refused);
-    // Initial values are written from a call's thread (before step 1): a copy they overlapped
-    // may hold some of them and not others, and is made again (a few times at most: they come
-    // once, before training).
-    absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot;
-    for (int copies = 1;; ++copies) {
-      snapshot = absl::UnknownError("not copied");  // the last copy goes before the next
-      snapshot = self->coordinator_->BuildSnapshot(dtype, step);
-      if (!snapshot.ok()) break;
-      bool overlapped = false;
+    absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot =
+        self->coordinator_->BuildSnapshot(dtype, step);
+    if (snapshot.ok()) {
       {
         absl::MutexLock lock(&self->mu_);
-        overlapped = self->init_writes_ != inits;
-        inits = self->init_writes_;
-        if (!overlapped && self->book_.counters().step == step) {
-          self->book_.snapshots()[dtype] = *snapshot;
-        }
+        if (self->book_.counters().step == step) self->book_.snapshots()[dtype] = *snapshot;
       }
-      if (!overlapped) break;
-      if (copies == kSnapshotCopies) {
-        snapshot = absl::UnavailableError(
-            absl::StrCat("session '", self->id_, "': initial values were written while each of ",
-                         copies, " copies of the parameters was made; pull them again"));
-        break;
-      }
+      self->retention_.Track(*snapshot);
     }
-    if (snapshot.ok()) self->retention_.Track(*snapshot);
     done(std::move(snapshot));
   });
 }

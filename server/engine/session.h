@@ -182,21 +182,27 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // contribution is dropped; it should resend), ABORTED when stale.
   absl::Status Commit(const StepHandle& c, uint64_t num_elements, StepCallback done);
 
-  // Sets initial values of a parameter range. FAILED_PRECONDITION once a step has begun, or once
-  // step 1 was applied here before a lost peer interrupted it; UNAVAILABLE while the group heals
-  // (CheckInitTakenLocked).
-  absl::Status InitValues(int param_id, int64_t offset, DType dtype, const void* data,
-                          size_t bytes);
+  using DoneCallback = std::function<void(absl::Status)>;
   // Initial values of several ranges, all or none: every piece is checked (NOT_FOUND: unknown
   // param_id; INVALID_ARGUMENT: byte length, range, a non-finite value) before any is written,
-  // and all are written under one hold of the session's lock.
+  // and all are written on the coordinator, which alone writes the masters otherwise (so that a
+  // snapshot or an export, made there too, holds all of them or none), under one hold of the
+  // session's lock. FAILED_PRECONDITION once a step has begun, or once step 1 was applied here
+  // before a lost peer interrupted it; UNAVAILABLE while the group heals or a checkpoint holds
+  // the session (CheckInitTakenLocked). `done` is called exactly once, possibly on another thread
+  // and before this returns; the pieces' data must stay valid until then.
   struct InitPiece {
     int param_id = 0;
     int64_t offset = 0;
     DType dtype = DType::kF32;
     absl::string_view data;
   };
+  void InitValues(std::vector<InitPiece> pieces, DoneCallback done);
+  // The same, waiting for `done`. Never call it on the coordinator (a session's callback).
   absl::Status InitValues(absl::Span<const InitPiece> pieces);
+  // Of one range.
+  absl::Status InitValues(int param_id, int64_t offset, DType dtype, const void* data,
+                          size_t bytes);
   // The checks InitValues makes of one piece, without writing: its element count, or the error
   // (FAILED_PRECONDITION too once a step was applied).
   absl::StatusOr<int64_t> CheckInitPiece(const InitPiece& piece) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -229,7 +235,6 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
 
   // --- State redundancy (shadow_state.h: the heal's interface; session_redundancy.cc) ---
   using StateCallback = std::function<void(absl::StatusOr<std::shared_ptr<const StateDict>>)>;
-  using DoneCallback = std::function<void(absl::Status)>;
   // The step a lost peer interrupted (steps are refused until ResumeAfterHeal); unset otherwise.
   std::optional<uint64_t> interrupted_step() const;
   // This rank's owned masters, their optimizer state and the group counters, "meta/step" the
@@ -326,6 +331,11 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // step began; else UNAVAILABLE (they may be sent again once the group serves) or
   // FAILED_PRECONDITION.
   absl::Status CheckInitTakenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // InitValues on the coordinator: writes the values (`counts` elements each) once
+  // CheckInitTakenLocked takes them.
+  absl::Status WriteInitValuesLocked(const std::vector<InitPiece>& pieces,
+                                     const std::vector<int64_t>& counts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The snapshot of `dtype` the last step published, or null.
   std::shared_ptr<const ParamSnapshot> PublishedLocked(DType dtype)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -381,9 +391,6 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // State written on the coordinator outside a resolution, and without marking the book as
   // running (ImportShadow, a Load's SessionHolds::ApplyStaged): counted for InitValues.
   int state_writes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t init_writes_ ABSL_GUARDED_BY(mu_) = 0;  // InitValues taken
-  // Copies GetSnapshot makes while initial values overlap them, before it gives up.
-  static constexpr int kSnapshotCopies = 3;
   uint64_t state_replacements_ ABSL_GUARDED_BY(mu_) = 0;  // SessionStats::state_replacements
   // The steps the last kKeptReplacements replacements set, the newest last, and the lowest of
   // those let go from it.

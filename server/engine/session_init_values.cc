@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "server/engine/finite_values.h"
 #include "server/engine/session.h"
@@ -17,6 +18,17 @@ absl::Status Session::InitValues(int param_id, int64_t offset, DType dtype, cons
   const InitPiece piece{param_id, offset, dtype,
                         absl::string_view(static_cast<const char*>(data), bytes)};
   return InitValues(absl::MakeConstSpan(&piece, 1));
+}
+
+absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
+  absl::Notification written;
+  absl::Status status;
+  InitValues(std::vector<InitPiece>(pieces.begin(), pieces.end()), [&](absl::Status s) {
+    status = std::move(s);
+    written.Notify();
+  });
+  written.WaitForNotification();
+  return status;
 }
 
 absl::Status Session::InitAfterFirstStepError(uint64_t step) const {
@@ -75,19 +87,33 @@ absl::Status Session::CheckInitTakenLocked() const {
   return absl::OkStatus();
 }
 
-absl::Status Session::InitValues(absl::Span<const InitPiece> pieces) {
+void Session::InitValues(std::vector<InitPiece> pieces, DoneCallback done) {
   std::vector<int64_t> counts;
   counts.reserve(pieces.size());
   for (const InitPiece& piece : pieces) {
     // A piece with a non-finite value is refused, and with it every piece: none is written.
-    OPTSTEP_ASSIGN_OR_RETURN(const int64_t count, CheckInitPiece(piece));
-    counts.push_back(count);
+    absl::StatusOr<int64_t> count = CheckInitPiece(piece);
+    if (!count.ok()) return done(count.status());
+    counts.push_back(*count);
   }
-  std::map<DType, std::shared_ptr<const ParamSnapshot>> stale;  // dropped after the lock
-  absl::MutexLock lock(&mu_);
+  coordinator_->Post([self = shared_from_this(), pieces = std::move(pieces),
+                      counts = std::move(counts), done = std::move(done)] {
+    std::map<DType, std::shared_ptr<const ParamSnapshot>> stale;  // dropped after the lock
+    absl::Status status;
+    {
+      // Under the lock, as the checks: no step begins, and no checkpoint takes its hold, while
+      // the values are written.
+      absl::MutexLock lock(&self->mu_);
+      status = self->WriteInitValuesLocked(pieces, counts);
+      stale.swap(self->book_.snapshots());
+    }
+    done(status);  // told without the lock, as every callback
+  });
+}
+
+absl::Status Session::WriteInitValuesLocked(const std::vector<InitPiece>& pieces,
+                                            const std::vector<int64_t>& counts) {
   OPTSTEP_RETURN_IF_ERROR(CheckInitTakenLocked());
-  ++init_writes_;  // a snapshot being copied meanwhile is not kept (GetSnapshot)
-  stale.swap(book_.snapshots());
   for (size_t i = 0; i < pieces.size(); ++i) {
     const InitPiece& piece = pieces[i];
     OPTSTEP_RETURN_IF_ERROR(replica_->WriteValues(piece.param_id, piece.offset, piece.dtype,

@@ -149,7 +149,7 @@ constexpr uint64_t kOutOfOrderPieces = 1024;
 // parameters, in bytes and in pieces, and a session has a few streams per trainer open at most.
 // A caller that sends nothing for the stream idle bound has its stream cancelled (CallIdleWatch).
 // gRPC calls OnReadDone for one message at a time, so the members need no lock (but
-// `cancelled_`).
+// `cancelled_`); the last read starts the write, whose callback alone touches them after.
 class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersRequest> {
  public:
   InitReactor(grpc::CallbackServerContext* context, absl::Duration idle_timeout, Engine* engine,
@@ -164,7 +164,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
 
   void OnReadDone(bool ok) override {
     idle_->Heard();
-    if (!ok) return End(WriteStaged());
+    if (!ok) return WriteStaged();
     absl::Status status = Stage();
     if (!status.ok()) return End(status);
     Read();
@@ -279,7 +279,25 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
     Finish(ToGrpcStatus(status));
   }
 
-  absl::Status WriteStaged() {
+  // Ends the stream: at once when what it staged cannot be written, else once the session wrote
+  // it (on its coordinator; the staged values live until then).
+  void WriteStaged() {
+    if (absl::Status complete = CheckComplete(); !complete.ok()) return End(complete);
+    std::vector<Session::InitPiece> pieces;
+    pieces.reserve(staged_.size());
+    uint64_t elements = 0;
+    for (const auto& staged : staged_) {
+      pieces.push_back(Piece(staged));
+      elements += staged.second.size() / DTypeSize(staged.first.dtype);
+    }
+    session_->InitValues(std::move(pieces), [this, elements](absl::Status status) {
+      if (status.ok()) response_->set_elements(elements);
+      End(status);
+    });
+  }
+
+  // OK when the stream ended well, with its final message, after which its values are written.
+  absl::Status CheckComplete() const {
     if (const std::optional<absl::Duration> idled = idle_->idled()) {
       return absl::DeadlineExceededError(
           absl::StrCat(session_ == nullptr ? std::string("InitParameters stream") : What(),
@@ -300,15 +318,6 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
           absl::StrCat(What(), " ended after ", tally_.Describe(param_ids_.size()),
                        " without its final message (StreamEnd); nothing was written"));
     }
-    std::vector<Session::InitPiece> pieces;
-    pieces.reserve(staged_.size());
-    uint64_t elements = 0;
-    for (const auto& staged : staged_) {
-      pieces.push_back(Piece(staged));
-      elements += staged.second.size() / DTypeSize(staged.first.dtype);
-    }
-    OPTSTEP_RETURN_IF_ERROR(session_->InitValues(pieces));
-    response_->set_elements(elements);
     return absl::OkStatus();
   }
 

@@ -189,37 +189,57 @@ TEST(InitialValuesAfterALossTest, AreRefusedWhileACheckpointHoldsTheSession) {
   EXPECT_THAT(InitAgain(group, 1), IsOk());
 }
 
-// Initial values written while a pull copies the parameters (before step 1, a slice at a time):
-// the copy is made again, so that the pull answers every value as written, not some from before
-// them. Here they change parameter 0 once it was copied, while the copy of parameter 1 is slowed.
-TEST(InitialValuesAfterALossTest, APullTheyOverlapIsCopiedAgain) {
-  RedundancyGroup group(2, ConfigOf("adamw"));
-  testutil::FaultInjector& faults = group.device_faults(0);
-  const int64_t base = faults.calls("CopyToHost");
-  faults.DelayCalls("CopyToHost", base + 2, base + 2, absl::Seconds(2));
-  struct Pull {  // outlives this test's frame, whatever it asserts
-    absl::Notification done;
-    absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot =
-        absl::UnknownError("not pulled");
-  };
-  auto pull = std::make_shared<Pull>();
-  group.session(0).GetSnapshot(DType::kF32,
+// A pull of rank `r`'s parameters in fp32 (GetSnapshot), made at once; answered through the
+// result's `done`.
+struct Pull {
+  absl::Notification done;
+  absl::StatusOr<std::shared_ptr<const ParamSnapshot>> snapshot = absl::UnknownError("not pulled");
+};
+std::shared_ptr<Pull> StartPull(RedundancyGroup& group, int r) {
+  auto pull = std::make_shared<Pull>();  // outlives the test's frame, whatever it asserts
+  group.session(r).GetSnapshot(DType::kF32,
                                [pull](absl::StatusOr<std::shared_ptr<const ParamSnapshot>> s) {
                                  pull->snapshot = std::move(s);
                                  pull->done.Notify();
                                });
+  return pull;
+}
+
+// Parameter `p`'s values in a pull.
+std::vector<float> PulledValues(const Pull& pull, int p) {
+  const std::string& values = (*pull.snapshot)->values[p];
+  std::vector<float> got(values.size() / sizeof(float));
+  std::memcpy(got.data(), values.data(), values.size());
+  return got;
+}
+
+// Initial values sent while a pull copies the parameters (before step 1, a slice at a time) are
+// written on the coordinator after the copy, as a step's update would be: the pull answers every
+// value from before them, and the next pull every value as written. Here parameter 0's values
+// are sent once it was copied, while the copy of parameter 1 is slowed. (Written from the call's
+// thread, they went into the masters during the copy, which had to be made again.)
+TEST(InitialValuesAfterALossTest, APullTheyMeetHoldsTheValuesFromBeforeThem) {
+  RedundancyGroup group(2, ConfigOf("adamw"));
+  testutil::FaultInjector& faults = group.device_faults(0);
+  const int64_t base = faults.calls("CopyToHost");
+  faults.DelayCalls("CopyToHost", base + 2, base + 2, absl::Seconds(1));
+  std::shared_ptr<Pull> pull = StartPull(group, 0);
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (faults.calls("CopyToHost") < base + 2 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   ASSERT_EQ(faults.calls("CopyToHost"), base + 2);
-  ASSERT_THAT(InitAgain(group, 0), IsOk());
-  pull->done.WaitForNotification();
+  EXPECT_THAT(InitAgain(group, 0), IsOk());
+  ASSERT_TRUE(pull->done.HasBeenNotified()) << "the values were written before the pull's copy";
   ASSERT_THAT(pull->snapshot.status(), IsOk());
-  const std::string& values = (*pull->snapshot)->values[0];
-  std::vector<float> got(values.size() / 4);
-  std::memcpy(got.data(), values.data(), values.size());
-  EXPECT_EQ(got, std::vector<float>(got.size(), 9.0f)) << "parameter 0 from before its values";
+  const std::vector<float> before = PulledValues(*pull, 0);
+  EXPECT_EQ(before, std::vector<float>(before.size(), 0.0f)) << "parameter 0 from after its values";
+
+  std::shared_ptr<Pull> next = StartPull(group, 0);
+  next->done.WaitForNotification();
+  ASSERT_THAT(next->snapshot.status(), IsOk());
+  const std::vector<float> after = PulledValues(*next, 0);
+  EXPECT_EQ(after, std::vector<float>(after.size(), 9.0f));
 }
 
 }  // namespace

@@ -95,7 +95,8 @@ class MemoryBudget {
   // `owner` (a session's owner, the empty name too) has the bytes counted as its own
   // (HeldBy) until they are released; `within_share` (optional, with an owner) is asked first,
   // with what the owner holds, under the lock that reserves: reservations made at once cannot
-  // pass an owner's share together. It must not reserve or release bytes.
+  // pass an owner's share together. It must not call this budget's ledger (HeldBy, admitted,
+  // CheckFits, TryReserve, a release): its lock is held.
   using OwnerCheck = std::function<absl::Status(int64_t owner_holds)>;
   absl::StatusOr<Reservation> TryReserve(int64_t bytes, absl::string_view asker,
                                          absl::string_view detail,

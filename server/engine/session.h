@@ -189,15 +189,18 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // snapshot or an export, made there too, holds all of them or none), under one hold of the
   // session's lock. FAILED_PRECONDITION once a step has begun, or once step 1 was applied here
   // before a lost peer interrupted it; UNAVAILABLE while the group heals or a checkpoint holds
-  // the session (CheckInitTakenLocked). `done` is called exactly once, possibly on another thread
-  // and before this returns; the pieces' data must stay valid until then.
+  // the session (CheckInitTakenLocked); CANCELLED, with nothing written, once `abandoned` (may be
+  // null; asked on the coordinator) says the caller is gone. `done` is called exactly once,
+  // possibly on another thread and before this returns; the pieces' data must stay valid until
+  // then.
   struct InitPiece {
     int param_id = 0;
     int64_t offset = 0;
     DType dtype = DType::kF32;
     absl::string_view data;
   };
-  void InitValues(std::vector<InitPiece> pieces, DoneCallback done);
+  void InitValues(std::vector<InitPiece> pieces, DoneCallback done,
+                  std::function<bool()> abandoned = nullptr);
   // The same, waiting for `done`. Never call it on the coordinator (a session's callback).
   absl::Status InitValues(absl::Span<const InitPiece> pieces);
   // Of one range.
@@ -331,8 +334,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // step began; else UNAVAILABLE (they may be sent again once the group serves) or
   // FAILED_PRECONDITION.
   absl::Status CheckInitTakenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // InitValues on the coordinator: writes the values (`counts` elements each) once
-  // CheckInitTakenLocked takes them.
+  // InitValues on the coordinator, once CheckInitTakenLocked took them: writes the values
+  // (`counts` elements each).
   absl::Status WriteInitValuesLocked(const std::vector<InitPiece>& pieces,
                                      const std::vector<int64_t>& counts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -389,7 +392,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
   int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;  // gradient copies outside the lock
   // State written on the coordinator outside a resolution, and without marking the book as
-  // running (ImportShadow, a Load's SessionHolds::ApplyStaged): counted for InitValues.
+  // running (ImportShadow, a Load's SessionHolds::ApplyStaged), each within one task: initial
+  // values, written on the coordinator too, never meet it, but their first piece's check, on the
+  // call's thread, reads no step counter of the state while it is written.
   int state_writes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t state_replacements_ ABSL_GUARDED_BY(mu_) = 0;  // SessionStats::state_replacements
   // The steps the last kKeptReplacements replacements set, the newest last, and the lowest of

@@ -62,6 +62,7 @@ absl::Status Session::CheckInitTakenLocked() const {
                                                "interrupted step ",
                                                *book_.interrupted(), "; nothing was written"));
   }
+  OPTSTEP_RETURN_IF_ERROR(book_.CheckUsable());  // closed, or broken by a lost peer
   if (gate_.held()) {
     // A Save, a Load or a state dict export holds the session: values written now would be
     // half in its checkpoint, or overwritten by the state it loads.
@@ -87,7 +88,8 @@ absl::Status Session::CheckInitTakenLocked() const {
   return absl::OkStatus();
 }
 
-void Session::InitValues(std::vector<InitPiece> pieces, DoneCallback done) {
+void Session::InitValues(std::vector<InitPiece> pieces, DoneCallback done,
+                         std::function<bool()> abandoned) {
   std::vector<int64_t> counts;
   counts.reserve(pieces.size());
   for (const InitPiece& piece : pieces) {
@@ -97,15 +99,26 @@ void Session::InitValues(std::vector<InitPiece> pieces, DoneCallback done) {
     counts.push_back(*count);
   }
   coordinator_->Post([self = shared_from_this(), pieces = std::move(pieces),
-                      counts = std::move(counts), done = std::move(done)] {
+                      counts = std::move(counts), done = std::move(done),
+                      abandoned = std::move(abandoned)] {
     std::map<DType, std::shared_ptr<const ParamSnapshot>> stale;  // dropped after the lock
     absl::Status status;
     {
       // Under the lock, as the checks: no step begins, and no checkpoint takes its hold, while
       // the values are written.
       absl::MutexLock lock(&self->mu_);
-      status = self->WriteInitValuesLocked(pieces, counts);
-      stale.swap(self->book_.snapshots());
+      status = self->CheckInitTakenLocked();
+      if (status.ok() && abandoned && abandoned()) {
+        // Its caller is gone (cancelled while the write waited its turn): it was told it failed.
+        status = absl::CancelledError(
+            absl::StrCat("session '", self->id_,
+                         "': the initial values' call was cancelled before they "
+                         "were written; nothing was written"));
+      }
+      if (status.ok()) {
+        stale.swap(self->book_.snapshots());
+        status = self->WriteInitValuesLocked(pieces, counts);
+      }
     }
     done(status);  // told without the lock, as every callback
   });
@@ -113,7 +126,6 @@ void Session::InitValues(std::vector<InitPiece> pieces, DoneCallback done) {
 
 absl::Status Session::WriteInitValuesLocked(const std::vector<InitPiece>& pieces,
                                             const std::vector<int64_t>& counts) {
-  OPTSTEP_RETURN_IF_ERROR(CheckInitTakenLocked());
   for (size_t i = 0; i < pieces.size(); ++i) {
     const InitPiece& piece = pieces[i];
     OPTSTEP_RETURN_IF_ERROR(replica_->WriteValues(piece.param_id, piece.offset, piece.dtype,

@@ -374,9 +374,10 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
           request.set_token(token);
           request.set_lease_ms(absl::ToInt64Milliseconds(group_->options().hold_lease));
           request.set_checkpoint_name(name);
-          OPTSTEP_ASSIGN_OR_RETURN(v1::HeldSessionResponse response,
-                                   group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request,
-                                                    "waiting for its shard to be written"));
+          OPTSTEP_ASSIGN_OR_RETURN(
+              v1::HeldSessionResponse response,
+              group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request,
+                               "waiting for its shard to be written", kShardCallTimeout));
           shards[r] =
               ShardFile{response.shard_file(), response.shard_bytes(), response.shard_crc32c()};
           return absl::OkStatus();

@@ -282,7 +282,7 @@ absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
     return group_
         ->CallPeer(r, &v1::PeerService::Stub::ApplyHeldState,
                    HeldRequest(session, token, options().hold_lease),
-                   "waiting for its staged state to be applied")
+                   "waiting for its staged state to be applied", kApplyCallTimeout)
         .status();
   }));
   if (!options().heal || options().world_size < 2) return absl::OkStatus();
@@ -294,7 +294,7 @@ absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
     return group_
         ->CallPeer(r, &v1::PeerService::Stub::RefreshShadow,
                    HeldRequest(session, token, options().hold_lease),
-                   "waiting for its shadow to be fetched again")
+                   "waiting for its shadow to be fetched again", kApplyCallTimeout)
         .status();
   });
   LOG_IF(WARNING, !refreshed.ok()) << "event=shadow_refresh_failed session=" << session.id()
@@ -358,9 +358,10 @@ absl::Status HeldOperations::SaveShardsAndCommit(Session& session, uint64_t toke
     } else {
       v1::HeldSessionRequest request = HeldRequest(session, token, options().hold_lease);
       request.set_checkpoint_name(name);
-      OPTSTEP_ASSIGN_OR_RETURN(v1::HeldSessionResponse response,
-                               group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request,
-                                                "waiting for its shard to be written"));
+      OPTSTEP_ASSIGN_OR_RETURN(
+          v1::HeldSessionResponse response,
+          group_->CallPeer(r, &v1::PeerService::Stub::SaveShard, request,
+                           "waiting for its shard to be written", kShardCallTimeout));
       shards[r] = ShardFile{response.shard_file(), response.shard_bytes(), response.shard_crc32c()};
     }
     ++files_done;
@@ -393,7 +394,7 @@ absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
       request.set_checkpoint_name(name);
       return group_
           ->CallPeer(r, &v1::PeerService::Stub::StageCheckpoint, request,
-                     "waiting for its shard to be read and staged")
+                     "waiting for its shard to be read and staged", kShardCallTimeout)
           .status();
     }));
     return ApplyEverywhere(session, token);

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "checkpoint/state_dict.h"
 #include "server/engine/session.h"
@@ -16,6 +17,13 @@
 #include "server/rpc/rank_group.h"
 
 namespace optstep {
+
+// The deadlines of the calls that move a session's state on a peer: long enough for the largest
+// state (a checkpoint's shard written or read; a load's state applied, a shadow fetched again).
+// A peer that stops answering its pings fails them sooner (RankGroup::CallWhileAnswering); the
+// deadline bounds only one that answers but whose call never ends (a disk that stalls).
+inline constexpr absl::Duration kShardCallTimeout = absl::Hours(24);
+inline constexpr absl::Duration kApplyCallTimeout = absl::Minutes(10);
 
 // The held-operation protocol (docs/checkpoints.md, "RPCs and consistency"), run by rank 0 over
 // its group: operations that must see one step on every rank hold the session on every rank,

@@ -290,10 +290,13 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       pieces.push_back(Piece(staged));
       elements += staged.second.size() / DTypeSize(staged.first.dtype);
     }
-    session_->InitValues(std::move(pieces), [this, elements](absl::Status status) {
-      if (status.ok()) response_->set_elements(elements);
-      End(status);
-    });
+    session_->InitValues(
+        std::move(pieces),
+        [this, elements](absl::Status status) {
+          if (status.ok()) response_->set_elements(elements);
+          End(status);
+        },
+        [this] { return cancelled_.load(); });
   }
 
   // OK when the stream ended well, with its final message, after which its values are written.

@@ -151,12 +151,14 @@ std::vector<std::shared_ptr<Session>> RankGroup::Sessions() const {
   return engine_ != nullptr ? engine_->ListSessions() : std::vector<std::shared_ptr<Session>>();
 }
 
-grpc::Status RankGroup::PingOnce(int rank, v1::PingResponse* response) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.peer_timeout));
+grpc::Status RankGroup::PingOnce(int rank, v1::PingResponse* response,
+                                 grpc::ClientContext* context) {
+  grpc::ClientContext own;
+  if (context == nullptr) context = &own;
+  context->set_deadline(absl::ToChronoTime(absl::Now() + options_.peer_timeout));
   v1::PingRequest request;
   request.set_rank(options_.rank);
-  return Peer(rank)->Ping(&context, request, response);
+  return Peer(rank)->Ping(context, request, response);
 }
 
 bool RankGroup::ProcessGone(int rank, uint64_t incarnation) {
@@ -168,9 +170,11 @@ bool RankGroup::ProcessGone(int rank, uint64_t incarnation) {
   return !status.ok() || response.incarnation() != incarnation;
 }
 
-bool RankGroup::Answers(int rank) {
+bool RankGroup::Answers(int rank) { return Answers(rank, nullptr); }
+
+bool RankGroup::Answers(int rank, grpc::ClientContext* context) {
   v1::PingResponse response;
-  return PingOnce(rank, &response).ok();
+  return PingOnce(rank, &response, context).ok();
 }
 
 absl::Status RankGroup::CallUntilTaken(int rank, absl::string_view call,
@@ -448,7 +452,8 @@ absl::Status RankGroup::CallWhileAnswering(
   grpc::ClientContext context;
   StallWatch watch(&context, 2 * options_.peer_timeout);  // after the context: destroyed first
   ProgressWhileAnswering answering(
-      &watch, [this, rank] { return Answers(rank); }, options_.heartbeat_interval);
+      &watch, [this, rank](grpc::ClientContext* ping) { return Answers(rank, ping); },
+      options_.heartbeat_interval);
   return watch.Explain(PeerStatus(rank, call(&context)), rank, what);
 }
 
@@ -457,12 +462,16 @@ absl::StatusOr<v1::HeldSessionResponse> RankGroup::CallPeer(int rank, HeldMethod
                                                             absl::string_view what,
                                                             absl::Duration timeout) {
   v1::HeldSessionResponse response;
-  OPTSTEP_RETURN_IF_ERROR(CallWhileAnswering(rank, what, [&](grpc::ClientContext* context) {
-    if (timeout != absl::InfiniteDuration()) {
-      context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    }
+  auto call = [&](grpc::ClientContext* context) {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     return (Peer(rank)->*method)(context, request, &response);
-  }));
+  };
+  if (timeout <= 2 * options_.peer_timeout) {  // the deadline comes first: no watch needed
+    grpc::ClientContext context;
+    OPTSTEP_RETURN_IF_ERROR(PeerStatus(rank, call(&context)));
+  } else {
+    OPTSTEP_RETURN_IF_ERROR(CallWhileAnswering(rank, what, call));
+  }
   return response;
 }
 

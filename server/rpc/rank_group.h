@@ -192,6 +192,8 @@ class RankGroup {
   bool ProcessGone(int rank, uint64_t incarnation);
   // Whether rank `rank` answers a ping within the peer timeout.
   bool Answers(int rank);
+  // The same on `context` (fresh; another thread may cancel it).
+  bool Answers(int rank, grpc::ClientContext* context);
   // Makes `attempt`, a call to rank `rank` that must not be missed (`call` names it in the log),
   // again while it fails for a passing reason (UNAVAILABLE, DEADLINE_EXCEEDED: a reset, a call
   // lost on the way), 100 ms and then up to 2 s later, while the rank answers its pings and for
@@ -274,19 +276,20 @@ class RankGroup {
   // A call to rank `rank` made by `call` on the context given, for as long as the rank answers its
   // pings: once it has not answered for twice the peer timeout, the call is cancelled and its
   // error (DEADLINE_EXCEEDED) says so, naming `what`, what the call was waiting for. A rank that
-  // hangs, or whose host was lost, keeps its connection up: without this a call with no deadline
-  // (one that moves state takes as long as the state needs) would wait for ever, and one with a
-  // deadline would hold its caller to the end of it. The peer's errors prefixed with its rank.
+  // hangs, or whose host was lost, keeps its connection up: without this a call would hold its
+  // caller to the end of its deadline, which for one that moves state must be long enough for the
+  // largest state (a day for a checkpoint's shard). The peer's errors prefixed with its rank.
   absl::Status CallWhileAnswering(int rank, absl::string_view what,
                                   const std::function<grpc::Status(grpc::ClientContext*)>& call);
-  // One unary PeerService call with the held-session messages, within `timeout` (infinite: none),
-  // through CallWhileAnswering.
+  // One unary PeerService call with the held-session messages, within `timeout`; one whose timeout
+  // is longer than twice the peer timeout goes through CallWhileAnswering (`what` names what it
+  // waits for), so that a peer that stops answering fails it sooner.
   using HeldMethod = grpc::Status (v1::PeerService::Stub::*)(grpc::ClientContext*,
                                                              const v1::HeldSessionRequest&,
                                                              v1::HeldSessionResponse*);
-  absl::StatusOr<v1::HeldSessionResponse> CallPeer(
-      int rank, HeldMethod method, const v1::HeldSessionRequest& request, absl::string_view what,
-      absl::Duration timeout = absl::InfiniteDuration());
+  absl::StatusOr<v1::HeldSessionResponse> CallPeer(int rank, HeldMethod method,
+                                                   const v1::HeldSessionRequest& request,
+                                                   absl::string_view what, absl::Duration timeout);
   // Reads a stream of state dict chunks from rank `rank` into `assembler`; `start` begins the
   // call (PeerService.FetchOwnedState, ExportHeldState, ...) on the stub and context given. Once
   // no chunk came for the group's `timeout`, the call is cancelled (a peer that hangs, StallWatch)
@@ -307,8 +310,9 @@ class RankGroup {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(create_mu_);
   // This rank's sessions (none without an engine).
   std::vector<std::shared_ptr<Session>> Sessions() const;
-  // PeerService.Ping of rank `rank`, within the peer timeout.
-  grpc::Status PingOnce(int rank, v1::PingResponse* response);
+  // PeerService.Ping of rank `rank`, within the peer timeout, on `context` (null: one of its own).
+  grpc::Status PingOnce(int rank, v1::PingResponse* response,
+                        grpc::ClientContext* context = nullptr);
 
   const RankGroupOptions options_;
   Engine* const engine_;

@@ -28,7 +28,7 @@ bool StallWatch::stalled() const {
 }
 
 absl::Status StallWatch::Explain(absl::Status status, int rank, absl::string_view what) const {
-  if (status.ok() || !stalled()) return status;
+  if (!absl::IsCancelled(status) || !stalled()) return status;
   return absl::DeadlineExceededError(absl::StrCat("rank ", rank, ": no progress for ",
                                                   absl::FormatDuration(limit_), " while ", what,
                                                   "; the call was cancelled (the peer hangs)"));
@@ -49,7 +49,7 @@ void StallWatch::Watch() {
   context_->TryCancel();  // thread-safe; the caller's next Read or Write fails
 }
 
-ProgressWhileAnswering::ProgressWhileAnswering(StallWatch* watch, std::function<bool()> answers,
+ProgressWhileAnswering::ProgressWhileAnswering(StallWatch* watch, Ping answers,
                                                absl::Duration interval)
     : watch_(watch),
       answers_(std::move(answers)),
@@ -60,17 +60,26 @@ ProgressWhileAnswering::~ProgressWhileAnswering() {
   {
     absl::MutexLock lock(&mu_);
     done_ = true;
+    // Thread-safe, and effective on a call not started yet: the ping then fails at once.
+    if (ping_ != nullptr) ping_->TryCancel();
   }
   thread_.join();
 }
 
 void ProgressWhileAnswering::Ask() {
   while (true) {
+    grpc::ClientContext context;
     {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&done_), interval_)) return;
+      ping_ = &context;
     }
-    if (answers_()) watch_->Progressed();
+    const bool answered = answers_(&context);
+    {
+      absl::MutexLock lock(&mu_);
+      ping_ = nullptr;
+    }
+    if (answered) watch_->Progressed();
   }
 }
 

@@ -13,15 +13,15 @@
 
 namespace optstep {
 
-// Cancels a streaming call to a peer once it stops making progress. A peer that hangs, rather
+// Cancels a call to a peer once it stops making progress. A peer that hangs, rather
 // than dies, keeps its connection up (a stopped process's kernel still acknowledges, a stuck one
 // still answers HTTP/2 pings), so without this its caller would wait for ever: a heal's fetch
 // would hold the heal, a Save's export the Save. A deadline on the whole call would instead bound
 // how much a call may move; this bounds only the pause between two messages.
 //
-// The caller marks each message read or written (Progressed); once `limit` passes without one,
-// the call is cancelled (ClientContext::TryCancel), so that its next Read or Write fails, and
-// Explain turns the call's error into one that says so.
+// The caller marks each message read or written (Progressed), or ProgressWhileAnswering marks
+// each ping the peer answered; once `limit` passes without one, the call is cancelled
+// (ClientContext::TryCancel), so that it fails, and Explain turns its error into one that says so.
 // Thread-safe. The context must outlive the watch.
 class StallWatch {
  public:
@@ -34,8 +34,9 @@ class StallWatch {
   void Progressed();
   // Whether the call was cancelled for want of progress.
   bool stalled() const;
-  // `status` when it is OK or the call did not stall; else DEADLINE_EXCEEDED naming the peer
-  // `rank`, what the call was doing (`what`, as "fetching ...") and the limit.
+  // `status` unless the call stalled and `status` is its cancellation; then DEADLINE_EXCEEDED
+  // naming the peer `rank`, what the call was doing (`what`, as "fetching ...") and the limit.
+  // (A call that failed by itself as it stalled keeps its own error.)
   absl::Status Explain(absl::Status status, int rank, absl::string_view what) const;
 
  private:
@@ -50,15 +51,17 @@ class StallWatch {
   std::thread thread_;  // last: started once the rest is set
 };
 
-// Marks `watch` as progressing while a peer answers: asks `answers()` (which blocks up to a
-// deadline of its own) every `interval` on a thread of its own until destroyed. For a call whose
-// progress the caller cannot see, such as a heal's phase that moves state on the peer: it may take
-// as long as it needs while the peer answers, and is cancelled once the peer has not answered for
-// the watch's limit. Thread-safe. The watch must outlive this.
+// Marks `watch` as progressing while a peer answers: asks `answers(context)` (a ping on a fresh
+// context, with a deadline of its own) every `interval` on a thread of its own until destroyed.
+// For a call whose progress the caller cannot see, such as a heal's phase that moves state on the
+// peer: it may take as long as it needs while the peer answers, and is cancelled once the peer
+// has not answered for the watch's limit. Thread-safe. The watch must outlive this.
 class ProgressWhileAnswering {
  public:
-  ProgressWhileAnswering(StallWatch* watch, std::function<bool()> answers, absl::Duration interval);
-  ~ProgressWhileAnswering();  // stops asking
+  using Ping = std::function<bool(grpc::ClientContext* context)>;
+  ProgressWhileAnswering(StallWatch* watch, Ping answers, absl::Duration interval);
+  // Stops asking: cancels a ping under way, so that the caller is not held for its deadline.
+  ~ProgressWhileAnswering();
   ProgressWhileAnswering(const ProgressWhileAnswering&) = delete;
   ProgressWhileAnswering& operator=(const ProgressWhileAnswering&) = delete;
 
@@ -66,11 +69,12 @@ class ProgressWhileAnswering {
   void Ask();
 
   StallWatch* const watch_;
-  const std::function<bool()> answers_;
+  const Ping answers_;
   const absl::Duration interval_;
   absl::Mutex mu_;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: started once the rest is set
+  grpc::ClientContext* ping_ ABSL_GUARDED_BY(mu_) = nullptr;  // the ping under way, if any
+  std::thread thread_;                                        // last: started once the rest is set
 };
 
 }  // namespace optstep

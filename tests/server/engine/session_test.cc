@@ -424,6 +424,30 @@ TEST_F(SessionTest, InitialValuesOnlyBeforeTheFirstStep) {
               StatusIs(absl::StatusCode::kFailedPrecondition, "before the first step"));
 }
 
+// Initial values whose call was cancelled while their write waited its turn on the coordinator
+// are not written (its caller was told it failed), nor into a session closed meanwhile.
+TEST_F(SessionTest, InitialValuesOfACancelledCallOrAClosedSessionAreNotWritten) {
+  auto s = MakeSession(GradientMode::kSharded, 1);
+  const std::vector<float> init = {1, 2, 3};
+  const std::vector<Session::InitPiece> pieces = {
+      {1, 0, DType::kF32, absl::string_view(reinterpret_cast<const char*>(init.data()), 12)}};
+  absl::Notification written;
+  absl::Status status;
+  s->InitValues(
+      pieces,
+      [&](absl::Status answered) {
+        status = std::move(answered);
+        written.Notify();
+      },
+      [] { return true; });
+  written.WaitForNotification();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled, "nothing was written"));
+  EXPECT_EQ(ParamValues(*s, 1), std::vector<float>(3, 0.0f));
+  s->Close();
+  EXPECT_THAT(s->InitValues(1, 0, DType::kF32, init.data(), 12),
+              StatusIs(absl::StatusCode::kUnavailable, "is closed"));
+}
+
 TEST_F(SessionTest, ClosedSessionAbortsWaitersAndRefusesSteps) {
   auto s = MakeSession(GradientMode::kSharded, 2);
   StepHandle c = BeginStep(*s, 1, 0);

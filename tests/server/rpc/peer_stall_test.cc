@@ -47,7 +47,8 @@ class ScriptedPeer final : public v1::PeerService::Service {
  public:
   static constexpr absl::Duration kHangCap = absl::Seconds(20);
 
-  ScriptedPeer(absl::Duration pause, bool hang) : pause_(pause), hang_(hang) {}
+  ScriptedPeer(absl::Duration pause, bool hang, bool pings_hang)
+      : pause_(pause), hang_(hang), pings_hang_(pings_hang) {}
 
   grpc::Status FetchOwnedState(grpc::ServerContext* context, const v1::FetchStateRequest*,
                                grpc::ServerWriter<v1::StateDictChunk>* writer) override {
@@ -71,11 +72,11 @@ class ScriptedPeer final : public v1::PeerService::Service {
     response->set_shard_file("shard-1");
     return grpc::Status::OK;
   }
-  // Answered, but after kHangCap (or its cancellation) once the peer hangs: a stopped process.
+  // Answered, but after kHangCap (or its cancellation) with `pings_hang`: a stopped process.
   grpc::Status Ping(grpc::ServerContext* context, const v1::PingRequest*,
                     v1::PingResponse*) override {
     const absl::Time cap = absl::Now() + kHangCap;
-    while (hang_ && !context->IsCancelled() && absl::Now() < cap) {
+    while (pings_hang_ && !context->IsCancelled() && absl::Now() < cap) {
       absl::SleepFor(absl::Milliseconds(10));
     }
     return grpc::Status::OK;
@@ -86,13 +87,20 @@ class ScriptedPeer final : public v1::PeerService::Service {
  private:
   const absl::Duration pause_;
   const bool hang_;
+  const bool pings_hang_;
 };
 
-// Rank 1 of 2 whose rank 0 is `peer`, served on loopback; streams pausing `timeout` are cut.
+// Rank 1 of 2 whose rank 0 is `peer`, served on loopback; streams pausing `timeout` are cut,
+// and calls whose peer has not answered a ping for twice `peer_timeout`.
 class PeerStallTest : public ::testing::Test {
  protected:
-  void Serve(absl::Duration pause, bool hang, absl::Duration timeout) {
-    peer_ = std::make_unique<ScriptedPeer>(pause, hang);
+  void Serve(absl::Duration pause, bool hang, absl::Duration timeout,
+             absl::Duration peer_timeout = absl::Milliseconds(200)) {
+    ServeWithPings(pause, hang, /*pings_hang=*/hang, timeout, peer_timeout);
+  }
+  void ServeWithPings(absl::Duration pause, bool hang, bool pings_hang, absl::Duration timeout,
+                      absl::Duration peer_timeout) {
+    peer_ = std::make_unique<ScriptedPeer>(pause, hang, pings_hang);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -106,7 +114,7 @@ class PeerStallTest : public ::testing::Test {
     options.world_size = 2;
     options.timeout = timeout;
     options.heartbeat_interval = absl::Milliseconds(50);
-    options.peer_timeout = absl::Milliseconds(200);
+    options.peer_timeout = peer_timeout;
     group_ = std::make_unique<RankGroup>(options, nullptr);
     ASSERT_TRUE(group_->Join("127.0.0.1:1", store).ok());
   }
@@ -152,8 +160,8 @@ TEST_F(PeerStallTest, ASlowPeerWhoseStreamKeepsMovingIsNotCut) {
 TEST_F(PeerStallTest, ACallToAPeerThatAnswersItsPingsTakesAsLongAsItNeeds) {
   Serve(absl::Seconds(1), /*hang=*/false, absl::Seconds(1));
   ASSERT_TRUE(group_->EnsureAddress(0).ok());
-  absl::StatusOr<v1::HeldSessionResponse> saved =
-      group_->CallPeer(0, &v1::PeerService::Stub::SaveShard, v1::HeldSessionRequest(), "writing");
+  absl::StatusOr<v1::HeldSessionResponse> saved = group_->CallPeer(
+      0, &v1::PeerService::Stub::SaveShard, v1::HeldSessionRequest(), "writing", absl::Hours(1));
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(saved->shard_file(), "shard-1");
 }
@@ -166,11 +174,24 @@ TEST_F(PeerStallTest, ACallToAPeerThatStoppedAnsweringIsCancelledNamingIt) {
   const absl::Time start = absl::Now();
   absl::StatusOr<v1::HeldSessionResponse> saved =
       group_->CallPeer(0, &v1::PeerService::Stub::SaveShard, v1::HeldSessionRequest(),
-                       "waiting for its shard to be written");
+                       "waiting for its shard to be written", absl::Hours(1));
   EXPECT_THAT(saved.status(),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        "rank 0: no progress for 400ms while waiting for its shard to be written"));
   EXPECT_LT(absl::Now() - start, ScriptedPeer::kHangCap / 2);
+}
+
+// A call that ended while a ping of its watch was under way returns at once: the ping is
+// cancelled, not waited for to its deadline (the peer timeout, here 5 s).
+TEST_F(PeerStallTest, ACallThatEndsWhileAPingHangsReturnsAtOnce) {
+  ServeWithPings(absl::Milliseconds(300), /*hang=*/false, /*pings_hang=*/true, absl::Seconds(1),
+                 absl::Seconds(5));
+  ASSERT_TRUE(group_->EnsureAddress(0).ok());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::HeldSessionResponse> saved = group_->CallPeer(
+      0, &v1::PeerService::Stub::SaveShard, v1::HeldSessionRequest(), "writing", absl::Hours(1));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
 }  // namespace

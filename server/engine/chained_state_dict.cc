@@ -27,7 +27,8 @@ absl::Status Union(const StateDict& from, StateDict& into, const std::string& wh
 }
 
 // The chunk of the parameter a key belongs to, or nullptr for keys of no parameter.
-const uint32_t* ChunkOfKey(const std::string& key, const std::map<std::string, uint32_t>& chunk_of) {
+const uint32_t* ChunkOfKey(const std::string& key,
+                           const std::map<std::string, uint32_t>& chunk_of) {
   const std::optional<std::string> name = ParamNameOfKey(key);
   if (!name) return nullptr;
   auto it = chunk_of.find(*name);
@@ -61,14 +62,16 @@ std::vector<uint32_t> ChainChunkList(const SubOptimizerChunks& sub_chunks) {
   return chain;
 }
 
-absl::StatusOr<std::vector<ChunkedStateDict>> SplitChunkedStateDict(
+absl::StatusOr<std::vector<ChunkViews>> SplitChunkedStateDictViews(
     const ChunkedStateDict& dict, const SubOptimizerChunks& sub_chunks) {
   const std::vector<uint32_t> chain = ChainChunkList(sub_chunks);
-  std::vector<ChunkedStateDict> out(sub_chunks.size());
+  std::vector<ChunkViews> out(sub_chunks.size());
   if (chain.size() == 1) {
     // The single-chunk rule: every sub-optimizer gets the whole dict (the old bug gave it only
     // to the first, and the others re-seeded their masters from the low-precision model).
-    for (ChunkedStateDict& o : out) o = dict;
+    for (ChunkViews& o : out) {
+      for (const auto& [key, chunk] : dict) o.emplace_back(key, &chunk);
+    }
     return out;
   }
   const std::string prefix = ChunkPrefix(dict);
@@ -79,12 +82,23 @@ absl::StatusOr<std::vector<ChunkedStateDict>> SplitChunkedStateDict(
       auto it = dict.find(key);
       if (it == dict.end()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "state dict has no key '", key, "' for chunk ", sub_chunks[j][i],
-            " of sub-optimizer ", j, " (local index ", i, "); the dict has ", dict.size(),
-            " chunk keys"));
+            "state dict has no key '", key, "' for chunk ", sub_chunks[j][i], " of sub-optimizer ",
+            j, " (local index ", i, "); the dict has ", dict.size(), " chunk keys"));
       }
-      out[j][absl::StrCat(prefix, i)] = it->second;
+      out[j].emplace_back(absl::StrCat(prefix, i), &it->second);
     }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ChunkedStateDict>> SplitChunkedStateDict(
+    const ChunkedStateDict& dict, const SubOptimizerChunks& sub_chunks) {
+  const absl::StatusOr<std::vector<ChunkViews>> views =
+      SplitChunkedStateDictViews(dict, sub_chunks);
+  if (!views.ok()) return views.status();
+  std::vector<ChunkedStateDict> out(views->size());
+  for (size_t j = 0; j < views->size(); ++j) {
+    for (const auto& [key, chunk] : (*views)[j]) out[j][key] = *chunk;
   }
   return out;
 }
@@ -104,11 +118,11 @@ absl::StatusOr<ChunkedStateDict> MergeChunkedStateDicts(const std::vector<Chunke
       std::string global = key;
       if (chain.size() != 1) {
         size_t i = 0;
-        if (!absl::StartsWith(key, prefix) ||
-            !absl::SimpleAtoi(key.substr(prefix.size()), &i) || i >= sub_chunks[j].size()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "sub-optimizer ", j, ": key '", key, "' is not '", prefix, "<i>' with i below its ",
-              sub_chunks[j].size(), " chunks"));
+        if (!absl::StartsWith(key, prefix) || !absl::SimpleAtoi(key.substr(prefix.size()), &i) ||
+            i >= sub_chunks[j].size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("sub-optimizer ", j, ": key '", key, "' is not '", prefix,
+                           "<i>' with i below its ", sub_chunks[j].size(), " chunks"));
         }
         const size_t k = std::find(chain.begin(), chain.end(), sub_chunks[j][i]) - chain.begin();
         global = absl::StrCat(prefix, k);

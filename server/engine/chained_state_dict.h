@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,6 +44,12 @@ std::vector<uint32_t> ChainChunkList(const SubOptimizerChunks& sub_chunks);
 // as out_j[prefix + i], K being the global index of its i-th chunk (by id). INVALID_ARGUMENT
 // naming the key when one is missing.
 absl::StatusOr<std::vector<ChunkedStateDict>> SplitChunkedStateDict(
+    const ChunkedStateDict& dict, const SubOptimizerChunks& sub_chunks);
+// The same split without copies: for each sub-optimizer, its keys and the chunk of `dict` each
+// names (valid while `dict` is). A chain of many sub-optimizers exported in one chunk would
+// otherwise hold a copy of the whole state per sub-optimizer.
+using ChunkViews = std::vector<std::pair<std::string, const StateDict*>>;
+absl::StatusOr<std::vector<ChunkViews>> SplitChunkedStateDictViews(
     const ChunkedStateDict& dict, const SubOptimizerChunks& sub_chunks);
 
 // The inverse: every sub-optimizer's local keys re-indexed to global ones. A chunk that several

@@ -55,6 +55,7 @@ uint64_t WordHash(uint64_t base, uint64_t word, uint64_t bytes) {
 
 void ContributionDigest::Add(int param, DType dtype, int64_t offset,
                              absl::Span<const absl::string_view> pieces) {
+  ++chunks_;
   const uint64_t base = BaseKey(param, dtype);
   const uint64_t key_bytes = ProcessKeys().bytes;
   uint64_t pos = static_cast<uint64_t>(offset) * DTypeSize(dtype);  // of the next byte
@@ -120,6 +121,7 @@ void ContributionDigest::AddWord(const WordKey& key, uint64_t bytes, uint8_t mas
 
 void ContributionDigest::Merge(const ContributionDigest& other) {
   sum_ += other.sum_;
+  chunks_ += other.chunks_;
   overlapped_ = overlapped_ || other.overlapped_;
   for (const auto& [key, word] : other.held_) AddWord(key, word.bytes, word.mask);
 }

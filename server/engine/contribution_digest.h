@@ -48,6 +48,8 @@ class ContributionDigest {
   bool SameAs(const ContributionDigest& other) const;
   // Whether some byte was added twice (only the words held in part can tell).
   bool overlapped() const { return overlapped_; }
+  // The chunks added (Add), with those of the digests merged in.
+  int64_t chunks() const { return chunks_; }
 
  private:
   struct WordKey {
@@ -76,6 +78,7 @@ class ContributionDigest {
   uint64_t sum_ = 0;  // of the complete words' hashes, mod 2^64
   absl::flat_hash_map<WordKey, HeldWord> held_;
   bool overlapped_ = false;
+  int64_t chunks_ = 0;
 };
 
 }  // namespace optstep

@@ -305,19 +305,25 @@ Engine::DeviceActivity Engine::device_activity() const {
 }
 
 bool Engine::healthy() const {
-  absl::MutexLock lock(&mu_);
-  if (device_stalled_) return false;
-  for (const auto& entry : sessions_) {
-    if (!entry.second->healthy()) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (device_stalled_) return false;
+  }
+  // Each session asked outside the engine's lock: one whose lock is held a while holds this
+  // check only, not every caller that looks a session up.
+  for (const auto& session : ListSessions()) {
+    if (!session->healthy()) return false;
   }
   return true;
 }
 
 bool Engine::live() const {
-  absl::MutexLock lock(&mu_);
-  if (device_stalled_) return false;
-  for (const auto& entry : sessions_) {
-    if (!entry.second->healthy() && !entry.second->interrupted_step().has_value()) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (device_stalled_) return false;
+  }
+  for (const auto& session : ListSessions()) {
+    if (!session->healthy() && !session->interrupted_step().has_value()) return false;
   }
   return true;
 }

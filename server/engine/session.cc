@@ -114,6 +114,21 @@ absl::StatusOr<StepHandle> Session::Begin(const StepBegin& begin) {
   absl::StatusOr<StepHandle> c;
   {
     absl::MutexLock lock(&mu_);
+    // A new attempt drops the trainer's ranges: copies of its earlier streams still under way
+    // land first, or they would write over what the new attempt (or, SHARDED, another trainer)
+    // sends there, and the step would apply bytes its digests do not hold.
+    struct Copies {
+      const std::map<int, int>* of;
+      int trainer;
+    } copies{&inflight_of_, begin.trainer};
+    if (!mu_.AwaitWithTimeout(
+            absl::Condition(
+                +[](Copies* c) { return c->of->count(c->trainer) == 0; }, &copies),
+            step_deadline_)) {
+      return absl::UnavailableError(absl::StrCat(
+          "session '", id_, "': step ", begin.step, ": a copy of trainer ", begin.trainer,
+          "'s earlier stream to the device did not end within the step deadline"));
+    }
     c = book_.Begin(begin, std::move(schedule), absl::Now(), &superseded);
   }
   for (WaitingChunk& chunk : superseded) {
@@ -147,11 +162,15 @@ absl::Status Session::AddGradient(const StepHandle& c, int param_id, int64_t off
 }
 
 bool Session::WouldWait(const StepHandle& c, int param_id) const {
-  if (!ordered_ || c.retry || c.replay || param_id < 0 || param_id >= replica_->num_params()) {
-    return false;
-  }
+  if (param_id < 0 || param_id >= replica_->num_params()) return false;
   absl::MutexLock lock(&mu_);
-  return c.trainer > book_.order().turn(param_id);
+  return WaitsForTurnLocked(c, param_id);
+}
+
+bool Session::WaitsForTurnLocked(const StepHandle& c, int param_id) const {
+  // Summed in trainer order: a trainer's chunk waits for those before it on its parameter. A
+  // retry's or a replay's is only digested, and never waits.
+  return ordered_ && !c.retry && !c.replay && c.trainer > book_.order().turn(param_id);
 }
 
 absl::StatusOr<Session::ChunkFate> Session::AddGradient(const StepHandle& c, int param_id,
@@ -172,6 +191,15 @@ absl::StatusOr<Session::ChunkFate> Session::AddGradient(const StepHandle& c, int
     digest.Add(param_id, dtype, offset, pieces);
     absl::MutexLock lock(&mu_);
     OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));
+    // Bounded as a first send is: a resend outside the parameter, or in more pieces than a send
+    // may come in, would otherwise grow the digest by each message without an error.
+    OPTSTEP_RETURN_IF_ERROR(book_.contributions().CheckBounds(param_id, offset, count));
+    if (c.resent->chunks() >= book_.contributions().max_ranges()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "param '", replica_->names()[param_id], "': chunk [", offset, ", ", offset + count,
+          ") from trainer ", c.trainer, ": its gradients of step ", c.step, " sent again came in ",
+          c.resent->chunks(), " pieces already, the most the step's gradients may come in"));
+    }
     c.resent->Merge(digest);
     return ChunkFate::kAdded;
   }
@@ -179,7 +207,7 @@ absl::StatusOr<Session::ChunkFate> Session::AddGradient(const StepHandle& c, int
     absl::MutexLock lock(&mu_);
     OPTSTEP_RETURN_IF_ERROR(book_.CheckFresh(c));
     OPTSTEP_RETURN_IF_ERROR(book_.contributions().CheckBounds(param_id, offset, count));
-    if (ordered_ && c.trainer > book_.order().turn(param_id)) {
+    if (WaitsForTurnLocked(c, param_id)) {
       book_.order().Wait(WaitingChunk{c, param_id, offset, dtype,
                                       std::vector<absl::string_view>(pieces.begin(), pieces.end()),
                                       std::move(keep), std::move(added)});
@@ -249,6 +277,7 @@ absl::Status Session::WriteChunk(const StepHandle& c, int param_id, int64_t offs
     }
     book_.statistics().BeginWrite(param_id, !fresh.empty());
     ++inflight_copies_;
+    ++inflight_of_[c.trainer];
   }
   // Trainer 0 (and SHARDED) writes the buffer; later trainers add to it, in turn.
   const bool add = ordered_ && c.trainer > 0;
@@ -272,6 +301,7 @@ absl::Status Session::WriteChunk(const StepHandle& c, int param_id, int64_t offs
       if (version) PostStatisticsLocked(param_id, *version);
     }
     --inflight_copies_;
+    if (--inflight_of_[c.trainer] == 0) inflight_of_.erase(c.trainer);
     if (!status.ok()) {
       // Recorded but not (all) written: the step cannot be trusted on this rank any more.
       book_.MarkBroken();

@@ -186,13 +186,12 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // Initial values of several ranges, all or none: every piece is checked (NOT_FOUND: unknown
   // param_id; INVALID_ARGUMENT: byte length, range, a non-finite value) before any is written,
   // and all are written on the coordinator, which alone writes the masters otherwise (so that a
-  // snapshot or an export, made there too, holds all of them or none), under one hold of the
-  // session's lock. FAILED_PRECONDITION once a step has begun, or once step 1 was applied here
-  // before a lost peer interrupted it; UNAVAILABLE while the group heals or a checkpoint holds
-  // the session (CheckInitTakenLocked); CANCELLED, with nothing written, once `abandoned` (may be
-  // null; asked on the coordinator) says the caller is gone. `done` is called exactly once,
-  // possibly on another thread and before this returns; the pieces' data must stay valid until
-  // then.
+  // snapshot or an export, made there too, holds all of them or none), a piece at a time.
+  // FAILED_PRECONDITION once a step has begun, or once step 1 was applied here before a lost peer
+  // interrupted it; UNAVAILABLE while the group heals or a checkpoint holds the session
+  // (CheckInitTakenLocked); CANCELLED, with nothing written, once `abandoned` (may be null; asked
+  // on the coordinator) says the caller is gone. `done` is called exactly once, possibly on another
+  // thread and before this returns; the pieces' data must stay valid until then.
   struct InitPiece {
     int param_id = 0;
     int64_t offset = 0;
@@ -335,9 +334,13 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // FAILED_PRECONDITION.
   absl::Status CheckInitTakenLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // InitValues on the coordinator, once CheckInitTakenLocked took them: writes the values
-  // (`counts` elements each).
-  absl::Status WriteInitValuesLocked(const std::vector<InitPiece>& pieces,
-                                     const std::vector<int64_t>& counts)
+  // (`counts` elements each), counted in init_writes_.
+  absl::Status WriteInitValues(const std::vector<InitPiece>& pieces,
+                               const std::vector<int64_t>& counts) ABSL_LOCKS_EXCLUDED(mu_);
+  bool NoInitWritesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return init_writes_ == 0; }
+  // Whether a chunk of `c` for `param_id` waits for the trainers before it (AddGradient's
+  // kWaiting; WouldWait).
+  bool WaitsForTurnLocked(const StepHandle& c, int param_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The snapshot of `dtype` the last step published, or null.
   std::shared_ptr<const ParamSnapshot> PublishedLocked(DType dtype)
@@ -390,12 +393,16 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // no resolution starts while the one is newer than the other.
   uint64_t heal_paused_for_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
-  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;  // gradient copies outside the lock
+  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;         // gradient copies outside the lock
+  std::map<int, int> inflight_of_ ABSL_GUARDED_BY(mu_);  // the same by trainer (none: absent)
   // State written on the coordinator outside a resolution, and without marking the book as
   // running (ImportShadow, a Load's SessionHolds::ApplyStaged), each within one task: initial
   // values, written on the coordinator too, never meet it, but their first piece's check, on the
   // call's thread, reads no step counter of the state while it is written.
   int state_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Initial values being written on the coordinator, outside the lock (0 or 1): a held
+  // operation, which reads the masters from its own thread, settles once they are written.
+  int init_writes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t state_replacements_ ABSL_GUARDED_BY(mu_) = 0;  // SessionStats::state_replacements
   // The steps the last kKeptReplacements replacements set, the newest last, and the lowest of
   // those let go from it.

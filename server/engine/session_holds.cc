@@ -47,6 +47,15 @@ absl::StatusOr<HeldPoint> SessionHolds::Settle(uint64_t token, uint64_t target, 
   }
   OPTSTEP_RETURN_IF_ERROR(session_.gate_.AwaitSettled(token, target, deadline));
   absl::MutexLock lock(&session_.mu_);
+  // Initial values taken before the hold are written on the coordinator outside the lock; the
+  // operation reads the masters from its own thread, so it waits for them (new ones are refused
+  // while it holds the session).
+  if (!session_.mu_.AwaitWithDeadline(absl::Condition(&session_, &Session::NoInitWritesLocked),
+                                      deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "session '", session_.id_, "': initial values were still being written on rank ",
+        session_.rank(), " at the hold's deadline"));
+  }
   OPTSTEP_RETURN_IF_ERROR(session_.book_.CheckUsable());
   OPTSTEP_ASSIGN_OR_RETURN(const uint64_t resolutions, session_.gate_.Settle(token));
   const StepCounters& counters = session_.book_.counters();

@@ -104,8 +104,6 @@ void Session::InitValues(std::vector<InitPiece> pieces, DoneCallback done,
     std::map<DType, std::shared_ptr<const ParamSnapshot>> stale;  // dropped after the lock
     absl::Status status;
     {
-      // Under the lock, as the checks: no step begins, and no checkpoint takes its hold, while
-      // the values are written.
       absl::MutexLock lock(&self->mu_);
       status = self->CheckInitTakenLocked();
       if (status.ok() && abandoned && abandoned()) {
@@ -117,27 +115,36 @@ void Session::InitValues(std::vector<InitPiece> pieces, DoneCallback done,
       }
       if (status.ok()) {
         stale.swap(self->book_.snapshots());
-        status = self->WriteInitValuesLocked(pieces, counts);
+        ++self->init_writes_;
       }
     }
-    done(status);  // told without the lock, as every callback
+    if (!status.ok()) return done(status);  // told without the lock, as every callback
+    // Outside the lock, a piece at a time on the device worker: a session's values may be
+    // gigabytes, and its steps' headers, the rank's health (which asks every session) and the
+    // other sessions' device work go on meanwhile. What reads the masters runs on this
+    // coordinator after this task, or is held (SessionHolds::Settle waits for the write).
+    status = self->WriteInitValues(pieces, counts);
+    {
+      absl::MutexLock lock(&self->mu_);
+      --self->init_writes_;
+    }
+    done(status);
   });
 }
 
-absl::Status Session::WriteInitValuesLocked(const std::vector<InitPiece>& pieces,
-                                            const std::vector<int64_t>& counts) {
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const InitPiece& piece = pieces[i];
-    OPTSTEP_RETURN_IF_ERROR(replica_->WriteValues(piece.param_id, piece.offset, piece.dtype,
-                                                  piece.data.data(), counts[i]));
-    // The predecessor's initial values into its shadow too (it keeps only those): a rank lost
-    // before step 1 seeds the shadow takes them back from it.
-    if (shadow_ != nullptr) {
-      OPTSTEP_RETURN_IF_ERROR(shadow_->replica().WriteValues(
-          piece.param_id, piece.offset, piece.dtype, piece.data.data(), counts[i]));
-    }
-  }
-  return absl::OkStatus();
+absl::Status Session::WriteInitValues(const std::vector<InitPiece>& pieces,
+                                      const std::vector<int64_t>& counts) {
+  return coordinator_->OnDeviceSliced(
+      "initial values", static_cast<int>(pieces.size()), [&](int i) -> absl::Status {
+        const InitPiece& piece = pieces[i];
+        OPTSTEP_RETURN_IF_ERROR(replica_->WriteValues(piece.param_id, piece.offset, piece.dtype,
+                                                      piece.data.data(), counts[i]));
+        // The predecessor's initial values into its shadow too (it keeps only those): a rank
+        // lost before step 1 seeds the shadow takes them back from it.
+        if (shadow_ == nullptr) return absl::OkStatus();
+        return shadow_->replica().WriteValues(piece.param_id, piece.offset, piece.dtype,
+                                              piece.data.data(), counts[i]);
+      });
 }
 
 absl::StatusOr<int64_t> Session::CheckInitPiece(const InitPiece& piece) const {

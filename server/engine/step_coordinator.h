@@ -159,6 +159,15 @@ class StepCoordinator {
   // Queues `task` on the session's device work without waiting for it; `what` names it for the
   // watchdog. Dropped (never run) once the device work is cancelled. Any thread.
   void PostDevice(std::string what, std::function<void()> task);
+  // Items whose inputs come in meanwhile: limit(next) blocks until item `next` may run and
+  // answers how many items (from item 0) may run now.
+  using SliceLimit = std::function<int(int next)>;
+  // Runs item(0) .. item(count - 1) in order on the device worker, as tasks of about
+  // kDeviceSlice each (at least one item; none past `limit`, when set), and waits for them;
+  // stops at the first error. REQUIRES: on the coordinator.
+  absl::Status OnDeviceSliced(absl::string_view what, int count,
+                              const std::function<absl::Status(int)>& item,
+                              const SliceLimit& limit = SliceLimit());
   // Every master this rank holds, converted to `dtype`, as the parameters of `step`: copied on
   // the device worker a slice at a time (OnDeviceSliced), so that the copy of a large session
   // holds another session's device work by one slice, not by all of it. REQUIRES: on the
@@ -185,15 +194,6 @@ class StepCoordinator {
 
   StepCoordinator(Options options, ReplicaState* replica, std::unique_ptr<Communicator> comm,
                   std::shared_ptr<FairExecutor> device_worker, StepLedger* ledger);
-  // Items whose inputs come in meanwhile: limit(next) blocks until item `next` may run and
-  // answers how many items (from item 0) may run now.
-  using SliceLimit = std::function<int(int next)>;
-  // Runs item(0) .. item(count - 1) in order on the device worker, as tasks of about
-  // kDeviceSlice each (at least one item; none past `limit`, when set), and waits for them;
-  // stops at the first error. REQUIRES: on the coordinator.
-  absl::Status OnDeviceSliced(absl::string_view what, int count,
-                              const std::function<absl::Status(int)>& item,
-                              const SliceLimit& limit = SliceLimit());
   // This rank's part: the REPLICATED mean, per-parameter sums of squares and finiteness; those
   // computed during ingest (IngestStatistics) are taken as they are.
   absl::Status LocalStatistics(uint64_t step, std::vector<double>& sums, bool& finite);

@@ -170,16 +170,17 @@ absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<con
     return absl::InvalidArgumentError(
         absl::StrCat("layout ", static_cast<int>(request.layout()), " is not a StateDictLayout"));
   }
-  OPTSTEP_ASSIGN_OR_RETURN(std::vector<ChunkedStateDict> split,
-                           SplitChunkedStateDict(*chunked, sub_chunks));
-  auto per_sub = std::make_shared<std::vector<ChunkedStateDict>>(std::move(split));
-  for (size_t j = 0; j < per_sub->size(); ++j) {
+  // Views into the chunked dict, which the stream keeps: one copy of the state, whatever the
+  // number of sub-optimizers (ExportBytes reserves one).
+  OPTSTEP_ASSIGN_OR_RETURN(const std::vector<ChunkViews> per_sub,
+                           SplitChunkedStateDictViews(*chunked, sub_chunks));
+  for (size_t j = 0; j < per_sub.size(); ++j) {
     const std::string& sub = config.chain.sub_optimizers[j].name;
-    for (const auto& [chunk_key, dict] : (*per_sub)[j]) {
-      for (const auto& [key, tensor] : dict) out.tensors.push_back({chunk_key, sub, key, &tensor});
+    for (const auto& [chunk_key, dict] : per_sub[j]) {
+      for (const auto& [key, tensor] : *dict) out.tensors.push_back({chunk_key, sub, key, &tensor});
     }
   }
-  out.keep = std::move(per_sub);
+  out.keep = std::move(chunked);
   return out;
 }
 

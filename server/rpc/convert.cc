@@ -28,6 +28,10 @@ constexpr uint64_t kMaxStepDeadlineMs = 3600 * 1000;
 // is no longer than a parameter's name, and the request's glob bytes times the parameters' name
 // bytes (each rule against each name, at worst) stay within kMaxRoutingWork (about a second).
 constexpr int kMaxRoutingRules = 256;
+// The most sub-optimizers a new session's chain declares: a state dict exported by sub-optimizer
+// lists each one's tensors, and a chain of thousands (unused ones are accepted) would grow that
+// list, and the checks of each, past any bound of the session's size.
+constexpr int kMaxSubOptimizers = 64;
 constexpr int64_t kMaxRoutingWork = int64_t{1} << 30;
 
 template <typename T>
@@ -276,6 +280,11 @@ absl::Status CheckNewSessionSpec(const v1::SessionSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("session: step_deadline_ms = ", spec.step_deadline_ms(), " must be at most ",
                      kMaxStepDeadlineMs, " (an hour)"));
+  }
+  if (spec.optimizer().sub_optimizers_size() > kMaxSubOptimizers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer: ", spec.optimizer().sub_optimizers_size(),
+                     " sub-optimizers (at most ", kMaxSubOptimizers, ")"));
   }
   const auto& rules = spec.optimizer().rules();
   if (rules.size() > kMaxRoutingRules) {

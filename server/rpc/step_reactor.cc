@@ -150,6 +150,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     NoteTrainerLocked();
     write_in_flight_ = false;
     if (deferred_finish_) {  // ended while this write was out
+      slot_.Release();
       Finish(*std::move(deferred_finish_));
       deferred_finish_.reset();
       return;
@@ -170,7 +171,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       absl::MutexLock lock(&mu_);
       alarm = idle_.Stop();
       // The stream is over, its window let go: a chunk that still waits in the session keeps
-      // this reactor, not the session's slot.
+      // this reactor, not the session's slot (let go as it finished, if it did).
       slot_.Release();
     }
     alarm.reset();  // cancels: its callback returns at once, without the lock
@@ -529,6 +530,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
       deferred_finish_ = std::move(status);
       return;
     }
+    slot_.Release();  // before the caller hears the end: OnDone may come after its next stream
     Finish(std::move(status));
   }
 

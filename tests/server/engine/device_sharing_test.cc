@@ -2,11 +2,13 @@
 // optimizer's kernels delayed by a fault-injecting device) holds another session's step by at
 // most one slice per task; closing it cancels its queued and running work at the next slice, and
 // returns at once; the watchdog turns the engine unhealthy while one task runs too long, and
-// healthy again when it ends.
+// healthy again when it ends. A tenant's initial values, being written, hold no lock of the rank,
+// and a trainer's new attempt waits for the copies of its earlier stream.
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -171,6 +173,71 @@ TEST_F(DeviceSharingTest, WatchdogMarksTheEngineUnhealthyWhileATaskRunsTooLong) 
   EXPECT_TRUE(Eventually([&] { return engine_->healthy(); }, absl::Seconds(1)));
   EXPECT_FALSE(engine_->device_activity().stalled);
   EXPECT_EQ(engine_->device_activity().running_for, absl::ZeroDuration());
+}
+
+// A tenant's initial values are written outside its session's lock and the engine's, a slice at
+// a time (here their one copy to the device is slowed): the rank's health, which asks every
+// session, and another tenant's lookups answer meanwhile. (Written under the session's lock,
+// they held the health check, and with it every lookup of every session, for the whole write.)
+TEST_F(DeviceSharingTest, InitialValuesBeingWrittenHoldNoLockOfTheRank) {
+  std::shared_ptr<Session> slow = Create(LionConfig(1));
+  std::shared_ptr<Session> other = Create(LionConfig(1));
+  ASSERT_NE(slow, nullptr);
+  ASSERT_NE(other, nullptr);
+  const int64_t base = faults().calls("CopyFromHost");
+  faults().DelayCalls("CopyFromHost", base + 1, base + 1, absl::Seconds(2));
+  const std::vector<float> values(4, 1.0f);
+  const std::vector<Session::InitPiece> pieces = {
+      {0, 0, DType::kF32, absl::string_view(reinterpret_cast<const char*>(values.data()), 16)}};
+  absl::Notification written;
+  absl::Status status;
+  slow->InitValues(pieces, [&](absl::Status answered) {
+    status = std::move(answered);
+    written.Notify();
+  });
+  ASSERT_TRUE(Eventually([&] { return faults().calls("CopyFromHost") > base; }, absl::Seconds(10)));
+  const absl::Time start = absl::Now();
+  (void)engine_->healthy();
+  EXPECT_THAT(engine_->GetSession(other->id()).status(), IsOk());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_FALSE(written.HasBeenNotified());
+  written.WaitForNotification();
+  EXPECT_THAT(status, IsOk());
+}
+
+// A trainer that begins a step again while a copy of its earlier stream's gradient is still under
+// way (here slowed) waits for it: the new attempt's bytes are the ones the step applies, not the
+// earlier stream's landing over them. (The new attempt dropped the earlier ranges at once, and
+// the late copy wrote its 1s over the 2s.)
+TEST_F(DeviceSharingTest, ANewAttemptWaitsForTheCopiesOfTheTrainersEarlierStream) {
+  SessionConfig config = LionConfig(1);
+  config.chain.sub_optimizers = {testutil::Sgd(0.1)};  // Lion's sign would hide the difference
+  std::shared_ptr<Session> reference = Create(config);
+  std::shared_ptr<Session> session = Create(config);
+  ASSERT_NE(reference, nullptr);
+  ASSERT_NE(session, nullptr);
+  Outcome applied;
+  {
+    const StepHandle c = BeginStep(*reference, 1, 0);
+    ASSERT_THAT(SendGradient(*reference, c, 0, 0, std::vector<float>(4, 2.0f)), IsOk());
+    ASSERT_THAT(reference->Commit(c, 4, applied.Callback()), IsOk());
+    ASSERT_THAT(applied.Wait().status(), IsOk());
+  }
+  const int64_t base = faults().calls("CopyFromHost");
+  faults().DelayCalls("CopyFromHost", base + 1, base + 1, absl::Milliseconds(500));
+  const StepHandle first = BeginStep(*session, 1, 0);
+  absl::Status sent;
+  std::thread earlier(
+      [&] { sent = SendGradient(*session, first, 0, 0, std::vector<float>(4, 1.0f)); });
+  ASSERT_TRUE(Eventually([&] { return faults().calls("CopyFromHost") > base; }, absl::Seconds(10)));
+  const StepHandle again = BeginStep(*session, 1, 0);
+  ASSERT_THAT(SendGradient(*session, again, 0, 0, std::vector<float>(4, 2.0f)), IsOk());
+  Outcome outcome;
+  ASSERT_THAT(session->Commit(again, 4, outcome.Callback()), IsOk());
+  ASSERT_THAT(outcome.Wait().status(), IsOk());
+  earlier.join();
+  EXPECT_THAT(sent, IsOk());
+  EXPECT_EQ(testutil::ParamValues(*session, 0), testutil::ParamValues(*reference, 0));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // A step sent again is answered as a replay (applied) or a retry (committed) only for the same
 // contribution: the same gradient bytes, however chunked, and the same schedule. A different one
-// is FAILED_PRECONDITION and changes nothing (docs/design.md §3, docs/security.md).
+// is FAILED_PRECONDITION and changes nothing (docs/design.md §3, docs/security.md). Its chunks
+// are bounded as a first send's are.
 
 #include <memory>
 #include <string>
@@ -211,6 +212,28 @@ TEST_F(SessionReplayTest, AReplicatedResendWithOtherValuesIsRefused) {
   ASSERT_THAT(o1.Wait().status(), IsOk());
   ASSERT_THAT(o0.Wait().status(), IsOk());
   EXPECT_EQ(s->stats().step, 1u);
+}
+
+// A replay's chunks are bounded as a first send's are: one outside its parameter is refused
+// naming the range, and a replay sent in more pieces than a step's gradients may come in is
+// refused once it passes them. (Only digested, they were taken whatever their range or number,
+// each growing the digest.)
+TEST_F(SessionReplayTest, AReplaysChunksAreBoundedAsAFirstSendsAre) {
+  StepOutcome applied;
+  auto s = AppliedStep(&applied);
+  StepHandle replay = BeginStep(*s, 1, 0);
+  ASSERT_TRUE(replay.replay);
+  EXPECT_THAT(SendGradient(*s, replay, 0, 5, {1.0f, 2.0f}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "chunk [5, 7) exceeds 6 elements"));
+  constexpr int kMost = 100000;
+  absl::Status sent;
+  int chunks = 0;
+  while (chunks < kMost && sent.ok()) {
+    sent = SendGradient(*s, replay, 0, chunks % 6, {kW[chunks % 6]});
+    ++chunks;
+  }
+  EXPECT_THAT(sent, StatusIs(absl::StatusCode::kResourceExhausted, "pieces already"));
+  EXPECT_LT(chunks, kMost);
 }
 
 }  // namespace

@@ -164,6 +164,24 @@ TEST(ConvertTest, TheDeadlineBoundOfNewSessionsSparesSavedOnes) {
   }
 }
 
+// A new session's chain declares at most 64 sub-optimizers (unused ones are accepted, and each
+// lists every tensor of a state dict exported by sub-optimizer); a saved one with more is still
+// restored.
+TEST(ConvertTest, ANewSessionsChainDeclaresAtMost64SubOptimizers) {
+  v1::SessionSpec spec = Spec(kValid);
+  for (int i = 1; i <= 64; ++i) {
+    v1::SubOptimizer* sub = spec.mutable_optimizer()->add_sub_optimizers();
+    sub->set_name(absl::StrCat("unused", i));
+    sub->set_kind("sgd");
+  }
+  EXPECT_THAT(CheckNewSessionSpec(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  "optimizer: 65 sub-optimizers (at most 64)"));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(SessionConfig config, SessionConfigFromProto(spec));
+  EXPECT_EQ(config.chain.sub_optimizers.size(), 65u);
+  spec.mutable_optimizer()->mutable_sub_optimizers()->RemoveLast();
+  EXPECT_THAT(CheckNewSessionSpec(spec), IsOk());
+}
+
 // The routing bounds are a new session's: a session saved with more rules, or longer globs, is
 // still restored and healed in (before, its restore was refused and the group lost it).
 TEST(ConvertTest, TheRoutingBoundsOfNewSessionsSpareSavedOnes) {

@@ -1,6 +1,7 @@
 #include "checkpoint/state_dict.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -20,6 +21,18 @@ bool IsGroupStepKey(const std::string& key) {
   absl::string_view group = rest.substr(slash + 1);
   return absl::ConsumePrefix(&group, "group") && !group.empty() &&
          std::all_of(group.begin(), group.end(), absl::ascii_isdigit);
+}
+
+std::optional<uint64_t> StateDictStep(const StateDict& state) {
+  const auto it = state.find("meta/step");
+  if (it == state.end() || it->second.type != StateTensor::Type::kI64 ||
+      !it->second.shape.empty() || it->second.bytes.size() != sizeof(int64_t)) {
+    return std::nullopt;
+  }
+  int64_t step = 0;
+  std::memcpy(&step, it->second.bytes.data(), sizeof(step));
+  if (step < 0) return std::nullopt;
+  return static_cast<uint64_t>(step);
 }
 
 std::optional<std::string> ParamNameOfKey(const std::string& key) {

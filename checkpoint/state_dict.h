@@ -34,6 +34,10 @@ bool IsGroupStepKey(const std::string& key);
 // keys and malformed ones. Parameters are matched by this exact name, never by suffix (spec §7.3).
 std::optional<std::string> ParamNameOfKey(const std::string& key);
 
+// The step a state dict sets: "meta/step", a 0-d int64 counter that is not negative; nullopt
+// without one (a reader checks it further).
+std::optional<uint64_t> StateDictStep(const StateDict& state);
+
 }  // namespace optstep
 
 #endif  // OPTSTEP_CHECKPOINT_STATE_DICT_H_

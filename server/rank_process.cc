@@ -388,6 +388,9 @@ absl::Status RankProcess::StartEngine(
     group_options.on_session_closed = [this](const std::string& id) {
       auto_checkpointer_->SessionClosed(id);
     };
+    group_options.replacing_state = [this](const std::string& id, uint64_t from_step) {
+      return auto_checkpointer_->Replacing(id, from_step);
+    };
   }
   group_ = std::make_unique<RankGroup>(group_options, engine_.get());
   if (!options_.heard_rendezvous.empty()) group_->HearOfRendezvous(options_.heard_rendezvous);

@@ -84,7 +84,7 @@ absl::StatusOr<StepReply> StepRecovery::Run(
       const bool answer_lost = AppliedStep(key) >= step && now == step &&
                                PayloadNumber(error, absl::StatusCode::kFailedPrecondition,
                                              kExpectedStepPayload) == step + 1;
-      if ((was_applied && now >= step) || answer_lost) {
+      if ((was_applied && now == step) || answer_lost) {
         Note(session_id, trainer_id, step);
         return applied();
       }
@@ -114,6 +114,18 @@ absl::StatusOr<StepReply> StepRecovery::Run(
     if (!seen.ok()) return seen.status();
     const uint64_t now = *seen;
     wait = Doubled(wait);
+    if (now > step) {
+      // Every step needs this trainer's gradients: a session past the one it sends runs another
+      // timeline (a restart restored checkpoints that a Load or an import had left), and none of
+      // its steps is this trainer's.
+      return absl::FailedPreconditionError(
+          absl::StrCat("session '", session_id, "' is at step ", now, ", past step ", step,
+                       " that trainer ", trainer_id,
+                       " sends: none of its steps is this trainer's (its state was likely "
+                       "replaced by another timeline while the group recovered, or another "
+                       "process sends as this trainer); load the state to go on from, and rewind "
+                       "to it"));
+    }
     if (now + 1 < step) {
       // Out of sequence while rank 0 did not serve, and the session is not behind a step this
       // client saw applied: the caller's own mistake, not a restore.
@@ -122,7 +134,7 @@ absl::StatusOr<StepReply> StepRecovery::Run(
       }
       return Rewind(key, now, step);
     }
-    was_applied = now >= step;
+    was_applied = now == step;
   }
 }
 

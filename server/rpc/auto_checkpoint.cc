@@ -140,30 +140,98 @@ void AutoCheckpointer::RemoveCheckpointsOf(const std::string& id) const {
   }
 }
 
-void AutoCheckpointer::RemoveCheckpointsFrom(const std::string& id, uint64_t step) const {
+namespace {
+
+// Removes the checkpoints `hidden` (set aside by HideCheckpointsFrom) of session `id`.
+void RemoveHidden(const std::string& id, const std::vector<HiddenCheckpoint>& hidden) {
+  for (const HiddenCheckpoint& checkpoint : hidden) {
+    std::error_code error;
+    fs::remove_all(checkpoint.hidden, error);
+    LOG_IF(WARNING, error) << "event=auto_checkpoints_remove_failed session=" << id << " error=\""
+                           << LogValue(error.message()) << "\"";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const void>> AutoCheckpointer::Replacing(const std::string& id,
+                                                                        uint64_t from_step) {
+  {
+    // A save of the session being committed ends first: its checkpoint is then one of those
+    // hidden. Sessions are marked alone, so that no other session's save waits for this.
+    absl::MutexLock lock(&commits_->mu);
+    struct Committing {
+      const std::set<std::string>* ids;
+      const std::string* id;
+    } committing{&commits_->committing, &id};
+    commits_->mu.Await(absl::Condition(
+        +[](Committing* c) { return c->ids->count(*c->id) == 0; }, &committing));
+    commits_->replacing.insert(id);
+  }
+  std::vector<HiddenCheckpoint> hidden;
+  absl::Status status = HideCheckpointsFrom(id, from_step, &hidden);
+  if (!status.ok()) {
+    // Nothing is applied: what was set aside comes back, and nothing is removed.
+    for (const HiddenCheckpoint& checkpoint : hidden) {
+      std::error_code error;
+      fs::rename(checkpoint.hidden, checkpoint.path, error);
+    }
+    absl::MutexLock lock(&commits_->mu);
+    commits_->replacing.erase(commits_->replacing.find(id));
+    return status;
+  }
+  // Removed once every rank applied (the slow part, out of the operation's hold); the guard may
+  // outlive the checkpointer.
+  return std::shared_ptr<const void>(
+      nullptr, [commits = commits_, id, hidden = std::move(hidden)](const void*) {
+        RemoveHidden(id, hidden);
+        absl::MutexLock lock(&commits->mu);
+        commits->replacing.erase(commits->replacing.find(id));
+      });
+}
+
+absl::Status AutoCheckpointer::HideCheckpointsFrom(const std::string& id, uint64_t step,
+                                                   std::vector<HiddenCheckpoint>* hidden) const {
   const fs::path dir = AutoCheckpointRoot(options_.checkpoint_root, id);
   std::error_code error;
-  std::vector<fs::path> abandoned;
-  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
-    const std::optional<uint64_t> saved = AutoCheckpointStep(it->path().filename().string());
-    if (saved.has_value() && *saved >= step) abandoned.push_back(it->path());
+  std::vector<fs::path> found;
+  if (fs::exists(dir, error)) {
+    for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+      const std::optional<uint64_t> saved = AutoCheckpointStep(it->path().filename().string());
+      if (saved.has_value() && *saved >= step) found.push_back(it->path());
+    }
   }
-  // Hidden first, all of them (renames, made durable), so that a crash halfway never leaves a
-  // later one for a restore to take.
-  for (fs::path& path : abandoned) {
-    const fs::path hidden = dir / absl::StrCat(".", path.filename().string(), ".abandoned");
-    fs::remove_all(hidden, error);
-    fs::rename(path, hidden, error);
+  // All of them renamed, then made durable, so that a crash halfway never leaves a later one
+  // for a restore to take.
+  for (const fs::path& path : found) {
     if (error) break;
-    path = hidden;
+    const fs::path to = dir / absl::StrCat(".", path.filename().string(), ".abandoned");
+    fs::remove_all(to, error);
+    if (!error) fs::rename(path, to, error);
+    if (error == std::errc::no_such_file_or_directory) {
+      error.clear();  // set aside meanwhile by another look
+      continue;
+    }
+    if (!error) hidden->push_back({path, to});
   }
-  if (!abandoned.empty() && !error) (void)SyncDirectory(dir.string());
-  for (const fs::path& path : abandoned) fs::remove_all(path, error);
-  LOG_IF(WARNING, error) << "event=auto_checkpoints_remove_failed session=" << id << " error=\""
-                         << LogValue(error.message()) << "\"";
-  LOG_IF(INFO, !abandoned.empty())
-      << "event=auto_checkpoints_abandoned session=" << id << " from_step=" << step
-      << " count=" << abandoned.size() << " the session was taken back to step " << step;
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot set aside the automatic checkpoints of "
+                     "session '",
+                     id, "' from step ", step, " in '", dir.string(), "': ", error.message()));
+  }
+  if (hidden->empty()) return absl::OkStatus();
+  LOG(INFO) << "event=auto_checkpoints_abandoned session=" << id << " from_step=" << step
+            << " count=" << hidden->size() << " the session was taken back to step " << step;
+  return SyncDirectory(dir.string());
+}
+
+void AutoCheckpointer::RemoveCheckpointsFrom(const std::string& id, uint64_t step) const {
+  std::vector<HiddenCheckpoint> hidden;
+  const absl::Status status = HideCheckpointsFrom(id, step, &hidden);
+  LOG_IF(WARNING, !status.ok()) << "event=auto_checkpoints_remove_failed session=" << id
+                                << " error=\"" << LogValue(status.message()) << "\"";
+  RemoveHidden(id, hidden);
 }
 
 bool AutoCheckpointer::Due(const Session& session, absl::Time now,
@@ -329,6 +397,7 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
   CheckpointLocation where;
   bool prepared = false;
   bool exists = false;
+  uint64_t snapshot_replacements = 0;  // the session's, as its snapshot was taken
   // The temporary of the step the session is at now, made before the hold: the hold settles
   // there unless a step is running, and the fsync of the root then stays out of the held time.
   OPTSTEP_ASSIGN_OR_RETURN(
@@ -350,6 +419,7 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
               "': its state was replaced while the save waited; saved at the next look"));
         }
         const absl::Time settled = absl::Now();
+        snapshot_replacements = session.stats().state_replacements;
         at = point;
         const std::string name = AutoCheckpointName(session.id(), point.step);
         OPTSTEP_ASSIGN_OR_RETURN(
@@ -387,8 +457,27 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
     (void)AbandonCheckpoint(guess.root, guess.name, token);  // the hold settled elsewhere
   }
   if (status.ok() && !exists) {
-    status = CommitSessionCheckpoint(session, token, at, where, definition, shards,
-                                     std::max(1, options_.keep));
+    // A replacement since the snapshot, or one under way (Replacing set aside the checkpoints of
+    // the timeline it leaves), took the session from the timeline this save belongs to:
+    // committed, it would stand for it, and a restart would restore it over the new state.
+    bool replaced = false;
+    {
+      absl::MutexLock lock(&commits_->mu);
+      replaced = commits_->replacing.count(session.id()) > 0 ||
+                 session.stats().state_replacements != snapshot_replacements;
+      if (!replaced) commits_->committing.insert(session.id());
+    }
+    if (replaced) {
+      replaced_meanwhile = true;
+      status = absl::AbortedError(absl::StrCat(
+          "session '", session.id(),
+          "': its state was replaced while the save was written; saved at the next look"));
+    } else {
+      status = CommitSessionCheckpoint(session, token, at, where, definition, shards,
+                                       std::max(1, options_.keep));
+      absl::MutexLock lock(&commits_->mu);
+      commits_->committing.erase(session.id());
+    }
   }
   if (!status.ok()) {
     if (prepared) {

@@ -2,6 +2,7 @@
 #define OPTSTEP_SERVER_RPC_AUTO_CHECKPOINT_H_
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -81,6 +82,13 @@ absl::StatusOr<SessionRecord> ReadSessionRecord(const std::string& dir);
 // for ever: each attempt holds the session (its steps pause) and copies its state.
 absl::Duration RetryDelay(absl::Duration retry_after, absl::Duration max_retry_after, int failures);
 
+// An automatic checkpoint set aside (AutoCheckpointer::HideCheckpointsFrom): where it was, and
+// the hidden name it has now.
+struct HiddenCheckpoint {
+  std::filesystem::path path;
+  std::filesystem::path hidden;
+};
+
 // Rank 0's automatic checkpoints (docs/checkpoints.md, "Automatic checkpoints"): a thread looks
 // at every session's step and, when a save is due, saves it as "auto/<id>/step-<N>" through the
 // held-operation protocol, from a snapshot: each rank copies its shard of the held state to host
@@ -108,6 +116,15 @@ class AutoCheckpointer {
   // Session `id` was closed by its owner: its automatic checkpoints are removed, now or, when
   // one is being written, as soon as it is done; it is never saved again.
   void SessionClosed(const std::string& id);
+  // Session `id`'s state is about to be replaced (RankGroupOptions::replacing_state: a Load or a
+  // state dict import that every rank staged): its automatic checkpoints of step `from_step` on
+  // belong to the timeline it leaves, and are removed now, not at the next look, so that a
+  // restart before that never restores them over the new state. Until the answer is let go
+  // (every rank applied), no save of the session commits, nor after it one whose snapshot came
+  // before the replacement. An error (they could not be set aside) fails the replacement, and
+  // what was set aside comes back. They are removed once the answer is let go; a replacement
+  // that then failed on some rank leaves its session without them.
+  absl::StatusOr<std::shared_ptr<const void>> Replacing(const std::string& id, uint64_t from_step);
 
   // One look at every session: abandons the checkpoints of a timeline a session left, and saves
   // those due (the thread's look, every poll_interval; tests call it directly).
@@ -143,8 +160,13 @@ class AutoCheckpointer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes session `id`'s automatic checkpoints of step `step` and later: a timeline its
   // session was taken back from, which a restore (the highest step first) would otherwise bring
-  // back over what the session stepped since.
+  // back over what the session stepped since (errors logged).
   void RemoveCheckpointsFrom(const std::string& id, uint64_t step) const;
+  // Sets aside (renames to a hidden name, made durable) session `id`'s automatic checkpoints of
+  // step `step` and later, adding each to `hidden`; one set aside meanwhile by another look is
+  // passed over. The first error otherwise (those in `hidden` were set aside before it).
+  absl::Status HideCheckpointsFrom(const std::string& id, uint64_t step,
+                                   std::vector<HiddenCheckpoint>* hidden) const;
   // The save itself, once the session's directory and record exist; `held` gets rank 0's
   // settled time.
   // `replacements`: the session's state replacements as last seen (none: not checked);
@@ -165,6 +187,15 @@ class AutoCheckpointer {
   std::set<std::string> closed_ ABSL_GUARDED_BY(mu_);
   std::string saving_ ABSL_GUARDED_BY(mu_);  // the id being saved, else empty
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The sessions whose state is being replaced (Replacing: their saves do not commit), and
+  // those whose save commits (a replacement waits for it). Shared with Replacing's guards,
+  // which may outlive the checkpointer.
+  struct Commits {
+    absl::Mutex mu;
+    std::multiset<std::string> replacing ABSL_GUARDED_BY(mu);
+    std::set<std::string> committing ABSL_GUARDED_BY(mu);
+  };
+  const std::shared_ptr<Commits> commits_ = std::make_shared<Commits>();
   std::thread thread_;
 };
 

@@ -207,13 +207,15 @@ absl::Status HeldOperations::ImportStateDict(Session& session,
   for (const auto& [key, tensor] : *state) {
     for (int r : RanksOf(key, session, param_of)) (*parts[r])[key] = tensor;
   }
-  return WithHeldSession(session, [&](uint64_t token, const HeldPoint&) -> absl::Status {
+  return WithHeldSession(session, [&](uint64_t token, const HeldPoint& point) -> absl::Status {
     // Every rank validates and stages its part; only then does any rank change.
     OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
       if (r == 0) return session.holds().StageState(token, parts[0], /*complete=*/false);
       return StageOn(r, session, token, *parts[r]);
     }));
-    return ApplyEverywhere(session, token);
+    // The timeline is left from the step the import sets, or the session's if lower.
+    const std::optional<uint64_t> imported = StateDictStep(*state);
+    return ApplyEverywhere(session, token, std::min(point.step, imported.value_or(point.step)));
   });
 }
 
@@ -275,7 +277,15 @@ absl::Status HeldOperations::RenewEverywhere(Session& session, uint64_t token) {
   });
 }
 
-absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token) {
+absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token,
+                                             std::optional<uint64_t> abandoned_from) {
+  // Before any rank applies: a restart between the apply and the checkpointer's next look would
+  // otherwise restore the timeline left (its highest step) over the state put in its place.
+  // Before the renewal too, so that the disk's time does not run down the holds' lease.
+  std::shared_ptr<const void> replacing;
+  if (options().replacing_state && abandoned_from.has_value()) {
+    OPTSTEP_ASSIGN_OR_RETURN(replacing, options().replacing_state(session.id(), *abandoned_from));
+  }
   OPTSTEP_RETURN_IF_ERROR(RenewEverywhere(session, token));
   OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
     if (r == 0) return session.holds().ApplyStaged(token);
@@ -378,7 +388,7 @@ absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
   OPTSTEP_ASSIGN_OR_RETURN(const CheckpointLocation where, Locate(name, /*allow_auto=*/true));
   OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
   uint64_t step = 0;
-  OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint&) {
+  OPTSTEP_RETURN_IF_ERROR(WithHeldSession(session, [&](uint64_t token, const HeldPoint& point) {
     // Every rank verifies and stages; only when all succeeded does any rank apply.
     OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
       if (r == 0) {
@@ -397,7 +407,12 @@ absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
                      "waiting for its shard to be read and staged", kShardCallTimeout)
           .status();
     }));
-    return ApplyEverywhere(session, token);
+    // The timeline is left from the step loaded, or the session's if lower. A restore loads
+    // one of the session's own automatic checkpoints, and sets aside what it passed over itself
+    // (AutoCheckpointer::Restored, and the damaged ones kept for an operator).
+    const bool restore = name == AutoCheckpointName(session.id(), step);
+    return ApplyEverywhere(session, token,
+                           restore ? std::nullopt : std::optional(std::min(point.step, step)));
   }));
   return step;
 }

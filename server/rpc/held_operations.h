@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,8 +82,11 @@ class HeldOperations {
   // finished its part waits for the others without renewing it) and right before it commits or
   // applies anything, so that no rank writes under a hold it lost.
   absl::Status RenewEverywhere(Session& session, uint64_t token);
-  // Every rank writes the state it staged under `token`, once every rank still holds it.
-  absl::Status ApplyEverywhere(Session& session, uint64_t token);
+  // Every rank writes the state it staged under `token`, once the automatic checkpoints of step
+  // `abandoned_from` on (none when unset), which the session's timeline leaves, are set aside
+  // (RankGroupOptions::replacing_state) and every rank still holds it.
+  absl::Status ApplyEverywhere(Session& session, uint64_t token,
+                               std::optional<uint64_t> abandoned_from);
   // Where checkpoint `name` lives under this rank's root (LocateCheckpoint); FAILED_PRECONDITION
   // without a root.
   absl::StatusOr<CheckpointLocation> Locate(const std::string& name, bool allow_auto) const;

@@ -73,6 +73,18 @@ def test_a_step_sent_while_the_last_one_still_ends_is_sent_again_in_its_turn() -
     assert group.reads == 3
 
 
+def test_a_session_past_the_step_sent_is_an_error_not_the_step_applied() -> None:
+    """A session past the step sent, once the group serves again, runs another timeline (a
+    restart restored checkpoints that a Load had left): every step needs this trainer, so none
+    past its own was applied for it. Before, the other timeline's parameters were answered as
+    the step's."""
+    steps = recovery()
+    out_of_turn = FailedPreconditionError("step 305 out of sequence; expected step 501")
+    with pytest.raises(FailedPreconditionError, match="at step 500, past step 305"):
+        steps.run(EndingGroup([500]), "s", 305, attempts([UnavailableError("reset"), out_of_turn],
+                                                         305), restored)
+
+
 def test_a_session_below_the_step_seen_applied_running_none_is_a_rewind_at_once() -> None:
     steps = recovery()
     assert steps.run(EndingGroup([3]), "s", 3, attempts([], 3), restored) == 3

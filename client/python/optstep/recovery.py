@@ -155,7 +155,7 @@ class StepRecovery:
                     # refusal of other gradients names no step.)
                     answer_lost = self._applied_step(key) >= step and info.step == step and \
                         error.payload_number(EXPECTED_STEP_PAYLOAD) == step + 1
-                    if (was_applied and info.step >= step) or answer_lost:
+                    if (was_applied and info.step == step) or answer_lost:
                         self.note(session_id, step, trainer_id=trainer_id)
                         return self._applied_by(group, applied, probes_by())
                     # The last step ended meanwhile: this one's turn (once).
@@ -179,6 +179,16 @@ class StepRecovery:
                 info = self._await_group(group, session_id, deadline, wait, error)
                 info = self._await_seen_step(group, key, info, error, deadline)
                 wait = min(2 * wait, _LONGEST_WAIT)
+                if info.step > step:
+                    # Every step needs this trainer's gradients: a session past the one it
+                    # sends runs another timeline (a restart restored checkpoints that a Load or
+                    # an import had left), and none of its steps is this trainer's.
+                    raise FailedPreconditionError(
+                        f"session '{session_id}' is at step {info.step}, past step {step} that "
+                        f"trainer {trainer_id} sends: none of its steps is this trainer's (its "
+                        "state was likely replaced by another timeline while the group "
+                        "recovered, or another process sends as this trainer); load the state to "
+                        "go on from, and rewind to it") from None
                 if info.step < step - 1:
                     # Out of sequence while rank 0 did not serve, and the session is not behind
                     # a step this client saw applied: the caller's own mistake, not a restore.
@@ -186,7 +196,7 @@ class StepRecovery:
                             info.step >= self._applied_step(key):
                         raise
                     raise self._rewind(key, info.step, step) from None
-                was_applied = info.step >= step
+                was_applied = info.step == step
 
     def _await_seen_step(self, group: GroupView, key: Tuple[str, int],
                          info: session_pb2.SessionInfo, error: OptstepError,

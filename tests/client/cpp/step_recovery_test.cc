@@ -95,6 +95,23 @@ TEST(StepRecoveryTest, AStepTheRestoredSessionAppliedAnswersItsRestoredResult) {
   EXPECT_EQ(reply->step, 99u);
 }
 
+// A session past the step sent, once the group serves again, runs another timeline (a restart
+// restored checkpoints that a Load had left): every step needs this trainer, so none past its
+// own can be applied for it. Answered FAILED_PRECONDITION naming both steps, never as applied
+// (before, it answered the other timeline's parameters as the step's).
+TEST(StepRecoveryTest, ASessionPastTheStepSentIsAnErrorNotTheStepApplied) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.down = 1, .step = 500};
+  Attempts attempt{{absl::UnavailableError("reset"),
+                    absl::FailedPreconditionError("step 305 out of sequence; expected step 501")},
+                   305};
+  absl::StatusOr<StepReply> reply =
+      recovery.Run("s", 0, 305, group.probe(), std::ref(attempt), Restored);
+  EXPECT_THAT(reply.status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "at step 500, past step 305"));
+  EXPECT_EQ(attempt.calls, 1);
+}
+
 TEST(StepRecoveryTest, ASessionRestoredFurtherBackAnswersAbortedWithTheRestoredStep) {
   StepRecovery recovery = Recovery();
   FakeGroup group{.down = 1, .step = 2};

@@ -61,6 +61,13 @@ class CheckpointSaveTest : public ::testing::Test {
     group_options.checkpoint_root = root_;
     group_options.hold_lease = HoldLease();
     group_options.settle_timeout = std::min(group_options.settle_timeout, HoldLease());
+    // As rank 0 wires its checkpointer (RankProcess), once a test made one.
+    group_options.replacing_state =
+        [this](const std::string& id,
+               uint64_t from_step) -> absl::StatusOr<std::shared_ptr<const void>> {
+      if (checkpointer_ == nullptr) return std::shared_ptr<const void>();
+      return checkpointer_->Replacing(id, from_step);
+    };
     group_ = std::make_unique<RankGroup>(group_options, engine_.get());
     ServerOptions server_options;
     server_options.host = "127.0.0.1";
@@ -117,6 +124,16 @@ class CheckpointSaveTest : public ::testing::Test {
     checkpointer.LookOnce();
   }
 
+  // StepTwiceSavingBoth, then "one" loaded back; answers the session's automatic checkpoints'
+  // directory, which held "step-2" before the load.
+  std::filesystem::path LoadBackPastAnAutomaticSave(AutoCheckpointer& checkpointer) {
+    const std::filesystem::path dir = std::filesystem::path(root_) / "auto" / session_;
+    StepTwiceSavingBoth(checkpointer);
+    EXPECT_TRUE(std::filesystem::exists(dir / "step-2"));
+    EXPECT_TRUE(Load("one").ok());
+    return dir;
+  }
+
   grpc::Status Load(const std::string& name) {
     v1::LoadRequest request;
     request.set_session_id(session_);
@@ -131,11 +148,12 @@ class CheckpointSaveTest : public ::testing::Test {
   }
 
   // The automatic checkpointer of the group, saving each step, never started: tests look.
-  std::unique_ptr<AutoCheckpointer> AutoCheckpoints() {
+  AutoCheckpointer* AutoCheckpoints() {
     AutoCheckpointOptions options;
     options.checkpoint_root = root_;
     options.every_steps = 1;
-    return std::make_unique<AutoCheckpointer>(options, engine_.get(), group_.get());
+    checkpointer_ = std::make_unique<AutoCheckpointer>(options, engine_.get(), group_.get());
+    return checkpointer_.get();
   }
 
   grpc::Status Save(const std::string& name, absl::Duration timeout = absl::Seconds(60)) {
@@ -180,6 +198,7 @@ class CheckpointSaveTest : public ::testing::Test {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<RankGroup> group_;
   std::unique_ptr<Server> server_;
+  std::unique_ptr<AutoCheckpointer> checkpointer_;  // made by a test (AutoCheckpoints)
   std::unique_ptr<v1::CheckpointService::Stub> checkpoints_;
   std::unique_ptr<v1::OptimizerService::Stub> optimizer_;
   std::string session_;
@@ -259,16 +278,25 @@ TEST_F(CheckpointSaveTest, ACallCancelledWhileItWaitedItsTurnDoesNothing) {
 // had reached, and a restart restored the abandoned step 2.
 TEST_F(CheckpointSaveTest, ALoadBackThatSteppedPastTheLastAutomaticSaveAbandonsIt) {
   namespace fs = std::filesystem;
-  std::unique_ptr<AutoCheckpointer> checkpointer = AutoCheckpoints();
-  ASSERT_NO_FATAL_FAILURE(StepTwiceSavingBoth(*checkpointer));
-  const fs::path dir = fs::path(root_) / "auto" / session_;
-  ASSERT_TRUE(fs::exists(dir / "step-2"));
-  ASSERT_TRUE(Load("one").ok());
+  AutoCheckpointer* checkpointer = AutoCheckpoints();
+  fs::path dir;
+  ASSERT_NO_FATAL_FAILURE(dir = LoadBackPastAnAutomaticSave(*checkpointer));
   ASSERT_NO_FATAL_FAILURE(StepSession(2));
   ASSERT_NO_FATAL_FAILURE(StepSession(3));
   checkpointer->LookOnce();
   EXPECT_FALSE(fs::exists(dir / "step-2")) << "the abandoned timeline's checkpoint stayed";
   EXPECT_TRUE(fs::exists(dir / "step-3"));
+}
+
+// A Load back to step 1 removes the automatic checkpoints of the timeline it leaves (step 2)
+// before any rank applies it, not at the checkpointer's next look: a restart in between restored
+// step 2 over the loaded state, and its trainer, told that its step was applied, went on from the
+// abandoned run.
+TEST_F(CheckpointSaveTest, ALoadRemovesTheCheckpointsOfTheTimelineItLeavesAtOnce) {
+  std::filesystem::path dir;
+  ASSERT_NO_FATAL_FAILURE(dir = LoadBackPastAnAutomaticSave(*AutoCheckpoints()));
+  // No look since: a restart now finds nothing of the timeline left.
+  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json"));
 }
 
 // An automatic save that finds the state replaced after the checkpointer's last look (a Load
@@ -277,7 +305,7 @@ TEST_F(CheckpointSaveTest, ALoadBackThatSteppedPastTheLastAutomaticSaveAbandonsI
 // timeline's and removed it.
 TEST_F(CheckpointSaveTest, AnAutomaticSaveOfAStateReplacedSinceTheLastLookIsDeferred) {
   namespace fs = std::filesystem;
-  std::unique_ptr<AutoCheckpointer> checkpointer = AutoCheckpoints();
+  AutoCheckpointer* checkpointer = AutoCheckpoints();
   ASSERT_NO_FATAL_FAILURE(StepTwiceSavingBoth(*checkpointer));
   ASSERT_TRUE(Load("one").ok());
   absl::StatusOr<std::shared_ptr<Session>> session = engine_->GetSession(session_);
@@ -296,7 +324,7 @@ TEST_F(CheckpointSaveTest, AnAutomaticSaveOfAStateReplacedSinceTheLastLookIsDefe
 // The checkpointer forgets a session once it is closed: before, the id of every closed session
 // stayed in rank 0 for ever, and a tenant that created and closed sessions grew it without bound.
 TEST_F(CheckpointSaveTest, TheCheckpointerForgetsAClosedSession) {
-  std::unique_ptr<AutoCheckpointer> checkpointer = AutoCheckpoints();
+  AutoCheckpointer* checkpointer = AutoCheckpoints();
   ASSERT_NO_FATAL_FAILURE(StepSession(1));
   checkpointer->LookOnce();
   EXPECT_EQ(checkpointer->RememberedSessions(), 1u);

@@ -124,10 +124,11 @@ absl::StatusOr<StepHandle> Session::Begin(const StepBegin& begin) {
     if (!mu_.AwaitWithTimeout(
             absl::Condition(
                 +[](Copies* c) { return c->of->count(c->trainer) == 0; }, &copies),
-            step_deadline_)) {
-      return absl::UnavailableError(absl::StrCat(
-          "session '", id_, "': step ", begin.step, ": a copy of trainer ", begin.trainer,
-          "'s earlier stream to the device did not end within the step deadline"));
+            kEarlierCopiesWait)) {
+      return absl::UnavailableError(
+          absl::StrCat("session '", id_, "': step ", begin.step, ": a copy of trainer ",
+                       begin.trainer, "'s earlier stream to the device did not end within ",
+                       absl::FormatDuration(kEarlierCopiesWait), "; begin the step again"));
     }
     c = book_.Begin(begin, std::move(schedule), absl::Now(), &superseded);
   }

@@ -395,6 +395,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
   int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;         // gradient copies outside the lock
   std::map<int, int> inflight_of_ ABSL_GUARDED_BY(mu_);  // the same by trainer (none: absent)
+  // How long a trainer's new attempt waits for the copies of its earlier streams (Begin, on a
+  // stream's thread): a copy takes milliseconds; one that takes seconds is a stalled device.
+  static constexpr absl::Duration kEarlierCopiesWait = absl::Seconds(5);
   // State written on the coordinator outside a resolution, and without marking the book as
   // running (ImportShadow, a Load's SessionHolds::ApplyStaged), each within one task: initial
   // values, written on the coordinator too, never meet it, but their first piece's check, on the

@@ -154,11 +154,11 @@ void RemoveHidden(const std::string& id, const std::vector<HiddenCheckpoint>& hi
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const void>> AutoCheckpointer::Replacing(const std::string& id,
-                                                                        uint64_t from_step) {
+absl::StatusOr<RankGroupOptions::ReplacementDone> AutoCheckpointer::Replacing(const std::string& id,
+                                                                              uint64_t from_step) {
   {
     // A save of the session being committed ends first: its checkpoint is then one of those
-    // hidden. Sessions are marked alone, so that no other session's save waits for this.
+    // set aside. Sessions are marked alone, so that no other session's save waits for this.
     absl::MutexLock lock(&commits_->mu);
     struct Committing {
       const std::set<std::string>* ids;
@@ -169,25 +169,43 @@ absl::StatusOr<std::shared_ptr<const void>> AutoCheckpointer::Replacing(const st
     commits_->replacing.insert(id);
   }
   std::vector<HiddenCheckpoint> hidden;
-  absl::Status status = HideCheckpointsFrom(id, from_step, &hidden);
+  absl::Status status;
+  {
+    absl::MutexLock hiding(&commits_->hiding);
+    status = HideCheckpointsFrom(id, from_step, &hidden);
+  }
+  auto done = [commits = commits_, id, dir = AutoCheckpointRoot(options_.checkpoint_root, id),
+               hidden](bool applied) {
+    if (!applied) BringBack(*commits, id, dir, hidden);
+    absl::MutexLock lock(&commits->mu);
+    if (applied) commits->to_remove.emplace_back(id, hidden);
+    commits->replacing.erase(commits->replacing.find(id));
+  };
   if (!status.ok()) {
-    // Nothing is applied: what was set aside comes back, and nothing is removed.
-    for (const HiddenCheckpoint& checkpoint : hidden) {
-      std::error_code error;
-      fs::rename(checkpoint.hidden, checkpoint.path, error);
-    }
-    absl::MutexLock lock(&commits_->mu);
-    commits_->replacing.erase(commits_->replacing.find(id));
+    done(false);  // nothing is applied: what was set aside comes back
     return status;
   }
-  // Removed once every rank applied (the slow part, out of the operation's hold); the guard may
-  // outlive the checkpointer.
-  return std::shared_ptr<const void>(
-      nullptr, [commits = commits_, id, hidden = std::move(hidden)](const void*) {
-        RemoveHidden(id, hidden);
-        absl::MutexLock lock(&commits->mu);
-        commits->replacing.erase(commits->replacing.find(id));
-      });
+  return RankGroupOptions::ReplacementDone(std::move(done));
+}
+
+void AutoCheckpointer::BringBack(Commits& commits, const std::string& id, const std::string& dir,
+                                 const std::vector<HiddenCheckpoint>& hidden) {
+  if (hidden.empty()) return;
+  absl::MutexLock hiding(&commits.hiding);
+  std::error_code error;
+  for (const HiddenCheckpoint& checkpoint : hidden) {
+    std::error_code renamed;
+    fs::rename(checkpoint.hidden, checkpoint.path, renamed);
+    if (renamed) error = renamed;
+  }
+  absl::Status status =
+      error ? absl::InternalError(absl::StrCat("cannot bring back: ", error.message()))
+            : SyncDirectory(dir);
+  LOG_IF(WARNING, !status.ok()) << "event=auto_checkpoints_restore_failed session=" << id
+                                << " error=\"" << LogValue(status.message()) << "\"";
+  LOG_IF(INFO, status.ok()) << "event=auto_checkpoints_kept session=" << id
+                            << " count=" << hidden.size()
+                            << " the replacement that set them aside was not applied";
 }
 
 absl::Status AutoCheckpointer::HideCheckpointsFrom(const std::string& id, uint64_t step,
@@ -228,10 +246,24 @@ absl::Status AutoCheckpointer::HideCheckpointsFrom(const std::string& id, uint64
 
 void AutoCheckpointer::RemoveCheckpointsFrom(const std::string& id, uint64_t step) const {
   std::vector<HiddenCheckpoint> hidden;
-  const absl::Status status = HideCheckpointsFrom(id, step, &hidden);
-  LOG_IF(WARNING, !status.ok()) << "event=auto_checkpoints_remove_failed session=" << id
-                                << " error=\"" << LogValue(status.message()) << "\"";
+  absl::Status status;
+  {
+    absl::MutexLock hiding(&commits_->hiding);
+    status = HideCheckpointsFrom(id, step, &hidden);
+  }
   RemoveHidden(id, hidden);
+  if (status.ok()) return;
+  LOG(WARNING) << "event=auto_checkpoints_remove_failed session=" << id << " error=\""
+               << LogValue(status.message()) << "\"";
+  // Those not set aside go as they are: the look that abandons them does not come again.
+  const fs::path dir = AutoCheckpointRoot(options_.checkpoint_root, id);
+  std::error_code error;
+  std::vector<fs::path> left;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::optional<uint64_t> saved = AutoCheckpointStep(it->path().filename().string());
+    if (saved.has_value() && *saved >= step) left.push_back(it->path());
+  }
+  for (const fs::path& path : left) fs::remove_all(path, error);
 }
 
 bool AutoCheckpointer::Due(const Session& session, absl::Time now,
@@ -294,6 +326,13 @@ void AutoCheckpointer::ForgetAllBut(const std::vector<std::shared_ptr<Session>>&
 }
 
 void AutoCheckpointer::LookOnce() {
+  // What replacements applied set aside, removed out of their operations' holds.
+  std::vector<std::pair<std::string, std::vector<HiddenCheckpoint>>> to_remove;
+  {
+    absl::MutexLock lock(&commits_->mu);
+    to_remove.swap(commits_->to_remove);
+  }
+  for (const auto& [id, hidden] : to_remove) RemoveHidden(id, hidden);
   if (!group_->PeersStatus().ok()) return;  // the group is broken: nothing can be saved
   const std::vector<std::shared_ptr<Session>> sessions = engine_->ListSessions();
   {

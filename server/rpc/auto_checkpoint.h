@@ -118,13 +118,14 @@ class AutoCheckpointer {
   void SessionClosed(const std::string& id);
   // Session `id`'s state is about to be replaced (RankGroupOptions::replacing_state: a Load or a
   // state dict import that every rank staged): its automatic checkpoints of step `from_step` on
-  // belong to the timeline it leaves, and are removed now, not at the next look, so that a
-  // restart before that never restores them over the new state. Until the answer is let go
-  // (every rank applied), no save of the session commits, nor after it one whose snapshot came
-  // before the replacement. An error (they could not be set aside) fails the replacement, and
-  // what was set aside comes back. They are removed once the answer is let go; a replacement
-  // that then failed on some rank leaves its session without them.
-  absl::StatusOr<std::shared_ptr<const void>> Replacing(const std::string& id, uint64_t from_step);
+  // belong to the timeline it leaves, and are set aside now (renamed, made durable), not at the
+  // next look, so that a restart before that never restores them over the new state. Until the
+  // answer is told, no save of the session commits, nor after it one whose snapshot came before
+  // the replacement. Told applied, they are removed at the next look (outside the operation's
+  // hold); told not, they come back. An error (they could not be set aside) fails the
+  // replacement, and what was set aside comes back.
+  absl::StatusOr<RankGroupOptions::ReplacementDone> Replacing(const std::string& id,
+                                                              uint64_t from_step);
 
   // One look at every session: abandons the checkpoints of a timeline a session left, and saves
   // those due (the thread's look, every poll_interval; tests call it directly).
@@ -162,9 +163,14 @@ class AutoCheckpointer {
   // session was taken back from, which a restore (the highest step first) would otherwise bring
   // back over what the session stepped since (errors logged).
   void RemoveCheckpointsFrom(const std::string& id, uint64_t step) const;
+  struct Commits;
+  // Renames `hidden` (session `id`'s, in `dir`) back and makes that durable, errors logged.
+  static void BringBack(Commits& commits, const std::string& id, const std::string& dir,
+                        const std::vector<HiddenCheckpoint>& hidden);
   // Sets aside (renames to a hidden name, made durable) session `id`'s automatic checkpoints of
   // step `step` and later, adding each to `hidden`; one set aside meanwhile by another look is
   // passed over. The first error otherwise (those in `hidden` were set aside before it).
+  // REQUIRES: commits_->hiding held.
   absl::Status HideCheckpointsFrom(const std::string& id, uint64_t step,
                                    std::vector<HiddenCheckpoint>* hidden) const;
   // The save itself, once the session's directory and record exist; `held` gets rank 0's
@@ -187,13 +193,18 @@ class AutoCheckpointer {
   std::set<std::string> closed_ ABSL_GUARDED_BY(mu_);
   std::string saving_ ABSL_GUARDED_BY(mu_);  // the id being saved, else empty
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // The sessions whose state is being replaced (Replacing: their saves do not commit), and
-  // those whose save commits (a replacement waits for it). Shared with Replacing's guards,
-  // which may outlive the checkpointer.
+  // The sessions whose state is being replaced (Replacing: their saves do not commit), those
+  // whose save commits (a replacement waits for it), and what replacements set aside, to be
+  // removed at the next look. Shared with Replacing's answers, which may outlive the
+  // checkpointer. `hiding` is held while checkpoints are set aside or brought back, so that two
+  // never rename the same one.
   struct Commits {
     absl::Mutex mu;
     std::multiset<std::string> replacing ABSL_GUARDED_BY(mu);
     std::set<std::string> committing ABSL_GUARDED_BY(mu);
+    std::vector<std::pair<std::string, std::vector<HiddenCheckpoint>>> to_remove
+        ABSL_GUARDED_BY(mu);
+    absl::Mutex hiding;
   };
   const std::shared_ptr<Commits> commits_ = std::make_shared<Commits>();
   std::thread thread_;

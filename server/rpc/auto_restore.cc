@@ -73,7 +73,8 @@ constexpr absl::Duration kFirstLoadRetry = absl::Seconds(1);
 absl::StatusOr<uint64_t> LoadRetrying(RankGroup* group, Session& session, const std::string& name) {
   absl::Duration delay = kFirstLoadRetry;
   for (int attempt = 1;; ++attempt) {
-    absl::StatusOr<uint64_t> step = HeldOperations(group).LoadCheckpoint(session, name, nullptr);
+    absl::StatusOr<uint64_t> step =
+        HeldOperations(group).LoadCheckpoint(session, name, nullptr, /*restoring=*/true);
     if (step.ok() || Unusable(step.status()) || attempt == kLoadAttempts) return step;
     LOG(WARNING) << "event=auto_checkpoint_load_retry session=" << session.id() << " name=" << name
                  << " attempt=" << attempt << " retry_in=\"" << absl::FormatDuration(delay)
@@ -190,6 +191,20 @@ absl::StatusOr<RestoredSession> RestoreOne(
   return failed;
 }
 
+// Removes what a crash left set aside in a session's directory of automatic checkpoints
+// (".step-<N>.abandoned": a timeline the session left, hidden before its removal).
+void RemoveAbandoned(const std::string& dir) {
+  std::error_code error;
+  std::vector<fs::path> abandoned;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (absl::StartsWith(name, ".step-") && absl::EndsWith(name, ".abandoned")) {
+      abandoned.push_back(it->path());
+    }
+  }
+  for (const fs::path& path : abandoned) fs::remove_all(path, error);
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<RestoredSession>> RestoreAutoCheckpoints(
@@ -212,6 +227,7 @@ absl::StatusOr<std::vector<RestoredSession>> RestoreAutoCheckpoints(
   }
   std::sort(dirs.begin(), dirs.end());
   for (const std::string& dir : dirs) {
+    RemoveAbandoned(dir);
     absl::Status lost_rank;
     absl::StatusOr<RestoredSession> one =
         RestoreOne(dir, temp_max_age, group, before_load, &lost_rank);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -282,11 +283,16 @@ absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token,
   // Before any rank applies: a restart between the apply and the checkpointer's next look would
   // otherwise restore the timeline left (its highest step) over the state put in its place.
   // Before the renewal too, so that the disk's time does not run down the holds' lease.
-  std::shared_ptr<const void> replacing;
+  RankGroupOptions::ReplacementDone replacing;
   if (options().replacing_state && abandoned_from.has_value()) {
     OPTSTEP_ASSIGN_OR_RETURN(replacing, options().replacing_state(session.id(), *abandoned_from));
   }
+  bool asked = false;  // whether the ranks were asked to apply (some may have)
+  absl::Cleanup told = [&] {
+    if (replacing) replacing(asked);
+  };
   OPTSTEP_RETURN_IF_ERROR(RenewEverywhere(session, token));
+  asked = true;
   OPTSTEP_RETURN_IF_ERROR(group_->ForEachRank([&](int r) -> absl::Status {
     if (r == 0) return session.holds().ApplyStaged(token);
     return group_
@@ -383,8 +389,9 @@ absl::Status HeldOperations::SaveShardsAndCommit(Session& session, uint64_t toke
                                  options().keep_checkpoints);
 }
 
-absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
-    Session& session, const std::string& name, const CheckpointProgressCallback& progress) {
+absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(Session& session, const std::string& name,
+                                                        const CheckpointProgressCallback& progress,
+                                                        bool restoring) {
   OPTSTEP_ASSIGN_OR_RETURN(const CheckpointLocation where, Locate(name, /*allow_auto=*/true));
   OPTSTEP_ASSIGN_OR_RETURN(const std::string definition, DefinitionJson(session));
   uint64_t step = 0;
@@ -407,12 +414,11 @@ absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(
                      "waiting for its shard to be read and staged", kShardCallTimeout)
           .status();
     }));
-    // The timeline is left from the step loaded, or the session's if lower. A restore loads
-    // one of the session's own automatic checkpoints, and sets aside what it passed over itself
-    // (AutoCheckpointer::Restored, and the damaged ones kept for an operator).
-    const bool restore = name == AutoCheckpointName(session.id(), step);
+    // The timeline is left from the step loaded, or the session's if lower. A restore sets
+    // aside what it passed over itself (AutoCheckpointer::Restored, and the damaged ones it keeps
+    // for an operator).
     return ApplyEverywhere(session, token,
-                           restore ? std::nullopt : std::optional(std::min(point.step, step)));
+                           restoring ? std::nullopt : std::optional(std::min(point.step, step)));
   }));
   return step;
 }

@@ -66,8 +66,11 @@ class HeldOperations {
                                           const CheckpointProgressCallback& progress);
   // Every rank verifies and stages its part of checkpoint `name` (also an automatic one,
   // "auto/<session id>/step-<N>"); then every rank applies it. Answers the step restored.
+  // `restoring`: the automatic restore, which sets aside the checkpoints it passed over itself
+  // (else those of the timeline the session leaves are, RankGroupOptions::replacing_state).
   absl::StatusOr<uint64_t> LoadCheckpoint(Session& session, const std::string& name,
-                                          const CheckpointProgressCallback& progress);
+                                          const CheckpointProgressCallback& progress,
+                                          bool restoring = false);
 
  private:
   const RankGroupOptions& options() const { return group_->options(); }

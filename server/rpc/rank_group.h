@@ -63,10 +63,10 @@ struct RankGroupOptions {
   // Rank 0 with automatic checkpoints: a held operation that replaces a session's state (a Load,
   // a state dict import) calls this once every rank staged the state, before any applies it,
   // with the step from which the session's automatic checkpoints belong to the timeline it
-  // leaves (AutoCheckpointer::Replacing); the answer is kept until every rank applied. An error
-  // fails the operation, nothing applied. May be null.
-  std::function<absl::StatusOr<std::shared_ptr<const void>>(const std::string& session_id,
-                                                            uint64_t from_step)>
+  // leaves (AutoCheckpointer::Replacing). The answer is told once whether the ranks were asked
+  // to apply. An error fails the operation, nothing applied. May be null.
+  using ReplacementDone = std::function<void(bool applied)>;
+  std::function<absl::StatusOr<ReplacementDone>(const std::string& session_id, uint64_t from_step)>
       replacing_state;
   // The sessions' communicators, rebuilt when a restarted rank rejoins (Regroup); null: the
   // group cannot heal (a lost rank means a restart of the group).

@@ -64,8 +64,8 @@ class CheckpointSaveTest : public ::testing::Test {
     // As rank 0 wires its checkpointer (RankProcess), once a test made one.
     group_options.replacing_state =
         [this](const std::string& id,
-               uint64_t from_step) -> absl::StatusOr<std::shared_ptr<const void>> {
-      if (checkpointer_ == nullptr) return std::shared_ptr<const void>();
+               uint64_t from_step) -> absl::StatusOr<RankGroupOptions::ReplacementDone> {
+      if (checkpointer_ == nullptr) return RankGroupOptions::ReplacementDone();
       return checkpointer_->Replacing(id, from_step);
     };
     group_ = std::make_unique<RankGroup>(group_options, engine_.get());
@@ -295,8 +295,26 @@ TEST_F(CheckpointSaveTest, ALoadBackThatSteppedPastTheLastAutomaticSaveAbandonsI
 TEST_F(CheckpointSaveTest, ALoadRemovesTheCheckpointsOfTheTimelineItLeavesAtOnce) {
   std::filesystem::path dir;
   ASSERT_NO_FATAL_FAILURE(dir = LoadBackPastAnAutomaticSave(*AutoCheckpoints()));
-  // No look since: a restart now finds nothing of the timeline left.
-  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json"));
+  // No look since: a restart now finds nothing of the timeline left (it removes what is set
+  // aside), and the next look removes it.
+  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre(".step-2.abandoned", "session.json"));
+  checkpointer_->LookOnce();
+  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-1"));
+}
+
+// A replacement that was not applied (its holds lost before any rank applied) brings back what it
+// set aside: the session goes on in its timeline, and a restart still finds its checkpoints.
+TEST_F(CheckpointSaveTest, AReplacementNotAppliedBringsBackWhatItSetAside) {
+  AutoCheckpointer* checkpointer = AutoCheckpoints();
+  ASSERT_NO_FATAL_FAILURE(StepTwiceSavingBoth(*checkpointer));
+  const std::filesystem::path dir = std::filesystem::path(root_) / "auto" / session_;
+  absl::StatusOr<RankGroupOptions::ReplacementDone> done = checkpointer->Replacing(session_, 1);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre(".step-2.abandoned", "session.json"));
+  (*done)(/*applied=*/false);
+  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-2"));
+  checkpointer->LookOnce();
+  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-2"));
 }
 
 // An automatic save that finds the state replaced after the checkpointer's last look (a Load

@@ -49,7 +49,7 @@ struct MasterBlocks {
 // Thread-compatible: the Session orders every access. Its structure (names, sizes, owners,
 // groups' definitions) is fixed at Create and may be read by any thread. Masters, optimizer
 // state and group counters are written only by tasks of the session's coordinator (on the
-// device worker it waits for, or on the coordinator itself: initial values); held operations read
+// device worker it waits for, initial values too); held operations read
 // them only while the session is settled, when no resolution runs. A gradient buffer is written
 // by the stream threads in the disjoint ranges StepContributions admits; once complete, it is
 // read (and averaged) by the session's statistics task on the device worker while no copy of it

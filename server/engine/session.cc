@@ -163,7 +163,10 @@ absl::Status Session::AddGradient(const StepHandle& c, int param_id, int64_t off
 }
 
 bool Session::WouldWait(const StepHandle& c, int param_id) const {
-  if (param_id < 0 || param_id >= replica_->num_params()) return false;
+  // Most chunks never wait: they take no lock here (this is asked of every chunk).
+  if (!ordered_ || c.retry || c.replay || param_id < 0 || param_id >= replica_->num_params()) {
+    return false;
+  }
   absl::MutexLock lock(&mu_);
   return WaitsForTurnLocked(c, param_id);
 }

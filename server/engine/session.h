@@ -400,8 +400,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   static constexpr absl::Duration kEarlierCopiesWait = absl::Seconds(5);
   // State written on the coordinator outside a resolution, and without marking the book as
   // running (ImportShadow, a Load's SessionHolds::ApplyStaged), each within one task: initial
-  // values, written on the coordinator too, never meet it, but their first piece's check, on the
-  // call's thread, reads no step counter of the state while it is written.
+  // values, written on the coordinator too, never meet it, but their checks on the call's
+  // thread (CheckInitPiece) read no step counter of the state while it is written.
   int state_writes_ ABSL_GUARDED_BY(mu_) = 0;
   // Initial values being written on the coordinator, outside the lock (0 or 1): a held
   // operation, which reads the masters from its own thread, settles once they are written.

@@ -146,7 +146,7 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
   session_.coordinator_->Post([&] {
     {
       absl::MutexLock lock(&session_.mu_);
-      ++session_.state_writes_;  // initial values wait (Session::CheckInitTakenLocked)
+      ++session_.state_writes_;  // read by the checks of initial values (CheckInitTakenLocked)
     }
     status = session_.coordinator_->OnDevice(
         [&] { return WriteResolvedState(*session_.replica_, *staged); });

@@ -132,7 +132,7 @@ class AutoCheckpointer {
   void LookOnce();
   // Saves `session` now (the thread's save; tests call it directly). Answers the step saved.
   // ABORTED, with `*replaced_meanwhile` set (when given), when the session's state was replaced
-  // after the checkpointer last looked at it: the old timeline's checkpoints go first (Due).
+  // after the checkpointer last looked at it, or is being replaced: the next look saves it.
   absl::StatusOr<uint64_t> SaveNow(Session& session, bool* replaced_meanwhile = nullptr);
 
   // The sessions the checkpointer keeps anything of (a track, or the id of one closed): after a
@@ -176,7 +176,8 @@ class AutoCheckpointer {
   // The save itself, once the session's directory and record exist; `held` gets rank 0's
   // settled time.
   // `replacements`: the session's state replacements as last seen (none: not checked);
-  // ABORTED, `replaced_meanwhile` set, when the held session has more.
+  // ABORTED, `replaced_meanwhile` set, when the held session has more, or when a replacement
+  // is under way or was applied after the snapshot (nothing committed).
   absl::StatusOr<uint64_t> SaveShards(Session& session, const std::string& definition,
                                       absl::Duration& held, std::optional<uint64_t> replacements,
                                       bool& replaced_meanwhile);

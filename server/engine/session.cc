@@ -32,8 +32,8 @@ Session::Session(const Options& options, std::unique_ptr<ReplicaState> replica)
       replica_(std::move(replica)),
       gate_(id_, replica_->rank()),
       retention_(id_, options.reserve_held_snapshot),
-      book_(id_, replica_->rank(), replica_->config(), OwnedNumels(*replica_), &replica_->names()) {
-}
+      book_(id_, replica_->rank(), replica_->config(), OwnedNumels(*replica_), &replica_->names()),
+      inflight_of_(std::max(1, replica_->config().num_trainers), 0) {}
 
 Session::~Session() {
   // Tasks hold the session alive, so none is pending here; finish the coordinator first.
@@ -118,13 +118,12 @@ absl::StatusOr<StepHandle> Session::Begin(const StepBegin& begin) {
     // land first, or they would write over what the new attempt (or, SHARDED, another trainer)
     // sends there, and the step would apply bytes its digests do not hold.
     struct Copies {
-      const std::map<int, int>* of;
+      const std::vector<int>* of;
       int trainer;
     } copies{&inflight_of_, begin.trainer};
-    if (!mu_.AwaitWithTimeout(
-            absl::Condition(
-                +[](Copies* c) { return c->of->count(c->trainer) == 0; }, &copies),
-            kEarlierCopiesWait)) {
+    if (!mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](Copies* c) { return (*c->of)[c->trainer] == 0; }, &copies),
+                              kEarlierCopiesWait)) {
       return absl::UnavailableError(
           absl::StrCat("session '", id_, "': step ", begin.step, ": a copy of trainer ",
                        begin.trainer, "'s earlier stream to the device did not end within ",
@@ -305,7 +304,7 @@ absl::Status Session::WriteChunk(const StepHandle& c, int param_id, int64_t offs
       if (version) PostStatisticsLocked(param_id, *version);
     }
     --inflight_copies_;
-    if (--inflight_of_[c.trainer] == 0) inflight_of_.erase(c.trainer);
+    --inflight_of_[c.trainer];
     if (!status.ok()) {
       // Recorded but not (all) written: the step cannot be trusted on this rank any more.
       book_.MarkBroken();

@@ -393,8 +393,8 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // no resolution starts while the one is newer than the other.
   uint64_t heal_paused_for_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t heals_ended_ ABSL_GUARDED_BY(mu_) = 0;
-  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;         // gradient copies outside the lock
-  std::map<int, int> inflight_of_ ABSL_GUARDED_BY(mu_);  // the same by trainer (none: absent)
+  int inflight_copies_ ABSL_GUARDED_BY(mu_) = 0;       // gradient copies outside the lock
+  std::vector<int> inflight_of_ ABSL_GUARDED_BY(mu_);  // the same by trainer
   // How long a trainer's new attempt waits for the copies of its earlier streams (Begin, on a
   // stream's thread): a copy takes milliseconds; one that takes seconds is a stalled device.
   static constexpr absl::Duration kEarlierCopiesWait = absl::Seconds(5);

@@ -8,7 +8,7 @@ import threading
 import time
 import zlib
 from concurrent import futures
-from typing import Iterator, List
+from typing import Callable, Iterator, List, Optional
 
 import grpc
 import numpy as np
@@ -54,6 +54,7 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
         self.hold_steps: threading.Event | None = None
         self.creates: List[svc.CreateSessionRequest] = []
         self.lose_creates = False  # CreateSession takes the request, then its answer is lost
+        self.after_create: Optional[Callable[[], None]] = None  # called as it takes one
         self.attach = False  # CreateSession answers an existing session (attached)
         self.refuse_inits = ""  # set: InitParameters ends FAILED_PRECONDITION with this
         self.unavailable_inits = 0  # InitParameters ends UNAVAILABLE this many times first
@@ -69,6 +70,8 @@ class FakeRank(svc_grpc.OptimizerServiceServicer, ckpt_grpc.CheckpointServiceSer
 
     def CreateSession(self, request, context):
         self.creates.append(request)
+        if self.after_create is not None:
+            self.after_create()
         if self.lose_creates:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"rank {self.rank}: connection reset")
         return svc.CreateSessionResponse(summary=pb.SessionSummary(session_id="fake"),
@@ -333,8 +336,12 @@ def test_a_creation_retried_after_its_answer_was_lost_keeps_its_request_id(
     The retry there carries the same request id, so the server answers the session the first
     attempt made instead of making a second one; another call is another creation."""
     ranks[0].lose_creates = True
-    ranks[1].directory = svc.ListSessionsResponse(rank_targets=[ranks[1].target] * 2,
-                                                  stood_in_ranks=[0])
+
+    def stand_in() -> None:  # from the lost answer on, not before: the first attempt is rank 0's
+        ranks[1].directory = svc.ListSessionsResponse(rank_targets=[ranks[1].target] * 2,
+                                                      stood_in_ranks=[0])
+
+    ranks[0].after_create = stand_in
     with optstep.Client(rank_targets=[r.target for r in ranks]) as client:
         info, _ = client.create_session(_session_info([]).spec)
         assert info.session_id == "fake"

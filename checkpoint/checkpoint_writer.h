@@ -129,9 +129,14 @@ absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file,
                                  absl::string_view contents);
 // fsync of the directory `dir`, so that the renames and removals in it so far survive a crash.
 absl::Status SyncDirectory(absl::string_view dir);
+// The whole of the file `path`, at most `max_bytes`: NOT_FOUND when there is none, DATA_LOSS when
+// it is longer, and a read that fails otherwise as its errno says (INTERNAL for EIO), naming it.
+absl::StatusOr<std::string> ReadFileWhole(const std::string& path, uint64_t max_bytes);
 
 // Names of the complete checkpoints in `root` (visible directories with a manifest.json),
-// oldest first by the same order as pruning.
+// oldest first by the same order as pruning. A manifest that cannot be looked at for another
+// reason than its absence (EIO) fails the listing, naming it, rather than leave its checkpoint
+// out.
 absl::StatusOr<std::vector<std::string>> ListCheckpoints(absl::string_view root);
 
 }  // namespace optstep

@@ -151,14 +151,17 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
     // Before SERVING: a trainer that sees SERVING finds its session. Sessions healed from the
     // other ranks are not restored (the automatic checkpointer saves each of them at once, then
     // on its schedule).
+    AutoRestoreOptions restore_options;
+    restore_options.checkpoint_root = options_.checkpoint_root;
+    restore_options.temp_max_age = options_.checkpoint_temp_max_age;
+    restore_options.before_load = KillDuringRestore(options_.kill_during_restore);
     absl::StatusOr<std::vector<RestoredSession>> restore =
-        healed
-            ? std::vector<RestoredSession>()
-            : RestoreAutoCheckpoints(options_.checkpoint_root, options_.checkpoint_temp_max_age,
-                                     group_.get(), KillDuringRestore(options_.kill_during_restore));
+        healed ? std::vector<RestoredSession>()
+               : RestoreAutoCheckpoints(restore_options, group_.get());
     if (!restore.ok()) {
-      // The group is not whole: it restarts and restores every session again, rather than serve
-      // without some (a rank healed in later would never get them).
+      // A rank lost, or a checkpoint not read for a passing reason: the group restarts and
+      // restores every session again, rather than serve without some (a rank healed in later
+      // would never get them) or step one from an older checkpoint.
       ExitForRestart(std::string(restore.status().message()), /*even_without_flag=*/true);
       return;
     }

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -43,13 +41,10 @@ absl::Status EnsureSessionRecord(const std::string& dir, const Session& session)
 }  // namespace
 
 absl::StatusOr<SessionRecord> ReadSessionRecord(const std::string& dir) {
+  constexpr uint64_t kMaxRecordBytes = 1 << 20;  // four short strings
   const std::string path = (fs::path(dir) / kRecordFile).string();
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("no session record '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json record =
-      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  OPTSTEP_ASSIGN_OR_RETURN(std::string text, ReadFileWhole(path, kMaxRecordBytes));
+  const nlohmann::json record = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!record.is_object() || !record.contains("session_id") || !record["session_id"].is_string() ||
       !record.value("name", nlohmann::json()).is_string() ||
       !record.value("owner", nlohmann::json()).is_string() ||

@@ -73,7 +73,8 @@ struct SessionRecord {
   std::string request_id;  // CreateSessionRequest.request_id; absent in older records: empty
 };
 // Reads the record of the automatic checkpoints in `dir`: NOT_FOUND when there is none,
-// DATA_LOSS naming the file when it does not parse.
+// DATA_LOSS naming the file when it does not parse, a read that fails otherwise as
+// ReadFileWhole's (INTERNAL for EIO).
 absl::StatusOr<SessionRecord> ReadSessionRecord(const std::string& dir);
 
 // The wait before the next attempt at a session's automatic checkpoint after `failures` (>= 1)

@@ -55,33 +55,24 @@ void OrderByStep(std::vector<std::string>& checkpoints) {
                    [&](const std::string& a, const std::string& b) { return key(a) < key(b); });
 }
 
-// Whether an automatic checkpoint that failed to load with `status` is unusable for good (its
-// files are damaged, or it is of another format or definition), not for a passing reason.
+// Whether an automatic checkpoint that failed to load or read with `status` is unusable for good
+// (its files are damaged, or it is of another format or definition), not for a passing reason.
 bool Unusable(const absl::Status& status) {
   return status.code() == absl::StatusCode::kDataLoss ||
          status.code() == absl::StatusCode::kFailedPrecondition;
 }
 
-// How often a load of one automatic checkpoint that failed for a passing reason (anything but
-// Unusable: a peer or the disk busy or slow, a hold cut short) is tried in all before an older
-// checkpoint is, the first retry this long after, each further one twice as long. Falling back
-// costs steps (the trainers rewind), and a good checkpoint is never set aside for such a reason.
-constexpr int kLoadAttempts = 3;
-constexpr absl::Duration kFirstLoadRetry = absl::Seconds(1);
+// What a read or load that failed touched, which says what its NOT_FOUND means.
+enum class Source {
+  kFile,   // a file of this rank's: NOT_FOUND is its absence, for good
+  kGroup,  // a load on every rank: NOT_FOUND may be a peer's passing state; a rank lost ends it
+};
 
-// Loads `name` into `session` on every rank, tried again while it fails for a passing reason.
-absl::StatusOr<uint64_t> LoadRetrying(RankGroup* group, Session& session, const std::string& name) {
-  absl::Duration delay = kFirstLoadRetry;
-  for (int attempt = 1;; ++attempt) {
-    absl::StatusOr<uint64_t> step =
-        HeldOperations(group).LoadCheckpoint(session, name, nullptr, /*restoring=*/true);
-    if (step.ok() || Unusable(step.status()) || attempt == kLoadAttempts) return step;
-    LOG(WARNING) << "event=auto_checkpoint_load_retry session=" << session.id() << " name=" << name
-                 << " attempt=" << attempt << " retry_in=\"" << absl::FormatDuration(delay)
-                 << "\" error=\"" << LogValue(step.status().message()) << "\"";
-    absl::SleepFor(delay);
-    delay *= 2;
-  }
+// Whether `status`, a failure of a read or load of `source`, is for good: tried again, it would
+// fail again.
+bool ForGood(const absl::Status& status, Source source) {
+  return Unusable(status) ||
+         (source == Source::kFile && status.code() == absl::StatusCode::kNotFound);
 }
 
 // Whether `rank` answers a ping within the peer timeout (one ping fails at once while a live
@@ -108,7 +99,7 @@ absl::Status GroupWhole(RankGroup* group) {
 }
 
 // OK unless `failed`, a restore's error, is a passing one and a rank was lost (GroupWhole): then
-// UNAVAILABLE saying so, and the whole restore ends.
+// UNAVAILABLE saying so.
 absl::Status LostRank(RankGroup* group, const absl::Status& failed) {
   if (Unusable(failed)) return absl::OkStatus();
   absl::Status whole = GroupWhole(group);
@@ -133,22 +124,115 @@ void SetAside(const std::string& dir, const std::string& name) {
                << LogValue((error ? error.message() : "")) << "\"";
 }
 
-// Recreates the session of `dir` and loads it from its newest automatic checkpoint that loads;
-// newer ones that are unusable are set aside. A rank lost meanwhile (LostRank) ends it at once,
-// into `*lost_rank`.
-absl::StatusOr<RestoredSession> RestoreOne(
-    const std::string& dir, absl::Duration temp_max_age, RankGroup* group,
-    const std::function<void(const std::string& session_id)>& before_load,
-    absl::Status* lost_rank) {
-  OPTSTEP_ASSIGN_OR_RETURN(SessionRecord record, ReadSessionRecord(dir));
+// One restore: the sessions' directories, each session's record, checkpoints and loads, every
+// read and load tried again while it fails for a passing reason.
+class Restorer {
+ public:
+  Restorer(const AutoRestoreOptions& options, RankGroup* group)
+      : options_(options), group_(group) {}
+
+  // The directories of the sessions under the root's automatic checkpoints, sorted (none when
+  // there is no such directory).
+  absl::StatusOr<std::vector<std::string>> SessionDirs();
+
+  // Recreates the session of `dir` and loads it from its newest automatic checkpoint that loads;
+  // newer ones that are unusable are set aside.
+  absl::StatusOr<RestoredSession> RestoreOne(const std::string& dir);
+
+  // Not OK once the restore must end (RestoreAutoCheckpoints): a rank lost, or a read or load
+  // that failed for a passing reason every time.
+  const absl::Status& interrupted() const { return interrupted_; }
+
+ private:
+  // `attempt` until it succeeds, fails for good (ForGood), or was made options_.attempts times:
+  // then, failing still for a passing reason, it sets interrupted_. A load on the group
+  // (Source::kGroup) also sets it, at once, when a rank was lost. Answers the last attempt's.
+  template <typename T>
+  absl::StatusOr<T> Attempt(absl::string_view what, Source source,
+                            const std::function<absl::StatusOr<T>()>& attempt);
+
+  const AutoRestoreOptions& options_;
+  RankGroup* const group_;
+  absl::Status interrupted_;
+};
+
+template <typename T>
+absl::StatusOr<T> Restorer::Attempt(absl::string_view what, Source source,
+                                    const std::function<absl::StatusOr<T>()>& attempt) {
+  absl::Duration delay = options_.first_retry;
+  for (int n = 1;; ++n) {
+    absl::StatusOr<T> result = attempt();
+    if (result.ok() || ForGood(result.status(), source)) return result;
+    if (source == Source::kGroup) {
+      interrupted_ = LostRank(group_, result.status());
+      if (!interrupted_.ok()) return result;
+    }
+    if (n >= options_.attempts) {
+      interrupted_ = absl::UnavailableError(absl::StrCat(
+          what, " failed for a passing reason ", n, " times, the last: ", result.status().message(),
+          "; an older checkpoint is not tried instead, nor is the session left out"));
+      return result;
+    }
+    LOG(WARNING) << "event=auto_restore_retry what=\"" << LogValue(what) << "\" attempt=" << n
+                 << " retry_in=\"" << absl::FormatDuration(delay) << "\" error=\""
+                 << LogValue(result.status().message()) << "\"";
+    if (options_.before_retry) options_.before_retry(result.status());
+    absl::SleepFor(delay);
+    delay *= 2;
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> Restorer::SessionDirs() {
+  const fs::path auto_root = fs::path(options_.checkpoint_root) / kAutoCheckpointDir;
+  return Attempt<std::vector<std::string>>(
+      absl::StrCat("listing '", auto_root.string(), "'"), Source::kFile,
+      [&]() -> absl::StatusOr<std::vector<std::string>> {
+        std::vector<std::string> dirs;
+        std::error_code error;
+        fs::directory_iterator it(auto_root, error);
+        if (error == std::errc::no_such_file_or_directory || error == std::errc::not_a_directory) {
+          return dirs;  // no automatic checkpoints
+        }
+        for (; !error && it != fs::directory_iterator(); it.increment(error)) {
+          const std::string name = it->path().filename().string();
+          const bool directory = it->is_directory(error);
+          if (error == std::errc::no_such_file_or_directory) {
+            error.clear();  // removed meanwhile
+            continue;
+          }
+          if (error || !directory) continue;
+          if (ValidateCheckpointName(name).ok()) {
+            dirs.push_back(it->path().string());
+          } else if (absl::StartsWith(name, ".") && absl::EndsWith(name, ".closed")) {
+            std::error_code removed;  // a closed session's, hidden before a crash cut its removal
+            fs::remove_all(it->path(), removed);
+          }
+        }
+        if (error) {
+          return absl::InternalError(
+              absl::StrCat("list '", auto_root.string(), "': ", error.message()));
+        }
+        std::sort(dirs.begin(), dirs.end());
+        return dirs;
+      });
+}
+
+absl::StatusOr<RestoredSession> Restorer::RestoreOne(const std::string& dir) {
+  OPTSTEP_ASSIGN_OR_RETURN(
+      SessionRecord record,
+      Attempt<SessionRecord>(absl::StrCat("reading the session record of '", dir, "'"),
+                             Source::kFile, [&] { return ReadSessionRecord(dir); }));
   if (record.session_id != fs::path(dir).filename().string()) {
     return absl::DataLossError(
         absl::StrCat("'", dir, "' holds the record of session '", record.session_id, "'"));
   }
-  if (temp_max_age > absl::ZeroDuration()) {
-    (void)SweepStaleCheckpointTemporaries(dir, temp_max_age);
+  if (options_.temp_max_age > absl::ZeroDuration()) {
+    (void)SweepStaleCheckpointTemporaries(dir, options_.temp_max_age);
   }
-  OPTSTEP_ASSIGN_OR_RETURN(std::vector<std::string> checkpoints, ListCheckpoints(dir));
+  OPTSTEP_ASSIGN_OR_RETURN(
+      std::vector<std::string> checkpoints,
+      Attempt<std::vector<std::string>>(absl::StrCat("listing the checkpoints of '", dir, "'"),
+                                        Source::kFile, [&] { return ListCheckpoints(dir); }));
   if (checkpoints.empty()) {
     return absl::NotFoundError(absl::StrCat("'", dir, "' holds no complete checkpoint"));
   }
@@ -159,35 +243,41 @@ absl::StatusOr<RestoredSession> RestoreOne(
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {  // newest first
     const std::string name = absl::StrCat(kAutoCheckpointDir, "/", record.session_id, "/", *it);
     if (session == nullptr) {
-      absl::StatusOr<v1::SessionSpec> spec = SpecOf(dir, *it, record);
+      absl::StatusOr<v1::SessionSpec> spec =
+          Attempt<v1::SessionSpec>(absl::StrCat("reading the manifest of '", name, "'"),
+                                   Source::kFile, [&] { return SpecOf(dir, *it, record); });
+      if (!interrupted_.ok()) return spec.status();
       if (!spec.ok()) {
         failed = spec.status();
         if (Unusable(failed)) unusable.push_back(*it);
         continue;
       }
       absl::StatusOr<std::shared_ptr<Session>> made =
-          group->RestoreSession(record.session_id, *spec, record.owner, record.request_id);
+          group_->RestoreSession(record.session_id, *spec, record.owner, record.request_id);
       if (!made.ok()) {
-        *lost_rank = LostRank(group, made.status());
+        interrupted_ = LostRank(group_, made.status());
         return made.status();
       }
       session = *std::move(made);
-      if (before_load) before_load(record.session_id);
+      if (options_.before_load) options_.before_load(record.session_id);
     }
-    absl::StatusOr<uint64_t> step = LoadRetrying(group, *session, name);
+    absl::StatusOr<uint64_t> step =
+        Attempt<uint64_t>(absl::StrCat("loading '", name, "'"), Source::kGroup, [&] {
+          return HeldOperations(group_).LoadCheckpoint(*session, name, nullptr,
+                                                       /*restoring=*/true);
+        });
     if (step.ok()) {
       for (const std::string& newer : unusable) SetAside(dir, newer);
       return RestoredSession{record.session_id, *step, name};
     }
-    // Not an older checkpoint for a lost rank's failure: the group restarts and loads this one.
-    *lost_rank = LostRank(group, step.status());
-    if (!lost_rank->ok()) return step.status();
+    // Not an older checkpoint: the group restarts and loads this one.
+    if (!interrupted_.ok()) return step.status();
     LOG(WARNING) << "event=auto_checkpoint_unusable session=" << record.session_id
                  << " name=" << name << " error=\"" << LogValue(step.status().message()) << "\"";
     failed = step.status();
     if (Unusable(failed)) unusable.push_back(*it);
   }
-  if (session != nullptr) (void)group->DropSession(record.session_id);
+  if (session != nullptr) (void)group_->DropSession(record.session_id);
   return failed;
 }
 
@@ -208,34 +298,15 @@ void RemoveAbandoned(const std::string& dir) {
 }  // namespace
 
 absl::StatusOr<std::vector<RestoredSession>> RestoreAutoCheckpoints(
-    const std::string& checkpoint_root, absl::Duration temp_max_age, RankGroup* group,
-    const std::function<void(const std::string& session_id)>& before_load) {
+    const AutoRestoreOptions& options, RankGroup* group) {
   std::vector<RestoredSession> restored;
-  const fs::path auto_root = fs::path(checkpoint_root) / kAutoCheckpointDir;
-  std::error_code error;
-  if (checkpoint_root.empty() || !fs::is_directory(auto_root, error)) return restored;
-  std::vector<std::string> dirs;
-  for (const fs::directory_entry& entry : fs::directory_iterator(auto_root, error)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_directory(error)) continue;
-    if (ValidateCheckpointName(name).ok()) {
-      dirs.push_back(entry.path().string());
-    } else if (absl::StartsWith(name, ".") && absl::EndsWith(name, ".closed")) {
-      std::error_code removed;  // a closed session's, hidden before a crash cut its removal
-      fs::remove_all(entry.path(), removed);
-    }
-  }
-  std::sort(dirs.begin(), dirs.end());
-  for (const std::string& dir : dirs) {
+  if (options.checkpoint_root.empty()) return restored;
+  Restorer restorer(options, group);
+  absl::StatusOr<std::vector<std::string>> dirs = restorer.SessionDirs();
+  for (const std::string& dir : dirs.ok() ? *dirs : std::vector<std::string>()) {
     RemoveAbandoned(dir);
-    absl::Status lost_rank;
-    absl::StatusOr<RestoredSession> one =
-        RestoreOne(dir, temp_max_age, group, before_load, &lost_rank);
-    if (!lost_rank.ok()) {
-      LOG(ERROR) << "event=restore_interrupted dir=" << dir << " error=\""
-                 << LogValue(lost_rank.message()) << "\"";
-      return lost_rank;
-    }
+    absl::StatusOr<RestoredSession> one = restorer.RestoreOne(dir);
+    if (!restorer.interrupted().ok()) break;
     if (!one.ok()) {
       LOG(ERROR) << "event=session_restore_failed dir=" << dir << " error=\""
                  << LogValue(one.status().message()) << "\"";
@@ -244,6 +315,11 @@ absl::StatusOr<std::vector<RestoredSession>> RestoreAutoCheckpoints(
     LOG(INFO) << "event=session_restored session=" << one->session_id << " step=" << one->step
               << " from=" << one->from;
     restored.push_back(*std::move(one));
+  }
+  if (!restorer.interrupted().ok()) {
+    LOG(ERROR) << "event=restore_interrupted error=\"" << LogValue(restorer.interrupted().message())
+               << "\"";
+    return restorer.interrupted();
   }
   return restored;
 }

@@ -19,24 +19,42 @@ struct RestoredSession {
   std::string from;  // the checkpoint's name, "auto/<session id>/step-<N>"
 };
 
+// How a restore reads the automatic checkpoints.
+struct AutoRestoreOptions {
+  std::string checkpoint_root;
+  // The temporaries of interrupted automatic saves in which nothing changed for this long are
+  // removed first (zero: none are).
+  absl::Duration temp_max_age = absl::ZeroDuration();
+  // A read or load that fails for a passing reason (anything but the checkpoint's absence or
+  // damage: EIO, an NFS pause, a peer busy) is tried this many times in all, the first retry
+  // this long after, each further one twice as long.
+  int attempts = 4;
+  absl::Duration first_retry = absl::Seconds(1);
+  // Testing only (may be null): called with each session's id once it is recreated on every
+  // rank, before its checkpoint loads.
+  std::function<void(const std::string& session_id)> before_load;
+  // Testing only (may be null): called with the error of each read or load that is tried again,
+  // before the wait.
+  std::function<void(const absl::Status& failed)> before_retry;
+};
+
 // Rank 0, once the group formed and before it serves (docs/checkpoints.md, "Automatic
-// restore"): every session with automatic checkpoints under `checkpoint_root` is recreated on
-// every rank with its id, name, owner and definition, and loaded from its newest complete
-// automatic checkpoint that loads (newest: of the highest step, "step-<N>", whatever the times
-// of its files; an older one when the newest is damaged), also onto another number of ranks.
-// First the temporaries of interrupted automatic saves in which nothing changed for
-// `temp_max_age` are removed (zero: none are). A session that cannot be restored is logged
-// (event=session_restore_failed) and left out; its checkpoints stay. Each session restored is
-// logged as event=session_restored. Blocks; answers the sessions restored. A rank lost meanwhile
-// (a restore or load failed for a passing reason, and a peer no longer answers) ends the restore
-// with UNAVAILABLE naming it, before older checkpoints are tried or sessions left out: the group
-// must restart and restore every session again, for a rank healed into a group without them
-// would never get them.
-// `before_load` (testing only; may be null) is called with each session's id once it is recreated
-// on every rank, before its checkpoint loads.
+// restore"): every session with automatic checkpoints under the root is recreated on every rank
+// with its id, name, owner and definition, and loaded from its newest complete automatic
+// checkpoint that loads (newest: of the highest step, "step-<N>", whatever the times of its
+// files; an older one when the newer ones are damaged, which are set aside), also onto another
+// number of ranks. A session that cannot be restored for good (no record, no complete
+// checkpoint, none that loads, no room) is logged (event=session_restore_failed) and left out;
+// its checkpoints stay. Each session restored is logged as event=session_restored. Blocks;
+// answers the sessions restored.
+//
+// Ends with UNAVAILABLE, before older checkpoints are tried or sessions left out, when a rank is
+// lost meanwhile, or when a read or load still fails for a passing reason after every attempt:
+// the group must restart and restore every session again (a rank healed into a group without
+// them would never get them), and a checkpoint that could not be read is never passed over for
+// an older one (the group would step the older timeline and remove the newer checkpoint).
 absl::StatusOr<std::vector<RestoredSession>> RestoreAutoCheckpoints(
-    const std::string& checkpoint_root, absl::Duration temp_max_age, RankGroup* group,
-    const std::function<void(const std::string& session_id)>& before_load = nullptr);
+    const AutoRestoreOptions& options, RankGroup* group);
 
 }  // namespace optstep
 

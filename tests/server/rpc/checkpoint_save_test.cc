@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -175,22 +176,84 @@ class CheckpointSaveTest : public ::testing::Test {
   // restored; `dir` is set to the automatic checkpoints' directory.
   std::vector<RestoredSession> RestoreWithTheFirstLoadFailing(absl::Status fault,
                                                               std::filesystem::path& dir) {
+    dir = SaveTwiceAsAutomaticCheckpoints();
+    if (dir.empty()) return {};
+    testutil::FaultInjectingDevice& device = *device_;
+    AutoRestoreOptions options = RestoreOptions();
+    options.before_load = [&](const std::string&) {
+      device.faults().FailCall("CopyFromHost", device.faults().calls("CopyFromHost") + 1, fault);
+    };
+    absl::StatusOr<std::vector<RestoredSession>> restored =
+        RestoreAutoCheckpoints(options, group_.get());
+    EXPECT_TRUE(restored.ok()) << restored.status();  // one rank: none can be lost
+    return restored.ok() ? *std::move(restored) : std::vector<RestoredSession>();
+  }
+
+  // A restore of the root, tried again at once.
+  AutoRestoreOptions RestoreOptions() const {
+    AutoRestoreOptions options;
+    options.checkpoint_root = root_;
+    options.first_retry = absl::Milliseconds(1);
+    return options;
+  }
+
+  // The session saved twice, as "step-1" and "step-2" of its automatic checkpoints (moved under
+  // <root>/auto/<id>/, with the session's record) and closed; answers their directory.
+  std::filesystem::path SaveTwiceAsAutomaticCheckpoints() {
     namespace fs = std::filesystem;
     if (!Save("a").ok() || !Save("b").ok() || !CloseSession().ok()) return {};
-    dir = fs::path(root_) / "auto" / session_;
+    const fs::path dir = fs::path(root_) / "auto" / session_;
     fs::create_directories(dir);
     fs::rename(fs::path(root_) / "a", dir / "step-1");
     fs::rename(fs::path(root_) / "b", dir / "step-2");
     std::ofstream(dir / "session.json")
         << "{\"session_id\": \"" << session_ << "\", \"name\": \"\", \"owner\": \"\"}\n";
-    testutil::FaultInjectingDevice& device = *device_;
+    return dir;
+  }
+
+  // The session saved twice as its automatic checkpoints (SaveTwiceAsAutomaticCheckpoints), then
+  // restored with `file` of their directory unreadable (BreakReads; ".." for the directory of
+  // every session's) until the `put_back_at`-th retry (0: for good). Expects the retries, and
+  // when `file` stays unreadable, the restore to end UNAVAILABLE naming it. Either way the
+  // checkpoints are as they were. Answers the sessions restored.
+  std::vector<RestoredSession> RestoreWithReadsBroken(const std::string& file, int put_back_at) {
+    const std::filesystem::path dir = SaveTwiceAsAutomaticCheckpoints();
+    EXPECT_FALSE(dir.empty());
+    const std::filesystem::path broken =
+        file == ".." ? dir.parent_path() : std::filesystem::path(dir / file);
+    std::function<void()> put_back = BreakReads(broken);
+    int retries = 0;
+    AutoRestoreOptions options = RestoreOptions();
+    options.before_retry = [&](const absl::Status& failed) {
+      EXPECT_THAT(failed.message(), HasSubstr(broken.string()));
+      if (++retries == put_back_at) put_back();
+    };
     absl::StatusOr<std::vector<RestoredSession>> restored =
-        RestoreAutoCheckpoints(root_, absl::ZeroDuration(), group_.get(), [&](const std::string&) {
-          device.faults().FailCall("CopyFromHost", device.faults().calls("CopyFromHost") + 1,
-                                   fault);
-        });
-    EXPECT_TRUE(restored.ok()) << restored.status();  // one rank: none can be lost
+        RestoreAutoCheckpoints(options, group_.get());
+    if (put_back_at == 0) {
+      EXPECT_EQ(retries, options.attempts - 1);
+      EXPECT_THAT(restored, testutil::StatusIs(absl::StatusCode::kUnavailable, broken.string()));
+      put_back();
+    } else {
+      EXPECT_EQ(retries, put_back_at);
+      EXPECT_TRUE(restored.ok()) << restored.status();
+    }
+    EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-1", "step-2"));
     return restored.ok() ? *std::move(restored) : std::vector<RestoredSession>();
+  }
+
+  // Makes `path` fail every open and stat with ELOOP (a link to itself), for a read that fails
+  // for a passing reason as EIO does, even for root; answers a function that puts it back.
+  static std::function<void()> BreakReads(const std::filesystem::path& path) {
+    namespace fs = std::filesystem;
+    const fs::path kept = fs::path(path.string() + ".kept");
+    fs::rename(path, kept);
+    fs::create_symlink(path.filename(), path);
+    return [path, kept] {
+      std::error_code error;
+      fs::remove(path, error);
+      fs::rename(kept, path, error);
+    };
   }
 
   std::string root_;
@@ -419,6 +482,40 @@ TEST_F(CheckpointSaveTest, ARestoreFallsBackFromACheckpointThatIsDamaged) {
   EXPECT_EQ(restored[0].from, absl::StrCat("auto/", session_, "/step-1"));
   EXPECT_THAT(DirectoryEntries(dir.string()),
               ElementsAre(".step-2.unusable", "session.json", "step-1"));
+}
+
+// A read that fails for a passing reason (EIO, an NFS pause) is tried again. Before, the session
+// was left out at once when its record did not read, and restored from the older checkpoint when
+// the newest manifest did not (its listing left the newest out, which was then removed).
+TEST_F(CheckpointSaveTest, ARestoreTriesASessionRecordThatDidNotReadAgain) {
+  const std::vector<RestoredSession> restored = RestoreWithReadsBroken("session.json", 2);
+  ASSERT_EQ(restored.size(), 1u);
+  EXPECT_EQ(restored[0].from, absl::StrCat("auto/", session_, "/step-2"));
+}
+
+TEST_F(CheckpointSaveTest, ARestoreTriesAManifestThatDidNotReadAgain) {
+  const std::vector<RestoredSession> restored = RestoreWithReadsBroken("step-2/manifest.json", 2);
+  ASSERT_EQ(restored.size(), 1u);
+  EXPECT_EQ(restored[0].from, absl::StrCat("auto/", session_, "/step-2"));
+}
+
+// One that fails every time ends the restore (rank 0 exits for a restart) rather than leave the
+// session out, or restore it from an older checkpoint and remove the newer: nothing is set aside.
+// Before, a load that failed so fell back to the older checkpoint.
+TEST_F(CheckpointSaveTest, ARestoreThatCannotReadTheSessionRecordEndsForARestart) {
+  RestoreWithReadsBroken("session.json", 0);
+}
+
+TEST_F(CheckpointSaveTest, ARestoreThatCannotReadTheNewestManifestEndsForARestart) {
+  RestoreWithReadsBroken("step-2/manifest.json", 0);
+}
+
+TEST_F(CheckpointSaveTest, ARestoreThatCannotLoadTheNewestCheckpointEndsForARestart) {
+  RestoreWithReadsBroken("step-2/shard-0-of-1.safetensors", 0);
+}
+
+TEST_F(CheckpointSaveTest, ARestoreThatCannotListTheAutomaticCheckpointsEndsForARestart) {
+  RestoreWithReadsBroken("..", 0);
 }
 
 }  // namespace

@@ -36,6 +36,21 @@ OpenStreams& OpenPulls() {
   return *streams;
 }
 
+// The pulls whose messages in hand the rank holds in its headroom: each owner has
+// kOpenPullsPerTrainer of them at once, whatever its number of sessions and trainers; its other
+// pulls take those bytes from the budget, within its share, until they end (PullHeldBytes).
+HeadroomPlaces& PullsInHeadroom() {
+  static HeadroomPlaces* const streams = new HeadroomPlaces(kOpenPullsPerTrainer);
+  return *streams;
+}
+
+// What an open pull of `session` makes the rank hold besides the snapshot (which the session
+// holds and counts): the message in hand, a copy of up to kMaxChunkBytes of values, and the same
+// again serialized in the transport while its caller does not read.
+int64_t PullHeldBytes(const Session& session) {
+  return 2 * std::min<int64_t>(kMaxChunkBytes, session.stats().param_bytes);
+}
+
 class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, PullReactor> {
  public:
   void Start(std::shared_ptr<PullReactor> self, grpc::CallbackServerContext* context,
@@ -60,6 +75,14 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     auto session = FindSession(*engine, caller, request.session_id());
     if (!session.ok()) return session.status();
     session_ = *std::move(session);
+    // The request first: a bad one is named as such, also while the pulls' bounds are reached.
+    if (request.dtype() == v1::DTYPE_BF16) {
+      dtype_ = DType::kBF16;
+    } else if (request.dtype() != v1::DTYPE_FP32 && request.dtype() != v1::DTYPE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PullParameters: dtype ", static_cast<int>(request.dtype()), " must be fp32 or bf16"));
+    }
+    OPTSTEP_RETURN_IF_ERROR(CheckParamIds(*session_, request.param_ids(), "PullParameters"));
     const int limit = kOpenPullsPerTrainer * std::max(1, session_->config().num_trainers);
     slot_ = OpenPulls().TryOpen(session_.get(), limit);
     if (!slot_.held()) {
@@ -69,13 +92,20 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
                        " per trainer) are open on this rank already; read them (or "
                        "cancel them) first"));
     }
-    if (request.dtype() == v1::DTYPE_BF16) {
-      dtype_ = DType::kBF16;
-    } else if (request.dtype() != v1::DTYPE_FP32 && request.dtype() != v1::DTYPE_UNSPECIFIED) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PullParameters: dtype ", static_cast<int>(request.dtype()), " must be fp32 or bf16"));
+    // Before, a session's bound alone: one of 4,096 trainers could hold 16,384 pulls unread.
+    const std::string& owner = session_->config().owner;
+    headroom_ = PullsInHeadroom().TryTake(owner);
+    if (headroom_ == nullptr) {
+      absl::StatusOr<MemoryBudget::Reservation> reserved = engine->ReserveMemory(
+          PullHeldBytes(*session_), "PullParameters",
+          absl::StrCat("session '", session_->id(),
+                       "': a message of its parameters in hand and in the transport, held until "
+                       "the stream is read; ",
+                       kOpenPullsPerTrainer, " pulls of an owner are held in the rank's headroom"),
+          owner);
+      if (!reserved.ok()) return reserved.status();
+      held_bytes_ = *std::move(reserved);
     }
-    OPTSTEP_RETURN_IF_ERROR(CheckParamIds(*session_, request.param_ids(), "PullParameters"));
     // OWNERS storage: the parameters this rank owns; none of them: the step alone.
     std::optional<std::vector<uint32_t>> served = ServedParamIds(*session_, request.param_ids());
     none_ = !served.has_value();
@@ -102,12 +132,18 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     if (!none_ && chunker_->Next(response_.mutable_parameter())) return WriteLocked(&response_);
     // A rank that owns none of the parameters asked for still answers the step.
     if (none_ && first) return WriteLocked(&response_);
-    slot_.Release();  // before the caller hears the end: its next pull may follow at once
+    // Before the caller hears the end: its next pull may follow at once.
+    slot_.Release();
+    headroom_.reset();
+    held_bytes_.Release();
     FinishLocked(grpc::Status::OK);
   }
 
   std::shared_ptr<Session> session_;
   OpenStreams::Slot slot_;  // the session's, in OpenPulls; held until the stream ends
+  // The owner's place in PullsInHeadroom, or else PullHeldBytes of the budget; held as the slot.
+  std::shared_ptr<const void> headroom_;
+  MemoryBudget::Reservation held_bytes_;
   DType dtype_ = DType::kF32;
   std::vector<uint32_t> ids_;
   bool none_ = false;  // this rank serves none of the parameters asked for

@@ -427,6 +427,57 @@ TEST(ExportHeadroomTest, AnOwnerHasTwoExportsInTheHeadroomWhateverItsSessions) {
   (void)second.Cancel();
 }
 
+// An owner's pulls hold their messages in the rank's headroom four at a time, whatever its number
+// of sessions and trainers; its others take them from the budget (within its share). Before, a
+// session's bound alone held (four pulls per trainer): a session declaring 4,096 trainers could
+// keep 16,384 pulls unread, each holding 8 MiB outside the budget, and here all sixteen opened.
+TEST(PullHeadroomTest, AnOwnerHasFourPullsInTheHeadroomWhateverItsTrainers) {
+  // A session of four trainers (sixteen pulls) and 16 MiB of parameters, four messages a pull:
+  // 64 MiB of footprint and more, and room for at most three pulls' 8 MiB besides.
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::ConnectedServer c,
+                               testutil::StartConnected({"--memory_budget=88M"}));
+  v1::SessionSpec spec = SmallSpec("pulled");
+  spec.clear_parameters();
+  auto* wide = spec.add_parameters();
+  wide->set_name("wide");
+  wide->add_shape(4 << 20);
+  spec.set_num_trainers(4);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(spec));
+  auto stub = v1::OptimizerService::NewStub(testutil::SlowReaderChannel(c.server->address()));
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::PullParametersResponse>>> pulls;
+  // Opens a pull of `session` and reads its first message; answers how it ended when it did.
+  const auto pull = [&](const std::string& session) -> absl::Status {
+    v1::PullParametersRequest request;
+    request.set_session_id(session);
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    pulls.push_back(stub->PullParameters(contexts.back().get(), request));
+    v1::PullParametersResponse response;
+    if (pulls.back()->Read(&response)) return absl::OkStatus();
+    const absl::Status ended = FromGrpcStatus(pulls.back()->Finish());
+    pulls.pop_back();
+    contexts.pop_back();
+    return ended;
+  };
+  absl::Status refused = absl::OkStatus();
+  for (int i = 0; i < 16 && refused.ok(); ++i) refused = pull(info.session_id());
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "PullParameters needs "));
+  EXPECT_GE(pulls.size(), 4u) << "the owner's places in the headroom";
+  EXPECT_THAT(refused.message(),
+              HasSubstr(absl::StrCat("session '", info.session_id(),
+                                     "': a message of its parameters in hand and in the "
+                                     "transport, held until the stream is read; 4 pulls")));
+  // Their places and bytes come back once the server has seen the cancellations.
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& open : pulls) (void)open->Finish();
+  absl::Status read = absl::UnknownError("not read");
+  for (int tries = 0; tries < 100 && !read.ok(); ++tries) {
+    read = c.client->PullParameters(info.session_id(), DType::kF32).status();
+    if (!read.ok()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(read, IsOk());
+}
+
 // An owner's InitParameters streams stage their values in the rank's headroom four at a time,
 // whatever its number of sessions; its others take them from the budget (within its share).
 // Before, each of its sessions had four there: an owner of many sessions, each with streams held
@@ -505,6 +556,15 @@ TEST_F(StreamTransactionTest, ASessionHasFourPullsPerTrainerOpenAtMost) {
               StatusIs(absl::StatusCode::kResourceExhausted,
                        absl::StrCat("PullParameters: 4 pulls of session '", info.session_id(),
                                     "' (4 per trainer) are open on this rank already")));
+  // A bad request is named as such, also then (before, it was refused for the bound).
+  v1::PullParametersRequest bad = request;
+  bad.set_dtype(static_cast<v1::DType>(77));
+  grpc::ClientContext bad_context;
+  auto refused = stub->PullParameters(&bad_context, bad);
+  while (refused->Read(&response)) {
+  }
+  EXPECT_THAT(FromGrpcStatus(refused->Finish()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "PullParameters: dtype 77 must be"));
   // A pull read to its end gives its place back at once.
   while (open[0]->Read(&response)) {
   }

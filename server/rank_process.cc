@@ -388,8 +388,9 @@ absl::Status RankProcess::StartEngine(
     group_options.on_session_closed = [this](const std::string& id) {
       auto_checkpointer_->SessionClosed(id);
     };
-    group_options.replacing_state = [this](const std::string& id, uint64_t from_step) {
-      return auto_checkpointer_->Replacing(id, from_step);
+    group_options.replacing_state = [this](const std::string& id, uint64_t from_step,
+                                           std::optional<uint64_t> kept_step) {
+      return auto_checkpointer_->Replacing(id, from_step, kept_step);
     };
   }
   group_ = std::make_unique<RankGroup>(group_options, engine_.get());

@@ -107,6 +107,10 @@ void AutoCheckpointer::Restored(const std::string& id, uint64_t step) {
 
 void AutoCheckpointer::SessionClosed(const std::string& id) {
   {
+    absl::MutexLock lock(&commits_->mu);
+    commits_->kept.erase(id);
+  }
+  {
     absl::MutexLock lock(&mu_);
     closed_.insert(id);
     tracks_.erase(id);
@@ -149,8 +153,8 @@ void RemoveHidden(const std::string& id, const std::vector<HiddenCheckpoint>& hi
 
 }  // namespace
 
-absl::StatusOr<RankGroupOptions::ReplacementDone> AutoCheckpointer::Replacing(const std::string& id,
-                                                                              uint64_t from_step) {
+absl::StatusOr<RankGroupOptions::ReplacementDone> AutoCheckpointer::Replacing(
+    const std::string& id, uint64_t from_step, std::optional<uint64_t> kept_step) {
   {
     // A save of the session being committed ends first: its checkpoint is then one of those
     // set aside. Sessions are marked alone, so that no other session's save waits for this.
@@ -170,10 +174,17 @@ absl::StatusOr<RankGroupOptions::ReplacementDone> AutoCheckpointer::Replacing(co
     status = HideCheckpointsFrom(id, from_step, &hidden);
   }
   auto done = [commits = commits_, id, dir = AutoCheckpointRoot(options_.checkpoint_root, id),
-               hidden](bool applied) {
+               hidden, kept_step](bool applied) {
     if (!applied) BringBack(*commits, id, dir, hidden);
     absl::MutexLock lock(&commits->mu);
-    if (applied) commits->to_remove.emplace_back(id, hidden);
+    if (applied) {
+      commits->to_remove.emplace_back(id, hidden);
+      if (kept_step.has_value()) {
+        commits->kept[id] = *kept_step;
+      } else {
+        commits->kept.erase(id);  // a later replacement's timeline
+      }
+    }
     commits->replacing.erase(commits->replacing.find(id));
   };
   if (!status.ok()) {
@@ -261,7 +272,7 @@ void AutoCheckpointer::RemoveCheckpointsFrom(const std::string& id, uint64_t ste
   for (const fs::path& path : left) fs::remove_all(path, error);
 }
 
-bool AutoCheckpointer::Due(const Session& session, absl::Time now,
+bool AutoCheckpointer::Due(const Session& session, absl::Time now, std::optional<uint64_t> kept,
                            std::optional<uint64_t>* went_back_to) {
   auto [it, added] = tracks_.try_emplace(session.id());
   Track& track = it->second;
@@ -274,7 +285,17 @@ bool AutoCheckpointer::Due(const Session& session, absl::Time now,
   // Told by the replacements, not only by the step: a session loaded back that stepped past its
   // last save before this look, or whose state was imported at the same step, is another
   // timeline too, from the lowest step a replacement set.
-  if (!added && replaced.lowest_step.has_value()) {
+  if (!added && replaced.lowest_step.has_value() && kept.has_value() &&
+      *replaced.lowest_step >= *kept && step >= *kept) {
+    // The replacements since loaded the session's own automatic checkpoint of step `kept` last:
+    // the new timeline's save of that step.
+    track.replacements = replaced.count;
+    *went_back_to = *kept + 1;
+    track.saved_step = *kept;
+    track.saved_at = now;
+    track.failures = 0;
+    track.not_before = absl::InfinitePast();
+  } else if (!added && replaced.lowest_step.has_value()) {
     track.replacements = replaced.count;
     *went_back_to = std::min(step, *replaced.lowest_step);
     track.saved_step = 0;  // the next save starts the session's new timeline
@@ -335,13 +356,24 @@ void AutoCheckpointer::LookOnce() {
     ForgetAllBut(sessions);
   }
   for (const std::shared_ptr<Session>& session : sessions) {
+    std::optional<uint64_t> kept;
+    {
+      // One being replaced is looked at once that is done (it may have applied on some ranks).
+      absl::MutexLock lock(&commits_->mu);
+      if (commits_->replacing.count(session->id()) > 0) continue;
+      auto it = commits_->kept.find(session->id());
+      if (it != commits_->kept.end()) {
+        kept = it->second;
+        commits_->kept.erase(it);
+      }
+    }
     std::optional<uint64_t> went_back_to;
     bool due = false;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
       if (closed_.count(session->id()) > 0) continue;
-      due = Due(*session, absl::Now(), &went_back_to);
+      due = Due(*session, absl::Now(), kept, &went_back_to);
     }
     // Also when not due yet (a session taken back to step 0 is saved after its first step).
     if (went_back_to.has_value()) RemoveCheckpointsFrom(session->id(), *went_back_to);

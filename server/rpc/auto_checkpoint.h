@@ -124,9 +124,11 @@ class AutoCheckpointer {
   // answer is told, no save of the session commits, nor after it one whose snapshot came before
   // the replacement. Told applied, they are removed at the next look (outside the operation's
   // hold); told not, they come back. An error (they could not be set aside) fails the
-  // replacement, and what was set aside comes back.
-  absl::StatusOr<RankGroupOptions::ReplacementDone> Replacing(const std::string& id,
-                                                              uint64_t from_step);
+  // replacement, and what was set aside comes back. With `kept_step`, a Load of the session's
+  // own automatic checkpoint of that step: told applied, the checkpoint is the new timeline's
+  // save of its step, kept as such at the next look (before, a Load of one removed it).
+  absl::StatusOr<RankGroupOptions::ReplacementDone> Replacing(
+      const std::string& id, uint64_t from_step, std::optional<uint64_t> kept_step = std::nullopt);
 
   // One look at every session: abandons the checkpoints of a timeline a session left, and saves
   // those due (the thread's look, every poll_interval; tests call it directly).
@@ -157,9 +159,11 @@ class AutoCheckpointer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `session` is due at `now`. A session whose state was replaced (a Load or an import,
   // of an earlier state or not) or that is behind its last automatic checkpoint left that
-  // checkpoint's timeline: due at once, `*went_back_to` its step.
-  bool Due(const Session& session, absl::Time now, std::optional<uint64_t>* went_back_to)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // checkpoint's timeline: due at once, `*went_back_to` its step. `kept`: the step of the
+  // session's own automatic checkpoint its last replacement loaded (Commits::kept), then the
+  // timeline's save of that step.
+  bool Due(const Session& session, absl::Time now, std::optional<uint64_t> kept,
+           std::optional<uint64_t>* went_back_to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes session `id`'s automatic checkpoints of step `step` and later: a timeline its
   // session was taken back from, which a restore (the highest step first) would otherwise bring
   // back over what the session stepped since (errors logged).
@@ -195,9 +199,11 @@ class AutoCheckpointer {
   std::set<std::string> closed_ ABSL_GUARDED_BY(mu_);
   std::string saving_ ABSL_GUARDED_BY(mu_);  // the id being saved, else empty
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // The sessions whose state is being replaced (Replacing: their saves do not commit), those
-  // whose save commits (a replacement waits for it), and what replacements set aside, to be
-  // removed at the next look. Shared with Replacing's answers, which may outlive the
+  // The sessions whose state is being replaced (Replacing: their saves do not commit, and looks
+  // pass them over), those whose save commits (a replacement waits for it), what replacements
+  // set aside, to be removed at the next look, and the step of the automatic checkpoint a
+  // session's last replacement applied loaded, if its own. Shared with Replacing's answers,
+  // which may outlive the
   // checkpointer. `hiding` is held while checkpoints are set aside or brought back, so that two
   // never rename the same one.
   struct Commits {
@@ -206,6 +212,7 @@ class AutoCheckpointer {
     std::set<std::string> committing ABSL_GUARDED_BY(mu);
     std::vector<std::pair<std::string, std::vector<HiddenCheckpoint>>> to_remove
         ABSL_GUARDED_BY(mu);
+    std::map<std::string, uint64_t> kept ABSL_GUARDED_BY(mu);
     absl::Mutex hiding;
   };
   const std::shared_ptr<Commits> commits_ = std::make_shared<Commits>();

@@ -279,13 +279,15 @@ absl::Status HeldOperations::RenewEverywhere(Session& session, uint64_t token) {
 }
 
 absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token,
-                                             std::optional<uint64_t> abandoned_from) {
+                                             std::optional<uint64_t> abandoned_from,
+                                             std::optional<uint64_t> kept_step) {
   // Before any rank applies: a restart between the apply and the checkpointer's next look would
   // otherwise restore the timeline left (its highest step) over the state put in its place.
   // Before the renewal too, so that the disk's time does not run down the holds' lease.
   RankGroupOptions::ReplacementDone replacing;
   if (options().replacing_state && abandoned_from.has_value()) {
-    OPTSTEP_ASSIGN_OR_RETURN(replacing, options().replacing_state(session.id(), *abandoned_from));
+    OPTSTEP_ASSIGN_OR_RETURN(replacing,
+                             options().replacing_state(session.id(), *abandoned_from, kept_step));
   }
   bool asked = false;  // whether the ranks were asked to apply (some may have)
   absl::Cleanup told = [&] {
@@ -414,11 +416,15 @@ absl::StatusOr<uint64_t> HeldOperations::LoadCheckpoint(Session& session, const 
                      "waiting for its shard to be read and staged", kShardCallTimeout)
           .status();
     }));
-    // The timeline is left from the step loaded, or the session's if lower. A restore sets
-    // aside what it passed over itself (AutoCheckpointer::Restored, and the damaged ones it keeps
-    // for an operator).
-    return ApplyEverywhere(session, token,
-                           restoring ? std::nullopt : std::optional(std::min(point.step, step)));
+    // The timeline is left from the step loaded, or the session's if lower; after the step
+    // loaded when that is the session's own automatic checkpoint of it, which holds the new
+    // timeline's state too. A restore sets aside what it passed over itself
+    // (AutoCheckpointer::Restored, and the damaged ones it keeps for an operator).
+    if (restoring) return ApplyEverywhere(session, token, std::nullopt);
+    if (name == AutoCheckpointName(session.id(), step) && step <= point.step) {
+      return ApplyEverywhere(session, token, step + 1, step);
+    }
+    return ApplyEverywhere(session, token, std::min(point.step, step));
   }));
   return step;
 }

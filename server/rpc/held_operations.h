@@ -87,9 +87,10 @@ class HeldOperations {
   absl::Status RenewEverywhere(Session& session, uint64_t token);
   // Every rank writes the state it staged under `token`, once the automatic checkpoints of step
   // `abandoned_from` on (none when unset), which the session's timeline leaves, are set aside
-  // (RankGroupOptions::replacing_state) and every rank still holds it.
+  // (RankGroupOptions::replacing_state, told `kept_step` too) and every rank still holds it.
   absl::Status ApplyEverywhere(Session& session, uint64_t token,
-                               std::optional<uint64_t> abandoned_from);
+                               std::optional<uint64_t> abandoned_from,
+                               std::optional<uint64_t> kept_step = std::nullopt);
   // Where checkpoint `name` lives under this rank's root (LocateCheckpoint); FAILED_PRECONDITION
   // without a root.
   absl::StatusOr<CheckpointLocation> Locate(const std::string& name, bool allow_auto) const;

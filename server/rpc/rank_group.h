@@ -63,10 +63,13 @@ struct RankGroupOptions {
   // Rank 0 with automatic checkpoints: a held operation that replaces a session's state (a Load,
   // a state dict import) calls this once every rank staged the state, before any applies it,
   // with the step from which the session's automatic checkpoints belong to the timeline it
-  // leaves (AutoCheckpointer::Replacing). The answer is told once whether the ranks were asked
-  // to apply. An error fails the operation, nothing applied. May be null.
+  // leaves (AutoCheckpointer::Replacing), and, for a Load of the session's own automatic
+  // checkpoint, that checkpoint's step (`kept_step`: it holds the new timeline's state too; then
+  // `from_step` is one above it). The answer is told once whether the ranks were asked to apply.
+  // An error fails the operation, nothing applied. May be null.
   using ReplacementDone = std::function<void(bool applied)>;
-  std::function<absl::StatusOr<ReplacementDone>(const std::string& session_id, uint64_t from_step)>
+  std::function<absl::StatusOr<ReplacementDone>(const std::string& session_id, uint64_t from_step,
+                                                std::optional<uint64_t> kept_step)>
       replacing_state;
   // The sessions' communicators, rebuilt when a restarted rank rejoins (Regroup); null: the
   // group cannot heal (a lost rank means a restart of the group).

@@ -63,11 +63,11 @@ class CheckpointSaveTest : public ::testing::Test {
     group_options.hold_lease = HoldLease();
     group_options.settle_timeout = std::min(group_options.settle_timeout, HoldLease());
     // As rank 0 wires its checkpointer (RankProcess), once a test made one.
-    group_options.replacing_state =
-        [this](const std::string& id,
-               uint64_t from_step) -> absl::StatusOr<RankGroupOptions::ReplacementDone> {
+    group_options.replacing_state = [this](const std::string& id, uint64_t from_step,
+                                           std::optional<uint64_t> kept_step)
+        -> absl::StatusOr<RankGroupOptions::ReplacementDone> {
       if (checkpointer_ == nullptr) return RankGroupOptions::ReplacementDone();
-      return checkpointer_->Replacing(id, from_step);
+      return checkpointer_->Replacing(id, from_step, kept_step);
     };
     group_ = std::make_unique<RankGroup>(group_options, engine_.get());
     ServerOptions server_options;
@@ -367,6 +367,28 @@ TEST_F(CheckpointSaveTest, ALoadRemovesTheCheckpointsOfTheTimelineItLeavesAtOnce
 
 // A replacement that was not applied (its holds lost before any rank applied) brings back what it
 // set aside: the session goes on in its timeline, and a restart still finds its checkpoints.
+// A Load of the session's own automatic checkpoint keeps it: it holds the new timeline's state
+// of its step. Before, the Load set it aside with the newer ones and the next look removed it,
+// so that until a save of the new timeline committed a restart found no checkpoint of the
+// session, or an older one.
+TEST_F(CheckpointSaveTest, ALoadOfTheSessionsOwnAutomaticCheckpointKeepsIt) {
+  AutoCheckpointer& checkpointer = *AutoCheckpoints();
+  const std::filesystem::path dir = std::filesystem::path(root_) / "auto" / session_;
+  for (uint64_t step = 1; step <= 3; ++step) {
+    ASSERT_NO_FATAL_FAILURE(StepSession(step));
+    checkpointer.LookOnce();
+  }
+  ASSERT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-2", "step-3"));
+  ASSERT_TRUE(Load(absl::StrCat("auto/", session_, "/step-2")).ok());
+  EXPECT_THAT(DirectoryEntries(dir.string()),
+              ElementsAre(".step-3.abandoned", "session.json", "step-2"));
+  checkpointer.LookOnce();  // removes what the Load set aside; nothing is due
+  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-2"));
+  ASSERT_NO_FATAL_FAILURE(StepSession(3));
+  checkpointer.LookOnce();  // the new timeline's step 3
+  EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-2", "step-3"));
+}
+
 TEST_F(CheckpointSaveTest, AReplacementNotAppliedBringsBackWhatItSetAside) {
   AutoCheckpointer* checkpointer = AutoCheckpoints();
   ASSERT_NO_FATAL_FAILURE(StepTwiceSavingBoth(*checkpointer));

@@ -15,6 +15,7 @@ namespace optstep {
 //   "state/<sub-optimizer>/<name>/<key>"        fp32 optimizer state of a parameter
 //   "state/<sub-optimizer>/group<id>/step"      int64 0-d: the group's applied-step counter
 //   "meta/step", "meta/skipped_steps"           int64 0-d: the session's step counters
+//   "meta/masters_step"                         int64 0-d, between ranks only: masters ahead
 struct StateTensor {
   enum class Type { kF32, kI64 };
   Type type = Type::kF32;

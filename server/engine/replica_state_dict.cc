@@ -109,6 +109,9 @@ std::vector<HeldTensor> SelectState(ReplicaState& replica, const StateSelection&
   if (selection.counters) {
     tensors.push_back(CounterTensor("meta/step", counters.step));
     tensors.push_back(CounterTensor("meta/skipped_steps", counters.skipped_steps));
+    if (counters.masters_step.has_value()) {
+      tensors.push_back(CounterTensor("meta/masters_step", *counters.masters_step));
+    }
   }
   std::sort(tensors.begin(), tensors.end(),
             [](const HeldTensor& a, const HeldTensor& b) { return a.key < b.key; });
@@ -128,8 +131,9 @@ absl::StatusOr<std::shared_ptr<const StateDict>> CopyStateToHost(
   return std::shared_ptr<const StateDict>(std::move(dict));
 }
 
-absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(
-    ReplicaState& replica, std::shared_ptr<const StateDict> state) {
+absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(ReplicaState& replica,
+                                                            std::shared_ptr<const StateDict> state,
+                                                            bool from_peer) {
   auto resolved = std::make_shared<ResolvedState>();
   resolved->group_steps.resize(replica.groups().size());
   std::map<std::string, int> param_of;
@@ -153,6 +157,14 @@ absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(
       const std::optional<uint64_t> count = CounterValue(value);
       if (!count) return fail(key, "a counter must not be negative");
       (key == "meta/step" ? resolved->step : resolved->skipped_steps) = *count;
+      continue;
+    }
+    if (key == "meta/masters_step") {
+      if (!from_peer) return fail(key, "is sent between the ranks only");
+      if (!counter || !value.shape.empty()) return fail(key, "must be a 0-d int64 counter");
+      const std::optional<uint64_t> count = CounterValue(value);
+      if (!count) return fail(key, "a counter must not be negative");
+      resolved->masters_step = *count;
       continue;
     }
     if (absl::StartsWith(key, "param/")) {

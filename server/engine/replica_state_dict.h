@@ -46,6 +46,9 @@ struct HeldTensor {
 struct StepCounters {
   uint64_t step = 0;
   uint64_t skipped_steps = 0;
+  // Between ranks only ("meta/masters_step", Session::ExportMasters): the step some masters are
+  // at when it is ahead of `step` (a lost peer interrupted step + 1 after this rank's update).
+  std::optional<uint64_t> masters_step;
 };
 
 // A state dict resolved against a replica: every destination checked, nothing written yet.
@@ -53,6 +56,7 @@ struct ResolvedState {
   std::shared_ptr<const StateDict> state;  // owns the bytes the targets point at
   std::vector<std::pair<const StateTensor*, Tensor*>> targets;
   std::optional<uint64_t> step, skipped_steps;
+  std::optional<uint64_t> masters_step;              // only where ResolveState is told to take it
   std::vector<std::optional<uint64_t>> group_steps;  // by group id
 };
 
@@ -65,10 +69,11 @@ std::vector<HeldTensor> SelectState(ReplicaState& replica, const StateSelection&
 absl::StatusOr<std::shared_ptr<const StateDict>> CopyStateToHost(
     const std::vector<HeldTensor>& tensors);
 // Checks every key of `state` against `replica`: INVALID_ARGUMENT names an unknown key or a
-// shape / type mismatch. A master the replica does not hold (OWNERS storage) is checked and left
-// out. Writes nothing.
+// shape / type mismatch, and "meta/masters_step" unless `from_peer` (a heal's masters). A master
+// the replica does not hold (OWNERS storage) is checked and left out. Writes nothing.
 absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(ReplicaState& replica,
-                                                            std::shared_ptr<const StateDict> state);
+                                                            std::shared_ptr<const StateDict> state,
+                                                            bool from_peer = false);
 // Writes the tensors and group counters of `resolved` into `replica` (the caller sets the step
 // counters) and clears its owned_applied_step (the next step applies). On the device worker.
 absl::Status WriteResolvedState(ReplicaState& replica, const ResolvedState& resolved);

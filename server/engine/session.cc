@@ -438,6 +438,15 @@ absl::Status Session::CheckMastersAtStepLocked(uint64_t step) const {
   // skips it) leave masters that are not those of `step`: built now, a snapshot would answer
   // them as that step's parameters.
   if (book_.broken()) return book_.CheckUsable();
+  if (masters_ahead_to_.has_value() && *masters_ahead_to_ > step) {
+    return absl::UnavailableError(
+        absl::StrCat("session '", id_, "': rank ", rank(),
+                     " healed with masters of a peer that stepped its own "
+                     "in step ",
+                     *masters_ahead_to_,
+                     ", which a lost rank interrupted; its state is read "
+                     "again once the step is taken again"));
+  }
   if (replica_->owned_applied_step() <= step) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
       "session '", id_, "': rank ", rank(), " stepped its parameters in step ", step + 1,

@@ -252,7 +252,9 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // generation: no replay of the step before). FAILED_PRECONDITION while a step is pending (but
   // for the shadow, which no trainer's contribution touches); INVALID_ARGUMENT (nothing
   // written) for a key that does not fit. ImportMasters first:
-  // ImportOwnedState then overwrites this rank's block with its own masters.
+  // ImportOwnedState then overwrites this rank's block with its own masters. Masters a step
+  // ahead of the counters they come with (StepCounters::masters_step: the peer's own took the
+  // step a lost rank interrupted) are not answered to pulls until the counters reach them.
   void ImportOwnedState(std::shared_ptr<const StateDict> state, DoneCallback done);
   void ImportShadow(std::shared_ptr<const StateDict> state, DoneCallback done);
   void ImportMasters(std::shared_ptr<const StateDict> state, DoneCallback done);
@@ -411,6 +413,10 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // those let go from it.
   std::deque<uint64_t> replaced_to_ ABSL_GUARDED_BY(mu_);
   std::optional<uint64_t> lowest_let_go_ ABSL_GUARDED_BY(mu_);
+  // The step of the masters a heal took from a peer whose own had taken the step a lost rank
+  // interrupted (StepCounters::masters_step): until the counters reach it, some masters here
+  // are a step ahead of them (CheckMastersAtStepLocked).
+  std::optional<uint64_t> masters_ahead_to_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace optstep

@@ -162,6 +162,7 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
     if (status.ok()) {
       session_.book_.WriteCounters(*staged);
       ++session_.state_replacements_;
+      session_.masters_ahead_to_.reset();  // every master written
       session_.replaced_to_.push_back(session_.book_.counters().step);
       if (session_.replaced_to_.size() > Session::kKeptReplacements) {
         const uint64_t let_go = session_.replaced_to_.front();

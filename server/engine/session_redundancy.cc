@@ -104,6 +104,11 @@ void Session::ExportMasters(StateCallback done) {
           absl::MutexLock lock(&mu_);
           counters = book_.counters();
         }
+        // This rank's own masters took the step a lost peer interrupted: the importer must not
+        // answer them as the counters' step (CheckMastersAtStepLocked).
+        if (replica_->owned_applied_step() > counters.step) {
+          counters.masters_step = replica_->owned_applied_step();
+        }
         return CopyStateToHost(SelectState(*replica_, selection, nullptr, counters));
       },
       std::move(done));
@@ -174,11 +179,14 @@ void Session::CatchUp(std::shared_ptr<const StateDict> masters, DoneCallback don
   auto resolved = std::make_shared<std::shared_ptr<ResolvedState>>();
   ImportOnCoordinator(
       [this, masters = std::move(masters), resolved]() -> absl::Status {
-        OPTSTEP_ASSIGN_OR_RETURN(*resolved, ResolveState(*replica_, masters));
+        OPTSTEP_ASSIGN_OR_RETURN(*resolved, ResolveState(*replica_, masters, /*from_peer=*/true));
         OPTSTEP_RETURN_IF_ERROR(CheckCatchUp(**resolved));
         return WriteResolvedState(*replica_, **resolved);
       },
-      [this, resolved]() ABSL_NO_THREAD_SAFETY_ANALYSIS { book_.WriteCounters(**resolved); },
+      [this, resolved]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        book_.WriteCounters(**resolved);
+        masters_ahead_to_ = (*resolved)->masters_step;
+      },
       std::move(done));
 }
 
@@ -206,10 +214,13 @@ void Session::ImportMasters(std::shared_ptr<const StateDict> state, DoneCallback
   auto resolved = std::make_shared<std::shared_ptr<ResolvedState>>();
   ImportOnCoordinator(
       [this, state = std::move(state), resolved]() -> absl::Status {
-        OPTSTEP_ASSIGN_OR_RETURN(*resolved, ResolveState(*replica_, state));
+        OPTSTEP_ASSIGN_OR_RETURN(*resolved, ResolveState(*replica_, state, /*from_peer=*/true));
         return WriteResolvedState(*replica_, **resolved);
       },
-      [this, resolved]() ABSL_NO_THREAD_SAFETY_ANALYSIS { book_.WriteCounters(**resolved); },
+      [this, resolved]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        book_.WriteCounters(**resolved);
+        masters_ahead_to_ = (*resolved)->masters_step;
+      },
       std::move(done));
 }
 

@@ -46,6 +46,11 @@ ABSL_FLAG(std::string, memory_budget, "",
           "Bytes this rank admits sessions into (a number, or with K, M, G or T: '3G'); empty or "
           "0: 0.8 of the device's memory (CUDA), else of the cgroup's memory limit, else of "
           "physical memory.");
+ABSL_FLAG(std::string, memory_headroom, "",
+          "Bytes outside the memory budget that streams' copies may hold in their owners' places "
+          "(an export's state, staged initial values, unread pulls, waiting Step streams; the "
+          "others are taken from the budget); empty or 0: half of what the memory limit leaves "
+          "beyond the budget.");
 ABSL_FLAG(int64_t, max_session_bytes, 0,
           "Most bytes of one session's footprint on a rank (masters, optimizer state, gradients, "
           "overhead, workspace); 0: the memory budget alone.");
@@ -248,6 +253,11 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   if (!absl::GetFlag(FLAGS_memory_budget).empty()) {
     OPTSTEP_ASSIGN_OR_RETURN(options.memory_budget,
                              ParseByteCount("--memory_budget", absl::GetFlag(FLAGS_memory_budget)));
+  }
+  if (!absl::GetFlag(FLAGS_memory_headroom).empty()) {
+    OPTSTEP_ASSIGN_OR_RETURN(
+        options.memory_headroom,
+        ParseByteCount("--memory_headroom", absl::GetFlag(FLAGS_memory_headroom)));
   }
   options.shutdown_grace = absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms));
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));

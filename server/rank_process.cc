@@ -260,6 +260,7 @@ absl::Status RankProcess::StartEngine(
   engine_options.shared_memory = options_.shared_memory;
   engine_options.max_shared_segments = options_.max_shared_segments;
   engine_options.memory_budget = options_.memory_budget;
+  engine_options.memory_headroom = options_.memory_headroom;
   engine_options.share_budget_of = host_budget_;
   engine_options.step_observer = metrics_;
   if (options_.kill_before_allgather > 0) {

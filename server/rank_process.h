@@ -69,6 +69,7 @@ class RankProcess {
     int max_sessions_per_owner = 0;   // 0: max_sessions alone
     double owner_memory_share = 1.0;  // 1: the budget alone
     int64_t memory_budget = 0;        // 0: ResolveMemoryBudget's default
+    int64_t memory_headroom = 0;      // 0: DefaultStreamHeadroom
     // Time running calls get to finish once shutdown is requested.
     absl::Duration shutdown_grace = absl::Seconds(10);
     // Save / Load checkpoints; empty: they answer FAILED_PRECONDITION. 0 keeps every one.

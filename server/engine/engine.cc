@@ -49,8 +49,17 @@ std::unique_ptr<SessionAdmission> CreateAdmission(const EngineOptions& options,
     LOG(INFO) << "rank " << options.rank << ": memory budget " << budget.bytes << " bytes ("
               << budget.source << ")";
   }
-  return std::make_unique<SessionAdmission>(budget.bytes, options.max_session_bytes, options.rank,
-                                            options.state_redundancy);
+  auto admission = std::make_unique<SessionAdmission>(budget.bytes, options.max_session_bytes,
+                                                      options.rank, options.state_redundancy);
+  // The budget of a device with memory of its own takes none of the host's.
+  const int64_t headroom =
+      options.memory_headroom > 0
+          ? options.memory_headroom
+          : DefaultStreamHeadroom(device.memory_capacity() > 0 ? 0 : budget.bytes);
+  admission->budget().set_headroom(headroom);
+  LOG(INFO) << "rank " << options.rank << ": headroom of " << headroom
+            << " bytes for the copies streams hold outside the budget";
+  return admission;
 }
 
 }  // namespace

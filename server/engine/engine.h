@@ -47,8 +47,13 @@ struct EngineOptions {
   // The bytes this rank admits sessions into (admission.h); 0: kDefaultMemoryBudgetFraction of the
   // device's memory, or of the cgroup's limit or the host's memory (ResolveMemoryBudget).
   int64_t memory_budget = 0;
+  // What the copies that streams hold in their owners' places in the headroom (outside the
+  // budget: an export's state, staged initial values, unread pulls, waiting Step streams) may
+  // take together (MemoryBudget::set_headroom); 0: DefaultStreamHeadroom.
+  int64_t memory_headroom = 0;
   // A stand-in's (rank_process.h): its host's budget, which it shares rather than having one of
-  // its own (memory_budget is then unused); must outlive the engine's construction only.
+  // its own (memory_budget and memory_headroom are then unused); must outlive the engine's
+  // construction only.
   const MemoryBudget* share_budget_of = nullptr;
   int64_t max_session_bytes = 0;  // one session's footprint at most; 0: the budget alone
   // One owner's share of the rank (docs/security.md "Limits"): the most sessions one owner holds
@@ -135,6 +140,11 @@ class Engine {
   absl::StatusOr<MemoryBudget::Reservation> ReserveMemory(int64_t bytes, absl::string_view asker,
                                                           absl::string_view detail,
                                                           absl::string_view owner);
+  // `bytes` of the rank's headroom (MemoryBudget::TryTakeHeadroom): a stream's copy held in its
+  // owner's place there (HeadroomPlaces); nullopt when they do not fit.
+  std::optional<MemoryBudget::HeadroomBytes> TryTakeHeadroom(int64_t bytes) {
+    return admission_->budget().TryTakeHeadroom(bytes);
+  }
 
   // A new shared memory segment for `trainer` of `session` (shared_segments.h).
   // FAILED_PRECONDITION when options().shared_memory is off or the session's gradients are

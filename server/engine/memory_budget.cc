@@ -62,6 +62,13 @@ MemoryLimit ResolveMemoryBudget(int64_t configured, int64_t device_capacity) {
   return limit;
 }
 
+int64_t DefaultStreamHeadroom(int64_t budget_on_host) {
+  const MemoryLimit limit = HostMemoryLimit();
+  if (limit.bytes <= budget_on_host) return 0;
+  return static_cast<int64_t>(static_cast<double>(limit.bytes - budget_on_host) *
+                              kStreamHeadroomFraction);
+}
+
 // Under ASan and TSan the sanitizer's allocator serves malloc, and glibc's own arenas may never
 // have been set up: trimming them then reads a null arena (a SEGV in malloc_trim, or a broken
 // arena count when a thread exits). There is nothing of glibc's to give back either.
@@ -172,6 +179,29 @@ absl::StatusOr<MemoryBudget::Reservation> MemoryBudget::TryReserve(
   if (!owner.has_value() || bytes == 0) return Reservation(ledger_, bytes, std::nullopt);
   ledger_->by_owner[*owner] += bytes;
   return Reservation(ledger_, bytes, std::string(*owner));
+}
+
+void MemoryBudget::set_headroom(int64_t bytes) {
+  absl::MutexLock lock(&ledger_->mu);
+  ledger_->headroom = bytes;
+}
+
+int64_t MemoryBudget::headroom() const {
+  absl::MutexLock lock(&ledger_->mu);
+  return ledger_->headroom;
+}
+
+std::optional<MemoryBudget::HeadroomBytes> MemoryBudget::TryTakeHeadroom(int64_t bytes) {
+  absl::MutexLock lock(&ledger_->mu);
+  if (bytes > ledger_->headroom - ledger_->in_headroom) return std::nullopt;
+  ledger_->in_headroom += bytes;
+  return HeadroomBytes(ledger_, bytes);
+}
+
+MemoryBudget::HeadroomBytes::~HeadroomBytes() {
+  if (ledger_ == nullptr) return;
+  absl::MutexLock lock(&ledger_->mu);
+  ledger_->in_headroom -= bytes_;
 }
 
 MemoryBudget::Reservation::Reservation(Reservation&& other) noexcept

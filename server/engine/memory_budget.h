@@ -41,6 +41,15 @@ MemoryLimit HostMemoryLimit();
 // else of HostMemoryLimit().
 MemoryLimit ResolveMemoryBudget(int64_t configured, int64_t device_capacity);
 
+// The share of what the memory limit leaves beyond the budget that streams' copies may hold in
+// their owners' places in the headroom (MemoryBudget::set_headroom): the rest is the server's own.
+inline constexpr double kStreamHeadroomFraction = 0.5;
+
+// The default headroom (MemoryBudget::set_headroom) of a rank whose budget takes `budget_on_host`
+// bytes of the host's memory (0 for a device with memory of its own): kStreamHeadroomFraction of
+// what HostMemoryLimit() leaves beyond them; 0 when it leaves nothing or none is found.
+int64_t DefaultStreamHeadroom(int64_t budget_on_host);
+
 // Hands the heap's free memory back to the system (glibc's malloc_trim), as after a session
 // closes: its tensors and records are freed, but the allocator would otherwise keep the pages.
 void ReturnFreedMemoryToSystem();
@@ -105,6 +114,31 @@ class MemoryBudget {
   // TryReserve's answer, reserving nothing.
   absl::Status CheckFits(int64_t bytes, absl::string_view asker, absl::string_view detail) const;
 
+  // The rank's headroom (its memory outside the budget, docs/security.md "Limits"): the bytes
+  // that the copies streams hold in their owners' places there (HeadroomPlaces) may take
+  // together, shared with a stand-in's budget. 0, the default: no place is granted.
+  void set_headroom(int64_t bytes);
+  int64_t headroom() const;
+  // Bytes of the headroom held until destroyed (or moved from). Thread-compatible.
+  class HeadroomBytes {
+   public:
+    HeadroomBytes(HeadroomBytes&& other) noexcept = default;  // `other` holds none after
+    HeadroomBytes& operator=(HeadroomBytes&&) = delete;
+    HeadroomBytes(const HeadroomBytes&) = delete;
+    HeadroomBytes& operator=(const HeadroomBytes&) = delete;
+    ~HeadroomBytes();
+
+   private:
+    friend class MemoryBudget;
+    HeadroomBytes(std::shared_ptr<Reservation::Ledger> ledger, int64_t bytes)
+        : ledger_(std::move(ledger)), bytes_(bytes) {}
+
+    std::shared_ptr<Reservation::Ledger> ledger_;  // null once moved from
+    int64_t bytes_ = 0;
+  };
+  // `bytes` of the headroom when they fit beside what is held there; nullopt when they do not.
+  std::optional<HeadroomBytes> TryTakeHeadroom(int64_t bytes);
+
   int64_t budget() const { return budget_; }
   int64_t admitted() const;
   // The bytes reserved for `owner` and not yet released, by this budget and every one sharing
@@ -132,6 +166,8 @@ struct MemoryBudget::Reservation::Ledger {
   int64_t admitted ABSL_GUARDED_BY(mu) = 0;
   // The part of `admitted` reserved for each owner (none at 0).
   absl::flat_hash_map<std::string, int64_t> by_owner ABSL_GUARDED_BY(mu);
+  int64_t headroom ABSL_GUARDED_BY(mu) = 0;     // MemoryBudget::set_headroom
+  int64_t in_headroom ABSL_GUARDED_BY(mu) = 0;  // held by HeadroomBytes
 };
 
 }  // namespace optstep

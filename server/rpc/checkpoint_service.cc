@@ -263,13 +263,13 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
               // did; its others take them from the budget, within its share, until the stream
               // ends: a session of many trainers, each with an export open, or an owner of many
               // sessions, each with exports open, must not take the rank past it.
-              std::shared_ptr<const void> headroom =
-                  ExportsInHeadroom().TryTake((*session)->config().owner);
-              const bool charged = headroom == nullptr;
               const std::vector<uint32_t> chunks(request.model_chunks().begin(),
                                                  request.model_chunks().end());
               absl::StatusOr<int64_t> copy_bytes = ExportBytes(**session, chunks);
               if (!copy_bytes.ok()) return deliver(copy_bytes.status());
+              std::shared_ptr<const void> headroom = ExportsInHeadroom().TryTake(
+                  (*session)->config().owner, [&] { return engine->TryTakeHeadroom(*copy_bytes); });
+              const bool charged = headroom == nullptr;
               absl::StatusOr<MemoryBudget::Reservation> reserved =
                   charged ? engine->ReserveMemory(
                                 *copy_bytes, "ExportStateDict",

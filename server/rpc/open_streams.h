@@ -6,13 +6,16 @@
 // InitParameters stream stages the values it is sent; an ExportStateDict stream holds the state
 // it has yet to send), and how many of them each owner has in the rank's headroom.
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "server/engine/memory_budget.h"
 
 namespace optstep {
 
@@ -87,25 +90,34 @@ class OpenStreams {
 // Places in the rank's headroom (its memory outside the budget, docs/security.md "Limits") for
 // the streams of one kind that hold a copy of a session's data (an export's state, the values an
 // InitParameters stream stages), counted by the sessions' owner: each owner has `per_owner` at
-// once, whatever its number of sessions, and its other streams take what they hold from the
-// budget, within the owner's share. Thread-safe; outlives its places.
+// once, whatever its number of sessions, while their bytes fit in what the rank's headroom has
+// free (MemoryBudget::TryTakeHeadroom, shared by every kind); its other streams take what they
+// hold from the budget, within the owner's share. Thread-safe; outlives its places.
 class HeadroomPlaces {
  public:
   explicit HeadroomPlaces(int per_owner) : per_owner_(per_owner) {}
 
-  // A place until the returned handle goes; null when `owner` has all its places.
-  std::shared_ptr<const void> TryTake(const std::string& owner) {
-    {
-      absl::MutexLock lock(&mu_);
-      int& taken = taken_[owner];
-      if (taken >= per_owner_) return nullptr;
-      ++taken;
-    }
-    return std::shared_ptr<const void>(this, [this, owner](const void*) {
-      absl::MutexLock lock(&mu_);
-      auto it = taken_.find(owner);
-      if (--it->second == 0) taken_.erase(it);
-    });
+  using TakeBytes = std::function<std::optional<MemoryBudget::HeadroomBytes>()>;
+  // A place, and the bytes `take_bytes` answers, until the returned handle goes; null when
+  // `owner` has all its places or the bytes do not fit.
+  std::shared_ptr<const void> TryTake(const std::string& owner, const TakeBytes& take_bytes) {
+    struct Held {
+      HeadroomPlaces* places;
+      std::string owner;
+      MemoryBudget::HeadroomBytes bytes;
+      ~Held() {
+        absl::MutexLock lock(&places->mu_);
+        auto it = places->taken_.find(owner);
+        if (--it->second == 0) places->taken_.erase(it);
+      }
+    };
+    absl::MutexLock lock(&mu_);
+    auto it = taken_.find(owner);
+    if (it != taken_.end() && it->second >= per_owner_) return nullptr;
+    std::optional<MemoryBudget::HeadroomBytes> bytes = take_bytes();
+    if (!bytes.has_value()) return nullptr;
+    ++taken_[owner];
+    return std::shared_ptr<const void>(new Held{this, owner, *std::move(bytes)});
   }
 
  private:

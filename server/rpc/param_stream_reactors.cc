@@ -36,11 +36,13 @@ OpenStreams& OpenPulls() {
   return *streams;
 }
 
-// The pulls whose messages in hand the rank holds in its headroom: each owner has
-// kOpenPullsPerTrainer of them at once, whatever its number of sessions and trainers; its other
-// pulls take those bytes from the budget, within its share, until they end (PullHeldBytes).
+// The pulls whose messages in hand the rank holds in its headroom: each owner has this many at
+// once, whatever its number of sessions and trainers, while they fit there (every trainer of a
+// session pulls after each step, and reads at once); its other pulls take those bytes from the
+// budget, within its share, until they end (PullHeldBytes).
+constexpr int kPullsInHeadroomPerOwner = 64;
 HeadroomPlaces& PullsInHeadroom() {
-  static HeadroomPlaces* const streams = new HeadroomPlaces(kOpenPullsPerTrainer);
+  static HeadroomPlaces* const streams = new HeadroomPlaces(kPullsInHeadroomPerOwner);
   return *streams;
 }
 
@@ -94,14 +96,17 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     }
     // Before, a session's bound alone: one of 4,096 trainers could hold 16,384 pulls unread.
     const std::string& owner = session_->config().owner;
-    headroom_ = PullsInHeadroom().TryTake(owner);
+    const int64_t held_bytes = PullHeldBytes(*session_);
+    headroom_ =
+        PullsInHeadroom().TryTake(owner, [&] { return engine->TryTakeHeadroom(held_bytes); });
     if (headroom_ == nullptr) {
       absl::StatusOr<MemoryBudget::Reservation> reserved = engine->ReserveMemory(
-          PullHeldBytes(*session_), "PullParameters",
+          held_bytes, "PullParameters",
           absl::StrCat("session '", session_->id(),
                        "': a message of its parameters in hand and in the transport, held until "
                        "the stream is read; ",
-                       kOpenPullsPerTrainer, " pulls of an owner are held in the rank's headroom"),
+                       kPullsInHeadroomPerOwner,
+                       " pulls of an owner are held in the rank's headroom while it has room"),
           owner);
       if (!reserved.ok()) return reserved.status();
       held_bytes_ = *std::move(reserved);
@@ -235,10 +240,13 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
                          " per trainer) are open on this rank already; nothing "
                          "was written"));
       }
-      // An owner's first streams stage in the rank's headroom, as they always did; its others
-      // take what they stage from the budget (ReserveStaging). Counted per owner: per session,
-      // an owner of many sessions staged a copy of each one's parameters there.
-      headroom_ = InitStreamsInHeadroom().TryTake(session_->config().owner);
+      // An owner's first streams stage in the rank's headroom, while the most they may stage
+      // fits there; its others take what they stage from the budget (ReserveStaging). Counted
+      // per owner: per session, an owner of many sessions staged a copy of each one's
+      // parameters there.
+      headroom_ = InitStreamsInHeadroom().TryTake(session_->config().owner, [&] {
+        return engine_->TryTakeHeadroom(static_cast<int64_t>(byte_limit_));
+      });
       charged_ = headroom_ == nullptr;
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
       return absl::InvalidArgumentError(

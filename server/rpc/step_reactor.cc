@@ -40,9 +40,9 @@ OpenStreams& OpenSteps() {
 }
 
 // A Step stream whose gradient waits for the trainers before it (REPLICATED gradients are summed
-// in trainer order) reads nothing meanwhile, so the transport holds up to its window beside the
-// message in hand, for as long as those trainers take. Each owner has this many such streams in
-// the rank's headroom; its others take those bytes from the budget, within its share, or end.
+// in trainer order) reads nothing meanwhile: the transport holds up to its window beside the
+// message in hand, as long as those trainers take. Each owner has this many such streams in the
+// headroom (while it has room); its others take those bytes from the budget, or end.
 constexpr int kWaitingStepStreamsPerOwner = 8;
 HeadroomPlaces& WaitingStepStreamsInHeadroom() {
   static HeadroomPlaces* const streams = new HeadroomPlaces(kWaitingStepStreamsPerOwner);
@@ -302,10 +302,9 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     // received slices it points into, alive; the stream reads nothing more until it is added.
     // What the stream holds meanwhile is taken first, so that a chunk refused is not queued
     // (it would keep the message in hand until its turn).
-    if (session_->WouldWait(handle_, checked->param_id)) {
-      absl::Status held = HoldWhileWaitingLocked();
-      if (!held.ok()) return held;
-    }
+    absl::Status held = session_->WouldWait(handle_, checked->param_id) ? HoldWhileWaitingLocked()
+                                                                        : absl::OkStatus();
+    if (!held.ok()) return held;
     std::weak_ptr<StepReactor> weak = weak_from_this();
     auto fate = session_->AddGradient(handle_, checked->param_id, checked->offset, checked->dtype,
                                       chunk.data, shared_from_this(), [weak](absl::Status added) {
@@ -319,17 +318,18 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 
   // Takes what the stream may make the rank hold while it waits for its turn and reads nothing
   // (limits_.waiting_bytes): a place of its owner's in the headroom, or else those bytes from the
-  // budget. RESOURCE_EXHAUSTED when neither is to be had: the stream ends, and nothing of it is
-  // applied (its trainer never committed on it). Taken once, as the stream's first chunk is to
-  // wait, and held until its commit (the trainer's next chunks wait as likely), or its end; a
-  // stream that ends while a chunk waits holds it until the chunk is added or dropped (the
-  // chunk keeps the message in hand, and this reactor, until then).
+  // budget. RESOURCE_EXHAUSTED when neither is to be had: the stream ends, nothing of it applied
+  // (its trainer never committed on it). Taken once, as the stream's first chunk is to wait,
+  // and held until its commit (the trainer's next chunks wait as likely), or its end; a stream
+  // that ends while a chunk waits holds it until the chunk is added or dropped (the chunk keeps
+  // the message in hand, and this reactor, until then).
   absl::Status HoldWhileWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (limits_.waiting_bytes <= 0 || waiting_place_ != nullptr || waiting_bytes_.bytes() > 0) {
       return absl::OkStatus();
     }
     const std::string& owner = session_->config().owner;
-    waiting_place_ = WaitingStepStreamsInHeadroom().TryTake(owner);
+    waiting_place_ = WaitingStepStreamsInHeadroom().TryTake(
+        owner, [&] { return engine_->TryTakeHeadroom(limits_.waiting_bytes); });
     if (waiting_place_ != nullptr) return absl::OkStatus();
     absl::StatusOr<MemoryBudget::Reservation> reserved = engine_->ReserveMemory(
         limits_.waiting_bytes,

@@ -151,6 +151,32 @@ TEST(LimitsTest, StagedInitialValuesAreTakenFromTheBudget) {
   ExpectStillServing(*c.client);
 }
 
+// Opens `tries` ExportStateDict streams of `session_id` and leaves each open unread (a slow
+// reader), then cancels them all; answers how many were held open. Each one refused must be
+// RESOURCE_EXHAUSTED for its copy of the state; `*refused` counts them.
+int HoldUnreadExports(Connected& c, const std::string& session_id, int tries, int* refused) {
+  auto stub = v1::CheckpointService::NewStub(testutil::SlowReaderChannel(c.server->address()));
+  v1::ExportStateDictRequest request;
+  request.set_session_id(session_id);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>>> streams;
+  for (int s = 0; s < tries; ++s) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->ExportStateDict(contexts.back().get(), request));
+    v1::StateDictChunk chunk;
+    if (streams.back()->Read(&chunk)) continue;  // held open, unread
+    const grpc::Status ended = streams.back()->Finish();
+    EXPECT_EQ(ended.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << ended.error_message();
+    EXPECT_THAT(ended.error_message(), testing::HasSubstr("a copy of its state"));
+    ++*refused;
+    streams.pop_back();
+  }
+  const int held = static_cast<int>(streams.size());
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& stream : streams) (void)stream->Finish();
+  return held;
+}
+
 // A session of many trainers may keep an ExportStateDict stream open a trainer, each holding a
 // copy of its state until it is read: the copies are taken from the rank's budget, so that
 // streams left unread stop at it (RESOURCE_EXHAUSTED) rather than take the rank past its memory.
@@ -160,28 +186,34 @@ TEST(LimitsTest, HeldExportCopiesAreTakenFromTheBudget) {
   spec.mutable_optimizer()->set_preset("adam");                // 12 MiB of state in all
   spec.set_num_trainers(16);
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(spec));
-  auto stub = v1::CheckpointService::NewStub(testutil::SlowReaderChannel(c.server->address()));
-  v1::ExportStateDictRequest request;
-  request.set_session_id(info.session_id());
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ClientReader<v1::StateDictChunk>>> streams;
   int refused = 0;
-  for (int s = 0; s < 16; ++s) {
-    contexts.push_back(std::make_unique<grpc::ClientContext>());
-    streams.push_back(stub->ExportStateDict(contexts.back().get(), request));
-    v1::StateDictChunk chunk;
-    if (streams.back()->Read(&chunk)) continue;  // held open, unread
-    const grpc::Status ended = streams.back()->Finish();
-    EXPECT_EQ(ended.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << ended.error_message();
-    EXPECT_THAT(ended.error_message(), testing::HasSubstr("a copy of its state"));
-    ++refused;
-    streams.pop_back();
-  }
+  HoldUnreadExports(c, info.session_id(), 16, &refused);
   EXPECT_GT(refused, 0) << "every export held its copy, past the rank's budget";
   EXPECT_LT(refused, 16);
-  for (auto& context : contexts) context->TryCancel();
-  for (auto& stream : streams) (void)stream->Finish();
   ExpectStillServing(*c.client);
+}
+
+// An owner's places in the headroom hold its exports' copies only while they fit in the rank's
+// headroom (--memory_headroom, shared by every kind of stream); the others are taken from the
+// budget. Before, the places were counted, never sized: an owner's two exports and four
+// InitParameters streams held copies of its largest session outside the budget whatever their
+// size, and so did every other owner's. With a headroom too small for one copy, the rank holds
+// two exports fewer (each copy 12 MiB, from the budget) than with one that holds both.
+TEST(LimitsTest, TheHeadroomHoldsCopiesOnlyWhileTheyFit) {
+  int opened[2] = {0, 0};
+  const char* headroom[2] = {"--memory_headroom=1M", "--memory_headroom=64M"};
+  for (int run = 0; run < 2; ++run) {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c, Start({"--memory_budget=96M", headroom[run]}));
+    v1::SessionSpec spec = OneParamSpec("exported", {1 << 20});
+    spec.mutable_optimizer()->set_preset("adam");  // 12 MiB of masters and state
+    spec.set_num_trainers(16);                     // 16 exports open at most
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(spec));
+    int refused = 0;
+    opened[run] = HoldUnreadExports(c, info.session_id(), 16, &refused);
+    ExpectStillServing(*c.client);
+  }
+  EXPECT_LT(opened[1], 16) << "the budget was to refuse an export";
+  EXPECT_EQ(opened[1] - opened[0], 2) << opened[0] << " and " << opened[1] << " exports opened";
 }
 
 // 300,000 parameters of one element: 2.4 MB of tensors, but about 1.2 KB per parameter of the

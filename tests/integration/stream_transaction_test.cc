@@ -427,15 +427,17 @@ TEST(ExportHeadroomTest, AnOwnerHasTwoExportsInTheHeadroomWhateverItsSessions) {
   (void)second.Cancel();
 }
 
-// An owner's pulls hold their messages in the rank's headroom four at a time, whatever its number
-// of sessions and trainers; its others take them from the budget (within its share). Before, a
-// session's bound alone held (four pulls per trainer): a session declaring 4,096 trainers could
-// keep 16,384 pulls unread, each holding 8 MiB outside the budget, and here all sixteen opened.
-TEST(PullHeadroomTest, AnOwnerHasFourPullsInTheHeadroomWhateverItsTrainers) {
+// An owner's pulls hold their messages in the rank's headroom while they fit there (here
+// --memory_headroom holds four pulls' 8 MiB); its others take them from the budget (within its
+// share). Before, a session's bound alone held (four pulls per trainer): a session declaring
+// 4,096 trainers could keep 16,384 pulls unread, each holding 8 MiB outside the budget, and here
+// all sixteen opened.
+TEST(PullHeadroomTest, AnOwnersPullsHoldTheirMessagesInTheHeadroomWhileTheyFit) {
   // A session of four trainers (sixteen pulls) and 16 MiB of parameters, four messages a pull:
   // 64 MiB of footprint and more, and room for at most three pulls' 8 MiB besides.
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::ConnectedServer c,
-                               testutil::StartConnected({"--memory_budget=88M"}));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(
+      testutil::ConnectedServer c,
+      testutil::StartConnected({"--memory_budget=88M", "--memory_headroom=32M"}));
   v1::SessionSpec spec = SmallSpec("pulled");
   spec.clear_parameters();
   auto* wide = spec.add_parameters();
@@ -462,11 +464,11 @@ TEST(PullHeadroomTest, AnOwnerHasFourPullsInTheHeadroomWhateverItsTrainers) {
   absl::Status refused = absl::OkStatus();
   for (int i = 0; i < 16 && refused.ok(); ++i) refused = pull(info.session_id());
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted, "PullParameters needs "));
-  EXPECT_GE(pulls.size(), 4u) << "the owner's places in the headroom";
+  EXPECT_GE(pulls.size(), 4u) << "the pulls held in the headroom";
   EXPECT_THAT(refused.message(),
               HasSubstr(absl::StrCat("session '", info.session_id(),
                                      "': a message of its parameters in hand and in the "
-                                     "transport, held until the stream is read; 4 pulls")));
+                                     "transport, held until the stream is read; 64 pulls")));
   // Their places and bytes come back once the server has seen the cancellations.
   for (auto& context : contexts) context->TryCancel();
   for (auto& open : pulls) (void)open->Finish();

@@ -5,6 +5,7 @@
 #include "server/engine/memory_budget.h"
 
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "gmock/gmock.h"
@@ -90,6 +91,24 @@ TEST(MemoryBudgetTest, AnOwnersBytesAreCountedAcrossAStandInAndItsHost) {
   hosts.Release();
   EXPECT_EQ(stand_in.HeldBy("mallory"), 0);
   EXPECT_EQ(host.admitted(), 150);
+}
+
+// The headroom holds streams' copies while they fit together, shared with a stand-in's budget,
+// and gives their bytes back as each goes; none is granted without one.
+TEST(MemoryBudgetTest, TheHeadroomHoldsCopiesWhileTheyFitTogether) {
+  MemoryBudget host(1000, /*rank=*/1);
+  EXPECT_FALSE(host.TryTakeHeadroom(1).has_value()) << "no headroom set";
+  host.set_headroom(100);
+  MemoryBudget stand_in(host, /*rank=*/0);
+  EXPECT_EQ(stand_in.headroom(), 100);
+  std::optional<MemoryBudget::HeadroomBytes> first = host.TryTakeHeadroom(60);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_FALSE(stand_in.TryTakeHeadroom(41).has_value()) << "60 + 41 > 100";
+  std::optional<MemoryBudget::HeadroomBytes> second = stand_in.TryTakeHeadroom(40);
+  ASSERT_TRUE(second.has_value());
+  first.reset();
+  EXPECT_TRUE(host.TryTakeHeadroom(60).has_value()) << "the first copy's bytes came back";
+  EXPECT_EQ(host.admitted(), 0) << "the headroom is not the budget";
 }
 
 TEST(MemoryBudgetTest, ByteCountsTakeBinarySuffixes) {

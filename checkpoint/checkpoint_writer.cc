@@ -182,11 +182,7 @@ absl::StatusOr<std::vector<Complete>> CompleteCheckpoints(const std::string& roo
     if (!ValidateCheckpointName(name).ok()) continue;  // hidden: temporary or being removed
     struct stat st;
     const std::string manifest = absl::StrCat(root, "/", name, "/", kManifestFile);
-    if (::stat(manifest.c_str(), &st) != 0) {
-      if (errno == ENOENT || errno == ENOTDIR) continue;  // incomplete, or not a checkpoint
-      return internal::ErrnoStatus(errno, "look at", manifest);
-    }
-    if (!S_ISREG(st.st_mode)) continue;
+    if (::stat(manifest.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     found.push_back({int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, name});
   }
   std::sort(found.begin(), found.end());
@@ -447,6 +443,16 @@ absl::Status WriteFileAtomically(absl::string_view dir, absl::string_view file,
 }
 
 absl::Status SyncDirectory(absl::string_view dir) { return internal::FsyncPath(std::string(dir)); }
+
+absl::StatusOr<std::vector<std::string>> ListCheckpointNames(absl::string_view root) {
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<std::string> names, internal::ListDir(std::string(root)));
+  names.erase(std::remove_if(names.begin(), names.end(),
+                             [](const std::string& name) {
+                               return !ValidateCheckpointName(name).ok();  // hidden
+                             }),
+              names.end());
+  return names;
+}
 
 absl::StatusOr<std::string> ReadFileWhole(const std::string& path, uint64_t max_bytes) {
   return internal::ReadSmallFile(path, max_bytes);

@@ -134,10 +134,12 @@ absl::Status SyncDirectory(absl::string_view dir);
 absl::StatusOr<std::string> ReadFileWhole(const std::string& path, uint64_t max_bytes);
 
 // Names of the complete checkpoints in `root` (visible directories with a manifest.json),
-// oldest first by the same order as pruning. A manifest that cannot be looked at for another
-// reason than its absence (EIO) fails the listing, naming it, rather than leave its checkpoint
-// out.
+// oldest first by the same order as pruning; one whose manifest cannot be looked at is left out.
 absl::StatusOr<std::vector<std::string>> ListCheckpoints(absl::string_view root);
+// Every visible entry of `root` with a checkpoint's name, complete or not, sorted, without
+// looking into any: a reader that must tell a manifest's absence from a failed read reads each.
+// The listing's own error (errno-typed, naming `root`) otherwise.
+absl::StatusOr<std::vector<std::string>> ListCheckpointNames(absl::string_view root);
 
 }  // namespace optstep
 

@@ -100,15 +100,16 @@ void Session::ExportMasters(StateCallback done) {
         StateSelection selection;
         selection.owned_state = false;
         StepCounters counters;
+        uint64_t ahead = replica_->owned_applied_step();
         {
           absl::MutexLock lock(&mu_);
           counters = book_.counters();
+          ahead = std::max(ahead, masters_ahead_to_.value_or(0));
         }
-        // This rank's own masters took the step a lost peer interrupted: the importer must not
-        // answer them as the counters' step (CheckMastersAtStepLocked).
-        if (replica_->owned_applied_step() > counters.step) {
-          counters.masters_step = replica_->owned_applied_step();
-        }
+        // This rank's own masters took the step a lost peer interrupted, or it took such a
+        // peer's in a heal: the importer must not answer them as the counters' step
+        // (CheckMastersAtStepLocked).
+        if (ahead > counters.step) counters.masters_step = ahead;
         return CopyStateToHost(SelectState(*replica_, selection, nullptr, counters));
       },
       std::move(done));

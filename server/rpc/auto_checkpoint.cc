@@ -356,23 +356,22 @@ void AutoCheckpointer::LookOnce() {
     ForgetAllBut(sessions);
   }
   for (const std::shared_ptr<Session>& session : sessions) {
-    std::optional<uint64_t> kept;
+    std::optional<uint64_t> went_back_to;
+    bool due = false;
     {
       // One being replaced is looked at once that is done (it may have applied on some ranks).
-      absl::MutexLock lock(&commits_->mu);
+      // Held while the replacements are read (Due), so that none is applied and told between.
+      absl::MutexLock commits(&commits_->mu);
       if (commits_->replacing.count(session->id()) > 0) continue;
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+      if (closed_.count(session->id()) > 0) continue;
+      std::optional<uint64_t> kept;
       auto it = commits_->kept.find(session->id());
       if (it != commits_->kept.end()) {
         kept = it->second;
         commits_->kept.erase(it);
       }
-    }
-    std::optional<uint64_t> went_back_to;
-    bool due = false;
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-      if (closed_.count(session->id()) > 0) continue;
       due = Due(*session, absl::Now(), kept, &went_back_to);
     }
     // Also when not due yet (a session taken back to step 0 is saved after its first step).

@@ -62,17 +62,26 @@ bool Unusable(const absl::Status& status) {
          status.code() == absl::StatusCode::kFailedPrecondition;
 }
 
-// What a read or load that failed touched, which says what its NOT_FOUND means.
+// What a read, creation or load that failed touched, which says which failures are for good.
 enum class Source {
-  kFile,   // a file of this rank's: NOT_FOUND is its absence, for good
-  kGroup,  // a load on every rank: NOT_FOUND may be a peer's passing state; a rank lost ends it
+  kFile,      // a file of this rank's: NOT_FOUND is its absence
+  kCreation,  // the session created on every rank: no room, or a definition refused, is final
+  kLoad,      // a load on every rank: NOT_FOUND may be a peer's passing state
 };
 
-// Whether `status`, a failure of a read or load of `source`, is for good: tried again, it would
-// fail again.
+// Whether `status`, a failure of `source`, is for good: tried again, it would fail again.
 bool ForGood(const absl::Status& status, Source source) {
-  return Unusable(status) ||
-         (source == Source::kFile && status.code() == absl::StatusCode::kNotFound);
+  switch (source) {
+    case Source::kFile:
+      return Unusable(status) || status.code() == absl::StatusCode::kNotFound;
+    case Source::kCreation:
+      return Unusable(status) || status.code() == absl::StatusCode::kResourceExhausted ||
+             status.code() == absl::StatusCode::kInvalidArgument ||
+             status.code() == absl::StatusCode::kAlreadyExists;
+    case Source::kLoad:
+      return Unusable(status);
+  }
+  return true;
 }
 
 // Whether `rank` answers a ping within the peer timeout (one ping fails at once while a live
@@ -145,8 +154,8 @@ class Restorer {
 
  private:
   // `attempt` until it succeeds, fails for good (ForGood), or was made options_.attempts times:
-  // then, failing still for a passing reason, it sets interrupted_. A load on the group
-  // (Source::kGroup) also sets it, at once, when a rank was lost. Answers the last attempt's.
+  // then, failing still for a passing reason, it sets interrupted_. A creation or a load on the
+  // group also sets it, at once, when a rank was lost. Answers the last attempt's.
   template <typename T>
   absl::StatusOr<T> Attempt(absl::string_view what, Source source,
                             const std::function<absl::StatusOr<T>()>& attempt);
@@ -163,7 +172,7 @@ absl::StatusOr<T> Restorer::Attempt(absl::string_view what, Source source,
   for (int n = 1;; ++n) {
     absl::StatusOr<T> result = attempt();
     if (result.ok() || ForGood(result.status(), source)) return result;
-    if (source == Source::kGroup) {
+    if (source != Source::kFile) {
       interrupted_ = LostRank(group_, result.status());
       if (!interrupted_.ok()) return result;
     }
@@ -229,40 +238,42 @@ absl::StatusOr<RestoredSession> Restorer::RestoreOne(const std::string& dir) {
   if (options_.temp_max_age > absl::ZeroDuration()) {
     (void)SweepStaleCheckpointTemporaries(dir, options_.temp_max_age);
   }
+  // The names only: each checkpoint's manifest is read as it is tried, so that one that does
+  // not read (for good or not) is looked at only when the newer ones did not load.
   OPTSTEP_ASSIGN_OR_RETURN(
       std::vector<std::string> checkpoints,
       Attempt<std::vector<std::string>>(absl::StrCat("listing the checkpoints of '", dir, "'"),
-                                        Source::kFile, [&] { return ListCheckpoints(dir); }));
-  if (checkpoints.empty()) {
-    return absl::NotFoundError(absl::StrCat("'", dir, "' holds no complete checkpoint"));
-  }
+                                        Source::kFile, [&] { return ListCheckpointNames(dir); }));
   OrderByStep(checkpoints);
   std::shared_ptr<Session> session;
-  absl::Status failed = absl::OkStatus();
+  absl::Status failed =
+      absl::NotFoundError(absl::StrCat("'", dir, "' holds no complete checkpoint"));
   std::vector<std::string> unusable;
   for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {  // newest first
     const std::string name = absl::StrCat(kAutoCheckpointDir, "/", record.session_id, "/", *it);
+    // Its manifest: NOT_FOUND, an incomplete save's directory, is passed over.
+    absl::StatusOr<v1::SessionSpec> spec =
+        Attempt<v1::SessionSpec>(absl::StrCat("reading the manifest of '", name, "'"),
+                                 Source::kFile, [&] { return SpecOf(dir, *it, record); });
+    if (!interrupted_.ok()) return spec.status();
+    if (!spec.ok()) {
+      if (spec.status().code() != absl::StatusCode::kNotFound) failed = spec.status();
+      if (Unusable(spec.status())) unusable.push_back(*it);
+      continue;
+    }
     if (session == nullptr) {
-      absl::StatusOr<v1::SessionSpec> spec =
-          Attempt<v1::SessionSpec>(absl::StrCat("reading the manifest of '", name, "'"),
-                                   Source::kFile, [&] { return SpecOf(dir, *it, record); });
-      if (!interrupted_.ok()) return spec.status();
-      if (!spec.ok()) {
-        failed = spec.status();
-        if (Unusable(failed)) unusable.push_back(*it);
-        continue;
-      }
-      absl::StatusOr<std::shared_ptr<Session>> made =
-          group_->RestoreSession(record.session_id, *spec, record.owner, record.request_id);
-      if (!made.ok()) {
-        interrupted_ = LostRank(group_, made.status());
-        return made.status();
-      }
+      absl::StatusOr<std::shared_ptr<Session>> made = Attempt<std::shared_ptr<Session>>(
+          absl::StrCat("creating session '", record.session_id, "' on every rank"),
+          Source::kCreation, [&] {
+            return group_->RestoreSession(record.session_id, *spec, record.owner,
+                                          record.request_id);
+          });
+      if (!made.ok()) return made.status();
       session = *std::move(made);
       if (options_.before_load) options_.before_load(record.session_id);
     }
     absl::StatusOr<uint64_t> step =
-        Attempt<uint64_t>(absl::StrCat("loading '", name, "'"), Source::kGroup, [&] {
+        Attempt<uint64_t>(absl::StrCat("loading '", name, "'"), Source::kLoad, [&] {
           return HeldOperations(group_).LoadCheckpoint(*session, name, nullptr,
                                                        /*restoring=*/true);
         });

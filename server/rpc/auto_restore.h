@@ -25,9 +25,9 @@ struct AutoRestoreOptions {
   // The temporaries of interrupted automatic saves in which nothing changed for this long are
   // removed first (zero: none are).
   absl::Duration temp_max_age = absl::ZeroDuration();
-  // A read or load that fails for a passing reason (anything but the checkpoint's absence or
-  // damage: EIO, an NFS pause, a peer busy) is tried this many times in all, the first retry
-  // this long after, each further one twice as long.
+  // A read, creation or load that fails for a passing reason (anything but the checkpoint's
+  // absence or damage, or no room for the session: EIO, an NFS pause, a peer busy) is tried this
+  // many times in all, the first retry this long after, each further one twice as long.
   int attempts = 4;
   absl::Duration first_retry = absl::Seconds(1);
   // Testing only (may be null): called with each session's id once it is recreated on every
@@ -49,7 +49,8 @@ struct AutoRestoreOptions {
 // answers the sessions restored.
 //
 // Ends with UNAVAILABLE, before older checkpoints are tried or sessions left out, when a rank is
-// lost meanwhile, or when a read or load still fails for a passing reason after every attempt:
+// lost meanwhile, or when a read, creation or load still fails for a passing reason after every
+// attempt:
 // the group must restart and restore every session again (a rank healed into a group without
 // them would never get them), and a checkpoint that could not be read is never passed over for
 // an older one (the group would step the older timeline and remove the newer checkpoint).

@@ -365,8 +365,6 @@ TEST_F(CheckpointSaveTest, ALoadRemovesTheCheckpointsOfTheTimelineItLeavesAtOnce
   EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-1"));
 }
 
-// A replacement that was not applied (its holds lost before any rank applied) brings back what it
-// set aside: the session goes on in its timeline, and a restart still finds its checkpoints.
 // A Load of the session's own automatic checkpoint keeps it: it holds the new timeline's state
 // of its step. Before, the Load set it aside with the newer ones and the next look removed it,
 // so that until a save of the new timeline committed a restart found no checkpoint of the
@@ -389,6 +387,8 @@ TEST_F(CheckpointSaveTest, ALoadOfTheSessionsOwnAutomaticCheckpointKeepsIt) {
   EXPECT_THAT(DirectoryEntries(dir.string()), ElementsAre("session.json", "step-2", "step-3"));
 }
 
+// A replacement that was not applied (its holds lost before any rank applied) brings back what it
+// set aside: the session goes on in its timeline, and a restart still finds its checkpoints.
 TEST_F(CheckpointSaveTest, AReplacementNotAppliedBringsBackWhatItSetAside) {
   AutoCheckpointer* checkpointer = AutoCheckpoints();
   ASSERT_NO_FATAL_FAILURE(StepTwiceSavingBoth(*checkpointer));
@@ -519,6 +519,46 @@ TEST_F(CheckpointSaveTest, ARestoreTriesAManifestThatDidNotReadAgain) {
   const std::vector<RestoredSession> restored = RestoreWithReadsBroken("step-2/manifest.json", 2);
   ASSERT_EQ(restored.size(), 1u);
   EXPECT_EQ(restored[0].from, absl::StrCat("auto/", session_, "/step-2"));
+}
+
+// The manifests of older checkpoints are read only when the newer did not load: one that does not
+// read is no reason to end the restore (before this release's listing, it was left out; with a
+// listing that read every manifest, it ended every restore).
+TEST_F(CheckpointSaveTest, ARestoreReadsNoManifestOlderThanTheCheckpointItLoads) {
+  const std::filesystem::path dir = SaveTwiceAsAutomaticCheckpoints();
+  ASSERT_FALSE(dir.empty());
+  std::function<void()> put_back = BreakReads(dir / "step-1" / "manifest.json");
+  int retries = 0;
+  AutoRestoreOptions options = RestoreOptions();
+  options.before_retry = [&](const absl::Status&) { ++retries; };
+  absl::StatusOr<std::vector<RestoredSession>> restored =
+      RestoreAutoCheckpoints(options, group_.get());
+  put_back();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_EQ(restored->size(), 1u);
+  EXPECT_EQ((*restored)[0].from, absl::StrCat("auto/", session_, "/step-2"));
+  EXPECT_EQ(retries, 0);
+}
+
+// The session's creation on every rank is tried again too when it fails for a passing reason
+// (here the device's first allocation); before, the session was left out.
+TEST_F(CheckpointSaveTest, ARestoreTriesASessionsCreationThatFailedForAPassingReasonAgain) {
+  const std::filesystem::path dir = SaveTwiceAsAutomaticCheckpoints();
+  ASSERT_FALSE(dir.empty());
+  device_->faults().FailCall("Allocate", device_->faults().calls("Allocate") + 1,
+                             absl::UnavailableError("injected: the device is busy"));
+  int retries = 0;
+  AutoRestoreOptions options = RestoreOptions();
+  options.before_retry = [&](const absl::Status& failed) {
+    EXPECT_THAT(failed.message(), HasSubstr("injected: the device is busy"));
+    ++retries;
+  };
+  absl::StatusOr<std::vector<RestoredSession>> restored =
+      RestoreAutoCheckpoints(options, group_.get());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_EQ(restored->size(), 1u);
+  EXPECT_EQ((*restored)[0].from, absl::StrCat("auto/", session_, "/step-2"));
+  EXPECT_EQ(retries, 1);
 }
 
 // One that fails every time ends the restore (rank 0 exits for a restart) rather than leave the

@@ -1,7 +1,10 @@
 #include "base/log_budget.h"
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace optstep {
 
@@ -29,9 +32,28 @@ bool LogBudget::Take(int64_t* dropped) {
   return true;
 }
 
+namespace {
+
+std::atomic<LogBudget*> caller_budget_override{nullptr};
+
+}  // namespace
+
 LogBudget& CallerLogBudget() {
   static LogBudget* const budget = new LogBudget(/*per_second=*/20, /*burst=*/200);
-  return *budget;
+  LogBudget* const override = caller_budget_override.load(std::memory_order_acquire);
+  return override != nullptr ? *override : *budget;
+}
+
+std::string DroppedBefore(int64_t dropped) {
+  return dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : std::string();
+}
+
+ScopedCallerLogBudget::ScopedCallerLogBudget(LogBudget* budget) {
+  caller_budget_override.store(budget, std::memory_order_release);
+}
+
+ScopedCallerLogBudget::~ScopedCallerLogBudget() {
+  caller_budget_override.store(nullptr, std::memory_order_release);
 }
 
 }  // namespace optstep

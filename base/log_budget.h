@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -42,6 +43,19 @@ class LogBudget {
 
 // The budget that the server's lines about callers share: 20 lines a second, bursts of 200.
 LogBudget& CallerLogBudget();
+
+// " dropped_before=N" for the N lines a budget dropped before this one (LogBudget::Take), empty
+// for none: the end of the line written.
+std::string DroppedBefore(int64_t dropped);
+
+// Testing only: CallerLogBudget answers `budget` until this goes (one at a time).
+class ScopedCallerLogBudget {
+ public:
+  explicit ScopedCallerLogBudget(LogBudget* budget);
+  ~ScopedCallerLogBudget();
+  ScopedCallerLogBudget(const ScopedCallerLogBudget&) = delete;
+  ScopedCallerLogBudget& operator=(const ScopedCallerLogBudget&) = delete;
+};
 
 }  // namespace optstep
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "base/log_budget.h"
 #include "base/status_macros.h"
 #include "glog/logging.h"
 #include "server/engine/gradient_pieces.h"
@@ -476,9 +477,11 @@ void Session::AbortIfExpired(absl::Time now) {
         !gate_.may_start()) {
       return;
     }
-    LOG(WARNING) << "session " << id_ << " rank " << rank() << ": step "
-                 << book_.counters().step + 1 << " incomplete after "
-                 << absl::FormatDuration(step_deadline_) << "; voting to abort";
+    int64_t dropped = 0;  // a tenant's trainers may leave step after step incomplete
+    LOG_IF(WARNING, CallerLogBudget().Take(&dropped))
+        << "session " << id_ << " rank " << rank() << ": step " << book_.counters().step + 1
+        << " incomplete after " << absl::FormatDuration(step_deadline_) << "; voting to abort"
+        << DroppedBefore(dropped);
     StartResolutionLocked(ResolutionKind::kAbort);  // no further contributions count
     resolution = gate_.started();
     step = book_.counters().step + 1;
@@ -492,8 +495,10 @@ void Session::JoinAbort(uint64_t resolution, uint64_t step) {
       step != book_.counters().step + 1) {
     return;
   }
-  LOG(WARNING) << "session " << id_ << " rank " << rank() << ": another rank voted to abort step "
-               << step << "; joining the vote";
+  int64_t dropped = 0;
+  LOG_IF(WARNING, CallerLogBudget().Take(&dropped))
+      << "session " << id_ << " rank " << rank() << ": another rank voted to abort step " << step
+      << "; joining the vote" << DroppedBefore(dropped);
   StartResolutionLocked(ResolutionKind::kAbort);
 }
 

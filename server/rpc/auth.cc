@@ -107,7 +107,7 @@ class RoleProcessor : public grpc::AuthMetadataProcessor {
     if (CallerLogBudget().Take(&dropped)) {
       LOG(WARNING) << "event=auth_refused method=" << CallerText(method)
                    << " code=" << CodeName(code) << " reason=\"" << LogValue(why) << "\""
-                   << (dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : "");
+                   << DroppedBefore(dropped);
     }
     if (on_refusal_) on_refusal_(method, CodeName(code));
     return grpc::Status(code, why);

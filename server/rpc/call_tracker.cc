@@ -87,8 +87,7 @@ void CallTracker::CallFailed(const char* method, const grpc::Status& status) {
   int64_t dropped = 0;  // a caller may fail call after call
   if (!CallerLogBudget().Take(&dropped)) return;
   LOG(WARNING) << "event=rpc_error method=" << method << " code=" << code << " message=\""
-               << LogValue(status.error_message()) << "\""
-               << (dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : "");
+               << LogValue(status.error_message()) << "\"" << DroppedBefore(dropped);
 }
 
 bool CallTracker::AwaitNoSteps(absl::Time deadline) {

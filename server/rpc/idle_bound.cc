@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "base/log_budget.h"
 #include "glog/logging.h"
 
 namespace optstep {
@@ -93,12 +94,15 @@ void CallIdleWatch::OnAlarm() {
   if (context_ == nullptr || idled_) return;
   idled_ = bound_.Passed();
   if (!idled_) return;
-  LOG(WARNING) << "event=stream_idle stream=" << what_ << " waited=\""
-               << absl::FormatDuration(*idled_) << "\" idle_timeout=\""
-               << absl::FormatDuration(timeout_) << "\" reason=\""
-               << (waits_ == Waits::kReads ? "the caller sends nothing"
-                                           : "the caller does not take what is written")
-               << "\"";
+  int64_t dropped = 0;  // a caller may leave stream after stream idle
+  if (CallerLogBudget().Take(&dropped)) {
+    LOG(WARNING) << "event=stream_idle stream=" << what_ << " waited=\""
+                 << absl::FormatDuration(*idled_) << "\" idle_timeout=\""
+                 << absl::FormatDuration(timeout_) << "\" reason=\""
+                 << (waits_ == Waits::kReads ? "the caller sends nothing"
+                                             : "the caller does not take what is written")
+                 << "\"" << DroppedBefore(dropped);
+  }
   context_->TryCancel();  // thread-safe: the read or write out fails, and OnCancel comes
 }
 

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/caller_text.h"
+#include "base/log_budget.h"
 #include "glog/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "optstep/v1/admin_service.pb.h"
@@ -245,8 +246,10 @@ void ServerMetrics::OnStepEnd(const std::string& session, uint64_t step, int ran
     LOG(INFO) << "event=step_" << result << " session=" << session << " step=" << step
               << " rank=" << rank;
   } else {
-    LOG(WARNING) << "event=step_" << result << " session=" << session << " step=" << step
-                 << " rank=" << rank << " error=\"" << LogValue(error) << "\"";
+    int64_t dropped = 0;  // a tenant's trainers may fail step after step
+    LOG_IF(WARNING, CallerLogBudget().Take(&dropped))
+        << "event=step_" << result << " session=" << session << " step=" << step << " rank=" << rank
+        << " error=\"" << LogValue(error) << "\"" << DroppedBefore(dropped);
   }
 }
 

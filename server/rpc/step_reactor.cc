@@ -544,7 +544,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
                  << " rank=" << engine_->options().rank << " code="
                  << absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code()))
                  << " message=\"" << LogValue(status.error_message()) << "\""
-                 << (dropped > 0 ? absl::StrCat(" dropped_before=", dropped) : "");
+                 << DroppedBefore(dropped);
   }
 
   grpc::CallbackServerContext* const context_;  // the call's: valid until OnDone

@@ -12,12 +12,14 @@
 #include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/log_lines.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
 namespace {
 
 using ::optstep::testutil::IsOk;
+using ::optstep::testutil::LogLines;
 using ::optstep::testutil::StatusIs;
 
 // Answers `statuses` in turn, then OK; counts the attempts.
@@ -80,26 +82,6 @@ TEST(RetryWhileAnsweringTest, APingThatFailsOnceWithinTheSilenceBoundIsNoLostCal
               StatusIs(absl::StatusCode::kUnavailable, "reset"));
   EXPECT_EQ(silent.made, 2);  // 100 ms apart: the second failure finds the callee silent
 }
-
-// The lines logged while it lives.
-class LogLines : public google::LogSink {
- public:
-  LogLines() { google::AddLogSink(this); }
-  ~LogLines() override { google::RemoveLogSink(this); }
-  void send(google::LogSeverity, const char*, const char*, int, const std::tm*, const char* message,
-            size_t length) override {
-    absl::MutexLock lock(&mu_);
-    lines_.emplace_back(message, length);
-  }
-  std::vector<std::string> lines() const {
-    absl::MutexLock lock(&mu_);
-    return lines_;
-  }
-
- private:
-  mutable absl::Mutex mu_;
-  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
-};
 
 // A status message may carry a caller's text (a session's name: `"` is allowed in it): the retry's
 // log line escapes it, so that it neither ends the quoted value nor forges a field or a line.

@@ -309,8 +309,9 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
 grpc::ServerReadReactor<v1::StateDictChunk>* CheckpointServiceImpl::ImportStateDict(
     grpc::CallbackServerContext* context, v1::ImportStateDictResponse* response) {
   // The dict goes to the group on a thread of its own: the import blocks on other ranks.
+  const Caller caller = CallerOf(*context);
   return NewStateDictUploadReactor<v1::StateDictChunk>(
-      engine_, CallerOf(*context), "empty state dict stream",
+      engine_, caller, CallerKey(caller, context->peer()), "empty state dict stream",
       CallIdleWatch::Start(context, stream_idle_timeout_, "ImportStateDict",
                            CallIdleWatch::Waits::kReads),
       &OpenImports(),

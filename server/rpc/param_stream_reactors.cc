@@ -200,11 +200,19 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
         response_(response),
         idle_(CallIdleWatch::Start(context, idle_timeout, "InitParameters",
                                    CallIdleWatch::Waits::kReads)) {
+    absl::StatusOr<std::shared_ptr<const void>> silent =
+        TakeSilentUploadPlace("InitParameters", CallerKey(caller_, context->peer()));
+    if (!silent.ok()) {
+      End(silent.status());
+      return;
+    }
+    silent_ = *std::move(silent);
     Read();
   }
 
   void OnReadDone(bool ok) override {
     idle_->Heard();
+    silent_.reset();  // it sent its first message (or ended)
     if (!ok) return WriteStaged();
     absl::Status status = Stage();
     if (!status.ok()) return End(status);
@@ -408,6 +416,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   OpenStreams::Slot slot_;  // the session's, in OpenInitStreams
   std::vector<std::pair<ChunkHeader, std::string>> staged_;
   std::shared_ptr<const void> headroom_;  // its owner's place in the headroom, if it has one
+  std::shared_ptr<const void> silent_;    // its caller's place in SilentUploads until a message
   bool charged_ = false;                  // no place in the headroom: staging reserves budget
   int64_t staged_bytes_ = 0;
   int64_t reserved_bytes_ = 0;

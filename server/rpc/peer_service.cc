@@ -261,7 +261,7 @@ grpc::ServerReadReactor<v1::HeldStateChunk>* PeerServiceImpl::StageHeldState(
     grpc::CallbackServerContext* context, v1::HeldSessionResponse*) {
   // Between ranks: no idle bound (the hold's lease bounds a rank that stops sending).
   return NewStateDictUploadReactor<v1::HeldStateChunk>(
-      engine_, RankCaller(), "empty stage stream",
+      engine_, RankCaller(), /*caller_key=*/"", "empty stage stream",
       CallIdleWatch::Start(context, absl::ZeroDuration(), "StageHeldState",
                            CallIdleWatch::Waits::kReads),
       /*open=*/nullptr,

@@ -341,20 +341,30 @@ constexpr int kOpenUploadsPerSession = 2;
 template <typename Message>
 class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
  public:
-  StateDictUploadReactor(Engine* engine, Caller caller, std::string empty_error,
-                         std::shared_ptr<CallIdleWatch> idle, OpenStreams* open,
-                         StateDictUpload action)
+  StateDictUploadReactor(Engine* engine, Caller caller, const std::string& caller_key,
+                         std::string empty_error, std::shared_ptr<CallIdleWatch> idle,
+                         OpenStreams* open, StateDictUpload action)
       : engine_(engine),
         caller_(std::move(caller)),
         empty_error_(std::move(empty_error)),
         idle_(std::move(idle)),
         open_(open),
         action_(std::move(action)) {
+    if (!caller_key.empty()) {
+      absl::StatusOr<std::shared_ptr<const void>> silent =
+          TakeSilentUploadPlace("state dict stream", caller_key);
+      if (!silent.ok()) {
+        End(ToGrpcStatus(silent.status()));
+        return;
+      }
+      silent_ = *std::move(silent);
+    }
     Read();
   }
 
   void OnReadDone(bool ok) override {
     idle_->Heard();
+    silent_.reset();  // it sent its first message (or ended)
     if (!ok) return RunAction();
     absl::Status status = Add();
     if (!status.ok()) return End(ToGrpcStatus(status));
@@ -454,7 +464,8 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
   const std::shared_ptr<CallIdleWatch> idle_;
   OpenStreams* const open_;
   const StateDictUpload action_;
-  OpenStreams::Slot slot_;  // the session's, in `open_`
+  OpenStreams::Slot slot_;              // the session's, in `open_`
+  std::shared_ptr<const void> silent_;  // its caller's place in SilentUploads until a message
   Message message_;
   std::shared_ptr<Session> session_;
   uint64_t token_ = 0;
@@ -467,18 +478,19 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
 }  // namespace
 
 template <typename Message>
-grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Caller caller,
-                                                            std::string empty_error,
-                                                            std::shared_ptr<CallIdleWatch> idle,
-                                                            OpenStreams* open,
-                                                            StateDictUpload action) {
-  return new StateDictUploadReactor<Message>(engine, std::move(caller), std::move(empty_error),
-                                             std::move(idle), open, std::move(action));
+grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(
+    Engine* engine, Caller caller, const std::string& caller_key, std::string empty_error,
+    std::shared_ptr<CallIdleWatch> idle, OpenStreams* open, StateDictUpload action) {
+  return new StateDictUploadReactor<Message>(engine, std::move(caller), caller_key,
+                                             std::move(empty_error), std::move(idle), open,
+                                             std::move(action));
 }
 
 template grpc::ServerReadReactor<v1::StateDictChunk>* NewStateDictUploadReactor<v1::StateDictChunk>(
-    Engine*, Caller, std::string, std::shared_ptr<CallIdleWatch>, OpenStreams*, StateDictUpload);
+    Engine*, Caller, const std::string&, std::string, std::shared_ptr<CallIdleWatch>, OpenStreams*,
+    StateDictUpload);
 template grpc::ServerReadReactor<v1::HeldStateChunk>* NewStateDictUploadReactor<v1::HeldStateChunk>(
-    Engine*, Caller, std::string, std::shared_ptr<CallIdleWatch>, OpenStreams*, StateDictUpload);
+    Engine*, Caller, const std::string&, std::string, std::shared_ptr<CallIdleWatch>, OpenStreams*,
+    StateDictUpload);
 
 }  // namespace optstep

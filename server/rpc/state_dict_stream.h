@@ -78,13 +78,13 @@ using StateDictUpload = std::function<absl::Status(
 // `empty_error`. Only a session `caller` may see is found. With `open` (may be null: no bound), a
 // session has at most two such streams open on this rank, or one per trainer when it has more
 // (each holds up to a copy of the session's state until its action ends): another is
-// RESOURCE_EXHAUSTED. Owns itself until done.
+// RESOURCE_EXHAUSTED. With `caller_key` (CallerKey; empty: no bound), a stream that has sent no
+// message yet holds a place of its caller's in SilentUploads (none left: RESOURCE_EXHAUSTED).
+// Owns itself until done.
 template <typename Message>
-grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(Engine* engine, Caller caller,
-                                                            std::string empty_error,
-                                                            std::shared_ptr<CallIdleWatch> idle,
-                                                            OpenStreams* open,
-                                                            StateDictUpload action);
+grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(
+    Engine* engine, Caller caller, const std::string& caller_key, std::string empty_error,
+    std::shared_ptr<CallIdleWatch> idle, OpenStreams* open, StateDictUpload action);
 
 // Collects streamed StateDictChunks into per-(sub-optimizer, chunk) dicts, checking every piece
 // (dtype, shape, ranges, chunk size, a key's length, data in every chunk, no more data than the

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -169,6 +170,50 @@ TEST_P(StepIdleTest, AStepWhoseParametersAreNotTakenIsEnded) {
   // The step stays applied, and the session goes on with the next one.
   OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c_.client->GetSession(session_));
   EXPECT_EQ(info.step(), 1u);
+}
+
+// Upload streams (InitParameters, ImportStateDict) that have sent nothing name no session, so no
+// session's bound counts them, and each may make the rank hold its window and a message: each
+// caller (here, the host) has at most 64 of them open, as Step streams have their bound before
+// their header. Before, a caller could open any number.
+TEST(SilentUploadsTest, ACallerHasItsBoundOfUploadStreamsThatSentNothing) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(testutil::ConnectedServer c,
+                               testutil::StartConnected({"--metrics_port=-1"}));
+  auto channel = grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials());
+  auto optimizer = v1::OptimizerService::NewStub(channel);
+  auto checkpoints = v1::CheckpointService::NewStub(channel);
+  struct Init {
+    grpc::ClientContext context;
+    v1::InitParametersResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::InitParametersRequest>> writer;
+  };
+  std::vector<std::unique_ptr<Init>> silent;
+  for (int i = 0; i < 64; ++i) {
+    silent.push_back(std::make_unique<Init>());
+    silent.back()->writer =
+        optimizer->InitParameters(&silent.back()->context, &silent.back()->response);
+  }
+  ASSERT_THAT(AwaitMetric(c.server->metrics_port(), kStreams, 64), IsOk());
+  // An upload of the other kind, empty: refused for the bound before it is looked at.
+  const auto import_empty = [&] {
+    grpc::ClientContext context;
+    v1::ImportStateDictResponse response;
+    auto writer = checkpoints->ImportStateDict(&context, &response);
+    writer->WritesDone();
+    return FromGrpcStatus(writer->Finish());
+  };
+  EXPECT_THAT(import_empty(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       "peer ipv4:127.0.0.1 has 64 upload streams open on this rank that sent no "
+                       "message yet"));
+  // One ends: its place goes to the next, which is looked at (and refused as empty).
+  silent[0]->context.TryCancel();
+  (void)silent[0]->writer->Finish();
+  ASSERT_THAT(AwaitMetric(c.server->metrics_port(), kStreams, 63), IsOk());
+  EXPECT_THAT(import_empty(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "empty state dict stream"));
+  for (size_t i = 1; i < silent.size(); ++i) silent[i]->context.TryCancel();
+  for (size_t i = 1; i < silent.size(); ++i) (void)silent[i]->writer->Finish();
 }
 
 }  // namespace

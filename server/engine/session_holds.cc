@@ -107,7 +107,11 @@ absl::StatusOr<std::vector<HeldTensor>> SessionHolds::SelectHeld(uint64_t token,
 absl::StatusOr<std::shared_ptr<const StateDict>> SessionHolds::ExportHeld(
     uint64_t token, const StateSelection& selection) {
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors, HeldTensorsToRead(token, selection));
-  return CopyStateToHost(tensors);
+  absl::StatusOr<std::shared_ptr<const StateDict>> copy = CopyStateToHost(tensors);
+  // Still held once copied: a hold whose lease passed while the tensors were read let a step
+  // resolve meanwhile, and the copy may hold parts of two steps.
+  OPTSTEP_RETURN_IF_ERROR(CheckSettled(token));
+  return copy;
 }
 
 absl::Status SessionHolds::StageState(uint64_t token, std::shared_ptr<const StateDict> state,

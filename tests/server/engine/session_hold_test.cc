@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
 #include "tests/server/engine/session_test_util.h"
+#include "tests/testing/fault_injecting_device.h"
 #include "tests/testing/status_matchers.h"
 
 namespace optstep {
@@ -142,6 +143,37 @@ TEST_F(SessionHoldTest, AnExpiredLeaseLetsStepsContinue) {
   EXPECT_THAT(step1.result().status(), IsOk());
   EXPECT_THAT(s_->holds().ExportHeld(3, StateSelection{}).status(),
               StatusIs(absl::StatusCode::kAborted, "lease"));
+}
+
+// A copy of the held state that outlasts the hold's lease is refused: the engine's watcher ended
+// the hold meanwhile and let the pending step resolve, so the copy may hold parts of two steps.
+// Before, it was answered, and an automatic save (which copies, then releases) committed it as
+// the held step's state.
+TEST(SessionHoldLeaseTest, ACopyThatOutlastsTheHoldsLeaseIsRefused) {
+  std::shared_ptr<testutil::FaultInjectingDevice> device = testutil::FaultInjectingCpuDevice();
+  ASSERT_NE(device, nullptr);
+  std::unique_ptr<Engine> engine = testutil::MakeEngineOn(device);
+  ASSERT_NE(engine, nullptr);
+  std::shared_ptr<Session> s =
+      testutil::MakeSession(*engine, testutil::TwoParamConfig(testutil::AdamW(0.1, 0.0)));
+  ASSERT_NE(s, nullptr);
+  ASSERT_THAT(s->holds().Hold(3, absl::Milliseconds(300)).status(), IsOk());
+  ASSERT_THAT(s->holds()
+                  .Settle(3, 0, absl::Now() + absl::Milliseconds(100), absl::Milliseconds(300))
+                  .status(),
+              IsOk());
+  const StepHandle c = testutil::BeginStep(*s, 1, 0);
+  ASSERT_THAT(testutil::SendGradient(*s, c, 0, 0, std::vector<float>(6, 0.5f)), IsOk());
+  ASSERT_THAT(testutil::SendGradient(*s, c, 1, 0, std::vector<float>(3, 0.5f)), IsOk());
+  Outcome step1;
+  ASSERT_THAT(s->Commit(c, 0, step1.Callback()), IsOk());  // deferred by the hold
+  device->faults().DelayCalls("CopyToHost", device->faults().calls("CopyToHost") + 1,
+                              testutil::FaultInjector::kForever, absl::Milliseconds(300));
+  EXPECT_THAT(s->holds().ExportHeld(3, StateSelection{}).status(),
+              StatusIs(absl::StatusCode::kAborted, "lease"));
+  device->faults().Clear();
+  ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
+  EXPECT_THAT(step1.result().status(), IsOk());
 }
 
 TEST_F(SessionHoldTest, StagedStateIsValidatedThenAppliedAndAbortsThePendingStep) {

@@ -142,9 +142,9 @@ class Engine {
                                                           absl::string_view owner);
   // `bytes` of the rank's headroom (MemoryBudget::TryTakeHeadroom): a stream's copy held in its
   // owner's place there (HeadroomPlaces); nullopt when they do not fit.
-  std::optional<MemoryBudget::HeadroomBytes> TryTakeHeadroom(int64_t bytes) {
-    return admission_->budget().TryTakeHeadroom(bytes);
-  }
+  // `owner` holds at most its share (owner_memory_share) of the headroom.
+  std::optional<MemoryBudget::HeadroomBytes> TryTakeHeadroom(int64_t bytes,
+                                                             const std::string& owner);
 
   // A new shared memory segment for `trainer` of `session` (shared_segments.h).
   // FAILED_PRECONDITION when options().shared_memory is off or the session's gradients are

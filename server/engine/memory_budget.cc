@@ -64,9 +64,7 @@ MemoryLimit ResolveMemoryBudget(int64_t configured, int64_t device_capacity) {
 
 int64_t DefaultStreamHeadroom(int64_t budget_on_host) {
   const MemoryLimit limit = HostMemoryLimit();
-  if (limit.bytes <= budget_on_host) return 0;
-  return static_cast<int64_t>(static_cast<double>(limit.bytes - budget_on_host) *
-                              kStreamHeadroomFraction);
+  return limit.bytes > budget_on_host ? limit.bytes - budget_on_host : 0;
 }
 
 // Under ASan and TSan the sanitizer's allocator serves malloc, and glibc's own arenas may never
@@ -191,17 +189,26 @@ int64_t MemoryBudget::headroom() const {
   return ledger_->headroom;
 }
 
-std::optional<MemoryBudget::HeadroomBytes> MemoryBudget::TryTakeHeadroom(int64_t bytes) {
+std::optional<MemoryBudget::HeadroomBytes> MemoryBudget::TryTakeHeadroom(int64_t bytes,
+                                                                         const std::string& owner,
+                                                                         int64_t owner_most) {
   absl::MutexLock lock(&ledger_->mu);
   if (bytes > ledger_->headroom - ledger_->in_headroom) return std::nullopt;
+  const auto held = ledger_->headroom_by_owner.find(owner);
+  const int64_t owner_holds = held == ledger_->headroom_by_owner.end() ? 0 : held->second;
+  if (bytes > owner_most - owner_holds) return std::nullopt;
   ledger_->in_headroom += bytes;
-  return HeadroomBytes(ledger_, bytes);
+  if (bytes > 0) ledger_->headroom_by_owner[owner] += bytes;
+  return HeadroomBytes(ledger_, bytes, owner);
 }
 
 MemoryBudget::HeadroomBytes::~HeadroomBytes() {
   if (ledger_ == nullptr) return;
   absl::MutexLock lock(&ledger_->mu);
   ledger_->in_headroom -= bytes_;
+  if (bytes_ == 0) return;
+  auto it = ledger_->headroom_by_owner.find(owner_);  // there while this holds bytes
+  if ((it->second -= bytes_) == 0) ledger_->headroom_by_owner.erase(it);
 }
 
 MemoryBudget::Reservation::Reservation(Reservation&& other) noexcept

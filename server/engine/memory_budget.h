@@ -41,13 +41,10 @@ MemoryLimit HostMemoryLimit();
 // else of HostMemoryLimit().
 MemoryLimit ResolveMemoryBudget(int64_t configured, int64_t device_capacity);
 
-// The share of what the memory limit leaves beyond the budget that streams' copies may hold in
-// their owners' places in the headroom (MemoryBudget::set_headroom): the rest is the server's own.
-inline constexpr double kStreamHeadroomFraction = 0.5;
-
 // The default headroom (MemoryBudget::set_headroom) of a rank whose budget takes `budget_on_host`
-// bytes of the host's memory (0 for a device with memory of its own): kStreamHeadroomFraction of
-// what HostMemoryLimit() leaves beyond them; 0 when it leaves nothing or none is found.
+// bytes of the host's memory (0 for a device with memory of its own): what HostMemoryLimit()
+// leaves beyond them (gRPC's own buffers come on top, as before the headroom was sized); 0 when
+// it leaves nothing or none is found.
 int64_t DefaultStreamHeadroom(int64_t budget_on_host);
 
 // Hands the heap's free memory back to the system (glibc's malloc_trim), as after a session
@@ -116,7 +113,7 @@ class MemoryBudget {
 
   // The rank's headroom (its memory outside the budget, docs/security.md "Limits"): the bytes
   // that the copies streams hold in their owners' places there (HeadroomPlaces) may take
-  // together, shared with a stand-in's budget. 0, the default: no place is granted.
+  // together, shared with a stand-in's budget. 0, the default: none (a copy of no bytes fits).
   void set_headroom(int64_t bytes);
   int64_t headroom() const;
   // Bytes of the headroom held until destroyed (or moved from). Thread-compatible.
@@ -130,14 +127,18 @@ class MemoryBudget {
 
    private:
     friend class MemoryBudget;
-    HeadroomBytes(std::shared_ptr<Reservation::Ledger> ledger, int64_t bytes)
-        : ledger_(std::move(ledger)), bytes_(bytes) {}
+    HeadroomBytes(std::shared_ptr<Reservation::Ledger> ledger, int64_t bytes, std::string owner)
+        : ledger_(std::move(ledger)), bytes_(bytes), owner_(std::move(owner)) {}
 
     std::shared_ptr<Reservation::Ledger> ledger_;  // null once moved from
     int64_t bytes_ = 0;
+    std::string owner_;
   };
-  // `bytes` of the headroom when they fit beside what is held there; nullopt when they do not.
-  std::optional<HeadroomBytes> TryTakeHeadroom(int64_t bytes);
+  // `bytes` of the headroom for `owner`'s stream when they fit beside what is held there, and
+  // `owner` holds no more than `owner_most` there with them (so that one tenant's copies cannot
+  // take the headroom from the others); nullopt when they do not.
+  std::optional<HeadroomBytes> TryTakeHeadroom(int64_t bytes, const std::string& owner,
+                                               int64_t owner_most);
 
   int64_t budget() const { return budget_; }
   int64_t admitted() const;
@@ -168,6 +169,8 @@ struct MemoryBudget::Reservation::Ledger {
   absl::flat_hash_map<std::string, int64_t> by_owner ABSL_GUARDED_BY(mu);
   int64_t headroom ABSL_GUARDED_BY(mu) = 0;     // MemoryBudget::set_headroom
   int64_t in_headroom ABSL_GUARDED_BY(mu) = 0;  // held by HeadroomBytes
+  // The part of `in_headroom` each owner's streams hold (none at 0).
+  absl::flat_hash_map<std::string, int64_t> headroom_by_owner ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace optstep

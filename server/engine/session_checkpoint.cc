@@ -87,10 +87,10 @@ absl::StatusOr<CheckpointLocation> LocateCheckpoint(const std::string& root,
 }
 
 absl::StatusOr<ShardFile> WriteSnapshotShard(Session& session, uint64_t token,
-                                             const CheckpointLocation& where,
+                                             const CheckpointLocation& where, absl::Duration lease,
                                              const std::function<void()>& release) {
   absl::StatusOr<std::shared_ptr<const StateDict>> snapshot =
-      session.holds().ExportHeld(token, ShardSelection());
+      session.holds().ExportHeld(token, ShardSelection(), lease);
   release();
   if (!snapshot.ok()) return snapshot.status();
   std::vector<TensorSource> sources;

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "checkpoint/checkpoint_writer.h"
 #include "server/engine/session.h"
 
@@ -59,10 +60,11 @@ absl::StatusOr<ShardFile> WriteHeldShard(Session& session, uint64_t token,
                                          const CheckpointProgressCallback& progress);
 
 // As WriteHeldShard, from a snapshot: this rank's shard of the held state is copied to host
-// memory, `release` is called (it ends this rank's part of the hold, so that its steps go on),
-// and only then is the shard written. The shard's contents are those WriteHeldShard writes.
+// memory (the hold renewed for `lease` as it goes), `release` is called (it ends this rank's
+// part of the hold, so that its steps go on), and only then is the shard written. The shard's
+// contents are those WriteHeldShard writes.
 absl::StatusOr<ShardFile> WriteSnapshotShard(Session& session, uint64_t token,
-                                             const CheckpointLocation& where,
+                                             const CheckpointLocation& where, absl::Duration lease,
                                              const std::function<void()>& release);
 
 // Rank 0: the manifest of the held state (definition: opaque JSON text of the session's

@@ -77,11 +77,12 @@ class SessionHolds {
   // a checkpoint of them would apply that step twice once restored.
   absl::StatusOr<std::vector<HeldTensor>> HeldTensorsToRead(uint64_t token,
                                                             const StateSelection& selection);
-  // While settled: the tensors of `selection` copied to the host (HeldTensorsToRead). ABORTED
-  // when the hold is gone once they are copied (its lease passed: a step may have resolved while
-  // they were read, and the copy would hold parts of two steps).
-  absl::StatusOr<std::shared_ptr<const StateDict>> ExportHeld(uint64_t token,
-                                                              const StateSelection& selection);
+  // While settled: the tensors of `selection` copied to the host (HeldTensorsToRead), the hold
+  // renewed for `lease` after each (none when zero). ABORTED when the hold is gone once they are
+  // copied (its lease passed: a step may have resolved while they were read, and the copy would
+  // hold parts of two steps).
+  absl::StatusOr<std::shared_ptr<const StateDict>> ExportHeld(
+      uint64_t token, const StateSelection& selection, absl::Duration lease = absl::ZeroDuration());
   // While settled: validates `state` against this rank (INVALID_ARGUMENT naming the key, as
   // ImportState) and keeps it for ApplyStaged. With `complete`, every key of this rank's
   // default selection must be present (DATA_LOSS names the first missing one).

@@ -498,10 +498,12 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
         // Each rank snapshots its shard, lets its steps go on, then writes it.
         return group_->ForEachRank([&](int r) -> absl::Status {
           if (r == 0) {
-            OPTSTEP_ASSIGN_OR_RETURN(shards[0], WriteSnapshotShard(session, token, where, [&] {
-                                       (void)session.holds().Release(token);
-                                       held = absl::Now() - settled;
-                                     }));
+            OPTSTEP_ASSIGN_OR_RETURN(
+                shards[0],
+                WriteSnapshotShard(session, token, where, group_->options().hold_lease, [&] {
+                  (void)session.holds().Release(token);
+                  held = absl::Now() - settled;
+                }));
             return absl::OkStatus();
           }
           v1::HeldSessionRequest request;

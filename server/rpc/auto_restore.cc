@@ -75,9 +75,9 @@ bool ForGood(const absl::Status& status, Source source) {
     case Source::kFile:
       return Unusable(status) || status.code() == absl::StatusCode::kNotFound;
     case Source::kCreation:
+      // Not ALREADY_EXISTS: a replica of a creation given up on may appear on a peer late.
       return Unusable(status) || status.code() == absl::StatusCode::kResourceExhausted ||
-             status.code() == absl::StatusCode::kInvalidArgument ||
-             status.code() == absl::StatusCode::kAlreadyExists;
+             status.code() == absl::StatusCode::kInvalidArgument;
     case Source::kLoad:
       return Unusable(status);
   }

@@ -259,8 +259,8 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
                     "ExportStateDict: ", limit, " exports of session '", (*session)->id(),
                     "' are open already; read them (or cancel them) first")));
               }
-              // An owner's first exports hold their copies in the rank's headroom, as they always
-              // did; its others take them from the budget, within its share, until the stream
+              // An owner's first exports hold their copies in the rank's headroom while they fit
+              // there; its others take them from the budget, within its share, until the stream
               // ends: a session of many trainers, each with an export open, or an owner of many
               // sessions, each with exports open, must not take the rank past it.
               const std::vector<uint32_t> chunks(request.model_chunks().begin(),
@@ -268,7 +268,8 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
               absl::StatusOr<int64_t> copy_bytes = ExportBytes(**session, chunks);
               if (!copy_bytes.ok()) return deliver(copy_bytes.status());
               std::shared_ptr<const void> headroom = ExportsInHeadroom().TryTake(
-                  (*session)->config().owner, [&] { return engine->TryTakeHeadroom(*copy_bytes); });
+                  (*session)->config().owner,
+                  [&] { return engine->TryTakeHeadroom(*copy_bytes, (*session)->config().owner); });
               const bool charged = headroom == nullptr;
               absl::StatusOr<MemoryBudget::Reservation> reserved =
                   charged ? engine->ReserveMemory(

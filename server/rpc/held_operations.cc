@@ -177,7 +177,8 @@ absl::StatusOr<std::shared_ptr<const StateDict>> HeldOperations::ExportStateDict
       if (r == 0) {
         StateSelection all;
         all.model_chunks = model_chunks;
-        OPTSTEP_ASSIGN_OR_RETURN(parts[0], session.holds().ExportHeld(token, all));
+        OPTSTEP_ASSIGN_OR_RETURN(parts[0],
+                                 session.holds().ExportHeld(token, all, options().hold_lease));
         return absl::OkStatus();
       }
       OPTSTEP_ASSIGN_OR_RETURN(parts[r], ExportFrom(r, session, token, model_chunks));

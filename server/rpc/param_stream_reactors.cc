@@ -97,8 +97,8 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     // Before, a session's bound alone: one of 4,096 trainers could hold 16,384 pulls unread.
     const std::string& owner = session_->config().owner;
     const int64_t held_bytes = PullHeldBytes(*session_);
-    headroom_ =
-        PullsInHeadroom().TryTake(owner, [&] { return engine->TryTakeHeadroom(held_bytes); });
+    headroom_ = PullsInHeadroom().TryTake(
+        owner, [&] { return engine->TryTakeHeadroom(held_bytes, owner); });
     if (headroom_ == nullptr) {
       absl::StatusOr<MemoryBudget::Reservation> reserved = engine->ReserveMemory(
           held_bytes, "PullParameters",
@@ -253,7 +253,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       // per owner: per session, an owner of many sessions staged a copy of each one's
       // parameters there.
       headroom_ = InitStreamsInHeadroom().TryTake(session_->config().owner, [&] {
-        return engine_->TryTakeHeadroom(static_cast<int64_t>(byte_limit_));
+        return engine_->TryTakeHeadroom(static_cast<int64_t>(byte_limit_),
+                                        session_->config().owner);
       });
       charged_ = headroom_ == nullptr;
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {

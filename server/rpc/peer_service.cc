@@ -231,10 +231,10 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::ExportHeldState(
   // Between ranks: the calling rank bounds its own wait (StallWatch).
   return NewStateStreamReactor(
       nullptr, absl::ZeroDuration(), "ExportHeldState",
-      [engine = engine_, request = *request](
+      [engine = engine_, request = *request, lease = Lease(*request)](
           std::function<void(absl::StatusOr<StreamedState>)> deliver,
           std::function<bool()> /*ended*/) {
-        RunDetached([engine, request, deliver = std::move(deliver)] {
+        RunDetached([engine, request, lease, deliver = std::move(deliver)] {
           absl::StatusOr<std::shared_ptr<Session>> session =
               engine->GetSession(request.session_id());
           if (!session.ok()) return deliver(session.status());
@@ -247,7 +247,7 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* PeerServiceImpl::ExportHeldState(
                              : StateSelection::Params::kOwned;
           owned.counters = false;
           absl::StatusOr<std::shared_ptr<const StateDict>> dict =
-              (*session)->holds().ExportHeld(request.token(), owned);
+              (*session)->holds().ExportHeld(request.token(), owned, lease);
           if (!dict.ok()) return deliver(dict.status());
           StreamedState state;
           for (const auto& [key, tensor] : **dict) state.tensors.push_back({"", "", key, &tensor});
@@ -283,7 +283,7 @@ grpc::ServerUnaryReactor* PeerServiceImpl::SaveShard(grpc::CallbackServerContext
     OPTSTEP_ASSIGN_OR_RETURN(
         ShardFile shard,
         IsAutoCheckpointName(name)
-            ? WriteSnapshotShard(s, request->token(), where,
+            ? WriteSnapshotShard(s, request->token(), where, Lease(*request),
                                  [&] { (void)s.holds().Release(request->token()); })
             : WriteHeldShard(s, request->token(), where, [&](const CheckpointProgress&) {
                 (void)s.holds().Renew(request->token(), Lease(*request));

@@ -329,7 +329,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     }
     const std::string& owner = session_->config().owner;
     waiting_place_ = WaitingStepStreamsInHeadroom().TryTake(
-        owner, [&] { return engine_->TryTakeHeadroom(limits_.waiting_bytes); });
+        owner, [&] { return engine_->TryTakeHeadroom(limits_.waiting_bytes, owner); });
     if (waiting_place_ != nullptr) return absl::OkStatus();
     absl::StatusOr<MemoryBudget::Reservation> reserved = engine_->ReserveMemory(
         limits_.waiting_bytes,
@@ -338,7 +338,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
         absl::StrCat("its window and a message, held while its gradients wait for the trainers "
                      "before it; ",
                      kWaitingStepStreamsPerOwner,
-                     " such streams of an owner wait in the rank's headroom"),
+                     " such streams of an owner wait in the rank's headroom while it has room"),
         owner);
     if (!reserved.ok()) return reserved.status();
     waiting_bytes_ = *std::move(reserved);

@@ -94,20 +94,22 @@ TEST(MemoryBudgetTest, AnOwnersBytesAreCountedAcrossAStandInAndItsHost) {
 }
 
 // The headroom holds streams' copies while they fit together, shared with a stand-in's budget,
-// and gives their bytes back as each goes; none is granted without one.
+// and gives their bytes back as each goes; none is granted without one. An owner holds no more
+// than it is let there: one tenant's copies cannot take the headroom from the others.
 TEST(MemoryBudgetTest, TheHeadroomHoldsCopiesWhileTheyFitTogether) {
   MemoryBudget host(1000, /*rank=*/1);
-  EXPECT_FALSE(host.TryTakeHeadroom(1).has_value()) << "no headroom set";
+  EXPECT_FALSE(host.TryTakeHeadroom(1, "a", 100).has_value()) << "no headroom set";
   host.set_headroom(100);
   MemoryBudget stand_in(host, /*rank=*/0);
   EXPECT_EQ(stand_in.headroom(), 100);
-  std::optional<MemoryBudget::HeadroomBytes> first = host.TryTakeHeadroom(60);
+  std::optional<MemoryBudget::HeadroomBytes> first = host.TryTakeHeadroom(60, "a", 100);
   ASSERT_TRUE(first.has_value());
-  EXPECT_FALSE(stand_in.TryTakeHeadroom(41).has_value()) << "60 + 41 > 100";
-  std::optional<MemoryBudget::HeadroomBytes> second = stand_in.TryTakeHeadroom(40);
+  EXPECT_FALSE(stand_in.TryTakeHeadroom(41, "b", 100).has_value()) << "60 + 41 > 100";
+  EXPECT_FALSE(host.TryTakeHeadroom(10, "a", 65).has_value()) << "a holds 60 of its 65";
+  std::optional<MemoryBudget::HeadroomBytes> second = stand_in.TryTakeHeadroom(40, "b", 50);
   ASSERT_TRUE(second.has_value());
   first.reset();
-  EXPECT_TRUE(host.TryTakeHeadroom(60).has_value()) << "the first copy's bytes came back";
+  EXPECT_TRUE(host.TryTakeHeadroom(60, "a", 60).has_value()) << "the first copy's bytes came back";
   EXPECT_EQ(host.admitted(), 0) << "the headroom is not the budget";
 }
 

@@ -145,35 +145,60 @@ TEST_F(SessionHoldTest, AnExpiredLeaseLetsStepsContinue) {
               StatusIs(absl::StatusCode::kAborted, "lease"));
 }
 
+// A session held and settled with a lease of 300 ms, with `step` its step 1 committed meanwhile
+// (deferred by the hold), and every copy of a tensor to the host slowed by `delay`.
+class SessionHoldLeaseTest : public ::testing::Test {
+ protected:
+  static constexpr absl::Duration kLease = absl::Milliseconds(300);
+
+  void Hold(absl::Duration delay, bool step) {
+    device_ = testutil::FaultInjectingCpuDevice();
+    ASSERT_NE(device_, nullptr);
+    engine_ = testutil::MakeEngineOn(device_);
+    ASSERT_NE(engine_, nullptr);
+    s_ = testutil::MakeSession(*engine_, testutil::TwoParamConfig(testutil::AdamW(0.1, 0.0)));
+    ASSERT_NE(s_, nullptr);
+    ASSERT_THAT(s_->holds().Hold(3, kLease).status(), IsOk());
+    ASSERT_THAT(s_->holds().Settle(3, 0, absl::Now() + absl::Milliseconds(100), kLease).status(),
+                IsOk());
+    if (step) {
+      const StepHandle c = testutil::BeginStep(*s_, 1, 0);
+      ASSERT_THAT(testutil::SendGradient(*s_, c, 0, 0, std::vector<float>(6, 0.5f)), IsOk());
+      ASSERT_THAT(testutil::SendGradient(*s_, c, 1, 0, std::vector<float>(3, 0.5f)), IsOk());
+      ASSERT_THAT(s_->Commit(c, 0, step1_.Callback()), IsOk());
+    }
+    device_->faults().DelayCalls("CopyToHost", device_->faults().calls("CopyToHost") + 1,
+                                 testutil::FaultInjector::kForever, delay);
+  }
+
+  std::shared_ptr<testutil::FaultInjectingDevice> device_;
+  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<Session> s_;
+  Outcome step1_;
+};
+
 // A copy of the held state that outlasts the hold's lease is refused: the engine's watcher ended
-// the hold meanwhile and let the pending step resolve, so the copy may hold parts of two steps.
-// Before, it was answered, and an automatic save (which copies, then releases) committed it as
-// the held step's state.
-TEST(SessionHoldLeaseTest, ACopyThatOutlastsTheHoldsLeaseIsRefused) {
-  std::shared_ptr<testutil::FaultInjectingDevice> device = testutil::FaultInjectingCpuDevice();
-  ASSERT_NE(device, nullptr);
-  std::unique_ptr<Engine> engine = testutil::MakeEngineOn(device);
-  ASSERT_NE(engine, nullptr);
-  std::shared_ptr<Session> s =
-      testutil::MakeSession(*engine, testutil::TwoParamConfig(testutil::AdamW(0.1, 0.0)));
-  ASSERT_NE(s, nullptr);
-  ASSERT_THAT(s->holds().Hold(3, absl::Milliseconds(300)).status(), IsOk());
-  ASSERT_THAT(s->holds()
-                  .Settle(3, 0, absl::Now() + absl::Milliseconds(100), absl::Milliseconds(300))
-                  .status(),
-              IsOk());
-  const StepHandle c = testutil::BeginStep(*s, 1, 0);
-  ASSERT_THAT(testutil::SendGradient(*s, c, 0, 0, std::vector<float>(6, 0.5f)), IsOk());
-  ASSERT_THAT(testutil::SendGradient(*s, c, 1, 0, std::vector<float>(3, 0.5f)), IsOk());
-  Outcome step1;
-  ASSERT_THAT(s->Commit(c, 0, step1.Callback()), IsOk());  // deferred by the hold
-  device->faults().DelayCalls("CopyToHost", device->faults().calls("CopyToHost") + 1,
-                              testutil::FaultInjector::kForever, absl::Milliseconds(300));
-  EXPECT_THAT(s->holds().ExportHeld(3, StateSelection{}).status(),
+// the hold meanwhile, which lets a pending step resolve while the tensors are read, so the copy
+// may hold parts of two steps (no step is pending here: the test would race with it). Before, it
+// was answered, and an automatic save (which copies, then releases) committed it as the held
+// step's state.
+TEST_F(SessionHoldLeaseTest, ACopyThatOutlastsTheHoldsLeaseIsRefused) {
+  ASSERT_NO_FATAL_FAILURE(Hold(absl::Milliseconds(300), /*step=*/false));
+  EXPECT_THAT(s_->holds().ExportHeld(3, StateSelection{}).status(),
               StatusIs(absl::StatusCode::kAborted, "lease"));
-  device->faults().Clear();
-  ASSERT_TRUE(step1.WaitFor(absl::Seconds(10)));
-  EXPECT_THAT(step1.result().status(), IsOk());
+}
+
+// A copy told the lease renews the hold as it goes, so that a copy longer than the lease (a large
+// shard) is answered, and the step waits for it. Before the refusal above had this, such a copy
+// was refused every time, and an automatic save never committed.
+TEST_F(SessionHoldLeaseTest, ACopyThatRenewsTheLeaseAsItGoesIsAnswered) {
+  ASSERT_NO_FATAL_FAILURE(Hold(absl::Milliseconds(100), /*step=*/true));
+  EXPECT_THAT(s_->holds().ExportHeld(3, StateSelection{}, kLease).status(), IsOk());
+  EXPECT_FALSE(step1_.WaitFor(absl::Milliseconds(10))) << "the step resolved under the hold";
+  device_->faults().Clear();
+  ASSERT_THAT(s_->holds().Release(3), IsOk());
+  ASSERT_TRUE(step1_.WaitFor(absl::Seconds(10)));
+  EXPECT_THAT(step1_.result().status(), IsOk());
 }
 
 TEST_F(SessionHoldTest, StagedStateIsValidatedThenAppliedAndAbortsThePendingStep) {

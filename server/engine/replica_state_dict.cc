@@ -119,7 +119,7 @@ std::vector<HeldTensor> SelectState(ReplicaState& replica, const StateSelection&
 }
 
 absl::StatusOr<std::shared_ptr<const StateDict>> CopyStateToHost(
-    const std::vector<HeldTensor>& tensors, const std::function<void()>& after_each) {
+    const std::vector<HeldTensor>& tensors, const std::function<absl::Status()>& after_each) {
   auto dict = std::make_shared<StateDict>();
   for (const HeldTensor& t : tensors) {
     StateTensor& out = (*dict)[t.key];
@@ -127,7 +127,7 @@ absl::StatusOr<std::shared_ptr<const StateDict>> CopyStateToHost(
     out.shape = t.shape;
     out.bytes.resize(t.bytes);
     OPTSTEP_RETURN_IF_ERROR(t.read(0, t.bytes, out.bytes.data()));
-    if (after_each) after_each();
+    if (after_each) OPTSTEP_RETURN_IF_ERROR(after_each());
   }
   return std::shared_ptr<const StateDict>(std::move(dict));
 }

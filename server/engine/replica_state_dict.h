@@ -66,9 +66,10 @@ std::vector<HeldTensor> SelectState(ReplicaState& replica, const StateSelection&
                                     std::shared_ptr<const void> owner,
                                     const StepCounters& counters);
 // The tensors read into host memory.
-// `after_each` (may be null) is called once each tensor is read.
+// `after_each` (may be null) is called once each tensor is read; its error ends the copy.
 absl::StatusOr<std::shared_ptr<const StateDict>> CopyStateToHost(
-    const std::vector<HeldTensor>& tensors, const std::function<void()>& after_each = nullptr);
+    const std::vector<HeldTensor>& tensors,
+    const std::function<absl::Status()>& after_each = nullptr);
 // Checks every key of `state` against `replica`: INVALID_ARGUMENT names an unknown key or a
 // shape / type mismatch, and "meta/masters_step" unless `from_peer` (a heal's masters). A master
 // the replica does not hold (OWNERS storage) is checked and left out. Writes nothing.

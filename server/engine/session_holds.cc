@@ -107,9 +107,12 @@ absl::StatusOr<std::vector<HeldTensor>> SessionHolds::SelectHeld(uint64_t token,
 absl::StatusOr<std::shared_ptr<const StateDict>> SessionHolds::ExportHeld(
     uint64_t token, const StateSelection& selection, absl::Duration lease) {
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<HeldTensor> tensors, HeldTensorsToRead(token, selection));
-  absl::StatusOr<std::shared_ptr<const StateDict>> copy = CopyStateToHost(tensors, [&] {
-    if (lease > absl::ZeroDuration()) (void)Renew(token, lease);
-  });
+  // A renewal refused (the hold is gone) ends the copy: a step may be writing the tensors.
+  absl::StatusOr<std::shared_ptr<const StateDict>> copy =
+      CopyStateToHost(tensors, [&]() -> absl::Status {
+        return lease > absl::ZeroDuration() ? Renew(token, lease) : absl::OkStatus();
+      });
+  OPTSTEP_RETURN_IF_ERROR(copy.status());
   // Still held once copied: a hold whose lease passed while the tensors were read let a step
   // resolve meanwhile, and the copy may hold parts of two steps.
   OPTSTEP_RETURN_IF_ERROR(CheckSettled(token));

@@ -201,6 +201,17 @@ TEST_F(SessionHoldLeaseTest, ACopyThatRenewsTheLeaseAsItGoesIsAnswered) {
   EXPECT_THAT(step1_.result().status(), IsOk());
 }
 
+// A copy whose renewal finds the hold gone (a tensor read for longer than the lease) stops there:
+// a step may be writing the tensors it has yet to read. Before, it read them all, and was refused
+// only at the end.
+TEST_F(SessionHoldLeaseTest, ACopyStopsAtTheFirstRenewalThatFindsTheHoldGone) {
+  ASSERT_NO_FATAL_FAILURE(Hold(absl::Milliseconds(500), /*step=*/false));
+  const int64_t before = device_->faults().calls("CopyToHost");
+  EXPECT_THAT(s_->holds().ExportHeld(3, StateSelection{}, kLease).status(),
+              StatusIs(absl::StatusCode::kAborted, "lease"));
+  EXPECT_LE(device_->faults().calls("CopyToHost") - before, 2) << "it read on";
+}
+
 TEST_F(SessionHoldTest, StagedStateIsValidatedThenAppliedAndAbortsThePendingStep) {
   Outcome step1;
   CommitStep(1, step1);

@@ -401,8 +401,7 @@ void Session::GetSnapshot(DType dtype, SnapshotCallback done) {
     published = PublishedLocked(dtype);
   }
   if (published != nullptr) return done(std::move(published));
-  // Read the masters on the coordinator, which alone writes them (a step, an import, initial
-  // values), so the values are those of one step.
+  // Read on the coordinator, which alone writes the masters: the values are those of one step.
   coordinator_->Post([self = shared_from_this(), dtype, done = std::move(done)] {
     uint64_t step = 0;
     std::shared_ptr<const ParamSnapshot> published;
@@ -435,18 +434,15 @@ std::shared_ptr<const ParamSnapshot> Session::PublishedLocked(DType dtype) {
 }
 
 absl::Status Session::CheckMastersAtStepLocked(uint64_t step) const {
-  // Steps that failed part way (broken) or were interrupted after this rank's update (the redo
-  // skips it) leave masters that are not those of `step`: built now, a snapshot would answer
-  // them as that step's parameters.
+  // Steps that failed part way (broken), were interrupted after this rank's update (the redo
+  // skips it) or healed in a peer's update leave masters that are not those of `step`.
   if (book_.broken()) return book_.CheckUsable();
   if (masters_ahead_to_.has_value() && *masters_ahead_to_ > step) {
     return absl::UnavailableError(
-        absl::StrCat("session '", id_, "': rank ", rank(),
-                     " healed with masters of a peer that stepped its own "
-                     "in step ",
+        absl::StrCat("session '", id_, "': rank ", rank(), " healed with a peer's masters of step ",
                      *masters_ahead_to_,
-                     ", which a lost rank interrupted; its state is read "
-                     "again once the step is taken again"));
+                     ", which a lost rank interrupted; its state is read again once the "
+                     "step is taken again"));
   }
   if (replica_->owned_applied_step() <= step) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(

@@ -44,9 +44,9 @@ struct AutoRestoreOptions {
 // checkpoint that loads (newest: of the highest step, "step-<N>", whatever the times of its
 // files; an older one when the newer ones are damaged, which are set aside), also onto another
 // number of ranks. A session that cannot be restored for good (no record, no complete
-// checkpoint, none that loads, no room) is logged (event=session_restore_failed) and left out;
-// its checkpoints stay. Each session restored is logged as event=session_restored. Blocks;
-// answers the sessions restored.
+// checkpoint, none that loads, no room, a definition refused) is logged
+// (event=session_restore_failed) and left out; its checkpoints stay. Each session restored is
+// logged as event=session_restored. Blocks; answers the sessions restored.
 //
 // Ends with UNAVAILABLE, before older checkpoints are tried or sessions left out, when a rank is
 // lost meanwhile, or when a read, creation or load still fails for a passing reason after every

@@ -176,10 +176,10 @@ struct Complete {
 };
 
 absl::StatusOr<std::vector<Complete>> CompleteCheckpoints(const std::string& root) {
-  OPTSTEP_ASSIGN_OR_RETURN(std::vector<std::string> names, internal::ListDir(root));
+  // Hidden names (temporaries, checkpoints being removed) are not listed.
+  OPTSTEP_ASSIGN_OR_RETURN(std::vector<std::string> names, ListCheckpointNames(root));
   std::vector<Complete> found;
   for (const std::string& name : names) {
-    if (!ValidateCheckpointName(name).ok()) continue;  // hidden: temporary or being removed
     struct stat st;
     const std::string manifest = absl::StrCat(root, "/", name, "/", kManifestFile);
     if (::stat(manifest.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;

@@ -86,7 +86,7 @@ absl::StatusOr<StepReply> StepRecovery::Run(
                                              kExpectedStepPayload) == step + 1;
       if ((was_applied && now == step) || answer_lost) {
         Note(session_id, trainer_id, step);
-        return applied();
+        return AppliedBy(probe, applied, probes_by());
       }
       // The last step ended meanwhile: this one's turn (once; then the caller's error).
       if (ending && now + 1 == step && !retried_in_turn) {
@@ -135,6 +135,18 @@ absl::StatusOr<StepReply> StepRecovery::Run(
       return Rewind(key, now, step);
     }
     was_applied = now == step;
+  }
+}
+
+absl::StatusOr<StepReply> StepRecovery::AppliedBy(
+    const GroupProbe& probe, absl::FunctionRef<absl::StatusOr<StepReply>()> applied,
+    absl::Time by) const {
+  absl::Duration wait = kFirstWait;
+  while (true) {
+    absl::StatusOr<StepReply> reply = applied();
+    if (reply.ok() || absl::Now() >= by || !Recovering(probe, reply.status(), by)) return reply;
+    sleep_(std::min(wait, std::max(absl::ZeroDuration(), by - absl::Now())));
+    wait = Doubled(wait);
   }
 }
 

@@ -87,6 +87,12 @@ class StepRecovery {
                std::optional<uint32_t> trainer_id = std::nullopt);
 
  private:
+  // `applied()` (the parameters of a step the session applied), tried again while it fails for
+  // a recovering reason (a rank still healing in, one lost during the pull) until `by`: the step
+  // stands, and the trainer must not be told it failed.
+  absl::StatusOr<StepReply> AppliedBy(const GroupProbe& probe,
+                                      absl::FunctionRef<absl::StatusOr<StepReply>()> applied,
+                                      absl::Time by) const;
   bool Recovering(const GroupProbe& probe, const absl::Status& error, absl::Time by) const;
   // Whether rank 0 does not serve now: it answers so, or does not answer by `by`.
   bool NotServing(const GroupProbe& probe, absl::Time by) const;

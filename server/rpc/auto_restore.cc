@@ -202,6 +202,7 @@ absl::StatusOr<std::vector<std::string>> Restorer::SessionDirs() {
         if (error == std::errc::no_such_file_or_directory || error == std::errc::not_a_directory) {
           return dirs;  // no automatic checkpoints
         }
+        std::string entry;  // the one that could not be looked at
         for (; !error && it != fs::directory_iterator(); it.increment(error)) {
           const std::string name = it->path().filename().string();
           const bool directory = it->is_directory(error);
@@ -209,7 +210,12 @@ absl::StatusOr<std::vector<std::string>> Restorer::SessionDirs() {
             error.clear();  // removed meanwhile
             continue;
           }
-          if (error || !directory) continue;
+          // Not skipped: the next increment would clear the error, and the session be left out.
+          if (error) {
+            entry = absl::StrCat(": look at '", it->path().string(), "'");
+            break;
+          }
+          if (!directory) continue;
           if (ValidateCheckpointName(name).ok()) {
             dirs.push_back(it->path().string());
           } else if (absl::StartsWith(name, ".") && absl::EndsWith(name, ".closed")) {
@@ -219,7 +225,7 @@ absl::StatusOr<std::vector<std::string>> Restorer::SessionDirs() {
         }
         if (error) {
           return absl::InternalError(
-              absl::StrCat("list '", auto_root.string(), "': ", error.message()));
+              absl::StrCat("list '", auto_root.string(), "'", entry, ": ", error.message()));
         }
         std::sort(dirs.begin(), dirs.end());
         return dirs;

@@ -171,21 +171,48 @@ absl::Status NotReplayable() {
                            kExpectedStepPayload, 6);
 }
 
-// The group applied step 5 while it recovered, and the pull of its parameters failed: the caller
-// redoes step 5 and gets its parameters (the session is at it), rather than FAILED_PRECONDITION
-// for ever. Step 5 sent again with other gradients, which a server that can still compare them
-// refuses naming no expected step, stays the caller's error.
-TEST(StepRecoveryTest, AStepAppliedWhoseAnswerWasLostIsAnsweredWhenRedone) {
+// The group applied step 5 while it recovered, and the pull of its parameters failed for a
+// recovering reason (a rank lost during it): the pull is tried again, and the step answered.
+// Before, the pull's UNAVAILABLE reached the caller, though the step stood.
+TEST(StepRecoveryTest, ThePullOfAStepAppliedWhileTheGroupRecoveredIsTriedAgain) {
   StepRecovery recovery = Recovery();
   FakeGroup group{.step = 5};
   int pulls = 0;
   auto applied = [&pulls]() -> absl::StatusOr<StepReply> {
-    if (pulls++ == 0) return absl::UnavailableError("pull: rank 1 is away");
+    if (pulls++ < 2) return absl::UnavailableError("pull: rank 1 is away");
     return Restored();
   };
   Attempts first{{absl::UnavailableError("reset"), NotReplayable()}, 5};
-  EXPECT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(first), applied).status(),
-              StatusIs(absl::StatusCode::kUnavailable, "pull"));
+  absl::StatusOr<StepReply> reply =
+      recovery.Run("s", 0, 5, group.probe(), std::ref(first), applied);
+  ASSERT_THAT(reply.status(), IsOk());
+  EXPECT_EQ(reply->step, 99u);
+  EXPECT_EQ(pulls, 3);
+  // Refused for a reason that is no recovery's: the caller's error, at once.
+  auto refused = [&pulls]() -> absl::StatusOr<StepReply> {
+    ++pulls;
+    return absl::InvalidArgumentError("pull: param_id 7 out of range");
+  };
+  Attempts second{{absl::UnavailableError("reset"), NotReplayable()}, 5};
+  EXPECT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(second), refused).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "param_id 7"));
+  EXPECT_EQ(pulls, 4);
+}
+
+// The group applied step 5, and the answer was lost past the recovery (the caller got the pull's
+// error): the caller redoes step 5 and gets its parameters (the session is at it), rather than
+// FAILED_PRECONDITION for ever. Step 5 sent again with other gradients, which a server that can
+// still compare them refuses naming no expected step, stays the caller's error.
+TEST(StepRecoveryTest, AStepAppliedWhoseAnswerWasLostIsAnsweredWhenRedone) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.step = 5};
+  auto lost = []() -> absl::StatusOr<StepReply> {
+    return absl::InvalidArgumentError("pull: the caller gave up");
+  };
+  Attempts first{{absl::UnavailableError("reset"), NotReplayable()}, 5};
+  EXPECT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(first), lost).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "gave up"));
+  auto applied = []() -> absl::StatusOr<StepReply> { return Restored(); };
   Attempts again{{NotReplayable()}, 5};
   absl::StatusOr<StepReply> reply =
       recovery.Run("s", 0, 5, group.probe(), std::ref(again), applied);

@@ -212,15 +212,16 @@ class CheckpointSaveTest : public ::testing::Test {
   }
 
   // The session saved twice as its automatic checkpoints (SaveTwiceAsAutomaticCheckpoints), then
-  // restored with `file` of their directory unreadable (BreakReads; ".." for the directory of
-  // every session's) until the `put_back_at`-th retry (0: for good). Expects the retries, and
-  // when `file` stays unreadable, the restore to end UNAVAILABLE naming it. Either way the
-  // checkpoints are as they were. Answers the sessions restored.
+  // restored with `file` of their directory unreadable (BreakReads; "." for that directory, ".."
+  // for the directory of every session's) until the `put_back_at`-th retry (0: for good). Expects
+  // the retries, and when `file` stays unreadable, the restore to end UNAVAILABLE naming it. Either
+  // way the checkpoints are as they were. Answers the sessions restored.
   std::vector<RestoredSession> RestoreWithReadsBroken(const std::string& file, int put_back_at) {
     const std::filesystem::path dir = SaveTwiceAsAutomaticCheckpoints();
     EXPECT_FALSE(dir.empty());
-    const std::filesystem::path broken =
-        file == ".." ? dir.parent_path() : std::filesystem::path(dir / file);
+    const std::filesystem::path broken = file == ".."  ? dir.parent_path()
+                                         : file == "." ? dir
+                                                       : std::filesystem::path(dir / file);
     std::function<void()> put_back = BreakReads(broken);
     int retries = 0;
     AutoRestoreOptions options = RestoreOptions();
@@ -574,6 +575,19 @@ TEST_F(CheckpointSaveTest, ARestoreThatCannotReadTheNewestManifestEndsForARestar
 
 TEST_F(CheckpointSaveTest, ARestoreThatCannotLoadTheNewestCheckpointEndsForARestart) {
   RestoreWithReadsBroken("step-2/shard-0-of-1.safetensors", 0);
+}
+
+// A session's directory that cannot be looked at (stat fails) fails the listing, which is tried
+// again. Before, it was passed over, the listing answered without it, and the group served
+// without the session (no error, no restart).
+TEST_F(CheckpointSaveTest, ARestoreTriesASessionsDirectoryThatCouldNotBeLookedAtAgain) {
+  const std::vector<RestoredSession> restored = RestoreWithReadsBroken(".", 2);
+  ASSERT_EQ(restored.size(), 1u);
+  EXPECT_EQ(restored[0].from, absl::StrCat("auto/", session_, "/step-2"));
+}
+
+TEST_F(CheckpointSaveTest, ARestoreThatCannotLookAtASessionsDirectoryEndsForARestart) {
+  RestoreWithReadsBroken(".", 0);
 }
 
 TEST_F(CheckpointSaveTest, ARestoreThatCannotListTheAutomaticCheckpointsEndsForARestart) {

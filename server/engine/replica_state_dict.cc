@@ -146,6 +146,7 @@ absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(ReplicaState& replic
   auto sub_of = [&replica](const GroupRuntime& g) -> const std::string& {
     return replica.config().chain.sub_optimizers[g.def.sub_optimizer].name;
   };
+  int masters = 0;  // written, of those the replica holds
   for (const auto& [key, value] : *state) {
     const bool counter = value.type == StateTensor::Type::kI64;
     const size_t element = counter ? sizeof(int64_t) : sizeof(float);
@@ -176,7 +177,10 @@ absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(ReplicaState& replic
       if (counter || value.shape != shape) {
         return fail(key, absl::StrCat("expected fp32 of shape ", ShapeString(shape)));
       }
-      if (replica.holds(p)) resolved->targets.emplace_back(&value, &replica.param(p));
+      if (replica.holds(p)) {
+        resolved->targets.emplace_back(&value, &replica.param(p));
+        ++masters;
+      }
       continue;
     }
     if (!absl::StartsWith(key, "state/")) return fail(key, "not a param/, state/ or meta/ key");
@@ -215,6 +219,9 @@ absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(ReplicaState& replic
     }
     resolved->targets.emplace_back(&value, tensor);
   }
+  int held = 0;
+  for (int p = 0; p < replica.num_params(); ++p) held += replica.holds(p) ? 1 : 0;
+  resolved->every_master = masters == held;
   resolved->state = std::move(state);
   return resolved;
 }

@@ -58,6 +58,7 @@ struct ResolvedState {
   std::optional<uint64_t> step, skipped_steps;
   std::optional<uint64_t> masters_step;              // only where ResolveState is told to take it
   std::vector<std::optional<uint64_t>> group_steps;  // by group id
+  bool every_master = false;  // writes every master the replica holds (a part of them: not)
 };
 
 // This rank's tensors of `selection`, in key order; `owner` keeps the tensors alive while the

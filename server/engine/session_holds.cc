@@ -171,7 +171,9 @@ absl::Status SessionHolds::ApplyStaged(uint64_t token) {
     if (status.ok()) {
       session_.book_.WriteCounters(*staged);
       ++session_.state_replacements_;
-      session_.masters_ahead_to_.reset();  // every master written
+      // An import of a part of the state (ImportStateDict of some keys) leaves the masters it
+      // did not write as they were: a peer's of a step ahead are still not this step's.
+      if (staged->every_master) session_.masters_ahead_to_.reset();
       session_.replaced_to_.push_back(session_.book_.counters().step);
       if (session_.replaced_to_.size() > Session::kKeptReplacements) {
         const uint64_t let_go = session_.replaced_to_.front();

@@ -315,10 +315,10 @@ absl::StatusOr<StateDict> RedundancyGroup::TryHeldExport(int r) {
   return state;
 }
 
-absl::Status RedundancyGroup::HeldImport(int r, const StateDict& state) {
+absl::Status RedundancyGroup::HeldImport(int r, const StateDict& state, bool complete) {
   return WithHold(session(r), 200 + r, [&]() -> absl::Status {
-    absl::Status staged = session(r).holds().StageState(
-        200 + r, std::make_shared<const StateDict>(state), /*complete=*/true);
+    absl::Status staged =
+        session(r).holds().StageState(200 + r, std::make_shared<const StateDict>(state), complete);
     if (!staged.ok()) return staged;
     return session(r).holds().ApplyStaged(200 + r);
   });

@@ -96,7 +96,8 @@ class RedundancyGroup {
   // it is applied again), under a hold of rank r alone: the group must be idle.
   StateDict HeldExport(int r);
   absl::StatusOr<StateDict> TryHeldExport(int r);  // HeldExport, its error answered
-  absl::Status HeldImport(int r, const StateDict& state);
+  // StageState and ApplyStaged under a hold; `complete`: every key of the rank's is in `state`.
+  absl::Status HeldImport(int r, const StateDict& state, bool complete = true);
 
   // The gradient element i of parameter p in step `step`.
   static float Gradient(uint64_t step, int p, int64_t i);

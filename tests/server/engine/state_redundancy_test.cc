@@ -7,13 +7,16 @@
 // last collective failed where another's completed takes the step from it: catch_up_test.cc.
 // Ranks are engines in this process joined by gloo.
 
+#include <algorithm>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -447,6 +450,30 @@ TEST(StateRedundancyTest, ARankHealedFromMastersAheadDoesNotAnswerThemBeforeTheR
     EXPECT_EQ(Difference(group.Masters(r), reference.Masters(r)), "") << "rank " << r;
     EXPECT_EQ(Difference(group.OwnedState(r), reference.OwnedState(r)), "") << "rank " << r;
   }
+}
+
+// The same, then a part of rank 0's state imported before the redo (ImportStateDict of some keys:
+// one moment): the masters the import did not write are still rank 1's of step 2, and no pull
+// answers them as step 1's. Before, any import cleared the mark. A whole state imported clears it.
+TEST(StateRedundancyTest, AnImportOfAPartOfTheStateKeepsTheMarkOfMastersAhead) {
+  const SessionConfig config = ConfigOf("adamw");
+  RedundancyGroup reference(2, config), group(2, config);
+  ASSERT_NO_FATAL_FAILURE(StepTwoWithEveryShipmentCut(group, reference));
+  ASSERT_NO_FATAL_FAILURE(HealRestarted(group, 0, 1, 1));
+  const StateDict owned = reference.OwnedState(0);
+  const auto moment = std::find_if(owned.begin(), owned.end(), [](const auto& entry) {
+    return absl::StartsWith(entry.first, "state/");
+  });
+  ASSERT_NE(moment, owned.end());
+  ASSERT_THAT(group.HeldImport(0, StateDict{*moment}, /*complete=*/false), IsOk());
+  EXPECT_THAT(Pull(group, 0).status(),
+              StatusIs(absl::StatusCode::kUnavailable, "once the step is taken again"));
+  StateDict masters = group.Masters(0);
+  for (auto it = masters.begin(); it != masters.end();) {
+    it = absl::StartsWith(it->first, "meta/") ? masters.erase(it) : std::next(it);
+  }
+  ASSERT_THAT(group.HeldImport(0, masters, /*complete=*/false), IsOk());
+  EXPECT_THAT(Pull(group, 0).status(), IsOk());
 }
 
 // The same on three ranks, then rank 1 lost too before the redo: it heals from rank 0, whose own

@@ -48,9 +48,10 @@ ABSL_FLAG(std::string, memory_budget, "",
           "physical memory.");
 ABSL_FLAG(std::string, memory_headroom, "",
           "Bytes outside the memory budget that streams' copies may hold in their owners' places "
-          "(an export's state, staged initial values, unread pulls, waiting Step streams; the "
-          "others are taken from the budget), an owner's at most --owner_memory_share of them; "
-          "empty or 0: what the memory limit leaves beyond the budget.");
+          "(an export's state, staged initial values and imported tensors, unread pulls, "
+          "waiting Step streams; the others are taken from the budget), an owner's at most "
+          "--owner_memory_share of them; empty or 0: what the memory limit leaves beyond the "
+          "budget (on a GPU rank, whose budget is the device's memory: the whole limit).");
 ABSL_FLAG(int64_t, max_session_bytes, 0,
           "Most bytes of one session's footprint on a rank (masters, optimizer state, gradients, "
           "overhead, workspace); 0: the memory budget alone.");

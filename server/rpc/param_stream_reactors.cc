@@ -20,6 +20,7 @@
 #include "server/rpc/open_streams.h"
 #include "server/rpc/owned_write_reactor.h"
 #include "server/rpc/param_chunker.h"
+#include "server/rpc/staging_charge.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
 #include "wire/stream_end.h"
@@ -170,7 +171,7 @@ OpenStreams& OpenInitStreams() {
 
 // The InitParameters streams whose staged values the rank holds in its headroom, outside the
 // budget: each owner has kOpenInitStreamsPerTrainer of them at once, whatever its number of
-// sessions (its other streams stage within its share of the budget, ReserveStaging).
+// sessions (its other streams stage within its share of the budget, StagingCharge).
 HeadroomPlaces& InitStreamsInHeadroom() {
   static HeadroomPlaces* const streams = new HeadroomPlaces(kOpenInitStreamsPerTrainer);
   return *streams;
@@ -249,14 +250,13 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
                          "was written"));
       }
       // An owner's first streams stage in the rank's headroom, while the most they may stage
-      // fits there; its others take what they stage from the budget (ReserveStaging). Counted
+      // fits there; its others take what they stage from the budget (StagingCharge). Counted
       // per owner: per session, an owner of many sessions staged a copy of each one's
       // parameters there.
-      headroom_ = InitStreamsInHeadroom().TryTake(session_->config().owner, [&] {
-        return engine_->TryTakeHeadroom(static_cast<int64_t>(byte_limit_),
-                                        session_->config().owner);
-      });
-      charged_ = headroom_ == nullptr;
+      staging_ = StagingCharge(*engine_, InitStreamsInHeadroom(), *session_, byte_limit_, What(),
+                               absl::StrCat("session '", session_->id(),
+                                            "': values staged until the stream's final message; "
+                                            "nothing was written"));
     } else if (!request_.session_id().empty() && request_.session_id() != session_->id()) {
       return absl::InvalidArgumentError(
           absl::StrCat("InitParameters: session_id '", CallerText(request_.session_id()),
@@ -295,7 +295,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
     OPTSTEP_RETURN_IF_ERROR(
         session_->CheckInitPiece({header.param_id, header.offset, header.dtype, chunk.data()})
             .status());
-    OPTSTEP_RETURN_IF_ERROR(ReserveStaging(chunk.data().size()));
+    OPTSTEP_RETURN_IF_ERROR(staging_.Grow(chunk.data().size()));
     tally_.Add(chunk.data());
     param_ids_.insert(chunk.param_id());
     if (ExtendsSmallPiece(header)) {
@@ -326,8 +326,7 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   // before the caller hears the end: its next stream may follow at once.
   void End(const absl::Status& status) {
     std::vector<std::pair<ChunkHeader, std::string>>().swap(staged_);
-    reservations_.clear();
-    headroom_.reset();
+    staging_.Release();
     slot_.Release();
     Finish(ToGrpcStatus(status));
   }
@@ -380,28 +379,6 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   std::string What() const {
     return absl::StrCat("InitParameters stream of session '", session_->id(), "'");
   }
-  // Takes what staging `bytes` more needs from the rank's budget, in blocks of at least
-  // kStagingBlock, for a stream beyond its owner's places in the headroom (charged_): an owner of
-  // many sessions or trainers, each with its streams open, must not take the rank past its
-  // budget. RESOURCE_EXHAUSTED naming the session otherwise.
-  absl::Status ReserveStaging(size_t bytes) {
-    if (!charged_) return absl::OkStatus();
-    staged_bytes_ += static_cast<int64_t>(bytes);
-    const int64_t short_by = staged_bytes_ - reserved_bytes_;
-    if (short_by <= 0) return absl::OkStatus();
-    const int64_t block = std::max(short_by, kStagingBlock);
-    OPTSTEP_ASSIGN_OR_RETURN(
-        MemoryBudget::Reservation reserved,
-        engine_->ReserveMemory(block, What(),
-                               absl::StrCat("session '", session_->id(),
-                                            "': values staged until the stream's final message; "
-                                            "nothing was written"),
-                               session_->config().owner));
-    reserved_bytes_ += block;
-    reservations_.push_back(std::move(reserved));
-    return absl::OkStatus();
-  }
-  static constexpr int64_t kStagingBlock = int64_t{1} << 20;
 
   static Session::InitPiece Piece(const std::pair<ChunkHeader, std::string>& staged) {
     return {staged.first.param_id, staged.first.offset, staged.first.dtype, staged.second};
@@ -416,12 +393,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
   uint64_t piece_limit_ = 0;
   OpenStreams::Slot slot_;  // the session's, in OpenInitStreams
   std::vector<std::pair<ChunkHeader, std::string>> staged_;
-  std::shared_ptr<const void> headroom_;  // its owner's place in the headroom, if it has one
-  std::shared_ptr<const void> silent_;    // its caller's place in SilentUploads until a message
-  bool charged_ = false;                  // no place in the headroom: staging reserves budget
-  int64_t staged_bytes_ = 0;
-  int64_t reserved_bytes_ = 0;
-  std::vector<MemoryBudget::Reservation> reservations_;  // of the staged values, until the end
+  StagingCharge staging_;               // what the staged values hold, until the end
+  std::shared_ptr<const void> silent_;  // its caller's place in SilentUploads until a message
   std::set<uint32_t> param_ids_;
   StreamTally tally_;
   bool ended_ = false;

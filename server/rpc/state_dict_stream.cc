@@ -12,7 +12,9 @@
 #include "optstep/v1/internal.pb.h"
 #include "server/engine/chained_state_dict.h"
 #include "server/engine/cost_model.h"
+#include "server/rpc/caller_calls.h"
 #include "server/rpc/owned_write_reactor.h"
+#include "server/rpc/staging_charge.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
 #include "wire/stream_end.h"
@@ -171,6 +173,13 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
           what, ": its ", total, " bytes would bring the dict to ", declared_bytes_ + total,
           " bytes, over the ", byte_limit_, " bytes a state dict of this session can hold"));
     }
+    if (reserve_) {
+      absl::Status reserved = reserve_(total);
+      if (!reserved.ok()) {
+        dict.erase(it);
+        return reserved;
+      }
+    }
     declared_bytes_ += total;
     tensor.type = type;
     tensor.shape = shape;
@@ -193,6 +202,16 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
                      bytes_ + chunk.data().size(), " bytes, over the ", declared_bytes_,
                      " bytes the tensors declare: elements arrived twice"));
   }
+  // Each chunk is a range kept until the end: a stream of tiny chunks must not hold many times
+  // its bytes in them.
+  const uint64_t piece_limit = tensors() + declared_bytes_ / kSmallChunkBytes + kSpareChunks;
+  if (pieces_ >= piece_limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": more than ", piece_limit, " chunks for ", tensors(), " tensors of ",
+                     declared_bytes_, " bytes; send each tensor in chunks of ", kSmallChunkBytes,
+                     " bytes or more"));
+  }
+  ++pieces_;
   tensor.bytes.replace(begin, chunk.data().size(), chunk.data());
   bytes_ += chunk.data().size();
   received_[{chunk.sub_optimizer(), chunk.chunk_key(), chunk.key()}].emplace_back(
@@ -331,6 +350,14 @@ absl::StatusOr<uint64_t> StateDictByteBound(const Session& session) {
 // A session's uploads open at once on a rank, at least (NewStateDictUploadReactor).
 constexpr int kOpenUploadsPerSession = 2;
 
+// The callers' uploads whose staged tensors the rank holds in its headroom, outside the budget:
+// each owner has kOpenUploadsPerSession of them at once, whatever its number of sessions; its
+// others stage within its share of the budget (StagingCharge).
+HeadroomPlaces& UploadsInHeadroom() {
+  static HeadroomPlaces* const uploads = new HeadroomPlaces(kOpenUploadsPerSession);
+  return *uploads;
+}
+
 // gRPC calls OnReadDone for one message at a time and the action runs only after the last, so
 // the members need no lock (but `cancelled_`, which OnCancel sets from any thread).
 //
@@ -397,6 +424,13 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
                            " state dict uploads of the session are open on this rank "
                            "already; nothing was applied"));
         }
+        // What it stages is held as the session owner's (a rank's part of a held import is the
+        // part of a caller's upload charged so on rank 0).
+        staging_ = StagingCharge(*engine_, UploadsInHeadroom(), *session_, limit, What(),
+                                 absl::StrCat("session '", session_->id(),
+                                              "': state dict tensors staged until the stream's "
+                                              "final message; nothing was applied"));
+        assembler_.set_reserve([this](uint64_t bytes) { return staging_.Grow(bytes); });
       }
     }
     if (ended_) {
@@ -421,8 +455,9 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
     return absl::StrCat("state dict stream of session '", session_->id(), "'");
   }
 
-  // Gives the stream's slot back, then finishes the call.
+  // Gives the stream's slot and what it staged back, then finishes the call.
   void End(const grpc::Status& status) {
+    staging_.Release();
     slot_.Release();
     this->Finish(status);
   }
@@ -450,12 +485,23 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
           absl::StrCat(What(), " ended after ", tally_.Describe(assembler_.tensors()),
                        " without its final message (StreamEnd); nothing was applied")));
     }
-    RunDetached([this] {
+    auto act = [this] {
+      if (cancelled_) {
+        return End(grpc::Status(grpc::StatusCode::CANCELLED,
+                                absl::StrCat(What(),
+                                             " was cancelled while it waited its turn; "
+                                             "nothing was applied")));
+      }
       absl::StatusOr<std::shared_ptr<const StateDict>> dict = assembler_.Build(*session_);
       absl::Status status = dict.status();
       if (dict.ok()) status = action_(*session_, token_, *std::move(dict), assembler_.bytes());
       End(ToGrpcStatus(status));
-    });
+    };
+    // A rank's part of a held import: the caller's import on rank 0 waits for it.
+    if (open_ == nullptr) return RunDetached(std::move(act));
+    // A caller's: its turn among its calls (each holds a thread while it runs), as Save's.
+    absl::Status queued = ProcessCallerCalls().Run(caller_.identity, "ImportStateDict", act);
+    if (!queued.ok()) End(ToGrpcStatus(queued));
   }
 
   Engine* const engine_;
@@ -465,6 +511,7 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
   OpenStreams* const open_;
   const StateDictUpload action_;
   OpenStreams::Slot slot_;              // the session's, in `open_`
+  StagingCharge staging_;               // what the assembler stages (a caller's upload)
   std::shared_ptr<const void> silent_;  // its caller's place in SilentUploads until a message
   Message message_;
   std::shared_ptr<Session> session_;

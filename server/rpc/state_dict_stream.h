@@ -71,14 +71,17 @@ using StateDictUpload = std::function<absl::Status(
 // of the session can hold: RESOURCE_EXHAUSTED). The stream is a transaction: its last message is
 // a v1::StreamEnd (wire/stream_end.h), and only when that arrived, agreed and the stream then
 // half-closed does the reactor build the dict and run `action` on it, on a thread of its own (the
-// action may block on other ranks), finishing the call with the status. Otherwise the action
+// action may block on other ranks; with `open`, a caller's upload, in its caller's turn among
+// its calls: ProcessCallerCalls), finishing the call with the status. Otherwise the action
 // never runs: INVALID_ARGUMENT for a stream without its StreamEnd, a StreamEnd that disagrees
 // or a message after it, CANCELLED for a cancelled stream (DEADLINE_EXCEEDED when `idle`, the
 // watch of its call, cancelled it). A stream without messages is INVALID_ARGUMENT
 // `empty_error`. Only a session `caller` may see is found. With `open` (may be null: no bound), a
 // session has at most two such streams open on this rank, or one per trainer when it has more
 // (each holds up to a copy of the session's state until its action ends): another is
-// RESOURCE_EXHAUSTED. With `caller_key` (CallerKey; empty: no bound), a stream that has sent no
+// RESOURCE_EXHAUSTED, and the tensors it declares are held as the session owner's (StagingCharge:
+// a place of the owner's in the headroom, else its budget; RESOURCE_EXHAUSTED when neither
+// holds them). With `caller_key` (CallerKey; empty: no bound), a stream that has sent no
 // message yet holds a place of its caller's in SilentUploads (none left: RESOURCE_EXHAUSTED).
 // Owns itself until done.
 template <typename Message>
@@ -88,16 +91,24 @@ grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(
 
 // Collects streamed StateDictChunks into per-(sub-optimizer, chunk) dicts, checking every piece
 // (dtype, shape, ranges, chunk size, a key's length, data in every chunk, no more data than the
-// tensors declare). Thread-compatible.
+// tensors declare, no more chunks than kSmallChunkBytes's bound). Thread-compatible.
 class StateDictAssembler {
  public:
   // The longest key, chunk key or sub-optimizer name a chunk may carry (a parameter's name has
   // at most 1024 bytes, a sub-optimizer's 255).
   static constexpr size_t kMaxStateKeyBytes = 4096;
+  // Chunks a stream may send: one per tensor and per kSmallChunkBytes the tensors declare, and
+  // kSpareChunks more (a tensor's last chunk is short); beyond, RESOURCE_EXHAUSTED.
+  static constexpr uint64_t kSmallChunkBytes = uint64_t{64} << 10;
+  static constexpr uint64_t kSpareChunks = 1024;
 
   // The most bytes the tensors may declare together (their shapes, before their data arrives):
   // a tensor over it is RESOURCE_EXHAUSTED. No limit by default.
   void set_byte_limit(uint64_t limit) { byte_limit_ = limit; }
+  // Asked with a new tensor's bytes before they are allocated (what it will hold once its data
+  // arrived); its error refuses the chunk. None by default.
+  using Reserve = std::function<absl::Status(uint64_t bytes)>;
+  void set_reserve(Reserve reserve) { reserve_ = std::move(reserve); }
   absl::Status Add(const v1::StateDictChunk& chunk);
   // Reads a client stream of chunks to its end, adding each one (and marking it on `watch`, when
   // given): the stream's end turned into a status by `finished` when it is not OK, else the
@@ -129,6 +140,8 @@ class StateDictAssembler {
   uint64_t bytes_ = 0;
   uint64_t declared_bytes_ = 0;  // <= byte_limit_
   uint64_t byte_limit_ = UINT64_MAX;
+  Reserve reserve_;
+  uint64_t pieces_ = 0;  // chunks added (each a range in received_)
 };
 
 }  // namespace optstep

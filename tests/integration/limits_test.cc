@@ -151,6 +151,51 @@ TEST(LimitsTest, StagedInitialValuesAreTakenFromTheBudget) {
   ExpectStillServing(*c.client);
 }
 
+// A session of many trainers may keep an ImportStateDict stream open a trainer, each staging the
+// tensors it declares until its final message: what they declare is taken from the rank's budget
+// (beyond its owner's places in the headroom), so that streams held open stop at it
+// (RESOURCE_EXHAUSTED, nothing applied) rather than take the rank past its memory. Before, each
+// stream's first chunk made the whole tensor it declared, in no ledger: 16 streams of one 4-byte
+// chunk each made 128 MiB on a rank of a 96 MiB budget.
+TEST(LimitsTest, ImportedTensorsAreTakenFromTheBudget) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Connected c, Start({"--memory_budget=96M"}));
+  v1::SessionSpec spec = OneParamSpec("imported", {1 << 20});
+  spec.set_num_trainers(16);  // 16 uploads open at most
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, c.client->CreateSession(spec));
+  auto stub = v1::CheckpointService::NewStub(
+      grpc::CreateChannel(c.server->address(), grpc::InsecureChannelCredentials()));
+  v1::StateDictChunk chunk;  // one element of an 8 MiB tensor
+  chunk.set_session_id(info.session_id());
+  chunk.set_key("param/w");
+  chunk.set_dtype(v1::DTYPE_FP32);
+  chunk.add_shape(2 << 20);
+  chunk.set_data(std::string(4, '\0'));
+  constexpr int kStreams = 16;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::ImportStateDictResponse> responses(kStreams);
+  std::vector<std::unique_ptr<grpc::ClientWriter<v1::StateDictChunk>>> streams;
+  for (int s = 0; s < kStreams; ++s) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->ImportStateDict(contexts.back().get(), &responses[s]));
+    streams.back()->Write(chunk);
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // the rank has read what it takes
+  int refused = 0;
+  for (auto& stream : streams) {
+    stream->WritesDone();
+    const grpc::Status ended = stream->Finish();
+    if (ended.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      EXPECT_THAT(ended.error_message(), testing::HasSubstr("state dict tensors staged"));
+      ++refused;
+    } else {
+      EXPECT_EQ(ended.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << ended.error_message();
+    }
+  }
+  EXPECT_GT(refused, 0) << "every stream staged its tensor, past the rank's budget";
+  EXPECT_LT(refused, kStreams);
+  ExpectStillServing(*c.client);
+}
+
 // Opens `tries` ExportStateDict streams of `session_id` and leaves each open unread (a slow
 // reader), then cancels them all; answers how many were held open. Each one refused must be
 // RESOURCE_EXHAUSTED for its copy of the state; `*refused` counts them.

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 #include "wire/chunk.h"
@@ -83,6 +85,38 @@ TEST(StateDictAssemblerTest, AShapeOverTheLimitIsRefusedBeforeItIsMade) {
   EXPECT_THAT(assembler.Add(wraps),
               StatusIs(absl::StatusCode::kResourceExhausted, "is over the 1048576 bytes"));
   EXPECT_EQ(assembler.tensors(), 0u);
+}
+
+// A new tensor's bytes are asked for before they are made (the stream's StagingCharge); a
+// refusal refuses the chunk, and the tensor is not kept.
+TEST(StateDictAssemblerTest, ATensorsBytesAreReservedBeforeTheyAreMade) {
+  StateDictAssembler assembler;
+  std::vector<uint64_t> asked;
+  assembler.set_reserve([&asked](uint64_t bytes) {
+    asked.push_back(bytes);
+    return asked.size() == 1 ? absl::OkStatus() : absl::ResourceExhaustedError("budget");
+  });
+  ASSERT_THAT(assembler.Add(Chunk(10, 0, 4)), IsOk());
+  ASSERT_THAT(assembler.Add(Chunk(10, 4, 6)), IsOk());  // the same tensor: nothing more asked
+  v1::StateDictChunk other = Chunk(1000, 0, 1);
+  other.set_key("param/v");
+  EXPECT_THAT(assembler.Add(other), StatusIs(absl::StatusCode::kResourceExhausted, "budget"));
+  EXPECT_EQ(asked, (std::vector<uint64_t>{40, 4000}));
+  EXPECT_EQ(assembler.tensors(), 1u);
+  EXPECT_THAT(assembler.CheckComplete(), IsOk());
+}
+
+// Every chunk is kept as a range until the end: a stream of tiny chunks is refused once it sent
+// more than one per tensor and per kSmallChunkBytes declared, and kSpareChunks. Before, a tensor
+// sent an element a chunk held about four times its bytes in ranges.
+TEST(StateDictAssemblerTest, TooManyChunksForTheBytesDeclaredAreRefused) {
+  StateDictAssembler assembler;
+  const uint64_t numel = StateDictAssembler::kSmallChunkBytes / 4 * 2;  // two small chunks' worth
+  const uint64_t most = 1 + 2 + StateDictAssembler::kSpareChunks;
+  for (uint64_t i = 0; i < most; ++i) ASSERT_THAT(assembler.Add(Chunk(numel, i, 1)), IsOk()) << i;
+  EXPECT_THAT(assembler.Add(Chunk(numel, most, 1)),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       absl::StrCat("more than ", most, " chunks for 1 tensors")));
 }
 
 TEST(StateDictAssemblerTest, EmptyChunksAndLongKeysAreRefused) {

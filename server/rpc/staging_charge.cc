@@ -1,0 +1,42 @@
+#include "server/rpc/staging_charge.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "base/status_macros.h"
+#include "server/engine/session.h"
+
+namespace optstep {
+
+StagingCharge::StagingCharge(Engine& engine, HeadroomPlaces& places, const Session& session,
+                             uint64_t most, std::string what, std::string detail)
+    : engine_(&engine),
+      owner_(session.config().owner),
+      what_(std::move(what)),
+      detail_(std::move(detail)) {
+  const auto bytes = static_cast<int64_t>(std::min<uint64_t>(most, INT64_MAX));
+  place_ = places.TryTake(owner_, [&] { return engine.TryTakeHeadroom(bytes, owner_); });
+  charged_ = place_ == nullptr;
+}
+
+absl::Status StagingCharge::Grow(uint64_t bytes) {
+  if (!charged_) return absl::OkStatus();
+  staged_ += static_cast<int64_t>(std::min<uint64_t>(bytes, INT64_MAX - staged_));
+  const int64_t short_by = staged_ - reserved_;
+  if (short_by <= 0) return absl::OkStatus();
+  const int64_t block = std::max(short_by, kBlock);
+  OPTSTEP_ASSIGN_OR_RETURN(MemoryBudget::Reservation reserved,
+                           engine_->ReserveMemory(block, what_, detail_, owner_));
+  reserved_ += block;
+  reservations_.push_back(std::move(reserved));
+  return absl::OkStatus();
+}
+
+void StagingCharge::Release() {
+  reservations_.clear();
+  place_.reset();
+  charged_ = false;
+  staged_ = reserved_ = 0;
+}
+
+}  // namespace optstep

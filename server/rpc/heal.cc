@@ -4,7 +4,9 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -273,13 +275,22 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
 }
 
 // The sessions rank 0 heals itself in with, once every rank began the heal (no resolution starts
-// any more): every survivor's list, which must agree, then each session described by rank 1.
+// any more): those every survivor lists, each described by rank 1. A session only some hold (a
+// creation or a close the loss cut) is closed on them first. Before, the group restarted as a
+// whole, every session falling back to its automatic checkpoints.
 absl::StatusOr<std::vector<v1::CreateReplicaRequest>> SessionsOfSurvivors(RankGroup* group) {
   OPTSTEP_ASSIGN_OR_RETURN(std::vector<v1::ListReplicasResponse> lists,
                            ListEveryRank(group, /*engine=*/nullptr));
-  OPTSTEP_RETURN_IF_ERROR(SameSessionsOnSurvivors(lists));
+  const std::vector<std::string> cut = SessionsCutOnSurvivors(lists);
+  for (const std::string& id : cut) {
+    LOG(WARNING) << "event=session_cut_by_loss session=" << LogValue(id)
+                 << " only some ranks hold it (a creation or close cut by the loss of rank 0); "
+                    "it is closed on them";
+    OPTSTEP_RETURN_IF_ERROR(group->CloseCutSession(id));
+  }
   std::vector<v1::CreateReplicaRequest> sessions;
   for (const v1::CreateReplicaRequest& listed : lists[1].replicas()) {
+    if (std::binary_search(cut.begin(), cut.end(), listed.session_id())) continue;
     OPTSTEP_ASSIGN_OR_RETURN(v1::ListReplicasResponse described,
                              ListReplicasOn(group, 1, listed.session_id()));
     if (described.replicas_size() != 1) {
@@ -365,28 +376,19 @@ absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* 
   return std::optional<uint64_t>(healed);
 }
 
-absl::Status SameSessionsOnSurvivors(const std::vector<v1::ListReplicasResponse>& lists) {
-  // Only the sessions must agree. Their counts of resolutions may not: a resolution the loss of
-  // rank 0 cut began on some survivors only, and the heal's end rebases every rank at one count
-  // (RankGroup::Regroup kEnd).
-  const auto& first = lists[1].replicas();
-  for (size_t r = 2; r < lists.size(); ++r) {
-    const auto& other = lists[r].replicas();
-    for (int i = 0; i < std::max(first.size(), other.size()); ++i) {
-      // Both lists are in id order: the first difference names a session one of them lacks.
-      if (i < first.size() && i < other.size() && first[i].session_id() == other[i].session_id()) {
-        continue;
-      }
-      const bool first_lacks =
-          i >= first.size() || (i < other.size() && other[i].session_id() < first[i].session_id());
-      const std::string& id = first_lacks ? other[i].session_id() : first[i].session_id();
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank 0 cannot rejoin: session '", id, "' is on rank ", first_lacks ? r : 1,
-          " but not on rank ", first_lacks ? 1 : r,
-          " (a creation or close cut by the loss of rank 0); the group restarts as a whole"));
+std::vector<std::string> SessionsCutOnSurvivors(
+    const std::vector<v1::ListReplicasResponse>& lists) {
+  std::map<std::string, size_t> holders;  // by session id: how many survivors list it
+  for (size_t r = 1; r < lists.size(); ++r) {
+    for (const v1::CreateReplicaRequest& listed : lists[r].replicas()) {
+      ++holders[listed.session_id()];
     }
   }
-  return absl::OkStatus();
+  std::vector<std::string> cut;
+  for (const auto& [id, count] : holders) {
+    if (count + 1 < lists.size()) cut.push_back(id);
+  }
+  return cut;
 }
 
 absl::StatusOr<v1::ListReplicasResponse> ListReplicas(Engine* engine, const RankGroup& group,

@@ -67,19 +67,20 @@ absl::StatusOr<uint64_t> HealRejoinedRank(Engine* engine, RankGroup* group,
 // creates anything: asks every other rank whether it survived the loss of rank 0's earlier
 // process and waits for it (PeerService.ListReplicas; a rank that does not know the call did
 // not). None did: nullopt (a new group). All did: heals this rank into their group, as above (the
-// generation one above the highest of theirs), and answers that generation; the survivors must
-// all list the same sessions (else FAILED_PRECONDITION naming a session: the heal fails, and the
-// group restarts as a whole). Some did: FAILED_PRECONDITION naming a rank
+// generation one above the highest of theirs), and answers that generation. A session only some
+// survivors hold (SessionsCutOnSurvivors) is closed on them first, and `on_session_closed` told
+// (RankGroup::CloseCutSession). Some did: FAILED_PRECONDITION naming a rank
 // that did not (the group restarts as a whole); a peer's error names the rank.
 absl::StatusOr<std::optional<uint64_t>> HealRankZero(Engine* engine, RankGroup* group);
 
-// Rank 0 healing itself in: OK when every survivor's list of `lists` (by rank; rank 0's unused,
-// each in session id order, ListReplicas) names the same sessions; else FAILED_PRECONDITION
-// naming the first session that differs. A creation or a close that the loss of rank 0 cut
-// reached only some of them, and a heal from one rank's list would wait in the others'
-// rendezvous until the timeout. Their resolutions may differ (a resolution the loss cut on some
-// survivors only): the heal's end counts rank 0's, taken from rank 1, on every rank.
-absl::Status SameSessionsOnSurvivors(const std::vector<v1::ListReplicasResponse>& lists);
+// Rank 0 healing itself in: the sessions some survivors of `lists` (by rank; rank 0's unused,
+// each in session id order, ListReplicas) hold and others do not, in id order. A creation or a
+// close that the loss of rank 0 cut reached only some of them: the creation was never answered
+// (its caller tries again), the close was its owner's request; a heal from one rank's list would
+// wait in the others' rendezvous until the timeout. Their resolutions may differ (a resolution
+// the loss cut on some survivors only): the heal's end counts rank 0's, taken from rank 1, on
+// every rank.
+std::vector<std::string> SessionsCutOnSurvivors(const std::vector<v1::ListReplicasResponse>& lists);
 
 // This rank's answer to PeerService.ListReplicas: whether it awaits rank 0's heal, its
 // generation, and its sessions in id order, each by id and resolutions; or, for a request naming

@@ -414,22 +414,35 @@ absl::Status RankGroup::CloseSession(const std::string& id) {
   return closed;
 }
 
+absl::Status RankGroup::CloseReplicaOn(int rank, const std::string& id) {
+  v1::CloseReplicaRequest request;
+  request.set_session_id(id);
+  // Made again if lost: a replica left open would fail that rank's next heal.
+  return CallUntilTaken(rank, "CloseReplica", [&] {
+    v1::CloseReplicaResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return PeerStatus(rank, Peer(rank)->CloseReplica(&context, request, &response));
+  });
+}
+
 absl::Status RankGroup::DropSession(const std::string& id) {
   for (int r = 1; r < options_.world_size && options_.rank == 0; ++r) {
-    v1::CloseReplicaRequest request;
-    request.set_session_id(id);
-    // Made again if lost: a replica left open would fail that rank's next heal.
-    const absl::Status status = CallUntilTaken(r, "CloseReplica", [&] {
-      v1::CloseReplicaResponse response;
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-      return PeerStatus(r, Peer(r)->CloseReplica(&context, request, &response));
-    });
+    const absl::Status status = CloseReplicaOn(r, id);
     if (!status.ok() && status.code() != absl::StatusCode::kNotFound) {
       LOG(WARNING) << "closing session " << id << " on rank " << r << ": " << status.message();
     }
   }
   return engine_->CloseSession(id);
+}
+
+absl::Status RankGroup::CloseCutSession(const std::string& id) {
+  for (int r = 1; r < options_.world_size; ++r) {
+    const absl::Status status = CloseReplicaOn(r, id);
+    if (!status.ok() && !absl::IsNotFound(status)) return status;
+  }
+  if (options_.on_session_closed) options_.on_session_closed(id);
+  return absl::OkStatus();
 }
 
 absl::Status RankGroup::ForEachRank(const std::function<absl::Status(int rank)>& call) {

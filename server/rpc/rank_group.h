@@ -211,6 +211,8 @@ class RankGroup {
   // at most the group's timeout. Answers the last attempt's status.
   absl::Status CallUntilTaken(int rank, absl::string_view call,
                               const std::function<absl::Status()>& attempt);
+  // PeerService.CloseReplica of session `id` on rank `rank`, made until taken (CallUntilTaken).
+  absl::Status CloseReplicaOn(int rank, const std::string& id);
   // Rank 0: counts the heals of rank `rank` in a row whose process was lost while it healed in,
   // and answers how many (a heal that succeeds begins the count again).
   int CountHealLost(int rank);
@@ -268,6 +270,11 @@ class RankGroup {
   // Closes the session on every rank without telling `on_session_closed` (a creation or a
   // restore that failed).
   absl::Status DropSession(const std::string& id);
+  // Rank 0 healing itself in (HealRankZero): closes a session that a creation or a close cut by
+  // the loss of rank 0 left on some ranks only on those that hold it, then tells
+  // `on_session_closed` (its automatic checkpoints go, as its close would have removed them, or
+  // as its creation never answered should leave none). A rank's error but NOT_FOUND is answered.
+  absl::Status CloseCutSession(const std::string& id);
 
   // A session voted to abort `step` as its resolution `resolution` (on this rank, or on the
   // rank that called this one's PeerService.AbortStep): tells rank 0, which tells every other

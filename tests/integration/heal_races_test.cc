@@ -1,7 +1,9 @@
 // What meets a heal: the end of a heal reaches every rank although a call to one of them is lost,
 // a rank that missed it for good heals in again, a heal whose begin is lost is made again with
-// the rank's next process, and a session closed while a heal runs waits for it to end.
+// the rank's next process, a session closed while a heal runs waits for it to end, and one whose
+// close the loss of rank 0 cut is closed as rank 0 heals in.
 
+#include <grpcpp/create_channel.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -12,6 +14,7 @@
 #include "absl/time/time.h"
 #include "client/cpp/client.h"
 #include "gtest/gtest.h"
+#include "optstep/v1/internal.grpc.pb.h"
 #include "tests/integration/healing_group.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
@@ -144,39 +147,83 @@ TEST(HealRacesTest, AClosesCallLostOnTheWayToARankIsMadeAgain) {
   }
 }
 
+// A group of kWorld ranks and a trainer: a reference session stepped 4 times undisturbed, the
+// session `kept_` stepped twice, and the session `closed_`, which a test closes amid a heal.
+class HealCloseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(group_, testutil::StartGroup(kWorld, flags_));
+    ASSERT_TRUE(AwaitHealth(*group_[0], true, absl::Seconds(20)));
+    trainer_ = Trainer(group_);
+    ASSERT_NE(trainer_, nullptr);
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(reference_, SteppedReference(*trainer_, 4));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(kept_, trainer_->CreateSession(SpreadSpec("kept")));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(closed_, trainer_->CreateSession(SpreadSpec("closed")));
+    for (uint64_t step = 1; step <= 2; ++step) {
+      ASSERT_THAT(StepSpread(*trainer_, kept_.session_id(), step).status(), IsOk());
+    }
+  }
+
+  // Every rank serves and lives, no rank holds `closed_`, and `kept_`, stepped on, ends bit for
+  // bit with the reference.
+  void ExpectClosedAndKeptSteppedOn() {
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_TRUE(AwaitHealth(*group_[r], true, absl::Seconds(30))) << "rank " << r;
+      EXPECT_TRUE(Running(*group_[r])) << "rank " << r;
+    }
+    EXPECT_THAT(trainer_->GetSession(closed_.session_id()).status(),
+                testutil::StatusIs(absl::StatusCode::kNotFound));
+    for (int r = 1; r < kWorld; ++r) {
+      absl::StatusOr<uint64_t> listed =
+          testutil::AwaitListedStep(*group_[r], closed_.session_id(), 0, absl::Seconds(5));
+      ASSERT_THAT(listed.status(), IsOk());
+      EXPECT_EQ(*listed, 0u) << "rank " << r << " still holds the closed session";
+    }
+    for (uint64_t step = 3; step <= 4; ++step) {
+      ASSERT_THAT(StepSpread(*trainer_, kept_.session_id(), step).status(), IsOk());
+    }
+    EXPECT_THAT(SameStateAndParameters(*trainer_, reference_.session_id(), kept_.session_id()),
+                IsOk());
+  }
+
+  const std::vector<std::string> flags_ = testutil::HealingFlags();
+  Group group_;
+  std::unique_ptr<Client> trainer_;
+  v1::SessionInfo reference_;
+  v1::SessionInfo kept_;
+  v1::SessionInfo closed_;
+};
+
 // A session closed while a restarted rank heals in (its transfer slowed by
 // --delay_heal_fetch_ms) is closed once the heal ended. Before, the close ran during the heal: the
 // healed rank found the session gone from its buddy, the heal failed and the group restarted.
-TEST(HealRacesTest, ASessionClosedWhileARankHealsInIsClosedAfterTheHeal) {
-  const std::vector<std::string> flags = testutil::HealingFlags();
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
-  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
-  std::unique_ptr<Client> trainer = Trainer(group);
-  ASSERT_NE(trainer, nullptr);
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo reference, SteppedReference(*trainer, 4));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo kept, trainer->CreateSession(SpreadSpec("kept")));
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo closed,
-                               trainer->CreateSession(SpreadSpec("closed")));
-  for (uint64_t step = 1; step <= 2; ++step) {
-    ASSERT_THAT(StepSpread(*trainer, kept.session_id(), step).status(), IsOk());
-  }
-  group[kDead]->SignalAndWait(SIGKILL);
-  ASSERT_TRUE(AwaitHealth(*group[0], false, absl::Seconds(10)));
-  std::vector<std::string> slow = flags;
+TEST_F(HealCloseTest, ASessionClosedWhileARankHealsInIsClosedAfterTheHeal) {
+  group_[kDead]->SignalAndWait(SIGKILL);
+  ASSERT_TRUE(AwaitHealth(*group_[0], false, absl::Seconds(10)));
+  std::vector<std::string> slow = flags_;
   slow.push_back("--delay_heal_fetch_ms=1500");  // three sessions: a transfer of seconds
-  ASSERT_THAT(Restart(group, kDead, slow), IsOk());
+  ASSERT_THAT(Restart(group_, kDead, slow), IsOk());
   absl::SleepFor(absl::Seconds(1));  // the heal runs
-  EXPECT_THAT(trainer->CloseSession(closed.session_id()), IsOk());
-  for (int r = 0; r < kWorld; ++r) {
-    EXPECT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(30))) << "rank " << r;
-    EXPECT_TRUE(Running(*group[r])) << "rank " << r;
-  }
-  EXPECT_THAT(trainer->GetSession(closed.session_id()).status(),
-              testutil::StatusIs(absl::StatusCode::kNotFound));
-  for (uint64_t step = 3; step <= 4; ++step) {
-    ASSERT_THAT(StepSpread(*trainer, kept.session_id(), step).status(), IsOk());
-  }
-  EXPECT_THAT(SameStateAndParameters(*trainer, reference.session_id(), kept.session_id()), IsOk());
+  EXPECT_THAT(trainer_->CloseSession(closed_.session_id()), IsOk());
+  ExpectClosedAndKeptSteppedOn();
+}
+
+// A close that the loss of rank 0 cut after rank 1 dropped its replica and before rank 2 did
+// (made here by closing it on rank 1 alone): rank 0's next process closes it on rank 2 too and
+// heals itself in with the other sessions, which step on bit for bit. Before, the survivors'
+// lists differed, the heal failed, and the whole group restarted, every session falling back to
+// its automatic checkpoints (or lost, without any).
+TEST_F(HealCloseTest, ASessionACutCloseLeftOnSomeRanksIsClosedAsRankZeroHealsIn) {
+  auto peer = v1::PeerService::NewStub(
+      grpc::CreateChannel(group_[1]->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::CloseReplicaRequest close;
+  close.set_session_id(closed_.session_id());
+  v1::CloseReplicaResponse closed;
+  ASSERT_TRUE(peer->CloseReplica(&context, close, &closed).ok());
+  group_[0]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(Restart(group_, 0, flags_), IsOk());
+  ExpectClosedAndKeptSteppedOn();
 }
 
 }  // namespace

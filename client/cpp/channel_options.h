@@ -5,10 +5,10 @@
 // settings that docs/design.md §4 measured (BDP probe off, large stream window, large frames).
 // Internal to client/.
 
-#include <memory>
-
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
+
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/dtype.h"
 #include "base/status_macros.h"
+#include "kernels/dtype.h"
 
 namespace optstep {
 namespace client_internal {
@@ -14,16 +14,15 @@ absl::Status ValidateSlice(const SessionLayout& layout, const GradientSlice& sli
   const SessionLayout::Param& param = layout.param(slice.param_id);
   const size_t size = DTypeSize(slice.dtype);
   if (slice.bytes.size() % size != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "param '", param.name, "': ", slice.bytes.size(), " bytes is not a multiple of the ",
-        DTypeName(slice.dtype), " element size ", size));
+    return absl::InvalidArgumentError(absl::StrCat("param '", param.name, "': ", slice.bytes.size(),
+                                                   " bytes is not a multiple of the ",
+                                                   DTypeName(slice.dtype), " element size ", size));
   }
   const uint64_t count = slice.bytes.size() / size;
   if (slice.offset > param.num_elements || count > param.num_elements - slice.offset) {
     return absl::InvalidArgumentError(absl::StrCat("param '", param.name, "': gradient [",
                                                    slice.offset, ", ", slice.offset + count,
-                                                   ") exceeds ", param.num_elements,
-                                                   " elements"));
+                                                   ") exceeds ", param.num_elements, " elements"));
   }
   return absl::OkStatus();
 }

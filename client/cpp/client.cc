@@ -403,6 +403,7 @@ absl::StatusOr<StepReply> Client::AppliedStep(const StepOptions& options,
   OPTSTEP_ASSIGN_OR_RETURN(
       Parameters pulled,
       PullParameters(options.session_id, options.return_dtype, options.return_param_ids, into));
+  reply.step = pulled.step;  // below options.step: the group rolled back (StepRecovery rewinds)
   reply.params = std::move(pulled.params);
   reply.destinations_filled = pulled.destinations_filled;
   return reply;

@@ -7,9 +7,9 @@
 // of the same message, so the server and other clients see an ordinary StepRequest.
 // Internal to client/.
 
-#include <string>
-
 #include <grpcpp/support/byte_buffer.h>
+
+#include <string>
 
 #include "client/cpp/client_types.h"
 

@@ -86,7 +86,7 @@ absl::StatusOr<StepReply> StepRecovery::Run(
                                              kExpectedStepPayload) == step + 1;
       if ((was_applied && now == step) || answer_lost) {
         Note(session_id, trainer_id, step);
-        return AppliedBy(probe, applied, probes_by());
+        return AppliedBy(key, step, probe, applied, probes_by());
       }
       // The last step ended meanwhile: this one's turn (once; then the caller's error).
       if (ending && now + 1 == step && !retried_in_turn) {
@@ -139,11 +139,14 @@ absl::StatusOr<StepReply> StepRecovery::Run(
 }
 
 absl::StatusOr<StepReply> StepRecovery::AppliedBy(
-    const GroupProbe& probe, absl::FunctionRef<absl::StatusOr<StepReply>()> applied,
-    absl::Time by) const {
+    const TrainerKey& key, uint64_t step, const GroupProbe& probe,
+    absl::FunctionRef<absl::StatusOr<StepReply>()> applied, absl::Time by) {
   absl::Duration wait = kFirstWait;
   while (true) {
     absl::StatusOr<StepReply> reply = applied();
+    // Parameters of an earlier step: the group was restored meanwhile (the pull was tried again
+    // through its restart).
+    if (reply.ok() && reply->step < step) return Rewind(key, reply->step, step);
     if (reply.ok() || absl::Now() >= by || !Recovering(probe, reply.status(), by)) return reply;
     sleep_(std::min(wait, std::max(absl::ZeroDuration(), by - absl::Now())));
     wait = Doubled(wait);

@@ -87,12 +87,15 @@ class StepRecovery {
                std::optional<uint32_t> trainer_id = std::nullopt);
 
  private:
-  // `applied()` (the parameters of a step the session applied), tried again while it fails for
-  // a recovering reason (a rank still healing in, one lost during the pull) until `by`: the step
-  // stands, and the trainer must not be told it failed.
-  absl::StatusOr<StepReply> AppliedBy(const GroupProbe& probe,
+  using TrainerKey = std::pair<std::string, uint32_t>;
+
+  // `applied()` (the parameters of `step`, which the session applied), tried again while it
+  // fails for a recovering reason (a rank still healing in, one lost during the pull) until
+  // `by`: the step stands, and the trainer must not be told it failed. Parameters of an earlier
+  // step (the group restored meanwhile) are a rewind to it.
+  absl::StatusOr<StepReply> AppliedBy(const TrainerKey& key, uint64_t step, const GroupProbe& probe,
                                       absl::FunctionRef<absl::StatusOr<StepReply>()> applied,
-                                      absl::Time by) const;
+                                      absl::Time by);
   bool Recovering(const GroupProbe& probe, const absl::Status& error, absl::Time by) const;
   // Whether rank 0 does not serve now: it answers so, or does not answer by `by`.
   bool NotServing(const GroupProbe& probe, absl::Time by) const;
@@ -110,7 +113,6 @@ class StepRecovery {
                                          uint64_t seen, SessionStep now, absl::Time by);
   // One trainer of one session: trainers that share this client (several threads) each keep the
   // last step they saw applied, so that one's rewind does not hide the restore from another.
-  using TrainerKey = std::pair<std::string, uint32_t>;
   uint64_t AppliedStep(const TrainerKey& key);
   absl::Status Rewind(const TrainerKey& key, uint64_t restored, uint64_t step);
 

@@ -205,20 +205,25 @@ absl::StatusOr<std::vector<std::string>> Restorer::SessionDirs() {
         std::string entry;  // the one that could not be looked at
         for (; !error && it != fs::directory_iterator(); it.increment(error)) {
           const std::string name = it->path().filename().string();
+          const bool session = ValidateCheckpointName(name).ok();
+          const bool closed = absl::StartsWith(name, ".") && absl::EndsWith(name, ".closed");
+          if (!session && !closed) continue;  // nothing of the sessions'
           const bool directory = it->is_directory(error);
           if (error == std::errc::no_such_file_or_directory) {
             error.clear();  // removed meanwhile
             continue;
           }
-          // Not skipped: the next increment would clear the error, and the session be left out.
+          // A session's that cannot be looked at (a link, or a file system that does not tell
+          // an entry's type, whose stat failed) is not skipped: the next increment would clear
+          // the error, and the session be left out.
           if (error) {
             entry = absl::StrCat(": look at '", it->path().string(), "'");
             break;
           }
           if (!directory) continue;
-          if (ValidateCheckpointName(name).ok()) {
+          if (session) {
             dirs.push_back(it->path().string());
-          } else if (absl::StartsWith(name, ".") && absl::EndsWith(name, ".closed")) {
+          } else {
             std::error_code removed;  // a closed session's, hidden before a crash cut its removal
             fs::remove_all(it->path(), removed);
           }

@@ -2,7 +2,7 @@
 #define OPTSTEP_SERVER_RPC_CALLER_CALLS_H_
 
 // The callers' calls that run on threads of their own (RunDetached): CreateSession, CloseSession,
-// ExportStateDict, Save and Load. Each blocks its thread (on other ranks, on the session's hold,
+// ExportStateDict, Save, Load and a complete ImportStateDict. Each blocks its thread (on other ranks, on the session's hold,
 // on files), so a caller that made thousands at once, cancelling each, made the rank start a
 // thread for each until the process could start no more and died, and every tenant lost the
 // rank. Now a caller identity runs a few at once and the rank a bounded number; the rest wait

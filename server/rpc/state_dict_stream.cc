@@ -202,20 +202,28 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
                      bytes_ + chunk.data().size(), " bytes, over the ", declared_bytes_,
                      " bytes the tensors declare: elements arrived twice"));
   }
-  // Each chunk is a range kept until the end: a stream of tiny chunks must not hold many times
-  // its bytes in them.
-  const uint64_t piece_limit = tensors() + declared_bytes_ / kSmallChunkBytes + kSpareChunks;
-  if (pieces_ >= piece_limit) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what, ": more than ", piece_limit, " chunks for ", tensors(), " tensors of ",
-                     declared_bytes_, " bytes; send each tensor in chunks of ", kSmallChunkBytes,
-                     " bytes or more"));
+  // Each range of elements is kept until the end; a chunk that continues the tensor's last one
+  // extends it. Chunks out of order must not hold many times their bytes in ranges.
+  std::vector<std::pair<uint64_t, uint64_t>>& ranges =
+      received_[{chunk.sub_optimizer(), chunk.chunk_key(), chunk.key()}];
+  const uint64_t end = chunk.offset() + chunk.data().size() / element;
+  if (!ranges.empty() && ranges.back().second == chunk.offset()) {
+    ranges.back().second = end;
+  } else {
+    const uint64_t range_limit = tensors() + declared_bytes_ / kSmallChunkBytes + kSpareChunks;
+    if (ranges_ >= range_limit) {
+      return absl::ResourceExhaustedError(absl::StrCat(what, ": more than ", range_limit,
+                                                       " ranges of elements for ", tensors(),
+                                                       " tensors of ", declared_bytes_,
+                                                       " bytes; send each tensor's elements in "
+                                                       "order (or in chunks of ",
+                                                       kSmallChunkBytes, " bytes or more)"));
+    }
+    ++ranges_;
+    ranges.emplace_back(chunk.offset(), end);
   }
-  ++pieces_;
   tensor.bytes.replace(begin, chunk.data().size(), chunk.data());
   bytes_ += chunk.data().size();
-  received_[{chunk.sub_optimizer(), chunk.chunk_key(), chunk.key()}].emplace_back(
-      chunk.offset(), chunk.offset() + chunk.data().size() / element);
   return absl::OkStatus();
 }
 

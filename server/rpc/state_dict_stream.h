@@ -91,14 +91,15 @@ grpc::ServerReadReactor<Message>* NewStateDictUploadReactor(
 
 // Collects streamed StateDictChunks into per-(sub-optimizer, chunk) dicts, checking every piece
 // (dtype, shape, ranges, chunk size, a key's length, data in every chunk, no more data than the
-// tensors declare, no more chunks than kSmallChunkBytes's bound). Thread-compatible.
+// tensors declare, no more ranges apart than kSmallChunkBytes's bound). Thread-compatible.
 class StateDictAssembler {
  public:
   // The longest key, chunk key or sub-optimizer name a chunk may carry (a parameter's name has
   // at most 1024 bytes, a sub-optimizer's 255).
   static constexpr size_t kMaxStateKeyBytes = 4096;
-  // Chunks a stream may send: one per tensor and per kSmallChunkBytes the tensors declare, and
-  // kSpareChunks more (a tensor's last chunk is short); beyond, RESOURCE_EXHAUSTED.
+  // Ranges of elements a stream may send apart (a chunk that continues its tensor's last one
+  // extends it): one per tensor and per kSmallChunkBytes the tensors declare, and kSpareChunks
+  // more; beyond, RESOURCE_EXHAUSTED.
   static constexpr uint64_t kSmallChunkBytes = uint64_t{64} << 10;
   static constexpr uint64_t kSpareChunks = 1024;
 
@@ -141,7 +142,7 @@ class StateDictAssembler {
   uint64_t declared_bytes_ = 0;  // <= byte_limit_
   uint64_t byte_limit_ = UINT64_MAX;
   Reserve reserve_;
-  uint64_t pieces_ = 0;  // chunks added (each a range in received_)
+  uint64_t ranges_ = 0;  // in received_
 };
 
 }  // namespace optstep

@@ -161,6 +161,30 @@ def test_a_step_applied_whose_answer_was_lost_is_answered_when_redone() -> None:
         steps.run(EndingGroup([5]), "s", 5, attempts([other], 5), applied)
 
 
+def test_a_pull_of_a_step_applied_that_answers_an_earlier_step_is_a_rewind() -> None:
+    """The pull tried again meanwhile answers the parameters of an earlier step (the group
+    restarted and restored an older checkpoint while it was tried): a rewind to that step, not
+    step 5's answer. Before, the pull's values were answered as step 5's."""
+    steps = recovery()
+    pulls: List[int] = []
+
+    def applied() -> int:
+        pulls.append(1)
+        if len(pulls) == 1:
+            raise UnavailableError("pull: rank 0 is away")
+        return 4  # the step of the values pulled
+
+    def not_replayable() -> FailedPreconditionError:
+        return FailedPreconditionError("step 5 out of sequence; expected step 6",
+                                       payloads={EXPECTED_STEP_PAYLOAD: b"6"})
+
+    with pytest.raises(RewindRequired) as rewind:
+        steps.run(EndingGroup([5]), "s", 5,
+                  attempts([UnavailableError("reset"), not_replayable()], 5), applied,
+                  step_of=lambda reply: reply)
+    assert rewind.value.step == 4
+
+
 def test_an_expected_next_step_is_no_answer_for_a_step_not_seen_applied() -> None:
     not_replayable = FailedPreconditionError("step 5 out of sequence; expected step 6",
                                              payloads={EXPECTED_STEP_PAYLOAD: b"6"})

@@ -114,10 +114,11 @@ class StepRecovery:
         self.on_restart: Optional[Callable[[str, int, Optional[int]], None]] = None
 
     def run(self, group: GroupView, session_id: str, step: int, attempt: Callable[[], _Reply],
-            applied: Callable[[], _Reply], *, trainer_id: int = 0) -> _Reply:
+            applied: Callable[[], _Reply], *, trainer_id: int = 0,
+            step_of: Optional[Callable[[_Reply], int]] = None) -> _Reply:
         """`attempt()` sends step `step` of trainer `trainer_id` (the same bytes each time) and
         answers its reply; `applied()` answers the reply of a step the session has applied but
-        can no longer replay."""
+        can no longer replay, and `step_of` (when given) the step of its values."""
         if self.timeout <= 0:
             return attempt()
         key = (session_id, trainer_id)
@@ -157,7 +158,8 @@ class StepRecovery:
                         error.payload_number(EXPECTED_STEP_PAYLOAD) == step + 1
                     if (was_applied and info.step == step) or answer_lost:
                         self.note(session_id, step, trainer_id=trainer_id)
-                        return self._applied_by(group, applied, probes_by())
+                        return self._applied_by(group, key, step, applied, step_of,
+                                                probes_by())
                     # The last step ended meanwhile: this one's turn (once).
                     if ending and info.step + 1 == step and not retried_in_turn:
                         retried_in_turn = True
@@ -283,17 +285,24 @@ class StepRecovery:
         except OptstepError:
             return False
 
-    def _applied_by(self, group: GroupView, applied: Callable[[], _Reply], by: float) -> _Reply:
-        """`applied()` (the parameters of a step the session applied), tried again while it
-        fails for a recovering reason (a rank still healing in, one lost during the pull) until
-        `by`: the step stands, and the trainer must not be told it failed."""
+    def _applied_by(self, group: GroupView, key: Tuple[str, int], step: int,
+                    applied: Callable[[], _Reply], step_of: Optional[Callable[[_Reply], int]],
+                    by: float) -> _Reply:
+        """`applied()` (the parameters of `step`, which the session applied), tried again while
+        it fails for a recovering reason (a rank still healing in, one lost during the pull)
+        until `by`: the step stands, and the trainer must not be told it failed. Parameters of
+        an earlier step (the group restored meanwhile) are a rewind to it."""
         wait = _FIRST_WAIT
         while True:
             try:
-                return applied()
+                reply = applied()
             except OptstepError as error:
                 if self._clock() >= by or not self._recovering(group, error, by):
                     raise
+            else:
+                if step_of is not None and step_of(reply) < step:
+                    raise self._rewind(key, step_of(reply), step)
+                return reply
             self._sleep(min(wait, max(0.0, by - self._clock())))
             wait = min(2 * wait, _LONGEST_WAIT)
 

@@ -199,6 +199,25 @@ TEST(StepRecoveryTest, ThePullOfAStepAppliedWhileTheGroupRecoveredIsTriedAgain) 
   EXPECT_EQ(pulls, 4);
 }
 
+// The pull tried again meanwhile answers the parameters of an earlier step: the group restarted
+// and restored an older checkpoint while it was tried. A rewind to that step, not step 5's answer
+// (before, the pull's values were answered as step 5's, and the trainer trained on them).
+TEST(StepRecoveryTest, APullOfAStepAppliedThatAnswersAnEarlierStepIsARewind) {
+  StepRecovery recovery = Recovery();
+  FakeGroup group{.step = 5};
+  int pulls = 0;
+  auto applied = [&pulls]() -> absl::StatusOr<StepReply> {
+    if (pulls++ == 0) return absl::UnavailableError("pull: rank 0 is away");
+    StepReply restored;
+    restored.step = 4;
+    return restored;
+  };
+  Attempts first{{absl::UnavailableError("reset"), NotReplayable()}, 5};
+  absl::StatusOr<StepReply> reply =
+      recovery.Run("s", 0, 5, group.probe(), std::ref(first), applied);
+  EXPECT_THAT(RewindStep(reply.status()), Optional(4u));
+}
+
 // The group applied step 5, and the answer was lost past the recovery (the caller got the pull's
 // error): the caller redoes step 5 and gets its parameters (the session is at it), rather than
 // FAILED_PRECONDITION for ever. Step 5 sent again with other gradients, which a server that can

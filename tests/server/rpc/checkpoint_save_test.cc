@@ -590,6 +590,20 @@ TEST_F(CheckpointSaveTest, ARestoreThatCannotLookAtASessionsDirectoryEndsForARes
   RestoreWithReadsBroken(".", 0);
 }
 
+// Entries that are nothing of the sessions' (a file; a hidden name, but a closed session's) are
+// passed over, whether they can be looked at or not: they are no reason to end every restore.
+TEST_F(CheckpointSaveTest, ARestorePassesOverEntriesThatAreNoSessions) {
+  const std::filesystem::path dir = SaveTwiceAsAutomaticCheckpoints();
+  ASSERT_FALSE(dir.empty());
+  std::ofstream(dir.parent_path() / "README") << "automatic checkpoints\n";
+  std::filesystem::create_symlink(".junk", dir.parent_path() / ".junk");  // to itself
+  absl::StatusOr<std::vector<RestoredSession>> restored =
+      RestoreAutoCheckpoints(RestoreOptions(), group_.get());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_EQ(restored->size(), 1u);
+  EXPECT_EQ((*restored)[0].from, absl::StrCat("auto/", session_, "/step-2"));
+}
+
 TEST_F(CheckpointSaveTest, ARestoreThatCannotListTheAutomaticCheckpointsEndsForARestart) {
   RestoreWithReadsBroken("..", 0);
 }

@@ -106,17 +106,31 @@ TEST(StateDictAssemblerTest, ATensorsBytesAreReservedBeforeTheyAreMade) {
   EXPECT_THAT(assembler.CheckComplete(), IsOk());
 }
 
-// Every chunk is kept as a range until the end: a stream of tiny chunks is refused once it sent
-// more than one per tensor and per kSmallChunkBytes declared, and kSpareChunks. Before, a tensor
-// sent an element a chunk held about four times its bytes in ranges.
-TEST(StateDictAssemblerTest, TooManyChunksForTheBytesDeclaredAreRefused) {
+// Every range of elements is kept until the end: a stream of tiny chunks out of order is
+// refused once it sent more ranges apart than one per tensor and per kSmallChunkBytes declared,
+// and kSpareChunks. Before, a tensor sent an element a chunk held about four times its bytes in
+// ranges.
+TEST(StateDictAssemblerTest, TooManyRangesApartForTheBytesDeclaredAreRefused) {
   StateDictAssembler assembler;
   const uint64_t numel = StateDictAssembler::kSmallChunkBytes / 4 * 2;  // two small chunks' worth
   const uint64_t most = 1 + 2 + StateDictAssembler::kSpareChunks;
-  for (uint64_t i = 0; i < most; ++i) ASSERT_THAT(assembler.Add(Chunk(numel, i, 1)), IsOk()) << i;
-  EXPECT_THAT(assembler.Add(Chunk(numel, most, 1)),
+  for (uint64_t i = 0; i < most; ++i) {
+    ASSERT_THAT(assembler.Add(Chunk(numel, 2 * i, 1)), IsOk()) << i;  // every other element
+  }
+  EXPECT_THAT(assembler.Add(Chunk(numel, 2 * most, 1)),
               StatusIs(absl::StatusCode::kResourceExhausted,
-                       absl::StrCat("more than ", most, " chunks for 1 tensors")));
+                       absl::StrCat("more than ", most, " ranges of elements for 1 tensors")));
+}
+
+// Small chunks in order extend their tensor's range: a client set to small chunks imports a
+// tensor of any size (here 4096 chunks of 1 KiB).
+TEST(StateDictAssemblerTest, SmallChunksInOrderAreOneRange) {
+  StateDictAssembler assembler;
+  const uint64_t numel = 4096 * 256;
+  for (uint64_t offset = 0; offset < numel; offset += 256) {
+    ASSERT_THAT(assembler.Add(Chunk(numel, offset, 256)), IsOk()) << offset;
+  }
+  EXPECT_THAT(assembler.CheckComplete(), IsOk());
 }
 
 TEST(StateDictAssemblerTest, EmptyChunksAndLongKeysAreRefused) {

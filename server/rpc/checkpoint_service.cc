@@ -17,6 +17,7 @@
 #include "server/rpc/held_operations.h"
 #include "server/rpc/open_streams.h"
 #include "server/rpc/owned_write_reactor.h"
+#include "server/rpc/stream_charges.h"
 #include "wire/grpc_status.h"
 
 namespace optstep {
@@ -267,37 +268,29 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
                                                  request.model_chunks().end());
               absl::StatusOr<int64_t> copy_bytes = ExportBytes(**session, chunks);
               if (!copy_bytes.ok()) return deliver(copy_bytes.status());
-              std::shared_ptr<const void> headroom = ExportsInHeadroom().TryTake(
-                  (*session)->config().owner,
-                  [&] { return engine->TryTakeHeadroom(*copy_bytes, (*session)->config().owner); });
-              const bool charged = headroom == nullptr;
-              absl::StatusOr<MemoryBudget::Reservation> reserved =
-                  charged ? engine->ReserveMemory(
-                                *copy_bytes, "ExportStateDict",
-                                absl::StrCat("session '", (*session)->id(),
-                                             "': a copy of its state, held until the stream is "
-                                             "read"),
-                                (*session)->config().owner)
-                          : MemoryBudget::Reservation();
-              if (!reserved.ok()) return deliver(reserved.status());
+              absl::StatusOr<std::shared_ptr<const void>> held_copy =
+                  HoldCopy(*engine, ExportsInHeadroom(), (*session)->config().owner, *copy_bytes,
+                           "ExportStateDict",
+                           absl::StrCat("session '", (*session)->id(),
+                                        "': a copy of its state, held until the stream is read"));
+              if (!held_copy.ok()) return deliver(held_copy.status());
               absl::StatusOr<std::shared_ptr<const StateDict>> dict =
                   held->ExportStateDict(**session, chunks);
               if (!dict.ok()) return deliver(dict.status());
               absl::StatusOr<StreamedState> state = LayOut(**session, *std::move(dict), request);
               if (state.ok()) {
-                // The slot, the place in the headroom and the reservation are given back with the
+                // The slot and what holds the copy (HoldCopy) are given back with the
                 // state, once the stream ends; the session is kept with it, since the slot is
                 // counted by its address.
                 struct Held {
                   std::shared_ptr<const void> state;
                   std::shared_ptr<Session> session;
                   OpenStreams::Slot slot;
-                  std::shared_ptr<const void> headroom;
-                  MemoryBudget::Reservation reservation;
+                  std::shared_ptr<const void> copy;  // HoldCopy's
                 };
-                state->keep = std::make_shared<Held>(
-                    Held{std::move(state->keep), *std::move(session), std::move(slot),
-                         std::move(headroom), *std::move(reserved)});
+                state->keep =
+                    std::make_shared<Held>(Held{std::move(state->keep), *std::move(session),
+                                                std::move(slot), *std::move(held_copy)});
               }
               deliver(std::move(state));
             },

@@ -20,7 +20,7 @@
 #include "server/rpc/open_streams.h"
 #include "server/rpc/owned_write_reactor.h"
 #include "server/rpc/param_chunker.h"
-#include "server/rpc/staging_charge.h"
+#include "server/rpc/stream_charges.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
 #include "wire/stream_end.h"
@@ -96,22 +96,16 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
                        "cancel them) first"));
     }
     // Before, a session's bound alone: one of 4,096 trainers could hold 16,384 pulls unread.
-    const std::string& owner = session_->config().owner;
-    const int64_t held_bytes = PullHeldBytes(*session_);
-    headroom_ = PullsInHeadroom().TryTake(
-        owner, [&] { return engine->TryTakeHeadroom(held_bytes, owner); });
-    if (headroom_ == nullptr) {
-      absl::StatusOr<MemoryBudget::Reservation> reserved = engine->ReserveMemory(
-          held_bytes, "PullParameters",
-          absl::StrCat("session '", session_->id(),
-                       "': a message of its parameters in hand and in the transport, held until "
-                       "the stream is read; ",
-                       kPullsInHeadroomPerOwner,
-                       " pulls of an owner are held in the rank's headroom while it has room"),
-          owner);
-      if (!reserved.ok()) return reserved.status();
-      held_bytes_ = *std::move(reserved);
-    }
+    absl::StatusOr<std::shared_ptr<const void>> held = HoldCopy(
+        *engine, PullsInHeadroom(), session_->config().owner, PullHeldBytes(*session_),
+        "PullParameters",
+        absl::StrCat("session '", session_->id(),
+                     "': a message of its parameters in hand and in the transport, held until "
+                     "the stream is read; ",
+                     kPullsInHeadroomPerOwner,
+                     " pulls of an owner are held in the rank's headroom while it has room"));
+    if (!held.ok()) return held.status();
+    held_ = *std::move(held);
     // OWNERS storage: the parameters this rank owns; none of them: the step alone.
     std::optional<std::vector<uint32_t>> served = ServedParamIds(*session_, request.param_ids());
     none_ = !served.has_value();
@@ -140,16 +134,15 @@ class PullReactor final : public OwnedWriteReactor<v1::PullParametersResponse, P
     if (none_ && first) return WriteLocked(&response_);
     // Before the caller hears the end: its next pull may follow at once.
     slot_.Release();
-    headroom_.reset();
-    held_bytes_.Release();
+    held_.reset();
     FinishLocked(grpc::Status::OK);
   }
 
   std::shared_ptr<Session> session_;
   OpenStreams::Slot slot_;  // the session's, in OpenPulls; held until the stream ends
-  // The owner's place in PullsInHeadroom, or else PullHeldBytes of the budget; held as the slot.
-  std::shared_ptr<const void> headroom_;
-  MemoryBudget::Reservation held_bytes_;
+  // The owner's place in PullsInHeadroom, or else PullHeldBytes of the budget (HoldCopy); held
+  // as the slot.
+  std::shared_ptr<const void> held_;
   DType dtype_ = DType::kF32;
   std::vector<uint32_t> ids_;
   bool none_ = false;  // this rank serves none of the parameters asked for

@@ -14,7 +14,7 @@
 #include "server/engine/cost_model.h"
 #include "server/rpc/caller_calls.h"
 #include "server/rpc/owned_write_reactor.h"
-#include "server/rpc/staging_charge.h"
+#include "server/rpc/stream_charges.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
 #include "wire/stream_end.h"

@@ -21,6 +21,7 @@
 #include "server/rpc/open_streams.h"
 #include "server/rpc/param_chunker.h"
 #include "server/rpc/shared_step.h"
+#include "server/rpc/stream_charges.h"
 #include "wire/chunk.h"
 #include "wire/grpc_status.h"
 #include "wire/raw_step_codec.h"
@@ -324,30 +325,20 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   // that ends while a chunk waits holds it until the chunk is added or dropped (the chunk keeps
   // the message in hand, and this reactor, until then).
   absl::Status HoldWhileWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (limits_.waiting_bytes <= 0 || waiting_place_ != nullptr || waiting_bytes_.bytes() > 0) {
-      return absl::OkStatus();
-    }
-    const std::string& owner = session_->config().owner;
-    waiting_place_ = WaitingStepStreamsInHeadroom().TryTake(
-        owner, [&] { return engine_->TryTakeHeadroom(limits_.waiting_bytes, owner); });
-    if (waiting_place_ != nullptr) return absl::OkStatus();
-    absl::StatusOr<MemoryBudget::Reservation> reserved = engine_->ReserveMemory(
-        limits_.waiting_bytes,
+    if (limits_.waiting_bytes <= 0 || waiting_hold_ != nullptr) return absl::OkStatus();
+    absl::StatusOr<std::shared_ptr<const void>> held = HoldCopy(
+        *engine_, WaitingStepStreamsInHeadroom(), session_->config().owner, limits_.waiting_bytes,
         absl::StrCat("step stream of trainer ", handle_.trainer, " of session '", session_->id(),
                      "'"),
         absl::StrCat("its window and a message, held while its gradients wait for the trainers "
                      "before it; ",
                      kWaitingStepStreamsPerOwner,
-                     " such streams of an owner wait in the rank's headroom while it has room"),
-        owner);
-    if (!reserved.ok()) return reserved.status();
-    waiting_bytes_ = *std::move(reserved);
+                     " such streams of an owner wait in the rank's headroom while it has room"));
+    if (!held.ok()) return held.status();
+    waiting_hold_ = *std::move(held);
     return absl::OkStatus();
   }
-  void ReleaseWaitingHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    waiting_place_.reset();
-    waiting_bytes_.Release();
-  }
+  void ReleaseWaitingHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { waiting_hold_.reset(); }
 
   // A chunk that waited for its turn was added (or dropped): the stream reads on.
   void OnChunkAdded(absl::Status added) {
@@ -573,8 +564,7 @@ class StepReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   bool waiting_for_params_ ABSL_GUARDED_BY(mu_) = false;
   bool waiting_for_turn_ ABSL_GUARDED_BY(mu_) = false;  // a chunk waits in the session
   // What the stream holds while it waits (HoldWhileWaitingLocked): a place, or bytes.
-  std::shared_ptr<const void> waiting_place_ ABSL_GUARDED_BY(mu_);
-  MemoryBudget::Reservation waiting_bytes_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const void> waiting_hold_ ABSL_GUARDED_BY(mu_);  // HoldCopy's
   absl::Time egress_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;

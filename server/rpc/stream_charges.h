@@ -1,9 +1,11 @@
-#ifndef OPTSTEP_SERVER_RPC_STAGING_CHARGE_H_
-#define OPTSTEP_SERVER_RPC_STAGING_CHARGE_H_
+#ifndef OPTSTEP_SERVER_RPC_STREAM_CHARGES_H_
+#define OPTSTEP_SERVER_RPC_STREAM_CHARGES_H_
 
-// What one upload stream stages until its final message (an InitParameters stream's values, an
-// ImportStateDict stream's tensors), held as its session owner's, so that an owner of many
-// sessions or trainers, each with its streams open, cannot take the rank past its memory.
+// What a stream holds of a session's data outside the session's footprint, held as the session
+// owner's, so that an owner of many sessions or trainers, each with its streams open, cannot take
+// the rank past its memory: a copy of a known size (HoldCopy: an export's state, a pull's
+// message, a waiting Step stream's window) or what an upload stages until its final message
+// (StagingCharge: an InitParameters stream's values, an ImportStateDict stream's tensors).
 
 #include <cstdint>
 #include <memory>
@@ -11,11 +13,23 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "server/engine/engine.h"
 #include "server/engine/memory_budget.h"
 #include "server/rpc/open_streams.h"
 
 namespace optstep {
+
+// A place of the owner's (of `session` or `owner`) in the rank's headroom (`places`) while it has
+// one there and `bytes` fit (MemoryBudget::TryTakeHeadroom), else the bytes from the rank's
+// budget, within the owner's share; held until the last copy of the handle goes.
+// RESOURCE_EXHAUSTED (Engine::ReserveMemory's, naming `asker` and `detail`) when neither holds
+// them.
+absl::StatusOr<std::shared_ptr<const void>> HoldCopy(Engine& engine, HeadroomPlaces& places,
+                                                     const std::string& owner, int64_t bytes,
+                                                     absl::string_view asker,
+                                                     absl::string_view detail);
 
 // A place of the owner's in the rank's headroom for the most the stream may stage
 // (HeadroomPlaces), while it has one there and those bytes fit; else what it stages from the
@@ -54,4 +68,4 @@ class StagingCharge {
 
 }  // namespace optstep
 
-#endif  // OPTSTEP_SERVER_RPC_STAGING_CHARGE_H_
+#endif  // OPTSTEP_SERVER_RPC_STREAM_CHARGES_H_

@@ -1,12 +1,26 @@
-#include "server/rpc/staging_charge.h"
+#include "server/rpc/stream_charges.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "base/status_macros.h"
 #include "server/engine/session.h"
 
 namespace optstep {
+
+absl::StatusOr<std::shared_ptr<const void>> HoldCopy(Engine& engine, HeadroomPlaces& places,
+                                                     const std::string& owner, int64_t bytes,
+                                                     absl::string_view asker,
+                                                     absl::string_view detail) {
+  std::shared_ptr<const void> place =
+      places.TryTake(owner, [&] { return engine.TryTakeHeadroom(bytes, owner); });
+  if (place != nullptr) return place;
+  OPTSTEP_ASSIGN_OR_RETURN(MemoryBudget::Reservation reserved,
+                           engine.ReserveMemory(bytes, asker, detail, owner));
+  return std::shared_ptr<const void>(
+      std::make_shared<MemoryBudget::Reservation>(std::move(reserved)));
+}
 
 StagingCharge::StagingCharge(Engine& engine, HeadroomPlaces& places, const Session& session,
                              uint64_t most, std::string what, std::string detail)

@@ -243,8 +243,10 @@ void ServerMetrics::OnStepEnd(const std::string& session, uint64_t step, int ran
   const char* result = StepEndName(end);
   steps_->Add({{"result", result}}).Increment();
   if (end == StepEnd::kApplied || end == StepEnd::kSkipped) {
-    LOG(INFO) << "event=step_" << result << " session=" << session << " step=" << step
-              << " rank=" << rank;
+    int64_t dropped = 0;
+    LOG_IF(INFO, step_lines_.Take(&dropped))
+        << "event=step_" << result << " session=" << session << " step=" << step << " rank=" << rank
+        << DroppedBefore(dropped);
   } else {
     int64_t dropped = 0;  // a tenant's trainers may fail step after step
     LOG_IF(WARNING, CallerLogBudget().Take(&dropped))

@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "base/log_budget.h"
 #include "server/engine/engine.h"
 #include "server/engine/step_observer.h"
 #include "server/rpc/metrics_http.h"
@@ -102,6 +103,10 @@ class ServerMetrics final : public StepObserver {
   prometheus::Counter* sessions_restored_;
   prometheus::Counter* auto_checkpoints_;
   prometheus::Counter* auto_checkpoint_failures_;
+  // The lines of steps applied or skipped: their own budget, of the size of the callers' (a
+  // tenant stepping a tiny session as fast as it can must not fill the disk with them, nor take
+  // the budget of the failures' lines).
+  LogBudget step_lines_{/*per_second=*/20, /*burst=*/200};
 
   mutable absl::Mutex mu_;
   std::unique_ptr<MetricsHttpServer> http_ ABSL_GUARDED_BY(mu_);

@@ -306,15 +306,25 @@ absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token,
   }));
   if (!options().heal || options().world_size < 2) return absl::OkStatus();
   // Each rank's shadow reflected its predecessor's state before the import: fetched again, still
-  // under the hold, so that a rank lost from now on heals. A shadow that could not be is refused
-  // by a heal (the group then restarts from its checkpoints); the import itself stands.
+  // under the hold, so that a rank lost from now on heals; made again while it fails for a
+  // passing reason and the rank answers (before, once: a connection reset left the shadow stale
+  // for good, and the next loss of its owner restarted the group). A shadow that could not be
+  // is refused by a heal (the group then restarts from its checkpoints); the import stands.
+  const int world_size = options().world_size;
   const absl::Status refreshed = group_->ForEachRank([&](int r) -> absl::Status {
-    if (r == 0) return RefreshShadow(session, 0, options().world_size, PeerFetch(group_));
-    return group_
-        ->CallPeer(r, &v1::PeerService::Stub::RefreshShadow,
-                   HeldRequest(session, token, options().hold_lease),
-                   "waiting for its shadow to be fetched again", kApplyCallTimeout)
-        .status();
+    if (r == 0) {
+      // Rank 0 fetches its predecessor's state itself.
+      return group_->CallUntilTaken(world_size - 1, "FetchShadow", [&] {
+        return RefreshShadow(session, 0, world_size, PeerFetch(group_));
+      });
+    }
+    return group_->CallUntilTaken(r, "RefreshShadow", [&] {
+      return group_
+          ->CallPeer(r, &v1::PeerService::Stub::RefreshShadow,
+                     HeldRequest(session, token, options().hold_lease),
+                     "waiting for its shadow to be fetched again", kApplyCallTimeout)
+          .status();
+    });
   });
   LOG_IF(WARNING, !refreshed.ok()) << "event=shadow_refresh_failed session=" << session.id()
                                    << " error=\"" << LogValue(refreshed.message()) << "\"";

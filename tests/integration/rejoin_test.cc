@@ -389,8 +389,11 @@ INSTANTIATE_TEST_SUITE_P(Loss, CutResolutionTest,
                                                info.param.dead, "Lost");
                          });
 
-TEST(RejoinTest, ARankLostAfterAStateImportHeals) {
-  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, kFlags));
+// A session's state imported (every rank's shadow fetched again after it), then rank kDead lost
+// and restarted: it heals from its buddy's shadow, and the session steps on as the one the state
+// came from. The group runs with `flags`.
+void ImportKillAndHeal(const std::vector<std::string>& flags) {
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
   ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(20)));
   std::unique_ptr<Client> trainer = Trainer(group);
   ASSERT_NE(trainer, nullptr);
@@ -409,7 +412,7 @@ TEST(RejoinTest, ARankLostAfterAStateImportHeals) {
   ASSERT_THAT(trainer->ImportStateDict(imported.session_id(), state), IsOk());
   group[kDead]->SignalAndWait(SIGKILL);
   ASSERT_TRUE(AwaitHealth(*group[0], false, absl::Seconds(10)));
-  ASSERT_THAT(Restart(group, kDead, kFlags), IsOk());
+  ASSERT_THAT(Restart(group, kDead, flags), IsOk());
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(20))) << "rank " << r;
   }
@@ -421,6 +424,17 @@ TEST(RejoinTest, ARankLostAfterAStateImportHeals) {
   OPTSTEP_ASSERT_OK_AND_ASSIGN(std::string healed, StateOf(*trainer, imported.session_id()));
   EXPECT_TRUE(healed == expected) << "the state after the heal differs";
   for (int r = 0; r < kWorld; ++r) EXPECT_TRUE(Live(*group[r])) << "rank " << r;
+}
+
+TEST(RejoinTest, ARankLostAfterAStateImportHeals) { ImportKillAndHeal(kFlags); }
+
+// The same with the first call that has rank kDead's buddy fetch its shadow again lost on the
+// way (a connection reset): it is made again. Before, it was made once, the buddy's shadow stayed
+// stale, and the heal of rank kDead was refused: the group restarted.
+TEST(RejoinTest, AShadowRefreshLostOnTheWayIsMadeAgain) {
+  std::vector<std::string> flags = kFlags;
+  flags.push_back(absl::StrCat("--drop_first_peer_call=RefreshShadow:", (kDead + 1) % kWorld));
+  ImportKillAndHeal(flags);
 }
 
 TEST(RejoinTest, TwoRanksLostAtOnceRestartTheGroup) {

@@ -258,8 +258,8 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
   // one that rejoined exits once told (RejoinGroup). A stand-in only for a passing reason, its
   // host alive: the host stops it and stands in again (RankProcess); one that was lost took its
   // host with it. Not rank 0 itself, nor a process of an earlier release (unknown); and not over
-  // and over (a rank that dies in each heal: out of memory). Another failure (the survivors
-  // disagree, the state does not fit) would come again: the group restarts.
+  // and over (a rank that dies in each heal: out of memory). Another failure (a state that
+  // does not fit, one that is refused) would come again: the group restarts.
   const bool passing =
       absl::IsUnavailable(healed.status()) || absl::IsDeadlineExceeded(healed.status());
   const auto gone = [&] { return group->ProcessGone(rank, rejoining.incarnation()); };

@@ -143,8 +143,8 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
         }
         for (const std::shared_ptr<Session>& session : Sessions())
           session->CancelHealPause(request.generation());
-        // Rank 0's own heal failed (its process exits for a restart): the survivors' sessions
-        // disagree, or its transfer failed; its next process would most likely fail the same way,
+        // Rank 0's own heal failed (its process exits for a restart): its transfer failed, or a
+        // state was refused; its next process would most likely fail the same way,
         // so the group restarts as a whole at once rather than after the rejoin timeout.
         if (rank == 0 && options_.rank != 0 && options_.on_heal_failed) {
           options_.on_heal_failed(absl::AbortedError("rank 0 could not heal itself in"));

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "optstep/v1/internal.grpc.pb.h"
 #include "tests/integration/healing_group.h"
+#include "tests/testing/directory_listing.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/status_matchers.h"
 
@@ -147,11 +149,14 @@ TEST(HealRacesTest, AClosesCallLostOnTheWayToARankIsMadeAgain) {
   }
 }
 
-// A group of kWorld ranks and a trainer: a reference session stepped 4 times undisturbed, the
-// session `kept_` stepped twice, and the session `closed_`, which a test closes amid a heal.
+// A group of kWorld ranks that saves automatic checkpoints after each step, and a trainer: a
+// reference session stepped 4 times undisturbed, the session `kept_` stepped twice, and the
+// session `closed_` stepped once (its checkpoint saved), which a test closes amid a heal.
 class HealCloseTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    flags_.push_back("--checkpoint_root=" + root_.path());
+    flags_.push_back("--checkpoint_every_steps=1");
     OPTSTEP_ASSERT_OK_AND_ASSIGN(group_, testutil::StartGroup(kWorld, flags_));
     ASSERT_TRUE(AwaitHealth(*group_[0], true, absl::Seconds(20)));
     trainer_ = Trainer(group_);
@@ -162,10 +167,20 @@ class HealCloseTest : public ::testing::Test {
     for (uint64_t step = 1; step <= 2; ++step) {
       ASSERT_THAT(StepSpread(*trainer_, kept_.session_id(), step).status(), IsOk());
     }
+    ASSERT_THAT(StepSpread(*trainer_, closed_.session_id(), 1).status(), IsOk());
+    const absl::Time end = absl::Now() + absl::Seconds(20);
+    while (!std::filesystem::exists(ClosedCheckpoints() / "step-1") && absl::Now() < end) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_TRUE(std::filesystem::exists(ClosedCheckpoints() / "step-1"));
   }
 
-  // Every rank serves and lives, no rank holds `closed_`, and `kept_`, stepped on, ends bit for
-  // bit with the reference.
+  std::filesystem::path ClosedCheckpoints() const {
+    return std::filesystem::path(root_.path()) / "auto" / closed_.session_id();
+  }
+
+  // Every rank serves and lives, no rank holds `closed_` (at step 1 before) and its automatic
+  // checkpoints are gone, and `kept_`, stepped on, ends bit for bit with the reference.
   void ExpectClosedAndKeptSteppedOn() {
     for (int r = 0; r < kWorld; ++r) {
       EXPECT_TRUE(AwaitHealth(*group_[r], true, absl::Seconds(30))) << "rank " << r;
@@ -179,6 +194,7 @@ class HealCloseTest : public ::testing::Test {
       ASSERT_THAT(listed.status(), IsOk());
       EXPECT_EQ(*listed, 0u) << "rank " << r << " still holds the closed session";
     }
+    EXPECT_FALSE(std::filesystem::exists(ClosedCheckpoints()));
     for (uint64_t step = 3; step <= 4; ++step) {
       ASSERT_THAT(StepSpread(*trainer_, kept_.session_id(), step).status(), IsOk());
     }
@@ -186,7 +202,8 @@ class HealCloseTest : public ::testing::Test {
                 IsOk());
   }
 
-  const std::vector<std::string> flags_ = testutil::HealingFlags();
+  testutil::ScopedTempDir root_;
+  std::vector<std::string> flags_ = testutil::HealingFlags();
   Group group_;
   std::unique_ptr<Client> trainer_;
   v1::SessionInfo reference_;

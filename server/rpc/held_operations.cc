@@ -310,20 +310,29 @@ absl::Status HeldOperations::ApplyEverywhere(Session& session, uint64_t token,
   // passing reason and the rank answers (before, once: a connection reset left the shadow stale
   // for good, and the next loss of its owner restarted the group). A shadow that could not be
   // is refused by a heal (the group then restarts from its checkpoints); the import stands.
+  // Not once a rank is lost or a heal begins (the predecessor fetched from, most likely, which
+  // the rank asked does not answer for): the refresh then fails at once.
+  const auto while_whole = [this](absl::Status status) {
+    const absl::Status whole = status.ok() ? absl::OkStatus() : group_->PeersStatus();
+    if (whole.ok()) return status;
+    return absl::FailedPreconditionError(
+        absl::StrCat(status.message(), " (", whole.message(), ")"));
+  };
   const int world_size = options().world_size;
   const absl::Status refreshed = group_->ForEachRank([&](int r) -> absl::Status {
     if (r == 0) {
       // Rank 0 fetches its predecessor's state itself.
-      return group_->CallUntilTaken(world_size - 1, "FetchShadow", [&] {
-        return RefreshShadow(session, 0, world_size, PeerFetch(group_));
+      return group_->CallUntilTaken(world_size - 1, "FetchOwnedState", [&] {
+        return while_whole(RefreshShadow(session, 0, world_size, PeerFetch(group_)));
       });
     }
     return group_->CallUntilTaken(r, "RefreshShadow", [&] {
-      return group_
-          ->CallPeer(r, &v1::PeerService::Stub::RefreshShadow,
-                     HeldRequest(session, token, options().hold_lease),
-                     "waiting for its shadow to be fetched again", kApplyCallTimeout)
-          .status();
+      return while_whole(group_
+                             ->CallPeer(r, &v1::PeerService::Stub::RefreshShadow,
+                                        HeldRequest(session, token, options().hold_lease),
+                                        "waiting for its shadow to be fetched again",
+                                        kApplyCallTimeout)
+                             .status());
     });
   });
   LOG_IF(WARNING, !refreshed.ok()) << "event=shadow_refresh_failed session=" << session.id()

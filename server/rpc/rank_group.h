@@ -94,7 +94,8 @@ struct RankGroupOptions {
   // rejoin (HealRejoinedRank). May be null.
   std::function<void()> on_rejoin;
   // Testing only (--drop_first_peer_call): asked before each attempt of a call that is made
-  // until rank `r` takes it (CallUntilTaken; `call` names it, "HealEnd" or "CloseReplica";
+  // until rank `r` takes it (CallUntilTaken; `call` names it: "HealEnd", "CloseReplica",
+  // "RefreshShadow", or "FetchOwnedState" for rank 0's own refresh from rank `r`;
   // `attempt` counts from 0 in each such call); true drops the attempt, as if it were lost on the
   // way. May be null.
   std::function<bool(absl::string_view call, int r, int attempt)> drop_peer_call;

@@ -392,16 +392,13 @@ class Client:
                  outs: Mapping[int, Any]) -> StepReply:
         """Runs `attempt` until the step is applied, through a recovery of the group."""
 
-        def applied() -> StepReply:
-            if skip_return:
-                return StepReply(step, False, float("nan"), False, {})
-            # Below `step`: the group rolled back meanwhile (the recovery rewinds).
-            pulled = self.pull_parameters(session_id, wire, return_params)
+        def applied() -> StepReply:  # an earlier step's values: a rollback, which run() rewinds
+            pulled = Parameters(step, {}) if skip_return else self.pull_parameters(
+                session_id, wire, return_params)
             return StepReply(pulled.step, False, float("nan"), False, pulled.params)
 
         reply: StepReply = self._recovery.run(self, session_id, step, attempt, applied,
-                                              trainer_id=trainer_id,
-                                              step_of=lambda reply: reply.step)
+                                              trainer_id=trainer_id, step_of=lambda r: r.step)
         native.write_params(reply.params, outs)
         return reply
 

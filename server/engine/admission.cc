@@ -78,7 +78,7 @@ absl::Status CheckOwnerShare(absl::string_view owner, absl::string_view asker, i
         limits.max_sessions, " (--max_sessions_per_owner)"));
   }
   if (limits.memory_share >= 1.0) return absl::OkStatus();
-  const auto share = static_cast<int64_t>(limits.memory_share * static_cast<double>(budget));
+  const int64_t share = OwnerShareOf(limits.memory_share, budget);
   if (held.bytes + bytes <= share) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       asker, " needs ", bytes, " bytes on rank ", rank, "; the sessions of ", who, " hold ",

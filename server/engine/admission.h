@@ -64,6 +64,12 @@ struct OwnerLimits {
   int max_sessions = 0;       // 0: no limit of its own
   double memory_share = 1.0;  // of the rank's budget; 1: no limit of its own
 };
+// The part of `total` bytes (a budget, a headroom) that one owner may hold under `memory_share`:
+// all of it at 1 or more.
+inline int64_t OwnerShareOf(double memory_share, int64_t total) {
+  return memory_share >= 1.0 ? total
+                             : static_cast<int64_t>(memory_share * static_cast<double>(total));
+}
 // What one owner holds on a rank: its sessions and the bytes they reserved.
 struct OwnerHoldings {
   int sessions = 0;

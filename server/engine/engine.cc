@@ -362,12 +362,8 @@ absl::StatusOr<MemoryBudget::Reservation> Engine::ReserveMemory(int64_t bytes,
 std::optional<MemoryBudget::HeadroomBytes> Engine::TryTakeHeadroom(int64_t bytes,
                                                                    const std::string& owner) {
   MemoryBudget& budget = admission_->budget();
-  const int64_t headroom = budget.headroom();
-  const int64_t owner_most =
-      options_.owner_memory_share >= 1.0
-          ? headroom
-          : static_cast<int64_t>(options_.owner_memory_share * static_cast<double>(headroom));
-  return budget.TryTakeHeadroom(bytes, owner, owner_most);
+  return budget.TryTakeHeadroom(bytes, owner,
+                                OwnerShareOf(options_.owner_memory_share, budget.headroom()));
 }
 
 absl::StatusOr<std::shared_ptr<const SharedSegment>> Engine::AttachSharedMemory(

@@ -219,9 +219,9 @@ absl::StatusOr<std::shared_ptr<ResolvedState>> ResolveState(ReplicaState& replic
     }
     resolved->targets.emplace_back(&value, tensor);
   }
-  int held = 0;
-  for (int p = 0; p < replica.num_params(); ++p) held += replica.holds(p) ? 1 : 0;
-  resolved->every_master = masters == held;
+  const size_t held = replica.holds_every_master() ? static_cast<size_t>(replica.num_params())
+                                                   : replica.owned().size();
+  resolved->every_master = static_cast<size_t>(masters) == held;
   resolved->state = std::move(state);
   return resolved;
 }

@@ -246,7 +246,8 @@ class InitReactor final : public grpc::ServerReadReactor<v1::InitParametersReque
       // fits there; its others take what they stage from the budget (StagingCharge). Counted
       // per owner: per session, an owner of many sessions staged a copy of each one's
       // parameters there.
-      staging_ = StagingCharge(*engine_, InitStreamsInHeadroom(), *session_, byte_limit_, What(),
+      staging_ = StagingCharge(*engine_, InitStreamsInHeadroom(), session_->config().owner,
+                               byte_limit_, What(),
                                absl::StrCat("session '", session_->id(),
                                             "': values staged until the stream's final message; "
                                             "nothing was written"));

@@ -434,10 +434,11 @@ class StateDictUploadReactor final : public grpc::ServerReadReactor<Message> {
         }
         // What it stages is held as the session owner's (a rank's part of a held import is the
         // part of a caller's upload charged so on rank 0).
-        staging_ = StagingCharge(*engine_, UploadsInHeadroom(), *session_, limit, What(),
-                                 absl::StrCat("session '", session_->id(),
-                                              "': state dict tensors staged until the stream's "
-                                              "final message; nothing was applied"));
+        staging_ =
+            StagingCharge(*engine_, UploadsInHeadroom(), session_->config().owner, limit, What(),
+                          absl::StrCat("session '", session_->id(),
+                                       "': state dict tensors staged until the stream's "
+                                       "final message; nothing was applied"));
         assembler_.set_reserve([this](uint64_t bytes) { return staging_.Grow(bytes); });
       }
     }

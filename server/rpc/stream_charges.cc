@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "base/status_macros.h"
-#include "server/engine/session.h"
 
 namespace optstep {
 
@@ -22,10 +21,10 @@ absl::StatusOr<std::shared_ptr<const void>> HoldCopy(Engine& engine, HeadroomPla
       std::make_shared<MemoryBudget::Reservation>(std::move(reserved)));
 }
 
-StagingCharge::StagingCharge(Engine& engine, HeadroomPlaces& places, const Session& session,
+StagingCharge::StagingCharge(Engine& engine, HeadroomPlaces& places, std::string owner,
                              uint64_t most, std::string what, std::string detail)
     : engine_(&engine),
-      owner_(session.config().owner),
+      owner_(std::move(owner)),
       what_(std::move(what)),
       detail_(std::move(detail)) {
   const auto bytes = static_cast<int64_t>(std::min<uint64_t>(most, INT64_MAX));

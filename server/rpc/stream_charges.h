@@ -21,7 +21,7 @@
 
 namespace optstep {
 
-// A place of the owner's (of `session` or `owner`) in the rank's headroom (`places`) while it has
+// A place of `owner`'s (a session's owner) in the rank's headroom (`places`) while it has
 // one there and `bytes` fit (MemoryBudget::TryTakeHeadroom), else the bytes from the rank's
 // budget, within the owner's share; held until the last copy of the handle goes.
 // RESOURCE_EXHAUSTED (Engine::ReserveMemory's, naming `asker` and `detail`) when neither holds
@@ -31,7 +31,7 @@ absl::StatusOr<std::shared_ptr<const void>> HoldCopy(Engine& engine, HeadroomPla
                                                      absl::string_view asker,
                                                      absl::string_view detail);
 
-// A place of the owner's in the rank's headroom for the most the stream may stage
+// A place of `owner`'s in the rank's headroom for the most the stream may stage
 // (HeadroomPlaces), while it has one there and those bytes fit; else what it stages from the
 // rank's budget, within the owner's share, taken in blocks of at least kBlock as it grows.
 // Thread-compatible (one stream's reads use it). Holds nothing once released or destroyed.
@@ -42,7 +42,7 @@ class StagingCharge {
   StagingCharge() = default;  // charges nothing
   // `most`: the most the stream may stage; `what` (the stream) and `detail` (what it stages)
   // name it in the budget's errors. `engine` must outlive this.
-  StagingCharge(Engine& engine, HeadroomPlaces& places, const Session& session, uint64_t most,
+  StagingCharge(Engine& engine, HeadroomPlaces& places, std::string owner, uint64_t most,
                 std::string what, std::string detail);
 
   StagingCharge(StagingCharge&&) = default;

@@ -136,6 +136,9 @@ ABSL_FLAG(bool, kill_during_restore, false,
           "Testing only: rank 0 SIGKILLs itself while it restores its automatic checkpoints, once "
           "the first session is recreated on every rank and before it loads; another rank once "
           "its first session (a replica rank 0 restores) is made.");
+ABSL_FLAG(bool, kill_during_close, false,
+          "Testing only: rank 0 SIGKILLs itself as it closes a session, once every other rank "
+          "dropped its replica and its own is gone, before it answers.");
 ABSL_FLAG(std::string, kill_during_heal, "",
           "Testing only: a restarted rank SIGKILLs itself while it heals into the running group: "
           "'rendezvous' at its first communicator rendezvous, 'transfer' once it fetched the "
@@ -307,6 +310,7 @@ absl::StatusOr<RankProcess::Options> OptionsFromFlags() {
   options.kill_after_allgather = absl::GetFlag(FLAGS_kill_after_allgather);
   options.fail_allgather_after = absl::GetFlag(FLAGS_fail_allgather_after);
   options.kill_during_restore = absl::GetFlag(FLAGS_kill_during_restore);
+  options.kill_during_close = absl::GetFlag(FLAGS_kill_during_close);
   options.kill_during_heal = absl::GetFlag(FLAGS_kill_during_heal);
   options.delay_heal_fetch = absl::Milliseconds(absl::GetFlag(FLAGS_delay_heal_fetch_ms));
   options.drop_first_peer_call = absl::GetFlag(FLAGS_drop_first_peer_call);

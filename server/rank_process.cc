@@ -272,6 +272,10 @@ absl::Status RankProcess::StartEngine(
     engine_options.step_observer =
         std::make_shared<KillAtSessionCreated>(engine_options.step_observer, "kill_during_restore");
   }
+  if (options_.kill_during_close && options_.rank == 0) {
+    engine_options.step_observer =
+        std::make_shared<KillAtSessionClosed>(engine_options.step_observer, "kill_during_close");
+  }
   if (options_.kill_after_allgather > 0) {
     engine_options.step_observer =
         std::make_shared<KillAtPhase>(engine_options.step_observer, StepObserver::Phase::kAllGather,

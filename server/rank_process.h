@@ -148,6 +148,9 @@ class RankProcess {
     // first session of its automatic checkpoints is recreated on every rank, before it loads;
     // another rank once its first session (a replica rank 0 restores) is made.
     bool kill_during_restore = false;
+    // Testing only (a close cut by the loss of rank 0): rank 0 SIGKILLs itself once it closed a
+    // session's replica here, after every other rank dropped theirs, before it answers.
+    bool kill_during_close = false;
     // Testing only (a rank lost while it heals in): a restarted rank SIGKILLs itself at its first
     // communicator rendezvous ("rendezvous": its heal's first replica, before the peers see it),
     // or once its heal fetched the first state dict from a peer ("transfer"); empty: never.

@@ -79,6 +79,7 @@ void RankProcess::StartStandIn(int rank) {
   options.kill_after_allgather = 0;
   options.fail_allgather_after = 0;
   options.kill_during_restore = false;
+  options.kill_during_close = false;
   options.kill_during_heal.clear();
   absl::StatusOr<std::unique_ptr<RankProcess>> started =
       StartProcess(std::move(options), &engine_->memory_budget());

@@ -61,6 +61,11 @@ void KillAtSessionCreated::OnSessionCreated(const std::string& session, int rank
   KillSelf(absl::StrCat("event=killed_during_restore session=", session), flag_);
 }
 
+void KillAtSessionClosed::OnSessionClosed(const std::string& session, int rank) {
+  ForwardingStepObserver::OnSessionClosed(session, rank);
+  KillSelf(absl::StrCat("event=killed_during_close session=", session), flag_ + "=true");
+}
+
 FailAllGatherAfter::FailAllGatherAfter(std::unique_ptr<Communicator> base,
                                        std::shared_ptr<std::atomic<int>> count, int fail_at)
     : ForwardingCommunicator(std::move(base)), count_(std::move(count)), fail_at_(fail_at) {}

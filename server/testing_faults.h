@@ -3,8 +3,8 @@
 
 // Testing only: the faults a rank injects into itself on its testing flags (RankProcess::Options,
 // --kill_before_allgather, --kill_after_allgather, --fail_allgather_after, --kill_during_restore,
-// --kill_during_heal, --drop_first_peer_call, --hang_in_save_shard), so that the integration tests
-// can lose a rank, or cut a collective, at a moment of their choosing.
+// --kill_during_close, --kill_during_heal, --drop_first_peer_call, --hang_in_save_shard), so that
+// the integration tests can lose a rank, or cut a collective, at a moment of their choosing.
 
 #include <atomic>
 #include <cstdint>
@@ -80,6 +80,19 @@ class KillAtSessionCreated final : public ForwardingStepObserver {
       : ForwardingStepObserver(std::move(inner)), flag_(std::move(flag)) {}
 
   void OnSessionCreated(const std::string& session, int rank, int64_t params) override;
+
+ private:
+  const std::string flag_;
+};
+
+// Reports to `inner`, and SIGKILLs this process once a session is closed here (rank 0 closing
+// it last, after every other rank dropped its replica: --kill_during_close).
+class KillAtSessionClosed final : public ForwardingStepObserver {
+ public:
+  KillAtSessionClosed(std::shared_ptr<StepObserver> inner, std::string flag)
+      : ForwardingStepObserver(std::move(inner)), flag_(std::move(flag)) {}
+
+  void OnSessionClosed(const std::string& session, int rank) override;
 
  private:
   const std::string flag_;

@@ -405,13 +405,16 @@ absl::Status RankGroup::CloseSession(const std::string& id) {
         absl::StrCat("sessions are closed on rank 0; this is rank ", options_.rank, " of ",
                      options_.world_size, " (session '", id, "')"));
   }
-  absl::Status closed;
-  {
-    absl::MutexLock lifecycle_lock(&create_mu_);
-    closed = DropSession(id);
+  absl::MutexLock lifecycle_lock(&create_mu_);
+  // Told before any rank drops its replica: its automatic checkpoints go first (hidden by a
+  // durable rename), so that a rank 0 lost halfway through the close leaves none for a restart
+  // to bring the closed session back. Told after, a loss once every rank had dropped it left
+  // them whole. A close of a session the group does not serve touches none (those of a session
+  // a restore set aside stay for an operator).
+  if (options_.on_session_closed && engine_->GetSession(id).ok()) {
+    options_.on_session_closed(id);
   }
-  if (closed.ok() && options_.on_session_closed) options_.on_session_closed(id);
-  return closed;
+  return DropSession(id);
 }
 
 absl::Status RankGroup::CloseReplicaOn(int rank, const std::string& id) {

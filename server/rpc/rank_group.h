@@ -58,7 +58,8 @@ struct RankGroupOptions {
   // Told of each peer found lost (metrics, exit on peer loss); may be null. Called on the
   // heartbeat thread.
   std::function<void(int rank)> on_peer_lost;
-  // Rank 0: told of each session its owner closed (CloseSession); may be null.
+  // Rank 0: told of each session its owner closes (CloseSession), before any rank drops it; may
+  // be null.
   std::function<void(const std::string& session_id)> on_session_closed;
   // Rank 0 with automatic checkpoints: a held operation that replaces a session's state (a Load,
   // a state dict import) calls this once every rank staged the state, before any applies it,
@@ -264,9 +265,9 @@ class RankGroup {
                                                           const v1::SessionSpec& spec,
                                                           const std::string& owner,
                                                           const std::string& request_id);
-  // Rank 0: closes the session on every rank (the peers' errors are logged, not returned), then
-  // tells `on_session_closed`. Waits for a heal that runs (lifecycle_mu). FAILED_PRECONDITION on
-  // another rank: its copy alone would go.
+  // Rank 0: tells `on_session_closed` of a session the group serves, then closes it on every rank
+  // (the peers' errors are logged, not returned). Waits for a heal that runs (lifecycle_mu).
+  // FAILED_PRECONDITION on another rank: its copy alone would go.
   absl::Status CloseSession(const std::string& id) ABSL_LOCKS_EXCLUDED(create_mu_);
   // Closes the session on every rank without telling `on_session_closed` (a creation or a
   // restore that failed).

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -157,7 +158,14 @@ class HealCloseTest : public ::testing::Test {
   void SetUp() override {
     flags_.push_back("--checkpoint_root=" + root_.path());
     flags_.push_back("--checkpoint_every_steps=1");
-    OPTSTEP_ASSERT_OK_AND_ASSIGN(group_, testutil::StartGroup(kWorld, flags_));
+    OPTSTEP_ASSERT_OK_AND_ASSIGN(group_, testutil::StartGroupWith(kWorld, [this](int rank) {
+                                   std::vector<std::string> flags = flags_;
+                                   if (rank == 0) {
+                                     flags.insert(flags.end(), rank_zero_flags_.begin(),
+                                                  rank_zero_flags_.end());
+                                   }
+                                   return flags;
+                                 }));
     ASSERT_TRUE(AwaitHealth(*group_[0], true, absl::Seconds(20)));
     trainer_ = Trainer(group_);
     ASSERT_NE(trainer_, nullptr);
@@ -204,6 +212,7 @@ class HealCloseTest : public ::testing::Test {
 
   testutil::ScopedTempDir root_;
   std::vector<std::string> flags_ = testutil::HealingFlags();
+  std::vector<std::string> rank_zero_flags_;  // rank 0's first process only
   Group group_;
   std::unique_ptr<Client> trainer_;
   v1::SessionInfo reference_;
@@ -239,6 +248,27 @@ TEST_F(HealCloseTest, ASessionACutCloseLeftOnSomeRanksIsClosedAsRankZeroHealsIn)
   v1::CloseReplicaResponse closed;
   ASSERT_TRUE(peer->CloseReplica(&context, close, &closed).ok());
   group_[0]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(Restart(group_, 0, flags_), IsOk());
+  ExpectClosedAndKeptSteppedOn();
+}
+
+// The fixture with rank 0 killed as it closes a session, once every other rank dropped its
+// replica and its own is gone (--kill_during_close).
+class HealCutCloseTest : public HealCloseTest {
+ protected:
+  HealCutCloseTest() { rank_zero_flags_.push_back("--kill_during_close"); }
+};
+
+// A close cut by the loss of rank 0 once every survivor had dropped its replica: no survivor
+// holds the session, so rank 0's next process heals in without it, and its automatic checkpoints
+// are gone too. Before, rank 0 removed them only after every rank dropped the session: they
+// stayed, and the next restart of the group brought the closed session back.
+TEST_F(HealCutCloseTest, ASessionWhoseCloseEveryRankCompletedBeforeRankZeroWasLostStaysClosed) {
+  // Rank 0 dies before it answers; the client may look for it elsewhere meanwhile.
+  std::thread close([&] { (void)trainer_->CloseSession(closed_.session_id()); });
+  const int died = group_[0]->WaitFor(absl::Seconds(20));
+  close.join();
+  ASSERT_NE(died, -1) << "rank 0 did not die in the close";
   ASSERT_THAT(Restart(group_, 0, flags_), IsOk());
   ExpectClosedAndKeptSteppedOn();
 }

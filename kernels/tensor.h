@@ -14,6 +14,11 @@ namespace optstep {
 
 using Shape = std::vector<int64_t>;
 
+// The most dimensions a caller's tensor may have. A shape is copied into every tensor made of it
+// (master, gradient, each state), none of which budgets count: a shape of millions of ones in
+// one message held hundreds of MB per session outside any budget.
+inline constexpr int kMaxDims = 64;
+
 // Number of elements of `shape` (1 for a scalar).
 int64_t NumElements(const Shape& shape);
 // "[4096, 1024]".
@@ -28,7 +33,10 @@ class Tensor {
 
   Tensor() = default;
   Tensor(DType dtype, Shape shape, void* data, Deleter deleter)
-      : dtype_(dtype), shape_(std::move(shape)), numel_(NumElements(shape_)), data_(data),
+      : dtype_(dtype),
+        shape_(std::move(shape)),
+        numel_(NumElements(shape_)),
+        data_(data),
         deleter_(std::move(deleter)) {}
   ~Tensor() { Reset(); }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/caller_text.h"
 #include "base/status_macros.h"
+#include "kernels/tensor.h"
 #include "server/optim/presets.h"
 
 namespace optstep {
@@ -329,6 +330,10 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
     if (!names.insert(p.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat("param '", p.name(), "': declared twice"));
     }
+    if (p.shape_size() > kMaxDims) {
+      return absl::InvalidArgumentError(absl::StrCat("param '", p.name(), "': ", p.shape_size(),
+                                                     " dimensions (at most ", kMaxDims, ")"));
+    }
     ParamInfo info;
     info.name = p.name();
     int64_t numel = 1;
@@ -436,11 +441,19 @@ absl::Status CheckParamIds(const Session& session,
                            const google::protobuf::RepeatedField<uint32_t>& ids,
                            absl::string_view what) {
   const size_t n = session.config().params.size();
+  // Each id once: the ids are kept for the stream's life, and a message of the same id repeated
+  // millions of times held tens of MB per stream that no budget counts.
+  std::vector<bool> listed(n);
   for (uint32_t id : ids) {
     if (id >= n) {
       return absl::NotFoundError(absl::StrCat(what, ": param_id ", id, " not found: session '",
                                               session.id(), "' has ", n, " parameters"));
     }
+    if (listed[id]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": param_id ", id, " ('", session.config().params[id].name, "') is listed twice"));
+    }
+    listed[id] = true;
   }
   return absl::OkStatus();
 }

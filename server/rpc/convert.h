@@ -47,7 +47,8 @@ absl::Status CheckNewSessionSpec(const v1::SessionSpec& spec);
 // fp32/bf16.
 absl::StatusOr<StepBegin> StepBeginFromProto(const v1::StepHeader& header);
 
-// NOT_FOUND naming `what` and the first id that is not a parameter of `session`.
+// NOT_FOUND naming `what` and the first id that is not a parameter of `session`;
+// INVALID_ARGUMENT naming the first id listed twice.
 absl::Status CheckParamIds(const Session& session,
                            const google::protobuf::RepeatedField<uint32_t>& ids,
                            absl::string_view what);

@@ -9,6 +9,7 @@
 #include "base/caller_text.h"
 #include "base/run_detached.h"
 #include "base/status_macros.h"
+#include "kernels/tensor.h"
 #include "optstep/v1/internal.pb.h"
 #include "server/engine/chained_state_dict.h"
 #include "server/engine/cost_model.h"
@@ -141,6 +142,10 @@ absl::Status StateDictAssembler::Add(const v1::StateDictChunk& chunk) {
                                                      "': ", name->size(), " bytes, over the ",
                                                      kMaxStateKeyBytes, " a key or name may have"));
     }
+  }
+  if (chunk.shape_size() > kMaxDims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", chunk.shape_size(), " dimensions (at most ", kMaxDims, ")"));
   }
   Shape shape(chunk.shape().begin(), chunk.shape().end());
   const size_t element = ElementBytes(type);

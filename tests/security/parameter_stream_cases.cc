@@ -177,6 +177,12 @@ std::vector<BadInput> ParameterStreamCases() {
           "pull: unknown param_id", [](v1::PullParametersRequest& r) { r.add_param_ids(7); },
           Code::NOT_FOUND, "PullParameters: param_id 7 not found"),
       Pull(
+          "pull: param_id listed twice",
+          [](v1::PullParametersRequest& r) {
+            for (uint32_t id : {1u, 1u}) r.add_param_ids(id);
+          },
+          Code::INVALID_ARGUMENT, "PullParameters: param_id 1 ('fc.bias') is listed twice"),
+      Pull(
           "pull: fp16 dtype", [](v1::PullParametersRequest& r) { r.set_dtype(v1::DTYPE_FP16); },
           Code::INVALID_ARGUMENT, "PullParameters: dtype 3 must be fp32 or bf16"),
       Pull(

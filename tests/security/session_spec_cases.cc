@@ -97,6 +97,8 @@ std::vector<BadInput> SessionSpecCases() {
             "dimension 2199023255552 is not in [1, 2^40]"),
       Shape("create: negative dimension as uint64", {static_cast<uint64_t>(-8)},
             "dimension 18446744073709551608 is not in"),
+      Shape("create: 65 dimensions", std::vector<uint64_t>(65, 1),
+            "param 'fc.weight': 65 dimensions (at most 64)"),
       Shape("create: shape product overflows int64",
             {uint64_t{1} << 30, uint64_t{1} << 30, uint64_t{1} << 30},
             "dimension 1073741824 is not in [1, 2^40]"),

@@ -143,6 +143,12 @@ std::vector<BadInput> StepCases() {
           "step: unknown return param", [](v1::StepHeader& h) { h.add_return_param_ids(9); },
           Code::NOT_FOUND, "return_param_ids: param_id 9 not found"),
       Header(
+          "step: return param listed twice",
+          [](v1::StepHeader& h) {
+            for (uint32_t id : {0u, 1u, 0u}) h.add_return_param_ids(id);
+          },
+          Code::INVALID_ARGUMENT, "return_param_ids: param_id 0 ('fc.weight') is listed twice"),
+      Header(
           "step: unknown group", [](v1::StepHeader& h) { h.add_groups()->set_group_id(5); },
           Code::INVALID_ARGUMENT, "unknown group 5"),
       Header(

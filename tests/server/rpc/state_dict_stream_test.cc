@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/tensor.h"
 #include "tests/testing/status_matchers.h"
 #include "wire/chunk.h"
 
@@ -84,6 +85,18 @@ TEST(StateDictAssemblerTest, AShapeOverTheLimitIsRefusedBeforeItIsMade) {
   wraps.add_shape(uint64_t{1} << 30);
   EXPECT_THAT(assembler.Add(wraps),
               StatusIs(absl::StatusCode::kResourceExhausted, "is over the 1048576 bytes"));
+  EXPECT_EQ(assembler.tensors(), 0u);
+}
+
+// A shape of more dimensions than a tensor may have is refused before it is copied: each copy of
+// a shape of millions of ones took tens of MB that no budget counts.
+TEST(StateDictAssemblerTest, AShapeOfTooManyDimensionsIsRefused) {
+  StateDictAssembler assembler;
+  v1::StateDictChunk ones = Chunk(1, 0, 1);
+  for (int d = 0; d < kMaxDims; ++d) ones.add_shape(1);
+  EXPECT_THAT(assembler.Add(ones),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "state dict key 'param/w': 65 dimensions (at most 64)"));
   EXPECT_EQ(assembler.tensors(), 0u);
 }
 

@@ -264,11 +264,13 @@ class Client final {
   template <typename Start>
   absl::StatusOr<v1::CheckpointProgress> OnRankZeroProgress(Start start,
                                                             const CheckpointProgressFn& progress);
-  // One ExportStateDict (into `entries`, cleared first) and one ImportStateDict on `rank`.
+  // One ExportStateDict (into `entries`, cleared first) and one ImportStateDict on `rank`
+  // (answered in `response`).
   absl::Status ReadStateDict(Rank& rank, const v1::ExportStateDictRequest& request,
                              std::vector<StateDictEntry>& entries);
   absl::Status WriteStateDict(Rank& rank, absl::string_view session_id,
-                              absl::Span<const StateDictEntry> entries);
+                              absl::Span<const StateDictEntry> entries,
+                              v1::ImportStateDictResponse* response);
 
   // The cached layout of `session_id`, fetched with GetSession on first use.
   absl::StatusOr<LayoutPtr> Layout(absl::string_view session_id);

@@ -113,20 +113,26 @@ absl::Status Client::ReadStateDict(Rank& rank, const v1::ExportStateDictRequest&
 
 absl::Status Client::ImportStateDict(absl::string_view session_id,
                                      absl::Span<const StateDictEntry> entries) {
+  v1::ImportStateDictResponse response;
   OPTSTEP_RETURN_IF_ERROR(
-      OnRankZero([&](Rank& rank) { return WriteStateDict(rank, session_id, entries); }));
-  // The import stands even if its step cannot be read now (rank 0 away for a moment).
-  const absl::StatusOr<v1::SessionInfo> info = GetSession(session_id);
-  if (info.ok()) StateReplaced(session_id, info->step());
+      OnRankZero([&](Rank& rank) { return WriteStateDict(rank, session_id, entries, &response); }));
+  if (response.has_step()) {
+    StateReplaced(session_id, response.step());
+  } else {
+    // A server of an earlier release. The import stands even if its step cannot be read now
+    // (rank 0 away for a moment).
+    const absl::StatusOr<v1::SessionInfo> info = GetSession(session_id);
+    if (info.ok()) StateReplaced(session_id, info->step());
+  }
   return absl::OkStatus();
 }
 
 absl::Status Client::WriteStateDict(Rank& rank, absl::string_view session_id,
-                                    absl::Span<const StateDictEntry> entries) {
+                                    absl::Span<const StateDictEntry> entries,
+                                    v1::ImportStateDictResponse* response) {
   grpc::ClientContext context;
   Prepare(context, options_.stream_timeout, options_.wait_for_ready);
-  v1::ImportStateDictResponse response;
-  auto writer = v1::CheckpointService::NewStub(rank.channel)->ImportStateDict(&context, &response);
+  auto writer = v1::CheckpointService::NewStub(rank.channel)->ImportStateDict(&context, response);
   v1::StateDictChunk chunk;
   bool first = true;
   bool open = true;

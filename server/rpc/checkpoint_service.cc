@@ -313,7 +313,9 @@ grpc::ServerReadReactor<v1::StateDictChunk>* CheckpointServiceImpl::ImportStateD
                                 uint64_t bytes) {
         response->set_tensors(dict->size());
         response->set_bytes(bytes);
-        return held->ImportStateDict(session, std::move(dict));
+        OPTSTEP_RETURN_IF_ERROR(held->ImportStateDict(session, std::move(dict)));
+        response->set_step(session.stats().step);
+        return absl::OkStatus();
       });
 }
 

@@ -13,7 +13,8 @@ from typing import Iterator
 import pytest
 
 import optstep
-from repository import server_binary_path
+from optstep import native
+from repository import native_library_path, server_binary_path
 
 
 # The tests of the streams' data paths (native and pure Python) keep to them: steps through shared
@@ -36,3 +37,14 @@ def server(server_binary: str) -> Iterator[optstep.LocalServer]:
 def client(server: optstep.LocalServer) -> Iterator[optstep.Client]:
     with optstep.Client(server.address) as connected:
         yield connected
+
+
+@pytest.fixture(params=["native", "python"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The streams' data path of the test's clients: the native one (the C++ client) or the
+    pure-Python one."""
+    if not native.library_path().is_file():
+        monkeypatch.setenv("OPTSTEP_NATIVE_LIB", native_library_path())
+    monkeypatch.setenv("OPTSTEP_NATIVE", "1" if request.param == "native" else "0")
+    assert native.available() == (request.param == "native")
+    return str(request.param)

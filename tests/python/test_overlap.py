@@ -20,17 +20,7 @@ from optstep.torch import RemoteOptimizer
 from repository import native_library_path
 from support import loss_of, make_data, make_mlp
 
-PATHS = ["native", "python"]
 STEPS = 4
-
-
-@pytest.fixture(params=PATHS)
-def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if not native.library_path().is_file():
-        monkeypatch.setenv("OPTSTEP_NATIVE_LIB", native_library_path())
-    monkeypatch.setenv("OPTSTEP_NATIVE", "1" if request.param == "native" else "0")
-    assert native.available() == (request.param == "native")
-    return str(request.param)
 
 
 def _optimizer() -> Any:

@@ -59,7 +59,8 @@ def test_a_keyed_dict_imports_back(client: optstep.Client, layout: str) -> None:
     source = _stepped(client, f"source-{layout}")
     keyed = client.export_state_dict(source, layout=layout)
     target = _session(client, f"target-{layout}")
-    client.import_state_dict(target, keyed)
+    imported = client.import_state_dict(target, keyed)
+    assert imported.HasField("step") and imported.step == 2  # the dict's meta/step, applied
     want, got = client.export_state_dict(source), client.export_state_dict(target)
     assert sorted(got) == sorted(want)
     for key in want:

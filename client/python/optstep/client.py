@@ -18,6 +18,7 @@ Thread-safe: calls may run from several threads at once (each has its own gRPC c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
@@ -512,8 +513,9 @@ class Client:
         request = ckpt_pb2.LoadRequest(session_id=session_id, name=name)
         last = self._on_rank0(lambda rank: state_dicts.follow_progress(
             rank.checkpoint.Load, request, on_progress, self._stream_timeout, self._wait_for_ready))
-        self.layout(session_id, refresh=True)
         self.state_replaced(session_id, last.step)  # the step restored
+        with contextlib.suppress(OptstepError):  # its counters changed; the load stands regardless
+            self.layout(session_id, refresh=True)
         return last
 
     def export_state_dict(self, session_id: str, model_chunks: Optional[Sequence[int]] = None,
@@ -527,19 +529,9 @@ class Client:
         request = ckpt_pb2.ExportStateDictRequest(
             session_id=session_id, model_chunks=list(model_chunks or ()),
             layout=state_dicts.layout_of(layout), chunk_prefix=chunk_prefix)
-
-        def export(rank: RankChannel) -> Dict[str, Any]:
-            call = rank.checkpoint.ExportStateDict(request, timeout=self._stream_timeout,
-                                                   wait_for_ready=self._wait_for_ready)
-            try:
-                return state_dicts.assemble(call, layout)
-            except grpc.RpcError as e:
-                raise from_rpc_error(e) from None
-            except OptstepError:
-                call.cancel()
-                raise
-
-        return self._on_rank0(export)
+        return self._on_rank0(lambda rank: state_dicts.read_export(
+            rank.checkpoint.ExportStateDict, request, layout, self._stream_timeout,
+            self._wait_for_ready))
 
     def import_state_dict(self, session_id: str,
                           state: Mapping[str, Any]) -> ckpt_pb2.ImportStateDictResponse:
@@ -551,8 +543,11 @@ class Client:
             rank.checkpoint.ImportStateDict,
             state_dicts.import_chunks(session_id, state, self._max_chunk_bytes),
             timeout=self._stream_timeout, wait_for_ready=self._wait_for_ready))
-        # The state replaced (its layout read again): what the trainers saw applied is gone.
-        self.state_replaced(session_id, self.get_session(session_id).step)
+        # The state replaced: what the trainers saw applied is gone. (A server of an earlier
+        # release does not answer the step; the import stands if it cannot be read now.)
+        with contextlib.suppress(OptstepError):
+            self.state_replaced(session_id, response.step if response.HasField("step")
+                                else self.get_session(session_id).step)
         return response
 
     def state_replaced(self, session_id: str, step: int, trainer_id: Optional[int] = None) -> None:

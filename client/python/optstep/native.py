@@ -433,6 +433,10 @@ class Connector:
         self._lock = threading.Lock()
         self._clients: List[NativeClient] = []  # the current one last; all closed by close()
         self._closed = False
+        # The step each trainer's state was last replaced at (state_replaced with a trainer),
+        # told to each client connected later too: a trainer that attached, or loaded a state,
+        # before its first step has no native client yet, which would then miss a rollback.
+        self._marks: Dict[Tuple[str, int], int] = {}
 
     def get(self, rank_targets: Callable[[], Iterable[str]]) -> Optional[NativeClient]:
         """The client over `rank_targets()`; None when the native path is off, or closed (the
@@ -446,6 +450,8 @@ class Connector:
             if self._clients and self._clients[-1].rank_targets[:len(targets)] == targets:
                 return self._clients[-1]
             fresh = NativeClient(targets, **self._settings)
+            for (session_id, trainer_id), step in self._marks.items():
+                fresh.state_replaced(session_id, step, trainer_id)
             self._clients.append(fresh)
             return fresh
 
@@ -454,6 +460,11 @@ class Connector:
         `trainer_id` alone when given)."""
         with self._lock:
             clients = list(self._clients)
+            for key in self._marks:
+                if key[0] == session_id and trainer_id in (None, key[1]):
+                    self._marks[key] = step
+            if trainer_id is not None:
+                self._marks[(session_id, trainer_id)] = step
         for client in clients:
             client.state_replaced(session_id, step, trainer_id)
 

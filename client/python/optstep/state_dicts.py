@@ -21,7 +21,7 @@ import numpy as np
 
 from optstep import dtypes
 from optstep.chunks import TensorBuffer, split_array
-from optstep.errors import InvalidArgumentError, from_rpc_error
+from optstep.errors import InvalidArgumentError, OptstepError, from_rpc_error
 from optstep.stream_end import StreamTally
 from optstep.v1 import checkpoint_service_pb2 as ckpt_pb2
 
@@ -131,3 +131,17 @@ def follow_progress(rpc: Callable[..., Any], request: Any,
     except grpc.RpcError as e:
         raise from_rpc_error(e) from None
     return last
+
+
+def read_export(rpc: Callable[..., Any], request: ckpt_pb2.ExportStateDictRequest, layout: str,
+                timeout: float, wait_for_ready: bool) -> Dict[str, Any]:
+    """Reads an ExportStateDict stream (`rpc(request)`) into the dict of `layout` (assemble);
+    a stream broken part way is cancelled."""
+    call = rpc(request, timeout=timeout, wait_for_ready=wait_for_ready)
+    try:
+        return assemble(call, layout)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e) from None
+    except OptstepError:
+        call.cancel()
+        raise

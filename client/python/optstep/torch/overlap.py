@@ -194,10 +194,13 @@ class BackwardOverlap:
 
     def remove(self) -> None:
         """Removes the hooks, after waiting for a step in flight (whose error is raised once they
-        are off)."""
+        are off), and closes the step a backward opened that did not reach step()."""
         try:
             self.wait()
         finally:
+            # A backward that did not reach step() holds its step open (on the native data path,
+            # the C++ client too, which Client.close() could then not free).
+            self.discard()
             for handle in self._handles:
                 handle.remove()
             self._handles = []

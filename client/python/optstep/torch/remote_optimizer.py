@@ -181,6 +181,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
         self._overlap: Optional[BackwardOverlap] = None
         if info.step > 0:  # attached to a session that has run: continue from its values
             self._pull()
+            self._holds_step(info.step)
         else:
             try:
                 client.init_parameters(self.session_id,
@@ -331,8 +332,9 @@ class RemoteOptimizer(torch.optim.Optimizer):
         self._restore_missed = False
         failed_step = self._next_step
         self._next_step = pulled.step + 1
-        if pulled.step + 1 < failed_step:  # the group came back older meanwhile
-            self._client.state_replaced(self.session_id, pulled.step, self._trainer_id)
+        # Also when the failed step was applied after all: a later rollback to the step before
+        # it is a rewind.
+        self._holds_step(pulled.step)
         rewind = RewindRequired(self.session_id, pulled.step, failed_step)
         if self._on_rewind is not None:
             self._on_rewind(rewind.step)
@@ -408,6 +410,12 @@ class RemoteOptimizer(torch.optim.Optimizer):
         pulled = self._client.pull_parameters(self.session_id, self._return_dtype)
         self._write(pulled.params)
 
+    def _holds_step(self, step: int) -> None:
+        """The model holds the session's parameters of `step`, pulled: a step refused later
+        because the session is behind it is a rollback (a rewind), also before this trainer's
+        first step of its own (it attached, or loaded a state dict)."""
+        self._client.state_replaced(self.session_id, step, self._trainer_id)
+
     # ---- state dicts
 
     def state_dict(self) -> Dict[str, Any]:
@@ -455,11 +463,17 @@ class RemoteOptimizer(torch.optim.Optimizer):
             self._client.import_state_dict(self.session_id, {
                 key: (value.detach().cpu() if isinstance(value, torch.Tensor) else value)
                 for key, value in state_dict["state"].items()})
+            # Until the model holds the imported parameters: a read or pull that fails below
+            # leaves the next step to pull them and rewind to the session's step, rather than
+            # send gradients of the parameters from before the import.
+            self._restore_missed = True
         for saved, group in zip(groups, self.param_groups):
             group.update({k: v for k, v in saved.items() if k not in _IDENTITY_KEYS})
         if not unstepped:
-            self._next_step = self._client.get_session(self.session_id).step + 1
+            step = self._client.get_session(self.session_id).step
             self._pull()
+            self._next_step = step + 1
+            self._holds_step(step)
             self._restore_missed = False  # the model holds the session's parameters
 
     def close_session(self) -> None:

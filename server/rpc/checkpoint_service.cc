@@ -6,6 +6,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "base/caller_text.h"
 #include "base/status_macros.h"
@@ -132,7 +133,33 @@ OpenStreams& OpenImports() {
   return *streams;
 }
 
-// The layouts of spec §7.2 over a merged dict.
+// INVALID_ARGUMENT for a layout or chunk prefix that is none, NOT_FOUND for a model chunk the
+// session has none of: checked before the export takes a slot, a place and the copy (a mistake
+// answered as the limits' refusal, or a copy of every rank's state made for nothing, before).
+absl::Status CheckExportRequest(const Session& session, const v1::ExportStateDictRequest& request) {
+  if (!v1::StateDictLayout_IsValid(request.layout())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExportStateDict: layout ", static_cast<int>(request.layout()),
+                     " is not a StateDictLayout (0 merged, 1 by model chunk, 2 by sub-optimizer)"));
+  }
+  const std::string& prefix = request.chunk_prefix();
+  if (!prefix.empty() && prefix != "model" && prefix != "model_") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ExportStateDict: chunk_prefix '", CallerText(prefix), "' must be 'model' or 'model_'"));
+  }
+  std::set<uint32_t> chunks;
+  for (const ParamInfo& param : session.config().params) chunks.insert(param.model_chunk);
+  for (uint32_t chunk : request.model_chunks()) {
+    if (chunks.count(chunk) == 0) {
+      return absl::NotFoundError(absl::StrCat("ExportStateDict: model chunk ", chunk,
+                                              " not found: session '", session.id(),
+                                              "' has model chunks ", absl::StrJoin(chunks, ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The layouts of spec §7.2 over a merged dict. REQUIRES: CheckExportRequest passed.
 absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<const StateDict> flat,
                                      const v1::ExportStateDictRequest& request) {
   StreamedState out;
@@ -142,10 +169,6 @@ absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<con
     return out;
   }
   const std::string prefix = request.chunk_prefix().empty() ? "model" : request.chunk_prefix();
-  if (prefix != "model" && prefix != "model_") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk_prefix '", CallerText(request.chunk_prefix()), "' must be 'model' or 'model_'"));
-  }
   const SessionConfig& config = session.config();
   std::vector<ParamGroup> groups;
   for (const GroupRuntime& g : session.groups()) groups.push_back(g.def);
@@ -166,10 +189,6 @@ absl::StatusOr<StreamedState> LayOut(const Session& session, std::shared_ptr<con
     }
     out.keep = std::move(chunked);
     return out;
-  }
-  if (request.layout() != v1::STATE_DICT_LAYOUT_BY_SUB_OPTIMIZER) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layout ", static_cast<int>(request.layout()), " is not a StateDictLayout"));
   }
   // Views into the chunked dict, which the stream keeps: one copy of the state, whatever the
   // number of sub-optimizers (ExportBytes reserves one).
@@ -250,6 +269,8 @@ grpc::ServerWriteReactor<v1::StateDictChunk>* CheckpointServiceImpl::ExportState
               absl::StatusOr<std::shared_ptr<Session>> session =
                   FindSession(*engine, caller, request.session_id());
               if (!session.ok()) return deliver(session.status());
+              absl::Status valid = CheckExportRequest(**session, request);
+              if (!valid.ok()) return deliver(valid);
               // The slot, the place in the headroom and the reservation are taken before the
               // copy is made (it waits for the session's hold, and may be of every rank's state):
               // an export refused costs no copy. They are counted while the stream holds it.

@@ -163,6 +163,10 @@ std::vector<BadInput> CheckpointCases() {
             r.set_chunk_prefix("../x");
           },
           Code::INVALID_ARGUMENT, "chunk_prefix '../x' must be 'model' or 'model_'"),
+      Export(
+          "export: unknown model chunk",
+          [](v1::ExportStateDictRequest& r) { r.add_model_chunks(7); }, Code::NOT_FOUND,
+          "model chunk 7 not found: session '"),
       Import("import: unknown session", {elsewhere}, Code::NOT_FOUND, "s-elsewhere"),
       Import("import: unknown key", {Tensor("param/no.such", {8}, 0, bias)}, Code::INVALID_ARGUMENT,
              "no.such"),

@@ -93,6 +93,17 @@ class CheckpointSaveTest : public ::testing::Test {
   // from the settle's deadline).
   virtual absl::Duration HoldLease() const { return absl::Seconds(30); }
 
+  // Makes a session "wide" of one parameter of 2^20 elements; answers its id.
+  std::string WideSession() {
+    v1::CreateSessionRequest create;
+    *create.mutable_spec() = testutil::MakeAdamWSpec({{"wide", {1 << 20}}}, 1);
+    create.mutable_spec()->set_name("wide");
+    v1::CreateSessionResponse created;
+    grpc::ClientContext context;
+    EXPECT_TRUE(optimizer_->CreateSession(&context, create, &created).ok());
+    return created.summary().session_id();
+  }
+
   grpc::Status CloseSession() {
     v1::CloseSessionRequest request;
     request.set_session_id(session_);

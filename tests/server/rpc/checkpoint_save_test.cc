@@ -198,14 +198,8 @@ TEST_F(CheckpointSaveTest, TheCheckpointerForgetsAClosedSession) {
 // rank copied its state: a caller retrying such exports copied the state each time), and only
 // then the refusal.
 TEST_F(CheckpointSaveTest, AnExportRefusedForWantOfASlotMakesNoCopy) {
-  v1::CreateSessionRequest create;
-  *create.mutable_spec() = testutil::MakeAdamWSpec({{"wide", {1 << 20}}}, 1);
-  create.mutable_spec()->set_name("wide");
-  v1::CreateSessionResponse created;
-  grpc::ClientContext create_context;
-  ASSERT_TRUE(optimizer_->CreateSession(&create_context, create, &created).ok());
   v1::ExportStateDictRequest request;
-  request.set_session_id(created.summary().session_id());
+  request.set_session_id(WideSession());
   auto stub = v1::CheckpointService::NewStub(
       testutil::SlowReaderChannel("127.0.0.1:" + std::to_string(server_->port())));
   testutil::UnreadExport first(*stub, request), second(*stub, request);
@@ -222,6 +216,39 @@ TEST_F(CheckpointSaveTest, AnExportRefusedForWantOfASlotMakesNoCopy) {
   const grpc::Status refused = third->Finish();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
   EXPECT_THAT(refused.error_message(), HasSubstr("exports of session"));
+  (void)first.Cancel();
+  (void)second.Cancel();
+}
+
+// A malformed export is named as such before the limits are looked at: with both slots taken, an
+// unknown layout, chunk prefix or model chunk is answered for what it is, not RESOURCE_EXHAUSTED
+// (before, after a slot, a place and a copy of every rank's state, had they been free).
+TEST_F(CheckpointSaveTest, AMalformedExportIsNamedBeforeTheLimits) {
+  v1::ExportStateDictRequest request;
+  request.set_session_id(WideSession());
+  auto stub = v1::CheckpointService::NewStub(
+      testutil::SlowReaderChannel("127.0.0.1:" + std::to_string(server_->port())));
+  testutil::UnreadExport first(*stub, request), second(*stub, request);
+  ASSERT_TRUE(first.started());
+  ASSERT_TRUE(second.started());
+  v1::ExportStateDictRequest layout = request, prefix = request, chunk = request;
+  layout.set_layout(static_cast<v1::StateDictLayout>(7));
+  prefix.set_chunk_prefix("x");
+  chunk.add_model_chunks(3);
+  const std::pair<const v1::ExportStateDictRequest*, grpc::StatusCode> cases[] = {
+      {&layout, grpc::StatusCode::INVALID_ARGUMENT},
+      {&prefix, grpc::StatusCode::INVALID_ARGUMENT},
+      {&chunk, grpc::StatusCode::NOT_FOUND}};
+  for (const auto& [malformed, code] : cases) {
+    grpc::ClientContext context;
+    auto reader = stub->ExportStateDict(&context, *malformed);
+    v1::StateDictChunk read;
+    while (reader->Read(&read)) {
+    }
+    const grpc::Status refused = reader->Finish();
+    EXPECT_EQ(refused.error_code(), code) << refused.error_message();
+    EXPECT_THAT(refused.error_message(), HasSubstr("ExportStateDict: "));
+  }
   (void)first.Cancel();
   (void)second.Cancel();
 }

@@ -445,13 +445,14 @@ void RankProcess::WatchSessionGroups() {
     // redone.
     std::string interrupted;
     for (const std::shared_ptr<Session>& session : engine_->ListSessions()) {
-      if (session->healthy()) continue;
-      if (!heals() || !session->interrupted_step().has_value()) {
+      const Session::Health health = session->health();
+      if (health.healthy()) continue;
+      if (!heals() || !health.interrupted.has_value()) {
         return ExitForRestart(absl::StrCat("session ", session->id(), " lost its group"));
       }
       if (interrupted.empty()) {
-        interrupted = absl::StrCat("session ", session->id(), "'s step ",
-                                   *session->interrupted_step(), " was interrupted");
+        interrupted = absl::StrCat("session ", session->id(), "'s step ", *health.interrupted,
+                                   " was interrupted");
       }
     }
     const absl::Status members = group_->MembersStatus();
@@ -492,9 +493,13 @@ void RankProcess::WatchSessionGroups() {
 
 void RankProcess::ExitForRestart(const std::string& why, bool even_without_flag) {
   if (is_stand_in()) {
-    // Its buddy's process ends the group's wait (WatchSessionGroups), not the stand-in.
+    // Its buddy's process ends the group's wait (WatchSessionGroups), not the stand-in; once it
+    // serves in its rank's place, it exits as this rank would have (EndStandInOnceReplaced).
+    // Before, nothing did: a stand-in for rank 0 kept healing a rank that died in every heal,
+    // the group paused at each, for as long as that rank's supervisor restarted it.
     LOG(ERROR) << "event=stand_in_failed rank=" << options_.rank << " why=\"" << LogValue(why)
                << "\"";
+    if (joined_.HasBeenNotified()) restart_requested_ = true;
     return;
   }
   static std::atomic<bool> exiting{false};

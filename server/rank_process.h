@@ -329,6 +329,10 @@ class RankProcess {
   bool is_stand_in() const { return host_budget_ != nullptr; }
   const MemoryBudget* const host_budget_ = nullptr;
   std::atomic<bool> announce_leave_{true};
+  // A stand-in serving in its rank's place asked for a restart of the group (ExitForRestart: the
+  // heal of another rank failed for good while it stands in for rank 0, rank 0's own heal failed
+  // for good): its host exits for its supervisor, losing two ranks, so that the group restarts.
+  std::atomic<bool> restart_requested_{false};
   // Rank 1 standing in for rank 0: rank 0's configured store, where its own process returns.
   std::unique_ptr<GrpcKeyValueStore> rank_zero_probe_;
   // The stand-in this rank runs for its predecessor (it shares this rank's memory budget), its

@@ -103,6 +103,10 @@ void RankProcess::StartStandIn(int rank) {
 void RankProcess::EndStandInOnceReplaced() {
   if (stand_in_ == nullptr) return;
   const int rank = stand_in_->options_.rank;
+  if (stand_in_->restart_requested_) {
+    return ExitForRestart(
+        absl::StrCat("its stand-in for rank ", rank, " asked for a restart of the group"));
+  }
   // A stand-in whose join ended without healing it in (its heal failed, or no rank waits for a
   // rank 0) serves nothing: it stops, and this rank stands in again while the rank is lost.
   if (stand_in_->join_ended_.HasBeenNotified() && !stand_in_->joined_.HasBeenNotified() &&

@@ -332,7 +332,8 @@ bool Engine::live() const {
     if (device_stalled_) return false;
   }
   for (const auto& session : ListSessions()) {
-    if (!session->healthy() && !session->interrupted_step().has_value()) return false;
+    const Session::Health health = session->health();
+    if (!health.healthy() && !health.interrupted.has_value()) return false;
   }
   return true;
 }

@@ -532,9 +532,11 @@ void Session::RebaseResolutions(uint64_t resolutions) {
   gate_.Rebase(resolutions);
 }
 
-bool Session::healthy() const {
+bool Session::healthy() const { return health().healthy(); }
+
+Session::Health Session::health() const {
   absl::MutexLock lock(&mu_);
-  return !book_.broken() && !book_.interrupted();
+  return Health{book_.broken(), book_.interrupted()};
 }
 
 // --- StepLedger ---

@@ -232,6 +232,16 @@ class Session : public std::enable_shared_from_this<Session>, private StepLedger
   // redundancy the session is only interrupted (interrupted_step()), and healthy again once
   // resumed after the heal.
   bool healthy() const;
+  // Whether the session's group is lost for it (a collective failed without state redundancy),
+  // and the step a lost peer interrupted, read at one moment: read one after the other, a heal
+  // that resumed the session between the two reads showed it unhealthy with no step
+  // interrupted, which reads as a lost group.
+  struct Health {
+    bool broken = false;
+    std::optional<uint64_t> interrupted;
+    bool healthy() const { return !broken && !interrupted.has_value(); }
+  };
+  Health health() const;
   // Whether a step has begun (a trainer sent its header) and has not finished yet.
   bool step_pending() const;
 

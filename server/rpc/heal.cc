@@ -186,10 +186,6 @@ v1::RejoinRequest ThisProcess(const RankGroup& group, const std::string& address
   return request;
 }
 
-// Heals of one rank in a row that may fail because its process was lost meanwhile before the
-// group restarts as a whole instead (the rank's supervisor tries again each time).
-constexpr int kMaxHealsLostInARow = 3;
-
 // The sessions rank `rank` is healed with (asked once every rank began the heal).
 using SessionsToHeal = std::function<absl::StatusOr<std::vector<v1::CreateReplicaRequest>>()>;
 
@@ -230,8 +226,12 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
     healed = sessions.ok() ? Heal(engine, group, rank, address, generation, *sessions)
                            : sessions.status();
   }
+  const bool passing =
+      absl::IsUnavailable(healed.status()) || absl::IsDeadlineExceeded(healed.status());
   v1::RegroupRequest end = Phase(generation, rank, address, v1::RegroupRequest::PHASE_END);
   end.set_failed(!healed.ok());
+  // Rank 0's own heal: its process exits (on_heal_failed below); its next one heals in again.
+  end.set_retry(!healed.ok() && rank == 0 && passing);
   for (const std::shared_ptr<Session>& session : engine->ListSessions()) {
     (*end.mutable_resolutions())[session->id()] = session->resolutions_started();
   }
@@ -260,12 +260,10 @@ absl::StatusOr<uint64_t> RunHeal(Engine* engine, RankGroup* group,
   // host with it. Not rank 0 itself, nor a process of an earlier release (unknown); and not over
   // and over (a rank that dies in each heal: out of memory). Another failure (a state that
   // does not fit, one that is refused) would come again: the group restarts.
-  const bool passing =
-      absl::IsUnavailable(healed.status()) || absl::IsDeadlineExceeded(healed.status());
   const auto gone = [&] { return group->ProcessGone(rank, rejoining.incarnation()); };
   const bool waits = stand_in ? passing && !gone() : passing || gone();
   if (rank != group->rank() && rejoining.incarnation() != 0 && waits &&
-      group->CountHealLost(rank) <= kMaxHealsLostInARow) {
+      group->CountHealLost(rank) <= RankGroup::kMaxHealsLostInARow) {
     LOG(WARNING) << "event=rank_lost_while_healing rank=" << rank << " generation=" << generation
                  << " the group waits for the rank's next process";
   } else if (group->options().on_heal_failed) {

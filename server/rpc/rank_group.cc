@@ -405,6 +405,14 @@ absl::Status RankGroup::CloseSession(const std::string& id) {
         absl::StrCat("sessions are closed on rank 0; this is rank ", options_.rank, " of ",
                      options_.world_size, " (session '", id, "')"));
   }
+  // A restarted rank 0 holds none of the group's sessions until it healed itself in: a close then
+  // dropped the other ranks' replicas and answered NOT_FOUND, which a client that tried once
+  // before reads as closed, with the automatic checkpoints left for a restart to bring back.
+  if (options_.heal && !formed()) {
+    return absl::UnavailableError(absl::StrCat(
+        "the group is forming (rank 0 heals itself in or restores the sessions); close session '",
+        id, "' again when rank 0 reports SERVING"));
+  }
   absl::MutexLock lifecycle_lock(&create_mu_);
   // Told before any rank drops its replica: its automatic checkpoints go first (hidden by a
   // durable rename), so that a rank 0 lost halfway through the close leaves none for a restart

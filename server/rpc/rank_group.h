@@ -215,8 +215,13 @@ class RankGroup {
                               const std::function<absl::Status()>& attempt);
   // PeerService.CloseReplica of session `id` on rank `rank`, made until taken (CallUntilTaken).
   absl::Status CloseReplicaOn(int rank, const std::string& id);
-  // Rank 0: counts the heals of rank `rank` in a row whose process was lost while it healed in,
-  // and answers how many (a heal that succeeds begins the count again).
+  // Heals of one rank in a row that may fail for a passing reason, or because its process was
+  // lost meanwhile, before the group restarts as a whole instead (the rank's supervisor tries
+  // again each time).
+  static constexpr int kMaxHealsLostInARow = 3;
+  // Rank 0 (a survivor, for rank 0's own heals): counts the heals of rank `rank` in a row whose
+  // process was lost while it healed in, or that failed for a passing reason, and answers how
+  // many (a heal that succeeds begins the count again).
   int CountHealLost(int rank);
   void CountHealed(int rank);
   // PeerService.CreateReplica on `rank` (a peer): builds its replica (its session id, definition,

@@ -127,6 +127,7 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
           session->RebaseResolutions(common->second);
         }
       }
+      if (!request.failed()) CountHealed(rank);
       if (request.failed()) {
         // The rank's process may live on, but holds no (or part of its) state: nothing may run
         // with it. It is lost until a heal of its next process (or this one again) ends well;
@@ -143,12 +144,19 @@ absl::Status RankGroup::Regroup(const v1::RegroupRequest& request) {
         }
         for (const std::shared_ptr<Session>& session : Sessions())
           session->CancelHealPause(request.generation());
-        // Rank 0's own heal failed (its process exits for a restart): its transfer failed, or a
-        // state was refused; its next process would most likely fail the same way,
-        // so the group restarts as a whole at once rather than after the rejoin timeout.
-        if (rank == 0 && options_.rank != 0 && options_.on_heal_failed) {
+        // Rank 0's own heal failed (its process exits for a restart). For a passing reason (a
+        // call lost on the way) its next process heals in, as another rank's would: the
+        // survivors wait for it, a few times in a row. Otherwise (a state refused, a transfer
+        // that failed) its next process would most likely fail the same way, so the group
+        // restarts as a whole at once rather than after the rejoin timeout. Before, a passing
+        // failure restarted the group too.
+        const bool waits = request.retry() && CountHealLost(0) <= kMaxHealsLostInARow;
+        if (rank == 0 && options_.rank != 0 && !waits && options_.on_heal_failed) {
           options_.on_heal_failed(absl::AbortedError("rank 0 could not heal itself in"));
         }
+        LOG_IF(WARNING, rank == 0 && options_.rank != 0 && waits)
+            << "event=rank_lost_while_healing rank=0 generation=" << request.generation()
+            << " the group waits for the rank's next process";
       }
       return absl::OkStatus();
     }

@@ -44,7 +44,10 @@ constexpr int kDead = 1;
 // undisturbed, and the session `healed_` stepped twice, then rank kDead killed and restarted.
 class HealEndTest : public ::testing::Test {
  protected:
-  void KillAndRestartMidway(const std::vector<std::string>& flags) {
+  // Kills rank `dead` once the healed session stepped twice, and starts it again with
+  // `restart_flags` (`flags` when empty).
+  void KillAndRestartMidway(const std::vector<std::string>& flags, int dead = kDead,
+                            std::vector<std::string> restart_flags = {}) {
     OPTSTEP_ASSERT_OK_AND_ASSIGN(group_, testutil::StartGroup(kWorld, flags));
     ASSERT_TRUE(AwaitHealth(*group_[0], true, absl::Seconds(20)));
     trainer_ = Trainer(group_);
@@ -54,9 +57,9 @@ class HealEndTest : public ::testing::Test {
     for (uint64_t step = 1; step <= 2; ++step) {
       ASSERT_THAT(StepSpread(*trainer_, healed_.session_id(), step).status(), IsOk());
     }
-    group_[kDead]->SignalAndWait(SIGKILL);
-    ASSERT_TRUE(AwaitHealth(*group_[0], false, absl::Seconds(10)));
-    ASSERT_THAT(Restart(group_, kDead, flags), IsOk());
+    group_[dead]->SignalAndWait(SIGKILL);
+    ASSERT_TRUE(AwaitHealth(*group_[dead == 0 ? 1 : 0], false, absl::Seconds(10)));
+    ASSERT_THAT(Restart(group_, dead, restart_flags.empty() ? flags : restart_flags), IsOk());
   }
 
   // Every rank serves and lives, and the healed session, stepped on, ends bit for bit with the
@@ -123,6 +126,27 @@ TEST_F(HealEndTest, AHealWhoseBeginIsLostOnTheWayIsMadeAgainWithTheRanksNextProc
   EXPECT_EQ(WEXITSTATUS(exited), 75);
   ASSERT_TRUE(Running(*group_[0])) << "rank 0 exited for a restart of the group";
   ASSERT_THAT(Restart(group_, kDead, flags), IsOk());
+  ExpectHealedAndSteppedOn();
+}
+
+// Rank 0's next process (--drop_first_peer_call=HealBegin:2) loses its call that begins its own
+// heal on rank 2, as a connection reset would: its heal fails with every process alive, and it
+// exits for its supervisor. Before, the survivors took that for a heal that would fail again and
+// exited too: the whole group restarted. Now they wait for rank 0's next process, which heals in.
+TEST_F(HealEndTest, ARankZeroWhoseHealFailsForAPassingReasonHealsInWithItsNextProcess) {
+  const std::vector<std::string> flags = testutil::HealingFlags();
+  std::vector<std::string> dropping = flags;
+  dropping.push_back("--drop_first_peer_call=HealBegin:2");
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartMidway(flags, 0, dropping));
+  const int exited = group_[0]->WaitFor(absl::Seconds(30));
+  ASSERT_NE(exited, -1) << "rank 0 lives on after its failed heal";
+  ASSERT_TRUE(WIFEXITED(exited));
+  EXPECT_EQ(WEXITSTATUS(exited), 75);
+  absl::SleepFor(absl::Seconds(1));  // the survivors took the heal's end
+  for (int r = 1; r < kWorld; ++r) {
+    ASSERT_TRUE(Running(*group_[r])) << "rank " << r << " exited for a restart of the group";
+  }
+  ASSERT_THAT(Restart(group_, 0, flags), IsOk());
   ExpectHealedAndSteppedOn();
 }
 

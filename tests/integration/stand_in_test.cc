@@ -293,6 +293,35 @@ TEST(StandInTest, ARankLostWhileRankZeroIsStoodInIsStoodInForToo) {
   for (int r : {0, 1, 3}) EXPECT_TRUE(Running(*group[r])) << "rank " << r;
 }
 
+// Rank 2 dies in every heal (out of memory each time) while rank 0 is stood in for: its stand-in
+// waits for three heals in a row, as rank 0 would, and then asks for a restart of the group, which
+// its host (rank 1) makes by exiting for its supervisor. Before, the stand-in only logged it and
+// nothing exited: the group paused at each new heal of rank 2, for as long as its supervisor
+// restarted it.
+TEST(StandInTest, ARankLostInEveryHealWhileRankZeroIsStoodInRestartsTheGroupAfterThree) {
+  const std::vector<std::string> flags = StandInFlags();
+  SteppedGroup s;
+  ASSERT_NO_FATAL_FAILURE(s.Start(kWorld, flags, /*steps=*/2, "doomed"));
+  auto& [group, trainer, reference, id] = s;
+  group[0]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(StepSpread(*trainer, id, 2).status(), IsOk());  // through rank 0's stand-in
+  group[2]->SignalAndWait(SIGKILL);
+  std::vector<std::string> dying = flags;
+  dying.push_back("--kill_during_heal=transfer");
+  for (int heal = 1; heal <= 4; ++heal) {
+    ASSERT_THAT(Restart(group, 2, dying), IsOk());
+    const int status = group[2]->WaitFor(absl::Seconds(60));
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "heal " << heal;
+    if (heal == 3) {
+      EXPECT_TRUE(Running(*group[1])) << "rank 1 after three heals";
+    }
+  }
+  const int exited = group[1]->WaitFor(absl::Seconds(30));
+  ASSERT_NE(exited, -1) << "rank 1, which hosts rank 0's stand-in, did not exit for a restart";
+  ASSERT_TRUE(WIFEXITED(exited));
+  EXPECT_EQ(WEXITSTATUS(exited), 75);
+}
+
 // Rank 1 of a group run with `flags` is lost for good, and rank 2 stands in for it: a trainer
 // with a reference session stepped `steps` times, and session `id_` stepped once before the loss
 // and once through the stand-in.

@@ -88,6 +88,10 @@ void InterruptAndRedo(const char* method) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     EXPECT_EQ(group.session(r).interrupted_step(), std::optional<uint64_t>(2));
     EXPECT_FALSE(group.session(r).healthy());  // not serving until the heal
+    // Read at one moment: interrupted, not lost (the watch of the rank's groups waits for it).
+    const Session::Health health = group.session(r).health();
+    EXPECT_FALSE(health.broken);
+    EXPECT_EQ(health.interrupted, std::optional<uint64_t>(2));
     StepBegin begin;
     begin.step = 2;
     EXPECT_THAT(group.session(r).Begin(begin).status(),
@@ -95,7 +99,10 @@ void InterruptAndRedo(const char* method) {
   }
   group.Regroup();
   for (int r = 0; r < 2; ++r) group.session(r).ResumeAfterHeal(/*generation=*/1);
-  for (int r = 0; r < 2; ++r) EXPECT_TRUE(group.session(r).healthy());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(group.session(r).healthy());
+    EXPECT_TRUE(group.session(r).health().healthy());
+  }
   ASSERT_NO_FATAL_FAILURE(group.StepOk(2));
   ASSERT_NO_FATAL_FAILURE(group.StepOk(3));
   ExpectSameState(group, reference);

@@ -52,6 +52,22 @@ TEST(RankGroupFormingTest, RankZeroTakesCreationsOnlyOnceTheGroupFormed) {
   EXPECT_EQ(engine->ListSessions().size(), 0u);
 }
 
+// A restarted rank 0 holds none of the group's sessions before it healed itself in: a close then
+// is refused with nothing done. Before, the other ranks dropped their replicas and the caller was
+// told NOT_FOUND, which a client that tried once before reads as closed.
+TEST(RankGroupFormingTest, RankZeroTakesClosesOnlyOnceTheGroupFormed) {
+  EngineOptions engine_options;
+  engine_options.device.num_threads = 1;
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Create(engine_options));
+  RankGroup group(Healing(0), engine.get());
+  EXPECT_THAT(group.CloseSession("s-1"),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       "the group is forming (rank 0 heals itself in or restores the sessions); "
+                       "close session 's-1' again"));
+  group.MarkFormed();
+  EXPECT_THAT(group.CloseSession("s-1"), Not(StatusIs(absl::StatusCode::kUnavailable)));
+}
+
 TEST(RankGroupFormingTest, ARankWaitsForALostRankZeroOnlyOnceTheGroupFormed) {
   RankGroup group(Healing(1), nullptr);
   group.PeerLeft(0);
@@ -173,6 +189,33 @@ TEST(RankGroupFormingTest, AFailedHealLeavesTheRankLostAndItsConnectionsClosed) 
   EXPECT_THAT(session->Barrier(), StatusIs(absl::StatusCode::kUnavailable,
                                            "the heal of rank 2 into generation 1 "
                                            "failed"));
+}
+
+// Rank 0's own heal failed for a passing reason (`retry`): the survivors wait for its next
+// process, up to RankGroup::kMaxHealsLostInARow heals in a row, and then restart the group. A
+// failure for another reason restarts it at once. Before, every failure restarted it.
+TEST(RankGroupFormingTest, ASurvivorWaitsForRankZeroAfterItsHealFailedForAPassingReason) {
+  GroupCommunicators communicators = NoCommunicators();
+  int heals_failed = 0;
+  RankGroup group(CountingFailedHeals(&communicators, &heals_failed), nullptr);
+  group.MarkFormed();
+  const auto heal_fails = [&](uint64_t generation, bool retry) {
+    v1::RegroupRequest begin = Phase(generation, 0, "127.0.0.1:1", v1::RegroupRequest::PHASE_BEGIN);
+    OPTSTEP_ASSERT_OK(group.Regroup(begin));
+    v1::RegroupRequest end = InPhase(begin, v1::RegroupRequest::PHASE_END);
+    end.set_failed(true);
+    end.set_retry(retry);
+    OPTSTEP_ASSERT_OK(group.Regroup(end));
+  };
+  for (uint64_t g = 1; g <= RankGroup::kMaxHealsLostInARow; ++g) {
+    ASSERT_NO_FATAL_FAILURE(heal_fails(g, /*retry=*/true));
+    EXPECT_EQ(heals_failed, 0) << "heal " << g;
+    EXPECT_TRUE(group.AwaitsRankZero());
+  }
+  ASSERT_NO_FATAL_FAILURE(heal_fails(RankGroup::kMaxHealsLostInARow + 1, /*retry=*/true));
+  EXPECT_EQ(heals_failed, 1);  // the same failure over and over: the group restarts
+  ASSERT_NO_FATAL_FAILURE(heal_fails(RankGroup::kMaxHealsLostInARow + 2, /*retry=*/false));
+  EXPECT_EQ(heals_failed, 2);
 }
 
 TEST(RankGroupFormingTest, TheEndOfAHealNeverBegunHereChangesNothing) {

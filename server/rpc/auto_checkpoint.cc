@@ -114,8 +114,11 @@ void AutoCheckpointer::SessionClosed(const std::string& id) {
     absl::MutexLock lock(&mu_);
     closed_.insert(id);
     tracks_.erase(id);
-    if (saving_ == id) return;  // SaveNow removes them when it is done
   }
+  // Now, also while a save of the session runs (its temporary goes with them, so it commits
+  // nothing; SaveNow removes what it made meanwhile once it is done): the close is told before
+  // any rank drops the session, and left to the save's end, a rank 0 lost meanwhile left them
+  // for a restart to bring the closed session back.
   RemoveCheckpointsOf(id);
 }
 

@@ -282,6 +282,14 @@ absl::Status CheckNewSessionSpec(const v1::SessionSpec& spec) {
         absl::StrCat("session: step_deadline_ms = ", spec.step_deadline_ms(), " must be at most ",
                      kMaxStepDeadlineMs, " (an hour)"));
   }
+  // A shape is copied into every tensor made of it, none of which any budget counts.
+  for (const v1::ParameterSpec& p : spec.parameters()) {
+    if (p.shape_size() > kMaxDims) {
+      return absl::InvalidArgumentError(absl::StrCat("param '", CallerText(p.name(), 64),
+                                                     "': ", p.shape_size(), " dimensions (at most ",
+                                                     kMaxDims, ")"));
+    }
+  }
   if (spec.optimizer().sub_optimizers_size() > kMaxSubOptimizers) {
     return absl::InvalidArgumentError(
         absl::StrCat("optimizer: ", spec.optimizer().sub_optimizers_size(),
@@ -329,10 +337,6 @@ absl::StatusOr<SessionConfig> SessionConfigFromProto(const v1::SessionSpec& spec
         CheckCallerName(absl::StrCat("parameter ", i, ": name"), p.name(), kMaxParameterNameBytes));
     if (!names.insert(p.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat("param '", p.name(), "': declared twice"));
-    }
-    if (p.shape_size() > kMaxDims) {
-      return absl::InvalidArgumentError(absl::StrCat("param '", p.name(), "': ", p.shape_size(),
-                                                     " dimensions (at most ", kMaxDims, ")"));
     }
     ParamInfo info;
     info.name = p.name();

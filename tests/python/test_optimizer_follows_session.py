@@ -64,9 +64,13 @@ def test_a_rollback_before_an_attached_trainers_first_step_is_a_rewind(
             _step(attached, again, x, y)
         assert raised.value.step == 2 and rewound == [2] and again.next_step == 3
         assert _holds(attached, after_two), "the model did not take the restored parameters"
+        # The rewound step is what a native client connected later is told (a stale step 4 made
+        # a refusal of steps 3 and 4 read as a rollback).
+        assert restarted._native._marks[(again.session_id, 0)] == 2
         _step(attached, again, x, y)  # the loop redoes step 3
         assert again.last_step is not None and again.last_step.step == 3
         again.close_session()
+        assert not restarted._native._marks, "a closed session's steps are kept"
 
 
 def test_a_load_whose_pull_fails_makes_the_next_step_pull_and_rewind(

@@ -259,6 +259,7 @@ class Client:
         with self._lock:
             self._layouts.pop(session_id, None)
         self._shared.drop(session_id)
+        self._native.forget(session_id)
 
     def layout(self, session_id: str, refresh: bool = False) -> SessionLayout:
         """The session's parameters and owner ranks (cached; `refresh` asks again)."""
@@ -514,8 +515,8 @@ class Client:
         last = self._on_rank0(lambda rank: state_dicts.follow_progress(
             rank.checkpoint.Load, request, on_progress, self._stream_timeout, self._wait_for_ready))
         self.state_replaced(session_id, last.step)  # the step restored
-        with contextlib.suppress(OptstepError):  # its counters changed; the load stands regardless
-            self.layout(session_id, refresh=True)
+        with self._lock:  # its counters changed: read again at its next use
+            self._layouts.pop(session_id, None)
         return last
 
     def export_state_dict(self, session_id: str, model_chunks: Optional[Sequence[int]] = None,

@@ -468,6 +468,11 @@ class Connector:
         for client in clients:
             client.state_replaced(session_id, step, trainer_id)
 
+    def forget(self, session_id: str) -> None:
+        """The session was closed: its trainers' steps are told to no client connected later."""
+        with self._lock:
+            self._marks = {k: v for k, v in self._marks.items() if k[0] != session_id}
+
     def close(self) -> None:
         with self._lock:
             clients, self._clients = self._clients, []

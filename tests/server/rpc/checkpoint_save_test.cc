@@ -192,6 +192,32 @@ TEST_F(CheckpointSaveTest, TheCheckpointerForgetsAClosedSession) {
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(root_) / "auto" / session_));
 }
 
+// A close told while an automatic save of the session runs (here slowed in its copy) removes its
+// checkpoints at once, before any rank drops the session. Before, it left them to the save's
+// end: a rank 0 lost meanwhile, once the ranks had dropped the session, left them for a restart
+// to bring the closed session back.
+TEST_F(CheckpointSaveTest, AClosedSessionsCheckpointsGoAtOnceWhileASaveOfItRuns) {
+  namespace fs = std::filesystem;
+  AutoCheckpointer* checkpointer = AutoCheckpoints();
+  ASSERT_NO_FATAL_FAILURE(StepSession(1));
+  checkpointer->LookOnce();
+  const fs::path dir = fs::path(root_) / "auto" / session_;
+  ASSERT_TRUE(fs::exists(dir / "step-1"));
+  ASSERT_NO_FATAL_FAILURE(StepSession(2));
+  absl::StatusOr<std::shared_ptr<Session>> session = engine_->GetSession(session_);
+  ASSERT_TRUE(session.ok()) << session.status();
+  testutil::FaultInjector& faults = device_->faults();
+  const int64_t copies = faults.calls("CopyToHost");
+  faults.DelayCalls("CopyToHost", copies + 1, copies + 1, absl::Seconds(2));
+  std::thread save([&] { (void)checkpointer->SaveNow(**session); });
+  while (faults.calls("CopyToHost") == copies) absl::SleepFor(absl::Milliseconds(5));
+  checkpointer->SessionClosed(session_);  // as rank 0's RankGroup tells it, the save in its copy
+  EXPECT_FALSE(fs::exists(dir)) << "the closed session's checkpoints wait for the save's end";
+  save.join();
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_THAT(DirectoryEntries((fs::path(root_) / "auto").string()), IsEmpty());
+}
+
 // An export refused for want of a slot (two of the session's are open, unread) is refused
 // before its copy of the state is made: here every later copy to the host fails, and the refusal
 // is RESOURCE_EXHAUSTED all the same. Before, the copy came first (the session held while every

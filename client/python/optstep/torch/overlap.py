@@ -198,10 +198,10 @@ class BackwardOverlap:
         try:
             self.wait()
         finally:
-            # A backward that did not reach step() holds its step open (on the native data path,
-            # the C++ client too, which Client.close() could then not free).
-            self.discard()
             for handle in self._handles:
                 handle.remove()
             self._handles = []
+            # A backward that did not reach step() holds its step open (on the native data path,
+            # the C++ client too, which Client.close() could then not free).
+            self.discard()
 

@@ -311,6 +311,7 @@ class RemoteOptimizer(torch.optim.Optimizer):
         self._next_step = rewind.next_step
         try:
             self._pull()
+            self._holds_step(rewind.step)
             self._restore_missed = False
         except OptstepError as error:
             self._restore_missed = True

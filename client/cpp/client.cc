@@ -272,7 +272,7 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
 
 absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, DType dtype,
                                                   absl::Span<const uint32_t> param_ids,
-                                                  const ParamDestinations& into) {
+                                                  const ParamDestinations& into, absl::Time by) {
   OPTSTEP_RETURN_IF_ERROR(CheckReturnDType(dtype));
   OPTSTEP_ASSIGN_OR_RETURN(LayoutPtr layout, Layout(session_id));
   OPTSTEP_RETURN_IF_ERROR(client_internal::ValidateParamIds(*layout, param_ids));
@@ -303,7 +303,7 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
   // The answer of `rank`, the i-th of `ranks`, into the assembler.
   const auto read = [&](Rank& rank, size_t i) -> absl::Status {
     grpc::ClientContext context;
-    Prepare(context, options_.stream_timeout, options_.wait_for_ready);
+    Prepare(context, std::min(options_.stream_timeout, by - absl::Now()), options_.wait_for_ready);
     auto reader = rank.service->PullParameters(&context, request);
     absl::Status error;
     v1::PullParametersResponse response;
@@ -332,20 +332,25 @@ absl::StatusOr<Parameters> Client::PullParameters(absl::string_view session_id, 
   };
   if (!layout->owners_only()) {
     // Rank 0 where it is served now, each try into a fresh assembler.
-    OPTSTEP_RETURN_IF_ERROR(OnRankZero([&](Rank& rank) -> absl::Status {
-      OPTSTEP_RETURN_IF_ERROR(begin());
-      return read(rank, 0);
-    }));
+    OPTSTEP_RETURN_IF_ERROR(OnRankZero(
+        [&](Rank& rank) -> absl::Status {
+          OPTSTEP_RETURN_IF_ERROR(begin());
+          return read(rank, 0);
+        },
+        by));
   } else {
     // Each owner where it is served now; a pull cut by an owner away is begun again in whole
     // (into a fresh assembler) where it moved.
-    OPTSTEP_RETURN_IF_ERROR(OnRanks(std::vector<size_t>(ranks.begin(), ranks.end()), [&] {
-      OPTSTEP_RETURN_IF_ERROR(begin());
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        OPTSTEP_RETURN_IF_ERROR(read(*Reach(ranks[i]), i));
-      }
-      return absl::OkStatus();
-    }));
+    OPTSTEP_RETURN_IF_ERROR(OnRanks(
+        std::vector<size_t>(ranks.begin(), ranks.end()),
+        [&] {
+          OPTSTEP_RETURN_IF_ERROR(begin());
+          for (size_t i = 0; i < ranks.size(); ++i) {
+            OPTSTEP_RETURN_IF_ERROR(read(*Reach(ranks[i]), i));
+          }
+          return absl::OkStatus();
+        },
+        by));
   }
   OPTSTEP_ASSIGN_OR_RETURN(result.params, assembler->Finish());
   result.destinations_filled = assembler->destinations_filled();
@@ -390,11 +395,11 @@ absl::StatusOr<StepReply> Client::Step(const StepOptions& options,
         if (!checked) OPTSTEP_RETURN_IF_ERROR(check_into(*layout));
         return StepWithLayout(options, std::move(layout), gradients, into);
       },
-      [&] { return AppliedStep(options, into); });
+      [&](absl::Time by) { return AppliedStep(options, into, by); });
 }
 
 absl::StatusOr<StepReply> Client::AppliedStep(const StepOptions& options,
-                                              const ParamDestinations& into) {
+                                              const ParamDestinations& into, absl::Time by) {
   StepReply reply;
   reply.step = options.step;
   reply.grad_norm = std::numeric_limits<double>::quiet_NaN();  // not kept by a checkpoint
@@ -402,7 +407,7 @@ absl::StatusOr<StepReply> Client::AppliedStep(const StepOptions& options,
   // The pulled values go where the step's would have gone.
   OPTSTEP_ASSIGN_OR_RETURN(
       Parameters pulled,
-      PullParameters(options.session_id, options.return_dtype, options.return_param_ids, into));
+      PullParameters(options.session_id, options.return_dtype, options.return_param_ids, into, by));
   reply.step = pulled.step;  // below options.step: the group rolled back (StepRecovery rewinds)
   reply.params = std::move(pulled.params);
   reply.destinations_filled = pulled.destinations_filled;

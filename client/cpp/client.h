@@ -107,10 +107,12 @@ class Client final {
   // destinations_filled). INVALID_ARGUMENT (NOT_FOUND for an unknown id), before anything is
   // asked, for a destination that is not a parameter pulled or not its size in `dtype`. A pull
   // that fails part way may have written some destinations. `into`'s memory must stay valid
-  // during the call.
+  // during the call. The pull ends by `by` at the latest (DEADLINE_EXCEEDED), each stream
+  // within ClientOptions.stream_timeout as ever.
   absl::StatusOr<Parameters> PullParameters(absl::string_view session_id, DType dtype,
                                             absl::Span<const uint32_t> param_ids,
-                                            const ParamDestinations& into);
+                                            const ParamDestinations& into,
+                                            absl::Time by = absl::InfiniteFuture());
 
   // ---- Steps
 
@@ -286,9 +288,10 @@ class Client final {
   // Opens the Step streams of `options` over `layout`'s ranks (header sent).
   std::unique_ptr<StepStream> OpenStepCalls(const StepOptions& options, LayoutPtr layout);
 
-  // The reply of step `options` that the session applied and restored: its parameters, pulled,
-  // those with a destination in `into` written there.
-  absl::StatusOr<StepReply> AppliedStep(const StepOptions& options, const ParamDestinations& into);
+  // The reply of step `options` that the session applied and restored: its parameters, pulled
+  // by `by`, those with a destination in `into` written there.
+  absl::StatusOr<StepReply> AppliedStep(const StepOptions& options, const ParamDestinations& into,
+                                        absl::Time by);
 
   const ClientOptions options_;
   const std::vector<std::shared_ptr<Rank>> ranks_;

@@ -49,7 +49,7 @@ absl::Status StepRecovery::RunWhileUnavailable(absl::FunctionRef<absl::Status()>
 absl::StatusOr<StepReply> StepRecovery::Run(
     absl::string_view session_id, uint32_t trainer_id, uint64_t step, const GroupProbe& probe,
     absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,
-    absl::FunctionRef<absl::StatusOr<StepReply>()> applied) {
+    absl::FunctionRef<absl::StatusOr<StepReply>(absl::Time)> applied) {
   if (timeout_ <= absl::ZeroDuration()) return attempt();
   const TrainerKey key(session_id, trainer_id);
   std::optional<absl::Time> deadline;
@@ -140,10 +140,12 @@ absl::StatusOr<StepReply> StepRecovery::Run(
 
 absl::StatusOr<StepReply> StepRecovery::AppliedBy(
     const TrainerKey& key, uint64_t step, const GroupProbe& probe,
-    absl::FunctionRef<absl::StatusOr<StepReply>()> applied, absl::Time by) {
+    absl::FunctionRef<absl::StatusOr<StepReply>(absl::Time)> applied, absl::Time by) {
   absl::Duration wait = kFirstWait;
   while (true) {
-    absl::StatusOr<StepReply> reply = applied();
+    // Within the recovery's deadline: a pull that hangs (packets lost without a reset) would
+    // otherwise hold the trainer for the stream timeout.
+    absl::StatusOr<StepReply> reply = applied(by);
     // Parameters of an earlier step: the group was restored meanwhile (the pull was tried again
     // through its restart).
     if (reply.ok() && reply->step < step) return Rewind(key, reply->step, step);

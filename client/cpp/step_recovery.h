@@ -62,12 +62,13 @@ class StepRecovery {
                         std::function<void(absl::Duration)> sleep = absl::SleepFor);
 
   // Runs `attempt` (step `step` of `session_id` from trainer `trainer_id`, the same bytes each
-  // time) until it is answered, waiting out a recovering group as the header says; `applied`
-  // answers a step the session applied but can no longer replay.
+  // time) until it is answered, waiting out a recovering group as the header says;
+  // `applied(by)` answers a step the session applied but can no longer replay, its calls ended
+  // by `by` (the recovery's deadline).
   absl::StatusOr<StepReply> Run(absl::string_view session_id, uint32_t trainer_id, uint64_t step,
                                 const GroupProbe& probe,
                                 absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,
-                                absl::FunctionRef<absl::StatusOr<StepReply>()> applied);
+                                absl::FunctionRef<absl::StatusOr<StepReply>(absl::Time)> applied);
 
   // Runs `attempt`, a call that may be made again as it is (initial values before step 1),
   // until it answers anything but UNAVAILABLE (a group that heals refuses it meanwhile, having
@@ -89,13 +90,13 @@ class StepRecovery {
  private:
   using TrainerKey = std::pair<std::string, uint32_t>;
 
-  // `applied()` (the parameters of `step`, which the session applied), tried again while it
+  // `applied(by)` (the parameters of `step`, which the session applied), tried again while it
   // fails for a recovering reason (a rank still healing in, one lost during the pull) until
   // `by`: the step stands, and the trainer must not be told it failed. Parameters of an earlier
   // step (the group restored meanwhile) are a rewind to it.
-  absl::StatusOr<StepReply> AppliedBy(const TrainerKey& key, uint64_t step, const GroupProbe& probe,
-                                      absl::FunctionRef<absl::StatusOr<StepReply>()> applied,
-                                      absl::Time by);
+  absl::StatusOr<StepReply> AppliedBy(
+      const TrainerKey& key, uint64_t step, const GroupProbe& probe,
+      absl::FunctionRef<absl::StatusOr<StepReply>(absl::Time)> applied, absl::Time by);
   bool Recovering(const GroupProbe& probe, const absl::Status& error, absl::Time by) const;
   // Whether rank 0 does not serve now: it answers so, or does not answer by `by`.
   bool NotServing(const GroupProbe& probe, absl::Time by) const;

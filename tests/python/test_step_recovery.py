@@ -52,7 +52,7 @@ def attempts(failures: List[Exception], reply: int) -> Callable[[], int]:
     return attempt
 
 
-def restored() -> int:
+def restored(timeout: float) -> int:
     return 99
 
 
@@ -141,7 +141,7 @@ def test_a_step_applied_whose_answer_was_lost_is_answered_when_redone() -> None:
     steps = recovery()
     pulls: List[int] = []
 
-    def applied() -> int:
+    def applied(timeout: float) -> int:
         pulls.append(1)
         if len(pulls) == 1:
             raise UnavailableError("pull: rank 1 is away")
@@ -161,6 +161,26 @@ def test_a_step_applied_whose_answer_was_lost_is_answered_when_redone() -> None:
         steps.run(EndingGroup([5]), "s", 5, attempts([other], 5), applied)
 
 
+def test_the_pull_of_a_step_applied_ends_within_the_recovery_timeout() -> None:
+    """The pull of a step the group applied while it recovered gets what is left of the recovery
+    (10 s here), not the stream timeout: before, a pull that hung (packets lost without a reset)
+    held the trainer long past the recovery_timeout it set."""
+    steps = recovery()
+    timeouts: List[float] = []
+
+    def applied(timeout: float) -> int:
+        timeouts.append(timeout)
+        if len(timeouts) == 1:
+            raise UnavailableError("pull: rank 1 is away")
+        return 99
+
+    not_replayable = FailedPreconditionError("step 5 out of sequence; expected step 6",
+                                             payloads={EXPECTED_STEP_PAYLOAD: b"6"})
+    assert steps.run(EndingGroup([5]), "s", 5,
+                     attempts([UnavailableError("reset"), not_replayable], 5), applied) == 99
+    assert len(timeouts) == 2 and all(0 < t <= 10.0 for t in timeouts), timeouts
+
+
 def test_a_pull_of_a_step_applied_that_answers_an_earlier_step_is_a_rewind() -> None:
     """The pull tried again meanwhile answers the parameters of an earlier step (the group
     restarted and restored an older checkpoint while it was tried): a rewind to that step, not
@@ -168,7 +188,7 @@ def test_a_pull_of_a_step_applied_that_answers_an_earlier_step_is_a_rewind() -> 
     steps = recovery()
     pulls: List[int] = []
 
-    def applied() -> int:
+    def applied(timeout: float) -> int:
         pulls.append(1)
         if len(pulls) == 1:
             raise UnavailableError("pull: rank 0 is away")

@@ -316,13 +316,16 @@ class Client:
         return self._recovery.run_while_unavailable(send)
 
     def pull_parameters(self, session_id: str, dtype: dtypes.DTypeLike = "fp32",
-                        params: Optional[Sequence[ParamRef]] = None) -> Parameters:
-        """The current parameters (`params`, or all) in fp32 or bf16, after the last step."""
+                        params: Optional[Sequence[ParamRef]] = None, *,
+                        timeout: Optional[float] = None) -> Parameters:
+        """The current parameters (`params`, or all) in fp32 or bf16, after the last step; each
+        stream within `timeout` seconds when given (at most the client's stream_timeout)."""
         wire = dtypes.return_dtype(dtype)
         layout = self.layout(session_id)
         ids = layout.param_ids(params or ())
         request = svc_pb2.PullParametersRequest(session_id=session_id, dtype=wire, param_ids=ids)
-        timeout, ready = self._stream_timeout, self._wait_for_ready
+        ready = self._wait_for_ready
+        timeout = self._stream_timeout if timeout is None else min(timeout, self._stream_timeout)
         if not layout.owners_only:
             # REPLICATED storage: rank 0 holds every parameter (a client of one target asks it).
             return self._on_rank0(lambda rank: pull_whole(
@@ -394,9 +397,9 @@ class Client:
                  outs: Mapping[int, Any]) -> StepReply:
         """Runs `attempt` until the step is applied, through a recovery of the group."""
 
-        def applied() -> StepReply:  # an earlier step's values: a rollback, which run() rewinds
+        def applied(timeout: float) -> StepReply:  # an earlier step's values: run() rewinds
             pulled = Parameters(step, {}) if skip_return else self.pull_parameters(
-                session_id, wire, return_params)
+                session_id, wire, return_params, timeout=timeout)
             return StepReply(pulled.step, False, float("nan"), False, pulled.params)
 
         reply: StepReply = self._recovery.run(self, session_id, step, attempt, applied,

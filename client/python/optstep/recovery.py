@@ -114,11 +114,12 @@ class StepRecovery:
         self.on_restart: Optional[Callable[[str, int, Optional[int]], None]] = None
 
     def run(self, group: GroupView, session_id: str, step: int, attempt: Callable[[], _Reply],
-            applied: Callable[[], _Reply], *, trainer_id: int = 0,
+            applied: Callable[[float], _Reply], *, trainer_id: int = 0,
             step_of: Optional[Callable[[_Reply], int]] = None) -> _Reply:
         """`attempt()` sends step `step` of trainer `trainer_id` (the same bytes each time) and
-        answers its reply; `applied()` answers the reply of a step the session has applied but
-        can no longer replay, and `step_of` (when given) the step of its values."""
+        answers its reply; `applied(timeout)` answers, within `timeout` seconds (what is left of
+        the recovery), the reply of a step the session has applied but can no longer replay, and
+        `step_of` (when given) the step of its values."""
         if self.timeout <= 0:
             return attempt()
         key = (session_id, trainer_id)
@@ -286,16 +287,17 @@ class StepRecovery:
             return False
 
     def _applied_by(self, group: GroupView, key: Tuple[str, int], step: int,
-                    applied: Callable[[], _Reply], step_of: Optional[Callable[[_Reply], int]],
+                    applied: Callable[[float], _Reply], step_of: Optional[Callable[[_Reply], int]],
                     by: float) -> _Reply:
-        """`applied()` (the parameters of `step`, which the session applied), tried again while
+        """`applied(timeout)` (the parameters of `step`, which the session applied, within what is
+        left until `by`: a pull that hung held the trainer for the stream timeout), tried again while
         it fails for a recovering reason (a rank still healing in, one lost during the pull)
         until `by`: the step stands, and the trainer must not be told it failed. Parameters of
         an earlier step (the group restored meanwhile) are a rewind to it."""
         wait = _FIRST_WAIT
         while True:
             try:
-                reply = applied()
+                reply = applied(self._left(by))
             except OptstepError as error:
                 if self._clock() >= by or not self._recovering(group, error, by):
                     raise

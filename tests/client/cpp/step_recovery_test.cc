@@ -61,7 +61,7 @@ struct Attempts {
   }
 };
 
-absl::StatusOr<StepReply> Restored() {
+absl::StatusOr<StepReply> Restored(absl::Time = absl::InfiniteFuture()) {
   StepReply reply;
   reply.step = 99;  // marks the answer of `applied`
   return reply;
@@ -178,7 +178,7 @@ TEST(StepRecoveryTest, ThePullOfAStepAppliedWhileTheGroupRecoveredIsTriedAgain) 
   StepRecovery recovery = Recovery();
   FakeGroup group{.step = 5};
   int pulls = 0;
-  auto applied = [&pulls]() -> absl::StatusOr<StepReply> {
+  auto applied = [&pulls](absl::Time) -> absl::StatusOr<StepReply> {
     if (pulls++ < 2) return absl::UnavailableError("pull: rank 1 is away");
     return Restored();
   };
@@ -189,7 +189,7 @@ TEST(StepRecoveryTest, ThePullOfAStepAppliedWhileTheGroupRecoveredIsTriedAgain) 
   EXPECT_EQ(reply->step, 99u);
   EXPECT_EQ(pulls, 3);
   // Refused for a reason that is no recovery's: the caller's error, at once.
-  auto refused = [&pulls]() -> absl::StatusOr<StepReply> {
+  auto refused = [&pulls](absl::Time) -> absl::StatusOr<StepReply> {
     ++pulls;
     return absl::InvalidArgumentError("pull: param_id 7 out of range");
   };
@@ -199,6 +199,28 @@ TEST(StepRecoveryTest, ThePullOfAStepAppliedWhileTheGroupRecoveredIsTriedAgain) 
   EXPECT_EQ(pulls, 4);
 }
 
+// The pull of a step applied ends by the recovery's deadline (it is given the time left):
+// before, it ran for the whole stream timeout, so a pull that hung (packets lost without a
+// reset) held the trainer long past the recovery_timeout it set.
+TEST(StepRecoveryTest, ThePullOfAStepAppliedEndsByTheRecoverysDeadline) {
+  StepRecovery recovery = Recovery(absl::Seconds(10));
+  FakeGroup group{.step = 5};
+  std::vector<absl::Time> bys;
+  auto applied = [&bys](absl::Time by) -> absl::StatusOr<StepReply> {
+    bys.push_back(by);
+    if (bys.size() == 1) return absl::UnavailableError("pull: rank 1 is away");
+    return Restored();
+  };
+  const absl::Time began = absl::Now();
+  Attempts first{{absl::UnavailableError("reset"), NotReplayable()}, 5};
+  ASSERT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(first), applied).status(), IsOk());
+  ASSERT_EQ(bys.size(), 2u);
+  for (absl::Time by : bys) {
+    EXPECT_LE(by, began + absl::Seconds(10) + absl::Seconds(1));
+    EXPECT_EQ(by, bys[0]) << "each pull gets the same deadline: the recovery's";
+  }
+}
+
 // The pull tried again meanwhile answers the parameters of an earlier step: the group restarted
 // and restored an older checkpoint while it was tried. A rewind to that step, not step 5's answer
 // (before, the pull's values were answered as step 5's, and the trainer trained on them).
@@ -206,7 +228,7 @@ TEST(StepRecoveryTest, APullOfAStepAppliedThatAnswersAnEarlierStepIsARewind) {
   StepRecovery recovery = Recovery();
   FakeGroup group{.step = 5};
   int pulls = 0;
-  auto applied = [&pulls]() -> absl::StatusOr<StepReply> {
+  auto applied = [&pulls](absl::Time) -> absl::StatusOr<StepReply> {
     if (pulls++ == 0) return absl::UnavailableError("pull: rank 0 is away");
     StepReply restored;
     restored.step = 4;
@@ -225,13 +247,13 @@ TEST(StepRecoveryTest, APullOfAStepAppliedThatAnswersAnEarlierStepIsARewind) {
 TEST(StepRecoveryTest, AStepAppliedWhoseAnswerWasLostIsAnsweredWhenRedone) {
   StepRecovery recovery = Recovery();
   FakeGroup group{.step = 5};
-  auto lost = []() -> absl::StatusOr<StepReply> {
+  auto lost = [](absl::Time) -> absl::StatusOr<StepReply> {
     return absl::InvalidArgumentError("pull: the caller gave up");
   };
   Attempts first{{absl::UnavailableError("reset"), NotReplayable()}, 5};
   EXPECT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(first), lost).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "gave up"));
-  auto applied = []() -> absl::StatusOr<StepReply> { return Restored(); };
+  auto applied = [](absl::Time) -> absl::StatusOr<StepReply> { return Restored(); };
   Attempts again{{NotReplayable()}, 5};
   absl::StatusOr<StepReply> reply =
       recovery.Run("s", 0, 5, group.probe(), std::ref(again), applied);

@@ -103,7 +103,9 @@ void RankProcess::StartStandIn(int rank) {
 void RankProcess::EndStandInOnceReplaced() {
   if (stand_in_ == nullptr) return;
   const int rank = stand_in_->options_.rank;
-  if (stand_in_->restart_requested_) {
+  // Without a supervisor to restart it (--noexit_on_peer_loss) the host does not exit: the
+  // stand-in is then handed over as ever.
+  if (stand_in_->restart_requested_ && options_.exit_on_peer_loss) {
     return ExitForRestart(
         absl::StrCat("its stand-in for rank ", rank, " asked for a restart of the group"));
   }

@@ -107,11 +107,12 @@ void AutoCheckpointer::Restored(const std::string& id, uint64_t step) {
 
 void AutoCheckpointer::SessionClosed(const std::string& id) {
   {
+    // Marked closed once no commit of the session runs (a commit checks the mark under
+    // commits_->mu): a save commits before the removal below, or not at all.
     absl::MutexLock lock(&commits_->mu);
+    commits_->AwaitNoCommitOf(id);
     commits_->kept.erase(id);
-  }
-  {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock closing(&mu_);
     closed_.insert(id);
     tracks_.erase(id);
   }
@@ -162,12 +163,7 @@ absl::StatusOr<RankGroupOptions::ReplacementDone> AutoCheckpointer::Replacing(
     // A save of the session being committed ends first: its checkpoint is then one of those
     // set aside. Sessions are marked alone, so that no other session's save waits for this.
     absl::MutexLock lock(&commits_->mu);
-    struct Committing {
-      const std::set<std::string>* ids;
-      const std::string* id;
-    } committing{&commits_->committing, &id};
-    commits_->mu.Await(absl::Condition(
-        +[](Committing* c) { return c->ids->count(*c->id) == 0; }, &committing));
+    commits_->AwaitNoCommitOf(id);
     commits_->replacing.insert(id);
   }
   std::vector<HiddenCheckpoint> hidden;
@@ -531,13 +527,22 @@ absl::StatusOr<uint64_t> AutoCheckpointer::SaveShards(Session& session,
     // the timeline it leaves), took the session from the timeline this save belongs to:
     // committed, it would stand for it, and a restart would restore it over the new state.
     bool replaced = false;
+    bool closed = false;
     {
       absl::MutexLock lock(&commits_->mu);
       replaced = commits_->replacing.count(session.id()) > 0 ||
                  session.stats().state_replacements != snapshot_replacements;
-      if (!replaced) commits_->committing.insert(session.id());
+      {
+        // Closed since the save began (SessionClosed marks it under commits_->mu, once no
+        // commit of it runs): its checkpoints went, and a commit now would bring one back.
+        absl::MutexLock closing(&mu_);
+        closed = closed_.count(session.id()) > 0;
+      }
+      if (!replaced && !closed) commits_->committing.insert(session.id());
     }
-    if (replaced) {
+    if (closed) {
+      status = SessionNotFoundError(session.id());
+    } else if (replaced) {
       replaced_meanwhile = true;
       status = absl::AbortedError(absl::StrCat(
           "session '", session.id(),

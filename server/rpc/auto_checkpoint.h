@@ -214,6 +214,16 @@ class AutoCheckpointer {
         ABSL_GUARDED_BY(mu);
     std::map<std::string, uint64_t> kept ABSL_GUARDED_BY(mu);
     absl::Mutex hiding;
+
+    // Waits until no save of session `id` commits.
+    void AwaitNoCommitOf(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      struct Committing {
+        const std::set<std::string>* ids;
+        const std::string* id;
+      } committing{&this->committing, &id};
+      mu.Await(absl::Condition(
+          +[](Committing* c) { return c->ids->count(*c->id) == 0; }, &committing));
+    }
   };
   const std::shared_ptr<Commits> commits_ = std::make_shared<Commits>();
   std::thread thread_;

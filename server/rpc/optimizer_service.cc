@@ -103,7 +103,11 @@ grpc::ServerUnaryReactor* OptimizerServiceImpl::CloseSession(grpc::CallbackServe
                                        "CloseSession: cancelled while it waited its turn"));
           return;
         }
-        absl::Status status = FindSession(*engine_, caller, request->session_id()).status();
+        // Before FindSession: a forming rank 0 holds none or some of the group's sessions, and a
+        // NOT_FOUND reads as closed to a client that tried once before.
+        absl::Status status = group_->FormingStatus(
+            absl::StrCat("close session '", request->session_id(), "' again"));
+        if (status.ok()) status = FindSession(*engine_, caller, request->session_id()).status();
         if (status.ok()) status = group_->CloseSession(request->session_id());
         reactor->Finish(ToGrpcStatus(status));
       },

@@ -142,6 +142,30 @@ bool RankGroup::formed() const {
   return formed_;
 }
 
+absl::Status RankGroup::FormingStatus(absl::string_view what) const {
+  if (options_.rank != 0 || !options_.heal || formed()) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("the group is forming (rank 0 heals itself in or restores the sessions); ", what,
+                   " when rank 0 reports SERVING"));
+}
+
+void RankGroup::NoteFormedSeen(int rank) {
+  if (rank <= 0 || rank >= options_.world_size) return;
+  absl::MutexLock lock(&mu_);
+  formed_seen_.insert(rank);
+}
+
+bool RankGroup::AwaitFormedSeen(absl::Duration bound) {
+  absl::MutexLock lock(&mu_);
+  struct Seen {
+    const std::set<int>* seen;
+    size_t peers;
+  } seen{&formed_seen_, static_cast<size_t>(options_.world_size - 1)};
+  return mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](Seen* s) { return s->seen->size() >= s->peers; }, &seen),
+                              bound);
+}
+
 uint64_t RankGroup::generation() const {
   absl::MutexLock lock(&mu_);
   return generation_;
@@ -306,11 +330,7 @@ absl::StatusOr<Engine::Created> RankGroup::CreateSession(const v1::SessionSpec& 
   }
   // A session made before a restarted rank 0 healed itself in would be made on the other ranks
   // beside their own sessions, in the generation they had.
-  if (options_.heal && !formed()) {
-    return absl::UnavailableError(
-        "the group is forming (rank 0 heals itself in or restores the sessions); retry when rank "
-        "0 reports SERVING");
-  }
+  OPTSTEP_RETURN_IF_ERROR(FormingStatus("retry"));
   OPTSTEP_RETURN_IF_ERROR(PeersStatus());
   OPTSTEP_ASSIGN_OR_RETURN(SessionConfig config, SessionConfigFromProto(spec, owner, request_id));
   absl::MutexLock create_lock(&create_mu_);
@@ -408,11 +428,7 @@ absl::Status RankGroup::CloseSession(const std::string& id) {
   // A restarted rank 0 holds none of the group's sessions until it healed itself in: a close then
   // dropped the other ranks' replicas and answered NOT_FOUND, which a client that tried once
   // before reads as closed, with the automatic checkpoints left for a restart to bring back.
-  if (options_.heal && !formed()) {
-    return absl::UnavailableError(absl::StrCat(
-        "the group is forming (rank 0 heals itself in or restores the sessions); close session '",
-        id, "' again when rank 0 reports SERVING"));
-  }
+  OPTSTEP_RETURN_IF_ERROR(FormingStatus(absl::StrCat("close session '", id, "' again")));
   absl::MutexLock lifecycle_lock(&create_mu_);
   // Told before any rank drops its replica: its automatic checkpoints go first (hidden by a
   // durable rename), so that a rank 0 lost halfway through the close leaves none for a restart

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -160,6 +161,11 @@ class RankGroup {
   // only some of the sessions that its automatic checkpoints hold.
   void MarkFormed();
   bool formed() const;
+  // Rank 0: peer `rank` was answered that the group formed (PeerService.Ping).
+  void NoteFormedSeen(int rank);
+  // Rank 0: waits up to `bound` until every peer was answered that the group formed; answers
+  // whether they were. Until a peer knows, losing rank 0 restarts the group rather than heal it.
+  bool AwaitFormedSeen(absl::Duration bound);
   // A rank other than 0 of a formed group that heals, whose rank 0 is lost or gone: it waits for
   // rank 0's next process, which heals itself into this rank's group (heal.h, HealRankZero).
   bool AwaitsRankZero() const {
@@ -270,6 +276,9 @@ class RankGroup {
                                                           const v1::SessionSpec& spec,
                                                           const std::string& owner,
                                                           const std::string& request_id);
+  // Rank 0 of a group that heals before it formed (it restores its sessions, or heals itself in):
+  // UNAVAILABLE naming `what` (it holds none or some of the group's sessions yet); else OK.
+  absl::Status FormingStatus(absl::string_view what) const;
   // Rank 0: tells `on_session_closed` of a session the group serves, then closes it on every rank
   // (the peers' errors are logged, not returned). Waits for a heal that runs (lifecycle_mu).
   // FAILED_PRECONDITION on another rank: its copy alone would go.
@@ -363,6 +372,7 @@ class RankGroup {
   std::string rank_zero_stand_in_ ABSL_GUARDED_BY(mu_);
   std::string heard_rendezvous_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<int> formed_seen_ ABSL_GUARDED_BY(mu_);    // rank 0: NoteFormedSeen
   std::vector<bool> stood_in_ ABSL_GUARDED_BY(mu_);   // by rank
   std::vector<int> lost_heals_ ABSL_GUARDED_BY(mu_);  // by rank (CountHealLost)
   absl::Mutex heal_mu_;

@@ -13,10 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/cpp/client.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "optstep/v1/internal.grpc.pb.h"
+#include "optstep/v1/optimizer_service.grpc.pb.h"
 #include "tests/integration/healing_group.h"
 #include "tests/testing/directory_listing.h"
 #include "tests/testing/server_process.h"
@@ -32,6 +35,7 @@ using ::optstep::testutil::Live;
 using ::optstep::testutil::Restart;
 using ::optstep::testutil::Running;
 using ::optstep::testutil::SameStateAndParameters;
+using ::optstep::testutil::ServerProcess;
 using ::optstep::testutil::SpreadSpec;
 using ::optstep::testutil::SteppedReference;
 using ::optstep::testutil::StepSpread;
@@ -148,6 +152,27 @@ TEST_F(HealEndTest, ARankZeroWhoseHealFailsForAPassingReasonHealsInWithItsNextPr
   }
   ASSERT_THAT(Restart(group_, 0, flags), IsOk());
   ExpectHealedAndSteppedOn();
+}
+
+// A rank 0 that has not formed its group (its peers never come here) holds none of its sessions:
+// a close is refused UNAVAILABLE, to be made again once it serves. Before, it was answered
+// NOT_FOUND, which a client that tried once before reads as closed.
+TEST(HealRacesTest, ARankZeroThatHasNotFormedItsGroupRefusesACloseAsUnavailable) {
+  std::vector<std::string> flags = testutil::HealingFlags();
+  flags.push_back("--rank=0");
+  flags.push_back(absl::StrCat("--world_size=", kWorld));
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(std::unique_ptr<ServerProcess> rank_zero,
+                               ServerProcess::Start(flags));
+  auto stub = v1::OptimizerService::NewStub(
+      grpc::CreateChannel(rank_zero->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::CloseSessionRequest close;
+  close.set_session_id("s0123456789abcdef0123456789abcdef");
+  v1::CloseSessionResponse closed;
+  const grpc::Status refused = stub->CloseSession(&context, close, &closed);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("the group is forming"));
 }
 
 // Rank 0 (with --drop_first_peer_call) drops its first call that closes a session on rank 2, and

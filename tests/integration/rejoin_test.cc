@@ -490,6 +490,30 @@ TEST(RejoinTest, ARankLostInEveryHealRestartsTheGroupAfterThree) {
   EXPECT_TRUE(ExitsForRestart(*group[0], absl::Seconds(30)));
 }
 
+// Rank 0 reports SERVING only once every rank was told that the group formed (the answer to its
+// next heartbeat, two seconds apart here): a rank 0 lost the moment it serves heals itself in.
+// Before, it served at once, and the other ranks, which had not been told yet, took its loss for
+// one before the group formed: they exited, and the group restarted, trainers' steps since
+// rewound to the automatic checkpoints.
+TEST(RejoinTest, ARankZeroLostAsSoonAsItServesHealsItselfIn) {
+  const std::vector<std::string> flags = {"--heartbeat_interval_ms=2000", "--peer_timeout_ms=6000",
+                                          "--state_redundancy=1", "--rejoin_timeout_ms=60000"};
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(Group group, testutil::StartGroup(kWorld, flags));
+  ASSERT_TRUE(AwaitHealth(*group[0], true, absl::Seconds(30)));
+  group[0]->SignalAndWait(SIGKILL);
+  ASSERT_THAT(Restart(group, 0, flags), IsOk());
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(AwaitHealth(*group[r], true, absl::Seconds(60))) << "rank " << r;
+  }
+  for (int r = 1; r < kWorld; ++r) {
+    EXPECT_TRUE(Running(*group[r])) << "rank " << r << " exited for a restart of the group";
+  }
+  std::unique_ptr<Client> trainer = Trainer(group);
+  ASSERT_NE(trainer, nullptr);
+  OPTSTEP_ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, trainer->CreateSession(SpreadSpec("after")));
+  EXPECT_THAT(StepSpread(*trainer, info.session_id(), 1).status(), IsOk());
+}
+
 TEST(RejoinTest, RankZeroRestartedTogetherWithAnotherRankRestartsTheGroup) {
   // A short group timeout: the new rank 0 waits that long at most for a rank that left.
   std::vector<std::string> flags = kFlags;

@@ -68,6 +68,18 @@ TEST(RankGroupFormingTest, RankZeroTakesClosesOnlyOnceTheGroupFormed) {
   EXPECT_THAT(group.CloseSession("s-1"), Not(StatusIs(absl::StatusCode::kUnavailable)));
 }
 
+TEST(RankGroupFormingTest, RankZeroKnowsWhenEveryPeerWasToldThatTheGroupFormed) {
+  RankGroup group(Healing(0), nullptr);
+  group.MarkFormed();
+  EXPECT_FALSE(group.AwaitFormedSeen(absl::Milliseconds(10)));
+  group.NoteFormedSeen(1);
+  group.NoteFormedSeen(7);  // no rank of the group
+  group.NoteFormedSeen(0);  // rank 0 itself
+  EXPECT_FALSE(group.AwaitFormedSeen(absl::Milliseconds(10)));
+  group.NoteFormedSeen(2);
+  EXPECT_TRUE(group.AwaitFormedSeen(absl::Milliseconds(10)));
+}
+
 TEST(RankGroupFormingTest, ARankWaitsForALostRankZeroOnlyOnceTheGroupFormed) {
   RankGroup group(Healing(1), nullptr);
   group.PeerLeft(0);

@@ -178,13 +178,14 @@ void RankProcess::JoinGroup(const std::string& address, std::shared_ptr<GrpcKeyV
       LOG_IF(WARNING, !formed.ok()) << "cannot mark the group formed: " << formed;
     }
   }
-  // Not SERVING before every peer knows the group formed (their next heartbeat's answer): a rank
+  // Not SERVING before every peer told it knows the group formed (PingRequest.knows_group_formed,
+  // the heartbeat after the answer that told it): a rank
   // 0 lost before that restarts the group rather than heal itself in, and the steps trainers took
   // meanwhile went back to the automatic checkpoints. Before, trainers stepped at once.
   if (options_.rank == 0 && heals() && !healed &&
       !group_->AwaitFormedSeen(5 * options_.heartbeat_interval)) {
-    LOG(WARNING) << "event=group_formed_unseen some ranks were not told that the group formed "
-                    "within five heartbeat intervals; serving all the same";
+    LOG(WARNING) << "event=group_formed_unseen some ranks did not tell that they know the group "
+                    "formed within five heartbeat intervals; serving all the same";
   }
   LOG(INFO) << "rank " << options_.rank << " of " << options_.world_size << " ready at " << address;
   server_->SetReady(true);

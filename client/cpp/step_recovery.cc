@@ -27,6 +27,9 @@ absl::Duration Doubled(absl::Duration wait) { return std::min(2 * wait, kLongest
 // release, a step's parameters could come back as each rank had stepped its own, before the
 // ranks' all-gather ended it (a rank's stream now ends only once the step ended on it).
 constexpr absl::Duration kStepEndWait = absl::Seconds(30);
+// The least time the pull of a step the session applied gets, whatever is left of the recovery:
+// the step stands, and the recovery's last moments must not make it an error.
+constexpr absl::Duration kLeastAppliedPull = absl::Seconds(30);
 constexpr absl::Duration kFirstStepEndPoll = absl::Milliseconds(5);
 constexpr absl::Duration kLongestStepEndPoll = absl::Milliseconds(100);
 
@@ -143,13 +146,19 @@ absl::StatusOr<StepReply> StepRecovery::AppliedBy(
     absl::FunctionRef<absl::StatusOr<StepReply>(absl::Time)> applied, absl::Time by) {
   absl::Duration wait = kFirstWait;
   while (true) {
-    // Within the recovery's deadline: a pull that hangs (packets lost without a reset) would
-    // otherwise hold the trainer for the stream timeout.
-    absl::StatusOr<StepReply> reply = applied(by);
+    // Within the recovery's deadline (a pull that hangs, packets lost without a reset, would
+    // otherwise hold the trainer for the stream timeout), but never less than kLeastAppliedPull.
+    absl::StatusOr<StepReply> reply = applied(std::max(by, absl::Now() + kLeastAppliedPull));
     // Parameters of an earlier step: the group was restored meanwhile (the pull was tried again
     // through its restart).
     if (reply.ok() && reply->step < step) return Rewind(key, reply->step, step);
-    if (reply.ok() || absl::Now() >= by || !Recovering(probe, reply.status(), by)) return reply;
+    if (reply.ok()) return reply;
+    if (absl::Now() >= by || !Recovering(probe, reply.status(), by)) {
+      return absl::Status(reply.status().code(),
+                          absl::StrCat("step ", step, " of session '", key.first,
+                                       "' was applied, but its parameters were not pulled: ",
+                                       reply.status().message()));
+    }
     sleep_(std::min(wait, std::max(absl::ZeroDuration(), by - absl::Now())));
     wait = Doubled(wait);
   }

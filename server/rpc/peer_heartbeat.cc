@@ -49,12 +49,14 @@ std::vector<std::optional<v1::PingResponse>> PeerHeartbeat::PingAll(
   absl::Mutex mu;
   size_t pending = 0;
   const std::string rendezvous = options_.rendezvous ? options_.rendezvous() : std::string();
+  const bool knows_formed = options_.knows_group_formed && options_.knows_group_formed();
   for (v1::PeerService::Stub* peer : peers) {
     auto call = std::make_unique<Call>();
     call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.interval));
     call->request.set_rank(options_.rank);
     call->request.set_leaving(leaving);
     call->request.set_rendezvous(rendezvous);
+    call->request.set_knows_group_formed(knows_formed);
     {
       absl::MutexLock lock(&mu);
       ++pending;

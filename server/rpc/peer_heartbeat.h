@@ -34,6 +34,9 @@ class PeerHeartbeat {
     // Told when an answer of rank 0 says that the group formed (on the heartbeat thread); may be
     // null.
     std::function<void()> on_group_formed;
+    // Whether this rank knows that its group formed, told in every ping
+    // (PingRequest.knows_group_formed); may be null (false).
+    std::function<bool()> knows_group_formed;
     // Told of each answer of rank 1: where it stands in for a lost rank 0 (empty: nowhere), on the
     // heartbeat thread; may be null.
     std::function<void(const std::string& address)> on_rank_zero_stand_in;

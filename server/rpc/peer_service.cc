@@ -106,7 +106,11 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Ping(grpc::CallbackServerContext* con
     response->set_rank(group_->rank());
     response->set_incarnation(group_->incarnation());
     response->set_group_formed(group_->rank() == 0 && group_->formed());
-    if (response->group_formed()) group_->NoteFormedSeen(static_cast<int>(request->rank()));
+    // A rank that says it knows (its next heartbeat after the answer that told it): an answer
+    // that reached it too late, a probe's ping or a leaving rank's is not counted.
+    if (response->group_formed() && request->knows_group_formed() && !request->leaving()) {
+      group_->NoteFormedSeen(static_cast<int>(request->rank()));
+    }
     response->set_generation(group_->generation());
     response->set_healing(group_->healing());
     if (group_->rank() == 1) response->set_rank_zero_stand_in(group_->rank_zero_stand_in());

@@ -83,6 +83,7 @@ void RankGroup::StartHeartbeats() {
   options.interval = options_.heartbeat_interval;
   if (options_.rank != 0) {
     options.on_group_formed = [this] { MarkFormed(); };
+    options.knows_group_formed = [this] { return formed(); };
     options.on_rank_zero_heal = [this](uint64_t generation, bool healing) {
       HearOfRankZeroHeal(generation, healing);
     };

@@ -161,10 +161,10 @@ class RankGroup {
   // only some of the sessions that its automatic checkpoints hold.
   void MarkFormed();
   bool formed() const;
-  // Rank 0: peer `rank` was answered that the group formed (PeerService.Ping).
+  // Rank 0: peer `rank` told it knows that the group formed (PeerService.Ping).
   void NoteFormedSeen(int rank);
-  // Rank 0: waits up to `bound` until every peer was answered that the group formed; answers
-  // whether they were. Until a peer knows, losing rank 0 restarts the group rather than heal it.
+  // Rank 0: waits up to `bound` until every peer told it knows that the group formed; answers
+  // whether they did. Until a peer knows, losing rank 0 restarts the group rather than heal it.
   bool AwaitFormedSeen(absl::Duration bound);
   // A rank other than 0 of a formed group that heals, whose rank 0 is lost or gone: it waits for
   // rank 0's next process, which heals itself into this rank's group (heal.h, HealRankZero).

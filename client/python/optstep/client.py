@@ -318,23 +318,23 @@ class Client:
     def pull_parameters(self, session_id: str, dtype: dtypes.DTypeLike = "fp32",
                         params: Optional[Sequence[ParamRef]] = None, *,
                         timeout: Optional[float] = None) -> Parameters:
-        """The current parameters (`params`, or all) in fp32 or bf16, after the last step; each
-        stream within `timeout` seconds when given (at most the client's stream_timeout)."""
+        """The current parameters (`params`, or all) in fp32 or bf16, after the last step; all of
+        the pull within `timeout` seconds when given (each stream within stream_timeout)."""
         wire = dtypes.return_dtype(dtype)
         layout = self.layout(session_id)
         ids = layout.param_ids(params or ())
         request = svc_pb2.PullParametersRequest(session_id=session_id, dtype=wire, param_ids=ids)
-        ready = self._wait_for_ready
-        timeout = self._stream_timeout if timeout is None else min(timeout, self._stream_timeout)
+        timeout, ready, deadline = self._stream_timeout, self._wait_for_ready, deadline_in(timeout)
         if not layout.owners_only:
             # REPLICATED storage: rank 0 holds every parameter (a client of one target asks it).
             return self._on_rank0(lambda rank: pull_whole(
-                rank, request, layout, wire, ids, timeout=timeout, wait_for_ready=ready))
+                rank, request, layout, wire, ids, timeout=timeout_by(timeout, deadline),
+                wait_for_ready=ready), deadline)
         # OWNERS: each owner its own; begun again in whole where an owner away moved.
         return self._following(
             lambda: pull_owned(self._ranks.reach(layout), request, layout, wire, ids,
-                               timeout=timeout, wait_for_ready=ready),
-            lambda: [r.target for r in self._ranks.reach(layout)])
+                               timeout=timeout, wait_for_ready=ready, deadline=deadline),
+            lambda: [r.target for r in self._ranks.reach(layout)], deadline)
 
     # ---- steps
 

@@ -44,6 +44,9 @@ _WHEN_NOT_SERVING = (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
 # Backoff between looks at the group: the first wait and the longest one, in seconds.
 _FIRST_WAIT = 0.05
 _LONGEST_WAIT = 1.0
+# The least time (seconds) the pull of a step the session applied gets, whatever is left of the
+# recovery.
+_LEAST_APPLIED_PULL = 30.0
 # How long a session may take to reach the step this client saw applied (from a server of an
 # earlier release a step's parameters could come back before the ranks' all-gather ended it; a
 # rank's stream now ends only once the step ended on it), and the polls.
@@ -290,17 +293,21 @@ class StepRecovery:
                     applied: Callable[[float], _Reply], step_of: Optional[Callable[[_Reply], int]],
                     by: float) -> _Reply:
         """`applied(timeout)` (the parameters of `step`, which the session applied, within what is
-        left until `by`: a pull that hung held the trainer for the stream timeout), tried again while
-        it fails for a recovering reason (a rank still healing in, one lost during the pull)
-        until `by`: the step stands, and the trainer must not be told it failed. Parameters of
-        an earlier step (the group restored meanwhile) are a rewind to it."""
+        left until `by`: a pull that hung held the trainer for the stream timeout), tried again
+        while it fails for a recovering reason (a rank still healing in, one lost during the
+        pull) until `by`: the step stands, and the trainer must not be told it failed.
+        Parameters of an earlier step (the group restored meanwhile) are a rewind to it."""
         wait = _FIRST_WAIT
         while True:
             try:
-                reply = applied(self._left(by))
+                # At least _LEAST_APPLIED_PULL: the step stands, and the recovery's last moments
+                # must not make it an error.
+                reply = applied(max(self._left(by), _LEAST_APPLIED_PULL))
             except OptstepError as error:
                 if self._clock() >= by or not self._recovering(group, error, by):
-                    raise
+                    raise error_for(error.code, f"step {step} of session '{key[0]}' was applied, "
+                                    f"but its parameters were not pulled: {error.message}") \
+                        from error
             else:
                 if step_of is not None and step_of(reply) < step:
                     raise self._rewind(key, step_of(reply), step)

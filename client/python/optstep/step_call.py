@@ -17,6 +17,7 @@ from optstep.client_types import GroupSchedule, Parameters
 from optstep.errors import (AbortedError, InternalError, InvalidArgumentError, OptstepError,
                             UnavailableError, from_rpc_error)
 from optstep.layout import SessionLayout
+from optstep.rank_channels import timeout_by
 from optstep.stream_end import StreamTally
 from optstep.v1 import optimizer_service_pb2 as svc_pb2, tensor_pb2
 
@@ -73,13 +74,15 @@ def pull_whole(rank: Any, request: svc_pb2.PullParametersRequest, layout: Sessio
 
 def pull_owned(ranks: Sequence[Any], request: svc_pb2.PullParametersRequest,
                layout: SessionLayout, wire: int, ids: Sequence[int], *, timeout: float,
-               wait_for_ready: bool) -> Parameters:
+               wait_for_ready: bool, deadline: Optional[float] = None) -> Parameters:
     """Parameters `ids`, each from its owner among `ranks` (OWNERS storage), all of one step:
-    AbortedError when a step ran during the pull."""
+    AbortedError when a step ran during the pull. Each stream within `timeout`, all of them by
+    `deadline` (time.monotonic(); None: none)."""
     owners = layout.owners_of(ids)
     assembler = ParamAssembler(layout, wire, ids)
-    steps = [pull_from(ranks[r].service, request, assembler, timeout=timeout,
-                       wait_for_ready=wait_for_ready) for r in owners]
+    steps = [pull_from(ranks[r].service, request, assembler,
+                       timeout=timeout_by(timeout, deadline), wait_for_ready=wait_for_ready)
+             for r in owners]
     for r, step in zip(owners, steps):
         if step != steps[0]:
             raise AbortedError(f"PullParameters: rank {r} answered step {step}, rank "

@@ -199,11 +199,11 @@ TEST(StepRecoveryTest, ThePullOfAStepAppliedWhileTheGroupRecoveredIsTriedAgain) 
   EXPECT_EQ(pulls, 4);
 }
 
-// The pull of a step applied ends by the recovery's deadline (it is given the time left):
-// before, it ran for the whole stream timeout, so a pull that hung (packets lost without a
-// reset) held the trainer long past the recovery_timeout it set.
+// The pull of a step applied ends by the recovery's deadline (it is given the time left, and at
+// least 30 s: the step stands): before, it ran for the whole stream timeout, so a pull that hung
+// (packets lost without a reset) held the trainer long past the recovery_timeout it set.
 TEST(StepRecoveryTest, ThePullOfAStepAppliedEndsByTheRecoverysDeadline) {
-  StepRecovery recovery = Recovery(absl::Seconds(10));
+  StepRecovery recovery = Recovery(absl::Seconds(60));
   FakeGroup group{.step = 5};
   std::vector<absl::Time> bys;
   auto applied = [&bys](absl::Time by) -> absl::StatusOr<StepReply> {
@@ -216,9 +216,17 @@ TEST(StepRecoveryTest, ThePullOfAStepAppliedEndsByTheRecoverysDeadline) {
   ASSERT_THAT(recovery.Run("s", 0, 5, group.probe(), std::ref(first), applied).status(), IsOk());
   ASSERT_EQ(bys.size(), 2u);
   for (absl::Time by : bys) {
-    EXPECT_LE(by, began + absl::Seconds(10) + absl::Seconds(1));
+    EXPECT_LE(by, began + absl::Seconds(61));
     EXPECT_EQ(by, bys[0]) << "each pull gets the same deadline: the recovery's";
   }
+  // Near the recovery's end, the pull still gets 30 s.
+  StepRecovery short_recovery = Recovery(absl::Seconds(1));
+  bys.clear();
+  Attempts second{{absl::UnavailableError("reset"), NotReplayable()}, 5};
+  ASSERT_THAT(short_recovery.Run("s", 0, 5, group.probe(), std::ref(second), applied).status(),
+              IsOk());
+  ASSERT_EQ(bys.size(), 2u);
+  EXPECT_GE(bys[0], absl::Now() + absl::Seconds(29));
 }
 
 // The pull tried again meanwhile answers the parameters of an earlier step: the group restarted

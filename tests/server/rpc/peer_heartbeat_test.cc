@@ -57,6 +57,7 @@ class FakePeer final : public v1::PeerService::CallbackService {
     absl::MutexLock lock(&mu_);
     ++pings_;
     rendezvous_ = request->rendezvous();
+    knows_group_formed_ = request->knows_group_formed();
     if (stalls_ > 0 || silent_) {
       if (stalls_ > 0) {
         --stalls_;
@@ -90,6 +91,11 @@ class FakePeer final : public v1::PeerService::CallbackService {
     absl::MutexLock lock(&mu_);
     return rendezvous_;
   }
+  // Whether the last ping said its rank knows the group formed.
+  bool knows_group_formed() {
+    absl::MutexLock lock(&mu_);
+    return knows_group_formed_;
+  }
 
  private:
   StallClock* const clock_;
@@ -99,6 +105,7 @@ class FakePeer final : public v1::PeerService::CallbackService {
   bool silent_ ABSL_GUARDED_BY(mu_) = false;
   int pings_ ABSL_GUARDED_BY(mu_) = 0;
   std::string rendezvous_ ABSL_GUARDED_BY(mu_);
+  bool knows_group_formed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> late_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -130,13 +137,15 @@ class PeerHeartbeatTest : public ::testing::Test {
   // `stub_of` (the stub of rank 1 at each round): the fake peer's by default. `rendezvous`: the
   // store each ping tells of (null: none).
   void Start(PeerHeartbeat::StubOf stub_of = nullptr,
-             std::function<std::string()> rendezvous = nullptr) {
+             std::function<std::string()> rendezvous = nullptr,
+             std::function<bool()> knows_group_formed = nullptr) {
     PeerHeartbeat::Options options;
     options.rank = 0;
     options.world_size = 2;
     options.interval = kInterval;
     options.clock = [this] { return clock_.Now(); };
     options.rendezvous = std::move(rendezvous);
+    options.knows_group_formed = std::move(knows_group_formed);
     if (stub_of == nullptr) stub_of = [this](int) { return stub_.get(); };
     heartbeat_ =
         std::make_unique<PeerHeartbeat>(options, &liveness_, std::move(stub_of),
@@ -194,6 +203,19 @@ TEST_F(PeerHeartbeatTest, PingsTellWhereTheGroupKeepsItsStoreNow) {
   }
   AwaitPings(2);
   EXPECT_EQ(peer_.rendezvous(), "");
+}
+
+// Every ping tells whether this rank knows that its group formed: rank 0 reports SERVING once
+// every other rank told it so (a ping of a rank that was answered so too late, or a probe's,
+// does not count).
+TEST_F(PeerHeartbeatTest, PingsTellWhetherThisRankKnowsTheGroupFormed) {
+  std::atomic<bool> formed{false};
+  Start(nullptr, nullptr, [&] { return formed.load(); });
+  AwaitPings(2);
+  EXPECT_FALSE(peer_.knows_group_formed());
+  formed = true;
+  AwaitPings(2);
+  EXPECT_TRUE(peer_.knows_group_formed());
 }
 
 TEST_F(PeerHeartbeatTest, APeerThatStopsAnsweringIsLost) {

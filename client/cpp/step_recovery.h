@@ -64,7 +64,7 @@ class StepRecovery {
   // Runs `attempt` (step `step` of `session_id` from trainer `trainer_id`, the same bytes each
   // time) until it is answered, waiting out a recovering group as the header says;
   // `applied(by)` answers a step the session applied but can no longer replay, its calls ended
-  // by `by` (the recovery's deadline).
+  // by `by` (the recovery's deadline, or 30 s from the pull's start where that is later).
   absl::StatusOr<StepReply> Run(absl::string_view session_id, uint32_t trainer_id, uint64_t step,
                                 const GroupProbe& probe,
                                 absl::FunctionRef<absl::StatusOr<StepReply>()> attempt,

@@ -318,8 +318,9 @@ class Client:
     def pull_parameters(self, session_id: str, dtype: dtypes.DTypeLike = "fp32",
                         params: Optional[Sequence[ParamRef]] = None, *,
                         timeout: Optional[float] = None) -> Parameters:
-        """The current parameters (`params`, or all) in fp32 or bf16, after the last step; all of
-        the pull within `timeout` seconds when given (each stream within stream_timeout)."""
+        """The current parameters (`params`, or all) in fp32 or bf16, after the last step; the
+        pull's streams within `timeout` seconds when given (each within stream_timeout; the
+        session's layout, when not known yet, is read first)."""
         wire = dtypes.return_dtype(dtype)
         layout = self.layout(session_id)
         ids = layout.param_ids(params or ())

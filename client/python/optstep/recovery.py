@@ -121,8 +121,8 @@ class StepRecovery:
             step_of: Optional[Callable[[_Reply], int]] = None) -> _Reply:
         """`attempt()` sends step `step` of trainer `trainer_id` (the same bytes each time) and
         answers its reply; `applied(timeout)` answers, within `timeout` seconds (what is left of
-        the recovery), the reply of a step the session has applied but can no longer replay, and
-        `step_of` (when given) the step of its values."""
+        the recovery, and at least 30), the reply of a step the session has applied but can no
+        longer replay, and `step_of` (when given) the step of its values."""
         if self.timeout <= 0:
             return attempt()
         key = (session_id, trainer_id)

@@ -219,8 +219,8 @@ TEST(StepRecoveryTest, ThePullOfAStepAppliedEndsByTheRecoverysDeadline) {
     EXPECT_LE(by, began + absl::Seconds(61));
     EXPECT_EQ(by, bys[0]) << "each pull gets the same deadline: the recovery's";
   }
-  // Near the recovery's end, the pull still gets 30 s.
-  StepRecovery short_recovery = Recovery(absl::Seconds(1));
+  // Near the recovery's end (of a 5 s one), the pull still gets 30 s.
+  StepRecovery short_recovery = Recovery(absl::Seconds(5));
   bys.clear();
   Attempts second{{absl::UnavailableError("reset"), NotReplayable()}, 5};
   ASSERT_THAT(short_recovery.Run("s", 0, 5, group.probe(), std::ref(second), applied).status(),

@@ -534,11 +534,6 @@ void Session::RebaseResolutions(uint64_t resolutions) {
 
 bool Session::healthy() const { return health().healthy(); }
 
-Session::Health Session::health() const {
-  absl::MutexLock lock(&mu_);
-  return Health{book_.broken(), book_.interrupted()};
-}
-
 // --- StepLedger ---
 
 StepLedger::Pending Session::BeginResolution() {

@@ -18,6 +18,11 @@ std::optional<uint64_t> Session::interrupted_step() const {
   return book_.interrupted();
 }
 
+Session::Health Session::health() const {
+  absl::MutexLock lock(&mu_);
+  return Health{book_.broken(), book_.interrupted()};
+}
+
 void Session::MarkInterrupted(uint64_t step) {
   absl::MutexLock lock(&mu_);
   LOG(WARNING) << "session " << id_ << " rank " << rank() << ": step " << step

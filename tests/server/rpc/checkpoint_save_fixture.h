@@ -93,6 +93,24 @@ class CheckpointSaveTest : public ::testing::Test {
   // from the settle's deadline).
   virtual absl::Duration HoldLease() const { return absl::Seconds(30); }
 
+  // A WideSession whose two export slots are taken by exports nobody reads, over `stub`.
+  struct ExportSlotsTaken {
+    v1::ExportStateDictRequest request;
+    std::unique_ptr<v1::CheckpointService::Stub> stub;
+    std::unique_ptr<testutil::UnreadExport> first, second;
+  };
+  std::unique_ptr<ExportSlotsTaken> TakeExportSlots() {
+    auto taken = std::make_unique<ExportSlotsTaken>();
+    taken->request.set_session_id(WideSession());
+    taken->stub = v1::CheckpointService::NewStub(
+        testutil::SlowReaderChannel("127.0.0.1:" + std::to_string(server_->port())));
+    taken->first = std::make_unique<testutil::UnreadExport>(*taken->stub, taken->request);
+    taken->second = std::make_unique<testutil::UnreadExport>(*taken->stub, taken->request);
+    EXPECT_TRUE(taken->first->started());
+    EXPECT_TRUE(taken->second->started());
+    return taken;
+  }
+
   // Makes a session "wide" of one parameter of 2^20 elements; answers its id.
   std::string WideSession() {
     v1::CreateSessionRequest create;

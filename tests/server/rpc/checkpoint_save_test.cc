@@ -224,13 +224,9 @@ TEST_F(CheckpointSaveTest, AClosedSessionsCheckpointsGoAtOnceWhileASaveOfItRuns)
 // rank copied its state: a caller retrying such exports copied the state each time), and only
 // then the refusal.
 TEST_F(CheckpointSaveTest, AnExportRefusedForWantOfASlotMakesNoCopy) {
-  v1::ExportStateDictRequest request;
-  request.set_session_id(WideSession());
-  auto stub = v1::CheckpointService::NewStub(
-      testutil::SlowReaderChannel("127.0.0.1:" + std::to_string(server_->port())));
-  testutil::UnreadExport first(*stub, request), second(*stub, request);
-  ASSERT_TRUE(first.started());
-  ASSERT_TRUE(second.started());
+  std::unique_ptr<ExportSlotsTaken> taken = TakeExportSlots();
+  const v1::ExportStateDictRequest& request = taken->request;
+  auto& stub = taken->stub;
   testutil::FaultInjector& faults = device_->faults();
   faults.FailCalls("CopyToHost", faults.calls("CopyToHost") + 1, INT64_MAX,
                    absl::InternalError("injected: no copy may be made"));
@@ -242,22 +238,18 @@ TEST_F(CheckpointSaveTest, AnExportRefusedForWantOfASlotMakesNoCopy) {
   const grpc::Status refused = third->Finish();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
   EXPECT_THAT(refused.error_message(), HasSubstr("exports of session"));
-  (void)first.Cancel();
-  (void)second.Cancel();
+  (void)taken->first->Cancel();
+  (void)taken->second->Cancel();
 }
 
 // A malformed export is named as such before the limits are looked at: with both slots taken, an
 // unknown layout, chunk prefix or model chunk is answered for what it is, not RESOURCE_EXHAUSTED
 // (before, after a slot, a place and a copy of every rank's state, had they been free).
 TEST_F(CheckpointSaveTest, AMalformedExportIsNamedBeforeTheLimits) {
-  v1::ExportStateDictRequest request;
-  request.set_session_id(WideSession());
-  auto stub = v1::CheckpointService::NewStub(
-      testutil::SlowReaderChannel("127.0.0.1:" + std::to_string(server_->port())));
-  testutil::UnreadExport first(*stub, request), second(*stub, request);
-  ASSERT_TRUE(first.started());
-  ASSERT_TRUE(second.started());
-  v1::ExportStateDictRequest layout = request, prefix = request, chunk = request;
+  std::unique_ptr<ExportSlotsTaken> taken = TakeExportSlots();
+  auto& stub = taken->stub;
+  v1::ExportStateDictRequest layout = taken->request, prefix = taken->request,
+                             chunk = taken->request;
   layout.set_layout(static_cast<v1::StateDictLayout>(7));
   prefix.set_chunk_prefix("x");
   chunk.add_model_chunks(3);
@@ -275,8 +267,8 @@ TEST_F(CheckpointSaveTest, AMalformedExportIsNamedBeforeTheLimits) {
     EXPECT_EQ(refused.error_code(), code) << refused.error_message();
     EXPECT_THAT(refused.error_message(), HasSubstr("ExportStateDict: "));
   }
-  (void)first.Cancel();
-  (void)second.Cancel();
+  (void)taken->first->Cancel();
+  (void)taken->second->Cancel();
 }
 
 TEST_F(CheckpointSaveTest, UnsafeNamesAreRefusedEscaped) {
